@@ -1,0 +1,26 @@
+# Quick start: `make demo` and `make test` on a fresh clone (see README.md).
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test clean
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(VPY) setup.py
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VPY) -m tvm_icca.demo
+
+test: $(STAMP)
+	$(VPY) -m pytest -q -n 0 tests 2>/dev/null || $(VPY) -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,463 @@
+"""What an execution plan means on the cores: placement, rotation and chunk schedule.
+
+This is the semantics of :class:`runtime_sim.program.ExecutionPlan`, shared by the compiler
+(which must only emit valid plans and needs their memory footprint) and the device (which
+executes them). Everything is computed for all cores at once as numpy arrays.
+
+The construction generalizes T10 §4.2 and §4.4 ("Sub-tensor placement"):
+
+* ``F_op`` splits every axis ``a`` of the operator; core ``c`` runs the sub-operator at grid
+  index ``g[a](c)`` (row-major over the axes). ``S_a`` is the largest temporal factor of any
+  tensor on ``a``; the padded sub-operator extent is ``xp_a = S_a * ceil(ceil(E_a / F_a) / S_a)``
+  and the rotating pace is ``rp_a = xp_a / S_a``: the sub-task length on ``a`` in one step.
+* A tensor ``T`` is shared by the ``P_T`` cores that differ only on axes ``T`` does not have.
+  With ``R_T = prod f_t^T`` partitions per sub-tensor, those cores form ``P_T / R_T`` rings
+  of ``R_T`` cores (``P_T / R_T`` replicas of the sub-tensor).
+* At temporal step ``s`` a core computes chunk ``q_a = (s_a + off_a) mod S_a`` of each axis. The
+  offsets skew the cores the way Cannon's algorithm does: ring position digits of every
+  tensor that rotates on ``a`` add ``(S_a / f_t^T_a) * digit`` to ``off_a``. A core then holds,
+  of every tensor, exactly the partition that contains its current chunk
+  (``p_a = q_a div (S_a / f_t^T_a)``); when the loop on ``a`` advances, a tensor whose ``p_a``
+  changes receives the partition of the ring member that is one partition ahead: a circular
+  shift within the ring. :meth:`OpLayout.validate` checks these invariants for every core.
+* Every loop wraps around at its end (the final wrap included), so every tensor is back in its
+  initial placement after the last step. Output replicas of different rings are then summed
+  into ring 0 (the partial sums of a split reduction axis).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterator, Mapping
+
+import numpy as np
+
+from .errors import InvalidPlanError
+from .program import (
+    AffineIndex,
+    ExecutionPlan,
+    TensorAccess,
+    TensorExpr,
+    dtype_bytes,
+    expr_loads,
+    load_index,
+)
+
+
+def padded_extent(extent: int, parts: int, steps: int) -> int:
+    """``S * ceil(ceil(E / F) / S)``: the sub-operator extent, padded so that S steps divide it."""
+    return steps * math.ceil(math.ceil(extent / parts) / steps)
+
+
+def pinned_axes(expr: TensorExpr) -> set[str]:
+    """Axes that cannot be partitioned: they share a tensor dimension with a core-local axis.
+
+    A dimension read with a core-local axis (a softmax row, a layer-norm statistic) must be
+    whole on every core, so any axis that also indexes that dimension stays unsplit.
+    """
+    local = {a.name for a in expr.local_axes}
+    pinned: set[str] = set()
+    accesses: list[tuple[int, tuple[AffineIndex, ...]]] = []
+    for node in expr_loads(expr.body) + expr_loads(expr.epilogue):
+        accesses.append((int(node["input"]), load_index(node)))
+    for t, access in enumerate(expr.inputs):
+        accesses.append((t, access.indices))
+    whole_dims = {
+        (t, d) for t, idx in accesses for d, i in enumerate(idx) if set(i.axes) & local
+    }
+    for t, idx in accesses:
+        for d, i in enumerate(idx):
+            if (t, d) in whole_dims:
+                pinned.update(a for a in i.axes if a not in local)
+    return pinned
+
+
+def padding_safe_reduce(expr: TensorExpr) -> bool:
+    """True when zero-padded inputs add nothing to the reduced sum.
+
+    Holds when the body is a product of loads (matmul, convolution, plain sums); a body
+    like ``exp(x)`` would add exp(0) = 1 per padded element, so its reduction axes must not
+    be padded.
+    """
+
+    def zero_when_padded(node: dict) -> bool:
+        if node["op"] == "load":
+            return True
+        if node["op"] == "mul":
+            return any(zero_when_padded(a) for a in node["args"])
+        if node["op"] in ("cast", "neg"):
+            return zero_when_padded(node["args"][0])
+        return False
+
+    return zero_when_padded(expr.body)
+
+
+@dataclass(frozen=True)
+class ShiftEvent:
+    """Tensor ``tensor`` moves along axis ``axis``: core ``c`` receives from ``source[c]``."""
+
+    tensor: int
+    axis: str
+    source: np.ndarray  # core -> core it receives from (itself where nothing moves)
+    moving: np.ndarray  # boolean mask of cores that receive a new partition
+
+
+class OpLayout:
+    """The placement and step schedule of one operator under one execution plan."""
+
+    def __init__(self, expr: TensorExpr, plan: ExecutionPlan):
+        self.expr = expr
+        self.plan = plan
+        self.axes = expr.axis_names
+        unknown = set(plan.op_partition) - set(self.axes)
+        if unknown:
+            raise InvalidPlanError(f"F_op names unknown axes {sorted(unknown)}")
+        if len(plan.temporal) != len(expr.tensors):
+            raise InvalidPlanError(
+                f"plan has temporal factors for {len(plan.temporal)} tensors, "
+                f"operator has {len(expr.tensors)}"
+            )
+        self.extent = {a.name: a.extent for a in expr.axes}
+        self.F = {a: plan.F(a) for a in self.axes}
+        for a, f in self.F.items():
+            if not 1 <= f <= self.extent[a]:
+                raise InvalidPlanError(f"F_op[{a}]={f} must be in [1, {self.extent[a]}]")
+        self.S = {
+            a: max([plan.ft(t, a) for t in range(len(expr.tensors))] + [1]) for a in self.axes
+        }
+        self.xp = {a: padded_extent(self.extent[a], self.F[a], self.S[a]) for a in self.axes}
+        self.rp = {a: self.xp[a] // self.S[a] for a in self.axes}
+        self.num_cores = int(np.prod([self.F[a] for a in self.axes], dtype=np.int64))
+        self.local_extent = {a.name: a.extent for a in expr.local_axes}
+        self.loop_axes = tuple(plan.loop_order) if plan.loop_order else tuple(
+            a for a in self.axes if self.S[a] > 1
+        )
+        if sorted(self.loop_axes) != sorted(a for a in self.axes if self.S[a] > 1):
+            raise InvalidPlanError(
+                f"loop order {list(self.loop_axes)} must list exactly the axes with temporal "
+                f"steps {[a for a in self.axes if self.S[a] > 1]}"
+            )
+        self.steps = int(np.prod([self.S[a] for a in self.loop_axes], dtype=np.int64))
+
+    # -- per-core grid ------------------------------------------------------------------
+    @cached_property
+    def grid(self) -> dict[str, np.ndarray]:
+        """``g[a](c)``: the sub-operator index of core ``c`` on axis ``a``."""
+        shape = [self.F[a] for a in self.axes]
+        idx = np.unravel_index(np.arange(self.num_cores), shape) if shape else ()
+        return {a: np.asarray(i, dtype=np.int64) for a, i in zip(self.axes, idx)}
+
+    def tensor_axes(self, t: int) -> tuple[str, ...]:
+        """Top-level axes that index tensor ``t`` (its sub-tensor is chosen by them)."""
+        return tuple(a for a in self.expr.tensors[t].axes if a in self.extent)
+
+    def temporal_axes(self, t: int) -> tuple[str, ...]:
+        return tuple(a for a in self.axes if self.plan.ft(t, a) > 1)
+
+    def sharing(self, t: int) -> int:
+        """P_T: how many cores share one sub-tensor of tensor ``t``."""
+        own = set(self.tensor_axes(t))
+        return int(np.prod([self.F[a] for a in self.axes if a not in own], dtype=np.int64))
+
+    def ring_size(self, t: int) -> int:
+        """R_T = prod f_t: partitions per sub-tensor, i.e. cores per rotation ring."""
+        return int(np.prod([self.plan.ft(t, a) for a in self.axes], dtype=np.int64))
+
+    def replicas(self, t: int) -> int:
+        return self.sharing(t) // self.ring_size(t)
+
+    @cached_property
+    def _rings(self) -> list[dict[str, np.ndarray]]:
+        rings = []
+        for t in range(len(self.expr.tensors)):
+            own = set(self.tensor_axes(t))
+            free = [a for a in self.axes if a not in own]
+            mine = [a for a in self.axes if a in own]
+            g_free = _ravel([self.grid[a] for a in free], [self.F[a] for a in free], self.num_cores)
+            sub = _ravel([self.grid[a] for a in mine], [self.F[a] for a in mine], self.num_cores)
+            R = self.ring_size(t)
+            pos = g_free % R
+            temporal = self.temporal_axes(t)
+            digits = (
+                np.unravel_index(pos, [self.plan.ft(t, a) for a in temporal]) if temporal else ()
+            )
+            rings.append(
+                {
+                    "subtensor": sub,
+                    "ring": g_free // R,
+                    "position": pos,
+                    **{f"digit:{a}": np.asarray(d, np.int64) for a, d in zip(temporal, digits)},
+                }
+            )
+        return rings
+
+    def ring_id(self, t: int) -> np.ndarray:
+        return self._rings[t]["ring"]
+
+    def subtensor_id(self, t: int) -> np.ndarray:
+        return self._rings[t]["subtensor"]
+
+    @cached_property
+    def offset(self) -> dict[str, np.ndarray]:
+        """``off_a(c)``: the Cannon-style skew of each core's chunk schedule."""
+        off = {a: np.zeros(self.num_cores, np.int64) for a in self.axes}
+        for t in range(len(self.expr.tensors)):
+            for a in self.temporal_axes(t):
+                off[a] += (self.S[a] // self.plan.ft(t, a)) * self._rings[t][f"digit:{a}"]
+        return {a: off[a] % self.S[a] for a in self.axes}
+
+    # -- chunks and partitions ----------------------------------------------------------
+    def chunk(self, counters: Mapping[str, int]) -> dict[str, np.ndarray]:
+        """``q_a`` of every core for loop counters ``s`` (axes without steps are 0)."""
+        return {a: (int(counters.get(a, 0)) + self.offset[a]) % self.S[a] for a in self.axes}
+
+    def partition(self, t: int, q: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``p_a`` of the partition of tensor ``t`` held by each core while at chunk ``q``."""
+        return {
+            a: q[a] // (self.S[a] // self.plan.ft(t, a)) for a in self.temporal_axes(t)
+        }
+
+    def partition_shape(self, t: int) -> tuple[int, ...]:
+        """Shape of one partition of tensor ``t`` (what a core stores)."""
+        access = self.expr.tensors[t]
+        return tuple(self._dim_length(t, d, idx) for d, idx in enumerate(access.indices))
+
+    def _dim_length(self, t: int, d: int, idx: AffineIndex) -> int:
+        access = self.expr.tensors[t]
+        if any(a in self.local_extent for a in idx.axes):
+            return access.shape[d]
+        if not idx.terms:
+            return 1
+        if idx.is_simple:
+            a = idx.terms[0][0]
+            return self.xp[a] // self.plan.ft(t, a)
+        return sum(abs(c) * (self.xp[a] - 1) for a, c in idx.terms) + 1
+
+    def partition_bytes(self, t: int) -> int:
+        access = self.expr.tensors[t]
+        return int(np.prod(self.partition_shape(t), dtype=np.int64)) * dtype_bytes(access.dtype)
+
+    def memory_bytes_per_core(self) -> int:
+        """Bytes of tensor partitions on each core (every core holds one of each tensor)."""
+        return sum(self.partition_bytes(t) for t in range(len(self.expr.tensors)))
+
+    def partition_start(self, t: int, p: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Global index of the first element of each core's partition, per dimension."""
+        access = self.expr.tensors[t]
+        starts = []
+        for d, idx in enumerate(access.indices):
+            if any(a in self.local_extent for a in idx.axes):
+                starts.append(np.zeros(self.num_cores, np.int64))
+            elif idx.is_simple:
+                a = idx.terms[0][0]
+                length = self.xp[a] // self.plan.ft(t, a)
+                start = self.grid[a] * self.xp[a]
+                if a in p:
+                    start = start + p[a] * length
+                starts.append(start)
+            else:
+                start = np.full(self.num_cores, idx.offset, np.int64)
+                for a, c in idx.terms:
+                    start = start + c * self.grid[a] * self.xp[a]
+                starts.append(start)
+        return starts
+
+    def chunk_index(
+        self, index: AffineIndex, q: Mapping[str, np.ndarray], axis_order: tuple[str, ...]
+    ) -> np.ndarray:
+        """Global index of one dimension for every core and every point of the chunk.
+
+        The result has shape ``[cores, *chunk lengths of axis_order]`` with size-1 axes where
+        the dimension does not depend on an axis, ready for numpy advanced indexing.
+        """
+        shape = [self.num_cores] + [1] * len(axis_order)
+        out = np.full(shape, index.offset, np.int64)
+        for a, c in index.terms:
+            pos = axis_order.index(a)
+            view = [1] * (len(axis_order) + 1)
+            if a in self.local_extent:
+                values = np.arange(self.local_extent[a], dtype=np.int64)
+                view[pos + 1] = values.size
+                out = out + c * values.reshape(view)
+            else:
+                base = self.grid[a] * self.xp[a] + q[a] * self.rp[a]
+                view[pos + 1] = self.rp[a]
+                span = np.arange(self.rp[a], dtype=np.int64).reshape(view)
+                out = out + c * (base.reshape([-1] + [1] * len(axis_order)) + span)
+        return out
+
+    # -- schedule -----------------------------------------------------------------------
+    def counters(self) -> Iterator[tuple[dict[str, int], tuple[str, ...]]]:
+        """Yield, per step, the loop counters and the axes that advance after the step.
+
+        The innermost loop advances after every step; a loop that wraps also advances the
+        one outside it. After the last step every loop wraps (returning tensors home).
+        """
+        order = self.loop_axes
+        counters = {a: 0 for a in order}
+        for _ in range(self.steps):
+            advancing = []
+            for a in reversed(order):
+                advancing.append(a)
+                if counters[a] + 1 < self.S[a]:
+                    break
+            yield dict(counters), tuple(advancing)
+            for a in advancing:
+                counters[a] = (counters[a] + 1) % self.S[a]
+
+    @cached_property
+    def _shift_sources(self) -> dict[tuple[int, str], np.ndarray]:
+        sources = {}
+        q0 = self.chunk({})
+        for t in range(len(self.expr.tensors)):
+            temporal = self.temporal_axes(t)
+            if not temporal:
+                continue
+            p0 = self.partition(t, q0)
+            radices = [self.plan.ft(t, a) for a in temporal]
+            group = self._group_key(t)
+            for a in temporal:
+                ahead = dict(p0)
+                ahead[a] = (p0[a] + 1) % self.plan.ft(t, a)
+                want = group * self.ring_size(t) + _ravel([ahead[b] for b in temporal], radices, self.num_cores)
+                have = group * self.ring_size(t) + _ravel([p0[b] for b in temporal], radices, self.num_cores)
+                order = np.argsort(have, kind="stable")
+                pos = np.searchsorted(have[order], want)
+                sources[(t, a)] = order[np.minimum(pos, self.num_cores - 1)]
+        return sources
+
+    def _group_key(self, t: int) -> np.ndarray:
+        """A number identifying (sub-tensor, ring) of tensor ``t`` on every core."""
+        rings = self._rings[t]
+        return rings["subtensor"] * max(self.replicas(t), 1) + rings["ring"]
+
+    def shifts_after(self, counters: Mapping[str, int], advancing: tuple[str, ...]) -> list[ShiftEvent]:
+        """The shifts that follow the step at ``counters`` when ``advancing`` loops move on."""
+        q = self.chunk(counters)
+        events = []
+        for a in advancing:
+            for t in range(len(self.expr.tensors)):
+                ft = self.plan.ft(t, a)
+                if ft <= 1:
+                    continue
+                moving = (q[a] + 1) % (self.S[a] // ft) == 0
+                if not moving.any():
+                    continue
+                src = np.where(moving, self._shift_sources[(t, a)], np.arange(self.num_cores))
+                events.append(ShiftEvent(t, a, src, moving))
+        return events
+
+    def shift_count_per_core(self, t: int, a: str) -> int:
+        """Closed form: times one core receives a partition of tensor ``t`` along ``a``."""
+        ft = self.plan.ft(t, a)
+        if ft <= 1:
+            return 0
+        outer = self.loop_axes[: self.loop_axes.index(a)]
+        return ft * int(np.prod([self.S[b] for b in outer], dtype=np.int64))
+
+    def shift_bytes(self) -> int:
+        """Closed form: bytes received over the interconnect by all cores during the steps."""
+        total = 0
+        for t in range(len(self.expr.tensors)):
+            for a in self.temporal_axes(t):
+                total += self.num_cores * self.shift_count_per_core(t, a) * self.partition_bytes(t)
+        return total
+
+    def reduction_bytes(self) -> int:
+        """Bytes sent to sum output replicas into ring 0 after the last step."""
+        out = len(self.expr.tensors) - 1
+        return self.num_cores // self.replicas(out) * (self.replicas(out) - 1) * self.partition_bytes(out)
+
+    def owners(self) -> np.ndarray:
+        """Cores whose output partition is final (ring 0 of the output)."""
+        return np.flatnonzero(self.ring_id(len(self.expr.tensors) - 1) == 0)
+
+    def output_owner_of(self) -> np.ndarray:
+        """For every core, the ring-0 core that holds the same output partition."""
+        out = len(self.expr.tensors) - 1
+        key = self._partition_key(out)
+        owners = self.owners()
+        order = np.argsort(key[owners], kind="stable")
+        pos = np.searchsorted(key[owners][order], key)
+        return owners[order[pos]]
+
+    def _partition_key(self, t: int) -> np.ndarray:
+        temporal = self.temporal_axes(t)
+        p0 = self.partition(t, self.chunk({}))
+        radices = [self.plan.ft(t, a) for a in temporal]
+        return self._rings[t]["subtensor"] * self.ring_size(t) + _ravel(
+            [p0[a] for a in temporal], radices, self.num_cores
+        )
+
+    # -- validity -----------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise :class:`InvalidPlanError` unless the plan obeys every T10 rule (§4.2)."""
+        expr = self.expr
+        pinned = pinned_axes(expr)
+        for a in pinned:
+            if self.F[a] != 1 or self.S[a] != 1:
+                raise InvalidPlanError(f"axis '{a}' shares a dimension with a core-local axis and cannot be split")
+        if not padding_safe_reduce(expr):
+            for a in expr.reduce_axes:
+                if self.F[a] * self.xp[a] != self.extent[a]:
+                    raise InvalidPlanError(f"reduction axis '{a}' of this body cannot be padded")
+        for t, access in enumerate(expr.tensors):
+            own = self.tensor_axes(t)
+            for a, f in self.plan.temporal[t].items():
+                if int(f) < 1:
+                    raise InvalidPlanError(f"temporal factor of {access.name} on '{a}' is {f}")
+                if int(f) == 1:
+                    continue
+                if a not in own:
+                    raise InvalidPlanError(f"{access.name} has no axis '{a}' to partition temporally")
+                dims = [i for i in access.indices if a in i.axes]
+                if len(dims) != 1 or not dims[0].is_simple:
+                    raise InvalidPlanError(
+                        f"{access.name} is indexed by '{a}' through a compound index; it cannot rotate on it"
+                    )
+                if t in expr.epilogue_inputs:
+                    raise InvalidPlanError(f"epilogue input {access.name} cannot rotate")
+            if self.sharing(t) % self.ring_size(t):
+                raise InvalidPlanError(
+                    f"prod f_t of {access.name} ({self.ring_size(t)}) does not divide the "
+                    f"{self.sharing(t)} cores that share each of its sub-tensors"
+                )
+        for a in self.axes:
+            factors = sorted({self.plan.ft(t, a) for t in range(len(expr.tensors))})
+            for lo, hi in zip(factors, factors[1:]):
+                if hi % lo:
+                    raise InvalidPlanError(
+                        f"temporal factors on axis '{a}' ({factors}) are not pairwise factor/multiple"
+                    )
+        self._check_rings()
+
+    def _check_rings(self) -> None:
+        q0 = self.chunk({})
+        for t in range(len(self.expr.tensors)):
+            temporal = self.temporal_axes(t)
+            if not temporal:
+                continue
+            key = self._partition_key(t) * max(self.replicas(t), 1) + self.ring_id(t)
+            if np.unique(key).size != self.num_cores:
+                raise InvalidPlanError(
+                    f"rotation rings of {self.expr.tensors[t].name} do not hold each partition once"
+                )
+            group = self._group_key(t)
+            for a in temporal:
+                phase = q0[a] % (self.S[a] // self.plan.ft(t, a))
+                order = np.argsort(group, kind="stable")
+                g_sorted, ph_sorted = group[order], phase[order]
+                same = g_sorted[1:] == g_sorted[:-1]
+                if np.any(same & (ph_sorted[1:] != ph_sorted[:-1])):
+                    raise InvalidPlanError(
+                        f"ring members of {self.expr.tensors[t].name} would shift on '{a}' at different steps"
+                    )
+
+
+def _ravel(indices: list[np.ndarray], radices: list[int], n: int) -> np.ndarray:
+    out = np.zeros(n, np.int64)
+    for i, r in zip(indices, radices):
+        out = out * int(r) + i
+    return out

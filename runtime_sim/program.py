@@ -1,0 +1,443 @@
+"""The device program format: the one contract between compiler and simulated device.
+
+A :class:`DeviceProgram` is what the ICCA codegen emits for one offloaded region and what the
+device runs, either with data (functional) or with shapes only (timing). It is plain data and
+round-trips through JSON (:meth:`DeviceProgram.to_json` / :meth:`DeviceProgram.from_json`).
+
+Vocabulary (T10 §4.1-4.2, Table 1):
+
+* :class:`TensorExpr` -- an operator as a tensor expression: iteration axes with extents (the
+  top-level reduction axes are summed across cores and may be partitioned), core-local axes
+  of inner reductions (softmax's row, layer-norm's statistics), and for every tensor how its
+  dimensions are indexed by affine combinations of axes (``h*stride + kh*dilation - pad``:
+  T10 §5 "compound axis").
+* :class:`RotatingTensor` -- an rTensor: spatial factor ``f_s``, temporal factor ``f_t`` and
+  rotating pace ``rp``, per tensor dimension.
+* :class:`ExecutionPlan` -- ``F_op`` per axis, the per-tensor temporal factors (per axis) and
+  the loop order of the temporal steps; everything else derives from these
+  (:mod:`runtime_sim.layout`).
+* :class:`OpProgram` -- one operator of a region: expression, plan, and which region tensors
+  it reads and writes.
+
+Expression trees (``TensorExpr.body`` / ``TensorExpr.epilogue``) are JSON dictionaries::
+
+    {"op": "load", "input": i, "index": [AffineIndex-as-dict, ...]}
+    {"op": "const", "value": 0.5}
+    {"op": "axis", "axis": "k"}                       # value of an iteration variable
+    {"op": "result"}                                  # epilogue only: the reduced value
+    {"op": <unary>, "args": [e]}     unary in UNARY_OPS
+    {"op": <binary>, "args": [a, b]} binary in BINARY_OPS (arithmetic and comparisons)
+    {"op": "select", "args": [cond, a, b]}
+    {"op": "cast", "dtype": "float32", "args": [e]}
+    {"op": "reduce", "combiner": "sum"|"max"|"min", "axes": [local axis names], "args": [e]}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from .errors import DeviceProgramError
+
+PROGRAM_FORMAT = "icca-device-program"
+PROGRAM_VERSION = 1
+
+UNARY_OPS = (
+    "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "not", "floor",
+    "ceil", "round",
+)
+BINARY_OPS = (
+    "add", "sub", "mul", "div", "max", "min", "pow",
+    "lt", "le", "gt", "ge", "eq", "ne", "and", "or",
+)
+REDUCE_COMBINERS = ("sum", "max", "min")
+
+Expr = dict  # a JSON expression tree, see module docstring
+
+
+@dataclass(frozen=True)
+class Axis:
+    """An iteration axis of a tensor expression."""
+
+    name: str
+    extent: int
+    reduce: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "extent": self.extent, "reduce": self.reduce}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Axis":
+        return cls(str(d["name"]), int(d["extent"]), bool(d.get("reduce", False)))
+
+
+@dataclass(frozen=True)
+class AffineIndex:
+    """``sum(coef * axis) + offset``: how one tensor dimension is indexed."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+    offset: int = 0
+
+    @classmethod
+    def of_axis(cls, axis: str) -> "AffineIndex":
+        return cls(((axis, 1),), 0)
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return tuple(a for a, _ in self.terms)
+
+    @property
+    def is_simple(self) -> bool:
+        """Indexed by exactly one axis, with coefficient 1 and no offset."""
+        return len(self.terms) == 1 and self.terms[0][1] == 1 and self.offset == 0
+
+    def coef(self, axis: str) -> int:
+        return sum(c for a, c in self.terms if a == axis)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"terms": [[a, c] for a, c in self.terms], "offset": self.offset}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AffineIndex":
+        return cls(tuple((str(a), int(c)) for a, c in d.get("terms", ())), int(d.get("offset", 0)))
+
+    def __str__(self) -> str:
+        parts = [a if c == 1 else f"{a}*{c}" for a, c in self.terms]
+        if self.offset or not parts:
+            parts.append(str(self.offset))
+        return " + ".join(parts).replace("+ -", "- ")
+
+
+@dataclass(frozen=True)
+class TensorAccess:
+    """A tensor of an operator and how each of its dimensions is indexed.
+
+    For inputs, ``indices`` is the access that defines the partitioning (the body may read
+    the tensor at other sites too: those use core-local axes on dimensions the plan keeps
+    whole). For the output, every index is a plain spatial axis.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    indices: tuple[AffineIndex, ...]
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for idx in self.indices:
+            for a in idx.axes:
+                if a not in seen:
+                    seen.append(a)
+        return tuple(seen)
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * dtype_bytes(self.dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "indices": [i.to_dict() for i in self.indices],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TensorAccess":
+        return cls(
+            str(d["name"]),
+            tuple(int(s) for s in d["shape"]),
+            str(d["dtype"]),
+            tuple(AffineIndex.from_dict(i) for i in d["indices"]),
+        )
+
+
+@dataclass(frozen=True)
+class TensorExpr:
+    """An operator as a tensor expression (T10 §4.2 "Operator representation").
+
+    ``body`` is evaluated over ``axes`` and ``local_axes``; when some of ``axes`` are
+    reductions the output is the sum of ``body`` over them (the only combiner that can be
+    split across cores), then ``epilogue`` (if any) maps that sum elementwise to the output.
+    ``kind`` names the template in :mod:`schedules` that computes a sub-task on one core.
+    """
+
+    kind: str
+    axes: tuple[Axis, ...]
+    inputs: tuple[TensorAccess, ...]
+    output: TensorAccess
+    body: Expr
+    local_axes: tuple[Axis, ...] = ()
+    epilogue: Expr | None = None
+    epilogue_inputs: tuple[int, ...] = ()  # indices into ``inputs`` read only by the epilogue
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.axes)
+
+    @property
+    def reduce_axes(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.axes if a.reduce)
+
+    def extent(self, axis: str) -> int:
+        for a in self.axes + self.local_axes:
+            if a.name == axis:
+                return a.extent
+        raise KeyError(axis)
+
+    @property
+    def tensors(self) -> tuple[TensorAccess, ...]:
+        """Inputs then the output: the order plans index tensors by."""
+        return self.inputs + (self.output,)
+
+    def flops(self) -> int:
+        """Multiply-accumulate work counted as 2 FLOP per body evaluation with reductions."""
+        n = 1
+        for a in self.axes:
+            n *= a.extent
+        for a in self.local_axes:
+            n *= a.extent
+        return 2 * n if self.reduce_axes else n
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "axes": [a.to_dict() for a in self.axes],
+            "local_axes": [a.to_dict() for a in self.local_axes],
+            "inputs": [t.to_dict() for t in self.inputs],
+            "output": self.output.to_dict(),
+            "body": self.body,
+            "epilogue": self.epilogue,
+            "epilogue_inputs": list(self.epilogue_inputs),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TensorExpr":
+        return cls(
+            kind=str(d["kind"]),
+            axes=tuple(Axis.from_dict(a) for a in d["axes"]),
+            local_axes=tuple(Axis.from_dict(a) for a in d.get("local_axes", ())),
+            inputs=tuple(TensorAccess.from_dict(t) for t in d["inputs"]),
+            output=TensorAccess.from_dict(d["output"]),
+            body=d["body"],
+            epilogue=d.get("epilogue"),
+            epilogue_inputs=tuple(int(i) for i in d.get("epilogue_inputs", ())),
+        )
+
+    def __str__(self) -> str:
+        def acc(t: TensorAccess) -> str:
+            return f"{t.name}[{', '.join(str(i) for i in t.indices)}]"
+
+        red = f" sum over {','.join(self.reduce_axes)}" if self.reduce_axes else ""
+        ins = " , ".join(acc(t) for t in self.inputs)
+        return f"{self.kind}: {acc(self.output)} <- {ins}{red}"
+
+
+@dataclass(frozen=True)
+class RotatingTensor:
+    """T10's rTensor (§4.1, Fig. 5): per tensor dimension, f_s, f_t and rp."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    spatial_partition_factor: tuple[int, ...]
+    temporal_partition_factor: tuple[int, ...]
+    rotating_pace: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """A compute-shift execution plan of one operator (T10 §4.2).
+
+    ``op_partition[a]`` is F_op on axis ``a``; ``temporal[t][a]`` is the temporal factor of the
+    ``t``-th tensor (inputs then output, as in :attr:`TensorExpr.tensors`) on axis ``a``
+    (missing means 1); ``loop_order`` lists the axes that take temporal steps, outermost
+    first.
+    """
+
+    op_partition: Mapping[str, int]
+    temporal: tuple[Mapping[str, int], ...]
+    loop_order: tuple[str, ...] = ()
+
+    def F(self, axis: str) -> int:
+        return int(self.op_partition.get(axis, 1))
+
+    def ft(self, tensor: int, axis: str) -> int:
+        return int(self.temporal[tensor].get(axis, 1))
+
+    @property
+    def num_cores(self) -> int:
+        n = 1
+        for f in self.op_partition.values():
+            n *= int(f)
+        return n
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op_partition": {a: int(f) for a, f in self.op_partition.items()},
+            "temporal": [{a: int(f) for a, f in t.items() if int(f) != 1} for t in self.temporal],
+            "loop_order": list(self.loop_order),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ExecutionPlan":
+        return cls(
+            op_partition={str(a): int(f) for a, f in d["op_partition"].items()},
+            temporal=tuple({str(a): int(f) for a, f in t.items()} for t in d["temporal"]),
+            loop_order=tuple(str(a) for a in d.get("loop_order", ())),
+        )
+
+
+@dataclass(frozen=True)
+class OpProgram:
+    """One operator of a region: what it computes, how it is laid out, where data comes from.
+
+    ``input_names``/``output_name`` name region tensors (region parameters, constants or
+    outputs of earlier operators).
+    """
+
+    name: str
+    expr: TensorExpr
+    plan: ExecutionPlan
+    input_names: tuple[str, ...]
+    output_name: str
+    estimated_time_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "expr": self.expr.to_dict(),
+            "plan": self.plan.to_dict(),
+            "input_names": list(self.input_names),
+            "output_name": self.output_name,
+            "estimated_time_s": self.estimated_time_s,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "OpProgram":
+        return cls(
+            name=str(d["name"]),
+            expr=TensorExpr.from_dict(d["expr"]),
+            plan=ExecutionPlan.from_dict(d["plan"]),
+            input_names=tuple(d["input_names"]),
+            output_name=str(d["output_name"]),
+            estimated_time_s=float(d.get("estimated_time_s", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TensorDecl":
+        return cls(str(d["name"]), tuple(int(s) for s in d["shape"]), str(d["dtype"]))
+
+
+@dataclass(frozen=True)
+class DeviceProgram:
+    """Everything the device needs to run one offloaded region.
+
+    ``inputs`` are the region's parameters in call order; ``constants`` are tensors baked into
+    the program (their values travel in ``constant_values`` as nested lists only when the
+    program is built for functional runs); ``outputs`` are the region results in order.
+    """
+
+    region: str
+    hardware: Mapping[str, Any]
+    inputs: tuple[TensorDecl, ...]
+    outputs: tuple[str, ...]
+    ops: tuple[OpProgram, ...]
+    constants: Mapping[str, Any] = field(default_factory=dict)
+    format: str = PROGRAM_FORMAT
+    version: int = PROGRAM_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "version": self.version,
+            "region": self.region,
+            "hardware": dict(self.hardware),
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": list(self.outputs),
+            "ops": [op.to_dict() for op in self.ops],
+            "constants": dict(self.constants),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "DeviceProgram":
+        if d.get("format") != PROGRAM_FORMAT:
+            raise DeviceProgramError(f"not an ICCA device program (format={d.get('format')!r})")
+        if int(d.get("version", -1)) != PROGRAM_VERSION:
+            raise DeviceProgramError(
+                f"device program version {d.get('version')} is not supported "
+                f"(this device runs version {PROGRAM_VERSION})"
+            )
+        try:
+            return cls(
+                region=str(d["region"]),
+                hardware=dict(d["hardware"]),
+                inputs=tuple(TensorDecl.from_dict(t) for t in d["inputs"]),
+                outputs=tuple(d["outputs"]),
+                ops=tuple(OpProgram.from_dict(op) for op in d["ops"]),
+                constants=dict(d.get("constants", {})),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise DeviceProgramError(f"malformed device program: {err!r}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> "DeviceProgram":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise DeviceProgramError(f"device program is not valid JSON: {err}") from None
+        return cls.from_dict(data)
+
+
+_DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8,
+                "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+
+
+def dtype_bytes(dtype: str) -> int:
+    try:
+        return _DTYPE_BYTES[str(dtype)]
+    except KeyError:
+        raise DeviceProgramError(f"unknown dtype '{dtype}'") from None
+
+
+def walk_expr(expr: Expr) -> Iterator[Expr]:
+    """Pre-order traversal of an expression tree."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(node.get("args", ())))
+
+
+def expr_loads(expr: Expr | None) -> list[Expr]:
+    return [] if expr is None else [n for n in walk_expr(expr) if n["op"] == "load"]
+
+
+def load_index(node: Expr) -> tuple[AffineIndex, ...]:
+    return tuple(AffineIndex.from_dict(i) for i in node["index"])
+
+
+def make_load(input_index: int, index: Sequence[AffineIndex]) -> Expr:
+    return {"op": "load", "input": input_index, "index": [i.to_dict() for i in index]}
+
+
+def axes_in(indices: Iterable[AffineIndex]) -> set[str]:
+    return {a for idx in indices for a in idx.axes}

@@ -1,0 +1,26 @@
+"""Packaging of tvm_icca: the ICCA backend for TVM, its op templates and simulated device."""
+
+from setuptools import setup
+
+setup(
+    name="tvm-icca",
+    version="0.1.0",
+    description="TVM backend for inter-core connected AI chips (T10 compute-shift plans) "
+    "with a simulated ICCA device",
+    python_requires=">=3.10",
+    packages=["tvm_icca", "schedules", "runtime_sim"],
+    package_data={"tvm_icca": ["data/*.onnx"]},
+    install_requires=[
+        "apache-tvm>=0.27,<0.28",
+        # 0.1.15.* segfaults in tvm.ir.save_json, which meta_schedule needs.
+        "apache-tvm-ffi<0.1.15",
+        "onnx>=1.15",
+        "numpy>=1.24",
+    ],
+    extras_require={"test": ["pytest>=7", "hypothesis>=6"]},
+    entry_points={
+        # TVM imports every entry point of this group at `import tvm` (tvm/__init__.py).
+        "tvm.backends": ["icca = tvm_icca._autoload:autoload"],
+        "console_scripts": ["tvm-icca = tvm_icca.cli:main"],
+    },
+)
