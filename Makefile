@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(VPY) -m tvm_icca.demo
 
 test: $(STAMP)
-	$(VPY) -m pytest -q -n 0 tests 2>/dev/null || $(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info

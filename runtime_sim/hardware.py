@@ -197,14 +197,14 @@ def _preset_table() -> dict[str, dict[str, Any]]:
 PRESET_NAMES = tuple(_preset_table())
 
 
-def preset(name: str, **overrides: Any) -> HardwareSpec:
+def preset(preset_name: str, **overrides: Any) -> HardwareSpec:
     """Build a named preset (``ipu-mk2``, ``ipu-pod4``, ...), optionally overriding fields."""
     table = _preset_table()
-    if name not in table:
+    if preset_name not in table:
         raise InvalidHardwareSpecError(
-            f"unknown hardware preset '{name}'; known presets: {', '.join(table)}"
+            f"unknown hardware preset '{preset_name}'; known presets: {', '.join(table)}"
         )
-    data = table[name]
+    data = table[preset_name]
     data.update(overrides)
     return HardwareSpec.from_dict(data)
 

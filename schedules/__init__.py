@@ -1,0 +1,34 @@
+"""Per-op-type templates: how one core computes the sub-task of a compute-shift step."""
+
+from __future__ import annotations
+
+from .base import ComputeTemplate, ContractionRoles, MatrixTemplate, arithmetic_nodes, contraction_roles
+from .conv2d import Conv2dTemplate
+from .elementwise import ElementwiseTemplate
+from .layer_norm import LayerNormTemplate
+from .matmul import MatmulTemplate
+from .reduce import ReduceTemplate
+from .softmax import SoftmaxTemplate
+
+_TEMPLATES: dict[str, ComputeTemplate] = {
+    t.kind: t
+    for t in (
+        MatmulTemplate(), Conv2dTemplate(), ElementwiseTemplate(), ReduceTemplate(),
+        SoftmaxTemplate(), LayerNormTemplate(),
+    )
+}
+
+
+def template_for(kind: str) -> ComputeTemplate:
+    """The template of an op kind; unknown kinds run as generic vector-unit work."""
+    return _TEMPLATES.get(kind, _TEMPLATES["elementwise"])
+
+
+def template_kinds() -> tuple[str, ...]:
+    return tuple(_TEMPLATES)
+
+
+__all__ = [
+    "ComputeTemplate", "ContractionRoles", "MatrixTemplate", "arithmetic_nodes",
+    "contraction_roles", "template_for", "template_kinds",
+]

@@ -1,0 +1,109 @@
+"""What every per-op-type template provides: the cost of one sub-task on one core.
+
+A template describes how a single core computes the sub-task of one compute-shift step
+(T10 §4.4, the ``compute`` interface): which unit runs it (the matrix unit for
+sums of products, the vector unit otherwise) and how many cycles it takes for a given chunk
+of the iteration space. Plan rules that follow from the tensor expression itself (pinned
+axes, padding of reductions, compound indices) are enforced generically by
+:mod:`runtime_sim.layout`; a template adds only rules that are specific to its op type.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+from runtime_sim.hardware import HardwareSpec
+from runtime_sim.program import Expr, TensorExpr, walk_expr
+
+#: Expression nodes that cost no arithmetic on a core (data access and constants).
+_FREE_NODES = ("load", "const", "axis", "result", "cast")
+
+
+def arithmetic_nodes(expr: Expr | None) -> int:
+    """Operations per evaluated point: each arithmetic node counts as one vector FLOP.
+
+    Transcendentals are counted as one operation as well; the fitted cost model of a later
+    stage replaces this with measured per-op costs.
+    """
+    if expr is None:
+        return 0
+    return sum(1 for n in walk_expr(expr) if n["op"] not in _FREE_NODES)
+
+
+@dataclass(frozen=True)
+class ContractionRoles:
+    """Axes of a sum of products grouped as a batched GEMM: batch x (M x K) @ (K x N)."""
+
+    batch: tuple[str, ...]
+    m: tuple[str, ...]
+    n: tuple[str, ...]
+    k: tuple[str, ...]
+
+
+def contraction_roles(expr: TensorExpr) -> ContractionRoles:
+    """Infer GEMM roles from which tensors an axis indexes (conv: M=b,h,w N=f K=c,kh,kw)."""
+    main = [t for i, t in enumerate(expr.inputs) if i not in expr.epilogue_inputs]
+    lhs = set(main[0].axes) if main else set()
+    rhs = set(main[1].axes) if len(main) > 1 else set()
+    spatial = [a.name for a in expr.axes if not a.reduce]
+    batch = tuple(a for a in spatial if a in lhs and a in rhs)
+    m = tuple(a for a in spatial if a not in batch and a not in rhs)
+    n = tuple(a for a in spatial if a not in batch and a not in m)
+    return ContractionRoles(batch, m, n, expr.reduce_axes)
+
+
+def round_up(value: int, multiple: int) -> int:
+    return multiple * math.ceil(value / multiple)
+
+
+class ComputeTemplate:
+    """Base template: a vector-unit sub-task (elementwise work over the chunk)."""
+
+    kind = "elementwise"
+    unit = "vector"
+
+    def points(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
+        n = 1
+        for a in expr.axes:
+            n *= int(chunk.get(a.name, a.extent))
+        for a in expr.local_axes:
+            n *= a.extent
+        return n
+
+    def subtask_cycles(self, expr: TensorExpr, chunk: Mapping[str, int], hw: HardwareSpec) -> float:
+        """Cycles one core spends on the sub-task of one step over ``chunk`` (axis -> length)."""
+        ops = max(arithmetic_nodes(expr.body), 1)
+        return self.points(expr, chunk) * ops / hw.vector_flops_per_cycle
+
+    def epilogue_cycles(self, expr: TensorExpr, partition: Mapping[str, int], hw: HardwareSpec) -> float:
+        """Cycles of the fused elementwise epilogue over one output partition."""
+        ops = arithmetic_nodes(expr.epilogue)
+        if not ops:
+            return 0.0
+        n = 1
+        for a in expr.axes:
+            if not a.reduce:
+                n *= int(partition.get(a.name, a.extent))
+        return n * ops / hw.vector_flops_per_cycle
+
+    def flops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
+        return self.points(expr, chunk) * max(arithmetic_nodes(expr.body), 1)
+
+
+class MatrixTemplate(ComputeTemplate):
+    """A sum of products on the matrix unit, padded to its tile shape (T10 §4.3.1 padding)."""
+
+    unit = "matrix"
+
+    def subtask_cycles(self, expr: TensorExpr, chunk: Mapping[str, int], hw: HardwareSpec) -> float:
+        roles = contraction_roles(expr)
+        size = {r: math.prod(int(chunk.get(a, expr.extent(a))) for a in axes)
+                for r, axes in (("b", roles.batch), ("m", roles.m), ("n", roles.n), ("k", roles.k))}
+        tm, tk, tn = hw.matrix_tile
+        macs = size["b"] * round_up(size["m"], tm) * round_up(size["k"], tk) * round_up(size["n"], tn)
+        return 2 * macs / hw.matrix_flops_per_cycle
+
+    def flops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
+        return 2 * self.points(expr, chunk)

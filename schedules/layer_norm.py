@@ -1,0 +1,10 @@
+"""Layer normalization on one core: mean and variance of a whole row held locally.
+
+Like softmax, the normalized axes are core-local; gamma and beta are read along them.
+"""
+
+from .base import ComputeTemplate
+
+
+class LayerNormTemplate(ComputeTemplate):
+    kind = "layer_norm"
