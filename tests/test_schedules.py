@@ -1,0 +1,56 @@
+"""Per-op templates: GEMM roles and sub-task cycles in closed form."""
+
+import pytest
+
+from runtime_sim.hardware import preset
+from runtime_sim.program import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
+from schedules import contraction_roles, template_for
+
+ax = AffineIndex.of_axis
+
+
+def _matmul(m, k, n):
+    a = TensorAccess("A", (m, k), "float16", (ax("m"), ax("k")))
+    b = TensorAccess("B", (k, n), "float16", (ax("k"), ax("n")))
+    c = TensorAccess("C", (m, n), "float16", (ax("m"), ax("n")))
+    body = {"op": "mul", "args": [make_load(0, a.indices), make_load(1, b.indices)]}
+    return TensorExpr("matmul", (Axis("m", m), Axis("n", n), Axis("k", k, True)), (a, b), c, body)
+
+
+def _conv():
+    h = AffineIndex((("h", 2), ("kh", 1)), -1)
+    w = AffineIndex((("w", 2), ("kw", 1)), -1)
+    i = TensorAccess("I", (1, 4, 8, 8), "float32", (ax("b"), ax("c"), h, w))
+    wt = TensorAccess("W", (6, 4, 3, 3), "float32", (ax("f"), ax("c"), ax("kh"), ax("kw")))
+    o = TensorAccess("O", (1, 6, 4, 4), "float32", (ax("b"), ax("f"), ax("h"), ax("w")))
+    body = {"op": "mul", "args": [make_load(0, i.indices), make_load(1, wt.indices)]}
+    axes = (Axis("b", 1), Axis("f", 6), Axis("h", 4), Axis("w", 4),
+            Axis("c", 4, True), Axis("kh", 3, True), Axis("kw", 3, True))
+    return TensorExpr("conv2d", axes, (i, wt), o, body)
+
+
+def test_roles_of_matmul_and_conv():
+    r = contraction_roles(_matmul(4, 8, 16))
+    assert (r.batch, r.m, r.n, r.k) == ((), ("m",), ("n",), ("k",))
+    r = contraction_roles(_conv())
+    assert r.m == ("b", "h", "w") and r.n == ("f",) and r.k == ("c", "kh", "kw")
+
+
+def test_matrix_cycles_pad_to_tile():
+    hw = preset("ipu-mk2-systolic")  # 16x16x16 tile, 512 FLOP per cycle (T10 benchmark)
+    t = template_for("matmul")
+    expr = _matmul(32, 5120, 15360)
+    # ceil16(rp_m) * ceil16(rp_k) * ceil16(rp_n) / 256 cycles, as in the T10 benchmark model.
+    assert t.subtask_cycles(expr, {"m": 3, "k": 20, "n": 17}, hw) == pytest.approx(16 * 32 * 32 / 256)
+    assert t.subtask_cycles(expr, {"m": 16, "k": 16, "n": 16}, hw) == pytest.approx(16)
+
+
+def test_vector_cycles_count_body_operations():
+    hw = preset("ipu-mk2")
+    x = TensorAccess("x", (8, 8), "float32", (ax("i"), ax("j")))
+    body = {"op": "exp", "args": [{"op": "add", "args": [make_load(0, x.indices), {"op": "const", "value": 1.0}]}]}
+    expr = TensorExpr("elementwise", (Axis("i", 8), Axis("j", 8)), (x,), x, body)
+    assert template_for("elementwise").subtask_cycles(expr, {"i": 2, "j": 8}, hw) == pytest.approx(
+        16 * 2 / hw.vector_flops_per_cycle
+    )
+    assert template_for("no-such-kind").kind == "elementwise"
