@@ -1,0 +1,640 @@
+"""The functional simulated ICCA device: every core's SRAM, compute and shifts, with data.
+
+T10 §4.4 abstracts a distributed-memory chip with three interfaces, which
+:class:`SimulatedDevice` offers with the same names:
+
+* :meth:`~SimulatedDevice.allocate` -- reserve, on every core of an operator, one partition
+  of each of its tensors (SRAM is accounted per core, including the shift buffer of T10 §5);
+* :meth:`~SimulatedDevice.compute` -- one compute step: every core computes its sub-task
+  from its *own* buffers only (:mod:`runtime_sim.expr_eval`);
+* :meth:`~SimulatedDevice.shift` -- one rotation: a core receives a partition from another.
+
+Around them, :meth:`~SimulatedDevice.place` puts each tensor in its initial placement
+(T10 §4.4 "Sub-tensor placement"), :meth:`~SimulatedDevice.reduce_outputs` sums output
+replicas into ring 0 and :meth:`~SimulatedDevice.read_output` applies the epilogue and
+assembles the tensor. :meth:`~SimulatedDevice.run` executes a whole region
+(:class:`~runtime_sim.program.DeviceProgram`) with these, as the host runtime does.
+
+The state of all cores is held as stacked arrays ``[cores, *partition shape]``, so a step is
+a handful of numpy calls whatever the number of cores; nothing is ever computed from a
+host-side copy of a tensor, so a wrong placement or shift gives a wrong answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .constants import decode_constant
+from .errors import (
+    DeviceProgramError,
+    InvalidPlanError,
+    SramOverflowError,
+    UnsupportedDtypeError,
+)
+from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
+from .hardware import HardwareSpec
+from .layout import OpLayout, ShiftEvent
+from .program import AffineIndex, DeviceProgram, dtype_bytes, load_index
+
+
+@dataclass
+class _Allocation:
+    """The buffers of one allocated operator on its cores (T10 §4.4 "allocate")."""
+
+    name: str
+    layout: OpLayout
+    buffers: list[np.ndarray]  # per tensor: [cores, *partition_shape]; output in float32
+    placed: list[bool]
+    bytes_per_core: int
+    shift_bytes: int = 0
+    reduction_bytes: int = 0
+    steps: int = 0
+    reduced: bool = False
+    sram_peak: int = 0  # max bytes on a core while allocated, shift buffer included
+
+
+@dataclass
+class _Run:
+    """Statistics of one model invocation: consecutive regions, none executed twice."""
+
+    region_names: set[str] = field(default_factory=set)
+    regions: list[dict[str, Any]] = field(default_factory=list)
+
+
+class SimulatedDevice:
+    """A simulated ICCA chip that executes device programs on data (T10 §4.4, §5)."""
+
+    def __init__(self, hw: HardwareSpec | None = None):
+        self._hw: HardwareSpec | None = None
+        self._allocs: dict[str, _Allocation] = {}
+        self._resident: dict[str, np.ndarray] = {}  # on-chip tensors between ops: bytes per core
+        self._used = np.zeros(0, np.int64)  # SRAM bytes per core, shift buffer excluded
+        self._run = _Run()
+        self._lock = threading.RLock()
+        if hw is not None:
+            self.configure(hw)
+
+    # -- configuration ------------------------------------------------------------------
+    @property
+    def hw(self) -> HardwareSpec:
+        if self._hw is None:
+            raise DeviceProgramError("the simulated device has no HardwareSpec yet (call configure)")
+        return self._hw
+
+    def configure(self, hw: HardwareSpec) -> None:
+        """Become chip ``hw``. Changing the chip drops everything held on the old one."""
+        if self._hw == hw and self._used.size == hw.num_cores:
+            return
+        self._hw = hw
+        self._allocs.clear()
+        self._resident.clear()
+        self._used = np.zeros(hw.num_cores, np.int64)
+
+    def sram_used_per_core(self) -> np.ndarray:
+        """Bytes of SRAM in use on every core, the reserved shift buffer included."""
+        return self._used + self.hw.shift_buffer_bytes
+
+    # -- T10 §4.4: allocate -------------------------------------------------------------
+    def allocate(self, op_name: str, layout: OpLayout) -> None:
+        """Reserve one partition of every tensor of ``op_name`` on each of its cores.
+
+        Raises :class:`SramOverflowError` naming the operator and the first core whose
+        partitions, plus tensors already held on it, plus the shift buffer (T10 §5
+        "multi-copy shift with buffer"), exceed ``hw.sram_bytes_per_core``.
+        """
+        hw = self.hw
+        if op_name in self._allocs:
+            raise DeviceProgramError(f"operator '{op_name}' is already allocated")
+        if layout.num_cores > hw.num_cores:
+            raise InvalidPlanError(
+                f"operator '{op_name}' is planned on {layout.num_cores} cores, "
+                f"but chip '{hw.name}' has {hw.num_cores}"
+            )
+        for access in layout.expr.tensors:
+            _check_dtype(hw, access.name, access.dtype, f"operator '{op_name}'")
+        per_core = layout.memory_bytes_per_core()
+        used = self._used.copy()
+        used[: layout.num_cores] += per_core
+        needed = used + hw.shift_buffer_bytes
+        over = np.flatnonzero(needed > hw.sram_bytes_per_core)
+        if over.size:
+            core = int(over[0])
+            raise SramOverflowError(op_name, core, hw.sram_bytes_per_core, int(needed[core]))
+        n = layout.num_cores
+        out = len(layout.expr.tensors) - 1
+        buffers = []
+        for t, access in enumerate(layout.expr.tensors):
+            # the output accumulates in float32, as the AMP unit's accumulators do (T10 §5)
+            dtype = COMPUTE_DTYPE if t == out else np.dtype(access.dtype)
+            buffers.append(np.zeros((n, *layout.partition_shape(t)), dtype=dtype))
+        placed = [False] * len(layout.expr.inputs) + [True]
+        self._allocs[op_name] = _Allocation(
+            op_name, layout, buffers, placed, per_core, sram_peak=int(needed.max())
+        )
+        self._used = used
+
+    def free(self, op_name: str) -> None:
+        """Release the SRAM of an operator."""
+        alloc = self._alloc(op_name)
+        self._used[: alloc.layout.num_cores] -= alloc.bytes_per_core
+        del self._allocs[op_name]
+
+    def buffers(self, op_name: str) -> list[np.ndarray]:
+        """The stacked per-core buffers of an operator (inputs, then the output accumulator)."""
+        return self._alloc(op_name).buffers
+
+    # -- T10 §4.4: initial placement ------------------------------------------------------
+    def place(self, op_name: str, tensor: int, array: np.ndarray) -> int:
+        """Put every core's initial partition of input ``tensor`` in its buffer.
+
+        Positions outside the tensor (padding of a sub-operator, convolution padding read
+        through negative offsets) are zero. Returns the bytes written to SRAM.
+        """
+        alloc = self._alloc(op_name)
+        layout = alloc.layout
+        access = layout.expr.tensors[tensor]
+        if tensor >= len(layout.expr.inputs):
+            raise DeviceProgramError(f"tensor {tensor} of '{op_name}' is not an input")
+        arr = np.asarray(array)
+        if tuple(arr.shape) != tuple(access.shape):
+            raise DeviceProgramError(
+                f"operator '{op_name}': input '{access.name}' has shape {list(arr.shape)}, "
+                f"expected {list(access.shape)}"
+            )
+        p0 = layout.partition(tensor, layout.chunk({}))
+        starts = layout.partition_start(tensor, p0)
+        pshape = layout.partition_shape(tensor)
+        n = layout.num_cores
+        if not pshape:
+            buf = np.broadcast_to(arr.astype(access.dtype), (n,)).copy()
+        else:
+            nd = len(pshape)
+            index, valid = [], np.ones([1] * (nd + 1), bool)
+            for d, (start, length) in enumerate(zip(starts, pshape)):
+                view = [1] * (nd + 1)
+                view[d + 1] = length
+                pos = start.reshape([-1] + [1] * nd) + np.arange(length).reshape(view)
+                valid = valid & (pos >= 0) & (pos < access.shape[d])
+                index.append(np.clip(pos, 0, max(access.shape[d] - 1, 0)))
+            gathered = arr[tuple(index)] if arr.size else np.zeros(valid.shape, arr.dtype)
+            buf = np.where(valid, gathered, 0).astype(access.dtype)
+            buf = np.broadcast_to(buf, (n, *pshape)).copy()
+        alloc.buffers[tensor] = buf
+        alloc.placed[tensor] = True
+        return n * layout.partition_bytes(tensor)
+
+    # -- T10 §4.4: compute --------------------------------------------------------------
+    def compute(self, op_name: str, counters: Mapping[str, int]) -> None:
+        """One compute step on every core: the sub-task at loop ``counters`` (T10 §4.2).
+
+        Each core reads the chunk of each input from its own buffer (global chunk index
+        from :meth:`OpLayout.chunk_index` minus the start of the partition it holds at this
+        step) and adds the sub-task's result into its own output partition.
+        """
+        alloc = self._alloc(op_name)
+        missing = [alloc.layout.expr.inputs[t].name for t, ok in enumerate(alloc.placed) if not ok]
+        if missing:
+            raise DeviceProgramError(f"operator '{op_name}': inputs {missing} were not placed")
+        layout = alloc.layout
+        expr = layout.expr
+        q = layout.chunk(counters)
+        top = layout.axes
+        local = tuple(a.name for a in expr.local_axes)
+        order = top + local
+        lengths = [layout.rp[a] for a in top] + [layout.local_extent[a] for a in local]
+
+        def load(node: dict) -> np.ndarray:
+            t = int(node["input"])
+            start = layout.partition_start(t, layout.partition(t, q))
+            locs = [
+                layout.chunk_index(ix, q, order) - _col(start[d], len(order))
+                for d, ix in enumerate(load_index(node))
+            ]
+            _check_bounds(op_name, expr.tensors[t].name, locs, alloc.buffers[t].shape[1:])
+            return _gather(alloc.buffers[t], locs, len(order))
+
+        def axis_value(axis: str) -> np.ndarray:
+            return layout.chunk_index(AffineIndex.of_axis(axis), q, order)
+
+        ev = ExprEvaluator(order, lengths, load, axis_value)
+        if expr.reduce_axes:
+            value = ev.evaluate_sum(expr.body, expr.reduce_axes)
+        else:
+            value = ev.evaluate(expr.body)
+        value = _drop_local(np.asarray(value, COMPUTE_DTYPE), len(top), op_name)
+
+        out = len(expr.tensors) - 1
+        start = layout.partition_start(out, layout.partition(out, q))
+        locs = [
+            layout.chunk_index(ix, q, top) - _col(start[d], len(top))
+            for d, ix in enumerate(expr.output.indices)
+        ]
+        _check_bounds(op_name, expr.output.name, locs, alloc.buffers[out].shape[1:])
+        core = np.arange(layout.num_cores).reshape([-1] + [1] * len(top))
+        # every (core, position) appears once in a chunk, so buffered += is exact
+        alloc.buffers[out][(core, *locs)] += value
+        alloc.steps += 1
+
+    # -- T10 §4.4: shift ----------------------------------------------------------------
+    def shift(self, op_name: str, event: ShiftEvent) -> int:
+        """Rotate partitions of one tensor: core ``c`` receives the partition of ``event.source[c]``.
+
+        Returns the bytes received over the interconnect (moving cores x partition bytes).
+        """
+        alloc = self._alloc(op_name)
+        source = np.asarray(event.source)
+        if source.shape != (alloc.layout.num_cores,):
+            raise DeviceProgramError(f"shift of '{op_name}' has {source.shape} sources")
+        alloc.buffers[event.tensor] = alloc.buffers[event.tensor][source]
+        moved = int(np.count_nonzero(event.moving)) * alloc.layout.partition_bytes(event.tensor)
+        alloc.shift_bytes += moved
+        return moved
+
+    def run_steps(self, op_name: str) -> int:
+        """All compute-shift steps of an operator (T10 §4.2 nested loops); returns shift bytes."""
+        layout = self._alloc(op_name).layout
+        moved = 0
+        for counters, advancing in layout.counters():
+            self.compute(op_name, counters)
+            for event in layout.shifts_after(counters, advancing):
+                moved += self.shift(op_name, event)
+        return moved
+
+    # -- after the steps ----------------------------------------------------------------
+    def reduce_outputs(self, op_name: str) -> int:
+        """Sum the output replicas of all rings into ring 0; returns the bytes sent.
+
+        Replicas exist when a reduction axis is split across cores (partial sums).
+        """
+        alloc = self._alloc(op_name)
+        if alloc.reduced:
+            return 0
+        layout = alloc.layout
+        out = len(layout.expr.tensors) - 1
+        owner_of = layout.output_owner_of()
+        owners = layout.owners()
+        sent = 0
+        if owners.size != layout.num_cores:
+            buf = alloc.buffers[out]
+            order = np.argsort(owner_of, kind="stable")
+            sorted_owner = owner_of[order]
+            heads = np.flatnonzero(np.r_[True, sorted_owner[1:] != sorted_owner[:-1]])
+            summed = np.add.reduceat(buf[order], heads, axis=0)
+            reduced = np.zeros_like(buf)  # non-owners have sent their partial sums away
+            reduced[sorted_owner[heads]] = summed
+            alloc.buffers[out] = reduced
+            sent = (layout.num_cores - owners.size) * layout.partition_bytes(out)
+        alloc.reduction_bytes += sent
+        alloc.reduced = True
+        return sent
+
+    def read_output(self, op_name: str) -> np.ndarray:
+        """Apply the epilogue on ring-0 cores and assemble the output tensor from them.
+
+        Partitions are cropped to the tensor (padding dropped) and rounded to its dtype.
+        """
+        alloc = self._alloc(op_name)
+        if not alloc.reduced:
+            self.reduce_outputs(op_name)
+        layout = alloc.layout
+        expr = layout.expr
+        access = expr.output
+        out = len(expr.tensors) - 1
+        owners = layout.owners()
+        pshape = layout.partition_shape(out)
+        starts = [s[owners] for s in layout.partition_start(out, layout.partition(out, layout.chunk({})))]
+        value = alloc.buffers[out][owners]
+        if expr.epilogue is not None:
+            value = self._epilogue(op_name, alloc, owners, value, starts, pshape)
+        with np.errstate(all="ignore"):
+            value = value.astype(access.dtype)
+        if not access.shape:  # a scalar: one ring-0 core holds it
+            return np.array(value.reshape(-1)[0], dtype=access.dtype)
+        nd = len(pshape)
+        index, valid = [], np.ones([owners.size] + [1] * nd, bool)
+        for d, (start, length) in enumerate(zip(starts, pshape)):
+            view = [1] * (nd + 1)
+            view[d + 1] = length
+            pos = start.reshape([-1] + [1] * nd) + np.arange(length).reshape(view)
+            valid = valid & (pos >= 0) & (pos < access.shape[d])
+            index.append(pos)
+        valid = np.broadcast_to(valid, value.shape)
+        full = np.zeros(access.shape, access.dtype)
+        if int(valid.sum()) != full.size:
+            raise DeviceProgramError(
+                f"operator '{op_name}': ring-0 partitions cover {int(valid.sum())} of "
+                f"{full.size} output elements"
+            )
+        full[tuple(np.broadcast_to(i, valid.shape)[valid] for i in index)] = value[valid]
+        return full
+
+    def _epilogue(
+        self,
+        op_name: str,
+        alloc: _Allocation,
+        owners: np.ndarray,
+        result: np.ndarray,
+        starts: list[np.ndarray],
+        pshape: tuple[int, ...],
+    ) -> np.ndarray:
+        """Elementwise epilogue over each owner's output partition (bias, activation, mean)."""
+        layout = alloc.layout
+        expr = layout.expr
+        out_axes = []
+        for ix in expr.output.indices:
+            if not ix.is_simple:
+                raise DeviceProgramError(f"operator '{op_name}': output index {ix} is not a plain axis")
+            out_axes.append(ix.terms[0][0])
+        local = tuple(a.name for a in expr.local_axes)
+        order = tuple(out_axes) + local
+        nd = len(order)
+        lengths = list(pshape) + [layout.local_extent[a] for a in local]
+        pos: dict[str, np.ndarray] = {}
+        for d, a in enumerate(order):
+            view = [1] * (nd + 1)
+            view[d + 1] = lengths[d]
+            span = np.arange(lengths[d], dtype=np.int64).reshape(view)
+            pos[a] = span + starts[d].reshape([-1] + [1] * nd) if d < len(out_axes) else span
+
+        def affine(ix: AffineIndex) -> np.ndarray:
+            value = np.full([1] * (nd + 1), ix.offset, np.int64)
+            for a, c in ix.terms:
+                if a not in pos:
+                    raise DeviceProgramError(
+                        f"operator '{op_name}': epilogue reads axis '{a}', not an output or local axis"
+                    )
+                value = value + c * pos[a]
+            return value
+
+        def load(node: dict) -> np.ndarray:
+            t = int(node["input"])
+            if layout.temporal_axes(t):
+                raise DeviceProgramError(
+                    f"operator '{op_name}': epilogue input '{expr.tensors[t].name}' rotates"
+                )
+            start = layout.partition_start(t, {})
+            locs = [affine(ix) - _col(start[d][owners], nd) for d, ix in enumerate(load_index(node))]
+            buf = alloc.buffers[t][owners]
+            _check_bounds(op_name, expr.tensors[t].name, locs, buf.shape[1:])
+            return _gather(buf, locs, nd)
+
+        ev = ExprEvaluator(order, lengths, load, pos.__getitem__,
+                           result=result.reshape(result.shape + (1,) * len(local)))
+        value = np.asarray(ev.evaluate(expr.epilogue), COMPUTE_DTYPE)
+        value = _drop_local(value, len(out_axes), op_name)
+        return np.broadcast_to(value, result.shape)
+
+    # -- whole regions --------------------------------------------------------------------
+    def run(self, program: DeviceProgram | Mapping[str, Any] | str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Execute one offloaded region on data and return its outputs (T10 §4.4, §5).
+
+        Region inputs, constants and outputs of earlier operators of the region are placed
+        in each operator's initial placement; intermediates stay on chip between operators
+        (their SRAM is held on the producer's ring-0 cores) and placing them is counted as
+        re-layout traffic (T10 §5: "the program may rearrange the data on cores").
+        """
+        if isinstance(program, str):
+            program = DeviceProgram.from_json(program)
+        elif not isinstance(program, DeviceProgram):
+            program = DeviceProgram.from_dict(program)
+        hw = HardwareSpec.from_dict(program.hardware)
+        with self._lock:
+            self.configure(hw)
+            env, input_bytes = self._region_inputs(program, inputs)
+            stats = self._execute(program, env)
+            stats["input_bytes"] = input_bytes
+            outputs = []
+            for name in program.outputs:
+                if name not in env:
+                    raise DeviceProgramError(f"region '{program.region}' never computes output '{name}'")
+                outputs.append(env[name])
+            stats["output_bytes"] = int(sum(o.nbytes for o in outputs))
+            self._record(program.region, stats)
+            return outputs
+
+    def _region_inputs(self, program: DeviceProgram, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+        hw = self.hw
+        where = f"region '{program.region}'"
+        if len(inputs) != len(program.inputs):
+            raise DeviceProgramError(
+                f"{where} takes {len(program.inputs)} inputs, got {len(inputs)}"
+            )
+        env: dict[str, np.ndarray] = {}
+        nbytes = 0
+        for decl, value in zip(program.inputs, inputs):
+            _check_dtype(hw, decl.name, decl.dtype, where)
+            arr = np.asarray(value)
+            if str(arr.dtype) != decl.dtype:
+                raise UnsupportedDtypeError(
+                    f"{where}: input '{decl.name}' is {arr.dtype}, but the program declares {decl.dtype}"
+                )
+            if tuple(arr.shape) != tuple(decl.shape):
+                raise DeviceProgramError(
+                    f"{where}: input '{decl.name}' has shape {list(arr.shape)}, expected {list(decl.shape)}"
+                )
+            env[decl.name] = arr
+            nbytes += arr.nbytes
+        for name, entry in program.constants.items():
+            arr = decode_constant(name, entry)
+            _check_dtype(hw, name, str(arr.dtype), where)
+            env[name] = arr
+            nbytes += arr.nbytes
+        return env, nbytes
+
+    def _execute(self, program: DeviceProgram, env: dict[str, np.ndarray]) -> dict[str, Any]:
+        hw = self.hw
+        ops = program.ops
+        last_use: dict[str, int] = {}
+        for i, op in enumerate(ops):
+            for name in op.input_names:
+                last_use[name] = i
+        for name in program.outputs:
+            last_use[name] = len(ops)  # region outputs stay on chip until the region ends
+        produced: set[str] = set()
+        op_stats = []
+        try:
+            for i, op in enumerate(ops):
+                layout = OpLayout(op.expr, op.plan)
+                layout.validate()
+                if len(op.input_names) != len(op.expr.inputs):
+                    raise DeviceProgramError(
+                        f"operator '{op.name}' names {len(op.input_names)} inputs, "
+                        f"its expression has {len(op.expr.inputs)}"
+                    )
+                # tensors this op reads for the last time move into its partitions
+                for name in [n for n in self._resident if last_use.get(n, -1) <= i]:
+                    self._release(name)
+                self.allocate(op.name, layout)
+                relayout = host = 0
+                for t, name in enumerate(op.input_names):
+                    if name not in env:
+                        raise DeviceProgramError(f"operator '{op.name}' reads unknown tensor '{name}'")
+                    access = op.expr.inputs[t]
+                    if str(env[name].dtype) != access.dtype:
+                        raise DeviceProgramError(
+                            f"operator '{op.name}' reads '{name}' as {access.dtype}, it is {env[name].dtype}"
+                        )
+                    written = self.place(op.name, t, env[name])
+                    if name in produced:
+                        relayout += written
+                    else:
+                        host += written
+                self.run_steps(op.name)
+                self.reduce_outputs(op.name)
+                result = self.read_output(op.name)
+                alloc = self._allocs[op.name]
+                op_stats.append({
+                    "op": op.name,
+                    "kind": op.expr.kind,
+                    "cores": layout.num_cores,
+                    "steps": alloc.steps,
+                    "rotation_bytes": alloc.shift_bytes,
+                    "reduction_bytes": alloc.reduction_bytes,
+                    "shift_bytes": alloc.shift_bytes + alloc.reduction_bytes,
+                    "relayout_bytes": relayout,
+                    "host_bytes": host,
+                    "sram_bytes_per_core": alloc.sram_peak,
+                })
+                self.free(op.name)
+                env[op.output_name] = result
+                produced.add(op.output_name)
+                if last_use.get(op.output_name, -1) > i:
+                    out = len(op.expr.tensors) - 1
+                    self._hold(op.output_name, layout.owners(), layout.partition_bytes(out))
+        finally:  # leave the chip as this region found it, even after an error
+            for name in {op.name for op in ops} & set(self._allocs):
+                self.free(name)
+            for name in list(self._resident):
+                self._release(name)
+        return {
+            "region": program.region,
+            "ops": op_stats,
+            "cores_used": max((s["cores"] for s in op_stats), default=0),
+            "steps": sum(s["steps"] for s in op_stats),
+            "rotation_bytes": sum(s["rotation_bytes"] for s in op_stats),
+            "reduction_bytes": sum(s["reduction_bytes"] for s in op_stats),
+            "shift_bytes": sum(s["shift_bytes"] for s in op_stats),
+            "relayout_bytes": sum(s["relayout_bytes"] for s in op_stats),
+            "host_bytes": sum(s["host_bytes"] for s in op_stats),
+            "peak_sram_bytes_per_core": max((s["sram_bytes_per_core"] for s in op_stats), default=0),
+            "sram_bytes_per_core_budget": hw.sram_bytes_per_core,
+        }
+
+    def _hold(self, name: str, cores: np.ndarray, nbytes: int) -> None:
+        per_core = np.zeros(self.hw.num_cores, np.int64)
+        per_core[cores] = nbytes
+        self._resident[name] = per_core
+        self._used += per_core
+
+    def _release(self, name: str) -> None:
+        self._used -= self._resident.pop(name)
+
+    # -- statistics -----------------------------------------------------------------------
+    def _record(self, region: str, stats: dict[str, Any]) -> None:
+        if region in self._run.region_names:  # the model is being invoked again
+            self._run = _Run()
+        self._run.region_names.add(region)
+        self._run.regions.append(stats)
+
+    def reset_stats(self) -> None:
+        """Start a new run: the next region executed is the first of a fresh run."""
+        with self._lock:
+            self._run = _Run()
+
+    def last_run_stats(self) -> dict[str, Any]:
+        """Statistics of the current (latest) run, one model invocation.
+
+        ``shift_bytes`` counts rotations and replica reductions; ``relayout_bytes`` the
+        placing of on-chip intermediates; ``peak_sram_bytes_per_core`` includes the shift
+        buffer; ``regions`` has the per-region (and per-operator) details.
+        """
+        regions = [dict(r) for r in self._run.regions]
+        total = lambda key: int(sum(r[key] for r in regions))  # noqa: E731
+        peak = lambda key: int(max((r[key] for r in regions), default=0))  # noqa: E731
+        return {
+            "regions_executed": len(regions),
+            "cores_used": peak("cores_used"),
+            "peak_sram_bytes_per_core": peak("peak_sram_bytes_per_core"),
+            "shift_bytes": total("shift_bytes"),
+            "rotation_bytes": total("rotation_bytes"),
+            "reduction_bytes": total("reduction_bytes"),
+            "relayout_bytes": total("relayout_bytes"),
+            "host_bytes": total("host_bytes"),
+            "input_bytes": total("input_bytes"),
+            "output_bytes": total("output_bytes"),
+            "steps": total("steps"),
+            "regions": regions,
+        }
+
+    def _alloc(self, op_name: str) -> _Allocation:
+        try:
+            return self._allocs[op_name]
+        except KeyError:
+            raise DeviceProgramError(f"operator '{op_name}' is not allocated") from None
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _check_dtype(hw: HardwareSpec, name: str, dtype: str, where: str) -> None:
+    if not hw.supports_dtype(dtype):
+        raise UnsupportedDtypeError(
+            f"{where}: tensor '{name}' has dtype {dtype}, which the simulated device "
+            f"'{hw.name}' does not support (supported: {', '.join(hw.dtypes)})"
+        )
+    dtype_bytes(dtype)  # known size, or DeviceProgramError
+
+
+def _col(per_core: np.ndarray, nd: int) -> np.ndarray:
+    """A per-core vector shaped to broadcast against ``[cores, *nd axes]``."""
+    return np.asarray(per_core).reshape([-1] + [1] * nd)
+
+
+def _gather(buf: np.ndarray, locs: list[np.ndarray], nd: int) -> np.ndarray:
+    """``buf[c, locs...]`` for every core ``c``: each core reads only its own buffer."""
+    core = np.arange(buf.shape[0]).reshape([-1] + [1] * nd)
+    return buf[(core, *locs)]
+
+
+def _check_bounds(op: str, tensor: str, locs: list[np.ndarray], shape: tuple[int, ...]) -> None:
+    # a negative local index would silently wrap around in numpy: refuse it instead
+    for d, (loc, n) in enumerate(zip(locs, shape)):
+        if loc.size and (int(loc.min()) < 0 or int(loc.max()) >= n):
+            raise DeviceProgramError(
+                f"operator '{op}': a core reads {tensor} dim {d} at [{int(loc.min())}, "
+                f"{int(loc.max())}], outside its partition of length {n}"
+            )
+
+
+def _drop_local(value: np.ndarray, n_top: int, op: str) -> np.ndarray:
+    """Drop the (size-1) local-axis dimensions of a value; they must have been reduced."""
+    extra = value.shape[1 + n_top:]
+    if any(n != 1 for n in extra):
+        raise DeviceProgramError(f"operator '{op}': a core-local axis is used outside a reduce")
+    return value.reshape(value.shape[: 1 + n_top])
+
+
+# -- the process-wide device ------------------------------------------------------------------
+_DEVICE: SimulatedDevice | None = None
+_DEVICE_LOCK = threading.Lock()
+
+
+def get_device() -> SimulatedDevice:
+    """The device of this process (the one process-wide state of the simulator)."""
+    global _DEVICE
+    with _DEVICE_LOCK:
+        if _DEVICE is None:
+            _DEVICE = SimulatedDevice()
+        return _DEVICE
+
+
+def last_run_stats() -> dict[str, Any]:
+    """:meth:`SimulatedDevice.last_run_stats` of the process-wide device."""
+    return get_device().last_run_stats()
+
+
+def reset_stats() -> None:
+    """:meth:`SimulatedDevice.reset_stats` of the process-wide device."""
+    get_device().reset_stats()
