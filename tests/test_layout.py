@@ -1,0 +1,162 @@
+"""The semantics of execution plans (runtime_sim.layout), checked without data.
+
+Partitions are tracked as labels: every core starts with the label of its initial partition,
+shift events move labels, and at every step each core must hold the partition its chunk
+needs (T10 §4.2 "aligning the rotations", §4.4 "sub-tensor placement").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime_sim.errors import InvalidPlanError
+from runtime_sim.layout import OpLayout, padded_extent, pinned_axes
+from runtime_sim.program import ExecutionPlan
+
+
+def _labels(layout: OpLayout, t: int, q) -> np.ndarray:
+    """One number per core naming (sub-tensor, partition) of tensor ``t`` at chunk ``q``."""
+    temporal = layout.temporal_axes(t)
+    p = layout.partition(t, q)
+    label = layout.subtensor_id(t).copy()
+    for a in temporal:
+        label = label * layout.plan.ft(t, a) + p[a]
+    return label
+
+
+def _walk(layout: OpLayout) -> tuple[int, int]:
+    """Run the schedule on labels; assert the invariants; return (steps, shift bytes)."""
+    n_t = len(layout.expr.tensors)
+    held = [_labels(layout, t, layout.chunk({})) for t in range(n_t)]
+    home = [h.copy() for h in held]
+    steps = moved = 0
+    for counters, advancing in layout.counters():
+        q = layout.chunk(counters)
+        for t in range(n_t):
+            np.testing.assert_array_equal(held[t], _labels(layout, t, q), err_msg=f"tensor {t} step {steps}")
+        for ev in layout.shifts_after(counters, advancing):
+            assert np.all(ev.source[~ev.moving] == np.flatnonzero(~ev.moving))
+            assert np.all(ev.source[ev.moving] != np.flatnonzero(ev.moving))
+            held[ev.tensor] = held[ev.tensor][ev.source]
+            moved += int(ev.moving.sum()) * layout.partition_bytes(ev.tensor)
+        steps += 1
+    for t in range(n_t):  # every loop wraps: tensors are home again
+        np.testing.assert_array_equal(held[t], home[t])
+    return steps, moved
+
+
+def test_padded_extent() -> None:
+    assert padded_extent(10, 2, 1) == 5
+    assert padded_extent(10, 3, 2) == 4  # ceil(10/3)=4, already a multiple of 2
+    assert padded_extent(7, 1, 4) == 8
+
+
+def test_cannon_matmul_3x3(exprs) -> None:
+    """T10 Fig. 10: 3x3 cores, A and B rotate along k in rings of 3."""
+    e = exprs.matmul(3, 3, 3)
+    layout = OpLayout(e, ExecutionPlan({"m": 3, "n": 3}, ({"k": 3}, {"k": 3}, {})))
+    layout.validate()
+    assert layout.num_cores == 9 and layout.steps == 3 and layout.rp["k"] == 1
+    assert layout.partition_shape(0) == (1, 1) and layout.partition_shape(2) == (1, 1)
+    q0 = layout.chunk({})["k"].reshape(3, 3)
+    # Cannon's skew: every row and every column starts at a different chunk of k
+    assert all(len(set(r)) == 3 for r in q0) and all(len(set(c)) == 3 for c in q0.T)
+    steps, moved = _walk(layout)
+    assert steps == 3
+    assert moved == layout.shift_bytes() == 2 * 9 * 3 * 4
+
+
+def test_partition_shapes_and_memory(exprs) -> None:
+    e = exprs.matmul(8, 6, 4)
+    plan = ExecutionPlan({"m": 2, "n": 2, "k": 1}, ({"k": 2}, {"k": 2}, {}))
+    layout = OpLayout(e, plan)
+    layout.validate()
+    assert layout.partition_shape(0) == (4, 3)
+    assert layout.partition_shape(1) == (3, 2)
+    assert layout.partition_shape(2) == (4, 2)
+    assert layout.memory_bytes_per_core() == 4 * (12 + 6 + 8)
+
+
+def test_conv_compound_partition(exprs) -> None:
+    e = exprs.conv2d(1, 2, 9, 9, 2, 3, 3, stride=2, pad=1)
+    layout = OpLayout(e, ExecutionPlan({"y": 2}, tuple({} for _ in range(3))))
+    layout.validate()
+    OH = exprs.conv_out(9, 3, 2, 1, 1)
+    xp = padded_extent(OH, 2, 1)
+    # rows y*2 + kh - 1 of a sub-operator span 2*(xp-1) + (3-1) + 1 input rows
+    assert layout.partition_shape(0)[2] == 2 * (xp - 1) + 3
+    starts = layout.partition_start(0, {})[2]
+    np.testing.assert_array_equal(starts, 2 * xp * np.arange(2) - 1)  # negative: zero padding
+
+
+def test_output_owners_cover_once(exprs) -> None:
+    e = exprs.matmul(6, 8, 6)
+    layout = OpLayout(e, ExecutionPlan({"m": 2, "n": 2, "k": 4}, ({"k": 2}, {"k": 2}, {})))
+    layout.validate()
+    owners = layout.owners()
+    assert owners.size == 4 and layout.replicas(2) == 4
+    owner_of = layout.output_owner_of()
+    assert set(owner_of.tolist()) == set(owners.tolist())
+    np.testing.assert_array_equal(layout.grid["m"][owner_of], layout.grid["m"])
+    np.testing.assert_array_equal(layout.grid["n"][owner_of], layout.grid["n"])
+    assert layout.reduction_bytes() == 12 * layout.partition_bytes(2)
+
+
+def test_counters_nested_loops(exprs) -> None:
+    e = exprs.matmul(4, 4, 4, batch=2)
+    plan = ExecutionPlan({"b": 2, "m": 2, "n": 2}, ({"k": 2}, {"k": 2}, {}), ("k",))
+    layout = OpLayout(e, plan)
+    seen = list(layout.counters())
+    assert [c["k"] for c, _ in seen] == [0, 1]
+    assert all(adv == ("k",) for _, adv in seen)
+
+
+@pytest.mark.parametrize(
+    "F, temporal, why",
+    [
+        ({"m": 2, "n": 2}, ({"n": 2}, {}, {}), "no axis"),
+        ({"m": 2, "n": 3}, ({"k": 2}, {}, {}), "does not divide"),
+        ({"m": 2, "n": 4}, ({"k": 4}, {"k": 3}, {}), "does not divide"),
+    ],
+)
+def test_invalid_plans(exprs, F, temporal, why) -> None:
+    with pytest.raises(InvalidPlanError, match=why):
+        OpLayout(exprs.matmul(8, 12, 8), ExecutionPlan(F, temporal)).validate()
+
+
+def test_softmax_row_is_pinned(exprs) -> None:
+    e = exprs.softmax(4, 6)
+    assert pinned_axes(e) == {"j"}
+    with pytest.raises(InvalidPlanError, match="cannot be split"):
+        OpLayout(e, ExecutionPlan({"j": 2}, ({}, {}))).validate()
+
+
+def test_epilogue_input_cannot_rotate(exprs) -> None:
+    e = exprs.matmul_bias_relu(4, 4, 4)
+    with pytest.raises(InvalidPlanError, match="epilogue input"):
+        OpLayout(e, ExecutionPlan({"m": 2}, ({}, {}, {"n": 2}, {}))).validate()
+
+
+_SHAPES = {
+    "matmul": lambda e, d: e.matmul(d(st.integers(1, 9)), d(st.integers(1, 9)), d(st.integers(1, 9))),
+    "bmm": lambda e, d: e.matmul(d(st.integers(1, 5)), d(st.integers(1, 6)), d(st.integers(1, 5)),
+                                 transpose_b=d(st.booleans()), batch=d(st.integers(1, 4))),
+    "conv": lambda e, d: e.conv2d(d(st.integers(1, 2)), d(st.integers(1, 4)), 6, 6,
+                                  d(st.integers(1, 4)), 3, 3, stride=d(st.integers(1, 2)), pad=1),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), kind=st.sampled_from(sorted(_SHAPES)), cores=st.sampled_from([4, 8, 16, 64]))
+def test_random_plans_hold_needed_partitions(exprs, data, kind, cores) -> None:
+    """Whatever the valid plan, each core holds at each step the partitions of its chunk."""
+    e = _SHAPES[kind](exprs, data.draw)
+    plan = exprs.random_plan(data.draw, e, cores)
+    layout = OpLayout(e, plan)
+    assert layout.num_cores <= cores
+    steps, moved = _walk(layout)
+    assert steps == layout.steps
+    assert moved == layout.shift_bytes()
