@@ -349,8 +349,9 @@ class DeviceProgram:
     """Everything the device needs to run one offloaded region.
 
     ``inputs`` are the region's parameters in call order; ``constants`` are tensors baked into
-    the program (their values travel in ``constant_values`` as nested lists only when the
-    program is built for functional runs); ``outputs`` are the region results in order.
+    the program as ``{"dtype", "shape", "data"}`` with ``data`` the base64 of the row-major
+    little-endian bytes (:mod:`runtime_sim.constants`); a timing-only program may omit
+    ``data``. ``outputs`` are the region results in order.
     """
 
     region: str
