@@ -20,6 +20,15 @@ class UnsupportedDtypeError(IccaError, TypeError):
     """The simulated device cannot store or compute a tensor of this dtype."""
 
 
+class UnsupportedOperatorError(IccaError):
+    """An operator's tensor expression cannot be expressed for the device.
+
+    Raised by the compiler when the TE of an offloaded operator has, for instance, a
+    non-affine tensor index (reshape's div/mod), a data-dependent index (gather), a
+    reduction whose combiner is not sum/max/min, or an op TVM cannot legalize.
+    """
+
+
 class ModelImportError(IccaError):
     """An ONNX file (or other model source) cannot be read or converted to Relax."""
 
