@@ -1,0 +1,292 @@
+"""Partitioning for ICCA: which ops are offloaded, how they are grouped, region attributes."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Callable, Sequence
+
+import pytest
+import tvm
+from tvm import relax
+from tvm.relax.backend.pattern_registry import get_patterns_with_prefix
+
+import tvm_icca
+from tvm_icca.partition import HARDWARE_ATTR, icca_regions
+
+F32 = "float32"
+
+
+def make_mod(
+    params: dict[str, tuple[Sequence, str]],
+    body: Callable[..., relax.Expr | Sequence[relax.Expr]],
+    dataflow: bool = True,
+) -> tvm.IRModule:
+    """``main(*params)`` whose body is built by ``body(bb, *vars)`` (emitting with bb.emit)."""
+    bb = relax.BlockBuilder()
+    args = [relax.Var(name, relax.TensorType(shape, dtype)) for name, (shape, dtype) in params.items()]
+    with bb.function("main", args):
+        if dataflow:
+            with bb.dataflow():
+                out = body(bb, *args)
+                outs = list(out) if isinstance(out, (list, tuple)) else [out]
+                gvs = [bb.emit_output(o) for o in outs]
+            bb.emit_func_output(gvs[0] if len(gvs) == 1 else relax.Tuple(gvs))
+        else:
+            out = body(bb, *args)
+            bb.emit_func_output(out)
+    return bb.get()
+
+
+def composites(mod: tvm.IRModule) -> list[str]:
+    return [c for r in tvm_icca.partition_report(mod)["regions"] for c in r["composites"]]
+
+
+def host(mod: tvm.IRModule) -> dict[str, int]:
+    return tvm_icca.host_ops(mod)
+
+
+# -- matmul family ------------------------------------------------------------------------------
+def test_matmul_bias_relu_fused_in_one_composite() -> None:
+    mod = make_mod(
+        {"x": ((4, 8), F32), "w": ((8, 16), F32), "b": ((16,), F32)},
+        lambda bb, x, w, b: bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), b)))),
+    )
+    part = tvm_icca.partition_for_icca(mod)
+    assert composites(part) == ["icca.matmul_bias_relu"]
+    assert host(part) == {}
+    (name, region), = icca_regions(part).items()
+    assert region.attrs["Codegen"] == "icca"
+    assert str(region.attrs["global_symbol"]) == name
+    assert json.loads(str(region.attrs[HARDWARE_ATTR])) == tvm_icca.preset("ipu-mk2").to_dict()
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "tanh", "sigmoid"])
+def test_matmul_activation_epilogues(act: str) -> None:
+    ops = {"relu": relax.op.nn.relu, "gelu": relax.op.nn.gelu, "gelu_tanh": relax.op.nn.gelu_tanh,
+           "tanh": relax.op.tanh, "sigmoid": relax.op.sigmoid}
+    mod = make_mod(
+        {"x": ((4, 8), F32), "w": ((8, 16), F32), "b": ((1, 16), F32)},
+        lambda bb, x, w, b: bb.emit(ops[act](bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), b)))),
+    )
+    assert composites(tvm_icca.partition_for_icca(mod)) == [f"icca.matmul_bias_{act}"]
+
+
+def test_gemm_transb_offloads_the_transpose() -> None:
+    # What the ONNX importer emits for Gemm(transB=1) with a weight input.
+    mod = make_mod(
+        {"x": ((4, 8), F32), "w": ((16, 8), F32), "b": ((16,), F32)},
+        lambda bb, x, w, b: bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, bb.emit(relax.op.permute_dims(w)))), b)),
+    )
+    part = tvm_icca.partition_for_icca(mod)
+    assert composites(part) == ["icca.matmul_transposed_bias"]
+    assert tvm_icca.partition_report(part)["offloaded_ops"] == {
+        "relax.add": 1, "relax.matmul": 1, "relax.permute_dims": 1}
+
+
+@pytest.mark.parametrize("lhs,rhs", [((2, 4, 8), (8, 16)), ((2, 4, 8), (2, 8, 16)), ((3, 2, 4, 8), (3, 2, 8, 5))])
+def test_batched_matmul_offloaded(lhs: tuple, rhs: tuple) -> None:
+    mod = make_mod({"a": (lhs, F32), "b": (rhs, F32)}, lambda bb, a, b: bb.emit(relax.op.matmul(a, b)))
+    part = tvm_icca.partition_for_icca(mod)
+    assert composites(part) == ["icca.matmul"] and host(part) == {}
+
+
+def test_batched_transpose_of_last_axes_only() -> None:
+    swap_last = make_mod(
+        {"a": ((2, 4, 8), F32), "b": ((2, 16, 8), F32)},
+        lambda bb, a, b: bb.emit(relax.op.matmul(a, bb.emit(relax.op.permute_dims(b, [0, 2, 1])))),
+    )
+    assert composites(tvm_icca.partition_for_icca(swap_last)) == ["icca.matmul_transposed"]
+    other = make_mod(
+        {"a": ((2, 4, 8), F32), "b": ((8, 2, 16), F32)},
+        lambda bb, a, b: bb.emit(relax.op.matmul(a, bb.emit(relax.op.permute_dims(b, [1, 0, 2])))),
+    )
+    part = tvm_icca.partition_for_icca(other)
+    assert composites(part) == ["icca.matmul"]
+    assert host(part) == {"relax.permute_dims": 1}
+    assert "not a transpose of the last two axes" in tvm_icca.partition_report(part)["host_reasons"]["relax.permute_dims"][0]
+
+
+def test_vector_matmul_stays_on_host() -> None:
+    mod = make_mod({"a": ((8,), F32), "b": ((8, 4), F32)}, lambda bb, a, b: bb.emit(relax.op.matmul(a, b)))
+    part = tvm_icca.partition_for_icca(mod)
+    assert composites(part) == [] and host(part) == {"relax.matmul": 1}
+
+
+def test_leaking_intermediate_is_not_fused() -> None:
+    # y is returned as well as activated: fusing relu into matmul's composite would hide y.
+    def body(bb, x, w):
+        y = bb.emit(relax.op.matmul(x, w))
+        return [y, bb.emit(relax.op.nn.relu(y))]
+
+    part = tvm_icca.partition_for_icca(make_mod({"x": ((4, 8), F32), "w": ((8, 16), F32)}, body))
+    assert composites(part) == ["icca.matmul", "icca.relu"]
+    (region,) = icca_regions(part).values()
+    assert isinstance(region.ret_ty, relax.TupleType) and len(region.ret_ty.fields) == 2
+
+
+# -- conv2d -----------------------------------------------------------------------------------
+def test_conv2d_bias_relu_with_stride_padding_dilation() -> None:
+    def body(bb, x, w, b):
+        conv = bb.emit(relax.op.nn.conv2d(x, w, strides=2, padding=1, dilation=2))
+        return bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(conv, b))))
+
+    mod = make_mod({"x": ((1, 3, 16, 16), F32), "w": ((8, 3, 3, 3), F32), "b": ((1, 8, 1, 1), F32)}, body)
+    part = tvm_icca.partition_for_icca(mod)
+    assert composites(part) == ["icca.conv2d_bias_relu"] and host(part) == {}
+
+
+def test_onnx_style_conv_bias_reshape_of_constant_is_folded() -> None:
+    import numpy as np
+
+    bias = relax.const(np.arange(8, dtype=F32))
+
+    def body(bb, x, w):
+        conv = bb.emit(relax.op.nn.conv2d(x, w, padding=1))
+        return bb.emit(relax.op.add(conv, bb.emit(relax.op.reshape(bias, [1, -1, 1, 1]))))
+
+    part = tvm_icca.partition_for_icca(make_mod({"x": ((1, 3, 8, 8), F32), "w": ((8, 3, 3, 3), F32)}, body))
+    assert composites(part) == ["icca.conv2d_bias"] and host(part) == {}
+
+
+def test_grouped_conv_stays_on_host_with_reason() -> None:
+    mod = make_mod(
+        {"x": ((1, 4, 8, 8), F32), "w": ((4, 2, 3, 3), F32)},
+        lambda bb, x, w: bb.emit(relax.op.nn.conv2d(x, w, groups=2)),
+    )
+    part = tvm_icca.partition_for_icca(mod)
+    assert composites(part) == [] and host(part) == {"relax.nn.conv2d": 1}
+    assert "groups=2" in tvm_icca.partition_report(part)["host_reasons"]["relax.nn.conv2d"][0]
+
+
+def test_nhwc_conv_stays_on_host() -> None:
+    mod = make_mod(
+        {"x": ((1, 8, 8, 3), F32), "w": ((4, 3, 3, 3), F32)},
+        lambda bb, x, w: bb.emit(relax.op.nn.conv2d(x, w, data_layout="NHWC", kernel_layout="OIHW")),
+    )
+    part = tvm_icca.partition_for_icca(mod)
+    assert host(part) == {"relax.nn.conv2d": 1}
+    assert "layout" in tvm_icca.partition_report(part)["host_reasons"]["relax.nn.conv2d"][0]
+
+
+# -- elementwise, reductions, normalization ---------------------------------------------------
+UNARY = {
+    "relu": relax.op.nn.relu, "gelu": relax.op.nn.gelu, "gelu_tanh": relax.op.nn.gelu_tanh,
+    "tanh": relax.op.tanh, "sigmoid": relax.op.sigmoid, "exp": relax.op.exp,
+    "softmax": relax.op.nn.softmax,
+    "sum": lambda x: relax.op.sum(x, axis=[1]), "mean": lambda x: relax.op.mean(x, axis=[0, 1], keepdims=True),
+}
+BINARY = {"add": relax.op.add, "subtract": relax.op.subtract, "multiply": relax.op.multiply,
+          "divide": relax.op.divide}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_and_reduce_ops_offloaded(name: str) -> None:
+    mod = make_mod({"x": ((4, 8), F32)}, lambda bb, x: bb.emit(UNARY[name](x)))
+    part = tvm_icca.partition_for_icca(mod)
+    assert composites(part) == [f"icca.{name}"] and host(part) == {}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_ops_offloaded_with_broadcast(name: str) -> None:
+    mod = make_mod({"x": ((4, 8), F32), "y": ((8,), F32)}, lambda bb, x, y: bb.emit(BINARY[name](x, y)))
+    part = tvm_icca.partition_for_icca(mod)
+    assert composites(part) == [f"icca.{name}"] and host(part) == {}
+
+
+def test_layer_norm_offloaded() -> None:
+    mod = make_mod(
+        {"x": ((4, 8), F32), "g": ((8,), F32), "b": ((8,), F32)},
+        lambda bb, x, g, b: bb.emit(relax.op.nn.layer_norm(x, g, b, axes=[-1])),
+    )
+    assert composites(tvm_icca.partition_for_icca(mod)) == ["icca.layer_norm"]
+
+
+def test_neighbouring_ops_merge_into_one_region() -> None:
+    def body(bb, x, w, g, b):
+        h = bb.emit(relax.op.nn.layer_norm(x, g, b, axes=[-1]))
+        h = bb.emit(relax.op.nn.gelu(bb.emit(relax.op.matmul(h, w))))
+        return bb.emit(relax.op.nn.softmax(bb.emit(relax.op.multiply(h, relax.const(0.5, F32)))))
+
+    mod = make_mod({"x": ((4, 8), F32), "w": ((8, 8), F32), "g": ((8,), F32), "b": ((8,), F32)}, body)
+    part = tvm_icca.partition_for_icca(mod)
+    assert len(icca_regions(part)) == 1
+    assert composites(part) == ["icca.layer_norm", "icca.matmul_gelu", "icca.multiply", "icca.softmax"]
+
+
+# -- what stays on the host -------------------------------------------------------------------
+def test_unsupported_op_splits_regions_and_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    def body(bb, x, w):
+        c = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(x, w, padding=1))))
+        p = bb.emit(relax.op.nn.max_pool2d(c, pool_size=2, strides=2))
+        return bb.emit(relax.op.exp(p))
+
+    mod = make_mod({"x": ((1, 3, 8, 8), F32), "w": ((4, 3, 3, 3), F32)}, body)
+    with caplog.at_level(logging.INFO, logger="tvm_icca.partition"):
+        part = tvm_icca.partition_for_icca(mod)
+    report = tvm_icca.partition_report(part)
+    assert len(report["regions"]) == 2
+    assert report["host_ops"] == {"relax.nn.max_pool2d": 1}
+    assert report["host_reasons"]["relax.nn.max_pool2d"] == ["no ICCA implementation"]
+    assert report["offloaded_ops"] == {"relax.exp": 1, "relax.nn.conv2d": 1, "relax.nn.relu": 1}
+    assert "host: relax.nn.max_pool2d x1" in caplog.text
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float64"])
+def test_unsupported_dtypes_stay_on_host(dtype: str) -> None:
+    mod = make_mod({"x": ((4, 8), dtype), "y": ((4, 8), dtype)}, lambda bb, x, y: bb.emit(relax.op.add(x, y)))
+    part = tvm_icca.partition_for_icca(mod)
+    assert composites(part) == [] and host(part) == {"relax.add": 1}
+    assert f"dtype {dtype}" in tvm_icca.partition_report(part)["host_reasons"]["relax.add"][0]
+
+
+def test_float16_follows_the_chip() -> None:
+    mod = make_mod({"x": ((4, 8), "float16"), "w": ((8, 4), "float16")}, lambda bb, x, w: bb.emit(relax.op.matmul(x, w)))
+    assert composites(tvm_icca.partition_for_icca(mod)) == ["icca.matmul"]
+    fp32_only = tvm_icca.small_chip(4, dtypes=("float32",))
+    part = tvm_icca.partition_for_icca(mod, fp32_only)
+    assert host(part) == {"relax.matmul": 1}
+
+
+def test_dynamic_shapes_stay_on_host() -> None:
+    n = tvm.tirx.Var("n", "int64")
+    mod = make_mod({"x": ((n, 8), F32), "w": ((8, 4), F32)}, lambda bb, x, w: bb.emit(relax.op.nn.relu(bb.emit(relax.op.matmul(x, w)))))
+    part = tvm_icca.partition_for_icca(mod)
+    assert composites(part) == [] and host(part) == {"relax.matmul": 1, "relax.nn.relu": 1}
+    assert "dynamic shape" in tvm_icca.partition_report(part)["host_reasons"]["relax.matmul"][0]
+
+
+def test_function_without_dataflow_block_is_partitioned() -> None:
+    mod = make_mod({"x": ((4, 8), F32)}, lambda bb, x: bb.emit(relax.op.nn.relu(x)), dataflow=False)
+    assert composites(tvm_icca.partition_for_icca(mod)) == ["icca.relu"]
+
+
+# -- hardware ---------------------------------------------------------------------------------
+def test_hardware_stamp_follows_argument_and_context() -> None:
+    mod = make_mod({"x": ((4, 8), F32)}, lambda bb, x: bb.emit(relax.op.exp(x)))
+
+    def stamped(part: tvm.IRModule) -> str:
+        (region,) = icca_regions(part).values()
+        return json.loads(str(region.attrs[HARDWARE_ATTR]))["name"]
+
+    assert stamped(tvm_icca.partition_for_icca(mod)) == "ipu-mk2"
+    assert stamped(tvm_icca.partition_for_icca(mod, "ipu-pod4")) == "ipu-pod4"
+    with tvm_icca.use_hardware(tvm_icca.small_chip(8)):
+        assert stamped(tvm_icca.partition_for_icca(mod)) == "icca-8"
+    assert tvm_icca.partition_report(tvm_icca.partition_for_icca(mod, "ipu-pod4"))["hardware"] == "ipu-pod4"
+
+
+def test_partitioning_twice_changes_nothing() -> None:
+    mod = make_mod({"x": ((4, 8), F32)}, lambda bb, x: bb.emit(relax.op.exp(x)))
+    once = tvm_icca.partition_for_icca(mod)
+    assert tvm_icca.partition_for_icca(once, "ipu-pod4").same_as(once)
+
+
+def test_patterns_are_registered_under_icca_prefix() -> None:
+    names = [p.name for p in get_patterns_with_prefix("icca")]
+    assert all(n.startswith("icca.") for n in names)
+    for expected in ("icca.matmul", "icca.matmul_transposed_bias_gelu", "icca.conv2d_bias_relu",
+                     "icca.softmax", "icca.layer_norm", "icca.sum", "icca.mean", "icca.divide"):
+        assert expected in names
+    # Highest priority first: a fused pattern must be tried before its prefix.
+    assert names.index("icca.matmul_bias_relu") < names.index("icca.matmul_bias") < names.index("icca.matmul")

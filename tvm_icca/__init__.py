@@ -1,0 +1,65 @@
+"""tvm_icca: a TVM backend (BYOC) for inter-core connected AI chips, run on a simulated device.
+
+Quick start::
+
+    import tvm, tvm_icca
+    from tvm import relax
+
+    with tvm_icca.use_hardware("ipu-mk2"):
+        ex = tvm.compile(mod, target="icca")          # offloads what the chip supports
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](*inputs)
+    print(tvm_icca.last_run_stats())
+
+Importing the package (which ``import tvm`` does through the ``tvm.backends`` entry point)
+registers the ``icca`` / ``icca-<preset>`` target tags, the ``icca.*`` partition patterns, the
+codegen ``relax.ext.icca`` and the device entry ``icca.device.run``.
+"""
+
+# Import order: modules without TVM first (errors, hardware), then those importing TVM (whose
+# autoload re-enters this package harmlessly, see _autoload.py) and registering with it. No
+# submodule imports names from this __init__, so there is no cycle.
+from .errors import *  # noqa: F401,F403  (every IccaError class, see errors.py)
+from .errors import ERROR_TYPES as _ERROR_TYPES
+from .hardware import (
+    PRESET_NAMES,
+    HardwareSpec,
+    current_hardware,
+    preset,
+    small_chip,
+    use_hardware,
+)
+from .patterns import get_icca_patterns
+from .partition import format_report, host_ops, icca_regions, partition_for_icca, partition_report
+from .target import hardware_for_target, icca_pipeline, is_icca_target, offload_to_icca
+from .device_entry import last_run_stats
+from .codegen import icca_codegen
+from .frontend import compile, compile_onnx, load_onnx  # pylint: disable=redefined-builtin
+
+__version__ = "0.1.0"
+
+# ``compile`` is public (tvm_icca.compile) but kept out of __all__: a star import must not
+# shadow the builtin.
+__all__ = [
+    "PRESET_NAMES",
+    "HardwareSpec",
+    "compile_onnx",
+    "current_hardware",
+    "format_report",
+    "get_icca_patterns",
+    "hardware_for_target",
+    "host_ops",
+    "icca_codegen",
+    "icca_pipeline",
+    "icca_regions",
+    "is_icca_target",
+    "last_run_stats",
+    "load_onnx",
+    "offload_to_icca",
+    "partition_for_icca",
+    "partition_report",
+    "preset",
+    "small_chip",
+    "use_hardware",
+    *sorted(_ERROR_TYPES),
+]

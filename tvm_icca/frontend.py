@@ -1,0 +1,163 @@
+"""Model import (ONNX through TVM's own importer) and one-call compilation.
+
+Every import failure -- missing or unreadable file, bytes that are not an ONNX protobuf, a model
+``onnx.checker`` rejects, an op TVM's importer does not know -- is raised as one
+:class:`~tvm_icca.errors.ModelImportError` with a one-paragraph message, without the TVM
+traceback behind it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
+
+import tvm
+from tvm.ir import IRModule
+
+from runtime_sim.errors import ModelImportError
+
+from .hardware import HardwareLike, use_hardware
+from .target import TARGET_TAG
+
+if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
+    import onnx
+
+__all__ = ["ModelSource", "compile", "compile_onnx", "load_onnx"]
+
+#: What :func:`load_onnx` accepts: a file path, the serialized model, or a ModelProto.
+ModelSource = Union[str, "os.PathLike[str]", bytes, "onnx.ModelProto"]
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _read_model(source: Any) -> tuple["onnx.ModelProto", str]:
+    """Parse ``source`` into a ModelProto; returns it with a name for messages."""
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    if isinstance(source, onnx.ModelProto):
+        return source, "the given ONNX model"
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        label = "the given ONNX model bytes"
+        data = bytes(source)
+    elif isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        label = f"ONNX model '{path}'"
+        if not os.path.exists(path):
+            raise ModelImportError(f"cannot import {label}: no such file") from None
+        if os.path.isdir(path):
+            raise ModelImportError(f"cannot import {label}: it is a directory") from None
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as err:
+            raise ModelImportError(
+                f"cannot import {label}: cannot read the file ({err.strerror or err})"
+            ) from None
+    else:
+        raise ModelImportError(
+            f"cannot import an ONNX model from a value of type {type(source).__name__}: pass a "
+            "file path, the serialized model (bytes) or an onnx.ModelProto"
+        )
+    if not data:
+        raise ModelImportError(f"cannot import {label}: it is empty")
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as err:  # pylint: disable=broad-except
+        # protobuf raises DecodeError (or RuntimeWarning-like errors) on non-ONNX bytes.
+        raise ModelImportError(
+            f"cannot import {label}: not a valid ONNX protobuf ({_first_line(err)})"
+        ) from None
+    return model, label
+
+
+def load_onnx(
+    source: ModelSource,
+    shape_dict: Mapping[str, Sequence[int]] | None = None,
+    *,
+    dtype_dict: str | Mapping[str, str] | None = None,
+    keep_params_in_input: bool = False,
+) -> IRModule:
+    """Import an ONNX model as a Relax module with ``tvm.relax.frontend.onnx.from_onnx``.
+
+    Parameters
+    ----------
+    source : path, bytes or onnx.ModelProto
+        The model.
+    shape_dict : dict, optional
+        Input name -> static shape, for models with symbolic input dimensions (ops with
+        dynamic shapes are not offloaded to the chip).
+    dtype_dict : str or dict, optional
+        Input dtypes, when the model's are not to be used (passed to ``from_onnx``).
+    keep_params_in_input : bool
+        Keep the weights as function parameters instead of constants.
+
+    Raises
+    ------
+    ModelImportError
+        The model cannot be read, is not valid ONNX, or uses an op TVM cannot import.
+    """
+    model, label = _read_model(source)
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    try:
+        onnx.checker.check_model(model)
+    except Exception as err:  # pylint: disable=broad-except
+        raise ModelImportError(
+            f"cannot import {label}: onnx.checker rejects it ({_first_line(err)})"
+        ) from None
+
+    from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
+
+    kwargs: dict[str, Any] = {"keep_params_in_input": keep_params_in_input}
+    if shape_dict is not None:
+        kwargs["shape_dict"] = {name: list(shape) for name, shape in shape_dict.items()}
+    if dtype_dict is not None:
+        kwargs["dtype_dict"] = dtype_dict if isinstance(dtype_dict, str) else dict(dtype_dict)
+    try:
+        with warnings.catch_warnings():
+            # from_onnx re-runs the checker and only warns; we already checked.
+            warnings.simplefilter("ignore")
+            return from_onnx(model, **kwargs)
+    except tvm.error.OpNotImplemented as err:
+        detail = _first_line(err)
+        ops = detail.rsplit(":", 1)[-1].strip() if ":" in detail else detail
+        raise ModelImportError(
+            f"cannot import {label}: it uses operators TVM's ONNX importer does not support: {ops}"
+        ) from None
+    except Exception as err:  # pylint: disable=broad-except
+        raise ModelImportError(
+            f"cannot import {label}: TVM's ONNX importer failed with "
+            f"{type(err).__name__}: {_first_line(err)}"
+        ) from None
+
+
+def compile(  # pylint: disable=redefined-builtin
+    mod: IRModule,
+    hw: HardwareLike | None = None,
+    *,
+    target: str = TARGET_TAG,
+) -> tvm.runtime.Executable:
+    """``tvm.compile(mod, target="icca")`` for the chip ``hw`` (default: the current choice).
+
+    Run the result with ``tvm.relax.VirtualMachine(executable, tvm.cpu())``.
+    """
+    if hw is None:
+        return tvm.compile(mod, target=target)
+    with use_hardware(hw):
+        return tvm.compile(mod, target=target)
+
+
+def compile_onnx(
+    source: ModelSource,
+    shape_dict: Mapping[str, Sequence[int]] | None = None,
+    hw: HardwareLike | None = None,
+    *,
+    target: str = TARGET_TAG,
+) -> tvm.runtime.Executable:
+    """:func:`load_onnx` then :func:`compile`."""
+    return compile(load_onnx(source, shape_dict), hw, target=target)
+

@@ -1,0 +1,304 @@
+"""Pattern table of the ICCA BYOC backend.
+
+Every pattern is registered with :func:`tvm.relax.backend.pattern_registry.register_patterns`
+under a name ``icca.<op>``, like the patterns of TVM's own contrib backends. Anchors with
+epilogues (``icca.matmul_bias_relu``, ``icca.conv2d_bias``, ...) are built with TVM's
+``make_matmul_pattern`` / ``make_conv2d_pattern`` so the epilogue lands in the same composite
+function as the matrix op; single elementwise, reduction and normalization ops have their own
+patterns, and :func:`tvm.relax.transform.MergeCompositeFunctions` joins neighbouring composites
+into one offloaded region.
+
+Whether a matched op can run on the chip is decided by :func:`unsupported_reason`, shared by
+the check functions (which reject the match, leaving the ops on the host) and by
+:func:`tvm_icca.partition.partition_report` (which tells the user why an op stayed on the
+host). The checks consult the chip being partitioned for (:func:`checking_for`), since a chip
+may store fewer dtypes than float32/float16.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Callable, Iterator
+
+import tvm
+from tvm import relax
+from tvm.relax.backend.pattern_registry import Pattern, get_patterns_with_prefix, register_patterns
+from tvm.relax.backend.patterns import make_conv2d_pattern, make_matmul_pattern
+from tvm.relax.backend.utils import has_leaking_intermediate_variables
+from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
+from tvm.relax.transform import FusionPattern, PatternCheckContext
+
+from .hardware import HardwareSpec, current_hardware
+
+__all__ = [
+    "ACTIVATIONS",
+    "BINARY_OPS",
+    "CODEGEN_NAME",
+    "OFFLOADABLE_OPS",
+    "REDUCE_OPS",
+    "UNARY_OPS",
+    "checking_for",
+    "get_icca_patterns",
+    "unsupported_reason",
+]
+
+#: Value of the ``Codegen`` attribute of offloaded regions, and the pattern name prefix.
+CODEGEN_NAME = "icca"
+
+#: Activations fused as epilogues of matmul / conv2d: pattern suffix -> Relax op.
+ACTIVATIONS: dict[str, str] = {
+    "relu": "relax.nn.relu",
+    "gelu": "relax.nn.gelu",
+    "gelu_tanh": "relax.nn.gelu_tanh",
+    "tanh": "relax.tanh",
+    "sigmoid": "relax.sigmoid",
+}
+
+#: Standalone elementwise ops: pattern suffix -> Relax op.
+UNARY_OPS: dict[str, str] = {**ACTIVATIONS, "exp": "relax.exp"}
+BINARY_OPS: dict[str, str] = {
+    "add": "relax.add",
+    "subtract": "relax.subtract",
+    "multiply": "relax.multiply",
+    "divide": "relax.divide",
+}
+REDUCE_OPS: dict[str, str] = {"sum": "relax.sum", "mean": "relax.mean"}
+_OTHER_OPS: dict[str, str] = {
+    "softmax": "relax.nn.softmax",
+    "layer_norm": "relax.nn.layer_norm",
+    "matmul": "relax.matmul",
+    "conv2d": "relax.nn.conv2d",
+}
+
+#: Every Relax op some ICCA pattern can offload (``permute_dims`` only as a transposed
+#: matmul operand).
+OFFLOADABLE_OPS: frozenset[str] = frozenset(
+    [*UNARY_OPS.values(), *BINARY_OPS.values(), *REDUCE_OPS.values(), *_OTHER_OPS.values(),
+     "relax.permute_dims"]
+)
+
+# The chip the check functions judge against. Check functions are called back from C++ by
+# FuseOpsByPattern on the calling thread, so a context variable set around the pass reaches
+# them (and two threads partitioning for different chips do not interfere).
+_CHECK_HW: contextvars.ContextVar[HardwareSpec | None] = contextvars.ContextVar(
+    "tvm_icca_check_hardware", default=None
+)
+
+
+@contextlib.contextmanager
+def checking_for(hw: HardwareSpec) -> Iterator[HardwareSpec]:
+    """Judge pattern matches against ``hw`` inside the ``with`` block."""
+    token = _CHECK_HW.set(hw)
+    try:
+        yield hw
+    finally:
+        _CHECK_HW.reset(token)
+
+
+def _check_hardware() -> HardwareSpec:
+    hw = _CHECK_HW.get()
+    return hw if hw is not None else current_hardware()
+
+
+# -- what the chip accepts ------------------------------------------------------------------
+def _op_name(call: relax.Call) -> str:
+    op = call.op
+    return op.name if isinstance(op, tvm.ir.Op) else str(op)
+
+
+def _tensor_reason(what: str, ty: relax.Type, hw: HardwareSpec) -> str | None:
+    """Why a value of type ``ty`` cannot live on the chip, or ``None`` if it can."""
+    if not isinstance(ty, relax.TensorType):
+        return f"{what} is not a tensor ({ty})"
+    if ty.shape is None or not isinstance(ty.shape, relax.ShapeExpr):
+        return f"{what} has an unknown shape"
+    dims = list(ty.shape.values)
+    if any(not isinstance(d, tvm.tirx.IntImm) for d in dims):
+        return f"{what} has a dynamic shape {[str(d) for d in dims]}"
+    if any(int(d) <= 0 for d in dims):
+        return f"{what} is empty (shape {[int(d) for d in dims]})"
+    if not hw.supports_dtype(ty.dtype):
+        return (
+            f"{what} has dtype {ty.dtype}; chip '{hw.name}' computes in "
+            f"{', '.join(hw.dtypes)} only"
+        )
+    return None
+
+
+def _static_shape(expr: relax.Expr) -> tuple[int, ...]:
+    return tuple(int(d) for d in expr.ty.shape.values)
+
+
+def _matmul_reason(call: relax.Call) -> str | None:
+    lhs, rhs = call.args
+    if lhs.ty.ndim < 2 or rhs.ty.ndim < 2:
+        return "matmul with a 1-D operand is not offloaded (operands must be at least 2-D)"
+    if lhs.ty.dtype != rhs.ty.dtype:
+        return f"matmul operands have different dtypes ({lhs.ty.dtype}, {rhs.ty.dtype})"
+    return None
+
+
+def _conv2d_reason(call: relax.Call) -> str | None:
+    attrs = call.attrs
+    if int(attrs.groups) != 1:
+        return f"conv2d with groups={int(attrs.groups)} (only groups == 1 is offloaded)"
+    out_layout = attrs.out_layout or attrs.data_layout
+    if (attrs.data_layout, attrs.kernel_layout, out_layout) != ("NCHW", "OIHW", "NCHW"):
+        return (
+            f"conv2d layout {attrs.data_layout}/{attrs.kernel_layout}->{out_layout} "
+            "(only NCHW data, OIHW kernel and NCHW output are offloaded)"
+        )
+    data, weight = call.args
+    if data.ty.dtype != weight.ty.dtype:
+        return f"conv2d operands have different dtypes ({data.ty.dtype}, {weight.ty.dtype})"
+    return None
+
+
+def _permute_reason(call: relax.Call) -> str | None:
+    """A permute_dims goes to the chip only as the transposed operand of a matmul."""
+    ndim = call.args[0].ty.ndim
+    axes = call.attrs.axes
+    perm = list(range(ndim))[::-1] if axes is None else [int(a) for a in axes]
+    expected = list(range(ndim - 2)) + [ndim - 1, ndim - 2]
+    if ndim < 2 or perm != expected:
+        return f"permute_dims with axes {perm} is not a transpose of the last two axes"
+    return None
+
+
+_OP_REASONS: dict[str, Callable[[relax.Call], str | None]] = {
+    "relax.matmul": _matmul_reason,
+    "relax.nn.conv2d": _conv2d_reason,
+    "relax.permute_dims": _permute_reason,
+}
+
+
+def unsupported_reason(call: relax.Call, hw: HardwareSpec | None = None) -> str | None:
+    """Why ``call`` cannot be offloaded to ``hw``, or ``None`` if it can.
+
+    ``hw`` defaults to the chip being partitioned for (or :func:`current_hardware`).
+    """
+    hw = hw if hw is not None else _check_hardware()
+    name = _op_name(call)
+    if name not in OFFLOADABLE_OPS:
+        return f"{name} has no ICCA implementation"
+    for i, arg in enumerate(call.args):
+        reason = _tensor_reason(f"argument {i}", arg.ty, hw)
+        if reason is not None:
+            return reason
+    reason = _tensor_reason("the result", call.ty, hw)
+    if reason is not None:
+        return reason
+    check = _OP_REASONS.get(name)
+    return check(call) if check is not None else None
+
+
+# -- check functions ------------------------------------------------------------------------
+def _matched_calls(context: PatternCheckContext) -> list[relax.Call]:
+    """All op calls a match would move into the composite function."""
+    calls = [v for v in context.matched_bindings.values() if isinstance(v, relax.Call)]
+    if isinstance(context.matched_expr, relax.Call) and not any(
+        c.same_as(context.matched_expr) for c in calls
+    ):
+        calls.append(context.matched_expr)
+    return calls
+
+
+def _check_ops(context: PatternCheckContext) -> bool:
+    """Accept a match whose every op fits the chip and whose intermediates stay inside."""
+    if has_leaking_intermediate_variables(context):
+        return False
+    hw = _check_hardware()
+    return all(unsupported_reason(call, hw) is None for call in _matched_calls(context))
+
+
+def _check_anchor_with_epilogue(context: PatternCheckContext) -> bool:
+    """Like :func:`_check_ops`; epilogues must also keep the anchor's output shape.
+
+    A bias add that broadcast the matmul/conv result to a larger tensor would not be an
+    elementwise map of the anchor's iteration space, so it cannot be fused as an epilogue
+    (the shorter pattern without the add is tried instead).
+    """
+    if not _check_ops(context):
+        return False
+    root = context.annotated_expr["root"]
+    out = context.matched_expr
+    return _static_shape(out) == _static_shape(root) and out.ty.dtype == root.ty.dtype
+
+
+# -- the pattern table ----------------------------------------------------------------------
+def _unary_pattern(name: str, op: str) -> Pattern:
+    data = wildcard()
+    root = is_op(op)(data)
+    return (f"{CODEGEN_NAME}.{name}", root, {"data": data, "root": root}, _check_ops)
+
+
+def _binary_pattern(name: str, op: str) -> Pattern:
+    lhs, rhs = wildcard(), wildcard()
+    root = is_op(op)(lhs, rhs)
+    return (f"{CODEGEN_NAME}.{name}", root, {"lhs": lhs, "rhs": rhs, "root": root}, _check_ops)
+
+
+def _layer_norm_pattern() -> Pattern:
+    data, gamma, beta = wildcard(), wildcard(), wildcard()
+    root = is_op("relax.nn.layer_norm")(data, gamma, beta)
+    annotations: dict[str, DFPattern] = {"data": data, "gamma": gamma, "beta": beta, "root": root}
+    return (f"{CODEGEN_NAME}.layer_norm", root, annotations, _check_ops)
+
+
+def _anchor_patterns(anchor: str) -> list[Pattern]:
+    """``anchor`` (matmul or conv2d) alone and with a transposed operand, bias and activation.
+
+    Ordered by the number of ops a pattern fuses, ascending: since later entries have higher
+    priority for ``register_patterns``, a bigger match is always tried before its prefix.
+    """
+    sized: list[tuple[int, Pattern]] = []
+    variants = [("", False)] if anchor == "conv2d" else [("", False), ("_transposed", True)]
+    for suffix, transposed in variants:
+        for with_bias in (False, True):
+            for act in (None, *ACTIVATIONS):
+                name = f"{CODEGEN_NAME}.{anchor}{suffix}"
+                name += "_bias" if with_bias else ""
+                name += f"_{act}" if act else ""
+                act_op = ACTIVATIONS[act] if act else None
+                if anchor == "conv2d":
+                    pattern, annotations = make_conv2d_pattern(with_bias, act_op)
+                else:
+                    pattern, annotations = make_matmul_pattern(with_bias, act_op, transposed)
+                check = _check_anchor_with_epilogue if (with_bias or act) else _check_ops
+                size = 1 + transposed + with_bias + (act is not None)
+                sized.append((size, (name, pattern, dict(annotations), check)))
+    return [pattern for _, pattern in sorted(sized, key=lambda item: item[0])]
+
+
+def _pattern_table() -> list[Pattern]:
+    """All ICCA patterns; for ``register_patterns`` later entries have higher priority."""
+    table: list[Pattern] = []
+    table += [_unary_pattern(name, op) for name, op in UNARY_OPS.items()]
+    table += [_binary_pattern(name, op) for name, op in BINARY_OPS.items()]
+    table += [_unary_pattern(name, op) for name, op in REDUCE_OPS.items()]
+    table.append(_unary_pattern("softmax", "relax.nn.softmax"))
+    table.append(_layer_norm_pattern())
+    for anchor in ("matmul", "conv2d"):
+        table += _anchor_patterns(anchor)
+    return table
+
+
+_REGISTERED = False
+
+
+def register_icca_patterns() -> None:
+    """Register the ICCA patterns with TVM's pattern registry (idempotent)."""
+    global _REGISTERED  # pylint: disable=global-statement
+    if not _REGISTERED:
+        register_patterns(_pattern_table())
+        _REGISTERED = True
+
+
+def get_icca_patterns() -> list[FusionPattern]:
+    """The registered ICCA patterns, highest priority first (as FuseOpsByPattern wants)."""
+    register_icca_patterns()
+    return list(get_patterns_with_prefix(CODEGEN_NAME))
+
+
+register_icca_patterns()
