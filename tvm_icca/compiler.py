@@ -1,0 +1,175 @@
+"""From one partitioned Relax region to a device program (the codegen's middle end).
+
+A region (a function with ``Codegen == "icca"``) calls one composite function per offloaded
+operator. For each call this module takes the operator's tensor expression from its TE
+compute (:mod:`tvm_icca.tensor_expr`), searches an rTensor execution plan
+(:mod:`tvm_icca.plans`) and records where its inputs come from: a region parameter, a
+constant baked into the program, or the output of an earlier operator of the region.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from runtime_sim.constants import encode_constant
+from runtime_sim.errors import IccaError, PlanNotFoundError, UnsupportedDtypeError
+from runtime_sim.hardware import HardwareSpec
+from runtime_sim.program import DeviceProgram, OpProgram, TensorDecl, TensorExpr
+
+from .plans import CostModel, plan_operator
+from .tensor_expr import extract_op
+
+
+@dataclass(frozen=True)
+class _Value:
+    """A region tensor: its program name, shape and dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def compile_region(
+    func: relax.Function, name: str, hw: HardwareSpec, cost_model: CostModel | None = None
+) -> DeviceProgram:
+    """Plan every operator of ``func`` and return the region's device program."""
+    values: dict[relax.Var, _Value] = {}
+    inputs = []
+    for i, param in enumerate(func.params):
+        value = _value_of(param, f"in{i}")
+        _check_dtype(value, hw, name)
+        values[param] = value
+        inputs.append(TensorDecl(value.name, value.shape, value.dtype))
+
+    composites: dict[relax.Var, relax.Function] = {}
+    pending: list[_PendingOp] = []
+    constants: dict[str, dict] = {}
+    body = func.body
+    for block in body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Function):
+                composites[binding.var] = value
+                continue
+            if isinstance(value, relax.Call) and value.op in composites:
+                op_name = f"{name}.op{len(pending)}"
+                pending.append(_extract_call(op_name, composites[value.op], value, binding.var,
+                                             values, constants, hw))
+                continue
+            if isinstance(value, relax.Var) and value in values:
+                values[binding.var] = values[value]
+                continue
+            raise IccaError(
+                f"region '{name}': unexpected binding {type(value).__name__} "
+                f"({str(value)[:80]}); regions must only call composite functions"
+            )
+    outputs = [values[v].name for v in _result_vars(body.body, name)]
+    ops = _plan_region(pending, outputs, hw, cost_model)
+    return DeviceProgram(
+        region=name,
+        hardware=hw.to_dict(),
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        ops=tuple(ops),
+        constants=constants,
+    )
+
+
+@dataclass(frozen=True)
+class _PendingOp:
+    name: str
+    expr: TensorExpr
+    input_names: tuple[str, ...]
+    output_name: str
+
+
+def _extract_call(op_name, composite, call, out_var, values, constants, hw) -> _PendingOp:
+    extracted = extract_op(composite, name=op_name)
+    input_names = []
+    for position, param_index in enumerate(extracted.param_of_input):
+        arg = extracted.constants[position] if param_index is None else call.args[param_index]
+        if isinstance(arg, (np.ndarray, tvm.ir.GenericConst)):
+            array = arg if isinstance(arg, np.ndarray) else arg.value.numpy()
+            cname = f"{op_name}.const{position}"
+            _check_dtype(_Value(cname, tuple(array.shape), str(array.dtype)), hw, op_name)
+            constants[cname] = encode_constant(array)
+            input_names.append(cname)
+        elif isinstance(arg, relax.Var) and arg in values:
+            input_names.append(values[arg].name)
+        else:
+            raise IccaError(f"operator '{op_name}': unsupported argument {type(arg).__name__}")
+    out = _value_of(out_var, f"{op_name}.out")
+    _check_dtype(out, hw, op_name)
+    values[out_var] = out
+    return _PendingOp(op_name, extracted.expr, tuple(input_names), out.name)
+
+
+def _plan_region(
+    pending: list[_PendingOp], outputs: list[str], hw: HardwareSpec, cost_model: CostModel | None
+) -> list[OpProgram]:
+    """Plan the operators in order, leaving room for intermediates that stay on chip.
+
+    The device keeps an operator's output on the cores that own it until its last reader has
+    run (region outputs until the region ends), so while operator ``i`` runs, every earlier
+    output still needed after ``i`` occupies up to one partition per core. Its plan gets the
+    SRAM that remains.
+    """
+    last_read = {}
+    for i, op in enumerate(pending):
+        for tensor in op.input_names:
+            last_read[tensor] = i
+    for tensor in outputs:
+        last_read[tensor] = len(pending)
+    resident: dict[str, int] = {}  # tensor -> bytes per owner core of its producer's layout
+    ops = []
+    for i, op in enumerate(pending):
+        held = sum(b for t, b in resident.items() if last_read.get(t, -1) > i)
+        budget = hw.usable_sram_bytes - held
+        if budget <= 0:
+            raise PlanNotFoundError(
+                f"operator '{op.name}': intermediates of its region already fill the "
+                f"{hw.usable_sram_bytes} bytes per core of '{hw.name}'"
+            )
+        planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget, name=op.name)
+        resident[op.output_name] = planned.layout.partition_bytes(len(op.expr.tensors) - 1)
+        ops.append(OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
+                             planned.time_s))
+    return ops
+
+
+def _value_of(var: relax.Var, name: str) -> _Value:
+    sinfo = var.ty
+    if not isinstance(sinfo, relax.TensorType) or sinfo.shape is None:
+        raise IccaError(f"'{name}' is not a tensor of static shape: {sinfo}")
+    try:
+        shape = tuple(int(s) for s in sinfo.shape.values)
+    except (TypeError, tvm.error.TVMError, AttributeError):
+        raise IccaError(f"'{name}' has a dynamic shape {sinfo.shape}; ICCA regions need static shapes") from None
+    return _Value(name, shape, str(sinfo.dtype))
+
+
+def _check_dtype(value: _Value, hw: HardwareSpec, where: str) -> None:
+    if not hw.supports_dtype(value.dtype):
+        raise UnsupportedDtypeError(
+            f"'{where}': tensor '{value.name}' has dtype {value.dtype}; the simulated ICCA device "
+            f"'{hw.name}' supports {', '.join(hw.dtypes)}"
+        )
+
+
+def _result_vars(expr: relax.Expr, name: str) -> list[relax.Var]:
+    if isinstance(expr, relax.Tuple):
+        return [v for field in expr.fields for v in _result_vars(field, name)]
+    if isinstance(expr, relax.Var):
+        return [expr]
+    raise IccaError(f"region '{name}' returns {type(expr).__name__}; expected tensors")
+
+
+def constant_array(program: DeviceProgram, name: str) -> np.ndarray:
+    """Decode a constant of a program (for inspection and tests)."""
+    from runtime_sim.constants import decode_constant
+
+    return decode_constant(name, program.constants[name])
