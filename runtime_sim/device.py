@@ -61,6 +61,7 @@ class _Allocation:
 class _Run:
     """Statistics of one model invocation: consecutive regions, none executed twice."""
 
+    module: str = ""
     region_names: set[str] = field(default_factory=set)
     regions: list[dict[str, Any]] = field(default_factory=list)
 
@@ -413,7 +414,7 @@ class SimulatedDevice:
                     raise DeviceProgramError(f"region '{program.region}' never computes output '{name}'")
                 outputs.append(env[name])
             stats["output_bytes"] = int(sum(o.nbytes for o in outputs))
-            self._record(program.region, stats)
+            self._record(program.module, program.region, stats)
             return outputs
 
     def _region_inputs(self, program: DeviceProgram, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
@@ -534,9 +535,12 @@ class SimulatedDevice:
         self._used -= self._resident.pop(name)
 
     # -- statistics -----------------------------------------------------------------------
-    def _record(self, region: str, stats: dict[str, Any]) -> None:
-        if region in self._run.region_names:  # the model is being invoked again
-            self._run = _Run()
+    def _record(self, module: str, region: str, stats: dict[str, Any]) -> None:
+        # A region of another compiled module, or one already executed, starts a new run
+        # (the model is invoked again, or another model runs).
+        if region in self._run.region_names or (self._run.regions and module != self._run.module):
+            self._run = _Run(module=module)
+        self._run.module = module
         self._run.region_names.add(region)
         self._run.regions.append(stats)
 

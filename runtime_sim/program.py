@@ -360,6 +360,7 @@ class DeviceProgram:
     outputs: tuple[str, ...]
     ops: tuple[OpProgram, ...]
     constants: Mapping[str, Any] = field(default_factory=dict)
+    module: str = ""  # identifies the compiled module the region belongs to (run grouping)
     format: str = PROGRAM_FORMAT
     version: int = PROGRAM_VERSION
 
@@ -373,6 +374,7 @@ class DeviceProgram:
             "outputs": list(self.outputs),
             "ops": [op.to_dict() for op in self.ops],
             "constants": dict(self.constants),
+            "module": self.module,
         }
 
     def to_json(self) -> str:
@@ -395,6 +397,7 @@ class DeviceProgram:
                 outputs=tuple(d["outputs"]),
                 ops=tuple(OpProgram.from_dict(op) for op in d["ops"]),
                 constants=dict(d.get("constants", {})),
+                module=str(d.get("module", "")),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise DeviceProgramError(f"malformed device program: {err!r}") from None

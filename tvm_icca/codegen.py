@@ -20,6 +20,8 @@ All stubs go into one LLVM module. Unlike a Python-only runtime module, an LLVM 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from typing import Any, Sequence
 
 import tvm
@@ -115,8 +117,15 @@ def _host_target() -> tvm.target.Target:
 
 def build_device_stubs(programs: dict[str, tuple[relax.Function, DeviceProgram]]) -> tvm.runtime.Module:
     """One LLVM module with a stub per region (name -> (region function, its program))."""
+    # Every program carries a digest of the whole module so the device can tell where one
+    # model invocation ends and another model's begins (run statistics).
+    digest = hashlib.sha1()
+    for region in sorted(programs):
+        digest.update(programs[region][1].to_json().encode())
+    module_id = digest.hexdigest()[:16]
     stubs = {}
     for region, (func, program) in programs.items():
+        program = dataclasses.replace(program, module=module_id)
         inputs, outputs = _region_signature(func, region)
         if len(program.inputs) != len(inputs) or len(program.outputs) != len(outputs):
             raise IccaError(
