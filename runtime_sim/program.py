@@ -330,18 +330,36 @@ class OpProgram:
         )
 
 
+#: Where a region input lives before the region runs: sent by the host, resident in off-chip
+#: HBM (weights, KV caches), or already on chip (produced by the previous region).
+INPUT_SOURCES = ("host", "hbm", "chip")
+
+
 @dataclass(frozen=True)
 class TensorDecl:
     name: str
     shape: tuple[int, ...]
     dtype: str
+    source: str = "host"
+
+    def __post_init__(self) -> None:
+        if self.source not in INPUT_SOURCES:
+            raise DeviceProgramError(f"tensor '{self.name}': source must be one of {INPUT_SOURCES}")
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * dtype_bytes(self.dtype)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "source": self.source}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TensorDecl":
-        return cls(str(d["name"]), tuple(int(s) for s in d["shape"]), str(d["dtype"]))
+        return cls(str(d["name"]), tuple(int(s) for s in d["shape"]), str(d["dtype"]),
+                   str(d.get("source", "host")))
 
 
 @dataclass(frozen=True)
