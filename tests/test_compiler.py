@@ -140,3 +140,17 @@ def test_float64_model_stays_on_host_and_device_refuses_it():
         assert "float64" in str(err)
     else:
         raise AssertionError("float64 input accepted")
+
+
+def test_tensor_larger_than_chip_fails_with_one_clear_error():
+    from runtime_sim.errors import PlanNotFoundError
+
+    hw = small_chip(4, 16 * 1024)
+    mod = _matmul_module(1, 256, 256, 256, False)  # 256 KiB per operand, 64 KiB of chip
+    try:
+        with tvm_icca.use_hardware(hw):
+            tvm.compile(mod, target="icca")
+    except PlanNotFoundError as err:
+        assert "exceeds the on-chip memory" in str(err) and "icca-4" in str(err)
+    else:
+        raise AssertionError("an operand larger than the chip compiled")
