@@ -294,6 +294,37 @@ class ExecutionPlan:
 
 
 @dataclass(frozen=True)
+class VgmPlan:
+    """A load-compute-store plan on a virtual global memory (the baseline T10 §2.2 measures).
+
+    Every tensor has a home slice spread linearly over all cores; the operator is cut into
+    output tiles of ``tiles[a]`` elements per spatial axis and processes reduction axes in
+    chunks of ``tiles[a]``; tiles go round-robin to cores, each core fetching its input
+    pieces from their home cores, computing, and storing its output tile home (Roller-style
+    rTiles aligned to the matrix unit).
+    """
+
+    tiles: Mapping[str, int]
+
+    def tile(self, axis: str, extent: int) -> int:
+        return min(int(self.tiles.get(axis, extent)), extent)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"execution": "vgm", "tiles": {a: int(t) for a, t in self.tiles.items()}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "VgmPlan":
+        return cls({str(a): int(t) for a, t in d["tiles"].items()})
+
+
+def plan_from_dict(d: Mapping[str, Any]) -> "ExecutionPlan | VgmPlan":
+    """Either execution model of an operator, as stored in a program."""
+    if d.get("execution") == "vgm":
+        return VgmPlan.from_dict(d)
+    return ExecutionPlan.from_dict(d)
+
+
+@dataclass(frozen=True)
 class OpProgram:
     """One operator of a region: what it computes, how it is laid out, where data comes from.
 
@@ -303,7 +334,7 @@ class OpProgram:
 
     name: str
     expr: TensorExpr
-    plan: ExecutionPlan
+    plan: "ExecutionPlan | VgmPlan"
     input_names: tuple[str, ...]
     output_name: str
     estimated_time_s: float = 0.0
@@ -323,7 +354,7 @@ class OpProgram:
         return cls(
             name=str(d["name"]),
             expr=TensorExpr.from_dict(d["expr"]),
-            plan=ExecutionPlan.from_dict(d["plan"]),
+            plan=plan_from_dict(d["plan"]),
             input_names=tuple(d["input_names"]),
             output_name=str(d["output_name"]),
             estimated_time_s=float(d.get("estimated_time_s", 0.0)),

@@ -1,0 +1,240 @@
+"""The virtual-global-memory (VGM) execution model: the baseline T10 is measured against.
+
+Compilers that mimic a shared memory on an ICCA chip (T10 §2.2, Fig. 2a: Roller, Ansor,
+PopART) reserve part of every core's SRAM as a *virtual global memory*: every tensor is spread
+linearly over all cores (its *home slices*); the running operator is cut into tiles, and each
+core loads the pieces of its input tiles from their home cores, computes, and stores its output
+tile home ("load-compute-store"). Two effects make it slow, and both are simulated here from the
+actual per-core traffic rather than assumed:
+
+* a core's link serves every request for its home slice one after another (Elk §2.1), so when
+  the tiles of a wave share an input region, the few cores homing it become hot spots;
+* tiles are fetched from many cores and re-fetched by every tile that needs them (no reuse
+  across cores), and the VGM region shrinks the memory left for tiles.
+
+:class:`VgmLayout` gives, for a :class:`~runtime_sim.program.VgmPlan`, the tiles, waves, per-core
+memory and, for every wave and reduction chunk, the bytes each core receives and each home core
+sends. :func:`vgm_op_timing` turns that into time on an all-to-all chip.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from schedules import template_for
+
+from .hardware import HardwareSpec
+from .program import AffineIndex, TensorExpr, VgmPlan, dtype_bytes
+
+
+@dataclass(frozen=True)
+class VgmTiming:
+    """Time of one VGM operator by component (seconds) and its traffic (bytes)."""
+
+    compute_s: float
+    transfer_s: float
+    uncontended_transfer_s: float
+    epilogue_s: float
+    bytes_moved: int
+    waves: int
+    tiles: int
+
+    @property
+    def time_s(self) -> float:
+        return self.compute_s + self.transfer_s + self.epilogue_s
+
+    @property
+    def stall_s(self) -> float:
+        """Transfer time lost to hot spots: home cores serving more than a core fetches."""
+        return self.transfer_s - self.uncontended_transfer_s
+
+
+class VgmLayout:
+    """Tiles, waves and home slices of one operator under a VGM plan."""
+
+    def __init__(self, expr: TensorExpr, plan: VgmPlan, num_cores: int):
+        self.expr = expr
+        self.plan = plan
+        self.num_cores = int(num_cores)
+        self.tile = {a.name: plan.tile(a.name, a.extent) for a in expr.axes}
+        self.count = {a.name: math.ceil(a.extent / self.tile[a.name]) for a in expr.axes}
+        self.spatial = tuple(a.name for a in expr.axes if not a.reduce)
+        self.reduce = tuple(a.name for a in expr.axes if a.reduce)
+        self.num_tiles = math.prod(self.count[a] for a in self.spatial)
+        self.num_chunks = math.prod(self.count[a] for a in self.reduce)
+        self.waves = math.ceil(self.num_tiles / self.num_cores)
+        self.extent = {a.name: a.extent for a in expr.axes}
+        self.local_extent = {a.name: a.extent for a in expr.local_axes}
+
+    # -- memory -------------------------------------------------------------------------
+    def home_slice_bytes(self, t: int) -> int:
+        """Bytes of tensor ``t`` homed on each core (linear mapping over all cores)."""
+        access = self.expr.tensors[t]
+        elements = math.prod(access.shape)
+        return math.ceil(elements / self.num_cores) * dtype_bytes(access.dtype)
+
+    def vgm_bytes_per_core(self) -> int:
+        return sum(self.home_slice_bytes(t) for t in range(len(self.expr.tensors)))
+
+    def tile_box(self, t: int, lo: dict[str, int], hi: dict[str, int]) -> list[tuple[int, int]]:
+        """Index range per dimension of tensor ``t`` read (or written) by one tile chunk."""
+        access = self.expr.tensors[t]
+        box = []
+        for d, idx in enumerate(access.indices):
+            box.append(_index_range(idx, lo, hi, self.local_extent, access.shape[d]))
+        return box
+
+    def working_bytes_per_core(self) -> int:
+        """Sub-operator memory: one chunk of every input tile plus the output tile."""
+        lo = {a: 0 for a in self.extent}
+        hi = {a: self.tile[a] for a in self.extent}
+        total = 0
+        for t, access in enumerate(self.expr.tensors):
+            box = self.tile_box(t, lo, hi)
+            total += math.prod(max(e - s, 0) for s, e in box) * dtype_bytes(access.dtype)
+        return total
+
+    def memory_bytes_per_core(self) -> int:
+        return self.vgm_bytes_per_core() + self.working_bytes_per_core()
+
+    # -- traffic ------------------------------------------------------------------------
+    def tile_origins(self, wave: int) -> list[dict[str, int]]:
+        """Spatial tile origins processed in ``wave`` (tile i runs on core i mod cores)."""
+        first = wave * self.num_cores
+        last = min(self.num_tiles, first + self.num_cores)
+        shape = [self.count[a] for a in self.spatial]
+        origins = []
+        for i in range(first, last):
+            idx = np.unravel_index(i, shape) if shape else ()
+            origins.append({a: int(j) * self.tile[a] for a, j in zip(self.spatial, idx)})
+        return origins
+
+    def chunk_origins(self) -> Iterator[dict[str, int]]:
+        shape = [self.count[a] for a in self.reduce]
+        for i in range(self.num_chunks):
+            idx = np.unravel_index(i, shape) if shape else ()
+            yield {a: int(j) * self.tile[a] for a, j in zip(self.reduce, idx)}
+
+    def traffic(self, tensors: list[int], origins: list[dict[str, int]], chunk: dict[str, int]):
+        """Bytes each core moves for one chunk of one wave: (per tile core, per home core)."""
+        tile_bytes = np.zeros(self.num_cores, np.int64)
+        home_bytes = np.zeros(self.num_cores, np.int64)
+        for t in tensors:
+            access = self.expr.tensors[t]
+            item = dtype_bytes(access.dtype)
+            slice_elems = math.ceil(math.prod(access.shape) / self.num_cores)
+            boxes: dict[tuple, int] = {}
+            for core, origin in enumerate(origins):
+                lo = {**origin, **chunk}
+                hi = {a: min(lo[a] + self.tile[a], self.extent[a]) for a in lo}
+                box = tuple(self.tile_box(t, lo, hi))
+                tile_bytes[core] += math.prod(max(e - s, 0) for s, e in box) * item
+                boxes[box] = boxes.get(box, 0) + 1
+            for box, readers in boxes.items():
+                home_bytes += readers * item * _home_counts(box, access.shape, slice_elems, self.num_cores)
+        return tile_bytes, home_bytes
+
+
+def vgm_op_timing(expr: TensorExpr, plan: VgmPlan, hw: HardwareSpec) -> VgmTiming:
+    """Simulate one VGM operator wave by wave and chunk by chunk on an all-to-all chip.
+
+    Per chunk, every core fetches its input pieces and every home core serves its readers;
+    a core's link serializes both directions' transfers (Elk §2.1), so the chunk's transfer
+    takes the busiest link's bytes over the link bandwidth. Compute uses the op template
+    (matrix unit padded to its tile, T10 §4.3.1). After the last chunk each output tile goes
+    home. Load, compute and store do not overlap (the load-compute-store paradigm, T10 §2.2).
+    """
+    layout = VgmLayout(expr, plan, hw.num_cores)
+    template = template_for(expr.kind)
+    out = len(expr.tensors) - 1
+    main_inputs = [t for t in range(len(expr.inputs)) if t not in expr.epilogue_inputs]
+    chunk_len = {a: layout.tile[a] for a in expr.axis_names}
+    step_s = (template.subtask_cycles(expr, chunk_len, hw) + hw.sync_cycles) / hw.clock_hz
+    compute_s = transfer_s = balanced_s = 0.0
+    moved = 0
+    for wave in range(layout.waves):
+        origins = layout.tile_origins(wave)
+        for chunk in layout.chunk_origins():
+            fetched, served = layout.traffic(main_inputs, origins, chunk)
+            transfer_s += _link_time(fetched, served, hw)
+            balanced_s += _own_link_time(fetched, hw)
+            moved += int(fetched.sum())
+            compute_s += step_s
+        reduce_zero = {a: 0 for a in layout.reduce}
+        stored, homed = layout.traffic([out] + list(expr.epilogue_inputs), origins, reduce_zero)
+        transfer_s += _link_time(stored, homed, hw)
+        balanced_s += _own_link_time(stored, hw)
+        moved += int(stored.sum())
+    partition = {a: layout.tile[a] for a in layout.spatial}
+    epilogue_s = layout.waves * template.epilogue_cycles(expr, partition, hw) / hw.clock_hz
+    return VgmTiming(compute_s, transfer_s, balanced_s, epilogue_s, moved, layout.waves,
+                     layout.num_tiles)
+
+
+def _link_time(sent_or_received: np.ndarray, served: np.ndarray, hw: HardwareSpec) -> float:
+    busiest = max(int(sent_or_received.max(initial=0)), int(served.max(initial=0)))
+    if busiest == 0:
+        return 0.0
+    return busiest / hw.link_bandwidth + math.ceil(busiest / hw.shift_buffer_bytes) * hw.link_latency_s
+
+
+def _own_link_time(fetched: np.ndarray, hw: HardwareSpec) -> float:
+    """The transfer if every core only waited for its own link (no home core a hot spot)."""
+    busiest = int(fetched.max(initial=0))
+    if busiest == 0:
+        return 0.0
+    return busiest / hw.link_bandwidth + math.ceil(busiest / hw.shift_buffer_bytes) * hw.link_latency_s
+
+
+def _index_range(idx: AffineIndex, lo: dict[str, int], hi: dict[str, int],
+                 local: dict[str, int], size: int) -> tuple[int, int]:
+    """[start, end) of one tensor dimension over an axis box, clipped to the tensor."""
+    if any(a in local for a in idx.axes):
+        return 0, size
+    start = end = idx.offset
+    for a, c in idx.terms:
+        if c >= 0:
+            start += c * lo[a]
+            end += c * (hi[a] - 1)
+        else:
+            start += c * (hi[a] - 1)
+            end += c * lo[a]
+    return max(start, 0), min(end + 1, size)
+
+
+def _home_counts(box: tuple[tuple[int, int], ...], shape: tuple[int, ...], slice_elems: int,
+                 num_cores: int) -> np.ndarray:
+    """Elements of a box homed on each core when the tensor is split linearly into slices."""
+    counts = np.zeros(num_cores + 1, np.int64)
+    if any(e <= s for s, e in box):
+        return counts[:num_cores]
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    # Merge trailing dimensions the box covers entirely into longer contiguous runs.
+    last = len(shape) - 1
+    while last > 0 and box[last] == (0, shape[last]):
+        last -= 1
+    run = (box[last][1] - box[last][0]) * strides[last]
+    starts = np.array([box[last][0] * strides[last]], np.int64)
+    for d in range(last - 1, -1, -1):
+        s, e = box[d]
+        starts = (np.arange(s, e, dtype=np.int64)[:, None] * strides[d] + starts[None, :]).ravel()
+    ends = starts + run
+    first = starts // slice_elems
+    final = (ends - 1) // slice_elems
+    same = first == final
+    np.add.at(counts, first[same], run)
+    split = ~same
+    if split.any():
+        f, l, s, e = first[split], final[split], starts[split], ends[split]
+        np.add.at(counts, f, (f + 1) * slice_elems - s)
+        np.add.at(counts, l, e - l * slice_elems)
+        # Whole slices strictly between the first and last home core of a long run.
+        diff = np.zeros(num_cores + 2, np.int64)
+        np.add.at(diff, f + 1, slice_elems)
+        np.add.at(diff, l, -slice_elems)
+        counts[: num_cores + 1] += np.cumsum(diff)[: num_cores + 1]
+    return counts[:num_cores]
