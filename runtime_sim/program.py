@@ -134,10 +134,7 @@ class TensorAccess:
 
     @property
     def nbytes(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n * dtype_bytes(self.dtype)
+        return tensor_bytes(self.shape, self.dtype)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -379,10 +376,7 @@ class TensorDecl:
 
     @property
     def nbytes(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n * dtype_bytes(self.dtype)
+        return tensor_bytes(self.shape, self.dtype)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "source": self.source}
@@ -462,6 +456,13 @@ class DeviceProgram:
 
 _DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8,
                 "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+
+
+def tensor_bytes(shape: Sequence[int], dtype: str) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n * dtype_bytes(dtype)
 
 
 def dtype_bytes(dtype: str) -> int:

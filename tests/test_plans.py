@@ -7,19 +7,9 @@ import pytest
 from runtime_sim.errors import PlanNotFoundError
 from runtime_sim.hardware import preset, small_chip
 from runtime_sim.layout import OpLayout
-from runtime_sim.program import AffineIndex, Axis, ExecutionPlan, TensorAccess, TensorExpr, make_load
+from runtime_sim.program import ExecutionPlan
 from tvm_icca.plans import AnalyticCostModel, plan_operator, rotating_tensors
 from tvm_icca.plans.space import axis_factor_candidates, divisors
-
-ax = AffineIndex.of_axis
-
-
-def _matmul(m, k, n, dtype="float32"):
-    a = TensorAccess("A", (m, k), dtype, (ax("m"), ax("k")))
-    b = TensorAccess("B", (k, n), dtype, (ax("k"), ax("n")))
-    c = TensorAccess("C", (m, n), dtype, (ax("m"), ax("n")))
-    body = {"op": "mul", "args": [make_load(0, a.indices), make_load(1, b.indices)]}
-    return TensorExpr("matmul", (Axis("m", m), Axis("n", n), Axis("k", k, True)), (a, b), c, body)
 
 
 def test_factor_candidates():
@@ -29,34 +19,34 @@ def test_factor_candidates():
 
 
 @pytest.mark.parametrize("cores,sram", [(4, 16 * 1024), (16, 12 * 1024), (64, 10 * 1024)])
-def test_plan_is_valid_and_fits(cores, sram):
+def test_plan_is_valid_and_fits(cores, sram, exprs):
     hw = small_chip(cores, sram)
-    planned = plan_operator(_matmul(32, 48, 40), hw)
+    planned = plan_operator(exprs.matmul(32, 48, 40), hw)
     planned.layout.validate()
     assert planned.layout.num_cores <= cores
     assert planned.memory_bytes_per_core <= hw.usable_sram_bytes
     assert planned.memory_bytes_per_core == planned.layout.memory_bytes_per_core()
 
 
-def test_tight_memory_forces_rotation():
-    roomy = plan_operator(_matmul(64, 64, 64), small_chip(16, 256 * 1024))
-    tight = plan_operator(_matmul(64, 64, 64), small_chip(16, 8 * 1024 + 3 * 1024))
+def test_tight_memory_forces_rotation(exprs):
+    roomy = plan_operator(exprs.matmul(64, 64, 64), small_chip(16, 256 * 1024))
+    tight = plan_operator(exprs.matmul(64, 64, 64), small_chip(16, 8 * 1024 + 3 * 1024))
     assert tight.memory_bytes_per_core < roomy.memory_bytes_per_core
     assert any(tight.plan.temporal[t] for t in range(3)), "a tight budget needs temporal partitions"
     assert tight.time_s >= roomy.time_s
 
 
-def test_single_core_cost_is_closed_form():
+def test_single_core_cost_is_closed_form(exprs):
     hw = small_chip(1, 1024 * 1024)
-    planned = plan_operator(_matmul(32, 32, 32), hw)
+    planned = plan_operator(exprs.matmul(32, 32, 32), hw)
     # One core, one step: 32^3 MAC on the matrix unit plus one synchronization.
     expected = 2 * 32**3 / hw.matrix_flops_per_cycle / hw.clock_hz + hw.sync_cycles / hw.clock_hz
     assert planned.time_s == pytest.approx(expected)
 
 
-def test_shift_cost_counts_every_rotation():
+def test_shift_cost_counts_every_rotation(exprs):
     hw = small_chip(4, 1024 * 1024)
-    expr = _matmul(8, 8, 8)
+    expr = exprs.matmul(8, 8, 8)
     plan = ExecutionPlan({"m": 2, "n": 2, "k": 1}, ({"k": 2}, {"k": 2}, {}), ("k",))
     layout = OpLayout(expr, plan)
     layout.validate()
@@ -67,8 +57,8 @@ def test_shift_cost_counts_every_rotation():
     assert layout.shift_bytes() == 4 * 2 * 2 * 64
 
 
-def test_rotating_tensors_follow_f_op():
-    planned = plan_operator(_matmul(64, 64, 64), small_chip(16, 8 * 1024 + 3 * 1024))
+def test_rotating_tensors_follow_f_op(exprs):
+    planned = plan_operator(exprs.matmul(64, 64, 64), small_chip(16, 8 * 1024 + 3 * 1024))
     rts = rotating_tensors(planned.layout)
     F = planned.layout.F
     assert rts[0].spatial_partition_factor == (F["m"], F["k"])
@@ -78,17 +68,17 @@ def test_rotating_tensors_follow_f_op():
         assert sharing % math.prod(rt.temporal_partition_factor) == 0
 
 
-def test_tensor_larger_than_chip_is_a_clear_error():
+def test_tensor_larger_than_chip_is_a_clear_error(exprs):
     with pytest.raises(PlanNotFoundError, match="exceeds the on-chip memory"):
-        plan_operator(_matmul(2048, 2048, 2048), small_chip(4, 64 * 1024))
+        plan_operator(exprs.matmul(2048, 2048, 2048), small_chip(4, 64 * 1024))
 
 
-def test_nothing_fits_names_op_and_budget():
+def test_nothing_fits_names_op_and_budget(exprs):
     with pytest.raises(PlanNotFoundError, match="budget"):
-        plan_operator(_matmul(16, 16, 16), small_chip(1, 8 * 1024 + 2048), name="mm0")
+        plan_operator(exprs.matmul(16, 16, 16), small_chip(1, 8 * 1024 + 2048), name="mm0")
 
 
-def test_default_chip_plans_large_matmul_quickly():
-    planned = plan_operator(_matmul(32, 5120, 15360, "float16"), preset("ipu-mk2"))
+def test_default_chip_plans_large_matmul_quickly(exprs):
+    planned = plan_operator(exprs.matmul(32, 5120, 15360, "float16"), preset("ipu-mk2"))
     assert planned.layout.num_cores > 1000
     assert planned.memory_bytes_per_core <= preset("ipu-mk2").usable_sram_bytes

@@ -7,20 +7,10 @@ import numpy as np
 import pytest
 
 from runtime_sim.hardware import preset, small_chip
-from runtime_sim.program import AffineIndex, Axis, TensorAccess, TensorExpr, VgmPlan, make_load, plan_from_dict
+from runtime_sim.program import VgmPlan, plan_from_dict
 from runtime_sim.vgm import VgmLayout, _home_counts, vgm_op_timing
 from tvm_icca.plans import plan_operator
 from tvm_icca.plans.vgm import estimate_vgm_time, plan_vgm_operator
-
-ax = AffineIndex.of_axis
-
-
-def _matmul(m, k, n, dtype="float16"):
-    a = TensorAccess("A", (m, k), dtype, (ax("m"), ax("k")))
-    b = TensorAccess("B", (k, n), dtype, (ax("k"), ax("n")))
-    c = TensorAccess("C", (m, n), dtype, (ax("m"), ax("n")))
-    body = {"op": "mul", "args": [make_load(0, a.indices), make_load(1, b.indices)]}
-    return TensorExpr("matmul", (Axis("m", m), Axis("n", n), Axis("k", k, True)), (a, b), c, body)
 
 
 @pytest.mark.parametrize("shape,box,cores", [
@@ -40,12 +30,12 @@ def test_home_counts_match_brute_force(shape, box, cores):
     np.testing.assert_array_equal(got, want)
 
 
-def test_every_core_reading_one_slice_is_serialized():
+def test_every_core_reading_one_slice_is_serialized(exprs):
     """N cores fetch the same row of B, homed on one core: its link serves them in turn."""
     hw = small_chip(8, 64 * 1024)
     # B is 8 x 8 fp16 over 8 cores: one row (16 bytes) per core. Tiles: n = 8, m = 1 -> 8
     # tiles on 8 cores, k chunk 1: every core needs B[k, :] which lives on core k.
-    expr = _matmul(8, 8, 8)
+    expr = exprs.matmul(8, 8, 8, "float16")
     plan = VgmPlan({"m": 1, "n": 8, "k": 1})
     timing = vgm_op_timing(expr, plan, hw)
     layout = VgmLayout(expr, plan, hw.num_cores)
@@ -60,9 +50,9 @@ def test_every_core_reading_one_slice_is_serialized():
     assert timing.stall_s > 0
 
 
-def test_tiles_fit_memory_and_align_to_matrix_unit():
+def test_tiles_fit_memory_and_align_to_matrix_unit(exprs):
     hw = preset("ipu-mk2")
-    planned = plan_vgm_operator(_matmul(4096, 1024, 4096), hw)
+    planned = plan_vgm_operator(exprs.matmul(4096, 1024, 4096, "float16"), hw)
     assert planned.memory_bytes_per_core <= hw.usable_sram_bytes
     for a, t in planned.plan.tiles.items():
         assert t % hw.matrix_tile[0] == 0
@@ -72,10 +62,10 @@ def test_tiles_fit_memory_and_align_to_matrix_unit():
     assert estimate_vgm_time(planned.layout, hw) == pytest.approx(planned.estimated_time_s)
 
 
-def test_compute_shift_beats_vgm_on_large_matmuls():
+def test_compute_shift_beats_vgm_on_large_matmuls(exprs):
     hw = preset("ipu-mk2")
     for shape in [(4096, 1024, 4096), (32, 5120, 15360)]:
-        expr = _matmul(*shape)
+        expr = exprs.matmul(*shape, "float16")
         vgm = vgm_op_timing(expr, plan_vgm_operator(expr, hw).plan, hw)
         t10 = plan_operator(expr, hw)
         assert vgm.time_s > t10.time_s, shape
