@@ -16,8 +16,12 @@ setup(
         "apache-tvm-ffi<0.1.15",
         "onnx>=1.15",
         "numpy>=1.24",
+        "tqdm>=4.60",
     ],
-    extras_require={"test": ["pytest>=7", "hypothesis>=6"]},
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6"],
+        "bench": ["matplotlib>=3.7"],
+    },
     entry_points={
         # TVM imports every entry point of this group at `import tvm` (tvm/__init__.py).
         "tvm.backends": ["icca = tvm_icca._autoload:autoload"],
