@@ -1,7 +1,8 @@
 """The simulated ICCA device (pure numpy; imports neither TVM nor the compiler).
 
 It runs :class:`DeviceProgram` s, the one contract with the compiler, on data: every core's
-SRAM, compute steps and inter-core shifts of T10's compute-shift plans (T10 §4.4, §5).
+SRAM, compute steps and inter-core shifts of T10's compute-shift plans (T10 §4.4, §5); and
+times them, shapes only (:func:`simulate_timing`, Elk §5 "Simulation framework").
 """
 
 from .constants import decode_constant, encode_constant, encode_constants
@@ -30,6 +31,7 @@ from .program import (
     TensorDecl,
     TensorExpr,
 )
+from .timing import OpTiming, TimingReport, simulate_timing  # after .hardware: it imports schedules
 
 __all__ = [
     "AffineIndex",
@@ -45,6 +47,7 @@ __all__ = [
     "ModelImportError",
     "OpLayout",
     "OpProgram",
+    "OpTiming",
     "PRESET_NAMES",
     "PROGRAM_VERSION",
     "PlanNotFoundError",
@@ -54,6 +57,7 @@ __all__ = [
     "TensorAccess",
     "TensorDecl",
     "TensorExpr",
+    "TimingReport",
     "UnsupportedDtypeError",
     "decode_constant",
     "encode_constant",
@@ -64,5 +68,6 @@ __all__ = [
     "last_run_stats",
     "preset",
     "reset_stats",
+    "simulate_timing",
     "small_chip",
 ]

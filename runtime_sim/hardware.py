@@ -48,6 +48,8 @@ class HardwareSpec:
     inter_chip_bandwidth: float = 0.0
     hbm_bandwidth: float = 0.0
     hbm_controllers: int = 0
+    #: Host <-> chip bandwidth per chip: the IPU Mk2's off-chip bandwidth, 8 GB/s (T10 Table 3).
+    host_bandwidth: float = 8e9
     dtypes: tuple[str, ...] = SUPPORTED_DTYPES
     notes: str = field(default="", compare=False)
 
@@ -68,7 +70,8 @@ class HardwareSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise bad(name, "must be a positive integer")
-        for name in ("link_bandwidth", "clock_hz", "matrix_flops_per_cycle", "vector_flops_per_cycle"):
+        for name in ("link_bandwidth", "clock_hz", "matrix_flops_per_cycle", "vector_flops_per_cycle",
+                     "host_bandwidth"):
             value = getattr(self, name)
             if not _is_number(value) or not value > 0 or math.isinf(value):
                 raise bad(name, "must be a positive finite number")

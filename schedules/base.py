@@ -92,6 +92,54 @@ class ComputeTemplate:
         return self.points(expr, chunk) * max(arithmetic_nodes(expr.body), 1)
 
 
+def hoisted_ops(expr: TensorExpr, chunk: Mapping[str, int]) -> int:
+    """Vector operations of one sub-task when each subexpression is computed once per value of
+    the axes it depends on (loop-invariant hoisting, as any row-wise kernel does).
+
+    A row statistic such as softmax's ``max_k x[i, k]`` then costs one pass over the row per
+    row, not one per output element; nested statistics (the max inside softmax's
+    denominator) are hoisted out of the enclosing reduction. At least one operation per
+    output point of the chunk is counted.
+    """
+    length = {a.name: int(chunk.get(a.name, a.extent)) for a in expr.axes}
+    length.update({a.name: a.extent for a in expr.local_axes})
+
+    def size(axes: frozenset) -> int:
+        return math.prod(length.get(a, 1) for a in axes)
+
+    def visit(node: Expr) -> tuple[frozenset, int]:
+        op = node["op"]
+        if op == "load":
+            return frozenset(a for i in node["index"] for a, _ in i.get("terms", ())), 0
+        if op == "axis":
+            return frozenset([node["axis"]]), 0
+        if op in ("const", "result"):
+            return frozenset(), 0
+        free, ops = frozenset(), 0
+        for arg in node.get("args", ()):
+            f, o = visit(arg)
+            free, ops = free | f, ops + o
+        if op == "cast":
+            return free, ops
+        if op == "reduce":  # one combine per evaluated element
+            return free - frozenset(node["axes"]), ops + size(free)
+        return free, ops + size(free)
+
+    _, ops = visit(expr.body)
+    top = math.prod(length[a.name] for a in expr.axes)
+    return max(ops, top)
+
+
+class LocalReductionTemplate(ComputeTemplate):
+    """Vector work with core-local reductions (softmax, layer norm): hoisted row statistics."""
+
+    def subtask_cycles(self, expr: TensorExpr, chunk: Mapping[str, int], hw: HardwareSpec) -> float:
+        return hoisted_ops(expr, chunk) / hw.vector_flops_per_cycle
+
+    def flops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
+        return hoisted_ops(expr, chunk)
+
+
 class MatrixTemplate(ComputeTemplate):
     """A sum of products on the matrix unit, padded to its tile shape (T10 §4.3.1 padding)."""
 

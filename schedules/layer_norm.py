@@ -3,8 +3,8 @@
 Like softmax, the normalized axes are core-local; gamma and beta are read along them.
 """
 
-from .base import ComputeTemplate
+from .base import LocalReductionTemplate
 
 
-class LayerNormTemplate(ComputeTemplate):
+class LayerNormTemplate(LocalReductionTemplate):
     kind = "layer_norm"

@@ -4,8 +4,8 @@ The normalized axis is a core-local axis of inner reductions, so the generic pla
 (``runtime_sim.layout.pinned_axes``) keep it unsplit; rows are distributed over cores.
 """
 
-from .base import ComputeTemplate
+from .base import LocalReductionTemplate
 
 
-class SoftmaxTemplate(ComputeTemplate):
+class SoftmaxTemplate(LocalReductionTemplate):
     kind = "softmax"

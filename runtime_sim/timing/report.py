@@ -1,0 +1,174 @@
+"""The result of a timing simulation: totals, utilization, per-operator breakdown, trace."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..hardware import HardwareSpec
+
+
+@dataclass
+class OpTiming:
+    """One operator of one region on the simulated timeline (times in seconds).
+
+    ``start_s``/``end_s`` bound its execution on the compute array (re-layout of its inputs,
+    steps with their shifts, replica reduction, epilogue); its off-chip loads run before or,
+    prefetched, during the previous operator (``load_start_s``/``load_end_s``).
+    """
+
+    name: str
+    region: str
+    kind: str
+    cores: int
+    start_s: float
+    end_s: float
+    compute_s: float  # sub-tasks + per-step sync + reduction adds + epilogue
+    transfer_s: float  # re-layout + shifts + replica reduction over the interconnect
+    hbm_s: float  # duration of this operator's HBM load (0 without HBM inputs)
+    stall_s: float  # interconnect contention beyond the uncontended time
+    host_s: float = 0.0  # duration of its load over the host link
+    wait_s: float = 0.0  # compute array idle before it, waiting for its loads
+    steps: int = 0
+    flops: int = 0
+    shift_bytes: int = 0  # rotation + replica reduction (as the functional device counts)
+    rotation_bytes: int = 0
+    reduction_bytes: int = 0
+    relayout_bytes: float = 0.0
+    inter_chip_bytes: float = 0.0
+    hbm_bytes: float = 0.0  # unique bytes read from HBM
+    host_bytes: float = 0.0
+    load_start_s: float = 0.0
+    load_end_s: float = 0.0
+    hbm_start_s: float = 0.0
+    host_start_s: float = 0.0
+    prefetched: bool = False  # its load started while the previous operator executed
+    sram_bytes_per_core: int = 0  # peak on a core while it runs, shift buffer included
+    relayout_s: float = 0.0
+    steps_s: float = 0.0  # all steps: sub-tasks, syncs and shifts
+    shift_s: float = 0.0
+    reduction_s: float = 0.0  # reduction transfers and adds
+    epilogue_s: float = 0.0
+    distinct_shift_phases: int = 0
+    estimated: bool = False  # a sampled estimate entered its shift or re-layout cost
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TimingReport:
+    """Timing of a sequence of device programs (one model invocation) on one chip/system.
+
+    ``total_s`` is the makespan. ``compute_s`` and ``transfer_s`` add up the operators'
+    execution (they never overlap each other: steps are bulk-synchronous); ``hbm_s`` and
+    ``host_s`` are the time the HBM controllers and host links are busy; ``overlap_s`` is the
+    time HBM loading runs during execution; ``stall_s`` the time lost to interconnect
+    contention beyond the uncontended time; ``idle_s`` the time the compute array waits.
+    ``total_s = compute_s + transfer_s + idle_s``.
+    """
+
+    hardware: str
+    topology: str
+    total_s: float
+    compute_s: float
+    transfer_s: float
+    hbm_s: float
+    overlap_s: float
+    stall_s: float
+    host_s: float
+    idle_s: float
+    num_ops: int
+    num_regions: int
+    hbm_bytes: float
+    host_bytes: float
+    shift_bytes: int
+    rotation_bytes: int
+    reduction_bytes: int
+    relayout_bytes: float
+    inter_chip_bytes: float
+    steps: int
+    peak_sram_bytes_per_core: int
+    peak_sram_with_prefetch_bytes_per_core: int
+    flops: int
+    utilization: dict[str, float]
+    per_op: list[OpTiming]
+    regions: list[dict[str, Any]]
+    simulation_s: float = 0.0  # wall-clock seconds the simulation took
+    trace_events: list[dict[str, Any]] = field(default_factory=list)
+    hw: HardwareSpec | None = field(default=None, repr=False)
+
+    _SUMMARY = (
+        "hardware", "topology", "total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s",
+        "stall_s", "host_s", "idle_s", "num_ops", "num_regions", "hbm_bytes", "host_bytes",
+        "shift_bytes", "rotation_bytes", "reduction_bytes", "relayout_bytes",
+        "inter_chip_bytes", "steps", "peak_sram_bytes_per_core",
+        "peak_sram_with_prefetch_bytes_per_core", "flops", "simulation_s",
+    )
+
+    def to_dict(self, per_op: bool = True) -> dict[str, Any]:
+        """JSON-ready summary (and per-operator rows unless ``per_op=False``)."""
+        data: dict[str, Any] = {k: getattr(self, k) for k in self._SUMMARY}
+        data["utilization"] = dict(self.utilization)
+        data["regions"] = [dict(r) for r in self.regions]
+        if per_op:
+            data["per_op"] = [op.to_dict() for op in self.per_op]
+        return data
+
+    def to_json(self, per_op: bool = True) -> str:
+        return json.dumps(self.to_dict(per_op), indent=1)
+
+    def table(self, max_ops: int | None = 40) -> str:
+        """A readable breakdown: totals, utilization, then the slowest operators."""
+        u = self.utilization
+        lines = [
+            f"ICCA timing on {self.hardware} ({self.topology}): {self.num_ops} ops in "
+            f"{self.num_regions} regions, {self.steps} steps",
+            f"  total     {_ms(self.total_s)}",
+            f"  compute   {_ms(self.compute_s)}   transfer {_ms(self.transfer_s)}   "
+            f"idle {_ms(self.idle_s)}",
+            f"  hbm       {_ms(self.hbm_s)}   overlap  {_ms(self.overlap_s)}   "
+            f"host {_ms(self.host_s)}   stall {_ms(self.stall_s)}",
+            f"  bytes     shift {_mb(self.shift_bytes)}  relayout {_mb(self.relayout_bytes)}  "
+            f"hbm {_mb(self.hbm_bytes)}  host {_mb(self.host_bytes)}  "
+            f"inter-chip {_mb(self.inter_chip_bytes)}",
+            f"  peak SRAM {self.peak_sram_bytes_per_core} B/core "
+            f"({self.peak_sram_with_prefetch_bytes_per_core} with prefetch)",
+            f"  utilization flops {u.get('flops', 0):.1%}  interconnect "
+            f"{u.get('interconnect', 0):.1%}  hbm {u.get('hbm', 0):.1%}",
+            "",
+        ]
+        header = (f"  {'op':<28} {'kind':<11} {'cores':>5} {'start ms':>10} {'dur ms':>9} "
+                  f"{'compute':>9} {'transfer':>9} {'hbm':>9} {'stall':>9} {'steps':>6}")
+        lines.append(header)
+        ops = sorted(self.per_op, key=lambda o: -o.duration_s)
+        shown = ops if max_ops is None else ops[:max_ops]
+        for op in sorted(shown, key=lambda o: o.start_s):
+            lines.append(
+                f"  {op.name[-28:]:<28} {op.kind[:11]:<11} {op.cores:>5} {op.start_s * 1e3:>10.4f} "
+                f"{op.duration_s * 1e3:>9.4f} {op.compute_s * 1e3:>9.4f} {op.transfer_s * 1e3:>9.4f} "
+                f"{op.hbm_s * 1e3:>9.4f} {op.stall_s * 1e3:>9.4f} {op.steps:>6}"
+            )
+        if len(shown) < len(ops):
+            lines.append(f"  ... {len(ops) - len(shown)} faster ops not shown")
+        return "\n".join(lines)
+
+    def write_trace(self, path: str) -> None:
+        """Write a Chrome trace-event JSON file (open it in https://ui.perfetto.dev)."""
+        from ..trace import timing_trace, write_trace
+
+        events = self.trace_events or timing_trace(self)
+        write_trace(path, events)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:10.4f} ms"
+
+
+def _mb(nbytes: float) -> str:
+    return f"{nbytes / 1e6:.3f} MB"

@@ -1,0 +1,577 @@
+"""Event-driven timing of device programs: operators, transfers and HBM loads on a timeline.
+
+Elk §5 ("Simulation framework") describes an event-driven ICCA simulator with per-core
+compute, per-link transfers and HBM fetches. This one is event-driven at operator and
+transfer granularity: each operator's homogeneous steps are costed in closed form
+(:mod:`.opcost`), each transfer phase on the topology (:mod:`runtime_sim.topology`), and a
+small event queue (``heapq``) orders operator executions on the compute array and loads on
+the HBM controllers and host links.
+
+Data sources of an operator input (``TensorDecl.source``, program format):
+
+* produced earlier in the region -> re-laid out from the producer's ring-0 cores over the
+  interconnect (exact box overlaps, :mod:`.geometry`);
+* ``"chip"`` region input -> re-laid out from a canonical block layout over all cores
+  (estimate: the producing region's layout is not known to this program);
+* ``"hbm"`` -> loaded from HBM: unique bytes per chip at ``hbm_bandwidth / hbm_controllers``
+  per controller, striped over the chip's controllers (Elk §5), delivered to every core that
+  needs them over the network; the load lasts ``max(controller time, network time)``;
+* ``"host"`` -> over the chip's host link at ``hw.host_bandwidth`` (8 GB/s, T10 Table 3);
+* a constant -> its entry's ``"source"`` if given, else ``"hbm"`` on a chip with HBM and
+  otherwise resident: weights stay on chip in the operator's placement (T10 §4.3.2 keeps the
+  model on chip and moves only inputs and outputs; the idle-to-active setup is not modelled).
+
+Prefetch policy (until Elk's preload scheduling arrives): loads of operator ``i+1`` start
+when operator ``i`` starts executing if the SRAM it leaves free on every core holds them,
+else when it ends; loads are served in operator order. While a load overlaps an execution,
+its network delivery only gets the link time the execution leaves free (the running
+operator keeps priority); the delay is counted as stall when it postpones the next operator.
+Operators execute in program order, each once its loads are done and the previous one ended.
+
+SRAM: per core, partitions of the running operator plus on-chip intermediates still needed
+plus the shift buffer, exactly as :class:`runtime_sim.device.SimulatedDevice` counts it; a
+program that would overflow raises :class:`SramOverflowError` as the device does.
+
+Stall: a transfer phase's time beyond what its slowest flow would take alone on the network
+(contention on ports, links, the inter-chip cap), plus load delays from sharing links that
+postponed an operator. Region outputs stay on chip (the next region reads them as ``"chip"``
+inputs); returning results to the host is not timed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time as _time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import DeviceProgramError, InvalidPlanError, SramOverflowError
+from ..hardware import HardwareSpec
+from ..layout import OpLayout
+from ..program import DeviceProgram, OpProgram, dtype_bytes
+from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
+from .geometry import Boxes, BlockGrid, canonical_grid, input_boxes, producer_grid, relayout
+from .opcost import OpCost, op_cost
+from .report import OpTiming, TimingReport
+
+#: Source of a constant kept on chip in its operator's placement: it moves nowhere (T10 §4.3.2).
+RESIDENT = "resident"
+
+
+@dataclass
+class _Load:
+    """One operator's loads from one off-chip source (all its inputs from it together)."""
+
+    kind: str  # "hbm" or "host"
+    source_s: float  # controllers / host links: unique bytes over their bandwidth
+    network: PhaseCost  # delivery to every core that needs the data
+    unique_bytes: float
+    delivered_bytes: float
+
+    @property
+    def duration_s(self) -> float:
+        return max(self.source_s, self.network.time_s)
+
+
+@dataclass
+class _Work:
+    """One operator instance: its cost and what it needs before it can run."""
+
+    op: OpProgram
+    region: str
+    program: int  # index of its program in the simulated sequence
+    cost: OpCost
+    relayout: PhaseCost
+    relayout_bytes: float
+    relayout_estimated: bool
+    loads: list[_Load]
+    used: np.ndarray  # SRAM per core while it runs (device accounting), shift buffer included
+    prefetch_need: np.ndarray  # bytes per core its loads deposit (its loaded partitions)
+
+    @property
+    def duration_s(self) -> float:
+        return self.relayout.time_s + self.cost.exec_s
+
+    @property
+    def transfer_s(self) -> float:
+        return self.relayout.time_s + self.cost.shift.time_s + self.cost.reduction.time_s
+
+
+@dataclass
+class _Caches:
+    layouts: dict[str, OpLayout] = field(default_factory=dict)
+    costs: dict[str, OpCost] = field(default_factory=dict)
+    relayouts: dict[tuple, tuple[PhaseCost, float, bool]] = field(default_factory=dict)
+    loads: dict[tuple, tuple[_Load, np.ndarray]] = field(default_factory=dict)
+    boxes: dict[tuple[str, int], Boxes] = field(default_factory=dict)
+    grids: dict[str, BlockGrid] = field(default_factory=dict)
+
+
+def _op_key(op: OpProgram) -> str:
+    """What an operator's timing depends on: its expression and plan, not its tensors' names
+    (the same layer repeated in a model costs once)."""
+    expr = op.expr.to_dict()
+    for i, access in enumerate(expr["inputs"]):
+        access["name"] = i
+    expr["output"]["name"] = -1
+    return json.dumps([expr, op.plan.to_dict()], sort_keys=True, separators=(",", ":"))
+
+
+class _Planner:
+    """Turns programs into :class:`_Work` items, costing each distinct thing once."""
+
+    def __init__(self, hw: HardwareSpec, topo: Topology):
+        self.hw = hw
+        self.topo = topo
+        self.c = _Caches()
+
+    def layout(self, key: str, op: OpProgram) -> OpLayout:
+        layout = self.c.layouts.get(key)
+        if layout is None:
+            layout = OpLayout(op.expr, op.plan)
+            layout.validate()
+            if layout.num_cores > self.hw.num_cores:
+                raise InvalidPlanError(
+                    f"operator '{op.name}' is planned on {layout.num_cores} cores, "
+                    f"but chip '{self.hw.name}' has {self.hw.num_cores}"
+                )
+            self.c.layouts[key] = layout
+        return layout
+
+    def cost(self, key: str, layout: OpLayout) -> OpCost:
+        cost = self.c.costs.get(key)
+        if cost is None:
+            cost = self.c.costs[key] = op_cost(layout, self.hw, self.topo)
+        return cost
+
+    def boxes(self, key: str, layout: OpLayout, t: int) -> Boxes:
+        box = self.c.boxes.get((key, t))
+        if box is None:
+            box = self.c.boxes[(key, t)] = input_boxes(layout, t)
+        return box
+
+    def relayout(self, source: tuple, grid: BlockGrid, key: str, layout: OpLayout, t: int) -> tuple[PhaseCost, float, bool]:
+        cache_key = (source, key, t)
+        hit = self.c.relayouts.get(cache_key)
+        if hit is None:
+            topo = self.topo
+            rl = relayout(grid, self.boxes(key, layout, t), topo.node_chip, topo.num_chips)
+            sampled = [rl.box_weight > 1]
+
+            def flows() -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+                f = rl.flows()
+                sampled[0] = sampled[0] or f.sample_weight > 1
+                return f.src, f.dst, f.nbytes, f.sample_weight
+
+            pattern = MulticastPattern(rl.piece_src, rl.piece_bytes, rl.piece_receivers,
+                                       rl.recv_bytes, flows, rl.box_weight)
+            phase = topo.multicast_phase(pattern)
+            hit = self.c.relayouts[cache_key] = (phase, rl.moved_bytes, sampled[0])
+        return hit
+
+    def load(self, kind: str, key: str, layout: OpLayout, inputs: tuple[int, ...]) -> tuple[_Load, np.ndarray]:
+        cache_key = (kind, key, inputs)
+        hit = self.c.loads.get(cache_key)
+        if hit is not None:
+            return hit
+        hw, topo = self.hw, self.topo
+        n = layout.num_cores
+        cores = np.arange(n)
+        per_core = np.zeros(n)
+        unique = np.zeros(hw.num_chips)
+        need = np.zeros(n, np.int64)
+        for t in inputs:
+            box = self.boxes(key, layout, t)
+            per_core += box.nbytes
+            unique += box.unique_bytes_per_chip(topo.node_chip, hw.num_chips)
+            need += layout.partition_bytes(t)
+        src, dst, nbytes = topo.io_flows(kind, cores, per_core)
+        network = topo.phase(src, dst, nbytes)
+        if kind == "hbm":
+            # each chip's unique bytes are striped over its home controllers (Elk §5)
+            per_ctrl = np.zeros(hw.hbm_controllers)
+            for k in range(hw.num_chips):
+                home = topo.home_controllers(k)
+                per_ctrl[home] += unique[k] / home.size
+            source_s = float(per_ctrl.max()) / (hw.hbm_bandwidth / hw.hbm_controllers)
+        else:
+            source_s = float(unique.max()) / hw.host_bandwidth
+        hit = (_Load(kind, source_s, network, float(unique.sum()), float(per_core.sum())), need)
+        self.c.loads[cache_key] = hit
+        return hit
+
+    def program_work(self, program: DeviceProgram, index: int = 0) -> tuple[list[_Work], int]:
+        """Work items of one region, and the region's peak SRAM per core (device accounting)."""
+        hw = self.hw
+        decls = {d.name: d for d in program.inputs}
+        last_use: dict[str, int] = {}
+        for i, op in enumerate(program.ops):
+            for name in op.input_names:
+                last_use[name] = i
+        for name in program.outputs:
+            last_use[name] = len(program.ops)
+        produced: dict[str, str] = {}  # tensor -> producer op key
+        resident: dict[str, np.ndarray] = {}
+        used = np.zeros(hw.num_cores, np.int64)
+        peak = 0
+        works = []
+        for i, op in enumerate(program.ops):
+            key = _op_key(op)
+            layout = self.layout(key, op)
+            if len(op.input_names) != len(op.expr.inputs):
+                raise DeviceProgramError(
+                    f"operator '{op.name}' names {len(op.input_names)} inputs, "
+                    f"its expression has {len(op.expr.inputs)}"
+                )
+            cost = self.cost(key, layout)
+            for name in [n for n in resident if last_use.get(n, -1) <= i]:
+                used -= resident.pop(name)
+            running = used.copy()
+            running[: layout.num_cores] += cost.footprint_bytes
+            running += hw.shift_buffer_bytes
+            over = np.flatnonzero(running > hw.sram_bytes_per_core)
+            if over.size:
+                core = int(over[0])
+                raise SramOverflowError(op.name, core, hw.sram_bytes_per_core, int(running[core]))
+            peak = max(peak, int(running.max()))
+
+            relayout, moved, estimated = NO_PHASE, 0.0, False
+            by_kind: dict[str, list[int]] = {"hbm": [], "host": []}
+            for t, name in enumerate(op.input_names):
+                src_kind = self._source(program, decls, produced, name, op)
+                if src_kind == "produced":
+                    pkey = produced[name]
+                    grid = self.c.grids.get(pkey)
+                    if grid is None:
+                        grid = self.c.grids[pkey] = producer_grid(self.c.layouts[pkey])
+                    phase, nbytes, est = self.relayout(("op", pkey), grid, key, layout, t)
+                elif src_kind == "chip":
+                    access = op.expr.inputs[t]
+                    grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), hw.num_cores)
+                    phase, nbytes, est = self.relayout(("chip", access.shape, access.dtype), grid,
+                                                       key, layout, t)
+                elif src_kind in by_kind:
+                    if src_kind == "hbm" and (hw.hbm_bandwidth <= 0 or hw.hbm_controllers <= 0):
+                        raise DeviceProgramError(
+                            f"operator '{op.name}' reads '{name}' from HBM, but chip "
+                            f"'{hw.name}' has no HBM (hbm_bandwidth={hw.hbm_bandwidth})"
+                        )
+                    by_kind[src_kind].append(t)
+                    continue
+                else:  # resident constant
+                    continue
+                # inputs of one operator are re-laid out one after another (each a phase)
+                relayout = relayout + phase
+                moved += nbytes
+                estimated = estimated or est
+            loads = []
+            need = np.zeros(hw.num_cores, np.int64)
+            for kind, inputs in by_kind.items():
+                if inputs:
+                    load, per_core = self.load(kind, key, layout, tuple(inputs))
+                    loads.append(load)
+                    need[: layout.num_cores] += per_core
+            works.append(_Work(op, program.region, index, cost, relayout, moved, estimated, loads,
+                               running, need))
+            produced[op.output_name] = key
+            if last_use.get(op.output_name, -1) > i:
+                hold = np.zeros(hw.num_cores, np.int64)
+                out = len(op.expr.tensors) - 1
+                hold[layout.owners()] = layout.partition_bytes(out)
+                resident[op.output_name] = hold
+                used += hold
+        return works, peak
+
+    def _source(self, program: DeviceProgram, decls: dict, produced: dict, name: str, op: OpProgram) -> str:
+        if name in produced:
+            return "produced"
+        if name in decls:
+            return decls[name].source
+        if name in program.constants:
+            entry = program.constants[name]
+            source = entry.get("source") if isinstance(entry, dict) else None
+            if source is None:
+                return "hbm" if self.hw.hbm_bandwidth > 0 else RESIDENT
+            if source not in ("hbm", "host", "chip", RESIDENT):
+                raise DeviceProgramError(f"constant '{name}' has unknown source {source!r}")
+            return source
+        raise DeviceProgramError(f"operator '{op.name}' reads unknown tensor '{name}'")
+
+
+# -- the event-driven schedule ------------------------------------------------------------------
+@dataclass
+class _Slot:
+    exec_start: float = -1.0
+    exec_end: float = -1.0
+    load_start: float = 0.0
+    load_end: float = 0.0
+    hbm_interval: tuple[float, float] | None = None
+    host_interval: tuple[float, float] | None = None
+    contention_delay: float = 0.0
+    gate_open: bool = False
+    prefetched: bool = False
+    loads_done: bool = False
+    ended: bool = False
+
+
+class _Schedule:
+    """Operators on the compute array, loads on the HBM and host resources (``heapq`` events)."""
+
+    def __init__(self, works: list[_Work], hw: HardwareSpec):
+        self.works = works
+        self.hw = hw
+        self.slots = [_Slot() for _ in works]
+        self.free = {"hbm": 0.0, "host": 0.0}
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = 0
+        self.now = 0.0
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._heap, (t, self._seq, fn))
+        self._seq += 1
+
+    def run(self) -> None:
+        if not self.works:
+            return
+        self.at(0.0, lambda: self._open_gate(0))
+        while self._heap:
+            self.now, _, fn = heapq.heappop(self._heap)
+            fn()
+
+    # a load may start once its gate opens (policy) and its resource is free
+    def _open_gate(self, i: int) -> None:
+        slot = self.slots[i]
+        if slot.gate_open:
+            return
+        slot.gate_open = True
+        prev = self.slots[i - 1] if i else None
+        # opened while the previous operator executes (rather than after it): a prefetch
+        slot.prefetched = prev is not None and prev.exec_start >= 0 and self.now < prev.exec_end
+        end = self.now
+        slot.load_start = self.now
+        for load in self.works[i].loads:
+            start = max(self.now, self.free[load.kind])
+            finish, delay = self._load_finish(i, load, start)
+            self.free[load.kind] = finish
+            interval = (start, finish)
+            if load.kind == "hbm":
+                slot.hbm_interval = interval
+            else:
+                slot.host_interval = interval
+            slot.contention_delay = max(slot.contention_delay, delay)
+            end = max(end, finish)
+        slot.load_end = end
+        self.at(end, lambda: self._loads_done(i))
+
+    def _load_finish(self, i: int, load: _Load, start: float) -> tuple[float, float]:
+        """When a load started at ``start`` ends, and its delay from sharing links with the
+        operator executing meanwhile (which keeps priority on the links)."""
+        alone = start + load.duration_s
+        if i == 0:
+            return alone, 0.0
+        prev = self.slots[i - 1]
+        work = self.works[i - 1]
+        s, e = prev.exec_start, prev.exec_end
+        net = load.network.time_s
+        if prev.ended or s < 0 or start >= e or net <= 0 or work.duration_s <= 0:
+            return alone, 0.0
+        busy = min(1.0, work.transfer_s / work.duration_s)  # share of time its links are busy
+        free_rate = 1.0 - busy
+        window = (e - start) * free_rate
+        if free_rate > 0 and net <= window:
+            net_end = start + net / free_rate
+        else:
+            net_end = e + (net - window)
+        finish = max(start + load.source_s, net_end)
+        return finish, max(0.0, finish - alone)
+
+    def _loads_done(self, i: int) -> None:
+        self.slots[i].loads_done = True
+        self._try_exec(i)
+
+    def _try_exec(self, i: int) -> None:
+        slot = self.slots[i]
+        if slot.exec_start >= 0 or not slot.loads_done:
+            return
+        if i and not self.slots[i - 1].ended:
+            return  # the previous operator still runs; its end retries this one
+        slot.exec_start = self.now
+        slot.exec_end = self.now + self.works[i].duration_s
+        self.at(self.now, lambda: self._exec_started(i))
+        self.at(slot.exec_end, lambda: self._exec_ended(i))
+
+    def _exec_started(self, i: int) -> None:
+        if i + 1 < len(self.works) and self._fits_beside(i, i + 1):
+            self._open_gate(i + 1)
+
+    def _exec_ended(self, i: int) -> None:
+        self.slots[i].ended = True
+        if i + 1 < len(self.works):
+            self._open_gate(i + 1)
+            self._try_exec(i + 1)
+
+    def _fits_beside(self, i: int, j: int) -> bool:
+        """Whether operator ``j``'s loaded partitions fit in the SRAM operator ``i`` leaves."""
+        need = self.works[j].prefetch_need
+        if not need.any():
+            return True
+        free = self.hw.sram_bytes_per_core - self.works[i].used
+        return bool(np.all(need <= free))
+
+
+def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Total length of the intersection of two lists of disjoint sorted intervals."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def simulate_timing(
+    programs: Sequence[DeviceProgram] | DeviceProgram,
+    hw: HardwareSpec | None = None,
+    *,
+    trace: bool = False,
+    progress: bool = False,
+) -> TimingReport:
+    """Time one model invocation: ``programs`` are its regions in execution order.
+
+    Shapes only: constants need no ``data``. ``hw`` defaults to the hardware of the first
+    program. ``trace=True`` fills :attr:`TimingReport.trace_events` (Chrome trace events;
+    :meth:`TimingReport.write_trace` builds them on demand otherwise). ``progress=True`` shows
+    a progress bar over the programs (needs ``tqdm``).
+    """
+    wall = _time.perf_counter()
+    if isinstance(programs, DeviceProgram):
+        programs = [programs]
+    programs = [p if isinstance(p, DeviceProgram) else DeviceProgram.from_dict(p) for p in programs]
+    if hw is None:
+        if not programs:
+            raise DeviceProgramError("simulate_timing needs at least one program or a HardwareSpec")
+        hw = HardwareSpec.from_dict(programs[0].hardware)
+    topo = make_topology(hw)
+    planner = _Planner(hw, topo)
+    works: list[_Work] = []
+    peak = 0
+    for index, program in enumerate(_progress(programs, progress)):
+        region_works, region_peak = planner.program_work(program, index)
+        works.extend(region_works)
+        peak = max(peak, region_peak)
+
+    schedule = _Schedule(works, hw)
+    schedule.run()
+    report = _report(works, schedule, hw, topo, peak, len(programs))
+    report.simulation_s = _time.perf_counter() - wall
+    if trace:
+        from ..trace import timing_trace
+
+        report.trace_events = timing_trace(report)
+    return report
+
+
+def _progress(programs: list[DeviceProgram], enabled: bool):
+    if not enabled or len(programs) < 2:
+        return programs
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm is optional: no bar then
+        return programs
+    return tqdm(programs, desc="timing regions", unit="region")
+
+
+def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Topology, peak: int,
+            num_programs: int) -> TimingReport:
+    per_op: list[OpTiming] = []
+    exec_iv, hbm_iv = [], []
+    regions: list[dict[str, Any]] = []
+    stall_total = 0.0
+    peak_prefetch = peak
+    prev_end = 0.0
+    for i, (work, slot) in enumerate(zip(works, schedule.slots)):
+        cost = work.cost
+        hbm = next((l for l in work.loads if l.kind == "hbm"), None)
+        host = next((l for l in work.loads if l.kind == "host"), None)
+        wait = max(0.0, slot.exec_start - prev_end)
+        # contention that postponed this operator: only the part of the load's delay that
+        # ran past the previous operator's end
+        exposed = min(slot.contention_delay, wait)
+        stall = work.relayout.stall_s + cost.shift.stall_s + cost.reduction.stall_s + exposed
+        stall_total += stall
+        if slot.prefetched and i:
+            peak_prefetch = max(peak_prefetch, int((works[i - 1].used + work.prefetch_need).max()))
+        compute = cost.compute_s + cost.reduction_compute_s + cost.epilogue_s
+        hbm_s = (slot.hbm_interval[1] - slot.hbm_interval[0]) if slot.hbm_interval else 0.0
+        host_s = (slot.host_interval[1] - slot.host_interval[0]) if slot.host_interval else 0.0
+        steps_s = cost.compute_s + cost.shift.time_s
+        inter = work.relayout.inter_bytes + cost.shift.inter_bytes + cost.reduction.inter_bytes
+        per_op.append(OpTiming(
+            name=work.op.name, region=work.region, kind=work.op.expr.kind, cores=cost.cores,
+            start_s=slot.exec_start, end_s=slot.exec_end, compute_s=compute,
+            transfer_s=work.transfer_s, hbm_s=hbm_s, stall_s=stall, host_s=host_s, wait_s=wait,
+            steps=cost.steps, flops=cost.flops,
+            shift_bytes=cost.rotation_bytes + cost.reduction_bytes,
+            rotation_bytes=cost.rotation_bytes, reduction_bytes=cost.reduction_bytes,
+            relayout_bytes=work.relayout_bytes, inter_chip_bytes=inter,
+            hbm_bytes=hbm.unique_bytes if hbm else 0.0,
+            host_bytes=host.unique_bytes if host else 0.0,
+            load_start_s=slot.load_start if work.loads else 0.0,
+            load_end_s=slot.load_end if work.loads else 0.0,
+            hbm_start_s=slot.hbm_interval[0] if slot.hbm_interval else 0.0,
+            host_start_s=slot.host_interval[0] if slot.host_interval else 0.0,
+            prefetched=bool(work.loads) and slot.prefetched,
+            sram_bytes_per_core=int(work.used.max()),
+            relayout_s=work.relayout.time_s, steps_s=steps_s, shift_s=cost.shift.time_s,
+            reduction_s=cost.reduction.time_s + cost.reduction_compute_s,
+            epilogue_s=cost.epilogue_s, distinct_shift_phases=cost.distinct_shift_phases,
+            estimated=work.relayout_estimated or cost.shift_sampled,
+        ))
+        exec_iv.append((slot.exec_start, slot.exec_end))
+        if slot.hbm_interval:
+            hbm_iv.append(slot.hbm_interval)
+        if not regions or regions[-1]["program"] != work.program:
+            regions.append({"name": work.region, "program": work.program,
+                            "start_s": slot.exec_start, "end_s": slot.exec_end, "ops": 0})
+        regions[-1]["end_s"] = slot.exec_end
+        regions[-1]["ops"] += 1
+        prev_end = slot.exec_end
+
+    total = max((e for _, e in exec_iv), default=0.0)
+    compute = sum(o.compute_s for o in per_op)
+    transfer = sum(o.transfer_s for o in per_op)
+    hbm_s = sum(e - s for s, e in hbm_iv)
+    overlap = _intersection(hbm_iv, exec_iv)
+    flops = sum(o.flops for o in per_op)
+    hbm_bytes = sum(o.hbm_bytes for o in per_op)
+    moved = sum(o.shift_bytes + o.relayout_bytes for o in per_op) + sum(
+        l.delivered_bytes for w in works for l in w.loads)
+    utilization = {
+        "flops": flops / (total * hw.peak_matrix_flops) if total > 0 else 0.0,
+        # bytes received by cores over their links against every core receiving at full rate
+        "interconnect": moved / (total * hw.num_cores * hw.link_bandwidth) if total > 0 else 0.0,
+        "hbm": hbm_bytes / (total * hw.hbm_bandwidth) if total > 0 and hw.hbm_bandwidth > 0 else 0.0,
+    }
+    return TimingReport(
+        hardware=hw.name, topology=topo.kind if hw.num_chips == 1 else f"{topo.kind} x{hw.num_chips} chips",
+        total_s=total, compute_s=compute, transfer_s=transfer, hbm_s=hbm_s, overlap_s=overlap,
+        stall_s=stall_total, host_s=sum(o.host_s for o in per_op),
+        idle_s=max(0.0, total - compute - transfer), num_ops=len(per_op), num_regions=num_programs,
+        hbm_bytes=hbm_bytes, host_bytes=sum(o.host_bytes for o in per_op),
+        shift_bytes=sum(o.shift_bytes for o in per_op),
+        rotation_bytes=sum(o.rotation_bytes for o in per_op),
+        reduction_bytes=sum(o.reduction_bytes for o in per_op),
+        relayout_bytes=sum(o.relayout_bytes for o in per_op),
+        inter_chip_bytes=sum(o.inter_chip_bytes for o in per_op),
+        steps=sum(o.steps for o in per_op), peak_sram_bytes_per_core=peak,
+        peak_sram_with_prefetch_bytes_per_core=peak_prefetch, flops=flops,
+        utilization=utilization, per_op=per_op, regions=regions, hw=hw,
+    )

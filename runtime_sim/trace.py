@@ -1,0 +1,160 @@
+"""Chrome trace-event files of simulated runs, for Perfetto (https://ui.perfetto.dev).
+
+The format is the JSON object ``{"traceEvents": [...]}`` of the Trace Event Format: complete
+events (``"ph": "X"``, ``ts``/``dur`` in microseconds) on ``(pid, tid)`` tracks, and metadata
+events (``"ph": "M"``, ``process_name`` / ``thread_name`` / ``*_sort_index``) naming them.
+
+:func:`timing_trace` lays a :class:`~runtime_sim.timing.TimingReport` out on tracks:
+
+* one process per chip, with a ``cores`` track of the operators that run on its cores (and,
+  nested inside each operator, its re-layout, steps, reduction and epilogue);
+* ``interconnect``: one track per link class -- on-chip links (the exchange ports on an
+  all-to-all chip, the mesh links on a mesh), inter-chip links, and the delivery of HBM/host
+  loads (one track each) -- with the time the class is in use per operator phase;
+* ``HBM``: one track per HBM controller; ``host``: one track per chip's host link;
+* ``regions``: the device programs (regions) in execution order.
+
+Shift phases interleave with compute steps, so an operator's shifts are drawn as one span over
+its steps, with the actual busy time (``busy_ms``) and bytes in the event's arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+#: microseconds per second: the trace format's time unit
+_US = 1e6
+
+
+class TraceBuilder:
+    """Collects trace events; processes and threads get small integer ids in creation order."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._pids: dict[str, int] = {}
+        self._tids: dict[tuple[int, str], int] = {}
+
+    def process(self, name: str, sort_index: int | None = None) -> int:
+        if name in self._pids:
+            return self._pids[name]
+        pid = len(self._pids) + 1
+        self._pids[name] = pid
+        self.events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                            "args": {"name": name}})
+        self.events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                            "args": {"sort_index": pid if sort_index is None else sort_index}})
+        return pid
+
+    def thread(self, pid: int, name: str, sort_index: int | None = None) -> int:
+        key = (pid, name)
+        if key in self._tids:
+            return self._tids[key]
+        tid = sum(1 for p, _ in self._tids if p == pid) + 1
+        self._tids[key] = tid
+        self.events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                            "args": {"name": name}})
+        self.events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                            "args": {"sort_index": tid if sort_index is None else sort_index}})
+        return tid
+
+    def complete(self, pid: int, tid: int, name: str, start_s: float, dur_s: float,
+                 cat: str = "", args: dict[str, Any] | None = None) -> None:
+        """A complete ("X") event from ``start_s`` lasting ``dur_s`` seconds."""
+        event = {"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": start_s * _US,
+                 "dur": max(0.0, dur_s) * _US}
+        if cat:
+            event["cat"] = cat
+        if args:
+            event["args"] = args
+        self.events.append(event)
+
+    def to_dict(self) -> dict[str, Any]:
+        return trace_document(self.events)
+
+
+def trace_document(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    return {"traceEvents": list(events), "displayTimeUnit": "ns"}
+
+
+def write_trace(path: str, events: Iterable[dict[str, Any]]) -> None:
+    """Write ``events`` as a Chrome trace-event JSON file."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(trace_document(events), f, separators=(",", ":"))
+
+
+def timing_trace(report: Any) -> list[dict[str, Any]]:
+    """Trace events of a :class:`~runtime_sim.timing.TimingReport` (see the module docstring)."""
+    hw = report.hw
+    tb = TraceBuilder()
+    chips = hw.num_chips if hw is not None else 1
+    cpc = hw.cores_per_chip if hw is not None else max((o.cores for o in report.per_op), default=1)
+    mesh = hw is not None and hw.topology == "mesh"
+
+    regions_pid = tb.process("regions", 0)
+    regions_tid = tb.thread(regions_pid, "device programs")
+    chip_tracks = []
+    for k in range(chips):
+        pid = tb.process(f"chip {k} (cores {k * cpc}-{(k + 1) * cpc - 1})", 1 + k)
+        chip_tracks.append((pid, tb.thread(pid, "cores")))
+    ic = tb.process("interconnect", 1 + chips)
+    intra = tb.thread(ic, "mesh links" if mesh else "on-chip links (exchange ports)")
+    inter = tb.thread(ic, "inter-chip links") if chips > 1 else None
+    hbm_delivery = tb.thread(ic, "HBM delivery")
+    host_delivery = tb.thread(ic, "host delivery")
+    hbm_tracks = []
+    if hw is not None and hw.hbm_controllers:
+        pid = tb.process("HBM", 2 + chips)
+        hbm_tracks = [tb.thread(pid, f"controller {h} (chip {h % chips})")
+                      for h in range(hw.hbm_controllers)]
+        hbm_pid = pid
+    host_pid = tb.process("host", 3 + chips)
+    host_tracks = [tb.thread(host_pid, f"host link chip {k}") for k in range(chips)]
+
+    for region in report.regions:
+        tb.complete(regions_pid, regions_tid, region["name"], region["start_s"],
+                    region["end_s"] - region["start_s"], "region", {"ops": region["ops"]})
+    for op in report.per_op:
+        args = {"kind": op.kind, "cores": op.cores, "steps": op.steps,
+                "compute_ms": op.compute_s * 1e3, "transfer_ms": op.transfer_s * 1e3,
+                "stall_ms": op.stall_s * 1e3, "shift_bytes": op.shift_bytes,
+                "relayout_bytes": op.relayout_bytes, "flops": op.flops}
+        phases = []
+        t = op.start_s
+        for label, dur in (("relayout", op.relayout_s), ("steps", op.steps_s),
+                           ("reduce", op.reduction_s), ("epilogue", op.epilogue_s)):
+            if dur > 0:
+                phases.append((label, t, dur))
+            t += dur
+        for k in range(min(chips, -(-op.cores // cpc))):
+            pid, tid = chip_tracks[k]
+            tb.complete(pid, tid, op.name, op.start_s, op.duration_s, "op", args)
+            for label, start, dur in phases:
+                tb.complete(pid, tid, label, start, dur, "phase")
+        for label, start, dur in phases:
+            if label == "relayout":
+                tb.complete(ic, intra, f"relayout {op.name}", start, dur, "link",
+                            {"bytes": op.relayout_bytes})
+            elif label == "steps" and op.shift_s > 0:
+                tb.complete(ic, intra, f"shifts {op.name}", start, dur, "link",
+                            {"busy_ms": op.shift_s * 1e3, "bytes": op.rotation_bytes})
+            elif label == "reduce" and op.reduction_bytes:
+                tb.complete(ic, intra, f"reduce {op.name}", start, dur, "link",
+                            {"bytes": op.reduction_bytes})
+        if inter is not None and op.inter_chip_bytes > 0:
+            tb.complete(ic, inter, f"inter-chip {op.name}", op.start_s, op.duration_s, "link",
+                        {"bytes": op.inter_chip_bytes})
+        if op.hbm_s > 0:
+            for tid in hbm_tracks:
+                tb.complete(hbm_pid, tid, f"load {op.name}", op.hbm_start_s, op.hbm_s, "hbm",
+                            {"unique_bytes": op.hbm_bytes, "prefetched": op.prefetched})
+            tb.complete(ic, hbm_delivery, f"hbm -> {op.name}", op.hbm_start_s, op.hbm_s, "link")
+        if op.host_s > 0:
+            tb.complete(ic, host_delivery, f"host -> {op.name}", op.host_start_s, op.host_s, "link")
+            for k in range(min(chips, -(-op.cores // cpc))):
+                tb.complete(host_pid, host_tracks[k], f"input {op.name}", op.host_start_s,
+                            op.host_s, "host", {"bytes": op.host_bytes})
+    return tb.events
+
+
+__all__ = ["TraceBuilder", "timing_trace", "trace_document", "write_trace"]

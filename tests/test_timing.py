@@ -1,0 +1,586 @@
+"""Timing simulator (runtime_sim.timing): closed forms, agreement with the functional device."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime_sim import (
+    DeviceProgram,
+    ExecutionPlan,
+    OpLayout,
+    OpProgram,
+    SimulatedDevice,
+    SramOverflowError,
+    TensorDecl,
+    encode_constant,
+    preset,
+    small_chip,
+)
+from runtime_sim.timing import (
+    canonical_grid,
+    input_boxes,
+    op_cost,
+    producer_grid,
+    relayout,
+    relayout_flows,
+    shift_schedule,
+    simulate_timing,
+)
+from runtime_sim.topology import make_topology
+from schedules import template_for
+
+LAT = 1e-7  # link latency used where the closed forms should show it
+RNG = np.random.default_rng(7)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def single(expr, plan, hw, sources=None, constants=(), name="op0", region="r0") -> DeviceProgram:
+    """One-op program; inputs from ``sources`` (name -> source) or constants (shape only)."""
+    sources = sources or {}
+    consts = {t.name: {"dtype": t.dtype, "shape": list(t.shape)} for t in expr.inputs if t.name in constants}
+    decls = tuple(TensorDecl(t.name, t.shape, t.dtype, sources.get(t.name, "host"))
+                  for t in expr.inputs if t.name not in constants)
+    op = OpProgram(name, expr, plan, tuple(t.name for t in expr.inputs), expr.output.name)
+    return DeviceProgram(region, hw.to_dict(), decls, (expr.output.name,), (op,), constants=consts)
+
+
+def device_stats(program: DeviceProgram) -> dict:
+    dev = SimulatedDevice()
+    args = [RNG.standard_normal(d.shape).astype(d.dtype) for d in program.inputs]
+    dev.run(program, args)
+    return dev.last_run_stats()
+
+
+def brute_force_shifts(layout: OpLayout, topo) -> tuple[float, float, int, int]:
+    """Walk every step with counters()/shifts_after(): (time, uncontended, bytes, phases)."""
+    t = u = 0.0
+    nbytes = phases = 0
+    for counters, advancing in layout.counters():
+        src, dst, b = [], [], []
+        for ev in layout.shifts_after(counters, advancing):
+            moving = np.flatnonzero(ev.moving)
+            src.append(ev.source[moving])
+            dst.append(moving)
+            b.append(np.full(moving.size, float(layout.partition_bytes(ev.tensor))))
+        if src:
+            cost = topo.phase(np.concatenate(src), np.concatenate(dst), np.concatenate(b))
+            t += cost.time_s
+            u += cost.uncontended_s
+            nbytes += int(np.concatenate(b).sum())
+            phases += 1
+    return t, u, nbytes, phases
+
+
+HW16 = small_chip(16, link_latency_s=LAT)
+
+MATMUL_PLANS = [
+    ({}, ({}, {}, {}), ()),
+    ({"m": 3, "n": 3}, ({"k": 3}, {"k": 3}, {}), ()),  # T10 Fig. 10: Cannon on 3x3 cores
+    ({"m": 2, "n": 4, "k": 2}, ({"k": 4}, {"k": 2}, {}), ()),  # unequal f_t on k
+    ({"m": 2, "n": 2, "k": 4}, ({}, {}, {}), ()),  # split reduction: replicas of C
+    ({"m": 4, "n": 2, "k": 2}, ({"k": 2}, {"k": 4}, {}), ()),
+    ({"m": 2, "k": 2}, ({}, {"n": 2}, {}), ()),  # B rotates on n
+    ({"m": 2, "n": 4}, ({"k": 4}, {"k": 2, "n": 1}, {"n": 1}), ("k",)),
+]
+
+
+# -- the closed-form shift schedule -------------------------------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), kind=st.sampled_from(["matmul", "bmm", "conv"]),
+       cores=st.sampled_from([8, 16, 32, 64]),
+       net=st.sampled_from(["all-to-all", "mesh", "2 chips", "2 chips mesh"]))
+def test_shift_schedule_equals_walking_every_step(exprs, data, kind, cores, net) -> None:
+    if kind == "matmul":
+        e = exprs.matmul(24, 40, 36)
+    elif kind == "bmm":
+        e = exprs.matmul(6, 16, 12, batch=3)
+    else:
+        e = exprs.conv2d(2, 6, 7, 7, 8, 3, 3, stride=1, pad=1)
+    plan = exprs.random_plan(data.draw, e, cores)
+    over = dict(link_latency_s=LAT, topology="mesh" if "mesh" in net else "all-to-all")
+    if "chips" in net:
+        over.update(num_chips=2, inter_chip_bandwidth=20e9)  # a cap the links can exceed
+    hw = small_chip(cores, **over)
+    topo = make_topology(hw)
+    layout = OpLayout(e, plan)
+    cost = op_cost(layout, hw, topo)
+    t, u, nbytes, phases = brute_force_shifts(layout, topo)
+    assert not cost.shift_sampled
+    assert cost.rotation_bytes == nbytes == layout.shift_bytes()
+    assert cost.shift_phases == phases
+    assert sum(p.count for p in shift_schedule(layout)) == phases <= layout.steps
+    assert cost.shift.time_s == pytest.approx(t, rel=1e-9, abs=1e-15)
+    assert cost.shift.uncontended_s == pytest.approx(u, rel=1e-9, abs=1e-15)
+
+
+def test_long_schedules_are_closed_form_not_walked(exprs) -> None:
+    """Thousands of steps on a 4-chip system cost a few distinct phases, in milliseconds."""
+    hw = preset("ipu-pod4-hbm")
+    e = exprs.matmul(4096, 8192, 11776, dtype="float16")
+    plan = ExecutionPlan({"m": 46, "n": 128}, ({"k": 128}, {"k": 2, "n": 23}, {}), ("n", "k"))
+    layout = OpLayout(e, plan)
+    start = time.perf_counter()
+    cost = op_cost(layout, hw, make_topology(hw))
+    elapsed = time.perf_counter() - start
+    assert layout.steps == 2944 and cost.distinct_shift_phases < 100
+    assert cost.rotation_bytes == layout.shift_bytes()
+    assert elapsed < 2.0  # walking 2,944 steps over 5,888 cores would take far longer
+
+
+# -- agreement with the functional device -------------------------------------------------------
+@pytest.mark.parametrize("F, temporal, order", MATMUL_PLANS)
+def test_steps_bytes_and_sram_equal_the_device(exprs, F, temporal, order) -> None:
+    e = exprs.matmul(12, 16, 20)
+    prog = single(e, ExecutionPlan(F, temporal, order), HW16)
+    stats = device_stats(prog)
+    report = simulate_timing([prog])
+    assert report.steps == stats["steps"]
+    assert report.shift_bytes == stats["shift_bytes"]
+    assert report.rotation_bytes == stats["rotation_bytes"]
+    assert report.reduction_bytes == stats["reduction_bytes"]
+    assert report.peak_sram_bytes_per_core == stats["peak_sram_bytes_per_core"]
+
+
+def _chain(exprs, hw):
+    mm = exprs.matmul(6, 8, 10)
+    ba = exprs.bias_add(6, 10)
+    rs = exprs.row_sum(6, 10)
+    ops = (
+        OpProgram("mm", mm, ExecutionPlan({"m": 2, "n": 2, "k": 2}, ({"k": 2}, {}, {})), ("A", "B"), "C"),
+        OpProgram("add", ba, ExecutionPlan({"i": 3, "j": 2}, ({}, {"j": 3}, {})), ("C", "b"), "D"),
+        OpProgram("sum", rs, ExecutionPlan({"i": 2, "k": 2}, ({}, {})), ("C",), "E"),
+    )
+    decls = (TensorDecl("A", (6, 8), "float32"), TensorDecl("B", (8, 10), "float32"),
+             TensorDecl("b", (1, 10), "float32"))
+    return DeviceProgram("chain", hw.to_dict(), decls, ("D", "E"), ops)
+
+
+def test_region_with_intermediates_matches_device(exprs) -> None:
+    prog = _chain(exprs, HW16)
+    stats = device_stats(prog)
+    report = simulate_timing([prog])
+    assert report.num_ops == 3 and report.steps == stats["steps"]
+    assert report.shift_bytes == stats["shift_bytes"]
+    assert report.peak_sram_bytes_per_core == stats["peak_sram_bytes_per_core"]
+    region = stats["regions"][0]
+    for op, dev_op in zip(report.per_op, region["ops"]):
+        assert op.sram_bytes_per_core == dev_op["sram_bytes_per_core"]
+        assert op.shift_bytes == dev_op["shift_bytes"] and op.steps == dev_op["steps"]
+    # C is re-laid out for 'add' and 'sum' (exact box overlaps, never more than the device
+    # places, which counts whole partitions including what a core already holds)
+    assert 0 < report.relayout_bytes <= stats["relayout_bytes"]
+    assert report.per_op[0].relayout_bytes == 0  # A and B come from the host
+
+
+@pytest.mark.parametrize("kind", ["matmul", "conv", "softmax", "bias_relu", "mean"])
+def test_planned_programs_match_device(exprs, kind) -> None:
+    from tvm_icca.plans import plan_operator
+
+    hw = small_chip(32, 32 * 1024, link_latency_s=LAT)
+    e = {"matmul": lambda: exprs.matmul(48, 64, 40),
+         "conv": lambda: exprs.conv2d(2, 8, 10, 10, 12, 3, 3, stride=1, pad=1),
+         "softmax": lambda: exprs.softmax(16, 24),
+         "bias_relu": lambda: exprs.matmul_bias_relu(32, 48, 24),
+         "mean": lambda: exprs.row_sum(24, 64, mean=True)}[kind]()
+    planned = plan_operator(e, hw, budget_bytes=hw.usable_sram_bytes // 4)
+    prog = single(e, planned.plan, hw)
+    stats = device_stats(prog)
+    report = simulate_timing([prog])
+    assert (report.steps, report.shift_bytes, report.peak_sram_bytes_per_core) == (
+        stats["steps"], stats["shift_bytes"], stats["peak_sram_bytes_per_core"])
+
+
+# -- closed forms -------------------------------------------------------------------------------
+def test_compute_bound_matmul_runs_at_peak(exprs) -> None:
+    hw = small_chip(16, 1024 * 1024, sync_cycles=0)
+    e = exprs.matmul(256, 256, 256, dtype="float16")
+    prog = single(e, ExecutionPlan({"m": 4, "n": 4}, ({}, {}, {})), hw, constants=("A", "B"))
+    report = simulate_timing([prog])  # no HBM: constants stay on chip in place (T10 §4.3.2)
+    peak = 2 * 256 ** 3 / (hw.num_cores * hw.matrix_flops_per_cycle * hw.clock_hz)
+    assert report.total_s == pytest.approx(peak, rel=0.01)
+    assert report.compute_s == pytest.approx(peak, rel=0.01) and report.transfer_s == 0
+    assert report.utilization["flops"] == pytest.approx(1.0, rel=0.01)
+    assert report.flops == 2 * 256 ** 3
+
+
+def test_cannon_steps_and_shifts_closed_form(exprs) -> None:
+    """T10 Fig. 10 on 3x3 cores: 3 steps, after each A and B arrive over each core's port."""
+    e = exprs.matmul(48, 96, 48)
+    plan = ExecutionPlan({"m": 3, "n": 3}, ({"k": 3}, {"k": 3}, {}))
+    prog = single(e, plan, HW16, constants=("A", "B"))
+    report = simulate_timing([prog])
+    layout = OpLayout(e, plan)
+    pa, pb = layout.partition_bytes(0), layout.partition_bytes(1)
+    buf = HW16.shift_buffer_bytes
+    shift = (pa + pb) / HW16.link_bandwidth + max(math.ceil(pa / buf), math.ceil(pb / buf)) * LAT
+    cycles = template_for("matmul").subtask_cycles(e, layout.rp, HW16) + HW16.sync_cycles
+    op = report.per_op[0]
+    assert op.shift_s == pytest.approx(3 * shift, rel=1e-9)
+    assert op.compute_s == pytest.approx(3 * cycles / HW16.clock_hz, rel=1e-9)
+    assert report.total_s == pytest.approx(3 * shift + 3 * cycles / HW16.clock_hz, rel=1e-9)
+    # a core receives A and B in the same phase: contention on its port, B alone would not wait
+    assert op.stall_s == pytest.approx(3 * (shift - pb / HW16.link_bandwidth
+                                            - math.ceil(pb / buf) * LAT), rel=1e-6)
+
+
+def test_split_reduction_is_a_binomial_tree(exprs) -> None:
+    e = exprs.matmul(16, 64, 16)
+    plan = ExecutionPlan({"k": 8}, ({}, {}, {}))
+    prog = single(e, plan, HW16, constants=("A", "B"))
+    report = simulate_timing([prog])
+    layout = OpLayout(e, plan)
+    pc = layout.partition_bytes(2)  # 1 KiB: one chunk
+    assert report.reduction_bytes == layout.reduction_bytes() == 7 * pc
+    rounds = 3  # log2(8)
+    transfer = rounds * (pc / HW16.link_bandwidth + LAT)
+    assert report.transfer_s == pytest.approx(transfer, rel=1e-9)
+    adds = rounds * (16 * 16 / HW16.vector_flops_per_cycle + HW16.sync_cycles) / HW16.clock_hz
+    assert report.per_op[0].reduction_s == pytest.approx(transfer + adds, rel=1e-9)
+
+
+def test_hbm_load_is_limited_by_controller_bandwidth(exprs) -> None:
+    hbm_bw = 20e9  # slower than the 16 core links together (88 GB/s)
+    hw = small_chip(16, 256 * 1024, hbm_bandwidth=hbm_bw, hbm_controllers=4, sync_cycles=0)
+    e = exprs.bias_add(256, 256)  # X is split into 16 distinct blocks, b is tiny
+    plan = ExecutionPlan({"i": 4, "j": 4}, ({}, {}, {}))
+    prog = single(e, plan, hw, sources={"X": "hbm", "b": "hbm"})
+    report = simulate_timing([prog])
+    nbytes = 256 * 256 * 4 + 256 * 4  # b: 4 distinct column blocks, read once each
+    op = report.per_op[0]
+    assert report.hbm_bytes == pytest.approx(nbytes)
+    assert op.hbm_s == pytest.approx(nbytes / hbm_bw, rel=0.01)
+    assert report.total_s == pytest.approx(op.hbm_s + op.compute_s, rel=1e-9)
+    assert report.utilization["hbm"] == pytest.approx(op.hbm_s / report.total_s * 1.0, rel=0.01)
+    assert report.idle_s == pytest.approx(op.hbm_s) and report.overlap_s == 0
+
+
+def test_replicated_hbm_data_is_read_once_per_chip(exprs) -> None:
+    hw = small_chip(16, 256 * 1024, hbm_bandwidth=1e12, hbm_controllers=4)
+    e = exprs.matmul(64, 64, 64)
+    plan = ExecutionPlan({"m": 4, "n": 4}, ({}, {}, {}))  # A and B replicated 4x each
+    report = simulate_timing([single(e, plan, hw, sources={"A": "hbm", "B": "hbm"})])
+    assert report.hbm_bytes == pytest.approx(2 * 64 * 64 * 4)
+
+
+def test_host_inputs_use_the_host_link(exprs) -> None:
+    hw = small_chip(16, 256 * 1024)
+    e = exprs.bias_add(256, 256)
+    plan = ExecutionPlan({"i": 4, "j": 4}, ({}, {}, {}))
+    report = simulate_timing([single(e, plan, hw, constants=("b",))])
+    assert hw.host_bandwidth == 8e9  # T10 Table 3
+    assert report.host_bytes == 256 * 256 * 4
+    assert report.host_s == pytest.approx(256 * 256 * 4 / 8e9, rel=0.01)
+
+
+def test_multi_chip_rotation_is_capped_by_inter_chip_link(exprs) -> None:
+    """A ring that spans two chips: its crossing shifts share the inter-chip cap."""
+    cap = 2e9
+    hw = small_chip(16, num_chips=2, inter_chip_bandwidth=cap)
+    e = exprs.matmul(16, 256, 16)
+    # F_op m=16: B is shared by all 16 cores and rotates on k in one ring of 16
+    plan = ExecutionPlan({"m": 16}, ({}, {"k": 16}, {}))
+    layout = OpLayout(e, plan)
+    report = simulate_timing([single(e, plan, hw, constants=("A", "B"))])
+    src = layout.shifts_after({"k": 0}, ("k",))[0].source
+    chip = np.arange(16) // 8
+    crossing = int((chip[src] != chip).sum())
+    pb = layout.partition_bytes(1)
+    assert crossing >= 2
+    per_shift = max(pb / hw.link_bandwidth, crossing * pb / cap)
+    assert report.per_op[0].shift_s == pytest.approx(16 * per_shift, rel=1e-9)
+    assert report.inter_chip_bytes == pytest.approx(16 * crossing * pb)
+
+
+# -- re-layout between operators -----------------------------------------------------------------
+def _transpose_chain(exprs, hw, consumer_F):
+    x = exprs.bias_add(8, 8)
+    ops = (
+        OpProgram("rows", x, ExecutionPlan({"i": 4}, ({}, {}, {})), ("X", "b"), "Y"),
+        OpProgram("cols", x, ExecutionPlan(consumer_F, ({}, {}, {})), ("Y", "b"), "Z"),
+    )
+    decls = (TensorDecl("X", (8, 8), "float32"), TensorDecl("b", (1, 8), "float32"))
+    return DeviceProgram("t", hw.to_dict(), decls, ("Z",), ops)
+
+
+def test_relayout_moves_only_what_a_core_lacks(exprs) -> None:
+    same = simulate_timing([_transpose_chain(exprs, HW16, {"i": 4})])
+    assert same.per_op[1].relayout_bytes == 0 and same.per_op[1].relayout_s == 0
+    cross = simulate_timing([_transpose_chain(exprs, HW16, {"j": 4})])
+    # core c needs columns 2c..2c+1 of all 8 rows (16 floats) and holds a 2x2 block itself
+    per_core = (16 - 4) * 4
+    op = cross.per_op[1]
+    assert op.relayout_bytes == 4 * per_core
+    # from 3 owners, 16 bytes each, one after another on its receive port
+    assert op.relayout_s == pytest.approx(per_core / HW16.link_bandwidth + LAT, rel=1e-9)
+
+
+def test_relayout_broadcast_to_replicas(exprs) -> None:
+    """Producer rows -> consumer that replicates the whole tensor on every core."""
+    hw = HW16
+    x = exprs.bias_add(8, 8)
+    mm = exprs.matmul(8, 8, 16)  # A = Y is replicated over n
+    ops = (
+        OpProgram("rows", x, ExecutionPlan({"i": 4}, ({}, {}, {})), ("X", "b"), "Y"),
+        OpProgram("mm", mm, ExecutionPlan({"n": 16}, ({}, {}, {})), ("Y", "B"), "C"),
+    )
+    decls = (TensorDecl("X", (8, 8), "float32"), TensorDecl("b", (1, 8), "float32"),
+             TensorDecl("B", (8, 16), "float32"))
+    report = simulate_timing([DeviceProgram("bc", hw.to_dict(), decls, ("C",), ops)])
+    layout = OpLayout(mm, ops[1].plan)
+    boxes = input_boxes(layout, 0)
+    grid = producer_grid(OpLayout(x, ops[0].plan))
+    topo = make_topology(hw)
+    rl = relayout(grid, boxes, topo.node_chip, 1)
+    flows = rl.flows()
+    # each of 16 cores needs all 256 bytes; cores 0-3 own 64 of them
+    assert rl.moved_bytes == 16 * 256 - 4 * 64
+    explicit = topo.phase(flows.src, flows.dst, flows.nbytes, multicast=flows.multicast)
+    assert report.per_op[1].relayout_s == pytest.approx(explicit.time_s, rel=1e-12)
+    # a receiver takes 192-256 bytes; an owner sends its 64 bytes once (broadcast)
+    assert explicit.time_s == pytest.approx(256 / hw.link_bandwidth + LAT, rel=1e-9)
+    unicast = topo.phase(flows.src, flows.dst, flows.nbytes)
+    assert unicast.time_s > explicit.time_s  # 15 copies of 64 bytes from each owner
+    # the explicit flows carry exactly the moved bytes
+    assert flows.nbytes.sum() == rl.moved_bytes
+    assert relayout_flows(grid, boxes).nbytes.sum() == rl.moved_bytes
+
+
+def test_chip_inputs_come_from_a_canonical_layout(exprs) -> None:
+    g = canonical_grid((5888, 5888), 2, 5888)
+    assert g.counts == (92, 64) or g.counts == (64, 92)
+    assert int(np.prod(g.counts)) <= 5888 and g.owner.max() < 5888
+    e = exprs.bias_add(64, 64)
+    blocks = ExecutionPlan({"i": 4, "j": 4}, ({}, {}, {}))  # the canonical 4x4 blocks: in place
+    in_place = simulate_timing([single(e, blocks, HW16, sources={"X": "chip"}, constants=("b",))])
+    assert in_place.relayout_bytes == 0 and in_place.host_bytes == 0
+    cols = ExecutionPlan({"j": 16}, ({}, {}, {}))  # each core needs a column strip of 4 blocks
+    on_chip = simulate_timing([single(e, cols, HW16, sources={"X": "chip"}, constants=("b",))])
+    # core c needs columns 4c..4c+3 of all rows; it holds block (c // 4, c % 4) of the 4x4
+    # canonical grid, which meets its strip only when c // 4 == c % 4 (16 rows x 4 columns)
+    assert on_chip.relayout_bytes == 4 * (16 * 64 * 4 - 4 * 16 * 4)
+    from_host = simulate_timing([single(e, cols, HW16, sources={"X": "host"}, constants=("b",))])
+    assert on_chip.host_bytes == 0 and from_host.host_bytes == 64 * 64 * 4
+    assert on_chip.total_s < from_host.total_s
+
+
+# -- HBM prefetch policy -----------------------------------------------------------------------------
+def _two_weights(exprs, hw):
+    e = exprs.matmul(64, 64, 64)
+    plan = ExecutionPlan({"m": 4, "n": 4}, ({}, {}, {}))
+    ops = (OpProgram("mm0", e, plan, ("X", "W0"), "H"), OpProgram("mm1", e, plan, ("H", "W1"), "Y"))
+    decls = (TensorDecl("X", (64, 64), "float32", "chip"),)
+    consts = {w: {"dtype": "float32", "shape": [64, 64]} for w in ("W0", "W1")}  # no data: timing only
+    return DeviceProgram("mlp", hw.to_dict(), decls, ("Y",), ops, constants=consts), OpLayout(e, plan)
+
+
+def test_prefetch_overlaps_loads_with_compute_when_sram_allows(exprs) -> None:
+    base = dict(hbm_bandwidth=2e9, hbm_controllers=2)  # slow HBM: loads matter
+    roomy = small_chip(16, 256 * 1024, **base)
+    prog, layout = _two_weights(exprs, roomy)
+    r = simulate_timing([prog])
+    op0, op1 = r.per_op
+    assert op1.prefetched and op1.load_start_s == pytest.approx(op0.start_s)
+    assert r.overlap_s == pytest.approx(min(op1.hbm_s, op0.duration_s), rel=1e-6)
+    assert r.total_s == pytest.approx(op0.hbm_s + max(op0.duration_s, op1.hbm_s) + op1.duration_s, rel=1e-6)
+    # op 1's W1 partition fits beside op 0 only with room to spare: shrink SRAM until it does not
+    footprint = layout.memory_bytes_per_core()
+    tight_sram = footprint + roomy.shift_buffer_bytes + layout.partition_bytes(1) - 1
+    tight = small_chip(16, tight_sram, **base)
+    prog_t, _ = _two_weights(exprs, tight)
+    t = simulate_timing([prog_t])
+    t0, t1 = t.per_op
+    assert not t1.prefetched and t1.load_start_s == pytest.approx(t0.end_s)
+    assert t.overlap_s == 0
+    assert t.total_s == pytest.approx(t0.hbm_s + t0.duration_s + t1.hbm_s + t1.duration_s, rel=1e-9)
+    assert t.total_s > r.total_s
+    assert r.peak_sram_with_prefetch_bytes_per_core > r.peak_sram_bytes_per_core
+    assert t.peak_sram_with_prefetch_bytes_per_core == t.peak_sram_bytes_per_core
+
+
+def test_shared_links_slow_an_overlapping_load(exprs) -> None:
+    """A load that overlaps an operator busy shifting gets only the link time it leaves."""
+    hw = small_chip(16, 256 * 1024, hbm_bandwidth=1e12, hbm_controllers=4)
+    e = exprs.matmul(64, 256, 64)
+    rot = ExecutionPlan({"m": 4, "n": 4}, ({"k": 4}, {"k": 4}, {}))  # shifts every step
+    ops = (OpProgram("mm0", e, rot, ("A", "B0"), "C0"), OpProgram("mm1", e, rot, ("A", "B1"), "C1"))
+    consts = {n: {"dtype": "float32", "shape": list(s)} for n, s in
+              (("A", (64, 256)), ("B0", (256, 64)), ("B1", (256, 64)))}
+    consts["A"]["source"] = "resident"
+    r = simulate_timing([DeviceProgram("p", hw.to_dict(), (), ("C0", "C1"), ops, constants=consts)])
+    op0, op1 = r.per_op
+    assert op1.prefetched
+    alone = op0.hbm_s  # the same load with nothing running
+    assert op1.hbm_s > alone  # delayed by op 0's shifts on the same ports
+
+
+# -- report, trace, errors ---------------------------------------------------------------------------
+def test_report_totals_dict_and_table(exprs) -> None:
+    prog = _chain(exprs, HW16)
+    r = simulate_timing([prog, _chain(exprs, HW16).__class__.from_dict(
+        {**prog.to_dict(), "region": "chain2"})])
+    assert r.num_ops == 6 and r.num_regions == 2
+    assert r.total_s == pytest.approx(r.compute_s + r.transfer_s + r.idle_s, rel=1e-9)
+    starts = [o.start_s for o in r.per_op]
+    assert starts == sorted(starts)
+    for a, b in zip(r.per_op, r.per_op[1:]):
+        assert b.start_s >= a.end_s - 1e-15  # operators never overlap on the compute array
+    d = json.loads(json.dumps(r.to_dict()))
+    for key in ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
+                "hbm_bytes", "shift_bytes", "steps", "peak_sram_bytes_per_core", "flops",
+                "utilization", "per_op"):
+        assert key in d
+    assert set(d["utilization"]) >= {"flops", "interconnect", "hbm"}
+    assert set(d["per_op"][0]) >= {"name", "start_s", "end_s", "compute_s", "transfer_s", "hbm_s",
+                                   "stall_s", "cores"}
+    text = r.table()
+    assert "mm" in text and "total" in text and "utilization" in text
+
+
+def test_trace_opens_as_chrome_trace(exprs, tmp_path) -> None:
+    hw = small_chip(16, 256 * 1024, hbm_bandwidth=2e9, hbm_controllers=2, num_chips=2,
+                    inter_chip_bandwidth=50e9)
+    prog, _ = _two_weights(exprs, hw)
+    r = simulate_timing([prog], trace=True)
+    assert r.trace_events
+    path = tmp_path / "t.json"
+    r.write_trace(str(path))
+    doc = json.loads(path.read_text())
+    events = doc["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {"chip 0 (cores 0-7)", "chip 1 (cores 8-15)", "interconnect", "HBM", "host"} <= names
+    threads = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"controller 0 (chip 0)", "controller 1 (chip 1)", "inter-chip links"} <= threads
+    complete = [e for e in events if e["ph"] == "X"]
+    assert all(e["dur"] >= 0 and "pid" in e and "tid" in e for e in complete)
+    assert {"mm0", "mm1"} <= {e["name"] for e in complete}
+    # complete events on one track nest or follow each other (what Perfetto needs)
+    by_track: dict = {}
+    for e in complete:
+        by_track.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_track.values():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        stack: list = []
+        for s, t in spans:
+            while stack and stack[-1] <= s + 1e-9:
+                stack.pop()
+            assert not stack or t <= stack[-1] + 1e-9
+            stack.append(t)
+    # without trace=True the events are built on demand
+    r2 = simulate_timing([prog])
+    assert not r2.trace_events
+    r2.write_trace(str(tmp_path / "t2.json"))
+    assert json.loads((tmp_path / "t2.json").read_text())["traceEvents"]
+
+
+def test_sram_overflow_raises_like_the_device(exprs) -> None:
+    e = exprs.matmul(64, 64, 64)
+    prog = single(e, ExecutionPlan({}, ({}, {}, {})), small_chip(4, 32 * 1024))
+    with pytest.raises(SramOverflowError, match="op0"):
+        simulate_timing([prog])
+
+
+def test_hbm_input_without_hbm_is_an_error(exprs) -> None:
+    from runtime_sim.errors import DeviceProgramError
+
+    e = exprs.matmul(16, 16, 16)
+    prog = single(e, ExecutionPlan({"m": 2}, ({}, {}, {})), HW16, sources={"A": "hbm"})
+    with pytest.raises(DeviceProgramError, match="no HBM"):
+        simulate_timing([prog])
+    host = single(e, ExecutionPlan({"m": 2}, ({}, {}, {})), HW16)
+    bad = DeviceProgram.from_dict({**host.to_dict(), "ops": [
+        {**host.ops[0].to_dict(), "input_names": ["A", "nope"]}]})
+    with pytest.raises(DeviceProgramError, match="unknown tensor 'nope'"):
+        simulate_timing([bad])
+
+
+def test_constants_with_data_and_hw_override(exprs) -> None:
+    e = exprs.matmul(16, 16, 16)
+    plan = ExecutionPlan({"m": 2, "n": 2}, ({}, {}, {}))
+    prog = single(e, plan, HW16, constants=("B",))
+    data = DeviceProgram.from_dict({**prog.to_dict(), "constants": {
+        "B": encode_constant(np.ones((16, 16), np.float32))}})
+    assert simulate_timing([data]).total_s == pytest.approx(simulate_timing([prog]).total_s)
+    mesh = simulate_timing([prog], small_chip(16, topology="mesh"))
+    assert mesh.topology == "mesh" and mesh.total_s > 0
+
+
+def test_progress_bar_over_many_programs(exprs, capsys) -> None:
+    prog = _chain(exprs, HW16)
+    regions = [DeviceProgram.from_dict({**prog.to_dict(), "region": f"chain{i}"}) for i in range(3)]
+    quiet = simulate_timing(regions)
+    loud = simulate_timing(regions, progress=True)
+    assert "timing regions" in capsys.readouterr().err
+    assert loud.total_s == quiet.total_s and loud.num_regions == 3
+
+
+def _add4(exprs, shape):
+    """P = O + O over a 4-D tensor (both operands read the producer's output)."""
+    from runtime_sim.program import Axis, TensorAccess, TensorExpr
+
+    idx = tuple(exprs.ax(a) for a in "bcyx")
+    o = TensorAccess("O", shape, "float32", idx)
+    p = TensorAccess("P", shape, "float32", idx)
+    return TensorExpr("elementwise", tuple(Axis(a, n) for a, n in zip("bcyx", shape)), (o, o), p,
+                      exprs.op("add", exprs.load(0, idx), exprs.load(1, idx)))
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data(), pair=st.sampled_from(["add->matmul", "matmul->softmax", "conv->add"]),
+       cores=st.sampled_from([4, 8, 16]))
+def test_random_chains_match_device(exprs, data, pair, cores) -> None:
+    i = lambda lo, hi: data.draw(st.integers(lo, hi))  # noqa: E731
+    M, N, K = i(2, 9), i(2, 9), i(2, 9)
+    if pair == "add->matmul":
+        first, second = exprs.bias_add(M, N), exprs.matmul(M, N, K)
+        reads = ("T", "w1")  # A is the intermediate, B a region input
+    elif pair == "matmul->softmax":
+        first, second = exprs.matmul(M, K, N), exprs.softmax(M, N)
+        reads = ("T",)
+    else:
+        first = exprs.conv2d(1, 2, 5, 5, 3, 3, 3, pad=1)
+        second = _add4(exprs, first.output.shape)
+        reads = ("T", "T")
+    hw = small_chip(cores, 256 * 1024)
+    p1, p2 = (exprs.random_plan(data.draw, e, cores) for e in (first, second))
+    ops = (OpProgram("first", first, p1, tuple(t.name for t in first.inputs), "T"),
+           OpProgram("second", second, p2, reads, "U"))
+    decls = tuple(TensorDecl(t.name, t.shape, t.dtype) for t in first.inputs)
+    decls += tuple(TensorDecl(n, t.shape, t.dtype) for n, t in zip(reads, second.inputs) if n != "T")
+    prog = DeviceProgram("pair", hw.to_dict(), decls, ("U",), ops)
+    stats = device_stats(prog)
+    report = simulate_timing([prog])
+    assert (report.steps, report.shift_bytes, report.peak_sram_bytes_per_core) == (
+        stats["steps"], stats["shift_bytes"], stats["peak_sram_bytes_per_core"])
+    # the re-layout sends what the consumer's boxes lack: never more than the device places
+    layout = OpLayout(second, p2)
+    needed = sum(float(input_boxes(layout, t).nbytes.sum()) for t, n in enumerate(reads) if n == "T")
+    assert report.relayout_bytes <= needed <= stats["relayout_bytes"]
+
+
+def test_scalar_intermediate(exprs) -> None:
+    from runtime_sim.program import Axis, TensorAccess, TensorExpr
+
+    x = TensorAccess("X", (5, 7), "float32", (exprs.ax("i"), exprs.ax("k")))
+    s = TensorAccess("S", (), "float32", ())
+    total = TensorExpr("reduce", (Axis("i", 5, True), Axis("k", 7, True)), (x,), s,
+                       exprs.load(0, x.indices))
+    xi = TensorAccess("X", (5, 7), "float32", (exprs.ax("i"), exprs.ax("j")))
+    y = TensorAccess("Y", (5, 7), "float32", (exprs.ax("i"), exprs.ax("j")))
+    scale = TensorExpr("elementwise", (Axis("i", 5), Axis("j", 7)), (xi, s), y,
+                       exprs.op("mul", exprs.load(0, xi.indices), exprs.load(1, ())))
+    ops = (OpProgram("sum", total, ExecutionPlan({"i": 2, "k": 3}, ({}, {})), ("X",), "S"),
+           OpProgram("scale", scale, ExecutionPlan({"i": 5, "j": 2}, ({}, {}, {})), ("X", "S"), "Y"))
+    prog = DeviceProgram("sc", HW16.to_dict(), (TensorDecl("X", (5, 7), "float32"),), ("Y",), ops)
+    stats = device_stats(prog)
+    report = simulate_timing([prog])
+    assert (report.steps, report.shift_bytes, report.peak_sram_bytes_per_core) == (
+        stats["steps"], stats["shift_bytes"], stats["peak_sram_bytes_per_core"])
+    # the scalar's owner keeps its copy; the 9 other consumer cores receive 4 bytes each
+    assert report.per_op[1].relayout_bytes == 9 * 4

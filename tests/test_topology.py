@@ -1,0 +1,198 @@
+"""Inter-core networks (runtime_sim.topology) against closed forms and brute-force routing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime_sim import preset, small_chip
+from runtime_sim.topology import (
+    AllToAllTopology,
+    MeshTopology,
+    MulticastPattern,
+    link_loads,
+    make_topology,
+    mesh_shape,
+    perimeter,
+)
+
+LAT = 1e-7  # 100 ns per hop and chunk: large enough to show in every closed form below
+KIB = 1024
+
+
+def a2a(cores: int = 16, **kw) -> AllToAllTopology:
+    return make_topology(small_chip(cores, link_latency_s=LAT, **kw))
+
+
+def mesh(cores: int = 16, **kw) -> MeshTopology:
+    return make_topology(small_chip(cores, link_latency_s=LAT, topology="mesh", **kw))
+
+
+def test_mesh_shape_is_exact_and_near_square() -> None:
+    assert mesh_shape(1472) == (32, 46)  # IPU Mk2: every row full
+    assert mesh_shape(16) == (4, 4)
+    assert mesh_shape(12) == (3, 4)
+    assert mesh_shape(13) == (1, 13)  # a prime: a line
+    assert sorted(perimeter(3, 4).tolist()) == [0, 1, 2, 3, 4, 7, 8, 9, 10, 11]
+    assert perimeter(1, 5).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_all_to_all_one_shift_is_bandwidth_plus_latency_per_chunk() -> None:
+    topo = a2a()
+    hw = topo.hw
+    B = 20_000  # 3 chunks of the 8 KiB shift buffer (T10 §5)
+    cost = topo.phase([3], [7], [B])
+    expected = B / hw.link_bandwidth + 3 * LAT
+    assert cost.time_s == pytest.approx(expected, rel=1e-9)
+    assert cost.uncontended_s == pytest.approx(expected) and cost.stall_s == pytest.approx(0)
+    # a whole ring shifting at once: every port carries one partition, no contention
+    n = hw.num_cores
+    ring = topo.phase(np.roll(np.arange(n), 1), np.arange(n), np.full(n, B))
+    assert ring.time_s == pytest.approx(expected, rel=1e-9)
+    assert ring.intra_bytes == pytest.approx(n * B)
+
+
+def test_all_to_all_serializes_many_to_one_and_one_to_many() -> None:
+    topo = a2a()
+    bw = topo.hw.link_bandwidth
+    N, B = 15, 4096  # one chunk each
+    gather = topo.phase(np.arange(1, N + 1), np.zeros(N, int), np.full(N, B))
+    assert gather.time_s == pytest.approx(N * B / bw + LAT, rel=1e-9)  # Elk §2.1
+    assert gather.stall_s == pytest.approx((N - 1) * B / bw, rel=1e-9)
+    scatter = topo.phase(np.zeros(N, int), np.arange(1, N + 1), np.full(N, B))
+    assert scatter.time_s == pytest.approx(N * B / bw + LAT, rel=1e-9)
+
+
+def test_all_to_all_multicast_sends_once() -> None:
+    topo = a2a()
+    bw = topo.hw.link_bandwidth
+    N, B = 15, 4096
+    src, dst = np.zeros(N, int), np.arange(1, N + 1)
+    unicast = topo.phase(src, dst, np.full(N, B))
+    broadcast = topo.phase(src, dst, np.full(N, B), multicast=np.zeros(N, int))
+    assert unicast.time_s == pytest.approx(N * B / bw + LAT)
+    assert broadcast.time_s == pytest.approx(B / bw + LAT)
+    # the aggregated pattern form agrees with the explicit multicast flows
+    pattern = MulticastPattern(
+        piece_src=np.array([0]), piece_bytes=np.array([float(B)]),
+        piece_receivers=np.array([[float(N)]]),
+        recv_bytes=np.r_[0.0, np.full(N, float(B))],
+        flows=lambda: (src, dst, np.full(N, float(B)), 1.0))
+    assert topo.multicast_phase(pattern).time_s == pytest.approx(broadcast.time_s)
+    # the mesh has no multicast: it falls back to the explicit flows
+    m = mesh()
+    assert m.multicast_phase(pattern).time_s == pytest.approx(m.phase(src, dst, np.full(N, B)).time_s)
+
+
+def test_mesh_k_hop_transfer() -> None:
+    topo = mesh(64)  # 8 x 8
+    assert (topo.rows, topo.cols) == (8, 8)
+    bw = topo.hw.link_bandwidth
+    B = 3 * 8 * KIB  # 3 chunks
+    for k in (1, 3, 7):
+        cost = topo.phase([topo.core_at(0, 2, 0)], [topo.core_at(0, 2, k)], [B])
+        assert cost.max_hops == k
+        assert cost.time_s == pytest.approx(B / bw + 3 * k * LAT, rel=1e-9)
+    # XY: 3 hops east then 4 south
+    cost = topo.phase([topo.core_at(0, 1, 1)], [topo.core_at(0, 5, 4)], [B])
+    assert cost.max_hops == 7 and cost.time_s == pytest.approx(B / bw + 3 * 7 * LAT)
+
+
+def test_mesh_link_contention_and_concurrent_neighbour_links() -> None:
+    topo = mesh(16)
+    bw = topo.hw.link_bandwidth
+    B = 4096
+    c = topo.core_at
+    # a core drives its 4 neighbour links at once (Elk §6.1): no contention
+    out4 = topo.phase([c(0, 1, 1)] * 4, [c(0, 0, 1), c(0, 2, 1), c(0, 1, 0), c(0, 1, 2)], [B] * 4)
+    assert out4.time_s == pytest.approx(B / bw + LAT)
+    # two flows over the same directed link (1,0)->(1,1) share it
+    two = topo.phase([c(0, 1, 0), c(0, 1, 0)], [c(0, 1, 1), c(0, 1, 3)], [B, B])
+    assert two.time_s == pytest.approx(2 * B / bw + 3 * LAT)  # the longer route: 3 hops
+    assert two.stall_s == pytest.approx(B / bw)
+    # opposite directions use different directed links
+    swap = topo.phase([c(0, 1, 0), c(0, 1, 1)], [c(0, 1, 1), c(0, 1, 0)], [B, B])
+    assert swap.time_s == pytest.approx(B / bw + LAT)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_mesh_link_loads_match_hop_by_hop_routing(data) -> None:
+    cores = data.draw(st.sampled_from([12, 16, 30]))
+    topo = mesh(cores)
+    n = data.draw(st.integers(1, 40))
+    src = np.array(data.draw(st.lists(st.integers(0, cores - 1), min_size=n, max_size=n)))
+    dst = np.array(data.draw(st.lists(st.integers(0, cores - 1), min_size=n, max_size=n)))
+    b = np.array(data.draw(st.lists(st.integers(1, 10_000), min_size=n, max_size=n)), float)
+    # brute force: walk every route hop by hop, X first then Y
+    brute: dict[tuple, float] = {}
+    for s, d, w in zip(src, dst, b):
+        _, y, x = topo.position(s)
+        _, yd, xd = topo.position(d)
+        while x != xd:
+            nx = x + (1 if xd > x else -1)
+            brute[(y, x, y, nx)] = brute.get((y, x, y, nx), 0) + w
+            x = nx
+        while y != yd:
+            ny = y + (1 if yd > y else -1)
+            brute[(y, x, ny, x)] = brute.get((y, x, ny, x), 0) + w
+            y = ny
+    loads = link_loads(topo, src, dst, b)
+    assert sum(v.sum() for v in loads.values()) == pytest.approx(sum(brute.values()))
+    expected_max = max(brute.values(), default=0.0)
+    assert max(v.max(initial=0) for v in loads.values()) == pytest.approx(expected_max)
+    cost = topo.phase(src, dst, b)
+    if expected_max:
+        assert cost.intra_busy_s == pytest.approx(expected_max / topo.hw.link_bandwidth)
+
+
+def test_multi_chip_transfer_is_capped_by_inter_chip_bandwidth() -> None:
+    hw = preset("ipu-pod4")  # 4 x 1472 cores, 640 GB/s between chips (Elk §5)
+    topo = make_topology(hw)
+    n = hw.cores_per_chip
+    B = 8 * KIB
+    # every core of chip 0 sends one buffer to its twin on chip 1
+    cost = topo.phase(np.arange(n), np.arange(n) + n, np.full(n, B))
+    assert cost.inter_bytes == pytest.approx(n * B)
+    assert cost.time_s == pytest.approx(n * B / hw.inter_chip_bandwidth, rel=1e-9)
+    assert cost.time_s > B / hw.link_bandwidth  # the cap, not the core links, binds
+    # the same pattern inside chip 0 is bound by the core links only
+    inside = topo.phase(np.arange(n), np.roll(np.arange(n), 1), np.full(n, B))
+    assert inside.time_s == pytest.approx(B / hw.link_bandwidth)
+    assert inside.inter_bytes == 0
+    # on the mesh variant the cap applies the same way
+    mhw = preset("ipu-pod4-hbm-mesh")
+    mtopo = make_topology(mhw)
+    mcost = mtopo.phase(np.arange(n), np.arange(n) + n, np.full(n, B))
+    assert mcost.time_s == pytest.approx(n * B / mhw.inter_chip_bandwidth, rel=1e-6)
+
+
+def test_hbm_controllers_sit_on_their_chip_edges() -> None:
+    hw = preset("ipu-pod4-hbm-mesh")
+    topo = make_topology(hw)
+    edge = set(perimeter(topo.rows, topo.cols).tolist())
+    assert set(np.unique(topo.entry).tolist()) <= edge
+    for k in range(hw.num_chips):
+        ctrls = topo.controllers_of_chip(k)
+        assert ctrls.size == hw.hbm_controllers // hw.num_chips
+        assert (topo.node_chip[topo.num_cores + ctrls] == k).all()
+        assert (topo.home_controllers(k) == ctrls).all()
+    segments = topo.io_segments()[: hw.hbm_controllers]
+    sizes = [s.size for s in segments]
+    assert max(sizes) - min(sizes) <= 1  # the perimeter is split evenly
+    # HBM data for a core is striped over the controllers of its chip
+    src, dst, nbytes = topo.io_flows("hbm", np.array([0, hw.cores_per_chip]), np.array([400.0, 800.0]))
+    assert set(topo.node_chip[src[dst == 0]].tolist()) == {0}
+    assert set(topo.node_chip[src[dst == hw.cores_per_chip]].tolist()) == {1}
+    assert nbytes[dst == 0].sum() == pytest.approx(400.0)
+
+
+def test_hbm_delivery_on_all_to_all_is_bound_by_core_ports() -> None:
+    topo = a2a(16, hbm_bandwidth=1e12, hbm_controllers=4)
+    bw = topo.hw.link_bandwidth
+    src, dst, nbytes = topo.io_flows("hbm", np.arange(16), np.full(16, 4096.0))
+    cost = topo.phase(src, dst, nbytes)
+    # each core's port takes its 4 KiB, striped over 4 controllers (1 KiB chunks)
+    assert cost.time_s == pytest.approx(4096 / bw + LAT)

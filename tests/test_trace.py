@@ -1,0 +1,91 @@
+"""Chrome trace-event output (runtime_sim.trace)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runtime_sim import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl, preset
+from runtime_sim.timing import simulate_timing
+from runtime_sim.trace import TraceBuilder, timing_trace, trace_document, write_trace
+
+
+def test_builder_names_tracks_with_metadata_and_uses_microseconds(tmp_path) -> None:
+    tb = TraceBuilder()
+    chip = tb.process("chip 0")
+    assert tb.process("chip 0") == chip  # same name, same process
+    cores = tb.thread(chip, "cores")
+    links = tb.thread(chip, "links")
+    assert cores != links and tb.thread(chip, "cores") == cores
+    other = tb.process("HBM")
+    assert other != chip and tb.thread(other, "controller 0") == 1  # tids count per process
+    tb.complete(chip, cores, "op", 1.5e-6, 2e-6, "op", {"steps": 3})
+    tb.complete(chip, cores, "neg", 0.0, -1.0)  # a negative duration is clamped
+    meta = [e for e in tb.events if e["ph"] == "M"]
+    assert {(e["name"], e["args"].get("name")) for e in meta} >= {
+        ("process_name", "chip 0"), ("thread_name", "cores"), ("thread_name", "links"),
+        ("process_name", "HBM"), ("thread_name", "controller 0")}
+    assert any(e["name"] == "process_sort_index" for e in meta)
+    x = [e for e in tb.events if e["ph"] == "X"]
+    assert x[0]["ts"] == pytest.approx(1.5) and x[0]["dur"] == pytest.approx(2.0)
+    assert x[0]["args"] == {"steps": 3} and x[0]["cat"] == "op"
+    assert x[1]["dur"] == 0
+    path = tmp_path / "trace.json"
+    write_trace(str(path), tb.events)
+    doc = json.loads(path.read_text())
+    assert doc == trace_document(tb.events) == tb.to_dict()
+    assert doc["traceEvents"] and doc["displayTimeUnit"] == "ns"
+
+
+def _program(exprs, hw):
+    mm = exprs.matmul(64, 128, 64, dtype="float16")
+    ops = (
+        OpProgram("mm0", mm, ExecutionPlan({"m": 4, "n": 4, "k": 2}, ({"k": 2}, {}, {})), ("X", "W0"), "H"),
+        OpProgram("mm1", exprs.matmul(64, 64, 64, dtype="float16"),
+                  ExecutionPlan({"m": 8, "n": 4}, ({}, {}, {})), ("H", "W1"), "Y"),
+    )
+    consts = {"W0": {"dtype": "float16", "shape": [128, 64]},
+              "W1": {"dtype": "float16", "shape": [64, 64]}}
+    decls = (TensorDecl("X", (64, 128), "float16", "host"),)
+    return DeviceProgram("r", hw.to_dict(), decls, ("Y",), ops, constants=consts)
+
+
+def test_timing_trace_tracks(exprs) -> None:
+    hw = preset("ipu-pod4-hbm", num_cores=32, num_chips=4, hbm_controllers=8)
+    report = simulate_timing([_program(exprs, hw)])
+    events = timing_trace(report)
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert [n for n in procs.values() if n.startswith("chip")] == [
+        "chip 0 (cores 0-7)", "chip 1 (cores 8-15)", "chip 2 (cores 16-23)", "chip 3 (cores 24-31)"]
+    hbm_pid = next(p for p, n in procs.items() if n == "HBM")
+    assert sorted(n for (p, _), n in threads.items() if p == hbm_pid) == sorted(
+        f"controller {h} (chip {h % 4})" for h in range(8))
+    ic_pid = next(p for p, n in procs.items() if n == "interconnect")
+    ic_threads = {n for (p, _), n in threads.items() if p == ic_pid}
+    assert {"on-chip links (exchange ports)", "inter-chip links", "HBM delivery"} <= ic_threads
+
+    x = [e for e in events if e["ph"] == "X"]
+    # every chip's core track shows both operators (each spans all 32 cores)
+    for pid, name in procs.items():
+        if name.startswith("chip"):
+            assert {e["name"] for e in x if e["pid"] == pid} >= {"mm0", "mm1", "steps"}
+    # the HBM loads appear once per controller, at the times of the report
+    loads = [e for e in x if e["pid"] == hbm_pid]
+    assert len(loads) == 8 * 2
+    op1 = report.per_op[1]
+    mm1_loads = [e for e in loads if e["name"] == "load mm1"]
+    assert mm1_loads[0]["ts"] == pytest.approx(op1.hbm_start_s * 1e6)
+    assert mm1_loads[0]["dur"] == pytest.approx(op1.hbm_s * 1e6)
+    # the host input of mm0 on its host track
+    host_pid = next(p for p, n in procs.items() if n == "host")
+    assert any(e["pid"] == host_pid and e["name"] == "input mm0" for e in x)
+    # operator spans match the report
+    op0 = report.per_op[0]
+    span = next(e for e in x if e["name"] == "mm0")
+    assert span["ts"] == pytest.approx(op0.start_s * 1e6) and span["dur"] == pytest.approx(op0.duration_s * 1e6)
+    # nested phases add up to the operator
+    phases = [e for e in x if e["pid"] == span["pid"] and e["tid"] == span["tid"] and e["cat"] == "phase"
+              and span["ts"] - 1e-9 <= e["ts"] < span["ts"] + span["dur"]]
+    assert sum(e["dur"] for e in phases) == pytest.approx(span["dur"])
