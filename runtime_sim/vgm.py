@@ -238,3 +238,69 @@ def _home_counts(box: tuple[tuple[int, int], ...], shape: tuple[int, ...], slice
         np.add.at(diff, l, -slice_elems)
         counts[: num_cores + 1] += np.cumsum(diff)[: num_cores + 1]
     return counts[:num_cores]
+
+
+@dataclass(frozen=True)
+class VgmReport:
+    """End-to-end time of a model run load-compute-store on a VGM (no HBM: all on chip)."""
+
+    total_s: float
+    compute_s: float
+    transfer_s: float
+    stall_s: float
+    num_ops: int
+    vgm_bytes_per_core: int
+    peak_sram_bytes_per_core: int
+    fits: bool
+    per_op: tuple[tuple[str, VgmTiming], ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "total_s": self.total_s, "compute_s": self.compute_s, "transfer_s": self.transfer_s,
+            "stall_s": self.stall_s, "num_ops": self.num_ops,
+            "vgm_bytes_per_core": self.vgm_bytes_per_core,
+            "peak_sram_bytes_per_core": self.peak_sram_bytes_per_core, "fits": self.fits,
+        }
+
+
+def vgm_region_bytes(programs, num_cores: int) -> int:
+    """Per-core VGM reservation: every tensor of the model keeps a home slice (T10 §2.2:
+    persistent weights and temporary activations alike live in the VGM)."""
+    from .program import tensor_bytes
+
+    total = 0
+    for program in programs:
+        for decl in program.inputs:
+            if decl.source != "chip":  # produced by an earlier region: counted as its output
+                total += math.ceil(tensor_bytes(decl.shape, decl.dtype) / num_cores)
+        for op in program.ops:
+            out = op.expr.output
+            total += math.ceil(tensor_bytes(out.shape, out.dtype) / num_cores)
+    return total
+
+
+def simulate_vgm_timing(programs, hw: HardwareSpec | None = None) -> VgmReport:
+    """Time every VGM operator of ``programs`` (regions in execution order), one after another.
+
+    Each operator's inputs are in the VGM when it starts and its output is stored there, so
+    operators do not overlap; ``fits`` says whether the VGM region plus the largest working set
+    fits a core's SRAM (the largest batch a VGM compiler can run).
+    """
+    programs = list(programs)
+    hw = hw or HardwareSpec.from_dict(programs[0].hardware)
+    region = vgm_region_bytes(programs, hw.num_cores)
+    per_op = []
+    peak = region
+    for program in programs:
+        for op in program.ops:
+            if not isinstance(op.plan, VgmPlan):
+                raise ValueError(f"operator '{op.name}' has a compute-shift plan, not a VGM plan")
+            timing = vgm_op_timing(op.expr, op.plan, hw)
+            layout = VgmLayout(op.expr, op.plan, hw.num_cores)
+            peak = max(peak, region + layout.working_bytes_per_core() + hw.shift_buffer_bytes)
+            per_op.append((op.name, timing))
+    compute = sum(t.compute_s + t.epilogue_s for _, t in per_op)
+    transfer = sum(t.transfer_s for _, t in per_op)
+    stall = sum(t.stall_s for _, t in per_op)
+    return VgmReport(compute + transfer, compute, transfer, stall, len(per_op), region, peak,
+                     peak <= hw.sram_bytes_per_core, tuple(per_op))
