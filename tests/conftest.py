@@ -1,7 +1,7 @@
 """Shared test helpers: hand-built tensor expressions of common operators.
 
-They are offered through the ``exprs`` fixture (a namespace of builder functions) so test
-modules need no import path tricks.
+They are offered through the ``exprs`` fixture (a namespace of builder functions from
+:mod:`tvm_icca.testing.exprs`) so test modules need no import path tricks.
 """
 
 from __future__ import annotations
@@ -11,161 +11,18 @@ import types
 import pytest
 from hypothesis import strategies as st
 
-from runtime_sim.errors import InvalidPlanError
-from runtime_sim.layout import OpLayout, pinned_axes
-from runtime_sim.program import (
-    AffineIndex,
-    Axis,
-    ExecutionPlan,
-    TensorAccess,
-    TensorExpr,
-    make_load,
-)
+from tvm_icca.testing import exprs as builders
 
 
-def ax(name: str) -> AffineIndex:
-    return AffineIndex.of_axis(name)
-
-
-def load(i: int, index) -> dict:
-    return make_load(i, index)
-
-
-def op(name: str, *args: dict, **extra) -> dict:
-    return {"op": name, "args": list(args), **extra}
-
-
-def const(v: float) -> dict:
-    return {"op": "const", "value": float(v)}
-
-
-def matmul(M: int, K: int, N: int, dtype: str = "float32", transpose_b: bool = False,
-           batch: int | None = None) -> TensorExpr:
-    """C[(b,) m, n] = sum_k A[(b,) m, k] * B[(b,) k, n] (B indexed [n, k] when transposed)."""
-    pre = (ax("b"),) if batch else ()
-    bshape = (batch,) if batch else ()
-    a = TensorAccess("A", bshape + (M, K), dtype, pre + (ax("m"), ax("k")))
-    if transpose_b:
-        b = TensorAccess("B", bshape + (N, K), dtype, pre + (ax("n"), ax("k")))
-    else:
-        b = TensorAccess("B", bshape + (K, N), dtype, pre + (ax("k"), ax("n")))
-    c = TensorAccess("C", bshape + (M, N), dtype, pre + (ax("m"), ax("n")))
-    axes = ((Axis("b", batch),) if batch else ()) + (Axis("m", M), Axis("n", N), Axis("k", K, True))
-    body = op("mul", load(0, a.indices), load(1, b.indices))
-    return TensorExpr("matmul", axes, (a, b), c, body)
-
-
-def conv_out(size: int, k: int, stride: int, pad: int, dilation: int) -> int:
-    return (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
-
-
-def conv2d(B: int, C: int, H: int, W: int, O: int, KH: int, KW: int, stride: int = 1,
-           pad: int = 0, dilation: int = 1, dtype: str = "float32") -> TensorExpr:
-    """NCHW conv: O[b,o,y,x] = sum I[b,c,y*s+kh*d-pad, x*s+kw*d-pad] * W[o,c,kh,kw]."""
-    OH, OW = conv_out(H, KH, stride, pad, dilation), conv_out(W, KW, stride, pad, dilation)
-    h = AffineIndex((("y", stride), ("kh", dilation)), -pad)
-    w = AffineIndex((("x", stride), ("kw", dilation)), -pad)
-    inp = TensorAccess("I", (B, C, H, W), dtype, (ax("b"), ax("c"), h, w))
-    wt = TensorAccess("W", (O, C, KH, KW), dtype, (ax("o"), ax("c"), ax("kh"), ax("kw")))
-    out = TensorAccess("O", (B, O, OH, OW), dtype, (ax("b"), ax("o"), ax("y"), ax("x")))
-    axes = (Axis("b", B), Axis("o", O), Axis("y", OH), Axis("x", OW),
-            Axis("c", C, True), Axis("kh", KH, True), Axis("kw", KW, True))
-    body = op("mul", load(0, inp.indices), load(1, wt.indices))
-    return TensorExpr("conv2d", axes, (inp, wt), out, body)
-
-
-def bias_add(M: int, N: int, dtype: str = "float32") -> TensorExpr:
-    """Y[i,j] = X[i,j] + b[0,j] (b has shape [1, N]: a constant index dimension)."""
-    x = TensorAccess("X", (M, N), dtype, (ax("i"), ax("j")))
-    b = TensorAccess("b", (1, N), dtype, (AffineIndex((), 0), ax("j")))
-    y = TensorAccess("Y", (M, N), dtype, (ax("i"), ax("j")))
-    body = op("add", load(0, x.indices), load(1, b.indices))
-    return TensorExpr("elementwise", (Axis("i", M), Axis("j", N)), (x, b), y, body)
-
-
-def softmax(M: int, N: int, dtype: str = "float32") -> TensorExpr:
-    """exp(x[i,j] - max_k x[i,k]) / sum_l exp(x[i,l] - max_k2 x[i,k2])."""
-    x = TensorAccess("X", (M, N), dtype, (ax("i"), ax("j")))
-    y = TensorAccess("Y", (M, N), dtype, (ax("i"), ax("j")))
-
-    def row_max(k: str) -> dict:
-        return {"op": "reduce", "combiner": "max", "axes": [k], "args": [load(0, (ax("i"), ax(k)))]}
-
-    num = op("exp", op("sub", load(0, x.indices), row_max("k")))
-    den = {"op": "reduce", "combiner": "sum", "axes": ["l"],
-           "args": [op("exp", op("sub", load(0, (ax("i"), ax("l"))), row_max("k2")))]}
-    return TensorExpr("softmax", (Axis("i", M), Axis("j", N)), (x,), y, op("div", num, den),
-                      local_axes=(Axis("k", N), Axis("l", N), Axis("k2", N)))
-
-
-def row_sum(M: int, N: int, mean: bool = False, dtype: str = "float32") -> TensorExpr:
-    """Y[i] = sum_k X[i,k] (divided by N in the epilogue for a mean)."""
-    x = TensorAccess("X", (M, N), dtype, (ax("i"), ax("k")))
-    y = TensorAccess("Y", (M,), dtype, (ax("i"),))
-    epi = op("div", {"op": "result"}, const(N)) if mean else None
-    return TensorExpr("reduce", (Axis("i", M), Axis("k", N, True)), (x,), y, load(0, x.indices),
-                      epilogue=epi)
-
-
-def matmul_bias_relu(M: int, K: int, N: int, dtype: str = "float32") -> TensorExpr:
-    """relu(A @ B + bias[n]) with bias and relu in the epilogue."""
-    mm = matmul(M, K, N, dtype)
-    bias = TensorAccess("bias", (N,), dtype, (ax("n"),))
-    epi = op("max", op("add", {"op": "result"}, load(2, bias.indices)), const(0.0))
-    return TensorExpr("matmul", mm.axes, mm.inputs + (bias,), mm.output, mm.body,
-                      epilogue=epi, epilogue_inputs=(2,))
-
-
-def random_plan(draw, expr: TensorExpr, max_cores: int) -> ExecutionPlan:
-    """A random *valid* plan of ``expr`` on at most ``max_cores`` cores (``draw`` = ``data.draw``).
-
-    F_op is drawn axis by axis within the core budget; each tensor then gets temporal
-    factors on its rotatable axes whose product divides the cores sharing its sub-tensors
-    (T10 §4.2); a loop order is drawn too. Candidates that break another T10 rule fall back
-    to the same F_op without rotation, which is always valid.
-    """
-    pinned = pinned_axes(expr)
-    F: dict[str, int] = {}
-    budget = max_cores
-    for a in expr.axes:
-        if a.name in pinned:
-            continue
-        f = draw(st.integers(1, max(1, min(a.extent, budget))))
-        F[a.name] = f
-        budget //= f
-    n = len(expr.tensors)
-    base = OpLayout(expr, ExecutionPlan(F, tuple({} for _ in range(n))))
-    temporal = []
-    for t, access in enumerate(expr.tensors):
-        ft: dict[str, int] = {}
-        if t not in expr.epilogue_inputs:
-            ring = base.sharing(t)
-            for a in base.tensor_axes(t):
-                dims = [i for i in access.indices if a in i.axes]
-                if a in pinned or len(dims) != 1 or not dims[0].is_simple or ring == 1:
-                    continue
-                f = draw(st.sampled_from([d for d in range(1, ring + 1) if ring % d == 0]))
-                if f > 1:
-                    ft[a] = f
-                    ring //= f
-        temporal.append(ft)
-    stepping = sorted({a for ft in temporal for a in ft})
-    order = tuple(draw(st.permutations(stepping))) if stepping else ()
-    plan = ExecutionPlan(F, tuple(temporal), order)
-    try:
-        OpLayout(expr, plan).validate()
-        return plan
-    except InvalidPlanError:
-        plan = ExecutionPlan(F, tuple({} for _ in range(n)))
-        OpLayout(expr, plan).validate()
-        return plan
+def _random_plan(draw, expr, max_cores):
+    """:func:`tvm_icca.testing.exprs.random_plan` driven by a hypothesis ``data.draw``."""
+    return builders.random_plan(lambda options: draw(st.sampled_from(list(options))), expr, max_cores)
 
 
 @pytest.fixture(scope="session")
 def exprs() -> types.SimpleNamespace:
-    """Builders of hand-written tensor expressions (see this module)."""
-    return types.SimpleNamespace(
-        ax=ax, load=load, op=op, const=const, matmul=matmul, conv2d=conv2d, conv_out=conv_out,
-        bias_add=bias_add, softmax=softmax, row_sum=row_sum, matmul_bias_relu=matmul_bias_relu,
-        random_plan=random_plan,
-    )
+    """Builders of hand-written tensor expressions (see tvm_icca/testing/exprs.py)."""
+    names = ("ax", "load", "op", "const", "matmul", "conv2d", "conv_out", "bias_add", "softmax",
+             "row_sum", "matmul_bias_relu")
+    return types.SimpleNamespace(random_plan=_random_plan,
+                                 **{name: getattr(builders, name) for name in names})

@@ -1,0 +1,162 @@
+"""Hand-built tensor expressions of common operators, and random valid plans.
+
+Tests, tutorials and the cost-model profiler use them to exercise plans and the device
+without going through TVM. Each builder writes the expression directly from the operator's
+definition (the TE-derived ones come from :mod:`tvm_icca.tensor_expr`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from runtime_sim.errors import InvalidPlanError
+from runtime_sim.layout import OpLayout, pinned_axes
+from runtime_sim.program import (
+    AffineIndex,
+    Axis,
+    ExecutionPlan,
+    TensorAccess,
+    TensorExpr,
+    make_load,
+)
+
+
+def ax(name: str) -> AffineIndex:
+    return AffineIndex.of_axis(name)
+
+
+def load(i: int, index) -> dict:
+    return make_load(i, index)
+
+
+def op(name: str, *args: dict, **extra) -> dict:
+    return {"op": name, "args": list(args), **extra}
+
+
+def const(v: float) -> dict:
+    return {"op": "const", "value": float(v)}
+
+
+def matmul(M: int, K: int, N: int, dtype: str = "float32", transpose_b: bool = False,
+           batch: int | None = None) -> TensorExpr:
+    """C[(b,) m, n] = sum_k A[(b,) m, k] * B[(b,) k, n] (B indexed [n, k] when transposed)."""
+    pre = (ax("b"),) if batch else ()
+    bshape = (batch,) if batch else ()
+    a = TensorAccess("A", bshape + (M, K), dtype, pre + (ax("m"), ax("k")))
+    if transpose_b:
+        b = TensorAccess("B", bshape + (N, K), dtype, pre + (ax("n"), ax("k")))
+    else:
+        b = TensorAccess("B", bshape + (K, N), dtype, pre + (ax("k"), ax("n")))
+    c = TensorAccess("C", bshape + (M, N), dtype, pre + (ax("m"), ax("n")))
+    axes = ((Axis("b", batch),) if batch else ()) + (Axis("m", M), Axis("n", N), Axis("k", K, True))
+    body = op("mul", load(0, a.indices), load(1, b.indices))
+    return TensorExpr("matmul", axes, (a, b), c, body)
+
+
+def conv_out(size: int, k: int, stride: int, pad: int, dilation: int) -> int:
+    return (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+
+
+def conv2d(B: int, C: int, H: int, W: int, O: int, KH: int, KW: int, stride: int = 1,
+           pad: int = 0, dilation: int = 1, dtype: str = "float32") -> TensorExpr:
+    """NCHW conv: O[b,o,y,x] = sum I[b,c,y*s+kh*d-pad, x*s+kw*d-pad] * W[o,c,kh,kw]."""
+    OH, OW = conv_out(H, KH, stride, pad, dilation), conv_out(W, KW, stride, pad, dilation)
+    h = AffineIndex((("y", stride), ("kh", dilation)), -pad)
+    w = AffineIndex((("x", stride), ("kw", dilation)), -pad)
+    inp = TensorAccess("I", (B, C, H, W), dtype, (ax("b"), ax("c"), h, w))
+    wt = TensorAccess("W", (O, C, KH, KW), dtype, (ax("o"), ax("c"), ax("kh"), ax("kw")))
+    out = TensorAccess("O", (B, O, OH, OW), dtype, (ax("b"), ax("o"), ax("y"), ax("x")))
+    axes = (Axis("b", B), Axis("o", O), Axis("y", OH), Axis("x", OW),
+            Axis("c", C, True), Axis("kh", KH, True), Axis("kw", KW, True))
+    body = op("mul", load(0, inp.indices), load(1, wt.indices))
+    return TensorExpr("conv2d", axes, (inp, wt), out, body)
+
+
+def bias_add(M: int, N: int, dtype: str = "float32") -> TensorExpr:
+    """Y[i,j] = X[i,j] + b[0,j] (b has shape [1, N]: a constant index dimension)."""
+    x = TensorAccess("X", (M, N), dtype, (ax("i"), ax("j")))
+    b = TensorAccess("b", (1, N), dtype, (AffineIndex((), 0), ax("j")))
+    y = TensorAccess("Y", (M, N), dtype, (ax("i"), ax("j")))
+    body = op("add", load(0, x.indices), load(1, b.indices))
+    return TensorExpr("elementwise", (Axis("i", M), Axis("j", N)), (x, b), y, body)
+
+
+def softmax(M: int, N: int, dtype: str = "float32") -> TensorExpr:
+    """exp(x[i,j] - max_k x[i,k]) / sum_l exp(x[i,l] - max_k2 x[i,k2])."""
+    x = TensorAccess("X", (M, N), dtype, (ax("i"), ax("j")))
+    y = TensorAccess("Y", (M, N), dtype, (ax("i"), ax("j")))
+
+    def row_max(k: str) -> dict:
+        return {"op": "reduce", "combiner": "max", "axes": [k], "args": [load(0, (ax("i"), ax(k)))]}
+
+    num = op("exp", op("sub", load(0, x.indices), row_max("k")))
+    den = {"op": "reduce", "combiner": "sum", "axes": ["l"],
+           "args": [op("exp", op("sub", load(0, (ax("i"), ax("l"))), row_max("k2")))]}
+    return TensorExpr("softmax", (Axis("i", M), Axis("j", N)), (x,), y, op("div", num, den),
+                      local_axes=(Axis("k", N), Axis("l", N), Axis("k2", N)))
+
+
+def row_sum(M: int, N: int, mean: bool = False, dtype: str = "float32") -> TensorExpr:
+    """Y[i] = sum_k X[i,k] (divided by N in the epilogue for a mean)."""
+    x = TensorAccess("X", (M, N), dtype, (ax("i"), ax("k")))
+    y = TensorAccess("Y", (M,), dtype, (ax("i"),))
+    epi = op("div", {"op": "result"}, const(N)) if mean else None
+    return TensorExpr("reduce", (Axis("i", M), Axis("k", N, True)), (x,), y, load(0, x.indices),
+                      epilogue=epi)
+
+
+def matmul_bias_relu(M: int, K: int, N: int, dtype: str = "float32") -> TensorExpr:
+    """relu(A @ B + bias[n]) with bias and relu in the epilogue."""
+    mm = matmul(M, K, N, dtype)
+    bias = TensorAccess("bias", (N,), dtype, (ax("n"),))
+    epi = op("max", op("add", {"op": "result"}, load(2, bias.indices)), const(0.0))
+    return TensorExpr("matmul", mm.axes, mm.inputs + (bias,), mm.output, mm.body,
+                      epilogue=epi, epilogue_inputs=(2,))
+
+
+def random_plan(choose: Callable[[Sequence], Any], expr: TensorExpr, max_cores: int) -> ExecutionPlan:
+    """A random *valid* plan of ``expr`` on at most ``max_cores`` cores.
+
+    ``choose(options)`` picks one element of a non-empty sequence (a hypothesis draw in tests,
+    a numpy generator when profiling). F_op is drawn axis by axis within the core budget; each
+    tensor then gets temporal factors on its rotatable axes whose product divides the cores
+    sharing its sub-tensors (T10 §4.2); a loop order is drawn too. Candidates that break
+    another T10 rule fall back to the same F_op without rotation, which is always valid.
+    """
+    pinned = pinned_axes(expr)
+    F: dict[str, int] = {}
+    budget = max_cores
+    for a in expr.axes:
+        if a.name in pinned:
+            continue
+        f = choose(range(1, max(1, min(a.extent, budget)) + 1))
+        F[a.name] = f
+        budget //= f
+    n = len(expr.tensors)
+    base = OpLayout(expr, ExecutionPlan(F, tuple({} for _ in range(n))))
+    temporal = []
+    for t, access in enumerate(expr.tensors):
+        ft: dict[str, int] = {}
+        if t not in expr.epilogue_inputs:
+            ring = base.sharing(t)
+            for a in base.tensor_axes(t):
+                dims = [i for i in access.indices if a in i.axes]
+                if a in pinned or len(dims) != 1 or not dims[0].is_simple or ring == 1:
+                    continue
+                f = choose([d for d in range(1, ring + 1) if ring % d == 0])
+                if f > 1:
+                    ft[a] = f
+                    ring //= f
+        temporal.append(ft)
+    stepping = sorted({a for ft in temporal for a in ft})
+    order = []
+    while stepping:
+        order.append(stepping.pop(stepping.index(choose(stepping))))
+    plan = ExecutionPlan(F, tuple(temporal), tuple(order))
+    try:
+        OpLayout(expr, plan).validate()
+        return plan
+    except InvalidPlanError:
+        plan = ExecutionPlan(F, tuple({} for _ in range(n)))
+        OpLayout(expr, plan).validate()
+        return plan
