@@ -9,10 +9,13 @@ constant baked into the program, or the output of an earlier operator of the reg
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from runtime_sim.constants import encode_constant
@@ -20,8 +23,60 @@ from runtime_sim.errors import IccaError, PlanNotFoundError, UnsupportedDtypeErr
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import DeviceProgram, OpProgram, TensorDecl, TensorExpr
 
-from .plans import CostModel, plan_operator
-from .tensor_expr import extract_op
+from .plans import CostModel, PlannedOp, plan_operator
+from .tensor_expr import ExtractedOp, extract_op
+
+
+class PlanCache:
+    """Memo of operator plans and tensor expressions, shared by the regions of a model.
+
+    The layers of an LLM are identical, so most operators of a 40-layer model are planned
+    40 times with the same result. A plan depends on the operator's structure (axes,
+    shapes, index maps, body), the chip, the SRAM budget and the cost model -- not on the
+    tensor names, which embed the region name -- so plans are keyed on the expression's
+    JSON with names blanked. Tensor expressions are keyed on the composite function's
+    structure (``tvm_ffi.structural_hash`` / ``structural_equal``); a hit is renamed for the
+    operator at hand. Failures are not cached (they raise every time).
+    """
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple, PlannedOp] = {}
+        self._exprs: dict[int, list[tuple[relax.Function, ExtractedOp]]] = {}
+        self._cost_models: list[CostModel] = []  # keeps id() keys valid
+        self.hits = 0
+        self.misses = 0
+
+    def plan(self, expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None,
+             budget: int, name: str) -> PlannedOp:
+        if cost_model is not None and all(m is not cost_model for m in self._cost_models):
+            self._cost_models.append(cost_model)
+        key = (_structure_key(expr), hw, int(budget), None if cost_model is None else id(cost_model))
+        planned = self._plans.get(key)
+        if planned is None:
+            self.misses += 1
+            planned = plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget, name=name)
+            self._plans[key] = planned
+        else:
+            self.hits += 1
+        return planned
+
+    def extract(self, composite: relax.Function, name: str) -> ExtractedOp:
+        bucket = self._exprs.setdefault(tvm_ffi.structural_hash(composite), [])
+        for seen, extracted in bucket:
+            if tvm_ffi.structural_equal(seen, composite):
+                output = dataclasses.replace(extracted.expr.output, name=name)
+                return dataclasses.replace(
+                    extracted, expr=dataclasses.replace(extracted.expr, output=output))
+        extracted = extract_op(composite, name=name)
+        bucket.append((composite, extracted))
+        return extracted
+
+
+def _structure_key(expr: TensorExpr) -> str:
+    data = expr.to_dict()
+    for access in (*data["inputs"], data["output"]):
+        access["name"] = ""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -34,9 +89,17 @@ class _Value:
 
 
 def compile_region(
-    func: relax.Function, name: str, hw: HardwareSpec, cost_model: CostModel | None = None
+    func: relax.Function,
+    name: str,
+    hw: HardwareSpec,
+    cost_model: CostModel | None = None,
+    plan_cache: PlanCache | None = None,
 ) -> DeviceProgram:
-    """Plan every operator of ``func`` and return the region's device program."""
+    """Plan every operator of ``func`` and return the region's device program.
+
+    ``plan_cache`` shares plans and tensor expressions with other regions (see
+    :class:`PlanCache`); without it every operator is extracted and planned afresh.
+    """
     values: dict[relax.Var, _Value] = {}
     inputs = []
     for i, param in enumerate(func.params):
@@ -58,7 +121,7 @@ def compile_region(
             if isinstance(value, relax.Call) and value.op in composites:
                 op_name = f"{name}.op{len(pending)}"
                 pending.append(_extract_call(op_name, composites[value.op], value, binding.var,
-                                             values, constants, hw))
+                                             values, constants, hw, plan_cache))
                 continue
             if isinstance(value, relax.Var) and value in values:
                 values[binding.var] = values[value]
@@ -68,7 +131,7 @@ def compile_region(
                 f"({str(value)[:80]}); regions must only call composite functions"
             )
     outputs = [values[v].name for v in _result_vars(body.body, name)]
-    ops = _plan_region(pending, outputs, hw, cost_model)
+    ops = _plan_region(pending, outputs, hw, cost_model, plan_cache)
     return DeviceProgram(
         region=name,
         hardware=hw.to_dict(),
@@ -87,8 +150,12 @@ class _PendingOp:
     output_name: str
 
 
-def _extract_call(op_name, composite, call, out_var, values, constants, hw) -> _PendingOp:
-    extracted = extract_op(composite, name=op_name)
+def _extract_call(op_name, composite, call, out_var, values, constants, hw,
+                  plan_cache: PlanCache | None = None) -> _PendingOp:
+    if plan_cache is not None:
+        extracted = plan_cache.extract(composite, op_name)
+    else:
+        extracted = extract_op(composite, name=op_name)
     input_names = []
     for position, param_index in enumerate(extracted.param_of_input):
         arg = extracted.constants[position] if param_index is None else call.args[param_index]
@@ -109,7 +176,8 @@ def _extract_call(op_name, composite, call, out_var, values, constants, hw) -> _
 
 
 def _plan_region(
-    pending: list[_PendingOp], outputs: list[str], hw: HardwareSpec, cost_model: CostModel | None
+    pending: list[_PendingOp], outputs: list[str], hw: HardwareSpec, cost_model: CostModel | None,
+    plan_cache: PlanCache | None = None,
 ) -> list[OpProgram]:
     """Plan the operators in order, leaving room for intermediates that stay on chip.
 
@@ -134,7 +202,11 @@ def _plan_region(
                 f"operator '{op.name}': intermediates of its region already fill the "
                 f"{hw.usable_sram_bytes} bytes per core of '{hw.name}'"
             )
-        planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget, name=op.name)
+        if plan_cache is not None:
+            planned = plan_cache.plan(op.expr, hw, cost_model, budget, op.name)
+        else:
+            planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget,
+                                    name=op.name)
         resident[op.output_name] = planned.layout.partition_bytes(len(op.expr.tensors) - 1)
         ops.append(OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
                              planned.time_s))

@@ -53,20 +53,27 @@ ACTIVATIONS: dict[str, str] = {
     "gelu_tanh": "relax.nn.gelu_tanh",
     "tanh": "relax.tanh",
     "sigmoid": "relax.sigmoid",
+    "silu": "relax.nn.silu",  # SwiGLU MLPs (Llama), DiT's adaLN: x * sigmoid(x)
 }
 
 #: Standalone elementwise ops: pattern suffix -> Relax op.
-UNARY_OPS: dict[str, str] = {**ACTIVATIONS, "exp": "relax.exp"}
+UNARY_OPS: dict[str, str] = {**ACTIVATIONS, "exp": "relax.exp", "negative": "relax.negative"}
 BINARY_OPS: dict[str, str] = {
     "add": "relax.add",
     "subtract": "relax.subtract",
     "multiply": "relax.multiply",
     "divide": "relax.divide",
+    "maximum": "relax.maximum",
+    "minimum": "relax.minimum",
 }
-REDUCE_OPS: dict[str, str] = {"sum": "relax.sum", "mean": "relax.mean"}
+# max/min reduce on the core that owns a row (a core-local "reduce" node of the tensor
+# expression, like softmax's running maximum): only sums are split across cores.
+REDUCE_OPS: dict[str, str] = {"sum": "relax.sum", "mean": "relax.mean", "max": "relax.max",
+                              "min": "relax.min"}
 _OTHER_OPS: dict[str, str] = {
     "softmax": "relax.nn.softmax",
     "layer_norm": "relax.nn.layer_norm",
+    "rms_norm": "relax.nn.rms_norm",
     "matmul": "relax.matmul",
     "conv2d": "relax.nn.conv2d",
 }
@@ -246,6 +253,13 @@ def _layer_norm_pattern() -> Pattern:
     return (f"{CODEGEN_NAME}.layer_norm", root, annotations, _check_ops)
 
 
+def _rms_norm_pattern() -> Pattern:
+    data, weight = wildcard(), wildcard()
+    root = is_op("relax.nn.rms_norm")(data, weight)
+    annotations: dict[str, DFPattern] = {"data": data, "weight": weight, "root": root}
+    return (f"{CODEGEN_NAME}.rms_norm", root, annotations, _check_ops)
+
+
 def _anchor_patterns(anchor: str) -> list[Pattern]:
     """``anchor`` (matmul or conv2d) alone and with a transposed operand, bias and activation.
 
@@ -279,6 +293,7 @@ def _pattern_table() -> list[Pattern]:
     table += [_unary_pattern(name, op) for name, op in REDUCE_OPS.items()]
     table.append(_unary_pattern("softmax", "relax.nn.softmax"))
     table.append(_layer_norm_pattern())
+    table.append(_rms_norm_pattern())
     for anchor in ("matmul", "conv2d"):
         table += _anchor_patterns(anchor)
     return table
