@@ -1,10 +1,25 @@
-"""rTensor execution plans: plan space, cost models and the search (T10 §4.1-§4.3)."""
+"""rTensor execution plans: plan space, cost models and the search (T10 §4.1-§4.3).
 
+* :mod:`.enumerate` -- the complete plan space of an operator (vectorized), its size, and
+  T10's search constraints (:class:`PlanFilters`);
+* :mod:`.cost` / :mod:`.batch_cost` -- the analytic cost model, per layout and vectorized;
+* :mod:`.search` -- exact branch-and-bound searches, :func:`plan_operator`;
+* :mod:`.pareto` -- per-operator time/memory Pareto plans (§4.3.1);
+* :mod:`.reconcile` -- inter-operator memory reconciliation, Algorithm 1 (§4.3.2);
+* :mod:`.t10_bench` -- the T10 benchmark matmul model and its exact optimum.
+"""
+
+from .batch_cost import AnalyticBatchModel, BatchCostModel
 from .cost import AnalyticCostModel, CostModel, PlanCost, transfer_seconds
+from .enumerate import PlanFilters, SpaceSizes, count_complete_space, plan_structure
+from .pareto import ParetoPlan, pareto_plans, space_sizes
+from .reconcile import OpOptions, PlanOption, Reconciliation, reconcile, transfer_setup
 from .rtensor import rotating_tensors
 from .search import PlannedOp, plan_operator
 
 __all__ = [
-    "AnalyticCostModel", "CostModel", "PlanCost", "PlannedOp", "plan_operator",
-    "rotating_tensors", "transfer_seconds",
+    "AnalyticBatchModel", "AnalyticCostModel", "BatchCostModel", "CostModel", "OpOptions",
+    "ParetoPlan", "PlanCost", "PlanFilters", "PlanOption", "PlannedOp", "Reconciliation",
+    "SpaceSizes", "count_complete_space", "pareto_plans", "plan_operator", "plan_structure",
+    "reconcile", "rotating_tensors", "space_sizes", "transfer_seconds", "transfer_setup",
 ]

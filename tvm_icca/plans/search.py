@@ -1,36 +1,58 @@
-"""Choosing one execution plan per operator (T10 §4.3.1, simplified first stage).
+"""Choosing execution plans of one operator (T10 §4.3.1), exactly.
 
-For every operator partition F_op the search starts from the plan that replicates every
-shared sub-tensor (fastest, most memory) and, while it does not fit a core's SRAM, splits the
-tensor with the largest partition temporally, taking each time the split that costs least.
-Among the plans that fit, the fastest under the cost model wins. The complete plan space and
-Pareto frontier of T10 §4.3.1 replace this greedy stage in the optimizer; the interface
-(:func:`plan_operator` returning a :class:`PlannedOp`) stays.
+Every search here runs over the complete plan space of :mod:`.enumerate` (optionally cut by
+T10's search constraints, :class:`PlanFilters`) and is exact for the cost model it is given:
+it returns what scoring every valid plan would return, without scoring them all.
+
+Branch and bound over ``F_op``: a batch cost model bounds the time of every plan of an
+``F_op`` row from below (the unpadded, unrotated sub-operator's compute plus one
+synchronization, :mod:`.batch_cost`), and :func:`.enumerate.memory_lower_bound` bounds its
+memory. The unrotated plan of every row is scored first (one plan per row, all rows at
+once); rows are then expanded into their temporal-factor assignments in order of their
+bound for rotating plans, until the bound reaches the best time found. Rows whose memory
+bound exceeds the budget are never expanded.
+
+:func:`plan_operator` keeps its first-stage interface (``PlannedOp``) and is now the exact
+minimum-time plan under the budget for the analytic cost model (tests check it against brute
+force through :meth:`OpLayout.validate`).
 """
 
 from __future__ import annotations
 
-import heapq
+import itertools
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Iterator
 
-from runtime_sim.errors import InvalidPlanError, PlanNotFoundError
+import numpy as np
+
+from runtime_sim.errors import PlanNotFoundError
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
 from runtime_sim.program import ExecutionPlan, TensorExpr, dtype_bytes
 
+from .batch_cost import AnalyticBatchModel, BatchCostModel
 from .cost import AnalyticCostModel, CostModel, PlanCost
-from .space import (
-    loop_orders,
+from .enumerate import (
+    INT,
+    PlanBatch,
+    PlanFilters,
+    PlanStructure,
+    ceil_div,
+    expr_key,
+    memory_lower_bound,
     op_partitions,
-    rotation_steps,
-    unrotated,
-    with_loop_order,
-    with_temporal,
+    padding_ratio,
+    plan_structure,
+    plans_for,
+    sharing_counts,
+    temporal_assignments,
 )
 
-#: Operator partitions that proceed to the memory-fitting stage, best lower bound first.
-_PARTITIONS_EXPLORED = 48
+#: Candidate plans scored per numpy batch (bounds memory use, keeps pruning responsive).
+CHUNK_PLANS = 100_000
+_RATIO_SLACK = 1e-9
 
 
 @dataclass(frozen=True)
@@ -48,6 +70,196 @@ class PlannedOp:
         return self.cost.time_s
 
 
+@dataclass(frozen=True)
+class ScoredPlans:
+    """Plans with their time (best loop order), that order and their bytes per core."""
+
+    batch: PlanBatch
+    time: np.ndarray
+    memory: np.ndarray
+    order: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.time)
+
+    def plan(self, i: int) -> ExecutionPlan:
+        return self.batch.plan(i, tuple(int(a) for a in self.order[i]))
+
+    def take(self, rows: np.ndarray) -> "ScoredPlans":
+        return ScoredPlans(self.batch.take(rows), self.time[rows], self.memory[rows], self.order[rows])
+
+    @staticmethod
+    def concat(parts: list["ScoredPlans"], structure: PlanStructure) -> "ScoredPlans":
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            A, T = structure.num_axes, structure.num_tensors
+            empty = PlanBatch(structure, np.ones((0, A), INT), np.ones((0, T, A), INT))
+            return ScoredPlans(empty, np.zeros(0), np.zeros(0, INT), np.zeros((0, A), INT))
+        batch = PlanBatch(structure, np.concatenate([p.batch.F for p in parts]),
+                          np.concatenate([p.batch.ft for p in parts]))
+        return ScoredPlans(batch, np.concatenate([p.time for p in parts]),
+                           np.concatenate([p.memory for p in parts]),
+                           np.concatenate([p.order for p in parts]))
+
+
+# -- the candidate rows ----------------------------------------------------------------------
+def candidate_partitions(structure: PlanStructure, max_cores: int,
+                         filters: PlanFilters | None = None) -> np.ndarray:
+    """F_op rows of the space, cut by the parallelism constraint and by a padding bound.
+
+    The padding of a row's unrotated plan (``xp = ceil(E/F)``) is the least padding of any
+    plan of that row, so rows above the threshold can go before expansion.
+    """
+    F = op_partitions(structure, max_cores)
+    if filters is None or not len(F):
+        return F
+    cores = np.prod(F, axis=1)
+    need = max(filters.min_cores, math.ceil(filters.min_core_utilization * int(cores.max()) - 1e-9))
+    F = F[cores >= need]
+    if math.isfinite(filters.max_padding_ratio):
+        c = ceil_div(structure.extents[None, :], F)
+        F = F[padding_ratio(structure, F, c) <= filters.max_padding_ratio + _RATIO_SLACK]
+    return F
+
+
+def max_padding(filters: PlanFilters | None) -> float:
+    return math.inf if filters is None else filters.max_padding_ratio
+
+
+def score(batch: PlanBatch, model: BatchCostModel, budget: float,
+          filters: PlanFilters | None = None) -> ScoredPlans:
+    """Plans of ``batch`` that fit ``budget`` (and pass ``filters``), with their times."""
+    memory = batch.memory()
+    keep = memory <= budget
+    if filters is not None and math.isfinite(filters.max_padding_ratio):
+        keep &= batch.padding() <= filters.max_padding_ratio + _RATIO_SLACK
+    rows = np.flatnonzero(keep)
+    if len(rows) < len(batch):
+        batch, memory = batch.take(rows), memory[rows]
+    time, order = model.times(batch)
+    return ScoredPlans(batch, time, memory, order)
+
+
+def _unrotated(structure: PlanStructure, F: np.ndarray) -> PlanBatch:
+    return PlanBatch(structure, F, np.ones((len(F), structure.num_tensors, structure.num_axes), INT))
+
+
+def _chunks(structure: PlanStructure, F: np.ndarray, rows: np.ndarray) -> Iterator[np.ndarray]:
+    """Consecutive groups of ``rows`` holding about CHUNK_PLANS plans each.
+
+    Assignment lists are built lazily, row by row, so rows pruned before their group is
+    reached never pay for theirs.
+    """
+    P = sharing_counts(structure, F[rows]) if len(rows) else np.zeros((0, 0), INT)
+    start = 0
+    grow = 2_000  # first groups small: a good incumbent early prunes the rest
+    while start < len(rows):
+        stop = start
+        acc = 0
+        while stop < len(rows) and acc < grow:
+            acc += len(temporal_assignments(structure, P[stop]))
+            stop += 1
+        yield rows[start:stop]
+        start = stop
+        grow = min(grow * 4, CHUNK_PLANS)
+
+
+# -- exact searches --------------------------------------------------------------------------
+def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, max_cores: int,
+              filters: PlanFilters | None = None) -> ScoredPlans | None:
+    """The minimum-time plan fitting ``budget`` bytes per core (exact), or None."""
+    F = candidate_partitions(structure, max_cores, filters)
+    if not len(F):
+        return None
+    bound = model.time_lower_bound(structure, F)
+    by_bound = np.argsort(bound, kind="stable")
+    best: ScoredPlans | None = None
+    best_time = math.inf
+    # Unrotated plans first (one per row), best bounds first, until the bound passes the
+    # incumbent: on a roomy budget that incumbent is already close to the optimum.
+    for start in range(0, len(by_bound), CHUNK_PLANS):
+        rows = by_bound[start:start + CHUNK_PLANS]
+        rows = rows[bound[rows] < best_time]
+        if not len(rows):
+            break
+        rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
+        found = _argmin(score(_unrotated(structure, F[rows]), model, budget, filters))
+        if found is not None and (best is None or _better(found, best)):
+            best, best_time = found, float(found.time[0])
+    # Rotating plans: only rows whose (weaker) bound beats the incumbent can hold better ones.
+    rows = by_bound[: int(np.searchsorted(bound[by_bound], best_time, side="left"))]
+    rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
+    rot_bound = model.rotating_lower_bound(structure, F[rows], budget)
+    keep = rot_bound < best_time
+    rows, rot_bound = rows[keep], rot_bound[keep]
+    ranked = np.argsort(rot_bound, kind="stable")
+    rows, rot_bound = rows[ranked], rot_bound[ranked]
+    position = {int(r): i for i, r in enumerate(rows)}
+    for group in _chunks(structure, F, rows):
+        group = group[rot_bound[[position[int(r)] for r in group]] < best_time]
+        if not len(group):
+            break
+        batch = plans_for(structure, F[group], True, max_padding(filters))
+        found = _argmin(score(batch, model, budget, filters))
+        if found is not None and (best is None or _better(found, best)):
+            best, best_time = found, float(found.time[0])
+    return best
+
+
+def _argmin(scored: ScoredPlans) -> ScoredPlans | None:
+    if not len(scored):
+        return None
+    # Fastest; among equally fast plans the one with least memory, then fewest cores.
+    i = np.lexsort((scored.batch.cores, scored.memory, scored.time))[0]
+    return scored.take(np.array([i]))
+
+
+def _better(a: ScoredPlans, b: ScoredPlans) -> bool:
+    return (a.time[0], a.memory[0]) < (b.time[0], b.memory[0])
+
+
+def min_memory_plan(structure: PlanStructure, model: BatchCostModel, max_cores: int,
+                    filters: PlanFilters | None = None) -> ScoredPlans | None:
+    """The plan with the fewest bytes per core (fastest among those), exactly."""
+    F = candidate_partitions(structure, max_cores, filters)
+    if not len(F):
+        return None
+    bound = memory_lower_bound(structure, F)
+    rows = np.argsort(bound, kind="stable")
+    best: ScoredPlans | None = None
+    best_mem = math.inf
+    for group in _chunks(structure, F, rows):
+        group = group[bound[group] <= best_mem]
+        if not len(group):
+            break
+        batch = plans_for(structure, F[group], max_padding=max_padding(filters))
+        if not len(batch):
+            continue
+        memory = batch.memory()
+        low = int(memory.min())
+        if low > best_mem:
+            continue
+        cand = _argmin(score(batch.take(np.flatnonzero(memory == low)), model, low, filters))
+        if cand is not None and (low < best_mem or _better(cand, best)):
+            best, best_mem = cand, float(low)
+    return best
+
+
+def scan(structure: PlanStructure, model: BatchCostModel, max_cores: int,
+         filters: PlanFilters | None, budget: float) -> Iterator[ScoredPlans]:
+    """Every plan of the (filtered) space that fits ``budget``, scored, in batches."""
+    F = candidate_partitions(structure, max_cores, filters)
+    F = F[memory_lower_bound(structure, F) <= budget]
+    rows = np.arange(len(F))
+    for group in _chunks(structure, F, rows):
+        yield score(plans_for(structure, F[group], max_padding=max_padding(filters)), model, budget, filters)
+
+
+# -- plan_operator ---------------------------------------------------------------------------
+_CACHE: "OrderedDict[tuple, PlannedOp]" = OrderedDict()
+_CACHE_SIZE = 512
+
+
 def plan_operator(
     expr: TensorExpr,
     hw: HardwareSpec,
@@ -57,40 +269,102 @@ def plan_operator(
 ) -> PlannedOp:
     """Fastest plan of ``expr`` whose per-core footprint fits ``budget_bytes``.
 
-    ``budget_bytes`` defaults to the SRAM per core left after the shift buffer. Raises
-    :class:`PlanNotFoundError` naming the operator, the smallest footprint found and the
-    budget when nothing fits.
+    ``budget_bytes`` defaults to the SRAM per core left after the shift buffer. With the
+    default analytic cost model (or any :class:`BatchCostModel`) the result is the exact
+    optimum over every valid plan on up to ``hw.num_cores`` cores. Any other
+    :class:`CostModel` callable re-ranks the analytic model's time/memory Pareto plans
+    within the budget and its fastest fitting plans (it cannot be bounded, so the complete
+    space is not exhaustively scored with it). Raises :class:`PlanNotFoundError` naming the
+    operator, the smallest footprint and the budget when nothing fits.
     """
-    cost_model = cost_model or AnalyticCostModel()
     budget = hw.usable_sram_bytes if budget_bytes is None else int(budget_bytes)
     label = name or expr.kind
     _check_fits_chip(expr, hw, budget, label)
+    default = cost_model is None or type(cost_model) is AnalyticCostModel
+    key = (expr_key(expr), hw, budget) if default else None
+    if key is not None and key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
 
-    seeds = []
-    for op_partition in op_partitions(expr, hw.num_cores):
-        layout = OpLayout(expr, unrotated(expr, op_partition))
-        seeds.append((cost_model(layout, hw).time_s, len(seeds), layout))
+    structure = plan_structure(expr)
+    if default or _is_batch_model(cost_model):
+        model = AnalyticBatchModel(hw) if default else cost_model
+        best = best_plan(structure, model, budget, hw.num_cores)
+        if best is None:
+            _raise_nothing_fits(structure, hw, budget, label)
+        plan = best.plan(0)
+        layout = OpLayout(expr, plan)
+        cost = (cost_model or AnalyticCostModel())(layout, hw) if default else _batch_cost(model, best)
+        result = PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
+    else:
+        result = _rerank(structure, hw, cost_model, budget, label)
+    if key is not None:
+        _CACHE[key] = result
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return result
+
+
+def _is_batch_model(model: object) -> bool:
+    return all(hasattr(model, m) for m in ("times", "time_lower_bound", "rotating_lower_bound"))
+
+
+def _batch_cost(model: BatchCostModel, best: ScoredPlans) -> PlanCost:
+    components = getattr(model, "components", None)
+    if components is not None:
+        _, terms = components(best.batch)
+        return PlanCost(**{k: float(v[0]) for k, v in terms.items()})
+    return PlanCost(float(best.time[0]), 0.0, 0.0, 0.0, 0.0)
+
+
+def _rerank(structure: PlanStructure, hw: HardwareSpec, cost_model: CostModel, budget: int,
+            label: str, keep_fastest: int = 32) -> PlannedOp:
+    """Score a shortlist with ``cost_model``: the exact analytic optimum, the analytic
+    Pareto plans of the filtered space within the budget and its fastest fitting plans,
+    each under every loop order (up to 24)."""
+    from .pareto import pareto_front  # local: pareto imports this module
+
+    analytic = AnalyticBatchModel(hw)
+    front: list[ScoredPlans] = []
+    fastest: list[ScoredPlans] = []
+    for scored in scan(structure, analytic, hw.num_cores, PlanFilters.t10(), budget):
+        if len(scored):
+            front.append(scored.take(pareto_front(scored.time, scored.memory)))
+            fastest.append(scored.take(np.argsort(scored.time, kind="stable")[:keep_fastest]))
+    exact = best_plan(structure, analytic, budget, hw.num_cores)
+    if exact is None:
+        _raise_nothing_fits(structure, hw, budget, label)
+    pool = ScoredPlans.concat([exact] + front + fastest, structure)
+    expr = structure.expr
     best: PlannedOp | None = None
-    smallest = math.inf
-    for _, _, layout in heapq.nsmallest(_PARTITIONS_EXPLORED, seeds):
-        fitted = _fit_memory(layout, hw, budget, cost_model)
-        smallest = min(smallest, fitted.memory_bytes_per_core())
-        if fitted.memory_bytes_per_core() > budget:
+    seen = set()
+    for i in range(len(pool)):
+        base = pool.plan(i)
+        sig = (tuple(sorted(base.op_partition.items())), tuple(tuple(sorted(t.items())) for t in base.temporal))
+        if sig in seen:
             continue
-        candidate = _best_loop_order(fitted, hw, cost_model)
-        if best is None or candidate.time_s < best.time_s:
-            try:
-                candidate.layout.validate()
-            except InvalidPlanError:
-                continue
-            best = candidate
-    if best is None:
-        raise PlanNotFoundError(
-            f"operator '{label}' ({expr}) has no execution plan that fits: the smallest "
-            f"needs {int(smallest)} bytes per core, the budget is {budget} bytes per core "
-            f"on {hw.num_cores} cores of '{hw.name}'"
-        )
+        seen.add(sig)
+        orders = [base.loop_order]
+        if math.factorial(len(base.loop_order)) <= 24:
+            orders = list(itertools.permutations(base.loop_order))
+        for order in orders:
+            plan = ExecutionPlan(dict(base.op_partition), tuple(dict(t) for t in base.temporal), tuple(order))
+            layout = OpLayout(expr, plan)
+            cost = cost_model(layout, hw)
+            if best is None or cost.time_s < best.time_s:
+                best = PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
+    assert best is not None
     return best
+
+
+def _raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int, label: str):
+    smallest = min_memory_plan(structure, AnalyticBatchModel(hw), hw.num_cores)
+    need = int(smallest.memory[0]) if smallest is not None else -1
+    raise PlanNotFoundError(
+        f"operator '{label}' ({structure.expr}) has no execution plan that fits: the smallest "
+        f"needs {need} bytes per core, the budget is {budget} bytes per core "
+        f"on {hw.num_cores} cores of '{hw.name}'"
+    )
 
 
 def _check_fits_chip(expr: TensorExpr, hw: HardwareSpec, budget: int, label: str) -> None:
@@ -103,35 +377,3 @@ def _check_fits_chip(expr: TensorExpr, hw: HardwareSpec, budget: int, label: str
                 f"({size} bytes) exceeds the on-chip memory of '{hw.name}' "
                 f"({hw.num_cores} cores x {budget} bytes)"
             )
-
-
-def _fit_memory(layout: OpLayout, hw: HardwareSpec, budget: int, cost_model: CostModel) -> OpLayout:
-    """Split tensors temporally until the footprint fits (or no split is left)."""
-    expr = layout.expr
-    while layout.memory_bytes_per_core() > budget:
-        options = []
-        for t in range(len(expr.tensors)):
-            for axis, factor in rotation_steps(layout, expr, t):
-                trial = OpLayout(expr, with_temporal(layout.plan, t, axis, factor))
-                saved = layout.memory_bytes_per_core() - trial.memory_bytes_per_core()
-                if saved <= 0:
-                    continue
-                extra = cost_model(trial, hw).time_s
-                fits = trial.memory_bytes_per_core() <= budget
-                # Prefer a split that fits; otherwise the one that frees most memory per second.
-                options.append((not fits, extra if fits else -saved / max(extra, 1e-12), trial))
-        if not options:
-            return layout
-        layout = min(options, key=lambda o: (o[0], o[1]))[2]
-    return layout
-
-
-def _best_loop_order(layout: OpLayout, hw: HardwareSpec, cost_model: CostModel) -> PlannedOp:
-    best = None
-    for order in loop_orders(layout):
-        candidate = OpLayout(layout.expr, with_loop_order(layout.plan, order))
-        cost = cost_model(candidate, hw)
-        if best is None or cost.time_s < best.cost.time_s:
-            best = PlannedOp(layout.expr, candidate.plan, candidate, cost, candidate.memory_bytes_per_core())
-    assert best is not None
-    return best

@@ -1,7 +1,8 @@
-"""Candidate execution plans of one operator (T10 §4.2-§4.3.1).
+"""Hand-sized candidate plans of one operator (T10 §4.2-§4.3.1), one plan at a time.
 
-This module only proposes: operator partition factors ``F_op`` per axis, temporal factors
-per tensor and loop orders. Whether a plan obeys the T10 rules is decided by
+These helpers propose a few ``F_op`` values per axis, single temporal splits and loop
+orders, for hand-driven experiments. The search itself uses the complete, vectorized plan
+space of :mod:`tvm_icca.plans.enumerate`. Whether a plan obeys the T10 rules is decided by
 :meth:`runtime_sim.layout.OpLayout.validate`, the single definition of plan semantics.
 """
 

@@ -1,0 +1,108 @@
+"""Per-operator time/memory Pareto frontiers (tvm_icca.plans.pareto, T10 §4.3.1, Fig. 16-17)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from runtime_sim.hardware import preset, small_chip
+from runtime_sim.layout import OpLayout
+from runtime_sim.program import ExecutionPlan
+from tvm_icca.plans import AnalyticCostModel, plan_operator
+from tvm_icca.plans.enumerate import PlanFilters, op_partitions, plan_structure, plans_for
+from tvm_icca.plans.pareto import pareto_front, pareto_plans, space_sizes
+
+
+def _brute_front(points: list[tuple[float, float]]) -> set[tuple[float, float]]:
+    """Points no other point weakly dominates with a strict improvement somewhere."""
+    keep = set()
+    for m, t in points:
+        if not any((m2 <= m and t2 <= t) and (m2 < m or t2 < t) for m2, t2 in points):
+            keep.add((m, t))
+    return keep
+
+
+def test_pareto_front_of_points() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        memory = rng.integers(0, 12, size=40)
+        time = rng.integers(0, 12, size=40).astype(float)
+        idx = pareto_front(time, memory)
+        got = [(int(memory[i]), float(time[i])) for i in idx]
+        assert set(got) == _brute_front(list(zip(memory.tolist(), time.tolist())))
+        assert len(got) == len(set(got))  # one plan per point
+        assert [m for m, _ in got] == sorted(m for m, _ in got)
+
+
+@pytest.mark.parametrize("build,cores", [
+    (lambda e: e.matmul(12, 16, 10), 8),
+    (lambda e: e.conv2d(1, 2, 6, 6, 3, 3, 3, pad=1), 8),
+    (lambda e: e.matmul(4, 6, 8, batch=2), 8),
+])
+def test_complete_frontier_matches_brute_force(exprs, build, cores) -> None:
+    """With no search constraint the frontier is the Pareto set of every plan and order."""
+    expr = build(exprs)
+    hw = small_chip(cores, 1024 * 1024)
+    model = AnalyticCostModel()
+    structure = plan_structure(expr)
+    batch = plans_for(structure, op_partitions(structure, cores))
+    points = []
+    for i in range(len(batch)):
+        plan = batch.plan(i)
+        layout = OpLayout(expr, plan)
+        best = min(model(OpLayout(expr, ExecutionPlan(plan.op_partition, plan.temporal, order)), hw).time_s
+                   for order in itertools.permutations(plan.loop_order))
+        points.append((layout.memory_bytes_per_core(), best))
+    expected = _brute_front(points)
+    front = pareto_plans(expr, hw, filters=None)
+    got = {(p.memory_bytes, p.time_s) for p in front}
+    assert len(got) == len(expected)
+    for (m, t), (m2, t2) in zip(sorted(got), sorted(expected)):
+        assert m == m2 and t == pytest.approx(t2, rel=1e-12)
+    for p in front:  # each frontier plan is a real, valid plan with that cost
+        layout = OpLayout(expr, p.plan)
+        layout.validate()
+        assert layout.memory_bytes_per_core() == p.memory_bytes
+        assert model(layout, hw).time_s == pytest.approx(p.time_s, rel=1e-12)
+
+    # The exact search under any budget lands on the frontier.
+    for p in front:
+        planned = plan_operator(expr, hw, budget_bytes=p.memory_bytes)
+        assert planned.time_s == pytest.approx(p.time_s, rel=1e-12)
+
+
+def test_filtered_frontier_obeys_the_constraints(exprs) -> None:
+    hw = preset("ipu-mk2")
+    expr = exprs.matmul(256, 1024, 512, "float16")
+    filters = PlanFilters.t10()
+    front = pareto_plans(expr, hw, filters=filters)
+    assert 1 < len(front) < 50
+    most = 1472  # 256 * 1024 * 512 leaves room for every core
+    for p in front:
+        layout = OpLayout(expr, p.plan)
+        assert layout.num_cores >= math.ceil(0.9 * most)
+        padded = math.prod(layout.F[a] * layout.xp[a] for a in layout.axes)
+        assert padded / math.prod(layout.extent.values()) <= 1 / 0.9 + 1e-9
+        assert p.memory_bytes <= hw.usable_sram_bytes
+    times = [p.time_s for p in front]
+    assert times == sorted(times, reverse=True)
+    # The fastest filtered plan can be no faster than the exact optimum over everything.
+    assert plan_operator(expr, hw).time_s <= front[-1].time_s * (1 + 1e-12)
+
+
+def test_constraints_nothing_can_meet_fall_back_to_the_complete_space(exprs) -> None:
+    expr = exprs.matmul(7, 7, 7)  # 15+ of 16 cores only with > 11% padding
+    hw = small_chip(16, 64 * 1024)
+    assert pareto_plans(expr, hw, relax=False) == []
+    relaxed = pareto_plans(expr, hw)
+    assert relaxed and relaxed == pareto_plans(expr, hw, filters=None)
+
+
+def test_space_sizes_shrink_stage_by_stage(exprs) -> None:
+    """Complete >> filtered >> Pareto, as in T10 Fig. 17."""
+    sizes = space_sizes(exprs.matmul(256, 512, 768, "float16"), small_chip(256, 128 * 1024))
+    assert sizes.complete > sizes.complete_plans > sizes.filtered > sizes.pareto > 1
+    assert sizes.pareto < 50

@@ -1,0 +1,267 @@
+"""The complete plan space (tvm_icca.plans.enumerate) and the exact search (plan_operator).
+
+The references here are independent of the vectorized code: plain loops over every factor
+tuple, judged by ``OpLayout.validate`` (the one definition of plan validity) and scored by
+``AnalyticCostModel`` on real layouts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import numpy as np
+import pytest
+
+from runtime_sim.errors import InvalidPlanError
+from runtime_sim.hardware import preset, small_chip
+from runtime_sim.layout import OpLayout
+from runtime_sim.program import AffineIndex, Axis, ExecutionPlan, TensorAccess, TensorExpr, make_load
+from tvm_icca.plans import AnalyticCostModel, plan_operator
+from tvm_icca.plans.batch_cost import AnalyticBatchModel, best_loop_order
+from tvm_icca.plans.enumerate import (
+    PlanFilters,
+    count_complete_space,
+    iter_plan_chunks,
+    op_partitions,
+    plan_structure,
+    plans_for,
+    temporal_assignments,
+)
+from tvm_icca.plans.search import candidate_partitions
+
+ax = AffineIndex.of_axis
+
+
+def _shared_rings(n1: int, n2: int, n3: int) -> TensorExpr:
+    """O[i] = sum_{k,l} A[k,l] * B[k,l] * C[i]: A and B rotate on k and l and both lack i,
+    so their rings can collide (the one case where OpLayout's ring check bites)."""
+    A = TensorAccess("A", (n1, n2), "float32", (ax("k"), ax("l")))
+    B = TensorAccess("B", (n1, n2), "float32", (ax("k"), ax("l")))
+    C = TensorAccess("C", (n3,), "float32", (ax("i"),))
+    O = TensorAccess("O", (n3,), "float32", (ax("i"),))
+    body = {"op": "mul", "args": [{"op": "mul", "args": [make_load(0, A.indices), make_load(1, B.indices)]},
+                                  make_load(2, C.indices)]}
+    return TensorExpr("elementwise", (Axis("i", n3), Axis("k", n1, True), Axis("l", n2, True)),
+                      (A, B, C), O, body)
+
+
+def _sum_exp(m: int, n: int) -> TensorExpr:
+    """Y[i] = sum_k exp(X[i,k]): zero padding would add exp(0), so k is never padded."""
+    X = TensorAccess("X", (m, n), "float32", (ax("i"), ax("k")))
+    Y = TensorAccess("Y", (m,), "float32", (ax("i"),))
+    return TensorExpr("reduce", (Axis("i", m), Axis("k", n, True)), (X,), Y,
+                      {"op": "exp", "args": [make_load(0, X.indices)]})
+
+
+def brute_force_plans(expr: TensorExpr, cores: int) -> set[tuple]:
+    """Every (F_op, f_t) OpLayout.validate accepts on up to ``cores`` cores, by plain loops.
+
+    Temporal factors are tried on every axis a tensor has, with values up to its sharing
+    count (``prod f_t <= P`` is the only shortcut: a product above P cannot divide it).
+    """
+    axes = expr.axis_names
+    extent = {a.name: a.extent for a in expr.axes}
+    found = set()
+    for F in itertools.product(*[range(1, extent[a] + 1) for a in axes]):
+        if math.prod(F) > cores:
+            continue
+        op_partition = dict(zip(axes, F))
+        base = OpLayout(expr, ExecutionPlan(op_partition, tuple({} for _ in expr.tensors)))
+        per_tensor = []
+        for t in range(len(expr.tensors)):
+            own, P = base.tensor_axes(t), base.sharing(t)
+            per_tensor.append([dict(zip(own, c)) for c in itertools.product(range(1, P + 1), repeat=len(own))
+                               if math.prod(c) <= P])
+        for temporal in itertools.product(*per_tensor):
+            try:
+                OpLayout(expr, ExecutionPlan(op_partition, tuple(temporal))).validate()
+            except InvalidPlanError:
+                continue
+            found.add((F, tuple(t.get(a, 1) for t in temporal for a in axes)))
+    return found
+
+
+def _as_set(batch) -> set[tuple]:
+    rows = {(tuple(int(x) for x in batch.F[i]), tuple(int(x) for x in batch.ft[i].ravel()))
+            for i in range(len(batch))}
+    assert len(rows) == len(batch), "the enumeration lists a plan twice"
+    return rows
+
+
+CASES = {
+    "matmul": (lambda e: e.matmul(3, 4, 5), 8),
+    "batched matmul": (lambda e: e.matmul(2, 3, 2, batch=2), 8),
+    "conv2d stride 2": (lambda e: e.conv2d(1, 2, 5, 5, 2, 3, 3, stride=2, pad=1), 6),
+    "softmax (pinned row)": (lambda e: e.softmax(4, 6), 8),
+    "row sum": (lambda e: e.row_sum(4, 6), 8),
+    "bias add (broadcast)": (lambda e: e.bias_add(4, 6), 8),
+    "matmul + epilogue input": (lambda e: e.matmul_bias_relu(2, 4, 3), 8),
+    "shared rings": (lambda e: _shared_rings(4, 2, 4), 8),
+    "unpaddable reduction": (lambda e: _sum_exp(4, 6), 12),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_enumeration_is_exactly_the_valid_space(exprs, case) -> None:
+    build, cores = CASES[case]
+    expr = build(exprs)
+    structure = plan_structure(expr)
+    batch = plans_for(structure, op_partitions(structure, cores))
+    assert _as_set(batch) == brute_force_plans(expr, cores)
+    counted = count_complete_space(structure, cores)
+    assert counted.complete_plans == len(batch)
+
+
+def test_ring_rule_is_applied(exprs) -> None:
+    """Without the ring check the shared-rings op would list plans OpLayout rejects."""
+    expr = _shared_rings(4, 2, 4)
+    structure = plan_structure(expr)
+    F = op_partitions(structure, 8)
+    raw = sum(len(temporal_assignments(structure, p)) for p in
+              (np.prod(np.where(~structure.own[None], f[None, None, :], 1), axis=2)[0] for f in F))
+    assert raw > len(plans_for(structure, F))
+
+
+@pytest.mark.parametrize("case", ["matmul", "batched matmul", "conv2d stride 2", "shared rings"])
+def test_enumerated_plans_validate_with_any_loop_order(exprs, case) -> None:
+    build, cores = CASES[case]
+    expr = build(exprs)
+    structure = plan_structure(expr)
+    batch = plans_for(structure, op_partitions(structure, cores))
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(batch), size=min(len(batch), 60), replace=False):
+        order = rng.permutation(structure.num_axes)
+        OpLayout(expr, batch.plan(int(i), order)).validate()
+
+
+@pytest.mark.parametrize("build,cores", [
+    (lambda e: e.matmul(24, 16, 12), 64),
+    (lambda e: e.matmul(8, 12, 6, batch=4), 48),
+    (lambda e: e.conv2d(2, 4, 6, 6, 4, 3, 3, pad=1), 24),
+])
+def test_complete_count_matches_listing(exprs, build, cores) -> None:
+    """The combinatorial count (with loop orders) equals listing every plan."""
+    structure = plan_structure(build(exprs))
+    plans = orders = 0
+    for batch in iter_plan_chunks(structure, op_partitions(structure, cores)):
+        plans += len(batch)
+        orders += sum(math.factorial(int(k)) for k in (batch.S > 1).sum(axis=1))
+    counted = count_complete_space(structure, cores)
+    assert (counted.complete_plans, counted.complete) == (plans, orders)
+
+
+def test_complete_space_of_a_large_operator_is_counted_not_listed(exprs) -> None:
+    start = time.perf_counter()
+    counted = count_complete_space(plan_structure(exprs.matmul(4096, 1024, 4096, "float16")), 1472)
+    assert counted.complete > 10**7 and counted.complete > counted.complete_plans
+    assert time.perf_counter() - start < 20
+
+
+def test_search_constraints(exprs) -> None:
+    """Parallelism and padding filters (T10 §4.3.1) keep exactly the plans they should."""
+    expr = exprs.matmul(30, 20, 50)
+    structure = plan_structure(expr)
+    filters = PlanFilters.t10()
+    assert filters.max_padding_ratio == pytest.approx(1 / 0.9)
+    everything = plans_for(structure, op_partitions(structure, 64))
+    kept = plans_for(structure, candidate_partitions(structure, 64, filters), max_padding=filters.max_padding_ratio)
+    most = int(everything.cores.max())
+    expected = (everything.cores >= math.ceil(0.9 * most)) & (everything.padding() <= 1 / 0.9 + 1e-9)
+    assert _as_set(kept) == _as_set(everything.take(np.flatnonzero(expected)))
+    assert 0 < len(kept) < len(everything)
+
+
+def test_batch_cost_equals_layout_cost(exprs) -> None:
+    """The vectorized analytic model gives AnalyticCostModel's numbers, best loop order included."""
+    hw = small_chip(16, 64 * 1024, link_latency_s=1e-7)
+    model, reference = AnalyticBatchModel(hw), AnalyticCostModel()
+    rng = np.random.default_rng(1)
+    for expr in (exprs.conv2d(2, 3, 7, 7, 4, 3, 3, stride=2, pad=1), exprs.matmul_bias_relu(8, 12, 10),
+                 exprs.matmul(6, 8, 4, batch=3), exprs.row_sum(12, 10, mean=True)):
+        structure = plan_structure(expr)
+        batch = plans_for(structure, op_partitions(structure, 16))
+        times, orders = model.times(batch)
+        for i in rng.choice(len(batch), size=min(len(batch), 40), replace=False):
+            plan = batch.plan(int(i))
+            best = min(reference(OpLayout(expr, ExecutionPlan(plan.op_partition, plan.temporal, order)), hw).time_s
+                       for order in itertools.permutations(plan.loop_order))
+            assert times[i] == pytest.approx(best, rel=1e-12)
+            chosen = OpLayout(expr, batch.plan(int(i), orders[i]))
+            assert reference(chosen, hw).time_s == pytest.approx(best, rel=1e-12)
+            assert batch.memory()[i] == chosen.memory_bytes_per_core()
+
+
+def test_best_loop_order_is_exact() -> None:
+    rng = np.random.default_rng(2)
+    S = rng.integers(1, 6, size=(300, 4))
+    w = rng.random((300, 4)) * (S > 1)
+    order, cost = best_loop_order(S, w)
+    for i in range(len(S)):
+        brute = min(sum(w[i, a] * math.prod(S[i, b] for b in p[:j]) for j, a in enumerate(p))
+                    for p in itertools.permutations(range(4)))
+        assert cost[i] == pytest.approx(brute, rel=1e-12)
+
+
+def _exhaustive_best(expr: TensorExpr, hw, budget: int) -> float:
+    """Min analytic time over every valid plan and loop order that fits (plain loops)."""
+    model = AnalyticCostModel()
+    axes = expr.axis_names
+    best = math.inf
+    for F, flat in brute_force_plans(expr, hw.num_cores):
+        temporal = tuple({a: flat[t * len(axes) + j] for j, a in enumerate(axes) if flat[t * len(axes) + j] > 1}
+                         for t in range(len(expr.tensors)))
+        op_partition = dict(zip(axes, F))
+        layout = OpLayout(expr, ExecutionPlan(op_partition, temporal))
+        if layout.memory_bytes_per_core() > budget:
+            continue
+        for order in itertools.permutations(layout.loop_axes):
+            timed = OpLayout(expr, ExecutionPlan(op_partition, temporal, order))
+            best = min(best, model(timed, hw).time_s)
+    return best
+
+
+@pytest.mark.parametrize("build,cores", [
+    (lambda e: e.matmul(12, 16, 10), 8),
+    (lambda e: e.matmul(4, 6, 8, batch=2), 8),
+    (lambda e: e.conv2d(1, 2, 5, 5, 3, 3, 3, pad=1), 6),
+])
+def test_plan_operator_is_the_exhaustive_optimum(exprs, build, cores) -> None:
+    """For several budgets, from the smallest footprint up: same time as brute force."""
+    expr = build(exprs)
+    hw = small_chip(cores, 1024 * 1024)
+    structure = plan_structure(expr)
+    memory = plans_for(structure, op_partitions(structure, cores)).memory()
+    for budget in sorted(set(np.quantile(memory, [0.0, 0.1, 0.4, 1.0]).astype(int).tolist())):
+        planned = plan_operator(expr, hw, budget_bytes=budget)
+        planned.layout.validate()
+        assert planned.memory_bytes_per_core <= budget
+        assert planned.time_s == pytest.approx(_exhaustive_best(expr, hw, budget), rel=1e-12)
+
+
+def test_plan_operator_is_fast_on_a_full_chip(exprs) -> None:
+    hw = preset("ipu-mk2")
+    expr = exprs.matmul(512, 1024, 3072, "float16")
+    start = time.perf_counter()
+    plan_operator(expr, hw, budget_bytes=hw.usable_sram_bytes - 1)  # (not cached)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_custom_cost_model_reranks_a_shortlist(exprs) -> None:
+    """A plain CostModel callable is honoured; one equal to the analytic model finds its optimum."""
+    hw = small_chip(16, 12 * 1024)
+    expr = exprs.matmul(32, 48, 40)
+    analytic = AnalyticCostModel()
+    exact = plan_operator(expr, hw)
+    same = plan_operator(expr, hw, cost_model=lambda layout, h: analytic(layout, h))
+    assert same.time_s == pytest.approx(exact.time_s, rel=1e-12)
+
+    def no_rotation_please(layout, h):  # a model that hates shifts
+        cost = analytic(layout, h)
+        return type(cost)(cost.compute_s, cost.sync_s, 100 * cost.shift_s, cost.reduction_s, cost.epilogue_s)
+
+    planned = plan_operator(expr, hw, cost_model=no_rotation_please)
+    planned.layout.validate()
+    assert planned.memory_bytes_per_core <= hw.usable_sram_bytes
+    assert planned.time_s == pytest.approx(no_rotation_please(planned.layout, hw).time_s)

@@ -1,0 +1,163 @@
+"""``tvm-icca plan``: the execution plan of one operator, as JSON (T10 §4.2-§4.3.1).
+
+``tvm-icca plan matmul --m 32 --k 5120 --n 15360 --cost-model t10-bench`` answers the T10
+benchmark problem (:mod:`tvm_icca.plans.t10_bench`); ``--cost-model analytic`` (default)
+plans with the compiler's own model (:func:`tvm_icca.plans.plan_operator`). Matmul plans
+print ``F_op`` as ``[m, k, n]`` and the six temporal factors ``f_t_<tensor>_<axis>``, plus
+``time_s`` and ``cores``; ``--pareto`` adds the time/memory Pareto plans under ``pareto``.
+``tvm-icca plan conv2d`` prints ``axes``, ``F_op`` in that order and the temporal factors of
+the rotatable (tensor, axis) pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+COST_MODELS = ("analytic", "t10-bench")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("plan", help="search the execution plan of one operator")
+    ops = parser.add_subparsers(dest="op", metavar="OP")
+
+    mm = ops.add_parser("matmul", help="C[m,n] += A[m,k] * B[k,n]")
+    mm.add_argument("--m", type=int, required=True)
+    mm.add_argument("--k", type=int, required=True)
+    mm.add_argument("--n", type=int, required=True)
+    _common(mm)
+    mm.set_defaults(func=_run_matmul)
+
+    conv = ops.add_parser("conv2d", help="NCHW convolution O[b,o,y,x] += I[b,c,..] * W[o,c,kh,kw]")
+    for name, default in (("batch", 1), ("channels", None), ("height", None), ("width", None),
+                          ("filters", None), ("kernel", 3), ("stride", 1), ("pad", 0), ("dilation", 1)):
+        conv.add_argument(f"--{name}", type=int, required=default is None, default=default)
+    _common(conv, cost_models=("analytic",))
+    conv.set_defaults(func=_run_conv2d)
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+    return parser
+
+
+def _common(parser: argparse.ArgumentParser, cost_models: tuple[str, ...] = COST_MODELS) -> None:
+    parser.add_argument("--dtype", default="float16", choices=("float16", "float32"))
+    parser.add_argument("--hw", default="ipu-mk2", help="hardware preset (default ipu-mk2)")
+    parser.add_argument("--cost-model", default="analytic", choices=cost_models)
+    parser.add_argument("--budget", type=int, default=None,
+                        help="bytes per core for the operator (default: SRAM minus shift buffer)")
+    parser.add_argument("--pareto", action="store_true",
+                        help="also print the time/memory Pareto plans (T10 §4.3.1)")
+    parser.add_argument("--min-utilization", type=float, default=0.9,
+                        help="parallelism constraint of the Pareto search (default 0.9)")
+    parser.add_argument("--padding", type=float, default=0.9,
+                        help="padding constraint: least real/padded ratio (default 0.9)")
+    parser.add_argument("--indent", type=int, default=None, help="indent the JSON output")
+
+
+def _filters(args: argparse.Namespace):
+    from ..plans.enumerate import PlanFilters
+
+    return PlanFilters.t10(args.min_utilization, args.padding)
+
+
+def _emit(payload: dict[str, Any], args: argparse.Namespace) -> int:
+    json.dump(payload, sys.stdout, indent=args.indent)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _matmul_keys(plan, time_s: float, cores: int) -> dict[str, Any]:
+    return {
+        "F_op": [plan.F("m"), plan.F("k"), plan.F("n")],
+        "f_t_A_m": plan.ft(0, "m"), "f_t_A_k": plan.ft(0, "k"),
+        "f_t_B_k": plan.ft(1, "k"), "f_t_B_n": plan.ft(1, "n"),
+        "f_t_C_m": plan.ft(2, "m"), "f_t_C_n": plan.ft(2, "n"),
+        "time_s": time_s, "cores": cores,
+    }
+
+
+def _run_matmul(args: argparse.Namespace) -> int:
+    from runtime_sim.hardware import preset
+
+    hw = preset(args.hw)
+    if args.cost_model == "t10-bench":
+        from ..plans.t10_bench import T10BenchSpec, bench_pareto, solve
+
+        spec = T10BenchSpec.from_hardware(hw, args.dtype)
+        if args.budget is not None:
+            spec = T10BenchSpec(**{**spec.__dict__, "sram_bytes": args.budget + spec.shift_buffer_bytes})
+        answer = solve(args.m, args.k, args.n, spec)
+        payload = answer.to_json_dict()
+        if args.pareto:
+            payload["pareto"] = [dict(p.to_json_dict(), memory_bytes=p.memory_bytes)
+                                 for p in bench_pareto(args.m, args.k, args.n, spec, _filters(args))]
+        return _emit(payload, args)
+
+    from ..plans import plan_operator
+    from ..plans.pareto import pareto_plans
+    from ..plans.t10_bench import bench_expr
+
+    expr = bench_expr(args.m, args.k, args.n, args.dtype)
+    planned = plan_operator(expr, hw, budget_bytes=args.budget, name="matmul")
+    payload = _matmul_keys(planned.plan, planned.time_s, planned.layout.num_cores)
+    if args.pareto:
+        payload["pareto"] = [
+            dict(_matmul_keys(p.plan, p.time_s, p.cores), memory_bytes=p.memory_bytes)
+            for p in pareto_plans(expr, hw, filters=_filters(args), budget_bytes=args.budget)
+        ]
+    return _emit(payload, args)
+
+
+def _generic_keys(expr, plan, time_s: float, cores: int) -> dict[str, Any]:
+    from ..plans.enumerate import plan_structure
+
+    structure = plan_structure(expr)
+    out: dict[str, Any] = {"axes": list(structure.axes), "F_op": [plan.F(a) for a in structure.axes]}
+    for t, access in enumerate(expr.tensors):
+        for a, axis in enumerate(structure.axes):
+            if structure.rotatable[t, a]:
+                out[f"f_t_{access.name}_{axis}"] = plan.ft(t, axis)
+    out["loop_order"] = list(plan.loop_order)
+    out["time_s"] = time_s
+    out["cores"] = cores
+    return out
+
+
+def _run_conv2d(args: argparse.Namespace) -> int:
+    from runtime_sim.hardware import preset
+
+    from ..plans import plan_operator
+    from ..plans.pareto import pareto_plans
+
+    hw = preset(args.hw)
+    expr = conv2d_expr(args.batch, args.channels, args.height, args.width, args.filters,
+                       args.kernel, args.stride, args.pad, args.dilation, args.dtype)
+    planned = plan_operator(expr, hw, budget_bytes=args.budget, name="conv2d")
+    payload = _generic_keys(expr, planned.plan, planned.time_s, planned.layout.num_cores)
+    if args.pareto:
+        payload["pareto"] = [
+            dict(_generic_keys(expr, p.plan, p.time_s, p.cores), memory_bytes=p.memory_bytes)
+            for p in pareto_plans(expr, hw, filters=_filters(args), budget_bytes=args.budget)
+        ]
+    return _emit(payload, args)
+
+
+def conv2d_expr(B: int, C: int, H: int, W: int, O: int, K: int, stride: int = 1, pad: int = 0,
+                dilation: int = 1, dtype: str = "float16"):
+    """NCHW conv as a tensor expression with compound input indices (T10 §5, Eq. 2)."""
+    from runtime_sim.program import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
+
+    def out_size(n: int) -> int:
+        return (n + 2 * pad - dilation * (K - 1) - 1) // stride + 1
+
+    ax = AffineIndex.of_axis
+    h = AffineIndex((("y", stride), ("kh", dilation)), -pad)
+    w = AffineIndex((("x", stride), ("kw", dilation)), -pad)
+    inp = TensorAccess("I", (B, C, H, W), dtype, (ax("b"), ax("c"), h, w))
+    wt = TensorAccess("W", (O, C, K, K), dtype, (ax("o"), ax("c"), ax("kh"), ax("kw")))
+    out = TensorAccess("O", (B, O, out_size(H), out_size(W)), dtype, (ax("b"), ax("o"), ax("y"), ax("x")))
+    axes = (Axis("b", B), Axis("o", O), Axis("y", out_size(H)), Axis("x", out_size(W)),
+            Axis("c", C, True), Axis("kh", K, True), Axis("kw", K, True))
+    body = {"op": "mul", "args": [make_load(0, inp.indices), make_load(1, wt.indices)]}
+    return TensorExpr("conv2d", axes, (inp, wt), out, body)

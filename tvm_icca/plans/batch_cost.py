@@ -1,0 +1,235 @@
+"""Plan costs on arrays of candidates: the analytic model of :mod:`.cost`, vectorized.
+
+The search scores millions of candidates, far too many to build an :class:`OpLayout` for
+each; :class:`AnalyticBatchModel` computes exactly what :class:`AnalyticCostModel` computes
+from a layout (compute, synchronization, shifts, final reduction, epilogue: T10 §4.3.1's cost
+structure), for whole :class:`PlanBatch` es at once, with the best loop order of every plan.
+
+Best loop order (T10 §4.4 orders loops by tensor size; we solve it exactly): with ``w_a``
+the time of one round of shifts on axis ``a`` (each tensor rotating on ``a`` moves ``f_t``
+partitions) and ``S_a`` its steps, an order costs ``sum_a w_a * prod(S of loops outside a)``.
+Swapping two adjacent loops ``a``, ``b`` changes the cost by the sign of
+``w_a (S_b - 1) - w_b (S_a - 1)``, so sorting axes by ``w / (S - 1)``, largest outermost, is
+optimal (an exchange argument, as for Smith's rule).
+
+A model also gives lower bounds per ``F_op`` row that hold for every plan with that row:
+the branch-and-bound search (:mod:`.search`) prunes with them, so they must never exceed a
+real plan's time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import numpy as np
+
+from runtime_sim.hardware import HardwareSpec
+from schedules import template_for
+from schedules.base import ComputeTemplate, MatrixTemplate, arithmetic_nodes, contraction_roles
+
+from .enumerate import (
+    PlanBatch,
+    PlanStructure,
+    ceil_div,
+    partition_lower_bounds,
+    sharing_counts,
+    subtensor_lower_bounds,
+    unique_rows,
+)
+
+
+class BatchCostModel(Protocol):
+    """A cost model the exact search can use (vectorized over candidate plans)."""
+
+    def times(self, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
+        """Time in seconds of every plan under its best loop order, and that order.
+
+        The order is ``(N, A)`` axis indices, outermost first; axes without steps may be
+        anywhere (they are dropped from the plan).
+        """
+        ...
+
+    def time_lower_bound(self, structure: PlanStructure, F: np.ndarray) -> np.ndarray:
+        """For each F_op row, a time no plan with that row beats."""
+        ...
+
+    def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
+                             budget: float = math.inf) -> np.ndarray:
+        """Like :meth:`time_lower_bound`, for the row's plans that rotate something and fit
+        ``budget`` bytes per core (inf where none can)."""
+        ...
+
+
+def best_loop_order(S: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact minimum of ``sum_a w_a * prod(S outside a)`` over loop orders, per row.
+
+    Returns ``(order, cost)``; ``order`` lists axis indices outermost first.
+    """
+    stepping = S > 1
+    key = np.where(stepping, w / np.maximum(S - 1, 1), -np.inf)
+    order = np.argsort(-key, axis=1, kind="stable")
+    S_sorted = np.take_along_axis(S, order, axis=1).astype(float)
+    w_sorted = np.take_along_axis(w, order, axis=1)
+    outer = np.cumprod(np.concatenate([np.ones((len(S), 1)), S_sorted[:, :-1]], axis=1), axis=1)
+    return order, (w_sorted * outer).sum(axis=1)
+
+
+def transfer_seconds_array(nbytes: np.ndarray, hw: HardwareSpec) -> np.ndarray:
+    """:func:`.cost.transfer_seconds` on arrays (shift-buffer sized pieces, T10 §5)."""
+    nbytes = np.asarray(nbytes, float)
+    pieces = np.ceil(nbytes / hw.shift_buffer_bytes)
+    return np.where(nbytes > 0, nbytes / hw.link_bandwidth + pieces * hw.link_latency_s, 0.0)
+
+
+def _overrides(template: object, name: str, base: type) -> bool:
+    return getattr(type(template), name) is not getattr(base, name)
+
+
+class TemplateCycles:
+    """Per-step cycles of an op's template for arrays of chunk shapes.
+
+    The matrix and vector formulas of :mod:`schedules.base` are evaluated on arrays; a
+    template that overrides them is called once per distinct chunk shape instead (exact
+    either way).
+    """
+
+    def __init__(self, structure: PlanStructure, hw: HardwareSpec):
+        self.structure = structure
+        self.hw = hw
+        expr = structure.expr
+        self.template = template_for(expr.kind)
+        t = self.template
+        if isinstance(t, MatrixTemplate) and not _overrides(t, "subtask_cycles", MatrixTemplate):
+            self.kind = "matrix"
+            roles = contraction_roles(expr)
+            idx = {a: i for i, a in enumerate(structure.axes)}
+            self.roles = [[idx[a] for a in axes] for axes in (roles.batch, roles.m, roles.k, roles.n)]
+        elif not _overrides(t, "subtask_cycles", ComputeTemplate):
+            self.kind = "vector"
+        else:
+            self.kind = "custom"
+        self.local_points = math.prod(a.extent for a in expr.local_axes)
+        self.body_ops = max(arithmetic_nodes(expr.body), 1)
+        self.epilogue_ops = arithmetic_nodes(expr.epilogue)
+        self.custom_epilogue = _overrides(t, "epilogue_cycles", ComputeTemplate)
+        self.non_reduce = np.array([not a.reduce for a in expr.axes], bool)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether :meth:`subtask` of the unpadded sub-operator bounds all its step sums."""
+        return self.kind != "custom"
+
+    def subtask(self, chunk: np.ndarray) -> np.ndarray:
+        """Cycles of one step over chunks ``(N, A)`` (axis lengths)."""
+        hw = self.hw
+        if self.kind == "matrix":
+            b, m, k, n = (np.prod(chunk[:, r], axis=1).astype(float) for r in self.roles)
+            tm, tk, tn = hw.matrix_tile
+            macs = b * (ceil_div(m, tm) * tm) * (ceil_div(k, tk) * tk) * (ceil_div(n, tn) * tn)
+            return 2 * macs / hw.matrix_flops_per_cycle
+        if self.kind == "vector":
+            points = np.prod(chunk.astype(float), axis=1) * self.local_points
+            return points * self.body_ops / hw.vector_flops_per_cycle
+        return self._per_unique(chunk, lambda c: self.template.subtask_cycles(self.structure.expr, c, hw))
+
+    def epilogue(self, partition: np.ndarray) -> np.ndarray:
+        """Cycles of the fused epilogue over output partitions ``(N, A)``."""
+        hw = self.hw
+        if self.custom_epilogue:
+            return self._per_unique(
+                partition, lambda c: self.template.epilogue_cycles(self.structure.expr, c, hw))
+        if not self.epilogue_ops:
+            return np.zeros(len(partition))
+        n = np.prod(np.where(self.non_reduce[None, :], partition, 1).astype(float), axis=1)
+        return n * self.epilogue_ops / hw.vector_flops_per_cycle
+
+    def _per_unique(self, chunk: np.ndarray, fn) -> np.ndarray:
+        uniq, inv, _ = unique_rows(chunk)
+        axes = self.structure.axes
+        vals = np.array([fn({a: int(v) for a, v in zip(axes, row)}) for row in uniq], float)
+        return vals[inv]
+
+
+def rotation_shift_bound(structure: PlanStructure, F: np.ndarray, seconds_per_byte: float,
+                         budget: float = math.inf) -> np.ndarray:
+    """Least shift time of any plan of each F_op row that rotates something (inf: none fits).
+
+    A tensor with ``R = prod f_t > 1`` partitions shifts at least ``R`` times on its
+    innermost rotating loop (the loops outside it step at least ``f_t`` times each), so every
+    core receives at least ``R`` partitions: its whole sub-tensor. The cheapest set of
+    rotating tensors whose rotation can bring the footprint within ``budget`` (the others
+    whole, the rotating ones split as far as their sharing allows) bounds the shift time.
+    """
+    whole = subtensor_lower_bounds(structure, F)
+    split = partition_lower_bounds(structure, F)
+    P = sharing_counts(structure, F)
+    can = (P > 1) & structure.rotatable.any(axis=1)[None, :]
+    T = structure.num_tensors
+    # Every non-empty subset of tensors at once: membership matrix (T, 2^T - 1).
+    member = (np.arange(1, 1 << T)[None, :] >> np.arange(T)[:, None]) & 1
+    memory = whole.sum(axis=1)[:, None] + (split - whole) @ member
+    cost = (whole @ member) * seconds_per_byte
+    allowed = (~can).astype(float) @ member == 0  # every member can rotate
+    cost = np.where(allowed & (memory <= budget), cost, np.inf)
+    return cost.min(axis=1)
+
+
+class AnalyticBatchModel:
+    """:class:`.cost.AnalyticCostModel`, vectorized (same terms, same numbers)."""
+
+    def __init__(self, hw: HardwareSpec):
+        self.hw = hw
+        self._cycles: dict[int, TemplateCycles] = {}
+
+    def cycles(self, structure: PlanStructure) -> TemplateCycles:
+        hit = self._cycles.get(id(structure))
+        if hit is None or hit.structure is not structure:
+            hit = TemplateCycles(structure, self.hw)
+            self._cycles[id(structure)] = hit
+        return hit
+
+    def times(self, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
+        return self.components(batch)[0]
+
+    def components(self, batch: PlanBatch):
+        """((time, order), dict of per-term arrays) for every plan of the batch."""
+        hw = self.hw
+        structure = batch.structure
+        cyc = self.cycles(structure)
+        S = batch.S
+        xp = S * ceil_div(ceil_div(structure.extents[None, :], batch.F), S)
+        rp = xp // S
+        steps = np.prod(S, axis=1).astype(float)
+        parts = batch.partition_bytes(xp)
+        compute = steps * cyc.subtask(rp) / hw.clock_hz
+        sync = steps * hw.sync_cycles / hw.clock_hz
+        per_shift = transfer_seconds_array(parts, hw)  # (N, T)
+        ft = batch.ft
+        w = (np.where(ft > 1, ft, 0) * per_shift[:, :, None]).sum(axis=1)  # (N, A)
+        order, shift = best_loop_order(S, w)
+        out = structure.num_tensors - 1
+        replicas = (sharing_counts(structure, batch.F)[:, out] // np.prod(ft[:, out], axis=1)).astype(float)
+        reduction = (replicas - 1) / replicas * parts[:, out] / hw.link_bandwidth
+        epilogue = cyc.epilogue(xp // ft[:, out]) / hw.clock_hz
+        time = compute + sync + shift + reduction + epilogue
+        terms = {"compute_s": compute, "sync_s": sync, "shift_s": shift,
+                 "reduction_s": reduction, "epilogue_s": epilogue}
+        return (time, order), terms
+
+    def time_lower_bound(self, structure: PlanStructure, F: np.ndarray) -> np.ndarray:
+        hw = self.hw
+        cyc = self.cycles(structure)
+        sync = hw.sync_cycles / hw.clock_hz
+        if not cyc.bounded:
+            return np.full(len(F), sync)
+        c = ceil_div(structure.extents[None, :], F)
+        return cyc.subtask(c) / hw.clock_hz + sync
+
+    def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
+                             budget: float = math.inf) -> np.ndarray:
+        # A rotating plan takes at least two steps (two synchronizations) and some shifts.
+        hw = self.hw
+        extra = hw.sync_cycles / hw.clock_hz
+        shift = rotation_shift_bound(structure, F, 1.0 / hw.link_bandwidth, budget)
+        return self.time_lower_bound(structure, F) + extra + shift

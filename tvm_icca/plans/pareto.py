@@ -1,0 +1,142 @@
+"""Per-operator Pareto-optimal plans: execution time vs bytes per core (T10 §4.3.1, Fig. 16).
+
+A plan is kept when no other plan is at least as fast with at most as much memory (one plan
+per distinct point). T10 computes the frontier over the space left by its two search
+constraints (:class:`PlanFilters`, Fig. 17's "filtered" space); with ``PlanFilters.none()``
+it is the frontier of the complete space. Either way the scan is pruned with the bounds of
+:mod:`.search`: an ``F_op`` row whose memory and time lower bounds are already dominated by
+the frontier cannot add a point, so it is never expanded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from runtime_sim.hardware import HardwareSpec
+from runtime_sim.program import ExecutionPlan, TensorExpr
+
+from .batch_cost import AnalyticBatchModel, BatchCostModel
+from .enumerate import (
+    PlanFilters,
+    PlanStructure,
+    SpaceSizes,
+    count_complete_space,
+    memory_lower_bound,
+    plan_structure,
+    plans_for,
+)
+from .search import ScoredPlans, _chunks, candidate_partitions, max_padding, score
+
+
+def pareto_front(time: np.ndarray, memory: np.ndarray) -> np.ndarray:
+    """Indices of the Pareto-optimal points, fewest bytes (slowest) first.
+
+    A point is kept iff it is strictly faster than every point with less or equal memory
+    that comes before it in (memory, time) order.
+    """
+    if len(time) == 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort((time, memory))
+    t = np.asarray(time, float)[order]
+    best_before = np.minimum.accumulate(np.concatenate([[math.inf], t[:-1]]))
+    return order[t < best_before]
+
+
+def _dominated(front: ScoredPlans, memory_lb: np.ndarray, time_lb: np.ndarray) -> np.ndarray:
+    """Rows whose every plan is weakly dominated by a frontier point."""
+    if not len(front):
+        return np.zeros(len(memory_lb), bool)
+    # The frontier is sorted by memory with strictly falling times: the last point with
+    # memory <= a row's bound is the fastest such point.
+    pos = np.searchsorted(front.memory, memory_lb, side="right") - 1
+    fastest = np.where(pos >= 0, front.time[np.maximum(pos, 0)], math.inf)
+    return fastest <= time_lb
+
+
+def pareto_scored(structure: PlanStructure, model: BatchCostModel, max_cores: int,
+                  filters: PlanFilters | None, budget: float) -> ScoredPlans:
+    """The Pareto frontier (as scored plans, fewest bytes first) of the filtered space."""
+    F = candidate_partitions(structure, max_cores, filters)
+    memory_lb = memory_lower_bound(structure, F)
+    keep = memory_lb <= budget
+    F, memory_lb = F[keep], memory_lb[keep]
+    time_lb = model.time_lower_bound(structure, F)
+    rows = np.lexsort((memory_lb, time_lb))
+    front = ScoredPlans.concat([], structure)
+    # (A pair-level dominance filter, as best_plan uses, costs more than it saves here: the
+    # frontier spans every memory level, so few pairs are dominated before scoring.)
+    for group in _chunks(structure, F, rows):
+        group = group[~_dominated(front, memory_lb[group], time_lb[group])]
+        if not len(group):
+            continue
+        batch = plans_for(structure, F[group], max_padding=max_padding(filters))
+        merged = ScoredPlans.concat([front, score(batch, model, budget, filters)], structure)
+        front = merged.take(pareto_front(merged.time, merged.memory))
+    return front
+
+
+@dataclass(frozen=True)
+class ParetoPlan:
+    """One Pareto-optimal plan of an operator."""
+
+    plan: ExecutionPlan
+    time_s: float
+    memory_bytes: int
+    cores: int
+
+
+def pareto_plans(expr: TensorExpr, hw: HardwareSpec, cost_model: BatchCostModel | None = None,
+                 filters: PlanFilters | None = PlanFilters.t10(), budget_bytes: int | None = None,
+                 relax: bool = True) -> list[ParetoPlan]:
+    """Time/memory Pareto plans of ``expr`` on ``hw`` that fit the budget, fewest bytes first.
+
+    ``filters`` defaults to T10's search constraints with the Elk artifact's thresholds; when
+    nothing passes them (an operator too small to use 90% of the chip without padding, say)
+    and ``relax`` is set, the frontier of the complete space is returned instead.
+    """
+    structure = plan_structure(expr)
+    model = cost_model or AnalyticBatchModel(hw)
+    budget = hw.usable_sram_bytes if budget_bytes is None else budget_bytes
+    front = pareto_scored(structure, model, hw.num_cores, filters, budget)
+    if not len(front) and relax and filters is not None:
+        front = pareto_scored(structure, model, hw.num_cores, None, budget)
+    return [ParetoPlan(front.plan(i), float(front.time[i]), int(front.memory[i]),
+                       int(front.batch.cores[i])) for i in range(len(front))]
+
+
+def filtered_space_size(structure: PlanStructure, max_cores: int, filters: PlanFilters | None,
+                        budget: float | None = None) -> int:
+    """Number of (F_op, f_t) plans passing ``filters`` (and fitting ``budget`` if given)."""
+    F = candidate_partitions(structure, max_cores, filters)
+    if budget is not None:
+        F = F[memory_lower_bound(structure, F) <= budget]
+    total = 0
+    pad = filters is not None and math.isfinite(filters.max_padding_ratio)
+    for group in _chunks(structure, F, np.arange(len(F))):
+        batch = plans_for(structure, F[group], max_padding=max_padding(filters))
+        keep = np.ones(len(batch), bool)
+        if budget is not None:
+            keep &= batch.memory() <= budget
+        if pad:
+            keep &= batch.padding() <= filters.max_padding_ratio + 1e-9
+        total += int(keep.sum())
+    return total
+
+
+def space_sizes(expr: TensorExpr, hw: HardwareSpec, filters: PlanFilters = PlanFilters.t10(),
+                cost_model: BatchCostModel | None = None) -> SpaceSizes:
+    """Complete / filtered / Pareto sizes of one operator's plan space (T10 Fig. 17).
+
+    The complete space is counted combinatorially on ``hw.num_cores`` cores; the filtered
+    space applies ``filters`` and, when ``filters.fit_sram`` is set, drops plans that exceed
+    a core's usable SRAM; the Pareto count is the frontier of that filtered space.
+    """
+    structure = plan_structure(expr)
+    complete = count_complete_space(structure, hw.num_cores)
+    budget = hw.usable_sram_bytes if filters.fit_sram else math.inf
+    filtered = filtered_space_size(structure, hw.num_cores, filters, budget if filters.fit_sram else None)
+    front = pareto_scored(structure, cost_model or AnalyticBatchModel(hw), hw.num_cores, filters, budget)
+    return SpaceSizes(complete.complete, complete.complete_plans, complete.op_partitions, filtered, len(front))
