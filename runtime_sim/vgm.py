@@ -212,6 +212,9 @@ def _home_counts(box: tuple[tuple[int, int], ...], shape: tuple[int, ...], slice
     counts = np.zeros(num_cores + 1, np.int64)
     if any(e <= s for s, e in box):
         return counts[:num_cores]
+    if not shape:  # a scalar lives on the first core
+        counts[0] = 1
+        return counts[:num_cores]
     strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
     # Merge trailing dimensions the box covers entirely into longer contiguous runs.
     last = len(shape) - 1

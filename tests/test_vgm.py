@@ -50,12 +50,12 @@ def test_every_core_reading_one_slice_is_serialized(exprs):
     assert timing.stall_s > 0
 
 
-def test_tiles_fit_memory_and_align_to_matrix_unit(exprs):
+def test_tiles_fit_memory_and_grow_to_matrix_unit(exprs):
     hw = preset("ipu-mk2")
     planned = plan_vgm_operator(exprs.matmul(4096, 1024, 4096, "float16"), hw)
     assert planned.memory_bytes_per_core <= hw.usable_sram_bytes
     for a, t in planned.plan.tiles.items():
-        assert t % hw.matrix_tile[0] == 0
+        assert t >= hw.matrix_tile[0], (a, t)  # growing stops no earlier than the unit's tile
     # The estimate ignores hot spots, so the simulated time can only be larger.
     sim = vgm_op_timing(planned.expr, planned.plan, hw)
     assert sim.time_s >= planned.estimated_time_s * 0.999

@@ -24,7 +24,11 @@ from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import DeviceProgram, OpProgram, TensorDecl, TensorExpr
 
 from .plans import CostModel, PlannedOp, plan_operator
+from .plans.vgm import plan_vgm_operator
 from .tensor_expr import ExtractedOp, extract_op
+
+#: Execution models a region can be compiled for.
+EXECUTION_MODELS = ("t10", "vgm")
 
 
 class PlanCache:
@@ -94,12 +98,19 @@ def compile_region(
     hw: HardwareSpec,
     cost_model: CostModel | None = None,
     plan_cache: PlanCache | None = None,
+    execution: str = "t10",
+    vgm_region_bytes: int | None = None,
 ) -> DeviceProgram:
     """Plan every operator of ``func`` and return the region's device program.
 
     ``plan_cache`` shares plans and tensor expressions with other regions (see
     :class:`PlanCache`); without it every operator is extracted and planned afresh.
+    ``execution`` selects the execution model: ``"t10"`` (compute-shift plans, the backend's
+    own) or ``"vgm"`` (the load-compute-store baseline on a virtual global memory, T10 §2.2,
+    with ``vgm_region_bytes`` reserved per core; timing-only).
     """
+    if execution not in EXECUTION_MODELS:
+        raise IccaError(f"unknown execution model '{execution}'; choose one of {EXECUTION_MODELS}")
     values: dict[relax.Var, _Value] = {}
     inputs = []
     for i, param in enumerate(func.params):
@@ -131,7 +142,10 @@ def compile_region(
                 f"({str(value)[:80]}); regions must only call composite functions"
             )
     outputs = [values[v].name for v in _result_vars(body.body, name)]
-    ops = _plan_region(pending, outputs, hw, cost_model, plan_cache)
+    if execution == "vgm":
+        ops = [_plan_vgm(op, hw, vgm_region_bytes) for op in pending]
+    else:
+        ops = _plan_region(pending, outputs, hw, cost_model, plan_cache)
     return DeviceProgram(
         region=name,
         hardware=hw.to_dict(),
@@ -173,6 +187,12 @@ def _extract_call(op_name, composite, call, out_var, values, constants, hw,
     _check_dtype(out, hw, op_name)
     values[out_var] = out
     return _PendingOp(op_name, extracted.expr, tuple(input_names), out.name)
+
+
+def _plan_vgm(op: _PendingOp, hw: HardwareSpec, region_bytes: int | None) -> OpProgram:
+    planned = plan_vgm_operator(op.expr, hw, vgm_region_bytes=region_bytes, name=op.name)
+    return OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
+                     planned.estimated_time_s)
 
 
 def _plan_region(

@@ -41,7 +41,7 @@ import tvm
 from tvm import relax
 from tvm.ir import IRModule
 
-from runtime_sim.errors import IccaError
+from runtime_sim.errors import IccaError, PlanNotFoundError
 from runtime_sim.program import DeviceProgram
 
 from .compiler import PlanCache, compile_region
@@ -137,6 +137,8 @@ def compile_programs(
     progress: bool = False,
     plan_cache: PlanCache | None = None,
     name: str | None = None,
+    execution: str = "t10",
+    state_on_chip: bool = False,
 ) -> CompiledModel:
     """Partition ``model`` and compile its ICCA regions to device programs (no LLVM build).
 
@@ -157,6 +159,15 @@ def compile_programs(
     plan_cache : PlanCache, optional
         Share plans across calls (e.g. the same model at several batch sizes); a fresh cache
         is used otherwise.
+    execution : "t10" or "vgm"
+        Compute-shift plans, or the virtual-global-memory baseline (T10 §2.2).
+    state_on_chip : bool
+        Keep the whole model on the chip (T10 §4.3.2: weights stay in on-chip memory, only
+        inputs and outputs cross the chip boundary). Every region input is then sourced
+        ``"chip"`` (host layout ops between regions become on-chip re-layouts), and every core reserves its share of the state plus the largest activation pair (an
+        operator's input and output) -- for compute-shift plans as idle memory, for the VGM
+        as its region. Plans get the SRAM that is left; :class:`PlanNotFoundError` when the
+        model does not fit.
     """
     start = time.perf_counter()
     spec = resolve_hardware(hw)
@@ -168,6 +179,21 @@ def compile_programs(
     if missing:
         raise IccaError(f"ICCA regions not called from main: {', '.join(missing)}")
     sources = input_sources(part, spec, resident_names)
+    plan_hw, region_bytes = spec, None
+    if state_on_chip:
+        reserved = on_chip_reservation(part, resident_names, spec.num_cores)
+        if reserved >= spec.usable_sram_bytes:
+            raise PlanNotFoundError(
+                f"model '{label or name or 'model'}' does not fit on '{spec.name}': its weights and "
+                f"largest activations need {reserved} bytes per core, {spec.usable_sram_bytes} are usable"
+            )
+        # Everything lives on chip: weights, and activations too -- the host only reshapes
+        # and transposes between regions, which an on-chip compiler does as a re-layout.
+        sources = [tuple("chip" for _ in row) for row in sources]
+        if execution == "vgm":
+            region_bytes = reserved
+        else:
+            plan_hw = spec.with_overrides(sram_bytes_per_core=spec.sram_bytes_per_core - reserved)
     cache = plan_cache if plan_cache is not None else PlanCache()
     compiled: dict[str, DeviceProgram] = {}
     programs: list[DeviceProgram] = []
@@ -175,7 +201,8 @@ def compile_programs(
     for index, region in enumerate(_progress(order, progress, label)):
         program = compiled.get(region)
         if program is None:
-            program = compile_region(regions[region], region, spec, plan_cache=cache)
+            program = compile_region(regions[region], region, plan_hw, plan_cache=cache,
+                                     execution=execution, vgm_region_bytes=region_bytes)
             compiled[region] = program
         decls = tuple(
             dataclasses.replace(decl, source=source)
@@ -192,6 +219,39 @@ def compile_programs(
         compile_s=time.perf_counter() - start,
         plan_cache={"hits": cache.hits, "misses": cache.misses},
     )
+
+
+def on_chip_reservation(mod: IRModule, resident: Collection[str], num_cores: int) -> int:
+    """Bytes per core that keeping the model on chip reserves: all model state (weights, KV
+    caches, constants) spread over every core, plus the largest input/output pair of any
+    binding of ``main`` (the live activations while it runs)."""
+    from runtime_sim.program import tensor_bytes
+
+    def nbytes(ty: Any) -> int:
+        if isinstance(ty, relax.TensorType) and ty.shape is not None:
+            try:
+                return tensor_bytes(tuple(int(d) for d in ty.shape.values), str(ty.dtype))
+            except (TypeError, ValueError, AttributeError):
+                return 0
+        if isinstance(ty, relax.TupleType):
+            return sum(nbytes(f) for f in ty.fields)
+        return 0
+
+    main = _main(mod)
+    state = sum(nbytes(p.ty) for p in main.params if str(p.name) in resident)
+    largest = 0
+    for binding in _bindings(main):
+        value = binding.value
+        out = nbytes(binding.var.ty)
+        ins = 0
+        if isinstance(value, relax.Call):
+            ins = sum(nbytes(a.ty) for a in value.args if isinstance(a, relax.Var)
+                      and str(a.name) not in resident)
+            for arg in value.args:
+                if isinstance(arg, tvm.ir.GenericConst):
+                    state += nbytes(arg.ty)
+        largest = max(largest, ins + out)
+    return -(-(state + largest) // num_cores)
 
 
 def partitioned_op_counts(

@@ -2,10 +2,11 @@
 
 Roller builds a tile ("rTile") aligned to the hardware's compute unit and grows it while the
 per-core memory allows, because larger tiles re-fetch less data per FLOP. This module does
-the same for :class:`runtime_sim.program.VgmPlan`: tiles start at the matrix unit's tile
-shape (16 on the IPU) or the whole axis if shorter, and the axis whose doubling most reduces
+the same for :class:`runtime_sim.program.VgmPlan`: tiles start at one element per axis
+(whole axes where the operator needs them whole) and the axis whose doubling most reduces
 the estimated time is doubled until nothing improves or the working set would not fit the
-SRAM left after the VGM region. The estimate assumes perfectly balanced links, as a VGM
+SRAM left after the VGM region; the estimate charges the matrix unit's padding to its tile
+shape (16 on the IPU), so the growth settles on aligned tiles. The estimate assumes perfectly balanced links, as a VGM
 compiler does; the simulator then charges the hot spots the real placement causes.
 """
 
@@ -56,8 +57,7 @@ def plan_vgm_operator(expr: TensorExpr, hw: HardwareSpec, vgm_region_bytes: int 
     region of every tensor the model keeps in the VGM.
     """
     pinned = pinned_axes(expr)
-    align = hw.matrix_tile[0]
-    tiles = {a.name: (a.extent if a.name in pinned else min(a.extent, align)) for a in expr.axes}
+    tiles = {a.name: (a.extent if a.name in pinned else 1) for a in expr.axes}
     region = VgmLayout(expr, VgmPlan(tiles), hw.num_cores).vgm_bytes_per_core() \
         if vgm_region_bytes is None else int(vgm_region_bytes)
     budget = hw.usable_sram_bytes - region
