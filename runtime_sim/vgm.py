@@ -102,15 +102,14 @@ class VgmLayout:
         return self.vgm_bytes_per_core() + self.working_bytes_per_core()
 
     # -- traffic ------------------------------------------------------------------------
-    def tile_origins(self, wave: int) -> list[dict[str, int]]:
-        """Spatial tile origins processed in ``wave`` (tile i runs on core i mod cores)."""
+    def tile_origins(self, wave: int) -> dict[str, np.ndarray]:
+        """Origins, per spatial axis, of the tiles of ``wave`` (tile i runs on core i mod cores)."""
         first = wave * self.num_cores
         last = min(self.num_tiles, first + self.num_cores)
         shape = [self.count[a] for a in self.spatial]
-        origins = []
-        for i in range(first, last):
-            idx = np.unravel_index(i, shape) if shape else ()
-            origins.append({a: int(j) * self.tile[a] for a, j in zip(self.spatial, idx)})
+        idx = np.unravel_index(np.arange(first, last), shape) if shape else ()
+        origins = {a: np.asarray(j, np.int64) * self.tile[a] for a, j in zip(self.spatial, idx)}
+        origins["_n"] = np.arange(last - first)
         return origins
 
     def chunk_origins(self) -> Iterator[dict[str, int]]:
@@ -119,23 +118,36 @@ class VgmLayout:
             idx = np.unravel_index(i, shape) if shape else ()
             yield {a: int(j) * self.tile[a] for a, j in zip(self.reduce, idx)}
 
-    def traffic(self, tensors: list[int], origins: list[dict[str, int]], chunk: dict[str, int]):
-        """Bytes each core moves for one chunk of one wave: (per tile core, per home core)."""
+    def traffic(self, tensors: list[int], origins: dict[str, np.ndarray], chunk: dict[str, int]):
+        """Bytes each core moves for one chunk of one wave: (per tile core, per home core).
+
+        Tiles are handled as arrays; the per-home-core split is computed once per distinct
+        box a wave reads, weighted by how many tiles read it.
+        """
+        n = origins["_n"].size
         tile_bytes = np.zeros(self.num_cores, np.int64)
         home_bytes = np.zeros(self.num_cores, np.int64)
+        lo = {a: np.broadcast_to(np.asarray(origins[a] if a in origins else chunk.get(a, 0)), (n,))
+              for a in self.extent}
+        hi = {a: np.minimum(lo[a] + self.tile[a], self.extent[a]) for a in self.extent}
         for t in tensors:
             access = self.expr.tensors[t]
             item = dtype_bytes(access.dtype)
             slice_elems = math.ceil(math.prod(access.shape) / self.num_cores)
-            boxes: dict[tuple, int] = {}
-            for core, origin in enumerate(origins):
-                lo = {**origin, **chunk}
-                hi = {a: min(lo[a] + self.tile[a], self.extent[a]) for a in lo}
-                box = tuple(self.tile_box(t, lo, hi))
-                tile_bytes[core] += math.prod(max(e - s, 0) for s, e in box) * item
-                boxes[box] = boxes.get(box, 0) + 1
-            for box, readers in boxes.items():
-                home_bytes += readers * item * _home_counts(box, access.shape, slice_elems, self.num_cores)
+            ranges = [_index_ranges(idx, lo, hi, self.local_extent, access.shape[d], n)
+                      for d, idx in enumerate(access.indices)]
+            if not ranges:  # a scalar: every tile reads its one element from core 0
+                tile_bytes[:n] += item
+                home_bytes[0] += n * item
+                continue
+            starts = np.stack([r[0] for r in ranges], axis=1)
+            ends = np.stack([r[1] for r in ranges], axis=1)
+            tile_bytes[:n] += np.prod(np.maximum(ends - starts, 0), axis=1) * item
+            boxes, readers = np.unique(np.concatenate([starts, ends], axis=1), axis=0, return_counts=True)
+            dims = len(ranges)
+            for row, count in zip(boxes, readers):
+                box = tuple((int(row[d]), int(row[dims + d])) for d in range(dims))
+                home_bytes += int(count) * item * _home_counts(box, access.shape, slice_elems, self.num_cores)
         return tile_bytes, home_bytes
 
 
@@ -188,6 +200,23 @@ def _own_link_time(fetched: np.ndarray, hw: HardwareSpec) -> float:
     if busiest == 0:
         return 0.0
     return busiest / hw.link_bandwidth + math.ceil(busiest / hw.shift_buffer_bytes) * hw.link_latency_s
+
+
+def _index_ranges(idx: AffineIndex, lo: dict[str, np.ndarray], hi: dict[str, np.ndarray],
+                  local: dict[str, int], size: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_index_range` for ``n`` tiles at once (arrays of starts and ends)."""
+    if any(a in local for a in idx.axes):
+        return np.zeros(n, np.int64), np.full(n, size, np.int64)
+    start = np.full(n, idx.offset, np.int64)
+    end = np.full(n, idx.offset, np.int64)
+    for a, c in idx.terms:
+        if c >= 0:
+            start = start + c * lo[a]
+            end = end + c * (hi[a] - 1)
+        else:
+            start = start + c * (hi[a] - 1)
+            end = end + c * lo[a]
+    return np.maximum(start, 0), np.minimum(end + 1, size)
 
 
 def _index_range(idx: AffineIndex, lo: dict[str, int], hi: dict[str, int],
