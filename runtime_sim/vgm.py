@@ -145,9 +145,8 @@ class VgmLayout:
             tile_bytes[:n] += np.prod(np.maximum(ends - starts, 0), axis=1) * item
             boxes, readers = np.unique(np.concatenate([starts, ends], axis=1), axis=0, return_counts=True)
             dims = len(ranges)
-            for row, count in zip(boxes, readers):
-                box = tuple((int(row[d]), int(row[dims + d])) for d in range(dims))
-                home_bytes += int(count) * item * _home_counts(box, access.shape, slice_elems, self.num_cores)
+            home_bytes += item * home_counts_many(boxes[:, :dims], boxes[:, dims:], readers,
+                                                  access.shape, slice_elems, self.num_cores)
         return tile_bytes, home_bytes
 
 
@@ -233,6 +232,58 @@ def _index_range(idx: AffineIndex, lo: dict[str, int], hi: dict[str, int],
             start += c * (hi[a] - 1)
             end += c * lo[a]
     return max(start, 0), min(end + 1, size)
+
+
+def home_counts_many(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray,
+                     shape: tuple[int, ...], slice_elems: int, num_cores: int) -> np.ndarray:
+    """``sum_i weights[i] * _home_counts(box_i)`` for many boxes at once (rows of starts/ends).
+
+    Each box is cut into contiguous runs of the row-major tensor (trailing dimensions it
+    covers whole merge into longer runs); every run adds to the one or two home cores at its
+    ends and whole slices in between.
+    """
+    counts = np.zeros(num_cores + 2, np.int64)
+    nonempty = np.all(ends > starts, axis=1)
+    starts, ends, weights = starts[nonempty], ends[nonempty], np.asarray(weights)[nonempty]
+    if starts.shape[0] == 0:
+        return counts[:num_cores]
+    ndim = len(shape)
+    strides = np.array([math.prod(shape[d + 1:]) for d in range(ndim)], np.int64)
+    full = (starts == 0) & (ends == np.asarray(shape, np.int64))
+    trailing = np.zeros(starts.shape[0], np.int64)
+    still = np.ones(starts.shape[0], bool)
+    for d in range(ndim - 1, 0, -1):
+        still &= full[:, d]
+        trailing += still
+    last = ndim - 1 - trailing
+    for dim in np.unique(last):
+        sel = np.flatnonzero(last == dim)
+        run = (ends[sel, dim] - starts[sel, dim]) * strides[dim]
+        run_start = starts[sel, dim] * strides[dim]
+        box = np.arange(sel.size)
+        for d in range(dim - 1, -1, -1):  # expand leading dimensions into runs (ragged)
+            lengths = (ends[sel, d] - starts[sel, d])[box]
+            first_of = np.repeat(np.cumsum(lengths) - lengths, lengths)
+            k = np.arange(first_of.size) - first_of
+            box = np.repeat(box, lengths)
+            run_start = np.repeat(run_start, lengths) + (starts[sel, d][box] + k) * strides[d]
+        length = run[box]
+        weight = weights[sel][box]
+        end = run_start + length
+        first = run_start // slice_elems
+        final = (end - 1) // slice_elems
+        same = first == final
+        counts += np.bincount(first[same], weights=(length * weight)[same],
+                              minlength=num_cores + 2).astype(np.int64)
+        split = ~same
+        if split.any():
+            f, l, st, en, w = first[split], final[split], run_start[split], end[split], weight[split]
+            counts += np.bincount(f, weights=((f + 1) * slice_elems - st) * w, minlength=num_cores + 2).astype(np.int64)
+            counts += np.bincount(l, weights=(en - l * slice_elems) * w, minlength=num_cores + 2).astype(np.int64)
+            diff = np.bincount(f + 1, weights=slice_elems * w, minlength=num_cores + 3)[: num_cores + 2] \
+                - np.bincount(l, weights=slice_elems * w, minlength=num_cores + 3)[: num_cores + 2]
+            counts += np.cumsum(diff).astype(np.int64)
+    return counts[:num_cores]
 
 
 def _home_counts(box: tuple[tuple[int, int], ...], shape: tuple[int, ...], slice_elems: int,

@@ -8,7 +8,7 @@ import pytest
 
 from runtime_sim.hardware import preset, small_chip
 from runtime_sim.program import VgmPlan, plan_from_dict
-from runtime_sim.vgm import VgmLayout, _home_counts, vgm_op_timing
+from runtime_sim.vgm import VgmLayout, _home_counts, home_counts_many, vgm_op_timing
 from tvm_icca.plans import plan_operator
 from tvm_icca.plans.vgm import estimate_vgm_time, plan_vgm_operator
 
@@ -28,6 +28,20 @@ def test_home_counts_match_brute_force(shape, box, cores):
         want[np.ravel_multi_index(idx, shape) // slice_elems] += 1
     got = _home_counts(box, shape, slice_elems, cores)
     np.testing.assert_array_equal(got, want)
+
+
+def test_home_counts_of_many_boxes_sum_single_boxes():
+    rng = np.random.default_rng(0)
+    shape, cores = (5, 7, 6), 9
+    slice_elems = math.ceil(math.prod(shape) / cores)
+    starts = np.stack([rng.integers(0, s, 40) for s in shape], axis=1)
+    ends = np.stack([rng.integers(starts[:, d] + 1, s + 1) for d, s in enumerate(shape)], axis=1)
+    ends[::5] = shape  # some boxes cover whole trailing dimensions
+    starts[::5, 1:] = 0
+    weights = rng.integers(1, 4, 40)
+    want = sum(w * _home_counts(tuple(zip(a, b)), shape, slice_elems, cores)
+               for a, b, w in zip(starts, ends, weights))
+    np.testing.assert_array_equal(home_counts_many(starts, ends, weights, shape, slice_elems, cores), want)
 
 
 def test_every_core_reading_one_slice_is_serialized(exprs):
