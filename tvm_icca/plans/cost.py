@@ -46,6 +46,16 @@ def transfer_seconds(nbytes: int, hw: HardwareSpec) -> float:
     return nbytes / hw.link_bandwidth + pieces * hw.link_latency_s
 
 
+def shift_seconds(layout: OpLayout, hw: HardwareSpec) -> float:
+    """Per-core time of all rotations of a plan: each shift of a partition over the link."""
+    total = 0.0
+    for t in range(len(layout.expr.tensors)):
+        size = layout.partition_bytes(t)
+        for a in layout.temporal_axes(t):
+            total += layout.shift_count_per_core(t, a) * transfer_seconds(size, hw)
+    return total
+
+
 class AnalyticCostModel:
     """Closed-form plan cost from the HardwareSpec (no overlap of compute and shifts)."""
 
@@ -55,11 +65,7 @@ class AnalyticCostModel:
         cycles = template.subtask_cycles(expr, layout.rp, hw)
         compute_s = layout.steps * cycles / hw.clock_hz
         sync_s = layout.steps * hw.sync_cycles / hw.clock_hz
-        shift_s = 0.0
-        for t in range(len(expr.tensors)):
-            size = layout.partition_bytes(t)
-            for a in layout.temporal_axes(t):
-                shift_s += layout.shift_count_per_core(t, a) * transfer_seconds(size, hw)
+        shift_s = shift_seconds(layout, hw)
         out = len(expr.tensors) - 1
         replicas = layout.replicas(out)
         # Summing R replicas costs each core (R-1)/R of a partition on its link when the

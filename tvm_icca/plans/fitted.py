@@ -25,7 +25,7 @@ from runtime_sim.layout import OpLayout
 from runtime_sim.program import TensorExpr, dtype_bytes
 from schedules import template_for
 
-from .cost import PlanCost, transfer_seconds
+from .cost import PlanCost, shift_seconds
 
 #: Feature name -> PlanCost component it contributes to.
 FEATURES: dict[str, str] = {
@@ -44,11 +44,7 @@ def plan_features(layout: OpLayout, hw: HardwareSpec) -> dict[str, float]:
     expr = layout.expr
     template = template_for(expr.kind)
     clock = hw.clock_hz
-    shift = 0.0
-    for t in range(len(expr.tensors)):
-        size = layout.partition_bytes(t)
-        for a in layout.temporal_axes(t):
-            shift += layout.shift_count_per_core(t, a) * transfer_seconds(size, hw)
+    shift = shift_seconds(layout, hw)
     out = len(expr.tensors) - 1
     replicas = layout.replicas(out)
     out_bytes = layout.partition_bytes(out)
