@@ -8,7 +8,7 @@ simulated device: T10 programs by the event-driven timing simulator, VGM program
 load-compute-store simulator with per-wave hot spots. Prints a table and writes
 ``benchmarks/results/t10_vs_vgm.{md,json,png}``.
 
-    .venv/bin/python benchmarks/t10_vs_vgm.py [--models bert-large,vit-b16,resnet18,nerf] [--max-batch 64]
+    .venv/bin/python benchmarks/t10_vs_vgm.py [--models bert-large,vit-b16,resnet18,nerf] [--max-batch 64] [--append]
 """
 
 from __future__ import annotations
@@ -136,9 +136,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="bert-large,vit-b16,resnet18,nerf")
     parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--append", action="store_true",
+                        help="keep the saved rows of other models (re-run some models only)")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     rows = []
+    saved = OUT / "t10_vs_vgm.json"
+    if args.append and saved.exists():
+        rows = [r for r in json.loads(saved.read_text()) if r["model"] not in args.models.split(",")]
     for name in args.models.split(","):
         start = time.perf_counter()
         rows.extend(run_model(name, args.max_batch))
