@@ -38,7 +38,7 @@ from .errors import (
 from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
 from .layout import OpLayout, ShiftEvent
-from .program import AffineIndex, DeviceProgram, dtype_bytes, load_index
+from .program import AffineIndex, DeviceProgram, VgmPlan, dtype_bytes, load_index
 
 
 @dataclass
@@ -459,6 +459,11 @@ class SimulatedDevice:
         op_stats = []
         try:
             for i, op in enumerate(ops):
+                if isinstance(op.plan, VgmPlan):
+                    raise DeviceProgramError(
+                        f"operator '{op.name}' has a VGM plan: VGM programs are timing-only "
+                        "(runtime_sim.vgm.simulate_vgm_timing); compile with execution='t10' to run on data"
+                    )
                 layout = OpLayout(op.expr, op.plan)
                 layout.validate()
                 if len(op.input_names) != len(op.expr.inputs):

@@ -88,3 +88,34 @@ def test_compute_shift_beats_vgm_on_large_matmuls(exprs):
 def test_vgm_plan_round_trips():
     plan = VgmPlan({"m": 32, "n": 16})
     assert plan_from_dict(plan.to_dict()) == plan
+
+
+def test_same_region_compiles_either_way_and_vgm_is_timing_only():
+    from tvm import relax
+
+    import tvm_icca
+    from runtime_sim.device import SimulatedDevice
+    from runtime_sim.errors import DeviceProgramError
+    from runtime_sim.timing import simulate_timing
+    from runtime_sim.vgm import simulate_vgm_timing
+    from tvm_icca.compiler import compile_region
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((64, 128), "float16"))
+    w = relax.Var("w", relax.TensorType((128, 96), "float16"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.matmul(x, w))
+        bb.emit_func_output(y)
+    hw = small_chip(16, 64 * 1024)
+    (name, func), = tvm_icca.icca_regions(tvm_icca.partition_for_icca(bb.get(), hw=hw)).items()
+    t10 = compile_region(func, name, hw)
+    vgm = compile_region(func, name, hw, execution="vgm")
+    assert isinstance(vgm.ops[0].plan, VgmPlan) and not isinstance(t10.ops[0].plan, VgmPlan)
+    assert simulate_timing([t10]).total_s > 0
+    report = simulate_vgm_timing([vgm])
+    assert report.total_s > 0 and report.fits
+    with pytest.raises(DeviceProgramError, match="timing-only"):
+        SimulatedDevice().run(vgm, [np.zeros((64, 128), np.float16), np.zeros((128, 96), np.float16)])
+    with pytest.raises(DeviceProgramError, match="simulate_vgm_timing"):
+        simulate_timing([vgm])

@@ -51,7 +51,7 @@ import numpy as np
 from ..errors import DeviceProgramError, InvalidPlanError, SramOverflowError
 from ..hardware import HardwareSpec
 from ..layout import OpLayout
-from ..program import DeviceProgram, OpProgram, dtype_bytes
+from ..program import DeviceProgram, OpProgram, VgmPlan, dtype_bytes
 from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
 from .geometry import Boxes, BlockGrid, canonical_grid, input_boxes, producer_grid, relayout
 from .opcost import OpCost, op_cost
@@ -131,6 +131,11 @@ class _Planner:
     def layout(self, key: str, op: OpProgram) -> OpLayout:
         layout = self.c.layouts.get(key)
         if layout is None:
+            if isinstance(op.plan, VgmPlan):
+                raise DeviceProgramError(
+                    f"operator '{op.name}' has a VGM plan; time VGM programs with "
+                    "runtime_sim.vgm.simulate_vgm_timing"
+                )
             layout = OpLayout(op.expr, op.plan)
             layout.validate()
             if layout.num_cores > self.hw.num_cores:
