@@ -37,8 +37,8 @@ from .errors import (
 )
 from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
-from .layout import OpLayout, ShiftEvent
-from .program import AffineIndex, DeviceProgram, VgmPlan, dtype_bytes, load_index
+from .layout import OpLayout, ShiftEvent, checked_layout
+from .program import AffineIndex, DeviceProgram, dtype_bytes, load_index
 
 
 @dataclass
@@ -459,18 +459,7 @@ class SimulatedDevice:
         op_stats = []
         try:
             for i, op in enumerate(ops):
-                if isinstance(op.plan, VgmPlan):
-                    raise DeviceProgramError(
-                        f"operator '{op.name}' has a VGM plan: VGM programs are timing-only "
-                        "(runtime_sim.vgm.simulate_vgm_timing); compile with execution='t10' to run on data"
-                    )
-                layout = OpLayout(op.expr, op.plan)
-                layout.validate()
-                if len(op.input_names) != len(op.expr.inputs):
-                    raise DeviceProgramError(
-                        f"operator '{op.name}' names {len(op.input_names)} inputs, "
-                        f"its expression has {len(op.expr.inputs)}"
-                    )
+                layout = checked_layout(op, self.hw)
                 # tensors this op reads for the last time move into its partitions
                 for name in [n for n in self._resident if last_use.get(n, -1) <= i]:
                     self._release(name)

@@ -34,12 +34,14 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from .errors import InvalidPlanError
+from .errors import DeviceProgramError, InvalidPlanError
+from .hardware import HardwareSpec
 from .program import (
     AffineIndex,
     ExecutionPlan,
-    TensorAccess,
+    OpProgram,
     TensorExpr,
+    VgmPlan,
     dtype_bytes,
     expr_loads,
     load_index,
@@ -461,3 +463,34 @@ def _ravel(indices: list[np.ndarray], radices: list[int], n: int) -> np.ndarray:
     for i, r in zip(indices, radices):
         out = out * int(r) + i
     return out
+
+
+def check_op_inputs(op: OpProgram) -> None:
+    """An operator names one region tensor per input of its expression."""
+    if len(op.input_names) != len(op.expr.inputs):
+        raise DeviceProgramError(
+            f"operator '{op.name}' names {len(op.input_names)} inputs, "
+            f"its expression has {len(op.expr.inputs)}"
+        )
+
+
+def checked_layout(op: OpProgram, hw: HardwareSpec) -> OpLayout:
+    """The validated layout of one operator of a program on the chip ``hw``.
+
+    Both ways of running a program (functional and timing) start here, so a program is
+    accepted or refused the same way by both.
+    """
+    if isinstance(op.plan, VgmPlan):
+        raise DeviceProgramError(
+            f"operator '{op.name}' has a VGM plan: VGM programs are timing-only, time them with "
+            "runtime_sim.vgm.simulate_vgm_timing (compile with execution='t10' to run on data)"
+        )
+    check_op_inputs(op)
+    layout = OpLayout(op.expr, op.plan)
+    layout.validate()
+    if layout.num_cores > hw.num_cores:
+        raise InvalidPlanError(
+            f"operator '{op.name}' is planned on {layout.num_cores} cores, "
+            f"but chip '{hw.name}' has {hw.num_cores}"
+        )
+    return layout

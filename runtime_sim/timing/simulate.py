@@ -48,10 +48,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import DeviceProgramError, InvalidPlanError, SramOverflowError
+from ..errors import DeviceProgramError, SramOverflowError
 from ..hardware import HardwareSpec
-from ..layout import OpLayout
-from ..program import DeviceProgram, OpProgram, VgmPlan, dtype_bytes
+from ..layout import OpLayout, check_op_inputs, checked_layout
+from ..program import DeviceProgram, OpProgram, dtype_bytes
 from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
 from .geometry import Boxes, BlockGrid, canonical_grid, input_boxes, producer_grid, relayout
 from .opcost import OpCost, op_cost
@@ -131,19 +131,7 @@ class _Planner:
     def layout(self, key: str, op: OpProgram) -> OpLayout:
         layout = self.c.layouts.get(key)
         if layout is None:
-            if isinstance(op.plan, VgmPlan):
-                raise DeviceProgramError(
-                    f"operator '{op.name}' has a VGM plan; time VGM programs with "
-                    "runtime_sim.vgm.simulate_vgm_timing"
-                )
-            layout = OpLayout(op.expr, op.plan)
-            layout.validate()
-            if layout.num_cores > self.hw.num_cores:
-                raise InvalidPlanError(
-                    f"operator '{op.name}' is planned on {layout.num_cores} cores, "
-                    f"but chip '{self.hw.name}' has {self.hw.num_cores}"
-                )
-            self.c.layouts[key] = layout
+            layout = self.c.layouts[key] = checked_layout(op, self.hw)
         return layout
 
     def cost(self, key: str, layout: OpLayout) -> OpCost:
@@ -225,12 +213,8 @@ class _Planner:
         works = []
         for i, op in enumerate(program.ops):
             key = _op_key(op)
+            check_op_inputs(op)  # per operator: the layout cache key ignores tensor names
             layout = self.layout(key, op)
-            if len(op.input_names) != len(op.expr.inputs):
-                raise DeviceProgramError(
-                    f"operator '{op.name}' names {len(op.input_names)} inputs, "
-                    f"its expression has {len(op.expr.inputs)}"
-                )
             cost = self.cost(key, layout)
             for name in [n for n in resident if last_use.get(n, -1) <= i]:
                 used -= resident.pop(name)
