@@ -35,6 +35,7 @@ from .device_entry import DEVICE_RUN_FUNC, raise_through_ffi
 from .hardware import HardwareSpec, current_hardware
 from .partition import region_hardware
 from .patterns import CODEGEN_NAME
+from .relax_types import static_shape
 
 __all__ = ["CODEGEN_FUNC", "build_device_stubs", "compile_region_program", "icca_codegen"]
 
@@ -43,14 +44,10 @@ CODEGEN_FUNC = f"relax.ext.{CODEGEN_NAME}"
 
 
 def _static_tensor(ty: relax.Type, what: str, region: str) -> tuple[tuple[int, ...], str]:
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
-        raise IccaError(f"region '{region}': {what} must be a tensor of known shape, got {ty}")
-    dims = []
-    for dim in ty.shape.values:
-        if not isinstance(dim, tirx.IntImm):
-            raise IccaError(f"region '{region}': {what} has a dynamic shape ({ty})")
-        dims.append(int(dim))
-    return tuple(dims), str(ty.dtype)
+    shape = static_shape(ty)
+    if shape is None:
+        raise IccaError(f"region '{region}': {what} must be a tensor of known, static shape, got {ty}")
+    return shape, str(ty.dtype)
 
 
 def _region_signature(func: relax.Function, region: str) -> tuple[list, list]:

@@ -25,6 +25,7 @@ from runtime_sim.program import DeviceProgram, OpProgram, TensorDecl, TensorExpr
 
 from .plans import CostModel, PlannedOp, plan_operator
 from .plans.vgm import plan_vgm_operator
+from .relax_types import static_shape
 from .tensor_expr import ExtractedOp, extract_op
 
 #: Execution models a region can be compiled for.
@@ -234,14 +235,10 @@ def _plan_region(
 
 
 def _value_of(var: relax.Var, name: str) -> _Value:
-    sinfo = var.ty
-    if not isinstance(sinfo, relax.TensorType) or sinfo.shape is None:
-        raise IccaError(f"'{name}' is not a tensor of static shape: {sinfo}")
-    try:
-        shape = tuple(int(s) for s in sinfo.shape.values)
-    except (TypeError, tvm.error.TVMError, AttributeError):
-        raise IccaError(f"'{name}' has a dynamic shape {sinfo.shape}; ICCA regions need static shapes") from None
-    return _Value(name, shape, str(sinfo.dtype))
+    shape = static_shape(var.ty)
+    if shape is None:
+        raise IccaError(f"'{name}' is not a tensor of static shape ({var.ty}); ICCA regions need static shapes")
+    return _Value(name, shape, str(var.ty.dtype))
 
 
 def _check_dtype(value: _Value, hw: HardwareSpec, where: str) -> None:

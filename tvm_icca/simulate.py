@@ -47,6 +47,7 @@ from runtime_sim.program import DeviceProgram
 from .compiler import PlanCache, compile_region
 from .hardware import HardwareLike, HardwareSpec, resolve_hardware
 from .partition import icca_regions, partition_for_icca, partition_report
+from .relax_types import static_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from runtime_sim.timing import TimingReport
@@ -225,31 +226,19 @@ def on_chip_reservation(mod: IRModule, resident: Collection[str], num_cores: int
     """Bytes per core that keeping the model on chip reserves: all model state (weights, KV
     caches, constants) spread over every core, plus the largest input/output pair of any
     binding of ``main`` (the live activations while it runs)."""
-    from runtime_sim.program import tensor_bytes
-
-    def nbytes(ty: Any) -> int:
-        if isinstance(ty, relax.TensorType) and ty.shape is not None:
-            try:
-                return tensor_bytes(tuple(int(d) for d in ty.shape.values), str(ty.dtype))
-            except (TypeError, ValueError, AttributeError):
-                return 0
-        if isinstance(ty, relax.TupleType):
-            return sum(nbytes(f) for f in ty.fields)
-        return 0
-
     main = _main(mod)
-    state = sum(nbytes(p.ty) for p in main.params if str(p.name) in resident)
+    state = sum(static_bytes(p.ty) for p in main.params if str(p.name) in resident)
     largest = 0
     for binding in _bindings(main):
         value = binding.value
-        out = nbytes(binding.var.ty)
+        out = static_bytes(binding.var.ty)
         ins = 0
         if isinstance(value, relax.Call):
-            ins = sum(nbytes(a.ty) for a in value.args if isinstance(a, relax.Var)
+            ins = sum(static_bytes(a.ty) for a in value.args if isinstance(a, relax.Var)
                       and str(a.name) not in resident)
             for arg in value.args:
                 if isinstance(arg, tvm.ir.GenericConst):
-                    state += nbytes(arg.ty)
+                    state += static_bytes(arg.ty)
         largest = max(largest, ins + out)
     return -(-(state + largest) // num_cores)
 

@@ -46,6 +46,8 @@ from tvm.sym import Analyzer
 from runtime_sim.errors import IccaError, UnsupportedDtypeError, UnsupportedOperatorError
 from runtime_sim.program import AffineIndex, Axis, Expr, TensorAccess, TensorExpr, expr_loads
 
+from .relax_types import static_shape
+
 __all__ = [
     "ComposedTE",
     "ExtractedOp",
@@ -322,13 +324,9 @@ class _Composer:
 
     def _placeholder(self, var: relax.Expr, what: str) -> te.Tensor:
         ty = var.ty
-        if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
-            raise UnsupportedOperatorError(f"{what} is not a tensor of known shape ({ty})")
-        shape = []
-        for s in ty.shape.values:
-            if not isinstance(s, tirx.IntImm):
-                raise UnsupportedOperatorError(f"{what} has a dynamic shape {ty.shape}")
-            shape.append(int(s.value))
+        shape = static_shape(ty)
+        if shape is None:
+            raise UnsupportedOperatorError(f"{what} is not a tensor of known, static shape ({ty})")
         return te.placeholder(shape, str(ty.dtype), name=getattr(var, "name", None) or "const")
 
     def _eval_body(self, body: relax.Expr) -> Any:
