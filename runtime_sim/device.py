@@ -14,6 +14,9 @@ Around them, :meth:`~SimulatedDevice.place` puts each tensor in its initial plac
 replicas into ring 0 and :meth:`~SimulatedDevice.read_output` applies the epilogue and
 assembles the tensor. :meth:`~SimulatedDevice.run` executes a whole region
 (:class:`~runtime_sim.program.DeviceProgram`) with these, as the host runtime does.
+Operators with a :class:`~runtime_sim.program.VgmPlan` (the load-compute-store baseline on a
+virtual global memory, T10 §2.2, Fig. 2a) run through :mod:`runtime_sim.vgm_exec` instead,
+with the region's tensors in home slices on every core.
 
 The state of all cores is held as stacked arrays ``[cores, *partition shape]``, so a step is
 a handful of numpy calls whatever the number of cores; nothing is ever computed from a
@@ -38,7 +41,8 @@ from .errors import (
 from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
 from .layout import OpLayout, ShiftEvent, checked_layout
-from .program import AffineIndex, DeviceProgram, dtype_bytes, load_index
+from .program import AffineIndex, DeviceProgram, VgmPlan, dtype_bytes, load_index
+from .vgm_exec import VgmRegion
 
 
 @dataclass
@@ -457,12 +461,22 @@ class SimulatedDevice:
             last_use[name] = len(ops)  # region outputs stay on chip until the region ends
         produced: set[str] = set()
         op_stats = []
+        # load-compute-store operators (T10 §2.2) keep every tensor in a VGM region, reserved
+        # on every core for the whole region
+        vgm = VgmRegion(program, hw) if any(isinstance(op.plan, VgmPlan) for op in ops) else None
+        if vgm is not None:
+            self._used += vgm.bytes_per_core
         try:
             for i, op in enumerate(ops):
-                layout = checked_layout(op, self.hw)
                 # tensors this op reads for the last time move into its partitions
                 for name in [n for n in self._resident if last_use.get(n, -1) <= i]:
                     self._release(name)
+                if vgm is not None and isinstance(op.plan, VgmPlan):
+                    env[op.output_name], vgm_stats = vgm.run_op(op, env, produced, self._used)
+                    op_stats.append(vgm_stats.to_dict())
+                    produced.add(op.output_name)
+                    continue
+                layout = checked_layout(op, self.hw)
                 self.allocate(op.name, layout)
                 relayout = host = 0
                 for t, name in enumerate(op.input_names):
@@ -505,6 +519,8 @@ class SimulatedDevice:
                 self.free(name)
             for name in list(self._resident):
                 self._release(name)
+            if vgm is not None:
+                self._used -= vgm.bytes_per_core
         return {
             "region": program.region,
             "ops": op_stats,
@@ -515,6 +531,8 @@ class SimulatedDevice:
             "shift_bytes": sum(s["shift_bytes"] for s in op_stats),
             "relayout_bytes": sum(s["relayout_bytes"] for s in op_stats),
             "host_bytes": sum(s["host_bytes"] for s in op_stats),
+            "fetch_bytes": sum(s.get("fetch_bytes", 0) for s in op_stats),
+            "store_bytes": sum(s.get("store_bytes", 0) for s in op_stats),
             "peak_sram_bytes_per_core": max((s["sram_bytes_per_core"] for s in op_stats), default=0),
             "sram_bytes_per_core_budget": hw.sram_bytes_per_core,
         }
@@ -547,8 +565,10 @@ class SimulatedDevice:
         """Statistics of the current (latest) run, one model invocation.
 
         ``shift_bytes`` counts rotations and replica reductions; ``relayout_bytes`` the
-        placing of on-chip intermediates; ``peak_sram_bytes_per_core`` includes the shift
-        buffer; ``regions`` has the per-region (and per-operator) details.
+        placing of on-chip intermediates; ``fetch_bytes`` and ``store_bytes`` the traffic of
+        VGM operators (tile loads from home slices, epilogue inputs included, and output
+        tiles stored home); ``peak_sram_bytes_per_core`` includes the shift buffer (and the
+        VGM region); ``regions`` has the per-region (and per-operator) details.
         """
         regions = [dict(r) for r in self._run.regions]
         total = lambda key: int(sum(r[key] for r in regions))  # noqa: E731
@@ -562,6 +582,8 @@ class SimulatedDevice:
             "reduction_bytes": total("reduction_bytes"),
             "relayout_bytes": total("relayout_bytes"),
             "host_bytes": total("host_bytes"),
+            "fetch_bytes": total("fetch_bytes"),
+            "store_bytes": total("store_bytes"),
             "input_bytes": total("input_bytes"),
             "output_bytes": total("output_bytes"),
             "steps": total("steps"),

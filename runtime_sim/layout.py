@@ -475,15 +475,19 @@ def check_op_inputs(op: OpProgram) -> None:
 
 
 def checked_layout(op: OpProgram, hw: HardwareSpec) -> OpLayout:
-    """The validated layout of one operator of a program on the chip ``hw``.
+    """The validated layout of one compute-shift operator of a program on the chip ``hw``.
 
-    Both ways of running a program (functional and timing) start here, so a program is
-    accepted or refused the same way by both.
+    Both ways of running a compute-shift program (functional and timing) start here, so it is
+    accepted or refused the same way by both. A VGM plan has no such layout: the functional
+    device runs it with :mod:`runtime_sim.vgm_exec` before getting here, and its time comes
+    from :func:`runtime_sim.vgm.simulate_vgm_timing`, so reaching here with one (the
+    compute-shift timing simulator) is an error.
     """
     if isinstance(op.plan, VgmPlan):
         raise DeviceProgramError(
-            f"operator '{op.name}' has a VGM plan: VGM programs are timing-only, time them with "
-            "runtime_sim.vgm.simulate_vgm_timing (compile with execution='t10' to run on data)"
+            f"operator '{op.name}' has a VGM plan, which the compute-shift path cannot take: time "
+            "VGM programs with runtime_sim.vgm.simulate_vgm_timing (the functional device runs "
+            "them on data, through runtime_sim.vgm_exec)"
         )
     check_op_inputs(op)
     layout = OpLayout(op.expr, op.plan)

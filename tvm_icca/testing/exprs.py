@@ -96,6 +96,27 @@ def softmax(M: int, N: int, dtype: str = "float32") -> TensorExpr:
                       local_axes=(Axis("k", N), Axis("l", N), Axis("k2", N)))
 
 
+def layer_norm(M: int, N: int, eps: float = 1e-5, dtype: str = "float32") -> TensorExpr:
+    """(x[i,j] - mean_i) * rsqrt(var_i + eps) * gamma[j] + beta[j], statistics over core-local
+    axes (the form the TE extraction gives ``relax.nn.layer_norm``)."""
+    x = TensorAccess("X", (M, N), dtype, (ax("i"), ax("j")))
+    gamma = TensorAccess("gamma", (N,), dtype, (ax("j"),))
+    beta = TensorAccess("beta", (N,), dtype, (ax("j"),))
+    y = TensorAccess("Y", (M, N), dtype, (ax("i"), ax("j")))
+
+    def mean(k: str) -> dict:
+        row = {"op": "reduce", "combiner": "sum", "axes": [k], "args": [load(0, (ax("i"), ax(k)))]}
+        return op("div", row, const(N))
+
+    centered = op("sub", load(0, (ax("i"), ax("l"))), mean("k2"))
+    var = op("div", {"op": "reduce", "combiner": "sum", "axes": ["l"],
+                     "args": [op("mul", centered, centered)]}, const(N))
+    norm = op("mul", op("sub", load(0, x.indices), mean("k")), op("rsqrt", op("add", var, const(eps))))
+    body = op("add", op("mul", norm, load(1, gamma.indices)), load(2, beta.indices))
+    return TensorExpr("layer_norm", (Axis("i", M), Axis("j", N)), (x, gamma, beta), y, body,
+                      local_axes=(Axis("k", N), Axis("l", N), Axis("k2", N)))
+
+
 def row_sum(M: int, N: int, mean: bool = False, dtype: str = "float32") -> TensorExpr:
     """Y[i] = sum_k X[i,k] (divided by N in the epilogue for a mean)."""
     x = TensorAccess("X", (M, N), dtype, (ax("i"), ax("k")))
