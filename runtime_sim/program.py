@@ -327,6 +327,11 @@ class OpProgram:
 
     ``input_names``/``output_name`` name region tensors (region parameters, constants or
     outputs of earlier operators).
+
+    ``idle_plan`` is where the operator's ``"resident"`` inputs (model state kept on chip,
+    :data:`INPUT_SOURCES`) wait between runs: their placement under that plan of the same
+    expression (T10 §4.3.2, the *idle state*). Before running, a setup phase moves them into
+    ``plan`` (the *active state*). ``None`` means they rest in ``plan`` itself: no setup.
     """
 
     name: str
@@ -335,9 +340,10 @@ class OpProgram:
     input_names: tuple[str, ...]
     output_name: str
     estimated_time_s: float = 0.0
+    idle_plan: "ExecutionPlan | None" = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "expr": self.expr.to_dict(),
             "plan": self.plan.to_dict(),
@@ -345,6 +351,9 @@ class OpProgram:
             "output_name": self.output_name,
             "estimated_time_s": self.estimated_time_s,
         }
+        if self.idle_plan is not None:
+            out["idle_plan"] = self.idle_plan.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OpProgram":
@@ -355,12 +364,15 @@ class OpProgram:
             input_names=tuple(d["input_names"]),
             output_name=str(d["output_name"]),
             estimated_time_s=float(d.get("estimated_time_s", 0.0)),
+            idle_plan=ExecutionPlan.from_dict(d["idle_plan"]) if d.get("idle_plan") else None,
         )
 
 
 #: Where a region input lives before the region runs: sent by the host, resident in off-chip
-#: HBM (weights, KV caches), or already on chip (produced by the previous region).
-INPUT_SOURCES = ("host", "hbm", "chip")
+#: HBM (weights, KV caches), already on chip (produced by the previous region), or model state
+#: kept on chip between runs in the idle placement of the operator that reads it
+#: (:attr:`OpProgram.idle_plan`, T10 §4.3.2).
+INPUT_SOURCES = ("host", "hbm", "chip", "resident")
 
 
 @dataclass(frozen=True)

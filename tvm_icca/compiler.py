@@ -24,6 +24,7 @@ from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import DeviceProgram, OpProgram, TensorDecl, TensorExpr
 
 from .plans import CostModel, PlannedOp, plan_operator
+from .plans.reconcile import PlanOption, operator_options
 from .plans.vgm import plan_vgm_operator
 from .relax_types import static_shape
 from .tensor_expr import ExtractedOp, extract_op
@@ -48,6 +49,7 @@ class PlanCache:
         self._plans: dict[tuple, PlannedOp] = {}
         self._exprs: dict[int, list[tuple[relax.Function, ExtractedOp]]] = {}
         self._cost_models: list[CostModel] = []  # keeps id() keys valid
+        self._options: dict[tuple, tuple[PlanOption, ...]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -64,6 +66,18 @@ class PlanCache:
         else:
             self.hits += 1
         return planned
+
+    def options(self, expr: TensorExpr, hw: HardwareSpec, resident: list[int],
+                budget: int) -> tuple[PlanOption, ...]:
+        """Idle/active candidates of an operator (:func:`.plans.reconcile.operator_options`)
+        whose active footprint fits ``budget``. Computed once per operator structure for the
+        whole SRAM: the time/memory frontier within a smaller budget is the part of it that
+        fits, so operators differing only in what their region holds around them share it."""
+        key = ("options", _structure_key(expr), hw, tuple(resident))
+        found = self._options.get(key)
+        if found is None:
+            found = self._options[key] = operator_options(expr, hw, resident, hw.usable_sram_bytes)
+        return tuple(o for o in found if o.active_bytes <= budget)
 
     def extract(self, composite: relax.Function, name: str) -> ExtractedOp:
         bucket = self._exprs.setdefault(tvm_ffi.structural_hash(composite), [])
@@ -93,6 +107,32 @@ class _Value:
     dtype: str
 
 
+@dataclass(frozen=True)
+class PendingOp:
+    """An operator of a region before planning: its expression and the tensors it names."""
+
+    name: str
+    expr: TensorExpr
+    input_names: tuple[str, ...]
+    output_name: str
+
+
+@dataclass(frozen=True)
+class RegionOps:
+    """A region's operators extracted from Relax, not yet planned."""
+
+    name: str
+    inputs: tuple[TensorDecl, ...]
+    ops: tuple[PendingOp, ...]
+    outputs: tuple[str, ...]
+    constants: dict
+
+    def program(self, hw: HardwareSpec, ops: list[OpProgram]) -> DeviceProgram:
+        """The device program of the region with these planned operators."""
+        return DeviceProgram(region=self.name, hardware=hw.to_dict(), inputs=self.inputs,
+                             outputs=self.outputs, ops=tuple(ops), constants=self.constants)
+
+
 def compile_region(
     func: relax.Function,
     name: str,
@@ -108,10 +148,21 @@ def compile_region(
     :class:`PlanCache`); without it every operator is extracted and planned afresh.
     ``execution`` selects the execution model: ``"t10"`` (compute-shift plans, the backend's
     own) or ``"vgm"`` (the load-compute-store baseline on a virtual global memory, T10 §2.2,
-    with ``vgm_region_bytes`` reserved per core; timing-only).
+    with ``vgm_region_bytes`` reserved per core).
     """
     if execution not in EXECUTION_MODELS:
         raise IccaError(f"unknown execution model '{execution}'; choose one of {EXECUTION_MODELS}")
+    region = extract_region(func, name, hw, plan_cache)
+    if execution == "vgm":
+        ops = [_plan_vgm(op, hw, vgm_region_bytes) for op in region.ops]
+    else:
+        ops = plan_region(region, hw, cost_model, plan_cache)[0]
+    return region.program(hw, ops)
+
+
+def extract_region(func: relax.Function, name: str, hw: HardwareSpec,
+                   plan_cache: PlanCache | None = None) -> RegionOps:
+    """The operators of region ``func`` as tensor expressions, in call order."""
     values: dict[relax.Var, _Value] = {}
     inputs = []
     for i, param in enumerate(func.params):
@@ -121,7 +172,7 @@ def compile_region(
         inputs.append(TensorDecl(value.name, value.shape, value.dtype))
 
     composites: dict[relax.Var, relax.Function] = {}
-    pending: list[_PendingOp] = []
+    pending: list[PendingOp] = []
     constants: dict[str, dict] = {}
     body = func.body
     for block in body.blocks:
@@ -142,31 +193,12 @@ def compile_region(
                 f"region '{name}': unexpected binding {type(value).__name__} "
                 f"({str(value)[:80]}); regions must only call composite functions"
             )
-    outputs = [values[v].name for v in _result_vars(body.body, name)]
-    if execution == "vgm":
-        ops = [_plan_vgm(op, hw, vgm_region_bytes) for op in pending]
-    else:
-        ops = _plan_region(pending, outputs, hw, cost_model, plan_cache)
-    return DeviceProgram(
-        region=name,
-        hardware=hw.to_dict(),
-        inputs=tuple(inputs),
-        outputs=tuple(outputs),
-        ops=tuple(ops),
-        constants=constants,
-    )
-
-
-@dataclass(frozen=True)
-class _PendingOp:
-    name: str
-    expr: TensorExpr
-    input_names: tuple[str, ...]
-    output_name: str
+    outputs = tuple(values[v].name for v in _result_vars(body.body, name))
+    return RegionOps(name, tuple(inputs), tuple(pending), outputs, constants)
 
 
 def _extract_call(op_name, composite, call, out_var, values, constants, hw,
-                  plan_cache: PlanCache | None = None) -> _PendingOp:
+                  plan_cache: PlanCache | None = None) -> PendingOp:
     if plan_cache is not None:
         extracted = plan_cache.extract(composite, op_name)
     else:
@@ -187,37 +219,30 @@ def _extract_call(op_name, composite, call, out_var, values, constants, hw,
     out = _value_of(out_var, f"{op_name}.out")
     _check_dtype(out, hw, op_name)
     values[out_var] = out
-    return _PendingOp(op_name, extracted.expr, tuple(input_names), out.name)
+    return PendingOp(op_name, extracted.expr, tuple(input_names), out.name)
 
 
-def _plan_vgm(op: _PendingOp, hw: HardwareSpec, region_bytes: int | None) -> OpProgram:
+def _plan_vgm(op: PendingOp, hw: HardwareSpec, region_bytes: int | None) -> OpProgram:
     planned = plan_vgm_operator(op.expr, hw, vgm_region_bytes=region_bytes, name=op.name)
     return OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
                      planned.estimated_time_s)
 
 
-def _plan_region(
-    pending: list[_PendingOp], outputs: list[str], hw: HardwareSpec, cost_model: CostModel | None,
+def plan_region(
+    region: RegionOps, hw: HardwareSpec, cost_model: CostModel | None = None,
     plan_cache: PlanCache | None = None,
-) -> list[OpProgram]:
+) -> tuple[list[OpProgram], list[int]]:
     """Plan the operators in order, leaving room for intermediates that stay on chip.
 
     The device keeps an operator's output on the cores that own it until its last reader has
     run (region outputs until the region ends), so while operator ``i`` runs, every earlier
-    output still needed after ``i`` occupies up to one partition per core. Its plan gets the
-    SRAM that remains.
+    output still needed after ``i`` occupies up to one partition per core (see
+    :func:`held_bytes`). Its plan gets the SRAM that remains: that budget is returned per
+    operator, with the planned operators.
     """
-    last_read = {}
-    for i, op in enumerate(pending):
-        for tensor in op.input_names:
-            last_read[tensor] = i
-    for tensor in outputs:
-        last_read[tensor] = len(pending)
-    resident: dict[str, int] = {}  # tensor -> bytes per owner core of its producer's layout
-    ops = []
-    for i, op in enumerate(pending):
-        held = sum(b for t, b in resident.items() if last_read.get(t, -1) > i)
-        budget = hw.usable_sram_bytes - held
+    ops, budgets, out_bytes = [], [], []
+    for i, op in enumerate(region.ops):
+        budget = hw.usable_sram_bytes - held_bytes(region, out_bytes)[i]
         if budget <= 0:
             raise PlanNotFoundError(
                 f"operator '{op.name}': intermediates of its region already fill the "
@@ -228,10 +253,27 @@ def _plan_region(
         else:
             planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget,
                                     name=op.name)
-        resident[op.output_name] = planned.layout.partition_bytes(len(op.expr.tensors) - 1)
+        out_bytes.append(planned.layout.partition_bytes(len(op.expr.tensors) - 1))
         ops.append(OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
                              planned.time_s))
-    return ops
+        budgets.append(budget)
+    return ops, budgets
+
+
+def held_bytes(region: RegionOps, output_bytes: list[int]) -> list[int]:
+    """Per operator of ``region``, the bytes per core of earlier outputs still held on chip
+    while it runs, given the output partition bytes of the operators planned so far."""
+    last_read = {}
+    for i, op in enumerate(region.ops):
+        for tensor in op.input_names:
+            last_read[tensor] = i
+    for tensor in region.outputs:
+        last_read[tensor] = len(region.ops)
+    held = []
+    for i in range(len(region.ops)):
+        held.append(sum(b for j, b in enumerate(output_bytes[:i])
+                        if last_read.get(region.ops[j].output_name, -1) > i))
+    return held
 
 
 def _value_of(var: relax.Var, name: str) -> _Value:

@@ -44,9 +44,10 @@ from tvm.ir import IRModule
 from runtime_sim.errors import IccaError, PlanNotFoundError
 from runtime_sim.program import DeviceProgram
 
-from .compiler import PlanCache, compile_region
+from .compiler import PlanCache, compile_region, extract_region
 from .hardware import HardwareLike, HardwareSpec, resolve_hardware
 from .partition import icca_regions, partition_for_icca, partition_report
+from .reconciliation import ModelPlan, reconcile_regions
 from .relax_types import static_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,6 +76,7 @@ class CompiledModel:
     op_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # see partitioned_op_counts
     compile_s: float = 0.0
     plan_cache: Mapping[str, int] = field(default_factory=dict)  # hits, misses
+    model_plan: ModelPlan | None = None  # idle/active decisions when the model is kept on chip
 
     @property
     def num_regions(self) -> int:
@@ -164,11 +166,14 @@ def compile_programs(
         Compute-shift plans, or the virtual-global-memory baseline (T10 §2.2).
     state_on_chip : bool
         Keep the whole model on the chip (T10 §4.3.2: weights stay in on-chip memory, only
-        inputs and outputs cross the chip boundary). Every region input is then sourced
-        ``"chip"`` (host layout ops between regions become on-chip re-layouts), and every core reserves its share of the state plus the largest activation pair (an
-        operator's input and output) -- for compute-shift plans as idle memory, for the VGM
-        as its region. Plans get the SRAM that is left; :class:`PlanNotFoundError` when the
-        model does not fit.
+        inputs and outputs cross the chip boundary). Activations between regions are then
+        sourced ``"chip"`` (host layout ops between regions become on-chip re-layouts) and
+        every core reserves the largest activation pair (an operator's input and output).
+        With compute-shift plans the model state is ``"resident"``: T10 Algorithm 1 chooses
+        an idle and an active plan per operator (:mod:`tvm_icca.reconciliation`; the
+        decisions are in :attr:`CompiledModel.model_plan`). The VGM keeps the state in its
+        region too (its share per core reserved). :class:`PlanNotFoundError` when the model
+        does not fit.
     """
     start = time.perf_counter()
     spec = resolve_hardware(hw)
@@ -180,36 +185,31 @@ def compile_programs(
     if missing:
         raise IccaError(f"ICCA regions not called from main: {', '.join(missing)}")
     sources = input_sources(part, spec, resident_names)
-    plan_hw, region_bytes = spec, None
-    if state_on_chip:
-        reserved = on_chip_reservation(part, resident_names, spec.num_cores)
-        if reserved >= spec.usable_sram_bytes:
-            raise PlanNotFoundError(
-                f"model '{label or name or 'model'}' does not fit on '{spec.name}': its weights and "
-                f"largest activations need {reserved} bytes per core, {spec.usable_sram_bytes} are usable"
-            )
-        # Everything lives on chip: weights, and activations too -- the host only reshapes
-        # and transposes between regions, which an on-chip compiler does as a re-layout.
-        sources = [tuple("chip" for _ in row) for row in sources]
-        if execution == "vgm":
-            region_bytes = reserved
-        else:
-            plan_hw = spec.with_overrides(sram_bytes_per_core=spec.sram_bytes_per_core - reserved)
     cache = plan_cache if plan_cache is not None else PlanCache()
-    compiled: dict[str, DeviceProgram] = {}
-    programs: list[DeviceProgram] = []
     module_id = _module_id(label or name or "model", spec, order)
-    for index, region in enumerate(_progress(order, progress, label)):
-        program = compiled.get(region)
-        if program is None:
-            program = compile_region(regions[region], region, plan_hw, plan_cache=cache,
-                                     execution=execution, vgm_region_bytes=region_bytes)
-            compiled[region] = program
-        decls = tuple(
-            dataclasses.replace(decl, source=source)
-            for decl, source in zip(program.inputs, sources[index], strict=True)
-        )
-        programs.append(dataclasses.replace(program, inputs=decls, module=module_id))
+    model_label = label or name or "model"
+    model_plan = None
+    if state_on_chip:
+        origins = argument_origins(part, resident_names)
+        margin = on_chip_reservation(part, resident_names, spec.num_cores,
+                                     include_state=execution == "vgm")
+        if margin >= spec.usable_sram_bytes:
+            raise PlanNotFoundError(
+                f"model '{model_label}' does not fit on '{spec.name}': its weights and largest "
+                f"activations need {margin} bytes per core, {spec.usable_sram_bytes} are usable"
+            )
+        if execution == "vgm":
+            # The VGM keeps everything in its region: weights and activations alike.
+            sources = [tuple("chip" for _ in row) for row in origins]
+            programs = _compile_each(order, regions, spec, cache, execution, margin, sources,
+                                     module_id, progress, label)
+        else:
+            plan_hw = spec.with_overrides(sram_bytes_per_core=spec.sram_bytes_per_core - margin)
+            programs, model_plan = _compile_reconciled(order, regions, plan_hw, cache, origins,
+                                                       module_id, progress, model_label)
+    else:
+        programs = _compile_each(order, regions, spec, cache, execution, None, sources,
+                                 module_id, progress, label)
     report = partition_report(part, spec)
     return CompiledModel(
         name=name or label or "model",
@@ -219,13 +219,57 @@ def compile_programs(
         op_counts=partitioned_op_counts(part, report),
         compile_s=time.perf_counter() - start,
         plan_cache={"hits": cache.hits, "misses": cache.misses},
+        model_plan=model_plan,
     )
 
 
-def on_chip_reservation(mod: IRModule, resident: Collection[str], num_cores: int) -> int:
+def _compile_each(order, regions, hw, cache, execution, region_bytes, sources, module_id,
+                  progress, label) -> list[DeviceProgram]:
+    """Every region planned on its own (operators get the SRAM the region leaves them)."""
+    compiled: dict[str, DeviceProgram] = {}
+    programs: list[DeviceProgram] = []
+    for index, region in enumerate(_progress(order, progress, label)):
+        program = compiled.get(region)
+        if program is None:
+            program = compile_region(regions[region], region, hw, plan_cache=cache,
+                                     execution=execution, vgm_region_bytes=region_bytes)
+            compiled[region] = program
+        programs.append(_with_sources(program, sources[index], module_id))
+    return programs
+
+
+def _compile_reconciled(order, regions, plan_hw, cache, origins, module_id, progress,
+                        label) -> tuple[list[DeviceProgram], ModelPlan]:
+    """The model kept on chip: idle and active plans for all operators together (T10
+    Algorithm 1, :mod:`tvm_icca.reconciliation`). Model state is ``"resident"``, every other
+    region input ``"chip"`` (the host only reshapes between regions, an on-chip re-layout)."""
+    extracted = {r: extract_region(regions[r], r, plan_hw, cache)
+                 for r in _progress(list(dict.fromkeys(order)), progress, label)}
+    state: dict[str, frozenset[str]] = {}
+    for region, row in zip(order, origins):
+        names = frozenset(d.name for d, o in zip(extracted[region].inputs, row) if o == STATE)
+        state[region] = names if region not in state else state[region] & names
+    model_plan = reconcile_regions(extracted, order, state, plan_hw, cache, label)
+    programs = []
+    for region in order:
+        program = extracted[region].program(plan_hw, model_plan.ops[region])
+        sources = tuple("resident" if d.name in state[region] else "chip" for d in program.inputs)
+        programs.append(_with_sources(program, sources, module_id))
+    return programs, model_plan
+
+
+def _with_sources(program: DeviceProgram, sources: Sequence[str], module_id: str) -> DeviceProgram:
+    decls = tuple(dataclasses.replace(decl, source=source)
+                  for decl, source in zip(program.inputs, sources, strict=True))
+    return dataclasses.replace(program, inputs=decls, module=module_id)
+
+
+def on_chip_reservation(mod: IRModule, resident: Collection[str], num_cores: int,
+                        include_state: bool = True) -> int:
     """Bytes per core that keeping the model on chip reserves: all model state (weights, KV
-    caches, constants) spread over every core, plus the largest input/output pair of any
-    binding of ``main`` (the live activations while it runs)."""
+    caches, constants) spread over every core (unless ``include_state`` is off: compute-shift
+    plans place the state themselves, :mod:`tvm_icca.reconciliation`), plus the largest
+    input/output pair of any binding of ``main`` (the live activations while it runs)."""
     main = _main(mod)
     state = sum(static_bytes(p.ty) for p in main.params if str(p.name) in resident)
     largest = 0
@@ -240,7 +284,7 @@ def on_chip_reservation(mod: IRModule, resident: Collection[str], num_cores: int
                 if isinstance(arg, tvm.ir.GenericConst):
                     state += static_bytes(arg.ty)
         largest = max(largest, ins + out)
-    return -(-(state + largest) // num_cores)
+    return -(-((state if include_state else 0) + largest) // num_cores)
 
 
 def partitioned_op_counts(
@@ -332,15 +376,26 @@ def input_sources(
     anything else (activations, results of host ops) ``"host"``.
     """
     state = "hbm" if hw.hbm_bandwidth > 0 else "host"
+    return [tuple(state if o == STATE else o for o in row) for row in argument_origins(mod, resident)]
+
+
+#: Origin of a region argument that is model state (weights, KV caches, constants).
+STATE = "state"
+
+
+def argument_origins(mod: IRModule, resident: Collection[str]) -> list[tuple[str, ...]]:
+    """Per region call of ``main`` (in order), where each argument comes from: ``"state"``
+    (a ``main`` parameter named in ``resident``, or a constant, possibly through a view op),
+    ``"chip"`` (an earlier region's result) or ``"host"`` (anything else)."""
     main = _main(mod)
     origin: dict[relax.Var, str] = {}
     for param in main.params:
-        origin[param] = state if str(param.name) in resident else "host"
+        origin[param] = STATE if str(param.name) in resident else "host"
     gvars = _region_gvars(mod)
 
     def source_of(expr: relax.Expr) -> str:
         if isinstance(expr, tvm.ir.GenericConst):
-            return state
+            return STATE
         if isinstance(expr, relax.Var):
             return origin.get(expr, "host")
         if isinstance(expr, relax.TupleGetItem):

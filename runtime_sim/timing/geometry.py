@@ -111,24 +111,40 @@ def producer_grid(layout: OpLayout) -> BlockGrid:
     Every tensor is back in its initial placement after the last step (the final wrap of
     every loop, :mod:`runtime_sim.layout`), and ring 0 holds the reduced output.
     """
-    out = len(layout.expr.tensors) - 1
-    access = layout.expr.output
+    grid = _block_grid(layout, len(layout.expr.tensors) - 1, layout.owners())
+    assert grid is not None  # an output's index is simple on every dimension
+    return grid
+
+
+def placement_grid(layout: OpLayout, t: int) -> BlockGrid | None:
+    """Where tensor ``t`` sits while its operator is idle in ``layout`` (T10 §4.3.2): the
+    initial placement, each block taken from the lowest core that holds it (replicas of a
+    sub-tensor hold equal blocks). ``None`` when the partitions are not aligned blocks (a
+    compound index, e.g. a convolution's input window)."""
+    return _block_grid(layout, t, np.arange(layout.num_cores))
+
+
+def _block_grid(layout: OpLayout, t: int, cores: np.ndarray) -> BlockGrid | None:
+    access = layout.expr.tensors[t]
     shape = tuple(int(s) for s in access.shape)
-    owners = layout.owners()
     itemsize = dtype_bytes(access.dtype)
+    cores = np.asarray(cores, np.int64)
     if not shape:
-        return BlockGrid((), (), (), owners[:1].astype(np.int64), itemsize)
-    starts = layout.partition_start(out, layout.partition(out, layout.chunk({})))
-    block = tuple(max(int(b), 1) for b in layout.partition_shape(out))
+        return BlockGrid((), (), (), cores[:1], itemsize)
+    starts = layout.partition_start(t, layout.partition(t, layout.chunk({})))
+    block = tuple(max(int(b), 1) for b in layout.partition_shape(t))
     ks = []
-    counts = []
     for d, length in enumerate(block):
-        k = np.broadcast_to(np.asarray(starts[d], np.int64), (layout.num_cores,))[owners] // length
-        ks.append(np.maximum(k, 0))
-        counts.append(max(math.ceil(shape[d] / length), int(ks[-1].max()) + 1))
+        start = np.broadcast_to(np.asarray(starts[d], np.int64), (layout.num_cores,))[cores]
+        if np.any(start % length):
+            return None
+        ks.append(np.maximum(start // length, 0))
+    counts = tuple(max(math.ceil(shape[d] / block[d]), int(ks[d].max()) + 1) for d in range(len(shape)))
+    flat = np.ravel_multi_index(tuple(ks), counts)
+    blocks, first = np.unique(flat, return_index=True)
     owner = np.full(int(np.prod(counts)), -1, np.int64)
-    owner[np.ravel_multi_index(tuple(ks), tuple(counts))] = owners
-    return BlockGrid(shape, block, tuple(counts), owner, itemsize)
+    owner[blocks] = cores[first]
+    return BlockGrid(shape, block, counts, owner, itemsize)
 
 
 def canonical_grid(shape: tuple[int, ...], itemsize: int, num_cores: int) -> BlockGrid:

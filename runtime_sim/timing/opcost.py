@@ -13,13 +13,18 @@ ComputeSet"), bulk-synchronously: compute, synchronize, exchange. So:
   how often each occurs in closed form (it never walks the ``S`` steps), and each distinct
   phase is costed once on the topology with all cores vectorized.
 * the replica reduction (output replicas summed into ring 0, as the functional device does)
-  runs as a binomial tree: ``ceil(log2 R)`` rounds in which half of the remaining partial sums
-  move one partition each. It sends exactly the bytes the device counts, ``(R - 1)``
-  partitions per output partition, and each round adds one partition on the vector unit.
+  runs as the faster of two schedules, as collective libraries pick per message size: a
+  binomial tree (``ceil(log2 R)`` rounds in which half of the remaining partial sums move one
+  partition each; best for small partitions) or a pipelined chain (every replica sends its
+  partition, in shift-buffer sized chunks, to the next one towards ring 0, adding each chunk
+  it receives before passing it on: ``n + R - 2`` chunk stages for ``n`` chunks; best for
+  large partitions). Both send exactly the bytes the device counts, ``(R - 1)`` partitions
+  per output partition.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -236,6 +241,7 @@ def op_cost(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> OpCost:
 
 
 def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[PhaseCost, int, float, int]:
+    """(transfer cost, stages, add seconds, bytes) of the faster replica-reduction schedule."""
     out = len(layout.expr.tensors) - 1
     R = layout.replicas(out)
     if R <= 1:
@@ -243,23 +249,35 @@ def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[Phas
     n = layout.num_cores
     owner_of = layout.output_owner_of()
     core = np.arange(n)
-    # group by owner, the owner first: rank 0 is the root of each group's tree
+    # group by owner, the owner first: rank 0 is the root of each group's tree or chain
     order = np.lexsort((core, core != owner_of, owner_of))
     sorted_owner = owner_of[order]
     head = np.searchsorted(sorted_owner, sorted_owner, side="left")
     rank = np.arange(n) - head
     pbytes = layout.partition_bytes(out)
     elems = int(np.prod(layout.partition_shape(out), dtype=np.int64))
-    add_s = (elems / hw.vector_flops_per_cycle + hw.sync_cycles) / hw.clock_hz
-    total, rounds, compute, sent = NO_PHASE, 0, 0.0, 0
+    add_s = elems / hw.vector_flops_per_cycle / hw.clock_hz
+    sync_s = hw.sync_cycles / hw.clock_hz
+
+    tree, rounds, sent = NO_PHASE, 0, 0
     step = 1
     while step < R:
         senders = np.flatnonzero((rank % (2 * step)) == step)
         src = order[senders]
         dst = order[senders - step]
-        total = total + topo.phase(src, dst, np.full(src.size, float(pbytes)))
+        tree = tree + topo.phase(src, dst, np.full(src.size, float(pbytes)))
         sent += src.size * pbytes
-        compute += add_s
         rounds += 1
         step *= 2
-    return total, rounds, compute, sent
+    tree_adds = rounds * (add_s + sync_s)
+
+    # chain: rank r sends to rank r-1; the first chunk needs R-2 extra hops to reach ring 0
+    senders = np.flatnonzero(rank > 0)
+    chain = topo.phase(order[senders], order[senders - 1], np.full(senders.size, float(pbytes)))
+    chunks = max(1, math.ceil(pbytes / hw.shift_buffer_bytes))
+    fill = (R - 2) * (pbytes / chunks / hw.link_bandwidth + hw.link_latency_s)
+    chain = chain + PhaseCost(fill, fill, 0.0, 0.0, 0.0, 0.0)
+    chain_adds = (chunks + R - 2) * add_s / chunks + sync_s
+    if chain.time_s + chain_adds < tree.time_s + tree_adds:
+        return chain, chunks + R - 2, chain_adds, senders.size * pbytes
+    return tree, rounds, tree_adds, sent

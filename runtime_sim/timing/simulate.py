@@ -13,6 +13,11 @@ Data sources of an operator input (``TensorDecl.source``, program format):
   interconnect (exact box overlaps, :mod:`.geometry`);
 * ``"chip"`` region input -> re-laid out from a canonical block layout over all cores
   (estimate: the producing region's layout is not known to this program);
+* ``"resident"`` region input (model state kept on chip, T10 §4.3.2) -> it waits in the
+  placement of its reader's :attr:`~runtime_sim.program.OpProgram.idle_plan`; the setup phase
+  re-lays it out into the active plan (exact box overlaps), or moves nothing when the
+  operator idles in its active plan (``idle_plan is None``). Its idle placement occupies SRAM
+  for the whole run, on top of everything below;
 * ``"hbm"`` -> loaded from HBM: unique bytes per chip at ``hbm_bandwidth / hbm_controllers``
   per controller, striped over the chip's controllers (Elk §5), delivered to every core that
   needs them over the network; the load lasts ``max(controller time, network time)``;
@@ -29,8 +34,10 @@ operator keeps priority); the delay is counted as stall when it postpones the ne
 Operators execute in program order, each once its loads are done and the previous one ended.
 
 SRAM: per core, partitions of the running operator plus on-chip intermediates still needed
-plus the shift buffer, exactly as :class:`runtime_sim.device.SimulatedDevice` counts it; a
-program that would overflow raises :class:`SramOverflowError` as the device does.
+plus the shift buffer, exactly as :class:`runtime_sim.device.SimulatedDevice` counts it, plus
+the idle placements of every ``"resident"`` input of the run (which the functional device,
+handed all inputs as arguments, does not hold); a program that would overflow raises
+:class:`SramOverflowError` as the device does.
 
 Stall: a transfer phase's time beyond what its slowest flow would take alone on the network
 (contention on ports, links, the inter-chip cap), plus load delays from sharing links that
@@ -40,6 +47,7 @@ inputs); returning results to the host is not timed.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import time as _time
@@ -53,7 +61,15 @@ from ..hardware import HardwareSpec
 from ..layout import OpLayout, check_op_inputs, checked_layout
 from ..program import DeviceProgram, OpProgram, dtype_bytes
 from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
-from .geometry import Boxes, BlockGrid, canonical_grid, input_boxes, producer_grid, relayout
+from .geometry import (
+    Boxes,
+    BlockGrid,
+    canonical_grid,
+    input_boxes,
+    placement_grid,
+    producer_grid,
+    relayout,
+)
 from .opcost import OpCost, op_cost
 from .report import OpTiming, TimingReport
 
@@ -196,8 +212,42 @@ class _Planner:
         self.c.loads[cache_key] = hit
         return hit
 
-    def program_work(self, program: DeviceProgram, index: int = 0) -> tuple[list[_Work], int]:
-        """Work items of one region, and the region's peak SRAM per core (device accounting)."""
+    def idle_layout(self, key: str, op: OpProgram) -> tuple[str, OpLayout]:
+        """Key and layout of the plan ``op``'s resident inputs rest in between runs."""
+        if op.idle_plan is None:
+            return key, self.layout(key, op)
+        idle_op = dataclasses.replace(op, plan=op.idle_plan, idle_plan=None)
+        idle_key = _op_key(idle_op)
+        return idle_key, self.layout(idle_key, idle_op)
+
+    def idle_state(self, programs: Sequence[DeviceProgram]) -> np.ndarray:
+        """Bytes per core that ``"resident"`` inputs occupy all run long: each in the idle
+        placement of the first operator of its region that reads it (T10 §4.3.2)."""
+        total = np.zeros(self.hw.num_cores, np.int64)
+        per_program: dict[tuple, np.ndarray] = {}
+        for program in programs:
+            names = tuple(d.name for d in program.inputs if d.source == RESIDENT)
+            if not names:
+                continue
+            cache_key = (id(program.ops), names)
+            held = per_program.get(cache_key)
+            if held is None:
+                held = np.zeros(self.hw.num_cores, np.int64)
+                seen: set[str] = set()
+                for op in program.ops:
+                    for t, name in enumerate(op.input_names):
+                        if name in names and name not in seen:
+                            seen.add(name)
+                            _, layout = self.idle_layout(_op_key(op), op)
+                            held[: layout.num_cores] += layout.partition_bytes(t)
+                per_program[cache_key] = held
+            total += held
+        return total
+
+    def program_work(self, program: DeviceProgram, index: int = 0,
+                     idle: np.ndarray | None = None) -> tuple[list[_Work], int]:
+        """Work items of one region, and the region's peak SRAM per core (device accounting
+        plus ``idle``, the resident state of the run, see :meth:`idle_state`)."""
         hw = self.hw
         decls = {d.name: d for d in program.inputs}
         last_use: dict[str, int] = {}
@@ -208,7 +258,7 @@ class _Planner:
             last_use[name] = len(program.ops)
         produced: dict[str, str] = {}  # tensor -> producer op key
         resident: dict[str, np.ndarray] = {}
-        used = np.zeros(hw.num_cores, np.int64)
+        used = np.zeros(hw.num_cores, np.int64) if idle is None else idle.astype(np.int64)
         peak = 0
         works = []
         for i, op in enumerate(program.ops):
@@ -220,6 +270,11 @@ class _Planner:
                 used -= resident.pop(name)
             running = used.copy()
             running[: layout.num_cores] += cost.footprint_bytes
+            if op.idle_plan is None and idle is not None:
+                # resident inputs idling in this very plan are already counted in ``idle``
+                for t, name in enumerate(op.input_names):
+                    if name in decls and decls[name].source == RESIDENT:
+                        running[: layout.num_cores] -= layout.partition_bytes(t)
             running += hw.shift_buffer_bytes
             over = np.flatnonzero(running > hw.sram_bytes_per_core)
             if over.size:
@@ -242,6 +297,19 @@ class _Planner:
                     grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), hw.num_cores)
                     phase, nbytes, est = self.relayout(("chip", access.shape, access.dtype), grid,
                                                        key, layout, t)
+                elif src_kind == RESIDENT and name in decls:
+                    if op.idle_plan is None:
+                        continue  # idle in the active placement: no setup
+                    idle_key, idle_layout = self.idle_layout(key, op)
+                    grid = self.c.grids.get(f"{idle_key}#{t}")
+                    if grid is None:
+                        grid = placement_grid(idle_layout, t)
+                        if grid is None:  # not block-aligned: assume an even spread
+                            access = op.expr.inputs[t]
+                            grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype),
+                                                  hw.num_cores)
+                        self.c.grids[f"{idle_key}#{t}"] = grid
+                    phase, nbytes, est = self.relayout(("idle", idle_key, t), grid, key, layout, t)
                 elif src_kind in by_kind:
                     if src_kind == "hbm" and (hw.hbm_bandwidth <= 0 or hw.hbm_controllers <= 0):
                         raise DeviceProgramError(
@@ -452,8 +520,9 @@ def simulate_timing(
     planner = _Planner(hw, topo)
     works: list[_Work] = []
     peak = 0
+    idle = planner.idle_state(programs)
     for index, program in enumerate(_progress(programs, progress)):
-        region_works, region_peak = planner.program_work(program, index)
+        region_works, region_peak = planner.program_work(program, index, idle)
         works.extend(region_works)
         peak = max(peak, region_peak)
 

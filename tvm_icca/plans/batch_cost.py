@@ -233,3 +233,38 @@ class AnalyticBatchModel:
         extra = hw.sync_cycles / hw.clock_hz
         shift = rotation_shift_bound(structure, F, 1.0 / hw.link_bandwidth, budget)
         return self.time_lower_bound(structure, F) + extra + shift
+
+
+class ArrivalCostModel:
+    """A batch model plus the time for some inputs to arrive in the plan's placement.
+
+    An operator's input produced by another operator (or region) sits in its producer's
+    layout; before the first step every core must receive its partition of it over its link
+    (the re-layout the timing simulator charges, T10 §5 "the program may rearrange the data").
+    Charging ``partition bytes / link bandwidth`` for those ``tensors`` lets the search see
+    that replicating an arriving activation onto every core is not free. Lower bounds add the
+    same term from the partitions' lower bounds, so the exact search stays exact for it.
+    """
+
+    def __init__(self, base: BatchCostModel, tensors: tuple[int, ...], hw: HardwareSpec):
+        self.base = base
+        self.tensors = tuple(int(t) for t in tensors)
+        self.hw = hw
+
+    def _arrival(self, parts: np.ndarray) -> np.ndarray:
+        if not self.tensors:
+            return np.zeros(len(parts))
+        return parts[:, list(self.tensors)].sum(axis=1) / self.hw.link_bandwidth
+
+    def times(self, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
+        time, order = self.base.times(batch)
+        return time + self._arrival(batch.partition_bytes()), order
+
+    def time_lower_bound(self, structure: PlanStructure, F: np.ndarray) -> np.ndarray:
+        return (self.base.time_lower_bound(structure, F)
+                + self._arrival(partition_lower_bounds(structure, F)))
+
+    def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
+                             budget: float = math.inf) -> np.ndarray:
+        return (self.base.rotating_lower_bound(structure, F, budget)
+                + self._arrival(partition_lower_bounds(structure, F)))

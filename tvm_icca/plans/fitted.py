@@ -25,7 +25,7 @@ from runtime_sim.layout import OpLayout
 from runtime_sim.program import TensorExpr, dtype_bytes
 from schedules import template_for
 
-from .cost import PlanCost, shift_seconds
+from .cost import PlanCost, replica_reduction_seconds, shift_seconds
 
 #: Feature name -> PlanCost component it contributes to.
 FEATURES: dict[str, str] = {
@@ -33,8 +33,7 @@ FEATURES: dict[str, str] = {
     "sync": "sync_s",                # steps * synchronization cycles / clock
     "shift": "shift_s",              # per-core shifted bytes over the link, chunked
     "reduce_ring": "reduction_s",    # (R-1)/R of an output partition over the link
-    "reduce_tree": "reduction_s",    # ceil(log2 R) partitions over the link
-    "reduce_adds": "reduction_s",    # ceil(log2 R) vector additions of a partition
+    "reduce_schedule": "reduction_s",  # the device's tree-or-chain replica reduction
     "epilogue": "epilogue_s",
 }
 
@@ -48,7 +47,6 @@ def plan_features(layout: OpLayout, hw: HardwareSpec) -> dict[str, float]:
     out = len(expr.tensors) - 1
     replicas = layout.replicas(out)
     out_bytes = layout.partition_bytes(out)
-    rounds = math.ceil(math.log2(replicas)) if replicas > 1 else 0
     out_elems = out_bytes // dtype_bytes(expr.output.dtype)
     out_partition = {a: layout.xp[a] // layout.plan.ft(out, a) for a in layout.axes}
     return {
@@ -56,8 +54,7 @@ def plan_features(layout: OpLayout, hw: HardwareSpec) -> dict[str, float]:
         "sync": layout.steps * hw.sync_cycles / clock,
         "shift": shift,
         "reduce_ring": (replicas - 1) / replicas * out_bytes / hw.link_bandwidth,
-        "reduce_tree": rounds * out_bytes / hw.link_bandwidth,
-        "reduce_adds": rounds * (out_elems / hw.vector_flops_per_cycle + hw.sync_cycles) / clock,
+        "reduce_schedule": replica_reduction_seconds(replicas, out_bytes, out_elems, hw),
         "epilogue": template.epilogue_cycles(expr, out_partition, hw) / clock,
     }
 

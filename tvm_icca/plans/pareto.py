@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from .enumerate import (
     SpaceSizes,
     count_complete_space,
     memory_lower_bound,
+    partition_lower_bounds,
     plan_structure,
     plans_for,
 )
@@ -45,37 +47,73 @@ def pareto_front(time: np.ndarray, memory: np.ndarray) -> np.ndarray:
     return order[t < best_before]
 
 
-def _dominated(front: ScoredPlans, memory_lb: np.ndarray, time_lb: np.ndarray) -> np.ndarray:
-    """Rows whose every plan is weakly dominated by a frontier point."""
-    if not len(front):
+def _dominated(front_memory: np.ndarray, front_time: np.ndarray, memory_lb: np.ndarray,
+               time_lb: np.ndarray, tolerance: float = 0.0) -> np.ndarray:
+    """Rows whose every plan is weakly dominated by a frontier point (or would be less than
+    ``tolerance`` faster than one, relative)."""
+    if not len(front_time):
         return np.zeros(len(memory_lb), bool)
     # The frontier is sorted by memory with strictly falling times: the last point with
     # memory <= a row's bound is the fastest such point.
-    pos = np.searchsorted(front.memory, memory_lb, side="right") - 1
-    fastest = np.where(pos >= 0, front.time[np.maximum(pos, 0)], math.inf)
-    return fastest <= time_lb
+    pos = np.searchsorted(front_memory, memory_lb, side="right") - 1
+    fastest = np.where(pos >= 0, front_time[np.maximum(pos, 0)], math.inf)
+    return fastest <= time_lb * (1.0 + tolerance)
 
 
 def pareto_scored(structure: PlanStructure, model: BatchCostModel, max_cores: int,
-                  filters: PlanFilters | None, budget: float) -> ScoredPlans:
-    """The Pareto frontier (as scored plans, fewest bytes first) of the filtered space."""
+                  filters: PlanFilters | None, budget: float,
+                  tensors: Sequence[int] | None = None, tolerance: float = 0.0) -> ScoredPlans:
+    """The Pareto frontier (as scored plans, fewest bytes first) of the filtered space.
+
+    The frontier trades time for bytes per core (all partitions); with ``tensors`` it trades
+    time for the bytes of those tensors' partitions only (e.g. the weights an operator keeps
+    on chip while idle, T10 §4.3.2), every plan still fitting ``budget`` in full. A
+    ``tolerance`` > 0 skips candidate rows that could beat the frontier found so far by less
+    than that fraction of its time (an epsilon-Pareto set, much cheaper on tight budgets).
+    """
+    return pareto_fronts(structure, model, max_cores, filters, budget, [tensors], tolerance)[0]
+
+
+def pareto_fronts(structure: PlanStructure, model: BatchCostModel, max_cores: int,
+                  filters: PlanFilters | None, budget: float,
+                  objectives: Sequence[Sequence[int] | None], tolerance: float = 0.0
+                  ) -> list[ScoredPlans]:
+    """Several frontiers (one per memory objective, see :func:`pareto_scored`) in one scan:
+    each candidate row is expanded and scored once, unless every frontier dominates it."""
     F = candidate_partitions(structure, max_cores, filters)
     memory_lb = memory_lower_bound(structure, F)
     keep = memory_lb <= budget
     F, memory_lb = F[keep], memory_lb[keep]
+    bounds = partition_lower_bounds(structure, F)
+    objective_lb = [memory_lb if t is None else bounds[:, list(t)].sum(axis=1) for t in objectives]
     time_lb = model.time_lower_bound(structure, F)
-    rows = np.lexsort((memory_lb, time_lb))
-    front = ScoredPlans.concat([], structure)
+    rows = np.lexsort((objective_lb[0], time_lb))
+    fronts = [ScoredPlans.concat([], structure) for _ in objectives]
+    front_objective = [np.zeros(0) for _ in objectives]
     # (A pair-level dominance filter, as best_plan uses, costs more than it saves here: the
     # frontier spans every memory level, so few pairs are dominated before scoring.)
     for group in _chunks(structure, F, rows):
-        group = group[~_dominated(front, memory_lb[group], time_lb[group])]
+        dominated = np.ones(len(group), bool)
+        for k in range(len(objectives)):
+            dominated &= _dominated(front_objective[k], fronts[k].time, objective_lb[k][group],
+                                    time_lb[group], tolerance)
+        group = group[~dominated]
         if not len(group):
             continue
-        batch = plans_for(structure, F[group], max_padding=max_padding(filters))
-        merged = ScoredPlans.concat([front, score(batch, model, budget, filters)], structure)
-        front = merged.take(pareto_front(merged.time, merged.memory))
-    return front
+        scored = score(plans_for(structure, F[group], max_padding=max_padding(filters)),
+                       model, budget, filters)
+        for k, tensors in enumerate(objectives):
+            merged = ScoredPlans.concat([fronts[k], scored], structure)
+            objective = _objective(merged, tensors)
+            kept = pareto_front(merged.time, objective)
+            fronts[k], front_objective[k] = merged.take(kept), objective[kept]
+    return fronts
+
+
+def _objective(scored: ScoredPlans, tensors: Sequence[int] | None) -> np.ndarray:
+    if tensors is None:
+        return scored.memory
+    return scored.batch.partition_bytes()[:, list(tensors)].sum(axis=1)
 
 
 @dataclass(frozen=True)
@@ -90,19 +128,41 @@ class ParetoPlan:
 
 def pareto_plans(expr: TensorExpr, hw: HardwareSpec, cost_model: BatchCostModel | None = None,
                  filters: PlanFilters | None = PlanFilters.t10(), budget_bytes: int | None = None,
-                 relax: bool = True) -> list[ParetoPlan]:
+                 relax: bool = True, tensors: Sequence[int] | None = None,
+                 tolerance: float = 0.0) -> list[ParetoPlan]:
     """Time/memory Pareto plans of ``expr`` on ``hw`` that fit the budget, fewest bytes first.
 
     ``filters`` defaults to T10's search constraints with the Elk artifact's thresholds; when
     nothing passes them (an operator too small to use 90% of the chip without padding, say)
-    and ``relax`` is set, the frontier of the complete space is returned instead.
+    and ``relax`` is set, the frontier of the complete space is returned instead. With
+    ``tensors`` (indices into ``expr.tensors``) the memory axis is those tensors' partition
+    bytes (see :func:`pareto_scored`); ``memory_bytes`` is always the full footprint.
+    ``tolerance``: see :func:`pareto_scored` (0: the exact frontier).
     """
+    return _as_plans(_fronts(expr, hw, cost_model, filters, budget_bytes, relax, [tensors],
+                             tolerance)[0])
+
+
+def pareto_plan_sets(expr: TensorExpr, hw: HardwareSpec, objectives: Sequence[Sequence[int] | None],
+                     cost_model: BatchCostModel | None = None,
+                     filters: PlanFilters | None = PlanFilters.t10(), budget_bytes: int | None = None,
+                     relax: bool = True, tolerance: float = 0.0) -> list[list[ParetoPlan]]:
+    """:func:`pareto_plans` for several memory objectives at once (one scan of the space)."""
+    return [_as_plans(front) for front in
+            _fronts(expr, hw, cost_model, filters, budget_bytes, relax, objectives, tolerance)]
+
+
+def _fronts(expr, hw, cost_model, filters, budget_bytes, relax, objectives, tolerance):
     structure = plan_structure(expr)
     model = cost_model or AnalyticBatchModel(hw)
     budget = hw.usable_sram_bytes if budget_bytes is None else budget_bytes
-    front = pareto_scored(structure, model, hw.num_cores, filters, budget)
-    if not len(front) and relax and filters is not None:
-        front = pareto_scored(structure, model, hw.num_cores, None, budget)
+    fronts = pareto_fronts(structure, model, hw.num_cores, filters, budget, objectives, tolerance)
+    if not len(fronts[0]) and relax and filters is not None:
+        fronts = pareto_fronts(structure, model, hw.num_cores, None, budget, objectives, tolerance)
+    return fronts
+
+
+def _as_plans(front: ScoredPlans) -> list[ParetoPlan]:
     return [ParetoPlan(front.plan(i), float(front.time[i]), int(front.memory[i]),
                        int(front.batch.cores[i])) for i in range(len(front))]
 

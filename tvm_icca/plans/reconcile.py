@@ -29,9 +29,12 @@ is the reference the tests compare against.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
 
 from runtime_sim.layout import OpLayout
 from runtime_sim.program import TensorExpr
@@ -52,10 +55,20 @@ class PlanOption:
 
 @dataclass(frozen=True)
 class OpOptions:
-    """An operator and its candidate plans (typically its Pareto plans, §4.3.1)."""
+    """An operator and its candidate plans (typically its Pareto plans, §4.3.1).
+
+    ``count`` identical instances (the same operator in every layer of a model) share one
+    decision: each holds its own idle memory and runs once, and all switch plans together.
+    Per instance the greedy ratio ``-dT_S / dM_I`` is the same, so Algorithm 1 would grow
+    them one after another anyway; the grouping only differs at the very last step, where
+    part of a group might still have fit. ``capacity`` caps this operator's own active memory
+    (e.g. a region's intermediates held on chip while it runs); ``None`` means the global one.
+    """
 
     name: str
     options: tuple[PlanOption, ...]
+    count: int = 1
+    capacity: int | None = None
 
 
 SetupModel = Callable[[PlanOption, PlanOption], float]
@@ -100,46 +113,79 @@ class Reconciliation:
     trace: tuple[tuple[int, float], ...] = ()  # (idle bytes, total time) of every step
 
 
-def _best_active(op: OpOptions, idle_index: int, idle_memory: int, capacity: int,
-                 setup: SetupModel) -> tuple[int, float, float] | None:
-    """(index, setup s, setup + execution s) of the op's best active option that fits."""
-    idle = op.options[idle_index]
-    best = None
-    for j, option in enumerate(op.options):
-        extra = option.active_bytes - (option.idle_bytes if j == idle_index else 0)
-        if idle_memory + extra > capacity:
-            continue
-        s = setup(idle, option)
-        total = s + option.time_s
-        if best is None or total < best[2] - 1e-18:
-            best = (j, s, total)
-    return best
+@dataclass(frozen=True)
+class _Arrays:
+    """One operator's options as arrays; ``setup[i, j]``: idle option i to active option j."""
+
+    time: np.ndarray
+    active: np.ndarray
+    idle: np.ndarray
+    setup: np.ndarray
+    count: int
+    capacity: float
+
+    def best_active(self, rows: np.ndarray, idle_memory: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For idle options ``rows`` (with the model's idle memory ``idle_memory`` each): the
+        best active option that fits, its setup seconds and setup + execution (inf: none)."""
+        n = len(self.time)
+        in_place = rows[:, None] == np.arange(n)[None, :]
+        # running in its idle plan, the operator's resident tensors are already counted
+        extra = self.active[None, :] - np.where(in_place, self.idle[None, :], 0)
+        fits = idle_memory[:, None] + extra <= self.capacity
+        cost = np.where(fits, self.setup[rows] + self.time[None, :], math.inf)
+        best = np.argmin(cost, axis=1)
+        pick = np.arange(len(rows))
+        return best, self.setup[rows, best], cost[pick, best]
+
+
+def _prepare(ops: Sequence[OpOptions], capacity: int, setup: SetupModel) -> list[_Arrays]:
+    out = []
+    for op in ops:
+        opts = op.options
+        cap = capacity if op.capacity is None else min(capacity, op.capacity)
+        out.append(_Arrays(
+            time=np.array([o.time_s for o in opts], float),
+            active=np.array([o.active_bytes for o in opts], float),
+            idle=np.array([o.idle_bytes for o in opts], float),
+            setup=np.array([[setup(a, b) for b in opts] for a in opts], float).reshape(len(opts), len(opts)),
+            count=int(op.count), capacity=float(cap)))
+    return out
+
+
+def _idle_memory(arrays: Sequence[_Arrays], idle: Sequence[int]) -> float:
+    return float(sum(a.count * a.idle[i] for a, i in zip(arrays, idle)))
+
+
+def _evaluate(arrays: Sequence[_Arrays], idle: Sequence[int], capacity: int
+              ) -> tuple[float, list[int], list[float]]:
+    memory = _idle_memory(arrays, idle)
+    if memory > capacity:
+        return math.inf, [], []
+    total, active, setups = 0.0, [], []
+    for a, i in zip(arrays, idle):
+        best, s, cost = a.best_active(np.array([i]), np.array([memory]))
+        if not math.isfinite(cost[0]):
+            return math.inf, [], []
+        active.append(int(best[0]))
+        setups.append(float(s[0]))
+        total += a.count * float(cost[0])
+    return total, active, setups
 
 
 def evaluate(ops: Sequence[OpOptions], idle: Sequence[int], capacity: int,
              setup: SetupModel) -> tuple[float, list[int], list[float]]:
     """Total time, active indices and setup times for given idle indices (inf: no fit)."""
-    idle_memory = sum(op.options[i].idle_bytes for op, i in zip(ops, idle))
-    if idle_memory > capacity:
-        return math.inf, [], []
-    total, active, setups = 0.0, [], []
-    for op, i in zip(ops, idle):
-        best = _best_active(op, i, idle_memory, capacity, setup)
-        if best is None:
-            return math.inf, [], []
-        active.append(best[0])
-        setups.append(best[1])
-        total += best[2]
-    return total, active, setups
+    return _evaluate(_prepare(ops, capacity, setup), idle, capacity)
 
 
-def _result(ops, idle, capacity, setup, trace=()) -> Reconciliation:
-    total, active, setups = evaluate(ops, idle, capacity, setup)
+def _result(ops, arrays, idle, capacity, trace=()) -> Reconciliation:
+    total, active, setups = _evaluate(arrays, idle, capacity)
     names = [op.name for op in ops]
     return Reconciliation(
         idle=dict(zip(names, idle)), active=dict(zip(names, active)), total_time_s=total,
-        idle_bytes=sum(op.options[i].idle_bytes for op, i in zip(ops, idle)),
-        setup_s=dict(zip(names, setups)), trace=tuple(trace))
+        idle_bytes=int(_idle_memory(arrays, idle)), setup_s=dict(zip(names, setups)),
+        trace=tuple(trace))
 
 
 def reconcile(ops: Sequence[OpOptions], capacity_bytes: int, setup: SetupModel) -> Reconciliation:
@@ -147,66 +193,67 @@ def reconcile(ops: Sequence[OpOptions], capacity_bytes: int, setup: SetupModel) 
     ops = list(ops)
     if not ops:
         return Reconciliation({}, {}, 0.0, 0, {}, ())
+    arrays = _prepare(ops, capacity_bytes, setup)
     # Line 3: the memory-efficient plan of every operator (the fastest among equals).
-    idle = [min(range(len(op.options)), key=lambda j, op=op: (op.options[j].idle_bytes, op.options[j].time_s))
-            for op in ops]
+    idle = [int(np.lexsort((a.time, a.idle))[0]) for a in arrays]
     best_idle, best_time = list(idle), math.inf
     trace = []
     visited = {tuple(idle)}
     while True:
-        idle_memory = sum(op.options[i].idle_bytes for op, i in zip(ops, idle))
-        if idle_memory > capacity_bytes:
+        memory = _idle_memory(arrays, idle)
+        if memory > capacity_bytes:
             break
-        total, active, _ = evaluate(ops, idle, capacity_bytes, setup)
-        trace.append((idle_memory, total))
+        total, _, _ = _evaluate(arrays, idle, capacity_bytes)
+        trace.append((int(memory), total))
         if total < best_time:
             best_idle, best_time = list(idle), total
         # Line 15: the operator whose next idle plan saves most setup per added idle byte.
         choice = None
-        for n, op in enumerate(ops):
-            current = op.options[idle[n]]
-            now = _best_active(op, idle[n], idle_memory, capacity_bytes, setup)
-            for j, option in enumerate(op.options):
-                grow = option.idle_bytes - current.idle_bytes
-                if j == idle[n] or grow < 0 or idle_memory + grow > capacity_bytes:
-                    continue
-                # dT_S: what the operator's setup (plus run, when a better active plan
-                # becomes reachable) saves with this idle plan; its active plan is re-chosen.
-                after = _best_active(op, j, idle_memory + grow, capacity_bytes, setup)
-                if after is None:
-                    continue
-                saved = (now[2] if now is not None else math.inf) - after[2]
-                if grow == 0:
-                    if saved <= 0:
-                        continue
-                    ratio = math.inf
-                else:
-                    ratio = saved / grow
-                key = (ratio, -grow, -option.time_s)
-                candidate = idle[:n] + [j] + idle[n + 1:]
+        for n, a in enumerate(arrays):
+            current = idle[n]
+            now = float(a.best_active(np.array([current]), np.array([memory]))[2][0])
+            grow = a.idle - a.idle[current]
+            after_memory = memory + a.count * grow
+            rows = np.flatnonzero((grow >= 0) & (after_memory <= capacity_bytes)
+                                  & (np.arange(len(grow)) != current))
+            if not rows.size:
+                continue
+            # dT_S: what the operator's setup (plus run, when a better active plan becomes
+            # reachable) saves with this idle plan; its active plan is re-chosen.
+            _, _, after = a.best_active(rows, after_memory[rows])
+            g = grow[rows]
+            with np.errstate(invalid="ignore"):
+                saved = now - after
+                ratio = np.where(g > 0, saved / np.where(g > 0, g, 1), math.inf)
+            usable = np.isfinite(after) & ((g > 0) | (saved > 0))
+            for r in np.flatnonzero(usable)[np.lexsort((a.time[rows][usable], g[usable], -ratio[usable]))]:
+                candidate = idle[:n] + [int(rows[r])] + idle[n + 1:]
                 if tuple(candidate) in visited:
                     continue
+                key = (float(ratio[r]), -float(g[r]), -float(a.time[rows[r]]))
                 if choice is None or key > choice[0]:
                     choice = (key, candidate)
+                break
         if choice is None:
             break
         idle = choice[1]
         visited.add(tuple(idle))
-    return _result(ops, best_idle, capacity_bytes, setup, trace)
+    return _result(ops, arrays, best_idle, capacity_bytes, trace)
 
 
 def reconcile_exhaustive(ops: Sequence[OpOptions], capacity_bytes: int,
                          setup: SetupModel) -> Reconciliation:
     """The optimum over every combination of idle plans (for small op sets and tests)."""
     ops = list(ops)
+    arrays = _prepare(ops, capacity_bytes, setup)
     best_idle, best_time = None, math.inf
     for idle in itertools.product(*[range(len(op.options)) for op in ops]):
-        total, _, _ = evaluate(ops, idle, capacity_bytes, setup)
+        total, _, _ = _evaluate(arrays, idle, capacity_bytes)
         if total < best_time:
             best_idle, best_time = list(idle), total
     if best_idle is None:
         best_idle = [0] * len(ops)
-    return _result(ops, best_idle, capacity_bytes, setup)
+    return _result(ops, arrays, best_idle, capacity_bytes)
 
 
 def options_from_plans(expr: TensorExpr, plans: Sequence[Any], resident: Sequence[int],
@@ -225,3 +272,44 @@ def options_from_plans(expr: TensorExpr, plans: Sequence[Any], resident: Sequenc
                         tuple(p.plan.ft(t, a) for a in layout.tensor_axes(t))) for t in resident)
         out.append(PlanOption(float(p.time_s), int(p.memory_bytes), int(sum(parts)), parts, shapes, p))
     return tuple(out)
+
+
+#: Relative time within which a candidate plan does not earn a place among an operator's
+#: options: a 5% epsilon-Pareto set keeps the trade-offs that matter to Algorithm 1 and is
+#: several times cheaper to compute than the exact frontier on tight SRAM budgets.
+OPTION_TOLERANCE = 0.05
+
+
+def operator_options(expr: TensorExpr, hw: Any, resident: Sequence[int], budget_bytes: int,
+                     cost_model: Any = None, filters: Any = "t10",
+                     tolerance: float = OPTION_TOLERANCE,
+                     arriving: Sequence[int] | None = None) -> tuple[PlanOption, ...]:
+    """Candidate idle/active plans of one operator for :func:`reconcile` (T10 §4.3.1-4.3.2).
+
+    The union of two Pareto frontiers within ``budget_bytes``: time vs bytes per core (the
+    active side: how much the running operator needs), and time vs the bytes of the
+    ``resident`` tensors alone (the idle side: how cheaply its weights can wait, and the
+    fastest plan that keeps them that small, which can then run with no setup). An operator
+    without resident tensors has only the first. Times include the arrival of the
+    ``arriving`` inputs (default: every input that is not resident) in the plan's placement
+    (:class:`.batch_cost.ArrivalCostModel`).
+    """
+    # pylint: disable=import-outside-toplevel
+    from .batch_cost import AnalyticBatchModel, ArrivalCostModel
+    from .enumerate import PlanFilters
+    from .pareto import pareto_plan_sets
+
+    chosen = PlanFilters.t10() if filters == "t10" else filters
+    if arriving is None:
+        arriving = [t for t in range(len(expr.inputs)) if t not in set(resident)]
+    model = ArrivalCostModel(cost_model or AnalyticBatchModel(hw), tuple(arriving), hw)
+    objectives = [None, tuple(resident)] if resident else [None]
+    sets = pareto_plan_sets(expr, hw, objectives, model, chosen, budget_bytes, tolerance=tolerance)
+    plans = [p for plan_set in sets for p in plan_set]
+    unique, seen = [], set()
+    for p in sorted(plans, key=lambda p: (p.memory_bytes, p.time_s)):
+        key = json.dumps(p.plan.to_dict(), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return options_from_plans(expr, unique, resident)

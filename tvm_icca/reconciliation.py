@@ -1,0 +1,161 @@
+"""Idle and active plans for every operator of a model kept on chip (T10 §4.3.2, Algorithm 1).
+
+When the whole model lives in the chip's SRAM, every operator's weights wait between runs in
+an *idle* placement and the operator runs in an *active* plan; the setup phase moves the
+weights from one to the other each time the operator runs. :func:`reconcile_regions` applies
+:func:`tvm_icca.plans.reconcile.reconcile` to the operators of a partitioned model:
+
+1. every region is first planned on its own (:func:`~tvm_icca.compiler.plan_region`), which
+   fixes each operator's budget: the SRAM left after the activation margin and the region's
+   intermediates still held on chip when it runs;
+2. each operator gets its candidate plans (:func:`~tvm_icca.plans.reconcile.operator_options`:
+   the time/memory and time/weight-bytes Pareto frontiers within that budget); the same
+   operator of every call of a region (a model's layers) is one decision with a count;
+3. Algorithm 1 picks idle and active plans for all of them within the chip's memory, with the
+   setup of an operator estimated as the weight bytes a core receives over its link.
+
+The result is the operators' programs: ``plan`` the active plan, ``idle_plan`` the idle one
+(``None`` when they coincide and the setup is free), and a per-operator table of decisions.
+The timing simulator then times the setups as real re-layouts and holds the idle placements
+in SRAM for the whole run.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from runtime_sim.errors import PlanNotFoundError
+from runtime_sim.hardware import HardwareSpec
+from runtime_sim.layout import OpLayout
+from runtime_sim.program import OpProgram
+
+from .compiler import PlanCache, RegionOps, held_bytes, plan_region
+from .plans.reconcile import OpOptions, PlanOption, Reconciliation, reconcile, transfer_setup
+
+__all__ = ["OperatorDecision", "ModelPlan", "reconcile_regions"]
+
+
+@dataclass(frozen=True)
+class OperatorDecision:
+    """What the reconciliation decided for one operator of a region (all its calls)."""
+
+    name: str
+    kind: str
+    calls: int
+    resident_tensors: int  # inputs kept on chip between runs (weights)
+    options: int  # candidate plans considered
+    idle_bytes: int  # per core, per call, of its resident tensors while idle
+    active_bytes: int  # per core while it runs
+    time_s: float  # estimated execution time of the active plan
+    setup_s: float  # estimated setup (idle -> active) per run
+    in_place: bool  # idles in its active plan: no setup
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """Planned operators per region, and the decisions behind them."""
+
+    ops: Mapping[str, list[OpProgram]]
+    decisions: tuple[OperatorDecision, ...]
+    reconciliation: Reconciliation
+    capacity_bytes: int
+
+    @property
+    def estimated_time_s(self) -> float:
+        return self.reconciliation.total_time_s
+
+
+def reconcile_regions(
+    regions: Mapping[str, RegionOps],
+    order: Sequence[str],
+    resident_inputs: Mapping[str, frozenset[str]],
+    hw: HardwareSpec,
+    plan_cache: PlanCache | None = None,
+    label: str = "model",
+) -> ModelPlan:
+    """Idle and active plans of every operator of ``regions`` (called in ``order``).
+
+    ``resident_inputs[region]`` names the region inputs that are model state kept on chip;
+    ``hw`` is the chip as the plans see it (any activation margin already taken off its
+    SRAM). Raises :class:`PlanNotFoundError` when the state and the smallest active plans
+    cannot share the chip.
+    """
+    cache = plan_cache if plan_cache is not None else PlanCache()
+    calls = collections.Counter(order)
+    entries: list[tuple[str, int, list[int]]] = []  # region, op index, resident tensor indices
+    candidates: list[tuple[PlanOption, ...]] = []
+    budgets: list[int] = []
+    for region_name in dict.fromkeys(order):
+        region = regions[region_name]
+        _, region_budgets = plan_region(region, hw, plan_cache=cache)
+        state = resident_inputs.get(region_name, frozenset())
+        for i, (op, budget) in enumerate(zip(region.ops, region_budgets)):
+            resident = [t for t, name in enumerate(op.input_names) if name in state]
+            candidates.append(cache.options(op.expr, hw, resident, hw.usable_sram_bytes))
+            entries.append((region_name, i, resident))
+            budgets.append(budget)
+    capacity = hw.usable_sram_bytes
+    # The budgets assume the intermediates of the stand-alone plans; the chosen active plans
+    # may hold more, so the operators they squeeze get less and the choice is redone.
+    for _ in range(_MAX_ROUNDS):
+        options = [OpOptions(regions[r].ops[i].name, tuple(o for o in opts if o.active_bytes <= b),
+                             count=calls[r], capacity=b)
+                   for (r, i, _), opts, b in zip(entries, candidates, budgets)]
+        result = reconcile(options, capacity, transfer_setup(hw.link_bandwidth))
+        if not math.isfinite(result.total_time_s):
+            break
+        held = _held_by_choice(regions, entries, options, result)
+        tighter = [min(b, capacity - h) for b, h in zip(budgets, held)]
+        if tighter == budgets:
+            break
+        budgets = tighter
+    else:
+        result = dataclasses.replace(result, total_time_s=math.inf)
+    if not math.isfinite(result.total_time_s):
+        floor = sum(calls[r] * min((o.idle_bytes for o in opts), default=0)
+                    for (r, _, _), opts in zip(entries, candidates))
+        raise PlanNotFoundError(
+            f"model '{label}' does not fit on '{hw.name}': its weights need at least {floor} "
+            f"bytes per core while idle, and with them not every operator has a plan within "
+            f"the {capacity} bytes per core left for the model"
+        )
+    planned: dict[str, list[OpProgram]] = {name: [] for name in dict.fromkeys(order)}
+    decisions = []
+    for (region_name, i, resident), op_options in zip(entries, options):
+        op = regions[region_name].ops[i]
+        idle_index, active_index = result.idle[op.name], result.active[op.name]
+        active, idle = op_options.options[active_index], op_options.options[idle_index]
+        in_place = idle_index == active_index or not resident
+        planned[region_name].append(OpProgram(
+            op.name, op.expr, active.label.plan, op.input_names, op.output_name, active.time_s,
+            idle_plan=None if in_place else idle.label.plan))
+        decisions.append(OperatorDecision(
+            name=op.name, kind=op.expr.kind, calls=op_options.count,
+            resident_tensors=len(resident), options=len(op_options.options),
+            idle_bytes=idle.idle_bytes, active_bytes=active.active_bytes, time_s=active.time_s,
+            setup_s=result.setup_s[op.name], in_place=in_place))
+    return ModelPlan(planned, tuple(decisions), result, capacity)
+
+
+#: Rounds of re-reconciliation after tightening budgets to the chosen plans' intermediates.
+_MAX_ROUNDS = 6
+
+
+def _held_by_choice(regions: Mapping[str, RegionOps], entries: Sequence[tuple[str, int, list[int]]],
+                    options: Sequence[OpOptions], result: Reconciliation) -> list[int]:
+    """Per entry, the intermediates its region holds while it runs, with the chosen plans."""
+    out_bytes: dict[str, list[int]] = collections.defaultdict(list)
+    for (region_name, i, _), op_options in zip(entries, options):
+        active = op_options.options[result.active[op_options.name]]
+        expr = regions[region_name].ops[i].expr
+        layout = OpLayout(expr, active.label.plan)
+        out_bytes[region_name].append(layout.partition_bytes(len(expr.tensors) - 1))
+    held = {r: held_bytes(regions[r], b) for r, b in out_bytes.items()}
+    return [held[r][i] for r, i, _ in entries]
