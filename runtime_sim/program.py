@@ -330,8 +330,9 @@ class OpProgram:
 
     ``idle_plan`` is where the operator's ``"resident"`` inputs (model state kept on chip,
     :data:`INPUT_SOURCES`) wait between runs: their placement under that plan of the same
-    expression (T10 §4.3.2, the *idle state*). Before running, a setup phase moves them into
-    ``plan`` (the *active state*). ``None`` means they rest in ``plan`` itself: no setup.
+    expression (T10 §4.3.2, the *idle state*), or :data:`IDLE_SPREAD`, each tensor cut into
+    near-even blocks over all cores. Before running, a setup phase moves them into ``plan``
+    (the *active state*). ``None`` means they rest in ``plan`` itself: no setup.
     """
 
     name: str
@@ -340,7 +341,7 @@ class OpProgram:
     input_names: tuple[str, ...]
     output_name: str
     estimated_time_s: float = 0.0
-    idle_plan: "ExecutionPlan | None" = None
+    idle_plan: "ExecutionPlan | str | None" = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -352,7 +353,8 @@ class OpProgram:
             "estimated_time_s": self.estimated_time_s,
         }
         if self.idle_plan is not None:
-            out["idle_plan"] = self.idle_plan.to_dict()
+            out["idle_plan"] = (self.idle_plan if isinstance(self.idle_plan, str)
+                                else self.idle_plan.to_dict())
         return out
 
     @classmethod
@@ -364,8 +366,23 @@ class OpProgram:
             input_names=tuple(d["input_names"]),
             output_name=str(d["output_name"]),
             estimated_time_s=float(d.get("estimated_time_s", 0.0)),
-            idle_plan=ExecutionPlan.from_dict(d["idle_plan"]) if d.get("idle_plan") else None,
+            idle_plan=_idle_from_dict(d.get("idle_plan")),
         )
+
+
+#: Idle placement of resident tensors that is no plan of their operator: every tensor cut
+#: into near-even blocks, one per core (the smallest footprint any operator can idle in).
+IDLE_SPREAD = "spread"
+
+
+def _idle_from_dict(value: Any) -> "ExecutionPlan | str | None":
+    if not value:
+        return None
+    if value == IDLE_SPREAD:
+        return IDLE_SPREAD
+    if isinstance(value, str):
+        raise DeviceProgramError(f"unknown idle placement {value!r}; use '{IDLE_SPREAD}' or a plan")
+    return ExecutionPlan.from_dict(value)
 
 
 #: Where a region input lives before the region runs: sent by the host, resident in off-chip

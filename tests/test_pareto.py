@@ -106,3 +106,29 @@ def test_space_sizes_shrink_stage_by_stage(exprs) -> None:
     sizes = space_sizes(exprs.matmul(256, 512, 768, "float16"), small_chip(256, 128 * 1024))
     assert sizes.complete > sizes.complete_plans > sizes.filtered > sizes.pareto > 1
     assert sizes.pareto < 50
+
+
+def test_weight_frontier_and_joint_scan_match_brute_force(exprs) -> None:
+    """The time vs weight-bytes frontier (T10 §4.3.2's idle side) equals the frontier of every
+    plan fitting the budget, and one joint scan returns both frontiers unchanged."""
+    from tvm_icca.plans.batch_cost import AnalyticBatchModel
+    from tvm_icca.plans.pareto import pareto_plan_sets
+
+    hw = small_chip(8, 1024 * 1024)
+    expr = exprs.matmul(12, 16, 10)
+    structure = plan_structure(expr)
+    batch = plans_for(structure, op_partitions(structure, 8))
+    times, _ = AnalyticBatchModel(hw).times(batch)
+    budget = int(np.quantile(batch.memory(), 0.5))
+    fits = np.flatnonzero(batch.memory() <= budget)
+    weight = batch.partition_bytes()[fits, 1]
+    expected = sorted({(int(weight[i]), round(float(times[fits][i]), 18))
+                       for i in pareto_front(times[fits], weight)})
+    got = pareto_plans(expr, hw, filters=None, budget_bytes=budget, tensors=(1,))
+    assert sorted((OpLayout(expr, p.plan).partition_bytes(1), round(p.time_s, 18)) for p in got) == expected
+    assert all(p.memory_bytes <= budget for p in got)
+    joint = pareto_plan_sets(expr, hw, [None, (1,)], filters=None, budget_bytes=budget)
+    alone = [pareto_plans(expr, hw, filters=None, budget_bytes=budget),
+             pareto_plans(expr, hw, filters=None, budget_bytes=budget, tensors=(1,))]
+    for a, b in zip(joint, alone):
+        assert [(p.time_s, p.memory_bytes) for p in a] == [(p.time_s, p.memory_bytes) for p in b]

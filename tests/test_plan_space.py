@@ -265,3 +265,31 @@ def test_custom_cost_model_reranks_a_shortlist(exprs) -> None:
     planned.layout.validate()
     assert planned.memory_bytes_per_core <= hw.usable_sram_bytes
     assert planned.time_s == pytest.approx(no_rotation_please(planned.layout, hw).time_s)
+
+
+@pytest.mark.parametrize("build,cores,arriving", [
+    (lambda e: e.matmul(12, 16, 10), 8, (0,)),
+    (lambda e: e.matmul(4, 6, 8, batch=2), 8, (0, 1)),
+])
+def test_arrival_aware_search_is_exact(exprs, build, cores, arriving) -> None:
+    """With the arrival of some inputs charged (ArrivalCostModel), the exact search still
+    finds the brute-force optimum of that model, and its bounds never exceed a plan."""
+    from tvm_icca.plans.batch_cost import ArrivalCostModel
+    from tvm_icca.plans.search import best_plan
+
+    expr = build(exprs)
+    hw = small_chip(cores, 1024 * 1024)
+    structure = plan_structure(expr)
+    model = ArrivalCostModel(AnalyticBatchModel(hw), arriving, hw)
+    batch = plans_for(structure, op_partitions(structure, cores))
+    times, _ = model.times(batch)
+    bound = model.time_lower_bound(structure, batch.F)
+    assert (bound <= times * (1 + 1e-12)).all()
+    for budget in sorted(set(np.quantile(batch.memory(), [0.1, 1.0]).astype(int).tolist())):
+        fits = batch.memory() <= budget
+        found = best_plan(structure, model, budget, cores)
+        assert float(found.time[0]) == pytest.approx(float(times[fits].min()), rel=1e-12)
+    # the arrival term is what it says: partition bytes of the arriving inputs over a link
+    plain, _ = AnalyticBatchModel(hw).times(batch)
+    parts = batch.partition_bytes()[:, list(arriving)].sum(axis=1)
+    assert np.allclose(times - plain, parts / hw.link_bandwidth, rtol=1e-12, atol=0)

@@ -131,3 +131,76 @@ def test_reconcile_real_operators(exprs) -> None:
     roomy = reconcile(ops, hw.usable_sram_bytes, setup)
     assert all(s == 0.0 for s in roomy.setup_s.values())  # everything pre-set up
     assert reconcile(ops, 3000, setup).total_time_s == math.inf  # nothing fits
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_grouped_operators_and_per_operator_capacity_match_brute_force(seed) -> None:
+    """``count`` instances share one decision and each holds its idle memory; ``capacity``
+    caps one operator's active memory. The greedy result is feasible, evaluate() agrees
+    with it, and exhaustive search over the same model is never worse."""
+    rng = np.random.default_rng(100 + seed)
+    ops, cost = [], {}
+    for o in range(int(rng.integers(2, 4))):
+        sizes = np.sort(rng.integers(20, 200, size=int(rng.integers(2, 4))))
+        times = np.sort(rng.uniform(1, 10, size=len(sizes)))[::-1]
+        opts = tuple(PlanOption(float(t), int(s) + int(rng.integers(0, 60)), int(s), (int(s),), label=(o, k))
+                     for k, (s, t) in enumerate(zip(sizes, times)))
+        cost[o] = float(rng.uniform(0.001, 0.05))
+        count = int(rng.integers(1, 4))
+        cap = None if rng.random() < 0.5 else int(rng.integers(300, 900))
+        ops.append(OpOptions(f"op{o}", opts, count=count, capacity=cap))
+    setup = _per_byte_setup(cost)
+    floor = sum(op.count * min(o.idle_bytes for o in op.options) for op in ops)
+    capacity = int(floor + rng.integers(50, 900))
+    greedy = reconcile(ops, capacity, setup)
+    best = reconcile_exhaustive(ops, capacity, setup)
+    assert best.total_time_s <= greedy.total_time_s * (1 + 1e-12)
+    if not math.isfinite(greedy.total_time_s):
+        assert not math.isfinite(best.total_time_s) or greedy.trace
+        return
+    idle_memory = sum(op.count * op.options[greedy.idle[op.name]].idle_bytes for op in ops)
+    assert idle_memory == greedy.idle_bytes <= capacity
+    expected = 0.0
+    for op in ops:
+        i, j = greedy.idle[op.name], greedy.active[op.name]
+        extra = op.options[j].active_bytes - (op.options[j].idle_bytes if i == j else 0)
+        assert idle_memory + extra <= min(capacity, op.capacity or capacity)
+        expected += op.count * (greedy.setup_s[op.name] + op.options[j].time_s)
+    assert greedy.total_time_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_count_multiplies_idle_memory() -> None:
+    """Three instances idling in place need three times the memory: only if it fits."""
+    small = PlanOption(5.0, 100, 100, (100,), label=(0, 0))
+    fast = PlanOption(1.0, 300, 300, (300,), label=(0, 1))
+    setup = _per_byte_setup({0: 1.0 / 200})  # setting up 'fast' from 'small' costs 1 s
+    one = reconcile([OpOptions("op", (small, fast), count=3)], 900, setup)
+    assert one.idle["op"] == 1 and one.setup_s["op"] == 0.0 and one.total_time_s == pytest.approx(3.0)
+    tight = reconcile([OpOptions("op", (small, fast), count=3)], 899, setup)
+    assert tight.idle["op"] == 0 and tight.total_time_s == pytest.approx(3 * 2.0)
+
+
+def test_operator_options_include_fast_in_place_plans(exprs) -> None:
+    """The candidates of a weighted matmul hold both frontiers: the fastest plan overall and,
+    for every weight footprint, the fastest plan keeping the weights that small."""
+    from tvm_icca.plans.reconcile import operator_options
+
+    hw = small_chip(16, 24 * 1024)
+    expr = exprs.matmul(16, 64, 48)
+    from runtime_sim.program import IDLE_SPREAD, ExecutionPlan
+
+    options = operator_options(expr, hw, [1], hw.usable_sram_bytes, filters=None, tolerance=0.0)
+    *plans, spread = options
+    assert all(isinstance(o.label.plan, ExecutionPlan) for o in plans)
+    # the last option idles spread over all cores and can never run
+    assert spread.label == IDLE_SPREAD and spread.idle_bytes == 64 * 48 * 4 // 16
+    assert reconcile([OpOptions("mm", (spread,))], hw.usable_sram_bytes,
+                     transfer_setup(hw.link_bandwidth)).total_time_s == math.inf
+    options = plans
+    weight = [o.idle_bytes for o in options]
+    # the minimum weight footprint is B spread over all 16 cores without replication
+    assert min(weight) == 64 * 48 * 4 // 16
+    fastest = min(options, key=lambda o: o.time_s)
+    smallest_weight = min(o.idle_bytes for o in options)
+    best_small = min((o for o in options if o.idle_bytes == smallest_weight), key=lambda o: o.time_s)
+    assert fastest.time_s <= best_small.time_s

@@ -584,3 +584,87 @@ def test_scalar_intermediate(exprs) -> None:
         stats["steps"], stats["shift_bytes"], stats["peak_sram_bytes_per_core"])
     # the scalar's owner keeps its copy; the 9 other consumer cores receive 4 bytes each
     assert report.per_op[1].relayout_bytes == 9 * 4
+
+
+# -- model state kept on chip (T10 §4.3.2): idle placements and setup re-layouts --------------
+def _resident_program(e, plan, idle_plan, hw):
+    """matmul with A from the host and B resident on chip (idling in ``idle_plan``)."""
+    decls = (TensorDecl("A", tuple(e.inputs[0].shape), e.inputs[0].dtype, "host"),
+             TensorDecl("B", tuple(e.inputs[1].shape), e.inputs[1].dtype, "resident"))
+    op = OpProgram("op0", e, plan, ("A", "B"), e.output.name, idle_plan=idle_plan)
+    return DeviceProgram("r0", hw.to_dict(), decls, (e.output.name,), (op,))
+
+
+def test_resident_input_idling_in_its_active_plan_moves_nothing(exprs) -> None:
+    e = exprs.matmul(16, 64, 16)
+    plan = ExecutionPlan({"n": 16}, ({}, {}, {}))
+    report = simulate_timing([_resident_program(e, plan, None, HW16)])
+    assert report.relayout_bytes == 0 and report.per_op[0].relayout_s == 0.0
+    # B's partition is held once (idle state), not again on top while the operator runs
+    layout = OpLayout(e, plan)
+    assert report.peak_sram_bytes_per_core == layout.memory_bytes_per_core() + HW16.shift_buffer_bytes
+
+
+def test_resident_input_setup_moves_exactly_the_missing_bytes(exprs) -> None:
+    e = exprs.matmul(16, 64, 16)
+    plan = ExecutionPlan({"n": 16}, ({}, {}, {}))  # core j needs column j of B: 64 elements
+    idle = ExecutionPlan({"k": 16}, ({}, {}, {}))  # core i holds rows 4i..4i+3 of B
+    report = simulate_timing([_resident_program(e, plan, idle, HW16)])
+    item = 4  # float32
+    # each core receives its column minus the 4 elements of it that it idles with
+    assert report.relayout_bytes == 16 * (64 - 4) * item
+    # all cores receive 60 elements at once over their own link
+    assert report.per_op[0].relayout_s == pytest.approx(60 * item / HW16.link_bandwidth + LAT, rel=1e-9)
+    # the idle placement (a 4x16 block of B per core) stays allocated while B is re-laid out
+    idle_bytes = OpLayout(e, idle).partition_bytes(1)
+    active = OpLayout(e, plan).memory_bytes_per_core()
+    assert report.peak_sram_bytes_per_core == idle_bytes + active + HW16.shift_buffer_bytes
+
+
+def test_idle_state_that_does_not_fit_overflows(exprs) -> None:
+    e = exprs.matmul(16, 64, 16)
+    plan = ExecutionPlan({"n": 16}, ({}, {}, {}))
+    idle = ExecutionPlan({}, ({}, {}, {}))  # all of B idles on core 0
+    need = (OpLayout(e, idle).partition_bytes(1) + OpLayout(e, plan).memory_bytes_per_core()
+            + HW16.shift_buffer_bytes)
+    fits = small_chip(16, need, link_latency_s=LAT)
+    assert simulate_timing([_resident_program(e, plan, idle, fits)]).peak_sram_bytes_per_core == need
+    with pytest.raises(SramOverflowError):
+        simulate_timing([_resident_program(e, plan, idle, small_chip(16, need - 1, link_latency_s=LAT))])
+
+
+def test_placement_grid_matches_the_initial_partitions(exprs) -> None:
+    from runtime_sim.timing.geometry import placement_grid
+
+    e = exprs.matmul(16, 64, 16)
+    layout = OpLayout(e, ExecutionPlan({"m": 2, "k": 4, "n": 2}, ({}, {"k": 2}, {})))
+    layout.validate()
+    grid = placement_grid(layout, 1)
+    boxes = input_boxes(layout, 1)
+    for core in range(layout.num_cores):
+        block = np.unravel_index(np.flatnonzero(grid.owner == core), grid.counts)
+        for k in zip(*block):  # every block a core is named owner of, it really holds
+            lo = np.array(k) * np.array(grid.block)
+            assert (boxes.lo[core] == lo).all()
+    assert (grid.owner >= 0).all()  # every block of B is held somewhere
+
+
+def test_large_split_reduction_runs_as_a_pipelined_chain(exprs) -> None:
+    e = exprs.matmul(64, 8, 128)
+    plan = ExecutionPlan({"k": 8}, ({}, {}, {}))  # 8 replicas of a 32 KiB output partition
+    prog = single(e, plan, HW16, constants=("A", "B"))
+    report = simulate_timing([prog])
+    layout = OpLayout(e, plan)
+    pc = layout.partition_bytes(2)
+    chunks = math.ceil(pc / HW16.shift_buffer_bytes)
+    assert chunks > 1
+    assert report.reduction_bytes == 7 * pc  # what the device counts, whichever schedule
+    chain = (pc / HW16.link_bandwidth + chunks * LAT) + 6 * (pc / chunks / HW16.link_bandwidth + LAT)
+    tree = 3 * (pc / HW16.link_bandwidth + chunks * LAT)
+    assert chain < tree
+    assert report.transfer_s == pytest.approx(chain, rel=1e-9)
+    elems = pc // 4
+    adds = ((chunks + 6) * elems / chunks / HW16.vector_flops_per_cycle + HW16.sync_cycles) / HW16.clock_hz
+    assert report.per_op[0].reduction_s == pytest.approx(chain + adds, rel=1e-9)
+    hosted = single(e, plan, HW16)  # inputs as arguments, so that the device can run it
+    assert simulate_timing([hosted]).reduction_bytes == device_stats(hosted)["reduction_bytes"]

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 from runtime_sim.errors import PlanNotFoundError
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
-from runtime_sim.program import OpProgram
+from runtime_sim.program import IDLE_SPREAD, OpProgram
 
 from .compiler import PlanCache, RegionOps, held_bytes, plan_region
 from .plans.reconcile import OpOptions, PlanOption, Reconciliation, reconcile, transfer_setup
@@ -105,7 +105,8 @@ def reconcile_regions(
     # The budgets assume the intermediates of the stand-alone plans; the chosen active plans
     # may hold more, so the operators they squeeze get less and the choice is redone.
     for _ in range(_MAX_ROUNDS):
-        options = [OpOptions(regions[r].ops[i].name, tuple(o for o in opts if o.active_bytes <= b),
+        options = [OpOptions(regions[r].ops[i].name,
+                             tuple(o for o in opts if o.active_bytes <= b or math.isinf(o.time_s)),
                              count=calls[r], capacity=b)
                    for (r, i, _), opts, b in zip(entries, candidates, budgets)]
         result = reconcile(options, capacity, transfer_setup(hw.link_bandwidth))
@@ -135,7 +136,8 @@ def reconcile_regions(
         in_place = idle_index == active_index or not resident
         planned[region_name].append(OpProgram(
             op.name, op.expr, active.label.plan, op.input_names, op.output_name, active.time_s,
-            idle_plan=None if in_place else idle.label.plan))
+            idle_plan=None if in_place else (idle.label if idle.label == IDLE_SPREAD
+                                             else idle.label.plan)))
         decisions.append(OperatorDecision(
             name=op.name, kind=op.expr.kind, calls=op_options.count,
             resident_tensors=len(resident), options=len(op_options.options),

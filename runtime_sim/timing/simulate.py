@@ -14,7 +14,8 @@ Data sources of an operator input (``TensorDecl.source``, program format):
 * ``"chip"`` region input -> re-laid out from a canonical block layout over all cores
   (estimate: the producing region's layout is not known to this program);
 * ``"resident"`` region input (model state kept on chip, T10 §4.3.2) -> it waits in the
-  placement of its reader's :attr:`~runtime_sim.program.OpProgram.idle_plan`; the setup phase
+  placement of its reader's :attr:`~runtime_sim.program.OpProgram.idle_plan` (or spread in
+  near-even blocks over all cores, :data:`~runtime_sim.program.IDLE_SPREAD`); the setup phase
   re-lays it out into the active plan (exact box overlaps), or moves nothing when the
   operator idles in its active plan (``idle_plan is None``). Its idle placement occupies SRAM
   for the whole run, on top of everything below;
@@ -59,7 +60,7 @@ import numpy as np
 from ..errors import DeviceProgramError, SramOverflowError
 from ..hardware import HardwareSpec
 from ..layout import OpLayout, check_op_inputs, checked_layout
-from ..program import DeviceProgram, OpProgram, dtype_bytes
+from ..program import IDLE_SPREAD, DeviceProgram, OpProgram, dtype_bytes
 from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
 from .geometry import (
     Boxes,
@@ -212,13 +213,29 @@ class _Planner:
         self.c.loads[cache_key] = hit
         return hit
 
-    def idle_layout(self, key: str, op: OpProgram) -> tuple[str, OpLayout]:
-        """Key and layout of the plan ``op``'s resident inputs rest in between runs."""
+    def idle_layout(self, key: str, op: OpProgram) -> tuple[str, OpLayout | None]:
+        """Key and layout of the plan ``op``'s resident inputs rest in between runs (layout
+        ``None`` for :data:`IDLE_SPREAD`)."""
         if op.idle_plan is None:
             return key, self.layout(key, op)
+        if op.idle_plan == IDLE_SPREAD:
+            return IDLE_SPREAD, None
         idle_op = dataclasses.replace(op, plan=op.idle_plan, idle_plan=None)
         idle_key = _op_key(idle_op)
         return idle_key, self.layout(idle_key, idle_op)
+
+    def idle_grid(self, key: str, op: OpProgram, t: int) -> tuple[str, BlockGrid]:
+        """Where resident input ``t`` of ``op`` idles, as blocks on cores."""
+        idle_key, idle_layout = self.idle_layout(key, op)
+        access = op.expr.inputs[t]
+        grid_key = f"{idle_key}#{t}" if idle_layout is not None else f"spread#{access.shape}#{access.dtype}"
+        grid = self.c.grids.get(grid_key)
+        if grid is None:
+            grid = placement_grid(idle_layout, t) if idle_layout is not None else None
+            if grid is None:  # spread, or not block-aligned: near-even blocks over all cores
+                grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), self.hw.num_cores)
+            self.c.grids[grid_key] = grid
+        return grid_key, grid
 
     def idle_state(self, programs: Sequence[DeviceProgram]) -> np.ndarray:
         """Bytes per core that ``"resident"`` inputs occupy all run long: each in the idle
@@ -238,8 +255,12 @@ class _Planner:
                     for t, name in enumerate(op.input_names):
                         if name in names and name not in seen:
                             seen.add(name)
-                            _, layout = self.idle_layout(_op_key(op), op)
-                            held[: layout.num_cores] += layout.partition_bytes(t)
+                            key = _op_key(op)
+                            if op.idle_plan is None:
+                                layout = self.layout(key, op)
+                                held[: layout.num_cores] += layout.partition_bytes(t)
+                            else:
+                                held += _grid_bytes(self.idle_grid(key, op, t)[1], self.hw.num_cores)
                 per_program[cache_key] = held
             total += held
         return total
@@ -300,16 +321,8 @@ class _Planner:
                 elif src_kind == RESIDENT and name in decls:
                     if op.idle_plan is None:
                         continue  # idle in the active placement: no setup
-                    idle_key, idle_layout = self.idle_layout(key, op)
-                    grid = self.c.grids.get(f"{idle_key}#{t}")
-                    if grid is None:
-                        grid = placement_grid(idle_layout, t)
-                        if grid is None:  # not block-aligned: assume an even spread
-                            access = op.expr.inputs[t]
-                            grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype),
-                                                  hw.num_cores)
-                        self.c.grids[f"{idle_key}#{t}"] = grid
-                    phase, nbytes, est = self.relayout(("idle", idle_key, t), grid, key, layout, t)
+                    grid_key, grid = self.idle_grid(key, op, t)
+                    phase, nbytes, est = self.relayout(("idle", grid_key), grid, key, layout, t)
                 elif src_kind in by_kind:
                     if src_kind == "hbm" and (hw.hbm_bandwidth <= 0 or hw.hbm_controllers <= 0):
                         raise DeviceProgramError(
@@ -535,6 +548,21 @@ def simulate_timing(
 
         report.trace_events = timing_trace(report)
     return report
+
+
+def _grid_bytes(grid: BlockGrid, num_cores: int) -> np.ndarray:
+    """Bytes each core holds of a block grid (edge blocks clipped to the tensor)."""
+    held = np.zeros(num_cores, np.int64)
+    owned = np.flatnonzero(grid.owner >= 0)
+    if not grid.shape:
+        held[grid.owner[owned]] += grid.itemsize
+        return held
+    ks = np.unravel_index(owned, grid.counts)
+    size = np.full(owned.size, grid.itemsize, np.int64)
+    for d, (extent, block) in enumerate(zip(grid.shape, grid.block)):
+        size *= np.minimum((ks[d] + 1) * block, extent) - ks[d] * block
+    np.add.at(held, grid.owner[owned], size)
+    return held
 
 
 def _progress(programs: list[DeviceProgram], enabled: bool):

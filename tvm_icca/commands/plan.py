@@ -7,6 +7,11 @@ print ``F_op`` as ``[m, k, n]`` and the six temporal factors ``f_t_<tensor>_<axi
 ``time_s`` and ``cores``; ``--pareto`` adds the time/memory Pareto plans under ``pareto``.
 ``tvm-icca plan conv2d`` prints ``axes``, ``F_op`` in that order and the temporal factors of
 the rotatable (tensor, axis) pairs.
+
+``tvm-icca plan model --model bert-large --batch 4 --hw ipu-mk2`` keeps a zoo model on the chip
+and prints what T10 Algorithm 1 decided for every operator (:mod:`tvm_icca.reconciliation`):
+its idle and active footprint, estimated execution and setup time, and whether it idles in its
+active plan; ``--json`` prints the same as JSON, ``--simulate`` adds the simulated timing.
 """
 
 from __future__ import annotations
@@ -36,8 +41,75 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         conv.add_argument(f"--{name}", type=int, required=default is None, default=default)
     _common(conv, cost_models=("analytic",))
     conv.set_defaults(func=_run_conv2d)
+    model = ops.add_parser("model", help="idle/active plans of every operator of a zoo model "
+                           "kept on chip (T10 Algorithm 1)")
+    model.add_argument("--model", required=True, help="workload name, e.g. bert-large")
+    model.add_argument("--batch", type=int, default=None)
+    model.add_argument("--seq-len", "--context", dest="context", type=int, default=None,
+                       help="sequence length (BERT) or KV-cache context (LLMs)")
+    model.add_argument("--layers", type=int, default=None, help="keep only the first N layers")
+    model.add_argument("--tiny", action="store_true", help="the model's small test config")
+    model.add_argument("--hw", default="ipu-mk2", help="hardware preset (default ipu-mk2)")
+    model.add_argument("--simulate", action="store_true", help="also time the programs")
+    model.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    model.set_defaults(func=_run_model)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
     return parser
+
+
+def _run_model(args: argparse.Namespace) -> int:
+    # pylint: disable=import-outside-toplevel
+    from runtime_sim.errors import IccaError
+
+    from ..simulate import compile_programs
+    from ..workloads import canonical_name, get_workload
+    from .simulate import workload_kwargs
+
+    try:
+        name = canonical_name(args.model)
+        workload = get_workload(name, **workload_kwargs(name, args.batch, args.context,
+                                                        args.layers, None, args.tiny))
+        compiled = compile_programs(workload, args.hw, state_on_chip=True)
+        report = compiled.simulate() if args.simulate else None
+    except (IccaError, KeyError) as err:
+        print(f"tvm-icca: error: {err}", file=sys.stderr)
+        return 1
+    plan = compiled.model_plan
+    payload: dict[str, Any] = {
+        "model": compiled.name, "hardware": compiled.hw.name, "compile_s": compiled.compile_s,
+        "capacity_bytes_per_core": plan.capacity_bytes,
+        "idle_bytes_per_core": plan.reconciliation.idle_bytes,
+        "estimated_time_s": plan.estimated_time_s,
+        "search_steps": len(plan.reconciliation.trace),
+        "operators": [d.to_dict() for d in plan.decisions],
+    }
+    if report is not None:
+        payload["simulated"] = {"total_s": report.total_s, "compute_s": report.compute_s,
+                                "transfer_s": report.transfer_s,
+                                "peak_sram_bytes_per_core": report.peak_sram_bytes_per_core}
+    if args.json:
+        print(json.dumps(payload, indent=1))
+        return 0
+    print(f"{compiled.name} on {compiled.hw.name}: {len(plan.decisions)} operators "
+          f"({sum(d.calls for d in plan.decisions)} calls), compiled in {compiled.compile_s:.1f} s")
+    print(f"idle memory {plan.reconciliation.idle_bytes} of {plan.capacity_bytes} bytes per core, "
+          f"estimated {plan.estimated_time_s * 1e3:.3f} ms after {payload['search_steps']} "
+          f"Algorithm 1 steps")
+    # region names are long fused-op names: number them in call order (``--json`` has them)
+    regions = list(dict.fromkeys(d.name.rsplit(".", 1)[0] for d in plan.decisions))
+    print(f"{'operator':<10} {'kind':<12} {'calls':>5} {'options':>7} {'idle B':>8} "
+          f"{'active B':>8} {'exec us':>8} {'setup us':>8}  in place")
+    for d in plan.decisions:
+        region, op = d.name.rsplit(".", 1)
+        short = f"R{regions.index(region)}.{op}"
+        print(f"{short:<10} {d.kind:<12} {d.calls:>5} {d.options:>7} {d.idle_bytes:>8} "
+              f"{d.active_bytes:>8} {d.time_s * 1e6:>8.2f} {d.setup_s * 1e6:>8.2f}  "
+              f"{'yes' if d.in_place else 'no'}")
+    if report is not None:
+        print(f"simulated: {report.total_s * 1e3:.3f} ms, transfer "
+              f"{100 * report.transfer_s / report.total_s:.0f}%, peak SRAM "
+              f"{report.peak_sram_bytes_per_core} bytes per core")
+    return 0
 
 
 def _common(parser: argparse.ArgumentParser, cost_models: tuple[str, ...] = COST_MODELS) -> None:

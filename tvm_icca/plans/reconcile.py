@@ -312,4 +312,26 @@ def operator_options(expr: TensorExpr, hw: Any, resident: Sequence[int], budget_
         if key not in seen:
             seen.add(key)
             unique.append(p)
-    return options_from_plans(expr, unique, resident)
+    options = options_from_plans(expr, unique, resident)
+    return options + ((spread_option(expr, resident, hw.num_cores),) if resident else ())
+
+
+def spread_option(expr: TensorExpr, resident: Sequence[int], num_cores: int) -> PlanOption:
+    """An idle-only option: the resident tensors cut into near-even blocks over all cores
+    (:data:`runtime_sim.program.IDLE_SPREAD`), the least memory any operator can idle in --
+    also for operators whose every plan holds a tensor whole on each core (a layer norm's
+    scale and shift). It cannot run: setup from it moves every active partition."""
+    from runtime_sim.program import IDLE_SPREAD, dtype_bytes  # pylint: disable=import-outside-toplevel
+    from runtime_sim.timing.geometry import canonical_grid  # pylint: disable=import-outside-toplevel
+
+    parts = []
+    for t in resident:
+        access = expr.tensors[t]
+        grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), num_cores)
+        parts.append(int(math.prod(grid.block)) * grid.itemsize)
+    layout = tuple(((IDLE_SPREAD,), ()) for _ in resident)
+    return PlanOption(math.inf, _NEVER_ACTIVE, int(sum(parts)), tuple(parts), layout, IDLE_SPREAD)
+
+
+#: Active footprint of an idle-only option: it never fits any budget.
+_NEVER_ACTIVE = 2 ** 62

@@ -1,0 +1,86 @@
+"""T10 Algorithm 1 applied to whole models kept on chip (tvm_icca.reconciliation)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from runtime_sim.errors import PlanNotFoundError
+from runtime_sim.hardware import small_chip
+from tvm_icca.simulate import compile_programs
+from tvm_icca.workloads import get_workload
+
+CHIP = small_chip(64, 48 * 1024)
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    """A two-layer BERT with small widths: regions called twice, weights, attention."""
+    workload = get_workload("bert-large", tiny=True)
+    return workload, compile_programs(workload, CHIP, state_on_chip=True)
+
+
+def test_weights_are_resident_and_every_operator_is_decided(encoder) -> None:
+    workload, model = encoder
+    plan = model.model_plan
+    assert plan is not None and math.isfinite(plan.estimated_time_s)
+    sources = {d.source for p in model.programs for d in p.inputs}
+    assert sources <= {"resident", "chip"} and "resident" in sources
+    # one decision per operator of every distinct region; calls add up to the program ops
+    assert sum(d.calls for d in plan.decisions) == model.num_device_ops
+    weighted = [d for d in plan.decisions if d.resident_tensors]
+    assert weighted and all(d.options >= 1 for d in plan.decisions)
+    # the idle memory Algorithm 1 settled on is what the decisions add up to
+    assert plan.reconciliation.idle_bytes == sum(d.calls * d.idle_bytes for d in plan.decisions)
+    assert plan.reconciliation.idle_bytes <= plan.capacity_bytes
+
+
+def test_programs_follow_the_decisions_and_simulate_within_sram(encoder) -> None:
+    _, model = encoder
+    decided = {d.name: d for d in model.model_plan.decisions}
+    for program in model.programs:
+        for op in program.ops:
+            assert (op.idle_plan is None) == decided[op.name].in_place
+    report = model.simulate()
+    assert report.peak_sram_bytes_per_core <= CHIP.sram_bytes_per_core
+    # an operator idling in its active plan has no setup: only activations are re-laid out
+    by_name = {}
+    for timing in report.per_op:
+        by_name.setdefault(timing.name, timing)
+    resident_names = {d.name for p in model.programs for d in p.inputs if d.source == "resident"}
+    assert resident_names
+
+
+def test_in_place_weights_cost_no_setup_against_forced_setup(encoder) -> None:
+    """Forcing every weighted operator to idle in another layout adds real re-layout time."""
+    import dataclasses
+
+    from runtime_sim.program import ExecutionPlan
+    from runtime_sim.timing import simulate_timing
+
+    _, model = encoder
+    report = model.simulate()
+    spread = []
+    for program in model.programs:
+        ops = []
+        for op in program.ops:
+            has_state = any(d.source == "resident" and d.name in op.input_names for d in program.inputs)
+            if has_state and op.idle_plan is None:
+                # idle unpartitioned on core 0: every other core must receive its weights
+                op = dataclasses.replace(op, idle_plan=ExecutionPlan({}, tuple({} for _ in op.expr.tensors)))
+            ops.append(op)
+        spread.append(dataclasses.replace(program, ops=tuple(ops)))
+    forced = simulate_timing(spread, CHIP.with_overrides(sram_bytes_per_core=64 * 1024 * 1024))
+    assert forced.relayout_bytes > report.relayout_bytes
+    assert forced.total_s > report.total_s
+
+
+def test_model_too_large_for_the_chip_is_a_clear_error() -> None:
+    workload = get_workload("bert-large", tiny=True)
+    # every operator has a plan on its own, but not with all the weights idling on chip
+    with pytest.raises(PlanNotFoundError, match="does not fit.*weights need at least"):
+        compile_programs(workload, small_chip(16, 20 * 1024), state_on_chip=True)
+    # an operator that cannot be planned at all is named
+    with pytest.raises(PlanNotFoundError, match="has no execution plan that fits"):
+        compile_programs(workload, small_chip(16, 12 * 1024), state_on_chip=True)
