@@ -84,3 +84,20 @@ def test_model_too_large_for_the_chip_is_a_clear_error() -> None:
     # an operator that cannot be planned at all is named
     with pytest.raises(PlanNotFoundError, match="has no execution plan that fits"):
         compile_programs(workload, small_chip(16, 12 * 1024), state_on_chip=True)
+
+
+def test_plan_model_command_prints_every_decision(capsys) -> None:
+    import json
+
+    from tvm_icca.cli import main as cli_main
+
+    assert cli_main(["plan", "model", "--model", "nerf", "--tiny", "--json", "--simulate"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["hardware"] == "ipu-mk2" and payload["operators"]
+    assert payload["idle_bytes_per_core"] == sum(o["calls"] * o["idle_bytes"] for o in payload["operators"])
+    assert payload["simulated"]["peak_sram_bytes_per_core"] <= 624 * 1024
+    assert {"name", "kind", "idle_bytes", "active_bytes", "setup_s", "in_place"} <= set(payload["operators"][0])
+    assert cli_main(["plan", "model", "--model", "nerf", "--tiny"]) == 0
+    table = capsys.readouterr().out
+    assert "Algorithm 1" in table and "R0.op0" in table
+    assert cli_main(["plan", "model", "--model", "gpt-9"]) == 1
