@@ -112,7 +112,8 @@ def summarize(rows: list[dict]) -> str:
 
 def plot(rows: list[dict]) -> None:
     models = list(dict.fromkeys(r["model"] for r in rows))
-    fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.6))
+    fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.6), squeeze=False)
+    axes = axes[0]
     for axis, model in zip(axes, models):
         mine = [r for r in rows if r["model"] == model and "t10_total_s" in r]
         batches = [r["batch"] for r in mine]

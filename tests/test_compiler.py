@@ -15,6 +15,7 @@ import tvm_icca
 from runtime_sim.errors import IccaError, UnsupportedDtypeError
 from runtime_sim.hardware import small_chip
 from tvm_icca.compiler import compile_region
+from tvm_icca.testing.onnx_models import conv2d_reference
 
 CHIPS = st.sampled_from([4, 8, 16, 32, 64])
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -52,20 +53,6 @@ def _run(mod, hw, *arrays):
     return out.numpy(), tvm_icca.last_run_stats()
 
 
-def _conv_reference(x, w, stride, pad, dilation):
-    n, c, h, _ = x.shape
-    f, _, k, _ = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    out_h = (h + 2 * pad - dilation * (k - 1) - 1) // stride + 1
-    out = np.zeros((n, f, out_h, out_h))
-    for i in range(k):
-        for j in range(k):
-            patch = xp[:, :, i * dilation: i * dilation + stride * out_h: stride,
-                       j * dilation: j * dilation + stride * out_h: stride]
-            out += np.einsum("nchw,fc->nfhw", patch, w[:, :, i, j])
-    return out
-
-
 @SETTINGS
 @given(cores=CHIPS, b=st.integers(1, 3), m=st.integers(1, 40), k=st.integers(1, 48),
        n=st.integers(1, 40), transpose_b=st.booleans(), seed=st.integers(0, 2**16))
@@ -96,7 +83,7 @@ def test_random_conv2d(cores, n, c, h, f, k, stride, pad, dilation, seed):
     x = rng.standard_normal((n, c, h, h)).astype(np.float32)
     w = rng.standard_normal((f, c, k, k)).astype(np.float32)
     got, stats = _run(_conv_module(n, c, h, f, k, stride, pad, dilation), hw, x, w)
-    want = np.maximum(_conv_reference(x, w, stride, pad, dilation), 0)
+    want = np.maximum(conv2d_reference(x, w, stride, pad, dilation), 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert stats["peak_sram_bytes_per_core"] <= hw.sram_bytes_per_core
 

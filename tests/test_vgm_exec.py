@@ -20,6 +20,7 @@ from runtime_sim.layout import pinned_axes
 from runtime_sim.program import DeviceProgram, OpProgram, TensorDecl, VgmPlan
 from runtime_sim.vgm import VgmLayout, vgm_op_timing
 from tvm_icca.plans.vgm import plan_vgm_operator
+from tvm_icca.testing.onnx_models import conv2d_reference
 
 
 def _program(expr, plan, hw) -> DeviceProgram:
@@ -42,21 +43,6 @@ def _small_tiles(expr) -> VgmPlan:
                     for a in expr.axes})
 
 
-def _conv_ref(x, w, stride, pad, dilation):
-    n, c, h, wd = x.shape
-    f, _, kh, kw = w.shape
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
-    ow = (wd + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
-    out = np.zeros((n, f, oh, ow))
-    for i in range(kh):
-        for j in range(kw):
-            patch = xp[:, :, i * dilation: i * dilation + stride * oh: stride,
-                       j * dilation: j * dilation + stride * ow: stride]
-            out += np.einsum("nchw,fc->nfhw", patch, w[:, :, i, j])
-    return out
-
-
 def _softmax(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
@@ -72,9 +58,9 @@ CASES = {
     "batch_matmul_tb": (lambda e: e.matmul(9, 12, 10, transpose_b=True, batch=2),
                         lambda a, b: a @ b.transpose(0, 2, 1)),
     "conv2d": (lambda e: e.conv2d(2, 3, 9, 9, 4, 3, 3, stride=2, pad=1),
-               lambda x, w: _conv_ref(x, w, 2, 1, 1)),
+               lambda x, w: conv2d_reference(x, w, 2, 1, 1)),
     "conv2d_dilated": (lambda e: e.conv2d(1, 2, 10, 10, 3, 3, 3, pad=2, dilation=2),
-                       lambda x, w: _conv_ref(x, w, 1, 2, 2)),
+                       lambda x, w: conv2d_reference(x, w, 1, 2, 2)),
     "bias_add": (lambda e: e.bias_add(13, 11), lambda x, b: x + b),
     "row_mean": (lambda e: e.row_sum(7, 25, mean=True), lambda x: x.mean(axis=1)),
     "softmax": (lambda e: e.softmax(6, 19), _softmax),

@@ -87,18 +87,25 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
-def _conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int, pad: int) -> np.ndarray:
-    n, c, h, wd = x.shape
+def conv2d_reference(x: np.ndarray, w: np.ndarray, stride: int = 1, pad: int = 0,
+                     dilation: int = 1) -> np.ndarray:
+    """NCHW convolution in float64 with numpy alone: the independent reference of the tests."""
+    n, _, h, wd = x.shape
     f, _, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh = (h + 2 * pad - kh) // stride + 1
-    ow = (wd + 2 * pad - kw) // stride + 1
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
     out = np.zeros((n, f, oh, ow), np.float64)
     for i in range(kh):
         for j in range(kw):
-            patch = xp[:, :, i : i + stride * oh : stride, j : j + stride * ow : stride]
+            patch = xp[:, :, i * dilation: i * dilation + stride * oh: stride,
+                       j * dilation: j * dilation + stride * ow: stride]
             out += np.einsum("nchw,fc->nfhw", patch, w[:, :, i, j])
-    return out + b.reshape(1, -1, 1, 1)
+    return out
+
+
+def _conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    return conv2d_reference(x, w, stride, pad) + b.reshape(1, -1, 1, 1)
 
 
 # -- models ------------------------------------------------------------------------------------
