@@ -282,6 +282,7 @@ def test_arrival_aware_search_is_exact(exprs, build, cores, arriving) -> None:
     structure = plan_structure(expr)
     model = ArrivalCostModel(AnalyticBatchModel(hw), arriving, hw)
     batch = plans_for(structure, op_partitions(structure, cores))
+    assert (batch.replicas()[:, -1] > 1).any()  # the device reduction term is exercised
     times, _ = model.times(batch)
     bound = model.time_lower_bound(structure, batch.F)
     assert (bound <= times * (1 + 1e-12)).all()
@@ -291,5 +292,17 @@ def test_arrival_aware_search_is_exact(exprs, build, cores, arriving) -> None:
         assert float(found.time[0]) == pytest.approx(float(times[fits].min()), rel=1e-12)
     # the arrival term is what it says: partition bytes of the arriving inputs over a link
     plain, _ = AnalyticBatchModel(hw).times(batch)
+    arrival_only, _ = ArrivalCostModel(AnalyticBatchModel(hw), arriving, hw, device_reduction=False).times(batch)
     parts = batch.partition_bytes()[:, list(arriving)].sum(axis=1)
-    assert np.allclose(times - plain, parts / hw.link_bandwidth, rtol=1e-12, atol=0)
+    assert np.allclose(arrival_only - plain, parts / hw.link_bandwidth, rtol=1e-12, atol=0)
+    # and the reduction is the device's schedule, as the simulator times it
+    from runtime_sim.timing.opcost import op_cost
+    from runtime_sim.topology import make_topology
+
+    topo = make_topology(hw)
+    for i in np.flatnonzero(batch.replicas()[:, -1] > 1)[:5]:
+        layout = OpLayout(expr, batch.plan(int(i)))
+        cost = op_cost(layout, hw, topo)
+        red = cost.reduction.time_s + cost.reduction_compute_s
+        assert times[i] - arrival_only[i] == pytest.approx(
+            red - AnalyticCostModel()(layout, hw).reduction_s, rel=1e-9, abs=1e-15)

@@ -235,21 +235,41 @@ class AnalyticBatchModel:
         return self.time_lower_bound(structure, F) + extra + shift
 
 
-class ArrivalCostModel:
-    """A batch model plus the time for some inputs to arrive in the plan's placement.
+def replica_reduction_array(replicas: np.ndarray, partition_bytes: np.ndarray, elem_bytes: int,
+                            hw: HardwareSpec) -> np.ndarray:
+    """:func:`.cost.replica_reduction_seconds` on arrays (0 where there is one replica)."""
+    p = np.asarray(partition_bytes, float)
+    add = p / elem_bytes / hw.vector_flops_per_cycle / hw.clock_hz
+    sync = hw.sync_cycles / hw.clock_hz
+    one = transfer_seconds_array(p, hw)
+    tree = np.ceil(np.log2(np.maximum(replicas, 1.0))) * (one + add + sync)
+    chunks = np.maximum(1.0, np.ceil(p / hw.shift_buffer_bytes))
+    chain = (one + (replicas - 2) * (p / chunks / hw.link_bandwidth + hw.link_latency_s)
+             + (chunks + replicas - 2) * add / chunks + sync)
+    return np.where(replicas > 1, np.minimum(tree, chain), 0.0)
 
-    An operator's input produced by another operator (or region) sits in its producer's
-    layout; before the first step every core must receive its partition of it over its link
-    (the re-layout the timing simulator charges, T10 §5 "the program may rearrange the data").
-    Charging ``partition bytes / link bandwidth`` for those ``tensors`` lets the search see
-    that replicating an arriving activation onto every core is not free. Lower bounds add the
-    same term from the partitions' lower bounds, so the exact search stays exact for it.
+
+class ArrivalCostModel:
+    """The analytic batch model as the whole-model reconciliation needs it (T10 §4.3.2).
+
+    Two terms change. (1) An operator's input produced by another operator (or region) sits
+    in its producer's layout; before the first step every core must receive its partition of
+    it over its link (the re-layout the timing simulator charges, T10 §5 "the program may
+    rearrange the data"): ``partition bytes / link bandwidth`` is added for the arriving
+    ``tensors``, so that replicating an activation onto every core is not free. (2) With
+    ``device_reduction`` the replica reduction is costed as the device schedules it
+    (:func:`.cost.replica_reduction_seconds`) instead of T10's ``(R-1)/R`` ring term, which
+    under-estimates it badly for many replicas of small partitions. Lower bounds add the
+    arrival of the partitions' lower bounds and no reduction, so they stay valid and the
+    exact searches stay exact for this model.
     """
 
-    def __init__(self, base: BatchCostModel, tensors: tuple[int, ...], hw: HardwareSpec):
+    def __init__(self, base: AnalyticBatchModel, tensors: tuple[int, ...], hw: HardwareSpec,
+                 device_reduction: bool = True):
         self.base = base
         self.tensors = tuple(int(t) for t in tensors)
         self.hw = hw
+        self.device_reduction = device_reduction
 
     def _arrival(self, parts: np.ndarray) -> np.ndarray:
         if not self.tensors:
@@ -257,8 +277,16 @@ class ArrivalCostModel:
         return parts[:, list(self.tensors)].sum(axis=1) / self.hw.link_bandwidth
 
     def times(self, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
-        time, order = self.base.times(batch)
-        return time + self._arrival(batch.partition_bytes()), order
+        (time, order), terms = self.base.components(batch)
+        parts = batch.partition_bytes()
+        if self.device_reduction:
+            structure = batch.structure
+            out = structure.num_tensors - 1
+            replicas = (sharing_counts(structure, batch.F)[:, out]
+                        // np.prod(batch.ft[:, out], axis=1)).astype(float)
+            time = time - terms["reduction_s"] + replica_reduction_array(
+                replicas, parts[:, out], int(structure.elem_bytes[out]), self.hw)
+        return time + self._arrival(parts), order
 
     def time_lower_bound(self, structure: PlanStructure, F: np.ndarray) -> np.ndarray:
         return (self.base.time_lower_bound(structure, F)
