@@ -22,6 +22,7 @@ from tvm.relax.frontend import nn
 __all__ = [
     "TensorSpec",
     "Workload",
+    "default_dtype",
     "export_workload",
     "relax_op_counts",
 ]
@@ -31,6 +32,12 @@ __all__ = [
 TENSOR_KINDS = ("input", "weight", "kv_cache")
 
 Sampler = Callable[[np.random.Generator], np.ndarray]
+
+
+def default_dtype(dtype: str | None, tiny: bool) -> str:
+    """``dtype`` if given; else float16 at full size (the setting of the benchmarks) and
+    float32 for tiny configurations (the tests compare them with TVM's CPU build)."""
+    return dtype or ("float32" if tiny else "float16")
 
 
 @dataclass(frozen=True)

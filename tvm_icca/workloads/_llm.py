@@ -19,7 +19,7 @@ import numpy as np
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import TensorSpec, Workload, export_workload
+from ._common import TensorSpec, Workload, default_dtype, export_workload
 from ._layers import decode_attention, rope_sampler, rotary, token_sampler
 
 
@@ -138,7 +138,7 @@ def build_decoder(
         cfg = replace(cfg, layers=int(num_layers))
     if batch < 1 or context < 1 or cfg.layers < 1:
         raise ValueError(f"{name}: batch, context and num_layers must be positive")
-    dtype = dtype or ("float32" if tiny else "float16")
+    dtype = default_dtype(dtype, tiny)
     inputs = decoder_inputs(cfg, batch, context, rotary_inputs, position_offset)
     # rotary tables follow the model dtype (the host computes them in float64 anyway)
     inputs = [replace(t, dtype=dtype) if t.name.startswith("rope_") else t for t in inputs]

@@ -19,7 +19,7 @@ import numpy as np
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor
 
-from ._common import TensorSpec, Workload, export_workload
+from ._common import TensorSpec, Workload, default_dtype, export_workload
 from ._layers import Mlp, gelu, self_attention, token_sampler
 
 
@@ -97,7 +97,7 @@ def bert(
         cfg = replace(cfg, layers=int(num_layers))
     if not 1 <= seq_len <= cfg.max_positions:
         raise ValueError(f"{size}: seq_len must be in [1, {cfg.max_positions}]")
-    dtype = dtype or ("float32" if tiny else "float16")
+    dtype = default_dtype(dtype, tiny)
     shape = (batch, seq_len)
     inputs = [
         TensorSpec("input_ids", shape, "int32", "input", token_sampler(shape, cfg.vocab)),

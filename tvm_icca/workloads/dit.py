@@ -27,7 +27,7 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn.core import wrap_nested
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import TensorSpec, Workload, export_workload
+from ._common import TensorSpec, Workload, default_dtype, export_workload
 from ._layers import Mlp, gelu_tanh, heads_last, token_sampler, transpose_last
 
 
@@ -158,7 +158,7 @@ def dit(
     cfg = TINY if tiny else CONFIGS[size]
     if num_layers is not None:
         cfg = replace(cfg, layers=int(num_layers))
-    dtype = dtype or ("float32" if tiny else "float16")
+    dtype = default_dtype(dtype, tiny)
     inputs = [
         TensorSpec("latents", (batch, cfg.channels, cfg.latent, cfg.latent), dtype),
         TensorSpec("timesteps", (batch,), "float32", "input",

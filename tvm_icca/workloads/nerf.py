@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import TensorSpec, Workload, export_workload
+from ._common import TensorSpec, Workload, default_dtype, export_workload
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def nerf(
     cfg = TINY if tiny else CONFIGS[size]
     if num_layers is not None:
         cfg = replace(cfg, depth=int(num_layers))
-    dtype = dtype or ("float32" if tiny else "float16")
+    dtype = default_dtype(dtype, tiny)
     inputs = [TensorSpec("points", (batch, cfg.pos_dim), dtype),
               TensorSpec("directions", (batch, cfg.dir_dim), dtype)]
     config = {**cfg.__dict__, "batch": batch, "dtype": dtype, "tiny": tiny}

@@ -20,7 +20,7 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.core import wrap_nested
 
-from ._common import TensorSpec, Workload, export_workload
+from ._common import TensorSpec, Workload, default_dtype, export_workload
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def resnet(
         stages = [i for i, n in enumerate(kept) if n]
         cfg = replace(cfg, blocks=tuple(kept[i] for i in stages),
                       widths=tuple(cfg.widths[i] for i in stages))
-    dtype = dtype or ("float32" if tiny else "float16")
+    dtype = default_dtype(dtype, tiny)
     inputs = [TensorSpec("images", (batch, 3, cfg.image, cfg.image), dtype)]
     config = {**cfg.__dict__, "batch": batch, "dtype": dtype, "tiny": tiny}
     return export_workload(size, ResNet(cfg, dtype), inputs, config,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import TensorSpec, Workload, export_workload
+from ._common import TensorSpec, Workload, default_dtype, export_workload
 from ._layers import Mlp, gelu, self_attention
 
 
@@ -101,7 +101,7 @@ def vit(
     cfg = TINY if tiny else CONFIGS[size]
     if num_layers is not None:
         cfg = replace(cfg, layers=int(num_layers))
-    dtype = dtype or ("float32" if tiny else "float16")
+    dtype = default_dtype(dtype, tiny)
     inputs = [TensorSpec("pixel_values", (batch, cfg.channels, cfg.image, cfg.image), dtype)]
     config = {**cfg.__dict__, "batch": batch, "dtype": dtype, "tiny": tiny}
     return export_workload(size, ViT(cfg, batch, dtype), inputs, config,
