@@ -213,29 +213,38 @@ class _Planner:
         self.c.loads[cache_key] = hit
         return hit
 
-    def idle_layout(self, key: str, op: OpProgram) -> tuple[str, OpLayout | None]:
-        """Key and layout of the plan ``op``'s resident inputs rest in between runs (layout
-        ``None`` for :data:`IDLE_SPREAD`)."""
-        if op.idle_plan is None:
-            return key, self.layout(key, op)
+    def idle_layout(self, op: OpProgram) -> tuple[str, OpLayout] | None:
+        """Key and layout of the plan that ``op``'s resident inputs rest in between runs:
+        its own plan when ``idle_plan`` is ``None``; ``None`` for :data:`IDLE_SPREAD`."""
         if op.idle_plan == IDLE_SPREAD:
-            return IDLE_SPREAD, None
-        idle_op = dataclasses.replace(op, plan=op.idle_plan, idle_plan=None)
+            return None
+        idle_op = op if op.idle_plan is None else dataclasses.replace(op, plan=op.idle_plan, idle_plan=None)
         idle_key = _op_key(idle_op)
         return idle_key, self.layout(idle_key, idle_op)
 
-    def idle_grid(self, key: str, op: OpProgram, t: int) -> tuple[str, BlockGrid]:
-        """Where resident input ``t`` of ``op`` idles, as blocks on cores."""
-        idle_key, idle_layout = self.idle_layout(key, op)
+    def idle_grid(self, op: OpProgram, t: int) -> tuple[str, BlockGrid]:
+        """Where resident input ``t`` of ``op`` idles, as blocks on cores (the source of its
+        setup re-layout)."""
+        idle = self.idle_layout(op)
         access = op.expr.inputs[t]
-        grid_key = f"{idle_key}#{t}" if idle_layout is not None else f"spread#{access.shape}#{access.dtype}"
+        grid_key = f"{idle[0]}#{t}" if idle is not None else f"spread#{access.shape}#{access.dtype}"
         grid = self.c.grids.get(grid_key)
         if grid is None:
-            grid = placement_grid(idle_layout, t) if idle_layout is not None else None
+            grid = placement_grid(idle[1], t) if idle is not None else None
             if grid is None:  # spread, or not block-aligned: near-even blocks over all cores
                 grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), self.hw.num_cores)
             self.c.grids[grid_key] = grid
         return grid_key, grid
+
+    def idle_bytes(self, op: OpProgram, t: int) -> np.ndarray:
+        """Bytes per core resident input ``t`` of ``op`` occupies while idle: one partition on
+        every core of its idle plan (replicas included), or its spread blocks."""
+        idle = self.idle_layout(op)
+        if idle is None:
+            return _grid_bytes(self.idle_grid(op, t)[1], self.hw.num_cores)
+        held = np.zeros(self.hw.num_cores, np.int64)
+        held[: idle[1].num_cores] = idle[1].partition_bytes(t)
+        return held
 
     def idle_state(self, programs: Sequence[DeviceProgram]) -> np.ndarray:
         """Bytes per core that ``"resident"`` inputs occupy all run long: each in the idle
@@ -255,12 +264,7 @@ class _Planner:
                     for t, name in enumerate(op.input_names):
                         if name in names and name not in seen:
                             seen.add(name)
-                            key = _op_key(op)
-                            if op.idle_plan is None:
-                                layout = self.layout(key, op)
-                                held[: layout.num_cores] += layout.partition_bytes(t)
-                            else:
-                                held += _grid_bytes(self.idle_grid(key, op, t)[1], self.hw.num_cores)
+                            held += self.idle_bytes(op, t)
                 per_program[cache_key] = held
             total += held
         return total
@@ -321,7 +325,7 @@ class _Planner:
                 elif src_kind == RESIDENT and name in decls:
                     if op.idle_plan is None:
                         continue  # idle in the active placement: no setup
-                    grid_key, grid = self.idle_grid(key, op, t)
+                    grid_key, grid = self.idle_grid(op, t)
                     phase, nbytes, est = self.relayout(("idle", grid_key), grid, key, layout, t)
                 elif src_kind in by_kind:
                     if src_kind == "hbm" and (hw.hbm_bandwidth <= 0 or hw.hbm_controllers <= 0):
