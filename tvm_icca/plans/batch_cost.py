@@ -237,7 +237,16 @@ class AnalyticBatchModel:
 
 def replica_reduction_array(replicas: np.ndarray, partition_bytes: np.ndarray, elem_bytes: int,
                             hw: HardwareSpec) -> np.ndarray:
-    """:func:`.cost.replica_reduction_seconds` on arrays (0 where there is one replica)."""
+    """Summing ``replicas`` copies of an output partition as the device and the timing
+    simulator schedule it (:mod:`runtime_sim.timing.opcost`): the faster of a binomial tree
+    (``ceil(log2 R)`` rounds of one partition, each added on the vector unit) and a
+    pipelined chain (``n + R - 2`` stages of one of the ``n`` shift-buffer chunks); 0 where
+    there is one replica.
+
+    The analytic model keeps T10's ``(R-1)/R`` ring term instead: it keeps the exact
+    search's pruning tight. :class:`ArrivalCostModel` and the fitted model (:mod:`.fitted`)
+    use this schedule.
+    """
     p = np.asarray(partition_bytes, float)
     add = p / elem_bytes / hw.vector_flops_per_cycle / hw.clock_hz
     sync = hw.sync_cycles / hw.clock_hz
@@ -258,7 +267,7 @@ class ArrivalCostModel:
     rearrange the data"): ``partition bytes / link bandwidth`` is added for the arriving
     ``tensors``, so that replicating an activation onto every core is not free. (2) With
     ``device_reduction`` the replica reduction is costed as the device schedules it
-    (:func:`.cost.replica_reduction_seconds`) instead of T10's ``(R-1)/R`` ring term, which
+    (:func:`replica_reduction_array`) instead of T10's ``(R-1)/R`` ring term, which
     under-estimates it badly for many replicas of small partitions. Lower bounds add the
     arrival of the partitions' lower bounds and no reduction, so they stay valid and the
     exact searches stay exact for this model.

@@ -46,29 +46,6 @@ def transfer_seconds(nbytes: int, hw: HardwareSpec) -> float:
     return nbytes / hw.link_bandwidth + pieces * hw.link_latency_s
 
 
-def replica_reduction_seconds(replicas: int, partition_bytes: int, elements: int,
-                              hw: HardwareSpec) -> float:
-    """Summing ``replicas`` copies of an output partition as the device and the timing
-    simulator schedule it (:mod:`runtime_sim.timing.opcost`): the faster of a binomial tree
-    (``ceil(log2 R)`` rounds of one partition, each added on the vector unit) and a
-    pipelined chain (``n + R - 2`` stages of one of the ``n`` shift-buffer chunks).
-
-    The analytic model keeps T10's ``(R-1)/R`` ring term instead: it is a lower bound of
-    both schedules' transfer on large partitions and keeps the exact search's pruning tight;
-    the fitted model (:mod:`.fitted`) uses this schedule as a feature.
-    """
-    if replicas <= 1:
-        return 0.0
-    add_s = elements / hw.vector_flops_per_cycle / hw.clock_hz
-    sync_s = hw.sync_cycles / hw.clock_hz
-    one = transfer_seconds(partition_bytes, hw)
-    tree = math.ceil(math.log2(replicas)) * (one + add_s + sync_s)
-    chunks = max(1, math.ceil(partition_bytes / hw.shift_buffer_bytes))
-    chain = (one + (replicas - 2) * (partition_bytes / chunks / hw.link_bandwidth + hw.link_latency_s)
-             + (chunks + replicas - 2) * add_s / chunks + sync_s)
-    return min(tree, chain)
-
-
 def shift_seconds(layout: OpLayout, hw: HardwareSpec) -> float:
     """Per-core time of all rotations of a plan: each shift of a partition over the link."""
     total = 0.0

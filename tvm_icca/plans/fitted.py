@@ -25,7 +25,8 @@ from runtime_sim.layout import OpLayout
 from runtime_sim.program import TensorExpr, dtype_bytes
 from schedules import template_for
 
-from .cost import PlanCost, replica_reduction_seconds, shift_seconds
+from .batch_cost import replica_reduction_array
+from .cost import PlanCost, shift_seconds
 
 #: Feature name -> PlanCost component it contributes to.
 FEATURES: dict[str, str] = {
@@ -47,14 +48,14 @@ def plan_features(layout: OpLayout, hw: HardwareSpec) -> dict[str, float]:
     out = len(expr.tensors) - 1
     replicas = layout.replicas(out)
     out_bytes = layout.partition_bytes(out)
-    out_elems = out_bytes // dtype_bytes(expr.output.dtype)
     out_partition = {a: layout.xp[a] // layout.plan.ft(out, a) for a in layout.axes}
     return {
         "compute": layout.steps * template.subtask_cycles(expr, layout.rp, hw) / clock,
         "sync": layout.steps * hw.sync_cycles / clock,
         "shift": shift,
         "reduce_ring": (replicas - 1) / replicas * out_bytes / hw.link_bandwidth,
-        "reduce_schedule": replica_reduction_seconds(replicas, out_bytes, out_elems, hw),
+        "reduce_schedule": float(replica_reduction_array(
+            np.array([float(replicas)]), np.array([out_bytes]), dtype_bytes(expr.output.dtype), hw)[0]),
         "epilogue": template.epilogue_cycles(expr, out_partition, hw) / clock,
     }
 

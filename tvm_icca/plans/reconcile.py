@@ -36,8 +36,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
-from runtime_sim.program import TensorExpr
+from runtime_sim.program import IDLE_SPREAD, TensorExpr, dtype_bytes
+from runtime_sim.timing.geometry import canonical_grid
+
+from .batch_cost import AnalyticBatchModel, ArrivalCostModel
+from .enumerate import PlanFilters
+from .pareto import pareto_plan_sets
 
 
 @dataclass(frozen=True)
@@ -280,8 +286,9 @@ def options_from_plans(expr: TensorExpr, plans: Sequence[Any], resident: Sequenc
 OPTION_TOLERANCE = 0.05
 
 
-def operator_options(expr: TensorExpr, hw: Any, resident: Sequence[int], budget_bytes: int,
-                     cost_model: Any = None, filters: Any = "t10",
+def operator_options(expr: TensorExpr, hw: HardwareSpec, resident: Sequence[int], budget_bytes: int,
+                     cost_model: AnalyticBatchModel | None = None,
+                     filters: PlanFilters | None = PlanFilters.t10(),
                      tolerance: float = OPTION_TOLERANCE,
                      arriving: Sequence[int] | None = None) -> tuple[PlanOption, ...]:
     """Candidate idle/active plans of one operator for :func:`reconcile` (T10 §4.3.1-4.3.2).
@@ -294,17 +301,11 @@ def operator_options(expr: TensorExpr, hw: Any, resident: Sequence[int], budget_
     ``arriving`` inputs (default: every input that is not resident) in the plan's placement
     (:class:`.batch_cost.ArrivalCostModel`).
     """
-    # pylint: disable=import-outside-toplevel
-    from .batch_cost import AnalyticBatchModel, ArrivalCostModel
-    from .enumerate import PlanFilters
-    from .pareto import pareto_plan_sets
-
-    chosen = PlanFilters.t10() if filters == "t10" else filters
     if arriving is None:
         arriving = [t for t in range(len(expr.inputs)) if t not in set(resident)]
     model = ArrivalCostModel(cost_model or AnalyticBatchModel(hw), tuple(arriving), hw)
     objectives = [None, tuple(resident)] if resident else [None]
-    sets = pareto_plan_sets(expr, hw, objectives, model, chosen, budget_bytes, tolerance=tolerance)
+    sets = pareto_plan_sets(expr, hw, objectives, model, filters, budget_bytes, tolerance=tolerance)
     plans = [p for plan_set in sets for p in plan_set]
     unique, seen = [], set()
     for p in sorted(plans, key=lambda p: (p.memory_bytes, p.time_s)):
@@ -321,9 +322,6 @@ def spread_option(expr: TensorExpr, resident: Sequence[int], num_cores: int) -> 
     (:data:`runtime_sim.program.IDLE_SPREAD`), the least memory any operator can idle in --
     also for operators whose every plan holds a tensor whole on each core (a layer norm's
     scale and shift). It cannot run: setup from it moves every active partition."""
-    from runtime_sim.program import IDLE_SPREAD, dtype_bytes  # pylint: disable=import-outside-toplevel
-    from runtime_sim.timing.geometry import canonical_grid  # pylint: disable=import-outside-toplevel
-
     parts = []
     for t in resident:
         access = expr.tensors[t]
