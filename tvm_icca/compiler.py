@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,18 +67,16 @@ class PlanCache:
             self.hits += 1
         return planned
 
-    def options(self, expr: TensorExpr, hw: HardwareSpec, resident: list[int],
-                budget: int) -> tuple[PlanOption, ...]:
+    def options(self, expr: TensorExpr, hw: HardwareSpec, resident: list[int]) -> tuple[PlanOption, ...]:
         """Idle/active candidates of an operator (:func:`.plans.reconcile.operator_options`)
-        whose active footprint fits ``budget``. Computed once per operator structure for the
-        whole SRAM: the time/memory frontier within a smaller budget is the part of it that
-        fits, so operators differing only in what their region holds around them share it.
-        Idle-only options (infinite time) are kept whatever the budget."""
+        within the whole SRAM, once per operator structure: the time/memory frontier within a
+        smaller budget is the part of it that fits, so operators differing only in what their
+        region holds around them share it (the caller keeps what fits its budget)."""
         key = ("options", _structure_key(expr), hw, tuple(resident))
         found = self._options.get(key)
         if found is None:
             found = self._options[key] = operator_options(expr, hw, resident, hw.usable_sram_bytes)
-        return tuple(o for o in found if o.active_bytes <= budget or math.isinf(o.time_s))
+        return found
 
     def extract(self, composite: relax.Function, name: str) -> ExtractedOp:
         bucket = self._exprs.setdefault(tvm_ffi.structural_hash(composite), [])

@@ -98,13 +98,14 @@ def reconcile_regions(
         state = resident_inputs.get(region_name, frozenset())
         for i, (op, budget) in enumerate(zip(region.ops, region_budgets)):
             resident = [t for t, name in enumerate(op.input_names) if name in state]
-            candidates.append(cache.options(op.expr, hw, resident, hw.usable_sram_bytes))
+            candidates.append(cache.options(op.expr, hw, resident))
             entries.append((region_name, i, resident))
             budgets.append(budget)
     capacity = hw.usable_sram_bytes
     # The budgets assume the intermediates of the stand-alone plans; the chosen active plans
     # may hold more, so the operators they squeeze get less and the choice is redone.
     for _ in range(_MAX_ROUNDS):
+        # idle-only options (infinite time) stay whatever the budget
         options = [OpOptions(regions[r].ops[i].name,
                              tuple(o for o in opts if o.active_bytes <= b or math.isinf(o.time_s)),
                              count=calls[r], capacity=b)

@@ -184,19 +184,19 @@ def compile_programs(
     missing = sorted(set(regions) - set(order))
     if missing:
         raise IccaError(f"ICCA regions not called from main: {', '.join(missing)}")
-    sources = input_sources(part, spec, resident_names)
+    origins = argument_origins(part, resident_names)
     cache = plan_cache if plan_cache is not None else PlanCache()
-    module_id = _module_id(label or name or "model", spec, order)
     model_label = label or name or "model"
+    module_id = _module_id(model_label, spec, order)
     model_plan = None
     if state_on_chip:
-        origins = argument_origins(part, resident_names)
         margin = on_chip_reservation(part, resident_names, spec.num_cores,
                                      include_state=execution == "vgm")
         if margin >= spec.usable_sram_bytes:
+            what = "its weights and largest activations" if execution == "vgm" else "its largest activations"
             raise PlanNotFoundError(
-                f"model '{model_label}' does not fit on '{spec.name}': its weights and largest "
-                f"activations need {margin} bytes per core, {spec.usable_sram_bytes} are usable"
+                f"model '{model_label}' does not fit on '{spec.name}': {what} need {margin} "
+                f"bytes per core, {spec.usable_sram_bytes} are usable"
             )
         if execution == "vgm":
             # The VGM keeps everything in its region: weights and activations alike.
@@ -208,8 +208,8 @@ def compile_programs(
             programs, model_plan = _compile_reconciled(order, regions, plan_hw, cache, origins,
                                                        module_id, progress, model_label)
     else:
-        programs = _compile_each(order, regions, spec, cache, execution, None, sources,
-                                 module_id, progress, label)
+        programs = _compile_each(order, regions, spec, cache, execution, None,
+                                 _state_sources(origins, spec), module_id, progress, label)
     report = partition_report(part, spec)
     return CompiledModel(
         name=name or label or "model",
@@ -375,8 +375,14 @@ def input_sources(
     ``resident`` and constants -- ``"hbm"`` when ``hw.hbm_bandwidth > 0`` else ``"host"``;
     anything else (activations, results of host ops) ``"host"``.
     """
+    return _state_sources(argument_origins(mod, resident), hw)
+
+
+def _state_sources(origins: Sequence[tuple[str, ...]], hw: HardwareSpec) -> list[tuple[str, ...]]:
+    """Origins as program sources: model state is in HBM on a chip that has it, else the host
+    sends it."""
     state = "hbm" if hw.hbm_bandwidth > 0 else "host"
-    return [tuple(state if o == STATE else o for o in row) for row in argument_origins(mod, resident)]
+    return [tuple(state if o == STATE else o for o in row) for row in origins]
 
 
 #: Origin of a region argument that is model state (weights, KV caches, constants).
