@@ -41,7 +41,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from .errors import DeviceProgramError
 
 PROGRAM_FORMAT = "icca-device-program"
-PROGRAM_VERSION = 1
+#: Version 2 added ``run_order`` (the regions of one model invocation, in call order).
+PROGRAM_VERSION = 2
 
 UNARY_OPS = (
     "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "not", "floor",
@@ -225,6 +226,15 @@ class TensorExpr:
             epilogue=d.get("epilogue"),
             epilogue_inputs=tuple(int(i) for i in d.get("epilogue_inputs", ())),
         )
+
+    def structure_key(self) -> str:
+        """The identity of this expression up to its tensors' names: canonical JSON of
+        :meth:`to_dict` with every input and output name blanked. Two operators with equal
+        keys plan, compute and cost the same (the same layer repeated in a model)."""
+        data = self.to_dict()
+        for access in (*data["inputs"], data["output"]):
+            access["name"] = ""
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def __str__(self) -> str:
         def acc(t: TensorAccess) -> str:
@@ -433,6 +443,9 @@ class DeviceProgram:
     ops: tuple[OpProgram, ...]
     constants: Mapping[str, Any] = field(default_factory=dict)
     module: str = ""  # identifies the compiled module the region belongs to (run grouping)
+    #: The regions one invocation of the module runs, in call order (this one among them):
+    #: tells the device where a model run ends, even when a region runs several times.
+    run_order: tuple[str, ...] = ()
     format: str = PROGRAM_FORMAT
     version: int = PROGRAM_VERSION
 
@@ -447,6 +460,7 @@ class DeviceProgram:
             "ops": [op.to_dict() for op in self.ops],
             "constants": dict(self.constants),
             "module": self.module,
+            "run_order": list(self.run_order),
         }
 
     def to_json(self) -> str:
@@ -470,6 +484,7 @@ class DeviceProgram:
                 ops=tuple(OpProgram.from_dict(op) for op in d["ops"]),
                 constants=dict(d.get("constants", {})),
                 module=str(d.get("module", "")),
+                run_order=tuple(str(r) for r in d.get("run_order", ())),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise DeviceProgramError(f"malformed device program: {err!r}") from None
