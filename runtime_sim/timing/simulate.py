@@ -130,11 +130,7 @@ class _Caches:
 def _op_key(op: OpProgram) -> str:
     """What an operator's timing depends on: its expression and plan, not its tensors' names
     (the same layer repeated in a model costs once)."""
-    expr = op.expr.to_dict()
-    for i, access in enumerate(expr["inputs"]):
-        access["name"] = i
-    expr["output"]["name"] = -1
-    return json.dumps([expr, op.plan.to_dict()], sort_keys=True, separators=(",", ":"))
+    return json.dumps([op.expr.structure_key(), op.plan.to_dict()], sort_keys=True, separators=(",", ":"))
 
 
 class _Planner:
