@@ -599,11 +599,7 @@ class SimulatedDevice:
 
 # -- helpers ----------------------------------------------------------------------------------
 def _check_dtype(hw: HardwareSpec, name: str, dtype: str, where: str) -> None:
-    if not hw.supports_dtype(dtype):
-        raise UnsupportedDtypeError(
-            f"{where}: tensor '{name}' has dtype {dtype}, which the simulated device "
-            f"'{hw.name}' does not support (supported: {', '.join(hw.dtypes)})"
-        )
+    hw.check_dtype(dtype, f"{where}: tensor '{name}'")
     dtype_bytes(dtype)  # known size, or DeviceProgramError
 
 

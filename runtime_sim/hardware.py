@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .errors import InvalidHardwareSpecError
+from .errors import InvalidHardwareSpecError, UnsupportedDtypeError
 
 #: Topologies the device knows how to connect cores with.
 TOPOLOGIES = ("all-to-all", "mesh")
@@ -23,6 +23,17 @@ TOPOLOGIES = ("all-to-all", "mesh")
 SUPPORTED_DTYPES = ("float32", "float16")
 
 KIB = 1024
+
+
+def check_dtype(dtype: str, where: str, hw: "HardwareSpec | None" = None) -> None:
+    """The one dtype check of the compiler and the device: raise
+    :class:`UnsupportedDtypeError` unless ``dtype`` is one of ``hw.dtypes`` (with ``hw=None``:
+    one of :data:`SUPPORTED_DTYPES`, what any chip's cores compute). ``where`` names the tensor.
+    """
+    dtypes = SUPPORTED_DTYPES if hw is None else hw.dtypes
+    if str(dtype) not in dtypes:
+        device = "the ICCA device" if hw is None else f"chip '{hw.name}'"
+        raise UnsupportedDtypeError(f"{where} has dtype {dtype}; {device} computes only {', '.join(dtypes)}")
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,13 @@ class HardwareSpec:
 
     def supports_dtype(self, dtype: str) -> bool:
         return str(dtype) in self.dtypes
+
+    def check_dtype(self, dtype: str, where: str) -> None:
+        """Raise :class:`UnsupportedDtypeError` unless this chip computes ``dtype``.
+
+        ``where`` names the tensor (``"input 'x' of operator 'mm'"``). See :func:`check_dtype`.
+        """
+        check_dtype(dtype, where, self)
 
     # -- (de)serialization --------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
