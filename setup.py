@@ -1,6 +1,6 @@
 """Packaging of tvm_icca: the ICCA backend for TVM, its op templates and simulated device."""
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="tvm-icca",
@@ -8,7 +8,10 @@ setup(
     description="TVM backend for inter-core connected AI chips (T10 compute-shift plans) "
     "with a simulated ICCA device",
     python_requires=">=3.10",
-    packages=["tvm_icca", "schedules", "runtime_sim"],
+    # every subpackage (tvm_icca.plans, .commands, .workloads, .testing, runtime_sim.timing, ...)
+    packages=find_packages(include=["tvm_icca", "tvm_icca.*", "schedules", "schedules.*",
+                                    "runtime_sim", "runtime_sim.*"]),
+    # every data file the code loads at run time (tests/test_packaging.py checks the wheel)
     package_data={"tvm_icca": ["data/*.onnx"]},
     install_requires=[
         "apache-tvm>=0.27,<0.28",
@@ -19,7 +22,8 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6"],
+        # wheel: tests/test_packaging.py builds the wheel without build isolation
+        "test": ["pytest>=7", "hypothesis>=6", "wheel>=0.38"],
         "bench": ["matplotlib>=3.7"],
     },
     entry_points={

@@ -2,7 +2,7 @@
 
 Profiles random shapes of every offloaded op kind under random valid plans on IPU Mk2,
 fits the linear model on half, reports MAPE and R^2 on the other half per op kind, writes the
-fitted model to ``tvm_icca/data/cost_model_ipu-mk2.json`` and a predicted-vs-simulated scatter
+fitted model to ``benchmarks/results/cost_model_ipu-mk2.json`` and a predicted-vs-simulated scatter
 plot to ``benchmarks/results/cost_model_accuracy.png``.
 
     .venv/bin/python benchmarks/cost_model_accuracy.py [--samples 200]
@@ -33,7 +33,7 @@ def main() -> None:
     profiles = profile_plans(random_op_builders(), hw, args.samples, seed=0)
     train, test = profiles[::2], profiles[1::2]
     model = fit_cost_model(train, hw.name)
-    model.save(ROOT / "tvm_icca" / "data" / f"cost_model_{hw.name}.json")
+    model.save(ROOT / "benchmarks" / "results" / f"cost_model_{hw.name}.json")
 
     by_kind = collections.defaultdict(list)
     for p in test:
