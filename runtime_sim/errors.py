@@ -57,3 +57,19 @@ class SramOverflowError(IccaError, MemoryError):
 
 class DeviceProgramError(IccaError, ValueError):
     """A device program is malformed or of an unknown format version."""
+
+
+class InvalidWorkloadError(IccaError, ValueError):
+    """A workload of the zoo was asked for with impossible arguments (batch 0, a negative
+    context or layer count, a non-integer size, an unknown dtype)."""
+
+
+class UnknownWorkloadError(InvalidWorkloadError, KeyError):
+    """No workload of the zoo has this name (also a :class:`KeyError`, as a lookup miss)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InputMismatchError(IccaError, ValueError):
+    """An argument of a compiled ICCA executable has the wrong shape, dtype or count."""

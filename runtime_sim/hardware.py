@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -23,6 +24,65 @@ TOPOLOGIES = ("all-to-all", "mesh")
 SUPPORTED_DTYPES = ("float32", "float16")
 
 KIB = 1024
+
+# -- bounds of every field -------------------------------------------------------------------
+# Sizes are bounded so that an absurd spec fails in validation, not later in ``np.zeros`` of
+# the simulator (which keeps several int64 arrays per core, and per core of a chip per HBM
+# controller on a mesh). Each bound is far above any real chip and reasoned below.
+
+#: 2**20 cores: above the largest many-core systems, Cerebras WSE-3 (900,000 cores on one
+#: wafer) and a Graphcore IPU-POD256 (256 x 1,472 = 376,832 tiles).
+MAX_CORES = 2**20
+#: 4,096 chips: 16 IPU-POD256 racks' worth of IPUs.
+MAX_CHIPS = 4096
+#: 4 GiB of SRAM per core: Groq's LPU, the largest on-chip SRAM, has 230 MB per chip, and an
+#: IPU core 624 KiB (T10 §2.1); per core more than 4 GiB is not SRAM.
+MAX_SRAM_BYTES = 2**32
+#: 256 HBM controllers per chip: 8 HBM stacks (NVIDIA B200) of 32 pseudo-channels each
+#: (JEDEC HBM3, JESD238: 16 channels x 2 pseudo-channels); Elk §6.1 models 4 per chip.
+MAX_HBM_CONTROLLERS_PER_CHIP = 256
+#: 4,096: a matrix unit's tile edge (the IPU's AMP unit works on 16, a TPU v6e MXU on 256).
+MAX_MATRIX_TILE = 4096
+#: Rates: 1e18 B/s is 60,000x Elk's 16 TB/s of HBM for 4 chips; 1e12 Hz is 1 THz. The lower
+#: bounds (1 B/s, 1 Hz, 1e-6 FLOP/cycle) keep times finite: ``bytes / rate`` never overflows.
+MAX_BANDWIDTH = 1e18
+_INT_FIELDS: dict[str, tuple[int, int]] = {
+    "num_cores": (1, MAX_CORES),
+    "sram_bytes_per_core": (1, MAX_SRAM_BYTES),
+    "num_chips": (1, MAX_CHIPS),
+    "sync_cycles": (0, 10**9),
+    # 0 would divide every transfer into infinitely many chunks (T10 §5's shift buffer)
+    "shift_buffer_bytes": (1, MAX_SRAM_BYTES),
+    "hbm_controllers": (0, MAX_HBM_CONTROLLERS_PER_CHIP * MAX_CHIPS),
+}
+#: (lowest positive value, highest value, whether 0 is allowed) of every real-valued field.
+_FLOAT_FIELDS: dict[str, tuple[float, float, bool]] = {
+    "link_bandwidth": (1.0, MAX_BANDWIDTH, False),
+    "clock_hz": (1.0, 1e12, False),
+    "matrix_flops_per_cycle": (1e-6, 1e9, False),
+    "vector_flops_per_cycle": (1e-6, 1e9, False),
+    "host_bandwidth": (1.0, MAX_BANDWIDTH, False),
+    "link_latency_s": (0.0, 1.0, True),
+    "inter_chip_bandwidth": (1.0, MAX_BANDWIDTH, True),
+    "hbm_bandwidth": (1.0, MAX_BANDWIDTH, True),
+}
+_WHY = {
+    "num_cores": "cores of the system; WSE-3 has 900,000",
+    "sram_bytes_per_core": "bytes of SRAM per core",
+    "num_chips": "chips of the system",
+    "sync_cycles": "cycles of synchronization per step",
+    "shift_buffer_bytes": "the per-core buffer transfers are cut into; 0 would divide by zero",
+    "hbm_controllers": "HBM3 gives at most 8 stacks x 32 pseudo-channels per chip",
+    "link_bandwidth": "bytes per second",
+    "clock_hz": "Hz",
+    "matrix_flops_per_cycle": "FLOP per cycle per core",
+    "vector_flops_per_cycle": "FLOP per cycle per core",
+    "host_bandwidth": "bytes per second per chip",
+    "link_latency_s": "seconds",
+    "inter_chip_bandwidth": "bytes per second, 0 for a single chip",
+    "hbm_bandwidth": "bytes per second, 0 without HBM",
+}
+_MISSING = object()
 
 
 def check_dtype(dtype: str, where: str, hw: "HardwareSpec | None" = None) -> None:
@@ -69,35 +129,68 @@ class HardwareSpec:
 
     # -- validation ---------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise :class:`InvalidHardwareSpecError` naming the first impossible field."""
+        """Convert every field to its type and check it, or raise :class:`InvalidHardwareSpecError`
+        naming the first impossible field.
 
-        def bad(field_name: str, why: str) -> InvalidHardwareSpecError:
-            value = getattr(self, field_name)
+        Conversion happens here, inside validation, so that every way of building a spec
+        (the constructor, :func:`preset` overrides, :meth:`with_overrides`, :meth:`from_dict`,
+        JSON) is checked the same way: integers may be given as ``int``, numpy integers,
+        integral floats or numeric strings (``"1472"``); numbers as any real finite value or a
+        numeric string. Booleans, ``None``, NaN and infinities are refused everywhere, and
+        every size is bounded (:data:`LIMITS`) so that an absurd value fails here rather
+        than when the simulator allocates per-core arrays.
+        """
+        spec_name = self.name[:40] if isinstance(self.name, str) else "?"
+
+        def bad(field_name: str, why: str, value: Any = _MISSING) -> InvalidHardwareSpecError:
+            shown = repr(getattr(self, field_name) if value is _MISSING else value)
+            if len(shown) > 40:
+                shown = shown[:30] + "..." + shown[-6:]
             return InvalidHardwareSpecError(
-                f"invalid HardwareSpec '{self.name}': {field_name}={value!r} {why}"
+                f"invalid HardwareSpec '{spec_name}': {field_name}={shown} {why}"
             )
 
-        for name in ("num_cores", "sram_bytes_per_core", "num_chips"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise bad(name, "must be a positive integer")
-        for name in ("link_bandwidth", "clock_hz", "matrix_flops_per_cycle", "vector_flops_per_cycle",
-                     "host_bandwidth"):
-            value = getattr(self, name)
-            if not _is_number(value) or not value > 0 or math.isinf(value):
-                raise bad(name, "must be a positive finite number")
-        for name in ("link_latency_s", "inter_chip_bandwidth", "hbm_bandwidth"):
-            value = getattr(self, name)
-            if not _is_number(value) or value < 0 or math.isinf(value):
-                raise bad(name, "must be a non-negative finite number")
-        for name in ("sync_cycles", "shift_buffer_bytes", "hbm_controllers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise bad(name, "must be a non-negative integer")
-        if len(self.matrix_tile) != 3 or any(int(t) <= 0 for t in self.matrix_tile):
-            raise bad("matrix_tile", "must be three positive integers (m, k, n)")
-        if self.topology not in TOPOLOGIES:
+        def put(field_name: str, value: Any) -> None:
+            object.__setattr__(self, field_name, value)
+
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise bad("name", "must be a non-empty string")
+        notes = "" if self.notes is None else self.notes
+        if not isinstance(notes, str):
+            raise bad("notes", "must be a string")
+        put("notes", notes)
+
+        for name, (low, high) in _INT_FIELDS.items():
+            value = _as_int(getattr(self, name))
+            if value is None or not low <= value <= high:
+                raise bad(name, f"must be an integer in [{low}, {high:,}] ({_WHY[name]})")
+            put(name, value)
+        for name, (low, high, zero_ok) in _FLOAT_FIELDS.items():
+            value = _as_float(getattr(self, name))
+            ok = value is not None and ((zero_ok and value == 0.0) or low <= value <= high)
+            if not ok:
+                zero = "0 or " if zero_ok and low > 0 else ""
+                raise bad(name, f"must be {zero}a finite number in [{low:g}, {high:g}] ({_WHY[name]})")
+            put(name, value)
+
+        tile = self.matrix_tile
+        items = list(tile) if isinstance(tile, (list, tuple)) else None
+        ints = [_as_int(t) for t in items] if items is not None else []
+        if items is None or len(items) != 3 or any(t is None or not 1 <= t <= MAX_MATRIX_TILE for t in ints):
+            raise bad("matrix_tile", f"must be three integers (m, k, n) in [1, {MAX_MATRIX_TILE}]")
+        put("matrix_tile", tuple(ints))
+
+        if not isinstance(self.topology, str) or self.topology not in TOPOLOGIES:
             raise bad("topology", f"must be one of {TOPOLOGIES}")
+        dtypes = self.dtypes
+        if isinstance(dtypes, str):
+            dtypes = (dtypes,)
+        if not isinstance(dtypes, (list, tuple)) or not dtypes or any(
+            not isinstance(d, str) or d not in SUPPORTED_DTYPES for d in dtypes
+        ):
+            raise bad("dtypes", f"must be a non-empty subset of {SUPPORTED_DTYPES}")
+        put("dtypes", tuple(dict.fromkeys(dtypes)))
+
         if self.shift_buffer_bytes >= self.sram_bytes_per_core:
             raise bad("shift_buffer_bytes", "leaves no SRAM for tensors")
         if self.num_cores % self.num_chips:
@@ -106,9 +199,9 @@ class HardwareSpec:
             raise bad("inter_chip_bandwidth", "must be positive for a multi-chip system")
         if self.hbm_bandwidth > 0 and self.hbm_controllers <= 0:
             raise bad("hbm_controllers", "must be positive when hbm_bandwidth is set")
-        unknown = [d for d in self.dtypes if d not in SUPPORTED_DTYPES]
-        if unknown or not self.dtypes:
-            raise bad("dtypes", f"must be a non-empty subset of {SUPPORTED_DTYPES}")
+        if self.hbm_controllers > MAX_HBM_CONTROLLERS_PER_CHIP * self.num_chips:
+            raise bad("hbm_controllers", f"exceeds {MAX_HBM_CONTROLLERS_PER_CHIP} per chip "
+                      f"({_WHY['hbm_controllers']})")
 
     # -- derived figures ----------------------------------------------------------------
     @property
@@ -143,29 +236,72 @@ class HardwareSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "HardwareSpec":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        """A spec from a :meth:`to_dict` mapping (JSON object). Unknown or missing fields and
+        every impossible value raise :class:`InvalidHardwareSpecError`."""
+        if not isinstance(data, Mapping):
+            raise InvalidHardwareSpecError(
+                f"a HardwareSpec description must be a mapping of fields, not {type(data).__name__}"
+            )
+        fields_ = dataclasses.fields(cls)
+        known = {f.name for f in fields_}
+        unknown = sorted(str(k) for k in data if k not in known)
         if unknown:
-            raise InvalidHardwareSpecError(f"unknown HardwareSpec fields: {', '.join(unknown)}")
-        kwargs = dict(data)
-        if "matrix_tile" in kwargs:
-            kwargs["matrix_tile"] = tuple(int(t) for t in kwargs["matrix_tile"])
-        if "dtypes" in kwargs:
-            kwargs["dtypes"] = tuple(kwargs["dtypes"])
-        try:
-            return cls(**kwargs)
-        except TypeError as err:  # a required field is missing
-            raise InvalidHardwareSpecError(f"incomplete HardwareSpec: {err}") from None
+            raise InvalidHardwareSpecError(
+                f"unknown HardwareSpec fields: {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+            )
+        required = [f.name for f in fields_
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise InvalidHardwareSpecError(f"incomplete HardwareSpec: missing {', '.join(missing)}")
+        return cls(**dict(data))  # every field is converted and checked in validate()
 
     def with_overrides(self, **overrides: Any) -> "HardwareSpec":
-        """A copy with some fields replaced (validated again)."""
+        """A copy with some fields replaced (validated again; unknown names are refused)."""
         data = self.to_dict()
         data.update(overrides)
         return HardwareSpec.from_dict(data)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _as_int(value: Any) -> int | None:
+    """``value`` as an int if it is one exactly (int, numpy integer, integral float, numeric
+    string), else None. Booleans are not integers here."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip().replace("_", "")
+        try:
+            return int(text)
+        except ValueError:
+            value = _as_float(text)
+            if value is None:
+                return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        if math.isfinite(f) and f.is_integer():
+            return int(f)
+    return None
+
+
+def _as_float(value: Any) -> float | None:
+    """``value`` as a finite float (real numbers and numeric strings), else None: NaN and
+    infinities are refused here, once for every field."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if not isinstance(value, numbers.Real):
+        return None
+    try:
+        f = float(value)
+    except (OverflowError, ValueError, TypeError):
+        return None
+    return f if math.isfinite(f) else None
 
 
 # -- presets ---------------------------------------------------------------------------------
@@ -221,7 +357,7 @@ PRESET_NAMES = tuple(_preset_table())
 def preset(preset_name: str, **overrides: Any) -> HardwareSpec:
     """Build a named preset (``ipu-mk2``, ``ipu-pod4``, ...), optionally overriding fields."""
     table = _preset_table()
-    if preset_name not in table:
+    if not isinstance(preset_name, str) or preset_name not in table:
         raise InvalidHardwareSpecError(
             f"unknown hardware preset '{preset_name}'; known presets: {', '.join(table)}"
         )
