@@ -19,9 +19,8 @@ import time
 
 from runtime_sim.hardware import preset
 from tvm_icca.commands.plan import conv2d_expr
-from tvm_icca.plans import plan_operator, space_sizes
-from tvm_icca.plans.enumerate import PlanFilters
-from tvm_icca.plans.search import _CACHE
+from tvm_icca.plans import PlanSearchCache, plan_operator, space_sizes
+from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.t10_bench import bench_expr, solve
 from tvm_icca.testing.exprs import matmul
 
@@ -54,12 +53,14 @@ def main() -> None:
     lines = ["| operator | complete (with loop orders) | complete plans | F_op tuples | filtered | Pareto "
              "| exact search s | best time s |", "|---|---|---|---|---|---|---|---|"]
     for name, expr in operators(args.quick).items():
+        # One search cache for both: the search reuses the structure and assignments the
+        # size count built (it holds no planned result, so the search itself runs).
+        cache = PlanSearchCache()
         start = time.perf_counter()
-        sizes = space_sizes(expr, hw, PlanFilters.t10())
+        sizes = space_sizes(expr, hw, PlanFilters.t10(), cache=cache)
         sized = time.perf_counter() - start
-        _CACHE.clear()
         start = time.perf_counter()
-        planned = plan_operator(expr, hw)
+        planned = plan_operator(expr, hw, cache=cache)
         searched = time.perf_counter() - start
         row = (f"| {name} | {sizes.complete:.3g} | {sizes.complete_plans:.3g} | {sizes.op_partitions} | "
                f"{sizes.filtered} | {sizes.pareto} | {searched:.2f} | {planned.time_s:.3e} |")

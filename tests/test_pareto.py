@@ -12,7 +12,9 @@ from runtime_sim.hardware import preset, small_chip
 from runtime_sim.layout import OpLayout
 from runtime_sim.program import ExecutionPlan
 from tvm_icca.plans import AnalyticCostModel, plan_operator
-from tvm_icca.plans.enumerate import PlanFilters, op_partitions, plan_structure, plans_for
+from tvm_icca.plans.filters import PlanFilters
+from tvm_icca.plans.partitions import op_partitions, plans_for
+from tvm_icca.plans.structure import plan_structure
 from tvm_icca.plans.pareto import pareto_front, pareto_plans, space_sizes
 
 

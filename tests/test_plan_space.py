@@ -1,4 +1,4 @@
-"""The complete plan space (tvm_icca.plans.enumerate) and the exact search (plan_operator).
+"""The complete plan space (tvm_icca.plans.partitions, space_size) and the exact search (plan_operator).
 
 The references here are independent of the vectorized code: plain loops over every factor
 tuple, judged by ``OpLayout.validate`` (the one definition of plan validity) and scored by
@@ -20,15 +20,10 @@ from runtime_sim.layout import OpLayout
 from runtime_sim.program import AffineIndex, Axis, ExecutionPlan, TensorAccess, TensorExpr, make_load
 from tvm_icca.plans import AnalyticCostModel, plan_operator
 from tvm_icca.plans.batch_cost import AnalyticBatchModel, best_loop_order
-from tvm_icca.plans.enumerate import (
-    PlanFilters,
-    count_complete_space,
-    iter_plan_chunks,
-    op_partitions,
-    plan_structure,
-    plans_for,
-    temporal_assignments,
-)
+from tvm_icca.plans.filters import PlanFilters
+from tvm_icca.plans.partitions import iter_plan_chunks, op_partitions, plans_for, temporal_assignments
+from tvm_icca.plans.space_size import count_complete_space
+from tvm_icca.plans.structure import plan_structure
 from tvm_icca.plans.search import candidate_partitions
 
 ax = AffineIndex.of_axis

@@ -19,7 +19,8 @@ import pytest
 from runtime_sim.layout import OpLayout
 from runtime_sim.program import ExecutionPlan
 from tvm_icca.cli import main as cli_main
-from tvm_icca.plans.enumerate import op_partitions, plan_structure, plans_for
+from tvm_icca.plans.partitions import op_partitions, plans_for
+from tvm_icca.plans.structure import plan_structure
 from tvm_icca.plans.t10_bench import (
     T10BenchModel,
     T10BenchSpec,

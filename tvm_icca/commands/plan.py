@@ -128,7 +128,7 @@ def _common(parser: argparse.ArgumentParser, cost_models: tuple[str, ...] = COST
 
 
 def _filters(args: argparse.Namespace):
-    from ..plans.enumerate import PlanFilters
+    from ..plans.filters import PlanFilters
 
     return PlanFilters.t10(args.min_utilization, args.padding)
 
@@ -182,7 +182,7 @@ def _run_matmul(args: argparse.Namespace) -> int:
 
 
 def _generic_keys(expr, plan, time_s: float, cores: int) -> dict[str, Any]:
-    from ..plans.enumerate import plan_structure
+    from ..plans.structure import plan_structure
 
     structure = plan_structure(expr)
     out: dict[str, Any] = {"axes": list(structure.axes), "F_op": [plan.F(a) for a in structure.axes]}

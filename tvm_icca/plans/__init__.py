@@ -1,8 +1,12 @@
 """rTensor execution plans: plan space, cost models and the search (T10 §4.1-§4.3).
 
-* :mod:`.enumerate` -- the complete plan space of an operator (vectorized), its size, and
-  T10's search constraints (:class:`PlanFilters`);
+* :mod:`.structure` -- what plans of one operator depend on, as arrays (:class:`PlanStructure`);
+* :mod:`.partitions` -- the complete plan space of an operator: F_op rows, f_t assignments,
+  candidate batches (vectorized); :mod:`.bounds` -- lower bounds per F_op row;
+  :mod:`.space_size` -- the size of the complete space, counted; :mod:`.filters` -- T10's
+  search constraints (:class:`PlanFilters`); :mod:`.cache` -- the caller-owned memo;
 * :mod:`.cost` / :mod:`.batch_cost` -- the analytic cost model, per layout and vectorized;
+* :mod:`.scoring` -- scoring candidates in bounded batches (shared by the searches);
 * :mod:`.search` -- exact branch-and-bound searches, :func:`plan_operator`;
 * :mod:`.pareto` -- per-operator time/memory Pareto plans (§4.3.1);
 * :mod:`.reconcile` -- inter-operator memory reconciliation, Algorithm 1 (§4.3.2);
@@ -11,7 +15,10 @@
 
 from .batch_cost import AnalyticBatchModel, BatchCostModel
 from .cost import AnalyticCostModel, CostModel, PlanCost, transfer_seconds
-from .enumerate import PlanFilters, SpaceSizes, count_complete_space, plan_structure
+from .cache import PlanSearchCache
+from .filters import PlanFilters
+from .space_size import SpaceSizes, count_complete_space
+from .structure import plan_structure
 from .pareto import ParetoPlan, pareto_plans, space_sizes
 from .reconcile import OpOptions, PlanOption, Reconciliation, reconcile, transfer_setup
 from .rtensor import rotating_tensors
@@ -19,7 +26,7 @@ from .search import PlannedOp, plan_operator
 
 __all__ = [
     "AnalyticBatchModel", "AnalyticCostModel", "BatchCostModel", "CostModel", "OpOptions",
-    "ParetoPlan", "PlanCost", "PlanFilters", "PlanOption", "PlannedOp", "Reconciliation",
+    "ParetoPlan", "PlanCost", "PlanFilters", "PlanSearchCache", "PlanOption", "PlannedOp", "Reconciliation",
     "SpaceSizes", "count_complete_space", "pareto_plans", "plan_operator", "plan_structure",
     "reconcile", "rotating_tensors", "space_sizes", "transfer_seconds", "transfer_setup",
 ]

@@ -28,15 +28,10 @@ from runtime_sim.hardware import HardwareSpec
 from schedules import template_for
 from schedules.base import ComputeTemplate, MatrixTemplate, arithmetic_nodes, contraction_roles
 
-from .enumerate import (
-    PlanBatch,
-    PlanStructure,
-    ceil_div,
-    partition_lower_bounds,
-    sharing_counts,
-    subtensor_lower_bounds,
-    unique_rows,
-)
+from .bounds import partition_lower_bounds, subtensor_lower_bounds
+from .intmath import ceil_div, unique_rows
+from .partitions import PlanBatch, sharing_counts
+from .structure import PlanStructure
 
 
 class BatchCostModel(Protocol):

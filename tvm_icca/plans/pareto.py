@@ -20,31 +20,16 @@ from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import ExecutionPlan, TensorExpr
 
 from .batch_cost import AnalyticBatchModel, BatchCostModel
-from .enumerate import (
-    PlanFilters,
-    PlanStructure,
-    SpaceSizes,
-    count_complete_space,
-    memory_lower_bound,
-    partition_lower_bounds,
-    plan_structure,
-    plans_for,
-)
-from .search import ScoredPlans, _chunks, candidate_partitions, max_padding, score
+from .bounds import memory_lower_bound, partition_lower_bounds
+from .cache import PlanSearchCache, cache_or_new
+from .filters import PlanFilters
+from .partitions import plans_for
+from .scoring import ScoredPlans, candidate_partitions, max_padding, pareto_front, plan_chunks, score
+from .space_size import SpaceSizes, count_complete_space
+from .structure import PlanStructure, plan_structure
 
-
-def pareto_front(time: np.ndarray, memory: np.ndarray) -> np.ndarray:
-    """Indices of the Pareto-optimal points, fewest bytes (slowest) first.
-
-    A point is kept iff it is strictly faster than every point with less or equal memory
-    that comes before it in (memory, time) order.
-    """
-    if len(time) == 0:
-        return np.zeros(0, np.int64)
-    order = np.lexsort((time, memory))
-    t = np.asarray(time, float)[order]
-    best_before = np.minimum.accumulate(np.concatenate([[math.inf], t[:-1]]))
-    return order[t < best_before]
+__all__ = ["ParetoPlan", "pareto_front", "pareto_fronts", "pareto_plan_sets", "pareto_plans",
+           "pareto_scored", "space_sizes"]
 
 
 def _dominated(front_memory: np.ndarray, front_time: np.ndarray, memory_lb: np.ndarray,
@@ -62,7 +47,8 @@ def _dominated(front_memory: np.ndarray, front_time: np.ndarray, memory_lb: np.n
 
 def pareto_scored(structure: PlanStructure, model: BatchCostModel, max_cores: int,
                   filters: PlanFilters | None, budget: float,
-                  tensors: Sequence[int] | None = None, tolerance: float = 0.0) -> ScoredPlans:
+                  tensors: Sequence[int] | None = None, tolerance: float = 0.0,
+                  cache: PlanSearchCache | None = None) -> ScoredPlans:
     """The Pareto frontier (as scored plans, fewest bytes first) of the filtered space.
 
     The frontier trades time for bytes per core (all partitions); with ``tensors`` it trades
@@ -71,15 +57,16 @@ def pareto_scored(structure: PlanStructure, model: BatchCostModel, max_cores: in
     ``tolerance`` > 0 skips candidate rows that could beat the frontier found so far by less
     than that fraction of its time (an epsilon-Pareto set, much cheaper on tight budgets).
     """
-    return pareto_fronts(structure, model, max_cores, filters, budget, [tensors], tolerance)[0]
+    return pareto_fronts(structure, model, max_cores, filters, budget, [tensors], tolerance, cache)[0]
 
 
 def pareto_fronts(structure: PlanStructure, model: BatchCostModel, max_cores: int,
                   filters: PlanFilters | None, budget: float,
-                  objectives: Sequence[Sequence[int] | None], tolerance: float = 0.0
-                  ) -> list[ScoredPlans]:
+                  objectives: Sequence[Sequence[int] | None], tolerance: float = 0.0,
+                  cache: PlanSearchCache | None = None) -> list[ScoredPlans]:
     """Several frontiers (one per memory objective, see :func:`pareto_scored`) in one scan:
     each candidate row is expanded and scored once, unless every frontier dominates it."""
+    cache = cache_or_new(cache)
     F = candidate_partitions(structure, max_cores, filters)
     memory_lb = memory_lower_bound(structure, F)
     keep = memory_lb <= budget
@@ -92,7 +79,7 @@ def pareto_fronts(structure: PlanStructure, model: BatchCostModel, max_cores: in
     front_objective = [np.zeros(0) for _ in objectives]
     # (A pair-level dominance filter, as best_plan uses, costs more than it saves here: the
     # frontier spans every memory level, so few pairs are dominated before scoring.)
-    for group in _chunks(structure, F, rows):
+    for group in plan_chunks(structure, F, rows, cache):
         dominated = np.ones(len(group), bool)
         for k in range(len(objectives)):
             dominated &= _dominated(front_objective[k], fronts[k].time, objective_lb[k][group],
@@ -100,7 +87,7 @@ def pareto_fronts(structure: PlanStructure, model: BatchCostModel, max_cores: in
         group = group[~dominated]
         if not len(group):
             continue
-        scored = score(plans_for(structure, F[group], max_padding=max_padding(filters)),
+        scored = score(plans_for(structure, F[group], max_padding=max_padding(filters), cache=cache),
                        model, budget, filters)
         for k, tensors in enumerate(objectives):
             merged = ScoredPlans.concat([fronts[k], scored], structure)
@@ -129,7 +116,7 @@ class ParetoPlan:
 def pareto_plans(expr: TensorExpr, hw: HardwareSpec, cost_model: BatchCostModel | None = None,
                  filters: PlanFilters | None = PlanFilters.t10(), budget_bytes: int | None = None,
                  relax: bool = True, tensors: Sequence[int] | None = None,
-                 tolerance: float = 0.0) -> list[ParetoPlan]:
+                 tolerance: float = 0.0, cache: PlanSearchCache | None = None) -> list[ParetoPlan]:
     """Time/memory Pareto plans of ``expr`` on ``hw`` that fit the budget, fewest bytes first.
 
     ``filters`` defaults to T10's search constraints with the Elk artifact's thresholds; when
@@ -140,25 +127,27 @@ def pareto_plans(expr: TensorExpr, hw: HardwareSpec, cost_model: BatchCostModel 
     ``tolerance``: see :func:`pareto_scored` (0: the exact frontier).
     """
     return _as_plans(_fronts(expr, hw, cost_model, filters, budget_bytes, relax, [tensors],
-                             tolerance)[0])
+                             tolerance, cache)[0])
 
 
 def pareto_plan_sets(expr: TensorExpr, hw: HardwareSpec, objectives: Sequence[Sequence[int] | None],
                      cost_model: BatchCostModel | None = None,
                      filters: PlanFilters | None = PlanFilters.t10(), budget_bytes: int | None = None,
-                     relax: bool = True, tolerance: float = 0.0) -> list[list[ParetoPlan]]:
+                     relax: bool = True, tolerance: float = 0.0,
+                     cache: PlanSearchCache | None = None) -> list[list[ParetoPlan]]:
     """:func:`pareto_plans` for several memory objectives at once (one scan of the space)."""
     return [_as_plans(front) for front in
-            _fronts(expr, hw, cost_model, filters, budget_bytes, relax, objectives, tolerance)]
+            _fronts(expr, hw, cost_model, filters, budget_bytes, relax, objectives, tolerance, cache)]
 
 
-def _fronts(expr, hw, cost_model, filters, budget_bytes, relax, objectives, tolerance):
-    structure = plan_structure(expr)
+def _fronts(expr, hw, cost_model, filters, budget_bytes, relax, objectives, tolerance, cache):
+    cache = cache_or_new(cache)
+    structure = plan_structure(expr, cache)
     model = cost_model or AnalyticBatchModel(hw)
     budget = hw.usable_sram_bytes if budget_bytes is None else budget_bytes
-    fronts = pareto_fronts(structure, model, hw.num_cores, filters, budget, objectives, tolerance)
+    fronts = pareto_fronts(structure, model, hw.num_cores, filters, budget, objectives, tolerance, cache)
     if not len(fronts[0]) and relax and filters is not None:
-        fronts = pareto_fronts(structure, model, hw.num_cores, None, budget, objectives, tolerance)
+        fronts = pareto_fronts(structure, model, hw.num_cores, None, budget, objectives, tolerance, cache)
     return fronts
 
 
@@ -168,15 +157,16 @@ def _as_plans(front: ScoredPlans) -> list[ParetoPlan]:
 
 
 def filtered_space_size(structure: PlanStructure, max_cores: int, filters: PlanFilters | None,
-                        budget: float | None = None) -> int:
+                        budget: float | None = None, cache: PlanSearchCache | None = None) -> int:
     """Number of (F_op, f_t) plans passing ``filters`` (and fitting ``budget`` if given)."""
+    cache = cache_or_new(cache)
     F = candidate_partitions(structure, max_cores, filters)
     if budget is not None:
         F = F[memory_lower_bound(structure, F) <= budget]
     total = 0
     pad = filters is not None and math.isfinite(filters.max_padding_ratio)
-    for group in _chunks(structure, F, np.arange(len(F))):
-        batch = plans_for(structure, F[group], max_padding=max_padding(filters))
+    for group in plan_chunks(structure, F, np.arange(len(F)), cache):
+        batch = plans_for(structure, F[group], max_padding=max_padding(filters), cache=cache)
         keep = np.ones(len(batch), bool)
         if budget is not None:
             keep &= batch.memory() <= budget
@@ -187,16 +177,20 @@ def filtered_space_size(structure: PlanStructure, max_cores: int, filters: PlanF
 
 
 def space_sizes(expr: TensorExpr, hw: HardwareSpec, filters: PlanFilters = PlanFilters.t10(),
-                cost_model: BatchCostModel | None = None) -> SpaceSizes:
+                cost_model: BatchCostModel | None = None,
+                cache: PlanSearchCache | None = None) -> SpaceSizes:
     """Complete / filtered / Pareto sizes of one operator's plan space (T10 Fig. 17).
 
     The complete space is counted combinatorially on ``hw.num_cores`` cores; the filtered
     space applies ``filters`` and, when ``filters.fit_sram`` is set, drops plans that exceed
     a core's usable SRAM; the Pareto count is the frontier of that filtered space.
     """
-    structure = plan_structure(expr)
-    complete = count_complete_space(structure, hw.num_cores)
+    cache = cache_or_new(cache)
+    structure = plan_structure(expr, cache)
+    complete = count_complete_space(structure, hw.num_cores, cache)
     budget = hw.usable_sram_bytes if filters.fit_sram else math.inf
-    filtered = filtered_space_size(structure, hw.num_cores, filters, budget if filters.fit_sram else None)
-    front = pareto_scored(structure, cost_model or AnalyticBatchModel(hw), hw.num_cores, filters, budget)
+    filtered = filtered_space_size(structure, hw.num_cores, filters,
+                                   budget if filters.fit_sram else None, cache)
+    front = pareto_scored(structure, cost_model or AnalyticBatchModel(hw), hw.num_cores, filters,
+                          budget, cache=cache)
     return SpaceSizes(complete.complete, complete.complete_plans, complete.op_partitions, filtered, len(front))

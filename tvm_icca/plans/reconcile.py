@@ -42,7 +42,7 @@ from runtime_sim.program import IDLE_SPREAD, TensorExpr, dtype_bytes
 from runtime_sim.timing.geometry import canonical_grid
 
 from .batch_cost import AnalyticBatchModel, ArrivalCostModel
-from .enumerate import PlanFilters
+from .filters import PlanFilters
 from .pareto import pareto_plan_sets
 
 

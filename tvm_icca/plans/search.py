@@ -1,12 +1,12 @@
 """Choosing execution plans of one operator (T10 §4.3.1), exactly.
 
-Every search here runs over the complete plan space of :mod:`.enumerate` (optionally cut by
+Every search here runs over the complete plan space of :mod:`.partitions` (optionally cut by
 T10's search constraints, :class:`PlanFilters`) and is exact for the cost model it is given:
 it returns what scoring every valid plan would return, without scoring them all.
 
 Branch and bound over ``F_op``: a batch cost model bounds the time of every plan of an
 ``F_op`` row from below (the unpadded, unrotated sub-operator's compute plus one
-synchronization, :mod:`.batch_cost`), and :func:`.enumerate.memory_lower_bound` bounds its
+synchronization, :mod:`.batch_cost`), and :func:`.bounds.memory_lower_bound` bounds its
 memory. The unrotated plan of every row is scored first (one plan per row, all rows at
 once); rows are then expanded into their temporal-factor assignments in order of their
 bound for rotating plans, until the bound reaches the best time found. Rows whose memory
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -33,26 +32,22 @@ from runtime_sim.layout import OpLayout
 from runtime_sim.program import ExecutionPlan, TensorExpr, dtype_bytes
 
 from .batch_cost import AnalyticBatchModel, BatchCostModel
+from .bounds import memory_lower_bound
+from .cache import PlanSearchCache, cache_or_new
 from .cost import AnalyticCostModel, CostModel, PlanCost
-from .enumerate import (
-    INT,
-    PlanBatch,
-    PlanFilters,
-    PlanStructure,
-    ceil_div,
-    expr_key,
-    memory_lower_bound,
-    op_partitions,
-    padding_ratio,
-    plan_structure,
-    plans_for,
-    sharing_counts,
-    temporal_assignments,
+from .filters import PlanFilters
+from .partitions import plans_for
+from .scoring import (  # noqa: F401  (CHUNK_PLANS, candidate_partitions: public here too)
+    CHUNK_PLANS,
+    ScoredPlans,
+    candidate_partitions,
+    max_padding,
+    pareto_front,
+    plan_chunks,
+    score,
+    unrotated,
 )
-
-#: Candidate plans scored per numpy batch (bounds memory use, keeps pruning responsive).
-CHUNK_PLANS = 100_000
-_RATIO_SLACK = 1e-9
+from .structure import PlanStructure, expr_key, plan_structure
 
 
 @dataclass(frozen=True)
@@ -70,104 +65,12 @@ class PlannedOp:
         return self.cost.time_s
 
 
-@dataclass(frozen=True)
-class ScoredPlans:
-    """Plans with their time (best loop order), that order and their bytes per core."""
-
-    batch: PlanBatch
-    time: np.ndarray
-    memory: np.ndarray
-    order: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.time)
-
-    def plan(self, i: int) -> ExecutionPlan:
-        return self.batch.plan(i, tuple(int(a) for a in self.order[i]))
-
-    def take(self, rows: np.ndarray) -> "ScoredPlans":
-        return ScoredPlans(self.batch.take(rows), self.time[rows], self.memory[rows], self.order[rows])
-
-    @staticmethod
-    def concat(parts: list["ScoredPlans"], structure: PlanStructure) -> "ScoredPlans":
-        parts = [p for p in parts if len(p)]
-        if not parts:
-            A, T = structure.num_axes, structure.num_tensors
-            empty = PlanBatch(structure, np.ones((0, A), INT), np.ones((0, T, A), INT))
-            return ScoredPlans(empty, np.zeros(0), np.zeros(0, INT), np.zeros((0, A), INT))
-        batch = PlanBatch(structure, np.concatenate([p.batch.F for p in parts]),
-                          np.concatenate([p.batch.ft for p in parts]))
-        return ScoredPlans(batch, np.concatenate([p.time for p in parts]),
-                           np.concatenate([p.memory for p in parts]),
-                           np.concatenate([p.order for p in parts]))
-
-
-# -- the candidate rows ----------------------------------------------------------------------
-def candidate_partitions(structure: PlanStructure, max_cores: int,
-                         filters: PlanFilters | None = None) -> np.ndarray:
-    """F_op rows of the space, cut by the parallelism constraint and by a padding bound.
-
-    The padding of a row's unrotated plan (``xp = ceil(E/F)``) is the least padding of any
-    plan of that row, so rows above the threshold can go before expansion.
-    """
-    F = op_partitions(structure, max_cores)
-    if filters is None or not len(F):
-        return F
-    cores = np.prod(F, axis=1)
-    need = max(filters.min_cores, math.ceil(filters.min_core_utilization * int(cores.max()) - 1e-9))
-    F = F[cores >= need]
-    if math.isfinite(filters.max_padding_ratio):
-        c = ceil_div(structure.extents[None, :], F)
-        F = F[padding_ratio(structure, F, c) <= filters.max_padding_ratio + _RATIO_SLACK]
-    return F
-
-
-def max_padding(filters: PlanFilters | None) -> float:
-    return math.inf if filters is None else filters.max_padding_ratio
-
-
-def score(batch: PlanBatch, model: BatchCostModel, budget: float,
-          filters: PlanFilters | None = None) -> ScoredPlans:
-    """Plans of ``batch`` that fit ``budget`` (and pass ``filters``), with their times."""
-    memory = batch.memory()
-    keep = memory <= budget
-    if filters is not None and math.isfinite(filters.max_padding_ratio):
-        keep &= batch.padding() <= filters.max_padding_ratio + _RATIO_SLACK
-    rows = np.flatnonzero(keep)
-    if len(rows) < len(batch):
-        batch, memory = batch.take(rows), memory[rows]
-    time, order = model.times(batch)
-    return ScoredPlans(batch, time, memory, order)
-
-
-def _unrotated(structure: PlanStructure, F: np.ndarray) -> PlanBatch:
-    return PlanBatch(structure, F, np.ones((len(F), structure.num_tensors, structure.num_axes), INT))
-
-
-def _chunks(structure: PlanStructure, F: np.ndarray, rows: np.ndarray) -> Iterator[np.ndarray]:
-    """Consecutive groups of ``rows`` holding about CHUNK_PLANS plans each.
-
-    Assignment lists are built lazily, row by row, so rows pruned before their group is
-    reached never pay for theirs.
-    """
-    P = sharing_counts(structure, F[rows]) if len(rows) else np.zeros((0, 0), INT)
-    start = 0
-    grow = 2_000  # first groups small: a good incumbent early prunes the rest
-    while start < len(rows):
-        stop = start
-        acc = 0
-        while stop < len(rows) and acc < grow:
-            acc += len(temporal_assignments(structure, P[stop]))
-            stop += 1
-        yield rows[start:stop]
-        start = stop
-        grow = min(grow * 4, CHUNK_PLANS)
-
-
 # -- exact searches --------------------------------------------------------------------------
 def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, max_cores: int,
-              filters: PlanFilters | None = None) -> ScoredPlans | None:
+              filters: PlanFilters | None = None,
+              cache: PlanSearchCache | None = None) -> ScoredPlans | None:
     """The minimum-time plan fitting ``budget`` bytes per core (exact), or None."""
+    cache = cache_or_new(cache)
     F = candidate_partitions(structure, max_cores, filters)
     if not len(F):
         return None
@@ -183,7 +86,7 @@ def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, ma
         if not len(rows):
             break
         rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
-        found = _argmin(score(_unrotated(structure, F[rows]), model, budget, filters))
+        found = _argmin(score(unrotated(structure, F[rows]), model, budget, filters))
         if found is not None and (best is None or _better(found, best)):
             best, best_time = found, float(found.time[0])
     # Rotating plans: only rows whose (weaker) bound beats the incumbent can hold better ones.
@@ -195,11 +98,11 @@ def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, ma
     ranked = np.argsort(rot_bound, kind="stable")
     rows, rot_bound = rows[ranked], rot_bound[ranked]
     position = {int(r): i for i, r in enumerate(rows)}
-    for group in _chunks(structure, F, rows):
+    for group in plan_chunks(structure, F, rows, cache):
         group = group[rot_bound[[position[int(r)] for r in group]] < best_time]
         if not len(group):
             break
-        batch = plans_for(structure, F[group], True, max_padding(filters))
+        batch = plans_for(structure, F[group], True, max_padding(filters), cache)
         found = _argmin(score(batch, model, budget, filters))
         if found is not None and (best is None or _better(found, best)):
             best, best_time = found, float(found.time[0])
@@ -219,8 +122,10 @@ def _better(a: ScoredPlans, b: ScoredPlans) -> bool:
 
 
 def min_memory_plan(structure: PlanStructure, model: BatchCostModel, max_cores: int,
-                    filters: PlanFilters | None = None) -> ScoredPlans | None:
+                    filters: PlanFilters | None = None,
+                    cache: PlanSearchCache | None = None) -> ScoredPlans | None:
     """The plan with the fewest bytes per core (fastest among those), exactly."""
+    cache = cache_or_new(cache)
     F = candidate_partitions(structure, max_cores, filters)
     if not len(F):
         return None
@@ -228,11 +133,11 @@ def min_memory_plan(structure: PlanStructure, model: BatchCostModel, max_cores: 
     rows = np.argsort(bound, kind="stable")
     best: ScoredPlans | None = None
     best_mem = math.inf
-    for group in _chunks(structure, F, rows):
+    for group in plan_chunks(structure, F, rows, cache):
         group = group[bound[group] <= best_mem]
         if not len(group):
             break
-        batch = plans_for(structure, F[group], max_padding=max_padding(filters))
+        batch = plans_for(structure, F[group], max_padding=max_padding(filters), cache=cache)
         if not len(batch):
             continue
         memory = batch.memory()
@@ -246,26 +151,26 @@ def min_memory_plan(structure: PlanStructure, model: BatchCostModel, max_cores: 
 
 
 def scan(structure: PlanStructure, model: BatchCostModel, max_cores: int,
-         filters: PlanFilters | None, budget: float) -> Iterator[ScoredPlans]:
+         filters: PlanFilters | None, budget: float,
+         cache: PlanSearchCache | None = None) -> Iterator[ScoredPlans]:
     """Every plan of the (filtered) space that fits ``budget``, scored, in batches."""
+    cache = cache_or_new(cache)
     F = candidate_partitions(structure, max_cores, filters)
     F = F[memory_lower_bound(structure, F) <= budget]
     rows = np.arange(len(F))
-    for group in _chunks(structure, F, rows):
-        yield score(plans_for(structure, F[group], max_padding=max_padding(filters)), model, budget, filters)
+    for group in plan_chunks(structure, F, rows, cache):
+        yield score(plans_for(structure, F[group], max_padding=max_padding(filters), cache=cache),
+                    model, budget, filters)
 
 
 # -- plan_operator ---------------------------------------------------------------------------
-_CACHE: "OrderedDict[tuple, PlannedOp]" = OrderedDict()
-_CACHE_SIZE = 512
-
-
 def plan_operator(
     expr: TensorExpr,
     hw: HardwareSpec,
     cost_model: CostModel | None = None,
     budget_bytes: int | None = None,
     name: str | None = None,
+    cache: PlanSearchCache | None = None,
 ) -> PlannedOp:
     """Fastest plan of ``expr`` whose per-core footprint fits ``budget_bytes``.
 
@@ -275,33 +180,34 @@ def plan_operator(
     :class:`CostModel` callable re-ranks the analytic model's time/memory Pareto plans
     within the budget and its fastest fitting plans (it cannot be bounded, so the complete
     space is not exhaustively scored with it). Raises :class:`PlanNotFoundError` naming the
-    operator, the smallest footprint and the budget when nothing fits.
+    operator, the smallest footprint and the budget when nothing fits. ``cache`` (owned by
+    the caller, e.g. the compiler's plan cache) memoizes structures, assignments and, for the
+    default model, the result.
     """
     budget = hw.usable_sram_bytes if budget_bytes is None else int(budget_bytes)
     label = name or expr.kind
     _check_fits_chip(expr, hw, budget, label)
     default = cost_model is None or type(cost_model) is AnalyticCostModel
-    key = (expr_key(expr), hw, budget) if default else None
-    if key is not None and key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key]
-
-    structure = plan_structure(expr)
+    key = (expr_key(expr), hw, budget) if default and cache is not None else None
+    if key is not None:
+        hit = cache.planned(key)
+        if hit is not None:
+            return hit
+    cache = cache_or_new(cache)
+    structure = plan_structure(expr, cache)
     if default or _is_batch_model(cost_model):
         model = AnalyticBatchModel(hw) if default else cost_model
-        best = best_plan(structure, model, budget, hw.num_cores)
+        best = best_plan(structure, model, budget, hw.num_cores, cache=cache)
         if best is None:
-            _raise_nothing_fits(structure, hw, budget, label)
+            _raise_nothing_fits(structure, hw, budget, label, cache)
         plan = best.plan(0)
         layout = OpLayout(expr, plan)
         cost = (cost_model or AnalyticCostModel())(layout, hw) if default else _batch_cost(model, best)
         result = PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
     else:
-        result = _rerank(structure, hw, cost_model, budget, label)
+        result = _rerank(structure, hw, cost_model, budget, label, cache)
     if key is not None:
-        _CACHE[key] = result
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        cache.remember(key, result)
     return result
 
 
@@ -318,22 +224,20 @@ def _batch_cost(model: BatchCostModel, best: ScoredPlans) -> PlanCost:
 
 
 def _rerank(structure: PlanStructure, hw: HardwareSpec, cost_model: CostModel, budget: int,
-            label: str, keep_fastest: int = 32) -> PlannedOp:
+            label: str, cache: PlanSearchCache, keep_fastest: int = 32) -> PlannedOp:
     """Score a shortlist with ``cost_model``: the exact analytic optimum, the analytic
     Pareto plans of the filtered space within the budget and its fastest fitting plans,
     each under every loop order (up to 24)."""
-    from .pareto import pareto_front  # local: pareto imports this module
-
     analytic = AnalyticBatchModel(hw)
     front: list[ScoredPlans] = []
     fastest: list[ScoredPlans] = []
-    for scored in scan(structure, analytic, hw.num_cores, PlanFilters.t10(), budget):
+    for scored in scan(structure, analytic, hw.num_cores, PlanFilters.t10(), budget, cache):
         if len(scored):
             front.append(scored.take(pareto_front(scored.time, scored.memory)))
             fastest.append(scored.take(np.argsort(scored.time, kind="stable")[:keep_fastest]))
-    exact = best_plan(structure, analytic, budget, hw.num_cores)
+    exact = best_plan(structure, analytic, budget, hw.num_cores, cache=cache)
     if exact is None:
-        _raise_nothing_fits(structure, hw, budget, label)
+        _raise_nothing_fits(structure, hw, budget, label, cache)
     pool = ScoredPlans.concat([exact] + front + fastest, structure)
     expr = structure.expr
     best: PlannedOp | None = None
@@ -357,8 +261,9 @@ def _rerank(structure: PlanStructure, hw: HardwareSpec, cost_model: CostModel, b
     return best
 
 
-def _raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int, label: str):
-    smallest = min_memory_plan(structure, AnalyticBatchModel(hw), hw.num_cores)
+def _raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int, label: str,
+                        cache: PlanSearchCache | None = None):
+    smallest = min_memory_plan(structure, AnalyticBatchModel(hw), hw.num_cores, cache=cache)
     need = int(smallest.memory[0]) if smallest is not None else -1
     raise PlanNotFoundError(
         f"operator '{label}' ({structure.expr}) has no execution plan that fits: the smallest "

@@ -38,8 +38,12 @@ from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import AffineIndex, Axis, ExecutionPlan, TensorAccess, TensorExpr, dtype_bytes, make_load
 
 from .batch_cost import best_loop_order, rotation_shift_bound
-from .enumerate import PlanBatch, PlanFilters, PlanStructure, ceil_div, plan_structure, sharing_counts
-from .search import ScoredPlans, best_plan
+from .filters import PlanFilters
+from .intmath import ceil_div
+from .partitions import PlanBatch, sharing_counts
+from .structure import PlanStructure, plan_structure
+from .scoring import ScoredPlans
+from .search import best_plan
 
 #: Keys of a benchmark answer, in the problem statement's order (plus time and cores).
 PLAN_KEYS = ("F_op", "f_t_A_m", "f_t_A_k", "f_t_B_k", "f_t_B_n", "f_t_C_m", "f_t_C_n")

@@ -1,0 +1,93 @@
+"""Memo of the plan search, owned by its caller and passed down (never a module global).
+
+The compiler's ``PlanCache`` keeps one :class:`PlanSearchCache` for a whole compilation;
+every public search function takes it as an optional ``cache`` argument and, without one,
+uses a fresh cache for that call only (same results, nothing kept between calls).
+
+It memoizes three things:
+
+* the :class:`~.structure.PlanStructure` of each tensor expression (by :func:`~.structure.expr_key`);
+* per structure, the f_t assignments of each sharing tuple (:class:`~.partitions.Assignments`),
+  bounded by their number of array elements (about 80 MB per operator);
+* planned operators of the default analytic model (:func:`~.search.plan_operator`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable, Hashable
+
+from runtime_sim.program import TensorExpr
+
+from .structure import PlanStructure, build_structure, expr_key
+
+
+class PlanSearchCache:
+    """LRU memo of plan structures, temporal-factor assignments and planned operators."""
+
+    def __init__(self, max_structures: int = 256, max_plans: int = 512,
+                 max_assignment_elements: int = 10_000_000):
+        self.max_structures = max_structures
+        self.max_plans = max_plans
+        self.max_assignment_elements = max_assignment_elements
+        self._structures: OrderedDict[str, PlanStructure] = OrderedDict()
+        # structure -> (sharing tuple -> Assignments, [elements held])
+        self._assignments: OrderedDict[PlanStructure, tuple[OrderedDict, list[int]]] = OrderedDict()
+        self._plans: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def structure(self, expr: TensorExpr) -> PlanStructure:
+        """The memoized :class:`PlanStructure` of ``expr``."""
+        key = expr_key(expr)
+        hit = self._structures.get(key)
+        if hit is not None:
+            self._structures.move_to_end(key)
+            return hit
+        structure = self._structures[key] = build_structure(expr)
+        _trim(self._structures, self.max_structures)
+        return structure
+
+    def assignments(self, structure: PlanStructure, key: tuple[int, ...], build: Callable[[], Any]):
+        """The assignments of sharing tuple ``key`` of ``structure`` (``build()`` on a miss)."""
+        memo = self._assignments.get(structure)
+        if memo is None:
+            memo = self._assignments[structure] = (OrderedDict(), [0])
+            _trim(self._assignments, self.max_structures)
+        else:
+            self._assignments.move_to_end(structure)
+        entries, held = memo
+        hit = entries.get(key)
+        if hit is not None:
+            entries.move_to_end(key)
+            return hit
+        entry = entries[key] = build()
+        held[0] += entry.combos.size
+        while held[0] > self.max_assignment_elements and len(entries) > 1:
+            _, old = entries.popitem(last=False)
+            held[0] -= old.combos.size
+        return entry
+
+    def planned(self, key: Hashable):
+        """A planned operator stored under ``key``, or None."""
+        hit = self._plans.get(key)
+        if hit is not None:
+            self._plans.move_to_end(key)
+        return hit
+
+    def remember(self, key: Hashable, planned: Any) -> None:
+        self._plans[key] = planned
+        _trim(self._plans, self.max_plans)
+
+    def clear(self) -> None:
+        self._structures.clear()
+        self._assignments.clear()
+        self._plans.clear()
+
+
+def _trim(memo: OrderedDict, size: int) -> None:
+    while len(memo) > size:
+        memo.popitem(last=False)
+
+
+def cache_or_new(cache: PlanSearchCache | None) -> PlanSearchCache:
+    """``cache``, or a fresh one for a single call."""
+    return cache if cache is not None else PlanSearchCache()

@@ -1,0 +1,382 @@
+"""The plan space of one operator: F_op rows, f_t assignments, candidate batches (T10 §4.2, §4.3.1, §5).
+
+A plan is ``F_op`` (one factor per axis of the tensor expression, compound convolution axes
+partitioned per basic axis as T10 §5 does), a temporal factor ``f_t`` per tensor per axis and
+a loop order of the axes that take temporal steps. The rotating pace is not a free choice in
+our device format: like T10 (§4.2, "T10 designates the rp as the minimum of the sub-tensor
+partition lengths") it is derived, ``rp = xp / S`` (:mod:`runtime_sim.layout`).
+
+Validity is :meth:`runtime_sim.layout.OpLayout.validate`, mirrored rule by rule on arrays of
+candidates:
+
+* ``1 <= F_a <= extent_a``; pinned axes (sharing a dimension with a core-local axis) keep
+  ``F_a = 1`` and never rotate;
+* a tensor rotates only on axes that index exactly one of its dimensions, with coefficient 1
+  and no offset, and never when it is an epilogue input;
+* ``prod f_t`` of a tensor divides ``P_T``, the number of cores sharing each sub-tensor;
+* on every axis the temporal factors of all tensors are pairwise factor/multiple;
+* reduction axes of bodies that zero padding would corrupt are never padded;
+* rotation rings must hold each partition once and shift in step (``_check_rings``). That
+  check can only fail when two tensors rotating on one axis are both missing an axis with
+  ``F > 1`` (otherwise the other tensor's skew is constant along the ring); such candidates,
+  rare in practice, are checked one by one with :class:`OpLayout` itself.
+
+Candidates are built as arrays: every ``F_op`` tuple first, then for every distinct tuple of
+sharing counts ``(P_T)`` the ``f_t`` assignments, joined tensor by tensor with the alignment
+rule applied after each join. Assignments depend
+on ``F_op`` only through ``(P_T)``: they are memoized per sharing tuple in the caller's
+:class:`~.cache.PlanSearchCache`. The complete space is counted in :mod:`.space_size`, its
+lower bounds are :mod:`.bounds`, T10's search constraints :class:`~.filters.PlanFilters`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from runtime_sim.errors import InvalidPlanError
+from runtime_sim.layout import OpLayout
+from runtime_sim.program import ExecutionPlan
+
+from .cache import PlanSearchCache, cache_or_new
+from .intmath import INT, ceil_div, divisors, factor_tuples, unique_rows
+from .structure import PlanStructure
+
+
+# -- F_op tuples -----------------------------------------------------------------------------
+def axis_values(structure: PlanStructure, max_cores: int) -> list[np.ndarray]:
+    """F_op values allowed on each axis (pinned: 1; unpaddable reductions: divisors)."""
+    values = []
+    for a in range(structure.num_axes):
+        e = int(structure.extents[a])
+        if structure.pinned[a]:
+            values.append(np.ones(1, INT))
+        elif structure.exact[a]:
+            values.append(np.array([d for d in divisors(e) if d <= max_cores], INT))
+        else:
+            values.append(np.arange(1, min(e, max_cores) + 1, dtype=INT))
+    return values
+
+
+def op_partitions(structure: PlanStructure, max_cores: int, min_cores: int = 1) -> np.ndarray:
+    """Every F_op tuple with ``min_cores <= prod F_op <= max_cores``, shape ``(N, axes)``."""
+    rows = np.ones((1, 0), INT)
+    prod = np.ones(1, INT)
+    for vals in axis_values(structure, max_cores):
+        # Each prefix extends with the values that keep the product within max_cores.
+        counts = np.searchsorted(vals, max_cores // prod, side="right")
+        total = int(counts.sum())
+        parent = np.repeat(np.arange(len(rows)), counts)
+        starts = np.cumsum(counts) - counts
+        pick = np.arange(total) - np.repeat(starts, counts)
+        col = vals[pick]
+        rows = np.concatenate([rows[parent], col[:, None]], axis=1)
+        prod = prod[parent] * col
+    if min_cores > 1:
+        rows = rows[prod >= min_cores]
+    return rows
+
+
+def sharing_counts(structure: PlanStructure, F: np.ndarray) -> np.ndarray:
+    """``P_T`` per row and tensor: product of F_op over the axes the tensor lacks, (N, T)."""
+    free = ~structure.own  # (T, A)
+    logs = np.where(free[None, :, :], F[:, None, :], 1)
+    return np.prod(logs, axis=2)
+
+
+def padding_ratio(structure: PlanStructure, F: np.ndarray, xp: np.ndarray) -> np.ndarray:
+    """Padded over original iteration space, ``prod F*xp / prod extent``, per row."""
+    ratio = np.ones(len(F))
+    for a in range(structure.num_axes):
+        ratio *= (F[:, a] * xp[:, a]) / float(structure.extents[a])
+    return ratio
+
+
+# -- temporal factor assignments -------------------------------------------------------------
+@dataclass(frozen=True)
+class Assignments:
+    """The f_t assignments of one sharing tuple; their steps per axis tabulated on demand."""
+
+    combos: np.ndarray  # (n, T, A)
+
+    @cached_property
+    def S(self) -> np.ndarray:
+        return self.combos.max(axis=1)
+
+    @cached_property
+    def _s_table(self) -> tuple[np.ndarray, np.ndarray]:
+        rows, group, _ = unique_rows(self.S)
+        return rows, group
+
+    @property
+    def s_rows(self) -> np.ndarray:
+        """(u, A): the distinct S vectors (padding depends on S only)."""
+        return self._s_table[0]
+
+    @property
+    def s_group(self) -> np.ndarray:
+        """(n,): each assignment's row in :attr:`s_rows`."""
+        return self._s_table[1]
+
+    @cached_property
+    def _per_axis(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        values, index = [], []
+        for a in range(self.s_rows.shape[1]):
+            v, inv = np.unique(self.s_rows[:, a], return_inverse=True)
+            values.append(v)
+            index.append(inv.reshape(-1))
+        return tuple(values), tuple(index)
+
+    @property
+    def s_values(self) -> tuple[np.ndarray, ...]:
+        """Per axis: the distinct S values of :attr:`s_rows`."""
+        return self._per_axis[0]
+
+    @property
+    def s_index(self) -> tuple[np.ndarray, ...]:
+        """Per axis: each :attr:`s_rows` entry's position in :attr:`s_values`."""
+        return self._per_axis[1]
+
+
+def temporal_assignments(structure: PlanStructure, P: Sequence[int],
+                         cache: "PlanSearchCache | None" = None) -> np.ndarray:
+    """All f_t assignments obeying the divisibility and alignment rules for sharing ``P``.
+
+    Returns ``(n, T, A)``: tensor ``t`` gets factors only on its rotatable axes, with
+    ``prod f_t | P_t``, and every axis carries pairwise factor/multiple factors. The first
+    row is the unrotated assignment. Memoized per sharing tuple in ``cache`` if given.
+    """
+    return assignments(structure, P, cache).combos
+
+
+def assignments(structure: PlanStructure, P: Sequence[int],
+                cache: "PlanSearchCache | None" = None) -> Assignments:
+    """:class:`Assignments` of sharing tuple ``P`` (from ``cache`` when it holds them)."""
+    key = tuple(int(p) for p in P)
+    if cache is None:
+        return Assignments(_join_assignments(structure, key))
+    return cache.assignments(structure, key, lambda: Assignments(_join_assignments(structure, key)))
+
+
+def _join_assignments(structure: PlanStructure, key: tuple[int, ...]) -> np.ndarray:
+    n_t, n_a = structure.num_tensors, structure.num_axes
+    combos = np.ones((1, n_t, n_a), INT)
+    # Join the tensors with fewest options first: intermediate products stay small.
+    order = sorted(range(n_t), key=lambda t: len(factor_tuples(key[t], int(structure.rotatable[t].sum()))))
+    done: list[int] = []
+    for t in order:
+        axes_t = np.flatnonzero(structure.rotatable[t])
+        if len(axes_t) and key[t] > 1:
+            opts = factor_tuples(key[t], len(axes_t))
+            n = len(combos)
+            combos = np.repeat(combos, len(opts), axis=0)
+            combos[:, t, axes_t] = np.tile(opts, (n, 1))
+            ok = np.ones(len(combos), bool)
+            for a in axes_t:
+                for u in done:
+                    if structure.rotatable[u, a]:
+                        x, y = combos[:, t, a], combos[:, u, a]
+                        ok &= (x % y == 0) | (y % x == 0)
+            combos = combos[ok]
+        done.append(t)
+    combos.setflags(write=False)
+    return combos
+
+
+@dataclass(frozen=True)
+class PlanBatch:
+    """Candidate plans as arrays: ``F`` (N, A) and ``ft`` (N, T, A), plus derived figures."""
+
+    structure: PlanStructure
+    F: np.ndarray
+    ft: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.F)
+
+    @cached_property
+    def S(self) -> np.ndarray:
+        """Steps per axis: the largest temporal factor of any tensor on it."""
+        return self.ft.max(axis=1)
+
+    @cached_property
+    def xp(self) -> np.ndarray:
+        """Padded sub-operator extents ``S * ceil(ceil(E/F) / S)``."""
+        S = self.S
+        return S * ceil_div(ceil_div(self.structure.extents[None, :], self.F), S)
+
+    @property
+    def rp(self) -> np.ndarray:
+        return self.xp // self.S
+
+    @property
+    def cores(self) -> np.ndarray:
+        return np.prod(self.F, axis=1)
+
+    @property
+    def steps(self) -> np.ndarray:
+        return np.prod(self.S, axis=1)
+
+    def sharing(self) -> np.ndarray:
+        return sharing_counts(self.structure, self.F)
+
+    def ring_sizes(self) -> np.ndarray:
+        return np.prod(self.ft, axis=2)
+
+    def replicas(self) -> np.ndarray:
+        return self.sharing() // self.ring_sizes()
+
+    def partition_bytes(self, xp: np.ndarray | None = None) -> np.ndarray:
+        """Bytes of one partition of every tensor, (N, T) (mirrors OpLayout._dim_length)."""
+        return partition_bytes(self.structure, self.ft, self.xp if xp is None else xp)
+
+    def memory(self) -> np.ndarray:
+        """Bytes per core: one partition of every tensor (OpLayout.memory_bytes_per_core)."""
+        return self.partition_bytes().sum(axis=1)
+
+    def padding(self) -> np.ndarray:
+        return padding_ratio(self.structure, self.F, self.xp)
+
+    def take(self, rows: np.ndarray) -> "PlanBatch":
+        return PlanBatch(self.structure, self.F[rows], self.ft[rows])
+
+    def plan(self, i: int, order: Sequence[int] = ()) -> ExecutionPlan:
+        """Row ``i`` as an :class:`ExecutionPlan` (``order``: axis indices, outermost first)."""
+        axes = self.structure.axes
+        S = self.S[i]
+        temporal = tuple(
+            {axes[a]: int(self.ft[i, t, a]) for a in range(len(axes)) if self.ft[i, t, a] > 1}
+            for t in range(self.structure.num_tensors)
+        )
+        if len(order):
+            loop = tuple(axes[int(a)] for a in order if S[int(a)] > 1)
+        else:
+            loop = tuple(a for j, a in enumerate(axes) if S[j] > 1)
+        return ExecutionPlan({a: int(f) for a, f in zip(axes, self.F[i])}, temporal, loop)
+
+
+def partition_bytes(structure: PlanStructure, ft: np.ndarray, xp: np.ndarray) -> np.ndarray:
+    n = len(xp)
+    out = np.empty((n, structure.num_tensors), INT)
+    for t, spec in enumerate(structure.dims):
+        size = np.ones(n, INT)
+        for d in spec:
+            if d[0] == "whole":
+                size = size * d[1]
+            elif d[0] == "simple":
+                size = size * (xp[:, d[1]] // ft[:, t, d[1]])
+            elif d[0] == "compound":
+                length = np.ones(n, INT)
+                for a, c in d[1]:
+                    length = length + c * (xp[:, a] - 1)
+                size = size * length
+        out[:, t] = size * structure.elem_bytes[t]
+    return out
+
+
+
+def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool = False,
+              max_padding: float = math.inf, cache: "PlanSearchCache | None" = None) -> PlanBatch:
+    """Every valid plan (without loop order) of every F_op row: the rows' f_t assignments.
+
+    ``max_padding`` drops plans whose padded iteration space exceeds the original by more
+    than that ratio before they are materialized (padding depends on F_op and S only).
+    """
+    A, T = structure.num_axes, structure.num_tensors
+    if len(F) == 0:
+        return PlanBatch(structure, F.reshape(0, A), np.ones((0, T, A), INT))
+    P = sharing_counts(structure, F)
+    keys, inverse, _ = unique_rows(P)
+    by_key = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[by_key], np.arange(len(keys) + 1))
+    prefilter = math.isfinite(max_padding) or bool(structure.exact.any())
+    Fs, fts = [], []
+    for k, key in enumerate(keys):
+        entry = assignments(structure, key, cache)
+        first = 1 if exclude_unrotated else 0  # row 0 is the unrotated assignment
+        rows = by_key[bounds[k]:bounds[k + 1]]
+        if len(entry.combos) <= first or not len(rows):
+            continue
+        if not prefilter:
+            combos = entry.combos[first:]
+            Fs.append(np.repeat(F[rows], len(combos), axis=0))
+            fts.append(np.tile(combos, (len(rows), 1, 1)))
+            continue
+        ok = _padding_mask(structure, F[rows], entry, max_padding)
+        ok[:, :first] = False
+        ri, ci = np.nonzero(ok)
+        Fs.append(F[rows][ri])
+        fts.append(entry.combos[ci])
+    if not Fs:
+        return plans_for(structure, F[:0])
+    batch = PlanBatch(structure, np.concatenate(Fs), np.concatenate(fts))
+    return _drop_invalid(batch)
+
+
+def _padding_mask(structure: PlanStructure, F: np.ndarray, entry: Assignments,
+                  max_padding: float) -> np.ndarray:
+    """(rows, combos) mask: padding within ``max_padding`` and unpaddable axes unpadded.
+
+    Padding depends on S only: it is computed per distinct S vector (per axis, the padded
+    length ``F * S * ceil(ceil(E/F) / S)`` is tabulated for the few distinct S values),
+    then spread to the combos.
+    """
+    n = len(entry.s_rows)
+    ratio = np.ones((len(F), n))
+    ok = np.ones((len(F), n), bool)
+    c = ceil_div(structure.extents[None, :], F)
+    for a in range(structure.num_axes):
+        values = entry.s_values[a]
+        if len(values) == 1 and values[0] == 1 and not structure.exact[a]:
+            ratio *= (F[:, a] * c[:, a] / float(structure.extents[a]))[:, None]
+            continue
+        padded = F[:, a, None] * values[None, :] * ceil_div(c[:, a, None], values[None, :])
+        padded = padded[:, entry.s_index[a]]
+        ratio *= padded / float(structure.extents[a])
+        if structure.exact[a]:
+            ok &= padded == structure.extents[a]
+    if math.isfinite(max_padding):
+        ok &= ratio <= max_padding + 1e-9
+    return ok[:, entry.s_group]
+
+
+def _drop_invalid(batch: PlanBatch) -> PlanBatch:
+    """Apply the ring rule, which depends on F_op itself (see the module docstring)."""
+    structure = batch.structure
+    keep = np.ones(len(batch), bool)
+    # (Unpaddable reductions were handled by _padding_mask before materializing.)
+    if structure.ring_risks:
+        risky = np.zeros(len(batch), bool)
+        for a, t, u, shared in structure.ring_risks:
+            spread = np.prod(np.where(shared[None, :], batch.F, 1), axis=1) > 1
+            risky |= (batch.ft[:, t, a] > 1) & (batch.ft[:, u, a] > 1) & spread
+        for i in np.flatnonzero(risky & keep):
+            try:
+                OpLayout(structure.expr, batch.plan(int(i)))._check_rings()
+            except InvalidPlanError:
+                keep[i] = False
+    return batch if keep.all() else batch.take(np.flatnonzero(keep))
+
+
+def iter_plan_chunks(structure: PlanStructure, F: np.ndarray, chunk: int = 200_000,
+                     exclude_unrotated: bool = False,
+                     cache: "PlanSearchCache | None" = None) -> Iterable[PlanBatch]:
+    """:func:`plans_for` over ``F`` in pieces of about ``chunk`` plans (bounded memory)."""
+    if len(F) == 0:
+        return
+    cache = cache_or_new(cache)
+    keys, inverse, _ = unique_rows(sharing_counts(structure, F))
+    per_key = np.array([len(temporal_assignments(structure, k, cache)) for k in keys], INT)
+    sizes = per_key[inverse]
+    start, acc = 0, 0
+    for i in range(len(F)):
+        acc += int(sizes[i])
+        if acc >= chunk:
+            yield plans_for(structure, F[start:i + 1], exclude_unrotated, cache=cache)
+            start, acc = i + 1, 0
+    if start < len(F):
+        yield plans_for(structure, F[start:], exclude_unrotated, cache=cache)

@@ -1,0 +1,118 @@
+"""What plan validity and cost need to know about one tensor expression, as arrays.
+
+:func:`plan_structure` builds it; a :class:`~.cache.PlanSearchCache` (owned by the caller)
+memoizes it per expression.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from runtime_sim.layout import padding_safe_reduce, pinned_axes
+from runtime_sim.program import TensorExpr, dtype_bytes
+
+from .intmath import INT
+
+if TYPE_CHECKING:
+    from .cache import PlanSearchCache
+
+
+@dataclass(frozen=True, eq=False)
+class PlanStructure:
+    """What plan validity and cost need to know about a tensor expression, as arrays.
+
+    Axes are in ``expr.axes`` order, tensors in ``expr.tensors`` order (inputs then output).
+    """
+
+    expr: TensorExpr
+    axes: tuple[str, ...]
+    extents: np.ndarray  # (A,)
+    pinned: np.ndarray  # (A,) bool
+    exact: np.ndarray  # (A,) bool: reduction axes that must not be padded
+    own: np.ndarray  # (T, A) bool: tensor t is indexed by axis a
+    rotatable: np.ndarray  # (T, A) bool: tensor t may rotate on axis a
+    ring_risks: tuple[tuple[int, int, int, np.ndarray], ...]  # (axis, t, u, shared free mask)
+    dims: tuple[tuple[tuple, ...], ...]  # per tensor, per dimension: how its length derives
+    elem_bytes: np.ndarray  # (T,)
+
+    @property
+    def num_axes(self) -> int:
+        return len(self.axes)
+
+    @property
+    def num_tensors(self) -> int:
+        return len(self.expr.tensors)
+
+
+def expr_key(expr: TensorExpr) -> str:
+    """A hashable identity of a tensor expression (its canonical JSON)."""
+    return json.dumps(expr.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def plan_structure(expr: TensorExpr, cache: "PlanSearchCache | None" = None) -> PlanStructure:
+    """The :class:`PlanStructure` of ``expr`` (memoized in ``cache`` when one is given)."""
+    if cache is not None:
+        return cache.structure(expr)
+    return build_structure(expr)
+
+
+def build_structure(expr: TensorExpr) -> PlanStructure:
+    axes = expr.axis_names
+    index = {a: i for i, a in enumerate(axes)}
+    local = {a.name: a.extent for a in expr.local_axes}
+    pinned = pinned_axes(expr)
+    n_t, n_a = len(expr.tensors), len(axes)
+    own = np.zeros((n_t, n_a), bool)
+    rot = np.zeros((n_t, n_a), bool)
+    dims = []
+    for t, access in enumerate(expr.tensors):
+        for a in access.axes:
+            if a in index:
+                own[t, index[a]] = True
+        for a in access.axes:
+            if a not in index or a in pinned or t in expr.epilogue_inputs:
+                continue
+            using = [i for i in access.indices if a in i.axes]
+            if len(using) == 1 and using[0].is_simple:
+                rot[t, index[a]] = True
+        spec = []
+        for d, idx in enumerate(access.indices):
+            # Mirrors OpLayout._dim_length: whole dimension, constant index, simple, compound.
+            if any(a in local for a in idx.axes):
+                spec.append(("whole", access.shape[d]))
+            elif not idx.terms:
+                spec.append(("const",))
+            elif idx.is_simple:
+                spec.append(("simple", index[idx.terms[0][0]]))
+            else:
+                spec.append(("compound", tuple((index[a], abs(c)) for a, c in idx.terms)))
+        dims.append(tuple(spec))
+    exact = np.zeros(n_a, bool)
+    if not padding_safe_reduce(expr):
+        for a in expr.reduce_axes:
+            exact[index[a]] = True
+    free = ~own
+    risks = []
+    for a in range(n_a):
+        ts = np.flatnonzero(rot[:, a])
+        for i, t in enumerate(ts):
+            for u in ts[i + 1:]:
+                shared = free[t] & free[u]
+                if shared.any():
+                    risks.append((a, int(t), int(u), shared))
+    return PlanStructure(
+        expr=expr,
+        axes=axes,
+        extents=np.array([a.extent for a in expr.axes], INT),
+        pinned=np.array([a in pinned for a in axes], bool),
+        exact=exact,
+        own=own,
+        rotatable=rot,
+        ring_risks=tuple(risks),
+        dims=tuple(dims),
+        elem_bytes=np.array([dtype_bytes(t.dtype) for t in expr.tensors], INT),
+    )
