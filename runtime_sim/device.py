@@ -25,6 +25,7 @@ host-side copy of a tensor, so a wrong placement or shift gives a wrong answer.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -63,11 +64,30 @@ class _Allocation:
 
 @dataclass
 class _Run:
-    """Statistics of one model invocation: consecutive regions, none executed twice."""
+    """One model invocation: the programs executed, in order, and their statistics.
+
+    Programs that name their module's ``run_order`` are grouped exactly: the run is the
+    sequence of regions one call of ``main`` runs (a region may run several times in it).
+    Programs without one (hand-written) fall back to "a region seen again starts a new run".
+    """
 
     module: str = ""
     region_names: set[str] = field(default_factory=set)
     regions: list[dict[str, Any]] = field(default_factory=list)
+    programs: list[DeviceProgram] = field(default_factory=list)
+    timing: Any = None  # the timing report of ``programs``, computed on first request
+
+    def continues_with(self, program: DeviceProgram) -> bool:
+        """Whether ``program`` is the next region of this run (else it starts a new one)."""
+        if not self.programs:
+            return False
+        if program.module != self.module:
+            return False
+        order = program.run_order
+        if order:
+            position = len(self.programs)
+            return position < len(order) and order[position] == program.region
+        return program.region not in self.region_names
 
 
 class SimulatedDevice:
@@ -418,7 +438,7 @@ class SimulatedDevice:
                     raise DeviceProgramError(f"region '{program.region}' never computes output '{name}'")
                 outputs.append(env[name])
             stats["output_bytes"] = int(sum(o.nbytes for o in outputs))
-            self._record(program.module, program.region, stats)
+            self._record(program, stats)
             return outputs
 
     def _region_inputs(self, program: DeviceProgram, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
@@ -547,21 +567,20 @@ class SimulatedDevice:
         self._used -= self._resident.pop(name)
 
     # -- statistics -----------------------------------------------------------------------
-    def _record(self, module: str, region: str, stats: dict[str, Any]) -> None:
-        # A region of another compiled module, or one already executed, starts a new run
-        # (the model is invoked again, or another model runs).
-        if region in self._run.region_names or (self._run.regions and module != self._run.module):
-            self._run = _Run(module=module)
-        self._run.module = module
-        self._run.region_names.add(region)
+    def _record(self, program: DeviceProgram, stats: dict[str, Any]) -> None:
+        if not self._run.continues_with(program):
+            self._run = _Run(module=program.module)
+        self._run.region_names.add(program.region)
         self._run.regions.append(stats)
+        self._run.programs.append(program)
+        self._run.timing = None
 
     def reset_stats(self) -> None:
         """Start a new run: the next region executed is the first of a fresh run."""
         with self._lock:
             self._run = _Run()
 
-    def last_run_stats(self) -> dict[str, Any]:
+    def last_run_stats(self, *, timing: bool = True) -> dict[str, Any]:
         """Statistics of the current (latest) run, one model invocation.
 
         ``shift_bytes`` counts rotations and replica reductions; ``relayout_bytes`` the
@@ -569,7 +588,33 @@ class SimulatedDevice:
         VGM operators (tile loads from home slices, epilogue inputs included, and output
         tiles stored home); ``peak_sram_bytes_per_core`` includes the shift buffer (and the
         VGM region); ``regions`` has the per-region (and per-operator) details.
+
+        With ``timing`` (the default), ``simulated_s`` is the time the run takes on the chip
+        and ``simulated_ops`` its per-operator breakdown: the timing simulator run over
+        exactly the programs that executed, in call order, with their input sources
+        (:meth:`last_run_timing`).
         """
+        with self._lock:
+            stats = self._counters()
+            if timing and self._run.programs:
+                report = self.last_run_timing()
+                stats["simulated_s"] = float(report.total_s)
+                stats["simulated_ops"] = _per_op_timing(report)
+            return stats
+
+    def last_run_timing(self) -> Any:
+        """The timing report of the latest run (:func:`runtime_sim.timing.simulate_timing`,
+        or :func:`runtime_sim.vgm.simulate_vgm_timing` for load-compute-store programs);
+        ``write_trace(path)`` on it writes the run's Chrome/Perfetto trace."""
+        with self._lock:
+            run = self._run
+            if not run.programs:
+                raise DeviceProgramError("no device program has run yet: nothing to time")
+            if run.timing is None:
+                run.timing = _simulate(run.programs)
+            return run.timing
+
+    def _counters(self) -> dict[str, Any]:
         regions = [dict(r) for r in self._run.regions]
         total = lambda key: int(sum(r[key] for r in regions))  # noqa: E731
         peak = lambda key: int(max((r[key] for r in regions), default=0))  # noqa: E731
@@ -646,9 +691,39 @@ def get_device() -> SimulatedDevice:
         return _DEVICE
 
 
-def last_run_stats() -> dict[str, Any]:
+def last_run_stats(*, timing: bool = True) -> dict[str, Any]:
     """:meth:`SimulatedDevice.last_run_stats` of the process-wide device."""
-    return get_device().last_run_stats()
+    return get_device().last_run_stats(timing=timing)
+
+
+def last_run_timing() -> Any:
+    """:meth:`SimulatedDevice.last_run_timing` of the process-wide device."""
+    return get_device().last_run_timing()
+
+
+def _simulate(programs: Sequence[DeviceProgram]) -> Any:
+    # Imported on first use: timing is the other half of the device, not needed to run.
+    # pylint: disable=import-outside-toplevel
+    if any(isinstance(op.plan, VgmPlan) for p in programs for op in p.ops):
+        from .vgm import simulate_vgm_timing
+
+        return simulate_vgm_timing(programs)
+    from .timing import simulate_timing
+
+    return simulate_timing(programs)
+
+
+def _per_op_timing(report: Any) -> list[dict[str, Any]]:
+    """Per operator of a timing report: name and seconds (with the report's breakdown)."""
+    rows = []
+    for entry in report.per_op:
+        if isinstance(entry, tuple):  # VGM: (name, VgmTiming)
+            name, timing = entry
+            rows.append({"op": name, "time_s": timing.time_s, **dataclasses.asdict(timing)})
+        else:
+            row = dataclasses.asdict(entry)
+            rows.append({"op": row.pop("name"), "time_s": entry.end_s - entry.start_s, **row})
+    return rows
 
 
 def reset_stats() -> None:

@@ -70,7 +70,8 @@ class Axis:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Axis":
-        return cls(str(d["name"]), int(d["extent"]), bool(d.get("reduce", False)))
+        return cls(_name(d["name"], "axis name"), _int(d["extent"], "axis extent"),
+                   _bool(d.get("reduce", False), "axis 'reduce'"))
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,12 @@ class AffineIndex:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "AffineIndex":
-        return cls(tuple((str(a), int(c)) for a, c in d.get("terms", ())), int(d.get("offset", 0)))
+        terms = []
+        for term in _list(d.get("terms", ()), "index terms"):
+            if not isinstance(term, (list, tuple)) or len(term) != 2:
+                raise DeviceProgramError(f"an index term must be [axis, coefficient], not {term!r}")
+            terms.append((_name(term[0], "index axis"), _int(term[1], "index coefficient")))
+        return cls(tuple(terms), _int(d.get("offset", 0), "index offset"))
 
     def __str__(self) -> str:
         parts = [a if c == 1 else f"{a}*{c}" for a, c in self.terms]
@@ -148,10 +154,10 @@ class TensorAccess:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TensorAccess":
         return cls(
-            str(d["name"]),
-            tuple(int(s) for s in d["shape"]),
-            str(d["dtype"]),
-            tuple(AffineIndex.from_dict(i) for i in d["indices"]),
+            _name(d["name"], "tensor name"),
+            tuple(_int(s, "tensor dimension") for s in _list(d["shape"], "tensor shape")),
+            _name(d["dtype"], "dtype"),
+            tuple(AffineIndex.from_dict(_map(i, "index")) for i in _list(d["indices"], "indices")),
         )
 
 
@@ -217,14 +223,16 @@ class TensorExpr:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TensorExpr":
         return cls(
-            kind=str(d["kind"]),
-            axes=tuple(Axis.from_dict(a) for a in d["axes"]),
-            local_axes=tuple(Axis.from_dict(a) for a in d.get("local_axes", ())),
-            inputs=tuple(TensorAccess.from_dict(t) for t in d["inputs"]),
-            output=TensorAccess.from_dict(d["output"]),
-            body=d["body"],
-            epilogue=d.get("epilogue"),
-            epilogue_inputs=tuple(int(i) for i in d.get("epilogue_inputs", ())),
+            kind=_name(d["kind"], "operator kind"),
+            axes=tuple(Axis.from_dict(_map(a, "axis")) for a in _list(d["axes"], "axes")),
+            local_axes=tuple(Axis.from_dict(_map(a, "axis"))
+                             for a in _list(d.get("local_axes", ()), "local_axes")),
+            inputs=tuple(TensorAccess.from_dict(_map(t, "input")) for t in _list(d["inputs"], "inputs")),
+            output=TensorAccess.from_dict(_map(d["output"], "output")),
+            body=_map(d["body"], "body"),
+            epilogue=None if d.get("epilogue") is None else _map(d["epilogue"], "epilogue"),
+            epilogue_inputs=tuple(_int(i, "epilogue input")
+                                  for i in _list(d.get("epilogue_inputs", ()), "epilogue_inputs")),
         )
 
     def structure_key(self) -> str:
@@ -294,9 +302,12 @@ class ExecutionPlan:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ExecutionPlan":
         return cls(
-            op_partition={str(a): int(f) for a, f in d["op_partition"].items()},
-            temporal=tuple({str(a): int(f) for a, f in t.items()} for t in d["temporal"]),
-            loop_order=tuple(str(a) for a in d.get("loop_order", ())),
+            op_partition={_name(a, "axis"): _int(f, "F_op")
+                          for a, f in _map(d["op_partition"], "op_partition").items()},
+            temporal=tuple({_name(a, "axis"): _int(f, "temporal factor")
+                            for a, f in _map(t, "temporal factors").items()}
+                           for t in _list(d["temporal"], "temporal")),
+            loop_order=tuple(_name(a, "loop axis") for a in _list(d.get("loop_order", ()), "loop_order")),
         )
 
 
@@ -321,11 +332,14 @@ class VgmPlan:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "VgmPlan":
-        return cls({str(a): int(t) for a, t in d["tiles"].items()})
+        return cls({_name(a, "axis"): _int(t, "tile") for a, t in _map(d["tiles"], "tiles").items()})
 
 
 def plan_from_dict(d: Mapping[str, Any]) -> "ExecutionPlan | VgmPlan":
     """Either execution model of an operator, as stored in a program."""
+    d = _map(d, "plan")
+    if d.get("execution", "compute-shift") not in ("vgm", "compute-shift"):
+        raise DeviceProgramError(f"unknown execution model {d.get('execution')!r} (use 'vgm' or a compute-shift plan)")
     if d.get("execution") == "vgm":
         return VgmPlan.from_dict(d)
     return ExecutionPlan.from_dict(d)
@@ -370,12 +384,12 @@ class OpProgram:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OpProgram":
         return cls(
-            name=str(d["name"]),
-            expr=TensorExpr.from_dict(d["expr"]),
+            name=_name(d["name"], "operator name"),
+            expr=TensorExpr.from_dict(_map(d["expr"], "expr")),
             plan=plan_from_dict(d["plan"]),
-            input_names=tuple(d["input_names"]),
-            output_name=str(d["output_name"]),
-            estimated_time_s=float(d.get("estimated_time_s", 0.0)),
+            input_names=tuple(_name(n, "input name") for n in _list(d["input_names"], "input_names")),
+            output_name=_name(d["output_name"], "output name"),
+            estimated_time_s=_float(d.get("estimated_time_s", 0.0), "estimated_time_s"),
             idle_plan=_idle_from_dict(d.get("idle_plan")),
         )
 
@@ -392,7 +406,7 @@ def _idle_from_dict(value: Any) -> "ExecutionPlan | str | None":
         return IDLE_SPREAD
     if isinstance(value, str):
         raise DeviceProgramError(f"unknown idle placement {value!r}; use '{IDLE_SPREAD}' or a plan")
-    return ExecutionPlan.from_dict(value)
+    return ExecutionPlan.from_dict(_map(value, "idle_plan"))
 
 
 #: Where a region input lives before the region runs: sent by the host, resident in off-chip
@@ -400,6 +414,16 @@ def _idle_from_dict(value: Any) -> "ExecutionPlan | str | None":
 #: kept on chip between runs in the idle placement of the operator that reads it
 #: (:attr:`OpProgram.idle_plan`, T10 §4.3.2).
 INPUT_SOURCES = ("host", "hbm", "chip", "resident")
+
+
+def model_state_source(has_hbm: bool, on_chip: bool = False) -> str:
+    """Where model state (weights, KV caches, constants baked into a program) waits before a
+    region runs: kept on chip (``"resident"``) when the whole model is, else in HBM on a chip
+    that has it, else the host sends it with every run. The one rule the compiler writes into
+    programs and the timing simulator assumes for a constant that names no source."""
+    if on_chip:
+        return "resident"
+    return "hbm" if has_hbm else "host"
 
 
 @dataclass(frozen=True)
@@ -422,8 +446,9 @@ class TensorDecl:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TensorDecl":
-        return cls(str(d["name"]), tuple(int(s) for s in d["shape"]), str(d["dtype"]),
-                   str(d.get("source", "host")))
+        return cls(_name(d["name"], "input name"),
+                   tuple(_int(s, "tensor dimension") for s in _list(d["shape"], "input shape")),
+                   _name(d["dtype"], "dtype"), _name(d.get("source", "host"), "input source"))
 
 
 @dataclass(frozen=True)
@@ -468,34 +493,54 @@ class DeviceProgram:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "DeviceProgram":
-        if d.get("format") != PROGRAM_FORMAT:
-            raise DeviceProgramError(f"not an ICCA device program (format={d.get('format')!r})")
-        if int(d.get("version", -1)) != PROGRAM_VERSION:
+        # guard the top-level type, the format and the version before reading anything else
+        if not isinstance(d, Mapping):
             raise DeviceProgramError(
-                f"device program version {d.get('version')} is not supported "
+                f"a device program must be a JSON object, not {type(d).__name__}"
+            )
+        if d.get("format") != PROGRAM_FORMAT:
+            raise DeviceProgramError(f"not an ICCA device program (format={_short(d.get('format'))})")
+        version = d.get("version")
+        if isinstance(version, bool) or not isinstance(version, int) or version != PROGRAM_VERSION:
+            raise DeviceProgramError(
+                f"device program version {_short(version)} is not supported "
                 f"(this device runs version {PROGRAM_VERSION})"
             )
+        missing = [k for k in ("region", "hardware", "inputs", "outputs", "ops") if k not in d]
+        if missing:
+            raise DeviceProgramError(f"malformed device program: missing {', '.join(missing)}")
+        region = _short(d.get("region"))
         try:
             return cls(
-                region=str(d["region"]),
-                hardware=dict(d["hardware"]),
-                inputs=tuple(TensorDecl.from_dict(t) for t in d["inputs"]),
-                outputs=tuple(d["outputs"]),
-                ops=tuple(OpProgram.from_dict(op) for op in d["ops"]),
-                constants=dict(d.get("constants", {})),
-                module=str(d.get("module", "")),
-                run_order=tuple(str(r) for r in d.get("run_order", ())),
+                region=_name(d["region"], "region name"),
+                hardware=dict(_map(d["hardware"], "hardware")),
+                inputs=tuple(TensorDecl.from_dict(_map(t, "input")) for t in _list(d["inputs"], "inputs")),
+                outputs=tuple(_name(o, "output name") for o in _list(d["outputs"], "outputs")),
+                ops=tuple(OpProgram.from_dict(_map(op, "operator")) for op in _list(d["ops"], "ops")),
+                constants=dict(_map(d.get("constants", {}), "constants")),
+                module=_name(d.get("module", ""), "module", empty=True),
+                run_order=tuple(_name(r, "region name") for r in _list(d.get("run_order", ()), "run_order")),
             )
-        except (KeyError, TypeError, ValueError) as err:
-            raise DeviceProgramError(f"malformed device program: {err!r}") from None
+        except DeviceProgramError as err:
+            raise DeviceProgramError(f"malformed device program (region {region}): {err}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            what = f"missing field {err}" if isinstance(err, KeyError) else str(err)
+            raise DeviceProgramError(f"malformed device program (region {region}): {what}") from None
 
     @classmethod
     def from_json(cls, text: str) -> "DeviceProgram":
+        if not isinstance(text, (str, bytes, bytearray)):
+            raise DeviceProgramError(f"a device program is JSON text, not {type(text).__name__}")
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, bad UTF-8, nesting
             raise DeviceProgramError(f"device program is not valid JSON: {err}") from None
         return cls.from_dict(data)
+
+    def validate(self, hw: "HardwareSpec | None" = None) -> None:
+        """:func:`validate_program` of this program (remembered: a program is checked once
+        per chip)."""
+        validate_program(self, hw)
 
 
 _DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8,

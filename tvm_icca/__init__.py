@@ -32,7 +32,8 @@ from .hardware import (
 from .patterns import get_icca_patterns
 from .partition import format_report, host_ops, icca_regions, partition_for_icca, partition_report
 from .target import hardware_for_target, icca_pipeline, is_icca_target, offload_to_icca
-from .device_entry import last_run_stats
+from .device_entry import last_run_stats, write_last_run_trace
+from .model import CompileOptions, plan_device_programs
 from .codegen import icca_codegen
 from .frontend import compile, compile_onnx, load_onnx  # pylint: disable=redefined-builtin
 
@@ -42,6 +43,7 @@ __version__ = "0.1.0"
 # shadow the builtin.
 __all__ = [
     "PRESET_NAMES",
+    "CompileOptions",
     "HardwareSpec",
     "compile_onnx",
     "current_hardware",
@@ -58,8 +60,10 @@ __all__ = [
     "offload_to_icca",
     "partition_for_icca",
     "partition_report",
+    "plan_device_programs",
     "preset",
     "small_chip",
     "use_hardware",
+    "write_last_run_trace",
     *sorted(_ERROR_TYPES),
 ]

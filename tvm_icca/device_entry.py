@@ -36,6 +36,7 @@ __all__ = [
     "DEVICE_RUN_FUNC",
     "last_run_stats",
     "parse_program",
+    "write_last_run_trace",
     "raise_through_ffi",
     "register_error_types",
     "run_program",
@@ -159,9 +160,22 @@ def _run(program_json: str, tensors: Sequence[Any]) -> None:
         out.copyfrom(np.ascontiguousarray(array, dtype=str(out.dtype)))
 
 
-def last_run_stats() -> Any:
-    """Statistics of the last device run (time, traffic, ...), from the simulated device."""
-    return _device_module().last_run_stats()
+def last_run_stats(*, timing: bool = True) -> dict[str, Any]:
+    """Statistics of the last model run on the simulated device: traffic, cores, SRAM, and
+    (unless ``timing=False``) ``simulated_s`` and ``simulated_ops``, the timing simulator over
+    exactly the programs that ran, in call order
+    (:meth:`runtime_sim.device.SimulatedDevice.last_run_stats`)."""
+    return _device_module().last_run_stats(timing=timing)
+
+
+def write_last_run_trace(path: str) -> None:
+    """Write the Chrome/Perfetto trace of the last model run's simulated timeline (the format
+    of ``tvm-icca simulate --trace``)."""
+    report = _device_module().last_run_timing()
+    if not hasattr(report, "write_trace"):
+        raise IccaError("the last run executed load-compute-store (VGM) programs, whose timing "
+                        "has no trace; traces cover compute-shift programs")
+    report.write_trace(path)
 
 
 _INSTALLED = False

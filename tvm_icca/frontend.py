@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, Union
 
 import tvm
 from tvm.ir import IRModule
@@ -18,7 +18,8 @@ from tvm.ir import IRModule
 from runtime_sim.errors import ModelImportError
 
 from .hardware import HardwareLike, use_hardware
-from .target import TARGET_TAG
+from .model import CompileOptions
+from .target import TARGET_TAG, icca_pipeline
 
 if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
     import onnx
@@ -140,15 +141,23 @@ def compile(  # pylint: disable=redefined-builtin
     hw: HardwareLike | None = None,
     *,
     target: str = TARGET_TAG,
+    execution: str = "t10",
+    state_on_chip: bool = False,
+    resident: Collection[str] | None = None,
 ) -> tvm.runtime.Executable:
-    """``tvm.compile(mod, target="icca")`` for the chip ``hw`` (default: the current choice).
+    """``tvm.compile(mod, target="icca")`` for the chip ``hw`` (default: the current choice),
+    with the model-level choices of :class:`~tvm_icca.model.CompileOptions` (``execution``
+    ``"t10"`` or ``"vgm"``, ``state_on_chip``, ``resident`` parameter names).
 
     Run the result with ``tvm.relax.VirtualMachine(executable, tvm.cpu())``.
     """
+    options = CompileOptions(execution=execution, state_on_chip=state_on_chip,
+                             resident=None if resident is None else frozenset(resident))
+    pipeline = icca_pipeline(target, options=options)
     if hw is None:
-        return tvm.compile(mod, target=target)
+        return tvm.compile(mod, target=target, relax_pipeline=pipeline)
     with use_hardware(hw):
-        return tvm.compile(mod, target=target)
+        return tvm.compile(mod, target=target, relax_pipeline=pipeline)
 
 
 def compile_onnx(

@@ -1,10 +1,13 @@
-"""From one partitioned Relax region to a device program (the codegen's middle end).
+"""One partitioned Relax region: its operators as tensor expressions, and their plans.
 
 A region (a function with ``Codegen == "icca"``) calls one composite function per offloaded
-operator. For each call this module takes the operator's tensor expression from its TE
-compute (:mod:`tvm_icca.tensor_expr`), searches an rTensor execution plan
-(:mod:`tvm_icca.plans`) and records where its inputs come from: a region parameter, a
+operator. :func:`extract_region` takes each operator's tensor expression from its TE compute
+(:mod:`tvm_icca.tensor_expr`) and records where its inputs come from: a region parameter, a
 constant baked into the program, or the output of an earlier operator of the region.
+:func:`plan_region` searches each operator's rTensor execution plan (:mod:`tvm_icca.plans`)
+within the SRAM its region leaves it. The model-level pass
+(:mod:`tvm_icca.model.planner`) calls these for every region of a model; nothing else
+compiles regions.
 """
 
 from __future__ import annotations
@@ -296,10 +299,3 @@ def _result_vars(expr: relax.Expr, name: str) -> list[relax.Var]:
     if isinstance(expr, relax.Var):
         return [expr]
     raise IccaError(f"region '{name}' returns {type(expr).__name__}; expected tensors")
-
-
-def constant_array(program: DeviceProgram, name: str) -> np.ndarray:
-    """Decode a constant of a program (for inspection and tests)."""
-    from runtime_sim.constants import decode_constant
-
-    return decode_constant(name, program.constants[name])

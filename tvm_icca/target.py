@@ -9,8 +9,10 @@ Target kinds are C++-only in TVM 0.27, so ICCA is an ``llvm`` target with the ex
   target's ``model`` attribute to the preset name.
 
 ``tvm.compile(mod, target="icca")`` runs :func:`icca_pipeline`: partition for the chip (unless
-the module is already partitioned), ``RunCodegen`` (which calls ``relax.ext.icca``), then the
-usual CPU pipeline for what stays on the host. See :func:`_install_pipeline_hook` for how the
+the module is already partitioned), the model-level planning pass
+(:func:`tvm_icca.model.plan_device_programs`, the same passes the timing-only path runs),
+``RunCodegen`` (whose ``relax.ext.icca`` serializes the programs into stubs), then the usual
+CPU pipeline for what stays on the host. See :func:`_install_pipeline_hook` for how the
 default pipeline is routed there.
 """
 
@@ -28,7 +30,7 @@ from runtime_sim.errors import IccaError, InvalidHardwareSpecError
 from .hardware import PRESET_NAMES, HardwareLike, HardwareSpec, current_hardware
 from .hardware import explicit_hardware, preset, resolve_hardware
 from .device_entry import raise_through_ffi
-from .partition import is_partitioned, partition_for_icca
+from .model import CompileOptions, icca_model_passes
 
 __all__ = [
     "ICCA_KEY",
@@ -98,18 +100,21 @@ def hardware_for_target(target: Target | str | dict | None = None) -> HardwareSp
     return explicit if explicit is not None else preset(model)
 
 
-def offload_to_icca(hw: HardwareLike | None = None) -> tvm.transform.Pass:
-    """Partition for ICCA (unless already partitioned), then ``RunCodegen``.
+def offload_to_icca(
+    hw: HardwareLike | None = None, options: CompileOptions | None = None
+) -> tvm.transform.Pass:
+    """Partition for ICCA (unless already partitioned), plan the device programs of the
+    whole model (:func:`~tvm_icca.model.icca_model_passes`), then ``RunCodegen``.
 
-    The chip is ``hw``, else the one of the current target (:func:`hardware_for_target`).
+    The chip is ``hw``, else the one of the current target (:func:`hardware_for_target`);
+    ``options`` are the model-level choices (:class:`~tvm_icca.model.CompileOptions`).
     """
 
     @tvm.transform.module_pass(opt_level=0, name="IccaOffload")
     def _offload(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         try:
-            if not is_partitioned(mod):
-                spec = resolve_hardware(hw) if hw is not None else hardware_for_target(None)
-                mod = partition_for_icca(mod, spec)
+            spec = resolve_hardware(hw) if hw is not None else hardware_for_target(None)
+            mod = icca_model_passes(spec, options)(mod)
             return relax.transform.RunCodegen()(mod)
         except IccaError as err:
             # This pass is called from C++ (Sequential, tvm.compile): keep the error intact.
@@ -123,11 +128,14 @@ def icca_pipeline(
     target: Target | str | dict | None = None,
     hw: HardwareLike | None = None,
     base: tvm.transform.Pass | None = None,
+    options: CompileOptions | None = None,
 ) -> tvm.transform.Pass:
     """The Relax pipeline for ICCA: :func:`offload_to_icca`, then the host pipeline ``base``.
 
     ``base`` defaults to TVM's default build pipeline (the one ``tvm.compile`` uses for CPU
-    targets). Also registered as the named pipeline ``"icca"``, so
+    targets); ``options`` are the model-level choices (:class:`~tvm_icca.model.CompileOptions`),
+    e.g. ``tvm.compile(mod, target="icca", relax_pipeline=icca_pipeline(
+    options=CompileOptions(state_on_chip=True)))``. Also registered as the named pipeline ``"icca"``, so
     ``tvm.compile(mod, target="llvm", relax_pipeline="icca")`` offloads as well.
     """
     target = _as_target(target)
@@ -137,9 +145,9 @@ def icca_pipeline(
     @tvm.transform.module_pass(opt_level=0, name="IccaPipeline")
     def _pipeline(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         if target is None:
-            return base(offload_to_icca(hw)(mod))
+            return base(offload_to_icca(hw, options)(mod))
         with target:
-            return base(offload_to_icca(hw)(mod))
+            return base(offload_to_icca(hw, options)(mod))
 
     return _pipeline
 

@@ -60,7 +60,7 @@ import numpy as np
 from ..errors import DeviceProgramError, SramOverflowError
 from ..hardware import HardwareSpec
 from ..layout import OpLayout, check_op_inputs, checked_layout
-from ..program import IDLE_SPREAD, DeviceProgram, OpProgram, dtype_bytes
+from ..program import IDLE_SPREAD, DeviceProgram, OpProgram, dtype_bytes, model_state_source
 from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
 from .geometry import (
     Boxes,
@@ -364,7 +364,7 @@ class _Planner:
             entry = program.constants[name]
             source = entry.get("source") if isinstance(entry, dict) else None
             if source is None:
-                return "hbm" if self.hw.hbm_bandwidth > 0 else RESIDENT
+                return model_state_source(self.hw.hbm_bandwidth > 0)
             if source not in ("hbm", "host", "chip", RESIDENT):
                 raise DeviceProgramError(f"constant '{name}' has unknown source {source!r}")
             return source

@@ -30,7 +30,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def op_count_row(name: str, batch: int, context: int, hw: Any) -> dict[str, Any]:
     """Import and partition counts of one full-size model (see the module docstring)."""
     from ..partition import partition_for_icca  # pylint: disable=import-outside-toplevel
-    from ..simulate import partitioned_op_counts  # pylint: disable=import-outside-toplevel
+    from ..model.calls import partitioned_op_counts  # pylint: disable=import-outside-toplevel
     from ..workloads import get_workload, workload_info  # pylint: disable=import-outside-toplevel
     from .simulate import workload_kwargs  # pylint: disable=import-outside-toplevel
 

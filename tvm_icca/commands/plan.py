@@ -61,7 +61,7 @@ def _run_model(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     from runtime_sim.errors import IccaError
 
-    from ..simulate import compile_programs
+    from ..programs import compile_programs
     from ..workloads import canonical_name, get_workload
     from .simulate import workload_kwargs
 

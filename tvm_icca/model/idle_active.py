@@ -5,7 +5,7 @@ an *idle* placement and the operator runs in an *active* plan; the setup phase m
 weights from one to the other each time the operator runs. :func:`reconcile_regions` applies
 :func:`tvm_icca.plans.reconcile.reconcile` to the operators of a partitioned model:
 
-1. every region is first planned on its own (:func:`~tvm_icca.compiler.plan_region`), which
+1. every region is first planned on its own (:func:`~tvm_icca.region.plan_region`), which
    fixes each operator's budget: the SRAM left after the activation margin and the region's
    intermediates still held on chip when it runs;
 2. each operator gets its candidate plans (:func:`~tvm_icca.plans.reconcile.operator_options`:
@@ -33,8 +33,8 @@ from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
 from runtime_sim.program import IDLE_SPREAD, OpProgram
 
-from .compiler import PlanCache, RegionOps, held_bytes, plan_region
-from .plans.reconcile import OpOptions, PlanOption, Reconciliation, reconcile, transfer_setup
+from ..region import PlanCache, RegionOps, held_bytes, plan_region
+from ..plans.reconcile import OpOptions, PlanOption, Reconciliation, reconcile, transfer_setup
 
 __all__ = ["OperatorDecision", "ModelPlan", "reconcile_regions"]
 
@@ -70,6 +70,27 @@ class ModelPlan:
     @property
     def estimated_time_s(self) -> float:
         return self.reconciliation.total_time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """The decisions as JSON-ready data (the planned operators are in the programs)."""
+        r = self.reconciliation
+        return {
+            "capacity_bytes": self.capacity_bytes,
+            "decisions": [d.to_dict() for d in self.decisions],
+            "reconciliation": {"idle": dict(r.idle), "active": dict(r.active),
+                               "total_time_s": r.total_time_s, "idle_bytes": r.idle_bytes,
+                               "setup_s": dict(r.setup_s), "trace": [list(t) for t in r.trace]},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ModelPlan":
+        r = d["reconciliation"]
+        reconciliation = Reconciliation(
+            idle=dict(r["idle"]), active=dict(r["active"]), total_time_s=float(r["total_time_s"]),
+            idle_bytes=int(r["idle_bytes"]), setup_s=dict(r["setup_s"]),
+            trace=tuple((int(b), float(t)) for b, t in r["trace"]))
+        return cls(ops={}, decisions=tuple(OperatorDecision(**x) for x in d["decisions"]),
+                   reconciliation=reconciliation, capacity_bytes=int(d["capacity_bytes"]))
 
 
 def reconcile_regions(
