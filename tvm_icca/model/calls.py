@@ -1,0 +1,167 @@
+"""What ``main`` says about the ICCA regions of a partitioned module.
+
+The model-level decisions (:mod:`tvm_icca.model.planner`) need facts only ``main`` knows:
+the order in which it calls the regions (a region of identical layers is called once per
+layer), where each argument of each call comes from (model state, an earlier region, the
+host), how much activation memory the model needs at once, and how many Relax operators ran
+where. This module reads them; it decides nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Collection, Iterator, Mapping
+
+import tvm
+from tvm import relax
+from tvm.ir import IRModule
+
+from runtime_sim.errors import IccaError
+
+from ..partition import icca_regions, partition_report
+from ..relax_types import static_bytes
+
+__all__ = [
+    "CHIP", "HOST", "STATE", "VIEW_OPS", "argument_origins", "default_resident", "main_function",
+    "on_chip_reservation", "partitioned_op_counts", "region_call_order", "region_gvars",
+]
+
+#: Host ops that only reinterpret the shape of a row-major tensor: an input read through one
+#: of them has the source of the op's operand (a reshaped weight is still a weight in HBM, a
+#: reshaped region output is still on chip). Transposes and slices move data, so they do not.
+VIEW_OPS = frozenset({"relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten"})
+
+#: Origins of a region argument (:func:`argument_origins`): produced by an earlier region,
+#: computed or fed by the host.
+CHIP = "chip"
+HOST = "host"
+#: Origin of a region argument that is model state (weights, KV caches, constants).
+STATE = "state"
+
+
+def region_call_order(mod: IRModule) -> list[str]:
+    """ICCA regions in the order ``main`` calls them (a region called twice appears twice)."""
+    gvars = region_gvars(mod)
+    return [r for b in _bindings(main_function(mod)) if (r := _region_of_call(b.value, gvars)) is not None]
+
+
+def argument_origins(mod: IRModule, resident: Collection[str]) -> list[tuple[str, ...]]:
+    """Per region call of ``main`` (in order), where each argument comes from: ``"state"``
+    (a ``main`` parameter named in ``resident``, or a constant, possibly through a view op),
+    ``"chip"`` (an earlier region's result) or ``"host"`` (anything else)."""
+    main = main_function(mod)
+    origin: dict[relax.Var, str] = {}
+    for param in main.params:
+        origin[param] = STATE if str(param.name) in resident else HOST
+    gvars = region_gvars(mod)
+
+    def source_of(expr: relax.Expr) -> str:
+        if isinstance(expr, tvm.ir.GenericConst):
+            return STATE
+        if isinstance(expr, relax.Var):
+            return origin.get(expr, HOST)
+        if isinstance(expr, relax.TupleGetItem):
+            return source_of(expr.tuple_value)
+        return HOST
+
+    result: list[tuple[str, ...]] = []
+    for binding in _bindings(main):
+        value = binding.value
+        region = _region_of_call(value, gvars)
+        if region is not None:
+            result.append(tuple(source_of(arg) for arg in value.args))
+            origin[binding.var] = CHIP
+        elif isinstance(value, (relax.Var, relax.TupleGetItem, tvm.ir.GenericConst)):
+            origin[binding.var] = source_of(value)
+        elif (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+              and value.op.name in VIEW_OPS):
+            origin[binding.var] = source_of(value.args[0])
+        else:
+            origin[binding.var] = HOST
+    return result
+
+
+def default_resident(mod: IRModule) -> frozenset[str]:
+    """The ``main`` parameters that are model state by default: those after the first
+    ``num_input`` (the attribute ``relax.frontend.nn`` exports set), else none (an ONNX import
+    binds its weights as constants, which count as model state anyway)."""
+    main = main_function(mod)
+    num_input = main.attrs.get("num_input") if main.attrs is not None else None
+    if num_input is None:
+        return frozenset()
+    return frozenset(str(p.name) for p in list(main.params)[int(num_input):])
+
+
+def on_chip_reservation(mod: IRModule, resident: Collection[str], num_cores: int,
+                        include_state: bool = True) -> int:
+    """Bytes per core that keeping the model on chip reserves: all model state (weights, KV
+    caches, constants) spread over every core (unless ``include_state`` is off: compute-shift
+    plans place the state themselves, :mod:`tvm_icca.model.idle_active`), plus the largest
+    input/output pair of any binding of ``main`` (the live activations while it runs)."""
+    main = main_function(mod)
+    state = sum(static_bytes(p.ty) for p in main.params if str(p.name) in resident)
+    largest = 0
+    for binding in _bindings(main):
+        value = binding.value
+        out = static_bytes(binding.var.ty)
+        ins = 0
+        if isinstance(value, relax.Call):
+            ins = sum(static_bytes(a.ty) for a in value.args if isinstance(a, relax.Var)
+                      and str(a.name) not in resident)
+            for arg in value.args:
+                if isinstance(arg, tvm.ir.GenericConst):
+                    state += static_bytes(arg.ty)
+        largest = max(largest, ins + out)
+    return -(-((state if include_state else 0) + largest) // num_cores)
+
+
+def partitioned_op_counts(
+    part: IRModule, report: Mapping[str, Any] | None = None
+) -> dict[str, dict[str, int]]:
+    """Relax ops of a partitioned module: ``{"offloaded": {op: n}, "host": {op: n}}``.
+
+    ``MergeCompositeFunctions`` emits one function for identical regions (the layers of an
+    LLM share theirs) and :func:`partition_report` lists each function once, so offloaded ops
+    are weighted here by how many times ``main`` calls their region. Offloaded plus host
+    ops equal the ops of the module before partitioning.
+    """
+    report = report if report is not None else partition_report(part)
+    calls = collections.Counter(region_call_order(part))
+    offloaded: collections.Counter[str] = collections.Counter()
+    for region in report["regions"]:
+        for op, count in region["ops"].items():
+            offloaded[op] += count * calls[region["name"]]
+    return {"offloaded": dict(sorted(offloaded.items())), "host": dict(report["host_ops"])}
+
+
+def main_function(mod: IRModule) -> relax.Function:
+    for gvar, func in mod.functions_items():
+        if gvar.name_hint == "main" and isinstance(func, relax.Function):
+            return func
+    raise IccaError("the module has no Relax function 'main'")
+
+
+def _bindings(func: relax.Function) -> Iterator[relax.Binding]:
+    body = func.body
+    if isinstance(body, relax.SeqExpr):
+        for block in body.blocks:
+            yield from block.bindings
+
+
+def region_gvars(mod: IRModule) -> dict[tvm.ir.GlobalVar, str]:
+    """GlobalVar -> name (as :func:`icca_regions` names them) of every ICCA region."""
+    regions = icca_regions(mod)
+    out = {}
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, relax.Function) or func.attrs is None:
+            continue
+        name = str(func.attrs.get("global_symbol", gvar.name_hint))
+        if name in regions and regions[name].same_as(func):
+            out[gvar] = name
+    return out
+
+
+def _region_of_call(value: Any, gvars: Mapping[tvm.ir.GlobalVar, str]) -> str | None:
+    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar):
+        return gvars.get(value.op)
+    return None
