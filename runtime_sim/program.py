@@ -35,10 +35,15 @@ Expression trees (``TensorExpr.body`` / ``TensorExpr.epilogue``) are JSON dictio
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from .errors import DeviceProgramError
+
+if TYPE_CHECKING:
+    from .hardware import HardwareSpec
 
 PROGRAM_FORMAT = "icca-device-program"
 #: Version 2 added ``run_order`` (the regions of one model invocation, in call order).
@@ -584,3 +589,343 @@ def make_load(input_index: int, index: Sequence[AffineIndex]) -> Expr:
 
 def axes_in(indices: Iterable[AffineIndex]) -> set[str]:
     return {a for idx in indices for a in idx.axes}
+
+
+# -- reading and checking programs --------------------------------------------------------------
+#: Largest extent of an axis or tensor dimension a program may carry (int32 indexing of one
+#: dimension; a 70B-parameter model's largest dimension, its vocabulary or context, is < 2**18).
+MAX_EXTENT = 2**31 - 1
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:30] + "..." + text[-6:]
+
+
+def _name(value: Any, what: str, empty: bool = False) -> str:
+    if not isinstance(value, str) or (not empty and not value):
+        raise DeviceProgramError(f"{what} must be a{'' if empty else ' non-empty'} string, not {_short(value)}")
+    return value
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    raise DeviceProgramError(f"{what} must be an integer, not {_short(value)}")
+
+
+def _float(value: Any, what: str) -> float:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value)):
+        return float(value)
+    raise DeviceProgramError(f"{what} must be a finite number, not {_short(value)}")
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise DeviceProgramError(f"{what} must be true or false, not {_short(value)}")
+    return value
+
+
+def _list(value: Any, what: str) -> list:
+    if not isinstance(value, (list, tuple)):
+        raise DeviceProgramError(f"{what} must be a list, not {type(value).__name__}")
+    return list(value)
+
+
+def _map(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise DeviceProgramError(f"{what} must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+_ARITY = {**{op: 1 for op in UNARY_OPS}, **{op: 2 for op in BINARY_OPS},
+          "select": 3, "cast": 1, "reduce": 1}
+
+
+def validate_program(program: "DeviceProgram", hw: "HardwareSpec | None" = None) -> None:
+    """Check a whole device program before anything runs it; raise one clear error or nothing.
+
+    Both ways of running a program -- the functional device
+    (:meth:`runtime_sim.device.SimulatedDevice.run`) and the timing simulators
+    (:func:`runtime_sim.timing.simulate_timing`, :func:`runtime_sim.vgm.simulate_vgm_timing`)
+    -- call this first, so a program one of them refuses is refused by the other, with the
+    same error type. Checked here, for every operator: the program's own fields (format,
+    version, names, hardware description), every tensor's shape (positive integers up to
+    :data:`MAX_EXTENT`) and dtype, the operator kind (a template of :mod:`schedules`), every
+    axis (unique names, positive extents), every index (axes of the expression, one per tensor
+    dimension), the output (one plain spatial axis per dimension whose extent is the
+    dimension), simple input reads within the tensor, the expression tree (known ops, arity,
+    loads of existing inputs, reductions over core-local axes, ``result`` only in the
+    epilogue), the plan (factors on known axes, one temporal map per tensor), that every
+    tensor an operator reads exists with the shape and dtype it reads it as, and that every
+    region output is computed. With ``hw``: every dtype is one the chip computes
+    (:class:`UnsupportedDtypeError`, as the device says it). Without ``hw`` the program's
+    ``hardware`` must be a valid :class:`HardwareSpec` (:class:`InvalidHardwareSpecError`).
+
+    Whether a plan is a valid T10 layout on the chip (rings, padding, core count) is the
+    layout's own check, :func:`runtime_sim.layout.checked_layout`, which both executors call
+    per operator after this.
+    """
+    from .hardware import HardwareSpec  # the hardware module does not import programs
+
+    if not isinstance(program, DeviceProgram):
+        raise DeviceProgramError(f"expected a DeviceProgram, got {type(program).__name__}")
+    if hw is None:
+        hw = HardwareSpec.from_dict(_map(program.hardware, "program hardware"))
+    if getattr(program, "_validated_for", None) == hw:
+        return
+    _check_program(program, hw)
+    object.__setattr__(program, "_validated_for", hw)
+
+
+def _check_program(program: "DeviceProgram", hw: Any) -> None:
+    from schedules import template_kinds  # schedules imports this module: import on use
+
+    def fail(why: str) -> DeviceProgramError:
+        return DeviceProgramError(f"invalid device program (region {_short(program.region)}): {why}")
+
+    if program.format != PROGRAM_FORMAT or program.version != PROGRAM_VERSION:
+        raise fail(f"format {program.format!r} version {program.version!r} is not "
+                   f"{PROGRAM_FORMAT!r} version {PROGRAM_VERSION}")
+    try:
+        _name(program.region, "region name")
+        _name(program.module, "module", empty=True)
+        for r in program.run_order:
+            _name(r, "run_order entry")
+    except DeviceProgramError as err:
+        raise fail(str(err)) from None
+
+    def check_shape(shape: Any, what: str) -> tuple[int, ...]:
+        if not isinstance(shape, (tuple, list)):
+            raise fail(f"{what} has shape {_short(shape)}, not a list of dimensions")
+        for s in shape:
+            if isinstance(s, bool) or not isinstance(s, numbers.Integral) or not 1 <= s <= MAX_EXTENT:
+                raise fail(f"{what} has shape {_short(list(shape))}: every dimension must be an "
+                           f"integer in [1, {MAX_EXTENT}]")
+        return tuple(int(s) for s in shape)
+
+    def check_dtype(dtype: Any, what: str) -> str:
+        if not isinstance(dtype, str) or dtype not in _DTYPE_BYTES:
+            raise fail(f"{what} has unknown dtype {_short(dtype)}")
+        if hw is not None:
+            hw.check_dtype(dtype, what)  # UnsupportedDtypeError, as the device raises it
+        return dtype
+
+    tensors: dict[str, tuple[tuple[int, ...], str]] = {}
+    for decl in program.inputs:
+        if not isinstance(decl, TensorDecl):
+            raise fail(f"input {_short(decl)} is not a TensorDecl")
+        what = f"input '{decl.name}'"
+        if not isinstance(decl.name, str) or not decl.name or decl.name in tensors:
+            raise fail(f"{what}: input names must be unique non-empty strings")
+        if decl.source not in INPUT_SOURCES:
+            raise fail(f"{what}: source {_short(decl.source)} is not one of {INPUT_SOURCES}")
+        tensors[decl.name] = (check_shape(decl.shape, what), check_dtype(decl.dtype, what))
+    if not isinstance(program.constants, Mapping):
+        raise fail("constants must be a JSON object")
+    for name, entry in program.constants.items():
+        what = f"constant '{name}'"
+        if not isinstance(name, str) or not name or name in tensors:
+            raise fail(f"{what}: constant names must be unique non-empty strings, distinct from inputs")
+        if not isinstance(entry, Mapping) or "shape" not in entry or "dtype" not in entry:
+            raise fail(f"{what} must be an object with 'shape' and 'dtype'")
+        source = entry.get("source")
+        if source is not None and source not in INPUT_SOURCES:
+            raise fail(f"{what} has unknown source {_short(source)}")
+        if "data" in entry and not isinstance(entry["data"], str):
+            raise fail(f"{what}: 'data' must be base64 text")
+        shape = entry["shape"]
+        # a scalar constant has shape []
+        tensors[name] = (check_shape(shape, what), check_dtype(entry["dtype"], what))
+
+    kinds = template_kinds()
+    for i, op in enumerate(program.ops):
+        if not isinstance(op, OpProgram):
+            raise fail(f"operator {i} is not an OpProgram")
+        _check_op(op, kinds, tensors, check_shape, check_dtype, fail)
+        tensors[op.output_name] = (tuple(op.expr.output.shape), op.expr.output.dtype)
+    if not isinstance(program.outputs, (tuple, list)):
+        raise fail("outputs must be a list of tensor names")
+    for name in program.outputs:
+        if name not in tensors:
+            raise fail(f"output {_short(name)} is never computed (no operator writes it and it is "
+                       "no input or constant)")
+
+
+def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape: Any,
+              check_dtype: Any, fail: Any) -> None:
+    name = op.name if isinstance(op.name, str) else _short(op.name)
+    where = f"operator '{name}'"
+
+    def bad(why: str) -> DeviceProgramError:
+        return fail(f"{where}: {why}")
+
+    if not isinstance(op.name, str) or not op.name:
+        raise bad("the operator name must be a non-empty string")
+    expr = op.expr
+    if not isinstance(expr, TensorExpr):
+        raise bad("expr is not a TensorExpr")
+    if expr.kind not in kinds:
+        raise bad(f"unknown operator kind {_short(expr.kind)} (known: {', '.join(kinds)})")
+    extents: dict[str, int] = {}
+    for group in (expr.axes, expr.local_axes):
+        for a in group:
+            if not isinstance(a, Axis) or not isinstance(a.name, str) or not a.name:
+                raise bad(f"axis {_short(a)} is not a named axis")
+            if a.name in extents:
+                raise bad(f"axis '{a.name}' is declared twice")
+            if isinstance(a.extent, bool) or not isinstance(a.extent, numbers.Integral) \
+                    or not 1 <= a.extent <= MAX_EXTENT:
+                raise bad(f"axis '{a.name}' has extent {_short(a.extent)}, not an integer in [1, {MAX_EXTENT}]")
+            if not isinstance(a.reduce, bool):
+                raise bad(f"axis '{a.name}': reduce must be true or false")
+            extents[a.name] = int(a.extent)
+    top = {a.name: a for a in expr.axes}
+    local = {a.name for a in expr.local_axes}
+
+    def check_index(ix: Any, what: str, allowed: Mapping[str, Any] | set) -> AffineIndex:
+        if not isinstance(ix, AffineIndex):
+            raise bad(f"{what} is not an affine index")
+        for a, c in ix.terms:
+            if a not in allowed:
+                raise bad(f"{what} uses unknown axis {_short(a)}")
+            if isinstance(c, bool) or not isinstance(c, numbers.Integral):
+                raise bad(f"{what} has a non-integer coefficient {_short(c)}")
+        if isinstance(ix.offset, bool) or not isinstance(ix.offset, numbers.Integral):
+            raise bad(f"{what} has a non-integer offset {_short(ix.offset)}")
+        return ix
+
+    def check_access(acc: Any, what: str) -> None:
+        if not isinstance(acc, TensorAccess):
+            raise bad(f"{what} is not a tensor access")
+        shape = check_shape(acc.shape, f"{where}, {what} '{acc.name}'")
+        check_dtype(acc.dtype, f"{where}, {what} '{acc.name}'")
+        if len(acc.indices) != len(shape):
+            raise bad(f"{what} '{acc.name}' has {len(shape)} dimensions but {len(acc.indices)} indices")
+        for d, ix in enumerate(acc.indices):
+            check_index(ix, f"index {d} of {what} '{acc.name}'", extents)
+            if ix.is_simple and extents[ix.terms[0][0]] > shape[d]:
+                raise bad(f"axis '{ix.terms[0][0]}' (extent {extents[ix.terms[0][0]]}) indexes "
+                          f"dimension {d} of {what} '{acc.name}', which has {shape[d]} elements")
+
+    for t, acc in enumerate(expr.inputs):
+        check_access(acc, f"input {t}")
+    check_access(expr.output, "output")
+    out_axes = []
+    for d, ix in enumerate(expr.output.indices):
+        a = ix.terms[0][0] if ix.is_simple else None
+        if a is None or a not in top or top[a].reduce or a in out_axes:
+            raise bad(f"output index {d} ({ix}) must be one plain spatial axis, each used once")
+        if extents[a] != expr.output.shape[d]:
+            raise bad(f"output axis '{a}' has extent {extents[a]}, the output dimension {d} "
+                      f"has {expr.output.shape[d]}")
+        out_axes.append(a)
+    n_in = len(expr.inputs)
+    for i in expr.epilogue_inputs:
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < n_in:
+            raise bad(f"epilogue input {_short(i)} is not an input index in [0, {n_in})")
+
+    def check_tree(root: Any, what: str, axes: Mapping[str, Any] | set, epilogue: bool) -> None:
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if not isinstance(node, Mapping) or not isinstance(node.get("op"), str):
+                raise bad(f"{what}: node {_short(node)} is not an expression")
+            kind = node["op"]
+            if kind == "load":
+                t = node.get("input")
+                if isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= t < n_in:
+                    raise bad(f"{what}: load of input {_short(t)}, the operator has {n_in} inputs")
+                index = node.get("index")
+                rank = len(expr.inputs[t].shape)
+                if not isinstance(index, (list, tuple)) or len(index) != rank:
+                    raise bad(f"{what}: load of input {t} needs {rank} indices, got {_short(index)}")
+                for d, ix in enumerate(index):
+                    try:
+                        parsed = AffineIndex.from_dict(_map(ix, "index"))
+                    except (DeviceProgramError, KeyError) as err:
+                        raise bad(f"{what}: load of input {t}, index {d}: {err}") from None
+                    check_index(parsed, f"{what}: load of input {t}, index {d}", axes)
+            elif kind == "const":
+                value = node.get("value")
+                if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
+                    raise bad(f"{what}: constant {_short(value)} is not a number")
+            elif kind == "axis":
+                if node.get("axis") not in axes:
+                    raise bad(f"{what}: reads unknown axis {_short(node.get('axis'))}")
+            elif kind == "result":
+                if not epilogue:
+                    raise bad(f"{what}: 'result' is only valid in an epilogue")
+            elif kind in _ARITY:
+                args = node.get("args")
+                if not isinstance(args, (list, tuple)) or len(args) != _ARITY[kind]:
+                    raise bad(f"{what}: '{kind}' takes {_ARITY[kind]} argument(s), got {_short(args)}")
+                if kind == "cast" and node.get("dtype") not in _DTYPE_BYTES:
+                    raise bad(f"{what}: cast to unknown dtype {_short(node.get('dtype'))}")
+                if kind == "reduce":
+                    if node.get("combiner", "sum") not in REDUCE_COMBINERS:
+                        raise bad(f"{what}: unknown reduce combiner {_short(node.get('combiner'))}")
+                    raxes = node.get("axes")
+                    if not isinstance(raxes, (list, tuple)) or any(a not in local for a in raxes):
+                        raise bad(f"{what}: reduce over {_short(raxes)}, not core-local axes {sorted(local)}")
+                stack.extend(args)
+            else:
+                raise bad(f"{what}: unknown expression op {_short(kind)}")
+
+    check_tree(expr.body, "body", extents, epilogue=False)
+    if expr.epilogue is not None:
+        check_tree(expr.epilogue, "epilogue", set(out_axes) | local, epilogue=True)
+
+    def check_plan(plan: Any, what: str) -> None:
+        if isinstance(plan, VgmPlan):
+            if not isinstance(plan.tiles, Mapping):
+                raise bad(f"{what}: tiles must be a JSON object")
+            for a, size in plan.tiles.items():
+                if a not in top:
+                    raise bad(f"{what}: tile on unknown axis {_short(a)}")
+                if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+                    raise bad(f"{what}: tile {_short(size)} on '{a}' is not a positive integer")
+            return
+        if not isinstance(plan, ExecutionPlan):
+            raise bad(f"{what} is not an execution plan")
+        if not isinstance(plan.op_partition, Mapping):
+            raise bad(f"{what}: op_partition must be a JSON object")
+        for a, f in plan.op_partition.items():
+            if a not in top:
+                raise bad(f"{what}: F_op on unknown axis {_short(a)}")
+            if isinstance(f, bool) or not isinstance(f, numbers.Integral) or not 1 <= f <= extents[a]:
+                raise bad(f"{what}: F_op {_short(f)} on '{a}' is not an integer in [1, {extents[a]}]")
+        if not isinstance(plan.temporal, (tuple, list)) or len(plan.temporal) != n_in + 1:
+            raise bad(f"{what}: needs one temporal map per tensor ({n_in + 1}), got "
+                      f"{len(plan.temporal) if isinstance(plan.temporal, (tuple, list)) else 'none'}")
+        for t, factors in enumerate(plan.temporal):
+            if not isinstance(factors, Mapping):
+                raise bad(f"{what}: temporal factors of tensor {t} must be a JSON object")
+            for a, f in factors.items():
+                if a not in top:
+                    raise bad(f"{what}: temporal factor of tensor {t} on unknown axis {_short(a)}")
+                if isinstance(f, bool) or not isinstance(f, numbers.Integral) or f < 1:
+                    raise bad(f"{what}: temporal factor {_short(f)} of tensor {t} on '{a}' is not a positive integer")
+        if len(set(plan.loop_order)) != len(plan.loop_order) or any(a not in top for a in plan.loop_order):
+            raise bad(f"{what}: loop_order {_short(list(plan.loop_order))} must name distinct axes of the operator")
+
+    check_plan(op.plan, "plan")
+    if op.idle_plan is not None and op.idle_plan != IDLE_SPREAD:
+        check_plan(op.idle_plan, "idle_plan")
+    if not isinstance(op.estimated_time_s, numbers.Real) or not math.isfinite(op.estimated_time_s):
+        raise bad(f"estimated_time_s {_short(op.estimated_time_s)} is not a finite number")
+    if len(op.input_names) != n_in:
+        raise bad(f"names {len(op.input_names)} inputs, its expression has {n_in}")
+    for t, tname in enumerate(op.input_names):
+        if tname not in tensors:
+            raise bad(f"reads unknown tensor {_short(tname)} (not an input, constant or earlier output)")
+        shape, dtype = tensors[tname]
+        acc = expr.inputs[t]
+        if tuple(shape) != tuple(acc.shape) or dtype != acc.dtype:
+            raise bad(f"reads '{tname}' as {acc.dtype}{list(acc.shape)}, it is {dtype}{list(shape)}")
+    if not isinstance(op.output_name, str) or not op.output_name:
+        raise bad("the output name must be a non-empty string")
+    if op.output_name in tensors:
+        raise bad(f"writes '{op.output_name}', which already exists in the region")
