@@ -427,6 +427,7 @@ class SimulatedDevice:
         elif not isinstance(program, DeviceProgram):
             program = DeviceProgram.from_dict(program)
         hw = HardwareSpec.from_dict(program.hardware)
+        program.validate(hw)  # the one program check, shared with the timing simulators
         with self._lock:
             self.configure(hw)
             env, input_bytes = self._region_inputs(program, inputs)

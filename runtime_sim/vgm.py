@@ -28,7 +28,8 @@ import numpy as np
 from schedules import template_for
 
 from .hardware import HardwareSpec
-from .program import AffineIndex, TensorExpr, VgmPlan, dtype_bytes
+from .errors import DeviceProgramError
+from .program import AffineIndex, TensorExpr, VgmPlan, dtype_bytes, validate_program
 
 
 @dataclass(frozen=True)
@@ -370,14 +371,18 @@ def simulate_vgm_timing(programs, hw: HardwareSpec | None = None) -> VgmReport:
     fits a core's SRAM (the largest batch a VGM compiler can run).
     """
     programs = list(programs)
+    if not programs and hw is None:
+        raise DeviceProgramError("simulate_vgm_timing needs at least one program or a HardwareSpec")
     hw = hw or HardwareSpec.from_dict(programs[0].hardware)
+    for program in programs:  # the program check the functional device makes too
+        validate_program(program, hw)
     region = vgm_region_bytes(programs, hw.num_cores)
     per_op = []
     peak = region
     for program in programs:
         for op in program.ops:
             if not isinstance(op.plan, VgmPlan):
-                raise ValueError(f"operator '{op.name}' has a compute-shift plan, not a VGM plan")
+                raise DeviceProgramError(f"operator '{op.name}' has a compute-shift plan, not a VGM plan")
             timing = vgm_op_timing(op.expr, op.plan, hw)
             layout = VgmLayout(op.expr, op.plan, hw.num_cores)
             peak = max(peak, region + layout.working_bytes_per_core() + hw.shift_buffer_bytes)

@@ -529,6 +529,8 @@ def simulate_timing(
         if not programs:
             raise DeviceProgramError("simulate_timing needs at least one program or a HardwareSpec")
         hw = HardwareSpec.from_dict(programs[0].hardware)
+    for program in programs:  # the program check the functional device makes too
+        program.validate(hw)
     topo = make_topology(hw)
     planner = _Planner(hw, topo)
     works: list[_Work] = []
