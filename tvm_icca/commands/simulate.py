@@ -1,24 +1,29 @@
-"""``tvm-icca simulate``: time a model of the zoo on a simulated chip, without building it.
+"""``tvm-icca simulate``: time a model on a simulated chip, without building it.
 
-Example (Elk §6.1's setting)::
+The model is a workload of the zoo (``tvm-icca models``) or an ONNX file. Examples (Elk
+§6.1's setting, then a user's model)::
 
-    tvm-icca simulate --model llama2-13b --batch 32 --context 2048 --hw ipu-pod4-hbm
+    tvm-icca simulate llama2-13b --batch 32 --context 2048 --hw ipu-pod4-hbm
     tvm-icca simulate --model llama2-70b --batch 32 --layers 2 --json
-    tvm-icca simulate --model resnet50 --hw ipu-mk2 --trace resnet50.json
+    tvm-icca simulate resnet50 --hw ipu-mk2 --trace resnet50.json
+    tvm-icca simulate model.onnx --shape input=1,3,224,224 --hw ipu-mk2
 
 The model is partitioned and its regions compiled to device programs
-(:func:`tvm_icca.simulate.compile_programs`), then timed by
-:func:`runtime_sim.timing.simulate_timing`. Progress bars go to stderr, so ``--json`` output
-on stdout stays one JSON object.
+(:func:`tvm_icca.programs.compile_programs`, the timing-only path: no LLVM build), then timed
+by :func:`runtime_sim.timing.simulate_timing`. Progress bars go to stderr, so ``--json``
+output on stdout stays one JSON object. Every argument is checked before any work.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+import os
 import time
 from typing import Any
+
+from ._args import (UsageError, hardware_preset, nonneg_int, positive_int, shape_arg, shape_dict,
+                    writable_path)
 
 #: Keys ``--json`` always has at the top level.
 SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
@@ -27,24 +32,37 @@ SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "sta
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "simulate", help="time a zoo model on a simulated chip (no LLVM build)",
-        description="Partition a model of the workload zoo, compile its ICCA regions to device "
-        "programs and time them on the simulated chip (see `tvm-icca models`).",
+        "simulate", help="time a zoo model or an ONNX file on a simulated chip (no LLVM build)",
+        description="Partition a model (a workload of the zoo, see `tvm-icca models`, or an "
+        "ONNX file), compile its ICCA regions to device programs and time them on the "
+        "simulated chip.",
     )
-    parser.add_argument("--model", required=True, help="workload name, e.g. llama2-13b")
-    parser.add_argument("--batch", type=int, default=None,
-                        help="batch size (default: the model's, 1 for most, 4096 points for NeRF)")
-    parser.add_argument("--context", "--seq-len", dest="context", type=int, default=None,
-                        help="KV-cache context of LLM decoding (default 2048) or sequence "
+    parser.add_argument("model_arg", nargs="?", metavar="MODEL",
+                        help="workload name (e.g. llama2-13b) or path of an ONNX file")
+    parser.add_argument("--model", dest="model_opt", metavar="MODEL",
+                        help="same as the positional MODEL")
+    parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",
+                        help="static shape of an ONNX input with symbolic dimensions "
+                        "(repeatable), e.g. --shape input=1,3,224,224")
+    parser.add_argument("--batch", type=positive_int, default=None,
+                        help="zoo: batch size (default: the model's, 1 for most, 4096 points "
+                        "for NeRF)")
+    parser.add_argument("--context", "--seq-len", dest="context", type=positive_int, default=None,
+                        help="zoo: KV-cache context of LLM decoding (default 2048) or sequence "
                         "length of BERT (default 128); ignored by other models")
-    parser.add_argument("--hw", default="ipu-pod4-hbm", help="hardware preset (default ipu-pod4-hbm)")
-    parser.add_argument("--layers", type=int, default=None, help="keep only the first N layers")
-    parser.add_argument("--dtype", default=None, help="float16 (default) or float32")
+    parser.add_argument("--hw", type=hardware_preset, default="ipu-pod4-hbm",
+                        help="hardware preset (default ipu-pod4-hbm)")
+    parser.add_argument("--layers", type=positive_int, default=None,
+                        help="zoo: keep only the first N layers")
+    parser.add_argument("--dtype", default=None, choices=("float16", "float32"),
+                        help="zoo: float16 (default) or float32")
     parser.add_argument("--tiny", action="store_true",
-                        help="the model's small test config (same architecture, few channels)")
-    parser.add_argument("--trace", metavar="PATH", help="write a Chrome trace (chrome://tracing, Perfetto)")
+                        help="zoo: the model's small test config (same architecture, few channels)")
+    parser.add_argument("--trace", metavar="PATH", type=writable_path,
+                        help="write a Chrome trace (chrome://tracing, Perfetto)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    parser.add_argument("--max-ops", type=int, default=20, help="slowest operators listed (default 20)")
+    parser.add_argument("--max-ops", type=nonneg_int, default=20,
+                        help="slowest operators listed (default 20)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=_run)
     return parser
@@ -69,46 +87,105 @@ def workload_kwargs(name: str, batch: int | None, context: int | None, layers: i
     return kwargs
 
 
-def _run(args: argparse.Namespace) -> int:
-    from ..hardware import resolve_hardware  # pylint: disable=import-outside-toplevel
-    from ..simulate import compile_programs  # pylint: disable=import-outside-toplevel
+#: Options that only mean something for a zoo workload.
+_ZOO_ONLY = (("batch", "--batch"), ("context", "--context"), ("layers", "--layers"),
+             ("dtype", "--dtype"), ("tiny", "--tiny"))
+
+
+def is_onnx_path(model: str) -> bool:
+    """Whether MODEL names a file (an ONNX model) rather than a workload of the zoo."""
+    return model.lower().endswith(".onnx") or os.sep in model or os.path.exists(model)
+
+
+def _model_argument(args: argparse.Namespace) -> str:
+    if args.model_arg and args.model_opt and args.model_arg != args.model_opt:
+        raise UsageError(f"two models given: '{args.model_arg}' and --model '{args.model_opt}'")
+    model = args.model_arg or args.model_opt
+    if not model:
+        raise UsageError("no model given: pass a zoo name (see 'tvm-icca models') or an ONNX "
+                         "file (see 'tvm-icca simulate --help')")
+    return model
+
+
+def _load(args: argparse.Namespace, model: str) -> tuple[Any, str, str, dict[str, Any]]:
+    """(model for compile_programs, name, description, config) of the MODEL argument,
+    after every check of the arguments."""
     from ..workloads import canonical_name, get_workload  # pylint: disable=import-outside-toplevel
 
+    if is_onnx_path(model):
+        given = [flag for attr, flag in _ZOO_ONLY if getattr(args, attr) not in (None, False)]
+        if given:
+            raise UsageError(f"{', '.join(given)}: apply only to zoo models; give an ONNX "
+                             "model's input shapes with --shape NAME=D1,D2,...")
+        if not os.path.isfile(model):
+            raise UsageError(f"no such ONNX file: '{model}'")
+        shapes = shape_dict(args.shape)
+        from ..frontend import load_onnx  # pylint: disable=import-outside-toplevel
+        from .compile import check_shape_names  # pylint: disable=import-outside-toplevel
+
+        check_shape_names(model, shapes)
+
+        mod = load_onnx(model, shapes)
+        name = os.path.splitext(os.path.basename(model))[0]
+        config = {"onnx": model, "shapes": {k: list(v) for k, v in (shapes or {}).items()}}
+        return mod, name, f"{model} (ONNX)", config
+    if args.shape:
+        raise UsageError("--shape applies to ONNX files; a zoo model takes --batch, --context, "
+                         "--layers")
     try:
-        name = canonical_name(args.model)
+        name = canonical_name(model)
     except KeyError as err:
-        print(f"tvm-icca: error: {err.args[0]}", file=sys.stderr)
-        return 2
+        raise UsageError(err.args[0]) from None
+    workload = get_workload(name, **workload_kwargs(name, args.batch, args.context, args.layers,
+                                                    args.dtype, args.tiny))
+    return workload, name, workload.description, dict(workload.config)
+
+
+def compile_programs_function():
+    """``compile_programs`` of the timing-only path (tvm_icca.programs; tvm_icca.simulate before)."""
+    # pylint: disable=import-outside-toplevel
+    try:
+        from ..programs import compile_programs
+    except ImportError:
+        from ..simulate import compile_programs  # type: ignore[no-redef]
+    return compile_programs
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..hardware import resolve_hardware  # pylint: disable=import-outside-toplevel
+
+    model_arg = _model_argument(args)
     hw = resolve_hardware(args.hw)
     progress = not args.no_progress
-    workload = get_workload(name, **workload_kwargs(name, args.batch, args.context, args.layers,
-                                                         args.dtype, args.tiny))
-    model = compile_programs(workload, hw, progress=progress)
+    model, name, description, config = _load(args, model_arg)
+    # an ONNX module has no label of its own: name it after the file (a workload keeps its label)
+    named = {} if hasattr(model, "config") else {"name": name}
+    compiled = compile_programs_function()(model, hw, progress=progress, **named)
     start = time.perf_counter()
-    report = model.simulate(trace=bool(args.trace), progress=progress)
+    report = compiled.simulate(trace=bool(args.trace), progress=progress)
     simulate_s = time.perf_counter() - start
     if args.trace:
         report.write_trace(args.trace)
 
     if args.json:
         data = report.to_dict(per_op=False)
-        data.update(model=name, config=dict(workload.config), compile=model.summary(),
-                    compile_s=model.compile_s, simulate_s=simulate_s)
+        data.update(model=name, config=config, compile=compiled.summary(),
+                    compile_s=compiled.compile_s, simulate_s=simulate_s)
         missing = [k for k in SUMMARY_KEYS if k not in data]
         if missing:  # the contract of --json: never silently drop a summary key
             raise KeyError(f"timing report lacks {missing}")
         print(json.dumps(data, default=_json_default))
         return 0
 
-    summary = model.summary()
-    print(f"{workload.description} on {hw.name}")
+    summary = compiled.summary()
+    print(f"{description} on {hw.name}")
     print(f"  {summary['regions']} region calls ({summary['distinct_regions']} distinct), "
           f"{summary['device_ops']} device ops; Relax ops: {summary['offloaded_relax_ops']} "
           f"offloaded, {summary['host_relax_ops']} on the host")
     inputs = summary["input_bytes"]
-    print(f"  program inputs: hbm {inputs['hbm'] / 1e6:.1f} MB, host {inputs['host'] / 1e6:.1f} MB, "
-          f"chip {inputs['chip'] / 1e6:.1f} MB")
-    print(f"  compile {model.compile_s:.2f} s (plan cache {summary['plan_cache']}), "
+    print("  program inputs: " + ", ".join(f"{src} {inputs.get(src, 0) / 1e6:.1f} MB"
+                                           for src in ("hbm", "host", "chip")))
+    print(f"  compile {compiled.compile_s:.2f} s (plan cache {summary['plan_cache']}), "
           f"simulate {simulate_s:.2f} s")
     print(report.table(max_ops=args.max_ops))
     if args.trace:

@@ -1,0 +1,156 @@
+"""``tvm-icca compile``: an ONNX model to a library for the simulated ICCA chip.
+
+Example::
+
+    tvm-icca compile model.onnx -o model.so --hw ipu-mk2 [--shape input=1,3,224,224]
+    tvm-icca run model.so --check model.onnx
+
+The model is imported with :func:`tvm_icca.load_onnx`, partitioned for the chip
+(:func:`tvm_icca.partition_for_icca`; the report of what is offloaded and what stays on the
+host, with the reasons, is printed), compiled with :func:`tvm_icca.compile` (``tvm.compile``
+for target ``icca``) and exported with ``export_library``; ``tvm.runtime.load_module``
+reloads it in any process where tvm_icca is installed.
+
+The library carries its own input signature: a Relax function ``icca_signature`` returning
+a JSON string (names, shapes and dtypes of ``main``'s inputs, the ONNX output names, the chip
+and the ``--shape`` values). A Relax VM executable keeps its parameters' names but not their
+shapes or dtypes, and a file beside the library would not survive copying it alone; ``tvm-icca
+run`` reads this function to make random inputs and to check ``--inputs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from ._args import UsageError, existing_file, hardware_preset, shape_arg, shape_dict, writable_path
+
+#: Name of the Relax function that returns the library's signature (JSON).
+SIGNATURE_FUNCTION = "icca_signature"
+SIGNATURE_VERSION = 1
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "compile", help="compile an ONNX model for the ICCA chip into a loadable library",
+        description="Import an ONNX model, partition it for the ICCA chip, compile it with "
+        "tvm.compile(target='icca') and export the library (tvm.runtime.load_module reloads "
+        "it; run it with `tvm-icca run`).",
+    )
+    parser.add_argument("model", type=existing_file, help="ONNX file")
+    parser.add_argument("-o", "--output", type=writable_path, default=None, metavar="LIB",
+                        help="library to write (default: the model's name with .so, in the "
+                        "current directory)")
+    parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
+                        help="hardware preset (default ipu-mk2)")
+    parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",
+                        help="static shape of an input with symbolic dimensions (repeatable)")
+    parser.set_defaults(func=_run)
+    return parser
+
+
+def default_output(model: str) -> str:
+    return os.path.splitext(os.path.basename(model))[0] + ".so"
+
+
+def onnx_io_names(model: str) -> tuple[list[str], list[str]]:
+    """The graph's input names (initializers excluded) and output names, in order."""
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    try:
+        graph = onnx.load(model, load_external_data=False).graph
+    except Exception:  # pylint: disable=broad-except  (load_onnx already reported it)
+        return [], []
+    initializers = {init.name for init in graph.initializer}
+    return ([i.name for i in graph.input if i.name not in initializers],
+            [o.name for o in graph.output])
+
+
+def signature_of(mod: Any, model: str, hw: str, shapes: dict[str, tuple[int, ...]] | None) -> dict[str, Any]:
+    """The signature stored in the library (see the module docstring)."""
+    from ..relax_types import static_shape  # pylint: disable=import-outside-toplevel
+
+    onnx_inputs, onnx_outputs = onnx_io_names(model)
+    params = list(mod["main"].params)
+    inputs = []
+    for i, param in enumerate(params):
+        ty = param.ty
+        shape = static_shape(ty)
+        inputs.append({
+            "name": str(param.name),
+            "onnx_name": onnx_inputs[i] if len(onnx_inputs) == len(params) else str(param.name),
+            "shape": None if shape is None else list(shape),
+            "dtype": str(getattr(ty, "dtype", "")) or None,
+        })
+    return {
+        "version": SIGNATURE_VERSION,
+        "model": os.path.basename(model),
+        "hardware": hw,
+        "shapes": {k: list(v) for k, v in (shapes or {}).items()},
+        "inputs": inputs,
+        "outputs": onnx_outputs,
+    }
+
+
+def with_signature(mod: Any, signature: dict[str, Any]) -> Any:
+    """``mod`` plus the Relax function ``icca_signature() -> str``."""
+    import tvm  # pylint: disable=import-outside-toplevel
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    builder = relax.BlockBuilder()
+    with builder.function(SIGNATURE_FUNCTION, []):
+        builder.emit_func_output(tvm.ir.StringImm(json.dumps(signature, sort_keys=True)))
+    sig_mod = builder.get()
+    functions = dict(mod.functions.items())
+    functions[sig_mod.get_global_var(SIGNATURE_FUNCTION)] = sig_mod[SIGNATURE_FUNCTION]
+    return tvm.IRModule(functions, attrs=mod.attrs)
+
+
+def read_signature(vm: Any) -> dict[str, Any] | None:
+    """The signature a library compiled by ``tvm-icca compile`` carries, else ``None``."""
+    try:
+        text = str(vm[SIGNATURE_FUNCTION]())
+    except Exception:  # pylint: disable=broad-except  (a library built otherwise)
+        return None
+    try:
+        signature = json.loads(text)
+    except ValueError:
+        return None
+    return signature if isinstance(signature, dict) and "inputs" in signature else None
+
+
+def _run(args: argparse.Namespace) -> int:
+    # pylint: disable=import-outside-toplevel
+    from ..frontend import compile as icca_compile
+    from ..frontend import load_onnx
+    from ..partition import format_report, partition_for_icca, partition_report
+
+    output = args.output or default_output(args.model)
+    if os.path.abspath(output) == os.path.abspath(args.model):
+        raise UsageError(f"the output '{output}' would overwrite the model")
+    shapes = shape_dict(args.shape)
+    check_shape_names(args.model, shapes)
+    mod = load_onnx(args.model, shapes)
+    partitioned = partition_for_icca(mod, args.hw)
+    print(format_report(partition_report(partitioned, args.hw)))
+    executable = icca_compile(with_signature(partitioned, signature_of(mod, args.model, args.hw, shapes)),
+                              args.hw)
+    executable.export_library(output)
+    print(f"wrote {output} (run it with: tvm-icca run {output})")
+    return 0
+
+
+def check_shape_names(model: str, shapes: dict[str, tuple[int, ...]] | None) -> None:
+    """Every ``--shape`` names an input of the ONNX graph (TVM's importer ignores unknown
+    names silently)."""
+    if not shapes:
+        return
+    names, _ = onnx_io_names(model)
+    if not names:
+        return  # unreadable: load_onnx says why
+    unknown = sorted(set(shapes) - set(names))
+    if unknown:
+        raise UsageError(f"--shape {', '.join(unknown)}: not an input of {model} "
+                         f"(inputs: {', '.join(names)})")
