@@ -3,7 +3,7 @@
 Most tests swap in a fake region compiler and a fake device (the ``fake_backend`` fixture) to
 test the plumbing on its own: the fake compiler emits a program without operators and keeps
 the region function; the fake device runs that function on the host CPU. Tests marked
-"real" use :mod:`tvm_icca.compiler` and :mod:`runtime_sim.device`.
+"real" use :mod:`tvm_icca.region` and :mod:`runtime_sim.device`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import runtime_sim
 import tvm_icca
 from runtime_sim.program import DeviceProgram, TensorDecl
 from tvm_icca import device_entry
+from tvm_icca.model import planner
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,8 +101,9 @@ class FakeBackend:
         self.device_error: BaseException | None = None
         self.stats = {"runs": 0}
 
-    # -- tvm_icca.compiler.compile_region ----------------------------------------------------
-    def compile_region(self, func: relax.Function, name: str, hw: tvm_icca.HardwareSpec) -> DeviceProgram:
+    # -- tvm_icca.region.compile_region, as the planning pass calls it -----------------------
+    def compile_region(self, func: relax.Function, name: str, hw: tvm_icca.HardwareSpec,
+                       **_options: Any) -> DeviceProgram:
         if self.compile_error is not None:
             raise self.compile_error
         self.regions[name] = func
@@ -118,7 +120,7 @@ class FakeBackend:
     def get_device(self) -> "FakeBackend":
         return self
 
-    def last_run_stats(self) -> dict:
+    def last_run_stats(self, **_options: Any) -> dict:
         return dict(self.stats)
 
     def run(self, program: DeviceProgram, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -137,10 +139,8 @@ class FakeBackend:
 @pytest.fixture
 def fake_backend(monkeypatch: pytest.MonkeyPatch) -> FakeBackend:
     fake = FakeBackend()
-    compiler = types.SimpleNamespace(compile_region=fake.compile_region)
     device = types.SimpleNamespace(get_device=fake.get_device, last_run_stats=fake.last_run_stats)
-    monkeypatch.setitem(sys.modules, "tvm_icca.compiler", compiler)
-    monkeypatch.setattr(tvm_icca, "compiler", compiler, raising=False)
+    monkeypatch.setattr(planner, "compile_region", fake.compile_region)
     monkeypatch.setitem(sys.modules, "runtime_sim.device", device)
     monkeypatch.setattr(runtime_sim, "device", device, raising=False)
     return fake
@@ -238,12 +238,12 @@ def test_device_error_from_another_thread_keeps_class_and_message(fake_backend: 
 def test_program_with_wrong_signature_is_rejected(fake_backend: FakeBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     original = fake_backend.compile_region
 
-    def drop_an_input(func, name, hw):
-        program = original(func, name, hw)
+    def drop_an_input(func, name, hw, **options):
+        program = original(func, name, hw, **options)
         return DeviceProgram(program.region, program.hardware, program.inputs[:-1], program.outputs, ())
 
-    monkeypatch.setattr(tvm_icca.compiler, "compile_region", drop_an_input)
-    with pytest.raises(tvm_icca.IccaError, match="has 1 input"):
+    monkeypatch.setattr(planner, "compile_region", drop_an_input)
+    with pytest.raises(tvm_icca.IccaError, match="has 1 input\(s\), but main calls the region with 2"):
         tvm.compile(TwoOutputRegion, target="icca")
 
 

@@ -1,4 +1,4 @@
-"""T10 Algorithm 1 applied to whole models kept on chip (tvm_icca.reconciliation)."""
+"""T10 Algorithm 1 applied to whole models kept on chip (tvm_icca.model.idle_active)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from runtime_sim.errors import PlanNotFoundError
 from runtime_sim.hardware import small_chip
-from tvm_icca.simulate import compile_programs
+from tvm_icca.programs import compile_programs
 from tvm_icca.workloads import get_workload
 
 CHIP = small_chip(64, 48 * 1024)

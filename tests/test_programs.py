@@ -1,4 +1,4 @@
-"""Timing-only compilation (tvm_icca.simulate): program order, input sources, op counts, plan
+"""Timing-only compilation (tvm_icca.programs): program order, input sources, op counts, plan
 cache, and the `tvm-icca simulate` / `tvm-icca models` commands."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pytest
 import tvm_icca
 from runtime_sim.hardware import small_chip
 from tvm_icca.cli import main as cli_main
-from tvm_icca.compiler import PlanCache, compile_region
-from tvm_icca.simulate import compile_programs, partitioned_op_counts, region_call_order
+from tvm_icca.region import PlanCache, compile_region
+from tvm_icca.model.calls import partitioned_op_counts, region_call_order
+from tvm_icca.programs import compile_programs
 from tvm_icca.workloads import get_workload
 
 HBM_CHIP = small_chip(64, 64 * 1024, hbm_bandwidth=64e9, hbm_controllers=4)

@@ -1,5 +1,8 @@
 """tvm_icca.tensor_expr: Relax composite -> TVM's TE -> TensorExpr (T10 §4.2, §5).
 
+The TE capture itself is tested in test_te_capture.py, the template-kind rules on hand-built
+expressions in test_schedule_kinds.py.
+
 Two kinds of checks: the extracted structure (axes, extents, reduce flags, access maps with
 compound conv indices) and the values, by evaluating each TensorExpr with a small numpy
 evaluator written here (independent of the device's own evaluator) against numpy references.
@@ -21,7 +24,7 @@ from tvm.relax.transform import FuseOpsByPattern  # noqa: E402
 from runtime_sim.errors import IccaError, UnsupportedDtypeError, UnsupportedOperatorError  # noqa: E402
 from runtime_sim.layout import OpLayout, pinned_axes  # noqa: E402
 from runtime_sim.program import AffineIndex, ExecutionPlan, TensorExpr, walk_expr  # noqa: E402
-from tvm_icca.tensor_expr import compose_te, extract_op, tensor_expr_of  # noqa: E402
+from tvm_icca.tensor_expr import extract_op, tensor_expr_of  # noqa: E402
 
 op = relax.op
 RNG = np.random.default_rng(0)
@@ -333,13 +336,6 @@ def test_json_round_trip_and_layout():
     OpLayout(conv, ExecutionPlan({"yy": 2, "ff": 2}, tuple({} for _ in conv.tensors))).validate()
 
 
-def test_compose_te_gives_tvm_compute():
-    composed = compose_te(rfunc([(4, 8), (8, 5)], op.matmul))
-    assert [tuple(int(s) for s in p.shape) for p in composed.placeholders] == [(4, 8), (8, 5)]
-    assert composed.op_names == ("relax.matmul",)
-    assert [iv.var.name for iv in composed.output.op.reduce_axis] == ["k"]
-
-
 # -- values -------------------------------------------------------------------------------------
 
 VALUE_CASES = [
@@ -513,11 +509,3 @@ def test_data_dependent_index_is_refused():
     f = rfunc([(5, 4), (3,)], lambda x, i: op.take(x, op.astype(i, "int64"), axis=0))
     with pytest.raises(IccaError):
         tensor_expr_of(f)
-
-
-def test_call_te_is_restored_after_errors():
-    original = relax.BlockBuilder.call_te
-    with pytest.raises(UnsupportedOperatorError):
-        tensor_expr_of(rfunc([(2, 6)], lambda x: op.reshape(x, (3, 4))))
-    tensor_expr_of(rfunc([(2, 6)], op.nn.relu))
-    assert relax.BlockBuilder.call_te is original

@@ -98,7 +98,7 @@ def test_same_region_compiles_either_way_and_runs_on_the_device_either_way():
     from runtime_sim.errors import DeviceProgramError
     from runtime_sim.timing import simulate_timing
     from runtime_sim.vgm import simulate_vgm_timing
-    from tvm_icca.compiler import compile_region
+    from tvm_icca.region import compile_region
 
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((64, 128), "float16"))

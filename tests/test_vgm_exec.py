@@ -194,7 +194,7 @@ def _region_arguments(part, region, inputs):
 
 
 def _both_ways(func, name, hw):
-    from tvm_icca.compiler import compile_region
+    from tvm_icca.region import compile_region
 
     t10 = compile_region(func, name, hw)
     region = vgm_exec.region_bytes_per_core(t10, hw.num_cores)

@@ -44,14 +44,16 @@ print(tvm_icca.partition.format_report(report))
 # %%
 # Inspect the execution plans
 # ---------------------------
-# Each region becomes a device program. For each operator: its tensor expression (from TVM's
+# One model-level pass, ``plan_device_programs``, turns every region into a device program
+# (``tvm.compile`` runs the same pass). For each operator: its tensor expression (from TVM's
 # own TE compute), the operator partition F_op, and per tensor the rTensor factors.
-from tvm_icca.compiler import compile_region
+from tvm_icca.model import programs_in_call_order
 from tvm_icca.plans import rotating_tensors
 from runtime_sim.layout import OpLayout
 
-for name, func in tvm_icca.partition.icca_regions(partitioned).items():
-    program = compile_region(func, name, hw)
+planned = tvm_icca.plan_device_programs(hw)(partitioned)
+for program in programs_in_call_order(planned):
+    print(program.region, [(d.name, d.source) for d in program.inputs])
     for op in program.ops:
         layout = OpLayout(op.expr, op.plan)
         print(op.expr)
@@ -72,5 +74,5 @@ np.testing.assert_allclose(out, case.reference(case.inputs)[0], rtol=1e-4, atol=
 
 stats = tvm_icca.last_run_stats()
 print({k: stats[k] for k in ("regions_executed", "cores_used", "peak_sram_bytes_per_core",
-                             "shift_bytes", "steps")})
+                             "shift_bytes", "steps", "simulated_s")})
 assert stats["peak_sram_bytes_per_core"] <= hw.sram_bytes_per_core

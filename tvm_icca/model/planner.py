@@ -33,11 +33,12 @@ the model ends.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import tvm
 from tvm import relax
@@ -242,8 +243,9 @@ def _compile_each(order: Sequence[str], regions, hw: HardwareSpec, cache: PlanCa
     compiled: dict[str, DeviceProgram] = {}
     programs: list[DeviceProgram] = []
     for region in _progress(list(dict.fromkeys(order)), progress):
-        compiled[region] = compile_region(regions[region], region, hw, plan_cache=cache,
-                                          execution=execution, vgm_region_bytes=region_bytes)
+        with _region_errors(region, hw):
+            compiled[region] = compile_region(regions[region], region, hw, plan_cache=cache,
+                                              execution=execution, vgm_region_bytes=region_bytes)
     for region, row in zip(order, sources):
         programs.append(_with_sources(compiled[region], row, constant_source))
     return programs
@@ -255,8 +257,10 @@ def _compile_reconciled(order: Sequence[str], regions, plan_hw: HardwareSpec, ca
     """The model kept on chip: idle and active plans for all operators together (T10
     Algorithm 1). Model state is ``"resident"``, every other region input ``"chip"`` (the host
     only reshapes between regions, an on-chip re-layout)."""
-    extracted = {r: extract_region(regions[r], r, plan_hw, cache)
-                 for r in _progress(list(dict.fromkeys(order)), progress)}
+    extracted = {}
+    for region in _progress(list(dict.fromkeys(order)), progress):
+        with _region_errors(region, plan_hw):
+            extracted[region] = extract_region(regions[region], region, plan_hw, cache)
     state: dict[str, frozenset[str]] = {}
     for region, row in zip(order, origins):
         names = frozenset(d.name for d, o in zip(extracted[region].inputs, row) if o == STATE)
@@ -271,9 +275,29 @@ def _compile_reconciled(order: Sequence[str], regions, plan_hw: HardwareSpec, ca
     return programs, model_plan
 
 
+@contextlib.contextmanager
+def _region_errors(region: str, hw: HardwareSpec) -> Iterator[None]:
+    """Foreign failures while compiling a region (TVM's LegalizeOps, TE lowering, ...) as one
+    :class:`IccaError` naming the region and the chip; TVM's C++ context stays chained."""
+    try:
+        yield
+    except IccaError:
+        raise
+    except Exception as err:  # pylint: disable=broad-except
+        text = str(err).strip()
+        first_line = text.splitlines()[0] if text else ""
+        raise IccaError(
+            f"ICCA codegen failed for region '{region}' on chip '{hw.name}': "
+            f"{type(err).__name__}: {first_line}") from err
+
+
 def _with_sources(program: DeviceProgram, sources: Sequence[str],
                   constant_source: str) -> DeviceProgram:
     """``program`` with its inputs' sources, and its baked-in constants' (model state)."""
+    if len(program.inputs) != len(sources):
+        raise IccaError(
+            f"device program of region '{program.region}' has {len(program.inputs)} input(s), "
+            f"but main calls the region with {len(sources)}")
     decls = tuple(dataclasses.replace(decl, source=source)
                   for decl, source in zip(program.inputs, sources, strict=True))
     constants = {name: {**entry, "source": constant_source}
@@ -354,7 +378,7 @@ class _RedirectCalls(relax.PyExprMutator):
             clone = (original.with_attr("global_symbol", symbol)
                      .with_attr(PROGRAM_ATTR, self._programs[symbol]))
             target = self._added[symbol] = self.builder_.add_func(clone, symbol)
-        return relax.Call(target, call.args, call.attrs, call.sinfo_args)
+        return relax.Call(target, call.args, call.attrs, call.ty_args)
 
 
 def _progress(items: Sequence[str], enabled: bool) -> Iterable[str]:

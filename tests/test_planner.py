@@ -1,0 +1,189 @@
+"""The one model-level pass (tvm_icca.model.planner): ``tvm.compile`` runs exactly the device
+programs the timing-only path times, and an executable reports the simulated time of its run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.script import relax as R
+
+import tvm_icca
+from runtime_sim.hardware import small_chip
+from tvm_icca import device_entry
+from tvm_icca.model import PROGRAM_ATTR, plan_device_programs, programs_in_call_order
+from tvm_icca.programs import compile_programs
+from tvm_icca.testing import onnx_models
+from tvm_icca.workloads import get_workload
+
+CHIP = small_chip(64, 64 * 1024)
+HBM_CHIP = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
+                                                    hbm_controllers=2)
+
+
+@pytest.fixture
+def executed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The program texts ``icca.device.run`` receives, in call order."""
+    seen: list[str] = []
+    parse = device_entry.parse_program
+
+    def recording(text: str):
+        seen.append(text)
+        return parse(text)
+
+    monkeypatch.setattr(device_entry, "parse_program", recording)
+    return seen
+
+
+def _run(executable, args):
+    out = relax.VirtualMachine(executable, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in args])
+    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+
+def _both_ways(mod, hw, args, executed, **options):
+    """Run ``mod`` compiled by tvm.compile; return (outputs, stats, executed programs, the
+    timing-only compilation of the same module)."""
+    executed.clear()
+    outputs = _run(tvm_icca.compile(mod, hw, **options), args)
+    stats = tvm_icca.last_run_stats()
+    timed = compile_programs(mod, hw, **options)
+    return outputs, stats, list(executed), timed
+
+
+ONNX_CASES = {
+    "mlp": lambda: onnx_models.mlp(batch=4),
+    "residual_cnn": lambda: onnx_models.residual_cnn(batch=1, channels=4, size=8),
+    "encoder_layer": lambda: onnx_models.transformer_encoder_layer(seq=8, d_model=16, heads=2, d_ff=32),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONNX_CASES))
+@pytest.mark.parametrize("hw", [CHIP, HBM_CHIP], ids=["sram-only", "hbm"])
+def test_onnx_models_run_the_programs_that_are_timed(name, hw, executed):
+    case = ONNX_CASES[name]()
+    mod = tvm_icca.load_onnx(case.model)
+    args = [case.inputs[k] for k in case.inputs]
+    outputs, stats, ran, timed = _both_ways(mod, hw, args, executed)
+    np.testing.assert_allclose(outputs[0], case.reference(case.inputs)[0], rtol=1e-4, atol=1e-4)
+    # byte for byte: what ran is what the timing-only path compiled, in call order
+    assert ran == [p.to_json() for p in timed.programs]
+    assert stats["regions_executed"] == len(timed.programs)
+    assert stats["simulated_s"] == timed.simulate().total_s > 0
+    assert [row["op"] for row in stats["simulated_ops"]] == [
+        op.name for p in timed.programs for op in p.ops]
+
+
+@pytest.mark.parametrize("name, shared_layers", [
+    ("llama2-7b", True), ("bert-large", True), ("resnet18", False)])
+def test_tiny_zoo_models_run_the_programs_that_are_timed(name, shared_layers, executed):
+    extra = {"context": 8} if name.startswith("llama") else {}
+    workload = get_workload(name, tiny=True, batch=2, **extra)
+    args = workload.random_args(seed=0)
+    _, stats, ran, timed = _both_ways(workload.mod, HBM_CHIP, args, executed)
+    assert ran == [p.to_json() for p in timed.programs]
+    # identical layers share a region: it runs once per layer within one model run
+    assert (len(timed.programs) > len({p.region for p in timed.programs})) == shared_layers
+    assert stats["regions_executed"] == len(timed.programs)
+    assert stats["simulated_s"] == timed.simulate().total_s
+    assert sum(p.inputs[i].source == "hbm" for p in timed.programs
+               for i in range(len(p.inputs))) > 0
+
+
+def test_the_model_kept_on_chip_compiles_the_same_both_ways(executed):
+    case = onnx_models.mlp(batch=4)
+    mod = tvm_icca.load_onnx(case.model)
+    args = [case.inputs[k] for k in case.inputs]
+    outputs, stats, ran, timed = _both_ways(mod, CHIP, args, executed, state_on_chip=True)
+    np.testing.assert_allclose(outputs[0], case.reference(case.inputs)[0], rtol=1e-4, atol=1e-4)
+    assert ran == [p.to_json() for p in timed.programs]
+    assert timed.model_plan is not None and timed.model_plan.decisions
+    # constants (ONNX weights) are model state kept on chip
+    assert {c["source"] for p in timed.programs for c in p.constants.values()} <= {"resident"}
+    assert stats["simulated_s"] == timed.simulate().total_s
+
+
+def test_vgm_programs_run_and_are_timed(executed):
+    case = onnx_models.mlp(batch=4)
+    mod = tvm_icca.load_onnx(case.model)
+    args = [case.inputs[k] for k in case.inputs]
+    outputs, stats, ran, timed = _both_ways(mod, CHIP, args, executed, execution="vgm",
+                                            state_on_chip=True)
+    np.testing.assert_allclose(outputs[0], case.reference(case.inputs)[0], rtol=1e-4, atol=1e-4)
+    assert ran == [p.to_json() for p in timed.programs]
+    from runtime_sim.vgm import simulate_vgm_timing
+
+    assert stats["simulated_s"] == simulate_vgm_timing(timed.programs).total_s
+
+
+@tvm.script.ir_module
+class SameLayerTwice:
+    """One layer (matmul + relu) twice, a view op between: the first call reads the host's
+    input, the second a tensor already on chip."""
+
+    @R.function
+    def main(x: R.Tensor((4, 8), "float32"), w1: R.Tensor((8, 8), "float32"),
+             w2: R.Tensor((8, 8), "float32")) -> R.Tensor((4, 8), "float32"):
+        with R.dataflow():
+            a = R.nn.relu(R.matmul(x, w1))
+            b = R.reshape(R.permute_dims(a, [1, 0]), (4, 8))
+            c = R.nn.relu(R.matmul(b, w2))
+            d = R.reshape(c, (4, 8))
+            e = R.nn.relu(R.matmul(d, w2))
+            R.output(e)
+        return e
+
+
+def test_a_region_called_with_different_sources_becomes_variants(executed, tmp_path: Path):
+    part = tvm_icca.partition_for_icca(SameLayerTwice, CHIP)
+    assert len(tvm_icca.icca_regions(part)) == 1  # one region function, called three times
+    planned = plan_device_programs(CHIP)(part)
+    programs = programs_in_call_order(planned)
+    assert [[d.source for d in p.inputs] for p in programs] == [
+        ["host", "host"], ["host", "host"], ["chip", "host"]]
+    assert programs[0].region == programs[1].region != programs[2].region
+    assert all(p.run_order == tuple(q.region for q in programs) for p in programs)
+    assert len({p.module for p in programs}) == 1
+    regions = tvm_icca.icca_regions(planned)
+    assert len(regions) == 2 and all(PROGRAM_ATTR in f.attrs for f in regions.values())
+
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(shape).astype("float32") for shape in ((4, 8), (8, 8), (8, 8))]
+    want = _run(tvm.compile(SameLayerTwice, target="llvm"), args)
+    ex = tvm_icca.compile(SameLayerTwice, CHIP)
+    for _ in range(2):  # a second run is a new run, not the continuation of the first
+        executed.clear()
+        got = _run(ex, args)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+        stats = tvm_icca.last_run_stats()
+        assert stats["regions_executed"] == 3
+    assert executed == [p.to_json() for p in programs]
+    assert stats["simulated_s"] == compile_programs(SameLayerTwice, CHIP).simulate().total_s
+
+    trace = tmp_path / "run.json"
+    tvm_icca.write_last_run_trace(str(trace))
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("name") == programs[2].ops[0].name for e in events)
+
+
+def test_codegen_refuses_regions_the_pass_did_not_plan():
+    part = tvm_icca.partition_for_icca(SameLayerTwice, CHIP)
+    with pytest.raises(tvm_icca.IccaError, match="plan_device_programs"):
+        relax.transform.RunCodegen()(part)
+
+
+def test_planning_twice_changes_nothing():
+    planned = plan_device_programs(CHIP)(tvm_icca.partition_for_icca(SameLayerTwice, CHIP))
+    again = plan_device_programs(CHIP)(planned)
+    assert tvm_ffi.structural_equal(planned, again)
+
+
+def test_bad_options_are_one_clear_error():
+    with pytest.raises(tvm_icca.IccaError, match="execution model"):
+        tvm_icca.CompileOptions(execution="roller")
+    with pytest.raises(tvm_icca.IccaError, match="not parameters of main"):
+        compile_programs(SameLayerTwice, CHIP, resident=["weights"])
