@@ -57,15 +57,30 @@ def default_output(model: str) -> str:
 
 def onnx_io_names(model: str) -> tuple[list[str], list[str]]:
     """The graph's input names (initializers excluded) and output names, in order."""
+    inputs, outputs = _onnx_io(model)
+    return list(inputs), outputs
+
+
+def _onnx_io(model: str) -> tuple[dict[str, list[int | str | None]], list[str]]:
+    """Input name -> dims (int, a symbol, or None) and the output names of an ONNX graph
+    (empty if unreadable: load_onnx says why)."""
     import onnx  # pylint: disable=import-outside-toplevel
 
     try:
         graph = onnx.load(model, load_external_data=False).graph
-    except Exception:  # pylint: disable=broad-except  (load_onnx already reported it)
-        return [], []
+    except Exception:  # pylint: disable=broad-except
+        return {}, []
     initializers = {init.name for init in graph.initializer}
-    return ([i.name for i in graph.input if i.name not in initializers],
-            [o.name for o in graph.output])
+    inputs: dict[str, list[int | str | None]] = {}
+    for value in graph.input:
+        if value.name in initializers:
+            continue
+        dims: list[int | str | None] = []
+        for dim in value.type.tensor_type.shape.dim:
+            kind = dim.WhichOneof("value")
+            dims.append(dim.dim_value if kind == "dim_value" else dim.dim_param if kind else None)
+        inputs[value.name] = dims
+    return inputs, [o.name for o in graph.output]
 
 
 def signature_of(mod: Any, model: str, hw: str, shapes: dict[str, tuple[int, ...]] | None) -> dict[str, Any]:
@@ -143,14 +158,26 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def check_shape_names(model: str, shapes: dict[str, tuple[int, ...]] | None) -> None:
-    """Every ``--shape`` names an input of the ONNX graph (TVM's importer ignores unknown
-    names silently)."""
+    """Every ``--shape`` names an input of the ONNX graph, with its rank and its fixed
+    dimensions (TVM's importer ignores unknown names and fails late on the rest)."""
     if not shapes:
         return
-    names, _ = onnx_io_names(model)
-    if not names:
+    inputs, _ = _onnx_io(model)
+    if not inputs:
         return  # unreadable: load_onnx says why
-    unknown = sorted(set(shapes) - set(names))
-    if unknown:
-        raise UsageError(f"--shape {', '.join(unknown)}: not an input of {model} "
-                         f"(inputs: {', '.join(names)})")
+    for name, shape in shapes.items():
+        if name not in inputs:
+            raise UsageError(f"--shape {name}: not an input of {model} "
+                             f"(inputs: {', '.join(inputs)})")
+        dims = inputs[name]
+        if dims and len(dims) != len(shape):
+            raise UsageError(f"--shape {name}: {len(shape)} dimension(s), the input has "
+                             f"{len(dims)} ({_dims_text(dims)})")
+        for axis, (want, given) in enumerate(zip(dims, shape)):
+            if isinstance(want, int) and want > 0 and want != given:
+                raise UsageError(f"--shape {name}: dimension {axis} is fixed to {want} in "
+                                 f"{model}, got {given} ({_dims_text(dims)})")
+
+
+def _dims_text(dims: list[int | str | None]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"

@@ -12,16 +12,18 @@ import json
 import sys
 from typing import Any
 
+from ._args import hardware_preset, positive_int
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("models", help="list the workload zoo (tvm_icca.workloads)")
     parser.add_argument("names", nargs="*", help="only these models")
     parser.add_argument("--ops", action="store_true",
                         help="count Relax ops after import and after partitioning (slower)")
-    parser.add_argument("--batch", type=int, default=32, help="batch size for --ops (default 32)")
-    parser.add_argument("--context", type=int, default=2048,
+    parser.add_argument("--batch", type=positive_int, default=32, help="batch size for --ops (default 32)")
+    parser.add_argument("--context", type=positive_int, default=2048,
                         help="LLM context / BERT sequence length for --ops (default 2048; BERT 512 max)")
-    parser.add_argument("--hw", default="ipu-pod4-hbm", help="chip to partition for (default ipu-pod4-hbm)")
+    parser.add_argument("--hw", type=hardware_preset, default="ipu-pod4-hbm", help="chip to partition for (default ipu-pod4-hbm)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=_run)
     return parser

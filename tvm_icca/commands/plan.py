@@ -21,6 +21,8 @@ import json
 import sys
 from typing import Any
 
+from ._args import hardware_preset, nonneg_int, positive_int, unit_float
+
 COST_MODELS = ("analytic", "t10-bench")
 
 
@@ -29,27 +31,30 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     ops = parser.add_subparsers(dest="op", metavar="OP")
 
     mm = ops.add_parser("matmul", help="C[m,n] += A[m,k] * B[k,n]")
-    mm.add_argument("--m", type=int, required=True)
-    mm.add_argument("--k", type=int, required=True)
-    mm.add_argument("--n", type=int, required=True)
+    mm.add_argument("--m", type=positive_int, required=True)
+    mm.add_argument("--k", type=positive_int, required=True)
+    mm.add_argument("--n", type=positive_int, required=True)
     _common(mm)
     mm.set_defaults(func=_run_matmul)
 
     conv = ops.add_parser("conv2d", help="NCHW convolution O[b,o,y,x] += I[b,c,..] * W[o,c,kh,kw]")
     for name, default in (("batch", 1), ("channels", None), ("height", None), ("width", None),
                           ("filters", None), ("kernel", 3), ("stride", 1), ("pad", 0), ("dilation", 1)):
-        conv.add_argument(f"--{name}", type=int, required=default is None, default=default)
+        conv.add_argument(f"--{name}", type=nonneg_int if name == "pad" else positive_int,
+                          required=default is None, default=default)
     _common(conv, cost_models=("analytic",))
     conv.set_defaults(func=_run_conv2d)
     model = ops.add_parser("model", help="idle/active plans of every operator of a zoo model "
                            "kept on chip (T10 Algorithm 1)")
     model.add_argument("--model", required=True, help="workload name, e.g. bert-large")
-    model.add_argument("--batch", type=int, default=None)
-    model.add_argument("--seq-len", "--context", dest="context", type=int, default=None,
+    model.add_argument("--batch", type=positive_int, default=None)
+    model.add_argument("--seq-len", "--context", dest="context", type=positive_int, default=None,
                        help="sequence length (BERT) or KV-cache context (LLMs)")
-    model.add_argument("--layers", type=int, default=None, help="keep only the first N layers")
+    model.add_argument("--layers", type=positive_int, default=None,
+                       help="keep only the first N layers")
     model.add_argument("--tiny", action="store_true", help="the model's small test config")
-    model.add_argument("--hw", default="ipu-mk2", help="hardware preset (default ipu-mk2)")
+    model.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
+                       help="hardware preset (default ipu-mk2)")
     model.add_argument("--simulate", action="store_true", help="also time the programs")
     model.add_argument("--json", action="store_true", help="print JSON instead of the table")
     model.set_defaults(func=_run_model)
@@ -114,17 +119,18 @@ def _run_model(args: argparse.Namespace) -> int:
 
 def _common(parser: argparse.ArgumentParser, cost_models: tuple[str, ...] = COST_MODELS) -> None:
     parser.add_argument("--dtype", default="float16", choices=("float16", "float32"))
-    parser.add_argument("--hw", default="ipu-mk2", help="hardware preset (default ipu-mk2)")
+    parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
+                        help="hardware preset (default ipu-mk2)")
     parser.add_argument("--cost-model", default="analytic", choices=cost_models)
-    parser.add_argument("--budget", type=int, default=None,
+    parser.add_argument("--budget", type=positive_int, default=None,
                         help="bytes per core for the operator (default: SRAM minus shift buffer)")
     parser.add_argument("--pareto", action="store_true",
                         help="also print the time/memory Pareto plans (T10 §4.3.1)")
-    parser.add_argument("--min-utilization", type=float, default=0.9,
+    parser.add_argument("--min-utilization", type=unit_float, default=0.9,
                         help="parallelism constraint of the Pareto search (default 0.9)")
-    parser.add_argument("--padding", type=float, default=0.9,
+    parser.add_argument("--padding", type=unit_float, default=0.9,
                         help="padding constraint: least real/padded ratio (default 0.9)")
-    parser.add_argument("--indent", type=int, default=None, help="indent the JSON output")
+    parser.add_argument("--indent", type=nonneg_int, default=None, help="indent the JSON output")
 
 
 def _filters(args: argparse.Namespace):

@@ -141,18 +141,9 @@ def _load(args: argparse.Namespace, model: str) -> tuple[Any, str, str, dict[str
     return workload, name, workload.description, dict(workload.config)
 
 
-def compile_programs_function():
-    """``compile_programs`` of the timing-only path (tvm_icca.programs; tvm_icca.simulate before)."""
-    # pylint: disable=import-outside-toplevel
-    try:
-        from ..programs import compile_programs
-    except ImportError:
-        from ..simulate import compile_programs  # type: ignore[no-redef]
-    return compile_programs
-
-
 def _run(args: argparse.Namespace) -> int:
     from ..hardware import resolve_hardware  # pylint: disable=import-outside-toplevel
+    from ..programs import compile_programs  # pylint: disable=import-outside-toplevel
 
     model_arg = _model_argument(args)
     hw = resolve_hardware(args.hw)
@@ -160,7 +151,7 @@ def _run(args: argparse.Namespace) -> int:
     model, name, description, config = _load(args, model_arg)
     # an ONNX module has no label of its own: name it after the file (a workload keeps its label)
     named = {} if hasattr(model, "config") else {"name": name}
-    compiled = compile_programs_function()(model, hw, progress=progress, **named)
+    compiled = compile_programs(model, hw, progress=progress, **named)
     start = time.perf_counter()
     report = compiled.simulate(trace=bool(args.trace), progress=progress)
     simulate_s = time.perf_counter() - start

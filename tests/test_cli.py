@@ -1,0 +1,274 @@
+"""``tvm-icca compile / run / simulate`` on ONNX files the project did not write, and bad
+arguments: one line on stderr, a non-zero exit, never a traceback, before any work."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from tvm_icca import cli  # noqa: E402
+
+RNG = np.random.default_rng(7)
+W = RNG.standard_normal((64, 32)).astype(np.float32)
+B = RNG.standard_normal((32,)).astype(np.float32)
+
+
+def _save(graph, path: pathlib.Path) -> str:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def mlp_reference(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x @ W + B, 0.0)
+
+
+def hosted_reference(x: np.ndarray) -> np.ndarray:
+    """MatMul + Add + Relu, then a Transpose (stays on the host) and MaxPool over pairs."""
+    y = mlp_reference(x).T  # (32, 16)
+    return y.reshape(1, 32, 8, 2).max(axis=3)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, str]:
+    tmp = tmp_path_factory.mktemp("onnx")
+    weights = [numpy_helper.from_array(W, "W"), numpy_helper.from_array(B, "b")]
+    mlp = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"]),
+         helper.make_node("Add", ["y", "b"], ["z"]),
+         helper.make_node("Relu", ["z"], ["out"])],
+        "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 64])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [16, 32])], weights)
+    hosted = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"]),
+         helper.make_node("Add", ["y", "b"], ["z"]),
+         helper.make_node("Relu", ["z"], ["r"]),
+         helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0]),
+         helper.make_node("Reshape", ["t", "shape"], ["t3"]),
+         helper.make_node("MaxPool", ["t3"], ["pooled"], kernel_shape=[2], strides=[2])],
+        "hosted", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 64])],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [1, 32, 8])],
+        weights + [numpy_helper.from_array(np.array([1, 32, 16], np.int64), "shape")])
+    dynamic = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Relu", ["y"], ["out"])],
+        "dynamic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["n", 32])], weights[:1])
+    return {"mlp": _save(mlp, tmp / "mlp.onnx"), "hosted": _save(hosted, tmp / "hosted.onnx"),
+            "dynamic": _save(dynamic, tmp / "dynamic.onnx")}
+
+
+def _main(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def built(models, tmp_path_factory) -> dict[str, str]:
+    """The two static models compiled once (``tvm-icca compile``)."""
+    tmp = tmp_path_factory.mktemp("lib")
+    libs = {}
+    for name in ("mlp", "hosted"):
+        libs[name] = str(tmp / f"{name}.so")
+        assert cli.main(["compile", models[name], "-o", libs[name], "--hw", "ipu-mk2"]) == 0
+        assert os.path.getsize(libs[name]) > 0
+    return libs
+
+
+def test_compile_prints_the_partition_report(models, tmp_path, capsys):
+    lib = tmp_path / "m.so"
+    code, out, err = _main(capsys, "compile", models["hosted"], "-o", lib)
+    assert code == 0, err
+    assert "region(s)" in out and "op(s) offloaded" in out
+    assert "host: relax.permute_dims" in out  # the host op and its reason
+    assert str(lib) in out and lib.exists()
+
+
+def test_compile_default_output(models, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _main(capsys, "compile", models["mlp"])
+    assert code == 0, err
+    assert (tmp_path / "mlp.so").exists()
+
+
+@pytest.mark.parametrize("name", ["mlp", "hosted"])
+def test_run_checks_against_cpu_build_and_numpy(name, models, built, tmp_path, capsys):
+    saved = tmp_path / "io.npz"
+    code, out, err = _main(capsys, "run", built[name], "--check", models[name], "--seed", 3,
+                           "--save", saved)
+    assert code == 0, out + err
+    assert "check passed" in out and "MISMATCH" not in out
+    assert "regions_executed" in out and "cores_used" in out
+    assert "simulated time on the chip" in out
+    output = "out" if name == "mlp" else "pooled"
+    shape = "[16, 32]" if name == "mlp" else "[1, 32, 8]"
+    assert any(output in line and shape in line and "float32" in line for line in out.splitlines())
+    data = np.load(saved)
+    reference = mlp_reference if name == "mlp" else hosted_reference
+    np.testing.assert_allclose(data[f"output_{output}"], reference(data["input_x"]),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_run_inputs_npz_by_name_and_position(models, built, tmp_path, capsys):
+    x = RNG.standard_normal((16, 64)).astype(np.float32)
+    for key in ("x", "arr_0"):
+        inputs = tmp_path / f"{key}.npz"
+        np.savez(inputs, **{key: x})
+        saved = tmp_path / f"out_{key}.npz"
+        code, out, err = _main(capsys, "run", built["mlp"], "--inputs", inputs, "--save", saved)
+        assert code == 0, err
+        np.testing.assert_allclose(np.load(saved)["output_out"], mlp_reference(x),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_run_trace_and_library_copied_alone(models, built, tmp_path, capsys):
+    """The signature travels inside the library: a copy in another folder still runs."""
+    copy = tmp_path / "elsewhere" / "copy.so"
+    copy.parent.mkdir()
+    copy.write_bytes(pathlib.Path(built["mlp"]).read_bytes())
+    trace = tmp_path / "run.json"
+    code, out, err = _main(capsys, "run", copy, "--trace", trace)
+    assert code == 0, err
+    assert "traceEvents" in json.loads(trace.read_text())
+
+
+def test_run_check_detects_a_different_model(models, built, tmp_path, capsys):
+    code, out, err = _main(capsys, "run", built["mlp"], "--check", models["hosted"])
+    assert code != 0
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("name", ["mlp", "hosted"])
+def test_simulate_onnx_table_json_and_trace(name, models, tmp_path, capsys):
+    code, out, err = _main(capsys, "simulate", models[name], "--hw", "ipu-mk2", "--no-progress")
+    assert code == 0, err
+    assert "(ONNX) on ipu-mk2" in out and "total" in out
+    trace = tmp_path / "t.json"
+    code, out, err = _main(capsys, "simulate", models[name], "--hw", "ipu-mk2", "--json",
+                           "--trace", trace, "--no-progress")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["total_s"] > 0 and data["model"] == name and data["num_ops"] >= 1
+    assert "traceEvents" in json.loads(trace.read_text())
+
+
+def test_simulate_onnx_with_shape(models, capsys):
+    code, out, err = _main(capsys, "simulate", models["dynamic"], "--shape", "x=8,64",
+                           "--hw", "ipu-mk2", "--json", "--no-progress")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["config"]["shapes"] == {"x": [8, 64]} and data["num_ops"] >= 1
+
+
+def test_simulate_zoo_by_position_and_option(capsys):
+    for argv in (["resnet18"], ["--model", "resnet18"]):
+        code, out, err = _main(capsys, "simulate", *argv, "--tiny", "--json", "--no-progress")
+        assert code == 0, err
+        assert json.loads(out)["model"] == "resnet18"
+
+
+# Every row: arguments (MLP = the ONNX file, LIB = its library, MISSING = a missing path,
+# NODIR = a path in a directory that does not exist), then a fragment of the message.
+BAD_ARGUMENTS = [
+    (["simulate"], "no model given"),
+    (["simulate", "bert-large", "--batch", "0"], "--batch"),
+    (["simulate", "bert-large", "--batch", "-3"], "positive"),
+    (["simulate", "llama2-7b", "--context", "-1"], "--context"),
+    (["simulate", "llama2-7b", "--layers", "-2"], "--layers"),
+    (["simulate", "bert-large", "--batch", "two"], "not an integer"),
+    (["simulate", "bert-large", "--max-ops", "-1"], "--max-ops"),
+    (["simulate", "bert-large", "--trace", "NODIR"], "does not exist"),
+    (["simulate", "bert-large", "--hw", "ipu-mk9"], "unknown hardware preset"),
+    (["simulate", "no-such-model"], "unknown workload"),
+    (["simulate", "MISSING"], "no such ONNX file"),
+    (["simulate", "MLP", "--batch", "2"], "only to zoo models"),
+    (["simulate", "MLP", "--shape", "x=16,a"], "not an integer"),
+    (["simulate", "MLP", "--shape", "x=16,0"], "must be positive"),
+    (["simulate", "MLP", "--shape", "16,64"], "NAME="),
+    (["simulate", "MLP", "--shape", "y=16,64"], "not an input"),
+    (["simulate", "MLP", "--shape", "x=1,64", "--shape", "x=2,64"], "twice"),
+    (["simulate", "bert-large", "--shape", "x=1"], "ONNX files"),
+    (["simulate", "bert-large", "--model", "resnet18"], "two models"),
+    (["compile", "MISSING"], "no such file"),
+    (["compile", "MLP", "-o", "NODIR"], "does not exist"),
+    (["compile", "MLP", "-o", "MLP"], "overwrite"),
+    (["compile", "MLP", "--hw", "nope"], "unknown hardware preset"),
+    (["compile", "MLP", "--shape", "x="], "0 dimension(s), the input has 2"),
+    (["compile", "MLP", "--shape", "x=8,64"], "fixed to 16"),
+    (["compile", "TMPDIR"], "is a directory"),
+    (["run", "MISSING"], "no such file"),
+    (["run", "MLP"], "cannot load"),
+    (["run", "LIB", "--inputs", "MISSING"], "no such file"),
+    (["run", "LIB", "--inputs", "MLP"], "cannot read inputs"),
+    (["run", "LIB", "--inputs", "WRONGSHAPE"], "has shape"),
+    (["run", "LIB", "--check", "MISSING"], "no such file"),
+    (["run", "LIB", "--rtol", "nan"], "finite"),
+    (["run", "LIB", "--atol", "-1"], ">= 0"),
+    (["run", "LIB", "--seed", "-1"], "non-negative"),
+    (["run", "LIB", "--trace", "NODIR"], "does not exist"),
+    (["plan", "matmul", "--m", "0", "--k", "8", "--n", "8"], "positive"),
+    (["plan", "matmul", "--m", "8", "--k", "8", "--n", "8", "--min-utilization", "nan"], "finite"),
+    (["plan", "matmul", "--m", "8", "--k", "8", "--n", "8", "--padding", "inf"], "finite"),
+    (["plan", "matmul", "--m", "8", "--k", "8", "--n", "8", "--padding", "1.5"], "between 0 and 1"),
+    (["plan", "matmul", "--m", "8", "--k", "8", "--n", "8", "--budget", "0"], "--budget"),
+    (["plan", "conv2d", "--channels", "4", "--height", "8", "--width", "8", "--filters", "4",
+      "--stride", "0"], "--stride"),
+    (["plan", "conv2d", "--channels", "4", "--height", "8", "--width", "8", "--filters", "4",
+      "--pad", "-1"], "--pad"),
+    (["plan", "model", "--model", "bert-large", "--batch", "0"], "--batch"),
+    (["plan", "model", "--model", "bert-large", "--layers", "-1"], "--layers"),
+    (["models", "--ops", "--batch", "-1"], "--batch"),
+    (["nonsense"], "invalid choice"),
+    (["simulate", "bert-large", "--no-such-flag"], "unrecognized"),
+]
+
+
+@pytest.mark.parametrize("argv,fragment", BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS])
+def test_bad_arguments_one_line_no_traceback(argv, fragment, models, built, tmp_path, capsys):
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, x=np.zeros((3, 3), np.float32))
+    paths = {"MLP": models["mlp"], "LIB": built["mlp"], "MISSING": str(tmp_path / "missing.onnx"),
+             "NODIR": str(tmp_path / "no" / "such" / "dir" / "out.json"), "WRONGSHAPE": str(wrong),
+             "TMPDIR": str(tmp_path)}
+    code, out, err = _main(capsys, *(paths.get(a, a) for a in argv))
+    assert code != 0
+    assert "Traceback" not in out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("tvm-icca: error: ")
+    if fragment is not None:
+        assert fragment in lines[0], lines[0]
+
+
+def test_console_script_bad_argument(tmp_path):
+    script = pathlib.Path(sys.executable).with_name("tvm-icca")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "tvm_icca.cli"]
+    proc = subprocess.run(command + ["simulate", "bert-large", "--batch", "0"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "tvm-icca: error: simulate: argument --batch: must be a positive integer, got 0 "
+        "(see 'tvm-icca simulate --help')"]
+
+
+def test_compile_and_check_with_shape(models, tmp_path, capsys):
+    """A symbolic input dimension fixed by --shape; --check imports the ONNX model with the
+    shapes the library records."""
+    lib = tmp_path / "dynamic.so"
+    code, out, err = _main(capsys, "compile", models["dynamic"], "--shape", "x=8,64", "-o", lib)
+    assert code == 0, err
+    code, out, err = _main(capsys, "run", lib, "--check", models["dynamic"])
+    assert code == 0, out + err
+    assert "[8, 32]" in out and "check passed" in out
