@@ -13,7 +13,6 @@ compiles regions.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +21,7 @@ import tvm_ffi
 from tvm import relax
 
 from runtime_sim.constants import encode_constant
-from runtime_sim.errors import IccaError, PlanNotFoundError, UnsupportedDtypeError
+from runtime_sim.errors import IccaError, PlanNotFoundError
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import DeviceProgram, OpProgram, TensorDecl, TensorExpr
 
@@ -60,7 +59,7 @@ class PlanCache:
              budget: int, name: str) -> PlannedOp:
         if cost_model is not None and all(m is not cost_model for m in self._cost_models):
             self._cost_models.append(cost_model)
-        key = (_structure_key(expr), hw, int(budget), None if cost_model is None else id(cost_model))
+        key = (expr.structure_key(), hw, int(budget), None if cost_model is None else id(cost_model))
         planned = self._plans.get(key)
         if planned is None:
             self.misses += 1
@@ -75,7 +74,7 @@ class PlanCache:
         within the whole SRAM, once per operator structure: the time/memory frontier within a
         smaller budget is the part of it that fits, so operators differing only in what their
         region holds around them share it (the caller keeps what fits its budget)."""
-        key = ("options", _structure_key(expr), hw, tuple(resident))
+        key = ("options", expr.structure_key(), hw, tuple(resident))
         found = self._options.get(key)
         if found is None:
             found = self._options[key] = operator_options(expr, hw, resident, hw.usable_sram_bytes)
@@ -91,13 +90,6 @@ class PlanCache:
         extracted = extract_op(composite, name=name)
         bucket.append((composite, extracted))
         return extracted
-
-
-def _structure_key(expr: TensorExpr) -> str:
-    data = expr.to_dict()
-    for access in (*data["inputs"], data["output"]):
-        access["name"] = ""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -286,11 +278,7 @@ def _value_of(var: relax.Var, name: str) -> _Value:
 
 
 def _check_dtype(value: _Value, hw: HardwareSpec, where: str) -> None:
-    if not hw.supports_dtype(value.dtype):
-        raise UnsupportedDtypeError(
-            f"'{where}': tensor '{value.name}' has dtype {value.dtype}; the simulated ICCA device "
-            f"'{hw.name}' supports {', '.join(hw.dtypes)}"
-        )
+    hw.check_dtype(value.dtype, f"tensor '{value.name}' of '{where}'")
 
 
 def _result_vars(expr: relax.Expr, name: str) -> list[relax.Var]:
