@@ -4,7 +4,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test clean
+.PHONY: install demo test wheel-check clean
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
+
+# the wheel installed (not editable) in a fresh virtualenv runs `tvm-icca demo` (CI does this)
+wheel-check: $(STAMP)
+	.ci/run wheel
 
 clean:
 	rm -rf $(VENV) build *.egg-info
