@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from runtime_sim.hardware import preset  # noqa: E402
-from tvm_icca.plans.fitted import FEATURES, accuracy, fit_cost_model, profile_plans, random_op_builders  # noqa: E402
+from tvm_icca.commands.fit_cost_model import accuracy, fit_cost_model, profile_plans, random_op_builders  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def main() -> None:
     print(f"{'op kind':<12} {'n':>4} {'fitted MAPE%':>13} {'fitted R2':>10} {'analytic MAPE%':>15} {'analytic R2':>12}")
     for axis, (kind, group) in zip(axes, sorted(by_kind.items())):
         simulated = [p.simulated_s for p in group]
-        fitted = [sum(model.coefficients[kind][n] * p.features[n] for n in FEATURES) for p in group]
+        fitted = [model.predict_features(kind, p.features) for p in group]
         analytic = [p.analytic_s for p in group]
         fa, aa = accuracy(fitted, simulated), accuracy(analytic, simulated)
         print(f"{kind:<12} {len(group):>4} {fa['mape_percent']:>13.2f} {fa['r2']:>10.4f} "

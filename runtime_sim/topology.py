@@ -62,6 +62,7 @@ from typing import Callable
 import numpy as np
 
 from .hardware import HardwareSpec
+from .links import chunk_latency_seconds
 
 
 @dataclass(frozen=True)
@@ -242,10 +243,6 @@ class Topology:
         src, dst, nbytes, weight = pattern.flows()
         return self.phase(src, dst, nbytes, weight)
 
-    def _chunks(self, b: np.ndarray) -> np.ndarray:
-        buf = self.hw.shift_buffer_bytes
-        return np.ceil(b / buf) if buf > 0 else np.ones_like(b)
-
     def _inter(self, b: np.ndarray, cross: np.ndarray, w: float) -> tuple[float, float]:
         inter = float(b[cross].sum()) * w
         if inter <= 0:
@@ -288,7 +285,7 @@ class AllToAllTopology(Topology):
         sent = np.bincount(src[from_core], weights=b[from_core], minlength=n) * w
         port_bytes = max(float(recv.max()), float(sent.max()) if sent.size else 0.0)
         inter_bytes, inter_s = self._inter(b, cross_once, w)
-        latency = self._chunks(b) * self.hw.link_latency_s  # one hop through the exchange
+        latency = chunk_latency_seconds(b, self.hw)  # one hop through the exchange
         lat = float(latency.max())
         uncontended = float((self._flow_alone(b, cross) + latency).max())
         intra_s = port_bytes / bw
@@ -318,7 +315,7 @@ class AllToAllTopology(Topology):
         if self.num_chips > 1:
             inter_bytes = float((b * foreign.sum(axis=1)).sum()) * w
             inter_s = inter_bytes / self.hw.inter_chip_bandwidth if inter_bytes else 0.0
-        latency = self._chunks(b) * self.hw.link_latency_s
+        latency = chunk_latency_seconds(b, self.hw)
         crosses = foreign.any(axis=1)
         uncontended = float((self._flow_alone(b, crosses) + latency).max())
         intra_s = max(float(recv.max()), float(sent.max())) / bw
@@ -421,7 +418,7 @@ class MeshTopology(Topology):
             link_max = max(link_max, _range_max(size, start, end, weight) * w)
         inter_bytes, inter_s = self._inter(b, cross, w)
         hops = np.abs(xd - xs) + np.abs(yd - ys) + io + cross
-        latency = self._chunks(b) * hops * self.hw.link_latency_s
+        latency = chunk_latency_seconds(b, self.hw, hops)
         uncontended = float((self._flow_alone(b, cross) + latency).max())
         intra_s = link_max / bw
         return PhaseCost(max(intra_s, inter_s) + float(latency.max()), uncontended,

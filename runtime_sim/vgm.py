@@ -28,6 +28,7 @@ import numpy as np
 from schedules import template_for
 
 from .hardware import HardwareSpec
+from .links import link_transfer_seconds
 from .errors import DeviceProgramError
 from .program import AffineIndex, TensorExpr, VgmPlan, dtype_bytes, validate_program
 
@@ -189,17 +190,12 @@ def vgm_op_timing(expr: TensorExpr, plan: VgmPlan, hw: HardwareSpec) -> VgmTimin
 
 def _link_time(sent_or_received: np.ndarray, served: np.ndarray, hw: HardwareSpec) -> float:
     busiest = max(int(sent_or_received.max(initial=0)), int(served.max(initial=0)))
-    if busiest == 0:
-        return 0.0
-    return busiest / hw.link_bandwidth + math.ceil(busiest / hw.shift_buffer_bytes) * hw.link_latency_s
+    return link_transfer_seconds(busiest, hw)
 
 
 def _own_link_time(fetched: np.ndarray, hw: HardwareSpec) -> float:
     """The transfer if every core only waited for its own link (no home core a hot spot)."""
-    busiest = int(fetched.max(initial=0))
-    if busiest == 0:
-        return 0.0
-    return busiest / hw.link_bandwidth + math.ceil(busiest / hw.shift_buffer_bytes) * hw.link_latency_s
+    return link_transfer_seconds(int(fetched.max(initial=0)), hw)
 
 
 def _index_ranges(idx: AffineIndex, lo: dict[str, np.ndarray], hi: dict[str, np.ndarray],

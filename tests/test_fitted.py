@@ -5,14 +5,8 @@ import pytest
 
 from runtime_sim.hardware import preset, small_chip
 from tvm_icca.plans import plan_operator
-from tvm_icca.plans.fitted import (
-    FEATURES,
-    FittedCostModel,
-    accuracy,
-    fit_cost_model,
-    profile_plans,
-    random_op_builders,
-)
+from tvm_icca.commands.fit_cost_model import accuracy, fit_cost_model, profile_plans, random_op_builders
+from tvm_icca.plans.fitted import FEATURES, FittedCostModel
 
 
 @pytest.fixture(scope="module")

@@ -24,13 +24,13 @@ ComputeSet"), bulk-synchronously: compute, synchronize, exchange. So:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..hardware import HardwareSpec
 from ..layout import OpLayout
+from ..links import replica_reduction_schedule
 from ..topology import NO_PHASE, PhaseCost, Topology
 
 #: Distinct shift phases costed exactly per operator; beyond this many (a tensor rotating on
@@ -256,8 +256,7 @@ def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[Phas
     rank = np.arange(n) - head
     pbytes = layout.partition_bytes(out)
     elems = int(np.prod(layout.partition_shape(out), dtype=np.int64))
-    add_s = elems / hw.vector_flops_per_cycle / hw.clock_hz
-    sync_s = hw.sync_cycles / hw.clock_hz
+    schedule = replica_reduction_schedule(R, pbytes, elems, hw)
 
     tree, rounds, sent = NO_PHASE, 0, 0
     step = 1
@@ -269,15 +268,15 @@ def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[Phas
         sent += src.size * pbytes
         rounds += 1
         step *= 2
-    tree_adds = rounds * (add_s + sync_s)
+    assert rounds == schedule.tree_rounds
+    tree_adds = schedule.tree_adds_s
 
     # chain: rank r sends to rank r-1; the first chunk needs R-2 extra hops to reach ring 0
     senders = np.flatnonzero(rank > 0)
     chain = topo.phase(order[senders], order[senders - 1], np.full(senders.size, float(pbytes)))
-    chunks = max(1, math.ceil(pbytes / hw.shift_buffer_bytes))
-    fill = (R - 2) * (pbytes / chunks / hw.link_bandwidth + hw.link_latency_s)
+    fill = schedule.chain_fill_s
     chain = chain + PhaseCost(fill, fill, 0.0, 0.0, 0.0, 0.0)
-    chain_adds = (chunks + R - 2) * add_s / chunks + sync_s
+    chain_adds = schedule.chain_adds_s
     if chain.time_s + chain_adds < tree.time_s + tree_adds:
-        return chain, chunks + R - 2, chain_adds, senders.size * pbytes
+        return chain, int(schedule.chain_stages), chain_adds, senders.size * pbytes
     return tree, rounds, tree_adds, sent

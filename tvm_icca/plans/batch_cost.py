@@ -25,13 +25,15 @@ from typing import Protocol
 import numpy as np
 
 from runtime_sim.hardware import HardwareSpec
+from runtime_sim.layout import OpLayout
+from runtime_sim.links import link_transfer_seconds, replica_reduction_seconds
 from schedules import template_for
 from schedules.base import ComputeTemplate, MatrixTemplate, arithmetic_nodes, contraction_roles
 
 from .bounds import partition_lower_bounds, subtensor_lower_bounds
 from .intmath import ceil_div, unique_rows
-from .partitions import PlanBatch, sharing_counts
-from .structure import PlanStructure
+from .partitions import PlanBatch, loop_order_row, sharing_counts
+from .structure import PlanStructure, build_structure
 
 
 class BatchCostModel(Protocol):
@@ -64,17 +66,15 @@ def best_loop_order(S: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarra
     stepping = S > 1
     key = np.where(stepping, w / np.maximum(S - 1, 1), -np.inf)
     order = np.argsort(-key, axis=1, kind="stable")
+    return order, loop_order_cost(S, w, order)
+
+
+def loop_order_cost(S: np.ndarray, w: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``sum_a w_a * prod(S outside a)`` per row for the given orders (outermost first)."""
     S_sorted = np.take_along_axis(S, order, axis=1).astype(float)
     w_sorted = np.take_along_axis(w, order, axis=1)
     outer = np.cumprod(np.concatenate([np.ones((len(S), 1)), S_sorted[:, :-1]], axis=1), axis=1)
-    return order, (w_sorted * outer).sum(axis=1)
-
-
-def transfer_seconds_array(nbytes: np.ndarray, hw: HardwareSpec) -> np.ndarray:
-    """:func:`.cost.transfer_seconds` on arrays (shift-buffer sized pieces, T10 §5)."""
-    nbytes = np.asarray(nbytes, float)
-    pieces = np.ceil(nbytes / hw.shift_buffer_bytes)
-    return np.where(nbytes > 0, nbytes / hw.link_bandwidth + pieces * hw.link_latency_s, 0.0)
+    return (w_sorted * outer).sum(axis=1)
 
 
 def _overrides(template: object, name: str, base: type) -> bool:
@@ -187,8 +187,9 @@ class AnalyticBatchModel:
     def times(self, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
         return self.components(batch)[0]
 
-    def components(self, batch: PlanBatch):
-        """((time, order), dict of per-term arrays) for every plan of the batch."""
+    def components(self, batch: PlanBatch, order: np.ndarray | None = None):
+        """((time, order), dict of per-term arrays) for every plan of the batch, under its
+        best loop order, or under ``order`` ((N, A) axis indices, outermost first) if given."""
         hw = self.hw
         structure = batch.structure
         cyc = self.cycles(structure)
@@ -199,10 +200,13 @@ class AnalyticBatchModel:
         parts = batch.partition_bytes(xp)
         compute = steps * cyc.subtask(rp) / hw.clock_hz
         sync = steps * hw.sync_cycles / hw.clock_hz
-        per_shift = transfer_seconds_array(parts, hw)  # (N, T)
+        per_shift = link_transfer_seconds(parts, hw)  # (N, T)
         ft = batch.ft
         w = (np.where(ft > 1, ft, 0) * per_shift[:, :, None]).sum(axis=1)  # (N, A)
-        order, shift = best_loop_order(S, w)
+        if order is None:
+            order, shift = best_loop_order(S, w)
+        else:
+            shift = loop_order_cost(S, w, order)
         out = structure.num_tensors - 1
         replicas = (sharing_counts(structure, batch.F)[:, out] // np.prod(ft[:, out], axis=1)).astype(float)
         reduction = (replicas - 1) / replicas * parts[:, out] / hw.link_bandwidth
@@ -211,6 +215,16 @@ class AnalyticBatchModel:
         terms = {"compute_s": compute, "sync_s": sync, "shift_s": shift,
                  "reduction_s": reduction, "epilogue_s": epilogue}
         return (time, order), terms
+
+    def layout_terms(self, layout: OpLayout, structure: PlanStructure | None = None) -> dict[str, float]:
+        """The terms of one plan (a one-row batch under the layout's own loop order);
+        ``structure``: ``layout.expr``'s, if the caller has it."""
+        if structure is None or structure.expr is not layout.expr:
+            structure = build_structure(layout.expr)
+        batch = PlanBatch.of_plan(structure, layout.plan)
+        order = loop_order_row(structure, layout.loop_axes)[None, :]
+        _, terms = self.components(batch, order)
+        return {k: float(v[0]) for k, v in terms.items()}
 
     def time_lower_bound(self, structure: PlanStructure, F: np.ndarray) -> np.ndarray:
         hw = self.hw
@@ -233,24 +247,15 @@ class AnalyticBatchModel:
 def replica_reduction_array(replicas: np.ndarray, partition_bytes: np.ndarray, elem_bytes: int,
                             hw: HardwareSpec) -> np.ndarray:
     """Summing ``replicas`` copies of an output partition as the device and the timing
-    simulator schedule it (:mod:`runtime_sim.timing.opcost`): the faster of a binomial tree
-    (``ceil(log2 R)`` rounds of one partition, each added on the vector unit) and a
-    pipelined chain (``n + R - 2`` stages of one of the ``n`` shift-buffer chunks); 0 where
-    there is one replica.
+    simulator schedule it (:func:`runtime_sim.links.replica_reduction_seconds`, the one
+    closed form of the tree-or-chain schedule); 0 where there is one replica.
 
     The analytic model keeps T10's ``(R-1)/R`` ring term instead: it keeps the exact
     search's pruning tight. :class:`ArrivalCostModel` and the fitted model (:mod:`.fitted`)
     use this schedule.
     """
     p = np.asarray(partition_bytes, float)
-    add = p / elem_bytes / hw.vector_flops_per_cycle / hw.clock_hz
-    sync = hw.sync_cycles / hw.clock_hz
-    one = transfer_seconds_array(p, hw)
-    tree = np.ceil(np.log2(np.maximum(replicas, 1.0))) * (one + add + sync)
-    chunks = np.maximum(1.0, np.ceil(p / hw.shift_buffer_bytes))
-    chain = (one + (replicas - 2) * (p / chunks / hw.link_bandwidth + hw.link_latency_s)
-             + (chunks + replicas - 2) * add / chunks + sync)
-    return np.where(replicas > 1, np.minimum(tree, chain), 0.0)
+    return np.asarray(replica_reduction_seconds(replicas, p, p / elem_bytes, hw))
 
 
 class ArrivalCostModel:

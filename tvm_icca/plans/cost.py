@@ -10,13 +10,15 @@ model arrives with the optimizer.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
 from runtime_sim.hardware import HardwareSpec
+from runtime_sim.links import link_transfer_seconds
 from runtime_sim.layout import OpLayout
-from schedules import template_for
+
+from .batch_cost import AnalyticBatchModel
+from .structure import PlanStructure, build_structure
 
 
 @dataclass(frozen=True)
@@ -40,39 +42,25 @@ class CostModel(Protocol):
 
 def transfer_seconds(nbytes: int, hw: HardwareSpec) -> float:
     """One core receiving ``nbytes`` over its link, in shift-buffer sized pieces (T10 §5)."""
-    if nbytes <= 0:
-        return 0.0
-    pieces = math.ceil(nbytes / hw.shift_buffer_bytes)
-    return nbytes / hw.link_bandwidth + pieces * hw.link_latency_s
-
-
-def shift_seconds(layout: OpLayout, hw: HardwareSpec) -> float:
-    """Per-core time of all rotations of a plan: each shift of a partition over the link."""
-    total = 0.0
-    for t in range(len(layout.expr.tensors)):
-        size = layout.partition_bytes(t)
-        for a in layout.temporal_axes(t):
-            total += layout.shift_count_per_core(t, a) * transfer_seconds(size, hw)
-    return total
+    return link_transfer_seconds(nbytes, hw)
 
 
 class AnalyticCostModel:
-    """Closed-form plan cost from the HardwareSpec (no overlap of compute and shifts)."""
+    """Closed-form plan cost from the HardwareSpec (no overlap of compute and shifts).
+
+    The terms are :class:`.batch_cost.AnalyticBatchModel`'s, evaluated on a one-plan batch
+    under the layout's loop order: one definition for the search and for single layouts.
+    """
+
+    def __init__(self) -> None:
+        # The last expression's structure and the last hardware's batch model: layouts of
+        # one operator come in runs (re-ranking, brute force), and both cost more than a plan.
+        self._model: AnalyticBatchModel | None = None
+        self._structure: PlanStructure | None = None
 
     def __call__(self, layout: OpLayout, hw: HardwareSpec) -> PlanCost:
-        expr = layout.expr
-        template = template_for(expr.kind)
-        cycles = template.subtask_cycles(expr, layout.rp, hw)
-        compute_s = layout.steps * cycles / hw.clock_hz
-        sync_s = layout.steps * hw.sync_cycles / hw.clock_hz
-        shift_s = shift_seconds(layout, hw)
-        out = len(expr.tensors) - 1
-        replicas = layout.replicas(out)
-        # Summing R replicas costs each core (R-1)/R of a partition on its link when the
-        # reduction is spread over the ring (the T10 benchmark's final-reduction term).
-        reduction_s = (replicas - 1) / replicas * layout.partition_bytes(out) / hw.link_bandwidth
-        out_partition = {
-            a: layout.xp[a] // layout.plan.ft(out, a) for a in layout.axes
-        }
-        epilogue_s = template.epilogue_cycles(expr, out_partition, hw) / hw.clock_hz
-        return PlanCost(compute_s, sync_s, shift_s, reduction_s, epilogue_s)
+        if self._model is None or self._model.hw != hw:
+            self._model = AnalyticBatchModel(hw)
+        if self._structure is None or self._structure.expr is not layout.expr:
+            self._structure = build_structure(layout.expr)
+        return PlanCost(**self._model.layout_terms(layout, self._structure))

@@ -241,6 +241,14 @@ class PlanBatch:
     def padding(self) -> np.ndarray:
         return padding_ratio(self.structure, self.F, self.xp)
 
+    @classmethod
+    def of_plan(cls, structure: PlanStructure, plan: ExecutionPlan) -> "PlanBatch":
+        """A one-row batch holding ``plan`` (its loop order: :func:`loop_order_row`)."""
+        F = np.array([[plan.op_partition.get(a, 1) for a in structure.axes]], INT)
+        ft = np.array([[[plan.ft(t, a) for a in structure.axes]
+                        for t in range(structure.num_tensors)]], INT)
+        return cls(structure, F, ft)
+
     def take(self, rows: np.ndarray) -> "PlanBatch":
         return PlanBatch(self.structure, self.F[rows], self.ft[rows])
 
@@ -257,6 +265,13 @@ class PlanBatch:
         else:
             loop = tuple(a for j, a in enumerate(axes) if S[j] > 1)
         return ExecutionPlan({a: int(f) for a, f in zip(axes, self.F[i])}, temporal, loop)
+
+
+def loop_order_row(structure: PlanStructure, loop_axes: Sequence[str]) -> np.ndarray:
+    """Axis indices, outermost first: ``loop_axes`` then the axes that do not step, (A,)."""
+    index = {a: i for i, a in enumerate(structure.axes)}
+    first = [index[a] for a in loop_axes]
+    return np.array(first + [i for i in range(structure.num_axes) if i not in first], INT)
 
 
 def partition_bytes(structure: PlanStructure, ft: np.ndarray, xp: np.ndarray) -> np.ndarray:

@@ -1,0 +1,110 @@
+"""Transfers over a core's link and the replica-reduction schedule: the one closed form of each.
+
+Part of the device contract (the compiler's cost models import it; so do the topologies and
+the timing simulator), so it depends on :class:`~runtime_sim.hardware.HardwareSpec` only.
+
+* A transfer of ``b`` bytes over one link is cut into shift-buffer sized chunks (T10 §5), each
+  paying the link latency once: ``b / link_bandwidth + ceil(b / shift_buffer_bytes) *
+  link_latency_s`` (:func:`link_transfer_seconds`; the topologies add the latency term per hop
+  on top of contended bandwidth, :func:`chunk_latency_seconds`).
+* Output replicas are summed into ring 0 by the faster of two schedules, as collective
+  libraries pick per message size (:func:`replica_reduction_schedule`): a binomial tree,
+  ``ceil(log2 R)`` rounds each moving one partition and adding it on the vector unit, or a
+  pipelined chain of shift-buffer chunks, ``n + R - 2`` stages for ``n`` chunks, whose first
+  chunk needs ``R - 2`` extra hops to reach ring 0.
+
+Every function takes scalars or numpy arrays (scalars in, Python floats out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hardware import HardwareSpec
+
+
+def _out(value: np.ndarray):
+    return float(value) if np.ndim(value) == 0 else value
+
+
+def transfer_chunks(nbytes, hw: HardwareSpec):
+    """Shift-buffer sized pieces of a transfer of ``nbytes`` (one piece without a buffer)."""
+    b = np.asarray(nbytes, np.float64)
+    buf = hw.shift_buffer_bytes
+    return _out(np.ceil(b / buf) if buf > 0 else np.ones_like(b))
+
+
+def chunk_latency_seconds(nbytes, hw: HardwareSpec, hops=1):
+    """Latency of a transfer of ``nbytes`` over ``hops`` links: every chunk pays every hop."""
+    return _out(np.asarray(transfer_chunks(nbytes, hw)) * hops * hw.link_latency_s)
+
+
+def link_transfer_seconds(nbytes, hw: HardwareSpec):
+    """One core sending or receiving ``nbytes`` over its own link, alone (0 for no bytes)."""
+    b = np.asarray(nbytes, np.float64)
+    t = np.where(b > 0, b / hw.link_bandwidth + np.asarray(transfer_chunks(b, hw)) * hw.link_latency_s, 0.0)
+    return _out(t)
+
+
+@dataclass(frozen=True)
+class ReductionSchedule:
+    """The two replica-reduction schedules of ``replicas`` copies of a ``partition_bytes``
+    partition (arrays broadcast like the inputs; entries where ``R <= 1`` are meaningless).
+
+    Tree: ``tree_rounds`` rounds, each one partition transfer plus ``add_s + sync_s``.
+    Chain: one partition transfer (every replica to its neighbour, all at once), then
+    ``chain_fill_s`` (the first chunk's ``R - 2`` extra hops), ``chain_add_s`` (adding every
+    chunk) and one ``sync_s``.
+    """
+
+    replicas: object
+    tree_rounds: object
+    chunks: object
+    add_s: object
+    sync_s: float
+    chain_fill_s: object
+    chain_add_s: object
+
+    @property
+    def chain_stages(self):
+        """Chunk stages of the pipelined chain, ``n + R - 2``."""
+        return _out(np.asarray(self.chunks) + np.asarray(self.replicas) - 2)
+
+    @property
+    def tree_adds_s(self):
+        """Vector-unit adds and synchronizations of the tree."""
+        return _out(np.asarray(self.tree_rounds) * (np.asarray(self.add_s) + self.sync_s))
+
+    @property
+    def chain_adds_s(self):
+        """Vector-unit adds and the synchronization of the chain."""
+        return _out(np.asarray(self.chain_add_s) + self.sync_s)
+
+
+def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
+                               hw: HardwareSpec) -> ReductionSchedule:
+    """Closed-form terms of both reduction schedules (see the module docstring)."""
+    R = np.asarray(replicas, np.float64)
+    p = np.asarray(partition_bytes, np.float64)
+    add = np.asarray(partition_elements, np.float64) / hw.vector_flops_per_cycle / hw.clock_hz
+    sync = hw.sync_cycles / hw.clock_hz
+    rounds = np.ceil(np.log2(np.maximum(R, 1.0)))
+    chunks = np.maximum(1.0, np.ceil(p / hw.shift_buffer_bytes))
+    fill = (R - 2) * (p / chunks / hw.link_bandwidth + hw.link_latency_s)
+    adds = (chunks + R - 2) * add / chunks
+    return ReductionSchedule(_out(R), _out(rounds), _out(chunks), _out(add), sync, _out(fill),
+                             _out(adds))
+
+
+def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+    """Time of the faster schedule with every transfer costed alone on its link
+    (:func:`link_transfer_seconds`); 0 where there is one replica. The timing simulator
+    routes the same transfers on its topology instead (``runtime_sim.timing.opcost``)."""
+    R = np.asarray(replicas, np.float64)
+    s = replica_reduction_schedule(R, partition_bytes, partition_elements, hw)
+    one = np.asarray(link_transfer_seconds(partition_bytes, hw))
+    tree = np.asarray(s.tree_rounds) * (one + s.add_s + s.sync_s)
+    chain = one + s.chain_fill_s + s.chain_add_s + s.sync_s
+    return _out(np.where(R > 1, np.minimum(tree, chain), 0.0))
