@@ -181,7 +181,11 @@ def program_of(func: relax.Function) -> DeviceProgram:
 def programs_in_call_order(mod: IRModule) -> list[DeviceProgram]:
     """The device programs of a planned module in the order ``main`` runs them."""
     regions = icca_regions(mod)
-    return [program_of(regions[name]) for name in region_call_order(mod)]
+    parsed: dict[str, DeviceProgram] = {}  # a region of every layer is parsed once
+    for name in region_call_order(mod):
+        if name not in parsed:
+            parsed[name] = program_of(regions[name])
+    return [parsed[name] for name in region_call_order(mod)]
 
 
 def model_plan_of(mod: IRModule) -> ModelPlan | None:
@@ -330,7 +334,12 @@ def _attach(mod: IRModule, programs: Sequence[DeviceProgram], model_plan: ModelP
         if symbol not in final:
             final[symbol] = dataclasses.replace(program, region=symbol, module=module_id,
                                                 run_order=tuple(symbols)).to_json()
-    mod = _RedirectCalls(mod, symbols, final).transform()
+    if symbols == order:  # no region needs a variant: only attach the programs
+        mod = mod.clone()  # a pass must not change the module it was given
+        for gvar, name in region_gvars(mod).items():
+            mod.update_func(gvar, mod[gvar].with_attr(PROGRAM_ATTR, final[name]))
+    else:
+        mod = _RedirectCalls(mod, symbols, final).transform()
     if model_plan is not None:
         mod = mod.with_attr(MODEL_PLAN_ATTR, json.dumps(model_plan.to_dict(), separators=(",", ":")))
     return mod
