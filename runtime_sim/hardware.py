@@ -368,8 +368,9 @@ def preset(preset_name: str, **overrides: Any) -> HardwareSpec:
 
 def small_chip(num_cores: int = 16, sram_bytes_per_core: int = 64 * KIB, **overrides: Any) -> HardwareSpec:
     """An IPU-like chip with few cores, for tests and quick experiments."""
-    return preset("ipu-mk2", name=f"icca-{num_cores}", num_cores=num_cores,
-                  sram_bytes_per_core=sram_bytes_per_core, **overrides)
+    fields = {"name": f"icca-{num_cores}", "num_cores": num_cores,
+              "sram_bytes_per_core": sram_bytes_per_core, **overrides}
+    return preset("ipu-mk2", **fields)
 
 
 DEFAULT_PRESET = "ipu-mk2"

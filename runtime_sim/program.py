@@ -791,10 +791,11 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
         for a, c in ix.terms:
             if a not in allowed:
                 raise bad(f"{what} uses unknown axis {_short(a)}")
-            if isinstance(c, bool) or not isinstance(c, numbers.Integral):
-                raise bad(f"{what} has a non-integer coefficient {_short(c)}")
-        if isinstance(ix.offset, bool) or not isinstance(ix.offset, numbers.Integral):
-            raise bad(f"{what} has a non-integer offset {_short(ix.offset)}")
+            if isinstance(c, bool) or not isinstance(c, numbers.Integral) or abs(c) > MAX_EXTENT:
+                raise bad(f"{what} has coefficient {_short(c)}, not an integer of magnitude <= {MAX_EXTENT}")
+        if isinstance(ix.offset, bool) or not isinstance(ix.offset, numbers.Integral) \
+                or abs(ix.offset) > MAX_EXTENT:
+            raise bad(f"{what} has offset {_short(ix.offset)}, not an integer of magnitude <= {MAX_EXTENT}")
         return ix
 
     def check_access(acc: Any, what: str) -> None:
@@ -827,34 +828,78 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
         if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < n_in:
             raise bad(f"epilogue input {_short(i)} is not an input index in [0, {n_in})")
 
+    plan = op.plan
+
+    def whole(t: int, d: int) -> bool:
+        """Whether every core holds all of dimension ``d`` of input ``t`` (the plan neither
+        splits nor rotates it), so the body may read it at any position."""
+        acc = expr.inputs[t]
+        ix = acc.indices[d]
+        if not ix.is_simple or extents[ix.terms[0][0]] != acc.shape[d]:
+            return False
+        if isinstance(plan, ExecutionPlan):
+            a = ix.terms[0][0]
+            return plan.F(a) == 1 and all(plan.ft(s, a) == 1 for s in range(len(plan.temporal)))
+        return plan.tile(ix.terms[0][0], extents[ix.terms[0][0]]) >= extents[ix.terms[0][0]]
+
+    def check_load(node: Mapping[str, Any], what: str, axes: Mapping[str, Any] | set,
+                   bound: frozenset, epilogue: bool) -> None:
+        t = node.get("input")
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= t < n_in:
+            raise bad(f"{what}: load of input {_short(t)}, the operator has {n_in} inputs")
+        acc = expr.inputs[t]
+        index = node.get("index")
+        rank = len(acc.shape)
+        if not isinstance(index, (list, tuple)) or len(index) != rank:
+            raise bad(f"{what}: load of input {t} needs {rank} indices, got {_short(index)}")
+        if epilogue and t not in expr.epilogue_inputs:
+            raise bad(f"{what}: reads input {t} ('{acc.name}'), which is not among the "
+                      f"epilogue_inputs {list(expr.epilogue_inputs)}")
+        if epilogue and isinstance(plan, ExecutionPlan) and t < len(plan.temporal) and \
+                any(plan.ft(t, a) > 1 for a in top):
+            raise bad(f"{what}: reads input '{acc.name}', which rotates (epilogue inputs stay in place)")
+        for d, ix in enumerate(index):
+            where_ = f"{what}: load of input {t} ('{acc.name}'), index {d}"
+            try:
+                parsed = AffineIndex.from_dict(_map(ix, "index"))
+            except (DeviceProgramError, KeyError) as err:
+                raise bad(f"{where_}: {err}") from None
+            check_index(parsed, where_, axes)
+            unbound = [a for a in parsed.axes if a in local and a not in bound]
+            if unbound:
+                raise bad(f"{where_}: core-local axis '{unbound[0]}' is used outside a reduce over it")
+            if parsed == acc.indices[d]:
+                continue
+            # any other read: core-local axes only, inside the tensor, on a dimension every
+            # core holds whole (what the device can serve from its own buffer)
+            if any(a not in local for a in parsed.axes) or not whole(t, d):
+                raise bad(f"{where_} ({parsed}) differs from the access that places the tensor "
+                          f"({acc.indices[d]}): other reads must use core-local axes on a "
+                          "dimension the plan keeps whole on every core")
+            lo = parsed.offset + sum(min(0, c * (extents[a] - 1)) for a, c in parsed.terms)
+            hi = parsed.offset + sum(max(0, c * (extents[a] - 1)) for a, c in parsed.terms)
+            if lo < 0 or hi >= acc.shape[d]:
+                raise bad(f"{where_} ({parsed}) reads [{lo}, {hi}], outside the dimension of {acc.shape[d]}")
+
     def check_tree(root: Any, what: str, axes: Mapping[str, Any] | set, epilogue: bool) -> None:
-        stack = [root]
+        stack = [(root, frozenset())]
         while stack:
-            node = stack.pop()
+            node, bound = stack.pop()
             if not isinstance(node, Mapping) or not isinstance(node.get("op"), str):
                 raise bad(f"{what}: node {_short(node)} is not an expression")
             kind = node["op"]
             if kind == "load":
-                t = node.get("input")
-                if isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= t < n_in:
-                    raise bad(f"{what}: load of input {_short(t)}, the operator has {n_in} inputs")
-                index = node.get("index")
-                rank = len(expr.inputs[t].shape)
-                if not isinstance(index, (list, tuple)) or len(index) != rank:
-                    raise bad(f"{what}: load of input {t} needs {rank} indices, got {_short(index)}")
-                for d, ix in enumerate(index):
-                    try:
-                        parsed = AffineIndex.from_dict(_map(ix, "index"))
-                    except (DeviceProgramError, KeyError) as err:
-                        raise bad(f"{what}: load of input {t}, index {d}: {err}") from None
-                    check_index(parsed, f"{what}: load of input {t}, index {d}", axes)
+                check_load(node, what, axes, bound, epilogue)
             elif kind == "const":
                 value = node.get("value")
                 if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
                     raise bad(f"{what}: constant {_short(value)} is not a number")
             elif kind == "axis":
-                if node.get("axis") not in axes:
-                    raise bad(f"{what}: reads unknown axis {_short(node.get('axis'))}")
+                a = node.get("axis")
+                if not isinstance(a, str) or a not in axes:
+                    raise bad(f"{what}: reads unknown axis {_short(a)}")
+                if a in local and a not in bound:
+                    raise bad(f"{what}: core-local axis '{a}' is used outside a reduce over it")
             elif kind == "result":
                 if not epilogue:
                     raise bad(f"{what}: 'result' is only valid in an epilogue")
@@ -868,15 +913,16 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
                     if node.get("combiner", "sum") not in REDUCE_COMBINERS:
                         raise bad(f"{what}: unknown reduce combiner {_short(node.get('combiner'))}")
                     raxes = node.get("axes")
-                    if not isinstance(raxes, (list, tuple)) or any(a not in local for a in raxes):
-                        raise bad(f"{what}: reduce over {_short(raxes)}, not core-local axes {sorted(local)}")
-                stack.extend(args)
+                    if not isinstance(raxes, (list, tuple)) or not raxes or \
+                            any(not isinstance(a, str) or a not in local or a in bound for a in raxes) \
+                            or len(set(raxes)) != len(raxes):
+                        raise bad(f"{what}: reduce over {_short(raxes)}, not distinct unbound core-local "
+                                  f"axes of {sorted(local)}")
+                    bound = bound | frozenset(raxes)
+                stack.extend((arg, bound) for arg in args)
             else:
                 raise bad(f"{what}: unknown expression op {_short(kind)}")
 
-    check_tree(expr.body, "body", extents, epilogue=False)
-    if expr.epilogue is not None:
-        check_tree(expr.epilogue, "epilogue", set(out_axes) | local, epilogue=True)
 
     def check_plan(plan: Any, what: str) -> None:
         if isinstance(plan, VgmPlan):
@@ -914,6 +960,9 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
     check_plan(op.plan, "plan")
     if op.idle_plan is not None and op.idle_plan != IDLE_SPREAD:
         check_plan(op.idle_plan, "idle_plan")
+    check_tree(expr.body, "body", extents, epilogue=False)
+    if expr.epilogue is not None:
+        check_tree(expr.epilogue, "epilogue", set(out_axes) | local, epilogue=True)
     if not isinstance(op.estimated_time_s, numbers.Real) or not math.isfinite(op.estimated_time_s):
         raise bad(f"estimated_time_s {_short(op.estimated_time_s)} is not a finite number")
     if len(op.input_names) != n_in:
