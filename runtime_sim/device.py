@@ -42,6 +42,7 @@ from .errors import (
 from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
 from .layout import OpLayout, ShiftEvent, checked_layout
+from .lifetimes import last_reads, outlives, released
 from .program import AffineIndex, DeviceProgram, VgmPlan, dtype_bytes, load_index
 from .vgm_exec import VgmRegion
 
@@ -474,12 +475,7 @@ class SimulatedDevice:
     def _execute(self, program: DeviceProgram, env: dict[str, np.ndarray]) -> dict[str, Any]:
         hw = self.hw
         ops = program.ops
-        last_use: dict[str, int] = {}
-        for i, op in enumerate(ops):
-            for name in op.input_names:
-                last_use[name] = i
-        for name in program.outputs:
-            last_use[name] = len(ops)  # region outputs stay on chip until the region ends
+        last_use = last_reads([op.input_names for op in ops], program.outputs)
         produced: set[str] = set()
         op_stats = []
         # load-compute-store operators (T10 §2.2) keep every tensor in a VGM region, reserved
@@ -490,7 +486,7 @@ class SimulatedDevice:
         try:
             for i, op in enumerate(ops):
                 # tensors this op reads for the last time move into its partitions
-                for name in [n for n in self._resident if last_use.get(n, -1) <= i]:
+                for name in released(last_use, self._resident, i):
                     self._release(name)
                 if vgm is not None and isinstance(op.plan, VgmPlan):
                     env[op.output_name], vgm_stats = vgm.run_op(op, env, produced, self._used)
@@ -532,7 +528,7 @@ class SimulatedDevice:
                 self.free(op.name)
                 env[op.output_name] = result
                 produced.add(op.output_name)
-                if last_use.get(op.output_name, -1) > i:
+                if outlives(last_use, op.output_name, i):
                     out = len(op.expr.tensors) - 1
                     self._hold(op.output_name, layout.owners(), layout.partition_bytes(out))
         finally:  # leave the chip as this region found it, even after an error

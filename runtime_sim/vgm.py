@@ -76,11 +76,11 @@ class VgmLayout:
     def home_slice_bytes(self, t: int) -> int:
         """Bytes of tensor ``t`` homed on each core (linear mapping over all cores)."""
         access = self.expr.tensors[t]
-        elements = math.prod(access.shape)
-        return math.ceil(elements / self.num_cores) * dtype_bytes(access.dtype)
+        return home_slice_bytes(access.shape, access.dtype, self.num_cores)
 
     def vgm_bytes_per_core(self) -> int:
-        return sum(self.home_slice_bytes(t) for t in range(len(self.expr.tensors)))
+        """The VGM region of this operator alone: a home slice of each of its tensors."""
+        return home_bytes([(a.shape, a.dtype) for a in self.expr.tensors], self.num_cores)
 
     def tile_box(self, t: int, lo: dict[str, int], hi: dict[str, int]) -> list[tuple[int, int]]:
         """Index range per dimension of tensor ``t`` read (or written) by one tile chunk."""
@@ -233,7 +233,7 @@ def _index_range(idx: AffineIndex, lo: dict[str, int], hi: dict[str, int],
 
 def home_counts_many(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray,
                      shape: tuple[int, ...], slice_elems: int, num_cores: int) -> np.ndarray:
-    """``sum_i weights[i] * _home_counts(box_i)`` for many boxes at once (rows of starts/ends).
+    """``sum_i weights[i] * (elements of box_i homed on each core)`` for many boxes at once (rows of starts/ends).
 
     Each box is cut into contiguous runs of the row-major tensor (trailing dimensions it
     covers whole merge into longer runs); every run adds to the one or two home cores at its
@@ -283,43 +283,6 @@ def home_counts_many(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray,
     return counts[:num_cores]
 
 
-def _home_counts(box: tuple[tuple[int, int], ...], shape: tuple[int, ...], slice_elems: int,
-                 num_cores: int) -> np.ndarray:
-    """Elements of a box homed on each core when the tensor is split linearly into slices."""
-    counts = np.zeros(num_cores + 1, np.int64)
-    if any(e <= s for s, e in box):
-        return counts[:num_cores]
-    if not shape:  # a scalar lives on the first core
-        counts[0] = 1
-        return counts[:num_cores]
-    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-    # Merge trailing dimensions the box covers entirely into longer contiguous runs.
-    last = len(shape) - 1
-    while last > 0 and box[last] == (0, shape[last]):
-        last -= 1
-    run = (box[last][1] - box[last][0]) * strides[last]
-    starts = np.array([box[last][0] * strides[last]], np.int64)
-    for d in range(last - 1, -1, -1):
-        s, e = box[d]
-        starts = (np.arange(s, e, dtype=np.int64)[:, None] * strides[d] + starts[None, :]).ravel()
-    ends = starts + run
-    first = starts // slice_elems
-    final = (ends - 1) // slice_elems
-    same = first == final
-    np.add.at(counts, first[same], run)
-    split = ~same
-    if split.any():
-        f, l, s, e = first[split], final[split], starts[split], ends[split]
-        np.add.at(counts, f, (f + 1) * slice_elems - s)
-        np.add.at(counts, l, e - l * slice_elems)
-        # Whole slices strictly between the first and last home core of a long run.
-        diff = np.zeros(num_cores + 2, np.int64)
-        np.add.at(diff, f + 1, slice_elems)
-        np.add.at(diff, l, -slice_elems)
-        counts[: num_cores + 1] += np.cumsum(diff)[: num_cores + 1]
-    return counts[:num_cores]
-
-
 @dataclass(frozen=True)
 class VgmReport:
     """End-to-end time of a model run load-compute-store on a VGM (no HBM: all on chip)."""
@@ -343,20 +306,46 @@ class VgmReport:
         }
 
 
-def vgm_region_bytes(programs, num_cores: int) -> int:
-    """Per-core VGM reservation: every tensor of the model keeps a home slice (T10 §2.2:
-    persistent weights and temporary activations alike live in the VGM)."""
-    from .program import tensor_bytes
+def slice_elements(shape, num_cores: int) -> int:
+    """Elements of a tensor homed on each core (a scalar takes one element, on core 0)."""
+    return max(math.ceil(math.prod(shape) / num_cores), 1)
 
-    total = 0
-    for program in programs:
-        for decl in program.inputs:
-            if decl.source != "chip":  # produced by an earlier region: counted as its output
-                total += math.ceil(tensor_bytes(decl.shape, decl.dtype) / num_cores)
-        for op in program.ops:
-            out = op.expr.output
-            total += math.ceil(tensor_bytes(out.shape, out.dtype) / num_cores)
-    return total
+
+def home_slice_bytes(shape, dtype: str, num_cores: int) -> int:
+    """Bytes per core of a tensor in the VGM: its row-major elements cut linearly over all
+    cores (T10 §2.2), ``ceil(elements / cores)`` of them homed on each. The one per-core size
+    of a VGM tensor: the functional device allocates exactly this."""
+    return slice_elements(tuple(shape), num_cores) * dtype_bytes(dtype)
+
+
+def home_bytes(tensors, num_cores: int) -> int:
+    """Per-core bytes of the home slices of ``tensors`` (``(shape, dtype)`` pairs)."""
+    return sum(home_slice_bytes(shape, dtype, num_cores) for shape, dtype in tensors)
+
+
+def region_home_tensors(program, chip_inputs: bool = True, constants: bool = True) -> dict:
+    """Name -> ``(shape, dtype)`` of every tensor a VGM region of ``program`` homes: its
+    inputs (without those produced on chip by an earlier region unless ``chip_inputs``), its
+    constants if ``constants``, and every operator's output."""
+    tensors: dict[str, tuple[tuple[int, ...], str]] = {}
+    for decl in program.inputs:
+        if chip_inputs or decl.source != "chip":
+            tensors[decl.name] = (tuple(decl.shape), decl.dtype)
+    if constants:
+        for name, entry in program.constants.items():
+            tensors[name] = (tuple(int(s) for s in entry["shape"]), str(entry["dtype"]))
+    for op in program.ops:
+        tensors[op.output_name] = (tuple(op.expr.output.shape), op.expr.output.dtype)
+    return tensors
+
+
+def vgm_region_bytes(programs, num_cores: int) -> int:
+    """Per-core VGM reservation of a whole model: every tensor keeps a home slice (T10 §2.2:
+    persistent weights and temporary activations alike live in the VGM); an input produced
+    by an earlier region is counted once, as that region's output. Model weights are left
+    to the caller (the compiler's on-chip reservation)."""
+    return sum(home_bytes(region_home_tensors(p, chip_inputs=False, constants=False).values(), num_cores)
+               for p in programs)
 
 
 def simulate_vgm_timing(programs, hw: HardwareSpec | None = None) -> VgmReport:

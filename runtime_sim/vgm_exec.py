@@ -34,18 +34,13 @@ from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
 from .layout import check_op_inputs
 from .program import AffineIndex, DeviceProgram, OpProgram, VgmPlan, dtype_bytes, load_index
-from .vgm import VgmLayout, _index_ranges
+from .vgm import VgmLayout, _index_ranges, home_bytes, region_home_tensors, slice_elements
 
 
 def home_of(flat: np.ndarray, slice_elems: int) -> tuple[np.ndarray, np.ndarray]:
     """(home core, offset in its slice) of row-major element indices ``flat`` (T10 §2.2:
     the VGM maps every tensor linearly over all cores)."""
     return flat // slice_elems, flat % slice_elems
-
-
-def slice_elements(shape: tuple[int, ...], num_cores: int) -> int:
-    """Elements of a tensor homed on each core (a scalar takes one element, on core 0)."""
-    return max(math.ceil(math.prod(shape) / num_cores), 1)
 
 
 def region_bytes_per_core(program: DeviceProgram, num_cores: int) -> int:
@@ -55,14 +50,7 @@ def region_bytes_per_core(program: DeviceProgram, num_cores: int) -> int:
     Unlike :func:`runtime_sim.vgm.vgm_region_bytes`, constants count: the functional device
     really keeps them in home slices (the timing helper leaves weights to the caller).
     """
-    shapes: dict[str, tuple[tuple[int, ...], str]] = {}
-    for decl in program.inputs:
-        shapes[decl.name] = (tuple(decl.shape), decl.dtype)
-    for name, entry in program.constants.items():
-        shapes[name] = (tuple(int(s) for s in entry["shape"]), str(entry["dtype"]))
-    for op in program.ops:
-        shapes[op.output_name] = (tuple(op.expr.output.shape), op.expr.output.dtype)
-    return sum(slice_elements(s, num_cores) * dtype_bytes(d) for s, d in shapes.values())
+    return home_bytes(region_home_tensors(program).values(), num_cores)
 
 
 @dataclass

@@ -9,13 +9,16 @@ from runtime_sim.hardware import preset, small_chip
 from runtime_sim.layout import OpLayout
 from runtime_sim.program import ExecutionPlan
 from tvm_icca.plans import AnalyticCostModel, plan_operator, rotating_tensors
-from tvm_icca.plans.space import axis_factor_candidates, divisors
+from tvm_icca.plans.intmath import divisors
+from tvm_icca.plans.partitions import axis_values
+from tvm_icca.plans.structure import plan_structure
 
 
-def test_factor_candidates():
-    assert divisors(12) == [1, 2, 3, 4, 6, 12]
-    cands = axis_factor_candidates(5120, 1472)
-    assert cands[0] == 1 and max(cands) <= 1472 and len(cands) <= 12
+def test_factor_candidates(exprs):
+    assert divisors(12) == (1, 2, 3, 4, 6, 12)
+    # F_op candidates of an axis: every value up to min(extent, cores) (the complete space)
+    values = axis_values(plan_structure(exprs.matmul(32, 5120, 8)), 1472)
+    assert [list(v) for v in values] == [list(range(1, 33)), list(range(1, 9)), list(range(1, 1473))]  # m, n, k
 
 
 @pytest.mark.parametrize("cores,sram", [(4, 16 * 1024), (16, 12 * 1024), (64, 10 * 1024)])

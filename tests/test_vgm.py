@@ -8,9 +8,48 @@ import pytest
 
 from runtime_sim.hardware import preset, small_chip
 from runtime_sim.program import VgmPlan, plan_from_dict
-from runtime_sim.vgm import VgmLayout, _home_counts, home_counts_many, vgm_op_timing
+from runtime_sim.vgm import VgmLayout, home_counts_many, vgm_op_timing
 from tvm_icca.plans import plan_operator
 from tvm_icca.plans.vgm import estimate_vgm_time, plan_vgm_operator
+
+
+# A second, box-at-a-time computation of home counts: the reference home_counts_many is
+# checked against (itself checked against brute force below).
+def _home_counts(box: tuple[tuple[int, int], ...], shape: tuple[int, ...], slice_elems: int,
+                 num_cores: int) -> np.ndarray:
+    """Elements of a box homed on each core when the tensor is split linearly into slices."""
+    counts = np.zeros(num_cores + 1, np.int64)
+    if any(e <= s for s, e in box):
+        return counts[:num_cores]
+    if not shape:  # a scalar lives on the first core
+        counts[0] = 1
+        return counts[:num_cores]
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    # Merge trailing dimensions the box covers entirely into longer contiguous runs.
+    last = len(shape) - 1
+    while last > 0 and box[last] == (0, shape[last]):
+        last -= 1
+    run = (box[last][1] - box[last][0]) * strides[last]
+    starts = np.array([box[last][0] * strides[last]], np.int64)
+    for d in range(last - 1, -1, -1):
+        s, e = box[d]
+        starts = (np.arange(s, e, dtype=np.int64)[:, None] * strides[d] + starts[None, :]).ravel()
+    ends = starts + run
+    first = starts // slice_elems
+    final = (ends - 1) // slice_elems
+    same = first == final
+    np.add.at(counts, first[same], run)
+    split = ~same
+    if split.any():
+        f, l, s, e = first[split], final[split], starts[split], ends[split]
+        np.add.at(counts, f, (f + 1) * slice_elems - s)
+        np.add.at(counts, l, e - l * slice_elems)
+        # Whole slices strictly between the first and last home core of a long run.
+        diff = np.zeros(num_cores + 2, np.int64)
+        np.add.at(diff, f + 1, slice_elems)
+        np.add.at(diff, l, -slice_elems)
+        counts[: num_cores + 1] += np.cumsum(diff)[: num_cores + 1]
+    return counts[:num_cores]
 
 
 @pytest.mark.parametrize("shape,box,cores", [

@@ -60,6 +60,7 @@ import numpy as np
 from ..errors import DeviceProgramError, SramOverflowError
 from ..hardware import HardwareSpec
 from ..layout import OpLayout, check_op_inputs, checked_layout
+from ..lifetimes import last_reads, outlives, released
 from ..program import IDLE_SPREAD, DeviceProgram, OpProgram, dtype_bytes, model_state_source
 from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
 from .geometry import (
@@ -271,12 +272,7 @@ class _Planner:
         plus ``idle``, the resident state of the run, see :meth:`idle_state`)."""
         hw = self.hw
         decls = {d.name: d for d in program.inputs}
-        last_use: dict[str, int] = {}
-        for i, op in enumerate(program.ops):
-            for name in op.input_names:
-                last_use[name] = i
-        for name in program.outputs:
-            last_use[name] = len(program.ops)
+        last_use = last_reads([op.input_names for op in program.ops], program.outputs)
         produced: dict[str, str] = {}  # tensor -> producer op key
         resident: dict[str, np.ndarray] = {}
         used = np.zeros(hw.num_cores, np.int64) if idle is None else idle.astype(np.int64)
@@ -287,7 +283,7 @@ class _Planner:
             check_op_inputs(op)  # per operator: the layout cache key ignores tensor names
             layout = self.layout(key, op)
             cost = self.cost(key, layout)
-            for name in [n for n in resident if last_use.get(n, -1) <= i]:
+            for name in released(last_use, resident, i):
                 used -= resident.pop(name)
             running = used.copy()
             running[: layout.num_cores] += cost.footprint_bytes
@@ -347,7 +343,7 @@ class _Planner:
             works.append(_Work(op, program.region, index, cost, relayout, moved, estimated, loads,
                                running, need))
             produced[op.output_name] = key
-            if last_use.get(op.output_name, -1) > i:
+            if outlives(last_use, op.output_name, i):
                 hold = np.zeros(hw.num_cores, np.int64)
                 out = len(op.expr.tensors) - 1
                 hold[layout.owners()] = layout.partition_bytes(out)
