@@ -85,6 +85,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+from runtime_sim.errors import UnknownWorkloadError
+
 from ._common import TENSOR_KINDS, TensorSpec, Workload, export_workload, relax_op_counts
 from .bert import bert
 from .dit import dit
@@ -161,10 +163,11 @@ def list_workloads() -> list[str]:
 
 
 def canonical_name(name: str) -> str:
-    key = name.strip().lower()
+    key = name.strip().lower() if isinstance(name, str) else None
     key = _ALIASES.get(key, key)
     if key not in _BUILDERS:
-        raise KeyError(f"unknown workload '{name}'; known: {', '.join(_BUILDERS)}")
+        # UnknownWorkloadError is an IccaError and a KeyError (a lookup miss)
+        raise UnknownWorkloadError(f"unknown workload {name!r}; known: {', '.join(_BUILDERS)}")
     return key
 
 

@@ -9,7 +9,11 @@ and nothing is downloaded.
 from __future__ import annotations
 
 import collections
+import functools
+import inspect
 import math
+import numbers
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -19,13 +23,83 @@ from tvm import relax
 from tvm.ir import IRModule
 from tvm.relax.frontend import nn
 
+from runtime_sim.errors import InvalidWorkloadError, UnknownWorkloadError
+from runtime_sim.hardware import SUPPORTED_DTYPES
+
 __all__ = [
     "TensorSpec",
     "Workload",
+    "check_workload_args",
     "default_dtype",
     "export_workload",
     "relax_op_counts",
+    "workload_builder",
 ]
+
+#: Largest batch, context, sequence length or image edge a builder accepts: one tensor
+#: dimension of a device program (:data:`runtime_sim.program.MAX_EXTENT`).
+MAX_SIZE = 2**31 - 1
+#: Most layers a builder accepts: 12x the deepest model of the zoo (Llama 2 70B, 80 layers);
+#: each layer is about 50 Relax operators, so more is a typo, not a model.
+MAX_LAYERS = 1024
+#: Size arguments of the builders and their smallest values.
+_SIZE_ARGS = {"batch": 1, "context": 1, "seq_len": 1, "image": 1, "num_layers": 1}
+
+
+def check_workload_args(builder: str, args: Mapping[str, Any], sizes: Sequence[str] = ()) -> None:
+    """Raise :class:`InvalidWorkloadError` unless every argument of a builder call is usable:
+    ``size`` one of ``sizes``; ``batch``, ``context``, ``seq_len``, ``image`` and
+    ``num_layers`` integers >= 1 (``None`` where the builder defaults them); ``tiny`` a bool;
+    ``dtype`` None or one the device computes. Called before anything is built."""
+    if "size" in args and sizes and (not isinstance(args["size"], str) or args["size"] not in sizes):
+        raise UnknownWorkloadError(
+            f"{builder}: unknown size {_short(args['size'])}; known: {', '.join(sizes)}"
+        )
+    for name, low in _SIZE_ARGS.items():
+        if name not in args:
+            continue
+        value = args[name]
+        if value is None and name not in ("batch", "context"):
+            continue
+        high = MAX_LAYERS if name == "num_layers" else MAX_SIZE
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
+            raise InvalidWorkloadError(
+                f"{builder}: {name}={_short(value)} must be an integer in [{low}, {high:,}]"
+            )
+    if "tiny" in args and not isinstance(args["tiny"], (bool, np.bool_)):
+        raise InvalidWorkloadError(f"{builder}: tiny={_short(args['tiny'])} must be True or False")
+    dtype = args.get("dtype")
+    if dtype is not None and (not isinstance(dtype, str) or dtype not in SUPPORTED_DTYPES):
+        raise InvalidWorkloadError(
+            f"{builder}: dtype={_short(dtype)} is not one of {', '.join(SUPPORTED_DTYPES)}"
+        )
+
+
+def workload_builder(fn: Callable[..., "Workload"]) -> Callable[..., "Workload"]:
+    """Check a builder's arguments (:func:`check_workload_args`; sizes from its module's
+    ``CONFIGS``) before it builds anything; arguments it does not take are refused with the
+    ones it does."""
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def builder(*args: Any, **kwargs: Any) -> "Workload":
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as err:
+            raise InvalidWorkloadError(
+                f"{fn.__name__}: {err}; it takes {', '.join(sig.parameters)}"
+            ) from None
+        bound.apply_defaults()
+        sizes = tuple(getattr(sys.modules[fn.__module__], "CONFIGS", {}))
+        check_workload_args(fn.__name__, bound.arguments, sizes)
+        return fn(*bound.args, **bound.kwargs)
+
+    return builder
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:30] + "..." + text[-6:]
 
 #: Kinds of ``main`` parameters. ``weight`` and ``kv_cache`` are model state that lives in
 #: off-chip memory (HBM) on a chip that has it; ``input`` is an activation sent by the host.

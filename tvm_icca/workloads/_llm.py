@@ -19,6 +19,8 @@ import numpy as np
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
+from runtime_sim.errors import InvalidWorkloadError
+
 from ._common import TensorSpec, Workload, default_dtype, export_workload
 from ._layers import decode_attention, rope_sampler, rotary, token_sampler
 
@@ -137,7 +139,7 @@ def build_decoder(
     if num_layers is not None:
         cfg = replace(cfg, layers=int(num_layers))
     if batch < 1 or context < 1 or cfg.layers < 1:
-        raise ValueError(f"{name}: batch, context and num_layers must be positive")
+        raise InvalidWorkloadError(f"{name}: batch, context and num_layers must be positive")
     dtype = default_dtype(dtype, tiny)
     inputs = decoder_inputs(cfg, batch, context, rotary_inputs, position_offset)
     # rotary tables follow the model dtype (the host computes them in float64 anyway)
@@ -154,6 +156,6 @@ def softcap(x: Tensor, cap: float | None) -> Tensor:
 
 def check_heads(cfg: DecoderConfig) -> None:
     if cfg.heads % cfg.kv_heads:
-        raise ValueError(f"heads ({cfg.heads}) must be a multiple of kv_heads ({cfg.kv_heads})")
+        raise InvalidWorkloadError(f"heads ({cfg.heads}) must be a multiple of kv_heads ({cfg.kv_heads})")
     if cfg.hd % 2:
-        raise ValueError(f"head_dim ({cfg.hd}) must be even for rotary embeddings")
+        raise InvalidWorkloadError(f"head_dim ({cfg.hd}) must be even for rotary embeddings")

@@ -19,7 +19,9 @@ import numpy as np
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor
 
-from ._common import TensorSpec, Workload, default_dtype, export_workload
+from runtime_sim.errors import InvalidWorkloadError
+
+from ._common import TensorSpec, Workload, default_dtype, export_workload, workload_builder
 from ._layers import Mlp, gelu, self_attention, token_sampler
 
 
@@ -80,6 +82,7 @@ class BertEncoder(nn.Module):
         return x
 
 
+@workload_builder
 def bert(
     size: str = "bert-large",
     *,
@@ -96,7 +99,7 @@ def bert(
     if num_layers is not None:
         cfg = replace(cfg, layers=int(num_layers))
     if not 1 <= seq_len <= cfg.max_positions:
-        raise ValueError(f"{size}: seq_len must be in [1, {cfg.max_positions}]")
+        raise InvalidWorkloadError(f"{size}: seq_len={seq_len} must be in [1, {cfg.max_positions}]")
     dtype = default_dtype(dtype, tiny)
     shape = (batch, seq_len)
     inputs = [

@@ -27,7 +27,7 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn.core import wrap_nested
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import TensorSpec, Workload, default_dtype, export_workload
+from ._common import TensorSpec, Workload, default_dtype, export_workload, workload_builder
 from ._layers import Mlp, gelu_tanh, heads_last, token_sampler, transpose_last
 
 
@@ -146,6 +146,7 @@ class DiT(nn.Module):
         return op.reshape(x, (b, oc, side * p, side * p))
 
 
+@workload_builder
 def dit(
     size: str = "dit-xl2",
     *,

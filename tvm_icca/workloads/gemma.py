@@ -22,7 +22,7 @@ import math
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import Workload
+from ._common import Workload, workload_builder
 from ._layers import gelu_tanh, transpose_last
 from ._llm import DecodeAttention, DecoderConfig, build_decoder, cache_length, check_heads, softcap
 
@@ -86,6 +86,7 @@ class GemmaDecode(nn.Module):
         return (softcap(logits, cfg.final_softcap), *new_kv)
 
 
+@workload_builder
 def gemma2(
     size: str = "gemma2-27b",
     *,

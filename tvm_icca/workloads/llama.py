@@ -15,7 +15,7 @@ from __future__ import annotations
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import Workload
+from ._common import Workload, workload_builder
 from ._llm import DecodeAttention, DecoderConfig, build_decoder, check_heads
 
 CONFIGS: dict[str, DecoderConfig] = {
@@ -69,6 +69,7 @@ class LlamaDecode(nn.Module):
         return (self.lm_head(self.norm(h)), *new_kv)
 
 
+@workload_builder
 def llama2(
     size: str = "llama2-7b",
     *,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import TensorSpec, Workload, default_dtype, export_workload
+from ._common import TensorSpec, Workload, default_dtype, export_workload, workload_builder
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,7 @@ class NeRF(nn.Module):
         return op.concat([self.rgb_linear(h), alpha], dim=-1)
 
 
+@workload_builder
 def nerf(
     size: str = "nerf",
     *,

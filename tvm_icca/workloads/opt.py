@@ -16,7 +16,7 @@ from __future__ import annotations
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import Workload
+from ._common import Workload, workload_builder
 from ._layers import transpose_last
 from ._llm import DecodeAttention, DecoderConfig, build_decoder
 
@@ -72,6 +72,7 @@ class OPTDecode(nn.Module):
         return (logits, *new_kv)
 
 
+@workload_builder
 def opt(
     size: str = "opt-1.3b",
     *,

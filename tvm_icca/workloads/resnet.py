@@ -20,7 +20,7 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.core import wrap_nested
 
-from ._common import TensorSpec, Workload, default_dtype, export_workload
+from ._common import TensorSpec, Workload, default_dtype, export_workload, workload_builder
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,7 @@ class ResNet(nn.Module):
         return self.fc(pooled)
 
 
+@workload_builder
 def resnet(
     size: str = "resnet50",
     *,

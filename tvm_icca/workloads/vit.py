@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import TensorSpec, Workload, default_dtype, export_workload
+from ._common import TensorSpec, Workload, default_dtype, export_workload, workload_builder
 from ._layers import Mlp, gelu, self_attention
 
 
@@ -89,6 +89,7 @@ class ViT(nn.Module):
         return self.head(cls_out)
 
 
+@workload_builder
 def vit(
     size: str = "vit-b16",
     *,
