@@ -498,3 +498,90 @@ def checked_layout(op: OpProgram, hw: HardwareSpec) -> OpLayout:
             f"but chip '{hw.name}' has {hw.num_cores}"
         )
     return layout
+
+
+# -- placement grids (where a tensor sits between operators; read by the compiler too) -----
+@dataclass(frozen=True)
+class BlockGrid:
+    """A tensor stored as blocks ``[k*block, (k+1)*block)`` per dimension, block ``k`` on
+    core ``owner[ravel(k)]`` (``counts`` blocks per dimension)."""
+
+    shape: tuple[int, ...]
+    block: tuple[int, ...]
+    counts: tuple[int, ...]
+    owner: np.ndarray  # flat, row-major over ``counts``; -1 where no core holds the block
+    itemsize: int
+
+
+def producer_grid(layout: OpLayout) -> BlockGrid:
+    """Where a producer's output is once its steps and replica reduction are done.
+
+    Every tensor is back in its initial placement after the last step (the final wrap of
+    every loop, :mod:`runtime_sim.layout`), and ring 0 holds the reduced output.
+    """
+    grid = _block_grid(layout, len(layout.expr.tensors) - 1, layout.owners())
+    assert grid is not None  # an output's index is simple on every dimension
+    return grid
+
+
+def placement_grid(layout: OpLayout, t: int) -> BlockGrid | None:
+    """Where tensor ``t`` sits while its operator is idle in ``layout`` (T10 §4.3.2): the
+    initial placement, each block taken from the lowest core that holds it (replicas of a
+    sub-tensor hold equal blocks). ``None`` when the partitions are not aligned blocks (a
+    compound index, e.g. a convolution's input window)."""
+    return _block_grid(layout, t, np.arange(layout.num_cores))
+
+
+def _block_grid(layout: OpLayout, t: int, cores: np.ndarray) -> BlockGrid | None:
+    access = layout.expr.tensors[t]
+    shape = tuple(int(s) for s in access.shape)
+    itemsize = dtype_bytes(access.dtype)
+    cores = np.asarray(cores, np.int64)
+    if not shape:
+        return BlockGrid((), (), (), cores[:1], itemsize)
+    starts = layout.partition_start(t, layout.partition(t, layout.chunk({})))
+    block = tuple(max(int(b), 1) for b in layout.partition_shape(t))
+    ks = []
+    for d, length in enumerate(block):
+        start = np.broadcast_to(np.asarray(starts[d], np.int64), (layout.num_cores,))[cores]
+        if np.any(start % length):
+            return None
+        ks.append(np.maximum(start // length, 0))
+    counts = tuple(max(math.ceil(shape[d] / block[d]), int(ks[d].max()) + 1) for d in range(len(shape)))
+    flat = np.ravel_multi_index(tuple(ks), counts)
+    blocks, first = np.unique(flat, return_index=True)
+    owner = np.full(int(np.prod(counts)), -1, np.int64)
+    owner[blocks] = cores[first]
+    return BlockGrid(shape, block, counts, owner, itemsize)
+
+
+def canonical_grid(shape: tuple[int, ...], itemsize: int, num_cores: int) -> BlockGrid:
+    """An on-chip tensor of unknown origin (another region's output): near-square blocks,
+    one per core in row-major order -- the shape a 2D-partitioned producer leaves.
+
+    The prime factors of the core count go, largest first, to the dimension whose blocks are
+    currently longest (as long as it can still be split).
+    """
+    counts = [1] * len(shape)
+    for p in _prime_factors(num_cores)[::-1]:
+        splittable = [d for d in range(len(shape)) if counts[d] * p <= shape[d]]
+        if not splittable:
+            continue
+        d = max(splittable, key=lambda d: (math.ceil(shape[d] / counts[d]), -d))
+        counts[d] *= p
+    block = [max(1, math.ceil(s / c)) if s else 1 for s, c in zip(shape, counts)]
+    counts = [max(1, math.ceil(s / b)) for s, b in zip(shape, block)]
+    total = int(np.prod(counts)) if counts else 1
+    return BlockGrid(tuple(shape), tuple(block), tuple(counts), np.arange(total, dtype=np.int64), itemsize)
+
+
+def _prime_factors(n: int) -> list[int]:
+    out, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    if n > 1:
+        out.append(n)
+    return out

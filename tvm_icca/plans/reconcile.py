@@ -37,9 +37,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from runtime_sim.hardware import HardwareSpec
-from runtime_sim.layout import OpLayout
+from runtime_sim.layout import OpLayout, canonical_grid
 from runtime_sim.program import IDLE_SPREAD, TensorExpr, dtype_bytes
-from runtime_sim.timing.geometry import canonical_grid
 
 from .batch_cost import AnalyticBatchModel, ArrivalCostModel
 from .filters import PlanFilters
