@@ -8,6 +8,7 @@ traceback behind it.
 
 from __future__ import annotations
 
+import numbers
 import os
 import warnings
 from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, Union
@@ -35,12 +36,65 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def _read_model(source: Any) -> tuple["onnx.ModelProto", str]:
-    """Parse ``source`` into a ModelProto; returns it with a name for messages."""
+def _external_tensors(model: "onnx.ModelProto") -> list:
+    """Tensors of ``model`` whose data lives in external files (every model over 2 GB)."""
+    from onnx import external_data_helper  # pylint: disable=import-outside-toplevel
+
+    return [t for t in external_data_helper._get_all_tensors(model)  # pylint: disable=protected-access
+            if external_data_helper.uses_external_data(t)]
+
+
+def _read_external_model(path: str, label: str) -> "onnx.ModelProto":
+    """Load a model file whose tensors are stored as external data, resolving the data files
+    relative to the model's folder (never the working directory), and check it by path (the
+    only way ``onnx.checker`` accepts models over 2 GB)."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from onnx import external_data_helper  # pylint: disable=import-outside-toplevel
+
+    base = os.path.dirname(os.path.abspath(path))
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as err:  # pylint: disable=broad-except
+        raise ModelImportError(
+            f"cannot import {label}: not a valid ONNX protobuf ({_first_line(err)})"
+        ) from None
+    for tensor in _external_tensors(model):
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        if not location or not os.path.isfile(os.path.join(base, location)):
+            raise ModelImportError(
+                f"cannot import {label}: tensor '{tensor.name}' is stored as external data in "
+                f"'{location}', which is not a file next to the model (looked in {base})"
+            )
+    try:
+        onnx.checker.check_model(os.path.abspath(path))
+    except Exception as err:  # pylint: disable=broad-except
+        raise ModelImportError(
+            f"cannot import {label}: onnx.checker rejects it ({_first_line(err)})"
+        ) from None
+    try:
+        external_data_helper.load_external_data_for_model(model, base)
+    except Exception as err:  # pylint: disable=broad-except
+        raise ModelImportError(
+            f"cannot import {label}: cannot read its external data ({_first_line(err)})"
+        ) from None
+    return model
+
+
+def _read_model(source: Any) -> tuple["onnx.ModelProto", str, bool]:
+    """Parse ``source`` into a ModelProto; returns it with a name for messages and whether it
+    has been checked already (models with external data are checked by path)."""
     import onnx  # pylint: disable=import-outside-toplevel
 
     if isinstance(source, onnx.ModelProto):
-        return source, "the given ONNX model"
+        label = "the given ONNX model"
+        external = _external_tensors(source)
+        if external:
+            raise ModelImportError(
+                f"cannot import {label}: tensor '{external[0].name}' is stored as external data "
+                "that is not loaded; pass the model's file path (its data files are found next "
+                "to it) or load them with onnx.load_external_data_for_model first"
+            )
+        return source, label, False
     if isinstance(source, (bytes, bytearray, memoryview)):
         label = "the given ONNX model bytes"
         data = bytes(source)
@@ -72,7 +126,15 @@ def _read_model(source: Any) -> tuple["onnx.ModelProto", str]:
         raise ModelImportError(
             f"cannot import {label}: not a valid ONNX protobuf ({_first_line(err)})"
         ) from None
-    return model, label
+    external = _external_tensors(model)
+    if external and isinstance(source, (str, os.PathLike)):
+        return _read_external_model(os.fspath(source), label), label, True
+    if external:
+        raise ModelImportError(
+            f"cannot import {label}: tensor '{external[0].name}' is stored as external data; "
+            "pass the model's file path so that its data files are found next to it"
+        )
+    return model, label, False
 
 
 def load_onnx(
@@ -101,11 +163,12 @@ def load_onnx(
     ModelImportError
         The model cannot be read, is not valid ONNX, or uses an op TVM cannot import.
     """
-    model, label = _read_model(source)
+    model, label, checked = _read_model(source)
     import onnx  # pylint: disable=import-outside-toplevel
 
     try:
-        onnx.checker.check_model(model)
+        if not checked:
+            onnx.checker.check_model(model)
     except Exception as err:  # pylint: disable=broad-except
         raise ModelImportError(
             f"cannot import {label}: onnx.checker rejects it ({_first_line(err)})"
@@ -115,8 +178,11 @@ def load_onnx(
 
     kwargs: dict[str, Any] = {"keep_params_in_input": keep_params_in_input}
     if shape_dict is not None:
-        kwargs["shape_dict"] = {name: list(shape) for name, shape in shape_dict.items()}
+        kwargs["shape_dict"] = _checked_shapes(shape_dict, label)
     if dtype_dict is not None:
+        if not isinstance(dtype_dict, (str, Mapping)):
+            raise ModelImportError(f"cannot import {label}: dtype_dict must be a dtype or a mapping "
+                                   f"of input names to dtypes, not {type(dtype_dict).__name__}")
         kwargs["dtype_dict"] = dtype_dict if isinstance(dtype_dict, str) else dict(dtype_dict)
     try:
         with warnings.catch_warnings():
@@ -134,6 +200,23 @@ def load_onnx(
             f"cannot import {label}: TVM's ONNX importer failed with "
             f"{type(err).__name__}: {_first_line(err)}"
         ) from None
+
+
+def _checked_shapes(shape_dict: Any, label: str) -> dict[str, list[int]]:
+    """``shape_dict`` as ``{input name: [positive ints]}``, or one clear error."""
+    if not isinstance(shape_dict, Mapping):
+        raise ModelImportError(f"cannot import {label}: shape_dict must map input names to shapes, "
+                               f"not {type(shape_dict).__name__}")
+    out = {}
+    for name, shape in shape_dict.items():
+        dims = list(shape) if isinstance(shape, (list, tuple)) else None
+        if not isinstance(name, str) or dims is None or any(
+            isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in dims
+        ):
+            raise ModelImportError(f"cannot import {label}: shape_dict[{name!r}] = {shape!r} is not a "
+                                   "list of positive integers")
+        out[name] = [int(d) for d in dims]
+    return out
 
 
 def compile(  # pylint: disable=redefined-builtin
