@@ -6,7 +6,8 @@ uses a fresh cache for that call only (same results, nothing kept between calls)
 
 It memoizes three things:
 
-* the :class:`~.structure.PlanStructure` of each tensor expression (by :func:`~.structure.expr_key`);
+* the :class:`~.structure.PlanStructure` of each tensor expression, by
+  :meth:`TensorExpr.structure_key` (operators differing only in tensor names share it);
 * per structure, the f_t assignments of each sharing tuple (:class:`~.partitions.Assignments`),
   bounded by their number of array elements (about 80 MB per operator);
 * planned operators of the default analytic model (:func:`~.search.plan_operator`).
@@ -14,12 +15,13 @@ It memoizes three things:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from typing import Any, Callable, Hashable
 
 from runtime_sim.program import TensorExpr
 
-from .structure import PlanStructure, build_structure, expr_key
+from .structure import PlanStructure, build_structure
 
 
 class PlanSearchCache:
@@ -31,29 +33,31 @@ class PlanSearchCache:
         self.max_plans = max_plans
         self.max_assignment_elements = max_assignment_elements
         self._structures: OrderedDict[str, PlanStructure] = OrderedDict()
-        # structure -> (sharing tuple -> Assignments, [elements held])
-        self._assignments: OrderedDict[PlanStructure, tuple[OrderedDict, list[int]]] = OrderedDict()
+        # structure key -> (sharing tuple -> Assignments, [elements held])
+        self._assignments: OrderedDict[str, tuple[OrderedDict, list[int]]] = OrderedDict()
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
 
     def structure(self, expr: TensorExpr) -> PlanStructure:
         """The memoized :class:`PlanStructure` of ``expr``."""
-        key = expr_key(expr)
+        key = expr.structure_key()
         hit = self._structures.get(key)
         if hit is not None:
             self._structures.move_to_end(key)
-            return hit
+            # same structure, this operator's tensor names (arrays and memo shared)
+            return hit if hit.expr == expr else dataclasses.replace(hit, expr=expr)
         structure = self._structures[key] = build_structure(expr)
         _trim(self._structures, self.max_structures)
         return structure
 
     def assignments(self, structure: PlanStructure, key: tuple[int, ...], build: Callable[[], Any]):
         """The assignments of sharing tuple ``key`` of ``structure`` (``build()`` on a miss)."""
-        memo = self._assignments.get(structure)
+        skey = structure.key or str(id(structure))
+        memo = self._assignments.get(skey)
         if memo is None:
-            memo = self._assignments[structure] = (OrderedDict(), [0])
+            memo = self._assignments[skey] = (OrderedDict(), [0])
             _trim(self._assignments, self.max_structures)
         else:
-            self._assignments.move_to_end(structure)
+            self._assignments.move_to_end(skey)
         entries, held = memo
         hit = entries.get(key)
         if hit is not None:

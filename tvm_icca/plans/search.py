@@ -19,6 +19,7 @@ force through :meth:`OpLayout.validate`).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from .scoring import (  # noqa: F401  (CHUNK_PLANS, candidate_partitions: public
     score,
     unrotated,
 )
-from .structure import PlanStructure, expr_key, plan_structure
+from .structure import PlanStructure, plan_structure
 
 
 @dataclass(frozen=True)
@@ -188,11 +189,12 @@ def plan_operator(
     label = name or expr.kind
     _check_fits_chip(expr, hw, budget, label)
     default = cost_model is None or type(cost_model) is AnalyticCostModel
-    key = (expr_key(expr), hw, budget) if default and cache is not None else None
+    key = (expr.structure_key(), hw, budget) if default and cache is not None else None
     if key is not None:
         hit = cache.planned(key)
-        if hit is not None:
-            return hit
+        if hit is not None:  # same structure: this operator's tensor names
+            return hit if hit.expr == expr else dataclasses.replace(
+                hit, expr=expr, layout=OpLayout(expr, hit.plan))
     cache = cache_or_new(cache)
     structure = plan_structure(expr, cache)
     if default or _is_batch_model(cost_model):

@@ -6,7 +6,6 @@ memoizes it per expression.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,6 +37,7 @@ class PlanStructure:
     ring_risks: tuple[tuple[int, int, int, np.ndarray], ...]  # (axis, t, u, shared free mask)
     dims: tuple[tuple[tuple, ...], ...]  # per tensor, per dimension: how its length derives
     elem_bytes: np.ndarray  # (T,)
+    key: str = ""  # expr.structure_key(): equal for operators that differ only in tensor names
 
     @property
     def num_axes(self) -> int:
@@ -46,11 +46,6 @@ class PlanStructure:
     @property
     def num_tensors(self) -> int:
         return len(self.expr.tensors)
-
-
-def expr_key(expr: TensorExpr) -> str:
-    """A hashable identity of a tensor expression (its canonical JSON)."""
-    return json.dumps(expr.to_dict(), sort_keys=True, separators=(",", ":"))
 
 
 def plan_structure(expr: TensorExpr, cache: "PlanSearchCache | None" = None) -> PlanStructure:
@@ -115,4 +110,5 @@ def build_structure(expr: TensorExpr) -> PlanStructure:
         ring_risks=tuple(risks),
         dims=tuple(dims),
         elem_bytes=np.array([dtype_bytes(t.dtype) for t in expr.tensors], INT),
+        key=expr.structure_key(),
     )

@@ -1,0 +1,67 @@
+"""Tensor lifetimes and held SRAM (runtime_sim.lifetimes), and the link closed forms (runtime_sim.links)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from runtime_sim.hardware import small_chip
+from runtime_sim.lifetimes import held_bytes, last_reads, outlives, released
+from runtime_sim.links import (
+    chunk_latency_seconds,
+    link_transfer_seconds,
+    replica_reduction_schedule,
+    replica_reduction_seconds,
+)
+
+
+def test_last_reads_and_release():
+    ops = [("x", "w"), ("a",), ("a", "b")]
+    last = last_reads(ops, ["b"])
+    assert last == {"x": 0, "w": 0, "a": 2, "b": 3}
+    assert released(last, ["x", "a", "b"], 0) == ["x"]
+    assert released(last, ["a", "b"], 2) == ["a"]
+    assert outlives(last, "b", 2) and not outlives(last, "a", 2) and not outlives(last, "never", 0)
+
+
+def test_held_bytes_counts_earlier_outputs_still_read():
+    # a = op0(x); b = op1(a); c = op2(a, b); region output: b
+    ops, outs = [("x",), ("a",), ("a", "b")], ["a", "b", "c"]
+    # while op2 runs, a (read last by op2) has moved into op2's partitions; b is a region output
+    assert held_bytes(ops, outs, ["b"], [100, 10, 1]) == [0, 100, 10]
+    # only the operators planned so far count
+    assert held_bytes(ops, outs, ["b"], [100]) == [0, 100, 0]
+    assert held_bytes(ops, outs, ["b", "a"], [100, 10]) == [0, 100, 110]
+    assert held_bytes(ops, outs, [], []) == [0, 0, 0]
+
+
+def test_link_transfer_closed_form():
+    hw = small_chip(4, 64 * 1024, link_latency_s=1e-7)
+    for n in (1, 100, hw.shift_buffer_bytes, hw.shift_buffer_bytes + 1, 10 ** 6):
+        want = n / hw.link_bandwidth + math.ceil(n / hw.shift_buffer_bytes) * hw.link_latency_s
+        assert link_transfer_seconds(n, hw) == want
+        assert isinstance(link_transfer_seconds(n, hw), float)
+    assert link_transfer_seconds(0, hw) == 0.0
+    arr = link_transfer_seconds(np.array([[0, 1], [8192, 8193]]), hw)
+    assert arr.shape == (2, 2) and arr[0, 0] == 0 and arr[1, 1] == link_transfer_seconds(8193, hw)
+    hops = np.array([1, 3])
+    assert list(chunk_latency_seconds(np.array([8192.0, 8193.0]), hw, hops)) == [
+        1 * 1 * hw.link_latency_s, 2 * 3 * hw.link_latency_s]
+
+
+@pytest.mark.parametrize("R,pbytes", [(1, 4096), (2, 100), (5, 4096), (16, 10 ** 6), (64, 64)])
+def test_replica_reduction_is_the_faster_schedule(R, pbytes):
+    hw = small_chip(64, 256 * 1024, link_latency_s=1e-7)
+    elems = pbytes / 4
+    s = replica_reduction_schedule(R, pbytes, elems, hw)
+    add = elems / hw.vector_flops_per_cycle / hw.clock_hz
+    sync = hw.sync_cycles / hw.clock_hz
+    one = link_transfer_seconds(pbytes, hw)
+    chunks = max(1, math.ceil(pbytes / hw.shift_buffer_bytes))
+    assert s.tree_rounds == math.ceil(math.log2(R)) and s.chunks == chunks
+    assert s.chain_stages == chunks + R - 2
+    tree = math.ceil(math.log2(R)) * (one + add + sync)
+    chain = one + (R - 2) * (pbytes / chunks / hw.link_bandwidth + hw.link_latency_s) \
+        + (chunks + R - 2) * add / chunks + sync
+    want = min(tree, chain) if R > 1 else 0.0
+    assert replica_reduction_seconds(R, pbytes, elems, hw) == pytest.approx(want, rel=1e-12)

@@ -1,0 +1,72 @@
+"""The plan search memo is an object its caller owns (no module-global caches)."""
+
+import dataclasses
+
+import pytest
+
+import tvm_icca.plans.partitions as partitions
+import tvm_icca.plans.search as search
+import tvm_icca.plans.structure as structure
+from runtime_sim.hardware import small_chip
+from tvm_icca.plans import PlanSearchCache, plan_operator, space_sizes
+from tvm_icca.plans.filters import PlanFilters
+from tvm_icca.plans.partitions import op_partitions, plans_for
+from tvm_icca.plans.structure import plan_structure
+
+
+def _renamed(expr, suffix):
+    inputs = tuple(dataclasses.replace(t, name=t.name + suffix) for t in expr.inputs)
+    return dataclasses.replace(expr, inputs=inputs,
+                               output=dataclasses.replace(expr.output, name=expr.output.name + suffix))
+
+
+def test_no_module_global_caches():
+    for module in (search, structure, partitions):
+        assert not any(name.startswith("_") and name.isupper() or name in ("_CACHE", "_STRUCTURES")
+                       for name in vars(module)), module.__name__
+    assert not any(f.name.startswith("_combo") for f in dataclasses.fields(structure.PlanStructure))
+
+
+def test_cached_search_equals_uncached(exprs):
+    hw = small_chip(16, 64 * 1024)
+    cache = PlanSearchCache()
+    for expr in (exprs.matmul(48, 64, 40), exprs.conv2d(2, 4, 8, 8, 6, 3, 3, stride=1, pad=1)):
+        alone = plan_operator(expr, hw)
+        first = plan_operator(expr, hw, cache=cache)
+        again = plan_operator(expr, hw, cache=cache)
+        assert first.plan == alone.plan and first.time_s == alone.time_s
+        assert again is first  # memoized for the default model
+    sizes = space_sizes(exprs.matmul(16, 32, 8), hw, PlanFilters.t10(), cache=cache)
+    assert sizes == space_sizes(exprs.matmul(16, 32, 8), hw, PlanFilters.t10())
+
+
+def test_operators_differing_in_names_share_the_memo_and_keep_their_names(exprs):
+    hw = small_chip(16, 64 * 1024)
+    cache = PlanSearchCache()
+    a = exprs.matmul(48, 64, 40)
+    b = _renamed(a, "_2")
+    sa, sb = plan_structure(a, cache), plan_structure(b, cache)
+    assert sa.expr is a and sb.expr is b and sa.key == sb.key
+    F = op_partitions(sa, 16)
+    assert len(plans_for(sa, F, cache=cache)) == len(plans_for(sb, F, cache=cache))
+    pa, pb = plan_operator(a, hw, cache=cache), plan_operator(b, hw, cache=cache)
+    assert pb.plan == pa.plan and pb.time_s == pa.time_s
+    assert pb.expr is b and pb.layout.expr is b
+
+
+def test_assignment_memo_is_bounded(exprs):
+    cache = PlanSearchCache(max_assignment_elements=1)
+    s = plan_structure(exprs.matmul(48, 64, 40), cache)
+    batch = plans_for(s, op_partitions(s, 16), cache=cache)
+    assert len(batch) == len(plans_for(s, op_partitions(s, 16)))
+    entries, held = cache._assignments[s.key]
+    assert len(entries) == 1 and held[0] == next(iter(entries.values())).combos.size
+
+
+@pytest.mark.parametrize("max_plans", [1, 2])
+def test_plan_memo_is_bounded(exprs, max_plans):
+    hw = small_chip(8, 64 * 1024)
+    cache = PlanSearchCache(max_plans=max_plans)
+    for n in (8, 16, 24):
+        plan_operator(exprs.matmul(n, 16, 8), hw, cache=cache)
+    assert len(cache._plans) == max_plans
