@@ -426,3 +426,158 @@ def test_random_program_mutations_never_give_a_foreign_error_or_disagree(edits):
             results.append(type(err))
     # either both run it or both refuse it, the same way
     assert results[0] == results[1], (edits, results)
+
+
+# -- workload builders ------------------------------------------------------------------------
+BAD_WORKLOAD_ARGS = [
+    ("llama2-7b", {"batch": 0}), ("llama2-7b", {"batch": -2}), ("llama2-7b", {"context": -1}),
+    ("llama2-7b", {"context": 0}), ("llama2-7b", {"num_layers": -1}), ("llama2-7b", {"num_layers": 0}),
+    ("llama2-7b", {"batch": 2.5}), ("llama2-7b", {"batch": 2.0}), ("llama2-7b", {"batch": "4"}),
+    ("llama2-7b", {"batch": True}), ("llama2-7b", {"batch": None}), ("llama2-7b", {"num_layers": 10**6}),
+    ("opt-1.3b", {"context": float("nan")}), ("gemma2-27b", {"batch": 10**12}),
+    ("bert-large", {"seq_len": 0}), ("bert-large", {"seq_len": 4096}), ("bert-large", {"batch": -1}),
+    ("resnet50", {"image": 0}), ("resnet50", {"image": -224}), ("resnet50", {"context": 3}),
+    ("vit-b16", {"tiny": "yes"}), ("nerf", {"dtype": "int8"}), ("dit-xl2", {"dtype": 16}),
+    ("nerf", {"batch": 0}), ("dit-xl2", {"num_layers": 0}), ("vit-b16", {"image": 224}),
+]
+
+
+@pytest.mark.parametrize("name,kwargs", BAD_WORKLOAD_ARGS, ids=[f"{n}-{k}" for n, k in BAD_WORKLOAD_ARGS])
+def test_workload_builders_refuse_bad_arguments_themselves(name, kwargs):
+    from runtime_sim.errors import InvalidWorkloadError
+    from tvm_icca.workloads import get_workload
+
+    with pytest.raises(InvalidWorkloadError) as info:
+        get_workload(name, **kwargs)
+    one_paragraph(info.value)
+
+
+def test_workload_builders_called_directly_and_unknown_names():
+    from runtime_sim.errors import InvalidWorkloadError, UnknownWorkloadError
+    from tvm_icca.workloads import canonical_name, get_workload
+    from tvm_icca.workloads.llama import llama2
+    from tvm_icca.workloads.resnet import resnet
+
+    with pytest.raises(InvalidWorkloadError, match="batch"):
+        llama2("llama2-7b", batch=0)
+    with pytest.raises(UnknownWorkloadError, match="llama2-8b"):
+        llama2("llama2-8b")
+    with pytest.raises(InvalidWorkloadError, match="num_layers"):
+        resnet("resnet18", num_layers=-3)
+    for bad in ("gpt-5", "", None, 3):
+        with pytest.raises(UnknownWorkloadError) as info:
+            canonical_name(bad)
+        assert isinstance(info.value, KeyError)  # a lookup miss, as before
+        one_paragraph(info.value)
+    with pytest.raises(UnknownWorkloadError):
+        get_workload("gpt-5")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["batch", "context", "num_layers"]),
+       st.one_of(st.integers(-10**6, 0), st.floats(allow_nan=True), st.text(max_size=3), st.booleans(),
+                 st.integers(10**10, 10**20)))
+def test_workload_argument_grid(arg, value):
+    from runtime_sim.errors import InvalidWorkloadError
+    from tvm_icca.workloads import get_workload
+
+    with pytest.raises(InvalidWorkloadError):
+        get_workload("llama2-7b", tiny=True, **{arg: value})
+
+
+# -- ONNX models with external data -------------------------------------------------------------
+def _onnx_matmul_model():
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 8)).astype("float32"), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [weight])
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), weight
+
+
+def test_onnx_with_external_data_loads_from_any_working_directory(tmp_path, monkeypatch):
+    import onnx
+    from onnx import numpy_helper
+
+    import tvm_icca
+
+    model, weight = _onnx_matmul_model()
+    folder = tmp_path / "model"
+    folder.mkdir()
+    path = folder / "m.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.data", size_threshold=0)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    mod = tvm_icca.load_onnx(str(path))
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    x = np.random.default_rng(1).standard_normal((4, 16)).astype("float32")
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(),
+                               x @ numpy_helper.to_array(weight), rtol=1e-5, atol=1e-5)
+    # the model's own bytes cannot find their data: one clear error, not a checker traceback
+    with pytest.raises(tvm_icca.ModelImportError, match="external data"):
+        tvm_icca.load_onnx(path.read_bytes())
+    (folder / "m.data").unlink()
+    with pytest.raises(tvm_icca.ModelImportError, match="m.data") as info:
+        tvm_icca.load_onnx(str(path))
+    one_paragraph(info.value)
+
+
+@pytest.mark.parametrize("shape_dict", [{"x": 5}, {"x": [4, -1]}, [("x", [4, 16])], {"x": ["4", 16]}])
+def test_onnx_bad_shape_dict(shape_dict):
+    import tvm_icca
+
+    model, _ = _onnx_matmul_model()
+    with pytest.raises(tvm_icca.ModelImportError) as info:
+        tvm_icca.load_onnx(model, shape_dict)
+    one_paragraph(info.value)
+
+
+# -- arguments of an ICCA-compiled executable ---------------------------------------------------
+def test_wrong_argument_shape_or_dtype_is_an_input_mismatch_error_for_icca_only():
+    import tvm
+    from tvm import relax
+    from tvm.script import relax as R
+
+    import tvm_icca
+    from runtime_sim.errors import InputMismatchError
+    from tvm_icca.input_check import check_inputs_pass
+    from tvm_icca.target import _ORIGINAL_DEFAULT_BUILD, offload_to_icca
+
+    @tvm.script.ir_module
+    class Model:
+        @R.function
+        def main(x: R.Tensor((8, 16), "float32"), w: R.Tensor((16, 8), "float32")):
+            with R.dataflow():
+                y = R.matmul(x, w)
+                R.output(y)
+            return y
+
+    hw = small_chip(16)
+
+    @tvm.transform.module_pass(opt_level=0, name="IccaWithInputCheck")
+    def pipeline(mod, _ctx):
+        return _ORIGINAL_DEFAULT_BUILD()(check_inputs_pass()(offload_to_icca(hw)(mod)))
+
+    with tvm_icca.use_hardware(hw):
+        icca = relax.VirtualMachine(tvm.compile(Model, target="icca", relax_pipeline=pipeline), tvm.cpu())
+    cpu = relax.VirtualMachine(tvm.compile(Model, target="llvm"), tvm.cpu())
+    x = np.ones((8, 16), "float32")
+    w = np.ones((16, 8), "float32")
+    np.testing.assert_allclose(icca["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w)).numpy(), x @ w)
+    for bad, what in ((np.ones((8, 15), "float32"), "[8, 15]"), (np.ones((8, 16), "float16"), "float16"),
+                      (np.ones(8, "float32"), "[8]")):
+        with pytest.raises(InputMismatchError, match=r"'x'.*\[8, 16\]") as info:
+            icca["main"](tvm.runtime.tensor(bad), tvm.runtime.tensor(w))
+        assert what in str(info.value)
+        one_paragraph(info.value)
+        with pytest.raises(Exception) as other:  # other targets: TVM's own check, unchanged
+            cpu["main"](tvm.runtime.tensor(bad), tvm.runtime.tensor(w))
+        assert not isinstance(other.value, IccaError)
