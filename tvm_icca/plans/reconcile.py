@@ -41,6 +41,7 @@ from runtime_sim.layout import OpLayout, canonical_grid
 from runtime_sim.program import IDLE_SPREAD, TensorExpr, dtype_bytes
 
 from .batch_cost import AnalyticBatchModel, ArrivalCostModel
+from .cache import PlanSearchCache
 from .filters import PlanFilters
 from .pareto import pareto_plan_sets
 
@@ -289,7 +290,8 @@ def operator_options(expr: TensorExpr, hw: HardwareSpec, resident: Sequence[int]
                      cost_model: AnalyticBatchModel | None = None,
                      filters: PlanFilters | None = PlanFilters.t10(),
                      tolerance: float = OPTION_TOLERANCE,
-                     arriving: Sequence[int] | None = None) -> tuple[PlanOption, ...]:
+                     arriving: Sequence[int] | None = None,
+                     cache: PlanSearchCache | None = None) -> tuple[PlanOption, ...]:
     """Candidate idle/active plans of one operator for :func:`reconcile` (T10 §4.3.1-4.3.2).
 
     The union of two Pareto frontiers within ``budget_bytes``: time vs bytes per core (the
@@ -298,13 +300,14 @@ def operator_options(expr: TensorExpr, hw: HardwareSpec, resident: Sequence[int]
     fastest plan that keeps them that small, which can then run with no setup). An operator
     without resident tensors has only the first. Times include the arrival of the
     ``arriving`` inputs (default: every input that is not resident) in the plan's placement
-    (:class:`.batch_cost.ArrivalCostModel`).
+    (:class:`.batch_cost.ArrivalCostModel`). ``cache``: the caller's :class:`.cache.PlanSearchCache`.
     """
     if arriving is None:
         arriving = [t for t in range(len(expr.inputs)) if t not in set(resident)]
     model = ArrivalCostModel(cost_model or AnalyticBatchModel(hw), tuple(arriving), hw)
     objectives = [None, tuple(resident)] if resident else [None]
-    sets = pareto_plan_sets(expr, hw, objectives, model, filters, budget_bytes, tolerance=tolerance)
+    sets = pareto_plan_sets(expr, hw, objectives, model, filters, budget_bytes, tolerance=tolerance,
+                            cache=cache)
     plans = [p for plan_set in sets for p in plan_set]
     unique, seen = [], set()
     for p in sorted(plans, key=lambda p: (p.memory_bytes, p.time_s)):
