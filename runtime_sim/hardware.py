@@ -140,14 +140,15 @@ class HardwareSpec:
         every size is bounded (:data:`LIMITS`) so that an absurd value fails here rather
         than when the simulator allocates per-core arrays.
         """
-        spec_name = self.name[:40] if isinstance(self.name, str) else "?"
+        # repr: a name with a newline must not break the one-paragraph message
+        spec_name = repr(self.name[:40]) if isinstance(self.name, str) else "'?'"
 
         def bad(field_name: str, why: str, value: Any = _MISSING) -> InvalidHardwareSpecError:
             shown = repr(getattr(self, field_name) if value is _MISSING else value)
             if len(shown) > 40:
                 shown = shown[:30] + "..." + shown[-6:]
             return InvalidHardwareSpecError(
-                f"invalid HardwareSpec '{spec_name}': {field_name}={shown} {why}"
+                f"invalid HardwareSpec {spec_name}: {field_name}={shown} {why}"
             )
 
         def put(field_name: str, value: Any) -> None:

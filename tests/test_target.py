@@ -17,6 +17,7 @@ from tvm.target import Target
 
 import tvm_icca
 from tvm_icca import target as icca_target
+from tvm_icca.model import planner
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -134,13 +135,13 @@ def test_importing_tvm_icca_first_works() -> None:
 @pytest.fixture
 def partition_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
-    original = icca_target.partition_for_icca
+    original = planner.partition_for_icca
 
     def spy(mod, hw=None, **kwargs):
         calls.append(tvm_icca.partition.resolve_hardware(hw).name)
         return original(mod, hw, **kwargs)
 
-    monkeypatch.setattr(icca_target, "partition_for_icca", spy)
+    monkeypatch.setattr(planner, "partition_for_icca", spy)
     return calls
 
 

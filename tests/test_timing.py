@@ -42,9 +42,14 @@ RNG = np.random.default_rng(7)
 
 # -- helpers ----------------------------------------------------------------------------------
 def single(expr, plan, hw, sources=None, constants=(), name="op0", region="r0") -> DeviceProgram:
-    """One-op program; inputs from ``sources`` (name -> source) or constants (shape only)."""
+    """One-op program; inputs from ``sources`` (name -> source) or constants (shape only).
+
+    Constants are model state kept on chip (``"resident"``) on a chip without HBM, and read
+    from HBM on a chip with it (the source a constant without one gets there)."""
     sources = sources or {}
-    consts = {t.name: {"dtype": t.dtype, "shape": list(t.shape)} for t in expr.inputs if t.name in constants}
+    state = {} if hw.hbm_bandwidth > 0 else {"source": "resident"}
+    consts = {t.name: {"dtype": t.dtype, "shape": list(t.shape), **state}
+              for t in expr.inputs if t.name in constants}
     decls = tuple(TensorDecl(t.name, t.shape, t.dtype, sources.get(t.name, "host"))
                   for t in expr.inputs if t.name not in constants)
     op = OpProgram(name, expr, plan, tuple(t.name for t in expr.inputs), expr.output.name)
@@ -505,7 +510,7 @@ def test_constants_with_data_and_hw_override(exprs) -> None:
     plan = ExecutionPlan({"m": 2, "n": 2}, ({}, {}, {}))
     prog = single(e, plan, HW16, constants=("B",))
     data = DeviceProgram.from_dict({**prog.to_dict(), "constants": {
-        "B": encode_constant(np.ones((16, 16), np.float32))}})
+        "B": {**encode_constant(np.ones((16, 16), np.float32)), "source": "resident"}}})
     assert simulate_timing([data]).total_s == pytest.approx(simulate_timing([prog]).total_s)
     mesh = simulate_timing([prog], small_chip(16, topology="mesh"))
     assert mesh.topology == "mesh" and mesh.total_s > 0

@@ -97,6 +97,12 @@ def _param_spec(var: relax.Var) -> dict[str, Any] | None:
 
 def _with_input_check(name: str, func: relax.Function) -> relax.Function:
     specs = [_param_spec(p) for p in func.params]
+    # Parameters after ``num_input`` are the model's weights (relax.frontend.nn exports):
+    # TVM's build pipeline relies on their annotations (loosening them crashes it), so only
+    # the inputs proper are checked here; weights keep the VM's own check.
+    num_input = func.attrs.get("num_input") if func.attrs is not None else None
+    if num_input is not None:
+        specs = [s if i < int(num_input) else None for i, s in enumerate(specs)]
     if not any(specs) or not isinstance(func.body, relax.SeqExpr):
         return func
     loose, casts = [], []

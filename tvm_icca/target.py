@@ -30,6 +30,7 @@ from runtime_sim.errors import IccaError, InvalidHardwareSpecError
 from .hardware import PRESET_NAMES, HardwareLike, HardwareSpec, current_hardware
 from .hardware import explicit_hardware, preset, resolve_hardware
 from .device_entry import raise_through_ffi
+from .input_check import check_inputs_pass
 from .model import CompileOptions, icca_model_passes
 
 __all__ = [
@@ -145,9 +146,9 @@ def icca_pipeline(
     @tvm.transform.module_pass(opt_level=0, name="IccaPipeline")
     def _pipeline(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         if target is None:
-            return base(offload_to_icca(hw, options)(mod))
+            return base(check_inputs_pass()(offload_to_icca(hw, options)(mod)))
         with target:
-            return base(offload_to_icca(hw, options)(mod))
+            return base(check_inputs_pass()(offload_to_icca(hw, options)(mod)))
 
     return _pipeline
 
@@ -179,7 +180,7 @@ def _install_pipeline_hook() -> None:
             def _pipeline(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
                 # tvm.compile runs the pipeline inside ``with target:``.
                 if is_icca_target(Target.current(allow_none=True)):
-                    mod = offload_to_icca()(mod)
+                    mod = check_inputs_pass()(offload_to_icca()(mod))
                 return base(mod)
 
             return _pipeline
