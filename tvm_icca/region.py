@@ -25,7 +25,9 @@ from runtime_sim.errors import IccaError, PlanNotFoundError
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import DeviceProgram, OpProgram, TensorDecl, TensorExpr
 
-from .plans import CostModel, PlannedOp, plan_operator
+from runtime_sim.lifetimes import held_bytes as lifetime_held_bytes
+
+from .plans import CostModel, PlannedOp, PlanSearchCache, plan_operator
 from .plans.reconcile import PlanOption, operator_options
 from .plans.vgm import plan_vgm_operator
 from .relax_types import static_shape
@@ -52,6 +54,7 @@ class PlanCache:
         self._exprs: dict[int, list[tuple[relax.Function, ExtractedOp]]] = {}
         self._cost_models: list[CostModel] = []  # keeps id() keys valid
         self._options: dict[tuple, tuple[PlanOption, ...]] = {}
+        self.search = PlanSearchCache()  # plan structures and f_t assignments, shared
         self.hits = 0
         self.misses = 0
 
@@ -63,7 +66,8 @@ class PlanCache:
         planned = self._plans.get(key)
         if planned is None:
             self.misses += 1
-            planned = plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget, name=name)
+            planned = plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget, name=name,
+                                    cache=self.search)
             self._plans[key] = planned
         else:
             self.hits += 1
@@ -77,7 +81,8 @@ class PlanCache:
         key = ("options", expr.structure_key(), hw, tuple(resident))
         found = self._options.get(key)
         if found is None:
-            found = self._options[key] = operator_options(expr, hw, resident, hw.usable_sram_bytes)
+            found = self._options[key] = operator_options(expr, hw, resident, hw.usable_sram_bytes,
+                                                          cache=self.search)
         return found
 
     def extract(self, composite: relax.Function, name: str) -> ExtractedOp:
@@ -256,18 +261,10 @@ def plan_region(
 
 def held_bytes(region: RegionOps, output_bytes: list[int]) -> list[int]:
     """Per operator of ``region``, the bytes per core of earlier outputs still held on chip
-    while it runs, given the output partition bytes of the operators planned so far."""
-    last_read = {}
-    for i, op in enumerate(region.ops):
-        for tensor in op.input_names:
-            last_read[tensor] = i
-    for tensor in region.outputs:
-        last_read[tensor] = len(region.ops)
-    held = []
-    for i in range(len(region.ops)):
-        held.append(sum(b for j, b in enumerate(output_bytes[:i])
-                        if last_read.get(region.ops[j].output_name, -1) > i))
-    return held
+    while it runs, given the output partition bytes of the operators planned so far
+    (:func:`runtime_sim.lifetimes.held_bytes`, the device's own lifetime rule)."""
+    return lifetime_held_bytes([op.input_names for op in region.ops],
+                               [op.output_name for op in region.ops], region.outputs, output_bytes)
 
 
 def _value_of(var: relax.Var, name: str) -> _Value:
