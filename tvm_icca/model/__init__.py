@@ -6,6 +6,7 @@
   program on the module, for ``tvm.compile`` and the timing-only path alike.
 """
 
+from . import planner
 from .planner import (
     EXECUTION_MODELS,
     MODEL_PLAN_ATTR,
@@ -19,15 +20,4 @@ from .planner import (
     programs_in_call_order,
 )
 
-__all__ = [
-    "EXECUTION_MODELS",
-    "MODEL_PLAN_ATTR",
-    "PROGRAM_ATTR",
-    "CompileOptions",
-    "icca_model_passes",
-    "is_planned",
-    "model_plan_of",
-    "plan_device_programs",
-    "program_of",
-    "programs_in_call_order",
-]
+__all__ = list(planner.__all__)
