@@ -1,10 +1,15 @@
-"""Per-op-type templates: how one core computes the sub-task of a compute-shift step."""
+"""Per-op-type templates: how one core computes the sub-task of a compute-shift step.
+
+:func:`kind_of` chooses the template of a converted operator (see :mod:`schedules.kinds`);
+:func:`template_for` returns it.
+"""
 
 from __future__ import annotations
 
 from .base import ComputeTemplate, ContractionRoles, MatrixTemplate, arithmetic_nodes, contraction_roles
 from .conv2d import Conv2dTemplate
 from .elementwise import ElementwiseTemplate
+from .kinds import kind_of
 from .layer_norm import LayerNormTemplate
 from .matmul import MatmulTemplate
 from .reduce import ReduceTemplate
@@ -30,5 +35,5 @@ def template_kinds() -> tuple[str, ...]:
 
 __all__ = [
     "ComputeTemplate", "ContractionRoles", "MatrixTemplate", "arithmetic_nodes",
-    "contraction_roles", "template_for", "template_kinds",
+    "contraction_roles", "kind_of", "template_for", "template_kinds",
 ]

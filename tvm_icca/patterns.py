@@ -29,6 +29,7 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
+from .errors import UnsupportedDtypeError
 from .hardware import HardwareSpec, current_hardware
 
 __all__ = [
@@ -125,11 +126,10 @@ def _tensor_reason(what: str, ty: relax.Type, hw: HardwareSpec) -> str | None:
         return f"{what} has a dynamic shape {[str(d) for d in dims]}"
     if any(int(d) <= 0 for d in dims):
         return f"{what} is empty (shape {[int(d) for d in dims]})"
-    if not hw.supports_dtype(ty.dtype):
-        return (
-            f"{what} has dtype {ty.dtype}; chip '{hw.name}' computes in "
-            f"{', '.join(hw.dtypes)} only"
-        )
+    try:
+        hw.check_dtype(ty.dtype, what)
+    except UnsupportedDtypeError as err:
+        return str(err)
     return None
 
 

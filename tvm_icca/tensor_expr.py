@@ -3,24 +3,20 @@
 T10 plans every operator from its tensor expression (T10 §4.2, "Operator representation"):
 the iteration axes, which of them are summed, and how each tensor dimension is indexed by
 the axes -- possibly by a *compound axis* such as ``h*stride + kh*dilation - pad`` (T10 §5).
-We never re-derive that by hand per operator: TVM already knows the TE of every Relax op
-through its legalization (``FLegalize`` -> ``BlockBuilder.call_te``). This module
-
-1. composes the TE of a small Relax function (a BYOC composite such as
-   ``relu(matmul(x, permute_dims(w)) + b)``) into one TE DAG, by capturing the TE function
-   each legalization hands to ``call_te`` and re-invoking it on ``te.placeholder`` tensors we
-   control (function params), the output of op *i* feeding op *i+1*;
-2. converts that DAG to a :class:`TensorExpr`: injective producers (transpose, broadcast,
-   expand_dims, padding) are inlined into affine index maps, elementwise producers into the
-   body, inner reductions into core-local ``reduce`` nodes, and a sum reduction read at the
-   identity index by an elementwise result becomes the top-level (splittable) reduction with
-   the rest as its ``epilogue``.
+The TE of a function comes from TVM's own legalization (:func:`tvm_icca.te_capture.compose_te`).
+This module converts that TE DAG to a :class:`TensorExpr`: injective producers (transpose,
+broadcast, expand_dims, padding) are inlined into affine index maps, elementwise producers
+into the body, inner reductions into core-local ``reduce`` nodes, and a sum reduction read
+at the identity index by an elementwise result becomes the top-level (splittable) reduction
+with the rest as its ``epilogue``. The template kind of the result is chosen by
+:func:`schedules.kind_of`.
 
 Refused with :class:`~runtime_sim.errors.UnsupportedOperatorError`: non-affine indices
 (a reshape that merges or splits non-unit dims, grouped convolution's ``ff // (F/groups)``),
 data-dependent indices (take, gather), reductions other than sum/max/min (prod, argmax's
 tuple reducer), conditional max/min reductions, tuple results (split), dynamic shapes, and
-ops without a TVM legalization. Tensors that are neither float32 nor float16 raise
+ops without a TVM legalization. Tensors of a dtype no ICCA chip computes
+(:data:`runtime_sim.hardware.SUPPORTED_DTYPES`) raise
 :class:`~runtime_sim.errors.UnsupportedDtypeError`.
 
 Axis names are TVM's own iteration variable names (``i0, i1, k`` for matmul, ``nn, ff, yy,
@@ -30,48 +26,27 @@ they would clash.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tvm
-import tvm_ffi
 from tvm import relax, te, tirx
 from tvm.sym import Analyzer
 
-from runtime_sim.errors import IccaError, UnsupportedDtypeError, UnsupportedOperatorError
+from runtime_sim.errors import UnsupportedOperatorError
+from runtime_sim.hardware import check_dtype
 from runtime_sim.program import AffineIndex, Axis, Expr, TensorAccess, TensorExpr, expr_loads
+from schedules import kind_of
 
-from .relax_types import static_shape
+from .te_capture import ComposedTE, compose_te
+from .te_capture import ffi_key as _key
+from .te_capture import function_label as _func_label
 
-__all__ = [
-    "ComposedTE",
-    "ExtractedOp",
-    "SUPPORTED_DTYPES",
-    "compose_te",
-    "extract_op",
-    "kind_of",
-    "tensor_expr_of",
-]
+__all__ = ["ExtractedOp", "extract_op", "tensor_expr_of"]
 
-SUPPORTED_DTYPES = ("float32", "float16")
-
-# Template kind per Relax op, most specific first: the kind of a function is the one of its
-# highest-ranked op whose template fits the extracted structure (a composite "conv2d + bias +
-# relu" is a conv2d). Ops not listed here (permute_dims, add, relu, ...) do not decide the
-# template; when no listed op fits, the structure decides (see _structural_kind).
-_KIND_RANK: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("conv2d", ("relax.nn.conv2d",)),
-    ("matmul", ("relax.matmul",)),
-    ("softmax", ("relax.nn.softmax", "relax.nn.log_softmax")),
-    ("layer_norm", ("relax.nn.layer_norm", "relax.nn.rms_norm")),
-    ("reduce", ("relax.sum", "relax.mean", "relax.max", "relax.min", "relax.variance",
-                "relax.std")),
-)
 
 _UNARY_INTRINSICS = {
     "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh",
@@ -106,16 +81,6 @@ class ExtractedOp:
     constants: Mapping[int, np.ndarray] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class ComposedTE:
-    """The TE DAG of a Relax function: its params as placeholders and its result tensor."""
-
-    placeholders: tuple[te.Tensor, ...]  # one per function param, in param order
-    output: te.Tensor
-    op_names: tuple[str, ...]  # Relax ops of the function, in binding order
-    constants: tuple[tuple[te.Tensor, np.ndarray], ...] = ()
-
-
 def tensor_expr_of(func: relax.Function, name: str = "out") -> TensorExpr:
     """The tensor expression (T10 §4.2, §5) of a small Relax function.
 
@@ -138,7 +103,7 @@ def extract_op(func: relax.Function, name: str = "out") -> ExtractedOp:
     composed = compose_te(func)
     sources = _sources(func, composed)
     out = composed.output
-    _check_dtype(str(out.dtype), f"output of {_func_label(func)}")
+    check_dtype(str(out.dtype), f"output of {_func_label(func)}")
     if len(out.shape) and any(not isinstance(s, tirx.IntImm) for s in out.shape):
         raise UnsupportedOperatorError(f"{_func_label(func)} has a dynamic output shape")
 
@@ -163,306 +128,8 @@ def extract_op(func: relax.Function, name: str = "out") -> ExtractedOp:
     )
 
 
-def kind_of(op_names: Sequence[str], expr: TensorExpr | None = None) -> str:
-    """The template kind (a :mod:`schedules` name) of a function with these Relax ops.
-
-    The highest-ranked op decides, provided its template fits ``expr`` (a matmul whose sum
-    ended up core-local inside a softmax is not run as a GEMM); otherwise the structure of
-    ``expr`` decides: a sum of products of two tensors is 'matmul' ('conv2d' when read
-    through compound indices), any other reduction is 'reduce', the rest 'elementwise'.
-    """
-    names = set(op_names)
-    for kind, ops in _KIND_RANK:
-        if names.intersection(ops) and (expr is None or _kind_fits(kind, expr)):
-            return kind
-    return "elementwise" if expr is None else _structural_kind(expr)
-
-
-def _is_product_of_loads(expr: TensorExpr) -> bool:
-    def factors(node: Expr) -> list[Expr] | None:
-        if node["op"] == "mul":
-            parts = [factors(a) for a in node["args"]]
-            return None if any(p is None for p in parts) else [f for p in parts for f in p]
-        if node["op"] == "cast":
-            return factors(node["args"][0])
-        return [node] if node["op"] == "load" else None
-
-    loads = factors(expr.body)
-    return loads is not None and len(loads) == 2
-
-
-def _kind_fits(kind: str, expr: TensorExpr) -> bool:
-    reduces = bool(expr.reduce_axes) or bool(expr.local_axes)
-    if kind in ("matmul", "conv2d"):
-        return bool(expr.reduce_axes) and _is_product_of_loads(expr)
-    if kind == "reduce":
-        return reduces
-    if kind == "elementwise":
-        return not reduces
-    return True
-
-
-def _structural_kind(expr: TensorExpr) -> str:
-    if expr.reduce_axes and _is_product_of_loads(expr):
-        compound = any(len(i.terms) > 1 for t in expr.inputs for i in t.indices)
-        return "conv2d" if compound else "matmul"
-    if expr.reduce_axes or expr.local_axes:
-        return "reduce"
-    return "elementwise"
-
-
-def compose_te(func: relax.Function) -> ComposedTE:
-    """Compose the TE of every op of ``func`` into one DAG over ``te.placeholder`` params.
-
-    For each binding ``v = op(args)`` we run the op's registered ``FLegalize`` on a real
-    :class:`relax.BlockBuilder`, capture the TE function it passes to ``call_te`` and call
-    that function again with the TE tensors of ``args`` (placeholders for params, earlier
-    results otherwise). Nothing is re-derived by hand: the TE is exactly what
-    ``relax.transform.LegalizeOps`` would compile.
-    """
-    return _Composer(func).run()
-
-
 # ---------------------------------------------------------------------------------------------
-# Step 1: Relax function -> TE DAG
-# ---------------------------------------------------------------------------------------------
-
-_ORIGINAL_CALL_TE = relax.BlockBuilder.call_te
-_PATCH_LOCK = threading.Lock()
-_PATCH_DEPTH = 0
-_ACTIVE = threading.local()  # .recorder: the _Composer capturing on this thread, if any
-
-
-def _capturing_call_te(self: relax.BlockBuilder, func: Callable, *args: Any, **kwargs: Any):
-    # The legalization functions are Python callables reached through the FFI, so the
-    # builder they receive is a fresh wrapper of ours: subclassing BlockBuilder cannot
-    # intercept them, a class-level hook can. It still builds the real call_tir (so
-    # ``emit``/``normalize`` keep working) and only records how it was made.
-    result = _ORIGINAL_CALL_TE(self, func, *args, **kwargs)
-    recorder = getattr(_ACTIVE, "recorder", None)
-    if recorder is not None:
-        recorder.record(result, func, args, kwargs)
-    return result
-
-
-@contextlib.contextmanager
-def _capture(recorder: "_Composer") -> Iterator[None]:
-    """Route ``BlockBuilder.call_te`` of this thread to ``recorder`` while active."""
-    global _PATCH_DEPTH
-    with _PATCH_LOCK:
-        if _PATCH_DEPTH == 0:
-            relax.BlockBuilder.call_te = _capturing_call_te
-        _PATCH_DEPTH += 1
-    previous = getattr(_ACTIVE, "recorder", None)
-    _ACTIVE.recorder = recorder
-    try:
-        yield
-    finally:
-        _ACTIVE.recorder = previous
-        with _PATCH_LOCK:
-            _PATCH_DEPTH -= 1
-            if _PATCH_DEPTH == 0:
-                relax.BlockBuilder.call_te = _ORIGINAL_CALL_TE
-
-
-@dataclass
-class _CallTeRecord:
-    call: relax.Expr  # the call_tir expression the original call_te returned
-    func: Callable
-    args: tuple
-    kwargs: dict
-    outputs: Any = None  # our TE tensor(s), filled on first use
-
-
-class _Composer:
-    """Evaluates a Relax function symbolically, each value being a TE tensor (or tuple)."""
-
-    _MAX_DEPTH = 16  # legalizations that return other Relax ops, nested at most this deep
-
-    def __init__(self, func: relax.Function):
-        if not isinstance(func, relax.Function):
-            raise UnsupportedOperatorError(f"expected a relax.Function, got {type(func).__name__}")
-        self.func = func
-        self.bb = relax.BlockBuilder()
-        # Legalizations may ``emit``, which needs an open block; run() closes it again (TVM
-        # warns about builders destroyed with open blocks).
-        self.bb._begin_binding_block()
-        self.env: dict[int, Any] = {}  # Relax var handle -> TE tensor / tuple
-        self.records: list[_CallTeRecord] = []
-        self.op_names: list[str] = []
-        self.constants: list[tuple[te.Tensor, np.ndarray, Any]] = []
-        self.depth = 0
-
-    # -- capture --------------------------------------------------------------------------
-    def record(self, call: relax.Expr, func: Callable, args: tuple, kwargs: dict) -> None:
-        kwargs = dict(kwargs)
-        kwargs.pop("primfunc_name_hint", None)
-        kwargs.pop("primfunc_attrs", None)
-        self.records.append(_CallTeRecord(call, func, args, kwargs))
-
-    def run(self) -> ComposedTE:
-        placeholders = []
-        try:
-            for i, param in enumerate(self.func.params):
-                ph = self._placeholder(param, f"param {i} '{param.name}'")
-                self.env[_key(param)] = ph
-                placeholders.append(ph)
-            out = self._eval_body(self.func.body)
-        finally:
-            self.bb._end_block()
-        if not isinstance(out, te.Tensor):
-            raise UnsupportedOperatorError(
-                f"{_func_label(self.func)} returns a tuple; only single-output operators "
-                "can be converted to one tensor expression"
-            )
-        return ComposedTE(
-            placeholders=tuple(placeholders),
-            output=out,
-            op_names=tuple(self.op_names),
-            constants=tuple((t, v) for t, v, _ in self.constants),
-        )
-
-    def _placeholder(self, var: relax.Expr, what: str) -> te.Tensor:
-        ty = var.ty
-        shape = static_shape(ty)
-        if shape is None:
-            raise UnsupportedOperatorError(f"{what} is not a tensor of known, static shape ({ty})")
-        return te.placeholder(shape, str(ty.dtype), name=getattr(var, "name", None) or "const")
-
-    def _eval_body(self, body: relax.Expr) -> Any:
-        if isinstance(body, relax.SeqExpr):
-            for block in body.blocks:
-                for binding in block.bindings:
-                    if not isinstance(binding, relax.VarBinding):
-                        raise UnsupportedOperatorError(
-                            f"{type(binding).__name__} in {_func_label(self.func)} is not supported"
-                        )
-                    self.env[_key(binding.var)] = self._eval(binding.value)
-            return self._eval(body.body)
-        return self._eval(body)
-
-    # -- evaluation -----------------------------------------------------------------------
-    def _eval(self, expr: Any) -> Any:
-        if isinstance(expr, relax.Var):
-            k = _key(expr)
-            if k not in self.env:
-                bound = self.bb.lookup_binding(expr)
-                if bound is None:
-                    raise UnsupportedOperatorError(
-                        f"free variable '{expr.name}' in {_func_label(self.func)}"
-                    )
-                self.env[k] = self._eval(bound)
-            return self.env[k]
-        if isinstance(expr, tvm.ir.GenericConst):
-            return self._constant(expr)
-        if isinstance(expr, relax.Tuple):
-            return tuple(self._eval(f) for f in expr.fields)
-        if isinstance(expr, relax.TupleGetItem):
-            return self._eval(expr.tuple_value)[int(expr.index)]
-        if isinstance(expr, relax.Call):
-            return self._eval_call(expr)
-        if isinstance(expr, relax.Function):  # a local composite, called later
-            return expr
-        raise UnsupportedOperatorError(
-            f"{type(expr).__name__} in {_func_label(self.func)} is not supported"
-        )
-
-    def _constant(self, const: Any) -> te.Tensor:
-        for t, _, c in self.constants:
-            if c.same_as(const):
-                return t
-        ph = self._placeholder(const, "constant")
-        value = const.value.numpy()
-        self.constants.append((ph, value, const))
-        return ph
-
-    def _eval_call(self, call: relax.Call) -> Any:
-        op = call.op
-        if isinstance(op, tvm.ir.Op) and op.name == "relax.call_tir":
-            for rec in self.records:
-                if rec.call.same_as(call):
-                    return self._invoke(rec)
-            for rec in self.records:  # re-created by normalization on emit
-                if tvm_ffi.structural_equal(rec.call, call):
-                    return self._invoke(rec)
-            raise UnsupportedOperatorError(
-                f"{_func_label(self.func)} calls a TIR function directly; only Relax ops are supported"
-            )
-        if isinstance(op, relax.Var):
-            op = self._eval(op)
-        if isinstance(op, relax.Function):
-            # A composite nested in a merged-region wrapper: evaluate it inline (handles are
-            # unique, so its params can share our environment).
-            for param, arg in zip(op.params, call.args):
-                self.env[_key(param)] = self._eval(arg)
-            return self._eval_body(op.body)
-        if not isinstance(op, tvm.ir.Op):
-            raise UnsupportedOperatorError(f"call to {op} in {_func_label(self.func)} is not supported")
-        return self._legalize(call)
-
-    def _legalize(self, call: relax.Call) -> Any:
-        op = call.op
-        self.op_names.append(op.name)
-        legalize = op.get_attr("FLegalize")
-        if legalize is None:
-            raise UnsupportedOperatorError(f"TVM has no legalization (TE) for '{op.name}'")
-        if self.depth >= self._MAX_DEPTH:
-            raise UnsupportedOperatorError(f"legalization of '{op.name}' does not terminate")
-        call = self.bb.normalize(call)  # legalizations read call.ty
-        with _capture(self):
-            try:
-                lowered = legalize(self.bb, call)
-            except IccaError:
-                raise
-            except Exception as err:  # TVM's own refusal (unsupported layout, dtype, ...)
-                raise UnsupportedOperatorError(f"TVM cannot legalize '{op.name}': {err}") from err
-        if isinstance(lowered, relax.Call) and lowered.same_as(call):
-            raise UnsupportedOperatorError(
-                f"TVM leaves '{op.name}' unlegalized for these attributes ({call.attrs})"
-            )
-        self.depth += 1
-        try:
-            return self._eval(lowered)
-        finally:
-            self.depth -= 1
-
-    def _invoke(self, rec: _CallTeRecord) -> Any:
-        if rec.outputs is None:
-            args = [self._te_arg(a) for a in rec.args]
-            kwargs = {k: self._te_arg(v) for k, v in rec.kwargs.items()}
-            try:
-                out = rec.func(*args, **kwargs)
-            except IccaError:
-                raise
-            except Exception as err:
-                raise UnsupportedOperatorError(
-                    f"TVM's TE function failed on our tensors: {err}"
-                ) from err
-            rec.outputs = tuple(out) if isinstance(out, (list, tuple, tvm_ffi.Array)) else out
-        return rec.outputs
-
-    def _te_arg(self, arg: Any) -> Any:
-        """Mirror of TVM's own call_te argument conversion, with our tensors substituted."""
-        if isinstance(arg, relax.ShapeExpr):
-            return [self._te_arg(v) for v in arg.values]
-        if tvm.ir.is_prim_expr(arg):
-            if isinstance(arg, tvm.ir.Var):
-                raise UnsupportedOperatorError(f"symbolic value '{arg}' in an operator argument")
-            return arg
-        if isinstance(arg, relax.Expr):
-            # TVM turns tensor-typed values into TE tensors and anything else into None.
-            return self._eval(arg) if isinstance(arg.ty, relax.TensorType) else None
-        if isinstance(arg, (list, tvm_ffi.Array)):
-            return [self._te_arg(a) for a in arg]
-        if isinstance(arg, tuple):
-            return tuple(self._te_arg(a) for a in arg)
-        if isinstance(arg, (dict, tvm_ffi.Map)):
-            return {k: self._te_arg(arg[k]) for k in arg}
-        return arg
-
-
-# ---------------------------------------------------------------------------------------------
-# Step 2: TE DAG -> TensorExpr
+# TE DAG -> TensorExpr
 # ---------------------------------------------------------------------------------------------
 
 
@@ -594,7 +261,7 @@ class _Converter:
         if self.body is None:
             raise UnsupportedOperatorError("nothing was converted")
         for entry in self.inputs:
-            _check_dtype(entry.source.dtype, f"input '{entry.source.name}'")
+            check_dtype(entry.source.dtype, f"input '{entry.source.name}'")
         epilogue_inputs = tuple(
             i for i, e in enumerate(self.inputs) if e.readers == {"epilogue"}
         )
@@ -907,11 +574,6 @@ class _Converter:
 # ---------------------------------------------------------------------------------------------
 
 
-def _key(obj: Any) -> int:
-    """Identity of an FFI object (Python wrappers are recreated at every FFI crossing)."""
-    return obj.__chandle__()
-
-
 def _same_tensor(a: te.Tensor, b: te.Tensor) -> bool:
     return a.op.same_as(b.op) and int(a.value_index) == int(b.value_index)
 
@@ -998,18 +660,3 @@ def _combiner(body: tirx.Reduce, tensor: te.Tensor) -> str:
                     return "sum with a non-zero identity"
             return name
     return f"'{res}'"
-
-
-def _check_dtype(dtype: str, what: str) -> None:
-    if dtype not in SUPPORTED_DTYPES:
-        raise UnsupportedDtypeError(
-            f"{what} has dtype {dtype}; the ICCA device computes only {', '.join(SUPPORTED_DTYPES)}"
-        )
-
-
-def _func_label(func: relax.Function) -> str:
-    attrs = func.attrs
-    for key in ("Composite", "global_symbol"):
-        if attrs is not None and key in attrs:
-            return f"function '{attrs[key]}'"
-    return "the function"
