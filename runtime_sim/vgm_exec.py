@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import DeviceProgramError, SramOverflowError, UnsupportedDtypeError
+from .errors import DeviceProgramError, SramOverflowError
 from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
 from .layout import check_op_inputs
@@ -167,11 +167,7 @@ class VgmRegion:
         expr = op.expr
         hw = self.hw
         for access in expr.tensors:
-            if not hw.supports_dtype(access.dtype):
-                raise UnsupportedDtypeError(
-                    f"operator '{op.name}': tensor '{access.name}' has dtype {access.dtype}, which "
-                    f"the simulated device '{hw.name}' does not support (supported: {', '.join(hw.dtypes)})"
-                )
+            hw.check_dtype(access.dtype, f"operator '{op.name}': tensor '{access.name}'")
         layout = VgmLayout(expr, op.plan, self.num_cores)
         budget = hw.sram_bytes_per_core
         base = used_per_core + hw.shift_buffer_bytes
