@@ -403,7 +403,7 @@ _JSON_VALUES = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4),
     st.sampled_from(["m", "n", "k", "i", "j", "A", "B", "C", "Y", "bias", "float16", "int8", "sum",
                      "max", "load", "result", "add", "vgm", "spread"]),
-    st.lists(st.integers(-2, 16), max_size=3), st.just({}), st.just([]),
+    st.lists(st.integers(-2, 16), max_size=3), st.builds(dict), st.builds(list),  # fresh objects
 )
 
 
