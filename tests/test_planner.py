@@ -122,8 +122,9 @@ def test_vgm_programs_run_and_are_timed(executed):
 
 @tvm.script.ir_module
 class SameLayerTwice:
-    """One layer (matmul + relu) twice, a view op between: the first call reads the host's
-    input, the second a tensor already on chip."""
+    """One layer (matmul + relu) four times: the first two calls read tensors the host
+    sends (a transpose runs on the host between them), the last two tensors already on chip
+    (only view ops between)."""
 
     @R.function
     def main(x: R.Tensor((4, 8), "float32"), w1: R.Tensor((8, 8), "float32"),
@@ -134,18 +135,19 @@ class SameLayerTwice:
             c = R.nn.relu(R.matmul(b, w2))
             d = R.reshape(c, (4, 8))
             e = R.nn.relu(R.matmul(d, w2))
-            R.output(e)
-        return e
+            f = R.nn.relu(R.matmul(R.reshape(e, (4, 8)), w1))
+            R.output(f)
+        return f
 
 
 def test_a_region_called_with_different_sources_becomes_variants(executed, tmp_path: Path):
     part = tvm_icca.partition_for_icca(SameLayerTwice, CHIP)
-    assert len(tvm_icca.icca_regions(part)) == 1  # one region function, called three times
+    assert len(tvm_icca.icca_regions(part)) == 1  # one region function, called four times
     planned = plan_device_programs(CHIP)(part)
     programs = programs_in_call_order(planned)
     assert [[d.source for d in p.inputs] for p in programs] == [
-        ["host", "host"], ["host", "host"], ["chip", "host"]]
-    assert programs[0].region == programs[1].region != programs[2].region
+        ["host", "host"], ["host", "host"], ["chip", "host"], ["chip", "host"]]
+    assert programs[0].region == programs[1].region != programs[2].region == programs[3].region
     assert all(p.run_order == tuple(q.region for q in programs) for p in programs)
     assert len({p.module for p in programs}) == 1
     regions = tvm_icca.icca_regions(planned)
@@ -160,7 +162,7 @@ def test_a_region_called_with_different_sources_becomes_variants(executed, tmp_p
         got = _run(ex, args)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
         stats = tvm_icca.last_run_stats()
-        assert stats["regions_executed"] == 3
+        assert stats["regions_executed"] == 4
     assert executed == [p.to_json() for p in programs]
     assert stats["simulated_s"] == compile_programs(SameLayerTwice, CHIP).simulate().total_s
 

@@ -315,15 +315,14 @@ def _attach(mod: IRModule, programs: Sequence[DeviceProgram], model_plan: ModelP
     different programs, and name the module and its run order in every program."""
     order = region_call_order(mod)
     taken = {gvar.name_hint for gvar in mod.get_global_vars()}
-    variants: dict[str, list[str]] = {}  # region -> program JSON of each variant
+    variants: dict[str, dict[str, str]] = {}  # region -> program JSON -> function symbol
     symbols: list[str] = []  # per call, the function it runs
     for region, program in zip(order, programs):
         text = program.to_json()
-        seen = variants.setdefault(region, [])
-        if text not in seen:
-            seen.append(text)
-        k = seen.index(text)
-        symbols.append(region if k == 0 else _variant_symbol(region, k, taken))
+        named = variants.setdefault(region, {})
+        if text not in named:
+            named[text] = region if not named else _variant_symbol(region, len(named), taken)
+        symbols.append(named[text])
     digest = hashlib.sha1()
     for symbol, program in zip(symbols, programs):
         digest.update(symbol.encode())
