@@ -11,6 +11,8 @@ from tvm import relax
 
 import tvm_icca
 from runtime_sim.hardware import small_chip
+from tvm_icca import device_entry
+from tvm_icca.programs import compile_programs
 from tvm_icca.workloads import ELK_TABLE2_OPS, get_workload, list_workloads
 
 ZOO = [
@@ -106,9 +108,18 @@ def test_tiny_config_on_icca_matches_llvm(name):
     if any(tvm_ffi.structural_equal(mod, workload.mod) for mod, _ in bucket):
         return
     args = [tvm.runtime.tensor(a) for a in workload.random_args(seed=0)]
-    with tvm_icca.use_hardware(_HW):
-        got = _run(tvm.compile(workload.mod, target="icca"), args)
+    executed: list[str] = []
+    parse = device_entry.parse_program
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(device_entry, "parse_program", lambda text: (executed.append(text), parse(text))[1])
+        with tvm_icca.use_hardware(_HW):
+            got = _run(tvm.compile(workload.mod, target="icca"), args)
     stats = tvm_icca.last_run_stats()
+    # the one compiler: what ran is, byte for byte, what the timing-only path compiles
+    timed = compile_programs(workload.mod, _HW)
+    assert executed == [p.to_json() for p in timed.programs]
+    assert stats["regions_executed"] == len(timed.programs)
+    assert stats["simulated_s"] == timed.simulate().total_s
     want = _run(tvm.compile(workload.mod, target=tvm.target.Target(_REFERENCE_TARGET)), args)
     assert len(got) == len(want)
     for g, w in zip(got, want):
