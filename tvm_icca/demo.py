@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  peak SRAM per core      {stats['peak_sram_bytes_per_core']} bytes")
     print(f"  bytes shifted           {stats['shift_bytes']}")
     print(f"  compute-shift steps     {stats['steps']}")
+    print(f"  simulated time          {stats['simulated_s'] * 1e6:.2f} us")
     print()
     print(f"output {list(got.shape)} vs TVM CPU reference: max abs error {error:.2e} -> "
           f"{'OK' if ok else 'MISMATCH'}")
