@@ -189,3 +189,9 @@ def test_bad_options_are_one_clear_error():
         tvm_icca.CompileOptions(execution="roller")
     with pytest.raises(tvm_icca.IccaError, match="not parameters of main"):
         compile_programs(SameLayerTwice, CHIP, resident=["weights"])
+    with pytest.raises(tvm_icca.IccaError, match="collection of parameter names"):
+        compile_programs(SameLayerTwice, CHIP, resident="w1")  # not the letters 'w' and '1'
+    with pytest.raises(tvm_icca.IccaError, match="no Relax function 'main'"):
+        compile_programs(tvm.IRModule(), CHIP)
+    with pytest.raises(tvm_icca.InvalidHardwareSpecError, match="unknown hardware preset"):
+        plan_device_programs("no-such-chip")  # when the pass is made, not when it runs

@@ -174,6 +174,8 @@ def compile_programs(
 
 
 def _unpack(model: Any, resident: Collection[str] | None) -> tuple[IRModule, frozenset[str] | None, str | None]:
+    if isinstance(resident, str) or (resident is not None and not all(isinstance(n, str) for n in resident)):
+        raise IccaError(f"resident must be a collection of parameter names, got {resident!r}")
     if isinstance(model, IRModule):
         return model, None if resident is None else frozenset(resident), None
     mod = getattr(model, "mod", None)

@@ -118,15 +118,16 @@ def plan_device_programs(
     returned unchanged.
     """
     opts = options if options is not None else CompileOptions()
+    spec = resolve_hardware(hw) if hw is not None else None  # a bad chip fails here, not later
 
     @tvm.transform.module_pass(opt_level=0, name="PlanIccaDevicePrograms")
     def _plan(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         try:
             if is_planned(mod) or not icca_regions(mod):
                 return mod
-            spec = _module_hardware(mod, hw)
+            chip = spec if spec is not None else _module_hardware(mod)
             cache = plan_cache if plan_cache is not None else PlanCache()
-            programs, model_plan = _decide(mod, spec, opts, cache, progress)
+            programs, model_plan = _decide(mod, chip, opts, cache, progress)
             return _attach(mod, programs, model_plan)
         except IccaError as err:
             # Called from C++ (Sequential, tvm.compile): keep the error's class intact.
@@ -150,6 +151,7 @@ def icca_model_passes(
     @tvm.transform.module_pass(opt_level=0, name="PartitionForIcca")
     def _partition(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         try:
+            main_function(mod)  # a model is a module with a Relax "main"
             return mod if is_partitioned(mod) else partition_for_icca(mod, hw)
         except IccaError as err:
             raise_through_ffi(err)
@@ -196,9 +198,8 @@ def model_plan_of(mod: IRModule) -> ModelPlan | None:
 
 
 # -- decisions ------------------------------------------------------------------------------
-def _module_hardware(mod: IRModule, hw: HardwareLike | None) -> HardwareSpec:
-    if hw is not None:
-        return resolve_hardware(hw)
+def _module_hardware(mod: IRModule) -> HardwareSpec:
+    """The chip ``mod`` was partitioned for, else the current choice."""
     text = mod.attrs.get(HARDWARE_ATTR) if mod.attrs is not None else None
     return hardware_from_json(str(text)) if text is not None else resolve_hardware(None)
 
