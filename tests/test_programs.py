@@ -135,3 +135,16 @@ def test_models_command(capsys):
 def test_unknown_model_is_a_clean_error(capsys):
     assert cli_main(["simulate", "--model", "gpt-9"]) == 2
     assert "unknown workload" in capsys.readouterr().err
+
+
+def test_state_read_by_regions_leaves_out_host_only_state(llama):
+    from tvm_icca.model.calls import state_read_by_regions
+
+    workload, model = llama
+    read = state_read_by_regions(model.module, workload.resident_names)
+    # the embedding table is gathered on the host; every other weight and cache reaches a region
+    host_only = {p.name for p in workload.params if p.resident} - read
+    assert host_only == {"embed_tokens.weight"}
+    hbm_bytes = sum(d.nbytes for p in model.programs for d in p.inputs if d.source == "hbm")
+    # besides those parameters, only scalar constants of main (model state too) come from HBM
+    assert 0 <= hbm_bytes - sum(p.nbytes for p in workload.params if p.name in read) <= 64

@@ -24,6 +24,7 @@ from ..relax_types import static_bytes
 __all__ = [
     "CHIP", "HOST", "STATE", "VIEW_OPS", "argument_origins", "default_resident", "main_function",
     "on_chip_reservation", "partitioned_op_counts", "region_call_order", "region_gvars",
+    "state_read_by_regions",
 ]
 
 #: Host ops that only reinterpret the shape of a row-major tensor: an input read through one
@@ -49,35 +50,52 @@ def argument_origins(mod: IRModule, resident: Collection[str]) -> list[tuple[str
     """Per region call of ``main`` (in order), where each argument comes from: ``"state"``
     (a ``main`` parameter named in ``resident``, or a constant, possibly through a view op),
     ``"chip"`` (an earlier region's result) or ``"host"`` (anything else)."""
-    main = main_function(mod)
-    origin: dict[relax.Var, str] = {}
-    for param in main.params:
-        origin[param] = STATE if str(param.name) in resident else HOST
-    gvars = region_gvars(mod)
+    return [tuple(origin for origin, _ in args) for args in _region_arguments(mod, resident)]
 
-    def source_of(expr: relax.Expr) -> str:
+
+def state_read_by_regions(mod: IRModule, resident: Collection[str]) -> frozenset[str]:
+    """The ``main`` parameters named in ``resident`` that some region reads (directly or
+    through view ops): the model state the chip reads, as opposed to state only the host
+    uses (e.g. an embedding table gathered on the host)."""
+    return frozenset(name for args in _region_arguments(mod, resident)
+                     for _, names in args for name in names)
+
+
+def _region_arguments(mod: IRModule, resident: Collection[str]
+                      ) -> list[list[tuple[str, frozenset[str]]]]:
+    """Per region call of ``main``, per argument: its origin and the resident parameters it
+    is (a view of)."""
+    main = main_function(mod)
+    origin: dict[relax.Var, tuple[str, frozenset[str]]] = {}
+    for param in main.params:
+        name = str(param.name)
+        origin[param] = (STATE, frozenset([name])) if name in resident else (HOST, frozenset())
+    gvars = region_gvars(mod)
+    nothing = (HOST, frozenset())
+
+    def source_of(expr: relax.Expr) -> tuple[str, frozenset[str]]:
         if isinstance(expr, tvm.ir.GenericConst):
-            return STATE
+            return STATE, frozenset()
         if isinstance(expr, relax.Var):
-            return origin.get(expr, HOST)
+            return origin.get(expr, nothing)
         if isinstance(expr, relax.TupleGetItem):
             return source_of(expr.tuple_value)
-        return HOST
+        return nothing
 
-    result: list[tuple[str, ...]] = []
+    result: list[list[tuple[str, frozenset[str]]]] = []
     for binding in _bindings(main):
         value = binding.value
         region = _region_of_call(value, gvars)
         if region is not None:
-            result.append(tuple(source_of(arg) for arg in value.args))
-            origin[binding.var] = CHIP
+            result.append([source_of(arg) for arg in value.args])
+            origin[binding.var] = (CHIP, frozenset())
         elif isinstance(value, (relax.Var, relax.TupleGetItem, tvm.ir.GenericConst)):
             origin[binding.var] = source_of(value)
         elif (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
               and value.op.name in VIEW_OPS):
             origin[binding.var] = source_of(value.args[0])
         else:
-            origin[binding.var] = HOST
+            origin[binding.var] = nothing
     return result
 
 

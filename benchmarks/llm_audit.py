@@ -1,0 +1,101 @@
+"""Audit of LLM decode on multi-chip systems: HBM bytes, operator lower bounds, topologies.
+
+Measures the goals of the chip/topology issue on Llama 2 decode (batch 32, context 2,048):
+
+* **HBM bytes read per token** against the distinct bytes of the model's HBM tensors (its
+  weights and KV caches): a plan that places replicas of a weight block on two chips reads it
+  twice (``hbm_delivered_bytes`` of the timing report, every copy counted);
+* **operator kinds against their lower bounds** (the report's per-operator lower bound:
+  FLOPs at peak, distinct HBM bytes at the HBM bandwidth), summed per kind over the run;
+* **mesh vs all-to-all**: the same model on ``ipu-pod4-hbm-mesh`` and ``ipu-pod4-hbm``
+  (Elk §6.4 reports similar latencies on GQA models and the mesh somewhat behind on others).
+
+    .venv/bin/python benchmarks/llm_audit.py [--models llama2-13b,llama2-70b] [--json]
+
+Writes ``benchmarks/results/llm_audit.md`` (and ``.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tvm_icca.model.calls import state_read_by_regions  # noqa: E402
+from tvm_icca.programs import compile_programs  # noqa: E402
+from tvm_icca.workloads import get_workload  # noqa: E402
+
+TOPOLOGIES = ("ipu-pod4-hbm", "ipu-pod4-hbm-mesh")
+
+
+def audit(name: str, hw: str, batch: int, context: int) -> dict:
+    workload = get_workload(name, batch=batch, context=context)
+    start = time.perf_counter()
+    model = compile_programs(workload, hw)
+    # the weights and KV caches the chip reads (the embedding table is gathered on the host)
+    read = state_read_by_regions(model.module, workload.resident_names)
+    distinct = sum(p.nbytes for p in workload.params if p.name in read)
+    compile_s = time.perf_counter() - start
+    report = model.simulate()
+    delivered = float(getattr(report, "hbm_delivered_bytes", report.hbm_bytes))
+    kinds: dict[str, dict[str, float]] = collections.defaultdict(lambda: {"time_s": 0.0, "bound_s": 0.0})
+    for op in report.per_op:
+        entry = kinds[op.kind]
+        entry["time_s"] += op.end_s - op.start_s
+        entry["bound_s"] += float(getattr(op, "lower_bound_s", 0.0))
+    return {
+        "model": name, "hardware": hw, "batch": batch, "context": context,
+        "total_ms": report.total_s * 1e3, "compile_s": compile_s,
+        "distinct_hbm_bytes": distinct, "hbm_unique_bytes": float(report.hbm_bytes),
+        "hbm_delivered_bytes": delivered, "hbm_read_ratio": delivered / distinct if distinct else 0.0,
+        "kinds": {k: {**v, "ratio": v["time_s"] / v["bound_s"] if v["bound_s"] > 0 else None}
+                  for k, v in sorted(kinds.items())},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="llama2-13b,llama2-70b")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--context", type=int, default=2048)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    rows = [audit(m, hw, args.batch, args.context)
+            for m in args.models.split(",") for hw in TOPOLOGIES]
+    lines = [f"LLM decode audit, batch {args.batch}, context {args.context} "
+             "(`benchmarks/llm_audit.py`).", "",
+             "| model | hardware | ms per token | HBM read GB | distinct HBM GB | read / distinct | compile s |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['hardware']} | {r['total_ms']:.3f} | "
+                     f"{r['hbm_delivered_bytes'] / 1e9:.2f} | {r['distinct_hbm_bytes'] / 1e9:.2f} | "
+                     f"{r['hbm_read_ratio']:.3f} | {r['compile_s']:.1f} |")
+    by_model = collections.defaultdict(dict)
+    for r in rows:
+        by_model[r["model"]][r["hardware"]] = r["total_ms"]
+    lines += ["", "| model | mesh / all-to-all |", "|---|---:|"]
+    for model, times in by_model.items():
+        lines.append(f"| {model} | {times[TOPOLOGIES[1]] / times[TOPOLOGIES[0]]:.2f}x |")
+    for r in rows:
+        lines += ["", f"Operator kinds, {r['model']} on {r['hardware']} (time vs lower bound: "
+                  "FLOPs at peak, distinct HBM bytes at the HBM bandwidth):", "",
+                  "| kind | time ms | lower bound ms | ratio |", "|---|---:|---:|---:|"]
+        for kind, v in r["kinds"].items():
+            ratio = "n/a" if v["ratio"] is None else f"{v['ratio']:.1f}x"
+            lines.append(f"| {kind} | {v['time_s'] * 1e3:.3f} | {v['bound_s'] * 1e3:.4f} | {ratio} |")
+    text = "\n".join(lines) + "\n"
+    out = ROOT / "benchmarks" / "results"
+    (out / "llm_audit.md").write_text(text)
+    (out / "llm_audit.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print(json.dumps(rows, indent=1) if args.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
