@@ -63,6 +63,7 @@ _FLOAT_FIELDS: dict[str, tuple[float, float, bool]] = {
     "vector_flops_per_cycle": (1e-6, 1e9, False),
     "host_bandwidth": (1.0, MAX_BANDWIDTH, False),
     "link_latency_s": (0.0, 1.0, True),
+    "inter_chip_latency_s": (0.0, 1.0, True),
     "inter_chip_bandwidth": (1.0, MAX_BANDWIDTH, True),
     "hbm_bandwidth": (1.0, MAX_BANDWIDTH, True),
 }
@@ -79,6 +80,7 @@ _WHY = {
     "vector_flops_per_cycle": "FLOP per cycle per core",
     "host_bandwidth": "bytes per second per chip",
     "link_latency_s": "seconds",
+    "inter_chip_latency_s": "seconds per chip crossing, on top of link_latency_s",
     "inter_chip_bandwidth": "bytes per second, 0 for a single chip",
     "hbm_bandwidth": "bytes per second, 0 without HBM",
 }
@@ -112,6 +114,9 @@ class HardwareSpec:
     vector_flops_per_cycle: float
     matrix_tile: tuple[int, int, int] = (16, 16, 16)
     link_latency_s: float = 0.0
+    #: Extra latency of a hop between chips (IPU-Link), paid per chunk on top of the hop's
+    #: ``link_latency_s`` (:func:`runtime_sim.links.chunk_latency_seconds`).
+    inter_chip_latency_s: float = 0.0
     sync_cycles: int = 0
     shift_buffer_bytes: int = 8 * KIB
     topology: str = "all-to-all"
@@ -310,18 +315,72 @@ def _as_float(value: Any) -> float | None:
 # 250 TFLOPS fp16 per chip (T10 Table 3) -> 250e12 / 1472 / 1.33e9 ~ 128 FLOP/cycle/core;
 # other ops 31.2 TFLOPS on 4 chips (Elk §6.3) -> ~4 FLOP/cycle/core; 118 cycles of
 # synchronization per step and an 8 KiB shift buffer (Elk artifact figures, T10 §5).
+#
+# Latencies (issue 9, item 4). What was looked for and what was found:
+# * Jia, Tillman, Maggioni, Scarpazza, "Dissecting the Graphcore IPU architecture via
+#   microbenchmarking" (arXiv 1912.03413, 2019) measured on-chip tile-to-tile and IPU-Link
+#   latencies (their §4, "no-load" and "full-load" point-to-point benchmarks; a public summary
+#   reports "congestion increases on-chip latency only marginally (+24%) but affects off chip
+#   IPU link latency significantly with slowdowns of 4.0...7.7x"). Their absolute latency
+#   figures could NOT be retrieved here, so none of the values below is theirs.
+# * Per-hop link latency, ``link_latency_s``: 126 cycles (94.7 ns at 1.33 GHz). Poplar's
+#   ``Target::getMaxIPUSyncDelay()`` is the start delay Graphcore's own poplibs cost
+#   estimates add once per exchange ("the delay caused by syncing i.e. the time before when
+#   all tiles are done, and when the last tile is released from sync", graphcore/poplibs,
+#   popops reduction cost estimate). Its value, 126 cycles, is not in Graphcore's
+#   documentation that could be searched; it is quoted from a public third-party IPU cost
+#   model that reads it from the Poplar target ("the target's getMaxIPUSyncDelay is a
+#   conservative bound for its route/start latency", exchange_transfer_cycles: 126). It is
+#   used here as the route/start latency of one staged chunk over one hop: conservative
+#   (an upper bound for one transfer's start-up), and it costs about 6% of an 8 KiB chunk's
+#   1.49 us at 5.5 GB/s.
+# * Cross-chip latency, ``inter_chip_latency_s``: 15 ns per IPU-Link crossing, on top of
+#   the hop's own latency: the per-hop sync latency Graphcore's poplibs tools give their
+#   multi-IPU model (graphcore/poplibs tools, ``setGlobalSyncLatency``:
+#   ``const double syncLatencyPerHop = 15e-9;``, "One hop within a card plus one hop per card
+#   pair"). A sync signal is the fastest thing an IPU-Link carries, so this is a lower bound
+#   for a data chunk (Jia et al.'s measured IPU-Link figure was not retrievable, see above).
+# * Synchronization per step, ``sync_cycles``: 118 cycles on one chip (the Elk artifact's
+#   constant, measured on the IPU). On several chips a step's barrier also crosses the
+#   IPU-Links: poplibs' multi-IPU model charges ``ceil(15e-9 * clock * hops * 2)`` cycles
+#   with ``hops = 1 + (chips / 2) / 2`` (same ``setGlobalSyncLatency``), i.e. 80 cycles for 4
+#   chips at 1.33 GHz, so 4-chip presets use 118 + 80 = 198 cycles. (Poplar's single-chip
+#   target model, ``Target::getGlobalSyncCycles``, is larger, ~600 cycles, see
+#   shared/hardware.md; the Elk figure is kept as the measured one.)
+# * Mesh preset: no source gives a router-hop latency for Elk's hypothetical mesh IPU. Its
+#   per-hop latency is set so that a corner-to-corner XY route of one chip's 32 x 46 grid
+#   (76 hops) costs what one all-to-all exchange transfer costs (126 cycles), i.e. the two
+#   topologies compare at equal worst-case route latency: 126 / 76 ~ 1.66 cycles per hop.
+_CLOCK_HZ = 1.33e9
+_LINK_LATENCY_CYCLES = 126
+_INTER_CHIP_LATENCY_S = 15e-9
+_SYNC_CYCLES = 118
+_MESH_DIAMETER_HOPS = (32 - 1) + (46 - 1)  # runtime_sim.topology.mesh_shape(1472) = (32, 46)
+
+
+def _multi_chip_sync_cycles(chips: int) -> int:
+    """poplibs' multi-IPU sync model on top of the on-chip barrier (see above)."""
+    hops = 1 + (chips // 2) // 2
+    return _SYNC_CYCLES + math.ceil(_INTER_CHIP_LATENCY_S * _CLOCK_HZ * hops * 2)
+
+
 _IPU_MK2 = dict(
     num_cores=1472,
     sram_bytes_per_core=624 * KIB,
     link_bandwidth=5.5e9,
-    clock_hz=1.33e9,
+    clock_hz=_CLOCK_HZ,
     matrix_flops_per_cycle=128.0,
     vector_flops_per_cycle=4.0,
     matrix_tile=(16, 16, 16),
-    sync_cycles=118,
+    link_latency_s=_LINK_LATENCY_CYCLES / _CLOCK_HZ,
+    sync_cycles=_SYNC_CYCLES,
     shift_buffer_bytes=8 * KIB,
     topology="all-to-all",
 )
+#: What the 4-chip presets add: 640 GB/s between chips (Elk §5), the IPU-Link latency and the
+#: multi-chip barrier (see above).
+_POD4 = dict(num_cores=4 * 1472, num_chips=4, inter_chip_bandwidth=640e9,
+             inter_chip_latency_s=_INTER_CHIP_LATENCY_S, sync_cycles=_multi_chip_sync_cycles(4))
 
 
 def _preset_table() -> dict[str, dict[str, Any]]:
@@ -334,19 +393,17 @@ def _preset_table() -> dict[str, dict[str, Any]]:
         ),
         # IPU-POD4: 4 chips, 5,888 cores, 640 GB/s between chips (Elk §5).
         "ipu-pod4": dict(
-            _IPU_MK2, name="ipu-pod4", num_cores=4 * 1472, num_chips=4,
-            inter_chip_bandwidth=640e9, notes="4 x IPU Mk2 (Elk §5)",
+            _IPU_MK2, **_POD4, name="ipu-pod4", notes="4 x IPU Mk2 (Elk §5)",
         ),
         # Elk's HBM setting: 4 HBM3E modules per chip, 16 TB/s across 4 chips (Elk §6.1).
         "ipu-pod4-hbm": dict(
-            _IPU_MK2, name="ipu-pod4-hbm", num_cores=4 * 1472, num_chips=4,
-            inter_chip_bandwidth=640e9, hbm_bandwidth=16e12, hbm_controllers=16,
+            _IPU_MK2, **_POD4, name="ipu-pod4-hbm", hbm_bandwidth=16e12, hbm_controllers=16,
             notes="IPU-POD4 with 16 TB/s of HBM (Elk §6.1)",
         ),
         # Mesh variant: 2D mesh, HBM controllers on the edges (Elk §5, §6.1).
         "ipu-pod4-hbm-mesh": dict(
-            _IPU_MK2, name="ipu-pod4-hbm-mesh", num_cores=4 * 1472, num_chips=4,
-            inter_chip_bandwidth=640e9, hbm_bandwidth=16e12, hbm_controllers=16,
+            _IPU_MK2, **_POD4, name="ipu-pod4-hbm-mesh", hbm_bandwidth=16e12, hbm_controllers=16,
+            link_latency_s=_LINK_LATENCY_CYCLES / _MESH_DIAMETER_HOPS / _CLOCK_HZ,
             topology="mesh", notes="IPU-POD4 with HBM on a 2D mesh (Elk §5, §6.1)",
         ),
     }

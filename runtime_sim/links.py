@@ -6,7 +6,10 @@ the timing simulator), so it depends on :class:`~runtime_sim.hardware.HardwareSp
 * A transfer of ``b`` bytes over one link is cut into shift-buffer sized chunks (T10 §5), each
   paying the link latency once: ``b / link_bandwidth + ceil(b / shift_buffer_bytes) *
   link_latency_s`` (:func:`link_transfer_seconds`; the topologies add the latency term per hop
-  on top of contended bandwidth, :func:`chunk_latency_seconds`).
+  on top of contended bandwidth, :func:`chunk_latency_seconds`). A transfer between chips also
+  pays ``inter_chip_latency_s`` per chunk for every chip boundary it crosses, on top of the
+  per-hop latency (``chip_hops``; the IPU-Link leg of an IPU-POD, see
+  :mod:`runtime_sim.hardware`).
 * Output replicas are summed into ring 0 by the faster of two schedules, as collective
   libraries pick per message size (:func:`replica_reduction_schedule`): a binomial tree,
   ``ceil(log2 R)`` rounds each moving one partition and adding it on the vector unit, or a
@@ -36,15 +39,26 @@ def transfer_chunks(nbytes, hw: HardwareSpec):
     return _out(np.ceil(b / buf) if buf > 0 else np.ones_like(b))
 
 
-def chunk_latency_seconds(nbytes, hw: HardwareSpec, hops=1):
-    """Latency of a transfer of ``nbytes`` over ``hops`` links: every chunk pays every hop."""
-    return _out(np.asarray(transfer_chunks(nbytes, hw)) * hops * hw.link_latency_s)
+def hop_latency_seconds(hw: HardwareSpec, hops=1, chip_hops=0):
+    """Latency one chunk pays over ``hops`` links of which ``chip_hops`` cross between chips:
+    ``hops * link_latency_s + chip_hops * inter_chip_latency_s`` (a chip crossing is a hop
+    too, and pays the IPU-Link latency on top)."""
+    return _out(np.asarray(hops, np.float64) * hw.link_latency_s
+                + np.asarray(chip_hops, np.float64) * hw.inter_chip_latency_s)
 
 
-def link_transfer_seconds(nbytes, hw: HardwareSpec):
-    """One core sending or receiving ``nbytes`` over its own link, alone (0 for no bytes)."""
+def chunk_latency_seconds(nbytes, hw: HardwareSpec, hops=1, chip_hops=0):
+    """Latency of a transfer of ``nbytes`` over ``hops`` links, ``chip_hops`` of them between
+    chips (booleans count as 0/1): every chunk pays every hop (:func:`hop_latency_seconds`)."""
+    return _out(np.asarray(transfer_chunks(nbytes, hw)) * np.asarray(hop_latency_seconds(hw, hops, chip_hops)))
+
+
+def link_transfer_seconds(nbytes, hw: HardwareSpec, chip_hops=0):
+    """One core sending or receiving ``nbytes`` over its own link, alone (0 for no bytes);
+    ``chip_hops=1`` for a transfer to another chip (its bandwidth is still the core's link:
+    the inter-chip cap is a shared resource the topologies charge)."""
     b = np.asarray(nbytes, np.float64)
-    t = np.where(b > 0, b / hw.link_bandwidth + np.asarray(transfer_chunks(b, hw)) * hw.link_latency_s, 0.0)
+    t = np.where(b > 0, b / hw.link_bandwidth + np.asarray(chunk_latency_seconds(b, hw, 1, chip_hops)), 0.0)
     return _out(t)
 
 

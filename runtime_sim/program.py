@@ -463,7 +463,9 @@ class DeviceProgram:
     ``inputs`` are the region's parameters in call order; ``constants`` are tensors baked into
     the program as ``{"dtype", "shape", "data"}`` with ``data`` the base64 of the row-major
     little-endian bytes (:mod:`runtime_sim.constants`); a timing-only program may omit
-    ``data``. ``outputs`` are the region results in order.
+    ``data``. ``outputs`` are the region results in order; ``host_outputs`` names those the
+    host reads after the region (a host operator or ``main``'s result consumes them), which
+    travel chip -> host over the host link; the others stay on chip for later regions.
     """
 
     region: str
@@ -476,6 +478,7 @@ class DeviceProgram:
     #: The regions one invocation of the module runs, in call order (this one among them):
     #: tells the device where a model run ends, even when a region runs several times.
     run_order: tuple[str, ...] = ()
+    host_outputs: tuple[str, ...] = ()
     format: str = PROGRAM_FORMAT
     version: int = PROGRAM_VERSION
 
@@ -491,6 +494,8 @@ class DeviceProgram:
             "constants": dict(self.constants),
             "module": self.module,
             "run_order": list(self.run_order),
+            # written only when set: programs without host reads keep their JSON
+            **({"host_outputs": list(self.host_outputs)} if self.host_outputs else {}),
         }
 
     def to_json(self) -> str:
@@ -525,6 +530,8 @@ class DeviceProgram:
                 constants=dict(_map(d.get("constants", {}), "constants")),
                 module=_name(d.get("module", ""), "module", empty=True),
                 run_order=tuple(_name(r, "region name") for r in _list(d.get("run_order", ()), "run_order")),
+                host_outputs=tuple(_name(o, "host output name")
+                                   for o in _list(d.get("host_outputs", ()), "host_outputs")),
             )
         except DeviceProgramError as err:
             raise DeviceProgramError(f"malformed device program (region {region}): {err}") from None
@@ -752,6 +759,12 @@ def _check_program(program: "DeviceProgram", hw: Any) -> None:
         if name not in tensors:
             raise fail(f"output {_short(name)} is never computed (no operator writes it and it is "
                        "no input or constant)")
+    host_outputs = getattr(program, "host_outputs", ())
+    if not isinstance(host_outputs, (tuple, list)):
+        raise fail("host_outputs must be a list of tensor names")
+    for name in host_outputs:
+        if name not in program.outputs:
+            raise fail(f"host output {_short(name)} is not an output of the region")
 
 
 def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape: Any,

@@ -16,7 +16,8 @@ controller ``h`` on chip ``h mod C``.
 Cost of one phase (all topologies)::
 
     time = max(resource bytes / resource bandwidth) + max(flow latency)
-    flow latency = ceil(bytes / shift_buffer_bytes) * hops * link_latency_s
+    flow latency = ceil(bytes / shift_buffer_bytes) * (hops * link_latency_s
+                                                        + chip_hops * inter_chip_latency_s)
 
 Every transfer is staged through the per-core shift buffer (T10 §5: a smaller buffer "will
 require multiple shift iterations"), and each staged chunk pays the latency of every hop of
@@ -285,7 +286,7 @@ class AllToAllTopology(Topology):
         sent = np.bincount(src[from_core], weights=b[from_core], minlength=n) * w
         port_bytes = max(float(recv.max()), float(sent.max()) if sent.size else 0.0)
         inter_bytes, inter_s = self._inter(b, cross_once, w)
-        latency = chunk_latency_seconds(b, self.hw)  # one hop through the exchange
+        latency = chunk_latency_seconds(b, self.hw, 1, cross)  # one hop through the exchange
         lat = float(latency.max())
         uncontended = float((self._flow_alone(b, cross) + latency).max())
         intra_s = port_bytes / bw
@@ -315,8 +316,8 @@ class AllToAllTopology(Topology):
         if self.num_chips > 1:
             inter_bytes = float((b * foreign.sum(axis=1)).sum()) * w
             inter_s = inter_bytes / self.hw.inter_chip_bandwidth if inter_bytes else 0.0
-        latency = chunk_latency_seconds(b, self.hw)
         crosses = foreign.any(axis=1)
+        latency = chunk_latency_seconds(b, self.hw, 1, crosses)
         uncontended = float((self._flow_alone(b, crosses) + latency).max())
         intra_s = max(float(recv.max()), float(sent.max())) / bw
         return PhaseCost(max(intra_s, inter_s) + float(latency.max()), uncontended,
@@ -418,7 +419,7 @@ class MeshTopology(Topology):
             link_max = max(link_max, _range_max(size, start, end, weight) * w)
         inter_bytes, inter_s = self._inter(b, cross, w)
         hops = np.abs(xd - xs) + np.abs(yd - ys) + io + cross
-        latency = chunk_latency_seconds(b, self.hw, hops)
+        latency = chunk_latency_seconds(b, self.hw, hops, cross)
         uncontended = float((self._flow_alone(b, cross) + latency).max())
         intra_s = link_max / bw
         return PhaseCost(max(intra_s, inter_s) + float(latency.max()), uncontended,

@@ -48,15 +48,15 @@ def test_single_core_cost_is_closed_form(exprs):
 
 
 def test_shift_cost_counts_every_rotation(exprs):
-    hw = small_chip(4, 1024 * 1024)
+    hw = small_chip(4, 1024 * 1024, link_latency_s=1e-7)
     expr = exprs.matmul(8, 8, 8)
     plan = ExecutionPlan({"m": 2, "n": 2, "k": 1}, ({"k": 2}, {"k": 2}, {}), ("k",))
     layout = OpLayout(expr, plan)
     layout.validate()
     cost = AnalyticCostModel()(layout, hw)
     # A's partition is 4 x (8/2) fp32 = 64 bytes, B's (8/2) x 4 = 64 bytes; each shifts twice
-    # per core (f_t = 2, no outer loop).
-    assert cost.shift_s == pytest.approx(2 * 2 * 64 / hw.link_bandwidth)
+    # per core (f_t = 2, no outer loop); each shift is one chunk paying one hop's latency.
+    assert cost.shift_s == pytest.approx(2 * 2 * (64 / hw.link_bandwidth + hw.link_latency_s))
     assert layout.shift_bytes() == 4 * 2 * 2 * 64
 
 

@@ -287,7 +287,7 @@ def test_host_inputs_use_the_host_link(exprs) -> None:
 def test_multi_chip_rotation_is_capped_by_inter_chip_link(exprs) -> None:
     """A ring that spans two chips: its crossing shifts share the inter-chip cap."""
     cap = 2e9
-    hw = small_chip(16, num_chips=2, inter_chip_bandwidth=cap)
+    hw = small_chip(16, num_chips=2, inter_chip_bandwidth=cap, link_latency_s=0.0)
     e = exprs.matmul(16, 256, 16)
     # F_op m=16: B is shared by all 16 cores and rotates on k in one ring of 16
     plan = ExecutionPlan({"m": 16}, ({}, {"k": 16}, {}))
@@ -673,3 +673,95 @@ def test_large_split_reduction_runs_as_a_pipelined_chain(exprs) -> None:
     assert report.per_op[0].reduction_s == pytest.approx(chain + adds, rel=1e-9)
     hosted = single(e, plan, HW16)  # inputs as arguments, so that the device can run it
     assert simulate_timing([hosted]).reduction_bytes == device_stats(hosted)["reduction_bytes"]
+
+
+def test_cross_chip_shift_pays_the_inter_chip_latency(exprs) -> None:
+    """The ring of the test above with latencies: every shift phase costs its capped bytes plus
+    the slowest flow's latency, and a flow that crosses chips pays the hop's latency and the
+    IPU-Link latency for each of its chunks (``runtime_sim.links.chunk_latency_seconds``)."""
+    cap, xlat = 2e9, 3e-7
+    hw = small_chip(16, num_chips=2, inter_chip_bandwidth=cap, link_latency_s=LAT,
+                    inter_chip_latency_s=xlat)
+    e = exprs.matmul(16, 256, 16)
+    plan = ExecutionPlan({"m": 16}, ({}, {"k": 16}, {}))
+    layout = OpLayout(e, plan)
+    report = simulate_timing([single(e, plan, hw, constants=("A", "B"))])
+    src = layout.shifts_after({"k": 0}, ("k",))[0].source
+    chip = np.arange(16) // 8
+    crossing = int((chip[src] != chip).sum())
+    pb = layout.partition_bytes(1)
+    chunks = math.ceil(pb / hw.shift_buffer_bytes)
+    per_shift = max(pb / hw.link_bandwidth, crossing * pb / cap) + chunks * (LAT + xlat)
+    assert report.per_op[0].shift_s == pytest.approx(16 * per_shift, rel=1e-9)
+    # without the IPU-Link latency the same shifts are cheaper by exactly that term
+    flat = simulate_timing([single(e, plan, hw.with_overrides(inter_chip_latency_s=0.0),
+                                   constants=("A", "B"))])
+    assert report.per_op[0].shift_s - flat.per_op[0].shift_s == pytest.approx(16 * chunks * xlat, rel=1e-9)
+
+
+def test_host_round_trip_times_the_return_leg(exprs) -> None:
+    """A region output the host reads goes back chip -> host over the host link when its
+    producer ends: its bytes at ``host_bandwidth`` (the network leg is shorter here), and the
+    run ends when it has arrived."""
+    import dataclasses
+
+    from runtime_sim.errors import DeviceProgramError
+
+    hw = small_chip(16, 256 * 1024, link_latency_s=LAT)
+    e = exprs.bias_add(256, 256)
+    plan = ExecutionPlan({"i": 4, "j": 4}, ({}, {}, {}))
+    prog = single(e, plan, hw, constants=("b",))
+    out_bytes = 256 * 256 * 4
+    stays = simulate_timing([prog])
+    back = simulate_timing([dataclasses.replace(prog, host_outputs=prog.outputs)])
+    assert stays.host_out_bytes == 0 and back.host_out_bytes == out_bytes
+    op = back.per_op[0]
+    assert op.host_out_start_s == pytest.approx(op.end_s)
+    assert op.host_out_s == pytest.approx(out_bytes / hw.host_bandwidth, rel=1e-9)
+    assert back.total_s == pytest.approx(stays.total_s + out_bytes / hw.host_bandwidth, rel=1e-9)
+    assert back.host_s == pytest.approx(stays.host_s + out_bytes / hw.host_bandwidth, rel=1e-9)
+    # a region output nobody on the host reads is refused as a host output
+    with pytest.raises(DeviceProgramError):
+        dataclasses.replace(prog, host_outputs=("nope",)).validate(hw)
+
+
+def test_hbm_bytes_are_distinct_and_delivered_counts_copies(exprs) -> None:
+    """B is needed by every core of two chips: each chip reads its copy from its own HBM
+    (delivered twice), but it is one tensor (distinct once); A is split, read once."""
+    hw = small_chip(16, 256 * 1024, num_chips=2, inter_chip_bandwidth=64e9, hbm_bandwidth=1e12,
+                    hbm_controllers=2, link_latency_s=LAT)
+    e = exprs.matmul(64, 64, 64)
+    plan = ExecutionPlan({"m": 16}, ({}, {}, {}))  # A split on m, B replicated on all 16 cores
+    report = simulate_timing([single(e, plan, hw, sources={"A": "hbm", "B": "hbm"})])
+    t = 64 * 64 * 4
+    assert report.hbm_bytes == pytest.approx(2 * t)
+    assert report.hbm_delivered_bytes == pytest.approx(3 * t)
+    assert report.per_op[0].hbm_bytes == pytest.approx(2 * t)
+    assert report.per_op[0].hbm_delivered_bytes == pytest.approx(3 * t)
+    assert report.utilization["hbm"] == pytest.approx(2 * t / (report.total_s * hw.hbm_bandwidth))
+    # the same tensor read by two regions of one run is two tensors (layer weights differ)
+    two = simulate_timing([single(e, plan, hw, sources={"A": "hbm", "B": "hbm"})] * 2)
+    assert two.hbm_bytes == pytest.approx(4 * t)
+    data = report.to_dict(per_op=False)
+    assert data["hbm_bytes"] == report.hbm_bytes and data["hbm_delivered_bytes"] == report.hbm_delivered_bytes
+
+
+def test_operators_far_from_their_lower_bound_are_named(exprs) -> None:
+    """A matmul planned onto one core of sixteen is ~16x its FLOP bound: flagged by name and
+    kind; the 16-core plan of the same matmul is not."""
+    hw = small_chip(16, 1024 * 1024, link_latency_s=LAT)
+    e = exprs.matmul(64, 64, 64)
+    bad = simulate_timing([single(e, ExecutionPlan({}, ({}, {}, {})), hw, constants=("A", "B"))])
+    op = bad.per_op[0]
+    peak = hw.num_cores * hw.matrix_flops_per_cycle * hw.clock_hz
+    assert op.bound_by == "flops" and op.lower_bound_s == pytest.approx(2 * 64**3 / peak)
+    ratio = (op.wait_s + op.duration_s) / op.lower_bound_s
+    assert ratio > 10
+    assert [r["kind"] for r in bad.slow_kinds] == ["matmul"]
+    assert bad.slow_ops[0]["name"] == "op0" and bad.slow_ops[0]["ratio"] == pytest.approx(ratio)
+    assert "more than 10x" in bad.table() and "matmul" in bad.table()
+    assert bad.to_dict(per_op=False)["slow_kinds"][0]["kind"] == "matmul"
+    good = simulate_timing([single(e, ExecutionPlan({"m": 4, "n": 4}, ({}, {}, {})), hw,
+                                   constants=("A", "B"))])
+    assert good.slow_kinds == [] and good.slow_ops == []
+    assert good.op_kinds[0]["ratio"] < 10

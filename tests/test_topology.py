@@ -152,21 +152,25 @@ def test_multi_chip_transfer_is_capped_by_inter_chip_bandwidth() -> None:
     hw = preset("ipu-pod4")  # 4 x 1472 cores, 640 GB/s between chips (Elk §5)
     topo = make_topology(hw)
     n = hw.cores_per_chip
-    B = 8 * KIB
-    # every core of chip 0 sends one buffer to its twin on chip 1
+    B = 8 * KIB  # one shift-buffer chunk
+    # every core of chip 0 sends one buffer to its twin on chip 1: one hop that crosses
+    # chips, paying the hop's latency and the IPU-Link latency on top of the capped bytes
+    cross_lat = hw.link_latency_s + hw.inter_chip_latency_s
+    assert hw.inter_chip_latency_s > 0
     cost = topo.phase(np.arange(n), np.arange(n) + n, np.full(n, B))
     assert cost.inter_bytes == pytest.approx(n * B)
-    assert cost.time_s == pytest.approx(n * B / hw.inter_chip_bandwidth, rel=1e-9)
+    assert cost.time_s == pytest.approx(n * B / hw.inter_chip_bandwidth + cross_lat, rel=1e-9)
     assert cost.time_s > B / hw.link_bandwidth  # the cap, not the core links, binds
-    # the same pattern inside chip 0 is bound by the core links only
+    # the same pattern inside chip 0 is bound by the core links only, and pays one hop
     inside = topo.phase(np.arange(n), np.roll(np.arange(n), 1), np.full(n, B))
-    assert inside.time_s == pytest.approx(B / hw.link_bandwidth)
+    assert inside.time_s == pytest.approx(B / hw.link_bandwidth + hw.link_latency_s)
     assert inside.inter_bytes == 0
-    # on the mesh variant the cap applies the same way
+    # on the mesh variant the cap applies the same way (the twin is one chip hop away)
     mhw = preset("ipu-pod4-hbm-mesh")
     mtopo = make_topology(mhw)
     mcost = mtopo.phase(np.arange(n), np.arange(n) + n, np.full(n, B))
-    assert mcost.time_s == pytest.approx(n * B / mhw.inter_chip_bandwidth, rel=1e-6)
+    assert mcost.time_s == pytest.approx(
+        n * B / mhw.inter_chip_bandwidth + mhw.link_latency_s + mhw.inter_chip_latency_s, rel=1e-6)
 
 
 def test_hbm_controllers_sit_on_their_chip_edges() -> None:

@@ -8,6 +8,10 @@ from typing import Any
 
 from ..hardware import HardwareSpec
 
+#: An operator (or operator kind, summed over the run) is reported as slow when its time is
+#: more than this many times its lower bound (issue 9: "a distorted plan is visible").
+SLOW_FACTOR = 10.0
+
 
 @dataclass
 class OpTiming:
@@ -37,8 +41,12 @@ class OpTiming:
     reduction_bytes: int = 0
     relayout_bytes: float = 0.0
     inter_chip_bytes: float = 0.0
-    hbm_bytes: float = 0.0  # unique bytes read from HBM
+    hbm_bytes: float = 0.0  # distinct bytes of the HBM tensors it reads (one copy each)
+    hbm_delivered_bytes: float = 0.0  # bytes read from HBM, a copy per chip that needs them
     host_bytes: float = 0.0
+    host_out_bytes: float = 0.0  # its output bytes returned chip -> host (the host reads them)
+    host_out_s: float = 0.0  # duration of that return on the host links
+    host_out_start_s: float = 0.0
     load_start_s: float = 0.0
     load_end_s: float = 0.0
     hbm_start_s: float = 0.0
@@ -52,6 +60,9 @@ class OpTiming:
     epilogue_s: float = 0.0
     distinct_shift_phases: int = 0
     estimated: bool = False  # a sampled estimate entered its shift or re-layout cost
+    #: what no plan can avoid on this system (``runtime_sim.timing.simulate.lower_bounds``)
+    lower_bound_s: float = 0.0
+    bound_by: str = ""  # "flops", "hbm", "host" or "sync"
 
     @property
     def duration_s(self) -> float:
@@ -71,6 +82,13 @@ class TimingReport:
     time HBM loading runs during execution; ``stall_s`` the time lost to interconnect
     contention beyond the uncontended time; ``idle_s`` the time the compute array waits.
     ``total_s = compute_s + transfer_s + idle_s``.
+
+    ``hbm_bytes`` counts the distinct bytes of the distinct HBM tensors read per run (the
+    HBM utilization uses it); ``hbm_delivered_bytes`` what the HBM controllers read, a copy
+    per chip that needs a tensor. ``host_out_bytes`` are region outputs returned to the host.
+    ``op_kinds`` sums each operator kind's time and lower bound over the run;
+    ``slow_kinds`` and ``slow_ops`` are the kinds and operators more than
+    :data:`SLOW_FACTOR` times their lower bound (see :attr:`OpTiming.lower_bound_s`).
     """
 
     hardware: str
@@ -99,13 +117,19 @@ class TimingReport:
     utilization: dict[str, float]
     per_op: list[OpTiming]
     regions: list[dict[str, Any]]
+    host_out_bytes: float = 0.0
+    hbm_delivered_bytes: float = 0.0
+    op_kinds: list[dict[str, Any]] = field(default_factory=list)
+    slow_kinds: list[dict[str, Any]] = field(default_factory=list)
+    slow_ops: list[dict[str, Any]] = field(default_factory=list)
     simulation_s: float = 0.0  # wall-clock seconds the simulation took
     trace_events: list[dict[str, Any]] = field(default_factory=list)
     hw: HardwareSpec | None = field(default=None, repr=False)
 
     _SUMMARY = (
         "hardware", "topology", "total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s",
-        "stall_s", "host_s", "idle_s", "num_ops", "num_regions", "hbm_bytes", "host_bytes",
+        "stall_s", "host_s", "idle_s", "num_ops", "num_regions", "hbm_bytes",
+        "hbm_delivered_bytes", "host_bytes", "host_out_bytes",
         "shift_bytes", "rotation_bytes", "reduction_bytes", "relayout_bytes",
         "inter_chip_bytes", "steps", "peak_sram_bytes_per_core",
         "peak_sram_with_prefetch_bytes_per_core", "flops", "simulation_s",
@@ -116,6 +140,9 @@ class TimingReport:
         data: dict[str, Any] = {k: getattr(self, k) for k in self._SUMMARY}
         data["utilization"] = dict(self.utilization)
         data["regions"] = [dict(r) for r in self.regions]
+        data["op_kinds"] = [dict(r) for r in self.op_kinds]
+        data["slow_kinds"] = [dict(r) for r in self.slow_kinds]
+        data["slow_ops"] = [dict(r) for r in self.slow_ops]
         if per_op:
             data["per_op"] = [op.to_dict() for op in self.per_op]
         return data
@@ -135,7 +162,8 @@ class TimingReport:
             f"  hbm       {_ms(self.hbm_s)}   overlap  {_ms(self.overlap_s)}   "
             f"host {_ms(self.host_s)}   stall {_ms(self.stall_s)}",
             f"  bytes     shift {_mb(self.shift_bytes)}  relayout {_mb(self.relayout_bytes)}  "
-            f"hbm {_mb(self.hbm_bytes)}  host {_mb(self.host_bytes)}  "
+            f"hbm {_mb(self.hbm_bytes)} distinct, {_mb(self.hbm_delivered_bytes)} delivered  "
+            f"host {_mb(self.host_bytes)} in, {_mb(self.host_out_bytes)} out  "
             f"inter-chip {_mb(self.inter_chip_bytes)}",
             f"  peak SRAM {self.peak_sram_bytes_per_core} B/core "
             f"({self.peak_sram_with_prefetch_bytes_per_core} with prefetch)",
@@ -156,7 +184,25 @@ class TimingReport:
             )
         if len(shown) < len(ops):
             lines.append(f"  ... {len(ops) - len(shown)} faster ops not shown")
+        lines.extend(self.slow_table())
         return "\n".join(lines)
+
+    def slow_table(self, max_ops: int = 10) -> list[str]:
+        """Lines naming the operator kinds and operators more than :data:`SLOW_FACTOR` times
+        their lower bound (empty when there are none)."""
+        if not self.slow_kinds and not self.slow_ops:
+            return []
+        lines = ["", f"  more than {SLOW_FACTOR:g}x their lower bound (time = wait + execution; "
+                     "bound = max of FLOPs at peak, distinct HBM bytes, host bytes, one sync):"]
+        for r in self.slow_kinds:
+            lines.append(f"    kind {r['kind']:<14} {r['ops']:>5} ops  {r['time_s'] * 1e3:9.4f} ms  "
+                         f"bound {r['lower_bound_s'] * 1e3:9.4f} ms  {r['ratio']:8.1f}x")
+        for r in self.slow_ops[:max_ops]:
+            lines.append(f"    op   {r['name'][-28:]:<28} {r['kind'][:11]:<11} {r['time_s'] * 1e3:9.4f} ms  "
+                         f"bound {r['lower_bound_s'] * 1e3:9.4f} ms ({r['bound_by']})  {r['ratio']:8.1f}x")
+        if len(self.slow_ops) > max_ops:
+            lines.append(f"    ... {len(self.slow_ops) - max_ops} more slow ops (to_dict()['slow_ops'])")
+        return lines
 
     def write_trace(self, path: str) -> None:
         """Write a Chrome trace-event JSON file (open it in https://ui.perfetto.dev)."""

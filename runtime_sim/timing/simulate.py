@@ -21,8 +21,17 @@ Data sources of an operator input (``TensorDecl.source``, program format):
   for the whole run, on top of everything below;
 * ``"hbm"`` -> loaded from HBM: unique bytes per chip at ``hbm_bandwidth / hbm_controllers``
   per controller, striped over the chip's controllers (Elk §5), delivered to every core that
-  needs them over the network; the load lasts ``max(controller time, network time)``;
+  needs them over the network; the load lasts ``max(controller time, network time)``. A
+  tensor two chips need is read from HBM twice (each chip reads its own copy): the report's
+  ``hbm_delivered_bytes`` counts such copies, ``hbm_bytes`` the distinct bytes of the distinct
+  HBM tensors read per run (per region call and tensor name, the most any operator reads);
 * ``"host"`` -> over the chip's host link at ``hw.host_bandwidth`` (8 GB/s, T10 Table 3);
+  the other leg of such a round trip, a region output the host reads
+  (:attr:`~runtime_sim.program.DeviceProgram.host_outputs`), goes back chip -> host over the
+  same links when its producer ends: each chip's bytes of it at ``host_bandwidth``, gathered
+  from the cores that hold it (the delivery's network cost, mirrored). Host links serve their
+  transfers in order, so a later host input (which may depend on it) starts after it, and an
+  operator reading host inputs is not prefetched while such a return is pending;
 * a constant -> its entry's ``"source"`` if given, else ``"hbm"`` on a chip with HBM and
   otherwise resident: weights stay on chip in the operator's placement (T10 §4.3.2 keeps the
   model on chip and moves only inputs and outputs; the idle-to-active setup is not modelled).
@@ -43,7 +52,8 @@ handed all inputs as arguments, does not hold); a program that would overflow ra
 Stall: a transfer phase's time beyond what its slowest flow would take alone on the network
 (contention on ports, links, the inter-chip cap), plus load delays from sharing links that
 postponed an operator. Region outputs stay on chip (the next region reads them as ``"chip"``
-inputs); returning results to the host is not timed.
+inputs) unless the host reads them (see ``"host"`` above); the run ends when the last
+operator and the last return to the host have ended.
 """
 
 from __future__ import annotations
@@ -73,7 +83,7 @@ from .geometry import (
     relayout,
 )
 from .opcost import OpCost, op_cost
-from .report import OpTiming, TimingReport
+from .report import SLOW_FACTOR, OpTiming, TimingReport
 
 #: Source of a constant kept on chip in its operator's placement: it moves nowhere (T10 §4.3.2).
 RESIDENT = "resident"
@@ -86,8 +96,10 @@ class _Load:
     kind: str  # "hbm" or "host"
     source_s: float  # controllers / host links: unique bytes over their bandwidth
     network: PhaseCost  # delivery to every core that needs the data
-    unique_bytes: float
-    delivered_bytes: float
+    unique_bytes: float  # per chip, summed over chips: what the sources send (copies per chip)
+    delivered_bytes: float  # summed over receiving cores
+    #: per input of the load (in order), its distinct bytes over the whole system
+    distinct_bytes: tuple[float, ...] = ()
 
     @property
     def duration_s(self) -> float:
@@ -108,6 +120,8 @@ class _Work:
     loads: list[_Load]
     used: np.ndarray  # SRAM per core while it runs (device accounting), shift buffer included
     prefetch_need: np.ndarray  # bytes per core its loads deposit (its loaded partitions)
+    stores: list[_Load] = field(default_factory=list)  # its outputs the host reads (chip -> host)
+    hbm_tensors: dict[str, float] = field(default_factory=dict)  # HBM input -> distinct bytes
 
     @property
     def duration_s(self) -> float:
@@ -190,10 +204,13 @@ class _Planner:
         per_core = np.zeros(n)
         unique = np.zeros(hw.num_chips)
         need = np.zeros(n, np.int64)
+        one_chip = np.zeros(topo.num_nodes, np.int64)
+        distinct = []
         for t in inputs:
             box = self.boxes(key, layout, t)
             per_core += box.nbytes
             unique += box.unique_bytes_per_chip(topo.node_chip, hw.num_chips)
+            distinct.append(float(box.unique_bytes_per_chip(one_chip, 1).sum()))
             need += layout.partition_bytes(t)
         src, dst, nbytes = topo.io_flows(kind, cores, per_core)
         network = topo.phase(src, dst, nbytes)
@@ -206,9 +223,30 @@ class _Planner:
             source_s = float(per_ctrl.max()) / (hw.hbm_bandwidth / hw.hbm_controllers)
         else:
             source_s = float(unique.max()) / hw.host_bandwidth
-        hit = (_Load(kind, source_s, network, float(unique.sum()), float(per_core.sum())), need)
+        hit = (_Load(kind, source_s, network, float(unique.sum()), float(per_core.sum()),
+                     tuple(distinct)), need)
         self.c.loads[cache_key] = hit
         return hit
+
+    def store(self, key: str, layout: OpLayout) -> _Load:
+        """The chip -> host return of an operator's output: the cores holding it (ring 0) send
+        their partitions over their chip's host link (``host_bandwidth`` per chip); the network
+        leg is costed as the mirrored delivery (cores -> host node)."""
+        cache_key = ("host_out", key)
+        hit = self.c.loads.get(cache_key)
+        if hit is not None:
+            return hit[0]
+        hw, topo = self.hw, self.topo
+        out = len(layout.expr.tensors) - 1
+        owners = np.asarray(layout.owners(), np.int64)
+        per_core = np.full(owners.size, float(layout.partition_bytes(out)))
+        per_chip = np.bincount(topo.node_chip[owners], weights=per_core, minlength=hw.num_chips)
+        src, dst, nbytes = topo.io_flows("host", owners, per_core)
+        network = topo.phase(src, dst, nbytes)
+        total = float(per_core.sum())
+        load = _Load("host_out", float(per_chip.max()) / hw.host_bandwidth, network, total, total)
+        self.c.loads[cache_key] = (load, np.zeros(0))
+        return load
 
     def idle_layout(self, op: OpProgram) -> tuple[str, OpLayout] | None:
         """Key and layout of the plan that ``op``'s resident inputs rest in between runs:
@@ -273,6 +311,8 @@ class _Planner:
         hw = self.hw
         decls = {d.name: d for d in program.inputs}
         last_use = last_reads([op.input_names for op in program.ops], program.outputs)
+        # the last write of a tensor is what the host reads (a region writes each name once)
+        host_out = set(getattr(program, "host_outputs", ()))
         produced: dict[str, str] = {}  # tensor -> producer op key
         resident: dict[str, np.ndarray] = {}
         used = np.zeros(hw.num_cores, np.int64) if idle is None else idle.astype(np.int64)
@@ -342,6 +382,13 @@ class _Planner:
                     need[: layout.num_cores] += per_core
             works.append(_Work(op, program.region, index, cost, relayout, moved, estimated, loads,
                                running, need))
+            for load, inputs in zip(loads, [v for v in by_kind.values() if v]):
+                if load.kind == "hbm":
+                    for t, nbytes in zip(inputs, load.distinct_bytes):
+                        name = op.input_names[t]
+                        works[-1].hbm_tensors[name] = max(works[-1].hbm_tensors.get(name, 0.0), nbytes)
+            if op.output_name in host_out:
+                works[-1].stores.append(self.store(key, layout))
             produced[op.output_name] = key
             if outlives(last_use, op.output_name, i):
                 hold = np.zeros(hw.num_cores, np.int64)
@@ -376,6 +423,7 @@ class _Slot:
     load_end: float = 0.0
     hbm_interval: tuple[float, float] | None = None
     host_interval: tuple[float, float] | None = None
+    store_interval: tuple[float, float] | None = None  # its outputs' return to the host
     contention_delay: float = 0.0
     gate_open: bool = False
     prefetched: bool = False
@@ -470,11 +518,19 @@ class _Schedule:
         self.at(slot.exec_end, lambda: self._exec_ended(i))
 
     def _exec_started(self, i: int) -> None:
-        if i + 1 < len(self.works) and self._fits_beside(i, i + 1):
+        if i + 1 < len(self.works) and self._fits_beside(i, i + 1) and not (
+                self.works[i].stores and any(l.kind == "host" for l in self.works[i + 1].loads)):
+            # (host inputs after a return to the host may be computed from it: they wait)
             self._open_gate(i + 1)
 
     def _exec_ended(self, i: int) -> None:
         self.slots[i].ended = True
+        stores = self.works[i].stores
+        if stores:  # the host reads its output: chip -> host on the host links, in order
+            start = max(self.now, self.free["host"])
+            finish = start + sum(s.duration_s for s in stores)
+            self.free["host"] = finish
+            self.slots[i].store_interval = (start, finish)
         if i + 1 < len(self.works):
             self._open_gate(i + 1)
             self._try_exec(i + 1)
@@ -596,6 +652,8 @@ def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Top
         compute = cost.compute_s + cost.reduction_compute_s + cost.epilogue_s
         hbm_s = (slot.hbm_interval[1] - slot.hbm_interval[0]) if slot.hbm_interval else 0.0
         host_s = (slot.host_interval[1] - slot.host_interval[0]) if slot.host_interval else 0.0
+        store = slot.store_interval
+        host_out_s = (store[1] - store[0]) if store else 0.0
         steps_s = cost.compute_s + cost.shift.time_s
         inter = work.relayout.inter_bytes + cost.shift.inter_bytes + cost.reduction.inter_bytes
         per_op.append(OpTiming(
@@ -606,8 +664,11 @@ def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Top
             shift_bytes=cost.rotation_bytes + cost.reduction_bytes,
             rotation_bytes=cost.rotation_bytes, reduction_bytes=cost.reduction_bytes,
             relayout_bytes=work.relayout_bytes, inter_chip_bytes=inter,
-            hbm_bytes=hbm.unique_bytes if hbm else 0.0,
+            hbm_bytes=sum(work.hbm_tensors.values()),
+            hbm_delivered_bytes=hbm.unique_bytes if hbm else 0.0,
             host_bytes=host.unique_bytes if host else 0.0,
+            host_out_bytes=sum(s.unique_bytes for s in work.stores),
+            host_out_s=host_out_s, host_out_start_s=store[0] if store else 0.0,
             load_start_s=slot.load_start if work.loads else 0.0,
             load_end_s=slot.load_end if work.loads else 0.0,
             hbm_start_s=slot.hbm_interval[0] if slot.hbm_interval else 0.0,
@@ -629,27 +690,37 @@ def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Top
         regions[-1]["ops"] += 1
         prev_end = slot.exec_end
 
-    total = max((e for _, e in exec_iv), default=0.0)
+    store_ends = [s.store_interval[1] for s in schedule.slots if s.store_interval]
+    total = max([e for _, e in exec_iv] + store_ends, default=0.0)
     compute = sum(o.compute_s for o in per_op)
     transfer = sum(o.transfer_s for o in per_op)
     hbm_s = sum(e - s for s, e in hbm_iv)
     overlap = _intersection(hbm_iv, exec_iv)
     flops = sum(o.flops for o in per_op)
-    hbm_bytes = sum(o.hbm_bytes for o in per_op)
+    distinct: dict[tuple[int, str], float] = {}  # (region call, tensor) -> distinct bytes
+    for work in works:
+        for name, nbytes in work.hbm_tensors.items():
+            distinct[(work.program, name)] = max(distinct.get((work.program, name), 0.0), nbytes)
+    hbm_bytes = sum(distinct.values())
+    hbm_delivered = sum(o.hbm_delivered_bytes for o in per_op)
     moved = sum(o.shift_bytes + o.relayout_bytes for o in per_op) + sum(
         l.delivered_bytes for w in works for l in w.loads)
     utilization = {
         "flops": flops / (total * hw.peak_matrix_flops) if total > 0 else 0.0,
         # bytes received by cores over their links against every core receiving at full rate
         "interconnect": moved / (total * hw.num_cores * hw.link_bandwidth) if total > 0 else 0.0,
+        # distinct bytes only: a copy read twice (once per chip) is not useful bandwidth
         "hbm": hbm_bytes / (total * hw.hbm_bandwidth) if total > 0 and hw.hbm_bandwidth > 0 else 0.0,
     }
+    bounds = lower_bounds(per_op, hw)
     return TimingReport(
         hardware=hw.name, topology=topo.kind if hw.num_chips == 1 else f"{topo.kind} x{hw.num_chips} chips",
         total_s=total, compute_s=compute, transfer_s=transfer, hbm_s=hbm_s, overlap_s=overlap,
-        stall_s=stall_total, host_s=sum(o.host_s for o in per_op),
+        stall_s=stall_total, host_s=sum(o.host_s + o.host_out_s for o in per_op),
         idle_s=max(0.0, total - compute - transfer), num_ops=len(per_op), num_regions=num_programs,
-        hbm_bytes=hbm_bytes, host_bytes=sum(o.host_bytes for o in per_op),
+        hbm_bytes=hbm_bytes, hbm_delivered_bytes=hbm_delivered,
+        host_bytes=sum(o.host_bytes for o in per_op),
+        host_out_bytes=sum(o.host_out_bytes for o in per_op),
         shift_bytes=sum(o.shift_bytes for o in per_op),
         rotation_bytes=sum(o.rotation_bytes for o in per_op),
         reduction_bytes=sum(o.reduction_bytes for o in per_op),
@@ -657,5 +728,52 @@ def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Top
         inter_chip_bytes=sum(o.inter_chip_bytes for o in per_op),
         steps=sum(o.steps for o in per_op), peak_sram_bytes_per_core=peak,
         peak_sram_with_prefetch_bytes_per_core=peak_prefetch, flops=flops,
-        utilization=utilization, per_op=per_op, regions=regions, hw=hw,
+        utilization=utilization, per_op=per_op, regions=regions, hw=hw, **bounds,
     )
+
+
+def lower_bounds(per_op: list[OpTiming], hw: HardwareSpec) -> dict[str, Any]:
+    """Fill every operator's :attr:`OpTiming.lower_bound_s` and name the operators and kinds
+    whose time is more than :data:`SLOW_FACTOR` times their lower bound.
+
+    An operator's time is what it costs the compute array: its execution plus the wait for its
+    loads (``wait_s + duration_s``; these add up to the makespan, minus the last return to the
+    host). Its lower bound is the largest of what no plan can avoid on this system:
+
+    * ``flops``: its FLOPs on every core of the system at the peak of the unit that runs it
+      (matrix unit for sums of products, vector unit otherwise, ``schedules`` templates);
+    * ``hbm``: its distinct HBM bytes at the full HBM bandwidth;
+    * ``host``: its host bytes, both directions, over all chips' host links;
+    * ``sync``: one bulk-synchronous step, ``sync_cycles`` (every operator runs at least one).
+    """
+    from schedules import template_for
+
+    peak = {"matrix": hw.num_cores * hw.matrix_flops_per_cycle * hw.clock_hz,
+            "vector": hw.num_cores * hw.vector_flops_per_cycle * hw.clock_hz}
+    kinds: dict[str, dict[str, Any]] = {}
+    slow_ops = []
+    for op in per_op:
+        unit = getattr(template_for(op.kind), "unit", "vector")
+        terms = {
+            "flops": op.flops / peak.get(unit, peak["vector"]),
+            "hbm": op.hbm_bytes / hw.hbm_bandwidth if hw.hbm_bandwidth > 0 else 0.0,
+            "host": (op.host_bytes + op.host_out_bytes) / (hw.host_bandwidth * hw.num_chips),
+            "sync": hw.sync_cycles / hw.clock_hz,
+        }
+        op.bound_by = max(terms, key=terms.get)
+        op.lower_bound_s = terms[op.bound_by]
+        spent = op.wait_s + op.duration_s
+        row = kinds.setdefault(op.kind, {"kind": op.kind, "ops": 0, "time_s": 0.0, "lower_bound_s": 0.0})
+        row["ops"] += 1
+        row["time_s"] += spent
+        row["lower_bound_s"] += op.lower_bound_s
+        if op.lower_bound_s > 0 and spent > SLOW_FACTOR * op.lower_bound_s:
+            slow_ops.append({"name": op.name, "region": op.region, "kind": op.kind,
+                             "start_s": op.start_s, "time_s": spent, "lower_bound_s": op.lower_bound_s,
+                             "bound_by": op.bound_by, "ratio": spent / op.lower_bound_s})
+    for row in kinds.values():
+        row["ratio"] = row["time_s"] / row["lower_bound_s"] if row["lower_bound_s"] > 0 else 0.0
+    op_kinds = sorted(kinds.values(), key=lambda r: -r["time_s"])
+    slow_ops.sort(key=lambda r: -(r["time_s"] - r["lower_bound_s"]))
+    return {"op_kinds": op_kinds, "slow_kinds": [r for r in op_kinds if r["ratio"] > SLOW_FACTOR],
+            "slow_ops": slow_ops}

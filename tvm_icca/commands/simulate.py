@@ -27,7 +27,7 @@ from ._args import (UsageError, hardware_preset, nonneg_int, positive_int, shape
 
 #: Keys ``--json`` always has at the top level.
 SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
-                "hbm_bytes")
+                "hbm_bytes", "hbm_delivered_bytes", "slow_kinds")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -22,7 +22,7 @@ from ..partition import icca_regions, partition_report
 from ..relax_types import static_bytes
 
 __all__ = [
-    "CHIP", "HOST", "STATE", "VIEW_OPS", "argument_origins", "default_resident", "main_function",
+    "CHIP", "HOST", "STATE", "VIEW_OPS", "argument_origins", "default_resident", "host_reads", "main_function",
     "on_chip_reservation", "partitioned_op_counts", "region_call_order", "region_gvars",
     "state_read_by_regions",
 ]
@@ -97,6 +97,50 @@ def _region_arguments(mod: IRModule, resident: Collection[str]
         else:
             origin[binding.var] = nothing
     return result
+
+
+def host_reads(mod: IRModule, result_only: bool = False) -> list[frozenset[int]]:
+    """Per region call of ``main`` (in order), the indices of its outputs the host reads: those
+    a host operator consumes (through view ops, tuple projections and aliases, which move no
+    data) or that ``main`` returns. With ``result_only``, only what ``main`` returns (when the
+    model treats host ops between regions as on-chip re-layouts). The rule mirrors
+    :func:`argument_origins`: an output read by a host op returns to the host, and what the
+    host op produces comes back as a ``"host"`` argument."""
+    main = main_function(mod)
+    gvars = region_gvars(mod)
+    origin: dict[relax.Var, list[tuple[int, int | None]]] = {}
+    reads: list[set[int | None]] = []
+
+    def origins(expr: relax.Expr) -> list[tuple[int, int | None]]:
+        if isinstance(expr, relax.Var):
+            return origin.get(expr, [])
+        if isinstance(expr, relax.TupleGetItem):
+            return [(c, expr.index if i is None else i) for c, i in origins(expr.tuple_value)]
+        if isinstance(expr, relax.Tuple):
+            return [o for field in expr.fields for o in origins(field)]
+        return []
+
+    def mark(expr: relax.Expr) -> None:
+        for c, i in origins(expr):
+            reads[c].add(i)
+
+    for binding in _bindings(main):
+        value = binding.value
+        if _region_of_call(value, gvars) is not None:
+            origin[binding.var] = [(len(reads), None)]
+            reads.append(set())
+        elif isinstance(value, (relax.Var, relax.TupleGetItem, relax.Tuple)):
+            origin[binding.var] = origins(value)
+        elif (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+              and value.op.name in VIEW_OPS):
+            origin[binding.var] = origins(value.args[0])
+        elif isinstance(value, relax.Call) and not result_only:
+            for arg in value.args:  # a host op reads its operands
+                mark(arg)
+    body = main.body
+    mark(body.body if isinstance(body, relax.SeqExpr) else body)
+    return [frozenset(i for i in r if i is not None) | (frozenset([-1]) if None in r else frozenset())
+            for r in reads]
 
 
 def default_resident(mod: IRModule) -> frozenset[str]:

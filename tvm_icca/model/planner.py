@@ -52,7 +52,7 @@ from ..device_entry import raise_through_ffi
 from ..hardware import HardwareLike, hardware_from_json, resolve_hardware
 from ..partition import HARDWARE_ATTR, icca_regions, is_partitioned, partition_for_icca
 from ..region import EXECUTION_MODELS, PlanCache, compile_region, extract_region
-from .calls import CHIP, STATE, argument_origins, default_resident, main_function
+from .calls import CHIP, STATE, argument_origins, default_resident, host_reads, main_function
 from .calls import on_chip_reservation, region_call_order, region_gvars
 from .idle_active import ModelPlan, reconcile_regions
 
@@ -206,7 +206,27 @@ def _module_hardware(mod: IRModule) -> HardwareSpec:
 
 def _decide(mod: IRModule, spec: HardwareSpec, opts: CompileOptions, cache: PlanCache,
             progress: bool) -> tuple[list[DeviceProgram], ModelPlan | None]:
-    """Per region call of ``main``, in order, its device program (no module id yet)."""
+    """Per region call of ``main``, in order, its device program (no module id yet), with the
+    outputs the host reads after it (:func:`host_reads`; only ``main``'s result when every
+    region input is on chip, as host ops between regions then count as on-chip re-layouts)."""
+    programs, model_plan = _decide_sources(mod, spec, opts, cache, progress)
+    on_chip = opts.state_on_chip  # every region argument is "chip" or "resident" then
+    reads = host_reads(mod, result_only=on_chip)
+    return [_with_host_outputs(p, r) for p, r in zip(programs, reads, strict=True)], model_plan
+
+
+def _with_host_outputs(program: DeviceProgram, indices: frozenset[int]) -> DeviceProgram:
+    """``program`` naming the outputs at ``indices`` (-1: all of them) as read by the host."""
+    if not indices:
+        return program
+    outs = program.outputs
+    names = tuple(o for k, o in enumerate(outs) if -1 in indices or k in indices)
+    return dataclasses.replace(program, host_outputs=tuple(dict.fromkeys(names)))
+
+
+def _decide_sources(mod: IRModule, spec: HardwareSpec, opts: CompileOptions, cache: PlanCache,
+                    progress: bool) -> tuple[list[DeviceProgram], ModelPlan | None]:
+    """Per region call of ``main``, in order, its device program with its input sources."""
     regions = icca_regions(mod)
     order = region_call_order(mod)
     missing = sorted(set(regions) - set(order))
