@@ -518,7 +518,10 @@ class MeshTopology(Topology):
             # one tree per (data, destination chip, root): the data crosses the chip fabric
             # once per destination chip and enters the mesh once per edge port it uses
             root = np.where(io, n + port, src)
-            _, tree = np.unique(np.stack([group, k, root]), axis=1, return_inverse=True)
+            span = n + (self.num_controllers + self.num_chips) * self.num_chips * self.num_ports
+            g = np.unique(group, return_inverse=True)[1].reshape(-1)
+            key = (g * self.num_chips + k) * span + root
+            _, tree = np.unique(key, return_inverse=True)
             tree = tree.reshape(-1)
             scale = np.ones(src.size)
             if w > 1:
