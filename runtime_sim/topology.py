@@ -37,12 +37,29 @@ Topologies:
   own rate is charged by the caller on the unique bytes they read (see
   :mod:`runtime_sim.timing`), and here only the receiving ports are charged.
 * :class:`MeshTopology` (Elk §5, §6.1): the cores of each chip on a near-square 2D grid
-  (row-major); each core drives its up to 4 neighbour links at once; dimension-order (XY)
-  routing; contention is the maximum load over directed links. HBM controllers (and the host
-  link) attach to the mesh edges: the perimeter of each chip is split evenly among its
-  controllers, each perimeter core has an injection link from its controller, and traffic
-  enters at the perimeter core of the controller's segment nearest to the destination.
-  There is no in-network multicast: every destination receives its own copy.
+  (row-major); each core drives its up to 4 neighbour links at once (Elk §6.1, "each core can
+  simultaneously communicate with all its neighbors (up to 4 in a 2D mesh)"); dimension-order
+  (XY) routing (Elk §4.5); contention is the maximum load over directed links.
+  *Multicast*: flows that carry the same data (``multicast`` ids; a re-layout's pieces, the
+  replicas of an HBM tensor) form one XY tree per destination chip: the packet is replicated
+  at the routers on the union of its XY routes, so each link carries it once (on the root
+  row up to the extreme destination columns, then down/up each destination column to its
+  extreme rows: one link-id range per tree and per (tree, column), summed with the same
+  difference arrays as unicast routes). Elk's simulator moves "shared data" by broadcast
+  (§2.2, §5); it does not say how a mesh replicates it: XY-tree multicast is our choice.
+  *HBM and host*: Elk §5 "attach[es] HBM controllers to the edges of the mesh grid". The mesh
+  has ``2 * (rows + cols)`` free edge ports (:func:`edge_ports`, one per boundary side of an
+  edge router, two at a corner); each controller is wired to a contiguous span of them (with
+  4 controllers per chip, one side each; a host link to all) and injects through all of them
+  in parallel, each port at the link bandwidth (Elk §6.1: every network link has the same
+  bandwidth). Data for a core enters through the controller's port straight across from it
+  (same column on the top/bottom side, same row on the left/right side), else its nearest
+  port, and then routes XY (as a tree when several cores need the same bytes). So a
+  controller delivers at ``min(its HBM share, E ports x link bandwidth)``, a chip at most
+  ``min(hbm_bandwidth per chip, 2 (rows + cols) x link bandwidth)``: the edge cut. For the
+  IPU-POD4 mesh (32 x 46 per chip, 5.5 GB/s links) that cut is 156 x 5.5 GB/s = 0.86 TB/s per
+  chip, below the 4 TB/s of its HBM: a property of a mesh with IPU-rate links, not of the
+  model (``MeshTopology.io_bandwidth`` widens the ports for experiments).
 * Multi-chip (both): traffic between chips shares one capped fabric of
   ``inter_chip_bandwidth`` bytes/s (Elk §5 tracks "in-flight inter-chip transfer events and
   cap[s] their total bandwidth"; 640 GB/s for IPU-POD4). On the mesh, a cross-chip flow first
@@ -236,8 +253,8 @@ class Topology:
         ``multicast[i]`` (optional) numbers the data of flow ``i``: flows with the same number
         carry the same bytes from the same source, which an all-to-all exchange sends once
         (IPU exchange broadcast, Elk §5) -- the send port and the inter-chip fabric (once per
-        destination chip) carry one copy; every receiver still takes its own. The mesh has no
-        in-network multicast and ignores it. ``sample_weight`` > 1 says the flows are a
+        destination chip) carry one copy; every receiver still takes its own. The mesh sends
+        it along an XY multicast tree (each link once). ``sample_weight`` > 1 says the flows are a
         uniform sample of the destinations: loads that sum over many destinations (send
         ports, links, the inter-chip fabric) are scaled by it; a receive port is exact.
         """
@@ -362,8 +379,9 @@ class MeshTopology(Topology):
         self.n_v = self.cols * (self.rows - 1)  # south (or north) links per chip
         self.port_router, self.port_side = edge_ports(self.rows, self.cols)
         self.num_ports = self.port_router.size  # per chip: 2 * (rows + cols)
-        #: Bandwidth of one edge port (an I/O node's link into an edge router).
-        self.io_bandwidth = float(getattr(hw, "io_link_bandwidth", 0.0) or hw.link_bandwidth)
+        #: Bandwidth of one edge port (an I/O node's link into an edge router): the link
+        #: bandwidth, as every network link (Elk §6.1); an attribute for what-if studies.
+        self.io_bandwidth = float(hw.link_bandwidth)
         self._entry_port: np.ndarray | None = None
 
     def position(self, core: int) -> tuple[int, int, int]:

@@ -81,7 +81,7 @@ def test_all_to_all_multicast_sends_once() -> None:
         recv_bytes=np.r_[0.0, np.full(N, float(B))],
         flows=lambda: (src, dst, np.full(N, float(B)), 1.0))
     assert topo.multicast_phase(pattern).time_s == pytest.approx(broadcast.time_s)
-    # the mesh has no multicast: it falls back to the explicit flows
+    # flows without piece ids: the mesh routes them as unicasts
     m = mesh()
     assert m.multicast_phase(pattern).time_s == pytest.approx(m.phase(src, dst, np.full(N, B)).time_s)
 
