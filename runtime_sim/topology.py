@@ -38,12 +38,29 @@ Topologies:
   own rate is charged by the caller on the unique bytes they read (see
   :mod:`runtime_sim.timing`), and here only the receiving ports are charged.
 * :class:`MeshTopology` (Elk §5, §6.1): the cores of each chip on a near-square 2D grid
-  (row-major); each core drives its up to 4 neighbour links at once; dimension-order (XY)
-  routing; contention is the maximum load over directed links. HBM controllers (and the host
-  link) attach to the mesh edges: the perimeter of each chip is split evenly among its
-  controllers, each perimeter core has an injection link from its controller, and traffic
-  enters at the perimeter core of the controller's segment nearest to the destination.
-  There is no in-network multicast: every destination receives its own copy.
+  (row-major); each core drives its up to 4 neighbour links at once (Elk §6.1, "each core can
+  simultaneously communicate with all its neighbors (up to 4 in a 2D mesh)"); dimension-order
+  (XY) routing (Elk §4.5); contention is the maximum load over directed links.
+  *Multicast*: flows that carry the same data (``multicast`` ids; a re-layout's pieces, the
+  replicas of an HBM tensor) form one XY tree per destination chip: the packet is replicated
+  at the routers on the union of its XY routes, so each link carries it once (on the root
+  row up to the extreme destination columns, then down/up each destination column to its
+  extreme rows: one link-id range per tree and per (tree, column), summed with the same
+  difference arrays as unicast routes). Elk's simulator moves "shared data" by broadcast
+  (§2.2, §5); it does not say how a mesh replicates it: XY-tree multicast is our choice.
+  *HBM and host*: Elk §5 "attach[es] HBM controllers to the edges of the mesh grid". The mesh
+  has ``2 * (rows + cols)`` free edge ports (:func:`edge_ports`, one per boundary side of an
+  edge router, two at a corner); each controller is wired to a contiguous span of them (with
+  4 controllers per chip, one side each; a host link to all) and injects through all of them
+  in parallel, each port at the link bandwidth (Elk §6.1: every network link has the same
+  bandwidth). Data for a core enters through the controller's port straight across from it
+  (same column on the top/bottom side, same row on the left/right side), else its nearest
+  port, and then routes XY (as a tree when several cores need the same bytes). So a
+  controller delivers at ``min(its HBM share, E ports x link bandwidth)``, a chip at most
+  ``min(hbm_bandwidth per chip, 2 (rows + cols) x link bandwidth)``: the edge cut. For the
+  IPU-POD4 mesh (32 x 46 per chip, 5.5 GB/s links) that cut is 156 x 5.5 GB/s = 0.86 TB/s per
+  chip, below the 4 TB/s of its HBM: a property of a mesh with IPU-rate links, not of the
+  model (``MeshTopology.io_bandwidth`` widens the ports for experiments).
 * Multi-chip (both): traffic between chips shares one capped fabric of
   ``inter_chip_bandwidth`` bytes/s (Elk §5 tracks "in-flight inter-chip transfer events and
   cap[s] their total bandwidth"; 640 GB/s for IPU-POD4). On the mesh, a cross-chip flow first
@@ -141,6 +158,21 @@ def perimeter(rows: int, cols: int) -> np.ndarray:
     return np.array([y * cols + x for y, x in cells], dtype=np.int64)
 
 
+def edge_ports(rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """The free boundary ports of a ``rows x cols`` mesh, clockwise from (0, 0): the links an
+    I/O node (HBM controller, host link) can attach to an edge router by (Elk §5: controllers
+    "attach[ed] ... to the edges of the mesh grid").
+
+    Returns the local index of each port's router and its side (0 top, 1 right, 2 bottom,
+    3 left): ``cols`` ports on the top and bottom, ``rows`` on the left and right, so
+    ``2 * (rows + cols)`` in all; a corner router has two (one per side it lies on).
+    """
+    x, y = np.arange(cols), np.arange(rows)
+    router = np.concatenate([x, y * cols + cols - 1, (rows - 1) * cols + x[::-1], y[::-1] * cols])
+    side = np.repeat(np.arange(4), [cols, rows, cols, rows])
+    return router.astype(np.int64), side.astype(np.int64)
+
+
 class Topology:
     """A network of cores, HBM controllers and host links (see the module docstring)."""
 
@@ -183,30 +215,36 @@ class Topology:
         own = self.controllers_of_chip(chip)
         return own if own.size else np.arange(self.num_controllers)
 
-    def io_flows(self, kind: str, dst: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def io_flows(self, kind: str, dst: np.ndarray, nbytes: np.ndarray, group: np.ndarray | None = None):
         """Flows that deliver ``nbytes[i]`` to core ``dst[i]`` from HBM or the host.
 
         HBM data is striped evenly over the home controllers of the destination's chip (Elk §5
         "evenly slice each tensor across all HBM modules"); host data comes over the
-        destination chip's own host link.
+        destination chip's own host link. With ``group`` (destinations with equal ids need the
+        same bytes, e.g. replicas of a sub-tensor), a fourth array numbers the data of every
+        flow for :meth:`phase`'s ``multicast``: equal ``group`` and equal source.
         """
         dst = np.asarray(dst, np.int64)
         nbytes = np.asarray(nbytes, np.float64)
+        gid = np.arange(dst.size) if group is None else np.asarray(group, np.int64)
         chip = self.node_chip[dst]
         if kind == "host":
-            return self.num_cores + self.num_controllers + chip, dst, nbytes
+            flows = (self.num_cores + self.num_controllers + chip, dst, nbytes)
+            return flows if group is None else flows + (gid,)
         if kind != "hbm":
             raise ValueError(f"unknown I/O kind {kind!r}")
         if self.num_controllers == 0:
             raise ValueError(f"chip '{self.hw.name}' has no HBM controllers")
-        srcs, dsts, sizes = [], [], []
+        srcs, dsts, sizes, ids = [], [], [], []
         for k in np.unique(chip):
             sel = chip == k
             home = self._home[int(k)]
             srcs.append(np.tile(self.num_cores + home, int(sel.sum())))
             dsts.append(np.repeat(dst[sel], home.size))
             sizes.append(np.repeat(nbytes[sel] / home.size, home.size))
-        return np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes)
+            ids.append(np.repeat(gid[sel], home.size) * self.num_controllers + np.tile(home, int(sel.sum())))
+        flows = (np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes))
+        return flows if group is None else flows + (np.concatenate(ids),)
 
     # -- cost ------------------------------------------------------------------------------
     def phase(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
@@ -216,8 +254,8 @@ class Topology:
         ``multicast[i]`` (optional) numbers the data of flow ``i``: flows with the same number
         carry the same bytes from the same source, which an all-to-all exchange sends once
         (IPU exchange broadcast, Elk §5) -- the send port and the inter-chip fabric (once per
-        destination chip) carry one copy; every receiver still takes its own. The mesh has no
-        in-network multicast and ignores it. ``sample_weight`` > 1 says the flows are a
+        destination chip) carry one copy; every receiver still takes its own. The mesh sends
+        it along an XY multicast tree (each link once). ``sample_weight`` > 1 says the flows are a
         uniform sample of the destinations: loads that sum over many destinations (send
         ports, links, the inter-chip fabric) are scaled by it; a receive port is exact.
         """
@@ -241,8 +279,10 @@ class Topology:
 
     def multicast_phase(self, pattern: MulticastPattern) -> PhaseCost:
         """Cost of a :class:`MulticastPattern`; without multicast, of its explicit flows."""
-        src, dst, nbytes, weight = pattern.flows()
-        return self.phase(src, dst, nbytes, weight)
+        flows = pattern.flows()
+        src, dst, nbytes, weight = flows[:4]
+        group = flows[4] if len(flows) > 4 else None
+        return self.phase(src, dst, nbytes, weight, multicast=group)
 
     def _inter(self, b: np.ndarray, cross: np.ndarray, w: float) -> tuple[float, float]:
         inter = float(b[cross].sum()) * w
@@ -325,7 +365,8 @@ class AllToAllTopology(Topology):
 
 
 class MeshTopology(Topology):
-    """2D mesh per chip, XY routing, HBM controllers on the edges (Elk §5, §6.1)."""
+    """2D mesh per chip, XY routing, XY multicast trees, HBM controllers on the edges (Elk §5,
+    §6.1); see the module docstring."""
 
     kind = "mesh"
 
@@ -337,7 +378,12 @@ class MeshTopology(Topology):
         self.core_x = local % self.cols
         self.n_h = self.rows * (self.cols - 1)  # east (or west) links per chip
         self.n_v = self.cols * (self.rows - 1)  # south (or north) links per chip
-        self._entry: np.ndarray | None = None
+        self.port_router, self.port_side = edge_ports(self.rows, self.cols)
+        self.num_ports = self.port_router.size  # per chip: 2 * (rows + cols)
+        #: Bandwidth of one edge port (an I/O node's link into an edge router): the link
+        #: bandwidth, as every network link (Elk §6.1); an attribute for what-if studies.
+        self.io_bandwidth = float(hw.link_bandwidth)
+        self._entry_port: np.ndarray | None = None
 
     def position(self, core: int) -> tuple[int, int, int]:
         """``(chip, y, x)`` of a core."""
@@ -346,32 +392,61 @@ class MeshTopology(Topology):
     def core_at(self, chip: int, y: int, x: int) -> int:
         return chip * self.cores_per_chip + y * self.cols + x
 
-    def io_segments(self) -> list[np.ndarray]:
-        """Per I/O node (controllers, then host links): local indices of its edge cores."""
-        edge = perimeter(self.rows, self.cols)
-        segments: list[np.ndarray] = [np.empty(0, np.int64)] * (self.num_controllers + self.num_chips)
+    def io_ports(self) -> list[np.ndarray]:
+        """Per I/O node (controllers, then host links): the edge ports (indices into
+        :func:`edge_ports` of one chip) it is wired to.
+
+        With a multiple of 4 controllers per chip, each side of the mesh is split evenly into
+        contiguous spans, one per controller (4 controllers: one side each), so that every
+        core lies straight across from a port of every controller; otherwise the clockwise
+        port ring is split into equal contiguous spans. A host link reaches every port.
+        """
+        P = self.num_ports
+        ring = np.arange(P)
+        sides = [ring[self.port_side == s] for s in range(4)]
+        ports: list[np.ndarray] = [np.empty(0, np.int64)] * (self.num_controllers + self.num_chips)
         for k in range(self.num_chips):
             ctrls = self.controllers_of_chip(k)
-            for part, h in zip(np.array_split(edge, max(ctrls.size, 1)), ctrls):
-                segments[h] = part if part.size else edge
+            h = ctrls.size
+            if h and h % 4 == 0:
+                spans = [span for side in sides for span in np.array_split(side, h // 4)]
+            else:
+                spans = np.array_split(ring, max(h, 1))
+            for span, c in zip(spans, ctrls):
+                ports[c] = span if span.size else ring
         for k in range(self.num_chips):
-            segments[self.num_controllers + k] = edge  # the host link reaches the whole edge
-        return segments
+            ports[self.num_controllers + k] = ring
+        return ports
+
+    def io_segments(self) -> list[np.ndarray]:
+        """Per I/O node: local indices of the edge cores (routers) its ports attach to."""
+        return [np.unique(self.port_router[p]) for p in self.io_ports()]
+
+    @property
+    def entry_port(self) -> np.ndarray:
+        """``entry_port[j, l]``: the port where I/O node ``j`` injects data for destination
+        local index ``l``: the nearest of its ports straight across from ``l`` (same column on
+        the top/bottom side, same row on the left/right side), else its nearest port."""
+        if self._entry_port is None:
+            cpc, cols = self.cores_per_chip, self.cols
+            ly, lx = np.arange(cpc) // cols, np.arange(cpc) % cols
+            py, px = self.port_router // cols, self.port_router % cols
+            table = np.empty((self.num_controllers + self.num_chips, cpc), np.int64)
+            big = 4 * (self.rows + cols)
+            for j, ports in enumerate(self.io_ports()):
+                dist = np.abs(ly[:, None] - py[ports][None, :]) + np.abs(lx[:, None] - px[ports][None, :])
+                vertical = self.port_side[ports] % 2 == 0  # top, bottom: a column
+                straight = np.where(vertical[None, :], lx[:, None] == px[ports][None, :],
+                                    ly[:, None] == py[ports][None, :])
+                table[j] = ports[np.argmin(dist + big * ~straight, axis=1)]
+            self._entry_port = table
+        return self._entry_port
 
     @property
     def entry(self) -> np.ndarray:
         """``entry[j, l]``: the edge core (local index) where I/O node ``j`` enters the mesh
-        for destination local index ``l`` -- the nearest core of its segment."""
-        if self._entry is None:
-            cpc = self.cores_per_chip
-            ly, lx = np.arange(cpc) // self.cols, np.arange(cpc) % self.cols
-            table = np.empty((self.num_controllers + self.num_chips, cpc), np.int64)
-            for j, seg in enumerate(self.io_segments()):
-                dist = np.abs(ly[:, None] - (seg // self.cols)[None, :]) + np.abs(
-                    lx[:, None] - (seg % self.cols)[None, :])
-                table[j] = seg[np.argmin(dist, axis=1)]
-            self._entry = table
-        return self._entry
+        for destination local index ``l`` (the router of :attr:`entry_port`)."""
+        return self.port_router[self.entry_port]
 
     def routes(self, k: np.ndarray, ys: np.ndarray, xs: np.ndarray, yd: np.ndarray, xd: np.ndarray,
                b: np.ndarray):
@@ -397,6 +472,48 @@ class MeshTopology(Topology):
             else:
                 yield name, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), size
 
+    def tree_routes(self, k: np.ndarray, ys: np.ndarray, xs: np.ndarray, yd: np.ndarray,
+                    xd: np.ndarray, b: np.ndarray, tree: np.ndarray):
+        """XY multicast trees as link-id ranges, in the form of :meth:`routes`.
+
+        Flows with the same ``tree`` id share a root ``(k, ys, xs)`` and carry the same bytes;
+        the packet is replicated at the routers of the union of their XY routes, so each link
+        of that union carries it once: on the root row, east up to the easternmost destination
+        column and west down to the westernmost; on each destination column, south down to its
+        southernmost destination and north up to its northernmost. One X range per tree and
+        one Y range per (tree, destination column): the same difference-array sum as unicast.
+        """
+        t, first, inv = np.unique(tree, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        T = t.size
+        tb = b[first]
+        tk, tys, txs = k[first], ys[first], xs[first]
+        # X leg on the root row: to the extreme destination columns
+        xmax = np.full(T, -1, np.int64)
+        np.maximum.at(xmax, inv, xd)
+        xmin = np.full(T, self.cols, np.int64)
+        np.minimum.at(xmin, inv, xd)
+        east, west = np.maximum(xmax, txs), np.minimum(xmin, txs)
+        # Y legs: one per (tree, destination column), to its extreme destination rows
+        col_key = inv * self.cols + xd
+        c, cfirst, cinv = np.unique(col_key, return_index=True, return_inverse=True)
+        cinv = cinv.reshape(-1)
+        ymax = np.full(c.size, -1, np.int64)
+        np.maximum.at(ymax, cinv, yd)
+        ymin = np.full(c.size, self.rows, np.int64)
+        np.minimum.at(ymin, cinv, yd)
+        ct = inv[cfirst]
+        cys, cx = tys[ct], xd[cfirst]
+        south, north = np.maximum(ymax, cys), np.minimum(ymin, cys)
+        # pseudo-flows: pure X (same row) and pure Y (same column) routes
+        K = np.concatenate([tk, tk, tk[ct], tk[ct]])
+        YS = np.concatenate([tys, tys, cys, cys])
+        XS = np.concatenate([txs, txs, cx, cx])
+        YD = np.concatenate([tys, tys, south, north])
+        XD = np.concatenate([east, west, cx, cx])
+        B = np.concatenate([tb, tb, tb[ct], tb[ct]])
+        yield from self.routes(K, YS, XS, YD, XD, B)
+
     def _phase(self, src: np.ndarray, dst: np.ndarray, b: np.ndarray, w: float,
                group: np.ndarray | None) -> PhaseCost:
         n, cpc, cols = self.num_cores, self.cores_per_chip, self.cols
@@ -405,19 +522,47 @@ class MeshTopology(Topology):
         io = src >= n
         ys = np.where(io, 0, self.core_y[np.minimum(src, n - 1)])
         xs = np.where(io, 0, self.core_x[np.minimum(src, n - 1)])
-        inj_load = 0.0
+        cross = self.node_chip[src] != k
+        port = np.full(src.size, -1, np.int64)  # global port id of an I/O flow
         if io.any():
             j = src[io] - n
-            ent = self.entry[j, dst[io] % cpc]
+            p = self.entry_port[j, dst[io] % cpc]
+            ent = self.port_router[p]
             ys[io], xs[io] = ent // cols, ent % cols
-            inj = np.bincount(j * cpc + ent, weights=b[io]) * w
-            inj_load = float(inj.max())
-        cross = self.node_chip[src] != k
+            port[io] = (j * self.num_chips + k[io]) * self.num_ports + p
+        if group is None:
+            tree = np.arange(src.size)  # unicast: every flow its own route
+            scale = np.ones(src.size)
+        else:
+            # one tree per (data, destination chip, root): the data crosses the chip fabric
+            # once per destination chip and enters the mesh once per edge port it uses
+            root = np.where(io, n + port, src)
+            span = n + (self.num_controllers + self.num_chips) * self.num_chips * self.num_ports
+            g = np.unique(group, return_inverse=True)[1].reshape(-1)
+            key = (g * self.num_chips + k) * span + root
+            _, tree = np.unique(key, return_inverse=True)
+            tree = tree.reshape(-1)
+            scale = np.ones(src.size)
+            if w > 1:
+                # sampled destinations: a tree seen through s of its receivers stands for
+                # w / s trees' worth of load when s < w (a sparse piece), for itself when its
+                # receivers are dense enough that the sample spans the same tree (s >= w)
+                size = np.bincount(tree)
+                scale = np.maximum(1.0, w / size[tree]) / w
+        once = np.zeros(src.size, bool)
+        once[np.unique(tree, return_index=True)[1]] = True
+        inj_load = 0.0
+        if io.any():
+            sel = io & once
+            inj = np.bincount(port[sel], weights=(b * scale)[sel]) * w
+            inj_load = float(inj.max()) * self.hw.link_bandwidth / self.io_bandwidth
         bw = self.hw.link_bandwidth
         link_max = inj_load
-        for _, start, end, weight, size in self.routes(k, ys, xs, yd, xd, b):
+        legs = (self.routes(k, ys, xs, yd, xd, b) if group is None
+                else self.tree_routes(k, ys, xs, yd, xd, b * scale, tree))
+        for _, start, end, weight, size in legs:
             link_max = max(link_max, _range_max(size, start, end, weight) * w)
-        inter_bytes, inter_s = self._inter(b, cross, w)
+        inter_bytes, inter_s = self._inter(b * scale, cross & once, w)
         hops = np.abs(xd - xs) + np.abs(yd - ys) + io + cross
         latency = chunk_latency_seconds(b, self.hw, hops, cross)
         uncontended = float((self._flow_alone(b, cross) + latency).max())
@@ -460,5 +605,5 @@ def make_topology(hw: HardwareSpec) -> Topology:
 
 __all__ = [
     "AllToAllTopology", "MeshTopology", "MulticastPattern", "NO_PHASE", "PhaseCost", "Topology", "link_loads",
-    "make_topology", "mesh_shape", "perimeter",
+    "edge_ports", "make_topology", "mesh_shape", "perimeter",
 ]

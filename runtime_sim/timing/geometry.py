@@ -18,8 +18,8 @@ the bytes of its box that it does not hold itself, from the cores that own them.
 overlap of a box with the grid's blocks is exact (per dimension interval intersections), and
 computed once per *distinct* box: replicas of a sub-tensor (T10 §4.2) need the same bytes, so
 the same (owner, piece) data goes to all of them -- a multicast the all-to-all exchange sends
-once (:meth:`Topology.multicast_phase`). Explicit per-destination flows (for the mesh, which
-has no multicast) are listed on demand; beyond ``max_pairs`` (owner, consumer) pairs a uniform
+once (:meth:`Topology.multicast_phase`). Explicit per-destination flows, numbered by piece
+(for the mesh, which routes each piece as an XY multicast tree) are listed on demand; beyond ``max_pairs`` (owner, consumer) pairs a uniform
 stride sample of the destinations stands for all of them (:meth:`Topology.phase`
 ``sample_weight``).
 """

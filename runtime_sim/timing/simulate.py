@@ -182,10 +182,10 @@ class _Planner:
             rl = relayout(grid, self.boxes(key, layout, t), topo.node_chip, topo.num_chips)
             sampled = [rl.box_weight > 1]
 
-            def flows() -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+            def flows() -> tuple[np.ndarray, np.ndarray, np.ndarray, float, np.ndarray | None]:
                 f = rl.flows()
                 sampled[0] = sampled[0] or f.sample_weight > 1
-                return f.src, f.dst, f.nbytes, f.sample_weight
+                return f.src, f.dst, f.nbytes, f.sample_weight, f.multicast
 
             pattern = MulticastPattern(rl.piece_src, rl.piece_bytes, rl.piece_receivers,
                                        rl.recv_bytes, flows, rl.box_weight)
@@ -206,14 +206,20 @@ class _Planner:
         need = np.zeros(n, np.int64)
         one_chip = np.zeros(topo.num_nodes, np.int64)
         distinct = []
+        flows = []
         for t in inputs:
             box = self.boxes(key, layout, t)
             per_core += box.nbytes
             unique += box.unique_bytes_per_chip(topo.node_chip, hw.num_chips)
             distinct.append(float(box.unique_bytes_per_chip(one_chip, 1).sum()))
             need += layout.partition_bytes(t)
-        src, dst, nbytes = topo.io_flows(kind, cores, per_core)
-        network = topo.phase(src, dst, nbytes)
+            # cores with equal boxes (replicas) need the same bytes: one multicast each
+            rows = np.concatenate([box.lo, box.hi], axis=1)
+            group = (np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1) if rows.shape[1]
+                     else np.zeros(n, np.int64))
+            flows.append(topo.io_flows(kind, cores, box.nbytes, group * len(inputs) + len(flows)))
+        src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
+        network = topo.phase(src, dst, nbytes, multicast=group)
         if kind == "hbm":
             # each chip's unique bytes are striped over its home controllers (Elk §5)
             per_ctrl = np.zeros(hw.hbm_controllers)
