@@ -346,6 +346,11 @@ class OpLayout:
                 sources[(t, a)] = order[np.minimum(pos, self.num_cores - 1)]
         return sources
 
+    def shift_sources(self, t: int, a: str) -> np.ndarray:
+        """For every core, the core it receives tensor ``t``'s partition from when ``t``
+        shifts on ``a`` (each core shifts :meth:`shift_count_per_core` times)."""
+        return self._shift_sources[(t, a)]
+
     def _group_key(self, t: int) -> np.ndarray:
         """A number identifying (sub-tensor, ring) of tensor ``t`` on every core."""
         rings = self._rings[t]
