@@ -7,7 +7,8 @@ executes them). Everything is computed for all cores at once as numpy arrays.
 The construction generalizes T10 §4.2 and §4.4 ("Sub-tensor placement"):
 
 * ``F_op`` splits every axis ``a`` of the operator; core ``c`` runs the sub-operator at grid
-  index ``g[a](c)`` (row-major over the axes). ``S_a`` is the largest temporal factor of any
+  index ``g[a](c)`` (row-major over the axes in the plan's ``core_order``, by default the
+  expression's axis order). ``S_a`` is the largest temporal factor of any
   tensor on ``a``; the padded sub-operator extent is ``xp_a = S_a * ceil(ceil(E_a / F_a) / S_a)``
   and the rotating pace is ``rp_a = xp_a / S_a``: the sub-task length on ``a`` in one step.
 * A tensor ``T`` is shared by the ``P_T`` cores that differ only on axes ``T`` does not have.
@@ -142,14 +143,29 @@ class OpLayout:
                 f"steps {[a for a in self.axes if self.S[a] > 1]}"
             )
         self.steps = int(np.prod([self.S[a] for a in self.loop_axes], dtype=np.int64))
+        self.core_order = tuple(plan.core_order) if plan.core_order else self.axes
+        if sorted(self.core_order) != sorted(self.axes):
+            raise InvalidPlanError(
+                f"core order {list(plan.core_order)} must be a permutation of the axes "
+                f"{list(self.axes)} (or empty)"
+            )
 
     # -- per-core grid ------------------------------------------------------------------
     @cached_property
     def grid(self) -> dict[str, np.ndarray]:
-        """``g[a](c)``: the sub-operator index of core ``c`` on axis ``a``."""
-        shape = [self.F[a] for a in self.axes]
+        """``g[a](c)``: the sub-operator index of core ``c`` on axis ``a``.
+
+        Cores are numbered row-major over the axes in :attr:`core_order` (the plan's
+        ``core_order``, else the expression's axis order), outermost first. This is the one
+        mapping of sub-operators to physical cores: everything that names a core (rings,
+        shift sources, owners, placement grids) derives from it, for the functional device
+        and the timing simulator alike.
+        """
+        order = self.core_order
+        shape = [self.F[a] for a in order]
         idx = np.unravel_index(np.arange(self.num_cores), shape) if shape else ()
-        return {a: np.asarray(i, dtype=np.int64) for a, i in zip(self.axes, idx)}
+        by_axis = {a: np.asarray(i, dtype=np.int64) for a, i in zip(order, idx)}
+        return {a: by_axis[a] for a in self.axes}
 
     def tensor_axes(self, t: int) -> tuple[str, ...]:
         """Top-level axes that index tensor ``t`` (its sub-tensor is chosen by them)."""
@@ -329,6 +345,11 @@ class OpLayout:
                 pos = np.searchsorted(have[order], want)
                 sources[(t, a)] = order[np.minimum(pos, self.num_cores - 1)]
         return sources
+
+    def shift_sources(self, t: int, a: str) -> np.ndarray:
+        """For every core, the core it receives tensor ``t``'s partition from when ``t``
+        shifts on ``a`` (each core shifts :meth:`shift_count_per_core` times)."""
+        return self._shift_sources[(t, a)]
 
     def _group_key(self, t: int) -> np.ndarray:
         """A number identifying (sub-tensor, ring) of tensor ``t`` on every core."""

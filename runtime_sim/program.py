@@ -278,11 +278,18 @@ class ExecutionPlan:
     ``t``-th tensor (inputs then output, as in :attr:`TensorExpr.tensors`) on axis ``a``
     (missing means 1); ``loop_order`` lists the axes that take temporal steps, outermost
     first.
+
+    ``core_order`` maps sub-operators to physical cores (T10 §4.4, Elk §5): the axes of the
+    operator, outermost first, in which the core grid is numbered row-major
+    (:attr:`runtime_sim.layout.OpLayout.grid`). Empty means the expression's own axis order.
+    On a multi-chip system it decides which sub-operators share a chip: with the axes a
+    tensor lacks innermost, the replicas of each of its sub-tensors sit on neighbouring cores.
     """
 
     op_partition: Mapping[str, int]
     temporal: tuple[Mapping[str, int], ...]
     loop_order: tuple[str, ...] = ()
+    core_order: tuple[str, ...] = ()
 
     def F(self, axis: str) -> int:
         return int(self.op_partition.get(axis, 1))
@@ -298,11 +305,14 @@ class ExecutionPlan:
         return n
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "op_partition": {a: int(f) for a, f in self.op_partition.items()},
             "temporal": [{a: int(f) for a, f in t.items() if int(f) != 1} for t in self.temporal],
             "loop_order": list(self.loop_order),
         }
+        if self.core_order:  # only when not the default, so existing programs keep their bytes
+            d["core_order"] = list(self.core_order)
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ExecutionPlan":
@@ -313,6 +323,7 @@ class ExecutionPlan:
                             for a, f in _map(t, "temporal factors").items()}
                            for t in _list(d["temporal"], "temporal")),
             loop_order=tuple(_name(a, "loop axis") for a in _list(d.get("loop_order", ()), "loop_order")),
+            core_order=tuple(_name(a, "core order axis") for a in _list(d.get("core_order", ()), "core_order")),
         )
 
 

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from tvm_icca.testing import exprs as builders
 
 
-def _random_plan(draw, expr, max_cores):
+def _random_plan(draw, expr, max_cores, core_order=False):
     """:func:`tvm_icca.testing.exprs.random_plan` driven by a hypothesis ``data.draw``."""
-    return builders.random_plan(lambda options: draw(st.sampled_from(list(options))), expr, max_cores)
+    return builders.random_plan(lambda options: draw(st.sampled_from(list(options))), expr, max_cores,
+                                core_order)
 
 
 @pytest.fixture(scope="session")

@@ -154,9 +154,65 @@ _SHAPES = {
 def test_random_plans_hold_needed_partitions(exprs, data, kind, cores) -> None:
     """Whatever the valid plan, each core holds at each step the partitions of its chunk."""
     e = _SHAPES[kind](exprs, data.draw)
-    plan = exprs.random_plan(data.draw, e, cores)
+    plan = exprs.random_plan(data.draw, e, cores, core_order=data.draw(st.booleans()))
     layout = OpLayout(e, plan)
     assert layout.num_cores <= cores
     steps, moved = _walk(layout)
     assert steps == layout.steps
     assert moved == layout.shift_bytes()
+    if plan.core_order:  # the same plan in the default numbering: cores renamed, nothing else
+        _check_renumbering(OpLayout(e, ExecutionPlan(plan.op_partition, plan.temporal, plan.loop_order)), layout)
+
+
+def _check_renumbering(default: OpLayout, mapped: OpLayout) -> None:
+    """``mapped`` is ``default`` with its cores renumbered: every per-core quantity agrees
+    once cores are matched by their grid index, and core ids follow the renaming."""
+    axes = default.axes
+    key_d = np.ravel_multi_index([default.grid[a] for a in axes], [default.F[a] for a in axes])
+    key_m = np.ravel_multi_index([mapped.grid[a] for a in axes], [mapped.F[a] for a in axes])
+    assert sorted(key_m.tolist()) == list(range(default.num_cores))
+    perm = np.empty(default.num_cores, np.int64)  # default core -> mapped core
+    perm[key_m] = np.arange(mapped.num_cores)
+    perm = perm[key_d]
+    for a in axes:
+        np.testing.assert_array_equal(mapped.grid[a][perm], default.grid[a])
+        np.testing.assert_array_equal(mapped.offset[a][perm], default.offset[a])
+    for t in range(len(default.expr.tensors)):
+        np.testing.assert_array_equal(mapped.ring_id(t)[perm], default.ring_id(t))
+        np.testing.assert_array_equal(mapped.subtensor_id(t)[perm], default.subtensor_id(t))
+    for counters, advancing in default.counters():
+        for ev_d, ev_m in zip(default.shifts_after(counters, advancing), mapped.shifts_after(counters, advancing)):
+            np.testing.assert_array_equal(ev_m.source[perm], perm[ev_d.source])
+            np.testing.assert_array_equal(ev_m.moving[perm], ev_d.moving)
+    np.testing.assert_array_equal(np.sort(mapped.owners()), np.sort(perm[default.owners()]))
+    np.testing.assert_array_equal(mapped.output_owner_of()[perm], perm[default.output_owner_of()])
+
+
+def test_core_order_permutes_core_ids(exprs) -> None:
+    """The plan's core order numbers the cores: with the batch axis innermost, the two
+    replicas of each weight block are neighbours instead of ``num_cores / 2`` apart."""
+    e = exprs.matmul(8, 6, 12)  # axes m, n, k; the weights B[k, n] lack m (the batch rows)
+    F = {"m": 2, "n": 3, "k": 2}
+    temporal = tuple({} for _ in e.tensors)
+    default = OpLayout(e, ExecutionPlan(F, temporal))
+    order = ("n", "k", "m")
+    mapped = OpLayout(e, ExecutionPlan(F, temporal, (), order))
+    np.testing.assert_array_equal(default.grid["m"], np.repeat([0, 1], 6))
+    np.testing.assert_array_equal(mapped.grid["m"], np.tile([0, 1], 6))
+    np.testing.assert_array_equal(mapped.grid["k"], np.tile(np.repeat([0, 1], 2), 3))
+    weights = 1  # B: cores holding the same sub-tensor
+    for layout, gap in ((default, 6), (mapped, 1)):
+        sub = layout.subtensor_id(weights)
+        for s in np.unique(sub):
+            holders = np.flatnonzero(sub == s)
+            assert holders.size == 2 and holders[1] - holders[0] == gap
+    _check_renumbering(default, mapped)
+    assert "core_order" not in default.plan.to_dict()
+    assert ExecutionPlan.from_dict(mapped.plan.to_dict()) == mapped.plan
+
+
+@pytest.mark.parametrize("order", [("b", "m"), ("b", "m", "n", "k", "k"), ("b", "m", "n", "x")])
+def test_core_order_must_permute_the_axes(exprs, order) -> None:
+    e = exprs.matmul(8, 6, 12, batch=2)
+    with pytest.raises(InvalidPlanError, match="core order"):
+        OpLayout(e, ExecutionPlan({"b": 2}, tuple({} for _ in e.tensors), (), order))

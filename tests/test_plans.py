@@ -85,3 +85,27 @@ def test_default_chip_plans_large_matmul_quickly(exprs):
     planned = plan_operator(exprs.matmul(32, 5120, 15360, "float16"), preset("ipu-mk2"))
     assert planned.layout.num_cores > 1000
     assert planned.memory_bytes_per_core <= preset("ipu-mk2").usable_sram_bytes
+
+
+def test_search_maps_hbm_replicas_onto_one_chip(exprs) -> None:
+    """On a 2-chip system with HBM the search keeps its (chip-unaware) optimum and maps it so
+    that no weight block is read from two chips' HBM: the order with the batch rows innermost
+    is as fast and avoids the duplicate reads. On one chip nothing changes."""
+    from tvm_icca.plans.mapping import mapping_cost
+
+    hw = small_chip(64, 256 * 1024, hbm_bandwidth=1e11, hbm_controllers=2, num_chips=2,
+                    inter_chip_bandwidth=50e9)
+    e = exprs.matmul(32, 512, 512, "float16")
+    planned = plan_operator(e, hw, hbm_inputs=(1,))
+    unmapped = plan_operator(e, hw)
+    assert planned.plan.op_partition["m"] > 1  # the batch rows are split: B has replicas
+    assert planned.plan.core_order  # ... which the default numbering puts on both chips
+    default = OpLayout(e, ExecutionPlan(planned.plan.op_partition, planned.plan.temporal,
+                                        planned.plan.loop_order))
+    before, after = mapping_cost(default, hw, (1,)), mapping_cost(planned.layout, hw, (1,))
+    assert before.hbm_read_bytes == 2 * before.hbm_unique_bytes
+    assert after.hbm_read_bytes == after.hbm_unique_bytes == 512 * 512 * 2
+    assert after.time_s < before.time_s
+    assert planned.time_s == pytest.approx(unmapped.time_s)  # same plan, same time
+    one_chip = small_chip(64, 256 * 1024, hbm_bandwidth=1e11, hbm_controllers=2)
+    assert plan_operator(e, one_chip, hbm_inputs=(1,)).plan.core_order == ()

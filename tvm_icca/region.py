@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import tvm
@@ -59,15 +60,16 @@ class PlanCache:
         self.misses = 0
 
     def plan(self, expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None,
-             budget: int, name: str) -> PlannedOp:
+             budget: int, name: str, hbm_inputs: tuple[int, ...] = ()) -> PlannedOp:
         if cost_model is not None and all(m is not cost_model for m in self._cost_models):
             self._cost_models.append(cost_model)
-        key = (expr.structure_key(), hw, int(budget), None if cost_model is None else id(cost_model))
+        key = (expr.structure_key(), hw, int(budget), None if cost_model is None else id(cost_model),
+               tuple(hbm_inputs))
         planned = self._plans.get(key)
         if planned is None:
             self.misses += 1
             planned = plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget, name=name,
-                                    cache=self.search)
+                                    cache=self.search, hbm_inputs=hbm_inputs)
             self._plans[key] = planned
         else:
             self.hits += 1
@@ -140,6 +142,8 @@ def compile_region(
     plan_cache: PlanCache | None = None,
     execution: str = "t10",
     vgm_region_bytes: int | None = None,
+    hbm_params: Sequence[int] = (),
+    hbm_constants: bool = False,
 ) -> DeviceProgram:
     """Plan every operator of ``func`` and return the region's device program.
 
@@ -147,7 +151,10 @@ def compile_region(
     :class:`PlanCache`); without it every operator is extracted and planned afresh.
     ``execution`` selects the execution model: ``"t10"`` (compute-shift plans, the backend's
     own) or ``"vgm"`` (the load-compute-store baseline on a virtual global memory, T10 §2.2,
-    with ``vgm_region_bytes`` reserved per core).
+    with ``vgm_region_bytes`` reserved per core). ``hbm_params``: positions of the parameters
+    the region reads from HBM (model state on a chip with HBM), and ``hbm_constants`` whether
+    its constants come from there too: the mapping of plans to chips keeps them from being
+    read once per chip (:mod:`.plans.mapping`).
     """
     if execution not in EXECUTION_MODELS:
         raise IccaError(f"unknown execution model '{execution}'; choose one of {EXECUTION_MODELS}")
@@ -155,7 +162,8 @@ def compile_region(
     if execution == "vgm":
         ops = [_plan_vgm(op, hw, vgm_region_bytes) for op in region.ops]
     else:
-        ops = plan_region(region, hw, cost_model, plan_cache)[0]
+        hbm = {region.inputs[i].name for i in hbm_params} | (set(region.constants) if hbm_constants else set())
+        ops = plan_region(region, hw, cost_model, plan_cache, frozenset(hbm))[0]
     return region.program(hw, ops)
 
 
@@ -229,7 +237,7 @@ def _plan_vgm(op: PendingOp, hw: HardwareSpec, region_bytes: int | None) -> OpPr
 
 def plan_region(
     region: RegionOps, hw: HardwareSpec, cost_model: CostModel | None = None,
-    plan_cache: PlanCache | None = None,
+    plan_cache: PlanCache | None = None, hbm_names: frozenset[str] = frozenset(),
 ) -> tuple[list[OpProgram], list[int]]:
     """Plan the operators in order, leaving room for intermediates that stay on chip.
 
@@ -237,7 +245,7 @@ def plan_region(
     run (region outputs until the region ends), so while operator ``i`` runs, every earlier
     output still needed after ``i`` occupies up to one partition per core (see
     :func:`held_bytes`). Its plan gets the SRAM that remains: that budget is returned per
-    operator, with the planned operators.
+    operator, with the planned operators. ``hbm_names``: the region tensors read from HBM.
     """
     ops, budgets, out_bytes = [], [], []
     for i, op in enumerate(region.ops):
@@ -247,11 +255,12 @@ def plan_region(
                 f"operator '{op.name}': intermediates of its region already fill the "
                 f"{hw.usable_sram_bytes} bytes per core of '{hw.name}'"
             )
+        hbm = tuple(t for t, n in enumerate(op.input_names) if n in hbm_names)
         if plan_cache is not None:
-            planned = plan_cache.plan(op.expr, hw, cost_model, budget, op.name)
+            planned = plan_cache.plan(op.expr, hw, cost_model, budget, op.name, hbm)
         else:
             planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget,
-                                    name=op.name)
+                                    name=op.name, hbm_inputs=hbm)
         out_bytes.append(planned.layout.partition_bytes(len(op.expr.tensors) - 1))
         ops.append(OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
                              planned.time_s))

@@ -267,10 +267,15 @@ def _compile_each(order: Sequence[str], regions, hw: HardwareSpec, cache: PlanCa
     """Every region planned on its own (operators get the SRAM the region leaves them)."""
     compiled: dict[str, DeviceProgram] = {}
     programs: list[DeviceProgram] = []
+    hbm: dict[str, set[int]] = {}  # parameters read from HBM in some call of the region
+    for region, row in zip(order, sources):
+        hbm.setdefault(region, set()).update(i for i, s in enumerate(row) if s == "hbm")
     for region in _progress(list(dict.fromkeys(order)), progress):
         with _region_errors(region, hw):
             compiled[region] = compile_region(regions[region], region, hw, plan_cache=cache,
-                                              execution=execution, vgm_region_bytes=region_bytes)
+                                              execution=execution, vgm_region_bytes=region_bytes,
+                                              hbm_params=sorted(hbm[region]),
+                                              hbm_constants=constant_source == "hbm")
     for region, row in zip(order, sources):
         programs.append(_with_sources(compiled[region], row, constant_source))
     return programs

@@ -23,7 +23,7 @@ import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from .bounds import memory_lower_bound
 from .cache import PlanSearchCache, cache_or_new
 from .cost import AnalyticCostModel, CostModel, PlanCost
 from .filters import PlanFilters
+from .mapping import choose_core_order
 from .partitions import plans_for
 from .scoring import (  # noqa: F401  (CHUNK_PLANS, candidate_partitions: public here too)
     CHUNK_PLANS,
@@ -172,6 +173,7 @@ def plan_operator(
     budget_bytes: int | None = None,
     name: str | None = None,
     cache: PlanSearchCache | None = None,
+    hbm_inputs: Sequence[int] = (),
 ) -> PlannedOp:
     """Fastest plan of ``expr`` whose per-core footprint fits ``budget_bytes``.
 
@@ -183,13 +185,17 @@ def plan_operator(
     space is not exhaustively scored with it). Raises :class:`PlanNotFoundError` naming the
     operator, the smallest footprint and the budget when nothing fits. ``cache`` (owned by
     the caller, e.g. the compiler's plan cache) memoizes structures, assignments and, for the
-    default model, the result.
+    default model, the result. On a multi-chip system the plan's mapping to physical cores
+    (``core_order``) is then chosen by :func:`.mapping.choose_core_order`, which keeps the
+    replicas of the ``hbm_inputs`` (indices in ``expr.inputs``) on one chip where that is
+    cheaper.
     """
     budget = hw.usable_sram_bytes if budget_bytes is None else int(budget_bytes)
     label = name or expr.kind
     _check_fits_chip(expr, hw, budget, label)
     default = cost_model is None or type(cost_model) is AnalyticCostModel
-    key = (expr.structure_key(), hw, budget) if default and cache is not None else None
+    hbm_inputs = tuple(sorted(int(t) for t in hbm_inputs))
+    key = (expr.structure_key(), hw, budget, hbm_inputs) if default and cache is not None else None
     if key is not None:
         hit = cache.planned(key)
         if hit is not None:  # same structure: this operator's tensor names
@@ -202,12 +208,15 @@ def plan_operator(
         best = best_plan(structure, model, budget, hw.num_cores, cache=cache)
         if best is None:
             _raise_nothing_fits(structure, hw, budget, label, cache)
-        plan = best.plan(0)
+        plan = choose_core_order(expr, best.plan(0), hw, hbm_inputs)
         layout = OpLayout(expr, plan)
         cost = (cost_model or AnalyticCostModel())(layout, hw) if default else _batch_cost(model, best)
         result = PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
     else:
         result = _rerank(structure, hw, cost_model, budget, label, cache)
+        plan = choose_core_order(expr, result.plan, hw, hbm_inputs)
+        if plan != result.plan:
+            result = dataclasses.replace(result, plan=plan, layout=OpLayout(expr, plan))
     if key is not None:
         cache.remember(key, result)
     return result

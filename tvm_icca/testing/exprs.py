@@ -135,13 +135,15 @@ def matmul_bias_relu(M: int, K: int, N: int, dtype: str = "float32") -> TensorEx
                       epilogue=epi, epilogue_inputs=(2,))
 
 
-def random_plan(choose: Callable[[Sequence], Any], expr: TensorExpr, max_cores: int) -> ExecutionPlan:
+def random_plan(choose: Callable[[Sequence], Any], expr: TensorExpr, max_cores: int,
+                core_order: bool = False) -> ExecutionPlan:
     """A random *valid* plan of ``expr`` on at most ``max_cores`` cores.
 
     ``choose(options)`` picks one element of a non-empty sequence (a hypothesis draw in tests,
     a numpy generator when profiling). F_op is drawn axis by axis within the core budget; each
     tensor then gets temporal factors on its rotatable axes whose product divides the cores
-    sharing its sub-tensors (T10 §4.2); a loop order is drawn too. Candidates that break
+    sharing its sub-tensors (T10 §4.2); a loop order is drawn too, and with ``core_order`` a
+    permutation of the axes that numbers the cores (the mapping to physical cores). Candidates that break
     another T10 rule fall back to the same F_op without rotation, which is always valid.
     """
     pinned = pinned_axes(expr)
@@ -173,11 +175,15 @@ def random_plan(choose: Callable[[Sequence], Any], expr: TensorExpr, max_cores: 
     order = []
     while stepping:
         order.append(stepping.pop(stepping.index(choose(stepping))))
-    plan = ExecutionPlan(F, tuple(temporal), tuple(order))
+    cores: tuple[str, ...] = ()
+    if core_order:  # a random mapping of the core grid too (ExecutionPlan.core_order)
+        left = list(expr.axis_names)
+        cores = tuple(left.pop(left.index(choose(left))) for _ in range(len(left)))
+    plan = ExecutionPlan(F, tuple(temporal), tuple(order), cores)
     try:
         OpLayout(expr, plan).validate()
         return plan
     except InvalidPlanError:
-        plan = ExecutionPlan(F, tuple({} for _ in range(n)))
+        plan = ExecutionPlan(F, tuple({} for _ in range(n)), (), cores)
         OpLayout(expr, plan).validate()
         return plan
