@@ -131,6 +131,62 @@ def local_splits(expr: TensorExpr) -> dict[str, str]:
     return {l: a for l, a in follow.items() if a not in blocked}
 
 
+def reduce_key(node: dict, follow: Mapping[str, str]) -> str:
+    """One key for reductions that compute the same statistic under other local axis names
+    (softmax's two row maxima, layer norm's two means): split local axes renamed to the
+    axis they follow."""
+    def rename(n: dict) -> dict:
+        out = dict(n)
+        if n["op"] == "reduce":
+            out["axes"] = sorted(follow.get(a, a) for a in n["axes"])
+        if n["op"] == "load":
+            out["index"] = [
+                {**i, "terms": [[follow.get(a, a), c] for a, c in i.get("terms", ())]}
+                for i in n["index"]
+            ]
+        if "args" in n:
+            out["args"] = [rename(a) for a in n["args"]]
+        return out
+
+    return json.dumps(rename(node), sort_keys=True)
+
+
+def split_reductions(expr: TensorExpr, follow: Mapping[str, str]) -> dict[str, tuple[int, frozenset]]:
+    """The distinct reductions of the body over the split local axes ``follow``:
+    :func:`reduce_key` -> (level, top-level axes the statistic depends on).
+
+    Level 1 statistics need no other combined statistic; a level ``n`` one (the variance
+    around a combined mean, softmax's sum of exp around the combined max) waits for level
+    ``n - 1``: the combine steps of one operator are its levels, one after another.
+    """
+    found: dict[str, tuple[int, frozenset]] = {}
+    local = {a.name for a in expr.local_axes}
+
+    def visit(node: dict) -> tuple[set, int]:
+        op = node["op"]
+        if op == "load":
+            return {a for i in load_index(node) for a in i.axes}, 0
+        if op == "axis":
+            return {node["axis"]}, 0
+        free, level = set(), 0
+        for arg in node.get("args", ()):
+            f, lv = visit(arg)
+            free |= f
+            level = max(level, lv)
+        if op == "reduce":
+            free -= set(node["axes"])
+            if set(node["axes"]) & set(follow):
+                level += 1
+                key = reduce_key(node, follow)
+                old = found.get(key, (0, frozenset()))
+                found[key] = (max(old[0], level), frozenset(free - local))
+        return free, level
+
+    if follow:
+        visit(expr.body)
+    return found
+
+
 def padding_safe_reduce(expr: TensorExpr) -> bool:
     """True when zero-padded inputs add nothing to the reduced sum.
 
@@ -464,59 +520,18 @@ class OpLayout:
     @cached_property
     def split_reduces(self) -> dict[str, tuple[int, int]]:
         """The distinct reductions over split core-local axes of the body, each combined once
-        per step: canonical key -> (level, statistic elements per core).
-
-        Level 1 reductions need no other combined statistic; a level ``n`` one (the variance
-        around a combined mean, softmax's sum of exp around the combined max) waits for
-        level ``n - 1``. The statistic of a reduction has one element per point of the
-        top-level axes it depends on (the rows of this core's chunk).
-        """
+        per step (:func:`split_reductions`): key -> (level, statistic elements per core, the
+        product of this core's chunk lengths over the top-level axes it depends on)."""
         if not self.local_follow:
             return {}
-        found: dict[str, tuple[int, int]] = {}
-        local = set(self.local_extent)
-
-        def visit(node: dict) -> tuple[set, int]:
-            op = node["op"]
-            if op == "load":
-                return {a for i in load_index(node) for a in i.axes}, 0
-            if op == "axis":
-                return {node["axis"]}, 0
-            free, level = set(), 0
-            for arg in node.get("args", ()):
-                f, lv = visit(arg)
-                free |= f
-                level = max(level, lv)
-            if op == "reduce":
-                free -= set(node["axes"])
-                if set(node["axes"]) & set(self.local_follow):
-                    level += 1
-                    elems = int(np.prod([self.rp[a] for a in free - local], dtype=np.int64))
-                    key = self.reduce_key(node)
-                    old = found.get(key, (0, 0))
-                    found[key] = (max(old[0], level), elems)
-            return free, level
-
-        visit(self.expr.body)
-        return found
+        return {
+            key: (level, int(np.prod([self.rp[a] for a in free], dtype=np.int64)))
+            for key, (level, free) in split_reductions(self.expr, self.local_follow).items()
+        }
 
     def reduce_key(self, node: dict) -> str:
-        """One key for reductions that compute the same statistic under other local axis
-        names (softmax's two row maxima, layer norm's two means)."""
-        def rename(n: dict) -> dict:
-            out = dict(n)
-            if n["op"] == "reduce":
-                out["axes"] = sorted(self.local_follow.get(a, a) for a in n["axes"])
-            if n["op"] == "load":
-                out["index"] = [
-                    {**i, "terms": [[self.local_follow.get(a, a), c] for a, c in i.get("terms", ())]}
-                    for i in n["index"]
-                ]
-            if "args" in n:
-                out["args"] = [rename(a) for a in n["args"]]
-            return out
-
-        return json.dumps(rename(node), sort_keys=True)
+        """:func:`reduce_key` under this plan's split axes."""
+        return reduce_key(node, self.local_follow)
 
     def combine_levels(self) -> list[int]:
         """Statistic elements per core combined at each level (level 1 first)."""

@@ -847,7 +847,10 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
         from .layout import local_splits  # the layout contract builds on this module
 
         if "follow" not in memo:
-            memo["follow"] = local_splits(expr) if isinstance(plan, ExecutionPlan) else {}
+            try:
+                memo["follow"] = local_splits(expr) if isinstance(plan, ExecutionPlan) else {}
+            except (TypeError, KeyError, ValueError, AttributeError, DeviceProgramError):
+                memo["follow"] = {}  # a malformed tree: refused by the checks that follow
         return memo["follow"]
 
     memo: dict[str, dict[str, str]] = {}
