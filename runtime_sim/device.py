@@ -41,7 +41,7 @@ from .errors import (
 )
 from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
-from .layout import OpLayout, ShiftEvent, checked_layout
+from .layout import STAT_BYTES, OpLayout, ShiftEvent, checked_layout
 from .lifetimes import last_reads, outlives, released
 from .program import AffineIndex, DeviceProgram, VgmPlan, dtype_bytes, load_index
 from .vgm_exec import VgmRegion
@@ -246,7 +246,8 @@ class SimulatedDevice:
         def axis_value(axis: str) -> np.ndarray:
             return layout.chunk_index(AffineIndex.of_axis(axis), q, order)
 
-        ev = ExprEvaluator(order, lengths, load, axis_value)
+        ev = ExprEvaluator(order, lengths, load, axis_value,
+                           combine=self._combiner(alloc) if layout.local_follow else None)
         if expr.reduce_axes:
             value = ev.evaluate_sum(expr.body, expr.reduce_axes)
         else:
@@ -264,6 +265,36 @@ class SimulatedDevice:
         # every (core, position) appears once in a chunk, so buffered += is exact
         alloc.buffers[out][(core, *locs)] += value
         alloc.steps += 1
+
+    def _combiner(self, alloc: _Allocation):
+        """Combine partial statistics of split core-local reductions across the cores that
+        share rows (:meth:`OpLayout.combine_groups`): an all-reduce per distinct statistic and
+        step, counted as ``2 (G - 1)`` float32 messages per group (reduce, then broadcast)."""
+        layout = alloc.layout
+        split = set(layout.local_follow)
+        groups = layout.combine_groups
+        order = np.argsort(groups, kind="stable")
+        heads = np.flatnonzero(np.r_[True, groups[order][1:] != groups[order][:-1]])
+        member = np.repeat(np.arange(heads.size), np.diff(np.r_[heads, groups.size]))
+        back = np.empty_like(order)
+        back[order] = member  # core -> index of its group's combined value
+        G = layout.combine_size
+        ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+        seen: set[str] = set()
+
+        def combine(node: dict, partial: np.ndarray) -> np.ndarray:
+            if not set(node["axes"]) & split:
+                return partial
+            partial = np.broadcast_to(partial, (layout.num_cores,) + partial.shape[1:])
+            total = ufunc[node.get("combiner", "sum")].reduceat(partial[order], heads, axis=0)
+            key = layout.reduce_key(node)
+            if key not in seen:  # the same statistic under other axis names is combined once
+                seen.add(key)
+                elems = int(np.prod(partial.shape[1:], dtype=np.int64))
+                alloc.reduction_bytes += heads.size * 2 * (G - 1) * elems * STAT_BYTES
+            return total[back]
+
+        return combine
 
     # -- T10 §4.4: shift ----------------------------------------------------------------
     def shift(self, op_name: str, event: ShiftEvent) -> int:

@@ -29,6 +29,9 @@ COMPUTE_DTYPE = np.float32
 
 LoadFn = Callable[[Expr], np.ndarray]
 AxisValueFn = Callable[[str], np.ndarray]
+#: ``combine(node, partial)``: the value of a ``reduce`` node once the partial statistics of the
+#: cores sharing its rows are combined (split core-local axes; identity otherwise)
+CombineFn = Callable[[Expr, np.ndarray], np.ndarray]
 
 _LETTERS = string.ascii_letters  # einsum subscripts: one per value dimension (cores first)
 
@@ -130,7 +133,8 @@ class ExprEvaluator:
     ``load(node)`` returns the gathered operand of a ``load`` node in that layout (the device
     reads it from each core's own buffers); ``axis_value(name)`` returns the global index of
     an axis (for ``{"op": "axis"}`` nodes); ``result`` is the value of ``{"op": "result"}``
-    in an epilogue.
+    in an epilogue; ``combine(node, partial)`` (optional) completes a reduction whose axes
+    are split across cores (:meth:`runtime_sim.layout.OpLayout.combine_groups`).
     """
 
     def __init__(
@@ -140,6 +144,7 @@ class ExprEvaluator:
         load: LoadFn,
         axis_value: AxisValueFn | None = None,
         result: np.ndarray | None = None,
+        combine: CombineFn | None = None,
     ):
         if len(axis_order) != len(lengths):
             raise ValueError("axis_order and lengths differ in length")
@@ -150,6 +155,7 @@ class ExprEvaluator:
         self._load = load
         self._axis_value = axis_value
         self._result = result
+        self._combine = combine
         self._ndim = len(self.axis_order) + 1
         self._loads: dict[str, np.ndarray] = {}  # same load site read twice is gathered once
 
@@ -216,10 +222,13 @@ class ExprEvaluator:
             if combiner == "sum":
                 factors = _mul_factors(args[0])
                 if len(factors) >= 2:  # contract, do not materialize the product
-                    return self._einsum_sum([self._as_float(self._eval(f)) for f in factors], dims)
-                return self._sum(self._as_float(self._eval(args[0])), dims)
-            value = self._as_float(self._eval(args[0]))
-            return _REDUCERS[combiner](value, axis=tuple(dims), keepdims=True)
+                    value = self._einsum_sum([self._as_float(self._eval(f)) for f in factors], dims)
+                else:
+                    value = self._sum(self._as_float(self._eval(args[0])), dims)
+            else:
+                value = _REDUCERS[combiner](self._as_float(self._eval(args[0])), axis=tuple(dims),
+                                            keepdims=True)
+            return value if self._combine is None else self._combine(node, value)
         raise DeviceProgramError(f"unknown expression op '{op}'")
 
     def _dim(self, axis: str) -> int:

@@ -28,6 +28,7 @@ The construction generalizes T10 §4.2 and §4.4 ("Sub-tensor placement"):
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -46,7 +47,12 @@ from .program import (
     dtype_bytes,
     expr_loads,
     load_index,
+    walk_expr,
 )
+
+
+#: bytes of one partial statistic combined across cores (computed in float32, COMPUTE_DTYPE)
+STAT_BYTES = 4
 
 
 def padded_extent(extent: int, parts: int, steps: int) -> int:
@@ -75,6 +81,111 @@ def pinned_axes(expr: TensorExpr) -> set[str]:
             if (t, d) in whole_dims:
                 pinned.update(a for a in i.axes if a not in local)
     return pinned
+
+
+def local_splits(expr: TensorExpr) -> dict[str, str]:
+    """Core-local axes a plan may split across cores: local axis -> the pinned axis it follows.
+
+    A wide reduction (a layer-norm or RMS-norm statistic, a softmax row) reads a dimension
+    that a top-level axis ``a`` also indexes (``X[i, j]`` and ``sum_k X[i, k]``). Splitting
+    ``a`` in ``F_a`` parts splits every local axis that follows it the same way: the core
+    at grid index ``g_a`` holds positions ``[g_a * E_a / F_a, (g_a + 1) * E_a / F_a)`` of the
+    row, its reductions over those axes give partial statistics, and the cores sharing a
+    row combine them (:meth:`OpLayout.combine_groups`, sum / max / min across the group) before
+    the rest of the expression uses them. A local axis follows ``a`` when every dimension
+    it indexes is indexed, at every access, by itself or by ``a`` alone (plain indices,
+    same extent). The axis ``a`` may then be split (F_a dividing its extent, no rotation on
+    it) only when every local axis sharing a dimension with it follows it; operators with a
+    top-level reduction or with local axes in the epilogue are never split this way.
+    """
+    local = {a.name: a.extent for a in expr.local_axes}
+    if not local or expr.reduce_axes:
+        return {}
+    extent = {a.name: a.extent for a in expr.axes}
+    accesses: list[tuple[int, tuple[AffineIndex, ...]]] = []
+    for node in expr_loads(expr.body) + expr_loads(expr.epilogue):
+        accesses.append((int(node["input"]), load_index(node)))
+    for t, access in enumerate(expr.tensors[:-1]):
+        accesses.append((t, access.indices))
+    accesses.append((-1, expr.output.indices))
+    epilogue_axes = {n["axis"] for n in walk_expr(expr.epilogue)} if expr.epilogue else set()
+    for node in expr_loads(expr.epilogue):
+        epilogue_axes.update(a for i in load_index(node) for a in i.axes)
+    users: dict[tuple[int, int], set[str]] = {}  # (tensor, dim) -> axes indexing it
+    bad: set[str] = epilogue_axes & set(local)  # in a compound index, or local in the epilogue
+    for t, idx in accesses:
+        for d, i in enumerate(idx):
+            users.setdefault((t, d), set()).update(i.axes)
+            if not i.is_simple:
+                bad.update(i.axes)
+    follow: dict[str, str] = {}
+    for name, n in local.items():
+        tops = {a for users_d in users.values() if name in users_d for a in users_d if a not in local}
+        if name in bad or len(tops) != 1:
+            continue
+        (a,) = tops
+        if a not in bad and extent[a] == n:
+            follow[name] = a
+    # a pinned axis splits only if every local axis reading one of its dimensions follows it
+    blocked = {a for users_d in users.values() if users_d & set(local)
+               for a in users_d if a not in local and any(follow.get(b) != a for b in users_d & set(local))}
+    return {l: a for l, a in follow.items() if a not in blocked}
+
+
+def reduce_key(node: dict, follow: Mapping[str, str]) -> str:
+    """One key for reductions that compute the same statistic under other local axis names
+    (softmax's two row maxima, layer norm's two means): split local axes renamed to the
+    axis they follow."""
+    def rename(n: dict) -> dict:
+        out = dict(n)
+        if n["op"] == "reduce":
+            out["axes"] = sorted(follow.get(a, a) for a in n["axes"])
+        if n["op"] == "load":
+            out["index"] = [
+                {**i, "terms": [[follow.get(a, a), c] for a, c in i.get("terms", ())]}
+                for i in n["index"]
+            ]
+        if "args" in n:
+            out["args"] = [rename(a) for a in n["args"]]
+        return out
+
+    return json.dumps(rename(node), sort_keys=True)
+
+
+def split_reductions(expr: TensorExpr, follow: Mapping[str, str]) -> dict[str, tuple[int, frozenset]]:
+    """The distinct reductions of the body over the split local axes ``follow``:
+    :func:`reduce_key` -> (level, top-level axes the statistic depends on).
+
+    Level 1 statistics need no other combined statistic; a level ``n`` one (the variance
+    around a combined mean, softmax's sum of exp around the combined max) waits for level
+    ``n - 1``: the combine steps of one operator are its levels, one after another.
+    """
+    found: dict[str, tuple[int, frozenset]] = {}
+    local = {a.name for a in expr.local_axes}
+
+    def visit(node: dict) -> tuple[set, int]:
+        op = node["op"]
+        if op == "load":
+            return {a for i in load_index(node) for a in i.axes}, 0
+        if op == "axis":
+            return {node["axis"]}, 0
+        free, level = set(), 0
+        for arg in node.get("args", ()):
+            f, lv = visit(arg)
+            free |= f
+            level = max(level, lv)
+        if op == "reduce":
+            free -= set(node["axes"])
+            if set(node["axes"]) & set(follow):
+                level += 1
+                key = reduce_key(node, follow)
+                old = found.get(key, (0, frozenset()))
+                found[key] = (max(old[0], level), frozenset(free - local))
+        return free, level
+
+    if follow:
+        visit(expr.body)
+    return found
 
 
 def padding_safe_reduce(expr: TensorExpr) -> bool:
@@ -133,7 +244,15 @@ class OpLayout:
         self.xp = {a: padded_extent(self.extent[a], self.F[a], self.S[a]) for a in self.axes}
         self.rp = {a: self.xp[a] // self.S[a] for a in self.axes}
         self.num_cores = int(np.prod([self.F[a] for a in self.axes], dtype=np.int64))
-        self.local_extent = {a.name: a.extent for a in expr.local_axes}
+        #: split core-local axes (:func:`local_splits`) -> the axis whose grid they follow
+        self.local_follow = {
+            l: a for l, a in local_splits(expr).items() if self.F[a] > 1
+        } if expr.local_axes else {}
+        #: per-core length of each core-local axis (its share of the row when split)
+        self.local_extent = {
+            a.name: (self.xp[self.local_follow[a.name]] if a.name in self.local_follow else a.extent)
+            for a in expr.local_axes
+        }
         self.loop_axes = tuple(plan.loop_order) if plan.loop_order else tuple(
             a for a in self.axes if self.S[a] > 1
         )
@@ -245,6 +364,8 @@ class OpLayout:
     def _dim_length(self, t: int, d: int, idx: AffineIndex) -> int:
         access = self.expr.tensors[t]
         if any(a in self.local_extent for a in idx.axes):
+            if idx.is_simple and idx.terms[0][0] in self.local_follow:
+                return self.local_extent[idx.terms[0][0]]
             return access.shape[d]
         if not idx.terms:
             return 1
@@ -267,7 +388,11 @@ class OpLayout:
         starts = []
         for d, idx in enumerate(access.indices):
             if any(a in self.local_extent for a in idx.axes):
-                starts.append(np.zeros(self.num_cores, np.int64))
+                if idx.is_simple and idx.terms[0][0] in self.local_follow:
+                    a = self.local_follow[idx.terms[0][0]]
+                    starts.append(self.grid[a] * self.xp[a])
+                else:
+                    starts.append(np.zeros(self.num_cores, np.int64))
             elif idx.is_simple:
                 a = idx.terms[0][0]
                 length = self.xp[a] // self.plan.ft(t, a)
@@ -299,6 +424,9 @@ class OpLayout:
                 values = np.arange(self.local_extent[a], dtype=np.int64)
                 view[pos + 1] = values.size
                 out = out + c * values.reshape(view)
+                if a in self.local_follow:  # this core's share of a split row
+                    f = self.local_follow[a]
+                    out = out + c * (self.grid[f] * self.xp[f]).reshape([-1] + [1] * len(axis_order))
             else:
                 base = self.grid[a] * self.xp[a] + q[a] * self.rp[a]
                 view[pos + 1] = self.rp[a]
@@ -389,9 +517,60 @@ class OpLayout:
         return total
 
     def reduction_bytes(self) -> int:
-        """Bytes sent to sum output replicas into ring 0 after the last step."""
+        """Bytes sent to sum output replicas into ring 0 after the last step, plus those that
+        combine the partial statistics of split core-local reductions (:meth:`combine_bytes`)."""
         out = len(self.expr.tensors) - 1
-        return self.num_cores // self.replicas(out) * (self.replicas(out) - 1) * self.partition_bytes(out)
+        replica = self.num_cores // self.replicas(out) * (self.replicas(out) - 1) * self.partition_bytes(out)
+        return replica + self.combine_bytes()
+
+    # -- split core-local reductions (local_splits) ----------------------------------------
+    @cached_property
+    def combine_groups(self) -> np.ndarray:
+        """For every core, the number of its combine group: the cores that hold parts of
+        the same rows (they differ only on the axes split core-local axes follow)."""
+        rows = set(self.local_follow.values())
+        keep = [a for a in self.axes if a not in rows]
+        return _ravel([self.grid[a] for a in keep], [self.F[a] for a in keep], self.num_cores)
+
+    @property
+    def combine_size(self) -> int:
+        """Cores per combine group (1 when no core-local axis is split)."""
+        rows = set(self.local_follow.values())
+        return int(np.prod([self.F[a] for a in rows], dtype=np.int64))
+
+    @cached_property
+    def split_reduces(self) -> dict[str, tuple[int, int]]:
+        """The distinct reductions over split core-local axes of the body, each combined once
+        per step (:func:`split_reductions`): key -> (level, statistic elements per core, the
+        product of this core's chunk lengths over the top-level axes it depends on)."""
+        if not self.local_follow:
+            return {}
+        return {
+            key: (level, int(np.prod([self.rp[a] for a in free], dtype=np.int64)))
+            for key, (level, free) in split_reductions(self.expr, self.local_follow).items()
+        }
+
+    def reduce_key(self, node: dict) -> str:
+        """:func:`reduce_key` under this plan's split axes."""
+        return reduce_key(node, self.local_follow)
+
+    def combine_levels(self) -> list[int]:
+        """Statistic elements per core combined at each level (level 1 first)."""
+        levels: dict[int, int] = {}
+        for level, elems in self.split_reduces.values():
+            levels[level] = levels.get(level, 0) + elems
+        return [levels[k] for k in sorted(levels)]
+
+    def combine_bytes(self) -> int:
+        """Closed form: bytes sent to combine partial statistics over all steps. Each level
+        is an all-reduce of float32 statistics in every group of ``G`` cores: a reduction to
+        the group's first core and a broadcast back, ``2 (G - 1)`` messages per group."""
+        G = self.combine_size
+        if G <= 1:
+            return 0
+        groups = self.num_cores // G
+        elems = sum(self.combine_levels())
+        return self.steps * groups * 2 * (G - 1) * elems * STAT_BYTES
 
     def owners(self) -> np.ndarray:
         """Cores whose output partition is final (ring 0 of the output)."""
@@ -419,9 +598,14 @@ class OpLayout:
         """Raise :class:`InvalidPlanError` unless the plan obeys every T10 rule (§4.2)."""
         expr = self.expr
         pinned = pinned_axes(expr)
+        rows = set(local_splits(expr).values()) if any(self.F[a] > 1 for a in pinned) else set()
         for a in pinned:
-            if self.F[a] != 1 or self.S[a] != 1:
+            if self.S[a] != 1 or (self.F[a] != 1 and a not in rows):
                 raise InvalidPlanError(f"axis '{a}' shares a dimension with a core-local axis and cannot be split")
+            if self.extent[a] % self.F[a]:
+                raise InvalidPlanError(
+                    f"axis '{a}' splits core-local reductions: F_op[{a}]={self.F[a]} must divide {self.extent[a]}"
+                )
         if not padding_safe_reduce(expr):
             for a in expr.reduce_axes:
                 if self.F[a] * self.xp[a] != self.extent[a]:

@@ -16,6 +16,13 @@ the timing simulator), so it depends on :class:`~runtime_sim.hardware.HardwareSp
   pipelined chain of shift-buffer chunks, ``n + R - 2`` stages for ``n`` chunks, whose first
   chunk needs ``R - 2`` extra hops to reach ring 0.
 
+* Partial statistics of a core-local reduction split across ``G`` cores (a norm's sum of
+  squares, softmax's max and sum of exp; :func:`runtime_sim.layout.local_splits`) are
+  all-reduced per level: a binomial tree to the group's first core, ``ceil(log2 G)`` rounds
+  each one transfer, one vector add and one synchronization, then the same tree back (a
+  broadcast, transfer and synchronization per round) (:func:`split_combine_seconds`).
+  Statistics are a few bytes per row, so the tree, not the chain, is the schedule.
+
 Every function takes scalars or numpy arrays (scalars in, Python floats out).
 """
 
@@ -122,3 +129,25 @@ def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw:
     tree = np.asarray(s.tree_rounds) * (one + s.add_s + s.sync_s)
     chain = one + s.chain_fill_s + s.chain_add_s + s.sync_s
     return _out(np.where(R > 1, np.minimum(tree, chain), 0.0))
+
+
+def combine_rounds(group):
+    """Tree rounds of one reduction (and of one broadcast) among ``group`` cores."""
+    return _out(np.ceil(np.log2(np.maximum(np.asarray(group, np.float64), 1.0))))
+
+
+def split_combine_seconds(group, level_elements, hw: HardwareSpec, stat_bytes: int = 4):
+    """Time of all-reducing partial statistics among ``group`` cores, level after level
+    (``level_elements``: a sequence of statistic elements per core, one per level, scalars or
+    arrays), every transfer costed alone on its link; 0 where ``group <= 1``."""
+    G = np.asarray(group, np.float64)
+    rounds = np.asarray(combine_rounds(G))
+    sync = hw.sync_cycles / hw.clock_hz
+    total = np.zeros(np.broadcast(G, *[np.asarray(e) for e in level_elements]).shape) if level_elements \
+        else np.zeros_like(G)
+    for elems in level_elements:
+        e = np.asarray(elems, np.float64)
+        one = np.asarray(link_transfer_seconds(e * stat_bytes, hw))
+        add = e / hw.vector_flops_per_cycle / hw.clock_hz
+        total = total + rounds * (2 * (one + sync) + add)
+    return _out(np.where(G > 1, total, 0.0))

@@ -866,6 +866,19 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
             return plan.F(a) == 1 and all(plan.ft(s, a) == 1 for s in range(len(plan.temporal)))
         return plan.tile(ix.terms[0][0], extents[ix.terms[0][0]]) >= extents[ix.terms[0][0]]
 
+    def follows() -> dict[str, str]:
+        # pylint: disable=import-outside-toplevel
+        from .layout import local_splits  # the layout contract builds on this module
+
+        if "follow" not in memo:
+            try:
+                memo["follow"] = local_splits(expr) if isinstance(plan, ExecutionPlan) else {}
+            except (TypeError, KeyError, ValueError, AttributeError, DeviceProgramError):
+                memo["follow"] = {}  # a malformed tree: refused by the checks that follow
+        return memo["follow"]
+
+    memo: dict[str, dict[str, str]] = {}
+
     def check_load(node: Mapping[str, Any], what: str, axes: Mapping[str, Any] | set,
                    bound: frozenset, epilogue: bool) -> None:
         t = node.get("input")
@@ -894,6 +907,9 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
                 raise bad(f"{where_}: core-local axis '{unbound[0]}' is used outside a reduce over it")
             if parsed == acc.indices[d]:
                 continue
+            if parsed.is_simple and acc.indices[d].is_simple and \
+                    follows().get(parsed.terms[0][0]) == acc.indices[d].terms[0][0]:
+                continue  # a core-local axis split with the placing axis: this core's share
             # any other read: core-local axes only, inside the tensor, on a dimension every
             # core holds whole (what the device can serve from its own buffer)
             if any(a not in local for a in parsed.axes) or not whole(t, d):

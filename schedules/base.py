@@ -21,6 +21,15 @@ from runtime_sim.program import Expr, TensorExpr, walk_expr
 _FREE_NODES = ("load", "const", "axis", "result", "cast")
 
 
+def _follow(expr: TensorExpr) -> dict[str, str]:
+    """:func:`runtime_sim.layout.local_splits` (imported here: runtime_sim imports schedules)."""
+    if not expr.local_axes:
+        return {}
+    from runtime_sim.layout import local_splits  # pylint: disable=import-outside-toplevel
+
+    return local_splits(expr)
+
+
 def arithmetic_nodes(expr: Expr | None) -> int:
     """Operations per evaluated point: each arithmetic node counts as one vector FLOP.
 
@@ -68,8 +77,9 @@ class ComputeTemplate:
         n = 1
         for a in expr.axes:
             n *= int(chunk.get(a.name, a.extent))
+        follow = _follow(expr)
         for a in expr.local_axes:
-            n *= a.extent
+            n *= int(chunk.get(follow[a.name], a.extent)) if a.name in follow else a.extent
         return n
 
     def subtask_cycles(self, expr: TensorExpr, chunk: Mapping[str, int], hw: HardwareSpec) -> float:
@@ -102,7 +112,11 @@ def hoisted_ops(expr: TensorExpr, chunk: Mapping[str, int]) -> int:
     output point of the chunk is counted.
     """
     length = {a.name: int(chunk.get(a.name, a.extent)) for a in expr.axes}
-    length.update({a.name: a.extent for a in expr.local_axes})
+    # a core-local axis split with the row it follows (runtime_sim.layout.local_splits) is as
+    # long as the row's chunk on this core (the whole row when the row is not split)
+    follow = _follow(expr)
+    length.update({a.name: length[follow[a.name]] if a.name in follow else a.extent
+                   for a in expr.local_axes})
 
     def size(axes: frozenset) -> int:
         return math.prod(length.get(a, 1) for a in axes)

@@ -1,7 +1,8 @@
 """Softmax on one core: max, exp, sum and divide over a whole row held locally.
 
-The normalized axis is a core-local axis of inner reductions, so the generic plan rules
-(``runtime_sim.layout.pinned_axes``) keep it unsplit; rows are distributed over cores.
+The normalized axis is a core-local axis of inner reductions; a plan may split the row across
+cores (``runtime_sim.layout.local_splits``): partial max and sum of exp, combined across the
+cores sharing the row, then the elementwise tail.
 """
 
 from .base import LocalReductionTemplate

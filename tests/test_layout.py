@@ -130,8 +130,12 @@ def test_invalid_plans(exprs, F, temporal, why) -> None:
 def test_softmax_row_is_pinned(exprs) -> None:
     e = exprs.softmax(4, 6)
     assert pinned_axes(e) == {"j"}
+    # the row may be split across cores (its statistics combined), never rotated or padded
+    OpLayout(e, ExecutionPlan({"j": 2}, ({}, {}))).validate()
     with pytest.raises(InvalidPlanError, match="cannot be split"):
-        OpLayout(e, ExecutionPlan({"j": 2}, ({}, {}))).validate()
+        OpLayout(e, ExecutionPlan({"i": 2}, ({"j": 2}, {}))).validate()
+    with pytest.raises(InvalidPlanError, match="must divide"):
+        OpLayout(e, ExecutionPlan({"j": 4}, ({}, {}))).validate()
 
 
 def test_epilogue_input_cannot_rotate(exprs) -> None:

@@ -794,3 +794,25 @@ def test_operators_far_from_their_lower_bound_are_named(exprs) -> None:
                                    constants=("A", "B"))])
     assert good.slow_kinds == [] and good.slow_ops == []
     assert good.op_kinds[0]["ratio"] < 10
+
+
+def test_split_norm_combine_is_a_tree_there_and_back(exprs) -> None:
+    """RMS-style statistics split over 8 cores per row: partial sums, then per level a binomial
+    tree to the group's first core and back (runtime_sim.links.split_combine_seconds)."""
+    from runtime_sim.links import split_combine_seconds
+
+    e = exprs.layer_norm(4, 64)
+    plan = ExecutionPlan({"i": 2, "j": 8}, ({}, {}, {}, {}))
+    prog = single(e, plan, HW16, constants=("X", "gamma", "beta"))
+    report = simulate_timing([prog])
+    layout = OpLayout(e, plan)
+    assert layout.combine_size == 8 and layout.combine_levels() == [2, 2]  # mean, then variance
+    stat = 2 * 4  # two rows per core, float32
+    assert report.reduction_bytes == layout.reduction_bytes() == 2 * 2 * (2 * 7 * stat)
+    rounds = 3  # log2(8), up and down, per level
+    transfer = 2 * 2 * rounds * (stat / HW16.link_bandwidth + LAT)
+    adds = 2 * rounds * (2 / HW16.vector_flops_per_cycle + 2 * HW16.sync_cycles) / HW16.clock_hz
+    assert report.transfer_s == pytest.approx(transfer, rel=1e-9)
+    assert report.per_op[0].reduction_s == pytest.approx(transfer + adds, rel=1e-9)
+    assert split_combine_seconds(8, [2, 2], HW16) == pytest.approx(transfer + adds, rel=1e-9)
+    assert split_combine_seconds(1, [2, 2], HW16) == 0.0

@@ -20,6 +20,11 @@ ComputeSet"), bulk-synchronously: compute, synchronize, exchange. So:
   it receives before passing it on: ``n + R - 2`` chunk stages for ``n`` chunks; best for
   large partitions). Both send exactly the bytes the device counts, ``(R - 1)`` partitions
   per output partition.
+* a core-local reduction split across cores (:func:`runtime_sim.layout.local_splits`) combines
+  its partial statistics after every step, level by level, within each group of cores that
+  share rows: a binomial tree to the group's first core and the same tree back
+  (:func:`runtime_sim.links.split_combine_seconds` is its closed form); counted with the
+  replica reduction (same phase, bytes and add time).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 
 from ..hardware import HardwareSpec
 from ..layout import OpLayout
+from ..layout import STAT_BYTES
 from ..links import replica_reduction_schedule
 from ..topology import NO_PHASE, PhaseCost, Topology
 
@@ -220,6 +226,9 @@ def op_cost(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> OpCost:
         rotation += ph.count * ph.nbytes
 
     reduction, rounds, red_compute, red_bytes = _reduction(layout, hw, topo)
+    comb, comb_rounds, comb_compute, comb_bytes = _combine(layout, hw, topo)
+    reduction, rounds = reduction + comb, rounds + comb_rounds
+    red_compute, red_bytes = red_compute + comb_compute, red_bytes + comb_bytes
     return OpCost(
         layout=layout,
         steps=layout.steps,
@@ -280,3 +289,37 @@ def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[Phas
     if chain.time_s + chain_adds < tree.time_s + tree_adds:
         return chain, int(schedule.chain_stages), chain_adds, senders.size * pbytes
     return tree, rounds, tree_adds, sent
+
+
+def _combine(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[PhaseCost, int, float, int]:
+    """(transfer cost, rounds, add and sync seconds, bytes) of combining the partial statistics
+    of split core-local reductions over all steps (see the module docstring)."""
+    G = layout.combine_size
+    levels = layout.combine_levels()
+    if G <= 1 or not levels:
+        return NO_PHASE, 0, 0.0, 0
+    n = layout.num_cores
+    group = layout.combine_groups
+    core = np.arange(n)
+    order = np.lexsort((core, group))  # each group in core order; rank 0 is the root
+    head = np.searchsorted(group[order], group[order], side="left")
+    rank = np.arange(n) - head
+    sync = hw.sync_cycles / hw.clock_hz
+    cost, rounds, compute, sent = NO_PHASE, 0, 0.0, 0
+    for elems in levels:
+        nbytes = float(elems * STAT_BYTES)
+        up, down = NO_PHASE, NO_PHASE
+        step = 1
+        while step < G:
+            senders = np.flatnonzero((rank % (2 * step)) == step)
+            src, dst = order[senders], order[senders - step]
+            flows = np.full(src.size, nbytes)
+            up = up + topo.phase(src, dst, flows)
+            down = down + topo.phase(dst, src, flows)
+            sent += 2 * src.size * int(nbytes)
+            compute += elems / hw.vector_flops_per_cycle / hw.clock_hz + 2 * sync
+            rounds += 2
+            step *= 2
+        cost = cost + up + down
+    steps = layout.steps
+    return cost.scaled(steps), rounds * steps, compute * steps, sent * steps

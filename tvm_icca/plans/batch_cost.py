@@ -26,7 +26,8 @@ import numpy as np
 
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
-from runtime_sim.links import link_transfer_seconds, replica_reduction_seconds
+from runtime_sim.layout import STAT_BYTES, local_splits
+from runtime_sim.links import link_transfer_seconds, replica_reduction_seconds, split_combine_seconds
 from schedules import template_for
 from schedules.base import ComputeTemplate, MatrixTemplate, arithmetic_nodes, contraction_roles
 
@@ -104,7 +105,11 @@ class TemplateCycles:
             self.kind = "vector"
         else:
             self.kind = "custom"
-        self.local_points = math.prod(a.extent for a in expr.local_axes)
+        idx = {a: i for i, a in enumerate(structure.axes)}
+        follow = local_splits(expr)
+        # a core-local axis that follows a split row is as long as the row's chunk
+        self.local_fixed = math.prod(a.extent for a in expr.local_axes if a.name not in follow)
+        self.local_rows = [idx[follow[a.name]] for a in expr.local_axes if a.name in follow]
         self.body_ops = max(arithmetic_nodes(expr.body), 1)
         self.epilogue_ops = arithmetic_nodes(expr.epilogue)
         self.custom_epilogue = _overrides(t, "epilogue_cycles", ComputeTemplate)
@@ -124,7 +129,9 @@ class TemplateCycles:
             macs = b * (ceil_div(m, tm) * tm) * (ceil_div(k, tk) * tk) * (ceil_div(n, tn) * tn)
             return 2 * macs / hw.matrix_flops_per_cycle
         if self.kind == "vector":
-            points = np.prod(chunk.astype(float), axis=1) * self.local_points
+            points = np.prod(chunk.astype(float), axis=1) * self.local_fixed
+            for a in self.local_rows:
+                points = points * chunk[:, a]
             return points * self.body_ops / hw.vector_flops_per_cycle
         return self._per_unique(chunk, lambda c: self.template.subtask_cycles(self.structure.expr, c, hw))
 
@@ -210,6 +217,7 @@ class AnalyticBatchModel:
         out = structure.num_tensors - 1
         replicas = (sharing_counts(structure, batch.F)[:, out] // np.prod(ft[:, out], axis=1)).astype(float)
         reduction = (replicas - 1) / replicas * parts[:, out] / hw.link_bandwidth
+        reduction = reduction + steps * combine_seconds(structure, batch.F, rp, hw)
         epilogue = cyc.epilogue(xp // ft[:, out]) / hw.clock_hz
         time = compute + sync + shift + reduction + epilogue
         terms = {"compute_s": compute, "sync_s": sync, "shift_s": shift,
@@ -242,6 +250,21 @@ class AnalyticBatchModel:
         extra = hw.sync_cycles / hw.clock_hz
         shift = rotation_shift_bound(structure, F, 1.0 / hw.link_bandwidth, budget)
         return self.time_lower_bound(structure, F) + extra + shift
+
+
+def combine_seconds(structure: PlanStructure, F: np.ndarray, rp: np.ndarray,
+                    hw: HardwareSpec) -> np.ndarray:
+    """Per row, one step's combine of the partial statistics of split core-local reductions
+    (:func:`runtime_sim.links.split_combine_seconds`; 0 where no row axis is split)."""
+    if not structure.row_axes or not structure.split_stats:
+        return np.zeros(len(F))
+    group = np.prod(F[:, list(structure.row_axes)], axis=1).astype(float)
+    levels: dict[int, np.ndarray] = {}
+    for level, free in structure.split_stats:
+        elems = np.prod(rp[:, list(free)], axis=1).astype(float) if free else np.ones(len(F))
+        levels[level] = levels.get(level, 0) + elems
+    return np.asarray(split_combine_seconds(group, [levels[k] for k in sorted(levels)], hw,
+                                            STAT_BYTES))
 
 
 def replica_reduction_array(replicas: np.ndarray, partition_bytes: np.ndarray, elem_bytes: int,

@@ -10,7 +10,8 @@ Validity is :meth:`runtime_sim.layout.OpLayout.validate`, mirrored rule by rule 
 candidates:
 
 * ``1 <= F_a <= extent_a``; pinned axes (sharing a dimension with a core-local axis) keep
-  ``F_a = 1`` and never rotate;
+  ``F_a = 1`` and never rotate, except a row that its core-local reductions follow
+  (``runtime_sim.layout.local_splits``): it takes a divisor of its extent (split statistics);
 * a tensor rotates only on axes that index exactly one of its dimensions, with coefficient 1
   and no offset, and never when it is an epilogue input;
 * ``prod f_t`` of a tensor divides ``P_T``, the number of cores sharing each sub-tensor;

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from runtime_sim.layout import padding_safe_reduce, pinned_axes
+from runtime_sim.layout import local_splits, padding_safe_reduce, pinned_axes, split_reductions
 from runtime_sim.program import TensorExpr, dtype_bytes
 
 from .intmath import INT
@@ -38,6 +38,11 @@ class PlanStructure:
     dims: tuple[tuple[tuple, ...], ...]  # per tensor, per dimension: how its length derives
     elem_bytes: np.ndarray  # (T,)
     key: str = ""  # expr.structure_key(): equal for operators that differ only in tensor names
+    #: axes that core-local reductions follow (runtime_sim.layout.local_splits): splitting one
+    #: splits those reductions across cores
+    row_axes: tuple[int, ...] = ()
+    #: per distinct split reduction: (level, axes its statistic depends on), for the combine
+    split_stats: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
     @property
     def num_axes(self) -> int:
@@ -59,6 +64,8 @@ def build_structure(expr: TensorExpr) -> PlanStructure:
     axes = expr.axis_names
     index = {a: i for i, a in enumerate(axes)}
     local = {a.name: a.extent for a in expr.local_axes}
+    follow = local_splits(expr)
+    rows = set(follow.values())
     pinned = pinned_axes(expr)
     n_t, n_a = len(expr.tensors), len(axes)
     own = np.zeros((n_t, n_a), bool)
@@ -77,7 +84,9 @@ def build_structure(expr: TensorExpr) -> PlanStructure:
         spec = []
         for d, idx in enumerate(access.indices):
             # Mirrors OpLayout._dim_length: whole dimension, constant index, simple, compound.
-            if any(a in local for a in idx.axes):
+            if idx.is_simple and idx.terms[0][0] in follow:  # split with the row it follows
+                spec.append(("simple", index[follow[idx.terms[0][0]]]))
+            elif any(a in local for a in idx.axes):
                 spec.append(("whole", access.shape[d]))
             elif not idx.terms:
                 spec.append(("const",))
@@ -90,6 +99,8 @@ def build_structure(expr: TensorExpr) -> PlanStructure:
     if not padding_safe_reduce(expr):
         for a in expr.reduce_axes:
             exact[index[a]] = True
+    for a in rows:  # a split row is never padded (runtime_sim.layout: F must divide it)
+        exact[index[a]] = True
     free = ~own
     risks = []
     for a in range(n_a):
@@ -103,7 +114,7 @@ def build_structure(expr: TensorExpr) -> PlanStructure:
         expr=expr,
         axes=axes,
         extents=np.array([a.extent for a in expr.axes], INT),
-        pinned=np.array([a in pinned for a in axes], bool),
+        pinned=np.array([a in pinned and a not in rows for a in axes], bool),
         exact=exact,
         own=own,
         rotatable=rot,
@@ -111,4 +122,7 @@ def build_structure(expr: TensorExpr) -> PlanStructure:
         dims=tuple(dims),
         elem_bytes=np.array([dtype_bytes(t.dtype) for t in expr.tensors], INT),
         key=expr.structure_key(),
+        row_axes=tuple(sorted(index[a] for a in rows)),
+        split_stats=tuple((level, tuple(sorted(index[a] for a in free)))
+                          for level, free in split_reductions(expr, follow).values()),
     )

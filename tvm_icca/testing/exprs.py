@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from runtime_sim.errors import InvalidPlanError
-from runtime_sim.layout import OpLayout, pinned_axes
+from runtime_sim.layout import OpLayout, local_splits, pinned_axes
 from runtime_sim.program import (
     AffineIndex,
     Axis,
@@ -117,6 +117,21 @@ def layer_norm(M: int, N: int, eps: float = 1e-5, dtype: str = "float32") -> Ten
                       local_axes=(Axis("k", N), Axis("l", N), Axis("k2", N)))
 
 
+def rms_norm(M: int, N: int, eps: float = 1e-5, dtype: str = "float32") -> TensorExpr:
+    """x[i,j] * rsqrt(sum_k x[i,k]^2 / N + eps) * w[j] (Llama's RMSNorm), the statistic over a
+    core-local axis."""
+    x = TensorAccess("X", (M, N), dtype, (ax("i"), ax("j")))
+    w = TensorAccess("w", (N,), dtype, (ax("j"),))
+    y = TensorAccess("Y", (M, N), dtype, (ax("i"), ax("j")))
+    xk = load(0, (ax("i"), ax("k")))
+    ms = op("div", {"op": "reduce", "combiner": "sum", "axes": ["k"], "args": [op("mul", xk, xk)]},
+            const(N))
+    body = op("mul", op("mul", load(0, x.indices), op("rsqrt", op("add", ms, const(eps)))),
+              load(1, w.indices))
+    return TensorExpr("layer_norm", (Axis("i", M), Axis("j", N)), (x, w), y, body,
+                      local_axes=(Axis("k", N),))
+
+
 def row_sum(M: int, N: int, mean: bool = False, dtype: str = "float32") -> TensorExpr:
     """Y[i] = sum_k X[i,k] (divided by N in the epilogue for a mean)."""
     x = TensorAccess("X", (M, N), dtype, (ax("i"), ax("k")))
@@ -143,14 +158,20 @@ def random_plan(choose: Callable[[Sequence], Any], expr: TensorExpr, max_cores: 
     a numpy generator when profiling). F_op is drawn axis by axis within the core budget; each
     tensor then gets temporal factors on its rotatable axes whose product divides the cores
     sharing its sub-tensors (T10 §4.2); a loop order is drawn too, and with ``core_order`` a
-    permutation of the axes that numbers the cores (the mapping to physical cores). Candidates that break
+    permutation of the axes that numbers the cores (the mapping to physical cores). A pinned
+    axis that core-local reductions follow (:func:`runtime_sim.layout.local_splits`) gets a
+    divisor of its extent, splitting those reductions across cores. Candidates that break
     another T10 rule fall back to the same F_op without rotation, which is always valid.
     """
     pinned = pinned_axes(expr)
+    rows = set(local_splits(expr).values())
     F: dict[str, int] = {}
     budget = max_cores
     for a in expr.axes:
         if a.name in pinned:
+            if a.name in rows:
+                F[a.name] = choose([d for d in range(1, min(a.extent, budget) + 1) if a.extent % d == 0])
+                budget //= F[a.name]
             continue
         f = choose(range(1, max(1, min(a.extent, budget)) + 1))
         F[a.name] = f
