@@ -17,7 +17,9 @@ the other chips crosses the IPU-Links (the softmax reductions of an LLM's attent
 
 The candidate orders are the expression's own and, per tensor, the one with the axes that
 tensor lacks moved innermost (its replicas contiguous); for an output, those are the split
-reduction axes, whose partial sums then meet on one chip. Each order is a candidate with the
+reduction axes, whose partial sums then meet on one chip. When an input comes from a
+producer, each split axis moved outermost is a candidate too (the chips then split that
+axis, as the producer may have left the data). Each order is a candidate with the
 contiguous placement (only the own order when the plan fits on one chip: the others put it
 on the same chip) and, when the cores divide evenly over all chips, spread over them. Each
 candidate is costed exactly on the plan's physical cores, with the data the timing
@@ -74,8 +76,10 @@ class MappingCost:
         return self.hbm_s + self.inter_chip_s
 
 
-def candidate_core_orders(layout: OpLayout) -> list[tuple[str, ...]]:
-    """The expression's own order (``()``), then per tensor its lacking axes innermost.
+def candidate_core_orders(layout: OpLayout, outermost: bool = False) -> list[tuple[str, ...]]:
+    """The expression's own order (``()``), then per tensor its lacking axes innermost; with
+    ``outermost``, then each split axis moved outermost (the chips then split that axis, which
+    matches a producer that left the data split along it over the chips).
 
     Orders that number the cores the same way (they differ only in unsplit axes) count once.
     """
@@ -83,9 +87,13 @@ def candidate_core_orders(layout: OpLayout) -> list[tuple[str, ...]]:
     split = [a for a in axes if layout.F[a] > 1]
     seen = {tuple(split)}
     out: list[tuple[str, ...]] = [()]
+    orders = []
     for t in range(len(layout.expr.tensors)):
         own = set(layout.tensor_axes(t))
-        order = tuple([a for a in axes if a in own] + [a for a in axes if a not in own])
+        orders.append(tuple([a for a in axes if a in own] + [a for a in axes if a not in own]))
+    if outermost:
+        orders += [tuple([a] + [b for b in axes if b != a]) for a in split]
+    for order in orders:
         key = tuple(a for a in order if layout.F[a] > 1)
         if key not in seen:
             seen.add(key)
@@ -160,9 +168,12 @@ def producer_key(producers: Sequence[Producer]) -> tuple[Hashable, ...]:
                  for t, p in sorted(producers, key=lambda x: x[0]))
 
 
-def candidate_placements(layout: OpLayout, hw: HardwareSpec) -> list[tuple[tuple[str, ...], int]]:
-    """``(core_order, chips)`` candidates: contiguous first, then spread over all chips."""
-    orders = candidate_core_orders(layout)
+def candidate_placements(layout: OpLayout, hw: HardwareSpec,
+                         producers: Sequence[Producer] = ()) -> list[tuple[tuple[str, ...], int]]:
+    """``(core_order, chips)`` candidates: contiguous first, then spread over all chips
+    (orders of :func:`candidate_core_orders`, with the split axes outermost when some input
+    comes from a producer)."""
+    orders = candidate_core_orders(layout, outermost=bool(producers))
     n, cpc, k = layout.num_cores, hw.cores_per_chip, hw.num_chips
     out = [(o, 1) for o in (orders if n > cpc else orders[:1])]
     if k > 1 and n % k == 0 and n // k <= cpc and n >= k:
@@ -185,7 +196,7 @@ def choose_core_order(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
     cpc = hw.cores_per_chip
     base = OpLayout(expr, replace(plan, core_order=(), chips=1), cpc)
     best, best_s = plan, None
-    for order, chips in candidate_placements(base, hw):
+    for order, chips in candidate_placements(base, hw, producers):
         candidate = replace(plan, core_order=order, chips=chips)
         layout = base if not order and chips == 1 else OpLayout(expr, candidate, cpc)
         cost = mapping_cost(layout, hw, hbm_inputs, producers).time_s
