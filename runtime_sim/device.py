@@ -144,7 +144,12 @@ class SimulatedDevice:
             _check_dtype(hw, access.name, access.dtype, f"operator '{op_name}'")
         per_core = layout.memory_bytes_per_core()
         used = self._used.copy()
-        used[: layout.num_cores] += per_core
+        if layout.span > hw.num_cores:
+            raise InvalidPlanError(
+                f"operator '{op_name}' is placed up to core {layout.span - 1}, "
+                f"but chip '{hw.name}' has {hw.num_cores}"
+            )
+        used[layout.physical] += per_core
         needed = used + hw.shift_buffer_bytes
         over = np.flatnonzero(needed > hw.sram_bytes_per_core)
         if over.size:
@@ -166,7 +171,7 @@ class SimulatedDevice:
     def free(self, op_name: str) -> None:
         """Release the SRAM of an operator."""
         alloc = self._alloc(op_name)
-        self._used[: alloc.layout.num_cores] -= alloc.bytes_per_core
+        self._used[alloc.layout.physical] -= alloc.bytes_per_core
         del self._allocs[op_name]
 
     def buffers(self, op_name: str) -> list[np.ndarray]:
@@ -561,7 +566,7 @@ class SimulatedDevice:
                 produced.add(op.output_name)
                 if outlives(last_use, op.output_name, i):
                     out = len(op.expr.tensors) - 1
-                    self._hold(op.output_name, layout.owners(), layout.partition_bytes(out))
+                    self._hold(op.output_name, layout.physical[layout.owners()], layout.partition_bytes(out))
         finally:  # leave the chip as this region found it, even after an error
             for name in {op.name for op in ops} & set(self._allocs):
                 self.free(name)

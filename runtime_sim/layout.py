@@ -221,7 +221,7 @@ class ShiftEvent:
 class OpLayout:
     """The placement and step schedule of one operator under one execution plan."""
 
-    def __init__(self, expr: TensorExpr, plan: ExecutionPlan):
+    def __init__(self, expr: TensorExpr, plan: ExecutionPlan, cores_per_chip: int | None = None):
         self.expr = expr
         self.plan = plan
         self.axes = expr.axis_names
@@ -268,6 +268,21 @@ class OpLayout:
                 f"core order {list(plan.core_order)} must be a permutation of the axes "
                 f"{list(self.axes)} (or empty)"
             )
+        #: chips the numbered cores are spread over (``plan.chips``, see :attr:`physical`)
+        self.chips = int(getattr(plan, "chips", 1))
+        self.cores_per_chip = None if cores_per_chip is None else int(cores_per_chip)
+        if self.chips < 1:
+            raise InvalidPlanError(f"chips={self.chips} must be at least 1")
+        if self.chips > 1:
+            if self.num_cores % self.chips:
+                raise InvalidPlanError(
+                    f"a plan on {self.num_cores} cores cannot be spread evenly over {self.chips} chips"
+                )
+            if self.cores_per_chip is not None and self.num_cores // self.chips > self.cores_per_chip:
+                raise InvalidPlanError(
+                    f"{self.num_cores // self.chips} cores per chip do not fit on a chip of "
+                    f"{self.cores_per_chip} cores"
+                )
 
     # -- per-core grid ------------------------------------------------------------------
     @cached_property
@@ -285,6 +300,40 @@ class OpLayout:
         idx = np.unravel_index(np.arange(self.num_cores), shape) if shape else ()
         by_axis = {a: np.asarray(i, dtype=np.int64) for a, i in zip(order, idx)}
         return {a: by_axis[a] for a in self.axes}
+
+    @cached_property
+    def physical(self) -> np.ndarray:
+        """The physical core of each numbered core ``i``.
+
+        Per-core arrays of a layout are indexed by numbered core (``0 .. num_cores - 1``);
+        anything that names a core to the hardware (flows, SRAM, owners of a
+        :class:`BlockGrid`, chips) goes through this map.
+
+        With ``plan.chips == 1`` the identity: the plan occupies cores ``0 .. num_cores - 1``.
+        Spread over ``k = plan.chips`` chips, the numbered cores form ``k`` equal contiguous
+        groups of ``g = num_cores / k``, one at the start of each chip:
+        ``physical(i) = (i // g) * cores_per_chip + i % g``. This and :attr:`grid` are the one
+        definition of where a sub-operator runs, for the functional device, the timing
+        simulator and the compiler's mapping cost alike.
+        """
+        i = np.arange(self.num_cores, dtype=np.int64)
+        if self.chips == 1:
+            return i
+        if self.cores_per_chip is None:
+            raise InvalidPlanError(
+                f"a plan spread over {self.chips} chips needs the chip's cores_per_chip to be placed"
+            )
+        g = self.num_cores // self.chips
+        return (i // g) * self.cores_per_chip + i % g
+
+    @property
+    def span(self) -> int:
+        """One more than the highest physical core the plan occupies."""
+        return int(self.physical[-1]) + 1 if self.num_cores else 0
+
+    def chip_of_core(self, cores_per_chip: int) -> np.ndarray:
+        """The chip of each numbered core on a system of ``cores_per_chip`` cores per chip."""
+        return self.physical // int(cores_per_chip)
 
     def tensor_axes(self, t: int) -> tuple[str, ...]:
         """Top-level axes that index tensor ``t`` (its sub-tensor is chosen by them)."""
@@ -695,12 +744,17 @@ def checked_layout(op: OpProgram, hw: HardwareSpec) -> OpLayout:
             "them on data, through runtime_sim.vgm_exec)"
         )
     check_op_inputs(op)
-    layout = OpLayout(op.expr, op.plan)
+    layout = OpLayout(op.expr, op.plan, hw.cores_per_chip)
     layout.validate()
     if layout.num_cores > hw.num_cores:
         raise InvalidPlanError(
             f"operator '{op.name}' is planned on {layout.num_cores} cores, "
             f"but chip '{hw.name}' has {hw.num_cores}"
+        )
+    if layout.chips > hw.num_chips:
+        raise InvalidPlanError(
+            f"operator '{op.name}' is spread over {layout.chips} chips, "
+            f"but '{hw.name}' has {hw.num_chips}"
         )
     return layout
 
@@ -709,7 +763,7 @@ def checked_layout(op: OpProgram, hw: HardwareSpec) -> OpLayout:
 @dataclass(frozen=True)
 class BlockGrid:
     """A tensor stored as blocks ``[k*block, (k+1)*block)`` per dimension, block ``k`` on
-    core ``owner[ravel(k)]`` (``counts`` blocks per dimension)."""
+    physical core ``owner[ravel(k)]`` (``counts`` blocks per dimension)."""
 
     shape: tuple[int, ...]
     block: tuple[int, ...]
@@ -743,7 +797,7 @@ def _block_grid(layout: OpLayout, t: int, cores: np.ndarray) -> BlockGrid | None
     itemsize = dtype_bytes(access.dtype)
     cores = np.asarray(cores, np.int64)
     if not shape:
-        return BlockGrid((), (), (), cores[:1], itemsize)
+        return BlockGrid((), (), (), layout.physical[cores[:1]], itemsize)
     starts = layout.partition_start(t, layout.partition(t, layout.chunk({})))
     block = tuple(max(int(b), 1) for b in layout.partition_shape(t))
     ks = []
@@ -756,7 +810,7 @@ def _block_grid(layout: OpLayout, t: int, cores: np.ndarray) -> BlockGrid | None
     flat = np.ravel_multi_index(tuple(ks), counts)
     blocks, first = np.unique(flat, return_index=True)
     owner = np.full(int(np.prod(counts)), -1, np.int64)
-    owner[blocks] = cores[first]
+    owner[blocks] = layout.physical[cores[first]]
     return BlockGrid(shape, block, counts, owner, itemsize)
 
 
@@ -790,3 +844,268 @@ def _prime_factors(n: int) -> list[int]:
     if n > 1:
         out.append(n)
     return out
+
+
+# -- where a tensor must be, and which bytes a re-layout moves (runtime_sim.timing.geometry
+#    describes these; they live here because the compiler's mapping cost reads them too) --
+#: (owner, consumer) pairs above which a re-layout is estimated from a sample of consumers.
+#: Chosen so that one re-layout stays within ~0.1 s of numpy work in the worst case.
+MAX_PAIRS = 500_000
+
+
+@dataclass(frozen=True)
+class Boxes:
+    """Per core, the half-open box ``[lo, hi)`` of a tensor it needs (``[cores, dims]``)."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    shape: tuple[int, ...]
+    itemsize: int
+    #: cores that need the tensor at all (``None``: every core); see :meth:`placed`
+    present: np.ndarray | None = None
+
+    @property
+    def num_cores(self) -> int:
+        return int(self.lo.shape[0])
+
+    @property
+    def nbytes(self) -> np.ndarray:
+        """Bytes of real data each core needs (0 for a box entirely in the padding)."""
+        if not self.shape:
+            need = np.full(self.num_cores, self.itemsize, np.int64)
+        else:
+            need = np.prod(np.maximum(self.hi - self.lo, 0), axis=1) * self.itemsize
+        return need if self.present is None else np.where(self.present, need, 0)
+
+    def placed(self, physical: np.ndarray, span: int) -> "Boxes":
+        """The same boxes indexed by physical core (``physical[i]`` is numbered core ``i``'s),
+        over cores ``0 .. span - 1``; cores outside the plan need nothing."""
+        physical = np.asarray(physical, np.int64)
+        if physical.size == span and np.array_equal(physical, np.arange(span)):
+            return self
+        D = self.lo.shape[1]
+        lo = np.zeros((span, D), np.int64)
+        hi = np.zeros((span, D), np.int64)
+        lo[physical], hi[physical] = self.lo, self.hi
+        present = np.zeros(span, bool)
+        present[physical] = True if self.present is None else self.present
+        return Boxes(lo, hi, self.shape, self.itemsize, present)
+
+    def unique_bytes_per_chip(self, chip_of_core: np.ndarray, num_chips: int) -> np.ndarray:
+        """Bytes of distinct boxes needed on each chip: what an off-chip source must send once.
+
+        Replicas of a box (cores sharing a sub-tensor, T10 §4.2) count once per chip; boxes
+        that overlap without being equal (convolution halos) are counted in full, a small
+        over-estimate.
+        """
+        chip = chip_of_core[: self.num_cores]
+        need = self.nbytes
+        keep = need > 0
+        rows = np.concatenate([chip[:, None], self.lo, self.hi], axis=1)[keep]
+        if rows.size == 0:
+            return np.zeros(num_chips)
+        uniq, first = np.unique(rows, axis=0, return_index=True)
+        return np.bincount(uniq[:, 0], weights=need[keep][first].astype(np.float64), minlength=num_chips)
+
+
+def input_boxes(layout: OpLayout, t: int) -> Boxes:
+    """The box of input ``t`` each core of ``layout`` holds at its first step."""
+    access = layout.expr.tensors[t]
+    shape = tuple(int(s) for s in access.shape)
+    n = layout.num_cores
+    starts = layout.partition_start(t, layout.partition(t, layout.chunk({})))
+    pshape = layout.partition_shape(t)
+    if not shape:
+        empty = np.zeros((n, 0), np.int64)
+        return Boxes(empty, empty, shape, dtype_bytes(access.dtype))
+    start = np.stack([np.broadcast_to(np.asarray(s, np.int64), (n,)) for s in starts], axis=1)
+    length = np.asarray(pshape, np.int64)[None, :]
+    limit = np.asarray(shape, np.int64)[None, :]
+    lo = np.clip(start, 0, limit)
+    hi = np.clip(start + length, 0, limit)
+    return Boxes(lo, np.maximum(hi, lo), shape, dtype_bytes(access.dtype))
+
+
+@dataclass(frozen=True)
+class Flows:
+    """Point-to-point transfers (``src[i] -> dst[i]``, ``nbytes[i]`` bytes).
+
+    ``sample_weight`` > 1 when only a stride sample of the destinations is listed.
+    ``multicast[i]`` numbers the bytes a flow carries (equal: same bytes, same source).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    sample_weight: float = 1.0
+    multicast: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Relayout:
+    """A re-layout, aggregated: consumer cores with equal boxes (replicas) share their pairs.
+
+    ``pair_*`` list, per distinct consumer box ``u``, the (owner block, bytes) overlaps;
+    ``recv_bytes`` is exact per core (its box minus what it owns itself); pieces are the
+    distinct (owner, overlap box) data, each with its receivers per chip.
+    """
+
+    num_cores: int
+    box_of_core: np.ndarray  # [cores] distinct-box index, -1 when the core needs nothing
+    pair_box: np.ndarray
+    pair_src: np.ndarray
+    pair_bytes: np.ndarray
+    pair_piece: np.ndarray
+    piece_src: np.ndarray
+    piece_bytes: np.ndarray
+    piece_receivers: np.ndarray  # [pieces, chips]: receivers other than the owner itself
+    recv_bytes: np.ndarray  # [cores]
+    local_bytes: float
+    box_weight: float  # > 1 when the distinct boxes were sampled (pair lists of a sample)
+
+    @property
+    def moved_bytes(self) -> float:
+        return float(self.recv_bytes.sum())
+
+    def flows(self, max_pairs: int = MAX_PAIRS) -> Flows:
+        """Explicit per-destination flows (a stride sample of destinations beyond ``max_pairs``)."""
+        cores = np.flatnonzero(self.box_of_core >= 0)
+        order = np.argsort(self.pair_box, kind="stable")
+        n_boxes = int(self.box_of_core.max()) + 1 if cores.size else 0
+        per_box = np.bincount(self.pair_box, minlength=n_boxes)
+        first = np.cumsum(per_box) - per_box
+        count = per_box[self.box_of_core[cores]] if cores.size else np.zeros(0, np.int64)
+        weight = self.box_weight
+        total = int(count.sum())
+        if total > max_pairs:
+            stride = math.ceil(total / max_pairs)
+            pick = np.arange(0, cores.size, stride)
+            weight *= cores.size / pick.size
+            cores, count = cores[pick], count[pick]
+            total = int(count.sum())
+        row = np.repeat(np.arange(cores.size), count)
+        offs = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+        pair = order[first[self.box_of_core[cores]][row] + offs]
+        dst = cores[row]
+        src = self.pair_src[pair]
+        keep = src != dst
+        return Flows(src[keep], dst[keep], self.pair_bytes[pair][keep], weight,
+                     self.pair_piece[pair][keep])
+
+
+def relayout(grid: BlockGrid, boxes: Boxes, chip_of_core: np.ndarray, num_chips: int,
+             max_pairs: int = MAX_PAIRS) -> Relayout:
+    """Who sends what to whom so that every consumer core holds its box (see module doc)."""
+    n = boxes.num_cores
+    need = boxes.nbytes.astype(np.float64)
+    cores = np.flatnonzero(need > 0)
+    chip = chip_of_core[:n]
+    box_of_core = np.full(n, -1, np.int64)
+    D = len(boxes.shape)
+    # distinct boxes: replicas of a sub-tensor need the same bytes
+    cols = [boxes.lo[cores, d] for d in range(D)] + [boxes.hi[cores, d] for d in range(D)]
+    keys = _row_ids(cols, [s + 1 for s in boxes.shape] * 2) if D else np.zeros(cores.size, np.int64)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    box_of_core[cores] = inverse.reshape(-1)
+    lo, hi = boxes.lo[cores[first]], boxes.hi[cores[first]]
+    U = first.size
+    block = np.asarray(grid.block, np.int64)
+
+    # what each core already holds: the overlap of its box with the block it owns
+    own = np.zeros(n)
+    valid = np.flatnonzero(grid.owner >= 0)
+    owner_cores = grid.owner[valid]
+    mine = owner_cores < n
+    block_of = np.full(n, -1, np.int64)
+    block_of[owner_cores[mine]] = valid[mine]
+    holders = np.flatnonzero((block_of >= 0) & (need > 0))
+    if holders.size:
+        ks = np.unravel_index(block_of[holders], grid.counts) if D else ()
+        ov = np.ones(holders.size)
+        for d in range(D):
+            start = np.maximum(boxes.lo[holders, d], ks[d] * block[d])
+            stop = np.minimum(boxes.hi[holders, d], (ks[d] + 1) * block[d])
+            ov *= np.maximum(stop - start, 0)
+        own[holders] = ov * boxes.itemsize
+    recv = need - own
+
+    # pairs (distinct box, owner block) with their overlap box
+    weight = 1.0
+    if D:
+        klo, khi = lo // block, (hi - 1) // block
+        width = khi - klo + 1
+        count = np.prod(width, axis=1)
+        boxes_kept = np.arange(U)
+        if int(count.sum()) > max_pairs:  # a stride sample of the distinct boxes
+            stride = math.ceil(int(count.sum()) / max_pairs)
+            boxes_kept = np.arange(0, U, stride)
+            weight = U / boxes_kept.size
+        cnt = count[boxes_kept]
+        total = int(cnt.sum())
+        row = np.repeat(boxes_kept, cnt)
+        offs = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        nbytes = np.full(total, float(boxes.itemsize))
+        ks, piece_cols = [None] * D, []
+        for d in range(D - 1, -1, -1):
+            w = width[row, d]
+            k = klo[row, d] + offs % w
+            offs //= w
+            start = np.maximum(lo[row, d], k * block[d])
+            stop = np.minimum(hi[row, d], (k + 1) * block[d])
+            nbytes *= stop - start
+            ks[d] = k
+            piece_cols += [start, stop]
+        src = grid.owner[np.ravel_multi_index(tuple(ks), grid.counts)]
+        radices = [int(grid.owner.max()) + 1] + [s + 1 for s in boxes.shape for _ in (0, 1)]
+        piece_key = _row_ids([src] + piece_cols, radices)
+    else:
+        row = np.zeros(min(U, 1), np.int64)
+        src = grid.owner[:1].repeat(row.size)
+        nbytes = np.full(row.size, float(boxes.itemsize))
+        piece_key = src.copy()
+    _, piece_first, pair_piece = np.unique(piece_key, return_index=True, return_inverse=True)
+    pair_piece = pair_piece.reshape(-1)
+
+    # receivers of each pair per chip: the cores with that box, but not the owner itself
+    per_box_chip = np.bincount(box_of_core[cores] * num_chips + chip[cores],
+                               minlength=U * num_chips).reshape(U, num_chips).astype(np.float64)
+    receivers = per_box_chip[row]
+    src_in = src < n
+    self_rx = np.zeros(row.size, bool)
+    self_rx[src_in] = box_of_core[src[src_in]] == row[src_in]
+    if self_rx.any():
+        receivers[np.flatnonzero(self_rx), chip[src[self_rx]]] -= 1
+    piece_rx = np.stack([np.bincount(pair_piece, weights=receivers[:, k], minlength=piece_first.size)
+                         for k in range(num_chips)], axis=1)
+    return Relayout(
+        num_cores=n, box_of_core=box_of_core, pair_box=row, pair_src=src, pair_bytes=nbytes,
+        pair_piece=pair_piece, piece_src=src[piece_first], piece_bytes=nbytes[piece_first],
+        piece_receivers=piece_rx, recv_bytes=recv, local_bytes=float(own.sum()),
+        box_weight=weight,
+    )
+
+
+def relayout_flows(grid: BlockGrid, boxes: Boxes, max_pairs: int = MAX_PAIRS) -> Flows:
+    """Explicit per-destination transfers of a re-layout onto one chip's worth of cores."""
+    chips = np.zeros(boxes.num_cores, np.int64)
+    return relayout(grid, boxes, chips, 1, max_pairs).flows(max_pairs)
+
+
+def _row_ids(columns: list[np.ndarray], radices: list[int]) -> np.ndarray:
+    """Equal ids for equal rows of ``columns`` (values below ``radices``).
+
+    The row is read as a mixed-radix number; when that would overflow int64 the partial key
+    is first renumbered densely (``np.unique``), which keeps it exact.
+    """
+    if not columns or columns[0].size == 0:
+        return np.zeros(0, np.int64)
+    key = np.zeros(columns[0].size, np.int64)
+    span = 1  # key < span
+    for col, radix in zip(columns, radices):
+        if span * radix >= 2 ** 62:
+            uniq, key = np.unique(key, return_inverse=True)
+            key = key.reshape(-1).astype(np.int64)
+            span = max(int(uniq.size), 1)
+        key = key * radix + col
+        span *= radix
+    return key

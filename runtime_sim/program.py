@@ -284,12 +284,19 @@ class ExecutionPlan:
     (:attr:`runtime_sim.layout.OpLayout.grid`). Empty means the expression's own axis order.
     On a multi-chip system it decides which sub-operators share a chip: with the axes a
     tensor lacks innermost, the replicas of each of its sub-tensors sit on neighbouring cores.
+
+    ``chips`` spreads the numbered cores over that many chips (:attr:`OpLayout.physical
+    <runtime_sim.layout.OpLayout.physical>`): core ``i`` of the grid is physical core
+    ``(i // g) * cores_per_chip + i % g`` with ``g = num_cores / chips``, one equal contiguous
+    group at the start of each chip. 1 (the default) places the cores contiguously from
+    core 0.
     """
 
     op_partition: Mapping[str, int]
     temporal: tuple[Mapping[str, int], ...]
     loop_order: tuple[str, ...] = ()
     core_order: tuple[str, ...] = ()
+    chips: int = 1
 
     def F(self, axis: str) -> int:
         return int(self.op_partition.get(axis, 1))
@@ -312,6 +319,8 @@ class ExecutionPlan:
         }
         if self.core_order:  # only when not the default, so existing programs keep their bytes
             d["core_order"] = list(self.core_order)
+        if self.chips != 1:  # likewise
+            d["chips"] = int(self.chips)
         return d
 
     @classmethod
@@ -324,6 +333,7 @@ class ExecutionPlan:
                            for t in _list(d["temporal"], "temporal")),
             loop_order=tuple(_name(a, "loop axis") for a in _list(d.get("loop_order", ()), "loop_order")),
             core_order=tuple(_name(a, "core order axis") for a in _list(d.get("core_order", ()), "core_order")),
+            chips=_int(d.get("chips", 1), "chips"),
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -24,7 +25,7 @@ from runtime_sim import (
     preset,
     small_chip,
 )
-from runtime_sim.errors import DeviceProgramError
+from runtime_sim.errors import DeviceProgramError, InvalidPlanError
 from runtime_sim.layout import ShiftEvent
 from runtime_sim.program import TensorAccess, TensorExpr, Axis
 
@@ -231,7 +232,38 @@ KINDS = ["matmul", "bmm", "conv", "bias_add", "softmax", "mean", "matmul_bias_re
 def test_random_valid_plans_match_numpy(exprs, data, kind, cores) -> None:
     e, conv = _draw_expr(exprs, data.draw, kind)
     plan = exprs.random_plan(data.draw, e, cores, core_order=data.draw(st.booleans()))
-    run_single(e, plan, small_chip(cores), conv=conv)
+    hw = small_chip(cores)
+    spread = [k for k in (2, 3, 4) if plan.num_cores % k == 0]
+    if spread and data.draw(st.booleans()):  # the same plan spread over chips of `cores` cores
+        k = data.draw(st.sampled_from(spread))
+        plan = dataclasses.replace(plan, chips=k)
+        hw = small_chip(cores * k, num_chips=k, inter_chip_bandwidth=64e9)
+    run_single(e, plan, hw, conv=conv)
+
+
+def test_spread_plan_occupies_the_start_of_each_chip(exprs) -> None:
+    """A plan on 8 cores spread over 4 chips of 16 cores: two cores at the start of each chip,
+    SRAM held there (and nowhere else), the answer unchanged."""
+    e = exprs.matmul(8, 8, 8)
+    plan = ExecutionPlan({"m": 2, "n": 4}, ({"k": 2}, {"k": 2}, {}), ("k",), chips=4)
+    hw = small_chip(64, num_chips=4, inter_chip_bandwidth=64e9)
+    layout = OpLayout(e, plan, hw.cores_per_chip)
+    np.testing.assert_array_equal(layout.physical, [0, 1, 16, 17, 32, 33, 48, 49])
+    dev = SimulatedDevice(hw)
+    dev.allocate("mm", layout)
+    used = dev.sram_used_per_core() - hw.shift_buffer_bytes
+    assert set(np.flatnonzero(used).tolist()) == {0, 1, 16, 17, 32, 33, 48, 49}
+    dev.free("mm")
+    run_single(e, plan, hw)
+    assert ExecutionPlan.from_dict(plan.to_dict()) == plan and plan.to_dict()["chips"] == 4
+    assert "chips" not in dataclasses.replace(plan, chips=1).to_dict()
+    with pytest.raises(InvalidPlanError, match="spread evenly"):
+        OpLayout(e, dataclasses.replace(plan, chips=3), 16)
+    with pytest.raises(InvalidPlanError, match="do not fit"):
+        OpLayout(e, dataclasses.replace(plan, chips=2), 2)
+    with pytest.raises(InvalidPlanError, match="chips"):  # more chips than the system has
+        SimulatedDevice().run(program(e, plan, small_chip(64, num_chips=2, inter_chip_bandwidth=64e9)),
+                              data_for(e))
 
 
 # -- the device really moves data ----------------------------------------------------------------

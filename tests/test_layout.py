@@ -7,13 +7,15 @@ needs (T10 §4.2 "aligning the rotations", §4.4 "sub-tensor placement").
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime_sim.errors import InvalidPlanError
-from runtime_sim.layout import OpLayout, padded_extent, pinned_axes
+from runtime_sim.layout import OpLayout, input_boxes, padded_extent, pinned_axes, producer_grid
 from runtime_sim.program import ExecutionPlan
 
 
@@ -166,6 +168,31 @@ def test_random_plans_hold_needed_partitions(exprs, data, kind, cores) -> None:
     assert moved == layout.shift_bytes()
     if plan.core_order:  # the same plan in the default numbering: cores renamed, nothing else
         _check_renumbering(OpLayout(e, ExecutionPlan(plan.op_partition, plan.temporal, plan.loop_order)), layout)
+    spread = [k for k in (2, 3, 4) if layout.num_cores % k == 0]
+    if spread:
+        _check_spread(layout, data.draw(st.sampled_from(spread)), cores)
+
+
+def _check_spread(layout: OpLayout, k: int, cores_per_chip: int) -> None:
+    """Spread over ``k`` chips, the plan keeps its numbering (grid, rings, shifts) and only
+    its physical cores move: equal contiguous groups at the start of each chip, and the
+    placement grids name those physical cores."""
+    spread = OpLayout(layout.expr, dataclasses.replace(layout.plan, chips=k), cores_per_chip)
+    n, g = layout.num_cores, layout.num_cores // k
+    phys = spread.physical
+    assert np.unique(phys).size == n and spread.span <= k * cores_per_chip
+    np.testing.assert_array_equal(phys // cores_per_chip, np.repeat(np.arange(k), g))
+    np.testing.assert_array_equal(phys % cores_per_chip, np.tile(np.arange(g), k))
+    for a in layout.axes:
+        np.testing.assert_array_equal(spread.grid[a], layout.grid[a])
+    np.testing.assert_array_equal(spread.owners(), layout.owners())
+    base, moved = producer_grid(layout), producer_grid(spread)
+    held = base.owner >= 0
+    np.testing.assert_array_equal(moved.owner[held], phys[base.owner[held]])
+    boxes = input_boxes(layout, 0)
+    placed = boxes.placed(phys, spread.span)
+    np.testing.assert_array_equal(placed.nbytes[phys], boxes.nbytes)
+    assert placed.nbytes.sum() == boxes.nbytes.sum()
 
 
 def _check_renumbering(default: OpLayout, mapped: OpLayout) -> None:

@@ -109,3 +109,30 @@ def test_search_maps_hbm_replicas_onto_one_chip(exprs) -> None:
     assert planned.time_s == pytest.approx(unmapped.time_s)  # same plan, same time
     one_chip = small_chip(64, 256 * 1024, hbm_bandwidth=1e11, hbm_controllers=2)
     assert plan_operator(e, one_chip, hbm_inputs=(1,)).plan.core_order == ()
+
+
+def test_chooser_spreads_a_small_consumer_next_to_its_producer(exprs) -> None:
+    """The mapping chooser costs the re-layout from a producer spread over 4 chips: a 4-core
+    consumer is placed one core per chip (nothing crosses chips) rather than on chip 0; with
+    no producer (nothing to gain) the contiguous placement stays; on one chip nothing changes."""
+    from tvm_icca.plans.mapping import choose_core_order, mapping_cost
+
+    hw = small_chip(16, 256 * 1024, num_chips=4, inter_chip_bandwidth=1e9)
+    prod = OpLayout(exprs.bias_add(16, 64), ExecutionPlan({"i": 16}, ({}, {}, {})), hw.cores_per_chip)
+    cons = exprs.row_sum(16, 64)
+    plan = ExecutionPlan({"i": 4}, ({}, {}))
+    chosen = choose_core_order(cons, plan, hw, producers=((0, prod),))
+    assert chosen.chips == 4
+    spread = mapping_cost(OpLayout(cons, chosen, hw.cores_per_chip), hw, producers=((0, prod),))
+    contiguous = mapping_cost(OpLayout(cons, plan, hw.cores_per_chip), hw, producers=((0, prod),))
+    assert spread.inter_chip_bytes == 0 and contiguous.inter_chip_bytes == 12 * 64 * 4
+    assert choose_core_order(cons, plan, hw).chips == 1
+    assert choose_core_order(cons, plan, small_chip(16, 256 * 1024), producers=((0, prod),)) == plan
+    # the search passes the producers to the chooser (and keys its memo on them)
+    from tvm_icca.plans import PlanSearchCache
+    cache = PlanSearchCache()
+    budget = 2 * 64 * 4 * 8  # room for a few rows per core: the search's own plan is small
+    alone = plan_operator(cons, hw, budget_bytes=budget, cache=cache)
+    fed = plan_operator(cons, hw, budget_bytes=budget, cache=cache, producers=((0, prod),))
+    assert fed.plan.op_partition == alone.plan.op_partition
+    assert mapping_cost(fed.layout, hw, producers=((0, prod),)).inter_chip_bytes == 0

@@ -28,7 +28,10 @@ from runtime_sim.program import DeviceProgram, OpProgram, TensorDecl, TensorExpr
 
 from runtime_sim.lifetimes import held_bytes as lifetime_held_bytes
 
+from runtime_sim.layout import OpLayout
+
 from .plans import CostModel, PlannedOp, PlanSearchCache, plan_operator
+from .plans.mapping import Producer, producer_key
 from .plans.reconcile import PlanOption, operator_options
 from .plans.vgm import plan_vgm_operator
 from .relax_types import static_shape
@@ -60,16 +63,18 @@ class PlanCache:
         self.misses = 0
 
     def plan(self, expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None,
-             budget: int, name: str, hbm_inputs: tuple[int, ...] = ()) -> PlannedOp:
+             budget: int, name: str, hbm_inputs: tuple[int, ...] = (),
+             producers: tuple[Producer, ...] = ()) -> PlannedOp:
         if cost_model is not None and all(m is not cost_model for m in self._cost_models):
             self._cost_models.append(cost_model)
+        # the placement depends on where the producers left the inputs
         key = (expr.structure_key(), hw, int(budget), None if cost_model is None else id(cost_model),
-               tuple(hbm_inputs))
+               tuple(hbm_inputs), producer_key(producers))
         planned = self._plans.get(key)
         if planned is None:
             self.misses += 1
             planned = plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget, name=name,
-                                    cache=self.search, hbm_inputs=hbm_inputs)
+                                    cache=self.search, hbm_inputs=hbm_inputs, producers=producers)
             self._plans[key] = planned
         else:
             self.hits += 1
@@ -246,8 +251,11 @@ def plan_region(
     output still needed after ``i`` occupies up to one partition per core (see
     :func:`held_bytes`). Its plan gets the SRAM that remains: that budget is returned per
     operator, with the planned operators. ``hbm_names``: the region tensors read from HBM.
+    Each operator's placement on the chips sees the layouts of the earlier operators whose
+    outputs it reads (:func:`.plans.mapping.choose_core_order`).
     """
     ops, budgets, out_bytes = [], [], []
+    layouts: dict[str, OpLayout] = {}  # output name -> its producer's layout
     for i, op in enumerate(region.ops):
         budget = hw.usable_sram_bytes - held_bytes(region, out_bytes)[i]
         if budget <= 0:
@@ -256,11 +264,14 @@ def plan_region(
                 f"{hw.usable_sram_bytes} bytes per core of '{hw.name}'"
             )
         hbm = tuple(t for t, n in enumerate(op.input_names) if n in hbm_names)
+        producers = tuple((t, layouts[n]) for t, n in enumerate(op.input_names)
+                          if n in layouts and t not in hbm)
         if plan_cache is not None:
-            planned = plan_cache.plan(op.expr, hw, cost_model, budget, op.name, hbm)
+            planned = plan_cache.plan(op.expr, hw, cost_model, budget, op.name, hbm, producers)
         else:
             planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget,
-                                    name=op.name, hbm_inputs=hbm)
+                                    name=op.name, hbm_inputs=hbm, producers=producers)
+        layouts[op.output_name] = OpLayout(op.expr, planned.plan, hw.cores_per_chip)
         out_bytes.append(planned.layout.partition_bytes(len(op.expr.tensors) - 1))
         ops.append(OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
                              planned.time_s))

@@ -211,15 +211,21 @@ def op_cost(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> OpCost:
     rest = exact[MAX_EXACT_PHASES:]
     exact = exact[:MAX_EXACT_PHASES]
     part_flows: dict = {}
+    P = layout.physical  # flows name physical cores
+
+    def flows(parts: tuple[tuple[str, int], ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        src, dst, nbytes = phase_flows(layout, parts, part_flows)
+        return P[src], P[dst], nbytes
+
     for ph in exact:
-        shift = shift + topo.phase(*phase_flows(layout, ph.parts, part_flows)).scaled(ph.count)
+        shift = shift + topo.phase(*flows(ph.parts)).scaled(ph.count)
     if rest:  # stand-ins for the long tail of rare phases
         sampled = True
         stride = max(1, len(rest) // MAX_EXACT_PHASES)
         sample = rest[::stride]
         mean = NO_PHASE
         for ph in sample:
-            mean = mean + topo.phase(*phase_flows(layout, ph.parts, part_flows))
+            mean = mean + topo.phase(*flows(ph.parts))
         shift = shift + mean.scaled(sum(p.count for p in rest) / len(sample))
     for ph in phases:
         shift_phases += ph.count
@@ -260,6 +266,7 @@ def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[Phas
     core = np.arange(n)
     # group by owner, the owner first: rank 0 is the root of each group's tree or chain
     order = np.lexsort((core, core != owner_of, owner_of))
+    P = layout.physical  # ``order`` holds numbered cores; flows name physical ones
     sorted_owner = owner_of[order]
     head = np.searchsorted(sorted_owner, sorted_owner, side="left")
     rank = np.arange(n) - head
@@ -271,8 +278,8 @@ def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[Phas
     step = 1
     while step < R:
         senders = np.flatnonzero((rank % (2 * step)) == step)
-        src = order[senders]
-        dst = order[senders - step]
+        src = P[order[senders]]
+        dst = P[order[senders - step]]
         tree = tree + topo.phase(src, dst, np.full(src.size, float(pbytes)))
         sent += src.size * pbytes
         rounds += 1
@@ -282,7 +289,7 @@ def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[Phas
 
     # chain: rank r sends to rank r-1; the first chunk needs R-2 extra hops to reach ring 0
     senders = np.flatnonzero(rank > 0)
-    chain = topo.phase(order[senders], order[senders - 1], np.full(senders.size, float(pbytes)))
+    chain = topo.phase(P[order[senders]], P[order[senders - 1]], np.full(senders.size, float(pbytes)))
     fill = schedule.chain_fill_s
     chain = chain + PhaseCost(fill, fill, 0.0, 0.0, 0.0, 0.0)
     chain_adds = schedule.chain_adds_s
@@ -312,7 +319,7 @@ def _combine(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[PhaseC
         step = 1
         while step < G:
             senders = np.flatnonzero((rank % (2 * step)) == step)
-            src, dst = order[senders], order[senders - step]
+            src, dst = layout.physical[order[senders]], layout.physical[order[senders - step]]
             flows = np.full(src.size, nbytes)
             up = up + topo.phase(src, dst, flows)
             down = down + topo.phase(dst, src, flows)

@@ -179,7 +179,8 @@ class _Planner:
         hit = self.c.relayouts.get(cache_key)
         if hit is None:
             topo = self.topo
-            rl = relayout(grid, self.boxes(key, layout, t), topo.node_chip, topo.num_chips)
+            boxes = self.boxes(key, layout, t).placed(layout.physical, layout.span)
+            rl = relayout(grid, boxes, topo.node_chip, topo.num_chips)
             sampled = [rl.box_weight > 1]
 
             def flows() -> tuple[np.ndarray, np.ndarray, np.ndarray, float, np.ndarray | None]:
@@ -200,7 +201,8 @@ class _Planner:
             return hit
         hw, topo = self.hw, self.topo
         n = layout.num_cores
-        cores = np.arange(n)
+        cores = layout.physical  # numbered core -> physical core
+        chip_of = topo.node_chip[cores]
         per_core = np.zeros(n)
         unique = np.zeros(hw.num_chips)
         need = np.zeros(n, np.int64)
@@ -210,7 +212,7 @@ class _Planner:
         for t in inputs:
             box = self.boxes(key, layout, t)
             per_core += box.nbytes
-            unique += box.unique_bytes_per_chip(topo.node_chip, hw.num_chips)
+            unique += box.unique_bytes_per_chip(chip_of, hw.num_chips)
             distinct.append(float(box.unique_bytes_per_chip(one_chip, 1).sum()))
             need += layout.partition_bytes(t)
             # cores with equal boxes (replicas) need the same bytes: one multicast each
@@ -244,7 +246,7 @@ class _Planner:
             return hit[0]
         hw, topo = self.hw, self.topo
         out = len(layout.expr.tensors) - 1
-        owners = np.asarray(layout.owners(), np.int64)
+        owners = layout.physical[np.asarray(layout.owners(), np.int64)]
         per_core = np.full(owners.size, float(layout.partition_bytes(out)))
         per_chip = np.bincount(topo.node_chip[owners], weights=per_core, minlength=hw.num_chips)
         src, dst, nbytes = topo.io_flows("host", owners, per_core)
@@ -284,7 +286,7 @@ class _Planner:
         if idle is None:
             return _grid_bytes(self.idle_grid(op, t)[1], self.hw.num_cores)
         held = np.zeros(self.hw.num_cores, np.int64)
-        held[: idle[1].num_cores] = idle[1].partition_bytes(t)
+        held[idle[1].physical] = idle[1].partition_bytes(t)
         return held
 
     def idle_state(self, programs: Sequence[DeviceProgram]) -> np.ndarray:
@@ -332,12 +334,12 @@ class _Planner:
             for name in released(last_use, resident, i):
                 used -= resident.pop(name)
             running = used.copy()
-            running[: layout.num_cores] += cost.footprint_bytes
+            running[layout.physical] += cost.footprint_bytes
             if op.idle_plan is None and idle is not None:
                 # resident inputs idling in this very plan are already counted in ``idle``
                 for t, name in enumerate(op.input_names):
                     if name in decls and decls[name].source == RESIDENT:
-                        running[: layout.num_cores] -= layout.partition_bytes(t)
+                        running[layout.physical] -= layout.partition_bytes(t)
             running += hw.shift_buffer_bytes
             over = np.flatnonzero(running > hw.sram_bytes_per_core)
             if over.size:
@@ -385,7 +387,7 @@ class _Planner:
                 if inputs:
                     load, per_core = self.load(kind, key, layout, tuple(inputs))
                     loads.append(load)
-                    need[: layout.num_cores] += per_core
+                    need[layout.physical] += per_core
             works.append(_Work(op, program.region, index, cost, relayout, moved, estimated, loads,
                                running, need))
             for load, inputs in zip(loads, [v for v in by_kind.values() if v]):
@@ -399,7 +401,7 @@ class _Planner:
             if outlives(last_use, op.output_name, i):
                 hold = np.zeros(hw.num_cores, np.int64)
                 out = len(op.expr.tensors) - 1
-                hold[layout.owners()] = layout.partition_bytes(out)
+                hold[layout.physical[layout.owners()]] = layout.partition_bytes(out)
                 resident[op.output_name] = hold
                 used += hold
         return works, peak

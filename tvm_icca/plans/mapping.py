@@ -9,35 +9,56 @@ replicas of every weight block ``num_cores / 2`` cores apart, on different chips
 chip reads its copy from its own HBM. With the axes a tensor lacks innermost, the replicas of
 each of its sub-tensors are neighbouring cores on one chip: one HBM read, forwarded on chip.
 
+A plan may also be spread over the chips (``ExecutionPlan.chips``,
+:attr:`runtime_sim.layout.OpLayout.physical`): its numbered cores split into equal contiguous
+groups, one at the start of each chip. Without it a plan smaller than the system sits on
+cores ``0 ..`` -- all on chip 0 when it fits there -- and every byte its producer left on
+the other chips crosses the IPU-Links (the softmax reductions of an LLM's attention).
+
 The candidate orders are the expression's own and, per tensor, the one with the axes that
 tensor lacks moved innermost (its replicas contiguous); for an output, those are the split
-reduction axes, whose partial sums then meet on one chip. Each is costed exactly on the
-plan's cores, with the data the timing simulator moves (:mod:`runtime_sim.timing`):
+reduction axes, whose partial sums then meet on one chip. When an input comes from a
+producer, each split axis moved outermost is a candidate too (the chips then split that
+axis, as the producer may have left the data). Each order is a candidate with the
+contiguous placement (only the own order when the plan fits on one chip: the others put it
+on the same chip) and, when the cores divide evenly over all chips, spread over them. Each
+candidate is costed exactly on the plan's physical cores, with the data the timing
+simulator moves (:mod:`runtime_sim.timing`, whose geometry lives in
+:mod:`runtime_sim.layout`):
 
 * HBM: the distinct input boxes each chip needs of every ``"hbm"`` input (what the chip reads
-  from its own HBM, :meth:`~runtime_sim.timing.geometry.Boxes.unique_bytes_per_chip`), the
-  busiest chip at its share of the HBM bandwidth;
+  from its own HBM, :meth:`~runtime_sim.layout.Boxes.unique_bytes_per_chip`), the busiest
+  chip at its share of the HBM bandwidth;
 * inter-chip bytes at ``hw.inter_chip_bandwidth``: rotation shifts whose source core is on
-  another chip, partial sums sent to an owner on another chip, and the copies of the other
-  inputs' distinct boxes beyond the first that must reach a second chip.
+  another chip, partial sums sent to an owner on another chip; for an input produced by an
+  earlier operator of the region (``producers``: its layout), the re-layout from the
+  producer's output blocks (:func:`~runtime_sim.layout.producer_grid`) onto the candidate's
+  cores, each piece counted once per chip other than its owner's that needs it (the
+  multicast the timing simulator sends, :func:`~runtime_sim.layout.relayout`); for any other
+  on-chip input, the copies of its distinct boxes beyond the first that must reach a second
+  chip.
 
-The cheapest order wins; ties keep the expression's own order, and a plan on one chip's
-cores (or a single-chip system) keeps it too, so nothing changes there. Only the mapping is
-chosen here: the plan itself (``F_op``, temporal factors, loop order) comes from the exact
-search, whose cost model is chip-unaware.
+The cheapest candidate wins; ties keep the expression's own order on contiguous cores, and a
+single-chip system keeps it always, so nothing changes there. Only the mapping is chosen
+here: the plan itself (``F_op``, temporal factors, loop order) comes from the exact search,
+whose cost model is chip-unaware.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import numpy as np
 
 from runtime_sim.hardware import HardwareSpec
-from runtime_sim.layout import OpLayout
+from runtime_sim.layout import OpLayout, input_boxes, producer_grid, relayout
 from runtime_sim.program import ExecutionPlan, TensorExpr
-from runtime_sim.timing.geometry import input_boxes
+
+#: An input produced by an earlier operator of the region: (index in ``expr.inputs``, the
+#: producer's layout).
+Producer = tuple[int, OpLayout]
 
 
 @dataclass(frozen=True)
@@ -55,8 +76,10 @@ class MappingCost:
         return self.hbm_s + self.inter_chip_s
 
 
-def candidate_core_orders(layout: OpLayout) -> list[tuple[str, ...]]:
-    """The expression's own order (``()``), then per tensor its lacking axes innermost.
+def candidate_core_orders(layout: OpLayout, outermost: bool = False) -> list[tuple[str, ...]]:
+    """The expression's own order (``()``), then per tensor its lacking axes innermost; with
+    ``outermost``, then each split axis moved outermost (the chips then split that axis, which
+    matches a producer that left the data split along it over the chips).
 
     Orders that number the cores the same way (they differ only in unsplit axes) count once.
     """
@@ -64,9 +87,13 @@ def candidate_core_orders(layout: OpLayout) -> list[tuple[str, ...]]:
     split = [a for a in axes if layout.F[a] > 1]
     seen = {tuple(split)}
     out: list[tuple[str, ...]] = [()]
+    orders = []
     for t in range(len(layout.expr.tensors)):
         own = set(layout.tensor_axes(t))
-        order = tuple([a for a in axes if a in own] + [a for a in axes if a not in own])
+        orders.append(tuple([a for a in axes if a in own] + [a for a in axes if a not in own]))
+    if outermost:
+        orders += [tuple([a] + [b for b in axes if b != a]) for a in split]
+    for order in orders:
         key = tuple(a for a in order if layout.F[a] > 1)
         if key not in seen:
             seen.add(key)
@@ -74,18 +101,28 @@ def candidate_core_orders(layout: OpLayout) -> list[tuple[str, ...]]:
     return out
 
 
-def mapping_cost(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int] = ()) -> MappingCost:
-    """The chip-level cost of ``layout``'s core numbering (see the module doc)."""
+def mapping_cost(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int] = (),
+                 producers: Sequence[Producer] = ()) -> MappingCost:
+    """The chip-level cost of ``layout``'s placement on physical cores (see the module doc).
+
+    ``layout`` must know the chip (``OpLayout(expr, plan, hw.cores_per_chip)``) when its plan
+    is spread; ``producers`` are the layouts of the inputs produced in the region.
+    """
     chips = hw.num_chips
     n = layout.num_cores
-    chip = np.arange(n) // hw.cores_per_chip
+    cpc = hw.cores_per_chip
+    chip = layout.chip_of_core(cpc)
     expr = layout.expr
     hbm = set(int(t) for t in hbm_inputs)
+    produced = {int(t): p for t, p in producers}
     per_chip_hbm = np.zeros(chips)
     hbm_unique = 0.0
     inter = 0.0
     for t in range(len(expr.inputs)):
         boxes = input_boxes(layout, t)
+        if t in produced and t not in hbm:
+            inter += relayout_inter_chip_bytes(produced[t], layout, t, hw)
+            continue
         per_chip = boxes.unique_bytes_per_chip(chip, chips)
         distinct = float(boxes.unique_bytes_per_chip(np.zeros(n, np.int64), 1).sum())
         if t in hbm:
@@ -108,20 +145,61 @@ def mapping_cost(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int] =
     return MappingCost(hbm_s, inter_s, float(per_chip_hbm.sum()), hbm_unique, float(inter))
 
 
-def choose_core_order(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
-                      hbm_inputs: Sequence[int] = ()) -> ExecutionPlan:
-    """``plan`` with the cheapest core order of :func:`candidate_core_orders` (module doc).
+def relayout_inter_chip_bytes(producer: OpLayout, layout: OpLayout, t: int, hw: HardwareSpec) -> float:
+    """Bytes that cross chips when input ``t`` of ``layout`` comes from ``producer``'s output:
+    every piece of the re-layout once per chip, other than its owner's, whose cores need it."""
+    cpc = hw.cores_per_chip
+    if producer.chips > 1 and producer.cores_per_chip is None:
+        producer = OpLayout(producer.expr, producer.plan, cpc)
+    grid = producer_grid(producer)
+    boxes = input_boxes(layout, t).placed(layout.physical, layout.span)
+    span = max(layout.span, int(grid.owner.max()) + 1)
+    rl = relayout(grid, boxes, np.arange(span) // cpc, hw.num_chips)
+    foreign = rl.piece_receivers > 0
+    live = np.flatnonzero(rl.piece_src >= 0)
+    foreign[live, rl.piece_src[live] // cpc] = False
+    return float((rl.piece_bytes * foreign.sum(axis=1)).sum()) * rl.box_weight
 
-    ``hbm_inputs``: indices (in ``expr.inputs``) of the inputs read from HBM. On one chip, or
-    when the plan fits on the first chip's cores, the plan is returned unchanged.
+
+def producer_key(producers: Sequence[Producer]) -> tuple[Hashable, ...]:
+    """What the mapping of a consumer depends on in its producers (for cache keys)."""
+    return tuple((int(t), p.expr.structure_key(),
+                  json.dumps(p.plan.to_dict(), sort_keys=True, separators=(",", ":")))
+                 for t, p in sorted(producers, key=lambda x: x[0]))
+
+
+def candidate_placements(layout: OpLayout, hw: HardwareSpec,
+                         producers: Sequence[Producer] = ()) -> list[tuple[tuple[str, ...], int]]:
+    """``(core_order, chips)`` candidates: contiguous first, then spread over all chips
+    (orders of :func:`candidate_core_orders`, with the split axes outermost when some input
+    comes from a producer)."""
+    orders = candidate_core_orders(layout, outermost=bool(producers))
+    n, cpc, k = layout.num_cores, hw.cores_per_chip, hw.num_chips
+    out = [(o, 1) for o in (orders if n > cpc else orders[:1])]
+    if k > 1 and n % k == 0 and n // k <= cpc and n >= k:
+        out += [(o, k) for o in orders]
+    return out
+
+
+def choose_core_order(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
+                      hbm_inputs: Sequence[int] = (),
+                      producers: Sequence[Producer] = ()) -> ExecutionPlan:
+    """``plan`` with the cheapest placement of :func:`candidate_placements`: core order and
+    spread over chips (module doc).
+
+    ``hbm_inputs``: indices (in ``expr.inputs``) of the inputs read from HBM; ``producers``:
+    ``(index, layout)`` of the inputs produced by earlier operators of the region. On one
+    chip the plan is returned unchanged.
     """
-    if hw.num_chips <= 1 or plan.num_cores <= hw.cores_per_chip:
+    if hw.num_chips <= 1:
         return plan
-    base = OpLayout(expr, replace(plan, core_order=()))
+    cpc = hw.cores_per_chip
+    base = OpLayout(expr, replace(plan, core_order=(), chips=1), cpc)
     best, best_s = plan, None
-    for order in candidate_core_orders(base):
-        layout = base if not order else OpLayout(expr, replace(plan, core_order=order))
-        cost = mapping_cost(layout, hw, hbm_inputs).time_s
+    for order, chips in candidate_placements(base, hw, producers):
+        candidate = replace(plan, core_order=order, chips=chips)
+        layout = base if not order and chips == 1 else OpLayout(expr, candidate, cpc)
+        cost = mapping_cost(layout, hw, hbm_inputs, producers).time_s
         if best_s is None or cost < best_s * (1 - 1e-9):
-            best, best_s = replace(plan, core_order=order), cost
+            best, best_s = candidate, cost
     return best

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -37,7 +38,7 @@ from .bounds import memory_lower_bound
 from .cache import PlanSearchCache, cache_or_new
 from .cost import AnalyticCostModel, CostModel, PlanCost
 from .filters import PlanFilters
-from .mapping import choose_core_order
+from .mapping import Producer, choose_core_order, producer_key
 from .partitions import plans_for
 from .scoring import (  # noqa: F401  (CHUNK_PLANS, candidate_partitions: public here too)
     CHUNK_PLANS,
@@ -174,6 +175,7 @@ def plan_operator(
     name: str | None = None,
     cache: PlanSearchCache | None = None,
     hbm_inputs: Sequence[int] = (),
+    producers: Sequence[Producer] = (),
 ) -> PlannedOp:
     """Fastest plan of ``expr`` whose per-core footprint fits ``budget_bytes``.
 
@@ -186,40 +188,70 @@ def plan_operator(
     operator, the smallest footprint and the budget when nothing fits. ``cache`` (owned by
     the caller, e.g. the compiler's plan cache) memoizes structures, assignments and, for the
     default model, the result. On a multi-chip system the plan's mapping to physical cores
-    (``core_order``) is then chosen by :func:`.mapping.choose_core_order`, which keeps the
-    replicas of the ``hbm_inputs`` (indices in ``expr.inputs``) on one chip where that is
-    cheaper.
+    (``core_order`` and ``chips``) is then chosen by :func:`.mapping.choose_core_order`, which
+    keeps the replicas of the ``hbm_inputs`` (indices in ``expr.inputs``) on one chip where
+    that is cheaper and places the plan near the data its ``producers`` (``(input index,
+    layout)`` of inputs produced earlier in the region) leave on chip.
     """
     budget = hw.usable_sram_bytes if budget_bytes is None else int(budget_bytes)
     label = name or expr.kind
     _check_fits_chip(expr, hw, budget, label)
     default = cost_model is None or type(cost_model) is AnalyticCostModel
     hbm_inputs = tuple(sorted(int(t) for t in hbm_inputs))
-    key = (expr.structure_key(), hw, budget, hbm_inputs) if default and cache is not None else None
+    # the search does not depend on the chips; its result is kept without the mapping, which
+    # is chosen (and memoized) per context: HBM inputs and producers' layouts
+    key = ("search", expr.structure_key(), hw, budget) if default and cache is not None else None
+    result = None
     if key is not None:
         hit = cache.planned(key)
         if hit is not None:  # same structure: this operator's tensor names
-            return hit if hit.expr == expr else dataclasses.replace(
+            result = hit if hit.expr == expr else dataclasses.replace(
                 hit, expr=expr, layout=OpLayout(expr, hit.plan))
-    cache = cache_or_new(cache)
+    if result is None:
+        result = _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default)
+        if key is not None:
+            cache.remember(key, result)
+    return _mapped(result, hw, hbm_inputs, producers, cache)
+
+
+def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
+            label: str, cache: PlanSearchCache, default: bool) -> PlannedOp:
+    """The plan of :func:`plan_operator` before its mapping to physical cores."""
     structure = plan_structure(expr, cache)
     if default or _is_batch_model(cost_model):
         model = AnalyticBatchModel(hw) if default else cost_model
         best = best_plan(structure, model, budget, hw.num_cores, cache=cache)
         if best is None:
             _raise_nothing_fits(structure, hw, budget, label, cache)
-        plan = choose_core_order(expr, best.plan(0), hw, hbm_inputs)
+        plan = best.plan(0)
         layout = OpLayout(expr, plan)
         cost = (cost_model or AnalyticCostModel())(layout, hw) if default else _batch_cost(model, best)
-        result = PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
+        return PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
+    return _rerank(structure, hw, cost_model, budget, label, cache)
+
+
+def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
+            producers: Sequence[Producer], cache: PlanSearchCache | None) -> PlannedOp:
+    """``result`` with the placement :func:`.mapping.choose_core_order` picks (memoized in
+    ``cache`` on everything the choice depends on)."""
+    if hw.num_chips <= 1:
+        return result
+    expr = result.expr
+    key = None
+    if cache is not None:
+        key = ("mapping", expr.structure_key(), json.dumps(result.plan.to_dict(), sort_keys=True),
+               hw, hbm_inputs, producer_key(producers))
+        hit = cache.planned(key)
+        if hit is not None:
+            plan = hit
+        else:
+            plan = choose_core_order(expr, result.plan, hw, hbm_inputs, producers)
+            cache.remember(key, plan)
     else:
-        result = _rerank(structure, hw, cost_model, budget, label, cache)
-        plan = choose_core_order(expr, result.plan, hw, hbm_inputs)
-        if plan != result.plan:
-            result = dataclasses.replace(result, plan=plan, layout=OpLayout(expr, plan))
-    if key is not None:
-        cache.remember(key, result)
-    return result
+        plan = choose_core_order(expr, result.plan, hw, hbm_inputs, producers)
+    if plan == result.plan:
+        return result
+    return dataclasses.replace(result, plan=plan, layout=OpLayout(expr, plan, hw.cores_per_chip))
 
 
 def _is_batch_model(model: object) -> bool:
