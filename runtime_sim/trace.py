@@ -126,7 +126,7 @@ def timing_trace(report: Any) -> list[dict[str, Any]]:
             if dur > 0:
                 phases.append((label, t, dur))
             t += dur
-        for k in range(min(chips, -(-op.cores // cpc))):
+        for k in _chips_of(op, chips, cpc):
             pid, tid = chip_tracks[k]
             tb.complete(pid, tid, op.name, op.start_s, op.duration_s, "op", args)
             for label, start, dur in phases:
@@ -151,10 +151,17 @@ def timing_trace(report: Any) -> list[dict[str, Any]]:
             tb.complete(ic, hbm_delivery, f"hbm -> {op.name}", op.hbm_start_s, op.hbm_s, "link")
         if op.host_s > 0:
             tb.complete(ic, host_delivery, f"host -> {op.name}", op.host_start_s, op.host_s, "link")
-            for k in range(min(chips, -(-op.cores // cpc))):
+            for k in _chips_of(op, chips, cpc):
                 tb.complete(host_pid, host_tracks[k], f"input {op.name}", op.host_start_s,
                             op.host_s, "host", {"bytes": op.host_bytes})
     return tb.events
+
+
+def _chips_of(op: Any, chips: int, cores_per_chip: int) -> list[int]:
+    """The chips an operator's cores are on: as the simulator placed them (a plan may be
+    spread over chips), else the chips its core count fills from chip 0."""
+    placed = [k for k in getattr(op, "chips", ()) if k < chips]
+    return placed or list(range(min(chips, -(-op.cores // cores_per_chip))))
 
 
 __all__ = ["TraceBuilder", "timing_trace", "trace_document", "write_trace"]

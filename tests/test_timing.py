@@ -850,3 +850,16 @@ def test_spread_consumer_relayout_stays_on_chip(exprs) -> None:
     x, b = np.ones((16, 64), np.float32), np.arange(64, dtype=np.float32)[None, :]
     (out,) = SimulatedDevice().run(_producer_consumer(exprs, hw, 4), [x, b])
     np.testing.assert_allclose(out, (x + b).sum(axis=1), rtol=1e-5)
+
+
+def test_trace_draws_a_spread_operator_on_every_chip_it_uses(exprs) -> None:
+    from runtime_sim.trace import timing_trace
+
+    hw = small_chip(16, 256 * 1024, num_chips=4, inter_chip_bandwidth=1e9)
+    for chips, expected in ((1, [(0,)]), (4, [(0, 1, 2, 3)])):
+        report = simulate_timing([_producer_consumer(exprs, hw, chips)])
+        consumer = report.per_op[1]
+        assert [consumer.chips] == expected
+        drawn = {e["pid"] for e in timing_trace(report)
+                 if e.get("ph") == "X" and e.get("name") == consumer.name}
+        assert len(drawn) == len(expected[0])  # one "cores" span per chip it runs on

@@ -52,6 +52,7 @@ class OpTiming:
     hbm_start_s: float = 0.0
     host_start_s: float = 0.0
     prefetched: bool = False  # its load started while the previous operator executed
+    chips: tuple[int, ...] = ()  # the chips its cores are on (a plan may be spread over chips)
     sram_bytes_per_core: int = 0  # peak on a core while it runs, shift buffer included
     relayout_s: float = 0.0
     steps_s: float = 0.0  # all steps: sub-tasks, syncs and shifts

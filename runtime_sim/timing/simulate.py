@@ -122,6 +122,7 @@ class _Work:
     prefetch_need: np.ndarray  # bytes per core its loads deposit (its loaded partitions)
     stores: list[_Load] = field(default_factory=list)  # its outputs the host reads (chip -> host)
     hbm_tensors: dict[str, float] = field(default_factory=dict)  # HBM input -> distinct bytes
+    chips: tuple[int, ...] = ()  # the chips its cores are on (OpLayout.physical)
 
     @property
     def duration_s(self) -> float:
@@ -389,7 +390,8 @@ class _Planner:
                     loads.append(load)
                     need[layout.physical] += per_core
             works.append(_Work(op, program.region, index, cost, relayout, moved, estimated, loads,
-                               running, need))
+                               running, need,
+                               chips=tuple(int(c) for c in np.unique(self.topo.node_chip[layout.physical]))))
             for load, inputs in zip(loads, [v for v in by_kind.values() if v]):
                 if load.kind == "hbm":
                     for t, nbytes in zip(inputs, load.distinct_bytes):
@@ -682,6 +684,7 @@ def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Top
             hbm_start_s=slot.hbm_interval[0] if slot.hbm_interval else 0.0,
             host_start_s=slot.host_interval[0] if slot.host_interval else 0.0,
             prefetched=bool(work.loads) and slot.prefetched,
+            chips=work.chips,
             sram_bytes_per_core=int(work.used.max()),
             relayout_s=work.relayout.time_s, steps_s=steps_s, shift_s=cost.shift.time_s,
             reduction_s=cost.reduction.time_s + cost.reduction_compute_s,
