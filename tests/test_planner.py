@@ -194,6 +194,11 @@ def test_bad_options_are_one_clear_error():
         compile_programs(SameLayerTwice, CHIP, resident=["weights"])
     with pytest.raises(tvm_icca.IccaError, match="collection of parameter names"):
         compile_programs(SameLayerTwice, CHIP, resident="w1")  # not the letters 'w' and '1'
+    with pytest.raises(tvm_icca.IccaError, match="collection of parameter names"):
+        tvm_icca.compile(SameLayerTwice, CHIP, resident="w1")
+    with pytest.raises(tvm_icca.IccaError, match="collection of parameter names"):
+        tvm_icca.CompileOptions(resident=3)
+    assert tvm_icca.CompileOptions(resident=iter(["w1"])).resident == frozenset({"w1"})
     with pytest.raises(tvm_icca.IccaError, match="no Relax function 'main'"):
         compile_programs(tvm.IRModule(), CHIP)
     with pytest.raises(tvm_icca.InvalidHardwareSpecError, match="unknown hardware preset"):

@@ -234,8 +234,7 @@ def compile(  # pylint: disable=redefined-builtin
 
     Run the result with ``tvm.relax.VirtualMachine(executable, tvm.cpu())``.
     """
-    options = CompileOptions(execution=execution, state_on_chip=state_on_chip,
-                             resident=None if resident is None else frozenset(resident))
+    options = CompileOptions(execution=execution, state_on_chip=state_on_chip, resident=resident)
     pipeline = icca_pipeline(target, options=options)
     if hw is None:
         return tvm.compile(mod, target=target, relax_pipeline=pipeline)

@@ -34,6 +34,7 @@ from runtime_sim.program import DeviceProgram
 
 from .hardware import HardwareLike, HardwareSpec, resolve_hardware
 from .model import CompileOptions, icca_model_passes, model_plan_of, programs_in_call_order
+from .model.planner import MODEL_NAME_ATTR
 from .model.calls import partitioned_op_counts
 from .model.idle_active import ModelPlan
 from .partition import partition_report
@@ -45,10 +46,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .workloads import Workload
 
 __all__ = ["CompiledModel", "compile_programs"]
-
-#: Module attribute naming the model in messages (set from a workload's name).
-MODEL_NAME_ATTR = "icca.model_name"
-
 
 @dataclass
 class CompiledModel:
@@ -173,13 +170,12 @@ def compile_programs(
     )
 
 
-def _unpack(model: Any, resident: Collection[str] | None) -> tuple[IRModule, frozenset[str] | None, str | None]:
-    if isinstance(resident, str) or (resident is not None and not all(isinstance(n, str) for n in resident)):
-        raise IccaError(f"resident must be a collection of parameter names, got {resident!r}")
+def _unpack(model: Any, resident: Collection[str] | None) -> tuple[IRModule, Any, str | None]:
+    """The module, the resident names as given (CompileOptions checks them) and a label."""
     if isinstance(model, IRModule):
-        return model, None if resident is None else frozenset(resident), None
+        return model, resident, None
     mod = getattr(model, "mod", None)
     if not isinstance(mod, IRModule):
         raise IccaError(f"compile_programs needs a tvm.IRModule or a Workload, got {type(model).__name__}")
-    names = model.resident_names if resident is None else frozenset(resident)
-    return mod, frozenset(names), str(getattr(model, "name", "")) or None
+    names = model.resident_names if resident is None else resident
+    return mod, names, str(getattr(model, "name", "")) or None

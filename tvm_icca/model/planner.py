@@ -74,6 +74,8 @@ PROGRAM_ATTR = "icca.program"
 #: Module attribute holding the idle/active decisions (``ModelPlan.to_dict()`` as JSON) when
 #: the model is kept on chip with compute-shift plans.
 MODEL_PLAN_ATTR = "icca.model_plan"
+#: Module attribute naming the model in messages (the timing-only path sets a workload's name).
+MODEL_NAME_ATTR = "icca.model_name"
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,15 @@ class CompileOptions:
         if not isinstance(self.state_on_chip, bool):
             raise IccaError(f"state_on_chip must be True or False, got {self.state_on_chip!r}")
         if self.resident is not None:
-            if isinstance(self.resident, str) or not all(isinstance(n, str) for n in self.resident):
-                raise IccaError("resident must be a collection of parameter names")
-            object.__setattr__(self, "resident", frozenset(self.resident))
+            names = self.resident
+            if isinstance(names, str) or not isinstance(names, Iterable):
+                names = None
+            else:
+                names = tuple(names)  # an iterator is read once
+            if names is None or not all(isinstance(n, str) for n in names):
+                raise IccaError(
+                    f"resident must be a collection of parameter names, got {self.resident!r}")
+            object.__setattr__(self, "resident", frozenset(names))
 
 
 def plan_device_programs(
@@ -127,8 +135,9 @@ def plan_device_programs(
                 return mod
             chip = spec if spec is not None else _module_hardware(mod)
             cache = plan_cache if plan_cache is not None else PlanCache()
-            programs, model_plan = _decide(mod, chip, opts, cache, progress)
-            return _attach(mod, programs, model_plan)
+            order = region_call_order(mod)
+            programs, model_plan = _decide(mod, order, chip, opts, cache, progress)
+            return _attach(mod, order, programs, model_plan)
         except IccaError as err:
             # Called from C++ (Sequential, tvm.compile): keep the error's class intact.
             raise_through_ffi(err)
@@ -183,11 +192,10 @@ def program_of(func: relax.Function) -> DeviceProgram:
 def programs_in_call_order(mod: IRModule) -> list[DeviceProgram]:
     """The device programs of a planned module in the order ``main`` runs them."""
     regions = icca_regions(mod)
-    parsed: dict[str, DeviceProgram] = {}  # a region of every layer is parsed once
-    for name in region_call_order(mod):
-        if name not in parsed:
-            parsed[name] = program_of(regions[name])
-    return [parsed[name] for name in region_call_order(mod)]
+    order = region_call_order(mod)
+    # a region of every layer is parsed once
+    parsed = {name: program_of(regions[name]) for name in dict.fromkeys(order)}
+    return [parsed[name] for name in order]
 
 
 def model_plan_of(mod: IRModule) -> ModelPlan | None:
@@ -204,12 +212,12 @@ def _module_hardware(mod: IRModule) -> HardwareSpec:
     return hardware_from_json(str(text)) if text is not None else resolve_hardware(None)
 
 
-def _decide(mod: IRModule, spec: HardwareSpec, opts: CompileOptions, cache: PlanCache,
-            progress: bool) -> tuple[list[DeviceProgram], ModelPlan | None]:
+def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: CompileOptions,
+            cache: PlanCache, progress: bool) -> tuple[list[DeviceProgram], ModelPlan | None]:
     """Per region call of ``main``, in order, its device program (no module id yet), with the
     outputs the host reads after it (:func:`host_reads`; only ``main``'s result when every
     region input is on chip, as host ops between regions then count as on-chip re-layouts)."""
-    programs, model_plan = _decide_sources(mod, spec, opts, cache, progress)
+    programs, model_plan = _decide_sources(mod, order, spec, opts, cache, progress)
     on_chip = opts.state_on_chip  # every region argument is "chip" or "resident" then
     reads = host_reads(mod, result_only=on_chip)
     return [_with_host_outputs(p, r) for p, r in zip(programs, reads, strict=True)], model_plan
@@ -224,11 +232,11 @@ def _with_host_outputs(program: DeviceProgram, indices: frozenset[int]) -> Devic
     return dataclasses.replace(program, host_outputs=tuple(dict.fromkeys(names)))
 
 
-def _decide_sources(mod: IRModule, spec: HardwareSpec, opts: CompileOptions, cache: PlanCache,
+def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
+                    opts: CompileOptions, cache: PlanCache,
                     progress: bool) -> tuple[list[DeviceProgram], ModelPlan | None]:
-    """Per region call of ``main``, in order, its device program with its input sources."""
+    """Per region call of ``main`` (``order``), its device program with its input sources."""
     regions = icca_regions(mod)
-    order = region_call_order(mod)
     missing = sorted(set(regions) - set(order))
     if missing:
         raise IccaError(f"ICCA regions not called from main: {', '.join(missing)}")
@@ -238,7 +246,7 @@ def _decide_sources(mod: IRModule, spec: HardwareSpec, opts: CompileOptions, cac
     if unknown:
         raise IccaError(f"resident names {unknown} are not parameters of main")
     origins = argument_origins(mod, resident)
-    label = str(mod.attrs.get("icca.model_name", "model")) if mod.attrs is not None else "model"
+    label = str(mod.attrs.get(MODEL_NAME_ATTR, "model")) if mod.attrs is not None else "model"
     if not opts.state_on_chip:
         state = model_state_source(spec.hbm_bandwidth > 0)
         sources = [tuple(state if o == STATE else o for o in row) for row in origins]
@@ -336,23 +344,23 @@ def _with_sources(program: DeviceProgram, sources: Sequence[str],
 
 
 # -- the programs onto the module -----------------------------------------------------------
-def _attach(mod: IRModule, programs: Sequence[DeviceProgram], model_plan: ModelPlan | None) -> IRModule:
+def _attach(mod: IRModule, order: Sequence[str], programs: Sequence[DeviceProgram],
+            model_plan: ModelPlan | None) -> IRModule:
     """Write each call's program onto its region function, cloning regions called with
     different programs, and name the module and its run order in every program."""
-    order = region_call_order(mod)
     taken = {gvar.name_hint for gvar in mod.get_global_vars()}
+    texts = [program.to_json() for program in programs]
     variants: dict[str, dict[str, str]] = {}  # region -> program JSON -> function symbol
     symbols: list[str] = []  # per call, the function it runs
-    for region, program in zip(order, programs):
-        text = program.to_json()
+    for region, text in zip(order, texts):
         named = variants.setdefault(region, {})
         if text not in named:
             named[text] = region if not named else _variant_symbol(region, len(named), taken)
         symbols.append(named[text])
     digest = hashlib.sha1()
-    for symbol, program in zip(symbols, programs):
+    for symbol, text in zip(symbols, texts):
         digest.update(symbol.encode())
-        digest.update(program.to_json().encode())
+        digest.update(text.encode())
     module_id = digest.hexdigest()[:16]
     final: dict[str, str] = {}
     for symbol, program in zip(symbols, programs):
