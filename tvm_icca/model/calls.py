@@ -83,20 +83,36 @@ def _region_arguments(mod: IRModule, resident: Collection[str]
         return nothing
 
     result: list[list[tuple[str, frozenset[str]]]] = []
+    for binding, kind, operand in _dataflow(main, gvars):
+        if kind == _REGION:
+            result.append([source_of(arg) for arg in binding.value.args])
+            origin[binding.var] = (CHIP, frozenset())
+        else:  # an alias or view has its operand's origin; a host op's result is the host's
+            origin[binding.var] = source_of(operand) if kind == _ALIAS else nothing
+    return result
+
+
+#: Kinds of a binding of ``main`` (:func:`_dataflow`).
+_REGION, _ALIAS, _HOST = "region", "alias", "host"
+
+
+def _dataflow(main: relax.Function, gvars: Mapping[tvm.ir.GlobalVar, str]
+              ) -> Iterator[tuple[relax.Binding, str, relax.Expr | None]]:
+    """Each binding of ``main`` with its kind: a call of an ICCA region; an alias that moves no
+    data (a variable, tuple, projection, constant or view op, :data:`VIEW_OPS`) with the
+    operand whose data it is; or a host op. The one classification :func:`argument_origins`
+    and :func:`host_reads` propagate through."""
     for binding in _bindings(main):
         value = binding.value
-        region = _region_of_call(value, gvars)
-        if region is not None:
-            result.append([source_of(arg) for arg in value.args])
-            origin[binding.var] = (CHIP, frozenset())
-        elif isinstance(value, (relax.Var, relax.TupleGetItem, tvm.ir.GenericConst)):
-            origin[binding.var] = source_of(value)
+        if _region_of_call(value, gvars) is not None:
+            yield binding, _REGION, None
+        elif isinstance(value, (relax.Var, relax.TupleGetItem, relax.Tuple, tvm.ir.GenericConst)):
+            yield binding, _ALIAS, value
         elif (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
               and value.op.name in VIEW_OPS):
-            origin[binding.var] = source_of(value.args[0])
+            yield binding, _ALIAS, value.args[0]
         else:
-            origin[binding.var] = nothing
-    return result
+            yield binding, _HOST, None
 
 
 def host_reads(mod: IRModule, result_only: bool = False) -> list[frozenset[int]]:
@@ -124,18 +140,14 @@ def host_reads(mod: IRModule, result_only: bool = False) -> list[frozenset[int]]
         for c, i in origins(expr):
             reads[c].add(i)
 
-    for binding in _bindings(main):
-        value = binding.value
-        if _region_of_call(value, gvars) is not None:
+    for binding, kind, operand in _dataflow(main, gvars):
+        if kind == _REGION:
             origin[binding.var] = [(len(reads), None)]
             reads.append(set())
-        elif isinstance(value, (relax.Var, relax.TupleGetItem, relax.Tuple)):
-            origin[binding.var] = origins(value)
-        elif (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-              and value.op.name in VIEW_OPS):
-            origin[binding.var] = origins(value.args[0])
-        elif isinstance(value, relax.Call) and not result_only:
-            for arg in value.args:  # a host op reads its operands
+        elif kind == _ALIAS:
+            origin[binding.var] = origins(operand)
+        elif isinstance(binding.value, relax.Call) and not result_only:
+            for arg in binding.value.args:  # a host op reads its operands
                 mark(arg)
     body = main.body
     mark(body.body if isinstance(body, relax.SeqExpr) else body)
