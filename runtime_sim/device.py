@@ -754,8 +754,8 @@ def _per_op_timing(report: Any) -> list[dict[str, Any]]:
             name, timing = entry
             rows.append({"op": name, "time_s": timing.time_s, **dataclasses.asdict(timing)})
         else:
-            row = dataclasses.asdict(entry)
-            rows.append({"op": row.pop("name"), "time_s": entry.end_s - entry.start_s, **row})
+            row = entry.to_dict()
+            rows.append({"op": row.pop("name"), "time_s": entry.duration_s, **row})
     return rows
 
 
