@@ -313,19 +313,23 @@ def test_host_inputs_use_the_host_link(exprs) -> None:
     assert report.host_s == pytest.approx(256 * 256 * 4 / 8e9, rel=0.01)
 
 
-def test_multi_chip_rotation_is_capped_by_inter_chip_link(exprs) -> None:
-    """A ring that spans two chips: its crossing shifts share the inter-chip cap."""
-    cap = 2e9
-    hw = small_chip(16, num_chips=2, inter_chip_bandwidth=cap, link_latency_s=0.0)
+def _two_chip_ring(exprs, cap: float, **latencies):
+    """A ring that spans two chips (F_op m=16: B is shared by all 16 cores and rotates on k in
+    one ring of 16): the report, the hardware, its shifts crossing chips and B's partition."""
+    hw = small_chip(16, num_chips=2, inter_chip_bandwidth=cap, **latencies)
     e = exprs.matmul(16, 256, 16)
-    # F_op m=16: B is shared by all 16 cores and rotates on k in one ring of 16
     plan = ExecutionPlan({"m": 16}, ({}, {"k": 16}, {}))
     layout = OpLayout(e, plan)
     report = simulate_timing([single(e, plan, hw, constants=("A", "B"))])
     src = layout.shifts_after({"k": 0}, ("k",))[0].source
     chip = np.arange(16) // 8
-    crossing = int((chip[src] != chip).sum())
-    pb = layout.partition_bytes(1)
+    return report, hw, int((chip[src] != chip).sum()), layout.partition_bytes(1)
+
+
+def test_multi_chip_rotation_is_capped_by_inter_chip_link(exprs) -> None:
+    """A ring that spans two chips: its crossing shifts share the inter-chip cap."""
+    cap = 2e9
+    report, hw, crossing, pb = _two_chip_ring(exprs, cap, link_latency_s=0.0)
     assert crossing >= 2
     per_shift = max(pb / hw.link_bandwidth, crossing * pb / cap)
     assert report.per_op[0].shift_s == pytest.approx(16 * per_shift, rel=1e-9)
@@ -709,22 +713,13 @@ def test_cross_chip_shift_pays_the_inter_chip_latency(exprs) -> None:
     the slowest flow's latency, and a flow that crosses chips pays the hop's latency and the
     IPU-Link latency for each of its chunks (``runtime_sim.links.chunk_latency_seconds``)."""
     cap, xlat = 2e9, 3e-7
-    hw = small_chip(16, num_chips=2, inter_chip_bandwidth=cap, link_latency_s=LAT,
-                    inter_chip_latency_s=xlat)
-    e = exprs.matmul(16, 256, 16)
-    plan = ExecutionPlan({"m": 16}, ({}, {"k": 16}, {}))
-    layout = OpLayout(e, plan)
-    report = simulate_timing([single(e, plan, hw, constants=("A", "B"))])
-    src = layout.shifts_after({"k": 0}, ("k",))[0].source
-    chip = np.arange(16) // 8
-    crossing = int((chip[src] != chip).sum())
-    pb = layout.partition_bytes(1)
+    report, hw, crossing, pb = _two_chip_ring(exprs, cap, link_latency_s=LAT,
+                                              inter_chip_latency_s=xlat)
     chunks = math.ceil(pb / hw.shift_buffer_bytes)
     per_shift = max(pb / hw.link_bandwidth, crossing * pb / cap) + chunks * (LAT + xlat)
     assert report.per_op[0].shift_s == pytest.approx(16 * per_shift, rel=1e-9)
     # without the IPU-Link latency the same shifts are cheaper by exactly that term
-    flat = simulate_timing([single(e, plan, hw.with_overrides(inter_chip_latency_s=0.0),
-                                   constants=("A", "B"))])
+    flat = _two_chip_ring(exprs, cap, link_latency_s=LAT, inter_chip_latency_s=0.0)[0]
     assert report.per_op[0].shift_s - flat.per_op[0].shift_s == pytest.approx(16 * chunks * xlat, rel=1e-9)
 
 
