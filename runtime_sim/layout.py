@@ -628,13 +628,15 @@ class OpLayout:
     def output_owner_of(self) -> np.ndarray:
         """For every core, the ring-0 core that holds the same output partition."""
         out = len(self.expr.tensors) - 1
-        key = self._partition_key(out)
+        key = self.partition_key(out)
         owners = self.owners()
         order = np.argsort(key[owners], kind="stable")
         pos = np.searchsorted(key[owners][order], key)
         return owners[order[pos]]
 
-    def _partition_key(self, t: int) -> np.ndarray:
+    def partition_key(self, t: int) -> np.ndarray:
+        """An id of the partition of tensor ``t`` each core holds at its first step: cores with
+        equal ids are replicas of one partition (T10 §4.2)."""
         temporal = self.temporal_axes(t)
         p0 = self.partition(t, self.chunk({}))
         radices = [self.plan.ft(t, a) for a in temporal]
@@ -695,7 +697,7 @@ class OpLayout:
             temporal = self.temporal_axes(t)
             if not temporal:
                 continue
-            key = self._partition_key(t) * max(self.replicas(t), 1) + self.ring_id(t)
+            key = self.partition_key(t) * max(self.replicas(t), 1) + self.ring_id(t)
             if np.unique(key).size != self.num_cores:
                 raise InvalidPlanError(
                     f"rotation rings of {self.expr.tensors[t].name} do not hold each partition once"

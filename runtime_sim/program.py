@@ -47,7 +47,11 @@ if TYPE_CHECKING:
 
 PROGRAM_FORMAT = "icca-device-program"
 #: Version 2 added ``run_order`` (the regions of one model invocation, in call order).
-PROGRAM_VERSION = 2
+PROGRAM_VERSION = 3
+#: Versions this device reads. Version 3 added the preload schedule (Elk §4.5:
+#: :class:`PreloadSchedule`, :attr:`OpProgram.preload_chunks`); a version-2 program has none
+#: and runs exactly as before.
+READABLE_VERSIONS = (2, 3)
 
 UNARY_OPS = (
     "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "not", "floor",
@@ -392,6 +396,17 @@ class OpProgram:
     output_name: str
     estimated_time_s: float = 0.0
     idle_plan: "ExecutionPlan | str | None" = None
+    #: Preload state of its off-chip inputs (Elk §4.3): ``(input index, s)`` pairs; each
+    #: partition shared by ``S`` replica cores is cut into ``s`` chunks (``s`` divides ``S``),
+    #: see :mod:`runtime_sim.preload`. Inputs not listed are preloaded whole (``s = 1``).
+    preload_chunks: tuple[tuple[int, int], ...] = ()
+
+    def chunks_of(self, t: int) -> int:
+        """Chunks input ``t``'s partitions are cut into in the preload state (1: whole)."""
+        for index, s in self.preload_chunks:
+            if index == t:
+                return int(s)
+        return 1
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -405,6 +420,8 @@ class OpProgram:
         if self.idle_plan is not None:
             out["idle_plan"] = (self.idle_plan if isinstance(self.idle_plan, str)
                                 else self.idle_plan.to_dict())
+        if self.preload_chunks:
+            out["preload_chunks"] = [[int(t), int(s)] for t, s in self.preload_chunks]
         return out
 
     @classmethod
@@ -417,6 +434,11 @@ class OpProgram:
             output_name=_name(d["output_name"], "output name"),
             estimated_time_s=_float(d.get("estimated_time_s", 0.0), "estimated_time_s"),
             idle_plan=_idle_from_dict(d.get("idle_plan")),
+            preload_chunks=tuple(
+                (_int(pair[0], "preload_chunks input"), _int(pair[1], "preload_chunks count"))
+                for pair in (_list(p, "preload_chunks entry") for p in
+                             _list(d.get("preload_chunks", ()), "preload_chunks"))
+            ),
         )
 
 
@@ -477,6 +499,47 @@ class TensorDecl:
                    _name(d["dtype"], "dtype"), _name(d.get("source", "host"), "input source"))
 
 
+#: Instructions of a preload stream (Elk §4.5, Fig. 15).
+PRELOAD, EXECUTE = "preload", "execute"
+
+
+@dataclass(frozen=True)
+class PreloadSchedule:
+    """The part of a model's preload/execute instruction stream issued while this region runs
+    (Elk §4.5): ``("execute", j)`` runs operator ``j`` of this program;
+    ``("preload", k, j)`` is ``preload_async`` of operator ``j`` of the region call ``k``
+    positions later in :attr:`DeviceProgram.run_order` (``k = 0``: this call).
+
+    Semantics (one-way synchronization, Elk §4.5): ``execute`` blocks every later instruction
+    until it ends; preloads run one after another; ``preload(i)`` blocks only
+    ``execute(i)``. The whole-run stream, its checks and the SRAM it implies are
+    :mod:`runtime_sim.stream`; what a preload leaves on the cores is :mod:`runtime_sim.preload`.
+    ``design`` names the compiler design that produced it (``"ideal"`` is the roofline that
+    gives preloading its own interconnect and its own SRAM and distributes for free).
+    """
+
+    design: str
+    stream: tuple[tuple, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"design": self.design, "stream": [list(i) for i in self.stream]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PreloadSchedule":
+        stream = []
+        for entry in _list(d.get("stream", ()), "preload stream"):
+            entry = _list(entry, "preload stream entry")
+            if not entry or entry[0] not in (PRELOAD, EXECUTE):
+                raise DeviceProgramError(f"preload stream entry {_short(entry)} is neither "
+                                         f"'{PRELOAD}' nor '{EXECUTE}'")
+            arity = 3 if entry[0] == PRELOAD else 2
+            if len(entry) != arity:
+                raise DeviceProgramError(f"preload stream entry {_short(entry)} needs {arity - 1} "
+                                         "integer argument(s)")
+            stream.append((entry[0], *(_int(v, "preload stream index") for v in entry[1:])))
+        return cls(_name(d.get("design", ""), "preload design", empty=True), tuple(stream))
+
+
 @dataclass(frozen=True)
 class DeviceProgram:
     """Everything the device needs to run one offloaded region.
@@ -500,6 +563,9 @@ class DeviceProgram:
     #: tells the device where a model run ends, even when a region runs several times.
     run_order: tuple[str, ...] = ()
     host_outputs: tuple[str, ...] = ()
+    #: Elk's preload/execute stream segment of this call (``None``: operators fetch their
+    #: off-chip inputs with the default next-operator prefetch).
+    preload_schedule: PreloadSchedule | None = None
     format: str = PROGRAM_FORMAT
     version: int = PROGRAM_VERSION
 
@@ -517,6 +583,8 @@ class DeviceProgram:
             "run_order": list(self.run_order),
             # written only when set: programs without host reads keep their JSON
             **({"host_outputs": list(self.host_outputs)} if self.host_outputs else {}),
+            **({"preload_schedule": self.preload_schedule.to_dict()}
+               if self.preload_schedule is not None else {}),
         }
 
     def to_json(self) -> str:
@@ -532,10 +600,10 @@ class DeviceProgram:
         if d.get("format") != PROGRAM_FORMAT:
             raise DeviceProgramError(f"not an ICCA device program (format={_short(d.get('format'))})")
         version = d.get("version")
-        if isinstance(version, bool) or not isinstance(version, int) or version != PROGRAM_VERSION:
+        if isinstance(version, bool) or not isinstance(version, int) or version not in READABLE_VERSIONS:
             raise DeviceProgramError(
                 f"device program version {_short(version)} is not supported "
-                f"(this device runs version {PROGRAM_VERSION})"
+                f"(this device runs versions {', '.join(map(str, READABLE_VERSIONS))})"
             )
         missing = [k for k in ("region", "hardware", "inputs", "outputs", "ops") if k not in d]
         if missing:
@@ -553,6 +621,9 @@ class DeviceProgram:
                 run_order=tuple(_name(r, "region name") for r in _list(d.get("run_order", ()), "run_order")),
                 host_outputs=tuple(_name(o, "host output name")
                                    for o in _list(d.get("host_outputs", ()), "host_outputs")),
+                preload_schedule=(PreloadSchedule.from_dict(_map(d["preload_schedule"], "preload_schedule"))
+                                  if d.get("preload_schedule") is not None else None),
+                version=version,
             )
         except DeviceProgramError as err:
             raise DeviceProgramError(f"malformed device program (region {region}): {err}") from None
@@ -714,9 +785,11 @@ def _check_program(program: "DeviceProgram", hw: Any) -> None:
     def fail(why: str) -> DeviceProgramError:
         return DeviceProgramError(f"invalid device program (region {_short(program.region)}): {why}")
 
-    if program.format != PROGRAM_FORMAT or program.version != PROGRAM_VERSION:
+    if program.format != PROGRAM_FORMAT or program.version not in READABLE_VERSIONS:
         raise fail(f"format {program.format!r} version {program.version!r} is not "
-                   f"{PROGRAM_FORMAT!r} version {PROGRAM_VERSION}")
+                   f"{PROGRAM_FORMAT!r} version {'/'.join(map(str, READABLE_VERSIONS))}")
+    if program.preload_schedule is not None and program.version < 3:
+        raise fail("a preload schedule needs program version 3")
     try:
         _name(program.region, "region name")
         _name(program.module, "module", empty=True)
@@ -786,6 +859,33 @@ def _check_program(program: "DeviceProgram", hw: Any) -> None:
     for name in host_outputs:
         if name not in program.outputs:
             raise fail(f"host output {_short(name)} is not an output of the region")
+    _check_preload_schedule(program, fail)
+
+
+def _check_preload_schedule(program: "DeviceProgram", fail: Any) -> None:
+    """The parts of a preload stream one program can check alone: every operator executed
+    once, in order; local preload targets exist; chunk counts positive on existing inputs.
+    Cross-call references are checked over the whole run (:mod:`runtime_sim.stream`)."""
+    for op in program.ops:
+        for t, s in op.preload_chunks:
+            if not 0 <= t < len(op.expr.inputs) or s < 1:
+                raise fail(f"operator '{op.name}': preload_chunks ({t}, {s}) needs an input "
+                           f"index below {len(op.expr.inputs)} and at least one chunk")
+    schedule = program.preload_schedule
+    if schedule is None:
+        return
+    if not isinstance(schedule, PreloadSchedule):
+        raise fail("preload_schedule must be a PreloadSchedule")
+    executed = [entry[1] for entry in schedule.stream if entry[0] == EXECUTE]
+    if executed != list(range(len(program.ops))):
+        raise fail(f"the preload stream must execute operators 0..{len(program.ops) - 1} once each, "
+                   f"in order; it executes {_short(executed)}")
+    for entry in schedule.stream:
+        if entry[0] == PRELOAD:
+            _, offset, j = entry
+            if offset < 0 or j < 0 or (offset == 0 and j >= len(program.ops)):
+                raise fail(f"preload stream entry {_short(list(entry))} names no operator of "
+                           "this or a later region call")
 
 
 def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape: Any,

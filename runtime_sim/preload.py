@@ -1,0 +1,142 @@
+"""What a preload leaves on the cores, and what distribution moves (Elk §4.3, §4.5).
+
+An operator's off-chip input ``t`` is needed, under its execute-state plan, as one partition
+per core (:class:`runtime_sim.layout.OpLayout`); a partition is shared by ``S`` replica
+cores (``OpLayout.replicas``: the cores whose :meth:`~runtime_sim.layout.OpLayout.partition_key`
+is equal). Its *preload state* with ``s`` chunks (``s`` divides ``S``, Elk §4.3 "each
+execute-state plan may have many preload-state plans"):
+
+* the partition is cut into ``s`` chunks of ``ceil(elements / s)`` elements (row-major, the
+  last chunk shorter or empty);
+* the replicas of a partition, ranked by numbered core, hold chunk ``rank mod s``: HBM
+  delivers each chunk once per chip and the network multicasts it to the ``S / s`` cores
+  holding it (at ``s = 1`` every replica receives the whole partition: MaxPreload; at
+  ``s = S`` each receives one ``S``-th: MinPreload);
+* at execute time the *distribution* phase completes every core's partition: the replicas of
+  ranks ``b*s .. b*s + s - 1`` (block ``b``) exchange their chunks, an all-gather within the
+  block, so each core receives the ``s - 1`` chunks it lacks from the members of its own block.
+
+This module is the one definition, used by the compiler (preload space and distribution
+bytes of each preload-state plan), the functional device (which chunk each core stores and
+where it fetches the rest) and the timing simulator (delivery multicast groups and
+distribution flows).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InvalidPlanError
+from .layout import OpLayout
+from .program import dtype_bytes
+
+
+def replica_ranks(layout: OpLayout, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per numbered core: the id of the partition of input ``t`` it holds (dense, 0..) and its
+    rank among that partition's replicas (by numbered core)."""
+    key = layout.partition_key(t)
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    ids_sorted = np.concatenate([[0], np.cumsum(sorted_key[1:] != sorted_key[:-1])]) if key.size else key
+    first = np.searchsorted(sorted_key, sorted_key, side="left")
+    rank = np.empty_like(key)
+    rank[order] = np.arange(key.size) - first
+    ids = np.empty_like(key)
+    ids[order] = ids_sorted
+    return ids.astype(np.int64), rank.astype(np.int64)
+
+
+def chunk_options(layout: OpLayout, t: int) -> list[int]:
+    """Valid chunk counts of input ``t``: the divisors of its replica count ``S``."""
+    S = layout.replicas(t)
+    return [s for s in range(1, S + 1) if S % s == 0]
+
+
+def check_chunks(layout: OpLayout, t: int, s: int) -> None:
+    S = layout.replicas(t)
+    if s < 1 or S % s:
+        raise InvalidPlanError(
+            f"input {t} ('{layout.expr.tensors[t].name}') cannot be preloaded in {s} chunks: "
+            f"its partitions have {S} replicas and the chunk count must divide it"
+        )
+
+
+def _elements(layout: OpLayout, t: int) -> int:
+    return int(np.prod(layout.partition_shape(t), dtype=np.int64))
+
+
+def chunk_elements(layout: OpLayout, t: int, s: int) -> int:
+    """Elements of one chunk (the last chunk of a partition may be shorter)."""
+    return math.ceil(_elements(layout, t) / s)
+
+
+def chunk_range(layout: OpLayout, t: int, s: int, k: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+    """Flat element range ``[lo, hi)`` of chunk ``k`` within a partition of input ``t``."""
+    n, ce = _elements(layout, t), chunk_elements(layout, t, s)
+    k = np.asarray(k, np.int64)
+    return np.minimum(k * ce, n), np.minimum((k + 1) * ce, n)
+
+
+def held_chunk(layout: OpLayout, t: int, s: int) -> np.ndarray:
+    """Per numbered core, the chunk of its partition of input ``t`` it holds after preload."""
+    check_chunks(layout, t, s)
+    return replica_ranks(layout, t)[1] % s
+
+
+def preload_bytes(layout: OpLayout, t: int, s: int) -> int:
+    """Preload space one core reserves for input ``t`` (its chunk, the largest one)."""
+    check_chunks(layout, t, s)
+    return chunk_elements(layout, t, s) * dtype_bytes(layout.expr.tensors[t].dtype)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """The distribution phase of one input (Elk §4.5 ``distribute_data``), per transfer:
+    numbered destination and source cores, the chunk moved and its bytes."""
+
+    dst: np.ndarray
+    src: np.ndarray
+    chunk: np.ndarray
+    nbytes: np.ndarray
+
+    @property
+    def total_bytes(self) -> int:
+        return int(self.nbytes.sum())
+
+
+def distribution(layout: OpLayout, t: int, s: int) -> Distribution:
+    """Every chunk transfer that turns input ``t``'s preload state (``s`` chunks) into its
+    execute state: each core fetches the ``s - 1`` chunks it lacks from the replicas of its
+    block (ranks ``b*s .. b*s + s - 1`` of the same partition)."""
+    check_chunks(layout, t, s)
+    empty = np.zeros(0, np.int64)
+    if s == 1:
+        return Distribution(empty, empty, empty, empty)
+    ids, rank = replica_ranks(layout, t)
+    # numbered core of (partition id, rank): replicas sorted by (id, rank)
+    S = layout.replicas(t)
+    by_slot = np.empty(ids.size, np.int64)
+    by_slot[ids * S + rank] = np.arange(ids.size)
+    mine = rank % s
+    base = rank - mine
+    dst, src, chunk = [], [], []
+    for k in range(s):
+        need = mine != k
+        cores = np.flatnonzero(need)
+        dst.append(cores)
+        src.append(by_slot[ids[cores] * S + base[cores] + k])
+        chunk.append(np.full(cores.size, k, np.int64))
+    dst_a, src_a, chunk_a = (np.concatenate(v) for v in (dst, src, chunk))
+    lo, hi = chunk_range(layout, t, s, chunk_a)
+    nbytes = (hi - lo) * dtype_bytes(layout.expr.tensors[t].dtype)
+    return Distribution(dst_a, src_a, chunk_a, nbytes)
+
+
+def delivery_groups(layout: OpLayout, t: int, s: int) -> np.ndarray:
+    """Per numbered core, the multicast group of its preload delivery: cores in one group
+    receive the same chunk of the same partition (HBM sends it once per chip)."""
+    ids, rank = replica_ranks(layout, t)
+    return ids * s + rank % s

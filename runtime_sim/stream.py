@@ -1,0 +1,132 @@
+"""A model run's preload/execute instruction stream (Elk §4.5), assembled from its programs.
+
+Each program of a run carries the segment of the stream issued while it runs
+(:class:`~runtime_sim.program.PreloadSchedule`); a preload may name an operator of a later
+region call. :func:`run_stream` resolves the segments of the programs of one run, in call
+order, into one list of :class:`Instruction` on global operator ids ``(call, op)`` and checks
+the whole-run rules both executors rely on:
+
+* every operator executes exactly once, in program order (each segment executes its own
+  operators);
+* every operator that reads off-chip data (:func:`offchip_inputs`: inputs from HBM or the
+  host) is preloaded exactly once, before it executes; an operator reading nothing off chip
+  may still be preloaded (an empty preload);
+* a preload names an operator of this or a later call of the run, not yet executed;
+* either every program of the run has a segment or none has (then operators fetch their
+  inputs with the default next-operator prefetch, the pre-Elk behaviour).
+
+The functional device (:mod:`runtime_sim.device`) and the timing simulator
+(:mod:`runtime_sim.timing`) both execute this stream; :mod:`runtime_sim.preload` says what a
+preload leaves on the cores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .errors import DeviceProgramError
+from .program import EXECUTE, PRELOAD, DeviceProgram, OpProgram, model_state_source
+
+#: Input sources an operator preloads (Elk §2.2: data that lives off chip).
+OFFCHIP_SOURCES = ("hbm", "host")
+#: An input produced by an earlier operator of the same region.
+PRODUCED = "produced"
+
+
+@dataclass(frozen=True)
+class Instruction:
+    kind: str  # PRELOAD or EXECUTE
+    call: int  # index of the region call in the run
+    op: int  # operator index in that call's program
+
+
+def input_sources(program: DeviceProgram, has_hbm: bool) -> list[list[str]]:
+    """Per operator, per input: where the input comes from (:data:`PRODUCED`, or a
+    :data:`~runtime_sim.program.INPUT_SOURCES` entry). A constant without a source is model
+    state (:func:`~runtime_sim.program.model_state_source`). The one reading of sources for
+    the device, the timing simulator and the compiler."""
+    decls = {d.name: d.source for d in program.inputs}
+    produced: set[str] = set()
+    out = []
+    for op in program.ops:
+        row = []
+        for name in op.input_names:
+            if name in produced:
+                row.append(PRODUCED)
+            elif name in decls:
+                row.append(decls[name])
+            elif name in program.constants:
+                entry = program.constants[name]
+                source = entry.get("source") if isinstance(entry, dict) else None
+                row.append(source if source is not None else model_state_source(has_hbm))
+            else:
+                raise DeviceProgramError(f"operator '{op.name}' reads unknown tensor '{name}'")
+        out.append(row)
+        produced.add(op.output_name)
+    return out
+
+
+def offchip_inputs(program: DeviceProgram, has_hbm: bool) -> list[list[int]]:
+    """Per operator, the indices of its inputs that live off chip (HBM or host)."""
+    return [[t for t, s in enumerate(row) if s in OFFCHIP_SOURCES]
+            for row in input_sources(program, has_hbm)]
+
+
+def has_stream(programs: Sequence[DeviceProgram]) -> bool:
+    """Whether the run executes a preload stream; raises if only some programs carry one."""
+    flags = {p.preload_schedule is not None for p in programs}
+    if len(flags) > 1:
+        missing = [p.region for p in programs if p.preload_schedule is None]
+        raise DeviceProgramError(
+            f"only some regions of the run carry a preload schedule (none in {missing[:3]}): "
+            "compile every region of the model with the same preload design"
+        )
+    return flags == {True}
+
+
+def run_stream(programs: Sequence[DeviceProgram], has_hbm: bool) -> list[Instruction]:
+    """The run's instructions in issue order, checked (see the module docstring)."""
+    if not has_stream(programs):
+        return []
+    preloaded: set[tuple[int, int]] = set()
+    executed: set[tuple[int, int]] = set()
+    out: list[Instruction] = []
+    for call, program in enumerate(programs):
+        for entry in program.preload_schedule.stream:
+            if entry[0] == EXECUTE:
+                out.append(Instruction(EXECUTE, call, int(entry[1])))
+                executed.add((call, int(entry[1])))
+                continue
+            target = (call + int(entry[1]), int(entry[2]))
+            where = f"region '{program.region}' (call {call})"
+            if target[0] >= len(programs) or not 0 <= target[1] < len(programs[target[0]].ops):
+                raise DeviceProgramError(f"{where} preloads operator {target[1]} of call "
+                                         f"{target[0]}, which the run does not have")
+            if target in preloaded:
+                raise DeviceProgramError(f"{where} preloads {_op_name(programs, target)} twice")
+            if target in executed:
+                raise DeviceProgramError(f"{where} preloads {_op_name(programs, target)} after it ran")
+            preloaded.add(target)
+            out.append(Instruction(PRELOAD, *target))
+    for call, program in enumerate(programs):
+        for j, inputs in enumerate(offchip_inputs(program, has_hbm)):
+            if inputs and (call, j) not in preloaded:
+                raise DeviceProgramError(
+                    f"{_op_name(programs, (call, j))} reads off-chip data but the stream never "
+                    "preloads it")
+    # executes come in program order per segment (validate_program); a preload must precede
+    # the execute of its operator
+    seen: set[tuple[int, int]] = set()
+    for ins in out:
+        key = (ins.call, ins.op)
+        if ins.kind == PRELOAD:
+            seen.add(key)
+        elif key in preloaded and key not in seen:
+            raise DeviceProgramError(f"{_op_name(programs, key)} executes before its preload")
+    return out
+
+
+def _op_name(programs: Sequence[DeviceProgram], key: tuple[int, int]) -> str:
+    op: OpProgram = programs[key[0]].ops[key[1]]
+    return f"operator '{op.name}' (call {key[0]})"

@@ -1,0 +1,70 @@
+"""Preload states and distribution (runtime_sim.preload, Elk §4.3/§4.5), checked on labels:
+after distribution every core must hold exactly its execute-state partition."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from runtime_sim.errors import InvalidPlanError
+from runtime_sim.layout import OpLayout
+from runtime_sim.preload import (chunk_options, chunk_range, delivery_groups, distribution,
+                                 held_chunk, preload_bytes, replica_ranks)
+from runtime_sim.program import ExecutionPlan
+from tvm_icca.testing.exprs import matmul
+
+
+def _layout(F: dict, temporal=None) -> OpLayout:
+    expr = matmul(12, 8, 6)
+    return OpLayout(expr, ExecutionPlan(F, temporal or [{}, {}, {}], []))
+
+
+def test_replica_groups_have_replicas_members() -> None:
+    layout = _layout({"m": 3, "n": 2, "k": 1})
+    for t in range(2):
+        ids, rank = replica_ranks(layout, t)
+        S = layout.replicas(t)
+        counts = np.bincount(ids)
+        assert (counts == S).all()
+        for g in range(counts.size):
+            assert sorted(rank[ids == g]) == list(range(S))
+        # replicas hold equal partitions
+        key = layout.partition_key(t)
+        assert all(len(set(key[ids == g])) == 1 for g in range(counts.size))
+
+
+@pytest.mark.parametrize("F", [{"m": 3, "n": 3, "k": 1}, {"m": 2, "n": 6, "k": 1}, {"m": 6, "n": 2, "k": 2}])
+def test_distribution_completes_every_partition(F) -> None:
+    layout = _layout(F)
+    for t in range(2):
+        S = layout.replicas(t)
+        assert chunk_options(layout, t) == [s for s in range(1, S + 1) if S % s == 0]
+        n = int(np.prod(layout.partition_shape(t)))
+        for s in chunk_options(layout, t):
+            mine = held_chunk(layout, t, s)
+            have = [{int(mine[c])} for c in range(layout.num_cores)]
+            d = distribution(layout, t, s)
+            key = layout.partition_key(t)
+            for dst, src, k in zip(d.dst, d.src, d.chunk):
+                assert key[dst] == key[src] and mine[src] == k  # from a replica that holds it
+                have[dst].add(int(k))
+            assert all(h == set(range(s)) for h in have)
+            lo, hi = chunk_range(layout, t, s, np.arange(s))
+            assert lo[0] == 0 and hi[-1] == n
+            itemsize = 4
+            assert d.total_bytes == layout.num_cores * n * itemsize - sum(
+                int(hi[k] - lo[k]) * itemsize for k in mine)
+            assert preload_bytes(layout, t, s) == -(-n // s) * itemsize
+            # cores of one delivery group receive the same chunk of the same partition
+            groups = delivery_groups(layout, t, s)
+            for g in np.unique(groups):
+                members = np.flatnonzero(groups == g)
+                assert len(set(key[members])) == 1 and len(set(mine[members])) == 1
+                assert members.size == S // s
+
+
+def test_chunk_count_must_divide_replicas() -> None:
+    layout = _layout({"m": 3, "n": 6, "k": 1})
+    S = layout.replicas(0)
+    with pytest.raises(InvalidPlanError, match="must divide"):
+        preload_bytes(layout, 0, S + 1)
