@@ -140,3 +140,10 @@ def delivery_groups(layout: OpLayout, t: int, s: int) -> np.ndarray:
     receive the same chunk of the same partition (HBM sends it once per chip)."""
     ids, rank = replica_ranks(layout, t)
     return ids * s + rank % s
+
+
+def delivered_bytes(layout: OpLayout, t: int, s: int) -> np.ndarray:
+    """Per numbered core, the bytes its preload of input ``t`` writes (its chunk's real
+    length): what both executors count as preloaded bytes."""
+    lo, hi = chunk_range(layout, t, s, held_chunk(layout, t, s))
+    return (hi - lo) * dtype_bytes(layout.expr.tensors[t].dtype)

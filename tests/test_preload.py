@@ -68,3 +68,13 @@ def test_chunk_count_must_divide_replicas() -> None:
     S = layout.replicas(0)
     with pytest.raises(InvalidPlanError, match="must divide"):
         preload_bytes(layout, 0, S + 1)
+
+
+def test_delivered_plus_distributed_is_every_partition() -> None:
+    from runtime_sim.preload import delivered_bytes
+
+    layout = _layout({"m": 2, "n": 6, "k": 1})
+    for t in range(2):
+        full = layout.num_cores * layout.partition_bytes(t)
+        for s in chunk_options(layout, t):
+            assert delivered_bytes(layout, t, s).sum() + distribution(layout, t, s).total_bytes == full
