@@ -227,14 +227,17 @@ def compile(  # pylint: disable=redefined-builtin
     execution: str = "t10",
     state_on_chip: bool = False,
     resident: Collection[str] | None = None,
+    preload: str | None = None,
 ) -> tvm.runtime.Executable:
     """``tvm.compile(mod, target="icca")`` for the chip ``hw`` (default: the current choice),
     with the model-level choices of :class:`~tvm_icca.model.CompileOptions` (``execution``
-    ``"t10"`` or ``"vgm"``, ``state_on_chip``, ``resident`` parameter names).
+    ``"t10"`` or ``"vgm"``, ``state_on_chip``, ``resident`` parameter names, ``preload``: the
+    HBM preload design, default ``"elk-full"`` on a chip with HBM).
 
     Run the result with ``tvm.relax.VirtualMachine(executable, tvm.cpu())``.
     """
-    options = CompileOptions(execution=execution, state_on_chip=state_on_chip, resident=resident)
+    options = CompileOptions(execution=execution, state_on_chip=state_on_chip, resident=resident,
+                             preload=preload)
     pipeline = icca_pipeline(target, options=options)
     if hw is None:
         return tvm.compile(mod, target=target, relax_pipeline=pipeline)

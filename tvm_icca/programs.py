@@ -33,10 +33,12 @@ from runtime_sim.errors import IccaError
 from runtime_sim.program import DeviceProgram
 
 from .hardware import HardwareLike, HardwareSpec, resolve_hardware
-from .model import CompileOptions, icca_model_passes, model_plan_of, programs_in_call_order
+from .model import (CompileOptions, icca_model_passes, model_plan_of, preload_summary_of,
+                    programs_in_call_order)
 from .model.planner import MODEL_NAME_ATTR
 from .model.calls import partitioned_op_counts
 from .model.idle_active import ModelPlan
+from .model.preloads import PreloadSummary
 from .partition import partition_report
 from .region import PlanCache
 
@@ -59,6 +61,7 @@ class CompiledModel:
     compile_s: float = 0.0
     plan_cache: Mapping[str, int] = field(default_factory=dict)  # hits, misses
     model_plan: ModelPlan | None = None  # idle/active decisions when the model is kept on chip
+    preload: PreloadSummary | None = None  # the Elk pass's decisions on a chip with HBM
     module: IRModule | None = field(default=None, repr=False)  # the planned module
 
     @property
@@ -106,6 +109,7 @@ class CompiledModel:
             "input_bytes": self.input_bytes(),
             "compile_s": self.compile_s,
             "plan_cache": dict(self.plan_cache),
+            **({"preload": self.preload.to_dict()} if self.preload is not None else {}),
         }
 
     def simulate(self, *, trace: bool = False, progress: bool = False) -> "TimingReport":
@@ -125,6 +129,7 @@ def compile_programs(
     name: str | None = None,
     execution: str = "t10",
     state_on_chip: bool = False,
+    preload: str | None = None,
 ) -> CompiledModel:
     """Partition ``model`` and plan its ICCA regions' device programs (no LLVM build).
 
@@ -145,12 +150,16 @@ def compile_programs(
     execution, state_on_chip
         See :class:`tvm_icca.model.CompileOptions`. With ``state_on_chip`` and compute-shift
         plans, T10 Algorithm 1's decisions are in :attr:`CompiledModel.model_plan`.
+    preload : str, optional
+        The HBM preload design (Elk §6.1): ``"basic"``, ``"static"``, ``"elk-dyn"``,
+        ``"elk-full"`` (the default on a chip with HBM), ``"ideal"`` (the roofline), or
+        ``"off"``; the Elk pass's summary is :attr:`CompiledModel.preload`.
     """
     start = time.perf_counter()
     spec = resolve_hardware(hw)
     mod, resident_names, label = _unpack(model, resident)
     options = CompileOptions(execution=execution, state_on_chip=state_on_chip,
-                             resident=resident_names)
+                             resident=resident_names, preload=preload)
     model_name = name or label or "model"
     cache = plan_cache if plan_cache is not None else PlanCache()
     hits, misses = cache.hits, cache.misses
@@ -166,6 +175,7 @@ def compile_programs(
         compile_s=time.perf_counter() - start,
         plan_cache={"hits": cache.hits - hits, "misses": cache.misses - misses},
         model_plan=model_plan_of(planned),
+        preload=preload_summary_of(planned),
         module=planned,
     )
 

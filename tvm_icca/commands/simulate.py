@@ -27,7 +27,9 @@ from ._args import (UsageError, hardware_preset, nonneg_int, positive_int, shape
 
 #: Keys ``--json`` always has at the top level.
 SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
-                "hbm_bytes", "hbm_delivered_bytes", "slow_kinds")
+                "hbm_bytes", "hbm_delivered_bytes", "slow_kinds", "design", "compile_s")
+#: ``--design`` values: the preload designs of the Elk pass, or no preload schedule.
+PRELOAD_CHOICES = ("basic", "static", "elk-dyn", "elk-full", "ideal", "off")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -52,6 +54,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "length of BERT (default 128); ignored by other models")
     parser.add_argument("--hw", type=hardware_preset, default="ipu-pod4-hbm",
                         help="hardware preset (default ipu-pod4-hbm)")
+    parser.add_argument("--design", default=None, choices=PRELOAD_CHOICES,
+                        help="HBM preload design (Elk §6.1): basic, static, elk-dyn, elk-full "
+                        "(default on a chip with HBM), ideal (the roofline), or off")
     parser.add_argument("--layers", type=positive_int, default=None,
                         help="zoo: keep only the first N layers")
     parser.add_argument("--dtype", default=None, choices=("float16", "float32"),
@@ -151,7 +156,9 @@ def _run(args: argparse.Namespace) -> int:
     model, name, description, config = _load(args, model_arg)
     # an ONNX module has no label of its own: name it after the file (a workload keeps its label)
     named = {} if hasattr(model, "config") else {"name": name}
-    compiled = compile_programs(model, hw, progress=progress, **named)
+    if args.design is not None and hw.hbm_bandwidth <= 0:
+        raise UsageError(f"--design applies to chips with HBM; '{hw.name}' has none")
+    compiled = compile_programs(model, hw, progress=progress, preload=args.design, **named)
     start = time.perf_counter()
     report = compiled.simulate(trace=bool(args.trace), progress=progress)
     simulate_s = time.perf_counter() - start
@@ -161,7 +168,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         data = report.to_dict(per_op=False)
         data.update(model=name, config=config, compile=compiled.summary(),
-                    compile_s=compiled.compile_s, simulate_s=simulate_s)
+                    compile_s=compiled.compile_s, simulate_s=simulate_s,
+                    design=compiled.preload.design if compiled.preload is not None else "off")
         missing = [k for k in SUMMARY_KEYS if k not in data]
         if missing:  # the contract of --json: never silently drop a summary key
             raise KeyError(f"timing report lacks {missing}")
@@ -178,6 +186,10 @@ def _run(args: argparse.Namespace) -> int:
                                            for src in ("hbm", "host", "chip")))
     print(f"  compile {compiled.compile_s:.2f} s (plan cache {summary['plan_cache']}), "
           f"simulate {simulate_s:.2f} s")
+    if compiled.preload is not None:
+        pre = compiled.preload
+        print(f"  preload design {pre.design}: planned in {pre.planning_s:.2f} s, "
+              f"{pre.preloads} preloads, compiler estimate {pre.estimated_s * 1e3:.3f} ms")
     print(report.table(max_ops=args.max_ops))
     if args.trace:
         print(f"trace written to {args.trace}")

@@ -2,6 +2,7 @@
 
 * :mod:`.calls` -- what ``main`` says about the regions (call order, argument origins);
 * :mod:`.idle_active` -- T10 Algorithm 1 over a model kept on chip (idle/active plans);
+* :mod:`.preloads` -- the Elk pass: HBM preload schedules (with :mod:`.preload_tables`);
 * :mod:`.planner` -- the pass :func:`plan_device_programs` that leaves every region's device
   program on the module, for ``tvm.compile`` and the timing-only path alike.
 """
@@ -10,6 +11,10 @@ from . import planner
 from .planner import (
     EXECUTION_MODELS,
     MODEL_PLAN_ATTR,
+    PRELOAD_DESIGNS,
+    PRELOAD_OFF,
+    PRELOAD_PLAN_ATTR,
+    preload_summary_of,
     PROGRAM_ATTR,
     CompileOptions,
     icca_model_passes,

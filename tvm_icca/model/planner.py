@@ -55,10 +55,15 @@ from ..region import EXECUTION_MODELS, PlanCache, compile_region, extract_region
 from .calls import CHIP, STATE, argument_origins, default_resident, host_reads, main_function
 from .calls import on_chip_reservation, region_call_order, region_gvars
 from .idle_active import ModelPlan, reconcile_regions
+from .preloads import DEFAULT_HBM_DESIGN, PRELOAD_DESIGNS, PreloadSummary, schedule_preloads
 
 __all__ = [
     "EXECUTION_MODELS",
     "MODEL_PLAN_ATTR",
+    "PRELOAD_DESIGNS",
+    "PRELOAD_OFF",
+    "PRELOAD_PLAN_ATTR",
+    "preload_summary_of",
     "PROGRAM_ATTR",
     "CompileOptions",
     "icca_model_passes",
@@ -74,6 +79,10 @@ PROGRAM_ATTR = "icca.program"
 #: Module attribute holding the idle/active decisions (``ModelPlan.to_dict()`` as JSON) when
 #: the model is kept on chip with compute-shift plans.
 MODEL_PLAN_ATTR = "icca.model_plan"
+#: Module attribute holding the Elk pass's summary (``PreloadSummary.to_dict()`` as JSON).
+PRELOAD_PLAN_ATTR = "icca.preload_plan"
+#: :attr:`CompileOptions.preload` value that turns the preload schedule off.
+PRELOAD_OFF = "off"
 #: Module attribute naming the model in messages (the timing-only path sets a workload's name).
 MODEL_NAME_ATTR = "icca.model_name"
 
@@ -92,8 +101,15 @@ class CompileOptions:
     execution: str = "t10"
     state_on_chip: bool = False
     resident: frozenset[str] | None = None
+    #: HBM preload design (Elk §6.1): one of :data:`PRELOAD_DESIGNS`, ``"off"`` (no preload
+    #: schedule: the device's next-operator prefetch), or ``None``: ``"elk-full"`` on a chip
+    #: with HBM (compute-shift plans, state in HBM), nothing otherwise.
+    preload: str | None = None
 
     def __post_init__(self) -> None:
+        if self.preload is not None and self.preload not in PRELOAD_DESIGNS + (PRELOAD_OFF,):
+            raise IccaError(f"unknown preload design {self.preload!r}; choose one of "
+                            f"{PRELOAD_DESIGNS + (PRELOAD_OFF,)}")
         if self.execution not in EXECUTION_MODELS:
             raise IccaError(
                 f"unknown execution model {self.execution!r}; choose one of {EXECUTION_MODELS}")
@@ -136,8 +152,11 @@ def plan_device_programs(
             chip = spec if spec is not None else _module_hardware(mod)
             cache = plan_cache if plan_cache is not None else PlanCache()
             order = region_call_order(mod)
-            programs, model_plan = _decide(mod, order, chip, opts, cache, progress)
-            return _attach(mod, order, programs, model_plan)
+            programs, model_plan, preloads = _decide(mod, order, chip, opts, cache, progress)
+            mod = _attach(mod, order, programs, model_plan)
+            if preloads is not None:
+                mod = mod.with_attr(PRELOAD_PLAN_ATTR, json.dumps(preloads.to_dict(), separators=(",", ":")))
+            return mod
         except IccaError as err:
             # Called from C++ (Sequential, tvm.compile): keep the error's class intact.
             raise_through_ffi(err)
@@ -198,6 +217,12 @@ def programs_in_call_order(mod: IRModule) -> list[DeviceProgram]:
     return [parsed[name] for name in order]
 
 
+def preload_summary_of(mod: IRModule) -> PreloadSummary | None:
+    """What the Elk pass decided for ``mod`` (None without a preload schedule)."""
+    text = mod.attrs.get(PRELOAD_PLAN_ATTR) if mod.attrs is not None else None
+    return None if text is None else PreloadSummary.from_dict(json.loads(str(text)))
+
+
 def model_plan_of(mod: IRModule) -> ModelPlan | None:
     """The idle/active decisions the pass left on ``mod`` (None unless the model is kept on
     chip with compute-shift plans)."""
@@ -213,14 +238,35 @@ def _module_hardware(mod: IRModule) -> HardwareSpec:
 
 
 def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: CompileOptions,
-            cache: PlanCache, progress: bool) -> tuple[list[DeviceProgram], ModelPlan | None]:
+            cache: PlanCache, progress: bool
+            ) -> tuple[list[DeviceProgram], ModelPlan | None, PreloadSummary | None]:
     """Per region call of ``main``, in order, its device program (no module id yet), with the
     outputs the host reads after it (:func:`host_reads`; only ``main``'s result when every
     region input is on chip, as host ops between regions then count as on-chip re-layouts)."""
     programs, model_plan = _decide_sources(mod, order, spec, opts, cache, progress)
     on_chip = opts.state_on_chip  # every region argument is "chip" or "resident" then
     reads = host_reads(mod, result_only=on_chip)
-    return [_with_host_outputs(p, r) for p, r in zip(programs, reads, strict=True)], model_plan
+    programs = [_with_host_outputs(p, r) for p, r in zip(programs, reads, strict=True)]
+    design = preload_design(spec, opts)
+    summary = None
+    if design is not None:
+        programs, summary = schedule_preloads(programs, spec, cache, design)
+    return programs, model_plan, summary
+
+
+def preload_design(spec: HardwareSpec, opts: CompileOptions) -> str | None:
+    """The preload design the pass applies (None: no preload schedule)."""
+    if opts.preload == PRELOAD_OFF:
+        return None
+    applies = spec.hbm_bandwidth > 0 and opts.execution == "t10" and not opts.state_on_chip
+    if opts.preload is None:
+        return DEFAULT_HBM_DESIGN if applies else None
+    if not applies:
+        why = ("it has no HBM" if spec.hbm_bandwidth <= 0 else
+               "the model state is kept on chip" if opts.state_on_chip else
+               f"execution={opts.execution!r} programs load through the VGM")
+        raise IccaError(f"preload design {opts.preload!r} cannot apply on chip '{spec.name}': {why}")
+    return opts.preload
 
 
 def _with_host_outputs(program: DeviceProgram, indices: frozenset[int]) -> DeviceProgram:

@@ -1,0 +1,218 @@
+"""Elk on our simulator: LLM decode with HBM preloading, the five designs side by side.
+
+Reproduces the shape of Elk's evaluation (MICRO'25, §6.2-§6.4, Fig. 17-22) on the timing
+simulator: every model is compiled once per design by the one compiler
+(:func:`tvm_icca.programs.compile_programs` with ``preload=DESIGN``) and the resulting
+programs are timed by :func:`runtime_sim.timing.simulate_timing` -- the same programs the
+functional device would run.
+
+* **main table** (Fig. 17/18): Llama2-13B, Gemma2-27B, OPT-30B, Llama2-70B decode on
+  ``ipu-pod4-hbm`` for every design, per-token latency, % of Ideal, speed-ups over Basic and
+  Static, the breakdown (preload only, execute only, overlapped, interconnect stall) and
+  utilizations (HBM, interconnect, FLOPS), the HBM and compute floors, compile seconds;
+* ``--sweep-batch``: batch 16/32/64 and context 2,048/4,096 (Fig. 17's other bars);
+* ``--sweep-hbm``: HBM bandwidth 2-32 TB/s per 4 chips, all-to-all and mesh (Fig. 19-21);
+* ``--sweep-noc``: interconnect bandwidth scaled x0.5-x4 at two HBM bandwidths (Fig. 22).
+
+    .venv/bin/python benchmarks/elk_llm.py                      # main table
+    .venv/bin/python benchmarks/elk_llm.py --sweep-hbm --sweep-noc --layers 8
+
+Sweeps default to the first ``--layers`` layers of the model (identical layers: the per-token
+ratios between designs hold; the README says which runs used fewer layers). Writes
+``benchmarks/results/elk_llm.md``, ``.json`` and ``elk_llm_*.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tvm_icca.hardware import resolve_hardware  # noqa: E402
+from tvm_icca.programs import compile_programs  # noqa: E402
+from tvm_icca.region import PlanCache  # noqa: E402
+from tvm_icca.workloads import get_workload  # noqa: E402
+
+DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
+MODELS = ("llama2-13b", "gemma2-27b", "opt-30b", "llama2-70b")
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | None,
+             overrides: dict[str, float] | None = None,
+             designs: tuple[str, ...] = DESIGNS) -> list[dict[str, Any]]:
+    """Compile and time one model/chip configuration under every design."""
+    hw = resolve_hardware(hw_name)
+    if overrides:
+        hw = hw.with_overrides(**overrides)
+    kwargs: dict[str, Any] = {"batch": batch, "context": context}
+    if layers:
+        kwargs["num_layers"] = layers
+    workload = get_workload(model, **kwargs)
+    cache = PlanCache()  # region plans shared by the designs; each design plans its own schedule
+    rows = []
+    for design in designs:
+        start = time.perf_counter()
+        compiled = compile_programs(workload, hw, plan_cache=cache, preload=design)
+        compile_s = time.perf_counter() - start
+        report = compiled.simulate()
+        data = report.to_dict(per_op=False)
+        row = {
+            "model": model, "hardware": hw.name, "batch": batch, "context": context,
+            "layers": layers or "all", "design": design,
+            "hbm_tbps": hw.hbm_bandwidth / 1e12, "link_gbps": hw.link_bandwidth / 1e9,
+            "total_ms": report.total_s * 1e3,
+            "compile_s": compile_s,
+            "elk_planning_s": compiled.preload.planning_s if compiled.preload else 0.0,
+            "estimated_ms": compiled.preload.estimated_s * 1e3 if compiled.preload else 0.0,
+            "hbm_bytes": float(report.hbm_bytes),
+            "hbm_floor_ms": float(report.hbm_bytes) / hw.hbm_bandwidth * 1e3,
+            "compute_floor_ms": sum(float(o.flops) for o in report.per_op) / hw.peak_flops * 1e3
+            if hasattr(hw, "peak_flops") else 0.0,
+        }
+        for key in ("preload_only_s", "execute_only_s", "overlap_s", "stall_s",
+                    "interconnect_stall_s", "hbm_utilization", "interconnect_utilization",
+                    "flops_utilization", "achieved_flops", "preloaded_bytes", "distributed_bytes"):
+            if key in data:
+                row[key] = data[key]
+        rows.append(row)
+        print(f"  {model} {hw.name} b{batch} c{context} {design}: {row['total_ms']:.3f} ms "
+              f"(compile {compile_s:.1f} s, Elk {row['elk_planning_s']:.1f} s)", file=sys.stderr)
+    return rows
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["| model | batch | context | design | ms/token | % of Ideal | preload only ms | "
+             "execute only ms | overlap ms | stall ms | HBM util | NoC util | FLOPS util | "
+             "HBM floor ms | compile s | Elk s |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    ideal = {(r["model"], r["batch"], r["context"], r["hardware"], r["hbm_tbps"], r["link_gbps"]):
+             r["total_ms"] for r in rows if r["design"] == "ideal"}
+    for r in rows:
+        key = (r["model"], r["batch"], r["context"], r["hardware"], r["hbm_tbps"], r["link_gbps"])
+        pct = 100.0 * ideal[key] / r["total_ms"] if key in ideal else float("nan")
+        ms = lambda k: r.get(k, float("nan")) * 1e3  # noqa: E731
+        pc = lambda k: 100.0 * r.get(k, float("nan"))  # noqa: E731
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {r['context']} | {r['design']} | {r['total_ms']:.3f} | "
+            f"{pct:.1f}% | {ms('preload_only_s'):.3f} | {ms('execute_only_s'):.3f} | "
+            f"{ms('overlap_s'):.3f} | {ms('interconnect_stall_s' if 'interconnect_stall_s' in r else 'stall_s'):.3f} | "
+            f"{pc('hbm_utilization'):.1f}% | {pc('interconnect_utilization'):.1f}% | "
+            f"{pc('flops_utilization'):.1f}% | {r['hbm_floor_ms']:.3f} | {r['compile_s']:.1f} | "
+            f"{r['elk_planning_s']:.1f} |")
+    return lines
+
+
+def _summary(rows: list[dict[str, Any]]) -> list[str]:
+    """Elk-Full vs Ideal, Basic and Static, per case and averaged (Elk §6.2's headline)."""
+    cases: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        key = (r["model"], r["batch"], r["context"], r["hardware"], r["hbm_tbps"], r["link_gbps"])
+        cases.setdefault(key, {})[r["design"]] = r["total_ms"]
+    lines = ["| model | batch | context | Elk-Full % of Ideal | over Basic | over Static | "
+             "ordering Ideal <= Full <= Dyn <= Static <= Basic |", "|---|---:|---:|---:|---:|---:|---|"]
+    pct, basic, static = [], [], []
+    for key, t in cases.items():
+        if not all(d in t for d in DESIGNS):
+            continue
+        order = [t[d] for d in ("ideal", "elk-full", "elk-dyn", "static", "basic")]
+        ok = all(a <= b * (1 + 1e-9) for a, b in zip(order, order[1:]))
+        pct.append(100 * t["ideal"] / t["elk-full"])
+        basic.append(t["basic"] / t["elk-full"])
+        static.append(t["static"] / t["elk-full"])
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {pct[-1]:.1f}% | {basic[-1]:.2f}x | "
+                     f"{static[-1]:.2f}x | {'yes' if ok else 'NO'} |")
+    if pct:
+        lines.append(f"| **average** | | | **{sum(pct) / len(pct):.1f}%** | "
+                     f"**{sum(basic) / len(basic):.2f}x** | **{sum(static) / len(static):.2f}x** | |")
+    return lines
+
+
+def _plot(rows: list[dict[str, Any]], xkey: str, xlabel: str, path: pathlib.Path, title: str) -> None:
+    import matplotlib  # pylint: disable=import-outside-toplevel
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["hardware"], r["design"]), []).append(r)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (hw, design), rs in sorted(groups.items()):
+        rs = sorted(rs, key=lambda r: r[xkey])
+        style = "-" if "mesh" not in hw else "--"
+        ax.plot([r[xkey] for r in rs], [r["total_ms"] for r in rs], style, marker="o",
+                label=f"{design} ({'mesh' if 'mesh' in hw else 'all-to-all'})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("ms per token")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--hw", default="ipu-pod4-hbm")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--context", type=int, default=2048)
+    parser.add_argument("--layers", type=int, default=None,
+                        help="keep only the first N layers (default: all for the main table, "
+                        "8 for the sweeps)")
+    parser.add_argument("--no-main", action="store_true", help="skip the main table")
+    parser.add_argument("--sweep-batch", action="store_true")
+    parser.add_argument("--sweep-hbm", action="store_true")
+    parser.add_argument("--sweep-noc", action="store_true")
+    parser.add_argument("--sweep-model", default="llama2-13b")
+    args = parser.parse_args(argv)
+    models = args.models.split(",")
+    out: dict[str, list[dict[str, Any]]] = {}
+    lines = ["Elk designs on the timing simulator (`benchmarks/elk_llm.py`)."]
+    if not args.no_main:
+        rows = [r for m in models for r in run_case(m, args.hw, args.batch, args.context, args.layers)]
+        out["main"] = rows
+        lines += ["", f"## Decode, batch {args.batch}, context {args.context}, {args.hw}", ""]
+        lines += _summary(rows) + [""] + _table(rows)
+    sweep_layers = args.layers or 8
+    if args.sweep_batch:
+        rows = [r for m in models for b in (16, 32, 64) for c in (2048, 4096)
+                for r in run_case(m, args.hw, b, c, sweep_layers)]
+        out["batch"] = rows
+        lines += ["", f"## Batch and context ({sweep_layers} layers)", ""] + _summary(rows)
+    if args.sweep_hbm:
+        rows = [r for hw in ("ipu-pod4-hbm", "ipu-pod4-hbm-mesh") for tb in (2, 4, 8, 16, 32)
+                for r in run_case(args.sweep_model, hw, args.batch, args.context, sweep_layers,
+                                  {"hbm_bandwidth": tb * 1e12})]
+        out["hbm"] = rows
+        lines += ["", f"## HBM bandwidth sweep, {args.sweep_model} ({sweep_layers} layers)", ""]
+        lines += _table(rows)
+        _plot(rows, "hbm_tbps", "HBM bandwidth per 4 chips (TB/s)", RESULTS / "elk_llm_hbm.png",
+              f"{args.sweep_model}: per-token latency vs HBM bandwidth")
+    if args.sweep_noc:
+        base = resolve_hardware(args.hw).link_bandwidth
+        rows = [r for tb in (8, 32) for scale in (0.5, 1, 2, 4)
+                for r in run_case("llama2-70b", args.hw, args.batch, args.context, sweep_layers,
+                                  {"hbm_bandwidth": tb * 1e12, "link_bandwidth": base * scale})]
+        out["noc"] = rows
+        lines += ["", f"## Interconnect bandwidth sweep, llama2-70b ({sweep_layers} layers)", ""]
+        lines += _table(rows)
+        _plot(rows, "link_gbps", "link bandwidth per core (GB/s)", RESULTS / "elk_llm_noc.png",
+              "llama2-70b: per-token latency vs interconnect bandwidth")
+    text = "\n".join(lines) + "\n"
+    (RESULTS / "elk_llm.md").write_text(text)
+    (RESULTS / "elk_llm.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

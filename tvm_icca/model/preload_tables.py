@@ -1,0 +1,164 @@
+"""Per-operator trade-off tables of a model run, the input of the Elk pass (Elk §4.3).
+
+For every operator of the run (region calls in order, operators in program order) the pass
+needs what Elk's scheduler trades off (:class:`~tvm_icca.elk.tradeoffs.OpTradeoffs`):
+
+* **execute-state plans** (Elk §4.3, trade-off 1; Fig. 5): the operator's plans from fastest
+  to smallest. The fastest is the plan the region planner chose (the fastest that fits the
+  SRAM its region leaves, mapped to chips near its producers and HBM data); smaller ones are
+  the fastest plans within a ladder of shrinking budgets (:data:`BUDGET_LADDER`), each
+  :func:`~tvm_icca.plans.search.plan_operator`'s exact optimum for its budget. A full Pareto
+  scan per operator (:func:`~tvm_icca.plans.pareto.pareto_plans`) costs about 10 s for one
+  13B-sized matmul on this machine; the ladder keeps its useful corner (most of a decode
+  matmul's frontier is within 2x of its smallest footprint) for a fraction of that.
+* **preload-state plans** (trade-offs 2 and 3): for each execute-state plan, the chunk counts
+  of its off-chip inputs (:mod:`runtime_sim.preload`), kept when Pareto-optimal in preload
+  space vs distribution time;
+* the off-chip bytes it reads and the activations other operators keep live while it runs
+  (:func:`runtime_sim.lifetimes.held_bytes`, the device's lifetime rule).
+
+Times are analytic (the plan cost model, links at ``hw.link_bandwidth`` per core, HBM at
+``hw.hbm_bandwidth``, the host at ``hw.host_bandwidth``); the timing simulator measures the
+resulting program with routed phases and contention. Identical operators (same structure,
+plan and sources) share one table.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from runtime_sim.errors import PlanNotFoundError
+from runtime_sim.hardware import HardwareSpec
+from runtime_sim.layout import OpLayout
+from runtime_sim.lifetimes import held_bytes
+from runtime_sim.preload import chunk_options, preload_bytes
+from runtime_sim.program import DeviceProgram, ExecutionPlan, OpProgram
+from runtime_sim.stream import input_sources
+
+from ..elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
+from ..region import PlanCache
+
+#: Budgets (fractions of the fastest plan's footprint) of the smaller execute-state plans.
+BUDGET_LADDER = (0.6, 0.36, 0.22)
+#: At most this many chunk counts per input (1, the replica count, and divisors between).
+MAX_CHUNK_OPTIONS = 5
+
+
+def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
+                    cache: PlanCache) -> list[OpTradeoffs]:
+    """The trade-off table of every operator of the run, in execution order."""
+    has_hbm = hw.hbm_bandwidth > 0
+    memo: dict[str, OpTradeoffs] = {}
+    tables: list[OpTradeoffs] = []
+    for program in programs:
+        sources = input_sources(program, has_hbm)
+        live = _live_bytes(program, hw)
+        for op, row, held in zip(program.ops, sources, live):
+            hbm = tuple(t for t, s in enumerate(row) if s == "hbm")
+            host = tuple(t for t, s in enumerate(row) if s == "host")
+            key = json.dumps([op.expr.structure_key(), op.plan.to_dict(), hbm, host, held],
+                             separators=(",", ":"))
+            table = memo.get(key)
+            if table is None:
+                table = memo[key] = _table(op, hbm, host, held, hw, cache, key)
+            tables.append(table)
+    return tables
+
+
+def _live_bytes(program: DeviceProgram, hw: HardwareSpec) -> list[int]:
+    """Per operator, bytes per core of the region's other intermediates live while it runs."""
+    out_bytes = []
+    for op in program.ops:
+        layout = OpLayout(op.expr, op.plan, hw.cores_per_chip)
+        out_bytes.append(layout.partition_bytes(len(op.expr.tensors) - 1))
+    return held_bytes([op.input_names for op in program.ops], [op.output_name for op in program.ops],
+                      program.outputs, out_bytes)
+
+
+def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int,
+           hw: HardwareSpec, cache: PlanCache, key: str) -> OpTradeoffs:
+    offchip = tuple(sorted(hbm + host))
+    execs: list[ExecPoint] = []
+    preloads: list[tuple[PreloadPoint, ...]] = []
+    for plan, time_s, traffic_s in _exec_ladder(op, hbm, held, hw, cache):
+        layout = OpLayout(op.expr, plan, hw.cores_per_chip)
+        space = layout.memory_bytes_per_core()
+        if execs and not (space < execs[-1].space and time_s > execs[-1].time_s):
+            continue  # not on the frontier
+        execs.append(ExecPoint(time_s, space, min(traffic_s, time_s), plan))
+        preloads.append(_preload_points(layout, offchip, hbm, host, hw) if offchip else ())
+    offchip_bytes = float(sum(op.expr.inputs[t].nbytes for t in offchip))
+    return OpTradeoffs(key=key, execs=tuple(execs), preloads=tuple(preloads),
+                       hbm_bytes=offchip_bytes, live_bytes=int(held))
+
+
+def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], held: int, hw: HardwareSpec,
+                 cache: PlanCache) -> list[tuple[ExecutionPlan, float, float]]:
+    """(plan, time, traffic time) from the fastest (the region planner's plan) down the
+    budget ladder."""
+    first = OpLayout(op.expr, op.plan, hw.cores_per_chip)
+    fastest = first.memory_bytes_per_core()
+    head = cache.plan(op.expr, hw, None, max(fastest, hw.usable_sram_bytes - held), op.name, hbm)
+    points = [(op.plan, op.estimated_time_s or head.time_s, _traffic(head))]
+    for fraction in BUDGET_LADDER:
+        try:
+            planned = cache.plan(op.expr, hw, None, int(fastest * fraction), op.name, hbm)
+        except PlanNotFoundError:
+            break
+        points.append((planned.plan, planned.time_s, _traffic(planned)))
+    return points
+
+
+def _traffic(planned) -> float:
+    cost = planned.cost
+    return float(cost.shift_s + cost.reduction_s)
+
+
+def _preload_points(layout: OpLayout, offchip: tuple[int, ...], hbm: tuple[int, ...],
+                    host: tuple[int, ...], hw: HardwareSpec) -> tuple[PreloadPoint, ...]:
+    """Pareto-optimal chunk choices (preload space vs distribution time), MaxPreload first."""
+    # (space, distribution bytes per core, chunks)
+    combos: list[tuple[int, int, tuple[tuple[int, int], ...]]] = [(0, 0, ())]
+    for t in offchip:
+        whole = layout.partition_bytes(t)
+        options = []
+        for s in _chunk_choices(layout, t):
+            space = preload_bytes(layout, t, s)
+            options.append((space, max(whole - space, 0), s))
+        combos = _pareto([(a + sp, d + dd, c + (((t, s),) if s > 1 else ()))
+                          for a, d, c in combos for sp, dd, s in options])
+    hbm_bytes = sum(layout.expr.inputs[t].nbytes for t in hbm)
+    host_bytes = sum(layout.expr.inputs[t].nbytes for t in host)
+    source_s = max(hbm_bytes / hw.hbm_bandwidth if hbm_bytes and hw.hbm_bandwidth > 0 else 0.0,
+                   host_bytes / hw.host_bandwidth if host_bytes else 0.0)
+    points = []
+    for space, dist_bytes, chunks in combos:
+        network_s = space / hw.link_bandwidth
+        distribute_s = dist_bytes / hw.link_bandwidth + (hw.link_latency_s if dist_bytes else 0.0)
+        points.append(PreloadPoint(space=int(space), distribute_s=float(distribute_s),
+                                   load_s=float(max(source_s, network_s)),
+                                   network_s=float(network_s), chunks=chunks))
+    return tuple(points)
+
+
+def _chunk_choices(layout: OpLayout, t: int) -> list[int]:
+    options = chunk_options(layout, t)
+    if len(options) <= MAX_CHUNK_OPTIONS:
+        return options
+    # keep both ends and a geometric spread between them
+    picks = {options[0], options[-1]}
+    step = (len(options) - 1) / (MAX_CHUNK_OPTIONS - 1)
+    picks.update(options[round(k * step)] for k in range(1, MAX_CHUNK_OPTIONS - 1))
+    return sorted(picks)
+
+
+def _pareto(points: list[tuple[int, int, tuple]]) -> list[tuple[int, int, tuple]]:
+    """Largest space (least distribution) first; drop points no better in either."""
+    points = sorted(points, key=lambda p: (-p[0], p[1]))
+    front: list[tuple[int, int, tuple]] = []
+    for p in points:
+        while front and p[1] <= front[-1][1]:
+            front.pop()  # p needs less space and distributes no more
+        front.append(p)
+    return front
