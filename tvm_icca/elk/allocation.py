@@ -1,0 +1,95 @@
+"""Cost-aware on-chip memory allocation inside one window (Elk §4.3, "inter-operator tradeoff").
+
+A window is the executing operator plus the operators preloaded beside it (Elk Fig. 11). Every
+operator starts at its fastest point: the executing one at ``execs[0]``, a preloaded one at its
+current preload point (``preloads[e][0]``, MaxPreload, the first time a window holds it; a point
+chosen by a window evaluated earlier in the backward pass otherwise, since a preloaded operator
+keeps one preload point across all its windows and later windows may only shrink it). Then, while
+the window does not fit (:func:`tvm_icca.elk.model.window_bytes`), take over all operators the next
+smaller Pareto point with the largest ``bytes saved / time added``; a step that adds no time is
+taken first (largest saving first). The time of a step is its effect on the window time
+(:func:`tvm_icca.elk.model.exec_duration_sums`): the executing operator's slower point, or a
+preloaded operator's larger distribution time (charged to this window, the one that shrinks it)
+and its changed network traffic (contention). If even the smallest points do not fit, the window
+is infeasible (``None``); otherwise the greedy always ends feasible, since it can reach them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .model import exec_duration_sums, window_bytes
+from .tradeoffs import ElkMachine, OpTradeoffs
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """The allocation of one window: the executing op's point, the members' preload points, the
+    window time ``L`` (execution with contention plus added distribution time) and its bytes."""
+
+    exec_choice: int
+    preload_choices: tuple[int, ...]
+    time_s: float
+    space: int
+
+
+def allocate_window(op: OpTradeoffs, members: Sequence[tuple[OpTradeoffs, int, int]],
+                    machine: ElkMachine) -> WindowPlan | None:
+    """Elk §4.3's greedy for executing ``op`` beside ``members`` = (op, exec choice, current
+    preload point) of each preloaded operator; ``None`` if the window cannot fit at all."""
+    fronts = [m.preloads[e] for m, e, _ in members]
+    base = [c for _, _, c in members]
+    cap = machine.sram_bytes
+    smallest = window_bytes(op.execs[-1].space, (f[-1].space for f in fronts), op.live_bytes)
+    if smallest > cap:
+        return None
+    sep = machine.separate_interconnect
+    e = 0
+    cur = list(base)
+    net = sum(f[c].network_s for f, c in zip(fronts, cur))
+    load = sum(f[c].load_s for f, c in zip(fronts, cur))
+    added = 0.0                       # distribution time added by shrinking members here
+    space = window_bytes(op.execs[0].space, (f[c].space for f, c in zip(fronts, cur)), op.live_bytes)
+
+    def cost(ep_idx: int, net_: float, load_: float, added_: float) -> float:
+        ep = op.execs[ep_idx]
+        return exec_duration_sums(ep.time_s, ep.traffic_s, net_, load_, sep) + added_
+
+    now = cost(e, net, load, added)
+    while space > cap:
+        best_key, best = None, None
+        if e + 1 < len(op.execs):
+            saved = op.execs[e].space - op.execs[e + 1].space
+            dt = cost(e + 1, net, load, added) - now
+            best_key, best = _rank(saved, dt), (-1, saved)
+        for j, (f, c) in enumerate(zip(fronts, cur)):
+            if c + 1 >= len(f):
+                continue
+            a, b = f[c], f[c + 1]
+            saved = a.space - b.space
+            dt = cost(e, net - a.network_s + b.network_s, load - a.load_s + b.load_s,
+                      added + b.distribute_s - a.distribute_s) - now
+            key = _rank(saved, dt)
+            if best_key is None or key > best_key:
+                best_key, best = key, (j, saved)
+        assert best is not None     # the smallest points fit, so some step remains
+        j, saved = best
+        if j < 0:
+            e += 1
+        else:
+            a, b = fronts[j][cur[j]], fronts[j][cur[j] + 1]
+            net += b.network_s - a.network_s
+            load += b.load_s - a.load_s
+            added += b.distribute_s - a.distribute_s
+            cur[j] += 1
+        space -= saved
+        now = cost(e, net, load, added)
+    return WindowPlan(e, tuple(cur), now, space)
+
+
+def _rank(saved: int, dt: float) -> tuple[int, float]:
+    """Order of steps: those adding no time first (by bytes saved), then by bytes saved per second."""
+    if dt <= 0.0:
+        return (1, float(saved))
+    return (0, saved / dt)

@@ -1,0 +1,419 @@
+"""The five designs of Elk §6.1 on trade-off tables, and the forward estimate of a schedule.
+
+* ``basic``: each op its fastest execute point that fits; only the next preload may overlap an
+  execution, at MaxPreload if it fits beside it, else at the largest preload point that fits, else
+  not at all.
+* ``static``: one preload/execution split for the whole model, swept over ``STATIC_SPLITS``
+  fractions of SRAM reserved for preloads; each op its fastest execute point that fits the rest;
+  operators preloaded in order while they fit the reserved space; all preload points MaxPreload or
+  all MinPreload, whichever is faster. Basic is the sweep's degenerate end point and a candidate.
+* ``elk-dyn``: the inductive scheduling (§4.2) with the cost-aware allocation (§4.3), execution
+  order; the Static schedule is a candidate too (its split is one point of Elk's space).
+* ``elk-full``: Elk-Dyn plus preload order permutation (§4.4): candidates are screened on a model
+  truncated to ``SCREEN_LAYERS`` layers, the ``SCREEN_TOP`` best are planned on the whole model.
+* ``ideal``: separate interconnect, the full SRAM for execution and another full SRAM for preloads,
+  every op at its smallest preload space with zero distribution time and its shortest load time;
+  it is evaluated on every preload order Elk-Full may choose and takes the fastest.
+
+So, by construction of the candidate sets, Ideal <= Elk-Full <= Elk-Dyn <= Static <= Basic on
+:func:`estimate` (for Ideal: its durations are lower bounds of any design's, and its horizons —
+preload as far ahead as the preload SRAM allows — upper bounds, for the same order).
+
+:func:`estimate` prices a schedule with :mod:`tvm_icca.elk.model` (the own distribution time counted
+in the operator's execution, contention from its final window) and runs the device semantics
+forward (:func:`tvm_icca.elk.inductive.forward_times`). The search charges distribution time to the
+window that shrank the preload point, so its internal total is an estimate of this one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from . import reorder
+from .allocation import WindowPlan, allocate_window
+from .inductive import (InfeasibleError, check_horizons, early_members, forward_times, inductive_schedule,
+                        min_horizons)
+from .model import exec_duration_sums, window_bytes
+from .tradeoffs import ElkMachine, OpTradeoffs
+
+DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
+STATIC_SPLITS = 24          # reserved preload fractions 0, 1/24, ..., 23/24 of SRAM
+SCREEN_LAYERS = 3           # layers of the truncated model candidate orders are screened on
+SCREEN_TOP = 3              # candidates planned on the whole model
+MAX_SHIFT = 4               # Elk §4.4: each group moves at most 4 slots
+MAX_ORDERS = 256            # cap on the suffix tree's leaves
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Estimated per-op times (seconds); preload times are NaN for ops that load nothing."""
+
+    pre_start: tuple[float, ...]
+    pre_end: tuple[float, ...]
+    exec_start: tuple[float, ...]
+    exec_end: tuple[float, ...]
+    exec_s: tuple[float, ...]       # durations used (window time incl. own distribution)
+    preload_s: tuple[float, ...]
+    window_bytes: tuple[int, ...]   # SRAM per core while each op executes (model.window_bytes)
+    total_s: float
+
+
+@dataclass(frozen=True)
+class PlanStats:
+    """How the schedule was found: orders tried, displacement of the chosen order, wall time."""
+
+    orders_tried: int = 1
+    avg_displacement: float = 0.0       # group slots moved, averaged over the layer's groups
+    avg_position_displacement: float = 0.0  # preload positions moved, over all preloading ops
+    planning_s: float = 0.0
+    source: str = ""                    # which candidate won (e.g. "inductive", "static", "basic")
+
+
+@dataclass(frozen=True)
+class ElkSchedule:
+    """A plan for the device stream: per op its execute point and preload point (index into
+    ``preloads[exec_choice[i]]``, -1 if it loads nothing), the preload order, and ``horizon[i]``
+    = preloads issued before ``execute(i)``; plus its estimate."""
+
+    design: str
+    exec_choice: tuple[int, ...]
+    preload_choice: tuple[int, ...]
+    preload_order: tuple[int, ...]
+    horizon: tuple[int, ...]
+    timeline: Timeline
+    total_s: float
+    stats: PlanStats
+
+
+# ----------------------------------------------------------------------------------- estimate
+
+
+def _ideal_preload(op: OpTradeoffs) -> tuple[int, float]:
+    """Ideal's preload: the smallest preload space and the shortest load over all points."""
+    pts = [p for front in op.preloads for p in front]
+    return min(p.space for p in pts), min(p.load_s for p in pts)
+
+
+def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSchedule) -> Timeline:
+    """Forward (earliest-start) evaluation of a schedule under the memory/contention model.
+
+    Raises ValueError if the schedule is invalid or some window exceeds SRAM."""
+    n = len(ops)
+    order = schedule.preload_order
+    check_horizons(n, order, schedule.horizon)
+    ideal = schedule.design == "ideal"
+    K = len(order)
+    m = min_horizons(n, order)
+    early = early_members(n, order, m)
+    pts = {}
+    for j in order:
+        if not ops[j].loads or schedule.preload_choice[j] < 0:
+            raise ValueError(f"operator {j} is in the preload order but has no preload point")
+        pts[j] = ops[j].preloads[schedule.exec_choice[j]][schedule.preload_choice[j]]
+    if ideal:
+        ideal_pre = {j: _ideal_preload(ops[j]) for j in order}
+        space = [ideal_pre[order[k]][0] for k in range(K)]
+        load_s = {j: ideal_pre[j][1] for j in order}
+    else:
+        space = [pts[order[k]].space for k in range(K)]
+        load_s = {j: pts[j].load_s for j in order}
+    net = [0.0 if ideal else pts[order[k]].network_s for k in range(K)]
+    load = [load_s[order[k]] for k in range(K)]
+    ps, pn, pl = _prefix(space), _prefix(net), _prefix(load)
+    exec_s, wbytes = [], []
+    for i, op in enumerate(ops):
+        ep = op.execs[schedule.exec_choice[i]]
+        h = schedule.horizon[i]
+        w_space = ps[h] - ps[m[i]] + sum(space[_pos(order, j)] for j in early[i])
+        w_net = pn[h] - pn[m[i]] + sum(net[_pos(order, j)] for j in early[i])
+        w_load = pl[h] - pl[m[i]] + sum(load[_pos(order, j)] for j in early[i])
+        if ideal:
+            if ep.space + op.live_bytes > machine.sram_bytes or w_space > machine.sram_bytes:
+                raise ValueError(f"ideal: operator {i} exceeds SRAM")
+            exec_s.append(ep.time_s)
+            wbytes.append(ep.space + op.live_bytes)
+            continue
+        total = window_bytes(ep.space, (w_space,), op.live_bytes)
+        if total > machine.sram_bytes:
+            raise ValueError(f"operator {i}: window needs {total} B > {machine.sram_bytes} B")
+        own = pts[i].distribute_s if i in pts else 0.0
+        exec_s.append(own + exec_duration_sums(ep.time_s, ep.traffic_s, w_net, w_load,
+                                               machine.separate_interconnect))
+        wbytes.append(total)
+    pre_s = [load_s.get(j, 0.0) for j in range(n)]
+    t = forward_times(n, order, schedule.horizon, exec_s, pre_s)
+    pos = {j: k for k, j in enumerate(order)}
+    nan = math.nan
+    return Timeline(tuple(t.pre_start[pos[j]] if j in pos else nan for j in range(n)),
+                    tuple(t.pre_end[pos[j]] if j in pos else nan for j in range(n)),
+                    t.exec_start, t.exec_end, tuple(exec_s), tuple(pre_s), tuple(wbytes), t.total_s)
+
+
+def _prefix(xs: Sequence[float]) -> list:
+    out = [0]
+    for x in xs:
+        out.append(out[-1] + x)
+    return out
+
+
+def _pos(order: Sequence[int], op: int) -> int:
+    return order.index(op)      # early members are few (reordered ops only)
+
+
+# ----------------------------------------------------------------------------------- designs
+
+
+@dataclass
+class _Draft:
+    """A schedule before estimation (mutable only inside one planning call)."""
+
+    exec_choice: list[int]
+    preload_choice: list[int]
+    order: tuple[int, ...]
+    horizon: list[int]
+    source: str
+
+
+def _finish(ops, machine, design: str, draft: _Draft, stats: PlanStats) -> ElkSchedule:
+    sched = ElkSchedule(design, tuple(draft.exec_choice), tuple(draft.preload_choice), draft.order,
+                        tuple(draft.horizon), Timeline((), (), (), (), (), (), (), 0.0), 0.0,
+                        replace(stats, source=draft.source))
+    tl = estimate(ops, machine, sched)
+    return replace(sched, timeline=tl, total_s=tl.total_s)
+
+
+def _fastest_fitting(op: OpTradeoffs, budget: int) -> int | None:
+    for e, ep in enumerate(op.execs):
+        if ep.space + op.live_bytes <= budget:
+            return e
+    return None
+
+
+def _basic(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> _Draft:
+    n = len(ops)
+    order = tuple(i for i, o in enumerate(ops) if o.loads)
+    K = len(order)
+    m = min_horizons(n, order)
+    ex = []
+    for i, op in enumerate(ops):
+        e = _fastest_fitting(op, machine.sram_bytes)
+        if e is None:
+            raise InfeasibleError(f"operator {i} fits on chip with no execute point")
+        ex.append(e)
+    pc = [0 if o.loads else -1 for o in ops]
+    hz = [0] * n
+    cap = K
+    for i in range(n - 1, -1, -1):   # backwards, so a prefetched op fits every window it sits in
+        h = m[i]
+        if m[i] < K and m[i] + 1 <= cap:
+            j = order[m[i]]
+            free = machine.sram_bytes - ops[i].execs[ex[i]].space - ops[i].live_bytes
+            front = ops[j].preloads[ex[j]]
+            c = next((c for c in range(pc[j], len(front)) if front[c].space <= free), None)
+            if c is not None:
+                pc[j], h = c, m[i] + 1
+        hz[i] = cap = h
+    return _Draft(ex, pc, order, hz, "basic")
+
+
+def _capacity_horizons(n: int, order: Sequence[int], space_of: dict[int, int], cap: int) -> list[int] | None:
+    """Largest horizons whose windows' preload spaces fit in ``cap`` (None if the early members
+    alone do not fit)."""
+    m = min_horizons(n, order)
+    early = early_members(n, order, m)
+    pre = _prefix([space_of[j] for j in order])
+    hz, prev = [], 0
+    for i in range(n):
+        room = cap - sum(space_of[j] for j in early[i])
+        if room < 0:
+            return None
+        h = bisect.bisect_right(pre, pre[m[i]] + room) - 1
+        h = max(h, m[i], prev)
+        hz.append(h)
+        prev = h
+    return hz
+
+
+def _static_sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> list[_Draft]:
+    n = len(ops)
+    order = tuple(i for i, o in enumerate(ops) if o.loads)
+    drafts = []
+    for k in range(STATIC_SPLITS):
+        reserved = machine.sram_bytes * k // STATIC_SPLITS
+        ex = [_fastest_fitting(op, machine.sram_bytes - reserved) for op in ops]
+        if any(e is None for e in ex):
+            break       # larger reservations leave even less execution space
+        for which, name in ((0, "max"), (-1, "min")):
+            pc = [(len(o.preloads[ex[i]]) + which) % len(o.preloads[ex[i]]) if o.loads else -1
+                  for i, o in enumerate(ops)]
+            space = {j: ops[j].preloads[ex[j]][pc[j]].space for j in order}
+            hz = _capacity_horizons(n, order, space, reserved)
+            if hz is not None:
+                drafts.append(_Draft(list(ex), pc, order, hz, f"static {k}/{STATIC_SPLITS} {name}"))
+    return drafts
+
+
+def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple[int, ...],
+                   memo: dict) -> _Draft:
+    """§4.2 + §4.3: the recurrence whose window times come from the cost-aware allocation."""
+    n = len(ops)
+    m = min_horizons(n, order)
+    early = early_members(n, order, m)
+    ex = [0] * n
+    pc = {j: 0 for j in order}
+    tried: dict[int, tuple[tuple[int, ...], WindowPlan]] = {}
+
+    def window_time(i: int, h: int) -> float | None:
+        members = early[i] + order[m[i]:h]
+        key = (ops[i].key, ops[i].live_bytes, tuple((ops[j].key, ex[j], pc[j]) for j in members))
+        plan = memo.get(key, _MISSING)
+        if plan is _MISSING:
+            plan = allocate_window(ops[i], [(ops[j], ex[j], pc[j]) for j in members], machine)
+            memo[key] = plan
+        if plan is None:
+            return None
+        tried[h] = (members, plan)
+        return plan.time_s
+
+    def commit(i: int, h: int) -> None:
+        members, plan = tried[h]
+        ex[i] = plan.exec_choice
+        for j, c in zip(members, plan.preload_choices):
+            pc[j] = c
+        tried.clear()
+
+    def preload_time(j: int) -> float:
+        return ops[j].preloads[ex[j]][pc[j]].load_s
+
+    res = inductive_schedule(n, order, window_time, preload_time, commit)
+    return _Draft(ex, [pc.get(i, -1) for i in range(n)], order, list(res.horizon), "inductive")
+
+
+_MISSING = object()
+
+
+def _best(cands: Sequence[ElkSchedule]) -> ElkSchedule:
+    return min(cands, key=lambda s: s.total_s)     # first wins ties: candidates listed by preference
+
+
+def _try(ops, machine, design, draft_fn, stats) -> ElkSchedule | None:
+    try:
+        return _finish(ops, machine, design, draft_fn(), stats)
+    except (InfeasibleError, ValueError):
+        return None
+
+
+def _plan_static(ops, machine, stats) -> ElkSchedule:
+    cands = [s for d in _static_sweep(ops, machine)
+             if (s := _try(ops, machine, "static", lambda d=d: d, stats)) is not None]
+    basic = _finish(ops, machine, "static", _basic(ops, machine), stats)
+    return _best(cands + [basic])
+
+
+def _plan_dyn(ops, machine, memo, stats) -> ElkSchedule:
+    order = tuple(i for i, o in enumerate(ops) if o.loads)
+    cands = []
+    s = _try(ops, machine, "elk-dyn", lambda: _elk_inductive(ops, machine, order, memo), stats)
+    if s is not None:
+        cands.append(s)
+    cands.append(replace(_plan_static(ops, machine, stats), design="elk-dyn"))
+    return _best(cands)
+
+
+@dataclass(frozen=True)
+class _Reorder:
+    layers: reorder.LayerStructure
+    groups: reorder.LayerGroups
+    perms: tuple[tuple[int, ...], ...]
+
+
+def _reorder_candidates(ops, machine) -> _Reorder | None:
+    layers = reorder.detect_layers([o.key for o in ops])
+    if layers is None:
+        return None
+    groups = reorder.layer_groups(ops, layers)
+    perms = reorder.candidate_orders(ops, machine, layers, groups, MAX_SHIFT, MAX_ORDERS)
+    return _Reorder(layers, groups, tuple(perms)) if perms else None
+
+
+def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
+    dyn = _plan_dyn(ops, machine, memo, stats)
+    rc = _reorder_candidates(ops, machine)
+    if rc is None:
+        return replace(dyn, design="elk-full")
+    # screen every candidate on a truncated model (prologue + a few layers + epilogue)
+    n_layers = min(rc.layers.count, SCREEN_LAYERS)
+    small = reorder.truncate(ops, rc.layers, n_layers)
+    scored = []
+    for perm in rc.perms:
+        order = reorder.build_order(small, rc.layers, rc.groups, perm, n_layers)
+        try:
+            draft = _elk_inductive(small, machine, order, memo)
+            scored.append((_finish(small, machine, "elk-full", draft, stats).total_s, perm))
+        except (InfeasibleError, ValueError):
+            continue
+    scored.sort(key=lambda x: x[0])
+    cands = [replace(dyn, design="elk-full")]
+    for _, perm in scored[:SCREEN_TOP]:
+        order = reorder.build_order(ops, rc.layers, rc.groups, perm)
+        s = _try(ops, machine, "elk-full", lambda o=order: _elk_inductive(ops, machine, o, memo), stats)
+        if s is not None:
+            s = replace(s, stats=replace(s.stats, source=f"reordered {perm}",
+                                         avg_displacement=reorder.layer_displacement(perm),
+                                         avg_position_displacement=reorder.order_displacement(order)))
+            cands.append(s)
+    best = _best(cands)
+    return replace(best, stats=replace(best.stats, orders_tried=1 + len(rc.perms)))
+
+
+def _plan_ideal(ops, machine, stats) -> ElkSchedule:
+    n = len(ops)
+    ex = []
+    for i, op in enumerate(ops):
+        e = _fastest_fitting(op, machine.sram_bytes)
+        if e is None:
+            raise InfeasibleError(f"operator {i} fits on chip with no execute point")
+        ex.append(e)
+    pc = [len(o.preloads[ex[i]]) - 1 if o.loads else -1 for i, o in enumerate(ops)]
+    space = {j: _ideal_preload(ops[j])[0] for j, o in enumerate(ops) if o.loads}
+    orders = [tuple(i for i, o in enumerate(ops) if o.loads)]
+    rc = _reorder_candidates(ops, machine)
+    if rc is not None:
+        orders += [reorder.build_order(ops, rc.layers, rc.groups, p) for p in rc.perms]
+    cands = []
+    for order in orders:
+        hz = _capacity_horizons(n, order, space, machine.sram_bytes)
+        if hz is not None:
+            s = _try(ops, machine, "ideal", lambda o=order, h=hz: _Draft(ex, pc, o, h, "ideal"), stats)
+            if s is not None:
+                cands.append(s)
+    if not cands:
+        raise InfeasibleError("ideal: no preload order fits")
+    best = _best(cands)
+    return replace(best, stats=replace(best.stats, orders_tried=len(orders)))
+
+
+def plan_preloads(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str) -> ElkSchedule:
+    """Plan the preloads and executions of ``ops`` (execution order) with one of ``DESIGNS``."""
+    if design not in DESIGNS:
+        raise ValueError(f"unknown design {design!r}; one of {DESIGNS}")
+    t0 = time.perf_counter()
+    stats = PlanStats()
+    memo: dict = {}     # window allocations, shared by every order tried in this call
+    if design == "basic":
+        sched = _finish(ops, machine, design, _basic(ops, machine), stats)
+    elif design == "static":
+        sched = _plan_static(ops, machine, stats)
+    elif design == "elk-dyn":
+        sched = _plan_dyn(ops, machine, memo, stats)
+    elif design == "elk-full":
+        sched = _plan_full(ops, machine, memo, stats)
+    else:
+        if machine.separate_interconnect is False:
+            machine = replace(machine, separate_interconnect=True)
+        sched = _plan_ideal(ops, machine, stats)
+    return replace(sched, stats=replace(sched.stats, planning_s=time.perf_counter() - t0))
