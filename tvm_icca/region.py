@@ -50,7 +50,9 @@ class PlanCache:
     tensor names, which embed the region name -- so plans are keyed on the expression's
     JSON with names blanked. Tensor expressions are keyed on the composite function's
     structure (``tvm_ffi.structural_hash`` / ``structural_equal``); a hit is renamed for the
-    operator at hand. Failures are not cached (they raise every time).
+    operator at hand. A plan that does not exist within a budget is remembered too (its
+    search proves the smallest footprint, which costs more than a successful search): asking
+    again raises the same :class:`PlanNotFoundError` at once.
     """
 
     def __init__(self) -> None:
@@ -58,6 +60,7 @@ class PlanCache:
         self._exprs: dict[int, list[tuple[relax.Function, ExtractedOp]]] = {}
         self._cost_models: list[CostModel] = []  # keeps id() keys valid
         self._options: dict[tuple, tuple[PlanOption, ...]] = {}
+        self._failures: dict[tuple, str] = {}  # key -> message of its PlanNotFoundError
         self.search = PlanSearchCache()  # plan structures and f_t assignments, shared
         self.hits = 0
         self.misses = 0
@@ -71,10 +74,18 @@ class PlanCache:
         key = (expr.structure_key(), hw, int(budget), None if cost_model is None else id(cost_model),
                tuple(hbm_inputs), producer_key(producers))
         planned = self._plans.get(key)
+        if planned is None and key in self._failures:
+            self.hits += 1
+            raise PlanNotFoundError(self._failures[key])
         if planned is None:
             self.misses += 1
-            planned = plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget, name=name,
-                                    cache=self.search, hbm_inputs=hbm_inputs, producers=producers)
+            try:
+                planned = plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget,
+                                        name=name, cache=self.search, hbm_inputs=hbm_inputs,
+                                        producers=producers)
+            except PlanNotFoundError as err:
+                self._failures[key] = str(err)
+                raise
             self._plans[key] = planned
         else:
             self.hits += 1

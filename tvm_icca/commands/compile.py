@@ -25,6 +25,8 @@ import json
 import os
 from typing import Any
 
+from ..elk.designs import DESIGNS
+from ..hardware import preset
 from ._args import UsageError, existing_file, hardware_preset, shape_arg, shape_dict, writable_path
 
 #: Name of the Relax function that returns the library's signature (JSON).
@@ -45,6 +47,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "current directory)")
     parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
                         help="hardware preset (default ipu-mk2)")
+    parser.add_argument("--design", default=None, choices=DESIGNS + ("off",),
+                        help="HBM preload design on a chip with HBM (Elk §6.1; default elk-full)")
     parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",
                         help="static shape of an input with symbolic dimensions (repeatable)")
     parser.set_defaults(func=_run)
@@ -142,6 +146,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..frontend import load_onnx
     from ..partition import format_report, partition_for_icca, partition_report
 
+    if args.design is not None and preset(args.hw).hbm_bandwidth <= 0:
+        raise UsageError(f"--design applies to chips with HBM; '{args.hw}' has none")
     output = args.output or default_output(args.model)
     if os.path.abspath(output) == os.path.abspath(args.model):
         raise UsageError(f"the output '{output}' would overwrite the model")
@@ -151,7 +157,7 @@ def _run(args: argparse.Namespace) -> int:
     partitioned = partition_for_icca(mod, args.hw)
     print(format_report(partition_report(partitioned, args.hw)))
     executable = icca_compile(with_signature(partitioned, signature_of(mod, args.model, args.hw, shapes)),
-                              args.hw)
+                              args.hw, preload=args.design)
     executable.export_library(output)
     print(f"wrote {output} (run it with: tvm-icca run {output})")
     return 0

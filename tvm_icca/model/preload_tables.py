@@ -87,7 +87,8 @@ def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int
         if execs and not (space < execs[-1].space and time_s > execs[-1].time_s):
             continue  # not on the frontier
         execs.append(ExecPoint(time_s, space, min(traffic_s, time_s), plan))
-        preloads.append(_preload_points(layout, offchip, hbm, host, hw) if offchip else ())
+        if offchip:
+            preloads.append(_preload_points(layout, offchip, hbm, host, hw))
     offchip_bytes = float(sum(op.expr.inputs[t].nbytes for t in offchip))
     return OpTradeoffs(key=key, execs=tuple(execs), preloads=tuple(preloads),
                        hbm_bytes=offchip_bytes, live_bytes=int(held))
