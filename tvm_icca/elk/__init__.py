@@ -1,5 +1,15 @@
 """Elk (MICRO'25) planning algorithms on per-operator trade-off tables; imports nothing from TVM.
 
-Modules: :mod:`.tradeoffs` (input tables), :mod:`.model` (the memory/time model),
-:mod:`.inductive` (§4.2), :mod:`.allocation` (§4.3), :mod:`.reorder` (§4.4), :mod:`.designs` (§6.1).
+Modules: :mod:`.tradeoffs` (input tables), :mod:`.model` (the one memory/time model),
+:mod:`.inductive` (two-level inductive scheduling, §4.2 + Appendix A), :mod:`.allocation`
+(cost-aware on-chip memory allocation, §4.3), :mod:`.reorder` (preload order permutation, §4.4),
+:mod:`.designs` (Basic / Static / Elk-Dyn / Elk-Full / Ideal of §6.1, and the forward estimate),
+:mod:`.synthetic` (LLM-like tables for tests and benchmarks).
 """
+
+from .designs import DESIGNS, ElkSchedule, PlanStats, Timeline, estimate, plan_preloads
+from .inductive import InfeasibleError
+from .tradeoffs import ElkMachine, ExecPoint, OpTradeoffs, PreloadPoint
+
+__all__ = ["DESIGNS", "ElkMachine", "ElkSchedule", "ExecPoint", "InfeasibleError", "OpTradeoffs",
+           "PlanStats", "PreloadPoint", "Timeline", "estimate", "plan_preloads"]

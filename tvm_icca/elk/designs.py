@@ -124,13 +124,14 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
     net = [0.0 if ideal else pts[order[k]].network_s for k in range(K)]
     load = [load_s[order[k]] for k in range(K)]
     ps, pn, pl = _prefix(space), _prefix(net), _prefix(load)
+    pos = {j: k for k, j in enumerate(order)}
     exec_s, wbytes = [], []
     for i, op in enumerate(ops):
         ep = op.execs[schedule.exec_choice[i]]
         h = schedule.horizon[i]
-        w_space = ps[h] - ps[m[i]] + sum(space[_pos(order, j)] for j in early[i])
-        w_net = pn[h] - pn[m[i]] + sum(net[_pos(order, j)] for j in early[i])
-        w_load = pl[h] - pl[m[i]] + sum(load[_pos(order, j)] for j in early[i])
+        w_space = ps[h] - ps[m[i]] + sum(space[pos[j]] for j in early[i])
+        w_net = pn[h] - pn[m[i]] + sum(net[pos[j]] for j in early[i])
+        w_load = pl[h] - pl[m[i]] + sum(load[pos[j]] for j in early[i])
         if ideal:
             if ep.space + op.live_bytes > machine.sram_bytes or w_space > machine.sram_bytes:
                 raise ValueError(f"ideal: operator {i} exceeds SRAM")
@@ -146,7 +147,6 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
         wbytes.append(total)
     pre_s = [load_s.get(j, 0.0) for j in range(n)]
     t = forward_times(n, order, schedule.horizon, exec_s, pre_s)
-    pos = {j: k for k, j in enumerate(order)}
     nan = math.nan
     return Timeline(tuple(t.pre_start[pos[j]] if j in pos else nan for j in range(n)),
                     tuple(t.pre_end[pos[j]] if j in pos else nan for j in range(n)),
@@ -158,10 +158,6 @@ def _prefix(xs: Sequence[float]) -> list:
     for x in xs:
         out.append(out[-1] + x)
     return out
-
-
-def _pos(order: Sequence[int], op: int) -> int:
-    return order.index(op)      # early members are few (reordered ops only)
 
 
 # ----------------------------------------------------------------------------------- designs
@@ -340,12 +336,12 @@ def _reorder_candidates(ops, machine) -> _Reorder | None:
     return _Reorder(layers, groups, tuple(perms)) if perms else None
 
 
-def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
-    dyn = _plan_dyn(ops, machine, memo, stats)
+def _screened(ops, machine, memo, stats) -> tuple[_Reorder | None, list[tuple[int, ...]]]:
+    """Elk-Full's candidate orders: every suffix-tree order, screened on a model truncated to
+    ``SCREEN_LAYERS`` layers; the ``SCREEN_TOP`` best permutations (deterministic)."""
     rc = _reorder_candidates(ops, machine)
     if rc is None:
-        return replace(dyn, design="elk-full")
-    # screen every candidate on a truncated model (prologue + a few layers + epilogue)
+        return None, []
     n_layers = min(rc.layers.count, SCREEN_LAYERS)
     small = reorder.truncate(ops, rc.layers, n_layers)
     scored = []
@@ -357,8 +353,16 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
         except (InfeasibleError, ValueError):
             continue
     scored.sort(key=lambda x: x[0])
+    return rc, [perm for _, perm in scored[:SCREEN_TOP]]
+
+
+def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
+    dyn = _plan_dyn(ops, machine, memo, stats)
+    rc, top = _screened(ops, machine, memo, stats)
+    if rc is None:
+        return replace(dyn, design="elk-full")
     cands = [replace(dyn, design="elk-full")]
-    for _, perm in scored[:SCREEN_TOP]:
+    for perm in top:
         order = reorder.build_order(ops, rc.layers, rc.groups, perm)
         s = _try(ops, machine, "elk-full", lambda o=order: _elk_inductive(ops, machine, o, memo), stats)
         if s is not None:
@@ -370,7 +374,9 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
     return replace(best, stats=replace(best.stats, orders_tried=1 + len(rc.perms)))
 
 
-def _plan_ideal(ops, machine, stats) -> ElkSchedule:
+def _plan_ideal(ops, machine, memo, stats) -> ElkSchedule:
+    """Ideal on every order Elk-Full may choose (in order, and its screened candidates), so that
+    Ideal <= Elk-Full holds order by order."""
     n = len(ops)
     ex = []
     for i, op in enumerate(ops):
@@ -381,14 +387,16 @@ def _plan_ideal(ops, machine, stats) -> ElkSchedule:
     pc = [len(o.preloads[ex[i]]) - 1 if o.loads else -1 for i, o in enumerate(ops)]
     space = {j: _ideal_preload(ops[j])[0] for j, o in enumerate(ops) if o.loads}
     orders = [tuple(i for i, o in enumerate(ops) if o.loads)]
-    rc = _reorder_candidates(ops, machine)
+    rc, top = _screened(ops, machine, memo, stats)
     if rc is not None:
-        orders += [reorder.build_order(ops, rc.layers, rc.groups, p) for p in rc.perms]
+        orders += [reorder.build_order(ops, rc.layers, rc.groups, p) for p in top]
+    ideal_machine = replace(machine, separate_interconnect=True)
     cands = []
     for order in orders:
         hz = _capacity_horizons(n, order, space, machine.sram_bytes)
         if hz is not None:
-            s = _try(ops, machine, "ideal", lambda o=order, h=hz: _Draft(ex, pc, o, h, "ideal"), stats)
+            s = _try(ops, ideal_machine, "ideal",
+                     lambda o=order, h=hz: _Draft(ex, pc, o, h, "ideal"), stats)
             if s is not None:
                 cands.append(s)
     if not cands:
@@ -413,7 +421,5 @@ def plan_preloads(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str) 
     elif design == "elk-full":
         sched = _plan_full(ops, machine, memo, stats)
     else:
-        if machine.separate_interconnect is False:
-            machine = replace(machine, separate_interconnect=True)
-        sched = _plan_ideal(ops, machine, stats)
+        sched = _plan_ideal(ops, machine, memo, stats)
     return replace(sched, stats=replace(sched.stats, planning_s=time.perf_counter() - t0))

@@ -82,9 +82,7 @@ def early_members(n_ops: int, order: Sequence[int], m: Sequence[int]) -> list[tu
         while ptr < m[i]:
             pending[order[ptr]] = ptr
             ptr += 1
-        pending.pop(i, None)
-        for j in [j for j in pending if j < i]:   # never happens for a valid order; defensive
-            del pending[j]
+        pending.pop(i, None)   # ops < i were added by their own step at the latest, and popped
         out.append(tuple(sorted(pending, key=pending.__getitem__)))
     return out
 

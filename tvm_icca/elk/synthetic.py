@@ -16,7 +16,7 @@ from .tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
 SRAM = 600_000
 
 # (name, weight KB per core, relative compute) of one decoder layer; weight 0: loads nothing
-_LAYER = (
+LAYER = (
     ("rmsnorm", 2, 0.2), ("q_proj", 120, 1.0), ("k_proj", 120, 1.0), ("v_proj", 120, 1.0),
     ("rope_q", 0, 0.2), ("rope_k", 0, 0.2), ("kv_append", 1, 0.1), ("attn_qk", 160, 0.8),
     ("scale", 0, 0.1), ("softmax", 0, 0.3), ("attn_av", 160, 0.8), ("o_proj", 120, 1.0),
@@ -58,7 +58,7 @@ def _op(seed: int, key: str, weight_kb: int, work: float, hbm_bw: float) -> OpTr
 
 
 def synthetic_llm(n_layers: int, seed: int = 0, hbm_bw: float = 12e9,
-                  layer: Sequence[tuple[str, int, float]] = _LAYER) -> list[OpTradeoffs]:
+                  layer: Sequence[tuple[str, int, float]] = LAYER) -> list[OpTradeoffs]:
     """prologue + ``n_layers`` identical layers + epilogue; ``hbm_bw`` is bytes per core per second."""
     ops = [_op(seed, f"pro.{n}", w, c, hbm_bw) for n, w, c in _PROLOGUE]
     body = [_op(seed, f"layer.{n}", w, c, hbm_bw) for n, w, c in layer]

@@ -1,0 +1,108 @@
+"""Elk §6.1 designs: valid schedules, estimate == recurrence, and the designs' ordering."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from tvm_icca.elk.designs import DESIGNS, estimate, plan_preloads
+from tvm_icca.elk.inductive import InfeasibleError, backward_total, min_horizons
+from tvm_icca.elk.synthetic import SRAM, synthetic_llm
+from tvm_icca.elk.tradeoffs import ElkMachine, ExecPoint, OpTradeoffs, PreloadPoint
+
+
+def _cases(n):
+    rng = random.Random(11)
+    for _ in range(n):
+        ops = synthetic_llm(rng.randint(1, 2), seed=rng.randrange(1000), hbm_bw=rng.uniform(3e9, 60e9))
+        machine = ElkMachine(int(SRAM * rng.uniform(0.8, 1.6)), rng.random() < 0.25)
+        yield ops, machine
+
+
+def _timeline_peak(ops, sched) -> int:
+    """SRAM per core at every event of the estimated timeline, from the timeline alone: the
+    executing op's space + live bytes, plus every preload that has started and whose op has not."""
+    tl = sched.timeline
+    events = sorted(set(tl.exec_start) | {t for t in tl.pre_start if not math.isnan(t)})
+    peak = 0
+    for t in events:
+        used = 0
+        for i, op in enumerate(ops):
+            if tl.exec_start[i] <= t < tl.exec_end[i] or (tl.exec_start[i] == t == tl.exec_end[i]):
+                used += op.execs[sched.exec_choice[i]].space + op.live_bytes
+            elif op.loads and tl.pre_start[i] <= t < tl.exec_start[i]:
+                if sched.design == "ideal":
+                    continue        # ideal: preloads live in their own SRAM
+                used += op.preloads[sched.exec_choice[i]][sched.preload_choice[i]].space
+        peak = max(peak, used)
+    return peak
+
+
+def test_designs_are_ordered_on_random_models():
+    for ops, machine in _cases(7):
+        totals = {d: plan_preloads(ops, machine, d).total_s for d in DESIGNS}
+        eps = 1e-12
+        assert totals["ideal"] <= totals["elk-full"] + eps
+        assert totals["elk-full"] <= totals["elk-dyn"] + eps
+        assert totals["elk-dyn"] <= totals["static"] + eps
+        assert totals["static"] <= totals["basic"] + eps
+        # no design beats the HBM floor of the shortest loads or the compute floor
+        floor = max(sum(min(p.load_s for f in o.preloads for p in f) for o in ops if o.loads),
+                    sum(o.execs[0].time_s for o in ops))
+        assert totals["ideal"] >= floor * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+def test_schedules_are_valid_and_estimates_agree(design):
+    for ops, machine in _cases(3):
+        s = plan_preloads(ops, machine, design)
+        n = len(ops)
+        assert s.design == design
+        assert sorted(s.preload_order) == [i for i, o in enumerate(ops) if o.loads]
+        m = min_horizons(n, s.preload_order)
+        assert all(h >= mi for h, mi in zip(s.horizon, m))
+        assert list(s.horizon) == sorted(s.horizon)
+        for i, o in enumerate(ops):
+            assert 0 <= s.exec_choice[i] < len(o.execs)
+            assert (s.preload_choice[i] >= 0) == o.loads
+        tl = s.timeline
+        assert estimate(ops, machine, s) == tl
+        assert tl.total_s == s.total_s
+        # the backward recurrence on the chosen schedule gives the forward estimate's total
+        assert backward_total(n, s.preload_order, s.horizon, tl.exec_s, tl.preload_s) == \
+            pytest.approx(s.total_s, rel=1e-12)
+        # every op's preload ends before it executes; executions are sequential
+        for i, o in enumerate(ops):
+            if o.loads:
+                assert tl.pre_end[i] <= tl.exec_start[i] + 1e-15
+            if i:
+                assert tl.exec_start[i] >= tl.exec_end[i - 1] - 1e-15
+        assert max(tl.window_bytes) <= machine.sram_bytes
+        assert _timeline_peak(ops, s) <= machine.sram_bytes
+
+
+def test_design_specific_shapes():
+    ops, machine = next(_cases(1))
+    basic = plan_preloads(ops, machine, "basic")
+    m = min_horizons(len(ops), basic.preload_order)
+    assert all(h <= mi + 1 for h, mi in zip(basic.horizon, m))           # next op only
+    ideal = plan_preloads(ops, machine, "ideal")
+    assert all(c == len(o.preloads[e]) - 1 for o, e, c in
+               zip(ops, ideal.exec_choice, ideal.preload_choice) if o.loads)  # MinPreload
+    static = plan_preloads(ops, machine, "static")
+    if static.stats.source.startswith("static"):
+        ends = {c == 0 for o, c in zip(ops, static.preload_choice) if o.loads and len(o.preloads[0]) > 1}
+        lasts = {c == len(o.preloads[e]) - 1 for o, e, c in
+                 zip(ops, static.exec_choice, static.preload_choice) if o.loads}
+        assert ends == {True} or lasts == {True}
+    with pytest.raises(ValueError):
+        plan_preloads(ops, machine, "fastest")
+
+
+def test_model_that_cannot_fit_is_reported():
+    big = OpTradeoffs("x", (ExecPoint(1.0, 2000, 0.0),), ((PreloadPoint(1000, 0, 1, 0),),), 1.0, 0)
+    for design in DESIGNS:
+        with pytest.raises(InfeasibleError):
+            plan_preloads([big], ElkMachine(1500), design)
