@@ -724,8 +724,8 @@ class _StreamSchedule:
                 self.exe.append(w)
         if self.exe != list(range(len(works))):  # run_stream checks it: programs in order
             raise DeviceProgramError("the preload stream must execute every operator once, in order")
-        self.preload_finish: list[float] = [0.0] * len(self.pre)
-        self.preload_total_delay: list[float] = [0.0] * len(self.pre)
+        self.stream = [(ins.kind, offsets[ins.call] + ins.op) for ins in stream]
+        self.preload_alone: list[float] = [0.0] * len(self.pre)  # its duration without contention
         self.qp = self.qe = 0
         self.active: _Active | None = None
         self.rate = 1.0  # link share the running execution leaves to the preload network
@@ -749,6 +749,7 @@ class _StreamSchedule:
         while self._heap:
             self.now, _, fn = heapq.heappop(self._heap)
             fn()
+        self.lags()
 
     # -- issue -------------------------------------------------------------------------------
     def _advance(self) -> None:
@@ -815,14 +816,6 @@ class _StreamSchedule:
             self.free[load.kind] = start + load.source_s  # the source is busy that long
             legs.append(_Leg(load, start, load.network.time_s))
         self.active = _Active(k, q, self.now, legs, self.now)
-        # its delay inherited from the queue: the part of the previous preload's delay that
-        # held this one back beyond the execute it waits for
-        if q:
-            after = self.pre_after[q]
-            other = self.slots[after].exec_end if after >= 0 else 0.0
-            prev_finish = self.preload_finish[q - 1]
-            if self.now <= prev_finish + 1e-18 and prev_finish > other:
-                self.preload_total_delay[q] = min(self.preload_total_delay[q - 1], prev_finish - other)
         if work.preload_space is not None:
             self.pending += work.preload_space
             if self.ideal:
@@ -926,12 +919,39 @@ class _StreamSchedule:
                 slot.host_interval = (leg.start, end)
         slot.load_end = self.now
         slot.preload_delay = max(0.0, self.now - alone)
-        self.preload_finish[q] = self.now
-        self.preload_total_delay[q] += slot.preload_delay
-        slot.contention_delay = self.preload_total_delay[q]
+        self.preload_alone[q] = alone - a.start
         slot.loads_done = True
         self.active = None
         self._advance()
+
+    def lags(self) -> None:
+        """Per execute, the wait that link contention caused (``_Slot.contention_delay``):
+        the same stream replayed with every preload at its uncontended duration (execution
+        times do not change) gives each execute's start without contention; its lag is the
+        difference, and an execute's share is the growth of the lag since the previous
+        execute, at most its wait."""
+        cf_pre_end = [0.0] * len(self.pre)
+        cf_exec_end = [0.0] * len(self.works)
+        queue_of = {w: q for q, w in enumerate(self.pre)}
+        q = 0
+        prev_end = 0.0  # contention-free end of the last execute
+        prev_lag = 0.0
+        for kind, w in self.stream:
+            slot = self.slots[w]
+            if kind == PRELOAD:
+                after = self.pre_after[q]
+                start = max(cf_pre_end[q - 1] if q else 0.0, cf_exec_end[after] if after >= 0 else 0.0)
+                cf_pre_end[q] = start + self.preload_alone[q]
+                q += 1
+                continue
+            start = prev_end
+            if w in queue_of:
+                start = max(start, cf_pre_end[queue_of[w]])
+            cf_exec_end[w] = start + (slot.exec_end - slot.exec_start)
+            lag = max(0.0, slot.exec_start - start)
+            wait = max(0.0, slot.exec_start - (self.slots[w - 1].exec_end if w else 0.0))
+            slot.contention_delay = min(wait, max(0.0, lag - prev_lag))
+            prev_end, prev_lag = cf_exec_end[w], lag
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
