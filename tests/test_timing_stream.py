@@ -187,6 +187,20 @@ def test_distribution_completes_chunked_preloads(exprs, s) -> None:
     assert [o.duration_s for o in ideal.per_op] == [o.duration_s for o in one.per_op]
 
 
+def test_chunks_split_over_chips_are_read_once_per_system(exprs) -> None:
+    """W's 4 replicas sit 2 per chip: with s = 2 each chip holds both chunks and reads its own
+    copy from its HBM; with s = 4 each chip holds 2 of the 4 chunks, reads half, and the
+    distribution fetches the rest across the chips."""
+    hw = small_chip(16, 256 * 1024, num_chips=2, inter_chip_bandwidth=50e9, **SLOW_HBM)
+    r = {s: simulate_timing([chain(exprs, hw, [P(0), P(1), X(0), X(1)], chunks=((1, s),))])
+         for s in (1, 2, 4)}
+    assert all(x.hbm_bytes == 2 * WBYTES for x in r.values())
+    assert r[1].hbm_delivered_bytes == r[2].hbm_delivered_bytes == 4 * WBYTES
+    assert r[4].hbm_delivered_bytes == 2 * WBYTES
+    assert r[4].per_op[0].hbm_s == pytest.approx(r[1].per_op[0].hbm_s / 2)
+    assert r[2].per_op[0].inter_chip_bytes == 0 and r[4].per_op[0].inter_chip_bytes > 0
+
+
 def test_preloading_too_far_ahead_overflows_sram(exprs) -> None:
     """SRAM for the running operator plus one preload: preloading two ahead overflows at the
     instant the second preload starts (while operator 0 still executes); the ideal design

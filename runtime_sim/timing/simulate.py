@@ -36,12 +36,56 @@ Data sources of an operator input (``TensorDecl.source``, program format):
   otherwise resident: weights stay on chip in the operator's placement (T10 §4.3.2 keeps the
   model on chip and moves only inputs and outputs; the idle-to-active setup is not modelled).
 
-Prefetch policy (until Elk's preload scheduling arrives): loads of operator ``i+1`` start
-when operator ``i`` starts executing if the SRAM it leaves free on every core holds them,
-else when it ends; loads are served in operator order. While a load overlaps an execution,
-its network delivery only gets the link time the execution leaves free (the running
-operator keeps priority); the delay is counted as stall when it postpones the next operator.
-Operators execute in program order, each once its loads are done and the previous one ended.
+Prefetch policy (runs without a preload stream, the pre-Elk behaviour): loads of operator
+``i+1`` start when operator ``i`` starts executing if the SRAM it leaves free on every core
+holds them, else when it ends; loads are served in operator order. While a load overlaps an
+execution, its network delivery only gets the link time the execution leaves free (the
+running operator keeps priority); the delay is counted as stall when it postpones the next
+operator. Operators execute in program order, each once its loads are done and the previous
+one ended.
+
+Preload stream (runs whose programs carry a
+:class:`~runtime_sim.program.PreloadSchedule`, Elk §2.2/§4.5): the run's instructions
+(:func:`runtime_sim.stream.run_stream`, which refuses an invalid stream with
+:class:`DeviceProgramError`) replace the prefetch policy:
+
+* ``preload(i)`` delivers operator ``i``'s off-chip inputs (HBM and host,
+  :func:`~runtime_sim.stream.offchip_inputs`) in their preload state, input ``t`` cut into
+  ``s = op.chunks_of(t)`` chunks (:mod:`runtime_sim.preload`): each chip reads the distinct
+  bytes of the chunks its cores hold once (HBM controllers as for a load above; host inputs
+  over the host links), and the network multicasts each chunk to its delivery group
+  (:func:`~runtime_sim.preload.delivery_groups`), every core receiving
+  :func:`~runtime_sim.preload.delivered_bytes`. Alone it lasts ``max(source time, network
+  time)``. Preloads run one after another in issue order (one queue); a preload starts once
+  the previous one is done and the ``execute`` issued before it in the stream has ended
+  (``execute(i)`` blocks every later instruction until it ends).
+* ``execute(i)`` starts when the previous execute ended and ``preload(i)`` is done (an
+  operator the stream does not preload waits for the previous execute only). It lasts the
+  distribution phase -- every flow of :func:`~runtime_sim.preload.distribution` of its
+  chunked inputs, costed together as one phase on the topology, a core's chunk multicast
+  to its block -- plus the re-layout of its on-chip inputs and its steps, as above.
+* Interconnect contention: while an execute runs, the preload in progress gets only the
+  link share it leaves (``1 - transfer_s / duration_s`` of the running operator), at full
+  rate otherwise; the network progress is integrated between execute starts and ends. A
+  preload's delay beyond its uncontended duration is ``OpTiming.preload_stall_s``; the wait
+  it causes on the compute array (each execute's start against a replay of the stream with
+  uncontended preloads; an execute's share is the growth of that lag since the previous
+  execute, at most its wait) is ``interconnect_stall_s`` and counts in ``stall_s``.
+* SRAM, checked on the timeline at every preload start and execute start, per physical
+  core: the execution space (while an operator executes, its device accounting below: its
+  partitions, live activations, shift buffer and resident idle state; between executes, the
+  live activations and resident state the last one left, plus the shift buffer) plus the
+  preload space (:func:`~runtime_sim.preload.preload_bytes` of each preloaded input, on the
+  operator's cores) of every operator whose preload has started and whose execute has not;
+  an operator's own preload space becomes part of its execution space when it starts.
+  Overflow raises :class:`SramOverflowError` naming the operator being preloaded or
+  executed at that instant. The report's peak SRAM is the peak of this timeline.
+* The ``"ideal"`` design (Elk §6.1 roofline): preloads have their own interconnect (no
+  contention), distribution takes no time (its bytes still count), and the preload space
+  and the execution space are each checked against the whole SRAM.
+
+The host link serves a preload's host leg for its source time (the next transfer on it
+starts after that leg's delivery ends); returns to the host are queued on it as above.
 
 SRAM: per core, partitions of the running operator plus on-chip intermediates still needed
 plus the shift buffer, exactly as :class:`runtime_sim.device.SimulatedDevice` counts it, plus
@@ -50,8 +94,8 @@ handed all inputs as arguments, does not hold); a program that would overflow ra
 :class:`SramOverflowError` as the device does.
 
 Stall: a transfer phase's time beyond what its slowest flow would take alone on the network
-(contention on ports, links, the inter-chip cap), plus load delays from sharing links that
-postponed an operator. Region outputs stay on chip (the next region reads them as ``"chip"``
+(contention on ports, links, the inter-chip cap; distribution included), plus load delays
+from sharing links that postponed an operator. Region outputs stay on chip (the next region reads them as ``"chip"``
 inputs) unless the host reads them (see ``"host"`` above); the run ends when the last
 operator and the last return to the host have ended.
 """
@@ -1114,7 +1158,8 @@ def _report(works: list[_Work], schedule: _Schedule | _StreamSchedule, hw: Hardw
         store = slot.store_interval
         host_out_s = (store[1] - store[0]) if store else 0.0
         steps_s = cost.compute_s + cost.shift.time_s
-        inter = work.relayout.inter_bytes + cost.shift.inter_bytes + cost.reduction.inter_bytes
+        inter = (work.relayout.inter_bytes + cost.shift.inter_bytes + cost.reduction.inter_bytes
+                 + work.distribute.inter_bytes)
         per_op.append(OpTiming(
             name=work.op.name, region=work.region, kind=work.op.expr.kind, cores=cost.cores,
             start_s=slot.exec_start, end_s=slot.exec_end, compute_s=compute,
