@@ -301,6 +301,18 @@ def test_stream_report_dict_table_and_trace(exprs, tmp_path) -> None:
     assert {"preload", "execute"} <= threads
     names = {e["name"] for e in events if e["ph"] == "X"}
     assert {"preload mm0", "preload mm1", "execute mm0", "distribute"} <= names
+    by_track: dict = {}  # complete events on one track nest or follow each other
+    for e in events:
+        if e["ph"] == "X":
+            by_track.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_track.values():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        stack: list = []
+        for lo, hi in spans:
+            while stack and stack[-1] <= lo + 1e-9:
+                stack.pop()
+            assert not stack or hi <= stack[-1] + 1e-9
+            stack.append(hi)
     r.write_trace(str(tmp_path / "t.json"))
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     assert np.isfinite(r.total_s)
