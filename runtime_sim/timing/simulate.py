@@ -117,7 +117,7 @@ from ..layout import OpLayout, check_op_inputs, checked_layout
 from ..lifetimes import last_reads, outlives, released
 from ..preload import (chunk_range, delivered_bytes, delivery_groups, distribution, preload_bytes,
                        replica_ranks)
-from ..program import (EXECUTE, IDLE_SPREAD, PRELOAD, DeviceProgram, OpProgram, dtype_bytes,
+from ..program import (IDLE_SPREAD, PRELOAD, DeviceProgram, OpProgram, dtype_bytes,
                        model_state_source)
 from ..stream import Instruction, run_stream
 from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
