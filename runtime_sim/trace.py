@@ -12,7 +12,10 @@ events (``"ph": "M"``, ``process_name`` / ``thread_name`` / ``*_sort_index``) na
   all-to-all chip, the mesh links on a mesh), inter-chip links, and the delivery of HBM/host
   loads (one track each) -- with the time the class is in use per operator phase;
 * ``HBM``: one track per HBM controller; ``host``: one track per chip's host link;
-* ``regions``: the device programs (regions) in execution order.
+* ``regions``: the device programs (regions) in execution order;
+* ``stream`` (runs with a preload stream, Elk §4.5): a ``preload`` track with each
+  ``preload_async`` from its start to its done tag (preloads run one after another) and an
+  ``execute`` track with each ``execute`` (its distribution phase nested first).
 
 Shift phases interleave with compute steps, so an operator's shifts are drawn as one span over
 its steps, with the actual busy time (``busy_ms``) and bytes in the event's arguments.
@@ -93,6 +96,11 @@ def timing_trace(report: Any) -> list[dict[str, Any]]:
 
     regions_pid = tb.process("regions", 0)
     regions_tid = tb.thread(regions_pid, "device programs")
+    streamed = bool(getattr(report, "preloads", 0))
+    if streamed:
+        stream_pid = tb.process(f"stream ({report.design})" if report.design else "stream", 0)
+        preload_tid = tb.thread(stream_pid, "preload")
+        execute_tid = tb.thread(stream_pid, "execute")
     chip_tracks = []
     for k in range(chips):
         pid = tb.process(f"chip {k} (cores {k * cpc}-{(k + 1) * cpc - 1})", 1 + k)
@@ -121,7 +129,21 @@ def timing_trace(report: Any) -> list[dict[str, Any]]:
                 "relayout_bytes": op.relayout_bytes, "flops": op.flops}
         phases = []
         t = op.start_s
-        for label, dur in (("relayout", op.relayout_s), ("steps", op.steps_s),
+        if streamed:
+            if op.preloaded:
+                tb.complete(stream_pid, preload_tid, f"preload {op.name}", op.preload_start_s,
+                            op.preload_end_s - op.preload_start_s, "preload",
+                            {"preloaded_bytes": op.preloaded_bytes, "hbm_bytes": op.hbm_bytes,
+                             "stall_ms": op.preload_stall_s * 1e3,
+                             "preload_space_bytes_per_core": op.preload_space_bytes_per_core})
+            tb.complete(stream_pid, execute_tid, f"execute {op.name}", op.start_s, op.duration_s,
+                        "execute", {"distributed_bytes": op.distributed_bytes,
+                                    "wait_ms": op.wait_s * 1e3})
+            if op.distribute_s > 0:
+                tb.complete(stream_pid, execute_tid, "distribute", op.start_s, op.distribute_s,
+                            "phase")
+        for label, dur in (("distribute", getattr(op, "distribute_s", 0.0)),
+                           ("relayout", op.relayout_s), ("steps", op.steps_s),
                            ("reduce", op.reduction_s), ("epilogue", op.epilogue_s)):
             if dur > 0:
                 phases.append((label, t, dur))
@@ -132,7 +154,10 @@ def timing_trace(report: Any) -> list[dict[str, Any]]:
             for label, start, dur in phases:
                 tb.complete(pid, tid, label, start, dur, "phase")
         for label, start, dur in phases:
-            if label == "relayout":
+            if label == "distribute":
+                tb.complete(ic, intra, f"distribute {op.name}", start, dur, "link",
+                            {"bytes": op.distributed_bytes})
+            elif label == "relayout":
                 tb.complete(ic, intra, f"relayout {op.name}", start, dur, "link",
                             {"bytes": op.relayout_bytes})
             elif label == "steps" and op.shift_s > 0:

@@ -4,7 +4,8 @@
 event-driven model of the chip (Elk §5 "Simulation framework"): per-core compute from the
 shared op templates (:mod:`schedules`), inter-core shifts, replica reductions and re-layouts on
 the chip's topology (:mod:`runtime_sim.topology`), HBM and host loads with a simple prefetch
-policy. It never needs tensor data, and it is independent of the compiler's cost model
+policy, or, when the programs carry one, Elk's preload/execute stream (§4.5: preloads in
+their preload state, distribution, link sharing and the SRAM timeline). It never needs tensor data, and it is independent of the compiler's cost model
 (:mod:`tvm_icca.plans.cost`): both use only the per-sub-task cycles of the templates.
 """
 

@@ -17,9 +17,11 @@ SLOW_FACTOR = 10.0
 class OpTiming:
     """One operator of one region on the simulated timeline (times in seconds).
 
-    ``start_s``/``end_s`` bound its execution on the compute array (re-layout of its inputs,
-    steps with their shifts, replica reduction, epilogue); its off-chip loads run before or,
-    prefetched, during the previous operator (``load_start_s``/``load_end_s``).
+    ``start_s``/``end_s`` bound its execution on the compute array (distribution of its
+    preloaded inputs, re-layout of its inputs, steps with their shifts, replica reduction,
+    epilogue); its off-chip loads run before or, prefetched, during the previous operator
+    (``load_start_s``/``load_end_s``). In a preload stream run (Elk §4.5) the loads are its
+    ``preload_async`` (``preload_start_s``/``preload_end_s``, equal to the load bounds).
     """
 
     name: str
@@ -64,6 +66,19 @@ class OpTiming:
     #: what no plan can avoid on this system (``runtime_sim.timing.simulate.lower_bounds``)
     lower_bound_s: float = 0.0
     bound_by: str = ""  # "flops", "hbm", "host" or "sync"
+    # -- preload stream runs (Elk §4.5); zero / False otherwise --
+    preloaded: bool = False  # the stream preloads it
+    preload_start_s: float = 0.0
+    preload_end_s: float = 0.0
+    #: its preload's delay from sharing links with executions (Elk §6.2 "interconnect")
+    preload_stall_s: float = 0.0
+    #: compute-array wait before it caused by that contention (its own or inherited from
+    #: earlier preloads of the queue); also counted in ``stall_s`` (every run)
+    interconnect_stall_s: float = 0.0
+    distribute_s: float = 0.0  # distribution phase: preload state -> execute state
+    distributed_bytes: float = 0.0  # bytes its distribution moves (summed over receivers)
+    preloaded_bytes: float = 0.0  # bytes its preload writes (delivered_bytes, all cores)
+    preload_space_bytes_per_core: int = 0  # preload space it holds on its busiest core
 
     @property
     def duration_s(self) -> float:
@@ -90,6 +105,33 @@ class TimingReport:
     ``op_kinds`` sums each operator kind's time and lower bound over the run;
     ``slow_kinds`` and ``slow_ops`` are the kinds and operators more than
     :data:`SLOW_FACTOR` times their lower bound (see :attr:`OpTiming.lower_bound_s`).
+
+    Elk's breakdown (Fig. 18/20), for every run: ``preload_s`` is the time off-chip data is
+    loading (some HBM or host-input load in progress: a preload of a stream run, a prefetch
+    otherwise); ``preload_only_s`` the part of it while nothing executes (the non-overlapped
+    preload), ``execute_only_s`` the time an operator executes while nothing loads,
+    ``preload_overlap_s`` both at once (``overlap_s`` counts HBM loading only), so
+    ``preload_only_s + execute_only_s + preload_overlap_s <= total_s`` (the rest: nothing
+    runs, e.g. returns to the host). ``interconnect_stall_s`` is the compute-array wait caused
+    by loads sharing links with executions (Elk's "interconnect" category; part of
+    ``stall_s``), ``preload_stall_s`` the loads' total delay from it (exposed or not).
+
+    Utilizations (also in ``utilization``, whose ``interconnect`` entry is byte-based, see
+    :func:`~runtime_sim.timing.simulate.simulate_timing`): ``hbm_utilization`` = distinct
+    HBM bytes / (``total_s`` x HBM bandwidth); ``interconnect_utilization`` = link-busy time
+    over ``total_s``: every execution's transfer phases (distribution, re-layout, shifts,
+    reduction) plus every load's network delivery at full rate (the time it would hold the
+    links alone); the ideal design has two interconnects, so there it is over ``2 x total_s``;
+    ``flops_utilization`` = FLOPs / (``total_s`` x peak matrix FLOP/s) and ``achieved_flops``
+    = FLOPs / ``total_s``.
+
+    Stream runs (``design`` names the compiler's preload design, ``""`` without a stream):
+    ``preloads``/``executes`` count the instructions, ``preloaded_bytes`` what preloads wrote
+    (:func:`runtime_sim.preload.delivered_bytes`, summed; without a stream, the bytes loads
+    delivered to cores), ``distributed_bytes`` what distribution phases moved
+    (:func:`runtime_sim.preload.distribution` bytes); ``peak_sram_bytes_per_core`` is the
+    peak of the SRAM timeline (execution space + preload space; the ideal design: execution
+    space alone) and ``peak_preload_bytes_per_core`` the peak preload space held.
     """
 
     hardware: str
@@ -124,6 +166,22 @@ class TimingReport:
     slow_kinds: list[dict[str, Any]] = field(default_factory=list)
     slow_ops: list[dict[str, Any]] = field(default_factory=list)
     simulation_s: float = 0.0  # wall-clock seconds the simulation took
+    design: str = ""  # the preload stream's design (Elk §6.1), "" without a stream
+    preload_s: float = 0.0
+    preload_only_s: float = 0.0
+    execute_only_s: float = 0.0
+    preload_overlap_s: float = 0.0
+    interconnect_stall_s: float = 0.0
+    preload_stall_s: float = 0.0
+    hbm_utilization: float = 0.0
+    interconnect_utilization: float = 0.0
+    flops_utilization: float = 0.0
+    achieved_flops: float = 0.0
+    preloaded_bytes: float = 0.0
+    distributed_bytes: float = 0.0
+    preloads: int = 0
+    executes: int = 0
+    peak_preload_bytes_per_core: int = 0
     trace_events: list[dict[str, Any]] = field(default_factory=list)
     hw: HardwareSpec | None = field(default=None, repr=False)
 
@@ -134,6 +192,10 @@ class TimingReport:
         "shift_bytes", "rotation_bytes", "reduction_bytes", "relayout_bytes",
         "inter_chip_bytes", "steps", "peak_sram_bytes_per_core",
         "peak_sram_with_prefetch_bytes_per_core", "flops", "simulation_s",
+        "design", "preload_s", "preload_only_s", "execute_only_s", "preload_overlap_s",
+        "interconnect_stall_s", "preload_stall_s", "hbm_utilization", "interconnect_utilization",
+        "flops_utilization", "achieved_flops", "preloaded_bytes", "distributed_bytes",
+        "preloads", "executes", "peak_preload_bytes_per_core",
     )
 
     def to_dict(self, per_op: bool = True) -> dict[str, Any]:
@@ -168,6 +230,13 @@ class TimingReport:
             f"inter-chip {_mb(self.inter_chip_bytes)}",
             f"  peak SRAM {self.peak_sram_bytes_per_core} B/core "
             f"({self.peak_sram_with_prefetch_bytes_per_core} with prefetch)",
+            *([f"  stream    design {self.design}: {self.preloads} preloads, "
+               f"{self.executes} executes  preload-only {_ms(self.preload_only_s)}  "
+               f"execute-only {_ms(self.execute_only_s)}  overlapped {_ms(self.preload_overlap_s)}  "
+               f"interconnect stall {_ms(self.interconnect_stall_s)}",
+               f"            preloaded {_mb(self.preloaded_bytes)}  distributed "
+               f"{_mb(self.distributed_bytes)}  peak preload space "
+               f"{self.peak_preload_bytes_per_core} B/core"] if self.design or self.preloads else []),
             f"  utilization flops {u.get('flops', 0):.1%}  interconnect "
             f"{u.get('interconnect', 0):.1%}  hbm {u.get('hbm', 0):.1%}",
             "",

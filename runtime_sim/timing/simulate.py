@@ -36,12 +36,56 @@ Data sources of an operator input (``TensorDecl.source``, program format):
   otherwise resident: weights stay on chip in the operator's placement (T10 §4.3.2 keeps the
   model on chip and moves only inputs and outputs; the idle-to-active setup is not modelled).
 
-Prefetch policy (until Elk's preload scheduling arrives): loads of operator ``i+1`` start
-when operator ``i`` starts executing if the SRAM it leaves free on every core holds them,
-else when it ends; loads are served in operator order. While a load overlaps an execution,
-its network delivery only gets the link time the execution leaves free (the running
-operator keeps priority); the delay is counted as stall when it postpones the next operator.
-Operators execute in program order, each once its loads are done and the previous one ended.
+Prefetch policy (runs without a preload stream, the pre-Elk behaviour): loads of operator
+``i+1`` start when operator ``i`` starts executing if the SRAM it leaves free on every core
+holds them, else when it ends; loads are served in operator order. While a load overlaps an
+execution, its network delivery only gets the link time the execution leaves free (the
+running operator keeps priority); the delay is counted as stall when it postpones the next
+operator. Operators execute in program order, each once its loads are done and the previous
+one ended.
+
+Preload stream (runs whose programs carry a
+:class:`~runtime_sim.program.PreloadSchedule`, Elk §2.2/§4.5): the run's instructions
+(:func:`runtime_sim.stream.run_stream`, which refuses an invalid stream with
+:class:`DeviceProgramError`) replace the prefetch policy:
+
+* ``preload(i)`` delivers operator ``i``'s off-chip inputs (HBM and host,
+  :func:`~runtime_sim.stream.offchip_inputs`) in their preload state, input ``t`` cut into
+  ``s = op.chunks_of(t)`` chunks (:mod:`runtime_sim.preload`): each chip reads the distinct
+  bytes of the chunks its cores hold once (HBM controllers as for a load above; host inputs
+  over the host links), and the network multicasts each chunk to its delivery group
+  (:func:`~runtime_sim.preload.delivery_groups`), every core receiving
+  :func:`~runtime_sim.preload.delivered_bytes`. Alone it lasts ``max(source time, network
+  time)``. Preloads run one after another in issue order (one queue); a preload starts once
+  the previous one is done and the ``execute`` issued before it in the stream has ended
+  (``execute(i)`` blocks every later instruction until it ends).
+* ``execute(i)`` starts when the previous execute ended and ``preload(i)`` is done (an
+  operator the stream does not preload waits for the previous execute only). It lasts the
+  distribution phase -- every flow of :func:`~runtime_sim.preload.distribution` of its
+  chunked inputs, costed together as one phase on the topology, a core's chunk multicast
+  to its block -- plus the re-layout of its on-chip inputs and its steps, as above.
+* Interconnect contention: while an execute runs, the preload in progress gets only the
+  link share it leaves (``1 - transfer_s / duration_s`` of the running operator), at full
+  rate otherwise; the network progress is integrated between execute starts and ends. A
+  preload's delay beyond its uncontended duration is ``OpTiming.preload_stall_s``; the wait
+  it causes on the compute array (each execute's start against a replay of the stream with
+  uncontended preloads; an execute's share is the growth of that lag since the previous
+  execute, at most its wait) is ``interconnect_stall_s`` and counts in ``stall_s``.
+* SRAM, checked on the timeline at every preload start and execute start, per physical
+  core: the execution space (while an operator executes, its device accounting below: its
+  partitions, live activations, shift buffer and resident idle state; between executes, the
+  live activations and resident state the last one left, plus the shift buffer) plus the
+  preload space (:func:`~runtime_sim.preload.preload_bytes` of each preloaded input, on the
+  operator's cores) of every operator whose preload has started and whose execute has not;
+  an operator's own preload space becomes part of its execution space when it starts.
+  Overflow raises :class:`SramOverflowError` naming the operator being preloaded or
+  executed at that instant. The report's peak SRAM is the peak of this timeline.
+* The ``"ideal"`` design (Elk §6.1 roofline): preloads have their own interconnect (no
+  contention), distribution takes no time (its bytes still count), and the preload space
+  and the execution space are each checked against the whole SRAM.
+
+The host link serves a preload's host leg for its source time (the next transfer on it
+starts after that leg's delivery ends); returns to the host are queued on it as above.
 
 SRAM: per core, partitions of the running operator plus on-chip intermediates still needed
 plus the shift buffer, exactly as :class:`runtime_sim.device.SimulatedDevice` counts it, plus
@@ -50,8 +94,8 @@ handed all inputs as arguments, does not hold); a program that would overflow ra
 :class:`SramOverflowError` as the device does.
 
 Stall: a transfer phase's time beyond what its slowest flow would take alone on the network
-(contention on ports, links, the inter-chip cap), plus load delays from sharing links that
-postponed an operator. Region outputs stay on chip (the next region reads them as ``"chip"``
+(contention on ports, links, the inter-chip cap; distribution included), plus load delays
+from sharing links that postponed an operator. Region outputs stay on chip (the next region reads them as ``"chip"``
 inputs) unless the host reads them (see ``"host"`` above); the run ends when the last
 operator and the last return to the host have ended.
 """
@@ -71,7 +115,11 @@ from ..errors import DeviceProgramError, SramOverflowError
 from ..hardware import HardwareSpec
 from ..layout import OpLayout, check_op_inputs, checked_layout
 from ..lifetimes import last_reads, outlives, released
-from ..program import IDLE_SPREAD, DeviceProgram, OpProgram, dtype_bytes, model_state_source
+from ..preload import (chunk_range, delivered_bytes, delivery_groups, distribution, preload_bytes,
+                       replica_ranks)
+from ..program import (IDLE_SPREAD, PRELOAD, DeviceProgram, OpProgram, dtype_bytes,
+                       model_state_source)
+from ..stream import Instruction, run_stream
 from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
 from .geometry import (
     Boxes,
@@ -87,6 +135,9 @@ from .report import SLOW_FACTOR, OpTiming, TimingReport
 
 #: Source of a constant kept on chip in its operator's placement: it moves nowhere (T10 §4.3.2).
 RESIDENT = "resident"
+#: The roofline design of a preload stream (Elk §6.1): preloads on their own interconnect and
+#: in their own SRAM, distribution in no time.
+IDEAL = "ideal"
 
 
 @dataclass
@@ -123,14 +174,25 @@ class _Work:
     stores: list[_Load] = field(default_factory=list)  # its outputs the host reads (chip -> host)
     hbm_tensors: dict[str, float] = field(default_factory=dict)  # HBM input -> distinct bytes
     chips: tuple[int, ...] = ()  # the chips its cores are on (OpLayout.physical)
+    # -- preload stream runs only (Elk §4.5) --
+    #: the distribution phase of its chunked inputs (preload state -> execute state)
+    distribute: PhaseCost = NO_PHASE
+    distributed_bytes: float = 0.0
+    #: per physical core, the preload space of its off-chip inputs (zero: nothing preloaded)
+    preload_space: np.ndarray | None = None
+    preloaded_bytes: float = 0.0  # sum of delivered_bytes over its preloaded inputs
+    #: per physical core, SRAM held once it ended and before the next operator starts (live
+    #: activations, resident idle state, shift buffer)
+    resting: np.ndarray | None = None
 
     @property
     def duration_s(self) -> float:
-        return self.relayout.time_s + self.cost.exec_s
+        return self.distribute.time_s + self.relayout.time_s + self.cost.exec_s
 
     @property
     def transfer_s(self) -> float:
-        return self.relayout.time_s + self.cost.shift.time_s + self.cost.reduction.time_s
+        return (self.distribute.time_s + self.relayout.time_s + self.cost.shift.time_s
+                + self.cost.reduction.time_s)
 
 
 @dataclass
@@ -223,19 +285,97 @@ class _Planner:
             flows.append(topo.io_flows(kind, cores, box.nbytes, group * len(inputs) + len(flows)))
         src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
         network = topo.phase(src, dst, nbytes, multicast=group)
-        if kind == "hbm":
-            # each chip's unique bytes are striped over its home controllers (Elk §5)
-            per_ctrl = np.zeros(hw.hbm_controllers)
-            for k in range(hw.num_chips):
-                home = topo.home_controllers(k)
-                per_ctrl[home] += unique[k] / home.size
-            source_s = float(per_ctrl.max()) / (hw.hbm_bandwidth / hw.hbm_controllers)
-        else:
-            source_s = float(unique.max()) / hw.host_bandwidth
+        source_s = self._source_s(kind, unique)
         hit = (_Load(kind, source_s, network, float(unique.sum()), float(per_core.sum()),
                      tuple(distinct)), need)
         self.c.loads[cache_key] = hit
         return hit
+
+    def preload(self, kind: str, key: str, layout: OpLayout, inputs: tuple[int, ...],
+                chunks: tuple[int, ...]) -> tuple[_Load, np.ndarray]:
+        """One operator's preload from one off-chip source in its preload state (Elk §4.3,
+        :mod:`runtime_sim.preload`): input ``inputs[i]`` cut into ``chunks[i]`` chunks.
+
+        The source reads each chip's distinct bytes once (as :meth:`load`; with chunks, the
+        chip's share of a partition's bytes is scaled by the chunks its cores hold); the
+        network multicasts each chunk to its delivery group
+        (:func:`~runtime_sim.preload.delivery_groups`), every core receiving
+        :func:`~runtime_sim.preload.delivered_bytes`. Returns the load and the preload space
+        per numbered core (:func:`~runtime_sim.preload.preload_bytes` summed over inputs)."""
+        cache_key = ("preload", kind, key, inputs, chunks)
+        hit = self.c.loads.get(cache_key)
+        if hit is not None:
+            return hit
+        hw, topo = self.hw, self.topo
+        n = layout.num_cores
+        cores = layout.physical
+        chip_of = topo.node_chip[cores]
+        unique = np.zeros(hw.num_chips)
+        space = np.zeros(n, np.int64)
+        one_chip = np.zeros(topo.num_nodes, np.int64)
+        delivered = 0.0
+        distinct = []
+        flows = []
+        for t, s in zip(inputs, chunks):
+            box = self.boxes(key, layout, t)
+            per_chip = box.unique_bytes_per_chip(chip_of, hw.num_chips)
+            if s > 1:
+                per_chip = per_chip * _chunk_share(layout, t, s, chip_of, hw.num_chips)
+            unique += per_chip
+            distinct.append(float(box.unique_bytes_per_chip(one_chip, 1).sum()))
+            space += preload_bytes(layout, t, s)
+            nbytes = delivered_bytes(layout, t, s).astype(np.float64)
+            delivered += float(nbytes.sum())
+            group = delivery_groups(layout, t, s)
+            flows.append(topo.io_flows(kind, cores, nbytes, group * len(inputs) + len(flows)))
+        src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
+        network = topo.phase(src, dst, nbytes, multicast=group)
+        hit = (_Load(kind, self._source_s(kind, unique), network, float(unique.sum()), delivered,
+                     tuple(distinct)), space)
+        self.c.loads[cache_key] = hit
+        return hit
+
+    def _source_s(self, kind: str, unique: np.ndarray) -> float:
+        """Seconds the HBM controllers (each chip's bytes striped over its home controllers,
+        Elk §5) or the host links take to send each chip's ``unique`` bytes."""
+        hw, topo = self.hw, self.topo
+        if kind == "hbm":
+            per_ctrl = np.zeros(hw.hbm_controllers)
+            for k in range(hw.num_chips):
+                home = topo.home_controllers(k)
+                per_ctrl[home] += unique[k] / home.size
+            return float(per_ctrl.max()) / (hw.hbm_bandwidth / hw.hbm_controllers)
+        return float(unique.max()) / hw.host_bandwidth
+
+    def distribute(self, key: str, layout: OpLayout, chunked: tuple[tuple[int, int], ...]) -> tuple[PhaseCost, float]:
+        """The distribution phase of an operator's chunked inputs (Elk §4.5
+        ``distribute_data``): every flow of :func:`~runtime_sim.preload.distribution` for
+        each ``(input, s)`` with ``s > 1``, on physical cores, costed together as one phase;
+        a core sends its one chunk to the members of its block as one multicast. Returns the
+        phase and its bytes (summed over receivers)."""
+        cache_key = ("distribute", key, chunked)
+        hit = self.c.relayouts.get(cache_key)
+        if hit is not None:
+            return hit[0], hit[1]
+        src, dst, nbytes, group = [], [], [], []
+        n = layout.num_cores
+        for index, (t, s) in enumerate(chunked):
+            if s <= 1:
+                continue
+            d = distribution(layout, t, s)
+            src.append(layout.physical[d.src])
+            dst.append(layout.physical[d.dst])
+            nbytes.append(d.nbytes.astype(np.float64))
+            group.append(index * n + d.src)  # each core holds one chunk: its source names it
+        if not src:
+            phase, total = NO_PHASE, 0.0
+        else:
+            b = np.concatenate(nbytes)
+            phase = self.topo.phase(np.concatenate(src), np.concatenate(dst), b,
+                                    multicast=np.concatenate(group))
+            total = float(b.sum())
+        self.c.relayouts[cache_key] = (phase, total, False)
+        return phase, total
 
     def store(self, key: str, layout: OpLayout) -> _Load:
         """The chip -> host return of an operator's output: the cores holding it (ring 0) send
@@ -314,9 +454,14 @@ class _Planner:
         return total
 
     def program_work(self, program: DeviceProgram, index: int = 0,
-                     idle: np.ndarray | None = None) -> tuple[list[_Work], int]:
+                     idle: np.ndarray | None = None,
+                     design: str | None = None) -> tuple[list[_Work], int]:
         """Work items of one region, and the region's peak SRAM per core (device accounting
-        plus ``idle``, the resident state of the run, see :meth:`idle_state`)."""
+        plus ``idle``, the resident state of the run, see :meth:`idle_state`).
+
+        ``design`` (a preload stream run, Elk §4.5; ``None`` otherwise): off-chip inputs are
+        loaded in their preload state (:meth:`preload`) and distributed when the operator
+        executes (:meth:`distribute`; in no time for :data:`IDEAL`, bytes still counted)."""
         hw = self.hw
         decls = {d.name: d for d in program.inputs}
         last_use = last_reads([op.input_names for op in program.ops], program.outputs)
@@ -334,6 +479,8 @@ class _Planner:
             cost = self.cost(key, layout)
             for name in released(last_use, resident, i):
                 used -= resident.pop(name)
+            if works:  # what the previous operator leaves once it ended
+                works[-1].resting = used + hw.shift_buffer_bytes
             running = used.copy()
             running[layout.physical] += cost.footprint_bytes
             if op.idle_plan is None and idle is not None:
@@ -385,13 +532,25 @@ class _Planner:
             loads = []
             need = np.zeros(hw.num_cores, np.int64)
             for kind, inputs in by_kind.items():
-                if inputs:
+                if inputs and design is None:
                     load, per_core = self.load(kind, key, layout, tuple(inputs))
-                    loads.append(load)
-                    need[layout.physical] += per_core
-            works.append(_Work(op, program.region, index, cost, relayout, moved, estimated, loads,
-                               running, need,
-                               chips=tuple(int(c) for c in np.unique(self.topo.node_chip[layout.physical]))))
+                elif inputs:
+                    load, per_core = self.preload(kind, key, layout, tuple(inputs),
+                                                  tuple(op.chunks_of(t) for t in inputs))
+                else:
+                    continue
+                loads.append(load)
+                need[layout.physical] += per_core
+            work = _Work(op, program.region, index, cost, relayout, moved, estimated, loads,
+                         running, need,
+                         chips=tuple(int(c) for c in np.unique(self.topo.node_chip[layout.physical])))
+            works.append(work)
+            if design is not None:
+                work.preload_space = need
+                work.preloaded_bytes = sum(load.delivered_bytes for load in loads)
+                chunked = tuple((t, op.chunks_of(t)) for t in sorted(by_kind["hbm"] + by_kind["host"]))
+                phase, work.distributed_bytes = self.distribute(key, layout, chunked)
+                work.distribute = NO_PHASE if design == IDEAL else phase
             for load, inputs in zip(loads, [v for v in by_kind.values() if v]):
                 if load.kind == "hbm":
                     for t, nbytes in zip(inputs, load.distinct_bytes):
@@ -406,6 +565,8 @@ class _Planner:
                 hold[layout.physical[layout.owners()]] = layout.partition_bytes(out)
                 resident[op.output_name] = hold
                 used += hold
+        if works:
+            works[-1].resting = used + hw.shift_buffer_bytes
         return works, peak
 
     def _source(self, program: DeviceProgram, decls: dict, produced: dict, name: str, op: OpProgram) -> str:
@@ -439,6 +600,9 @@ class _Slot:
     prefetched: bool = False
     loads_done: bool = False
     ended: bool = False
+    # -- preload stream runs --
+    preloaded: bool = False  # the stream preloads it (load_start/load_end bound the preload)
+    preload_delay: float = 0.0  # its preload's own delay from sharing links with executions
 
 
 class _Schedule:
@@ -554,6 +718,297 @@ class _Schedule:
         return bool(np.all(need <= free))
 
 
+@dataclass
+class _Leg:
+    """One source of a running preload (HBM or host) and its network delivery."""
+
+    load: _Load
+    start: float
+    remaining: float  # seconds of network delivery left at the full link rate
+    net_end: float = -1.0  # when its delivery ended (-1: not yet)
+
+    @property
+    def source_end(self) -> float:
+        return self.start + self.load.source_s
+
+
+@dataclass
+class _Active:
+    """The preload in progress (preloads run one after another)."""
+
+    work: int
+    queued: int  # its position in the preload queue
+    start: float
+    legs: list[_Leg]
+    last: float  # network progress integrated up to here
+    version: int = 0
+
+
+class _StreamSchedule:
+    """A preload/execute instruction stream (Elk §4.5) on the timeline; see the module
+    docstring ("Preload stream") for the rules and the SRAM check."""
+
+    def __init__(self, works: list[_Work], hw: HardwareSpec, stream: Sequence[Instruction],
+                 offsets: Sequence[int], design: str, base: np.ndarray):
+        self.works = works
+        self.hw = hw
+        self.ideal = design == IDEAL
+        self.slots = [_Slot() for _ in works]
+        self.free = {"hbm": 0.0, "host": 0.0}
+        self.pre: list[int] = []  # the preload queue (work indices, issue order)
+        self.pre_after: list[int] = []  # per queued preload: the execute issued last before it
+        self.exe: list[int] = []
+        for ins in stream:
+            w = offsets[ins.call] + ins.op
+            if ins.kind == PRELOAD:
+                self.pre.append(w)
+                self.pre_after.append(self.exe[-1] if self.exe else -1)
+                self.slots[w].preloaded = True
+            else:
+                self.exe.append(w)
+        if self.exe != list(range(len(works))):  # run_stream checks it: programs in order
+            raise DeviceProgramError("the preload stream must execute every operator once, in order")
+        self.stream = [(ins.kind, offsets[ins.call] + ins.op) for ins in stream]
+        self.preload_alone: list[float] = [0.0] * len(self.pre)  # its duration without contention
+        self.qp = self.qe = 0
+        self.active: _Active | None = None
+        self.rate = 1.0  # link share the running execution leaves to the preload network
+        self.running = -1
+        self.last_ended = -1
+        self.base = base  # SRAM per core before anything ran (resident state, shift buffer)
+        self.pending = np.zeros(hw.num_cores, np.int64)  # preload space preloaded, not executed
+        self.peak = int(base.max()) if base.size else 0
+        self.peak_preload = 0
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = 0
+        self._version = 0
+        self.now = 0.0
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._heap, (t, self._seq, fn))
+        self._seq += 1
+
+    def run(self) -> None:
+        self._advance()
+        while self._heap:
+            self.now, _, fn = heapq.heappop(self._heap)
+            fn()
+        self.lags()
+
+    # -- issue -------------------------------------------------------------------------------
+    def _advance(self) -> None:
+        """Start what the stream allows now: the next execute once the previous one ended and
+        its preload is done; the next preload once the previous preload is done and the
+        execute issued before it ended."""
+        progress = True
+        while progress:
+            progress = False
+            if self.qe < len(self.exe) and self.running < 0:
+                i = self.exe[self.qe]
+                if not self.slots[i].preloaded or self.slots[i].loads_done:
+                    self.qe += 1
+                    self._start_execute(i)
+                    progress = True
+            if self.active is None and self.qp < len(self.pre):
+                after = self.pre_after[self.qp]
+                if after < 0 or self.slots[after].ended:
+                    self.qp += 1
+                    self._start_preload(self.qp - 1)
+                    progress = True
+
+    def _start_execute(self, i: int) -> None:
+        slot, work = self.slots[i], self.works[i]
+        self._integrate()
+        self.running = i
+        slot.exec_start = self.now
+        slot.exec_end = self.now + work.duration_s
+        prev = self.slots[i - 1] if i else None
+        if slot.preloaded and work.preload_space is not None:
+            self.pending -= work.preload_space  # its preload space is now its execution space
+        if not self.ideal:
+            self._check(work.op.name, work.used + self.pending)
+        else:
+            self.peak = max(self.peak, int(work.used.max()))
+        if slot.preloaded and prev is not None:
+            slot.prefetched = slot.load_start < prev.exec_end
+        self.at(slot.exec_end, lambda: self._end_execute(i))
+        self._reschedule()
+
+    def _end_execute(self, i: int) -> None:
+        self._integrate()
+        slot = self.slots[i]
+        slot.ended = True
+        self.running = -1
+        self.last_ended = i
+        stores = self.works[i].stores
+        if stores:  # the host reads its output: chip -> host on the host links, in order
+            start = max(self.now, self.free["host"])
+            finish = start + sum(s.duration_s for s in stores)
+            self.free["host"] = finish
+            slot.store_interval = (start, finish)
+        self._reschedule()
+        self._advance()
+
+    def _start_preload(self, q: int) -> None:
+        k = self.pre[q]
+        slot, work = self.slots[k], self.works[k]
+        self._integrate()
+        slot.load_start = self.now
+        legs = []
+        for load in work.loads:
+            start = max(self.now, self.free[load.kind])
+            self.free[load.kind] = start + load.source_s  # the source is busy that long
+            legs.append(_Leg(load, start, load.network.time_s))
+        self.active = _Active(k, q, self.now, legs, self.now)
+        if work.preload_space is not None:
+            self.pending += work.preload_space
+            if self.ideal:
+                self._check(work.op.name, self.pending, preload=True)
+            else:
+                self._check(work.op.name, self._exec_space() + self.pending)
+        self._reschedule()
+
+    def _exec_space(self) -> np.ndarray:
+        """SRAM per core outside preload space now: the running operator's, else what the
+        last one left (live activations), else the resident state of the run."""
+        if self.running >= 0:
+            return self.works[self.running].used
+        if self.last_ended >= 0 and self.works[self.last_ended].resting is not None:
+            return self.works[self.last_ended].resting
+        return self.base
+
+    def _check(self, name: str, need: np.ndarray, preload: bool = False) -> None:
+        budget = self.hw.sram_bytes_per_core
+        top = int(need.max()) if need.size else 0
+        if preload:
+            self.peak_preload = max(self.peak_preload, top)
+        else:
+            self.peak = max(self.peak, top)
+            self.peak_preload = max(self.peak_preload, int(self.pending.max()))
+        if top > budget:
+            core = int(np.flatnonzero(need > budget)[0])
+            raise SramOverflowError(name, core, budget, int(need[core]))
+
+    # -- the preload in progress: network progress at the share executions leave ------------
+    def _share(self) -> float:
+        if self.ideal or self.running < 0:
+            return 1.0
+        work = self.works[self.running]
+        if work.duration_s <= 0:
+            return 1.0
+        return 1.0 - min(1.0, work.transfer_s / work.duration_s)
+
+    def _integrate(self) -> None:
+        """Advance the running preload's network delivery to ``now`` at the current share."""
+        a = self.active
+        if a is None:
+            return
+        for leg in a.legs:
+            if leg.net_end >= 0:
+                continue
+            t0 = max(a.last, leg.start)
+            if leg.remaining <= 0:
+                leg.net_end = leg.start
+                continue
+            if self.now <= t0 or self.rate <= 0:
+                continue
+            done = self.rate * (self.now - t0)
+            if done >= leg.remaining:
+                leg.net_end = t0 + leg.remaining / self.rate
+                leg.remaining = 0.0
+            else:
+                leg.remaining -= done
+        a.last = max(a.last, self.now)
+
+    def _reschedule(self) -> None:
+        """New share, and the running preload's projected end under it."""
+        self.rate = self._share()
+        a = self.active
+        if a is None:
+            return
+        self._version += 1
+        a.version = self._version
+        finish = self.now
+        for leg in a.legs:
+            if leg.net_end >= 0:
+                net_end = leg.net_end
+            elif leg.remaining <= 0:
+                net_end = leg.start
+            elif self.rate <= 0:
+                return  # stalled until the execution ends (its end reschedules)
+            else:
+                net_end = max(self.now, leg.start) + leg.remaining / self.rate
+            finish = max(finish, leg.source_end, net_end)
+        version = a.version
+        self.at(finish, lambda: self._preload_done(version))
+
+    def _preload_done(self, version: int) -> None:
+        a = self.active
+        if a is None or a.version != version:
+            return  # superseded by a reschedule
+        self._integrate()
+        k = a.work
+        slot = self.slots[k]
+        q = a.queued
+        alone = a.start
+        for leg in a.legs:
+            if leg.net_end < 0:  # rounding: what is left ends now
+                leg.net_end, leg.remaining = self.now, 0.0
+            end = max(leg.source_end, leg.net_end)
+            alone = max(alone, leg.start + leg.load.duration_s)
+            self.free[leg.load.kind] = max(self.free[leg.load.kind], end)
+            if leg.load.kind == "hbm":
+                slot.hbm_interval = (leg.start, end)
+            else:
+                slot.host_interval = (leg.start, end)
+        slot.load_end = self.now
+        slot.preload_delay = max(0.0, self.now - alone)
+        self.preload_alone[q] = alone - a.start
+        slot.loads_done = True
+        self.active = None
+        self._advance()
+
+    def lags(self) -> None:
+        """Per execute, the wait that link contention caused (``_Slot.contention_delay``):
+        the same stream replayed with every preload at its uncontended duration (execution
+        times do not change) gives each execute's start without contention; its lag is the
+        difference, and an execute's share is the growth of the lag since the previous
+        execute, at most its wait."""
+        cf_pre_end = [0.0] * len(self.pre)
+        cf_exec_end = [0.0] * len(self.works)
+        queue_of = {w: q for q, w in enumerate(self.pre)}
+        q = 0
+        prev_end = 0.0  # contention-free end of the last execute
+        prev_lag = 0.0
+        for kind, w in self.stream:
+            slot = self.slots[w]
+            if kind == PRELOAD:
+                after = self.pre_after[q]
+                start = max(cf_pre_end[q - 1] if q else 0.0, cf_exec_end[after] if after >= 0 else 0.0)
+                cf_pre_end[q] = start + self.preload_alone[q]
+                q += 1
+                continue
+            start = prev_end
+            if w in queue_of:
+                start = max(start, cf_pre_end[queue_of[w]])
+            cf_exec_end[w] = start + (slot.exec_end - slot.exec_start)
+            lag = max(0.0, slot.exec_start - start)
+            wait = max(0.0, slot.exec_start - (self.slots[w - 1].exec_end if w else 0.0))
+            slot.contention_delay = min(wait, max(0.0, lag - prev_lag))
+            prev_end, prev_lag = cf_exec_end[w], lag
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Disjoint sorted intervals covering the union of ``intervals``."""
+    out: list[tuple[float, float]] = []
+    for lo, hi in sorted(intervals):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
 def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
     """Total length of the intersection of two lists of disjoint sorted intervals."""
     i = j = 0
@@ -593,25 +1048,41 @@ def simulate_timing(
         hw = HardwareSpec.from_dict(programs[0].hardware)
     for program in programs:  # the program check the functional device makes too
         program.validate(hw)
+    stream = run_stream(programs, hw.hbm_bandwidth > 0)
+    design = _design(programs) if stream else None
     topo = make_topology(hw)
     planner = _Planner(hw, topo)
     works: list[_Work] = []
     peak = 0
     idle = planner.idle_state(programs)
     for index, program in enumerate(_progress(programs, progress)):
-        region_works, region_peak = planner.program_work(program, index, idle)
+        region_works, region_peak = planner.program_work(program, index, idle, design)
         works.extend(region_works)
         peak = max(peak, region_peak)
 
-    schedule = _Schedule(works, hw)
+    if stream:
+        offsets = np.concatenate([[0], np.cumsum([len(p.ops) for p in programs])]).astype(int).tolist()
+        schedule: _Schedule | _StreamSchedule = _StreamSchedule(
+            works, hw, stream, offsets, design, idle + hw.shift_buffer_bytes)
+    else:
+        schedule = _Schedule(works, hw)
     schedule.run()
-    report = _report(works, schedule, hw, topo, peak, len(programs))
+    report = _report(works, schedule, hw, topo, peak, len(programs), design)
     report.simulation_s = _time.perf_counter() - wall
     if trace:
         from ..trace import timing_trace
 
         report.trace_events = timing_trace(report)
     return report
+
+
+def _design(programs: Sequence[DeviceProgram]) -> str:
+    """The preload design of a stream run: one for every program of the run."""
+    designs = {p.preload_schedule.design for p in programs}
+    if len(designs) > 1:
+        raise DeviceProgramError(f"the regions of one run carry different preload designs "
+                                 f"{sorted(designs)}: compile the model with one design")
+    return designs.pop()
 
 
 def _grid_bytes(grid: BlockGrid, num_cores: int) -> np.ndarray:
@@ -629,6 +1100,24 @@ def _grid_bytes(grid: BlockGrid, num_cores: int) -> np.ndarray:
     return held
 
 
+def _chunk_share(layout: OpLayout, t: int, s: int, chip_of: np.ndarray, num_chips: int) -> np.ndarray:
+    """Per chip, the share of its distinct partition bytes of input ``t`` that its cores hold
+    in the preload state with ``s`` chunks: the distinct (partition, chunk) pairs on the chip
+    over its distinct partitions (1 when every partition on it has all its chunks there)."""
+    ids, rank = replica_ranks(layout, t)
+    chunk = rank % s
+    lo, hi = chunk_range(layout, t, s, chunk)
+    whole = layout.partition_bytes(t) // max(1, dtype_bytes(layout.expr.tensors[t].dtype))
+    share = np.ones(num_chips)
+    for k in np.unique(chip_of):
+        on = chip_of == k
+        pairs, first = np.unique(ids[on] * s + chunk[on], return_index=True)
+        held = float((hi[on] - lo[on])[first].sum())
+        full = float(np.unique(ids[on]).size * whole)
+        share[int(k)] = held / full if full > 0 else 1.0
+    return share
+
+
 def _progress(programs: list[DeviceProgram], enabled: bool):
     if not enabled or len(programs) < 2:
         return programs
@@ -639,13 +1128,14 @@ def _progress(programs: list[DeviceProgram], enabled: bool):
     return tqdm(programs, desc="timing regions", unit="region")
 
 
-def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Topology, peak: int,
-            num_programs: int) -> TimingReport:
+def _report(works: list[_Work], schedule: _Schedule | _StreamSchedule, hw: HardwareSpec,
+            topo: Topology, peak: int, num_programs: int, design: str | None = None) -> TimingReport:
     per_op: list[OpTiming] = []
-    exec_iv, hbm_iv = [], []
+    exec_iv, hbm_iv, load_iv = [], [], []
     regions: list[dict[str, Any]] = []
-    stall_total = 0.0
+    stall_total = exposed_total = 0.0
     peak_prefetch = peak
+    peak_preload = 0
     prev_end = 0.0
     for i, (work, slot) in enumerate(zip(works, schedule.slots)):
         cost = work.cost
@@ -655,17 +1145,21 @@ def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Top
         # contention that postponed this operator: only the part of the load's delay that
         # ran past the previous operator's end
         exposed = min(slot.contention_delay, wait)
-        stall = work.relayout.stall_s + cost.shift.stall_s + cost.reduction.stall_s + exposed
+        stall = (work.distribute.stall_s + work.relayout.stall_s + cost.shift.stall_s
+                 + cost.reduction.stall_s + exposed)
         stall_total += stall
-        if slot.prefetched and i:
+        exposed_total += exposed
+        if slot.prefetched and i and design is None:
             peak_prefetch = max(peak_prefetch, int((works[i - 1].used + work.prefetch_need).max()))
+            peak_preload = max(peak_preload, int(work.prefetch_need.max()))
         compute = cost.compute_s + cost.reduction_compute_s + cost.epilogue_s
         hbm_s = (slot.hbm_interval[1] - slot.hbm_interval[0]) if slot.hbm_interval else 0.0
         host_s = (slot.host_interval[1] - slot.host_interval[0]) if slot.host_interval else 0.0
         store = slot.store_interval
         host_out_s = (store[1] - store[0]) if store else 0.0
         steps_s = cost.compute_s + cost.shift.time_s
-        inter = work.relayout.inter_bytes + cost.shift.inter_bytes + cost.reduction.inter_bytes
+        inter = (work.relayout.inter_bytes + cost.shift.inter_bytes + cost.reduction.inter_bytes
+                 + work.distribute.inter_bytes)
         per_op.append(OpTiming(
             name=work.op.name, region=work.region, kind=work.op.expr.kind, cores=cost.cores,
             start_s=slot.exec_start, end_s=slot.exec_end, compute_s=compute,
@@ -690,10 +1184,23 @@ def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Top
             reduction_s=cost.reduction.time_s + cost.reduction_compute_s,
             epilogue_s=cost.epilogue_s, distinct_shift_phases=cost.distinct_shift_phases,
             estimated=work.relayout_estimated or cost.shift_sampled,
+            preloaded=slot.preloaded,
+            preload_start_s=slot.load_start if slot.preloaded else 0.0,
+            preload_end_s=slot.load_end if slot.preloaded else 0.0,
+            preload_stall_s=slot.preload_delay if slot.preloaded else slot.contention_delay,
+            interconnect_stall_s=exposed, distribute_s=work.distribute.time_s,
+            distributed_bytes=work.distributed_bytes,
+            preloaded_bytes=(work.preloaded_bytes if design is not None
+                             else sum(l.delivered_bytes for l in work.loads)),
+            preload_space_bytes_per_core=(int(work.preload_space.max())
+                                          if work.preload_space is not None else 0),
         ))
         exec_iv.append((slot.exec_start, slot.exec_end))
         if slot.hbm_interval:
             hbm_iv.append(slot.hbm_interval)
+        for iv in (slot.hbm_interval, slot.host_interval):
+            if iv and iv[1] > iv[0]:
+                load_iv.append(iv)
         if not regions or regions[-1]["program"] != work.program:
             regions.append({"name": work.region, "program": work.program,
                             "start_s": slot.exec_start, "end_s": slot.exec_end, "ops": 0})
@@ -706,7 +1213,14 @@ def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Top
     compute = sum(o.compute_s for o in per_op)
     transfer = sum(o.transfer_s for o in per_op)
     hbm_s = sum(e - s for s, e in hbm_iv)
+    if design is not None:  # preloads are issued in their own order
+        hbm_iv.sort()
     overlap = _intersection(hbm_iv, exec_iv)
+    loading = _union(load_iv)
+    busy_exec = _union([iv for iv in exec_iv if iv[1] > iv[0]])
+    preload_s = sum(e - s for s, e in loading)
+    preload_overlap = _intersection(loading, busy_exec)
+    exec_s = sum(e - s for s, e in busy_exec)
     flops = sum(o.flops for o in per_op)
     distinct: dict[tuple[int, str], float] = {}  # (region call, tensor) -> distinct bytes
     for work in works:
@@ -715,13 +1229,32 @@ def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Top
     hbm_bytes = sum(distinct.values())
     hbm_delivered = sum(o.hbm_delivered_bytes for o in per_op)
     moved = sum(o.shift_bytes + o.relayout_bytes for o in per_op) + sum(
-        l.delivered_bytes for w in works for l in w.loads)
+        l.delivered_bytes for w in works for l in w.loads) + sum(w.distributed_bytes for w in works)
     utilization = {
         "flops": flops / (total * hw.peak_matrix_flops) if total > 0 else 0.0,
         # bytes received by cores over their links against every core receiving at full rate
         "interconnect": moved / (total * hw.num_cores * hw.link_bandwidth) if total > 0 else 0.0,
         # distinct bytes only: a copy read twice (once per chip) is not useful bandwidth
         "hbm": hbm_bytes / (total * hw.hbm_bandwidth) if total > 0 and hw.hbm_bandwidth > 0 else 0.0,
+    }
+    link_busy = transfer + sum(l.network.time_s for w in works for l in w.loads)
+    link_capacity = total * (2 if design == IDEAL else 1)
+    if design is not None:  # the SRAM timeline (the ideal design: execution space alone)
+        peak = peak_prefetch = schedule.peak
+        peak_preload = schedule.peak_preload
+    stream = {
+        "design": design or "", "preload_s": preload_s,
+        "preload_only_s": preload_s - preload_overlap, "execute_only_s": exec_s - preload_overlap,
+        "preload_overlap_s": preload_overlap, "interconnect_stall_s": exposed_total,
+        "preload_stall_s": sum(o.preload_stall_s for o in per_op),
+        "hbm_utilization": utilization["hbm"],
+        "interconnect_utilization": link_busy / link_capacity if total > 0 else 0.0,
+        "flops_utilization": utilization["flops"],
+        "achieved_flops": flops / total if total > 0 else 0.0,
+        "preloaded_bytes": sum(o.preloaded_bytes for o in per_op),
+        "distributed_bytes": sum(o.distributed_bytes for o in per_op),
+        "preloads": len(schedule.pre) if design is not None else 0, "executes": len(per_op),
+        "peak_preload_bytes_per_core": peak_preload,
     }
     bounds = lower_bounds(per_op, hw)
     return TimingReport(
@@ -739,7 +1272,7 @@ def _report(works: list[_Work], schedule: _Schedule, hw: HardwareSpec, topo: Top
         inter_chip_bytes=sum(o.inter_chip_bytes for o in per_op),
         steps=sum(o.steps for o in per_op), peak_sram_bytes_per_core=peak,
         peak_sram_with_prefetch_bytes_per_core=peak_prefetch, flops=flops,
-        utilization=utilization, per_op=per_op, regions=regions, hw=hw, **bounds,
+        utilization=utilization, per_op=per_op, regions=regions, hw=hw, **bounds, **stream,
     )
 
 
