@@ -18,6 +18,17 @@ Operators with a :class:`~runtime_sim.program.VgmPlan` (the load-compute-store b
 virtual global memory, T10 §2.2, Fig. 2a) run through :mod:`runtime_sim.vgm_exec` instead,
 with the region's tensors in home slices on every core.
 
+On a chip with HBM, a program may carry Elk's preload/execute stream (Elk §2.2, §4.5;
+:class:`~runtime_sim.program.PreloadSchedule`). The device then keeps the call's off-chip
+tensors in a host-side *HBM store* and runs the stream's instructions in order:
+:meth:`~SimulatedDevice.preload_async` writes each core's chunk of its partitions
+(:mod:`runtime_sim.preload`) into that core's *preload space*, and ``execute`` allocates the
+operator's *execution space*, which absorbs its preload space, lets
+:meth:`~SimulatedDevice.distribute` assemble every partition from the chunks in the preload
+spaces of the core and its peers, places its other inputs and computes. SRAM per core is
+execution space + preload space of every operator preloaded and not yet executed + live
+activations + the shift buffer, checked at every preload and every allocate.
+
 The state of all cores is held as stacked arrays ``[cores, *partition shape]``, so a step is
 a handful of numpy calls whatever the number of cores; nothing is ever computed from a
 host-side copy of a tensor, so a wrong placement or shift gives a wrong answer.
@@ -251,12 +262,11 @@ class SimulatedDevice:
                 f"operator '{op_name}' is placed up to core {layout.span - 1}, "
                 f"but chip '{hw.name}' has {hw.num_cores}"
             )
-        info = op_preload(layout, sorted(inputs), dict(chunks or {}))
         arrays = {}
         for t, value in inputs.items():
-            access = layout.expr.tensors[t]
-            if t >= len(layout.expr.inputs):
+            if not 0 <= t < len(layout.expr.inputs):
                 raise DeviceProgramError(f"tensor {t} of '{op_name}' is not an input")
+            access = layout.expr.tensors[t]
             _check_dtype(hw, access.name, access.dtype, f"operator '{op_name}'")
             arr = np.asarray(value)
             if tuple(arr.shape) != tuple(access.shape) or str(arr.dtype) != access.dtype:
@@ -264,6 +274,7 @@ class SimulatedDevice:
                     f"operator '{op_name}': input '{access.name}' is {arr.dtype}{list(arr.shape)} "
                     f"in HBM, expected {access.dtype}{list(access.shape)}")
             arrays[t] = arr
+        info = op_preload(layout, sorted(arrays), dict(chunks or {}))
         preload = self._preload_used.copy()
         preload[layout.physical] += info.space_bytes_per_core
         self._sram_check(op_name, self._used, preload)
