@@ -347,3 +347,32 @@ def test_functional_and_timing_count_the_same_preload_bytes() -> None:
         pytest.skip("the timing report does not count preload bytes yet")
     assert report.preloaded_bytes == stats["preloaded_bytes"]
     assert report.distributed_bytes == stats["distributed_bytes"]
+
+
+def test_epilogue_input_and_constant_from_hbm_round_trip_json() -> None:
+    """The bias of relu(A @ W + bias) is an HBM constant (no source: model state in HBM on a
+    chip with HBM) read only by the epilogue; the program goes through JSON."""
+    from runtime_sim import encode_constant
+    from tvm_icca.testing.exprs import matmul_bias_relu
+
+    expr = matmul_bias_relu(8, 12, 6)
+    op = OpProgram("mmb", expr, ExecutionPlan({"m": 4, "n": 2}, ({}, {}, {}, {}), ()),
+                   ("A", "B", "bias"), "C", preload_chunks=((1, 4), (2, 2)))
+    bias = RNG.standard_normal(6).astype("float32")
+    program = DeviceProgram(
+        "r0", HW.to_dict(),
+        (TensorDecl("A", (8, 12), "float32", "chip"), TensorDecl("B", (12, 6), "float32", "hbm")),
+        ("C",), (op,), constants={"bias": encode_constant(bias)},
+        preload_schedule=PreloadSchedule("elk-dyn", (("preload", 0, 0), ("execute", 0))))
+    assert offchip_inputs(program, True) == [[1, 2]]
+    a = RNG.standard_normal((8, 12)).astype("float32")
+    b = RNG.standard_normal((12, 6)).astype("float32")
+    dev = SimulatedDevice()
+    (c,) = dev.run(program.to_json(), [a, b])
+    np.testing.assert_allclose(c, np.maximum(a.astype(np.float64) @ b + bias, 0), rtol=1e-4, atol=1e-4)
+    layout = checked_layout(op, HW)
+    stats = dev.last_run_stats(timing=False)
+    assert stats["preloaded_bytes"] + stats["distributed_bytes"] == \
+        layout.num_cores * (layout.partition_bytes(1) + layout.partition_bytes(2))
+    assert stats["distributed_bytes"] == sum(distribution(layout, t, s).total_bytes
+                                             for t, s in ((1, 4), (2, 2)))
