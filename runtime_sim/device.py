@@ -18,6 +18,17 @@ Operators with a :class:`~runtime_sim.program.VgmPlan` (the load-compute-store b
 virtual global memory, T10 §2.2, Fig. 2a) run through :mod:`runtime_sim.vgm_exec` instead,
 with the region's tensors in home slices on every core.
 
+On a chip with HBM, a program may carry Elk's preload/execute stream (Elk §2.2, §4.5;
+:class:`~runtime_sim.program.PreloadSchedule`). The device then keeps the call's off-chip
+tensors in a host-side *HBM store* and runs the stream's instructions in order:
+:meth:`~SimulatedDevice.preload_async` writes each core's chunk of its partitions
+(:mod:`runtime_sim.preload`) into that core's *preload space*, and ``execute`` allocates the
+operator's *execution space*, which absorbs its preload space, lets
+:meth:`~SimulatedDevice.distribute` assemble every partition from the chunks in the preload
+spaces of the core and its peers, places its other inputs and computes. SRAM per core is
+execution space + preload space of every operator preloaded and not yet executed + live
+activations + the shift buffer, checked at every preload and every allocate.
+
 The state of all cores is held as stacked arrays ``[cores, *partition shape]``, so a step is
 a handful of numpy calls whatever the number of cores; nothing is ever computed from a
 host-side copy of a tensor, so a wrong placement or shift gives a wrong answer.
@@ -43,7 +54,9 @@ from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
 from .layout import STAT_BYTES, OpLayout, ShiftEvent, checked_layout
 from .lifetimes import last_reads, outlives, released
-from .program import AffineIndex, DeviceProgram, VgmPlan, dtype_bytes, load_index
+from .preload import OpPreload, distribution, held_chunk, op_preload
+from .program import EXECUTE, PRELOAD, AffineIndex, DeviceProgram, VgmPlan, dtype_bytes, load_index
+from .stream import Instruction, call_segment, has_stream, offchip_inputs
 from .vgm_exec import VgmRegion
 
 
@@ -64,6 +77,18 @@ class _Allocation:
 
 
 @dataclass
+class _Preloaded:
+    """An operator's off-chip inputs in the preload space of its cores (Elk §4.5
+    ``preload_async``): per input, every numbered core's chunk of its partition."""
+
+    name: str
+    layout: OpLayout
+    info: OpPreload
+    chunks: dict[int, np.ndarray]  # input -> [cores, chunk elements] (last chunk zero-padded)
+    absorbed: bool = False  # its space became part of the operator's execution space
+
+
+@dataclass
 class _Run:
     """One model invocation: the programs executed, in order, and their statistics.
 
@@ -77,6 +102,9 @@ class _Run:
     regions: list[dict[str, Any]] = field(default_factory=list)
     programs: list[DeviceProgram] = field(default_factory=list)
     timing: Any = None  # the timing report of ``programs``, computed on first request
+    #: preloads issued by earlier calls of the run for the operators of a later call:
+    #: call index -> operator indices, in issue order (performed when that call starts)
+    pending: dict[int, list[int]] = field(default_factory=dict)
 
     def continues_with(self, program: DeviceProgram) -> bool:
         """Whether ``program`` is the next region of this run (else it starts a new one)."""
@@ -99,6 +127,11 @@ class SimulatedDevice:
         self._allocs: dict[str, _Allocation] = {}
         self._resident: dict[str, np.ndarray] = {}  # on-chip tensors between ops: bytes per core
         self._used = np.zeros(0, np.int64)  # SRAM bytes per core, shift buffer excluded
+        self._preload_used = np.zeros(0, np.int64)  # preload space in use, per core
+        self._preloads: dict[str, _Preloaded] = {}  # preloaded operators not yet executed
+        self._hbm: dict[str, np.ndarray] = {}  # the HBM store of the current call
+        self._ideal = False  # design "ideal": preload space has its own SRAM
+        self._peaks = [0, 0]  # peak SRAM and preload space per core in the current region
         self._run = _Run()
         self._lock = threading.RLock()
         if hw is not None:
@@ -118,11 +151,36 @@ class SimulatedDevice:
         self._hw = hw
         self._allocs.clear()
         self._resident.clear()
+        self._preloads.clear()
+        self._hbm = {}
         self._used = np.zeros(hw.num_cores, np.int64)
+        self._preload_used = np.zeros(hw.num_cores, np.int64)
 
     def sram_used_per_core(self) -> np.ndarray:
-        """Bytes of SRAM in use on every core, the reserved shift buffer included."""
-        return self._used + self.hw.shift_buffer_bytes
+        """Bytes of SRAM in use on every core, the reserved shift buffer and the preload
+        space included (Elk §2.2: execution space + preload space + buffer)."""
+        return self._used + self._preload_used + self.hw.shift_buffer_bytes
+
+    def preload_used_per_core(self) -> np.ndarray:
+        """Bytes of preload space in use on every core (operators preloaded, not executed)."""
+        return self._preload_used.copy()
+
+    def _sram_check(self, op_name: str, used: np.ndarray, preload: np.ndarray) -> int:
+        """Raise :class:`SramOverflowError` if execution space + activations (``used``) +
+        preload space + shift buffer exceed a core's SRAM; return the peak core's bytes.
+        Design ``"ideal"`` gives preloading its own SRAM: each side is checked alone."""
+        hw = self.hw
+        exec_side = used + hw.shift_buffer_bytes
+        needed = exec_side if self._ideal else exec_side + preload
+        for side in (needed, preload) if self._ideal else (needed,):
+            over = np.flatnonzero(side > hw.sram_bytes_per_core)
+            if over.size:
+                core = int(over[0])
+                raise SramOverflowError(op_name, core, hw.sram_bytes_per_core, int(side[core]))
+        peak = int(needed.max()) if needed.size else 0
+        self._peaks[0] = max(self._peaks[0], peak)
+        self._peaks[1] = max(self._peaks[1], int(preload.max()) if preload.size else 0)
+        return peak
 
     # -- T10 §4.4: allocate -------------------------------------------------------------
     def allocate(self, op_name: str, layout: OpLayout) -> None:
@@ -150,11 +208,19 @@ class SimulatedDevice:
                 f"but chip '{hw.name}' has {hw.num_cores}"
             )
         used[layout.physical] += per_core
-        needed = used + hw.shift_buffer_bytes
-        over = np.flatnonzero(needed > hw.sram_bytes_per_core)
-        if over.size:
-            core = int(over[0])
-            raise SramOverflowError(op_name, core, hw.sram_bytes_per_core, int(needed[core]))
+        # a preloaded operator's preload space becomes part of its execution space (its
+        # chunks sit where its partitions go): it is not counted twice
+        preloaded = self._preloads.get(op_name)
+        preload = self._preload_used.copy()
+        if preloaded is not None and not preloaded.absorbed:
+            if preloaded.layout.num_cores != layout.num_cores or \
+                    not np.array_equal(preloaded.layout.physical, layout.physical):
+                raise DeviceProgramError(f"operator '{op_name}' was preloaded under another layout")
+            preload[layout.physical] -= preloaded.info.space_bytes_per_core
+        peak = self._sram_check(op_name, used, preload)
+        if preloaded is not None:
+            preloaded.absorbed = True
+            self._preload_used = preload
         n = layout.num_cores
         out = len(layout.expr.tensors) - 1
         buffers = []
@@ -163,16 +229,96 @@ class SimulatedDevice:
             dtype = COMPUTE_DTYPE if t == out else np.dtype(access.dtype)
             buffers.append(np.zeros((n, *layout.partition_shape(t)), dtype=dtype))
         placed = [False] * len(layout.expr.inputs) + [True]
-        self._allocs[op_name] = _Allocation(
-            op_name, layout, buffers, placed, per_core, sram_peak=int(needed.max())
-        )
+        self._allocs[op_name] = _Allocation(op_name, layout, buffers, placed, per_core, sram_peak=peak)
         self._used = used
 
     def free(self, op_name: str) -> None:
-        """Release the SRAM of an operator."""
+        """Release the SRAM of an operator (its preload space too, if it was preloaded)."""
         alloc = self._alloc(op_name)
         self._used[alloc.layout.physical] -= alloc.bytes_per_core
         del self._allocs[op_name]
+        preloaded = self._preloads.get(op_name)
+        if preloaded is not None and preloaded.absorbed:
+            del self._preloads[op_name]
+
+    # -- Elk §4.5: preload_async and distribute --------------------------------------------
+    def preload_async(self, op_name: str, layout: OpLayout, inputs: Mapping[int, np.ndarray],
+                      chunks: Mapping[int, int] | None = None) -> int:
+        """``preload_async(op)``: deliver the operator's off-chip inputs from HBM into the
+        preload space of its cores, in the preload state (Elk §4.3): for input ``t`` cut in
+        ``s = chunks[t]`` chunks (default 1), every numbered core receives only the chunk
+        :func:`~runtime_sim.preload.held_chunk` of its partition (the same partition
+        :meth:`place` builds). ``inputs`` maps input index -> the full tensor as the HBM store
+        holds it. Each core reserves :func:`~runtime_sim.preload.preload_bytes` per input until
+        the operator executes; raises :class:`SramOverflowError` the instant execution space,
+        live activations, the preload space of every operator preloaded and not yet executed
+        and the shift buffer exceed a core's SRAM. Returns the bytes delivered
+        (:func:`~runtime_sim.preload.delivered_bytes`)."""
+        hw = self.hw
+        if op_name in self._preloads or op_name in self._allocs:
+            raise DeviceProgramError(f"operator '{op_name}' is already preloaded or allocated")
+        if layout.span > hw.num_cores:
+            raise InvalidPlanError(
+                f"operator '{op_name}' is placed up to core {layout.span - 1}, "
+                f"but chip '{hw.name}' has {hw.num_cores}"
+            )
+        arrays = {}
+        for t, value in inputs.items():
+            if not 0 <= t < len(layout.expr.inputs):
+                raise DeviceProgramError(f"tensor {t} of '{op_name}' is not an input")
+            access = layout.expr.tensors[t]
+            _check_dtype(hw, access.name, access.dtype, f"operator '{op_name}'")
+            arr = np.asarray(value)
+            if tuple(arr.shape) != tuple(access.shape) or str(arr.dtype) != access.dtype:
+                raise DeviceProgramError(
+                    f"operator '{op_name}': input '{access.name}' is {arr.dtype}{list(arr.shape)} "
+                    f"in HBM, expected {access.dtype}{list(access.shape)}")
+            arrays[t] = arr
+        info = op_preload(layout, sorted(arrays), dict(chunks or {}))
+        preload = self._preload_used.copy()
+        preload[layout.physical] += info.space_bytes_per_core
+        self._sram_check(op_name, self._used, preload)
+        held = {}
+        n = layout.num_cores
+        for t, s in info.inputs:
+            # what HBM sends: each core's chunk of its partition, and nothing more
+            flat = _partitions(layout, t, arrays[t]).reshape(n, -1)
+            ce = -(-flat.shape[1] // s)
+            padded = np.zeros((n, s * ce), flat.dtype)
+            padded[:, :flat.shape[1]] = flat
+            held[t] = padded.reshape(n, s, ce)[np.arange(n), held_chunk(layout, t, s)].copy()
+        self._preload_used = preload
+        self._preloads[op_name] = _Preloaded(op_name, layout, info, held)
+        return info.preloaded_bytes
+
+    def distribute(self, op_name: str) -> int:
+        """``distribute_data`` of ``execute(op)`` (Elk §4.5): every core of the allocated,
+        preloaded operator assembles each preloaded input's partition from the chunk in its
+        own preload space and the chunks it reads from the preload space of its block peers
+        (:func:`~runtime_sim.preload.distribution`), into the operator's buffer. Returns the
+        bytes moved between cores."""
+        alloc = self._alloc(op_name)
+        preloaded = self._preloads.get(op_name)
+        if preloaded is None or not preloaded.absorbed:
+            raise DeviceProgramError(f"operator '{op_name}' was not preloaded and allocated")
+        layout = alloc.layout
+        n = layout.num_cores
+        cores = np.arange(n)
+        moved = 0
+        for t, s in preloaded.info.inputs:
+            pre = preloaded.chunks[t]  # [cores, chunk elements]
+            ce = pre.shape[1]
+            pshape = layout.partition_shape(t)
+            elems = int(np.prod(pshape, dtype=np.int64))
+            buf = np.zeros((n, s, ce), pre.dtype)
+            buf[cores, held_chunk(layout, t, s)] = pre[cores]  # its own chunk, in place
+            d = distribution(layout, t, s)
+            buf[d.dst, d.chunk] = pre[d.src]  # read from the peer's preload space
+            moved += d.total_bytes
+            alloc.buffers[t] = buf.reshape(n, s * ce)[:, :elems].reshape((n, *pshape)).copy()
+            alloc.placed[t] = True
+        del self._preloads[op_name]
+        return moved
 
     def buffers(self, op_name: str) -> list[np.ndarray]:
         """The stacked per-core buffers of an operator (inputs, then the output accumulator)."""
@@ -196,27 +342,9 @@ class SimulatedDevice:
                 f"operator '{op_name}': input '{access.name}' has shape {list(arr.shape)}, "
                 f"expected {list(access.shape)}"
             )
-        p0 = layout.partition(tensor, layout.chunk({}))
-        starts = layout.partition_start(tensor, p0)
-        pshape = layout.partition_shape(tensor)
-        n = layout.num_cores
-        if not pshape:
-            buf = np.broadcast_to(arr.astype(access.dtype), (n,)).copy()
-        else:
-            nd = len(pshape)
-            index, valid = [], np.ones([1] * (nd + 1), bool)
-            for d, (start, length) in enumerate(zip(starts, pshape)):
-                view = [1] * (nd + 1)
-                view[d + 1] = length
-                pos = start.reshape([-1] + [1] * nd) + np.arange(length).reshape(view)
-                valid = valid & (pos >= 0) & (pos < access.shape[d])
-                index.append(np.clip(pos, 0, max(access.shape[d] - 1, 0)))
-            gathered = arr[tuple(index)] if arr.size else np.zeros(valid.shape, arr.dtype)
-            buf = np.where(valid, gathered, 0).astype(access.dtype)
-            buf = np.broadcast_to(buf, (n, *pshape)).copy()
-        alloc.buffers[tensor] = buf
+        alloc.buffers[tensor] = _partitions(layout, tensor, arr)
         alloc.placed[tensor] = True
-        return n * layout.partition_bytes(tensor)
+        return layout.num_cores * layout.partition_bytes(tensor)
 
     # -- T10 §4.4: compute --------------------------------------------------------------
     def compute(self, op_name: str, counters: Mapping[str, int]) -> None:
@@ -458,6 +586,11 @@ class SimulatedDevice:
         in each operator's initial placement; intermediates stay on chip between operators
         (their SRAM is held on the producer's ring-0 cores) and placing them is counted as
         re-layout traffic (T10 §5: "the program may rearrange the data on cores").
+
+        A program with a preload schedule (Elk §4.5) runs its call's segment of the stream
+        instead, instruction by instruction (:meth:`_execute`); the segment is checked
+        against the run so far (:func:`runtime_sim.stream.call_segment`) before any data
+        moves.
         """
         if isinstance(program, str):
             program = DeviceProgram.from_json(program)
@@ -467,8 +600,22 @@ class SimulatedDevice:
         program.validate(hw)  # the one program check, shared with the timing simulators
         with self._lock:
             self.configure(hw)
+            continuing = self._run.continues_with(program)
+            call = len(self._run.programs) if continuing else 0
+            instructions: list[Instruction] | None = None
+            later: list[Instruction] = []
+            if continuing:
+                has_stream([*self._run.programs, program])  # all of a run, or none
+            if program.preload_schedule is not None:
+                if any(isinstance(op.plan, VgmPlan) for op in program.ops):
+                    raise DeviceProgramError(
+                        f"region '{program.region}': load-compute-store (VGM) operators do not "
+                        "run a preload schedule")
+                carried = self._run.pending.get(call, []) if continuing else []
+                instructions, later = call_segment(program, call, len(program.run_order) or None,
+                                                   carried, hw.hbm_bandwidth > 0)
             env, input_bytes = self._region_inputs(program, inputs)
-            stats = self._execute(program, env)
+            stats = self._execute(program, env, instructions)
             stats["input_bytes"] = input_bytes
             outputs = []
             for name in program.outputs:
@@ -477,6 +624,8 @@ class SimulatedDevice:
                 outputs.append(env[name])
             stats["output_bytes"] = int(sum(o.nbytes for o in outputs))
             self._record(program, stats)
+            for ins in later:
+                self._run.pending.setdefault(ins.call, []).append(ins.op)
             return outputs
 
     def _region_inputs(self, program: DeviceProgram, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
@@ -508,72 +657,83 @@ class SimulatedDevice:
             nbytes += arr.nbytes
         return env, nbytes
 
-    def _execute(self, program: DeviceProgram, env: dict[str, np.ndarray]) -> dict[str, Any]:
+    def _execute(self, program: DeviceProgram, env: dict[str, np.ndarray],
+                 instructions: Sequence[Instruction] | None = None) -> dict[str, Any]:
+        """Run a region's operators in program order, or, with ``instructions`` (this call's
+        checked preload stream, :func:`runtime_sim.stream.call_segment`), exactly in stream
+        order: ``preload`` moves the operator's off-chip inputs from the HBM store into the
+        preload space of its cores (:meth:`preload_async`); ``execute`` allocates it,
+        distributes the preloaded inputs (:meth:`distribute`), places the others as without a
+        stream, and computes.
+
+        Preloads an earlier call issued for this call's operators come first in
+        ``instructions``: the VM hands the device one region's inputs per call, so that data
+        does not exist on the device before this call starts; the functional device performs
+        them here, before the call's first instruction (and counts their preload space from
+        here), while the timing simulator times them where the stream issues them.
+        """
         hw = self.hw
         ops = program.ops
         last_use = last_reads([op.input_names for op in ops], program.outputs)
         produced: set[str] = set()
-        op_stats = []
+        op_stats: list[dict[str, Any] | None] = [None] * len(ops)
+        stream = instructions is not None
+        offchip = offchip_inputs(program, hw.hbm_bandwidth > 0) if stream else [[] for _ in ops]
+        preloaded: dict[int, int] = {}  # operator -> bytes its preload delivered
+        layouts: dict[int, OpLayout] = {}
+        if stream:
+            # every layout and chunk count is checked before any data moves
+            for ins in instructions:
+                if ins.op not in layouts:
+                    layouts[ins.op] = checked_layout(ops[ins.op], hw)
+                    op_preload(layouts[ins.op], offchip[ins.op], op=ops[ins.op])
+            self._hbm = {name: env[name] for j, op in enumerate(ops)
+                         for t, name in enumerate(op.input_names) if t in offchip[j]}
+        order = instructions if stream else [Instruction(EXECUTE, 0, i) for i in range(len(ops))]
+        self._ideal = stream and program.preload_schedule.design == "ideal"
+        self._peaks = [0, 0]
         # load-compute-store operators (T10 §2.2) keep every tensor in a VGM region, reserved
         # on every core for the whole region
         vgm = VgmRegion(program, hw) if any(isinstance(op.plan, VgmPlan) for op in ops) else None
         if vgm is not None:
             self._used += vgm.bytes_per_core
         try:
-            for i, op in enumerate(ops):
+            for ins in order:
+                i, op = ins.op, ops[ins.op]
+                if ins.kind == PRELOAD:
+                    self._preload_op(i, op, layouts[i], offchip[i], preloaded)
+                    continue
                 # tensors this op reads for the last time move into its partitions
                 for name in released(last_use, self._resident, i):
                     self._release(name)
                 if vgm is not None and isinstance(op.plan, VgmPlan):
                     env[op.output_name], vgm_stats = vgm.run_op(op, env, produced, self._used)
-                    op_stats.append(vgm_stats.to_dict())
+                    op_stats[i] = vgm_stats.to_dict()
                     produced.add(op.output_name)
                     continue
-                layout = checked_layout(op, self.hw)
-                self.allocate(op.name, layout)
-                relayout = host = 0
-                for t, name in enumerate(op.input_names):
-                    if name not in env:
-                        raise DeviceProgramError(f"operator '{op.name}' reads unknown tensor '{name}'")
-                    access = op.expr.inputs[t]
-                    if str(env[name].dtype) != access.dtype:
-                        raise DeviceProgramError(
-                            f"operator '{op.name}' reads '{name}' as {access.dtype}, it is {env[name].dtype}"
-                        )
-                    written = self.place(op.name, t, env[name])
-                    if name in produced:
-                        relayout += written
-                    else:
-                        host += written
-                self.run_steps(op.name)
-                self.reduce_outputs(op.name)
-                result = self.read_output(op.name)
-                alloc = self._allocs[op.name]
-                op_stats.append({
-                    "op": op.name,
-                    "kind": op.expr.kind,
-                    "cores": layout.num_cores,
-                    "steps": alloc.steps,
-                    "rotation_bytes": alloc.shift_bytes,
-                    "reduction_bytes": alloc.reduction_bytes,
-                    "shift_bytes": alloc.shift_bytes + alloc.reduction_bytes,
-                    "relayout_bytes": relayout,
-                    "host_bytes": host,
-                    "sram_bytes_per_core": alloc.sram_peak,
-                })
-                self.free(op.name)
-                env[op.output_name] = result
-                produced.add(op.output_name)
+                layout = layouts[i] if i in layouts else checked_layout(op, self.hw)
+                space = self._preloads[op.name].info.space_bytes_per_core if i in preloaded else 0
+                op_stats[i] = self._execute_op(op, layout, env, produced,
+                                               offchip[i] if i in preloaded else [])
+                if i in preloaded:
+                    op_stats[i]["preloaded_bytes"] = preloaded[i]
+                    op_stats[i]["preload_bytes_per_core"] = space
                 if outlives(last_use, op.output_name, i):
                     out = len(op.expr.tensors) - 1
                     self._hold(op.output_name, layout.physical[layout.owners()], layout.partition_bytes(out))
         finally:  # leave the chip as this region found it, even after an error
             for name in {op.name for op in ops} & set(self._allocs):
                 self.free(name)
+            for name in list(self._preloads):
+                self._drop_preload(name)
             for name in list(self._resident):
                 self._release(name)
             if vgm is not None:
                 self._used -= vgm.bytes_per_core
+            self._hbm = {}
+            self._ideal = False
+        op_stats = [s for s in op_stats if s is not None]
+        peak = max([s["sram_bytes_per_core"] for s in op_stats] + [self._peaks[0]])
         return {
             "region": program.region,
             "ops": op_stats,
@@ -586,9 +746,76 @@ class SimulatedDevice:
             "host_bytes": sum(s["host_bytes"] for s in op_stats),
             "fetch_bytes": sum(s.get("fetch_bytes", 0) for s in op_stats),
             "store_bytes": sum(s.get("store_bytes", 0) for s in op_stats),
-            "peak_sram_bytes_per_core": max((s["sram_bytes_per_core"] for s in op_stats), default=0),
+            "preloaded_bytes": sum(s.get("preloaded_bytes", 0) for s in op_stats),
+            "distributed_bytes": sum(s.get("distributed_bytes", 0) for s in op_stats),
+            "preloads": sum(1 for ins in order if ins.kind == PRELOAD) if stream else 0,
+            "executes": len(ops) if stream else 0,
+            "peak_sram_bytes_per_core": peak if op_stats else 0,
+            "peak_preload_bytes_per_core": self._peaks[1],
             "sram_bytes_per_core_budget": hw.sram_bytes_per_core,
         }
+
+    def _preload_op(self, index: int, op, layout: OpLayout, inputs: Sequence[int],
+                    preloaded: dict[int, int]) -> None:
+        """``preload_async`` of one operator of the current call from the HBM store."""
+        hbm = {}
+        for t in inputs:
+            name = op.input_names[t]
+            if name not in self._hbm:
+                raise DeviceProgramError(f"operator '{op.name}' preloads '{name}', which is not in HBM")
+            hbm[t] = self._hbm[name]
+        preloaded[index] = self.preload_async(op.name, layout, hbm,
+                                              {t: op.chunks_of(t) for t in inputs})
+
+    def _drop_preload(self, name: str) -> None:
+        preloaded = self._preloads.pop(name)
+        if not preloaded.absorbed:
+            self._preload_used[preloaded.layout.physical] -= preloaded.info.space_bytes_per_core
+
+    def _execute_op(self, op, layout: OpLayout, env: dict[str, np.ndarray], produced: set[str],
+                    distributed: Sequence[int]) -> dict[str, Any]:
+        """``execute`` of one compute-shift operator: allocate; distribute its preloaded
+        inputs (``distributed``, when it was preloaded) and place the others; compute."""
+        self.allocate(op.name, layout)
+        moved = self.distribute(op.name) if op.name in self._preloads else 0
+        relayout = host = 0
+        for t, name in enumerate(op.input_names):
+            if name not in env:
+                raise DeviceProgramError(f"operator '{op.name}' reads unknown tensor '{name}'")
+            access = op.expr.inputs[t]
+            if str(env[name].dtype) != access.dtype:
+                raise DeviceProgramError(
+                    f"operator '{op.name}' reads '{name}' as {access.dtype}, it is {env[name].dtype}"
+                )
+            if t in distributed:
+                continue
+            written = self.place(op.name, t, env[name])
+            if name in produced:
+                relayout += written
+            else:
+                host += written
+        self.run_steps(op.name)
+        self.reduce_outputs(op.name)
+        result = self.read_output(op.name)
+        alloc = self._allocs[op.name]
+        stats = {
+            "op": op.name,
+            "kind": op.expr.kind,
+            "cores": layout.num_cores,
+            "steps": alloc.steps,
+            "rotation_bytes": alloc.shift_bytes,
+            "reduction_bytes": alloc.reduction_bytes,
+            "shift_bytes": alloc.shift_bytes + alloc.reduction_bytes,
+            "relayout_bytes": relayout,
+            "host_bytes": host,
+            "sram_bytes_per_core": alloc.sram_peak,
+        }
+        if distributed:
+            stats["distributed_bytes"] = moved
+        self.free(op.name)
+        env[op.output_name] = result
+        produced.add(op.output_name)
+        return stats
 
     def _hold(self, name: str, cores: np.ndarray, nbytes: int) -> None:
         per_core = np.zeros(self.hw.num_cores, np.int64)
@@ -620,7 +847,18 @@ class SimulatedDevice:
         placing of on-chip intermediates; ``fetch_bytes`` and ``store_bytes`` the traffic of
         VGM operators (tile loads from home slices, epilogue inputs included, and output
         tiles stored home); ``peak_sram_bytes_per_core`` includes the shift buffer (and the
-        VGM region); ``regions`` has the per-region (and per-operator) details.
+        VGM region) and the preload space; ``regions`` has the per-region (and per-operator)
+        details.
+
+        Runs of programs with a preload schedule (Elk §4.5) also count ``preloads`` and
+        ``executes`` (stream instructions performed), ``preloaded_bytes`` (what preloads
+        wrote into preload space, :func:`runtime_sim.preload.delivered_bytes` summed) and
+        ``distributed_bytes`` (what distribution moved between cores,
+        :attr:`~runtime_sim.preload.Distribution.total_bytes`), per operator too:
+        :func:`runtime_sim.preload.op_preload`, the count the timing simulator reports.
+        ``peak_preload_bytes_per_core`` is the most preload space a core held. Under design
+        ``"ideal"`` preloading has its own SRAM: ``peak_sram_bytes_per_core`` is then the
+        execution side alone. All are 0 without a stream.
 
         With ``timing`` (the default), ``simulated_s`` is the time the run takes on the chip
         and ``simulated_ops`` its per-operator breakdown: the timing simulator run over
@@ -665,6 +903,11 @@ class SimulatedDevice:
             "input_bytes": total("input_bytes"),
             "output_bytes": total("output_bytes"),
             "steps": total("steps"),
+            "preloaded_bytes": total("preloaded_bytes"),
+            "distributed_bytes": total("distributed_bytes"),
+            "preloads": total("preloads"),
+            "executes": total("executes"),
+            "peak_preload_bytes_per_core": peak("peak_preload_bytes_per_core"),
             "regions": regions,
         }
 
@@ -676,6 +919,29 @@ class SimulatedDevice:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+def _partitions(layout: OpLayout, tensor: int, arr: np.ndarray) -> np.ndarray:
+    """Every numbered core's initial partition of input ``tensor`` of the full tensor ``arr``
+    (T10 §4.4 placement), ``[cores, *partition shape]``; positions outside the tensor are 0."""
+    access = layout.expr.tensors[tensor]
+    p0 = layout.partition(tensor, layout.chunk({}))
+    starts = layout.partition_start(tensor, p0)
+    pshape = layout.partition_shape(tensor)
+    n = layout.num_cores
+    if not pshape:
+        return np.broadcast_to(arr.astype(access.dtype), (n,)).copy()
+    nd = len(pshape)
+    index, valid = [], np.ones([1] * (nd + 1), bool)
+    for d, (start, length) in enumerate(zip(starts, pshape)):
+        view = [1] * (nd + 1)
+        view[d + 1] = length
+        pos = start.reshape([-1] + [1] * nd) + np.arange(length).reshape(view)
+        valid = valid & (pos >= 0) & (pos < access.shape[d])
+        index.append(np.clip(pos, 0, max(access.shape[d] - 1, 0)))
+    gathered = arr[tuple(index)] if arr.size else np.zeros(valid.shape, arr.dtype)
+    buf = np.where(valid, gathered, 0).astype(access.dtype)
+    return np.broadcast_to(buf, (n, *pshape)).copy()
+
+
 def _check_dtype(hw: HardwareSpec, name: str, dtype: str, where: str) -> None:
     hw.check_dtype(dtype, f"{where}: tensor '{name}'")
     dtype_bytes(dtype)  # known size, or DeviceProgramError

@@ -147,3 +147,45 @@ def delivered_bytes(layout: OpLayout, t: int, s: int) -> np.ndarray:
     length): what both executors count as preloaded bytes."""
     lo, hi = chunk_range(layout, t, s, held_chunk(layout, t, s))
     return (hi - lo) * dtype_bytes(layout.expr.tensors[t].dtype)
+
+
+@dataclass(frozen=True)
+class OpPreload:
+    """What one ``preload_async`` of an operator and its ``distribute`` move (Elk §4.5),
+    the one count both executors report: ``inputs`` are the operator's off-chip inputs
+    (:func:`runtime_sim.stream.offchip_inputs`) with their chunk counts
+    (:meth:`~runtime_sim.program.OpProgram.chunks_of`).
+
+    * ``preloaded_bytes``: the :func:`delivered_bytes` of every input over the operator's
+      cores (what the preload writes into preload space);
+    * ``distributed_bytes``: the :attr:`Distribution.total_bytes` of every input (what the
+      cores fetch from their block peers at execute time);
+    * ``space_bytes_per_core``: the preload space each of the operator's (physical) cores
+      reserves from the preload until the execute: the :func:`preload_bytes` of every input.
+
+    ``preloaded_bytes + distributed_bytes`` is every core's full partition of every input.
+    """
+
+    inputs: tuple[tuple[int, int], ...]  # (input index, chunks)
+    preloaded_bytes: int
+    distributed_bytes: int
+    space_bytes_per_core: int
+
+
+def op_preload(layout: OpLayout, inputs: "list[int] | tuple[int, ...]",
+               chunks_of: "dict[int, int] | None" = None, op=None) -> OpPreload:
+    """:class:`OpPreload` of an operator laid out as ``layout`` whose off-chip inputs are
+    ``inputs``; chunk counts from ``op.chunks_of`` (an :class:`~runtime_sim.program.OpProgram`)
+    or the mapping ``chunks_of`` (missing: 1). Raises :class:`InvalidPlanError` for a chunk
+    count that does not divide an input's replica count."""
+    pairs = []
+    for t in inputs:
+        s = op.chunks_of(t) if op is not None else int((chunks_of or {}).get(t, 1))
+        check_chunks(layout, t, s)
+        pairs.append((int(t), int(s)))
+    return OpPreload(
+        inputs=tuple(pairs),
+        preloaded_bytes=int(sum(int(delivered_bytes(layout, t, s).sum()) for t, s in pairs)),
+        distributed_bytes=int(sum(distribution(layout, t, s).total_bytes for t, s in pairs)),
+        space_bytes_per_core=int(sum(preload_bytes(layout, t, s) for t, s in pairs)),
+    )

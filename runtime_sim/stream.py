@@ -130,3 +130,73 @@ def run_stream(programs: Sequence[DeviceProgram], has_hbm: bool) -> list[Instruc
 def _op_name(programs: Sequence[DeviceProgram], key: tuple[int, int]) -> str:
     op: OpProgram = programs[key[0]].ops[key[1]]
     return f"operator '{op.name}' (call {key[0]})"
+
+
+def call_segment(program: DeviceProgram, call: int, run_length: int | None,
+                 carried: Sequence[int], has_hbm: bool
+                 ) -> tuple[list[Instruction], list[Instruction]]:
+    """One region call's part of the run's stream, checked before anything of it runs: for an
+    executor that sees the run one call at a time (the functional device, driven call by call
+    by the VM), the rules of :func:`run_stream` that concern this call.
+
+    ``carried`` are the operators of this call that earlier calls of the run preloaded, in
+    issue order; ``run_length`` is the number of calls of the run (``None``: unknown, then
+    the stream may not name a later call). Returns this call's instructions (first a
+    ``PRELOAD`` for each carried operator, then the segment's own instructions on this call)
+    and the preloads the segment issues for later calls (``Instruction.call`` absolute).
+    """
+    where = f"region '{program.region}' (call {call})"
+    ops = program.ops
+    if program.preload_schedule is None:
+        raise DeviceProgramError(f"{where} carries no preload schedule")
+    out: list[Instruction] = []
+    later: list[Instruction] = []
+    preloaded: set[int] = set()
+    executed: set[int] = set()
+    for j in carried:
+        if not 0 <= j < len(ops):
+            raise DeviceProgramError(f"an earlier call of the run preloads operator {j} of {where}, "
+                                     f"which has {len(ops)} operators")
+        if j in preloaded:
+            raise DeviceProgramError(f"operator '{ops[j].name}' of {where} is preloaded twice")
+        preloaded.add(j)
+        out.append(Instruction(PRELOAD, call, j))
+    seen_later: set[tuple[int, int]] = set()
+    for entry in program.preload_schedule.stream:
+        if entry[0] == EXECUTE:
+            j = int(entry[1])
+            executed.add(j)
+            out.append(Instruction(EXECUTE, call, j))
+            continue
+        offset, j = int(entry[1]), int(entry[2])
+        if offset > 0:
+            target = call + offset
+            if run_length is None:
+                raise DeviceProgramError(f"{where} preloads an operator of call {target}, but the "
+                                         "program names no run_order: the run's calls are unknown")
+            if target >= run_length:
+                raise DeviceProgramError(f"{where} preloads operator {j} of call {target}, which "
+                                         f"the run ({run_length} calls) does not have")
+            if (target, j) in seen_later:
+                raise DeviceProgramError(f"{where} preloads operator {j} of call {target} twice")
+            seen_later.add((target, j))
+            later.append(Instruction(PRELOAD, target, j))
+            continue
+        if not 0 <= j < len(ops):
+            raise DeviceProgramError(f"{where} preloads operator {j}, which the region does not have")
+        if j in preloaded:
+            raise DeviceProgramError(f"operator '{ops[j].name}' of {where} is preloaded twice")
+        if j in executed:
+            raise DeviceProgramError(f"operator '{ops[j].name}' of {where} is preloaded after it ran")
+        preloaded.add(j)
+        out.append(Instruction(PRELOAD, call, j))
+    offchip = offchip_inputs(program, has_hbm)
+    ready: set[int] = set()
+    for ins in out:
+        if ins.kind == PRELOAD:
+            ready.add(ins.op)
+        elif offchip[ins.op] and ins.op not in ready:
+            why = "before its preload" if ins.op in preloaded else "but the stream never preloads it"
+            raise DeviceProgramError(f"operator '{ops[ins.op].name}' of {where} reads off-chip "
+                                     f"data and executes {why}")
+    return out, later
