@@ -222,15 +222,12 @@ class _Planner:
                      else np.zeros(n, np.int64))
             flows.append(topo.io_flows(kind, cores, box.nbytes, group * len(inputs) + len(flows)))
         src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
-        network = topo.phase(src, dst, nbytes, multicast=group)
         if kind == "hbm":
-            # each chip's unique bytes are striped over its home controllers (Elk §5)
-            per_ctrl = np.zeros(hw.hbm_controllers)
-            for k in range(hw.num_chips):
-                home = topo.home_controllers(k)
-                per_ctrl[home] += unique[k] / home.size
-            source_s = float(per_ctrl.max()) / (hw.hbm_bandwidth / hw.hbm_controllers)
+            # each chip's unique bytes sliced over its home controllers (Elk §5; on a mesh
+            # in proportions chosen per load, Topology.hbm_load)
+            network, source_s = topo.hbm_load(src, dst, nbytes, group, unique)
         else:
+            network = topo.phase(src, dst, nbytes, multicast=group)
             source_s = float(unique.max()) / hw.host_bandwidth
         hit = (_Load(kind, source_s, network, float(unique.sum()), float(per_core.sum()),
                      tuple(distinct)), need)
