@@ -57,7 +57,11 @@ Topologies:
   (same column on the top/bottom side, same row on the left/right side), else its nearest
   port, and then routes XY (as a tree when several cores need the same bytes). So a
   controller delivers at ``min(its HBM share, E ports x link bandwidth)``, a chip at most
-  ``min(hbm_bandwidth per chip, 2 (rows + cols) x link bandwidth)``: the edge cut. For the
+  ``min(hbm_bandwidth per chip, 2 (rows + cols) x link bandwidth)``: the edge cut. Sliced
+  evenly over the controllers (Elk §5), the short sides' controllers bind (fewer ports, same
+  bytes); :meth:`MeshTopology.hbm_load` slices each load's tensors over the sides so that
+  the edge ports share it evenly (our choice: Elk does not say how a mesh chip places
+  tensors over its HBM modules). For the
   IPU-POD4 mesh (32 x 46 per chip, 5.5 GB/s links) that cut is 156 x 5.5 GB/s = 0.86 TB/s per
   chip, below the 4 TB/s of its HBM: a property of a mesh with IPU-rate links, not of the
   model (``MeshTopology.io_bandwidth`` widens the ports for experiments).
@@ -246,6 +250,25 @@ class Topology:
         flows = (np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes))
         return flows if group is None else flows + (np.concatenate(ids),)
 
+    def hbm_load(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, group: np.ndarray | None,
+                 unique_per_chip: np.ndarray) -> tuple[PhaseCost, float]:
+        """An HBM load: ``(network delivery, controller time)`` of the :meth:`io_flows`
+        ``src, dst, nbytes, group`` when chip ``k``'s HBM reads ``unique_per_chip[k]`` distinct
+        bytes. Each chip's bytes are striped evenly over its home controllers (Elk §5), each
+        reading at ``hbm_bandwidth / hbm_controllers``."""
+        network = self.phase(src, dst, nbytes, multicast=group)
+        return network, self._controller_seconds(unique_per_chip, None)
+
+    def _controller_seconds(self, unique_per_chip: np.ndarray, shares: np.ndarray | None) -> float:
+        """Seconds the busiest controller reads: chip ``k``'s bytes split over its home
+        controllers by ``shares`` (a fraction per controller; ``None``: evenly)."""
+        hw = self.hw
+        per_ctrl = np.zeros(hw.hbm_controllers)
+        for k in range(hw.num_chips):
+            home = self.home_controllers(k)
+            per_ctrl[home] += unique_per_chip[k] * (1.0 / home.size if shares is None else shares[home])
+        return float(per_ctrl.max()) / (hw.hbm_bandwidth / hw.hbm_controllers)
+
     # -- cost ------------------------------------------------------------------------------
     def phase(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
               sample_weight: float = 1.0, multicast: np.ndarray | None = None) -> PhaseCost:
@@ -417,6 +440,63 @@ class MeshTopology(Topology):
         for k in range(self.num_chips):
             ports[self.num_controllers + k] = ring
         return ports
+
+    def side_shares(self, v: float) -> np.ndarray | None:
+        """Per controller, the fraction of its chip's HBM bytes it holds when a share ``v`` of
+        each tensor sits behind the top and bottom sides and ``1 - v`` behind the left and
+        right ones (each side's controllers alike); ``None`` unless every controller is wired
+        to one side (a multiple of 4 controllers per chip, :meth:`io_ports`)."""
+        shares = np.zeros(self.num_controllers)
+        ports = self.io_ports()
+        for k in range(self.num_chips):
+            ctrls = self.controllers_of_chip(k)
+            if ctrls.size == 0 or ctrls.size % 4:
+                return None
+            vertical = np.array([self.port_side[ports[c][0]] % 2 == 0 for c in ctrls])
+            shares[ctrls[vertical]] = v / vertical.sum()
+            shares[ctrls[~vertical]] = (1.0 - v) / (~vertical).sum()
+        return shares
+
+    def hbm_load(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, group: np.ndarray | None,
+                 unique_per_chip: np.ndarray) -> tuple[PhaseCost, float]:
+        """An HBM load on the mesh: how each tensor is sliced over a chip's controllers decides
+        which edge ports carry it. Evenly (Elk §5), the controllers of the short sides (fewer
+        ports for the same bytes) bind. The slicing is chosen per load: evenly; all behind one
+        pair of sides (``v = 1``: top and bottom, ``v = 0``: left and right), whose busiest
+        link loads ``A`` and ``B`` give the balanced share ``v = B / (A + B)``; the load takes
+        the fastest of these, ``max(controller time, network time)``. For ``D`` distinct
+        bytes spread evenly over a chip's cores that balances every edge port at
+        ``D / (2 (rows + cols))``. (The weights a load reads are read by it alone, so their
+        placement in HBM can follow their reader.)"""
+        even = self.phase(src, dst, nbytes, multicast=group), self._controller_seconds(unique_per_chip, None)
+        if self.side_shares(0.5) is None:
+            return even
+        n = self.num_cores
+        io = src >= n
+        h = self.home_size
+
+        def with_split(v: float) -> tuple[PhaseCost, float]:
+            shares = self.side_shares(v)
+            scale = np.ones(src.size)
+            scale[io] = shares[src[io] - n] * h[src[io] - n]
+            net = self.phase(src, dst, nbytes * scale, multicast=group)
+            return net, self._controller_seconds(unique_per_chip, shares)
+
+        vert, hori = with_split(1.0), with_split(0.0)
+        options = [even, vert, hori]
+        A, B = vert[0].intra_busy_s, hori[0].intra_busy_s
+        if A > 0 and B > 0:
+            options.append(with_split(B / (A + B)))
+        return min(options, key=lambda o: max(o[0].time_s, o[1]))
+
+    @property
+    def home_size(self) -> np.ndarray:
+        """Per controller, how many home controllers its chip has (io_flows' even stripes)."""
+        out = np.zeros(self.num_controllers)
+        for k in range(self.num_chips):
+            home = self.home_controllers(k)
+            out[home] = home.size
+        return out
 
     def io_segments(self) -> list[np.ndarray]:
         """Per I/O node: local indices of the edge cores (routers) its ports attach to."""

@@ -356,3 +356,33 @@ def test_mesh_whole_chip_hbm_load_is_bounded_by_hbm_bandwidth() -> None:
     bw = topo.hw.link_bandwidth
     _, cast = hbm_load_seconds(topo, dst, np.full(dst.size, float(b)), group=np.zeros(dst.size, int))
     assert cast == pytest.approx(b / 4 / bw + k * LAT)  # each edge port and tree link once
+
+
+def test_mesh_hbm_load_slices_tensors_in_proportion_to_edge_ports() -> None:
+    # a 4 x 8 mesh (32 cores): the 4 controllers sit on sides of 8, 4, 8 and 4 ports
+    topo = mesh(32, hbm_bandwidth=1e12, hbm_controllers=4)
+    rows, cols = topo.rows, topo.cols
+    assert (rows, cols) == (4, 8)
+    bw = topo.hw.link_bandwidth
+    b = 64 * KIB  # distinct bytes per core
+    dst = np.arange(32)
+    total = b * dst.size
+    src, d, nb = topo.io_flows("hbm", dst, np.full(dst.size, float(b)))
+    unique = np.array([float(total)])
+    # sliced evenly (Elk §5): each controller's quarter through its side; the short sides
+    # (rows = 4 ports) carry total / 4 / rows per port, straight across
+    even = topo.phase(src, d, nb)
+    assert even.intra_busy_s == pytest.approx(total / 4 / rows / bw)
+    # the load slices by ports instead: every one of the 2 (rows + cols) ports carries
+    # total / 24, the controllers read unequal shares, far below their 0.25 TB/s
+    net, source = topo.hbm_load(src, d, nb, None, unique)
+    ports = 2 * (rows + cols)
+    assert net.intra_busy_s == pytest.approx(total / ports / bw)
+    assert source == pytest.approx(total * (cols / ports) / (1e12 / 4))
+    assert net.time_s < even.time_s
+    # the all-to-all network keeps the even slicing
+    a = a2a(32, hbm_bandwidth=1e12, hbm_controllers=4)
+    s2, d2, n2 = a.io_flows("hbm", dst, np.full(dst.size, float(b)))
+    net2, source2 = a.hbm_load(s2, d2, n2, None, unique)
+    assert source2 == pytest.approx(total / 4 / (1e12 / 4))
+    assert net2.time_s == pytest.approx(a.phase(s2, d2, n2).time_s)

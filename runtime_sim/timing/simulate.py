@@ -284,8 +284,7 @@ class _Planner:
                      else np.zeros(n, np.int64))
             flows.append(topo.io_flows(kind, cores, box.nbytes, group * len(inputs) + len(flows)))
         src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
-        network = topo.phase(src, dst, nbytes, multicast=group)
-        source_s = self._source_s(kind, unique)
+        network, source_s = self._deliver(kind, src, dst, nbytes, group, unique)
         hit = (_Load(kind, source_s, network, float(unique.sum()), float(per_core.sum()),
                      tuple(distinct)), need)
         self.c.loads[cache_key] = hit
@@ -329,23 +328,22 @@ class _Planner:
             group = delivery_groups(layout, t, s)
             flows.append(topo.io_flows(kind, cores, nbytes, group * len(inputs) + len(flows)))
         src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
-        network = topo.phase(src, dst, nbytes, multicast=group)
-        hit = (_Load(kind, self._source_s(kind, unique), network, float(unique.sum()), delivered,
+        network, source_s = self._deliver(kind, src, dst, nbytes, group, unique)
+        hit = (_Load(kind, source_s, network, float(unique.sum()), delivered,
                      tuple(distinct)), space)
         self.c.loads[cache_key] = hit
         return hit
 
-    def _source_s(self, kind: str, unique: np.ndarray) -> float:
-        """Seconds the HBM controllers (each chip's bytes striped over its home controllers,
-        Elk §5) or the host links take to send each chip's ``unique`` bytes."""
-        hw, topo = self.hw, self.topo
+    def _deliver(self, kind: str, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                 group: np.ndarray, unique: np.ndarray) -> tuple[PhaseCost, float]:
+        """The network phase of a delivery and the seconds its source takes to send each
+        chip's ``unique`` bytes: HBM controllers (each chip's bytes sliced over its home
+        controllers, Elk §5; on a mesh in proportions chosen per load,
+        :meth:`Topology.hbm_load`) or the host links."""
         if kind == "hbm":
-            per_ctrl = np.zeros(hw.hbm_controllers)
-            for k in range(hw.num_chips):
-                home = topo.home_controllers(k)
-                per_ctrl[home] += unique[k] / home.size
-            return float(per_ctrl.max()) / (hw.hbm_bandwidth / hw.hbm_controllers)
-        return float(unique.max()) / hw.host_bandwidth
+            return self.topo.hbm_load(src, dst, nbytes, group, unique)
+        network = self.topo.phase(src, dst, nbytes, multicast=group)
+        return network, float(unique.max()) / self.hw.host_bandwidth
 
     def distribute(self, key: str, layout: OpLayout, chunked: tuple[tuple[int, int], ...]) -> tuple[PhaseCost, float]:
         """The distribution phase of an operator's chunked inputs (Elk §4.5
