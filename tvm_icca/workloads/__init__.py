@@ -51,7 +51,7 @@ differences are granularity, not architecture:
 
 * Relax counts layout operators separately: every ``nn.Linear`` emits a ``permute_dims`` of
   its weight (7 per Llama layer; fused into the matmul on the chip, but counted at import),
-  the K-cache transposes (2) and the head split/merge ``reshape``\ s (4): 17 of the 53 ops of
+  the K-cache transposes (2) and the head split/merge reshapes (4): 17 of the 53 ops of
   a Llama layer are layout ops (12 of OPT's 44);
 * our decode attention reads the KV cache in place, without ``concat``, as two softmax
   blocks merged with a running maximum (:func:`~tvm_icca.workloads._layers.decode_attention`):

@@ -1,0 +1,92 @@
+"""The Elk pass of the model planner (tvm_icca.model.preloads): every design's schedule is a
+valid stream, runs exactly on the functional device, and both executors agree on what moved."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_icca
+from runtime_sim.device import last_run_timing
+from runtime_sim.errors import IccaError
+from runtime_sim.hardware import small_chip
+from runtime_sim.stream import offchip_inputs, run_stream
+from tvm_icca.model import PRELOAD_DESIGNS
+from tvm_icca.programs import compile_programs
+from tvm_icca.region import PlanCache
+from tvm_icca.workloads import get_workload
+
+HBM_CHIP = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
+                                                    hbm_controllers=2)
+_REFERENCE_TARGET = {"kind": "llvm", "opt-level": 0}
+
+
+def _tiny_llama():
+    return get_workload("llama2-13b", tiny=True, batch=2, context=8)
+
+
+def _run(ex, args):
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*args)
+    return [out] if hasattr(out, "numpy") else list(out)
+
+
+@pytest.fixture(scope="module")
+def designs():
+    """The tiny Llama's programs under every design (one plan cache)."""
+    cache = PlanCache()
+    mod = _tiny_llama().mod
+    return {d: compile_programs(mod, HBM_CHIP, plan_cache=cache, preload=d) for d in PRELOAD_DESIGNS}
+
+
+@pytest.mark.parametrize("design", PRELOAD_DESIGNS)
+def test_every_design_is_a_valid_stream(designs, design):
+    model = designs[design]
+    assert model.preload is not None and model.preload.design == design
+    stream = run_stream(model.programs, True)  # raises on any broken rule
+    needs = {(c, j) for c, p in enumerate(model.programs)
+             for j, ins in enumerate(offchip_inputs(p, True)) if ins}
+    assert {(i.call, i.op) for i in stream if i.kind == "preload"} == needs
+    assert sum(i.kind == "execute" for i in stream) == model.num_device_ops
+    report = model.simulate()
+    assert report.design == design
+    assert report.preloads == len(needs)
+    # no design beats the HBM floor (distinct bytes over the HBM bandwidth)
+    assert report.total_s >= report.hbm_bytes / HBM_CHIP.hbm_bandwidth
+    assert report.peak_sram_bytes_per_core <= HBM_CHIP.sram_bytes_per_core
+
+
+def test_basic_prefetches_at_most_the_next_operator(designs):
+    for program in designs["basic"].programs:
+        since_execute = 0
+        for entry in program.preload_schedule.stream:
+            since_execute = 0 if entry[0] == "execute" else since_execute + 1
+            assert since_execute <= 2  # the next operator's (plus, at a run start, the first's)
+
+
+def test_elk_full_runs_exactly_and_executors_agree():
+    workload = _tiny_llama()
+    args = [tvm.runtime.tensor(a) for a in workload.random_args(seed=3)]
+    got = _run(tvm_icca.compile(workload.mod, HBM_CHIP, preload="elk-full"), args)
+    stats = tvm_icca.last_run_stats()
+    want = _run(tvm.compile(workload.mod, target=tvm.target.Target(_REFERENCE_TARGET)), args)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-4)
+    report = last_run_timing()
+    assert report.design == "elk-full"
+    assert stats["preloads"] == report.preloads > 0
+    assert stats["executes"] == report.executes == report.num_ops
+    assert stats["preloaded_bytes"] == report.preloaded_bytes > 0
+    assert stats["distributed_bytes"] == report.distributed_bytes
+
+
+def test_off_and_sram_only_chips_have_no_schedule():
+    mod = _tiny_llama().mod
+    assert compile_programs(mod, HBM_CHIP, preload="off").programs[0].preload_schedule is None
+    sram_only = small_chip(64, 64 * 1024)
+    assert compile_programs(mod, sram_only).programs[0].preload_schedule is None
+    with pytest.raises(IccaError, match="has no HBM"):
+        compile_programs(mod, sram_only, preload="elk-full")
+    with pytest.raises(IccaError, match="unknown preload design"):
+        compile_programs(mod, HBM_CHIP, preload="elk")
