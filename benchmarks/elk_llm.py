@@ -73,10 +73,8 @@ def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | N
             "estimated_ms": compiled.preload.estimated_s * 1e3 if compiled.preload else 0.0,
             "hbm_bytes": float(report.hbm_bytes),
             "hbm_floor_ms": float(report.hbm_bytes) / hw.hbm_bandwidth * 1e3,
-            "compute_floor_ms": sum(float(o.flops) for o in report.per_op) / hw.peak_flops * 1e3
-            if hasattr(hw, "peak_flops") else 0.0,
         }
-        for key in ("preload_only_s", "execute_only_s", "overlap_s", "stall_s",
+        for key in ("preload_only_s", "execute_only_s", "preload_overlap_s", "stall_s",
                     "interconnect_stall_s", "hbm_utilization", "interconnect_utilization",
                     "flops_utilization", "achieved_flops", "preloaded_bytes", "distributed_bytes"):
             if key in data:
@@ -102,7 +100,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {r['model']} | {r['batch']} | {r['context']} | {r['design']} | {r['total_ms']:.3f} | "
             f"{pct:.1f}% | {ms('preload_only_s'):.3f} | {ms('execute_only_s'):.3f} | "
-            f"{ms('overlap_s'):.3f} | {ms('interconnect_stall_s' if 'interconnect_stall_s' in r else 'stall_s'):.3f} | "
+            f"{ms('preload_overlap_s'):.3f} | {ms('interconnect_stall_s' if 'interconnect_stall_s' in r else 'stall_s'):.3f} | "
             f"{pc('hbm_utilization'):.1f}% | {pc('interconnect_utilization'):.1f}% | "
             f"{pc('flops_utilization'):.1f}% | {r['hbm_floor_ms']:.3f} | {r['compile_s']:.1f} | "
             f"{r['elk_planning_s']:.1f} |")
