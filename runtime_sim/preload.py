@@ -189,3 +189,23 @@ def op_preload(layout: OpLayout, inputs: "list[int] | tuple[int, ...]",
         distributed_bytes=int(sum(distribution(layout, t, s).total_bytes for t, s in pairs)),
         space_bytes_per_core=int(sum(preload_bytes(layout, t, s) for t, s in pairs)),
     )
+
+
+def chunk_share_per_chip(layout: OpLayout, t: int, s: int, chip_of: np.ndarray,
+                         num_chips: int) -> np.ndarray:
+    """Per chip, the share of its distinct partition bytes of input ``t`` that its cores hold
+    in the preload state with ``s`` chunks: the distinct (partition, chunk) pairs on the chip
+    over its distinct partitions (1 when every partition on it has all its chunks there).
+    A chip's HBM reads its distinct bytes times this share."""
+    ids, rank = replica_ranks(layout, t)
+    chunk = rank % s
+    lo, hi = chunk_range(layout, t, s, chunk)
+    whole = layout.partition_bytes(t) // max(1, dtype_bytes(layout.expr.tensors[t].dtype))
+    share = np.ones(num_chips)
+    for k in np.unique(chip_of):
+        on = chip_of == k
+        _, first = np.unique(ids[on] * s + chunk[on], return_index=True)
+        held = float((hi[on] - lo[on])[first].sum())
+        full = float(np.unique(ids[on]).size * whole)
+        share[int(k)] = held / full if full > 0 else 1.0
+    return share

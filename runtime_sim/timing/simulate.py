@@ -115,8 +115,7 @@ from ..errors import DeviceProgramError, SramOverflowError
 from ..hardware import HardwareSpec
 from ..layout import OpLayout, check_op_inputs, checked_layout
 from ..lifetimes import last_reads, outlives, released
-from ..preload import (chunk_range, delivered_bytes, delivery_groups, distribution, preload_bytes,
-                       replica_ranks)
+from ..preload import (chunk_share_per_chip, delivered_bytes, delivery_groups, distribution, preload_bytes)
 from ..program import (IDLE_SPREAD, PRELOAD, DeviceProgram, OpProgram, dtype_bytes,
                        model_state_source)
 from ..stream import Instruction, run_stream
@@ -319,7 +318,7 @@ class _Planner:
             box = self.boxes(key, layout, t)
             per_chip = box.unique_bytes_per_chip(chip_of, hw.num_chips)
             if s > 1:
-                per_chip = per_chip * _chunk_share(layout, t, s, chip_of, hw.num_chips)
+                per_chip = per_chip * chunk_share_per_chip(layout, t, s, chip_of, hw.num_chips)
             unique += per_chip
             distinct.append(float(box.unique_bytes_per_chip(one_chip, 1).sum()))
             space += preload_bytes(layout, t, s)
@@ -1096,24 +1095,6 @@ def _grid_bytes(grid: BlockGrid, num_cores: int) -> np.ndarray:
         size *= np.minimum((ks[d] + 1) * block, extent) - ks[d] * block
     np.add.at(held, grid.owner[owned], size)
     return held
-
-
-def _chunk_share(layout: OpLayout, t: int, s: int, chip_of: np.ndarray, num_chips: int) -> np.ndarray:
-    """Per chip, the share of its distinct partition bytes of input ``t`` that its cores hold
-    in the preload state with ``s`` chunks: the distinct (partition, chunk) pairs on the chip
-    over its distinct partitions (1 when every partition on it has all its chunks there)."""
-    ids, rank = replica_ranks(layout, t)
-    chunk = rank % s
-    lo, hi = chunk_range(layout, t, s, chunk)
-    whole = layout.partition_bytes(t) // max(1, dtype_bytes(layout.expr.tensors[t].dtype))
-    share = np.ones(num_chips)
-    for k in np.unique(chip_of):
-        on = chip_of == k
-        pairs, first = np.unique(ids[on] * s + chunk[on], return_index=True)
-        held = float((hi[on] - lo[on])[first].sum())
-        full = float(np.unique(ids[on]).size * whole)
-        share[int(k)] = held / full if full > 0 else 1.0
-    return share
 
 
 def _progress(programs: list[DeviceProgram], enabled: bool):

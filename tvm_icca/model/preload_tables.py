@@ -30,9 +30,11 @@ from typing import Sequence
 
 from runtime_sim.errors import PlanNotFoundError
 from runtime_sim.hardware import HardwareSpec
-from runtime_sim.layout import OpLayout
+import numpy as np
+
+from runtime_sim.layout import OpLayout, input_boxes
 from runtime_sim.lifetimes import held_bytes
-from runtime_sim.preload import chunk_options, preload_bytes
+from runtime_sim.preload import chunk_options, chunk_share_per_chip, distribution, preload_bytes
 from runtime_sim.program import DeviceProgram, ExecutionPlan, OpProgram
 from runtime_sim.stream import input_sources
 
@@ -84,6 +86,12 @@ def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int
     for plan, time_s, traffic_s in _exec_ladder(op, hbm, held, hw, cache):
         layout = OpLayout(op.expr, plan, hw.cores_per_chip)
         space = layout.memory_bytes_per_core()
+        # inputs produced on chip arrive by re-layout before it computes (Elk's inter-core
+        # data exchange): each core receives its partitions over its link
+        moved = sum(layout.partition_bytes(t) for t in range(len(op.expr.inputs))
+                    if t not in hbm and t not in host)
+        relayout_s = moved / hw.link_bandwidth + (hw.link_latency_s if moved else 0.0)
+        time_s, traffic_s = time_s + relayout_s, traffic_s + relayout_s
         if execs and not (space < execs[-1].space and time_s > execs[-1].time_s):
             continue  # not on the frontier
         execs.append(ExecPoint(time_s, space, min(traffic_s, time_s), plan))
@@ -119,28 +127,41 @@ def _traffic(planned) -> float:
 def _preload_points(layout: OpLayout, offchip: tuple[int, ...], hbm: tuple[int, ...],
                     host: tuple[int, ...], hw: HardwareSpec) -> tuple[PreloadPoint, ...]:
     """Pareto-optimal chunk choices (preload space vs distribution time), MaxPreload first."""
-    # (space, distribution bytes per core, chunks)
-    combos: list[tuple[int, int, tuple[tuple[int, int], ...]]] = [(0, 0, ())]
+    chip_of = layout.physical // hw.cores_per_chip
+    # per input and chunk count: (space, distribution seconds, seconds its source needs)
+    combos: list[tuple[int, float, float, tuple[tuple[int, int], ...]]] = [(0, 0.0, 0.0, ())]
     for t in offchip:
-        whole = layout.partition_bytes(t)
+        per_chip = input_boxes(layout, t).unique_bytes_per_chip(chip_of, hw.num_chips)
+        # a chip's HBM (its share of the controllers) or its host link sends its bytes
+        rate = (hw.hbm_bandwidth / hw.num_chips) if t in hbm else hw.host_bandwidth
         options = []
         for s in _chunk_choices(layout, t):
-            space = preload_bytes(layout, t, s)
-            options.append((space, max(whole - space, 0), s))
-        combos = _pareto([(a + sp, d + dd, c + (((t, s),) if s > 1 else ()))
-                          for a, d, c in combos for sp, dd, s in options])
-    hbm_bytes = sum(layout.expr.inputs[t].nbytes for t in hbm)
-    host_bytes = sum(layout.expr.inputs[t].nbytes for t in host)
-    source_s = max(hbm_bytes / hw.hbm_bandwidth if hbm_bytes and hw.hbm_bandwidth > 0 else 0.0,
-                   host_bytes / hw.host_bandwidth if host_bytes else 0.0)
+            share = chunk_share_per_chip(layout, t, s, chip_of, hw.num_chips) if s > 1 else 1.0
+            source_s = float((per_chip * share).max()) / rate
+            options.append((preload_bytes(layout, t, s), _distribute_s(layout, t, s, chip_of, hw),
+                            source_s, s))
+        combos = _pareto([(a + sp, d + dd, src + ss, c + (((t, s),) if s > 1 else ()))
+                          for a, d, src, c in combos for sp, dd, ss, s in options])
     points = []
-    for space, dist_bytes, chunks in combos:
+    for space, distribute_s, source_s, chunks in combos:
         network_s = space / hw.link_bandwidth
-        distribute_s = dist_bytes / hw.link_bandwidth + (hw.link_latency_s if dist_bytes else 0.0)
         points.append(PreloadPoint(space=int(space), distribute_s=float(distribute_s),
                                    load_s=float(max(source_s, network_s)),
                                    network_s=float(network_s), chunks=chunks))
     return tuple(points)
+
+
+def _distribute_s(layout: OpLayout, t: int, s: int, chip_of: np.ndarray, hw: HardwareSpec) -> float:
+    """Distribution of input ``t`` from ``s`` chunks (:func:`runtime_sim.preload.distribution`):
+    each core receives its missing chunks over its link; chunks from a replica on another chip
+    cross the chips' shared links (``inter_chip_bandwidth`` for the system)."""
+    if s <= 1:
+        return 0.0
+    d = distribution(layout, t, s)
+    per_core = np.bincount(d.dst, weights=d.nbytes, minlength=layout.num_cores).max()
+    cross = float(d.nbytes[chip_of[d.src] != chip_of[d.dst]].sum())
+    inter_s = cross / hw.inter_chip_bandwidth if cross and hw.inter_chip_bandwidth > 0 else 0.0
+    return max(float(per_core) / hw.link_bandwidth, inter_s) + hw.link_latency_s
 
 
 def _chunk_choices(layout: OpLayout, t: int) -> list[int]:
@@ -154,12 +175,13 @@ def _chunk_choices(layout: OpLayout, t: int) -> list[int]:
     return sorted(picks)
 
 
-def _pareto(points: list[tuple[int, int, tuple]]) -> list[tuple[int, int, tuple]]:
-    """Largest space (least distribution) first; drop points no better in either."""
-    points = sorted(points, key=lambda p: (-p[0], p[1]))
-    front: list[tuple[int, int, tuple]] = []
+def _pareto(points: list[tuple]) -> list[tuple]:
+    """Largest space first; a point stays if it needs less space than every point before it
+    and is slower to distribute or to load (Elk §4.3 keeps the Pareto set)."""
+    points = sorted(points, key=lambda p: (-p[0], p[1], p[2]))
+    front: list[tuple] = []
     for p in points:
-        while front and p[1] <= front[-1][1]:
-            front.pop()  # p needs less space and distributes no more
+        while front and p[1] <= front[-1][1] and p[2] <= front[-1][2]:
+            front.pop()  # p needs less space and costs no more time
         front.append(p)
     return front
