@@ -11,23 +11,29 @@ the timing simulator), so it depends on :class:`~runtime_sim.hardware.HardwareSp
   per-hop latency (``chip_hops``; the IPU-Link leg of an IPU-POD, see
   :mod:`runtime_sim.hardware`).
 * Output replicas are summed into ring 0 by the faster of two schedules, as collective
-  libraries pick per message size (:func:`replica_reduction_schedule`): a binomial tree,
-  ``ceil(log2 R)`` rounds each moving one partition and adding it on the vector unit, or a
-  pipelined chain of shift-buffer chunks, ``n + R - 2`` stages for ``n`` chunks, whose first
-  chunk needs ``R - 2`` extra hops to reach ring 0.
+  libraries pick per message size (:func:`replica_reduction_schedule`): a gather tree, in
+  each round of which a receiving core takes up to ``radix - 1`` partitions through its port,
+  adds them on the vector unit and synchronizes (radix 2 is the binomial tree,
+  ``ceil(log2 R)`` rounds; a radix >= R gathers everything in one round; the radix is the
+  fastest power of two, :func:`best_gather_radix`: small partitions want few rounds, each
+  paying a latency and a synchronization, large ones a narrow tree), or a pipelined chain of
+  shift-buffer chunks, ``n + R - 2`` stages for ``n`` chunks, whose first chunk needs
+  ``R - 2`` extra hops to reach ring 0.
 
 * Partial statistics of a core-local reduction split across ``G`` cores (a norm's sum of
   squares, softmax's max and sum of exp; :func:`runtime_sim.layout.local_splits`) are
-  all-reduced per level: a binomial tree to the group's first core, ``ceil(log2 G)`` rounds
-  each one transfer, one vector add and one synchronization, then the same tree back (a
-  broadcast, transfer and synchronization per round) (:func:`split_combine_seconds`).
-  Statistics are a few bytes per row, so the tree, not the chain, is the schedule.
+  all-reduced per level: the fastest gather tree to the group's first core (as above, on
+  statistics of a few bytes per row: usually one or two rounds), then one multicast of the
+  combined statistics back to the group (one transfer, one synchronization)
+  (:func:`split_combine_seconds`). Either way every core sends or receives exactly the bytes
+  the functional device counts.
 
 Every function takes scalars or numpy arrays (scalars in, Python floats out).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,15 +75,78 @@ def link_transfer_seconds(nbytes, hw: HardwareSpec, chip_hops=0):
     return _out(t)
 
 
+def gather_radices(group) -> list[int]:
+    """Radices tried for a gather among up to ``group`` cores (scalar or array: its maximum):
+    2, 4, 8, ... up to the first power of two >= the group (one round, every core straight
+    to the root)."""
+    g = float(np.max(np.asarray(group, np.float64))) if np.size(group) else 1.0
+    top = max(1, int(math.ceil(math.log2(max(g, 2.0)))))
+    return [2 ** k for k in range(1, top + 1)]
+
+
+def gather_fan_ins(group, radix):
+    """Per round of a radix-``radix`` gather tree among ``group`` cores, the most partial
+    values one core receives: ``min(radix - 1, ceil(G / radix^j) - 1)`` in round ``j`` (the
+    root receives the most). Returns ``(rounds, total fan-in)`` (arrays like ``group``): the
+    number of rounds and the sum over rounds of the root's receives."""
+    G = np.maximum(np.asarray(group, np.float64), 1.0)
+    rounds = np.zeros_like(G)
+    total = np.zeros_like(G)
+    span = np.ones_like(G)  # radix^j
+    while True:
+        live = span < G
+        if not live.any():
+            break
+        fan = np.minimum(radix - 1.0, np.ceil(G / span) - 1.0)
+        rounds = rounds + live
+        total = total + np.where(live, fan, 0.0)
+        span = span * radix
+    return _out(rounds), _out(total)
+
+
+def gather_seconds(group, radix, nbytes, elements, hw: HardwareSpec):
+    """Time of reducing ``group`` partial values of ``nbytes`` (``elements`` each) to one core
+    by a radix-``radix`` tree, each transfer alone on its link: per round, the receiving core
+    takes ``fan-in`` values through its port (``fan-in * nbytes / link_bandwidth``, every value
+    its own chunks' latency, in parallel), adds them and synchronizes."""
+    rounds, fan = gather_fan_ins(group, radix)
+    b = np.asarray(nbytes, np.float64)
+    lat = np.asarray(chunk_latency_seconds(b, hw, 1))
+    add = np.asarray(elements, np.float64) / hw.vector_flops_per_cycle / hw.clock_hz
+    sync = hw.sync_cycles / hw.clock_hz
+    return _out(np.asarray(fan) * (b / hw.link_bandwidth + add) + np.asarray(rounds) * (lat + sync))
+
+
+def best_gather_radix(group, nbytes, elements, hw: HardwareSpec):
+    """The radix (of :func:`gather_radices`) of the fastest :func:`gather_seconds`, and that
+    time; the smallest radix on ties. Collective libraries pick the tree's fan-in by message
+    size the same way (small values: few rounds, each paying a latency and a
+    synchronization; large ones: a narrow tree, each round one value per port)."""
+    G = np.asarray(group, np.float64)
+    best_t = None
+    best_r = None
+    for r in gather_radices(G):
+        t = np.asarray(gather_seconds(G, r, nbytes, elements, hw))
+        if best_t is None:
+            best_t, best_r = t, np.full(t.shape, float(r))
+        else:
+            better = t < best_t
+            best_t = np.where(better, t, best_t)
+            best_r = np.where(better, float(r), best_r)
+    return _out(best_r), _out(best_t)
+
+
 @dataclass(frozen=True)
 class ReductionSchedule:
     """The two replica-reduction schedules of ``replicas`` copies of a ``partition_bytes``
     partition (arrays broadcast like the inputs; entries where ``R <= 1`` are meaningless).
 
-    Tree: ``tree_rounds`` rounds, each one partition transfer plus ``add_s + sync_s``.
-    Chain: one partition transfer (every replica to its neighbour, all at once), then
-    ``chain_fill_s`` (the first chunk's ``R - 2`` extra hops), ``chain_add_s`` (adding every
-    chunk) and one ``sync_s``.
+    Tree: a gather tree of radix ``tree_radix`` (:func:`best_gather_radix`: 2 is the binomial
+    tree), ``tree_rounds`` rounds; in each the receiving cores take up to ``radix - 1``
+    partitions through their port, add them and synchronize (``tree_fan_in``: the root's
+    receives over all rounds). Chain: one partition transfer (every replica to its
+    neighbour, all at once), then ``chain_fill_s`` (the first chunk's ``R - 2`` extra hops),
+    ``chain_add_s`` (adding every chunk) and one ``sync_s``.
     """
 
     replicas: object
@@ -87,6 +156,8 @@ class ReductionSchedule:
     sync_s: float
     chain_fill_s: object
     chain_add_s: object
+    tree_radix: object = 2.0
+    tree_fan_in: object = None
 
     @property
     def chain_stages(self):
@@ -96,7 +167,8 @@ class ReductionSchedule:
     @property
     def tree_adds_s(self):
         """Vector-unit adds and synchronizations of the tree."""
-        return _out(np.asarray(self.tree_rounds) * (np.asarray(self.add_s) + self.sync_s))
+        fan = self.tree_rounds if self.tree_fan_in is None else self.tree_fan_in
+        return _out(np.asarray(fan) * np.asarray(self.add_s) + np.asarray(self.tree_rounds) * self.sync_s)
 
     @property
     def chain_adds_s(self):
@@ -109,14 +181,22 @@ def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
     """Closed-form terms of both reduction schedules (see the module docstring)."""
     R = np.asarray(replicas, np.float64)
     p = np.asarray(partition_bytes, np.float64)
-    add = np.asarray(partition_elements, np.float64) / hw.vector_flops_per_cycle / hw.clock_hz
+    elems = np.asarray(partition_elements, np.float64)
+    add = elems / hw.vector_flops_per_cycle / hw.clock_hz
     sync = hw.sync_cycles / hw.clock_hz
-    rounds = np.ceil(np.log2(np.maximum(R, 1.0)))
+    radix, _ = best_gather_radix(R, p, elems, hw)
+    radix = np.asarray(radix, np.float64)
+    rounds = np.zeros(np.broadcast(R, radix).shape)
+    fan = np.zeros_like(rounds)
+    for r in np.unique(radix):
+        n, f = gather_fan_ins(R, float(r))
+        rounds = np.where(radix == r, n, rounds)
+        fan = np.where(radix == r, f, fan)
     chunks = np.maximum(1.0, np.ceil(p / hw.shift_buffer_bytes))
     fill = (R - 2) * (p / chunks / hw.link_bandwidth + hw.link_latency_s)
     adds = (chunks + R - 2) * add / chunks
     return ReductionSchedule(_out(R), _out(rounds), _out(chunks), _out(add), sync, _out(fill),
-                             _out(adds))
+                             _out(adds), _out(radix), _out(fan))
 
 
 def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
@@ -125,29 +205,41 @@ def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw:
     routes the same transfers on its topology instead (``runtime_sim.timing.opcost``)."""
     R = np.asarray(replicas, np.float64)
     s = replica_reduction_schedule(R, partition_bytes, partition_elements, hw)
+    p = np.asarray(partition_bytes, np.float64)
     one = np.asarray(link_transfer_seconds(partition_bytes, hw))
-    tree = np.asarray(s.tree_rounds) * (one + s.add_s + s.sync_s)
+    lat = np.asarray(chunk_latency_seconds(p, hw, 1))
+    tree = (np.asarray(s.tree_fan_in) * p / hw.link_bandwidth + np.asarray(s.tree_rounds) * lat
+            + s.tree_adds_s)
     chain = one + s.chain_fill_s + s.chain_add_s + s.sync_s
     return _out(np.where(R > 1, np.minimum(tree, chain), 0.0))
 
 
 def combine_rounds(group):
-    """Tree rounds of one reduction (and of one broadcast) among ``group`` cores."""
+    """Tree rounds of one binomial reduction among ``group`` cores."""
     return _out(np.ceil(np.log2(np.maximum(np.asarray(group, np.float64), 1.0))))
+
+
+def combine_radix(group, elements, hw: HardwareSpec, stat_bytes: int = 4):
+    """Radix of the gather of one combine level (:func:`best_gather_radix` for ``elements``
+    float32 statistics per core)."""
+    e = np.asarray(elements, np.float64)
+    return best_gather_radix(group, e * stat_bytes, e, hw)[0]
 
 
 def split_combine_seconds(group, level_elements, hw: HardwareSpec, stat_bytes: int = 4):
     """Time of all-reducing partial statistics among ``group`` cores, level after level
     (``level_elements``: a sequence of statistic elements per core, one per level, scalars or
-    arrays), every transfer costed alone on its link; 0 where ``group <= 1``."""
+    arrays), every transfer costed alone on its link; 0 where ``group <= 1``. Per level: the
+    fastest gather tree to the group's first core (:func:`best_gather_radix`), then one
+    broadcast of the combined statistics back to the group (the exchange multicasts: one
+    transfer and one synchronization)."""
     G = np.asarray(group, np.float64)
-    rounds = np.asarray(combine_rounds(G))
     sync = hw.sync_cycles / hw.clock_hz
     total = np.zeros(np.broadcast(G, *[np.asarray(e) for e in level_elements]).shape) if level_elements \
         else np.zeros_like(G)
     for elems in level_elements:
         e = np.asarray(elems, np.float64)
-        one = np.asarray(link_transfer_seconds(e * stat_bytes, hw))
-        add = e / hw.vector_flops_per_cycle / hw.clock_hz
-        total = total + rounds * (2 * (one + sync) + add)
+        _, up = best_gather_radix(G, e * stat_bytes, e, hw)
+        down = np.asarray(link_transfer_seconds(e * stat_bytes, hw)) + sync
+        total = total + np.asarray(up) + down
     return _out(np.where(G > 1, total, 0.0))

@@ -49,7 +49,7 @@ def test_link_transfer_closed_form():
         1 * 1 * hw.link_latency_s, 2 * 3 * hw.link_latency_s]
 
 
-@pytest.mark.parametrize("R,pbytes", [(1, 4096), (2, 100), (5, 4096), (16, 10 ** 6), (64, 64)])
+@pytest.mark.parametrize("R,pbytes", [(1, 4096), (2, 100), (5, 4096), (16, 10 ** 6), (64, 64), (23, 20)])
 def test_replica_reduction_is_the_faster_schedule(R, pbytes):
     hw = small_chip(64, 256 * 1024, link_latency_s=1e-7)
     elems = pbytes / 4
@@ -58,9 +58,24 @@ def test_replica_reduction_is_the_faster_schedule(R, pbytes):
     sync = hw.sync_cycles / hw.clock_hz
     one = link_transfer_seconds(pbytes, hw)
     chunks = max(1, math.ceil(pbytes / hw.shift_buffer_bytes))
-    assert s.tree_rounds == math.ceil(math.log2(R)) and s.chunks == chunks
+    assert s.chunks == chunks
     assert s.chain_stages == chunks + R - 2
-    tree = math.ceil(math.log2(R)) * (one + add + sync)
+
+    def gather(radix):  # per round the root takes min(radix - 1, ceil(R / radix^j) - 1) partitions
+        fans, span = [], 1
+        while span < R:
+            fans.append(min(radix - 1, math.ceil(R / span) - 1))
+            span *= radix
+        lat = one - pbytes / hw.link_bandwidth
+        return len(fans), sum(fans) * (pbytes / hw.link_bandwidth + add) + len(fans) * (lat + sync)
+
+    radices = [2 ** k for k in range(1, max(1, math.ceil(math.log2(max(R, 2)))) + 1)]
+    tree = min(gather(r)[1] for r in radices)
+    radix = min(radices, key=lambda r: (gather(r)[1], r))
+    assert s.tree_radix == radix and s.tree_rounds == gather(radix)[0]
+    if R > 1:  # radix 2 is the binomial tree
+        assert gather(2)[0] == math.ceil(math.log2(R))
+        assert gather(2)[1] == pytest.approx(math.ceil(math.log2(R)) * (one + add + sync), rel=1e-12)
     chain = one + (R - 2) * (pbytes / chunks / hw.link_bandwidth + hw.link_latency_s) \
         + (chunks + R - 2) * add / chunks + sync
     want = min(tree, chain) if R > 1 else 0.0

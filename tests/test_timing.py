@@ -791,10 +791,13 @@ def test_operators_far_from_their_lower_bound_are_named(exprs) -> None:
     assert good.op_kinds[0]["ratio"] < 10
 
 
-def test_split_norm_combine_is_a_tree_there_and_back(exprs) -> None:
-    """RMS-style statistics split over 8 cores per row: partial sums, then per level a binomial
-    tree to the group's first core and back (runtime_sim.links.split_combine_seconds)."""
-    from runtime_sim.links import split_combine_seconds
+def test_split_norm_combine_is_a_gather_and_a_multicast(exprs) -> None:
+    """RMS-style statistics split over 8 cores per row: partial sums, then per level a gather
+    of the 8 partial statistics to the group's first core (the fastest radix: 8 bytes per
+    value, so one round of 7 values through its port beats three binomial rounds, each paying
+    a latency and a synchronization) and one multicast back (runtime_sim.links.
+    split_combine_seconds)."""
+    from runtime_sim.links import combine_radix, split_combine_seconds
 
     e = exprs.layer_norm(4, 64)
     plan = ExecutionPlan({"i": 2, "j": 8}, ({}, {}, {}, {}))
@@ -804,12 +807,16 @@ def test_split_norm_combine_is_a_tree_there_and_back(exprs) -> None:
     assert layout.combine_size == 8 and layout.combine_levels() == [2, 2]  # mean, then variance
     stat = 2 * 4  # two rows per core, float32
     assert report.reduction_bytes == layout.reduction_bytes() == 2 * 2 * (2 * 7 * stat)
-    rounds = 3  # log2(8), up and down, per level
-    transfer = 2 * 2 * rounds * (stat / HW16.link_bandwidth + LAT)
-    adds = 2 * rounds * (2 / HW16.vector_flops_per_cycle + 2 * HW16.sync_cycles) / HW16.clock_hz
+    assert combine_radix(8, 2, HW16) == 8  # one gather round
+    bw, sync = HW16.link_bandwidth, HW16.sync_cycles / HW16.clock_hz
+    transfer = 2 * ((7 * stat / bw + LAT) + (stat / bw + LAT))  # per level: gather, multicast
+    adds = 2 * (7 * 2 / HW16.vector_flops_per_cycle / HW16.clock_hz + 2 * sync)
     assert report.transfer_s == pytest.approx(transfer, rel=1e-9)
     assert report.per_op[0].reduction_s == pytest.approx(transfer + adds, rel=1e-9)
     assert split_combine_seconds(8, [2, 2], HW16) == pytest.approx(transfer + adds, rel=1e-9)
+    # the binomial tree there and back it replaces: three rounds each way
+    tree = 2 * 2 * 3 * (stat / bw + LAT + sync) + 2 * 3 * 2 / HW16.vector_flops_per_cycle / HW16.clock_hz
+    assert transfer + adds < tree
     assert split_combine_seconds(1, [2, 2], HW16) == 0.0
 
 
@@ -858,3 +865,23 @@ def test_trace_draws_a_spread_operator_on_every_chip_it_uses(exprs) -> None:
         drawn = {e["pid"] for e in timing_trace(report)
                  if e.get("ph") == "X" and e.get("name") == consumer.name}
         assert len(drawn) == len(expected[0])  # one "cores" span per chip it runs on
+
+
+def test_many_small_replicas_gather_in_a_wide_tree(exprs) -> None:
+    """16 replicas of a 64-byte partial sum: the fastest gather radix takes several values per
+    round through the root's port (fewer rounds, each one latency and one synchronization);
+    the simulator routes that tree and charges the closed form of runtime_sim.links."""
+    from runtime_sim.links import replica_reduction_schedule, replica_reduction_seconds
+
+    e = exprs.matmul(4, 256, 4)
+    plan = ExecutionPlan({"k": 16}, ({}, {}, {}))
+    prog = single(e, plan, HW16, constants=("A", "B"))
+    report = simulate_timing([prog])
+    layout = OpLayout(e, plan)
+    pc = layout.partition_bytes(2)
+    elems = pc // 4
+    s = replica_reduction_schedule(16, pc, elems, HW16)
+    assert s.tree_radix > 2 and s.tree_rounds < 4
+    assert report.reduction_bytes == layout.reduction_bytes() == 15 * pc
+    assert report.per_op[0].reduction_s == pytest.approx(
+        replica_reduction_seconds(16, pc, elems, HW16), rel=1e-9)

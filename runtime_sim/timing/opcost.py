@@ -14,17 +14,21 @@ ComputeSet"), bulk-synchronously: compute, synchronize, exchange. So:
   phase is costed once on the topology with all cores vectorized.
 * the replica reduction (output replicas summed into ring 0, as the functional device does)
   runs as the faster of two schedules, as collective libraries pick per message size: a
-  binomial tree (``ceil(log2 R)`` rounds in which half of the remaining partial sums move one
-  partition each; best for small partitions) or a pipelined chain (every replica sends its
+  gather tree (radix 2: ``ceil(log2 R)`` rounds in which half of the remaining partial sums
+  move one partition each; a wider radix: fewer rounds, each receiver taking up to
+  ``radix - 1`` partitions; best for small partitions) or a pipelined chain (every replica sends its
   partition, in shift-buffer sized chunks, to the next one towards ring 0, adding each chunk
   it receives before passing it on: ``n + R - 2`` chunk stages for ``n`` chunks; best for
   large partitions). Both send exactly the bytes the device counts, ``(R - 1)`` partitions
   per output partition.
 * a core-local reduction split across cores (:func:`runtime_sim.layout.local_splits`) combines
   its partial statistics after every step, level by level, within each group of cores that
-  share rows: a binomial tree to the group's first core and the same tree back
-  (:func:`runtime_sim.links.split_combine_seconds` is its closed form); counted with the
-  replica reduction (same phase, bytes and add time).
+  share rows: the fastest gather tree to the group's first core, then one multicast of the
+  result back (:func:`runtime_sim.links.split_combine_seconds` is its closed form); counted
+  with the replica reduction (same phase, bytes and add time).
+* the replica reduction's tree and the combine's gather have the radix of the closed form
+  (:func:`runtime_sim.links.best_gather_radix`); :func:`gather_tree_rounds` gives their
+  flows.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import numpy as np
 from ..hardware import HardwareSpec
 from ..layout import OpLayout
 from ..layout import STAT_BYTES
-from ..links import replica_reduction_schedule
+from ..links import combine_radix, gather_fan_ins, replica_reduction_schedule
 from ..topology import NO_PHASE, PhaseCost, Topology
 
 #: Distinct shift phases costed exactly per operator; beyond this many (a tensor rotating on
@@ -274,16 +278,14 @@ def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[Phas
     elems = int(np.prod(layout.partition_shape(out), dtype=np.int64))
     schedule = replica_reduction_schedule(R, pbytes, elems, hw)
 
+    radix = int(schedule.tree_radix)
     tree, rounds, sent = NO_PHASE, 0, 0
-    step = 1
-    while step < R:
-        senders = np.flatnonzero((rank % (2 * step)) == step)
-        src = P[order[senders]]
-        dst = P[order[senders - step]]
+    for src_rank, dst_rank in gather_tree_rounds(rank, R, radix):
+        src = P[order[src_rank]]
+        dst = P[order[dst_rank]]
         tree = tree + topo.phase(src, dst, np.full(src.size, float(pbytes)))
         sent += src.size * pbytes
         rounds += 1
-        step *= 2
     assert rounds == schedule.tree_rounds
     tree_adds = schedule.tree_adds_s
 
@@ -313,20 +315,39 @@ def _combine(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[PhaseC
     rank = np.arange(n) - head
     sync = hw.sync_cycles / hw.clock_hz
     cost, rounds, compute, sent = NO_PHASE, 0, 0.0, 0
+    rest = np.flatnonzero(rank > 0)
+    root = np.flatnonzero(rank == 0)[np.searchsorted(group[order][rank == 0], group[order][rest])]
     for elems in levels:
         nbytes = float(elems * STAT_BYTES)
-        up, down = NO_PHASE, NO_PHASE
-        step = 1
-        while step < G:
-            senders = np.flatnonzero((rank % (2 * step)) == step)
-            src, dst = layout.physical[order[senders]], layout.physical[order[senders - step]]
-            flows = np.full(src.size, nbytes)
-            up = up + topo.phase(src, dst, flows)
-            down = down + topo.phase(dst, src, flows)
-            sent += 2 * src.size * int(nbytes)
-            compute += elems / hw.vector_flops_per_cycle / hw.clock_hz + 2 * sync
-            rounds += 2
-            step *= 2
+        radix = int(combine_radix(G, elems, hw, STAT_BYTES))
+        up = NO_PHASE
+        for src_rank, dst_rank in gather_tree_rounds(rank, G, radix):
+            src, dst = layout.physical[order[src_rank]], layout.physical[order[dst_rank]]
+            up = up + topo.phase(src, dst, np.full(src.size, nbytes))
+            sent += src.size * int(nbytes)
+            rounds += 1
+        n_up, fan = gather_fan_ins(G, radix)
+        compute += fan * elems / hw.vector_flops_per_cycle / hw.clock_hz + n_up * sync
+        # the combined statistics back from each group's root to its members, multicast
+        down = topo.phase(layout.physical[order[root]], layout.physical[order[rest]],
+                          np.full(rest.size, nbytes), multicast=group[order][rest])
+        sent += rest.size * int(nbytes)
+        compute += sync
+        rounds += 1
         cost = cost + up + down
     steps = layout.steps
     return cost.scaled(steps), rounds * steps, compute * steps, sent * steps
+
+
+def gather_tree_rounds(rank: np.ndarray, size: int, radix: int):
+    """The rounds of a radix-``radix`` gather tree over groups of ``size`` cores whose ranks
+    (0 = the root) are ``rank``: per round, (sender positions, receiver positions) into
+    ``rank``'s array. In round ``j`` (``span = radix^j``) a rank that is a multiple of
+    ``span`` but not of ``radix * span`` sends to the rank below it that is."""
+    pos = np.arange(rank.size)
+    span = 1
+    while span < size:
+        digit = (rank // span) % radix
+        senders = np.flatnonzero((rank % span == 0) & (digit != 0))
+        yield senders, pos[senders] - digit[senders] * span
+        span *= radix

@@ -27,7 +27,8 @@ import numpy as np
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
 from runtime_sim.layout import STAT_BYTES, local_splits
-from runtime_sim.links import link_transfer_seconds, replica_reduction_seconds, split_combine_seconds
+from runtime_sim.links import (best_gather_radix, link_transfer_seconds, replica_reduction_seconds,
+                               split_combine_seconds)
 from schedules import template_for
 from schedules.base import ComputeTemplate, MatrixTemplate, arithmetic_nodes, contraction_roles
 
@@ -177,11 +178,30 @@ def rotation_shift_bound(structure: PlanStructure, F: np.ndarray, seconds_per_by
     return cost.min(axis=1)
 
 
-class AnalyticBatchModel:
-    """:class:`.cost.AnalyticCostModel`, vectorized (same terms, same numbers)."""
+#: How the analytic model costs the replica reduction: ``"ring"``, T10's ``(R - 1) / R`` of
+#: an output partition over a link (bandwidth only), or ``"schedule"``, the device's
+#: tree-or-chain schedule as the timing simulator runs it (:func:`replica_reduction_array`,
+#: every round paying its latency and synchronization; :meth:`AnalyticBatchModel.
+#: reduction_lower_bound` keeps the search exact). The search uses the ring term: with the
+#: schedule, Llama2-13B's weight matmuls trade their k splits for batch splits whose weight
+#: replicas land on two chips and are read twice from HBM, which the plan cost does not see
+#: (2 layers: matmuls 7% slower, compile 4x longer); the split combine of core-local
+#: reductions is the simulator's schedule either way (:func:`combine_seconds`).
+REDUCTION_TERMS = ("ring", "schedule")
 
-    def __init__(self, hw: HardwareSpec):
+
+class AnalyticBatchModel:
+    """:class:`.cost.AnalyticCostModel`, vectorized (same terms, same numbers).
+
+    ``reduction`` (:data:`REDUCTION_TERMS`): T10's ring term (default) or the replica
+    reduction as the device schedules it.
+    """
+
+    def __init__(self, hw: HardwareSpec, reduction: str = "ring"):
+        if reduction not in REDUCTION_TERMS:
+            raise ValueError(f"reduction must be one of {REDUCTION_TERMS}, not {reduction!r}")
         self.hw = hw
+        self.reduction = reduction
         self._cycles: dict[int, TemplateCycles] = {}
 
     def cycles(self, structure: PlanStructure) -> TemplateCycles:
@@ -216,7 +236,10 @@ class AnalyticBatchModel:
             shift = loop_order_cost(S, w, order)
         out = structure.num_tensors - 1
         replicas = (sharing_counts(structure, batch.F)[:, out] // np.prod(ft[:, out], axis=1)).astype(float)
-        reduction = (replicas - 1) / replicas * parts[:, out] / hw.link_bandwidth
+        if self.reduction == "ring":
+            reduction = (replicas - 1) / replicas * parts[:, out] / hw.link_bandwidth
+        else:
+            reduction = replica_reduction_array(replicas, parts[:, out], int(structure.elem_bytes[out]), hw)
         reduction = reduction + steps * combine_seconds(structure, batch.F, rp, hw)
         epilogue = cyc.epilogue(xp // ft[:, out]) / hw.clock_hz
         time = compute + sync + shift + reduction + epilogue
@@ -238,10 +261,35 @@ class AnalyticBatchModel:
         hw = self.hw
         cyc = self.cycles(structure)
         sync = hw.sync_cycles / hw.clock_hz
+        red = self.reduction_lower_bound(structure, F)
         if not cyc.bounded:
-            return np.full(len(F), sync)
+            return sync + red
         c = ceil_div(structure.extents[None, :], F)
-        return cyc.subtask(c) / hw.clock_hz + sync
+        return cyc.subtask(c) / hw.clock_hz + sync + red
+
+    def reduction_lower_bound(self, structure: PlanStructure, F: np.ndarray) -> np.ndarray:
+        """Per F_op row, a time no plan's replica reduction beats (``reduction="schedule"``):
+        with an output that cannot rotate, every plan of the row has the row's replicas of a
+        partition at least the unpadded one; the tree then costs at least its time on that
+        partition (it grows with the bytes) and the chain at least one transfer, its ``R - 2``
+        fill latencies and a synchronization. 0 for the ring term or a rotatable output."""
+        out = structure.num_tensors - 1
+        if self.reduction != "schedule" or structure.rotatable[out].any() or not len(F):
+            return np.zeros(len(F))
+        hw = self.hw
+        R = sharing_counts(structure, F)[:, out].astype(float)
+        p = partition_lower_bounds(structure, F)[:, out].astype(float)
+        many = R > 1
+        if not many.any():
+            return np.zeros(len(F))
+        Rm, pm = R[many], p[many]
+        elems = pm / int(structure.elem_bytes[out])
+        _, tree = best_gather_radix(Rm, pm, elems, hw)
+        chain = (np.asarray(link_transfer_seconds(pm, hw)) + (Rm - 2) * hw.link_latency_s
+                 + hw.sync_cycles / hw.clock_hz)
+        bound = np.zeros(len(F))
+        bound[many] = np.minimum(np.asarray(tree), chain)
+        return bound
 
     def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
                              budget: float = math.inf) -> np.ndarray:
@@ -263,8 +311,10 @@ def combine_seconds(structure: PlanStructure, F: np.ndarray, rp: np.ndarray,
     for level, free in structure.split_stats:
         elems = np.prod(rp[:, list(free)], axis=1).astype(float) if free else np.ones(len(F))
         levels[level] = levels.get(level, 0) + elems
-    return np.asarray(split_combine_seconds(group, [levels[k] for k in sorted(levels)], hw,
-                                            STAT_BYTES))
+    cols = np.stack([group] + [levels[k] for k in sorted(levels)], axis=1)
+    uniq, inverse = np.unique(cols, axis=0, return_inverse=True)  # few distinct rows per batch
+    times = np.asarray(split_combine_seconds(uniq[:, 0], list(uniq[:, 1:].T), hw, STAT_BYTES))
+    return times[inverse.reshape(-1)]
 
 
 def replica_reduction_array(replicas: np.ndarray, partition_bytes: np.ndarray, elem_bytes: int,
@@ -273,12 +323,23 @@ def replica_reduction_array(replicas: np.ndarray, partition_bytes: np.ndarray, e
     simulator schedule it (:func:`runtime_sim.links.replica_reduction_seconds`, the one
     closed form of the tree-or-chain schedule); 0 where there is one replica.
 
-    The analytic model keeps T10's ``(R-1)/R`` ring term instead: it keeps the exact
-    search's pruning tight. :class:`ArrivalCostModel` and the fitted model (:mod:`.fitted`)
-    use this schedule.
+    The analytic model uses it with ``reduction="schedule"``; by default it keeps T10's
+    ``(R-1)/R`` ring term (see :data:`REDUCTION_TERMS`). :class:`ArrivalCostModel` and the
+    fitted model (:mod:`.fitted`) use this schedule.
     """
+    R = np.asarray(replicas, float)
     p = np.asarray(partition_bytes, float)
-    return np.asarray(replica_reduction_seconds(replicas, p, p / elem_bytes, hw))
+    R, p = np.broadcast_arrays(R, p)
+    if R.size <= 64:
+        return np.asarray(replica_reduction_seconds(R, p, p / elem_bytes, hw))
+    # a batch holds few distinct (replicas, partition) pairs: cost each once
+    if R.max() >= 2 ** 13 or p.max() >= 2 ** 40 or (p != np.floor(p)).any():
+        return np.asarray(replica_reduction_seconds(R, p, p / elem_bytes, hw))
+    key = R.ravel() * 2.0 ** 40 + p.ravel()  # exact: replicas < 2^13, whole bytes < 2^40
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    Ru, pu = R.ravel()[first], p.ravel()[first]
+    times = np.asarray(replica_reduction_seconds(Ru, pu, pu / elem_bytes, hw))
+    return times[inverse.reshape(-1)].reshape(R.shape)
 
 
 class ArrivalCostModel:
@@ -290,8 +351,9 @@ class ArrivalCostModel:
     rearrange the data"): ``partition bytes / link bandwidth`` is added for the arriving
     ``tensors``, so that replicating an activation onto every core is not free. (2) With
     ``device_reduction`` the replica reduction is costed as the device schedules it
-    (:func:`replica_reduction_array`) instead of T10's ``(R-1)/R`` ring term, which
-    under-estimates it badly for many replicas of small partitions. Lower bounds add the
+    (:func:`replica_reduction_array`) even over a base model with T10's ``(R-1)/R`` ring
+    term (``reduction="ring"``), which under-estimates it badly for many replicas of small
+    partitions. Lower bounds add the
     arrival of the partitions' lower bounds and no reduction, so they stay valid and the
     exact searches stay exact for this model.
     """
@@ -311,7 +373,7 @@ class ArrivalCostModel:
     def times(self, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
         (time, order), terms = self.base.components(batch)
         parts = batch.partition_bytes()
-        if self.device_reduction:
+        if self.device_reduction and getattr(self.base, "reduction", "ring") == "ring":
             structure = batch.structure
             out = structure.num_tensors - 1
             replicas = (sharing_counts(structure, batch.F)[:, out]

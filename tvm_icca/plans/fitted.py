@@ -39,7 +39,7 @@ FEATURES: dict[str, str] = {
 
 def plan_features(layout: OpLayout, hw: HardwareSpec) -> dict[str, float]:
     """The closed-form time terms of a plan, in seconds (inputs of the regression)."""
-    terms = AnalyticBatchModel(hw).layout_terms(layout)
+    terms = AnalyticBatchModel(hw, reduction="ring").layout_terms(layout)
     out = len(layout.expr.tensors) - 1
     out_bytes = layout.partition_bytes(out)
     elements = out_bytes / dtype_bytes(layout.expr.output.dtype)
