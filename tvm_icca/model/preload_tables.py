@@ -48,6 +48,10 @@ from ..region import PlanCache
 
 #: Budgets (fractions of the fastest plan's footprint) of the smaller execute-state plans.
 BUDGET_LADDER = (0.6, 0.36, 0.22)
+#: Only operators whose fastest plan takes at least this share of a core's SRAM get smaller
+#: execute-state plans: shrinking a smaller one frees little, and searches within tight
+#: budgets are the slowest (a small convolution's can take minutes).
+LADDER_MIN_SHARE = 1 / 16
 #: At most this many chunk counts per input (1, the replica count, and divisors between).
 MAX_CHUNK_OPTIONS = 5
 
@@ -109,6 +113,8 @@ def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], held: int, hw: HardwareSpe
     fastest = first.memory_bytes_per_core()
     head = cache.plan(op.expr, hw, None, max(fastest, hw.usable_sram_bytes - held), op.name, hbm)
     points = [(op.plan, op.estimated_time_s or head.time_s, _traffic(head))]
+    if fastest < hw.usable_sram_bytes * LADDER_MIN_SHARE:
+        return points  # too small to be worth shrinking (and tight budgets search longest)
     for fraction in BUDGET_LADDER:
         try:
             planned = cache.plan(op.expr, hw, None, int(fastest * fraction), op.name, hbm)
