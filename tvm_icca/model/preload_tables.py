@@ -51,7 +51,7 @@ BUDGET_LADDER = (0.6, 0.36, 0.22)
 #: Only operators whose fastest plan takes at least this share of a core's SRAM get smaller
 #: execute-state plans: shrinking a smaller one frees little, and searches within tight
 #: budgets are the slowest (a small convolution's can take minutes).
-LADDER_MIN_SHARE = 1 / 16
+LADDER_MIN_SHARE = 1 / 32
 #: At most this many chunk counts per input (1, the replica count, and divisors between).
 MAX_CHUNK_OPTIONS = 5
 
