@@ -19,7 +19,8 @@ functional device would run.
 
 Sweeps default to the first ``--layers`` layers of the model (identical layers: the per-token
 ratios between designs hold; the README says which runs used fewer layers). Writes
-``benchmarks/results/elk_llm.md``, ``.json`` and ``elk_llm_*.png``.
+``benchmarks/results/elk_llm.md`` and ``.json`` (``elk_llm_sweeps.*`` with ``--no-main``) and
+``elk_llm_*.png``.
 """
 
 from __future__ import annotations
@@ -206,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         _plot(rows, "link_gbps", "link bandwidth per core (GB/s)", RESULTS / "elk_llm_noc.png",
               "llama2-70b: per-token latency vs interconnect bandwidth")
     text = "\n".join(lines) + "\n"
-    (RESULTS / "elk_llm.md").write_text(text)
-    (RESULTS / "elk_llm.json").write_text(json.dumps(out, indent=1) + "\n")
+    stem = "elk_llm_sweeps" if args.no_main else "elk_llm"  # a sweep-only run keeps the main table
+    (RESULTS / f"{stem}.md").write_text(text)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(out, indent=1) + "\n")
     print(text)
     return 0
 
