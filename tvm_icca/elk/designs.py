@@ -189,17 +189,23 @@ def _fastest_fitting(op: OpTradeoffs, budget: int) -> int | None:
     return None
 
 
-def _basic(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> _Draft:
-    n = len(ops)
-    order = tuple(i for i, o in enumerate(ops) if o.loads)
-    K = len(order)
-    m = min_horizons(n, order)
+def _fastest_points(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> list[int]:
+    """Every operator's fastest execute point that fits the whole SRAM."""
     ex = []
     for i, op in enumerate(ops):
         e = _fastest_fitting(op, machine.sram_bytes)
         if e is None:
             raise InfeasibleError(f"operator {i} fits on chip with no execute point")
         ex.append(e)
+    return ex
+
+
+def _basic(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> _Draft:
+    n = len(ops)
+    order = tuple(i for i, o in enumerate(ops) if o.loads)
+    K = len(order)
+    m = min_horizons(n, order)
+    ex = _fastest_points(ops, machine)
     pc = [0 if o.loads else -1 for o in ops]
     hz = [0] * n
     cap = K
@@ -378,12 +384,7 @@ def _plan_ideal(ops, machine, memo, stats) -> ElkSchedule:
     """Ideal on every order Elk-Full may choose (in order, and its screened candidates), so that
     Ideal <= Elk-Full holds order by order."""
     n = len(ops)
-    ex = []
-    for i, op in enumerate(ops):
-        e = _fastest_fitting(op, machine.sram_bytes)
-        if e is None:
-            raise InfeasibleError(f"operator {i} fits on chip with no execute point")
-        ex.append(e)
+    ex = _fastest_points(ops, machine)
     pc = [len(o.preloads[ex[i]]) - 1 if o.loads else -1 for i, o in enumerate(ops)]
     space = {j: _ideal_preload(ops[j])[0] for j, o in enumerate(ops) if o.loads}
     orders = [tuple(i for i, o in enumerate(ops) if o.loads)]
