@@ -178,6 +178,18 @@ def test_simulate_zoo_by_position_and_option(capsys):
         assert json.loads(out)["model"] == "resnet18"
 
 
+def test_simulate_design_choice(capsys):
+    code, out, err = _main(capsys, "simulate", "llama2-7b", "--tiny", "--context", "8",
+                           "--design", "basic", "--json", "--no-progress")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["design"] == "basic" and data["preloads"] > 0
+    assert data["compile"]["preload"]["design"] == "basic"
+    code, _, err = _main(capsys, "simulate", "llama2-7b", "--tiny", "--hw", "ipu-mk2",
+                         "--design", "elk-full")
+    assert code == 2 and "has none" in err and "Traceback" not in err
+
+
 # Every row: arguments (MLP = the ONNX file, LIB = its library, MISSING = a missing path,
 # NODIR = a path in a directory that does not exist), then a fragment of the message.
 BAD_ARGUMENTS = [
