@@ -87,10 +87,10 @@ def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | N
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["| model | batch | context | design | ms/token | % of Ideal | preload only ms | "
-             "execute only ms | overlap ms | stall ms | HBM util | NoC util | FLOPS util | "
-             "HBM floor ms | compile s | Elk s |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| model | hardware | HBM TB/s | link GB/s | batch | context | design | ms/token | "
+             "% of Ideal | preload only ms | execute only ms | overlap ms | stall ms | HBM util | "
+             "NoC util | FLOPS util | HBM floor ms | compile s | Elk s |",
+             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     ideal = {(r["model"], r["batch"], r["context"], r["hardware"], r["hbm_tbps"], r["link_gbps"]):
              r["total_ms"] for r in rows if r["design"] == "ideal"}
     for r in rows:
@@ -99,7 +99,8 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
         ms = lambda k: r.get(k, float("nan")) * 1e3  # noqa: E731
         pc = lambda k: 100.0 * r.get(k, float("nan"))  # noqa: E731
         lines.append(
-            f"| {r['model']} | {r['batch']} | {r['context']} | {r['design']} | {r['total_ms']:.3f} | "
+            f"| {r['model']} | {r['hardware']} | {r['hbm_tbps']:g} | {r['link_gbps']:g} | "
+            f"{r['batch']} | {r['context']} | {r['design']} | {r['total_ms']:.3f} | "
             f"{pct:.1f}% | {ms('preload_only_s'):.3f} | {ms('execute_only_s'):.3f} | "
             f"{ms('preload_overlap_s'):.3f} | {ms('interconnect_stall_s' if 'interconnect_stall_s' in r else 'stall_s'):.3f} | "
             f"{pc('hbm_utilization'):.1f}% | {pc('interconnect_utilization'):.1f}% | "
@@ -114,8 +115,9 @@ def _summary(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         key = (r["model"], r["batch"], r["context"], r["hardware"], r["hbm_tbps"], r["link_gbps"])
         cases.setdefault(key, {})[r["design"]] = r["total_ms"]
-    lines = ["| model | batch | context | Elk-Full % of Ideal | over Basic | over Static | "
-             "ordering Ideal <= Full <= Dyn <= Static <= Basic |", "|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| model | hardware | HBM TB/s | link GB/s | batch | context | Elk-Full % of Ideal | "
+             "over Basic | over Static | ordering Ideal <= Full <= Dyn <= Static <= Basic |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     pct, basic, static = [], [], []
     for key, t in cases.items():
         if not all(d in t for d in DESIGNS):
@@ -125,10 +127,11 @@ def _summary(rows: list[dict[str, Any]]) -> list[str]:
         pct.append(100 * t["ideal"] / t["elk-full"])
         basic.append(t["basic"] / t["elk-full"])
         static.append(t["static"] / t["elk-full"])
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {pct[-1]:.1f}% | {basic[-1]:.2f}x | "
+        lines.append(f"| {key[0]} | {key[3]} | {key[4]:g} | {key[5]:g} | {key[1]} | {key[2]} | "
+                     f"{pct[-1]:.1f}% | {basic[-1]:.2f}x | "
                      f"{static[-1]:.2f}x | {'yes' if ok else 'NO'} |")
     if pct:
-        lines.append(f"| **average** | | | **{sum(pct) / len(pct):.1f}%** | "
+        lines.append(f"| **average** | | | | | | **{sum(pct) / len(pct):.1f}%** | "
                      f"**{sum(basic) / len(basic):.2f}x** | **{sum(static) / len(static):.2f}x** | |")
     return lines
 
@@ -158,6 +161,22 @@ def _plot(rows: list[dict[str, Any]], xkey: str, xlabel: str, path: pathlib.Path
     plt.close(fig)
 
 
+def _render(path: pathlib.Path) -> int:
+    """The markdown of an earlier run's JSON, written next to it (same stem)."""
+    out = json.loads(path.read_text())
+    titles = {"main": "Decode", "batch": "Batch and context", "hbm": "HBM bandwidth sweep",
+              "noc": "Interconnect bandwidth sweep"}
+    lines = ["Elk designs on the timing simulator (`benchmarks/elk_llm.py`)."]
+    for key, rows in out.items():
+        layers = sorted({str(r["layers"]) for r in rows})
+        lines += ["", f"## {titles.get(key, key)} (layers: {', '.join(layers)})", ""]
+        lines += _summary(rows) + [""] + _table(rows)
+    text = "\n".join(lines) + "\n"
+    path.with_suffix(".md").write_text(text)
+    print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
@@ -172,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep-hbm", action="store_true")
     parser.add_argument("--sweep-noc", action="store_true")
     parser.add_argument("--sweep-model", default="llama2-13b")
+    parser.add_argument("--render", metavar="JSON",
+                        help="only rewrite the tables of an earlier run's JSON (no compiling)")
     args = parser.parse_args(argv)
+    if args.render:
+        return _render(pathlib.Path(args.render))
     models = args.models.split(",")
     out: dict[str, list[dict[str, Any]]] = {}
     lines = ["Elk designs on the timing simulator (`benchmarks/elk_llm.py`)."]
