@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InvalidPlanError
-from .layout import OpLayout
+from .layout import Boxes, OpLayout, input_boxes
 from .program import dtype_bytes
 
 
@@ -209,3 +209,15 @@ def chunk_share_per_chip(layout: OpLayout, t: int, s: int, chip_of: np.ndarray,
         full = float(np.unique(ids[on]).size * whole)
         share[int(k)] = held / full if full > 0 else 1.0
     return share
+
+
+def chip_read_bytes(layout: OpLayout, t: int, s: int, chip_of: np.ndarray, num_chips: int,
+                    boxes: Boxes | None = None) -> np.ndarray:
+    """Per chip, the bytes its off-chip source (its HBM, its host link) sends to preload input
+    ``t`` in the state with ``s`` chunks: the distinct boxes its cores need
+    (:meth:`~runtime_sim.layout.Boxes.unique_bytes_per_chip`) times the chip's
+    :func:`chunk_share_per_chip`. ``boxes``: the input's :func:`~runtime_sim.layout.input_boxes`
+    if the caller has them."""
+    boxes = input_boxes(layout, t) if boxes is None else boxes
+    per_chip = boxes.unique_bytes_per_chip(chip_of, num_chips)
+    return per_chip * chunk_share_per_chip(layout, t, s, chip_of, num_chips) if s > 1 else per_chip

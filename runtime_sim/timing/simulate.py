@@ -115,10 +115,10 @@ from ..errors import DeviceProgramError, SramOverflowError
 from ..hardware import HardwareSpec
 from ..layout import OpLayout, check_op_inputs, checked_layout
 from ..lifetimes import last_reads, outlives, released
-from ..preload import (chunk_share_per_chip, delivered_bytes, delivery_groups, distribution, preload_bytes)
-from ..program import (IDLE_SPREAD, PRELOAD, DeviceProgram, OpProgram, dtype_bytes,
-                       model_state_source)
-from ..stream import Instruction, run_stream
+from ..preload import (chip_read_bytes, delivered_bytes, delivery_groups, distribution,
+                       preload_bytes)
+from ..program import IDLE_SPREAD, PRELOAD, DeviceProgram, OpProgram, dtype_bytes
+from ..stream import PRODUCED, Instruction, input_sources, run_stream
 from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
 from .geometry import (
     Boxes,
@@ -316,10 +316,7 @@ class _Planner:
         flows = []
         for t, s in zip(inputs, chunks):
             box = self.boxes(key, layout, t)
-            per_chip = box.unique_bytes_per_chip(chip_of, hw.num_chips)
-            if s > 1:
-                per_chip = per_chip * chunk_share_per_chip(layout, t, s, chip_of, hw.num_chips)
-            unique += per_chip
+            unique += chip_read_bytes(layout, t, s, chip_of, hw.num_chips, box)
             distinct.append(float(box.unique_bytes_per_chip(one_chip, 1).sum()))
             space += preload_bytes(layout, t, s)
             nbytes = delivered_bytes(layout, t, s).astype(np.float64)
@@ -469,6 +466,7 @@ class _Planner:
         used = np.zeros(hw.num_cores, np.int64) if idle is None else idle.astype(np.int64)
         peak = 0
         works = []
+        sources = input_sources(program, hw.hbm_bandwidth > 0)
         for i, op in enumerate(program.ops):
             key = _op_key(op)
             check_op_inputs(op)  # per operator: the layout cache key ignores tensor names
@@ -495,8 +493,8 @@ class _Planner:
             relayout, moved, estimated = NO_PHASE, 0.0, False
             by_kind: dict[str, list[int]] = {"hbm": [], "host": []}
             for t, name in enumerate(op.input_names):
-                src_kind = self._source(program, decls, produced, name, op)
-                if src_kind == "produced":
+                src_kind = sources[i][t]
+                if src_kind == PRODUCED:
                     pkey = produced[name]
                     grid = self.c.grids.get(pkey)
                     if grid is None:
@@ -566,21 +564,6 @@ class _Planner:
             works[-1].resting = used + hw.shift_buffer_bytes
         return works, peak
 
-    def _source(self, program: DeviceProgram, decls: dict, produced: dict, name: str, op: OpProgram) -> str:
-        if name in produced:
-            return "produced"
-        if name in decls:
-            return decls[name].source
-        if name in program.constants:
-            entry = program.constants[name]
-            source = entry.get("source") if isinstance(entry, dict) else None
-            if source is None:
-                return model_state_source(self.hw.hbm_bandwidth > 0)
-            if source not in ("hbm", "host", "chip", RESIDENT):
-                raise DeviceProgramError(f"constant '{name}' has unknown source {source!r}")
-            return source
-        raise DeviceProgramError(f"operator '{op.name}' reads unknown tensor '{name}'")
-
 
 # -- the event-driven schedule ------------------------------------------------------------------
 @dataclass
@@ -602,14 +585,10 @@ class _Slot:
     preload_delay: float = 0.0  # its preload's own delay from sharing links with executions
 
 
-class _Schedule:
-    """Operators on the compute array, loads on the HBM and host resources (``heapq`` events)."""
+class _Events:
+    """A ``heapq`` event queue: callbacks at simulated times, equal times in insertion order."""
 
-    def __init__(self, works: list[_Work], hw: HardwareSpec):
-        self.works = works
-        self.hw = hw
-        self.slots = [_Slot() for _ in works]
-        self.free = {"hbm": 0.0, "host": 0.0}
+    def __init__(self) -> None:
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = 0
         self.now = 0.0
@@ -618,13 +597,28 @@ class _Schedule:
         heapq.heappush(self._heap, (t, self._seq, fn))
         self._seq += 1
 
+    def drain(self) -> None:
+        """Run every event, in time order (events may schedule more)."""
+        while self._heap:
+            self.now, _, fn = heapq.heappop(self._heap)
+            fn()
+
+
+class _Schedule(_Events):
+    """Operators on the compute array, loads on the HBM and host resources (``heapq`` events)."""
+
+    def __init__(self, works: list[_Work], hw: HardwareSpec):
+        super().__init__()
+        self.works = works
+        self.hw = hw
+        self.slots = [_Slot() for _ in works]
+        self.free = {"hbm": 0.0, "host": 0.0}
+
     def run(self) -> None:
         if not self.works:
             return
         self.at(0.0, lambda: self._open_gate(0))
-        while self._heap:
-            self.now, _, fn = heapq.heappop(self._heap)
-            fn()
+        self.drain()
 
     # a load may start once its gate opens (policy) and its resource is free
     def _open_gate(self, i: int) -> None:
@@ -741,12 +735,13 @@ class _Active:
     version: int = 0
 
 
-class _StreamSchedule:
+class _StreamSchedule(_Events):
     """A preload/execute instruction stream (Elk §4.5) on the timeline; see the module
     docstring ("Preload stream") for the rules and the SRAM check."""
 
     def __init__(self, works: list[_Work], hw: HardwareSpec, stream: Sequence[Instruction],
                  offsets: Sequence[int], design: str, base: np.ndarray):
+        super().__init__()
         self.works = works
         self.hw = hw
         self.ideal = design == IDEAL
@@ -776,20 +771,11 @@ class _StreamSchedule:
         self.pending = np.zeros(hw.num_cores, np.int64)  # preload space preloaded, not executed
         self.peak = int(base.max()) if base.size else 0
         self.peak_preload = 0
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._seq = 0
         self._version = 0
-        self.now = 0.0
-
-    def at(self, t: float, fn: Callable[[], None]) -> None:
-        heapq.heappush(self._heap, (t, self._seq, fn))
-        self._seq += 1
 
     def run(self) -> None:
         self._advance()
-        while self._heap:
-            self.now, _, fn = heapq.heappop(self._heap)
-            fn()
+        self.drain()
         self.lags()
 
     # -- issue -------------------------------------------------------------------------------
