@@ -25,7 +25,7 @@ import json
 import os
 from typing import Any
 
-from ..elk.designs import DESIGNS
+from ..model.planner import PRELOAD_CHOICES
 from ..hardware import preset
 from ._args import UsageError, existing_file, hardware_preset, shape_arg, shape_dict, writable_path
 
@@ -47,7 +47,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "current directory)")
     parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
                         help="hardware preset (default ipu-mk2)")
-    parser.add_argument("--design", default=None, choices=DESIGNS + ("off",),
+    parser.add_argument("--design", default=None, choices=PRELOAD_CHOICES,
                         help="HBM preload design on a chip with HBM (Elk §6.1; default elk-full)")
     parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",
                         help="static shape of an input with symbolic dimensions (repeatable)")

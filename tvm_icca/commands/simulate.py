@@ -22,15 +22,13 @@ import os
 import time
 from typing import Any
 
-from ..elk.designs import DESIGNS
+from ..model.planner import PRELOAD_CHOICES
 from ._args import (UsageError, hardware_preset, nonneg_int, positive_int, shape_arg, shape_dict,
                     writable_path)
 
 #: Keys ``--json`` always has at the top level.
 SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
                 "hbm_bytes", "hbm_delivered_bytes", "slow_kinds", "design", "compile_s")
-#: ``--design`` values: the preload designs of the Elk pass, or no preload schedule.
-PRELOAD_CHOICES = DESIGNS + ("off",)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -60,6 +60,7 @@ from .preloads import DEFAULT_HBM_DESIGN, PRELOAD_DESIGNS, PreloadSummary, sched
 __all__ = [
     "EXECUTION_MODELS",
     "MODEL_PLAN_ATTR",
+    "PRELOAD_CHOICES",
     "PRELOAD_DESIGNS",
     "PRELOAD_OFF",
     "PRELOAD_PLAN_ATTR",
@@ -83,6 +84,8 @@ MODEL_PLAN_ATTR = "icca.model_plan"
 PRELOAD_PLAN_ATTR = "icca.preload_plan"
 #: :attr:`CompileOptions.preload` value that turns the preload schedule off.
 PRELOAD_OFF = "off"
+#: Every value :attr:`CompileOptions.preload` (and ``--design``) accepts besides ``None``.
+PRELOAD_CHOICES = PRELOAD_DESIGNS + (PRELOAD_OFF,)
 #: Module attribute naming the model in messages (the timing-only path sets a workload's name).
 MODEL_NAME_ATTR = "icca.model_name"
 
@@ -107,9 +110,9 @@ class CompileOptions:
     preload: str | None = None
 
     def __post_init__(self) -> None:
-        if self.preload is not None and self.preload not in PRELOAD_DESIGNS + (PRELOAD_OFF,):
+        if self.preload is not None and self.preload not in PRELOAD_CHOICES:
             raise IccaError(f"unknown preload design {self.preload!r}; choose one of "
-                            f"{PRELOAD_DESIGNS + (PRELOAD_OFF,)}")
+                            f"{PRELOAD_CHOICES}")
         if self.execution not in EXECUTION_MODELS:
             raise IccaError(
                 f"unknown execution model {self.execution!r}; choose one of {EXECUTION_MODELS}")

@@ -39,11 +39,12 @@ import numpy as np
 
 from runtime_sim.layout import OpLayout, input_boxes
 from runtime_sim.lifetimes import held_bytes
-from runtime_sim.preload import chunk_options, chunk_share_per_chip, distribution, preload_bytes
+from runtime_sim.preload import chip_read_bytes, chunk_options, distribution, preload_bytes
 from runtime_sim.program import DeviceProgram, ExecutionPlan, OpProgram
 from runtime_sim.stream import input_sources
 
 from ..elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
+from ..plans.cost import AnalyticCostModel, PlanCost
 from ..region import PlanCache
 
 #: Budgets (fractions of the fastest plan's footprint) of the smaller execute-state plans.
@@ -92,7 +93,7 @@ def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int
     offchip = tuple(sorted(hbm + host))
     execs: list[ExecPoint] = []
     preloads: list[tuple[PreloadPoint, ...]] = []
-    for plan, time_s, traffic_s in _exec_ladder(op, hbm, held, hw, cache):
+    for plan, time_s, traffic_s in _exec_ladder(op, hbm, hw, cache):
         layout = OpLayout(op.expr, plan, hw.cores_per_chip)
         space = layout.memory_bytes_per_core()
         if execs and not (space < execs[-1].space and time_s > execs[-1].time_s):
@@ -105,14 +106,14 @@ def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int
                        hbm_bytes=offchip_bytes, live_bytes=int(held))
 
 
-def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], held: int, hw: HardwareSpec,
+def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
                  cache: PlanCache) -> list[tuple[ExecutionPlan, float, float]]:
     """(plan, time, traffic time) from the fastest (the region planner's plan) down the
     budget ladder."""
     first = OpLayout(op.expr, op.plan, hw.cores_per_chip)
     fastest = first.memory_bytes_per_core()
-    head = cache.plan(op.expr, hw, None, max(fastest, hw.usable_sram_bytes - held), op.name, hbm)
-    points = [(op.plan, op.estimated_time_s or head.time_s, _traffic(head))]
+    cost = AnalyticCostModel()(first, hw)  # what the region planner estimated for it
+    points = [(op.plan, op.estimated_time_s or cost.time_s, _traffic(cost))]
     if fastest < hw.usable_sram_bytes * LADDER_MIN_SHARE:
         return points  # too small to be worth shrinking (and tight budgets search longest)
     for fraction in BUDGET_LADDER:
@@ -120,12 +121,12 @@ def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], held: int, hw: HardwareSpe
             planned = cache.plan(op.expr, hw, None, int(fastest * fraction), op.name, hbm)
         except PlanNotFoundError:
             break
-        points.append((planned.plan, planned.time_s, _traffic(planned)))
+        points.append((planned.plan, planned.time_s, _traffic(planned.cost)))
     return points
 
 
-def _traffic(planned) -> float:
-    cost = planned.cost
+def _traffic(cost: PlanCost) -> float:
+    """Time the plan's own inter-core traffic keeps a core's links busy."""
     return float(cost.shift_s + cost.reduction_s)
 
 
@@ -136,13 +137,12 @@ def _preload_points(layout: OpLayout, offchip: tuple[int, ...], hbm: tuple[int, 
     # per input and chunk count: (space, distribution seconds, seconds its source needs)
     combos: list[tuple[int, float, float, tuple[tuple[int, int], ...]]] = [(0, 0.0, 0.0, ())]
     for t in offchip:
-        per_chip = input_boxes(layout, t).unique_bytes_per_chip(chip_of, hw.num_chips)
+        boxes = input_boxes(layout, t)
         # a chip's HBM (its share of the controllers) or its host link sends its bytes
         rate = (hw.hbm_bandwidth / hw.num_chips) if t in hbm else hw.host_bandwidth
         options = []
         for s in _chunk_choices(layout, t):
-            share = chunk_share_per_chip(layout, t, s, chip_of, hw.num_chips) if s > 1 else 1.0
-            source_s = float((per_chip * share).max()) / rate
+            source_s = float(chip_read_bytes(layout, t, s, chip_of, hw.num_chips, boxes).max()) / rate
             options.append((preload_bytes(layout, t, s), _distribute_s(layout, t, s, chip_of, hw),
                             source_s, s))
         combos = _pareto([(a + sp, d + dd, src + ss, c + (((t, s),) if s > 1 else ()))

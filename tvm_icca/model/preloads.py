@@ -27,10 +27,9 @@ from typing import Any, Sequence
 from runtime_sim.errors import IccaError
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import EXECUTE, PRELOAD, DeviceProgram, PreloadSchedule, VgmPlan
-from runtime_sim.stream import offchip_inputs
 
 from ..elk.designs import DESIGNS, ElkSchedule, plan_preloads
-from ..elk.tradeoffs import ElkMachine
+from ..elk.tradeoffs import ElkMachine, OpTradeoffs
 from ..region import PlanCache
 from .preload_tables import operator_tables
 
@@ -74,7 +73,7 @@ def schedule_preloads(programs: Sequence[DeviceProgram], hw: HardwareSpec, cache
     tables = operator_tables(programs, hw, cache)
     machine = ElkMachine(sram_bytes=hw.usable_sram_bytes, separate_interconnect=design == "ideal")
     schedule = plan_preloads(tables, machine, design)
-    out = _apply(programs, tables, schedule, hw)
+    out = _apply(programs, tables, schedule)
     summary = PreloadSummary(design=design, estimated_s=float(schedule.total_s),
                              planning_s=time.perf_counter() - wall, num_ops=len(tables),
                              preloads=sum(len(p.preload_schedule.stream) - len(p.ops) for p in out),
@@ -82,19 +81,17 @@ def schedule_preloads(programs: Sequence[DeviceProgram], hw: HardwareSpec, cache
     return out, summary
 
 
-def _apply(programs: Sequence[DeviceProgram], tables, schedule: ElkSchedule,
-           hw: HardwareSpec) -> list[DeviceProgram]:
+def _apply(programs: Sequence[DeviceProgram], tables: Sequence[OpTradeoffs],
+           schedule: ElkSchedule) -> list[DeviceProgram]:
     where: list[tuple[int, int]] = [(c, j) for c, p in enumerate(programs) for j in range(len(p.ops))]
-    needs = [bool(inputs) for p in programs for inputs in offchip_inputs(p, hw.hbm_bandwidth > 0)]
     segments: list[list[tuple]] = [[] for _ in programs]
     issued = 0
     for i, (call, j) in enumerate(where):
+        # the preload order holds exactly the operators that load something off chip
         while issued < schedule.horizon[i]:
-            target = schedule.preload_order[issued]
+            tc, tj = where[schedule.preload_order[issued]]
             issued += 1
-            if needs[target]:
-                tc, tj = where[target]
-                segments[call].append((PRELOAD, tc - call, tj))
+            segments[call].append((PRELOAD, tc - call, tj))
         segments[call].append((EXECUTE, j))
     out: list[DeviceProgram] = []
     flat = 0
