@@ -86,6 +86,29 @@ def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | N
     return rows
 
 
+def cold_compile(model: str, hw_name: str, batch: int, context: int) -> dict[str, Any]:
+    """Wall time of compiling ``model`` with Elk-Full from nothing (a fresh plan cache), as
+    ``tvm-icca simulate --design elk-full`` does: partitioning, region plans, Elk's tables and
+    schedule (Elk's goal: 13B under 60 s, 70B under 3 minutes on this machine)."""
+    workload = get_workload(model, batch=batch, context=context)
+    start = time.perf_counter()
+    compiled = compile_programs(workload, hw_name, plan_cache=PlanCache(), preload="elk-full")
+    pre = compiled.preload
+    row = {"model": model, "hardware": hw_name, "compile_s": time.perf_counter() - start,
+           "elk_pass_s": pre.planning_s, "schedule_s": pre.stats["planning_s"],
+           "orders_tried": pre.stats["orders_tried"], "ops": pre.num_ops}
+    print(f"  {model} cold compile {row['compile_s']:.1f} s (Elk pass {row['elk_pass_s']:.1f} s)",
+          file=sys.stderr)
+    return row
+
+
+def _compile_table(rows: list[dict[str, Any]]) -> list[str]:
+    return (["| model | operators | compile s | Elk pass s | scheduling s | orders tried |",
+             "|---|---:|---:|---:|---:|---:|"] +
+            [f"| {r['model']} | {r['ops']} | {r['compile_s']:.1f} | {r['elk_pass_s']:.1f} | "
+             f"{r['schedule_s']:.1f} | {r['orders_tried']} |" for r in rows])
+
+
 def _table(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| model | hardware | HBM TB/s | link GB/s | batch | context | design | ms/token | "
              "% of Ideal | preload only ms | execute only ms | overlap ms | stall ms | HBM util | "
@@ -168,6 +191,10 @@ def _render(path: pathlib.Path) -> int:
               "noc": "Interconnect bandwidth sweep"}
     lines = ["Elk designs on the timing simulator (`benchmarks/elk_llm.py`)."]
     for key, rows in out.items():
+        if key == "compile":
+            lines += ["", f"## Elk-Full compile from a cold start, {rows[0]['hardware']}", ""]
+            lines += _compile_table(rows)
+            continue
         layers = sorted({str(r["layers"]) for r in rows})
         lines += ["", f"## {titles.get(key, key)} (layers: {', '.join(layers)})", ""]
         lines += _summary(rows) + [""] + _table(rows)
@@ -191,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep-hbm", action="store_true")
     parser.add_argument("--sweep-noc", action="store_true")
     parser.add_argument("--sweep-model", default="llama2-13b")
+    parser.add_argument("--cold-compile", metavar="MODELS",
+                        help="comma-separated models: time an Elk-Full compile from nothing")
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the tables of an earlier run's JSON (no compiling)")
     args = parser.parse_args(argv)
@@ -229,8 +258,15 @@ def main(argv: list[str] | None = None) -> int:
         lines += _table(rows)
         _plot(rows, "link_gbps", "link bandwidth per core (GB/s)", RESULTS / "elk_llm_noc.png",
               "llama2-70b: per-token latency vs interconnect bandwidth")
+    if args.cold_compile:
+        rows = [cold_compile(m, args.hw, args.batch, args.context) for m in args.cold_compile.split(",")]
+        out["compile"] = rows
+        lines += ["", f"## Elk-Full compile from a cold start, {args.hw}", ""] + _compile_table(rows)
     text = "\n".join(lines) + "\n"
-    stem = "elk_llm_sweeps" if args.no_main else "elk_llm"  # a sweep-only run keeps the main table
+    # a run without the main table keeps it: sweeps and compile timings go to their own files
+    stem = ("elk_llm" if not args.no_main else
+            "elk_llm_sweeps" if args.sweep_batch or args.sweep_hbm or args.sweep_noc else
+            "elk_llm_compile")
     (RESULTS / f"{stem}.md").write_text(text)
     (RESULTS / f"{stem}.json").write_text(json.dumps(out, indent=1) + "\n")
     print(text)
