@@ -40,6 +40,10 @@ import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
+# numpy has no bfloat16: importing ml_dtypes registers it, so np.dtype("bfloat16") names
+# the storage of that dtype everywhere the device and the compiler hold data
+import ml_dtypes  # noqa: F401  pylint: disable=unused-import
+
 from .errors import DeviceProgramError
 
 if TYPE_CHECKING:
