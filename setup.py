@@ -18,6 +18,8 @@ setup(
         # 0.1.15.* segfaults in tvm.ir.save_json, which meta_schedule needs.
         "apache-tvm-ffi<0.1.15",
         "onnx>=1.15",
+        # bfloat16 arrays for numpy; TVM and onnx already depend on it
+        "ml_dtypes>=0.2",
         "numpy>=1.24",
         "tqdm>=4.60",
     ],

@@ -198,8 +198,9 @@ class SimulatedDevice:
                 f"operator '{op_name}' is planned on {layout.num_cores} cores, "
                 f"but chip '{hw.name}' has {hw.num_cores}"
             )
-        for access in layout.expr.tensors:
-            _check_dtype(hw, access.name, access.dtype, f"operator '{op_name}'")
+        for t, access in enumerate(layout.expr.tensors):
+            _check_dtype(hw, access.name, access.dtype, f"operator '{op_name}'",
+                         mask=t < len(layout.expr.inputs))
         per_core = layout.memory_bytes_per_core()
         used = self._used.copy()
         if layout.span > hw.num_cores:
@@ -267,7 +268,7 @@ class SimulatedDevice:
             if not 0 <= t < len(layout.expr.inputs):
                 raise DeviceProgramError(f"tensor {t} of '{op_name}' is not an input")
             access = layout.expr.tensors[t]
-            _check_dtype(hw, access.name, access.dtype, f"operator '{op_name}'")
+            _check_dtype(hw, access.name, access.dtype, f"operator '{op_name}'", mask=True)
             arr = np.asarray(value)
             if tuple(arr.shape) != tuple(access.shape) or str(arr.dtype) != access.dtype:
                 raise DeviceProgramError(
@@ -638,7 +639,7 @@ class SimulatedDevice:
         env: dict[str, np.ndarray] = {}
         nbytes = 0
         for decl, value in zip(program.inputs, inputs):
-            _check_dtype(hw, decl.name, decl.dtype, where)
+            _check_dtype(hw, decl.name, decl.dtype, where, mask=True)
             arr = np.asarray(value)
             if str(arr.dtype) != decl.dtype:
                 raise UnsupportedDtypeError(
@@ -652,7 +653,7 @@ class SimulatedDevice:
             nbytes += arr.nbytes
         for name, entry in program.constants.items():
             arr = decode_constant(name, entry)
-            _check_dtype(hw, name, str(arr.dtype), where)
+            _check_dtype(hw, name, str(arr.dtype), where, mask=True)
             env[name] = arr
             nbytes += arr.nbytes
         return env, nbytes
@@ -942,8 +943,9 @@ def _partitions(layout: OpLayout, tensor: int, arr: np.ndarray) -> np.ndarray:
     return np.broadcast_to(buf, (n, *pshape)).copy()
 
 
-def _check_dtype(hw: HardwareSpec, name: str, dtype: str, where: str) -> None:
-    hw.check_dtype(dtype, f"{where}: tensor '{name}'")
+def _check_dtype(hw: HardwareSpec, name: str, dtype: str, where: str, mask: bool = False) -> None:
+    """``mask``: the tensor is only read, so it may be a bool mask (``MASK_DTYPES``)."""
+    hw.check_dtype(dtype, f"{where}: tensor '{name}'", mask=mask)
     dtype_bytes(dtype)  # known size, or DeviceProgramError
 
 

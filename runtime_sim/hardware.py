@@ -19,9 +19,15 @@ from .errors import InvalidHardwareSpecError, UnsupportedDtypeError
 #: Topologies the device knows how to connect cores with.
 TOPOLOGIES = ("all-to-all", "mesh")
 
-#: Element types the simulated cores can store and compute with. numpy has no bfloat16, so
-#: the functional simulator offers the two IEEE types the IPU's AMP unit accepts (T10 §5).
-SUPPORTED_DTYPES = ("float32", "float16")
+#: Element types the simulated cores can store and compute with: the two IEEE types the IPU's
+#: AMP unit accepts (T10 §5) and bfloat16, the 16-bit format of TPUs and most LLM checkpoints
+#: (numpy stores it through ``ml_dtypes``, which TVM and onnx depend on). The 16-bit types
+#: are computed in float32 and rounded to their format when stored (runtime_sim.expr_eval).
+SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
+
+#: Element types every chip holds but never computes: boolean masks, which an operator only
+#: reads as the condition of a select (ONNX Where, masked fill). One byte per element.
+MASK_DTYPES = ("bool",)
 
 KIB = 1024
 
@@ -87,12 +93,17 @@ _WHY = {
 _MISSING = object()
 
 
-def check_dtype(dtype: str, where: str, hw: "HardwareSpec | None" = None) -> None:
+def check_dtype(dtype: str, where: str, hw: "HardwareSpec | None" = None, *,
+                mask: bool = False) -> None:
     """The one dtype check of the compiler and the device: raise
     :class:`UnsupportedDtypeError` unless ``dtype`` is one of ``hw.dtypes`` (with ``hw=None``:
     one of :data:`SUPPORTED_DTYPES`, what any chip's cores compute). ``where`` names the tensor.
+    ``mask``: the tensor is only read (an operator input), so a :data:`MASK_DTYPES` mask is
+    accepted too; what an operator computes is never a mask.
     """
     dtypes = SUPPORTED_DTYPES if hw is None else hw.dtypes
+    if mask and str(dtype) in MASK_DTYPES:
+        return
     if str(dtype) not in dtypes:
         device = "the ICCA device" if hw is None else f"chip '{hw.name}'"
         raise UnsupportedDtypeError(f"{where} has dtype {dtype}; {device} computes only {', '.join(dtypes)}")
@@ -226,12 +237,13 @@ class HardwareSpec:
     def supports_dtype(self, dtype: str) -> bool:
         return str(dtype) in self.dtypes
 
-    def check_dtype(self, dtype: str, where: str) -> None:
-        """Raise :class:`UnsupportedDtypeError` unless this chip computes ``dtype``.
+    def check_dtype(self, dtype: str, where: str, *, mask: bool = False) -> None:
+        """Raise :class:`UnsupportedDtypeError` unless this chip computes ``dtype`` (or, with
+        ``mask``, holds it as a read-only mask).
 
         ``where`` names the tensor (``"input 'x' of operator 'mm'"``). See :func:`check_dtype`.
         """
-        check_dtype(dtype, where, self)
+        check_dtype(dtype, where, self, mask=mask)
 
     # -- (de)serialization --------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -40,6 +40,10 @@ import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
+# numpy has no bfloat16: importing ml_dtypes registers it, so np.dtype("bfloat16") names
+# the storage of that dtype everywhere the device and the compiler hold data
+import ml_dtypes  # noqa: F401  pylint: disable=unused-import
+
 from .errors import DeviceProgramError
 
 if TYPE_CHECKING:
@@ -807,11 +811,12 @@ def _check_program(program: "DeviceProgram", hw: Any) -> None:
                            f"integer in [1, {MAX_EXTENT}]")
         return tuple(int(s) for s in shape)
 
-    def check_dtype(dtype: Any, what: str) -> str:
+    def check_dtype(dtype: Any, what: str, mask: bool = False) -> str:
         if not isinstance(dtype, str) or dtype not in _DTYPE_BYTES:
             raise fail(f"{what} has unknown dtype {_short(dtype)}")
         if hw is not None:
-            hw.check_dtype(dtype, what)  # UnsupportedDtypeError, as the device raises it
+            # UnsupportedDtypeError, as the device raises it; read-only tensors may be masks
+            hw.check_dtype(dtype, what, mask=mask)
         return dtype
 
     tensors: dict[str, tuple[tuple[int, ...], str]] = {}
@@ -823,7 +828,7 @@ def _check_program(program: "DeviceProgram", hw: Any) -> None:
             raise fail(f"{what}: input names must be unique non-empty strings")
         if decl.source not in INPUT_SOURCES:
             raise fail(f"{what}: source {_short(decl.source)} is not one of {INPUT_SOURCES}")
-        tensors[decl.name] = (check_shape(decl.shape, what), check_dtype(decl.dtype, what))
+        tensors[decl.name] = (check_shape(decl.shape, what), check_dtype(decl.dtype, what, True))
     if not isinstance(program.constants, Mapping):
         raise fail("constants must be a JSON object")
     for name, entry in program.constants.items():
@@ -839,7 +844,7 @@ def _check_program(program: "DeviceProgram", hw: Any) -> None:
             raise fail(f"{what}: 'data' must be base64 text")
         shape = entry["shape"]
         # a scalar constant has shape []
-        tensors[name] = (check_shape(shape, what), check_dtype(entry["dtype"], what))
+        tensors[name] = (check_shape(shape, what), check_dtype(entry["dtype"], what, True))
 
     kinds = template_kinds()
     for i, op in enumerate(program.ops):
@@ -932,11 +937,11 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
             raise bad(f"{what} has offset {_short(ix.offset)}, not an integer of magnitude <= {MAX_EXTENT}")
         return ix
 
-    def check_access(acc: Any, what: str) -> None:
+    def check_access(acc: Any, what: str, mask: bool) -> None:
         if not isinstance(acc, TensorAccess):
             raise bad(f"{what} is not a tensor access")
         shape = check_shape(acc.shape, f"{where}, {what} '{acc.name}'")
-        check_dtype(acc.dtype, f"{where}, {what} '{acc.name}'")
+        check_dtype(acc.dtype, f"{where}, {what} '{acc.name}'", mask)
         if len(acc.indices) != len(shape):
             raise bad(f"{what} '{acc.name}' has {len(shape)} dimensions but {len(acc.indices)} indices")
         for d, ix in enumerate(acc.indices):
@@ -946,8 +951,8 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
                           f"dimension {d} of {what} '{acc.name}', which has {shape[d]} elements")
 
     for t, acc in enumerate(expr.inputs):
-        check_access(acc, f"input {t}")
-    check_access(expr.output, "output")
+        check_access(acc, f"input {t}", True)
+    check_access(expr.output, "output", False)
     out_axes = []
     for d, ix in enumerate(expr.output.indices):
         a = ix.terms[0][0] if ix.is_simple else None

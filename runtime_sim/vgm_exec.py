@@ -166,8 +166,9 @@ class VgmRegion:
         check_op_inputs(op)
         expr = op.expr
         hw = self.hw
-        for access in expr.tensors:
-            hw.check_dtype(access.dtype, f"operator '{op.name}': tensor '{access.name}'")
+        for t, access in enumerate(expr.tensors):
+            hw.check_dtype(access.dtype, f"operator '{op.name}': tensor '{access.name}'",
+                           mask=t < len(expr.inputs))
         layout = VgmLayout(expr, op.plan, self.num_cores)
         budget = hw.sram_bytes_per_core
         base = used_per_core + hw.shift_buffer_bytes

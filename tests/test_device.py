@@ -338,7 +338,7 @@ def test_input_errors(exprs) -> None:
         SimulatedDevice().run(prog, [np.zeros((4, 5), np.float32), np.zeros((4, 4), np.float32)])
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", ">f4"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", ">f4"])
 def test_constant_roundtrip(dtype) -> None:
     x = RNG.standard_normal((3, 5)).astype(dtype)
     entry = encode_constant(x)
@@ -485,3 +485,51 @@ def test_split_row_must_divide(exprs) -> None:
     e = exprs.softmax(4, 10)
     with pytest.raises(InvalidPlanError, match="must divide"):
         OpLayout(e, ExecutionPlan({"j": 3}, ({}, {}))).validate()
+
+
+# -- 16-bit formats: float32 arithmetic, results rounded to the storage dtype -----------------------
+def _unit_roundoff(dtype: str) -> float:
+    """Half a unit in the last place, relative: the error of rounding one value to ``dtype``."""
+    import ml_dtypes  # pylint: disable=import-outside-toplevel
+
+    return float(ml_dtypes.finfo(np.dtype(dtype)).eps) / 2
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_matmul_accumulates_in_float32(exprs, dtype) -> None:
+    """A split reduction over 4 cores: the only error beyond float32's is the final rounding."""
+    M, K, N = 8, 256, 8
+    e = exprs.matmul(M, K, N, dtype=dtype)
+    a, b = [RNG.standard_normal(t.shape).astype(dtype) for t in e.inputs]
+    plan = ExecutionPlan({"m": 2, "n": 2, "k": 4}, ({}, {}, {}))
+    (out,) = SimulatedDevice().run(program(e, plan, HW16), [a, b])
+    assert out.dtype == np.dtype(dtype)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64
+    scale = np.abs(a64) @ np.abs(b64)
+    bound = _unit_roundoff(dtype) * np.abs(ref) + K * np.finfo(np.float32).eps * scale
+    assert np.all(np.abs(out.astype(np.float64) - ref) <= bound)
+    # the bound is sharp: summing in the 16-bit format itself would break it
+    acc = np.zeros((M, N), dtype)
+    for k in range(K):
+        acc = (acc + np.outer(a[:, k], b[k, :]).astype(dtype)).astype(dtype)
+    assert np.any(np.abs(acc.astype(np.float64) - ref) > bound)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_layer_norm_against_float32_reference(exprs, dtype) -> None:
+    M, N = 6, 96
+    e = exprs.layer_norm(M, N, dtype=dtype)
+    x = (RNG.standard_normal((M, N)) * 4 + 3).astype(dtype)
+    gamma = (1 + 0.1 * RNG.standard_normal(N)).astype(dtype)
+    beta = (0.1 * RNG.standard_normal(N)).astype(dtype)
+    plan = ExecutionPlan({"i": 3, "j": 2}, ({}, {}, {}, {}))
+    (out,) = SimulatedDevice().run(program(e, plan, HW16), [x, gamma, beta])
+    assert out.dtype == np.dtype(dtype)
+    x32 = x.astype(np.float32)
+    mean = x32.mean(axis=1, keepdims=True)
+    ref = (x32 - mean) / np.sqrt(((x32 - mean) ** 2).mean(axis=1, keepdims=True) + 1e-5)
+    ref = ref * gamma.astype(np.float32) + beta.astype(np.float32)
+    # rounding the result to the format, plus float32's error on O(1) normalized values
+    tol = _unit_roundoff(dtype) * np.abs(ref) + 64 * np.finfo(np.float32).eps
+    assert np.all(np.abs(out.astype(np.float32) - ref) <= tol)

@@ -55,3 +55,16 @@ def test_unknown_preset_and_fields():
         preset("ipu-mk9")
     with pytest.raises(InvalidHardwareSpecError, match="unknown HardwareSpec fields"):
         HardwareSpec.from_dict({**preset("ipu-mk2").to_dict(), "cores": 3})
+
+
+def test_masks_are_read_but_never_computed():
+    from runtime_sim.errors import UnsupportedDtypeError
+    from runtime_sim.hardware import check_dtype
+
+    hw = small_chip(4, dtypes=("float32",))
+    hw.check_dtype("bool", "condition", mask=True)
+    check_dtype("bfloat16", "x")  # every 16-bit format the device computes
+    with pytest.raises(UnsupportedDtypeError, match="dtype bool"):
+        hw.check_dtype("bool", "result")
+    with pytest.raises(UnsupportedDtypeError, match="dtype bfloat16"):
+        hw.check_dtype("bfloat16", "x", mask=True)

@@ -290,3 +290,39 @@ def test_patterns_are_registered_under_icca_prefix() -> None:
         assert expected in names
     # Highest priority first: a fused pattern must be tried before its prefix.
     assert names.index("icca.matmul_bias_relu") < names.index("icca.matmul_bias") < names.index("icca.matmul")
+
+
+# -- clip, where, astype ----------------------------------------------------------------------------
+def test_clip_alone_and_as_matmul_epilogue() -> None:
+    def clip(x, lo=0.0, hi=6.0):
+        return relax.op.clip(x, relax.prim_value(tvm.tirx.FloatImm(F32, lo)),
+                             relax.prim_value(tvm.tirx.FloatImm(F32, hi)))
+
+    mod = make_mod({"x": ((4, 8), F32), "w": ((8, 4), F32)},
+                   lambda bb, x, w: bb.emit(clip(bb.emit(relax.op.matmul(x, w)))))
+    assert composites(tvm_icca.partition_for_icca(mod)) == ["icca.matmul_clip"]
+    mod = make_mod({"x": ((4, 8), F32)}, lambda bb, x: bb.emit(clip(x, -float("inf"), 6.0)))
+    reasons = tvm_icca.partition_report(tvm_icca.partition_for_icca(mod))["host_reasons"]
+    assert "infinite bound" in reasons["relax.clip"][0]
+
+
+def test_where_reads_a_bool_mask_and_explains_other_conditions() -> None:
+    def where(bb, c, x, y):
+        return bb.emit(relax.op.where(c, x, y))
+
+    mod = make_mod({"c": ((4, 8), "bool"), "x": ((4, 8), F32), "y": ((4, 8), F32)}, where)
+    assert composites(tvm_icca.partition_for_icca(mod)) == ["icca.where"]
+    mod = make_mod({"c": ((4, 8), "bool"), "x": ((4, 8), "int32"), "y": ((4, 8), "int32")}, where)
+    reasons = tvm_icca.partition_report(tvm_icca.partition_for_icca(mod))["host_reasons"]
+    assert "dtype int32" in reasons["relax.where"][0]
+
+
+def test_astype_between_floats_only() -> None:
+    mod = make_mod({"x": ((4, 8), F32)}, lambda bb, x: bb.emit(relax.op.astype(x, "bfloat16")))
+    assert composites(tvm_icca.partition_for_icca(mod)) == ["icca.astype"]
+    mod = make_mod({"x": ((4, 8), F32)}, lambda bb, x: bb.emit(relax.op.astype(x, "int32")))
+    reasons = tvm_icca.partition_report(tvm_icca.partition_for_icca(mod))["host_reasons"]
+    assert "dtype int32" in reasons["relax.astype"][0]
+    # a mask is read, never computed
+    mod = make_mod({"x": ((4, 8), F32)}, lambda bb, x: bb.emit(relax.op.astype(x, "bool")))
+    assert "dtype bool" in tvm_icca.partition_report(tvm_icca.partition_for_icca(mod))["host_reasons"]["relax.astype"][0]

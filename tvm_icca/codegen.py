@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import tvm
 import tvm_ffi
 from tvm import relax, te, tirx
+from tvm.tirx.op import _pack_buffer  # how call_packed passes a buffer (TVM's own)
 
 from runtime_sim.errors import IccaError
 
@@ -62,12 +63,29 @@ def _device_stub(region: str, inputs: Sequence, outputs: Sequence, program_json:
     results = te.extern(
         [shape for shape, _ in outputs],
         placeholders,
-        lambda ins, outs: tirx.call_packed(DEVICE_RUN_FUNC, program_json, *ins, *outs),
+        lambda ins, outs: tirx.call_packed(DEVICE_RUN_FUNC, program_json,
+                                           *[_packed_arg(b) for b in (*ins, *outs)]),
         name=f"{region}_device_run",
         dtype=[dtype for _, dtype in outputs],
     )
     results = results if isinstance(results, list) else [results]
     return te.create_prim_func([*placeholders, *results]).with_attr("global_symbol", region)
+
+
+def _packed_arg(buf: Any) -> Any:
+    """How a stub hands ``buf`` to ``icca.device.run``: bfloat16 as its 16-bit pattern.
+
+    LLVM computes no bfloat16, so TVM's TIR pipeline legalizes bfloat16 to float32
+    (``BF16ComputeLegalize``), which relabels the DLTensor the packed call receives as
+    float32 over the same two-byte elements. Declaring the tensor uint16 keeps the bits
+    intact; :mod:`.device_entry` views them as bfloat16 again.
+    """
+    if str(buf.ty.dtype) != "bfloat16":
+        return buf
+    packed = _pack_buffer(buf)  # tvm_stack_make_array(data, shape, strides, ndim, dtype, offset)
+    args = list(packed.args)
+    args[4] = tirx.const(0, "uint16")
+    return tvm.ir.Call(packed.op, args, ret_ty="handle")
 
 
 def _host_target() -> tvm.target.Target:

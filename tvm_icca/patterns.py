@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from typing import Callable, Iterator
 
 import tvm
@@ -55,10 +56,15 @@ ACTIVATIONS: dict[str, str] = {
     "tanh": "relax.tanh",
     "sigmoid": "relax.sigmoid",
     "silu": "relax.nn.silu",  # SwiGLU MLPs (Llama), DiT's adaLN: x * sigmoid(x)
+    "clip": "relax.clip",  # ReLU6 (MobileNetV2), HardSigmoid; see tvm_icca.rewrites
 }
 
 #: Standalone elementwise ops: pattern suffix -> Relax op.
-UNARY_OPS: dict[str, str] = {**ACTIVATIONS, "exp": "relax.exp", "negative": "relax.negative"}
+UNARY_OPS: dict[str, str] = {**ACTIVATIONS, "exp": "relax.exp", "negative": "relax.negative",
+                             "erf": "relax.erf",  # a written-out GELU rewrites could not name
+                             "astype": "relax.astype"}
+#: Ops whose trailing arguments are attributes (``relax.clip``'s bounds), not tensors.
+_ATTRIBUTE_ARGS: dict[str, int] = {"relax.clip": 2}
 BINARY_OPS: dict[str, str] = {
     "add": "relax.add",
     "subtract": "relax.subtract",
@@ -77,6 +83,7 @@ _OTHER_OPS: dict[str, str] = {
     "rms_norm": "relax.nn.rms_norm",
     "matmul": "relax.matmul",
     "conv2d": "relax.nn.conv2d",
+    "where": "relax.where",
 }
 
 #: Every Relax op some ICCA pattern can offload (``permute_dims`` only as a transposed
@@ -115,7 +122,7 @@ def _op_name(call: relax.Call) -> str:
     return op.name if isinstance(op, tvm.ir.Op) else str(op)
 
 
-def _tensor_reason(what: str, ty: relax.Type, hw: HardwareSpec) -> str | None:
+def _tensor_reason(what: str, ty: relax.Type, hw: HardwareSpec, mask: bool = False) -> str | None:
     """Why a value of type ``ty`` cannot live on the chip, or ``None`` if it can."""
     if not isinstance(ty, relax.TensorType):
         return f"{what} is not a tensor ({ty})"
@@ -127,7 +134,7 @@ def _tensor_reason(what: str, ty: relax.Type, hw: HardwareSpec) -> str | None:
     if any(int(d) <= 0 for d in dims):
         return f"{what} is empty (shape {[int(d) for d in dims]})"
     try:
-        hw.check_dtype(ty.dtype, what)
+        hw.check_dtype(ty.dtype, what, mask=mask)
     except UnsupportedDtypeError as err:
         return str(err)
     return None
@@ -173,7 +180,32 @@ def _permute_reason(call: relax.Call) -> str | None:
     return None
 
 
+def _clip_reason(call: relax.Call) -> str | None:
+    bounds = []
+    for what, arg in zip(("min", "max"), call.args[1:]):
+        # a constant bound is a FloatImm / IntImm argument (or a PrimValue wrapping one)
+        imm = arg if isinstance(arg, (tvm.tirx.FloatImm, tvm.tirx.IntImm)) else getattr(arg, "value", None)
+        if not isinstance(imm, (tvm.tirx.FloatImm, tvm.tirx.IntImm)):
+            return f"clip with a {what} bound that is not a constant ({arg})"
+        bounds.append(float(imm.value))
+    if not all(math.isfinite(b) for b in bounds):
+        return f"clip with an infinite bound {bounds} (a one-sided clip is a maximum or minimum)"
+    return None
+
+
+def _where_reason(call: relax.Call) -> str | None:
+    cond = call.args[0]
+    if str(cond.ty.dtype) != "bool":
+        return f"where with a {cond.ty.dtype} condition (the chip reads bool masks)"
+    values = [str(a.ty.dtype) for a in call.args[1:]]
+    if len(set(values)) != 1:
+        return f"where with values of different dtypes ({', '.join(values)})"
+    return None
+
+
 _OP_REASONS: dict[str, Callable[[relax.Call], str | None]] = {
+    "relax.clip": _clip_reason,
+    "relax.where": _where_reason,
     "relax.matmul": _matmul_reason,
     "relax.nn.conv2d": _conv2d_reason,
     "relax.permute_dims": _permute_reason,
@@ -189,8 +221,10 @@ def unsupported_reason(call: relax.Call, hw: HardwareSpec | None = None) -> str 
     name = _op_name(call)
     if name not in OFFLOADABLE_OPS:
         return f"{name} has no ICCA implementation"
-    for i, arg in enumerate(call.args):
-        reason = _tensor_reason(f"argument {i}", arg.ty, hw)
+    tensors = len(call.args) - _ATTRIBUTE_ARGS.get(name, 0)
+    for i, arg in enumerate(call.args[:tensors]):
+        mask = name == "relax.where" and i == 0  # the condition: a mask the cores only read
+        reason = _tensor_reason(f"argument {i}", arg.ty, hw, mask=mask)
         if reason is not None:
             return reason
     reason = _tensor_reason("the result", call.ty, hw)
@@ -234,9 +268,14 @@ def _check_anchor_with_epilogue(context: PatternCheckContext) -> bool:
 
 
 # -- the pattern table ----------------------------------------------------------------------
+def _apply(op: str, data: DFPattern) -> DFPattern:
+    """``op`` applied to ``data``, with a wildcard for each attribute argument (clip's bounds)."""
+    return is_op(op)(data, *(wildcard() for _ in range(_ATTRIBUTE_ARGS.get(op, 0))))
+
+
 def _unary_pattern(name: str, op: str) -> Pattern:
     data = wildcard()
-    root = is_op(op)(data)
+    root = _apply(op, data)
     return (f"{CODEGEN_NAME}.{name}", root, {"data": data, "root": root}, _check_ops)
 
 
@@ -244,6 +283,13 @@ def _binary_pattern(name: str, op: str) -> Pattern:
     lhs, rhs = wildcard(), wildcard()
     root = is_op(op)(lhs, rhs)
     return (f"{CODEGEN_NAME}.{name}", root, {"lhs": lhs, "rhs": rhs, "root": root}, _check_ops)
+
+
+def _where_pattern() -> Pattern:
+    cond, lhs, rhs = wildcard(), wildcard(), wildcard()
+    root = is_op("relax.where")(cond, lhs, rhs)
+    annotations: dict[str, DFPattern] = {"condition": cond, "lhs": lhs, "rhs": rhs, "root": root}
+    return (f"{CODEGEN_NAME}.where", root, annotations, _check_ops)
 
 
 def _layer_norm_pattern() -> Pattern:
@@ -276,9 +322,11 @@ def _anchor_patterns(anchor: str) -> list[Pattern]:
                 name += f"_{act}" if act else ""
                 act_op = ACTIVATIONS[act] if act else None
                 if anchor == "conv2d":
-                    pattern, annotations = make_conv2d_pattern(with_bias, act_op)
+                    pattern, annotations = make_conv2d_pattern(with_bias)
                 else:
-                    pattern, annotations = make_matmul_pattern(with_bias, act_op, transposed)
+                    pattern, annotations = make_matmul_pattern(with_bias, None, transposed)
+                if act_op is not None:
+                    pattern = _apply(act_op, pattern)
                 check = _check_anchor_with_epilogue if (with_bias or act) else _check_ops
                 size = 1 + transposed + with_bias + (act is not None)
                 sized.append((size, (name, pattern, dict(annotations), check)))
@@ -292,6 +340,7 @@ def _pattern_table() -> list[Pattern]:
     table += [_binary_pattern(name, op) for name, op in BINARY_OPS.items()]
     table += [_unary_pattern(name, op) for name, op in REDUCE_OPS.items()]
     table.append(_unary_pattern("softmax", "relax.nn.softmax"))
+    table.append(_where_pattern())
     table.append(_layer_norm_pattern())
     table.append(_rms_norm_pattern())
     for anchor in ("matmul", "conv2d"):

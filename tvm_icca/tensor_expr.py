@@ -261,7 +261,7 @@ class _Converter:
         if self.body is None:
             raise UnsupportedOperatorError("nothing was converted")
         for entry in self.inputs:
-            check_dtype(entry.source.dtype, f"input '{entry.source.name}'")
+            check_dtype(entry.source.dtype, f"input '{entry.source.name}'", mask=True)
         epilogue_inputs = tuple(
             i for i, e in enumerate(self.inputs) if e.readers == {"epilogue"}
         )
