@@ -20,7 +20,8 @@ from onnx.reference import ReferenceEvaluator
 from tvm import relax, te, topi
 
 import tvm_icca
-from tvm_icca.rewrites import RecognizeActivations, constant_matches, read_minmax_primfunc
+from tvm_icca.rewrites import (RecognizeActivations, RecognizeNorms, constant_matches,
+                                read_minmax_primfunc)
 
 SQRT2 = math.sqrt(2.0)
 
@@ -298,3 +299,78 @@ def test_casts_between_float_dtypes_run_on_the_chip() -> None:
     np.testing.assert_array_equal(icca, llvm)
     assert_one_region(report)
     assert report["offloaded_ops"]["relax.astype"] == 3
+
+
+# -- normalizations written out ------------------------------------------------------------------
+def rms_norm_written(g: Graph, x: str, d: int, form: str) -> str:
+    """Llama's RMSNorm as torch exports it: w * (x * rsqrt(mean(x^2) + eps))."""
+    square = g.op("Pow", x, g.const(2.0)) if form != "mul" else g.op("Mul", x, x)
+    var = g.op("ReduceMean", square, axes=[-1], keepdims=1)
+    root = g.op("Sqrt", g.op("Add", var, g.const(1e-6)))
+    normed = g.op("Div", x, root) if form == "div" else g.op("Mul", x, g.op("Div", g.const(1.0), root))
+    return g.op("Mul", g.const(np.random.default_rng(3).uniform(0.5, 1.5, d)), normed)
+
+
+def layer_norm_written(g: Graph, x: str, d: int) -> str:
+    """nn.LayerNorm as torch exports it below opset 17."""
+    centered = g.op("Sub", x, g.op("ReduceMean", x, axes=[-1], keepdims=1))
+    var = g.op("ReduceMean", g.op("Pow", centered, g.const(2.0)), axes=[-1], keepdims=1)
+    normed = g.op("Div", centered, g.op("Sqrt", g.op("Add", var, g.const(1e-5))))
+    return g.op("Add", g.op("Mul", normed, g.const(np.linspace(0.5, 1.5, d))), g.const(np.linspace(-0.1, 0.1, d)))
+
+
+def import_norms(model: onnx.ModelProto) -> tvm.IRModule:
+    return RecognizeNorms()(relax.transform.FoldConstant()(tvm_icca.load_onnx(model)))
+
+
+@pytest.mark.parametrize("form", ["pow", "mul", "div"])
+def test_rms_norm_written_out_becomes_rms_norm(form: str) -> None:
+    g = Graph(11)
+    out = rms_norm_written(g, "x", 16, form)
+    ops = ops_of(import_norms(g.model({"x": (2, 4, 16)}, out, (2, 4, 16))))
+    assert ops == ["relax.nn.rms_norm"], ops
+
+
+def test_layer_norm_written_out_becomes_layer_norm() -> None:
+    g = Graph(12)
+    out = layer_norm_written(g, "x", 16)
+    ops = ops_of(import_norms(g.model({"x": (2, 4, 16)}, out, (2, 4, 16), opset=14)))
+    assert ops == ["relax.nn.layer_norm"], ops
+
+
+def test_norms_over_other_axes_or_without_epsilon_are_left_alone() -> None:
+    g = Graph(13)  # mean over the first axis: not a per-row norm
+    var = g.op("ReduceMean", g.op("Pow", "x", g.const(2.0)), axes=[0], keepdims=1)
+    out = g.op("Mul", g.const(np.ones(16)), g.op("Div", "x", g.op("Sqrt", g.op("Add", var, g.const(1e-6)))))
+    assert "relax.nn.rms_norm" not in ops_of(import_norms(g.model({"x": (4, 16)}, out, (4, 16))))
+    g = Graph(14)  # epsilon 0 is not a norm the Relax op computes the same way at x = 0
+    var = g.op("ReduceMean", g.op("Pow", "x", g.const(2.0)), axes=[-1], keepdims=1)
+    out = g.op("Mul", g.const(np.ones(16)), g.op("Div", "x", g.op("Sqrt", g.op("Add", var, g.const(0.0)))))
+    assert "relax.nn.rms_norm" not in ops_of(import_norms(g.model({"x": (4, 16)}, out, (4, 16))))
+
+
+def test_written_out_norms_run_on_the_chip_in_one_region() -> None:
+    """RMS norm then a matmul, and a layer norm after a residual add (opset 14)."""
+    g = Graph(15)
+    h = g.op("MatMul", rms_norm_written(g, "x", 16, "pow"), g.weight(16, 16))
+    out = layer_norm_written(g, g.op("Add", h, "x"), 16)
+    model = g.model({"x": (8, 16)}, out, (8, 16), opset=14)
+    x = np.random.default_rng(16).standard_normal((8, 16)).astype(np.float32)
+    icca, llvm, want, report = run_everywhere(model, {"x": x})
+    tvm.testing.assert_allclose(icca, want, rtol=1e-5, atol=1e-5)
+    tvm.testing.assert_allclose(icca, llvm, rtol=1e-5, atol=1e-5)
+    assert_one_region(report, "icca.rms_norm", "icca.layer_norm")
+
+
+def test_elementwise_math_exporters_write_runs_on_the_chip() -> None:
+    """Pow, Sqrt, Log, Abs and Div left over when no rewrite names the whole (a norm with an
+    unusual form, a custom activation) still run on the chip."""
+    g = Graph(17)
+    a = g.op("Add", g.op("Abs", "x"), g.const(1.0))
+    out = g.op("Add", g.op("Pow", a, g.const(1.5)), g.op("Div", g.op("Log", a), g.op("Sqrt", a)))
+    model = g.model({"x": (8, 16)}, out, (8, 16))
+    x = np.random.default_rng(18).standard_normal((8, 16)).astype(np.float32)
+    icca, llvm, want, report = run_everywhere(model, {"x": x})
+    tvm.testing.assert_allclose(icca, want, rtol=1e-5, atol=1e-5)
+    tvm.testing.assert_allclose(icca, llvm, rtol=1e-5, atol=1e-5)
+    assert_one_region(report, "icca.power", "icca.log", "icca.sqrt", "icca.abs")

@@ -27,7 +27,7 @@ from .hardware import HardwareLike, HardwareSpec, hardware_from_json, hardware_t
 from .hardware import resolve_hardware
 from .patterns import CODEGEN_NAME, OFFLOADABLE_OPS, checking_for, get_icca_patterns
 from .patterns import unsupported_reason
-from .rewrites import RecognizeActivations
+from .rewrites import RecognizeActivations, RecognizeNorms
 
 __all__ = [
     "HARDWARE_ATTR",
@@ -67,7 +67,8 @@ def partition_for_icca(
         Run ``FoldConstant`` first, so that e.g. the ``reshape`` of a constant conv bias
         emitted by the ONNX importer becomes a constant and the bias add can be fused.
         Written-out activations (ReLU6 as ``call_tir`` max/min, GELU with erf or tanh, SiLU)
-        are then given their Relax ops back (:class:`tvm_icca.rewrites.RecognizeActivations`).
+        are then given their Relax ops back (:class:`tvm_icca.rewrites.RecognizeActivations`),
+        as are RMS norm and layer norm written out (:class:`tvm_icca.rewrites.RecognizeNorms`).
     bind_constants : bool
         Keep constants (weights) inside the composite functions, so the region compiler can
         bake them into the device program. By default they become region parameters: device
@@ -90,7 +91,7 @@ def partition_for_icca(
     if fold_constants:
         passes.append(FoldConstant())
     # after folding: the importer computes Clip's bounds from constants
-    passes.append(RecognizeActivations())
+    passes += [RecognizeActivations(), RecognizeNorms()]
     mod = tvm.transform.Sequential(passes)(mod)
     with checking_for(spec):
         mod = FuseOpsByPattern(

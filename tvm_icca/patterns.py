@@ -62,7 +62,8 @@ ACTIVATIONS: dict[str, str] = {
 #: Standalone elementwise ops: pattern suffix -> Relax op.
 UNARY_OPS: dict[str, str] = {**ACTIVATIONS, "exp": "relax.exp", "negative": "relax.negative",
                              "erf": "relax.erf",  # a written-out GELU rewrites could not name
-                             "astype": "relax.astype"}
+                             "astype": "relax.astype", "sqrt": "relax.sqrt",
+                             "rsqrt": "relax.rsqrt", "log": "relax.log", "abs": "relax.abs"}
 #: Ops whose trailing arguments are attributes (``relax.clip``'s bounds), not tensors.
 _ATTRIBUTE_ARGS: dict[str, int] = {"relax.clip": 2}
 BINARY_OPS: dict[str, str] = {
@@ -72,6 +73,7 @@ BINARY_OPS: dict[str, str] = {
     "divide": "relax.divide",
     "maximum": "relax.maximum",
     "minimum": "relax.minimum",
+    "power": "relax.power",
 }
 # max/min reduce on the core that owns a row (a core-local "reduce" node of the tensor
 # expression, like softmax's running maximum): only sums are split across cores.

@@ -16,6 +16,15 @@ sees them. :func:`RecognizeActivations` turns them back into the Relax ops the p
 * ``x * sigmoid(x)`` -> ``relax.nn.silu`` (SwiGLU's gate, ``silu(a) * b``, then merges
   into the region of the gate's matmul as an elementwise multiply).
 
+:func:`RecognizeNorms` does the same for normalizations written out over the last axis:
+
+* ``w * (x * 1/sqrt(mean(x**2) + eps))`` (also ``x * rsqrt(...)``, ``x / sqrt(...)``,
+  ``x * x`` for the square) -> ``relax.nn.rms_norm`` (Llama / Gemma exports, Zhang &
+  Sennrich, arXiv:1910.07467 eq. 4);
+* ``(x - mean(x)) / sqrt(mean((x - mean(x))**2) + eps) * gamma + beta`` ->
+  ``relax.nn.layer_norm`` (what torch exports for ``nn.LayerNorm`` below opset 17, e.g.
+  Hugging Face BERT at its default opset 14).
+
 Constants are checked by value: a written-out constant must equal the exact one within one
 unit in the last place of the tensor's dtype (the exact constant rounded to the storage
 format), and never closer than 1e-6 relative, which admits constants printed with seven
@@ -37,7 +46,7 @@ from tvm.ir import IRModule
 from tvm.relax.dpl import DFPattern, is_const, is_op, rewrite_call, wildcard
 from tvm.s_tir.stmt import SBlock
 
-__all__ = ["RecognizeActivations", "constant_matches"]
+__all__ = ["RecognizeActivations", "RecognizeNorms", "constant_matches"]
 
 #: 1e-6 relative admits a constant printed with 7 significant digits (1.414214 for sqrt 2).
 _MIN_RTOL = 1e-6
@@ -272,7 +281,123 @@ def _silu_rewriter() -> tuple[DFPattern, Callable]:
     return pattern, rewrite
 
 
-# -- the pass --------------------------------------------------------------------------------
+# -- normalizations --------------------------------------------------------------------------
+def _last_axis_mean(call: relax.Expr) -> bool:
+    """A ``mean`` over the last axis only, keeping it (so it broadcasts back over the row)."""
+    if not isinstance(call, relax.Call) or not bool(call.attrs.keepdims) or call.attrs.axis is None:
+        return False
+    ndim = call.args[0].ty.ndim
+    axes = [int(a) % ndim for a in call.attrs.axis]
+    return axes == [ndim - 1]
+
+
+def _epsilon(expr: relax.Expr) -> float | None:
+    value = _scalar(expr)
+    return value if value is not None and value > 0 and math.isfinite(value) else None
+
+
+def _row_vector(expr: relax.Expr, data: relax.Expr) -> bool:
+    """A float tensor of shape ``[D]`` for a ``data`` whose last axis has ``D`` elements (a
+    per-feature scale or shift that broadcasts like the norm's parameters)."""
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.dtype != data.ty.dtype or ty.shape is None:
+        return False
+    dims = [int(d) for d in ty.shape.values if isinstance(d, tirx.IntImm)]
+    last = data.ty.shape.values[-1]
+    return len(dims) == len(ty.shape.values) and isinstance(last, tirx.IntImm) and \
+        int(np.prod(dims)) == int(last) and all(d == 1 for d in dims[:-1])
+
+
+def _reciprocal_sqrt(of: DFPattern, one: DFPattern) -> tuple[DFPattern, DFPattern]:
+    """``(1/sqrt(of), sqrt(of))``: the two ways a normalizer is applied (multiply / divide)."""
+    root = is_op("relax.sqrt")(of)
+    return is_op("relax.divide")(one, root) | is_op("relax.rsqrt")(of), root
+
+
+def _rms_norm_rewriter() -> tuple[DFPattern, Callable]:
+    x, two, eps, one, weight = wildcard(), is_const(), is_const(), is_const(), wildcard()
+    square = is_op("relax.power")(x, two) | _mul(x, x)
+    mean = is_op("relax.mean")(square)
+    inv, root = _reciprocal_sqrt(_add(mean, eps), one)
+    normed = _mul(x, inv) | is_op("relax.divide")(x, root)
+    pattern = _mul(weight, normed)
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        data, w = m[x], m[weight]
+        epsilon = _epsilon(m[eps])
+        if epsilon is None or not _float_tensor(data) or not _same_shape(data, orig):
+            return orig
+        if not _last_axis_mean(m[mean]) or not _row_vector(w, data):
+            return orig
+        if two in m and not constant_matches(m[two], 2.0):
+            return orig
+        if one in m and not constant_matches(m[one], 1.0):
+            return orig
+        w = w if w.ty.ndim == 1 else relax.op.reshape(w, [int(data.ty.shape.values[-1])])
+        return relax.op.nn.rms_norm(data, w, axes=[-1], epsilon=epsilon)
+
+    return pattern, rewrite
+
+
+def _layer_norm_rewriter() -> tuple[DFPattern, Callable]:
+    x, two, eps, one, gamma, beta = (wildcard(), is_const(), is_const(), is_const(), wildcard(),
+                                     wildcard())
+    mean = is_op("relax.mean")(x)
+    centered = is_op("relax.subtract")(x, mean)
+    square = is_op("relax.power")(centered, two) | _mul(centered, centered)
+    var = is_op("relax.mean")(square)
+    inv, root = _reciprocal_sqrt(_add(var, eps), one)
+    normed = is_op("relax.divide")(centered, root) | _mul(centered, inv)
+    pattern = _add(_mul(normed, gamma), beta)
+
+    def rewrite(orig: relax.Call, m: dict) -> relax.Expr:
+        data = m[x]
+        epsilon = _epsilon(m[eps])
+        if epsilon is None or not _float_tensor(data) or not _same_shape(data, orig):
+            return orig
+        if not (_last_axis_mean(m[mean]) and _last_axis_mean(m[var])):
+            return orig
+        if not (_row_vector(m[gamma], data) and _row_vector(m[beta], data)):
+            return orig
+        if two in m and not constant_matches(m[two], 2.0):
+            return orig
+        if one in m and not constant_matches(m[one], 1.0):
+            return orig
+        d = int(data.ty.shape.values[-1])
+        g, b = (t if t.ty.ndim == 1 else relax.op.reshape(t, [d]) for t in (m[gamma], m[beta]))
+        return relax.op.nn.layer_norm(data, g, b, axes=[-1], epsilon=epsilon)
+
+    return pattern, rewrite
+
+
+# -- the passes -------------------------------------------------------------------------------
+def _rewrite_functions(mod: IRModule, rewriters: list[tuple[DFPattern, Callable]]) -> dict:
+    """Every Relax function of ``mod`` with ``rewriters`` applied, where that changed it."""
+    updates = {}
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        new = func
+        for pattern, rewrite in rewriters:
+            new = rewrite_call(pattern, rewrite, new)
+        if not new.same_as(func):
+            updates[gvar] = new
+    return updates
+
+
+@tvm.transform.module_pass(opt_level=0, name="icca.RecognizeNorms")
+class RecognizeNorms:
+    """Rewrite RMS norm and layer norm written out over the last axis into their Relax ops.
+
+    Run it after ``FoldConstant`` and before ``FuseOpsByPattern``.
+    """
+
+    def transform_module(self, mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
+        updates = _rewrite_functions(mod, [_layer_norm_rewriter(), _rms_norm_rewriter()])
+        for gvar, func in updates.items():
+            mod[gvar] = func
+        return mod
+
 @tvm.transform.module_pass(opt_level=0, name="icca.RecognizeActivations")
 class RecognizeActivations:
     """Rewrite written-out clip, GELU (erf and tanh forms) and SiLU into their Relax ops.
@@ -284,15 +409,7 @@ class RecognizeActivations:
     def transform_module(self, mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         rewriters = [_minmax_rewriter(mod), _clip_rewriter(), _gelu_rewriter(False),
                      _gelu_rewriter(True), _silu_rewriter()]
-        updates = {}
-        for gvar, func in mod.functions_items():
-            if not isinstance(func, relax.Function):
-                continue
-            new = func
-            for pattern, rewrite in rewriters:
-                new = rewrite_call(pattern, rewrite, new)
-            if not new.same_as(func):
-                updates[gvar] = new
+        updates = _rewrite_functions(mod, rewriters)
         if not updates:
             return mod
         for gvar, func in updates.items():

@@ -99,7 +99,7 @@ class _Graph:
         return outs[0] if outputs == 1 else outs
 
     def model(self, name: str, inputs: dict[str, tuple[tuple[int, ...], int]],
-              outputs: dict[str, str]) -> onnx.ModelProto:
+              outputs: dict[str, str], opset: int = OPSET) -> onnx.ModelProto:
         """``inputs``: name -> (shape, ONNX elem type); ``outputs``: graph name -> value."""
         nodes = list(self.nodes)
         for out_name, value in outputs.items():
@@ -110,7 +110,7 @@ class _Graph:
             [helper.make_tensor_value_info(k, TensorProto.UNDEFINED, None) for k in outputs],
             initializer=self.inits,
         )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         model.ir_version = 8
         model = onnx.shape_inference.infer_shapes(model)
         onnx.checker.check_model(model)
@@ -126,6 +126,17 @@ class _Graph:
         gamma = self.positive(f"{prefix}.weight", (d,))
         beta = self.weight(f"{prefix}.bias", (d,), scale=0.1)
         return self.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5)
+
+    def layer_norm_written(self, x: str, d: int, prefix: str) -> str:
+        """``nn.LayerNorm`` as torch exports it below opset 17 (no LayerNormalization op)."""
+        mean = self.op("ReduceMean", [x], axes=[-1], keepdims=1)
+        centered = self.op("Sub", [x, mean])
+        var = self.op("ReduceMean", [self.op("Pow", [centered, self.constant(2.0)])],
+                      axes=[-1], keepdims=1)
+        std = self.op("Sqrt", [self.op("Add", [var, self.constant(1e-12)])])
+        normed = self.op("Div", [centered, std])
+        return self.op("Add", [self.op("Mul", [normed, self.positive(f"{prefix}.weight", (d,))]),
+                               self.weight(f"{prefix}.bias", (d,), scale=0.1)])
 
     def dynamic_shape(self, x: str, keep: list[int], tail: list[int]) -> str:
         """``Shape -> Gather -> Unsqueeze -> Concat``: the dims ``keep`` of ``x`` followed by
@@ -191,10 +202,13 @@ class _Graph:
 
 # -- the corpus ----------------------------------------------------------------------------
 def bert_layer(batch: int = 2, seq: int = 8, d_model: int = 32, heads: int = 2,
-               seed: int = 0) -> ExportCase:
+               seed: int = 0, opset: int = OPSET) -> ExportCase:
     """A Hugging Face BERT encoder layer: extended attention mask from an int64 mask, heads
-    split by computed shapes, erf-GELU written out, post-layer-norm residuals."""
+    split by computed shapes, erf-GELU written out, post-layer-norm residuals (layer norm
+    written out op by op below opset 17, as torch exports it there)."""
     g = _Graph(seed)
+    if opset < 17:
+        g.layer_norm = g.layer_norm_written  # type: ignore[method-assign]
     d_head = d_model // heads
     ext = g.op("Unsqueeze", ["attention_mask", g.constant([1, 2], np.int64)])
     ext = g.op("Cast", [ext], to=TensorProto.FLOAT)
@@ -210,10 +224,11 @@ def bert_layer(batch: int = 2, seq: int = 8, d_model: int = 32, heads: int = 2,
     mask[0, seq - 2:] = 0
     model = g.model("bert_layer", {"hidden": ((batch, seq, d_model), TensorProto.FLOAT),
                                    "attention_mask": ((batch, seq), TensorProto.INT64)},
-                    {"output": out})
+                    {"output": out}, opset)
     inputs = {"hidden": g.rng.standard_normal((batch, seq, d_model)).astype(np.float32),
               "attention_mask": mask}
-    return ExportCase("bert_layer", model, inputs, "BERT encoder layer (HF export)")
+    name = "bert_layer" if opset == OPSET else f"bert_layer_opset{opset}"
+    return ExportCase(name, model, inputs, f"BERT encoder layer (HF export, opset {opset})")
 
 
 def gpt2_block(batch: int = 1, seq: int = 8, d_model: int = 32, heads: int = 2,
@@ -398,6 +413,7 @@ def token_embedding(batch: int = 2, seq: int = 8, vocab: int = 50, d_model: int 
 #: Every builder, by case name.
 CORPUS: dict[str, Callable[[], ExportCase]] = {
     "bert_layer": bert_layer,
+    "bert_layer_opset14": lambda: bert_layer(opset=14),
     "gpt2_block": gpt2_block,
     "vit_embed_block": vit_embed_block,
     "mobilenet_v2_block": mobilenet_v2_block,
