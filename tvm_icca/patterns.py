@@ -29,6 +29,8 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
+from .data_movement import DATA_MOVEMENT_OPS, data_movement_patterns, data_movement_reason
+from .data_movement import tensor_operands
 from .errors import UnsupportedDtypeError
 from .hardware import HardwareSpec, current_hardware
 
@@ -83,7 +85,7 @@ _OTHER_OPS: dict[str, str] = {
 #: matmul operand).
 OFFLOADABLE_OPS: frozenset[str] = frozenset(
     [*UNARY_OPS.values(), *BINARY_OPS.values(), *REDUCE_OPS.values(), *_OTHER_OPS.values(),
-     "relax.permute_dims"]
+     "relax.permute_dims", *DATA_MOVEMENT_OPS.values()]
 )
 
 # The chip the check functions judge against. Check functions are called back from C++ by
@@ -177,6 +179,7 @@ _OP_REASONS: dict[str, Callable[[relax.Call], str | None]] = {
     "relax.matmul": _matmul_reason,
     "relax.nn.conv2d": _conv2d_reason,
     "relax.permute_dims": _permute_reason,
+    **{op: data_movement_reason for op in DATA_MOVEMENT_OPS.values()},
 }
 
 
@@ -189,7 +192,7 @@ def unsupported_reason(call: relax.Call, hw: HardwareSpec | None = None) -> str 
     name = _op_name(call)
     if name not in OFFLOADABLE_OPS:
         return f"{name} has no ICCA implementation"
-    for i, arg in enumerate(call.args):
+    for i, arg in enumerate(tensor_operands(call)):
         reason = _tensor_reason(f"argument {i}", arg.ty, hw)
         if reason is not None:
             return reason
@@ -294,6 +297,7 @@ def _pattern_table() -> list[Pattern]:
     table.append(_unary_pattern("softmax", "relax.nn.softmax"))
     table.append(_layer_norm_pattern())
     table.append(_rms_norm_pattern())
+    table += data_movement_patterns(CODEGEN_NAME)
     for anchor in ("matmul", "conv2d"):
         table += _anchor_patterns(anchor)
     return table
