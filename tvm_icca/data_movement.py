@@ -162,18 +162,13 @@ def split_to_slices() -> tvm.transform.Pass:
     """A pass rewriting every ``split`` output read through ``TupleGetItem`` into the
     ``strided_slice`` it is (the split itself is dropped once nothing reads the tuple)."""
 
-    def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        updates = {}
-        for gvar, func in mod.functions_items():
-            if not isinstance(func, relax.Function) or not _has_split(func):
-                continue
-            rewritten = _SplitRewriter().visit_expr(func)
-            updates[gvar] = relax.analysis.remove_all_unused(rewritten)
-        for gvar, func in updates.items():
-            mod[gvar] = func
-        return mod
+    def transform(func: relax.Function, _mod: tvm.IRModule,
+                  _ctx: tvm.transform.PassContext) -> relax.Function:
+        if not _has_split(func):
+            return func
+        return relax.analysis.remove_all_unused(_SplitRewriter().visit_expr(func))
 
-    return tvm.transform.module_pass(transform, opt_level=0, name="IccaSplitToSlices")
+    return relax.transform.function_pass(transform, opt_level=0, name="IccaSplitToSlices")
 
 
 def _has_split(func: relax.Function) -> bool:
