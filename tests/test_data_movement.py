@@ -319,15 +319,18 @@ def _vm(ex, *args):
     return vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
 
 
-@pytest.mark.parametrize("make", [_fire_module, _gpt2_qkv, _vit_class_token, _rotary],
-                         ids=["squeezenet_fire", "gpt2_fused_qkv", "vit_class_token", "rotary"])
-def test_real_export_patterns_run_as_one_region(make) -> None:
+@pytest.mark.parametrize("make, composite", [
+    (_fire_module, "icca.concat"), (_gpt2_qkv, "icca.strided_slice"),
+    (_vit_class_token, "icca.concat"), (_rotary, "icca.rotary_embedding"),
+], ids=["squeezenet_fire", "gpt2_fused_qkv", "vit_class_token", "rotary"])
+def test_real_export_patterns_run_as_one_region(make, composite) -> None:
     model, shapes = make()
     feeds = {k: RNG.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
     mod = tvm_icca.load_onnx(model)
     report = partition_report(tvm_icca.partition_for_icca(mod, HW16))
     assert report["host_ops"] == {}, report["host_reasons"]
     assert len(report["regions"]) == 1
+    assert composite in report["regions"][0]["composites"]
     (want,) = ReferenceEvaluator(model).run(None, feeds)
     got = _vm(_compile(mod), *feeds.values())
     cpu = _vm(tvm.compile(mod, target="llvm"), *feeds.values())

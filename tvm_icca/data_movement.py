@@ -17,6 +17,8 @@ timing simulator read alike:
   the parts of each input that overlap it and nothing of the others; the body's ``select``
   on the axis picks the piece (a *guarded read*, see
   :func:`runtime_sim.program.guarded_inputs`).
+* rotary position embeddings (``x*cos + rotate_half(x)*sin``) are one composite,
+  :func:`rotary_embedding_pattern`: one elementwise operator reading ``x`` three ways.
 * ``split`` returns a tuple, which one tensor expression cannot; :func:`split_to_slices`
   rewrites each ``TupleGetItem`` of a split into the ``strided_slice`` it is, before
   partitioning, so every output is an ordinary slice (one operator per output, each moving
@@ -39,6 +41,7 @@ __all__ = [
     "MAX_CONCAT_INPUTS",
     "data_movement_patterns",
     "data_movement_reason",
+    "rotary_embedding_pattern",
     "split_to_slices",
     "tensor_operands",
 ]
@@ -117,6 +120,27 @@ def data_movement_patterns(prefix: str) -> list[Pattern]:
         annotations = {f"input{i}": f for i, f in enumerate(fields)}
         table.append((f"{prefix}.concat", root, {**annotations, "root": root}, _check))
     return table
+
+
+def rotary_embedding_pattern(prefix: str) -> Pattern:
+    """Rotary position embedding (RoFormer, Llama): ``x*cos + rotate_half(x)*sin`` with
+    ``rotate_half(x) = concat(-x[..., h:], x[..., :h])``, as one composite: its TE reads ``x``
+    through three index maps (itself and the two shifted halves) and is one elementwise
+    operator, with no intermediate tensor between the slices, the concat and the products.
+    It is registered after the single-op patterns it contains, so it is tried before them.
+    The slice bounds need no check: the tensor expression comes from the TE of the matched
+    ops, whatever they are."""
+    x, cos, sin = wildcard(), wildcard(), wildcard()
+    lo = is_op("relax.strided_slice")(x, varg_default_wildcard=True)
+    hi = is_op("relax.strided_slice")(x, varg_default_wildcard=True)
+    rotated = is_op("relax.concat")(is_tuple([is_op("relax.negative")(hi), lo]))
+
+    def times(a, b):
+        return is_op("relax.multiply")(a, b) | is_op("relax.multiply")(b, a)
+
+    root = is_op("relax.add")(times(x, cos), times(rotated, sin))
+    annotations = {"data": x, "cos": cos, "sin": sin, "root": root}
+    return (f"{prefix}.rotary_embedding", root, annotations, _check)
 
 
 # -- split -> strided slices -------------------------------------------------------------------

@@ -30,7 +30,7 @@ from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from .data_movement import DATA_MOVEMENT_OPS, data_movement_patterns, data_movement_reason
-from .data_movement import tensor_operands
+from .data_movement import rotary_embedding_pattern, tensor_operands
 from .errors import UnsupportedDtypeError
 from .hardware import HardwareSpec, current_hardware
 
@@ -300,6 +300,7 @@ def _pattern_table() -> list[Pattern]:
     table += data_movement_patterns(CODEGEN_NAME)
     for anchor in ("matmul", "conv2d"):
         table += _anchor_patterns(anchor)
+    table.append(rotary_embedding_pattern(CODEGEN_NAME))  # before its slices, concat, products
     return table
 
 
