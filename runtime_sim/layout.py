@@ -450,9 +450,11 @@ class OpLayout:
                     start = start + p[a] * length
                 starts.append(start)
             else:
+                # the lowest position the core's sub-operator reads; a negative coefficient
+                # (a reversing slice) reads downwards from its block's first point
                 start = np.full(self.num_cores, idx.offset, np.int64)
                 for a, c in idx.terms:
-                    start = start + c * self.grid[a] * self.xp[a]
+                    start = start + c * self.grid[a] * self.xp[a] + min(c, 0) * (self.xp[a] - 1)
                 starts.append(start)
         return starts
 

@@ -682,6 +682,32 @@ def expr_loads(expr: Expr | None) -> list[Expr]:
     return [] if expr is None else [n for n in walk_expr(expr) if n["op"] == "load"]
 
 
+def guarded_inputs(expr: "TensorExpr") -> set[int]:
+    """Inputs the expression reads only inside a branch of a ``select``: a piecewise read
+    such as concat's (``select(ax < n0, a[ax], b[ax - n0])``). Such an input may be indexed
+    beyond its bounds where the guard does not take its branch; reads outside a tensor are
+    zero on the device (the same rule as convolution padding), and no value of the output
+    comes from them."""
+    inside: set[int] = set()
+    outside: set[int] = set()
+    for root in (expr.body, expr.epilogue):
+        if root is None:
+            continue
+        stack = [(root, False)]
+        while stack:
+            node, guarded = stack.pop()
+            if not isinstance(node, Mapping):
+                continue
+            if node.get("op") == "load" and isinstance(node.get("input"), int):
+                (inside if guarded else outside).add(int(node["input"]))
+            args = node.get("args", ())
+            if not isinstance(args, (list, tuple)):
+                continue
+            for k, arg in enumerate(args):
+                stack.append((arg, guarded or (node.get("op") == "select" and k > 0)))
+    return inside - outside
+
+
 def load_index(node: Expr) -> tuple[AffineIndex, ...]:
     return tuple(AffineIndex.from_dict(i) for i in node["index"])
 
@@ -937,7 +963,7 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
             raise bad(f"{what} has offset {_short(ix.offset)}, not an integer of magnitude <= {MAX_EXTENT}")
         return ix
 
-    def check_access(acc: Any, what: str, mask: bool) -> None:
+    def check_access(acc: Any, what: str, mask: bool, piecewise: bool = False) -> None:
         if not isinstance(acc, TensorAccess):
             raise bad(f"{what} is not a tensor access")
         shape = check_shape(acc.shape, f"{where}, {what} '{acc.name}'")
@@ -946,12 +972,16 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
             raise bad(f"{what} '{acc.name}' has {len(shape)} dimensions but {len(acc.indices)} indices")
         for d, ix in enumerate(acc.indices):
             check_index(ix, f"index {d} of {what} '{acc.name}'", extents)
-            if ix.is_simple and extents[ix.terms[0][0]] > shape[d]:
+            if ix.is_simple and extents[ix.terms[0][0]] > shape[d] and not piecewise:
                 raise bad(f"axis '{ix.terms[0][0]}' (extent {extents[ix.terms[0][0]]}) indexes "
                           f"dimension {d} of {what} '{acc.name}', which has {shape[d]} elements")
 
+    try:
+        guarded = guarded_inputs(expr)  # a piecewise read (concat) may index past its input
+    except (TypeError, AttributeError):
+        guarded = set()  # a malformed tree: refused by check_tree below
     for t, acc in enumerate(expr.inputs):
-        check_access(acc, f"input {t}", True)
+        check_access(acc, f"input {t}", True, piecewise=t in guarded)
     check_access(expr.output, "output", False)
     out_axes = []
     for d, ix in enumerate(expr.output.indices):

@@ -12,10 +12,12 @@ import pytest
 import tvm_icca
 from runtime_sim.hardware import small_chip
 from tvm_icca.cli import main as cli_main
+from tvm_icca.data_movement import split_to_slices
 from tvm_icca.region import PlanCache, compile_region
 from tvm_icca.model.calls import partitioned_op_counts, region_call_order
 from tvm_icca.programs import compile_programs
 from tvm_icca.workloads import get_workload
+from tvm_icca.workloads._common import relax_op_counts
 
 HBM_CHIP = small_chip(64, 64 * 1024, hbm_bandwidth=64e9, hbm_controllers=4)
 PLAIN_CHIP = small_chip(64, 64 * 1024)
@@ -72,10 +74,13 @@ def test_without_hbm_model_state_comes_from_the_host():
 def test_op_counts_add_up_to_the_imported_model(llama):
     workload, model = llama
     summary = model.summary()
-    assert summary["offloaded_relax_ops"] + summary["host_relax_ops"] == workload.num_ops
-    assert set(summary["host_ops"]) == {"relax.take", "relax.reshape", "relax.split", "relax.concat"}
+    # the partitioner rewrites each split into the slices it is (tvm_icca.data_movement)
+    imported = relax_op_counts(split_to_slices()(workload.mod))
+    assert summary["offloaded_relax_ops"] + summary["host_relax_ops"] == sum(imported.values())
+    assert set(summary["host_ops"]) == {"relax.take", "relax.reshape"}
     assert summary["device_ops"] == sum(len(p.ops) for p in model.programs)
-    assert summary["regions"] == len(model.programs) > summary["distinct_regions"]
+    # with the rotary embedding on chip, regions span layer boundaries and need not repeat
+    assert summary["regions"] == len(model.programs) >= summary["distinct_regions"]
     # Layer 1 repeats layer 0: its identical operators are planned once.
     assert model.plan_cache["hits"] > 0
 
@@ -88,10 +93,12 @@ def test_relax_module_uses_num_input_for_model_state():
         for decl in program.inputs:
             if decl.source == "hbm":
                 assert decl.shape in weights
-    # NeRF's skip and view concatenations run on the host: no region feeds another directly.
+    # NeRF's skip and view concatenations run on the chip (tvm_icca.data_movement): the whole
+    # MLP is one region, fed by the host and HBM only.
+    assert len(model.programs) == 1
     assert {d.source for p in model.programs for d in p.inputs} == {"host", "hbm"}
     counts = partitioned_op_counts(tvm_icca.partition_for_icca(workload.mod, HBM_CHIP))
-    assert counts["host"] == {"relax.concat": 3}
+    assert counts["host"] == {} and counts["offloaded"]["relax.concat"] == 3
 
 
 def test_plan_cache_gives_the_same_programs():

@@ -23,6 +23,7 @@ from tvm.ir import IRModule
 from tvm.relax.transform import ConvertToDataflow, FoldConstant, FuseOpsByPattern
 from tvm.relax.transform import MergeCompositeFunctions
 
+from .data_movement import split_to_slices
 from .hardware import HardwareLike, HardwareSpec, hardware_from_json, hardware_to_json
 from .hardware import resolve_hardware
 from .patterns import CODEGEN_NAME, OFFLOADABLE_OPS, checking_for, get_icca_patterns
@@ -92,6 +93,7 @@ def partition_for_icca(
         passes.append(FoldConstant())
     # after folding: the importer computes Clip's bounds from constants
     passes += [RecognizeActivations(), RecognizeNorms()]
+    passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
     mod = tvm.transform.Sequential(passes)(mod)
     with checking_for(spec):
         mod = FuseOpsByPattern(

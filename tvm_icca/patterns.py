@@ -30,6 +30,8 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
+from .data_movement import DATA_MOVEMENT_OPS, data_movement_patterns, data_movement_reason
+from .data_movement import rotary_embedding_pattern, tensor_operands
 from .errors import UnsupportedDtypeError
 from .hardware import HardwareSpec, current_hardware
 
@@ -92,7 +94,7 @@ _OTHER_OPS: dict[str, str] = {
 #: matmul operand).
 OFFLOADABLE_OPS: frozenset[str] = frozenset(
     [*UNARY_OPS.values(), *BINARY_OPS.values(), *REDUCE_OPS.values(), *_OTHER_OPS.values(),
-     "relax.permute_dims"]
+     "relax.permute_dims", *DATA_MOVEMENT_OPS.values()]
 )
 
 # The chip the check functions judge against. Check functions are called back from C++ by
@@ -211,6 +213,7 @@ _OP_REASONS: dict[str, Callable[[relax.Call], str | None]] = {
     "relax.matmul": _matmul_reason,
     "relax.nn.conv2d": _conv2d_reason,
     "relax.permute_dims": _permute_reason,
+    **{op: data_movement_reason for op in DATA_MOVEMENT_OPS.values()},
 }
 
 
@@ -223,8 +226,9 @@ def unsupported_reason(call: relax.Call, hw: HardwareSpec | None = None) -> str 
     name = _op_name(call)
     if name not in OFFLOADABLE_OPS:
         return f"{name} has no ICCA implementation"
-    tensors = len(call.args) - _ATTRIBUTE_ARGS.get(name, 0)
-    for i, arg in enumerate(call.args[:tensors]):
+    operands = tensor_operands(call)
+    operands = operands[:len(operands) - _ATTRIBUTE_ARGS.get(name, 0)]
+    for i, arg in enumerate(operands):
         mask = name == "relax.where" and i == 0  # the condition: a mask the cores only read
         reason = _tensor_reason(f"argument {i}", arg.ty, hw, mask=mask)
         if reason is not None:
@@ -345,8 +349,10 @@ def _pattern_table() -> list[Pattern]:
     table.append(_where_pattern())
     table.append(_layer_norm_pattern())
     table.append(_rms_norm_pattern())
+    table += data_movement_patterns(CODEGEN_NAME)
     for anchor in ("matmul", "conv2d"):
         table += _anchor_patterns(anchor)
+    table.append(rotary_embedding_pattern(CODEGEN_NAME))  # before its slices, concat, products
     return table
 
 
