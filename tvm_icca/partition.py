@@ -237,8 +237,19 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
     }
 
 
+def _integer_result(call: relax.Call) -> bool:
+    ty = call.ty
+    return isinstance(ty, relax.TensorType) and (str(ty.dtype).startswith(("int", "uint"))
+                                                 or str(ty.dtype) == "bool")
+
+
 def _host_reason(call: relax.Call, hw: HardwareSpec) -> str:
     name = call.op.name
+    if _integer_result(call):
+        # ids, positions, shapes and masks are computed where the inputs come from; the
+        # chip reads the results (a bool mask, integer ids) but computes in floating point
+        return (f"integer or boolean result ({call.ty.dtype}): index, position and mask "
+                "arithmetic stays on the host")
     if name not in OFFLOADABLE_OPS:
         return "no ICCA implementation"
     try:
