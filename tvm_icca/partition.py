@@ -248,7 +248,7 @@ def _host_reason(call: relax.Call, hw: HardwareSpec) -> str:
     if _integer_result(call):
         # ids, positions, shapes and masks are computed where the inputs come from; the
         # chip reads the results (a bool mask, integer ids) but computes in floating point
-        return (f"integer or boolean result ({call.ty.dtype}): index, position and mask "
+        return (f"integer or boolean result (dtype {call.ty.dtype}): index, position and mask "
                 "arithmetic stays on the host")
     if name not in OFFLOADABLE_OPS:
         return "no ICCA implementation"
