@@ -16,7 +16,6 @@ from tvm import relax
 
 import tvm_icca
 from runtime_sim import DeviceProgram, ExecutionPlan, OpProgram, SimulatedDevice, TensorDecl, small_chip
-from runtime_sim.layout import OpLayout
 from runtime_sim.timing import simulate_timing
 from tvm_icca.tensor_expr import extract_op
 from tvm_icca.testing.exprs import random_plan
@@ -27,14 +26,14 @@ HW16 = small_chip(16)
 RNG = np.random.default_rng(11)
 
 
-def rfunc(shape, body, dtype="float32") -> relax.Function:
+def rfunc(shape, body, dtype="float32", name="f") -> relax.Function:
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType(shape, dtype))
-    with bb.function("f", [x]):
+    with bb.function(name, [x]):
         with bb.dataflow():
             out = bb.emit_output(body(x))
         bb.emit_func_output(out)
-    return bb.get()["f"]
+    return bb.get()[name]
 
 
 def one_op_program(expr, plan, hw, name="op0") -> DeviceProgram:
@@ -122,7 +121,7 @@ def test_transpose_relayout_bytes_match_the_closed_form(exprs) -> None:
 
 # -- partitioning ---------------------------------------------------------------------------------
 def _module(shape, body, dtype="float32") -> tvm.IRModule:
-    return tvm.IRModule({"main": rfunc(shape, body, dtype)})
+    return tvm.IRModule({"main": rfunc(shape, body, dtype, name="main")})
 
 
 def test_view_between_two_matmuls_stays_on_the_chip() -> None:
@@ -216,3 +215,27 @@ def test_attention_block_is_one_region_and_matches_references() -> None:
     cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](*args).numpy()
     tvm.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     tvm.testing.assert_allclose(got, cpu, rtol=1e-4, atol=1e-5)
+
+
+def test_every_view_op_joins_the_region_of_its_neighbours() -> None:
+    def body(x):
+        y = op.nn.relu(x)  # [3, 1, 4]
+        y = op.squeeze(op.broadcast_to(op.expand_dims(y, [0]), (2, 3, 1, 4)), [2])  # [2, 3, 4]
+        y = op.flatten(op.permute_dims(y, [2, 0, 1]))  # [24]
+        return op.nn.relu(op.reshape(y, (4, 6)))
+
+    mod = _module((3, 1, 4), body)
+    part = tvm_icca.partition_for_icca(mod, HW16)
+    report = tvm_icca.partition_report(part)
+    assert report["host_ops"] == {} and len(report["regions"]) == 1
+    assert set(VIEWS_OPS_USED) <= set(report["offloaded_ops"])
+    x = RNG.standard_normal((3, 1, 4)).astype(np.float32)
+    with tvm_icca.use_hardware(HW16):
+        got = relax.VirtualMachine(tvm.compile(mod, target="icca"), tvm.cpu())["main"](tvm.runtime.tensor(x))
+    want = np.maximum(np.broadcast_to(np.maximum(x, 0)[None], (2, 3, 1, 4))[:, :, 0].transpose(2, 0, 1)
+                      .reshape(4, 6), 0)
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+VIEWS_OPS_USED = ("relax.expand_dims", "relax.broadcast_to", "relax.squeeze", "relax.permute_dims",
+                  "relax.flatten", "relax.reshape")
