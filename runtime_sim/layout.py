@@ -61,13 +61,18 @@ def padded_extent(extent: int, parts: int, steps: int) -> int:
 
 
 def pinned_axes(expr: TensorExpr) -> set[str]:
-    """Axes that cannot be partitioned: they share a tensor dimension with a core-local axis.
+    """Axes that cannot be partitioned: they share a tensor dimension with a core-local axis,
+    or they lie inside a merged output dimension.
 
     A dimension read with a core-local axis (a softmax row, a layer-norm statistic) must be
-    whole on every core, so any axis that also indexes that dimension stays unsplit.
+    whole on every core, so any axis that also indexes that dimension stays unsplit. An
+    output dimension that merges axes (a reshape ``[B, S, H, D] -> [B, S, H*D]``,
+    :attr:`TensorExpr.merged_inner_axes`) is cut only along its outermost axis, so every
+    core's output partition is one contiguous block of it (the producer grid a consumer
+    re-lays out from, :func:`producer_grid`).
     """
     local = {a.name for a in expr.local_axes}
-    pinned: set[str] = set()
+    pinned: set[str] = set(expr.merged_inner_axes)
     accesses: list[tuple[int, tuple[AffineIndex, ...]]] = []
     for node in expr_loads(expr.body) + expr_loads(expr.epilogue):
         accesses.append((int(node["input"]), load_index(node)))
@@ -654,7 +659,9 @@ class OpLayout:
         rows = set(local_splits(expr).values()) if any(self.F[a] > 1 for a in pinned) else set()
         for a in pinned:
             if self.S[a] != 1 or (self.F[a] != 1 and a not in rows):
-                raise InvalidPlanError(f"axis '{a}' shares a dimension with a core-local axis and cannot be split")
+                why = ("lies inside a merged output dimension" if a in expr.merged_inner_axes
+                       else "shares a dimension with a core-local axis")
+                raise InvalidPlanError(f"axis '{a}' {why} and cannot be split")
             if self.extent[a] % self.F[a]:
                 raise InvalidPlanError(
                     f"axis '{a}' splits core-local reductions: F_op[{a}]={self.F[a]} must divide {self.extent[a]}"

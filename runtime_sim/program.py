@@ -135,7 +135,8 @@ class TensorAccess:
 
     For inputs, ``indices`` is the access that defines the partitioning (the body may read
     the tensor at other sites too: those use core-local axes on dimensions the plan keeps
-    whole). For the output, every index is a plain spatial axis.
+    whole). For the output, every index is a plain spatial axis, or spatial axes merged
+    row-major (:func:`merged_axes`: the output of a reshape that merges dimensions).
     """
 
     name: str
@@ -211,6 +212,18 @@ class TensorExpr:
     def tensors(self) -> tuple[TensorAccess, ...]:
         """Inputs then the output: the order plans index tensors by."""
         return self.inputs + (self.output,)
+
+    @property
+    def merged_inner_axes(self) -> tuple[str, ...]:
+        """Axes written inside a merged output dimension (:func:`merged_axes`), all but the
+        outermost of each. A plan keeps them whole on every core
+        (:func:`runtime_sim.layout.pinned_axes`): then each core's output partition is one
+        contiguous run of the merged dimension, a block like any other output's."""
+        inner: list[str] = []
+        for ix in self.output.indices:
+            if len(ix.terms) > 1:
+                inner += [a for a, _ in sorted(ix.terms, key=lambda t: -t[1])[1:]]
+        return tuple(inner)
 
     def flops(self) -> int:
         """Multiply-accumulate work counted as 2 FLOP per body evaluation with reductions."""
@@ -716,6 +729,27 @@ def make_load(input_index: int, index: Sequence[AffineIndex]) -> Expr:
     return {"op": "load", "input": input_index, "index": [i.to_dict() for i in index]}
 
 
+def merged_axes(index: AffineIndex, extents: Mapping[str, int]) -> tuple[str, ...] | None:
+    """The axes an output index merges row-major, outermost first; ``None`` if it does not.
+
+    An output dimension is written either by one plain axis or, for a reshape that merges
+    dimensions (:mod:`tvm_icca.views`), by ``a_0 * (E_1 ... E_n) + ... + a_{n-1} * E_n + a_n``:
+    distinct axes, no offset, the innermost with coefficient 1 and each other with the
+    product of the extents inside it, so that the axes enumerate the dimension exactly once.
+    """
+    if index.offset != 0 or not index.terms:
+        return None
+    names = [a for a, _ in index.terms]
+    if len(set(names)) != len(names) or any(a not in extents for a in names):
+        return None
+    stride = 1
+    for a, c in sorted(index.terms, key=lambda t: t[1]):
+        if c != stride:
+            return None
+        stride *= int(extents[a])
+    return tuple(a for a, _ in sorted(index.terms, key=lambda t: -t[1]))
+
+
 def axes_in(indices: Iterable[AffineIndex]) -> set[str]:
     return {a for idx in indices for a in idx.axes}
 
@@ -985,13 +1019,17 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
     check_access(expr.output, "output", False)
     out_axes = []
     for d, ix in enumerate(expr.output.indices):
-        a = ix.terms[0][0] if ix.is_simple else None
-        if a is None or a not in top or top[a].reduce or a in out_axes:
-            raise bad(f"output index {d} ({ix}) must be one plain spatial axis, each used once")
-        if extents[a] != expr.output.shape[d]:
-            raise bad(f"output axis '{a}' has extent {extents[a]}, the output dimension {d} "
+        merged = merged_axes(ix, extents)
+        if merged is None or any(a not in top or top[a].reduce or a in out_axes for a in merged):
+            raise bad(f"output index {d} ({ix}) must be one plain spatial axis (or spatial axes "
+                      "merged row-major), each used once")
+        size = math.prod(extents[a] for a in merged)
+        if size != expr.output.shape[d]:
+            raise bad(f"output axes {list(merged)} span {size} positions, the output dimension {d} "
                       f"has {expr.output.shape[d]}")
-        out_axes.append(a)
+        out_axes.extend(merged)
+    if expr.epilogue is not None and len(out_axes) != len(expr.output.indices):
+        raise bad("an operator with an epilogue must write every output dimension with one plain axis")
     n_in = len(expr.inputs)
     for i in expr.epilogue_inputs:
         if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < n_in:

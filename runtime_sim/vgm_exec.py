@@ -236,10 +236,13 @@ class _OpRun:
         self.main = [t for t in range(len(self.expr.inputs)) if t not in self.expr.epilogue_inputs]
         self.local = tuple(a.name for a in self.expr.local_axes)
         self.out_axes = []
+        #: an output dim merges axes (a reshape, :func:`runtime_sim.program.merged_axes`)
+        self.merged = any(not ix.is_simple for ix in self.expr.output.indices)
         for ix in self.expr.output.indices:
-            if not ix.is_simple:
+            if not ix.is_simple and (self.expr.epilogue is not None or ix.offset
+                                     or len(ix.terms) < 2):
                 raise DeviceProgramError(f"operator '{op.name}': output index {ix} is not a plain axis")
-            self.out_axes.append(ix.terms[0][0])
+            self.out_axes.extend(a for a, _ in ix.terms)
         if sorted(self.out_axes) != sorted(layout.spatial):
             raise DeviceProgramError(
                 f"operator '{op.name}': output axes {self.out_axes} are not its spatial axes "
@@ -322,12 +325,23 @@ class _OpRun:
 
         # store: every element to its home core's slice, rounded to the output dtype
         out = expr.output
-        flat = np.zeros([n] + [1] * len(self.out_axes), np.int64)
-        for d, a in enumerate(self.out_axes):
-            view = [1] * (len(self.out_axes) + 1)
-            view[d + 1] = lengths[a]
-            flat = flat * out.shape[d] + lo[a].reshape([-1] + [1] * len(self.out_axes)) \
-                + np.arange(lengths[a]).reshape(view)
+        if self.merged:  # positions over the spatial axes: output dims merge some of them
+            result, nd = acc, len(spatial)
+            flat = np.zeros([n] + [1] * nd, np.int64)
+            for d, ix in enumerate(out.indices):
+                pos = np.zeros([n] + [1] * nd, np.int64)
+                for a, c in ix.terms:
+                    view = [1] * (nd + 1)
+                    view[spatial.index(a) + 1] = lengths[a]
+                    pos = pos + c * (lo[a].reshape([-1] + [1] * nd) + np.arange(lengths[a]).reshape(view))
+                flat = flat * out.shape[d] + pos
+        else:
+            flat = np.zeros([n] + [1] * len(self.out_axes), np.int64)
+            for d, a in enumerate(self.out_axes):
+                view = [1] * (len(self.out_axes) + 1)
+                view[d + 1] = lengths[a]
+                flat = flat * out.shape[d] + lo[a].reshape([-1] + [1] * len(self.out_axes)) \
+                    + np.arange(lengths[a]).reshape(view)
         flat = np.broadcast_to(flat, result.shape).reshape(-1)
         home = region.homes[self.op.output_name]
         core, offset = home_of(flat, home.shape[1])

@@ -102,9 +102,9 @@ def test_batched_transpose_of_last_axes_only() -> None:
         lambda bb, a, b: bb.emit(relax.op.matmul(a, bb.emit(relax.op.permute_dims(b, [1, 0, 2])))),
     )
     part = tvm_icca.partition_for_icca(other)
-    assert composites(part) == ["icca.matmul"]
-    assert host(part) == {"relax.permute_dims": 1}
-    assert "not a transpose of the last two axes" in tvm_icca.partition_report(part)["host_reasons"]["relax.permute_dims"][0]
+    # any other permutation is a view op of its own, in the same region as the matmul
+    assert composites(part) == ["icca.permute_dims", "icca.matmul"]
+    assert host(part) == {} and len(icca_regions(part)) == 1
 
 
 def test_vector_matmul_stays_on_host() -> None:

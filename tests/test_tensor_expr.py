@@ -131,7 +131,8 @@ def reference_eval(expr: TensorExpr, inputs: list[np.ndarray]) -> np.ndarray:
     value = value.sum(axis=red) if red else value
     if expr.epilogue is not None:
         value = np.broadcast_to(ev(expr.epilogue, spatial, value), [extent[d] for d in spatial])
-    order = [i.terms[0][0] for i in expr.output.indices]
+    # a merged output dim lists its axes outermost first (row-major), so reshape merges them
+    order = [a for i in expr.output.indices for a, _ in i.terms]
     return np.asarray(value).transpose([spatial.index(a) for a in order]).reshape(expr.output.shape)
 
 
@@ -406,6 +407,17 @@ VALUE_CASES = [
      lambda a, b: np_gelu(a @ b)),
     ("matmul_softmax", [(4, 8), (8, 5)], lambda a, b: op.nn.softmax(op.matmul(a, b)),
      lambda a, b: np_softmax(a @ b)),
+    # view ops (tvm_icca.views): copies whose index maps re-lay the data out
+    ("reshape_split", [(2, 3, 20)], lambda x: op.reshape(x, (2, 3, 4, 5)), lambda x: x.reshape(2, 3, 4, 5)),
+    ("reshape_merge", [(2, 3, 4, 5)], lambda x: op.reshape(x, (2, 3, 20)), lambda x: x.reshape(2, 3, 20)),
+    ("reshape_split_merge", [(4, 8)], lambda x: op.reshape(x, (8, 4)), lambda x: x.reshape(8, 4)),
+    ("flatten", [(2, 3, 4)], op.flatten, lambda x: x.reshape(-1)),
+    ("permute_dims_any", [(2, 3, 4, 5)], lambda x: op.permute_dims(x, [2, 0, 3, 1]),
+     lambda x: x.transpose(2, 0, 3, 1)),
+    ("expand_dims", [(3, 4)], lambda x: op.expand_dims(x, [0, 2]), lambda x: x[None, :, None]),
+    ("squeeze", [(3, 1, 4, 1)], lambda x: op.squeeze(x, [1, 3]), lambda x: x[:, 0, :, 0]),
+    ("broadcast_to", [(3, 1)], lambda x: op.broadcast_to(x, (2, 3, 4)),
+     lambda x: np.broadcast_to(x, (2, 3, 4))),
 ]
 
 
@@ -428,6 +440,7 @@ EXPECTED_KINDS = {
     "avg_pool2d": "reduce", "max_pool2d_pad": "reduce",
     "add_bcast": "elementwise", "gelu": "elementwise", "where": "elementwise",
     "concat": "elementwise", "pad_nonzero_value": "elementwise",
+    "reshape_merge": "elementwise", "permute_dims_any": "elementwise",
 }
 CASES_BY_NAME = {c[0]: c for c in VALUE_CASES}
 
@@ -483,9 +496,21 @@ def test_tensor_constant_becomes_input():
 # -- refusals -----------------------------------------------------------------------------------
 
 
-def test_reshape_that_merges_dims_is_not_affine():
+def test_reshape_that_straddles_rows_is_not_affine():
+    # [2, 6] -> [3, 4]: output row 1 holds the end of input row 0 and the start of row 1
     with pytest.raises(UnsupportedOperatorError, match="not affine"):
         tensor_expr_of(rfunc([(2, 6)], lambda x: op.reshape(x, (3, 4))))
+
+
+def test_reshape_that_merges_dims_iterates_over_the_finer_axes():
+    e = tensor_expr_of(rfunc([(2, 3, 4, 5)], lambda x: op.reshape(x, (2, 3, 20))))
+    assert [(a.name, a.extent) for a in e.axes] == [("ax0", 2), ("ax1", 3), ("ax2_0", 4), ("ax2_1", 5)]
+    assert access(e, 0) == (ax("ax0"), ax("ax1"), ax("ax2_0"), ax("ax2_1"))
+    assert e.output.indices == (ax("ax0"), ax("ax1"), idx(("ax2_0", 5), ("ax2_1", 1)))
+    assert e.merged_inner_axes == ("ax2_1",) and pinned_axes(e) == {"ax2_1"}
+    split = tensor_expr_of(rfunc([(2, 3, 20)], lambda x: op.reshape(x, (2, 3, 4, 5))))
+    assert access(split, 0) == (ax("ax0"), ax("ax1"), idx(("ax2", 5), ("ax3", 1)))
+    assert all(i.is_simple for i in split.output.indices)
 
 
 def test_reshape_inserting_unit_dims_is_affine():

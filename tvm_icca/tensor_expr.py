@@ -44,6 +44,7 @@ from schedules import kind_of
 from .te_capture import ComposedTE, compose_te
 from .te_capture import ffi_key as _key
 from .te_capture import function_label as _func_label
+from .views import output_atoms
 
 __all__ = ["ExtractedOp", "extract_op", "tensor_expr_of"]
 
@@ -107,7 +108,8 @@ def extract_op(func: relax.Function, name: str = "out") -> ExtractedOp:
     if len(out.shape) and any(not isinstance(s, tirx.IntImm) for s in out.shape):
         raise UnsupportedOperatorError(f"{_func_label(func)} has a dynamic output shape")
 
-    probe = _Converter(sources)
+    # a reshape iterates over its atoms (tvm_icca.views): its div/mod indices become affine
+    probe = _Converter(sources, out_atoms=output_atoms(func))
     probe.build(out, name)
     conv = probe
     anchor = probe.epilogue_anchor(out)
@@ -165,9 +167,12 @@ def _sources(func: relax.Function, composed: ComposedTE) -> dict[int, _Source]:
 class _Converter:
     """Builds one TensorExpr from a TE DAG (one instance per attempt)."""
 
-    def __init__(self, sources: Mapping[int, _Source], epilogue_of: te.Tensor | None = None):
+    def __init__(self, sources: Mapping[int, _Source], epilogue_of: te.Tensor | None = None,
+                 out_atoms: Sequence[Sequence[int]] | None = None):
         self.sources = sources
         self.epilogue_of = epilogue_of  # the sum reduction promoted to the top level
+        self.out_atoms = out_atoms  # per output dim, the extents of the axes it merges
+        self.out_indices: list[AffineIndex] = []  # how each output dim is written
         self.analyzer = Analyzer()
         self.axes: list[Axis] = []
         self.local_axes: list[Axis] = []
@@ -207,8 +212,13 @@ class _Converter:
         op = out.op
         names = [iv.var.name for iv in op.axis] if isinstance(op, te.ComputeOp) else []
         names += [f"i{d}" for d in range(len(names), len(shape))]
-        self.spatial = [self._new_axis(n, e, False, False) for n, e in zip(names, shape)]
         body = _body_of(out)
+        if self.out_atoms is not None and not isinstance(body, tirx.Reduce):
+            # Mode (c) over finer axes: each output dim merges its atoms row-major.
+            self.body = self._load(out, self._merged_output(names, shape))
+            return
+        self.spatial = [self._new_axis(n, e, False, False) for n, e in zip(names, shape)]
+        self.out_indices = [AffineIndex.of_axis(v.name) for v in self.spatial]
         if isinstance(body, tirx.Reduce) and _combiner(body, out) == "sum":
             # Mode (a): the result is itself a sum reduction (matmul, conv2d, sum).
             env = {_key(iv.var): v for iv, v in zip(op.axis, self.spatial)}
@@ -227,6 +237,7 @@ class _Converter:
         self.spatial = [
             self._new_axis(iv.var.name, e, False, False) for iv, e in zip(red.op.axis, shape)
         ]
+        self.out_indices = [AffineIndex.of_axis(v.name) for v in self.spatial]
         env = {_key(iv.var): v for iv, v in zip(red.op.axis, self.spatial)}
         for iv in body.axis:
             env[_key(iv.var)] = self._new_axis(iv.var.name, _extent(iv), True, False)
@@ -272,16 +283,37 @@ class _Converter:
                 TensorAccess(e.source.name, e.source.shape, e.source.dtype, tuple(e.indices))
                 for e in self.inputs
             ),
-            output=TensorAccess(
-                name, _shape(out), str(out.dtype),
-                tuple(AffineIndex.of_axis(v.name) for v in self.spatial),
-            ),
+            output=TensorAccess(name, _shape(out), str(out.dtype), tuple(self.out_indices)),
             body=self.body,
             local_axes=tuple(self.local_axes),
             epilogue=self.epilogue,
             epilogue_inputs=epilogue_inputs,
         )
         return dataclasses.replace(expr, kind=kind_of(op_names, expr))
+
+    def _merged_output(self, names: Sequence[str], shape: Sequence[int]) -> list[tirx.PrimExpr]:
+        """One axis per atom of each output dim (outermost first); the output dim is written
+        at their row-major merge (:func:`runtime_sim.program.merged_axes`). Returns the
+        output's index over those axes, for the load of the TE result."""
+        index = []
+        for d, (hint, atoms) in enumerate(zip(names, self.out_atoms)):
+            if len(atoms) == 1:
+                var = self._new_axis(hint, int(shape[d]), False, False)
+                self.spatial.append(var)
+                self.out_indices.append(AffineIndex.of_axis(var.name))
+                index.append(var)
+                continue
+            terms, expr = [], None
+            for j, extent in enumerate(atoms):
+                var = self._new_axis(f"{hint}_{j}", int(extent), False, False)
+                stride = int(np.prod(atoms[j + 1:], dtype=np.int64))
+                terms.append((var.name, stride))
+                self.spatial.append(var)
+                term = var if stride == 1 else var * tirx.const(stride, "int64")
+                expr = term if expr is None else expr + term
+            self.out_indices.append(AffineIndex(tuple(terms), 0))
+            index.append(expr)
+        return index
 
     # -- index arithmetic -----------------------------------------------------------------
     def _subst(self, e: Any, env: Mapping[int, Any]) -> tirx.PrimExpr:
