@@ -44,6 +44,7 @@ from .program import (
     OpProgram,
     TensorExpr,
     VgmPlan,
+    digit_axes,
     dtype_bytes,
     expr_loads,
     load_index,
@@ -61,13 +62,26 @@ def padded_extent(extent: int, parts: int, steps: int) -> int:
 
 
 def pinned_axes(expr: TensorExpr) -> set[str]:
-    """Axes that cannot be partitioned: they share a tensor dimension with a core-local axis.
+    """Axes that cannot be partitioned (neither split nor rotated).
 
-    A dimension read with a core-local axis (a softmax row, a layer-norm statistic) must be
-    whole on every core, so any axis that also indexes that dimension stays unsplit.
+    * Axes that share a tensor dimension with a core-local axis: a dimension read with a
+      core-local axis (a softmax row, a layer-norm statistic) must be whole on every core,
+      so any axis that also indexes that dimension stays unsplit.
+    * The inner digits of an output dimension indexed by a digit index
+      (:func:`~runtime_sim.program.digit_axes`, a grouped convolution's ``g*(F/G) + f``).
+      This is the layout rule of such a dimension: only its outermost digit is partitioned,
+      so every core's share of it is the box ``[p*(F/G), (p + n)*(F/G))`` of whole groups,
+      the output blocks stay boxes (placement grids, re-layouts and the assembled output
+      need boxes), and the other tensors indexed by the same digits (the weight's
+      ``g*(F/G) + f``) get the same boxes.
     """
     local = {a.name for a in expr.local_axes}
+    extent = {a.name: a.extent for a in expr.axes}
     pinned: set[str] = set()
+    for ix in expr.output.indices:
+        digits = digit_axes(ix, extent)
+        if digits is not None:
+            pinned.update(digits[1:])
     accesses: list[tuple[int, tuple[AffineIndex, ...]]] = []
     for node in expr_loads(expr.body) + expr_loads(expr.epilogue):
         accesses.append((int(node["input"]), load_index(node)))

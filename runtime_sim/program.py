@@ -686,6 +686,28 @@ def make_load(input_index: int, index: Sequence[AffineIndex]) -> Expr:
     return {"op": "load", "input": input_index, "index": [i.to_dict() for i in index]}
 
 
+def digit_axes(index: AffineIndex, extent: Mapping[str, int]) -> tuple[str, ...] | None:
+    """The axes of a *digit index*, outermost first, or ``None`` if ``index`` is not one.
+
+    A digit index ``a_1*c_1 + ... + a_n*c_n`` (no offset) writes a position in mixed radix:
+    the innermost coefficient is 1 and each other coefficient is the product of the extents
+    of the axes inside it, so every position ``0 <= p < prod(extents)`` has exactly one
+    digit tuple. A grouped convolution's output channel ``g*(F/G) + f`` is one. A plain axis
+    is the one-digit case.
+    """
+    if index.offset or not index.terms:
+        return None
+    terms = sorted(index.terms, key=lambda t: -t[1])
+    if len({a for a, _ in terms}) != len(terms):
+        return None
+    radix = 1
+    for a, c in reversed(terms):
+        if c != radix or a not in extent:
+            return None
+        radix *= int(extent[a])
+    return tuple(a for a, _ in terms)
+
+
 def axes_in(indices: Iterable[AffineIndex]) -> set[str]:
     return {a for idx in indices for a in idx.axes}
 
@@ -948,15 +970,17 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
     for t, acc in enumerate(expr.inputs):
         check_access(acc, f"input {t}")
     check_access(expr.output, "output")
-    out_axes = []
+    out_axes: list[str] = []
     for d, ix in enumerate(expr.output.indices):
-        a = ix.terms[0][0] if ix.is_simple else None
-        if a is None or a not in top or top[a].reduce or a in out_axes:
-            raise bad(f"output index {d} ({ix}) must be one plain spatial axis, each used once")
-        if extents[a] != expr.output.shape[d]:
-            raise bad(f"output axis '{a}' has extent {extents[a]}, the output dimension {d} "
+        digits = digit_axes(ix, {a: e for a, e in extents.items() if a in top})
+        if digits is None or any(top[a].reduce or a in out_axes for a in digits):
+            raise bad(f"output index {d} ({ix}) must be one plain spatial axis or a digit index "
+                      "(g*F + f) of spatial axes, each axis used once")
+        size = math.prod(extents[a] for a in digits)
+        if size != expr.output.shape[d]:
+            raise bad(f"output axes {list(digits)} span {size} positions, the output dimension {d} "
                       f"has {expr.output.shape[d]}")
-        out_axes.append(a)
+        out_axes.extend(digits)
     n_in = len(expr.inputs)
     for i in expr.epilogue_inputs:
         if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < n_in:

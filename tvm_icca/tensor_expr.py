@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax, te, tirx
 from tvm.sym import Analyzer
 
@@ -108,16 +109,30 @@ def extract_op(func: relax.Function, name: str = "out") -> ExtractedOp:
         raise UnsupportedOperatorError(f"{_func_label(func)} has a dynamic output shape")
 
     probe = _Converter(sources)
-    probe.build(out, name)
-    conv = probe
-    anchor = probe.epilogue_anchor(out)
-    if anchor is not None:
-        promoted = _Converter(sources, epilogue_of=anchor)
+    try:
+        probe.build(out, name)
+    except UnsupportedOperatorError as err:
+        # The core-local form can fail where the promoted one works (a grouped convolution's
+        # ``ff // (F/G)`` is affine only once its output axis is split into groups, which
+        # only the top level does): try the one sum reduction the elementwise result reads.
+        anchor = _only_sum_reduction(out)
+        if anchor is None:
+            raise
+        conv = _Converter(sources, epilogue_of=anchor)
         try:
-            promoted.build(out, name)
-            conv = promoted
+            conv.build(out, name)
         except UnsupportedOperatorError:
-            pass  # the core-local form of the probe is still exact
+            raise err from None
+    else:
+        conv = probe
+        anchor = probe.epilogue_anchor(out)
+        if anchor is not None:
+            promoted = _Converter(sources, epilogue_of=anchor)
+            try:
+                promoted.build(out, name)
+                conv = promoted
+            except UnsupportedOperatorError:
+                pass  # the core-local form of the probe is still exact
     expr = conv.finish(composed.op_names, out, name)
     return ExtractedOp(
         expr=expr,
@@ -173,7 +188,10 @@ class _Converter:
         self.local_axes: list[Axis] = []
         self.axis_vars: dict[str, tirx.Var] = {}
         self.order: dict[str, int] = {}
-        self.spatial: list[tirx.Var] = []
+        # The output's iteration variables over our axes: an axis, or ``g*k + f`` for a
+        # grouped axis split by _spatial_axes; ``out_index`` is the output access they give.
+        self.spatial: list[tirx.PrimExpr] = []
+        self.out_index: list[AffineIndex] = []
         self.inputs: list[_InputEntry] = []
         self.memo: dict[tuple, Expr] = {}
         self.region = "body"
@@ -198,6 +216,33 @@ class _Converter:
         (self.local_axes if local else self.axes).append(Axis(name, int(extent), reduce))
         return var
 
+    def _spatial_axes(self, ivs: Sequence[Any], shape: Sequence[int], body: Any) -> None:
+        """The top-level spatial axes of a reduction over ``ivs`` (its output iteration vars).
+
+        An output variable ``v`` that the body divides by a constant ``k`` (grouped
+        convolution reads its input channel at ``ff // (F/G) * (C/G) + rc``) is split into a group axis ``g`` (extent ``E/k``) and an in-group axis ``f`` (extent
+        ``k``) with ``v = g*k + f``: TVM's simplifier then rewrites ``v // k`` to ``g``, so every
+        index is affine (T10 §5 needs sums of axes times constants) and the output dimension
+        is indexed by the digit index ``g*k + f`` (its layout rule:
+        :func:`runtime_sim.layout.pinned_axes`).
+        """
+        divisors = _floordiv_divisors(body)
+        self.spatial, self.out_index = [], []
+        for d, extent in enumerate(shape):
+            name = ivs[d].var.name if d < len(ivs) else f"i{d}"
+            k = divisors.get(_key(ivs[d].var), set()) if d < len(ivs) else set()
+            k = {x for x in k if 1 < x < extent and extent % x == 0}
+            if len(k) == 1:
+                (k,) = k
+                g = self._new_axis("g", extent // k, False, False)
+                f = self._new_axis("f", k, False, False)
+                self.spatial.append(g * tirx.const(k, "int64") + f)
+                self.out_index.append(AffineIndex(((g.name, k), (f.name, 1)), 0))
+            else:
+                v = self._new_axis(name, extent, False, False)
+                self.spatial.append(v)
+                self.out_index.append(AffineIndex.of_axis(v.name))
+
     # -- top level ------------------------------------------------------------------------
     def build(self, out: te.Tensor, name: str) -> None:
         shape = _shape(out)
@@ -205,11 +250,9 @@ class _Converter:
             self._build_with_epilogue(out, shape)
             return
         op = out.op
-        names = [iv.var.name for iv in op.axis] if isinstance(op, te.ComputeOp) else []
-        names += [f"i{d}" for d in range(len(names), len(shape))]
-        self.spatial = [self._new_axis(n, e, False, False) for n, e in zip(names, shape)]
         body = _body_of(out)
         if isinstance(body, tirx.Reduce) and _combiner(body, out) == "sum":
+            self._spatial_axes(list(op.axis), shape, body)
             # Mode (a): the result is itself a sum reduction (matmul, conv2d, sum).
             env = {_key(iv.var): v for iv, v in zip(op.axis, self.spatial)}
             for iv in body.axis:
@@ -217,6 +260,10 @@ class _Converter:
             self.body = self._reduce_source(body, env)
             return
         # Mode (c): elementwise result; any reduction inside stays core-local.
+        names = [iv.var.name for iv in op.axis] if isinstance(op, te.ComputeOp) else []
+        names += [f"i{d}" for d in range(len(names), len(shape))]
+        self.spatial = [self._new_axis(n, e, False, False) for n, e in zip(names, shape)]
+        self.out_index = [AffineIndex.of_axis(v.name) for v in self.spatial]
         self.body = self._load(out, list(self.spatial))
 
     def _build_with_epilogue(self, out: te.Tensor, shape: tuple[int, ...]) -> None:
@@ -224,9 +271,7 @@ class _Converter:
         # identity index, so its spatial axes are the output's.
         red = self.epilogue_of
         body = _body_of(red)
-        self.spatial = [
-            self._new_axis(iv.var.name, e, False, False) for iv, e in zip(red.op.axis, shape)
-        ]
+        self._spatial_axes(list(red.op.axis), shape, body)
         env = {_key(iv.var): v for iv, v in zip(red.op.axis, self.spatial)}
         for iv in body.axis:
             env[_key(iv.var)] = self._new_axis(iv.var.name, _extent(iv), True, False)
@@ -253,8 +298,8 @@ class _Converter:
 
     def _is_identity(self, index: Sequence[tirx.PrimExpr]) -> bool:
         """Is ``index`` exactly the output's spatial axes, in order?"""
-        return len(index) == len(self.spatial) and all(
-            self._affine(i) == AffineIndex.of_axis(v.name) for i, v in zip(index, self.spatial)
+        return len(index) == len(self.out_index) and all(
+            self._affine(i) == o for i, o in zip(index, self.out_index)
         )
 
     def finish(self, op_names: Sequence[str], out: te.Tensor, name: str) -> TensorExpr:
@@ -274,7 +319,7 @@ class _Converter:
             ),
             output=TensorAccess(
                 name, _shape(out), str(out.dtype),
-                tuple(AffineIndex.of_axis(v.name) for v in self.spatial),
+                tuple(self.out_index),
             ),
             body=self.body,
             local_axes=tuple(self.local_axes),
@@ -572,6 +617,40 @@ class _Converter:
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
+
+
+def _floordiv_divisors(body: Any) -> dict[int, set[int]]:
+    """For each variable ``v`` that ``body`` divides as ``v // k`` (``k`` a constant), the ``k``s."""
+    found: dict[int, set[int]] = {}
+
+    def visit(node: Any) -> None:
+        if isinstance(node.a, tvm.ir.Var) and isinstance(node.b, tirx.IntImm):
+            found.setdefault(_key(node.a), set()).add(int(node.b.value))
+
+    tvm_ffi.structural_walk(body, ((tirx.FloorDiv, visit),))
+    return found
+
+
+def _only_sum_reduction(out: te.Tensor) -> te.Tensor | None:
+    """The one sum reduction that the elementwise stages ending in ``out`` read, if exactly one."""
+    if not isinstance(out.op, te.ComputeOp) or isinstance(_body_of(out), tirx.Reduce):
+        return None
+    found: list[te.Tensor] = []
+    stack, seen = [out], set()
+    while stack:
+        t = stack.pop()
+        if _key(t.op) in seen or not isinstance(t.op, te.ComputeOp):
+            continue
+        seen.add(_key(t.op))
+        body = _body_of(t)
+        if isinstance(body, tirx.Reduce) and t is not out:
+            if not any(_same_tensor(t, f) for f in found):
+                found.append(t)
+            continue
+        stack.extend(t.op.input_tensors)
+    if len(found) != 1 or _combiner(_body_of(found[0]), found[0]) != "sum":
+        return None
+    return found[0]
 
 
 def _same_tensor(a: te.Tensor, b: te.Tensor) -> bool:
