@@ -382,7 +382,7 @@ class SimulatedDevice:
         ev = ExprEvaluator(order, lengths, load, axis_value,
                            combine=self._combiner(alloc) if layout.local_follow else None)
         if expr.reduce_axes:
-            value = ev.evaluate_sum(expr.body, expr.reduce_axes)
+            value = ev.evaluate_reduce(expr.body, expr.reduce_axes, expr.combiner)
         else:
             value = ev.evaluate(expr.body)
         value = _drop_local(np.asarray(value, COMPUTE_DTYPE), len(top), op_name)

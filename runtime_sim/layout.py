@@ -67,6 +67,8 @@ def pinned_axes(expr: TensorExpr) -> set[str]:
     * Axes that share a tensor dimension with a core-local axis: a dimension read with a
       core-local axis (a softmax row, a layer-norm statistic) must be whole on every core,
       so any axis that also indexes that dimension stays unsplit.
+    * Top-level reduction axes of a ``max``/``min`` combiner (:class:`TensorExpr`): each
+      core reduces whole windows.
     * The inner digits of an output dimension indexed by a digit index
       (:func:`~runtime_sim.program.digit_axes`, a grouped convolution's ``g*(F/G) + f``).
       This is the layout rule of such a dimension: only its outermost digit is partitioned,
@@ -77,7 +79,8 @@ def pinned_axes(expr: TensorExpr) -> set[str]:
     """
     local = {a.name for a in expr.local_axes}
     extent = {a.name: a.extent for a in expr.axes}
-    pinned: set[str] = set()
+    # a max/min over top-level axes: its partial results could not be summed into ring 0
+    pinned: set[str] = set(expr.reduce_axes) if expr.combiner != "sum" else set()
     for ix in expr.output.indices:
         digits = digit_axes(ix, extent)
         if digits is not None:

@@ -296,7 +296,7 @@ class _OpRun:
             ev = ExprEvaluator(order, lens, _Loader(self.op.name, expr, buffers, pos, len(order)),
                                pos.__getitem__)
             if red:
-                value = ev.evaluate_sum(expr.body, red)
+                value = ev.evaluate_reduce(expr.body, red, expr.combiner)
             else:
                 value = ev.evaluate(expr.body)
             acc += _keep(np.asarray(value, COMPUTE_DTYPE), len(spatial), self.op.name)

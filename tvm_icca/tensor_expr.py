@@ -39,6 +39,7 @@ from tvm.sym import Analyzer
 
 from runtime_sim.errors import UnsupportedOperatorError
 from runtime_sim.hardware import check_dtype
+from runtime_sim.layout import pinned_axes
 from runtime_sim.program import AffineIndex, Axis, Expr, TensorAccess, TensorExpr, expr_loads
 from schedules import kind_of
 
@@ -134,6 +135,20 @@ def extract_op(func: relax.Function, name: str = "out") -> ExtractedOp:
             except UnsupportedOperatorError:
                 pass  # the core-local form of the probe is still exact
     expr = conv.finish(composed.op_names, out, name)
+    if conv is probe and _is_minmax_reduction(out):
+        # A max/min result (max pooling) is converted with core-local window axes first, which
+        # keeps a row reduction splittable (local_splits); but a window read through
+        # ``h*stride + kh`` pins ``h`` to whole rows on every core. The top-level form
+        # reduces whole windows per core and splits ``h`` like a convolution: take it when
+        # it leaves more output axes free.
+        windowed = _Converter(sources, top_level_minmax=True)
+        try:
+            windowed.build(out, name)
+            other = windowed.finish(composed.op_names, out, name)
+        except UnsupportedOperatorError:
+            other = None
+        if other is not None and _free_output_axes(other) > _free_output_axes(expr):
+            conv, expr = windowed, other
     return ExtractedOp(
         expr=expr,
         param_of_input=tuple(e.source.param for e in conv.inputs),
@@ -180,9 +195,13 @@ def _sources(func: relax.Function, composed: ComposedTE) -> dict[int, _Source]:
 class _Converter:
     """Builds one TensorExpr from a TE DAG (one instance per attempt)."""
 
-    def __init__(self, sources: Mapping[int, _Source], epilogue_of: te.Tensor | None = None):
+    def __init__(self, sources: Mapping[int, _Source], epilogue_of: te.Tensor | None = None,
+                 top_level_minmax: bool = False):
         self.sources = sources
         self.epilogue_of = epilogue_of  # the sum reduction promoted to the top level
+        # a max/min result reduces over top-level axes (see extract_op) instead of core-local ones
+        self.top_level_minmax = top_level_minmax
+        self.combiner = "sum"  # of the top-level reduction axes
         self.analyzer = Analyzer()
         self.axes: list[Axis] = []
         self.local_axes: list[Axis] = []
@@ -243,6 +262,21 @@ class _Converter:
                 self.spatial.append(v)
                 self.out_index.append(AffineIndex.of_axis(v.name))
 
+    def _extent(self, iv: Any, env: Mapping[int, Any]) -> int:
+        """The extent of reduction axis ``iv``; one written over the output's axes (adaptive
+        pooling's window ``end(h) - start(h)``) counts when it is the same for every output
+        point (TVM's simplifier, which knows each axis's range, proves it constant)."""
+        dom = iv.dom
+        if isinstance(dom.extent, tirx.IntImm) or not _is_index_arith(dom.extent):
+            return _extent(iv)
+        try:
+            extent = self.analyzer.simplify(self._subst(dom.extent, env))
+        except UnsupportedOperatorError:
+            return _extent(iv)
+        if isinstance(dom.min, tirx.IntImm) and int(dom.min.value) == 0 and isinstance(extent, tirx.IntImm):
+            return int(extent.value)
+        return _extent(iv)
+
     # -- top level ------------------------------------------------------------------------
     def build(self, out: te.Tensor, name: str) -> None:
         shape = _shape(out)
@@ -251,13 +285,16 @@ class _Converter:
             return
         op = out.op
         body = _body_of(out)
-        if isinstance(body, tirx.Reduce) and _combiner(body, out) == "sum":
+        top = ("sum", "max", "min") if self.top_level_minmax else ("sum",)
+        if isinstance(body, tirx.Reduce) and _combiner(body, out) in top:
+            # Mode (a): the result is itself a sum reduction (matmul, conv2d, sum), or a
+            # windowed max/min when asked for (max pooling, see extract_op).
+            self.combiner = _combiner(body, out)
             self._spatial_axes(list(op.axis), shape, body)
-            # Mode (a): the result is itself a sum reduction (matmul, conv2d, sum).
             env = {_key(iv.var): v for iv, v in zip(op.axis, self.spatial)}
             for iv in body.axis:
-                env[_key(iv.var)] = self._new_axis(iv.var.name, _extent(iv), True, False)
-            self.body = self._reduce_source(body, env)
+                env[_key(iv.var)] = self._new_axis(iv.var.name, self._extent(iv, env), True, False)
+            self.body = self._reduce_source(body, env, self.combiner)
             return
         # Mode (c): elementwise result; any reduction inside stays core-local.
         names = [iv.var.name for iv in op.axis] if isinstance(op, te.ComputeOp) else []
@@ -274,7 +311,7 @@ class _Converter:
         self._spatial_axes(list(red.op.axis), shape, body)
         env = {_key(iv.var): v for iv, v in zip(red.op.axis, self.spatial)}
         for iv in body.axis:
-            env[_key(iv.var)] = self._new_axis(iv.var.name, _extent(iv), True, False)
+            env[_key(iv.var)] = self._new_axis(iv.var.name, self._extent(iv, env), True, False)
         self.body = self._reduce_source(body, env)
         self.region = "epilogue"
         out_env = {_key(iv.var): v for iv, v in zip(out.op.axis, self.spatial)}
@@ -325,6 +362,7 @@ class _Converter:
             local_axes=tuple(self.local_axes),
             epilogue=self.epilogue,
             epilogue_inputs=epilogue_inputs,
+            combiner=self.combiner,
         )
         return dataclasses.replace(expr, kind=kind_of(op_names, expr))
 
@@ -348,6 +386,9 @@ class _Converter:
         build = ops.get(type(e))
         if build is not None:
             return build(self._subst(e.a, env), self._subst(e.b, env))
+        if isinstance(e, tirx.Select) and isinstance(e.condition, tirx.IntImm):
+            # topi's adaptive pooling writes its window end as Select(True, ...)
+            return self._subst(e.true_value if int(e.condition.value) else e.false_value, env)
         if _is_tensor_load(e):
             raise UnsupportedOperatorError(
                 f"data-dependent index (reads tensor '{e.args[0].op.name}'): not affine"
@@ -400,8 +441,20 @@ class _Converter:
         return AffineIndex(terms, offset)
 
     def _int_tree(self, e: tirx.PrimExpr) -> Expr:
-        """An integer value (e.g. an axis used in a comparison) as an expression tree."""
-        idx = self._affine(e, "integer expression")
+        """An integer value (e.g. an axis used in a comparison) as an expression tree.
+
+        Affine values become sums of axes times constants; min/max of such values (average
+        pooling without ``count_include_pad`` divides by the in-bounds window size
+        ``(min(h*s + k - p, H) - max(h*s - p, 0)) * ...``) become min/max nodes over them.
+        """
+        try:
+            idx = self._affine(e, "integer expression")
+        except UnsupportedOperatorError:
+            nodes = {tirx.Min: "min", tirx.Max: "max", tirx.Add: "add", tirx.Sub: "sub", tirx.Mul: "mul"}
+            name = nodes.get(type(e))
+            if name is None:
+                raise
+            return {"op": name, "args": [self._int_tree(e.a), self._int_tree(e.b)]}
         tree: Expr | None = None
         for a, c in idx.terms:
             term: Expr = {"op": "axis", "axis": a}
@@ -481,7 +534,7 @@ class _Converter:
         env = dict(env)
         names = []
         for iv in body.axis:
-            var = self._new_axis(iv.var.name, _extent(iv), True, True)
+            var = self._new_axis(iv.var.name, self._extent(iv, env), True, True)
             env[_key(iv.var)] = var
             names.append(var.name)
         self.reduce_depth += 1
@@ -631,6 +684,17 @@ def _floordiv_divisors(body: Any) -> dict[int, set[int]]:
     return found
 
 
+def _is_minmax_reduction(out: te.Tensor) -> bool:
+    body = _body_of(out)
+    return isinstance(body, tirx.Reduce) and _combiner(body, out) in ("max", "min")
+
+
+def _free_output_axes(expr: TensorExpr) -> int:
+    """Output axes a plan may partition (not pinned by the layout rules)."""
+    pinned = pinned_axes(expr)
+    return sum(1 for a in expr.axes if not a.reduce and a.name not in pinned)
+
+
 def _only_sum_reduction(out: te.Tensor) -> te.Tensor | None:
     """The one sum reduction that the elementwise stages ending in ``out`` read, if exactly one."""
     if not isinstance(out.op, te.ComputeOp) or isinstance(_body_of(out), tirx.Reduce):
@@ -698,6 +762,8 @@ def _is_index_arith(e: Any) -> bool:
         return _is_index_arith(e.value)
     if isinstance(e, (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod, tirx.Min, tirx.Max)):
         return _is_index_arith(e.a) and _is_index_arith(e.b)
+    if isinstance(e, tirx.Select) and isinstance(e.condition, tirx.IntImm):
+        return _is_index_arith(e.true_value) and _is_index_arith(e.false_value)
     return False
 
 
