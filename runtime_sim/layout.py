@@ -208,21 +208,28 @@ def split_reductions(expr: TensorExpr, follow: Mapping[str, str]) -> dict[str, t
 def padding_safe_reduce(expr: TensorExpr) -> bool:
     """True when zero-padded inputs add nothing to the reduced sum.
 
-    Holds when the body is a product of loads (matmul, convolution, plain sums); a body
-    like ``exp(x)`` would add exp(0) = 1 per padded element, so its reduction axes must not
-    be padded.
+    A reduction axis padded past its extent reads positions beyond the tensors, which the
+    device zero-fills. That adds nothing when the body is a product one of whose factors
+    reads such a position as zero: a load that indexes the axis alone, over a dimension as
+    long as the axis (matmul's ``B[k, n]``, a convolution's weight ``W[f, c, kh, kw]``). A
+    body like ``exp(x)`` would add exp(0) = 1 per padded element, and a window read
+    ``x[h*s + kh]`` alone (average pooling) would add real elements of the next window, so
+    their reduction axes must not be padded.
     """
+    extent = {a.name: a.extent for a in expr.axes}
 
-    def zero_when_padded(node: dict) -> bool:
+    def zero_when_padded(node: dict, axis: str) -> bool:
         if node["op"] == "load":
-            return True
+            shape = expr.inputs[int(node["input"])].shape
+            return any(ix.is_simple and ix.terms[0][0] == axis and extent[axis] == shape[d]
+                       for d, ix in enumerate(load_index(node)))
         if node["op"] == "mul":
-            return any(zero_when_padded(a) for a in node["args"])
+            return any(zero_when_padded(a, axis) for a in node["args"])
         if node["op"] in ("cast", "neg"):
-            return zero_when_padded(node["args"][0])
+            return zero_when_padded(node["args"][0], axis)
         return False
 
-    return zero_when_padded(expr.body)
+    return all(zero_when_padded(expr.body, a) for a in expr.reduce_axes)
 
 
 @dataclass(frozen=True)

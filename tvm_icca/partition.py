@@ -27,6 +27,7 @@ from .hardware import HardwareLike, HardwareSpec, hardware_from_json, hardware_t
 from .hardware import resolve_hardware
 from .patterns import CODEGEN_NAME, OFFLOADABLE_OPS, checking_for, get_icca_patterns
 from .patterns import unsupported_reason
+from .rewrites_conv import FoldInferenceBatchNorm
 
 __all__ = [
     "HARDWARE_ATTR",
@@ -64,7 +65,9 @@ def partition_for_icca(
         Ops whose dtype the chip cannot compute stay on the host.
     fold_constants : bool
         Run ``FoldConstant`` first, so that e.g. the ``reshape`` of a constant conv bias
-        emitted by the ONNX importer becomes a constant and the bias add can be fused.
+        emitted by the ONNX importer becomes a constant and the bias add can be fused (and
+        a batch norm folded into a conv's weights becomes constant weights). Inference batch
+        norms are always rewritten first (:mod:`tvm_icca.rewrites_conv`).
     bind_constants : bool
         Keep constants (weights) inside the composite functions, so the region compiler can
         bake them into the device program. By default they become region parameters: device
@@ -83,7 +86,8 @@ def partition_for_icca(
     if icca_regions(mod):
         logger.debug("module already has ICCA regions; not partitioning it again")
         return mod
-    passes: list[tvm.transform.Pass] = [ConvertToDataflow(min_size=1)]
+    # batch norm in inference form becomes a conv weight/bias or elementwise arithmetic
+    passes: list[tvm.transform.Pass] = [ConvertToDataflow(min_size=1), FoldInferenceBatchNorm]
     if fold_constants:
         passes.append(FoldConstant())
     mod = tvm.transform.Sequential(passes)(mod)
