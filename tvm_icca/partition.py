@@ -86,10 +86,11 @@ def partition_for_icca(
     if icca_regions(mod):
         logger.debug("module already has ICCA regions; not partitioning it again")
         return mod
-    # batch norm in inference form becomes a conv weight/bias or elementwise arithmetic
-    passes: list[tvm.transform.Pass] = [ConvertToDataflow(min_size=1), FoldInferenceBatchNorm]
+    passes: list[tvm.transform.Pass] = [ConvertToDataflow(min_size=1)]
     if fold_constants:
         passes.append(FoldConstant())
+    # batch norm in inference form becomes conv weights + bias or elementwise arithmetic
+    passes.append(FoldInferenceBatchNorm)
     mod = tvm.transform.Sequential(passes)(mod)
     with checking_for(spec):
         mod = FuseOpsByPattern(
