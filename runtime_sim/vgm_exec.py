@@ -33,7 +33,7 @@ from .errors import DeviceProgramError, SramOverflowError
 from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
 from .layout import check_op_inputs
-from .program import AffineIndex, DeviceProgram, OpProgram, VgmPlan, dtype_bytes, load_index
+from .program import AffineIndex, DeviceProgram, OpProgram, VgmPlan, digit_axes, dtype_bytes, load_index
 from .vgm import VgmLayout, _index_ranges, home_bytes, region_home_tensors, slice_elements
 
 
@@ -234,11 +234,17 @@ class _OpRun:
         self.names = names
         self.main = [t for t in range(len(self.expr.inputs)) if t not in self.expr.epilogue_inputs]
         self.local = tuple(a.name for a in self.expr.local_axes)
+        # output dimensions as their digits (runtime_sim.program.digit_axes): a grouped conv's
+        # channel g*k + f is stored as if the output had the dimensions (G, k)
+        extent = {a.name: a.extent for a in self.expr.axes}
         self.out_axes = []
         for ix in self.expr.output.indices:
-            if not ix.is_simple:
-                raise DeviceProgramError(f"operator '{op.name}': output index {ix} is not a plain axis")
-            self.out_axes.append(ix.terms[0][0])
+            digits = digit_axes(ix, extent)
+            if digits is None:
+                raise DeviceProgramError(f"operator '{op.name}': output index {ix} is not a plain axis "
+                                         "or a digit index")
+            self.out_axes.extend(digits)
+        self.out_sizes = [extent[a] for a in self.out_axes]
         if sorted(self.out_axes) != sorted(layout.spatial):
             raise DeviceProgramError(
                 f"operator '{op.name}': output axes {self.out_axes} are not its spatial axes "
@@ -325,7 +331,7 @@ class _OpRun:
         for d, a in enumerate(self.out_axes):
             view = [1] * (len(self.out_axes) + 1)
             view[d + 1] = lengths[a]
-            flat = flat * out.shape[d] + lo[a].reshape([-1] + [1] * len(self.out_axes)) \
+            flat = flat * self.out_sizes[d] + lo[a].reshape([-1] + [1] * len(self.out_axes)) \
                 + np.arange(lengths[a]).reshape(view)
         flat = np.broadcast_to(flat, result.shape).reshape(-1)
         home = region.homes[self.op.output_name]

@@ -333,3 +333,30 @@ def test_cnn_block_from_onnx(name: str) -> None:
     tvm.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     tvm.testing.assert_allclose(got, llvm, rtol=1e-4, atol=1e-4)
     assert tvm_icca.last_run_stats()["regions_executed"] >= 1
+
+
+def test_grouped_conv_and_pool_regions_run_as_vgm_too() -> None:
+    """The load-compute-store baseline stores a g*k + f output channel like a (G, k) pair."""
+    from tvm_icca.region import compile_region
+
+    from runtime_sim import vgm_exec
+
+    g = _Graph(5)
+    y = g.node("Relu", [g.conv_bn("x", 8, 12, 3, 1, groups=4)])
+    y = g.node("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    model = g.model({"x": (1, 8, 6, 6)}, y, (1, 12, 3, 3))
+    x = np.random.default_rng(0).standard_normal((1, 8, 6, 6)).astype("float32")
+    hw = small_chip(16, 64 * 1024)
+    part = tvm_icca.partition_for_icca(tvm_icca.load_onnx(model), hw)
+    (name, func), = tvm_icca.icca_regions(part).items()
+    args = []
+    for binding in part["main"].body.blocks[0].bindings:
+        if getattr(getattr(binding.value, "op", None), "name_hint", None) == name:
+            args = [a.value.numpy() if isinstance(a, tvm.ir.GenericConst) else x for a in binding.value.args]
+    t10 = compile_region(func, name, hw)
+    vgm = compile_region(func, name, hw, execution="vgm",
+                         vgm_region_bytes=vgm_exec.region_bytes_per_core(t10, hw.num_cores))
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    for program in (t10, vgm):
+        (got,) = SimulatedDevice().run(program, args)
+        tvm.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
