@@ -448,6 +448,10 @@ VALUE_CASES = [
     ("avg_pool2d_include_pad", [(1, 3, 7, 7)],
      lambda x: op.nn.avg_pool2d(x, pool_size=3, strides=2, padding=1, count_include_pad=True),
      lambda x: np_pool2d(x, 3, 2, 1, "avg", count_include_pad=True)),
+    ("avg_pool2d_dilated_ceil", [(1, 2, 6, 6)],  # the in-bounds count uses integer truncdiv
+     lambda x: op.nn.avg_pool2d(x, pool_size=2, strides=1, dilation=2, ceil_mode=True),
+     lambda x: np.stack([x[:, :, i:i + 3:2, j:j + 3:2].mean((2, 3)) for i in range(4) for j in range(4)],
+                        -1).reshape(1, 2, 4, 4)),
     ("adaptive_avg_pool2d", [(2, 3, 5, 5)], lambda x: op.nn.adaptive_avg_pool2d(x, output_size=1),
      lambda x: x.mean(axis=(2, 3), keepdims=True)),
     ("matmul_gelu", [(4, 8), (8, 5)], lambda a, b: op.nn.gelu(op.matmul(a, b)),

@@ -580,6 +580,12 @@ class _Converter:
             return self._int_tree(self._subst(e, env))
         if isinstance(e, tirx.Cast):
             return {"op": "cast", "dtype": str(e.ty.dtype), "args": [self._value(e.value, env)]}
+        if isinstance(e, tirx.Div) and _is_int(e):
+            # integer Div truncates toward zero (TIR's truncdiv; average pooling's window count
+            # with dilation uses it): round the quotient toward zero
+            q = {"op": "div", "args": [self._value(e.a, env), self._value(e.b, env)]}
+            return {"op": "select", "args": [{"op": "ge", "args": [q, _const(0)]},
+                                             {"op": "floor", "args": [q]}, {"op": "ceil", "args": [q]}]}
         for cls, name in _BINARY_NODES:
             if type(e) is cls:
                 return {"op": name, "args": [self._value(e.a, env), self._value(e.b, env)]}
