@@ -182,6 +182,10 @@ class TensorExpr:
     ``body`` is evaluated over ``axes`` and ``local_axes``; when some of ``axes`` are
     reductions the output is the sum of ``body`` over them (the only combiner that can be
     split across cores), then ``epilogue`` (if any) maps that sum elementwise to the output.
+    ``combiner`` ``"max"``/``"min"`` reduces them with max/min instead (max pooling's window):
+    such reduction axes are never partitioned (:func:`runtime_sim.layout.pinned_axes`), so
+    each core reduces whole windows, while the output's spatial axes (read through the
+    compound window index ``h*stride + kh - pad``) split like a convolution's.
     ``kind`` names the template in :mod:`schedules` that computes a sub-task on one core.
     """
 
@@ -193,6 +197,7 @@ class TensorExpr:
     local_axes: tuple[Axis, ...] = ()
     epilogue: Expr | None = None
     epilogue_inputs: tuple[int, ...] = ()  # indices into ``inputs`` read only by the epilogue
+    combiner: str = "sum"  # of the top-level reduction axes (REDUCE_COMBINERS)
 
     @property
     def axis_names(self) -> tuple[str, ...]:
@@ -235,7 +240,7 @@ class TensorExpr:
         return 2 * n if self.reduce_axes else n
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "kind": self.kind,
             "axes": [a.to_dict() for a in self.axes],
             "local_axes": [a.to_dict() for a in self.local_axes],
@@ -245,6 +250,9 @@ class TensorExpr:
             "epilogue": self.epilogue,
             "epilogue_inputs": list(self.epilogue_inputs),
         }
+        if self.combiner != "sum":  # only when not the default, so existing programs keep their bytes
+            d["combiner"] = self.combiner
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TensorExpr":
@@ -259,6 +267,7 @@ class TensorExpr:
             epilogue=None if d.get("epilogue") is None else _map(d["epilogue"], "epilogue"),
             epilogue_inputs=tuple(_int(i, "epilogue input")
                                   for i in _list(d.get("epilogue_inputs", ()), "epilogue_inputs")),
+            combiner=_name(d.get("combiner", "sum"), "combiner"),
         )
 
     def structure_key(self) -> str:
@@ -274,7 +283,7 @@ class TensorExpr:
         def acc(t: TensorAccess) -> str:
             return f"{t.name}[{', '.join(str(i) for i in t.indices)}]"
 
-        red = f" sum over {','.join(self.reduce_axes)}" if self.reduce_axes else ""
+        red = f" {self.combiner} over {','.join(self.reduce_axes)}" if self.reduce_axes else ""
         ins = " , ".join(acc(t) for t in self.inputs)
         return f"{self.kind}: {acc(self.output)} <- {ins}{red}"
 
@@ -1028,9 +1037,10 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
             raise bad(f"output axes {list(merged)} span {size} positions, the output dimension {d} "
                       f"has {expr.output.shape[d]}")
         out_axes.extend(merged)
-    if expr.epilogue is not None and len(out_axes) != len(expr.output.indices):
-        raise bad("an operator with an epilogue must write every output dimension with one plain axis")
     n_in = len(expr.inputs)
+    if expr.combiner not in REDUCE_COMBINERS:
+        raise bad(f"unknown combiner {_short(expr.combiner)} of the reduction axes "
+                  f"(known: {', '.join(REDUCE_COMBINERS)})")
     for i in expr.epilogue_inputs:
         if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < n_in:
             raise bad(f"epilogue input {_short(i)} is not an input index in [0, {n_in})")

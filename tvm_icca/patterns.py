@@ -41,6 +41,7 @@ __all__ = [
     "BINARY_OPS",
     "CODEGEN_NAME",
     "OFFLOADABLE_OPS",
+    "POOL_OPS",
     "REDUCE_OPS",
     "UNARY_OPS",
     "VIEW_OPS",
@@ -83,6 +84,14 @@ BINARY_OPS: dict[str, str] = {
 # expression, like softmax's running maximum): only sums are split across cores.
 REDUCE_OPS: dict[str, str] = {"sum": "relax.sum", "mean": "relax.mean", "max": "relax.max",
                               "min": "relax.min"}
+#: Pooling over spatial windows: pattern suffix -> Relax op. Max pooling is a core-local
+#: max over the window (padding reads -inf through a bounds select); average pooling is a
+#: window sum with the divisor in its epilogue (count_include_pad or the in-bounds count).
+POOL_OPS: dict[str, str] = {
+    "max_pool2d": "relax.nn.max_pool2d",
+    "avg_pool2d": "relax.nn.avg_pool2d",
+    "adaptive_avg_pool2d": "relax.nn.adaptive_avg_pool2d",
+}
 _OTHER_OPS: dict[str, str] = {
     "softmax": "relax.nn.softmax",
     "layer_norm": "relax.nn.layer_norm",
@@ -95,8 +104,8 @@ _OTHER_OPS: dict[str, str] = {
 #: Every Relax op some ICCA pattern can offload (view ops as re-layouts on the chip,
 #: :mod:`tvm_icca.views`, or inlined into a transposed matmul operand).
 OFFLOADABLE_OPS: frozenset[str] = frozenset(
-    [*UNARY_OPS.values(), *BINARY_OPS.values(), *REDUCE_OPS.values(), *_OTHER_OPS.values(),
-     *DATA_MOVEMENT_OPS.values(), *VIEW_OPS.values()]
+    [*UNARY_OPS.values(), *BINARY_OPS.values(), *REDUCE_OPS.values(), *POOL_OPS.values(),
+     *_OTHER_OPS.values(), *DATA_MOVEMENT_OPS.values(), *VIEW_OPS.values()]
 )
 
 # The chip the check functions judge against. Check functions are called back from C++ by
@@ -161,8 +170,6 @@ def _matmul_reason(call: relax.Call) -> str | None:
 
 def _conv2d_reason(call: relax.Call) -> str | None:
     attrs = call.attrs
-    if int(attrs.groups) != 1:
-        return f"conv2d with groups={int(attrs.groups)} (only groups == 1 is offloaded)"
     out_layout = attrs.out_layout or attrs.data_layout
     if (attrs.data_layout, attrs.kernel_layout, out_layout) != ("NCHW", "OIHW", "NCHW"):
         return (
@@ -207,9 +214,18 @@ def _where_reason(call: relax.Call) -> str | None:
     return None
 
 
+def _pool_reason(call: relax.Call) -> str | None:
+    attrs = call.attrs
+    out_layout = attrs.out_layout or attrs.layout
+    if (attrs.layout, out_layout) != ("NCHW", "NCHW"):
+        return f"{_op_name(call)} layout {attrs.layout}->{out_layout} (only NCHW is offloaded)"
+    return None
+
+
 _OP_REASONS: dict[str, Callable[[relax.Call], str | None]] = {
     "relax.clip": _clip_reason,
     "relax.where": _where_reason,
+    **{name: _pool_reason for name in POOL_OPS.values()},
     "relax.matmul": _matmul_reason,
     "relax.nn.conv2d": _conv2d_reason,
     **{op: data_movement_reason for op in DATA_MOVEMENT_OPS.values()},
@@ -369,6 +385,7 @@ def _pattern_table() -> list[Pattern]:
     table += [_unary_pattern(name, op) for name, op in UNARY_OPS.items()]
     table += [_binary_pattern(name, op) for name, op in BINARY_OPS.items()]
     table += [_unary_pattern(name, op) for name, op in REDUCE_OPS.items()]
+    table += [_unary_pattern(name, op) for name, op in POOL_OPS.items()]
     table.append(_unary_pattern("softmax", "relax.nn.softmax"))
     table.append(_where_pattern())
     table.append(_layer_norm_pattern())
