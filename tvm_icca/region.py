@@ -61,6 +61,7 @@ class PlanCache:
         self._cost_models: list[CostModel] = []  # keeps id() keys valid
         self._options: dict[tuple, tuple[PlanOption, ...]] = {}
         self._failures: dict[tuple, str] = {}  # key -> message of its PlanNotFoundError
+        self._budgets: dict[tuple, list[tuple[int, PlannedOp]]] = {}  # key but budget -> plans
         self.search = PlanSearchCache()  # plan structures and f_t assignments, shared
         self.hits = 0
         self.misses = 0
@@ -77,6 +78,12 @@ class PlanCache:
         if planned is None and key in self._failures:
             self.hits += 1
             raise PlanNotFoundError(self._failures[key])
+        context = key[:2] + key[3:]
+        if planned is None and cost_model is None:
+            # the exact optimum within a larger budget that fits this one is this one's
+            # (plans.search._within_budget); identical layers of one region differ in budget
+            planned = next((p for larger, p in self._budgets.get(context, ())
+                            if p.memory_bytes_per_core <= budget <= larger), None)
         if planned is None:
             self.misses += 1
             try:
@@ -87,6 +94,7 @@ class PlanCache:
                 self._failures[key] = str(err)
                 raise
             self._plans[key] = planned
+            self._budgets.setdefault(context, []).append((int(budget), planned))
         else:
             self.hits += 1
         return planned

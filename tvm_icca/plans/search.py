@@ -204,6 +204,8 @@ def plan_operator(
     result = None
     if key is not None:
         hit = cache.planned(key)
+        if hit is None:
+            hit = _within_budget(cache, key, budget)
         if hit is not None:  # same structure: this operator's tensor names
             result = hit if hit.expr == expr else dataclasses.replace(
                 hit, expr=expr, layout=OpLayout(expr, hit.plan))
@@ -211,7 +213,28 @@ def plan_operator(
         result = _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default)
         if key is not None:
             cache.remember(key, result)
+            budgets = cache.planned(key[:-1]) or ()
+            cache.remember(key[:-1], (*budgets[-MAX_BUDGETS_KEPT + 1:], (budget, result)))
     return _mapped(result, hw, hbm_inputs, producers, cache)
+
+
+#: Budgets remembered per operator structure for :func:`_within_budget`.
+MAX_BUDGETS_KEPT = 16
+
+
+def _within_budget(cache: PlanSearchCache, key: tuple, budget: int) -> PlannedOp | None:
+    """The exact optimum for ``budget`` if an earlier search of the same structure proves it.
+
+    The optimum within a larger budget ``B`` whose footprint fits ``budget`` is also the
+    optimum within ``budget`` (every plan that fits ``budget`` fits ``B``). The identical
+    layers of one region see budgets that differ by the outputs the region holds until it
+    ends (an LLM's per-layer cache updates), so without this every layer's operators would
+    be searched again.
+    """
+    for larger, result in cache.planned(key[:-1]) or ():
+        if result.memory_bytes_per_core <= budget <= larger:
+            return result
+    return None
 
 
 def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
