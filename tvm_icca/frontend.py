@@ -175,6 +175,8 @@ def load_onnx(
     model, label, checked = _read_model(source)
     import onnx  # pylint: disable=import-outside-toplevel
 
+    owned = not isinstance(source, onnx.ModelProto)  # read here: prepared in place
+
     try:
         if not checked:
             onnx.checker.check_model(model)
@@ -195,7 +197,8 @@ def load_onnx(
                                    f"of input names to dtypes, not {type(dtype_dict).__name__}")
         kwargs["dtype_dict"] = dtype_dict if isinstance(dtype_dict, str) else dict(dtype_dict)
     if fold_constants:
-        model = prepare_onnx(model, shapes, fold_initializers=not keep_params_in_input)
+        model = prepare_onnx(model, shapes, fold_initializers=not keep_params_in_input,
+                             in_place=owned)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             # from_onnx re-runs the checker and only warns (we already checked), and prints

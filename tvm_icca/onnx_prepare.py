@@ -67,9 +67,10 @@ def prepare_onnx(
     fold_initializers: bool = True,
     max_folded_bytes: int = DEFAULT_MAX_FOLDED_BYTES,
     stats: FoldStats | None = None,
+    in_place: bool = False,
 ) -> "onnx.ModelProto":
-    """A copy of ``model`` with static input shapes, inferred shapes and constant subgraphs
-    folded; ``model`` itself is not changed.
+    """``model`` with static input shapes, inferred shapes and constant subgraphs folded: a
+    copy, or ``model`` itself changed when ``in_place`` (no second copy of the weights).
 
     Parameters
     ----------
@@ -90,8 +91,10 @@ def prepare_onnx(
     import onnx  # pylint: disable=import-outside-toplevel
 
     stats = stats if stats is not None else FoldStats()
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    out = model
+    if not in_place:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
     graph = out.graph
     if shape_dict:
         _set_input_shapes(graph, shape_dict)
@@ -172,6 +175,7 @@ def _fold_round(graph: "onnx.GraphProto", constants: dict[str, np.ndarray], type
     """One pass in topological order; returns whether a node was replaced."""
     changed = False
     nodes = []
+    shapes: dict[str, tuple[int | None, ...]] = {}  # outputs of Shape nodes that stay
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in _DEFAULT_DOMAINS:
             value = _constant_value(node, opset)
@@ -183,8 +187,12 @@ def _fold_round(graph: "onnx.GraphProto", constants: dict[str, np.ndarray], type
                     changed = True
             nodes.append(node)
             continue
-        values = _folded_values(node, constants, types, opset, max_folded_bytes)
+        values = _folded_values(node, constants, types, shapes, opset, max_folded_bytes)
         if values is None:
+            if node.op_type == "Shape" and node.domain in _DEFAULT_DOMAINS:
+                extents = _shape_extents(node, types)
+                if extents is not None:
+                    shapes[node.output[0]] = extents
             nodes.append(node)
             continue
         for k, (name, value) in enumerate(values.items()):
@@ -200,8 +208,10 @@ def _fold_round(graph: "onnx.GraphProto", constants: dict[str, np.ndarray], type
 
 
 def _folded_values(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray], types: _Types,
-                   opset: int, max_folded_bytes: int) -> dict[str, np.ndarray] | None:
-    """The node's outputs by name when it can be replaced by constants, else None."""
+                   shapes: Mapping[str, tuple[int | None, ...]], opset: int,
+                   max_folded_bytes: int) -> dict[str, np.ndarray] | None:
+    """The node's outputs by name when it can be replaced by constants, else None.
+    ``shapes``: the extents the ``Shape`` nodes that stay read (some symbolic)."""
     if (node.domain not in _DEFAULT_DOMAINS or node.op_type in _NONDETERMINISTIC
             or any(a.HasField("g") or a.graphs for a in node.attribute)):
         return None
@@ -210,6 +220,9 @@ def _folded_values(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray], 
         return None
     if node.op_type in ("Shape", "Size") and node.input[0] not in constants:
         value = _shape_value(node, types)
+        return None if value is None else {outputs[0]: value}
+    if node.op_type == "Gather" and node.input[0] in shapes:
+        value = _gathered_extents(node, constants, shapes)
         return None if value is None else {outputs[0]: value}
     inputs = [i for i in node.input if i]
     if any(i not in constants for i in inputs):
@@ -236,17 +249,40 @@ def _folded_values(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray], 
 
 
 def _shape_value(node: "onnx.NodeProto", types: _Types) -> np.ndarray | None:
-    """``Shape`` (with its ``start``/``end``, opset 15) or ``Size`` of a tensor whose asked-for
-    extents are static, as the ONNX specification defines them."""
-    _, shape = types.get(node.input[0], (0, None))
-    if shape is None:
+    """``Shape`` or ``Size`` of a tensor whose asked-for extents are static."""
+    extents = _shape_extents(node, types)
+    if extents is None or None in extents:
         return None
     if node.op_type == "Size":
-        return None if None in shape else np.asarray(int(np.prod(shape, dtype=np.int64)), np.int64)
+        return np.asarray(int(np.prod(extents, dtype=np.int64)), np.int64)
+    return np.asarray(extents, dtype=np.int64)
+
+
+def _shape_extents(node: "onnx.NodeProto", types: _Types) -> tuple[int | None, ...] | None:
+    """What ``Shape`` (with its ``start``/``end``, opset 15) or ``Size`` reads of its input's
+    shape, as the ONNX specification defines them; None extents are symbolic."""
+    _, shape = types.get(node.input[0], (0, None))
+    if shape is None or node.op_type == "Size":
+        return shape
     attrs = {a.name: a.i for a in node.attribute}
     # Python slicing clamps and wraps negative bounds exactly as the specification says.
-    extents = shape[attrs.get("start", 0):attrs.get("end", len(shape))]
-    return None if None in extents else np.asarray(extents, dtype=np.int64)
+    return shape[attrs.get("start", 0):attrs.get("end", len(shape))]
+
+
+def _gathered_extents(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray],
+                      shapes: Mapping[str, tuple[int | None, ...]]) -> np.ndarray | None:
+    """``Gather`` of static extents from a shape with symbolic ones (``Shape(x)[1]`` of a
+    tensor with a dynamic batch: how PyTorch exports read a sequence length)."""
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if len(node.input) != 2 or node.input[1] not in constants or axis not in (0, -1):
+        return None
+    extents = shapes[node.input[0]]
+    indices = constants[node.input[1]]
+    if not np.issubdtype(indices.dtype, np.integer) or not np.all(
+            (-len(extents) <= indices) & (indices < len(extents))):
+        return None
+    picked = [extents[int(i)] for i in indices.reshape(-1)]
+    return None if None in picked else np.asarray(picked, np.int64).reshape(indices.shape)
 
 
 def _matches(value: np.ndarray, inferred: tuple[int, "tuple[int | None, ...] | None"] | None) -> bool:
