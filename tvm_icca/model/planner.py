@@ -44,7 +44,7 @@ import tvm
 from tvm import relax
 from tvm.ir import IRModule
 
-from runtime_sim.errors import IccaError, PlanNotFoundError
+from runtime_sim.errors import IccaError, PlanNotFoundError, short_name
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import DeviceProgram, model_state_source
 
@@ -205,7 +205,7 @@ def program_of(func: relax.Function) -> DeviceProgram:
     if func.attrs is None or PROGRAM_ATTR not in func.attrs:
         name = func.attrs.get("global_symbol", "?") if func.attrs is not None else "?"
         raise IccaError(
-            f"ICCA region '{name}' has no device program: run "
+            f"ICCA region '{short_name(name)}' has no device program: run "
             "tvm_icca.plan_device_programs() after partition_for_icca (tvm.compile with target "
             "'icca' does both)")
     return DeviceProgram.from_json(str(func.attrs[PROGRAM_ATTR]))
@@ -374,7 +374,7 @@ def _region_errors(region: str, hw: HardwareSpec) -> Iterator[None]:
         text = str(err).strip()
         first_line = text.splitlines()[0] if text else ""
         raise IccaError(
-            f"ICCA codegen failed for region '{region}' on chip '{hw.name}': "
+            f"ICCA codegen failed for region '{short_name(region)}' on chip '{hw.name}': "
             f"{type(err).__name__}: {first_line}") from err
 
 
@@ -383,7 +383,7 @@ def _with_sources(program: DeviceProgram, sources: Sequence[str],
     """``program`` with its inputs' sources, and its baked-in constants' (model state)."""
     if len(program.inputs) != len(sources):
         raise IccaError(
-            f"device program of region '{program.region}' has {len(program.inputs)} input(s), "
+            f"device program of region '{short_name(program.region)}' has {len(program.inputs)} input(s), "
             f"but main calls the region with {len(sources)}")
     decls = tuple(dataclasses.replace(decl, source=source)
                   for decl, source in zip(program.inputs, sources, strict=True))
