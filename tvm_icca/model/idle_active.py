@@ -154,8 +154,8 @@ def reconcile_regions(
             f"model '{short_name(label)}' does not fit on chip '{hw.name}' ({hw.num_cores} cores): "
             f"its weights need at least {sum(idle)} bytes per core while idle, and with them not "
             f"every operator has a plan within the {capacity} bytes per core left for the "
-            f"model; the most state is {op.describe()}'s ({idle[k]} bytes per core, "
-            f"tensors {state})"
+            f"model; the operator holding the most is {op.describe()}: {idle[k]} bytes per "
+            f"core for {state}"
         )
     planned: dict[str, list[OpProgram]] = {name: [] for name in dict.fromkeys(order)}
     decisions = []

@@ -53,7 +53,7 @@ from ..hardware import HardwareLike, hardware_from_json, resolve_hardware
 from ..partition import HARDWARE_ATTR, icca_regions, is_partitioned, partition_for_icca
 from ..region import EXECUTION_MODELS, PlanCache, compile_region, extract_region
 from .calls import CHIP, STATE, argument_origins, default_resident, host_reads, main_function
-from .calls import on_chip_reservation, region_call_order, region_gvars
+from .calls import largest_activations, on_chip_reservation, region_call_order, region_gvars
 from .idle_active import ModelPlan, reconcile_regions
 from .preloads import DEFAULT_HBM_DESIGN, PRELOAD_DESIGNS, PreloadSummary, schedule_preloads
 
@@ -307,8 +307,9 @@ def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
         what = ("its weights and largest activations" if opts.execution == "vgm"
                 else "its largest activations")
         raise PlanNotFoundError(
-            f"model '{label}' does not fit on '{spec.name}': {what} need {margin} bytes per "
-            f"core, {spec.usable_sram_bytes} are usable")
+            f"model '{short_name(label)}' does not fit on chip '{spec.name}' ({spec.num_cores} "
+            f"cores): {what} need {margin} bytes per core, {spec.usable_sram_bytes} are usable; "
+            f"the largest activations are those of {largest_activations(mod, resident)}")
     if opts.execution == "vgm":
         # The VGM keeps everything in its region: weights and activations alike.
         sources = [tuple(CHIP for _ in row) for row in origins]
