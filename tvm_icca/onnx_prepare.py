@@ -33,15 +33,16 @@ if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this packag
 
 __all__ = ["FoldStats", "prepare_onnx", "DEFAULT_MAX_FOLDED_BYTES"]
 
-#: Results of this size are folded whatever their inputs: shape, index, position and scalar
-#: tensors are far smaller, and 64 KiB more per folded node cannot inflate a model. Larger
-#: results are folded only when no larger than the constants they replace (an ``Expand`` of a
-#: bias to the batch would otherwise store the broadcast result).
+#: Results up to this size are folded whatever their inputs: the shape, index, position and
+#: scalar tensors that folding is for are far smaller. Larger results are folded only when no
+#: larger than the constants they replace, so folding never stores a broadcast (an ``Expand``
+#: of a bias to the batch) in place of its small operands.
 DEFAULT_MAX_FOLDED_BYTES = 64 * 1024
 
-#: Operators whose result is not a function of their inputs (ONNX operator specification).
+#: Operators whose result is not a function of their inputs (ONNX operator specification;
+#: Dropout is random in training mode).
 _NONDETERMINISTIC = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
-                               "RandomUniformLike", "Multinomial", "Bernoulli"})
+                               "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 #: Per tensor name: ONNX element type and shape (None: rank unknown; a None extent: symbolic).
 _Types = dict[str, tuple[int, "tuple[int | None, ...] | None"]]
@@ -242,7 +243,7 @@ def _folded_values(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray], 
         if not isinstance(value, np.ndarray) and not np.isscalar(value):
             return None  # a sequence, map or optional: not a tensor constant
         value = np.asarray(value)
-        if value.nbytes > limit or not _matches(value, types.get(name)):
+        if value.dtype.kind in "OSU" or value.nbytes > limit or not _matches(value, types.get(name)):
             return None
         values[name] = value
     return values
