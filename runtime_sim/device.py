@@ -96,6 +96,9 @@ class _Run:
     Programs that name their module's ``run_order`` are grouped exactly: the run is the
     sequence of regions one call of ``main`` runs (a region may run several times in it).
     Programs without one (hand-written) fall back to "a region seen again starts a new run".
+    A call that fails ends its run: the next call starts a new one, whatever its region (a
+    failed call of a layer's shared region must not let the next invocation continue the
+    broken one).
     """
 
     module: str = ""
@@ -106,10 +109,11 @@ class _Run:
     #: preloads issued by earlier calls of the run for the operators of a later call:
     #: call index -> operator indices, in issue order (performed when that call starts)
     pending: dict[int, list[int]] = field(default_factory=dict)
+    failed: bool = False  # a call of this run raised: the run is over
 
     def continues_with(self, program: DeviceProgram) -> bool:
         """Whether ``program`` is the next region of this run (else it starts a new one)."""
-        if not self.programs:
+        if not self.programs or self.failed:
             return False
         if program.module != self.module:
             return False
@@ -607,6 +611,7 @@ class SimulatedDevice:
             self.configure(hw)
             continuing = self._run.continues_with(program)
             call = len(self._run.programs) if continuing else 0
+            self._run.failed = True  # until this call is recorded
             instructions: list[Instruction] | None = None
             later: list[Instruction] = []
             if continuing:
@@ -628,7 +633,7 @@ class SimulatedDevice:
                     raise DeviceProgramError(f"region '{short_name(program.region)}' never computes output '{short_name(name)}'")
                 outputs.append(env[name])
             stats["output_bytes"] = int(sum(o.nbytes for o in outputs))
-            self._record(program, stats)
+            self._record(program, stats, continuing)
             for ins in later:
                 self._run.pending.setdefault(ins.call, []).append(ins.op)
             return outputs
@@ -833,8 +838,10 @@ class SimulatedDevice:
         self._used -= self._resident.pop(name)
 
     # -- statistics -----------------------------------------------------------------------
-    def _record(self, program: DeviceProgram, stats: dict[str, Any]) -> None:
-        if not self._run.continues_with(program):
+    def _record(self, program: DeviceProgram, stats: dict[str, Any], continuing: bool) -> None:
+        if continuing:
+            self._run.failed = False
+        else:
             self._run = _Run(module=program.module)
         self._run.region_names.add(program.region)
         self._run.regions.append(stats)
