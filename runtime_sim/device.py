@@ -224,7 +224,8 @@ class SimulatedDevice:
         if preloaded is not None and not preloaded.absorbed:
             if preloaded.layout.num_cores != layout.num_cores or \
                     not np.array_equal(preloaded.layout.physical, layout.physical):
-                raise DeviceProgramError(f"operator '{short_name(op_name)}' was preloaded under another layout")
+                raise DeviceProgramError(f"operator '{short_name(op_name)}' was preloaded under "
+                                         "another layout")
             preload[layout.physical] -= preloaded.info.space_bytes_per_core
         peak = self._sram_check(op_name, used, preload, layout)
         if preloaded is not None:
@@ -280,7 +281,8 @@ class SimulatedDevice:
             arr = np.asarray(value)
             if tuple(arr.shape) != tuple(access.shape) or str(arr.dtype) != access.dtype:
                 raise DeviceProgramError(
-                    f"operator '{short_name(op_name)}': input '{access.name}' is {arr.dtype}{list(arr.shape)} "
+                    f"operator '{short_name(op_name)}': input '{access.name}' is "
+                    f"{arr.dtype}{list(arr.shape)} "
                     f"in HBM, expected {access.dtype}{list(access.shape)}")
             arrays[t] = arr
         info = op_preload(layout, sorted(arrays), dict(chunks or {}))
@@ -546,7 +548,8 @@ class SimulatedDevice:
         out_axes = []
         for ix in expr.output.indices:
             if not ix.is_simple:
-                raise DeviceProgramError(f"operator '{short_name(op_name)}': output index {ix} is not a plain axis")
+                raise DeviceProgramError(f"operator '{short_name(op_name)}': output index {ix} "
+                                         "is not a plain axis")
             out_axes.append(ix.terms[0][0])
         local = tuple(a.name for a in expr.local_axes)
         order = tuple(out_axes) + local
@@ -564,7 +567,8 @@ class SimulatedDevice:
             for a, c in ix.terms:
                 if a not in pos:
                     raise DeviceProgramError(
-                        f"operator '{short_name(op_name)}': epilogue reads axis '{a}', not an output or local axis"
+                        f"operator '{short_name(op_name)}': epilogue reads axis '{a}', not an "
+                        "output or local axis"
                     )
                 value = value + c * pos[a]
             return value
@@ -630,7 +634,8 @@ class SimulatedDevice:
             outputs = []
             for name in program.outputs:
                 if name not in env:
-                    raise DeviceProgramError(f"region '{short_name(program.region)}' never computes output '{short_name(name)}'")
+                    raise DeviceProgramError(f"region '{short_name(program.region)}' never "
+                                             f"computes output '{short_name(name)}'")
                 outputs.append(env[name])
             stats["output_bytes"] = int(sum(o.nbytes for o in outputs))
             self._record(program, stats, continuing)
@@ -773,7 +778,8 @@ class SimulatedDevice:
         for t in inputs:
             name = op.input_names[t]
             if name not in self._hbm:
-                raise DeviceProgramError(f"operator '{short_name(op.name)}' preloads '{short_name(name)}', which is not in HBM")
+                raise DeviceProgramError(f"operator '{short_name(op.name)}' preloads "
+                                         f"'{short_name(name)}', which is not in HBM")
             hbm[t] = self._hbm[name]
         preloaded[index] = self.preload_async(op.name, layout, hbm,
                                               {t: op.chunks_of(t) for t in inputs})
@@ -792,11 +798,13 @@ class SimulatedDevice:
         relayout = host = 0
         for t, name in enumerate(op.input_names):
             if name not in env:
-                raise DeviceProgramError(f"operator '{short_name(op.name)}' reads unknown tensor '{short_name(name)}'")
+                raise DeviceProgramError(f"operator '{short_name(op.name)}' reads unknown "
+                                         f"tensor '{short_name(name)}'")
             access = op.expr.inputs[t]
             if str(env[name].dtype) != access.dtype:
                 raise DeviceProgramError(
-                    f"operator '{short_name(op.name)}' reads '{short_name(name)}' as {access.dtype}, it is {env[name].dtype}"
+                    f"operator '{short_name(op.name)}' reads '{short_name(name)}' as "
+                    f"{access.dtype}, it is {env[name].dtype}"
                 )
             if t in distributed:
                 continue

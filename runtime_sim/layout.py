@@ -741,7 +741,8 @@ def checked_layout(op: OpProgram, hw: HardwareSpec) -> OpLayout:
     """
     if isinstance(op.plan, VgmPlan):
         raise DeviceProgramError(
-            f"operator '{short_name(op.name)}' has a VGM plan, which the compute-shift path cannot take: time "
+            f"operator '{short_name(op.name)}' has a VGM plan, which the compute-shift path "
+            "cannot take: time "
             "VGM programs with runtime_sim.vgm.simulate_vgm_timing (the functional device runs "
             "them on data, through runtime_sim.vgm_exec)"
         )

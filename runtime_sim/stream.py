@@ -61,7 +61,8 @@ def input_sources(program: DeviceProgram, has_hbm: bool) -> list[list[str]]:
                 source = entry.get("source") if isinstance(entry, dict) else None
                 row.append(source if source is not None else model_state_source(has_hbm))
             else:
-                raise DeviceProgramError(f"operator '{short_name(op.name)}' reads unknown tensor '{short_name(name)}'")
+                raise DeviceProgramError(f"operator '{short_name(op.name)}' reads unknown "
+                                         f"tensor '{short_name(name)}'")
         out.append(row)
         produced.add(op.output_name)
     return out

@@ -367,7 +367,8 @@ def simulate_vgm_timing(programs, hw: HardwareSpec | None = None) -> VgmReport:
     for program in programs:
         for op in program.ops:
             if not isinstance(op.plan, VgmPlan):
-                raise DeviceProgramError(f"operator '{short_name(op.name)}' has a compute-shift plan, not a VGM plan")
+                raise DeviceProgramError(f"operator '{short_name(op.name)}' has a compute-shift "
+                                         "plan, not a VGM plan")
             timing = vgm_op_timing(op.expr, op.plan, hw)
             layout = VgmLayout(op.expr, op.plan, hw.num_cores)
             peak = max(peak, region + layout.working_bytes_per_core() + hw.shift_buffer_bytes)

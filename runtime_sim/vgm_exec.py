@@ -162,7 +162,8 @@ class VgmRegion:
         a halo that the first tile, clipped at the padding, does not.
         """
         if not isinstance(op.plan, VgmPlan):
-            raise DeviceProgramError(f"operator '{short_name(op.name)}' has a compute-shift plan, not a VGM plan")
+            raise DeviceProgramError(f"operator '{short_name(op.name)}' has a compute-shift "
+                                     "plan, not a VGM plan")
         check_op_inputs(op)
         expr = op.expr
         hw = self.hw
@@ -179,11 +180,13 @@ class VgmRegion:
             access = expr.inputs[t]
             if not self.holds(name):
                 if name not in env:
-                    raise DeviceProgramError(f"operator '{short_name(op.name)}' reads unknown tensor '{short_name(name)}'")
+                    raise DeviceProgramError(f"operator '{short_name(op.name)}' reads unknown "
+                                             f"tensor '{short_name(name)}'")
                 arr = np.asarray(env[name])
                 if tuple(arr.shape) != tuple(access.shape) or str(arr.dtype) != access.dtype:
                     raise DeviceProgramError(
-                        f"operator '{short_name(op.name)}' reads '{short_name(name)}' as {access.dtype}{list(access.shape)}, "
+                        f"operator '{short_name(op.name)}' reads '{short_name(name)}' as "
+                        f"{access.dtype}{list(access.shape)}, "
                         f"it is {arr.dtype}{list(arr.shape)}"
                     )
                 written = self.write(name, arr)
@@ -193,7 +196,8 @@ class VgmRegion:
                     host += written
             elif self._shapes[name] != tuple(access.shape) or str(self.homes[name].dtype) != access.dtype:
                 raise DeviceProgramError(
-                    f"operator '{short_name(op.name)}' reads '{short_name(name)}' as {access.dtype}{list(access.shape)}, "
+                    f"operator '{short_name(op.name)}' reads '{short_name(name)}' as "
+                    f"{access.dtype}{list(access.shape)}, "
                     f"the VGM holds {self.homes[name].dtype}{list(self._shapes[name])}"
                 )
         out = expr.output
@@ -237,7 +241,8 @@ class _OpRun:
         self.out_axes = []
         for ix in self.expr.output.indices:
             if not ix.is_simple:
-                raise DeviceProgramError(f"operator '{short_name(op.name)}': output index {ix} is not a plain axis")
+                raise DeviceProgramError(f"operator '{short_name(op.name)}': output index {ix} "
+                                         "is not a plain axis")
             self.out_axes.append(ix.terms[0][0])
         if sorted(self.out_axes) != sorted(layout.spatial):
             raise DeviceProgramError(

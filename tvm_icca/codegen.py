@@ -41,7 +41,8 @@ CODEGEN_FUNC = f"relax.ext.{CODEGEN_NAME}"
 def _static_tensor(ty: relax.Type, what: str, region: str) -> tuple[tuple[int, ...], str]:
     shape = static_shape(ty)
     if shape is None:
-        raise IccaError(f"region '{short_name(region)}': {what} must be a tensor of known, static shape, got {ty}")
+        raise IccaError(f"region '{short_name(region)}': {what} must be a tensor of known, "
+                        f"static shape, got {ty}")
     return shape, str(ty.dtype)
 
 
