@@ -28,7 +28,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from runtime_sim.errors import PlanNotFoundError
+from runtime_sim.errors import PlanNotFoundError, operator_subject, short_name
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
 from runtime_sim.program import ExecutionPlan, TensorExpr, dtype_bytes
@@ -332,19 +332,20 @@ def _raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int,
     smallest = min_memory_plan(structure, AnalyticBatchModel(hw), hw.num_cores, cache=cache)
     need = int(smallest.memory[0]) if smallest is not None else -1
     raise PlanNotFoundError(
-        f"operator '{label}' ({structure.expr}) has no execution plan that fits: the smallest "
-        f"needs {need} bytes per core, the budget is {budget} bytes per core "
-        f"on {hw.num_cores} cores of '{hw.name}'"
+        f"{operator_subject(label)} ({structure.expr.tensor_summary()}) has no execution plan that "
+        f"fits chip '{hw.name}': the smallest needs {need} bytes per core, the budget is "
+        f"{budget} bytes per core on {hw.num_cores} cores"
     )
 
 
 def _check_fits_chip(expr: TensorExpr, hw: HardwareSpec, budget: int, label: str) -> None:
     """A tensor larger than the whole chip can never fit, whatever the plan."""
-    for access in expr.tensors:
+    for t, access in enumerate(expr.tensors):
         size = math.prod(access.shape) * dtype_bytes(access.dtype)
         if size > budget * hw.num_cores:
+            role = "output" if t == len(expr.inputs) else f"tensor '{short_name(access.name)}'"
             raise PlanNotFoundError(
-                f"operator '{label}': tensor '{access.name}' of shape {list(access.shape)} "
-                f"({size} bytes) exceeds the on-chip memory of '{hw.name}' "
-                f"({hw.num_cores} cores x {budget} bytes)"
+                f"{operator_subject(label)}: {role} of shape {list(access.shape)} {access.dtype} "
+                f"({size} bytes) exceeds the on-chip memory of chip '{hw.name}' "
+                f"({hw.num_cores} cores x {budget} bytes per core)"
             )
