@@ -115,10 +115,15 @@ class TunedPlans:
     def report(self) -> str:
         """Which operators used tuned plans (one line each), then the notes."""
         lines = [f"tuned plans applied to {len(self.applied)} operator(s)"]
-        lines += [f"  {a.op} ({a.kind}): {a.untuned_s * 1e6:.3f} us -> {a.tuned_s * 1e6:.3f} us "
+        lines += [f"  {_short(a.op)} ({a.kind}): {a.untuned_s * 1e6:.3f} us -> {a.tuned_s * 1e6:.3f} us "
                   f"({a.gain:.2f}x)" for a in self.applied]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def _short(name: str, width: int = 48) -> str:
+    """An operator name cut in the middle (fused region names run to hundreds of characters)."""
+    return name if len(name) <= width else f"{name[:width - 20]}...{name[-17:]}"
 
 
 @contextlib.contextmanager
