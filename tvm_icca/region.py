@@ -37,6 +37,7 @@ from .plans.vgm import plan_vgm_operator
 from .patterns import composite_label
 from .relax_types import static_shape
 from .tensor_expr import ExtractedOp, extract_op
+from .tuning.hook import PlanRequest, planned_with_hook
 
 #: Execution models a region can be compiled for.
 EXECUTION_MODELS = ("t10", "vgm")
@@ -300,6 +301,8 @@ def plan_region(
         else:
             planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget,
                                     name=op.describe(), hbm_inputs=hbm, producers=producers)
+        # tuning records (tvm_icca.use_database) may replace the plan; no-op otherwise
+        planned = planned_with_hook(PlanRequest(op.name, op.expr, hw, budget, hbm, producers), planned)
         layouts[op.output_name] = OpLayout(op.expr, planned.plan, hw.cores_per_chip)
         out_bytes.append(planned.layout.partition_bytes(len(op.expr.tensors) - 1))
         ops.append(OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
