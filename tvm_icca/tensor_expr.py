@@ -101,6 +101,11 @@ def extract_op(func: relax.Function, name: str = "out") -> ExtractedOp:
     body and inner reductions become core-local ``reduce`` nodes.
     """
     composed = compose_te(func)
+    from .gather import gather_op  # pylint: disable=import-outside-toplevel
+
+    gathered = gather_op(func, composed, name)  # an embedding lookup: a data-dependent index
+    if gathered is not None:
+        return gathered
     sources = _sources(func, composed)
     out = composed.output
     check_dtype(str(out.dtype), f"output of {_func_label(func)}")
