@@ -13,7 +13,8 @@ with the rest as its ``epilogue``. The template kind of the result is chosen by
 
 Refused with :class:`~runtime_sim.errors.UnsupportedOperatorError`: non-affine indices
 (a reshape that merges or splits non-unit dims, grouped convolution's ``ff // (F/groups)``),
-data-dependent indices (take, gather), reductions other than sum/max/min (prod, argmax's
+data-dependent indices other than one take of a function's input by its ids (which
+:mod:`tvm_icca.gather` converts to a gathered access), reductions other than sum/max/min (prod, argmax's
 tuple reducer), conditional max/min reductions, tuple results (split), dynamic shapes, and
 ops without a TVM legalization. Tensors of a dtype no ICCA chip computes
 (:data:`runtime_sim.hardware.SUPPORTED_DTYPES`) raise
