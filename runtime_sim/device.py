@@ -73,6 +73,7 @@ from .program import (
     dtype_bytes,
     gather_rows,
     load_index,
+    merged_axes,
 )
 from .stream import PRODUCED, Instruction, call_segment, has_stream, input_sources, offchip_inputs
 from .vgm_exec import VgmRegion
@@ -416,7 +417,7 @@ class SimulatedDevice:
         ev = ExprEvaluator(order, lengths, load, axis_value,
                            combine=self._combiner(alloc) if layout.local_follow else None)
         if expr.reduce_axes:
-            value = ev.evaluate_sum(expr.body, expr.reduce_axes)
+            value = ev.evaluate_reduce(expr.body, expr.reduce_axes, expr.combiner)
         else:
             value = ev.evaluate(expr.body)
         value = _drop_local(np.asarray(value, COMPUTE_DTYPE), len(top), op_name)
@@ -568,13 +569,16 @@ class SimulatedDevice:
         """Elementwise epilogue over each owner's output partition (bias, activation, mean)."""
         layout = alloc.layout
         expr = layout.expr
-        out_axes = []
+        digits = []
         for ix in expr.output.indices:
-            if not ix.is_simple:
-                raise DeviceProgramError(f"operator '{op_name}': output index {ix} is not a plain axis")
-            out_axes.append(ix.terms[0][0])
+            axes = merged_axes(ix, layout.extent)
+            if axes is None:
+                raise DeviceProgramError(f"operator '{op_name}': output index {ix} is not a plain axis "
+                                         "or a digit index")
+            digits.append(axes)
         local = tuple(a.name for a in expr.local_axes)
-        order = tuple(out_axes) + local
+        # one evaluation dimension per output dimension (named by its outermost digit)
+        order = tuple(axes[0] for axes in digits) + local
         nd = len(order)
         lengths = list(pshape) + [layout.local_extent[a] for a in local]
         pos: dict[str, np.ndarray] = {}
@@ -582,7 +586,15 @@ class SimulatedDevice:
             view = [1] * (nd + 1)
             view[d + 1] = lengths[d]
             span = np.arange(lengths[d], dtype=np.int64).reshape(view)
-            pos[a] = span + starts[d].reshape([-1] + [1] * nd) if d < len(out_axes) else span
+            if d >= len(digits):
+                pos[a] = span
+                continue
+            p = span + starts[d].reshape([-1] + [1] * nd)
+            # a digit index g*k + f: each axis's value is its digit of the position
+            radix = 1
+            for b in reversed(digits[d]):
+                pos[b] = p // radix if b == digits[d][0] else (p // radix) % layout.extent[b]
+                radix *= layout.extent[b]
 
         def affine(ix: AffineIndex) -> np.ndarray:
             value = np.full([1] * (nd + 1), ix.offset, np.int64)
@@ -609,7 +621,7 @@ class SimulatedDevice:
         ev = ExprEvaluator(order, lengths, load, pos.__getitem__,
                            result=result.reshape(result.shape + (1,) * len(local)))
         value = np.asarray(ev.evaluate(expr.epilogue), COMPUTE_DTYPE)
-        value = _drop_local(value, len(out_axes), op_name)
+        value = _drop_local(value, len(digits), op_name)
         return np.broadcast_to(value, result.shape)
 
     # -- whole regions --------------------------------------------------------------------

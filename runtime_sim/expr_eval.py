@@ -180,6 +180,16 @@ class ExprEvaluator:
                 return self._einsum_sum(values, dims)
             return self._sum(self._as_float(self._eval(expr)), dims)
 
+    def evaluate_reduce(self, expr: Expr, axes: Sequence[str], combiner: str) -> np.ndarray:
+        """``combiner(expr)`` over ``axes`` (kept as size-1 dimensions): a top-level reduction."""
+        if combiner == "sum":
+            return self.evaluate_sum(expr, axes)
+        if combiner not in _REDUCERS:
+            raise DeviceProgramError(f"unknown reduce combiner '{combiner}'")
+        dims = tuple(self._dim(a) for a in axes)
+        with np.errstate(all="ignore"):  # a dimension the value does not vary on reduces to itself
+            return _REDUCERS[combiner](self._as_float(self._eval(expr)), axis=dims, keepdims=True)
+
     # -- evaluation ---------------------------------------------------------------------
     def _eval(self, node: Expr) -> np.ndarray:
         op = node.get("op")

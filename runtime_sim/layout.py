@@ -61,13 +61,27 @@ def padded_extent(extent: int, parts: int, steps: int) -> int:
 
 
 def pinned_axes(expr: TensorExpr) -> set[str]:
-    """Axes that cannot be partitioned: they share a tensor dimension with a core-local axis.
+    """Axes that cannot be partitioned (neither split nor rotated).
 
-    A dimension read with a core-local axis (a softmax row, a layer-norm statistic) must be
-    whole on every core, so any axis that also indexes that dimension stays unsplit.
+    * Axes that share a tensor dimension with a core-local axis: a dimension read with a
+      core-local axis (a softmax row, a layer-norm statistic) must be whole on every core,
+      so any axis that also indexes that dimension stays unsplit.
+    * Top-level reduction axes of a ``max``/``min`` combiner (:class:`TensorExpr`): each
+      core reduces whole windows.
+    * The inner axes of an output dimension that merges axes row-major
+      (:attr:`TensorExpr.merged_inner_axes`, :func:`~runtime_sim.program.merged_axes`: a
+      reshape ``[B, S, H, D] -> [B, S, H*D]``, a grouped convolution's channel
+      ``g*(F/G) + f``). This is the layout rule of such a dimension: only its outermost axis
+      is partitioned, so every core's share of it is one contiguous block (whole groups,
+      whole heads), the output blocks stay boxes (placement grids, re-layouts and the
+      assembled output need boxes, :func:`producer_grid`), and the other tensors indexed by
+      the same axes (the weight's ``g*(F/G) + f``) get the same boxes.
     """
     local = {a.name for a in expr.local_axes}
-    pinned: set[str] = set()
+    pinned: set[str] = set(expr.merged_inner_axes)
+    # a max/min over top-level axes: its partial results could not be summed into ring 0
+    if expr.combiner != "sum":
+        pinned.update(expr.reduce_axes)
     accesses: list[tuple[int, tuple[AffineIndex, ...]]] = []
     for node in expr_loads(expr.body) + expr_loads(expr.epilogue):
         accesses.append((int(node["input"]), load_index(node)))
@@ -191,21 +205,28 @@ def split_reductions(expr: TensorExpr, follow: Mapping[str, str]) -> dict[str, t
 def padding_safe_reduce(expr: TensorExpr) -> bool:
     """True when zero-padded inputs add nothing to the reduced sum.
 
-    Holds when the body is a product of loads (matmul, convolution, plain sums); a body
-    like ``exp(x)`` would add exp(0) = 1 per padded element, so its reduction axes must not
-    be padded.
+    A reduction axis padded past its extent reads positions beyond the tensors, which the
+    device zero-fills. That adds nothing when the body is a product one of whose factors
+    reads such a position as zero: a load that indexes the axis alone, over a dimension as
+    long as the axis (matmul's ``B[k, n]``, a convolution's weight ``W[f, c, kh, kw]``). A
+    body like ``exp(x)`` would add exp(0) = 1 per padded element, and a window read
+    ``x[h*s + kh]`` alone (average pooling) would add real elements of the next window, so
+    their reduction axes must not be padded.
     """
+    extent = {a.name: a.extent for a in expr.axes}
 
-    def zero_when_padded(node: dict) -> bool:
+    def zero_when_padded(node: dict, axis: str) -> bool:
         if node["op"] == "load":
-            return True
+            shape = expr.inputs[int(node["input"])].shape
+            return any(ix.is_simple and ix.terms[0][0] == axis and extent[axis] == shape[d]
+                       for d, ix in enumerate(load_index(node)))
         if node["op"] == "mul":
-            return any(zero_when_padded(a) for a in node["args"])
+            return any(zero_when_padded(a, axis) for a in node["args"])
         if node["op"] in ("cast", "neg"):
-            return zero_when_padded(node["args"][0])
+            return zero_when_padded(node["args"][0], axis)
         return False
 
-    return zero_when_padded(expr.body)
+    return all(zero_when_padded(expr.body, a) for a in expr.reduce_axes)
 
 
 @dataclass(frozen=True)
@@ -654,7 +675,9 @@ class OpLayout:
         rows = set(local_splits(expr).values()) if any(self.F[a] > 1 for a in pinned) else set()
         for a in pinned:
             if self.S[a] != 1 or (self.F[a] != 1 and a not in rows):
-                raise InvalidPlanError(f"axis '{a}' shares a dimension with a core-local axis and cannot be split")
+                why = ("lies inside a merged output dimension" if a in expr.merged_inner_axes
+                       else "shares a dimension with a core-local axis")
+                raise InvalidPlanError(f"axis '{a}' {why} and cannot be split")
             if self.extent[a] % self.F[a]:
                 raise InvalidPlanError(
                     f"axis '{a}' splits core-local reductions: F_op[{a}]={self.F[a]} must divide {self.extent[a]}"

@@ -43,5 +43,17 @@ def held_bytes(op_inputs: Sequence[Sequence[str]], op_outputs: Sequence[str],
     ``i`` runs when a later operator (or the region's outputs) still reads it.
     """
     last = last_reads(op_inputs, region_outputs)
-    return [sum(b for j, b in enumerate(output_bytes[:i]) if outlives(last, op_outputs[j], i))
-            for i in range(len(op_inputs))]
+    n = len(op_inputs)
+    # the output of j is held while j < i < last read: one sweep over a difference array
+    # (a region may hold a whole model's layers; a sum per (i, j) pair is cubic for the planner)
+    change = [0] * (n + 1)
+    for j, b in enumerate(output_bytes[:n]):
+        end = min(last.get(op_outputs[j], -1), n)
+        if end > j + 1:
+            change[j + 1] += b
+            change[end] -= b
+    held, total = [], 0
+    for i in range(n):
+        total += change[i]
+        held.append(total)
+    return held

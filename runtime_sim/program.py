@@ -200,7 +200,8 @@ class TensorAccess:
 
     For inputs, ``indices`` is the access that defines the partitioning (the body may read
     the tensor at other sites too: those use core-local axes on dimensions the plan keeps
-    whole). For the output, every index is a plain spatial axis.
+    whole). For the output, every index is a plain spatial axis, or spatial axes merged
+    row-major (:func:`merged_axes`: the output of a reshape that merges dimensions).
     """
 
     name: str
@@ -252,6 +253,10 @@ class TensorExpr:
     ``body`` is evaluated over ``axes`` and ``local_axes``; when some of ``axes`` are
     reductions the output is the sum of ``body`` over them (the only combiner that can be
     split across cores), then ``epilogue`` (if any) maps that sum elementwise to the output.
+    ``combiner`` ``"max"``/``"min"`` reduces them with max/min instead (max pooling's window):
+    such reduction axes are never partitioned (:func:`runtime_sim.layout.pinned_axes`), so
+    each core reduces whole windows, while the output's spatial axes (read through the
+    compound window index ``h*stride + kh - pad``) split like a convolution's.
     ``kind`` names the template in :mod:`schedules` that computes a sub-task on one core.
     """
 
@@ -263,6 +268,7 @@ class TensorExpr:
     local_axes: tuple[Axis, ...] = ()
     epilogue: Expr | None = None
     epilogue_inputs: tuple[int, ...] = ()  # indices into ``inputs`` read only by the epilogue
+    combiner: str = "sum"  # of the top-level reduction axes (REDUCE_COMBINERS)
 
     @property
     def axis_names(self) -> tuple[str, ...]:
@@ -297,6 +303,18 @@ class TensorExpr:
         """Inputs that hold the row numbers of a gathered input."""
         return {t.gather.ids for t in self.inputs if t.gather is not None}
 
+    @property
+    def merged_inner_axes(self) -> tuple[str, ...]:
+        """Axes written inside a merged output dimension (:func:`merged_axes`), all but the
+        outermost of each. A plan keeps them whole on every core
+        (:func:`runtime_sim.layout.pinned_axes`): then each core's output partition is one
+        contiguous run of the merged dimension, a block like any other output's."""
+        inner: list[str] = []
+        for ix in self.output.indices:
+            if len(ix.terms) > 1:
+                inner += [a for a, _ in sorted(ix.terms, key=lambda t: -t[1])[1:]]
+        return tuple(inner)
+
     def flops(self) -> int:
         """Multiply-accumulate work counted as 2 FLOP per body evaluation with reductions."""
         n = 1
@@ -307,7 +325,7 @@ class TensorExpr:
         return 2 * n if self.reduce_axes else n
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "kind": self.kind,
             "axes": [a.to_dict() for a in self.axes],
             "local_axes": [a.to_dict() for a in self.local_axes],
@@ -317,6 +335,9 @@ class TensorExpr:
             "epilogue": self.epilogue,
             "epilogue_inputs": list(self.epilogue_inputs),
         }
+        if self.combiner != "sum":  # only when not the default, so existing programs keep their bytes
+            d["combiner"] = self.combiner
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TensorExpr":
@@ -331,6 +352,7 @@ class TensorExpr:
             epilogue=None if d.get("epilogue") is None else _map(d["epilogue"], "epilogue"),
             epilogue_inputs=tuple(_int(i, "epilogue input")
                                   for i in _list(d.get("epilogue_inputs", ()), "epilogue_inputs")),
+            combiner=_name(d.get("combiner", "sum"), "combiner"),
         )
 
     def structure_key(self) -> str:
@@ -346,7 +368,7 @@ class TensorExpr:
         def acc(t: TensorAccess) -> str:
             return f"{t.name}[{', '.join(str(i) for i in t.indices)}]"
 
-        red = f" sum over {','.join(self.reduce_axes)}" if self.reduce_axes else ""
+        red = f" {self.combiner} over {','.join(self.reduce_axes)}" if self.reduce_axes else ""
         ins = " , ".join(acc(t) for t in self.inputs)
         return f"{self.kind}: {acc(self.output)} <- {ins}{red}"
 
@@ -801,6 +823,27 @@ def make_load(input_index: int, index: Sequence[AffineIndex]) -> Expr:
     return {"op": "load", "input": input_index, "index": [i.to_dict() for i in index]}
 
 
+def merged_axes(index: AffineIndex, extents: Mapping[str, int]) -> tuple[str, ...] | None:
+    """The axes an output index merges row-major, outermost first; ``None`` if it does not.
+
+    An output dimension is written either by one plain axis or, for a reshape that merges
+    dimensions (:mod:`tvm_icca.views`), by ``a_0 * (E_1 ... E_n) + ... + a_{n-1} * E_n + a_n``:
+    distinct axes, no offset, the innermost with coefficient 1 and each other with the
+    product of the extents inside it, so that the axes enumerate the dimension exactly once.
+    """
+    if index.offset != 0 or not index.terms:
+        return None
+    names = [a for a, _ in index.terms]
+    if len(set(names)) != len(names) or any(a not in extents for a in names):
+        return None
+    stride = 1
+    for a, c in sorted(index.terms, key=lambda t: t[1]):
+        if c != stride:
+            return None
+        stride *= int(extents[a])
+    return tuple(a for a, _ in sorted(index.terms, key=lambda t: -t[1]))
+
+
 def axes_in(indices: Iterable[AffineIndex]) -> set[str]:
     return {a for idx in indices for a in idx.axes}
 
@@ -1119,13 +1162,18 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
     check_access(expr.output, "output", False)
     out_axes = []
     for d, ix in enumerate(expr.output.indices):
-        a = ix.terms[0][0] if ix.is_simple else None
-        if a is None or a not in top or top[a].reduce or a in out_axes:
-            raise bad(f"output index {d} ({ix}) must be one plain spatial axis, each used once")
-        if extents[a] != expr.output.shape[d]:
-            raise bad(f"output axis '{a}' has extent {extents[a]}, the output dimension {d} "
+        merged = merged_axes(ix, extents)
+        if merged is None or any(a not in top or top[a].reduce or a in out_axes for a in merged):
+            raise bad(f"output index {d} ({ix}) must be one plain spatial axis (or spatial axes "
+                      "merged row-major), each used once")
+        size = math.prod(extents[a] for a in merged)
+        if size != expr.output.shape[d]:
+            raise bad(f"output axes {list(merged)} span {size} positions, the output dimension {d} "
                       f"has {expr.output.shape[d]}")
-        out_axes.append(a)
+        out_axes.extend(merged)
+    if expr.combiner not in REDUCE_COMBINERS:
+        raise bad(f"unknown combiner {_short(expr.combiner)} of the reduction axes "
+                  f"(known: {', '.join(REDUCE_COMBINERS)})")
     for i in expr.epilogue_inputs:
         if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < n_in:
             raise bad(f"epilogue input {_short(i)} is not an input index in [0, {n_in})")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .base import ComputeTemplate, ContractionRoles, MatrixTemplate, arithmetic_nodes, contraction_roles
 from .conv2d import Conv2dTemplate
+from .depthwise_conv2d import DepthwiseConv2dTemplate
 from .elementwise import ElementwiseTemplate
 from .kinds import kind_of
 from .layer_norm import LayerNormTemplate
@@ -18,7 +19,7 @@ from .softmax import SoftmaxTemplate
 _TEMPLATES: dict[str, ComputeTemplate] = {
     t.kind: t
     for t in (
-        MatmulTemplate(), Conv2dTemplate(), ElementwiseTemplate(), ReduceTemplate(),
+        MatmulTemplate(), Conv2dTemplate(), DepthwiseConv2dTemplate(), ElementwiseTemplate(), ReduceTemplate(),
         SoftmaxTemplate(), LayerNormTemplate(),
     )
 }

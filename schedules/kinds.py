@@ -12,6 +12,8 @@ from typing import Sequence
 
 from runtime_sim.program import Expr, TensorExpr
 
+from .base import contraction_roles
+
 __all__ = ["kind_of"]
 
 # Template kind per Relax op, most specific first: the kind of a function is the one of its
@@ -20,11 +22,13 @@ __all__ = ["kind_of"]
 # template; when no listed op fits, the structure decides (see _structural_kind).
 _KIND_RANK: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("conv2d", ("relax.nn.conv2d",)),
+    ("depthwise_conv2d", ("relax.nn.conv2d",)),
     ("matmul", ("relax.matmul",)),
     ("softmax", ("relax.nn.softmax", "relax.nn.log_softmax")),
     ("layer_norm", ("relax.nn.layer_norm", "relax.nn.rms_norm")),
     ("reduce", ("relax.sum", "relax.mean", "relax.max", "relax.min", "relax.variance",
-                "relax.std")),
+                "relax.std", "relax.nn.max_pool2d", "relax.nn.avg_pool2d",
+                "relax.nn.adaptive_avg_pool2d")),
 )
 
 
@@ -58,8 +62,14 @@ def _is_product_of_loads(expr: TensorExpr) -> bool:
 
 def _kind_fits(kind: str, expr: TensorExpr) -> bool:
     reduces = bool(expr.reduce_axes) or bool(expr.local_axes)
-    if kind in ("matmul", "conv2d"):
-        return bool(expr.reduce_axes) and _is_product_of_loads(expr)
+    if kind in ("matmul", "conv2d", "depthwise_conv2d"):
+        if not (expr.reduce_axes and _is_product_of_loads(expr)):
+            return False
+        if kind == "matmul":
+            return True
+        # no output axis read by the weight alone: every output channel has its own filter
+        # over its own input channels (depthwise), nothing for a matrix unit to contract
+        return (kind == "depthwise_conv2d") == (not contraction_roles(expr).n)
     if kind == "reduce":
         return reduces
     if kind == "elementwise":

@@ -533,3 +533,34 @@ def test_16bit_layer_norm_against_float32_reference(exprs, dtype) -> None:
     # rounding the result to the format, plus float32's error on O(1) normalized values
     tol = _unit_roundoff(dtype) * np.abs(ref) + 64 * np.finfo(np.float32).eps
     assert np.all(np.abs(out.astype(np.float32) - ref) <= tol)
+
+
+# -- merged output dimensions (reshape [B, H, D] -> [B, H*D]) -------------------------------------
+def _merge(out_index, epilogue=None):
+    from runtime_sim.program import AffineIndex, make_load
+
+    a = AffineIndex.of_axis
+    x = TensorAccess("X", (2, 3, 4), "float32", (a("b"), a("h"), a("d")))
+    y = TensorAccess("Y", (2, 12), "float32", (a("b"), out_index))
+    axes = (Axis("b", 2), Axis("h", 3), Axis("d", 4))
+    return TensorExpr("elementwise", axes, (x,), y, make_load(0, x.indices), epilogue=epilogue)
+
+
+def test_merged_output_runs_and_is_validated() -> None:
+    from runtime_sim.program import AffineIndex
+
+    good = _merge(AffineIndex((("h", 4), ("d", 1))))
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    (y,) = SimulatedDevice(HW16).run(program(good, ExecutionPlan({"b": 2, "h": 3}, ({}, {})), HW16), [x])
+    assert np.array_equal(y, x.reshape(2, 12))
+    bad_strides = _merge(AffineIndex((("h", 3), ("d", 1))))  # would write positions twice
+    with pytest.raises(DeviceProgramError, match="merged row-major"):
+        program(bad_strides, ExecutionPlan({}, ({}, {})), HW16).validate()
+    # an epilogue over a merged output (a grouped conv's bias + relu) writes the same positions
+    with_epilogue = _merge(AffineIndex((("h", 4), ("d", 1))),
+                           epilogue={"op": "max", "args": [{"op": "result"}, {"op": "const", "value": 0.0}]})
+    (y,) = SimulatedDevice(HW16).run(
+        program(with_epilogue, ExecutionPlan({"b": 2, "h": 3}, ({}, {})), HW16), [x])
+    assert np.array_equal(y, np.maximum(x.reshape(2, 12), 0))
+    with pytest.raises(InvalidPlanError, match="merged output dimension"):
+        SimulatedDevice(HW16).run(program(good, ExecutionPlan({"d": 2}, ({}, {})), HW16), [x])

@@ -247,3 +247,34 @@ def test_core_order_must_permute_the_axes(exprs, order) -> None:
     e = exprs.matmul(8, 6, 12, batch=2)
     with pytest.raises(InvalidPlanError, match="core order"):
         OpLayout(e, ExecutionPlan({"b": 2}, tuple({} for _ in e.tensors), (), order))
+
+
+# -- merged output dimensions (a reshape [B, H, D] -> [B, H*D], tvm_icca.views) ----------------
+def _merge_expr(B: int = 2, H: int = 6, D: int = 4):
+    from runtime_sim.program import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
+
+    a = AffineIndex.of_axis
+    x = TensorAccess("X", (B, H, D), "float32", (a("b"), a("h"), a("d")))
+    y = TensorAccess("Y", (B, H * D), "float32", (a("b"), AffineIndex((("h", D), ("d", 1)))))
+    return TensorExpr("elementwise", (Axis("b", B), Axis("h", H), Axis("d", D)), (x,), y,
+                      make_load(0, x.indices))
+
+
+def test_inner_axes_of_a_merged_output_are_pinned() -> None:
+    e = _merge_expr()
+    assert e.merged_inner_axes == ("d",) and pinned_axes(e) == {"d"}
+    with pytest.raises(InvalidPlanError, match="'d' lies inside a merged output dimension"):
+        OpLayout(e, ExecutionPlan({"d": 2}, ({}, {}))).validate()
+
+
+@pytest.mark.parametrize("F_h", [1, 2, 4])  # 4 does not divide H = 6: the last block is padded
+def test_merged_output_partitions_are_blocks_of_the_merged_dim(F_h: int) -> None:
+    e = _merge_expr()
+    layout = OpLayout(e, ExecutionPlan({"b": 2, "h": F_h}, ({}, {})))
+    layout.validate()
+    xp = layout.xp["h"]
+    assert layout.partition_shape(1) == (1, xp * 4)
+    grid = producer_grid(layout)
+    assert grid.block == (1, xp * 4)
+    # block (b, k) of the merged dim holds rows k*xp .. of every head; owned by one core each
+    assert sorted(grid.owner[grid.owner >= 0].tolist()) == list(range(layout.num_cores))

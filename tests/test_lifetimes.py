@@ -35,6 +35,19 @@ def test_held_bytes_counts_earlier_outputs_still_read():
     assert held_bytes(ops, outs, [], []) == [0, 0, 0]
 
 
+def test_held_bytes_is_the_definition_on_random_regions():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n = int(rng.integers(1, 12))
+        outs = [f"t{i}" for i in range(n)]
+        ops = [tuple(outs[j] for j in range(i) if rng.random() < 0.4) for i in range(n)]
+        region_out = [o for o in outs if rng.random() < 0.2]
+        sizes = [int(b) for b in rng.integers(1, 100, int(rng.integers(0, n + 1)))]
+        last = last_reads(ops, region_out)
+        want = [sum(b for j, b in enumerate(sizes[:i]) if outlives(last, outs[j], i)) for i in range(n)]
+        assert held_bytes(ops, outs, region_out, sizes) == want
+
+
 def test_link_transfer_closed_form():
     hw = small_chip(4, 64 * 1024, link_latency_s=1e-7)
     for n in (1, 100, hw.shift_buffer_bytes, hw.shift_buffer_bytes + 1, 10 ** 6):

@@ -50,6 +50,12 @@ CASES = {
     "split": ["test_split_variable_parts_2d_opset13"],
     "mean": ["test_reduce_mean_keepdims_random", "test_reduce_mean_do_not_keepdims_random",
              "test_reduce_mean_negative_axes_keepdims_random", "test_reduce_mean_default_axes_keepdims_random"],
+    "max_pool": ["test_maxpool_2d_default", "test_maxpool_2d_pads", "test_maxpool_2d_strides",
+                 "test_maxpool_2d_ceil", "test_maxpool_2d_precomputed_same_upper"],
+    "avg_pool": ["test_averagepool_2d_pads", "test_averagepool_2d_pads_count_include_pad",
+                 "test_averagepool_2d_dilations"],
+    "global_avg_pool": ["test_globalaveragepool"],
+    "batch_norm": ["test_batchnorm_example", "test_batchnorm_epsilon"],
 }
 
 # Relax ops whose presence inside an ICCA region proves the case's op was offloaded.
@@ -61,6 +67,9 @@ OFFLOADED_OP = {
     "layer_norm": "relax.nn.layer_norm", "sum": "relax.sum", "mean": "relax.mean",
     # a split runs as one slice per output (tvm_icca.data_movement.split_to_slices)
     "concat": "relax.concat", "slice": "relax.strided_slice", "split": "relax.strided_slice",
+    "max_pool": "relax.nn.max_pool2d", "avg_pool": "relax.nn.avg_pool2d", "global_avg_pool": "relax.mean",
+    # inference batch norm with constant statistics becomes a per-channel x * s + t
+    "batch_norm": "relax.multiply",
 }
 
 # A small chip keeps plans multi-core on these tiny tensors: 16 cores of 16 KiB.

@@ -79,14 +79,15 @@ def test_onnx_models_run_the_programs_that_are_timed(name, hw, executed):
 
 
 @pytest.mark.parametrize("name, shared_layers", [
-    ("llama2-7b", True), ("bert-large", True), ("resnet18", False)])
+    ("llama2-7b", True), ("bert-large", False), ("resnet18", False)])
 def test_tiny_zoo_models_run_the_programs_that_are_timed(name, shared_layers, executed):
     extra = {"context": 8} if name.startswith("llama") else {}
     workload = get_workload(name, tiny=True, batch=2, **extra)
     args = workload.random_args(seed=0)
     _, stats, ran, timed = _both_ways(workload.mod, HBM_CHIP, args, executed)
     assert ran == [p.to_json() for p in timed.programs]
-    # identical layers share a region: it runs once per layer within one model run
+    # identical layers share a region: it runs once per layer within one model run (BERT's
+    # head reshapes and transposes run on the chip: the whole encoder is one region)
     assert (len(timed.programs) > len({p.region for p in timed.programs})) == shared_layers
     assert stats["regions_executed"] == len(timed.programs)
     assert stats["simulated_s"] == timed.simulate().total_s
@@ -123,19 +124,20 @@ def test_vgm_programs_run_and_are_timed(executed):
 @tvm.script.ir_module
 class SameLayerTwice:
     """One layer (matmul + relu) four times: the first two calls read tensors the host
-    sends (a transpose runs on the host between them), the last two tensors already on chip
-    (only view ops between)."""
+    sends (a cumulative sum, which has no ICCA implementation, runs on the host between
+    them), the last two tensors already on chip (only view ops between that stay on the
+    host: reshapes [6, 4] <-> [4, 6] are no re-layout of blocks, tvm_icca.views)."""
 
     @R.function
-    def main(x: R.Tensor((4, 8), "float32"), w1: R.Tensor((8, 8), "float32"),
-             w2: R.Tensor((8, 8), "float32")) -> R.Tensor((4, 8), "float32"):
+    def main(x: R.Tensor((6, 4), "float32"), w1: R.Tensor((4, 4), "float32"),
+             w2: R.Tensor((4, 4), "float32")) -> R.Tensor((6, 4), "float32"):
         with R.dataflow():
             a = R.nn.relu(R.matmul(x, w1))
-            b = R.reshape(R.permute_dims(a, [1, 0]), (4, 8))
+            b = R.cumsum(a, axis=0)
             c = R.nn.relu(R.matmul(b, w2))
-            d = R.reshape(c, (4, 8))
+            d = R.reshape(R.reshape(c, (4, 6)), (6, 4))
             e = R.nn.relu(R.matmul(d, w2))
-            f = R.nn.relu(R.matmul(R.reshape(e, (4, 8)), w1))
+            f = R.nn.relu(R.matmul(R.reshape(R.reshape(e, (4, 6)), (6, 4)), w1))
             R.output(f)
         return f
 
@@ -147,7 +149,7 @@ def test_a_region_called_with_different_sources_becomes_variants(executed, tmp_p
     programs = programs_in_call_order(planned)
     assert [[d.source for d in p.inputs] for p in programs] == [
         ["host", "host"], ["host", "host"], ["chip", "host"], ["chip", "host"]]
-    # the host reads the first call's output (the transpose) and the last one's (main's
+    # the host reads the first call's output (the cumulative sum) and the last one's (main's
     # result): those travel chip -> host, so every call is its own program
     assert [bool(p.host_outputs) for p in programs] == [True, False, False, True]
     assert len({p.region for p in programs}) == 4
@@ -157,7 +159,7 @@ def test_a_region_called_with_different_sources_becomes_variants(executed, tmp_p
     assert len(regions) == 4 and all(PROGRAM_ATTR in f.attrs for f in regions.values())
 
     rng = np.random.default_rng(0)
-    args = [rng.standard_normal(shape).astype("float32") for shape in ((4, 8), (8, 8), (8, 8))]
+    args = [rng.standard_normal(shape).astype("float32") for shape in ((6, 4), (4, 4), (4, 4))]
     want = _run(tvm.compile(SameLayerTwice, target="llvm"), args)
     ex = tvm_icca.compile(SameLayerTwice, CHIP)
     for _ in range(2):  # a second run is a new run, not the continuation of the first

@@ -128,10 +128,12 @@ def reference_eval(expr: TensorExpr, inputs: list[np.ndarray]) -> np.ndarray:
     spatial = [a.name for a in expr.axes if not a.reduce]
     value = np.broadcast_to(ev(expr.body, top, None), [extent[d] for d in top])
     red = tuple(i for i, a in enumerate(expr.axes) if a.reduce)
-    value = value.sum(axis=red) if red else value
+    value = _COMBINE[expr.combiner](value, axis=red) if red else value
     if expr.epilogue is not None:
         value = np.broadcast_to(ev(expr.epilogue, spatial, value), [extent[d] for d in spatial])
-    order = [i.terms[0][0] for i in expr.output.indices]
+    # a merged output dim lists its axes outermost first (row-major: a reshape's merge, a
+    # grouped conv's g*k + f)
+    order = [a for i in expr.output.indices for a, _ in sorted(i.terms, key=lambda t: -t[1])]
     return np.asarray(value).transpose([spatial.index(a) for a in order]).reshape(expr.output.shape)
 
 
@@ -161,6 +163,33 @@ def np_conv2d(x, w, stride, padding, dilation):
             patch = xp[:, :, i * dilation: i * dilation + stride * (oh - 1) + 1: stride,
                        j * dilation: j * dilation + stride * (ow - 1) + 1: stride]
             out += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j])
+    return out
+
+
+def np_group_conv2d(x, w, stride, padding, groups):
+    """Grouped convolution as ``groups`` independent convolutions over channel slices."""
+    cg, fg = x.shape[1] // groups, w.shape[0] // groups
+    return np.concatenate([np_conv2d(x[:, g * cg:(g + 1) * cg], w[g * fg:(g + 1) * fg], stride, padding, 1)
+                           for g in range(groups)], axis=1)
+
+
+def np_pool2d(x, k, stride, pad, reduce, count_include_pad=True):
+    """Max / average pooling written from the ONNX operator definitions (-inf / 0 padding)."""
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    fill = -np.inf if reduce == "max" else 0.0
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=fill)
+    ones = np.pad(np.ones((h, w)), pad)
+    out = np.zeros((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            win = xp[:, :, i * stride:i * stride + k, j * stride:j * stride + k]
+            if reduce == "max":
+                out[:, :, i, j] = win.max(axis=(2, 3))
+            else:
+                count = k * k if count_include_pad else \
+                    ones[i * stride:i * stride + k, j * stride:j * stride + k].sum()
+                out[:, :, i, j] = win.sum(axis=(2, 3)) / count
     return out
 
 
@@ -402,10 +431,45 @@ VALUE_CASES = [
     ("conv2d_bias_relu", [(1, 3, 6, 6), (4, 3, 3, 3), (1, 4, 1, 1)],
      lambda x, w, b: op.nn.relu(op.add(op.nn.conv2d(x, w, padding=1), b)),
      lambda x, w, b: np.maximum(np_conv2d(x, w, 1, 1, 1) + b, 0)),
+    ("group_conv2d", [(2, 8, 7, 7), (6, 4, 3, 3)],
+     lambda x, w: op.nn.conv2d(x, w, strides=2, padding=1, groups=2),
+     lambda x, w: np_group_conv2d(x, w, 2, 1, 2)),
+    ("depthwise_conv2d", [(1, 6, 7, 7), (6, 1, 3, 3)],
+     lambda x, w: op.nn.conv2d(x, w, strides=1, padding=1, groups=6),
+     lambda x, w: np_group_conv2d(x, w, 1, 1, 6)),
+    ("group_conv2d_bias_relu", [(1, 6, 5, 5), (9, 2, 3, 3), (1, 9, 1, 1)],
+     lambda x, w, b: op.nn.relu(op.add(op.nn.conv2d(x, w, padding=1, groups=3), b)),
+     lambda x, w, b: np.maximum(np_group_conv2d(x, w, 1, 1, 3) + b, 0)),
+    ("max_pool2d_s2", [(1, 3, 7, 7)],
+     lambda x: op.nn.max_pool2d(x, pool_size=3, strides=2, padding=1),
+     lambda x: np_pool2d(x, 3, 2, 1, "max")),
+    ("avg_pool2d_exclude_pad", [(1, 3, 7, 7)],
+     lambda x: op.nn.avg_pool2d(x, pool_size=3, strides=2, padding=1, count_include_pad=False),
+     lambda x: np_pool2d(x, 3, 2, 1, "avg", count_include_pad=False)),
+    ("avg_pool2d_include_pad", [(1, 3, 7, 7)],
+     lambda x: op.nn.avg_pool2d(x, pool_size=3, strides=2, padding=1, count_include_pad=True),
+     lambda x: np_pool2d(x, 3, 2, 1, "avg", count_include_pad=True)),
+    ("avg_pool2d_dilated_ceil", [(1, 2, 6, 6)],  # the in-bounds count uses integer truncdiv
+     lambda x: op.nn.avg_pool2d(x, pool_size=2, strides=1, dilation=2, ceil_mode=True),
+     lambda x: np.stack([x[:, :, i:i + 3:2, j:j + 3:2].mean((2, 3)) for i in range(4) for j in range(4)],
+                        -1).reshape(1, 2, 4, 4)),
+    ("adaptive_avg_pool2d", [(2, 3, 5, 5)], lambda x: op.nn.adaptive_avg_pool2d(x, output_size=1),
+     lambda x: x.mean(axis=(2, 3), keepdims=True)),
     ("matmul_gelu", [(4, 8), (8, 5)], lambda a, b: op.nn.gelu(op.matmul(a, b)),
      lambda a, b: np_gelu(a @ b)),
     ("matmul_softmax", [(4, 8), (8, 5)], lambda a, b: op.nn.softmax(op.matmul(a, b)),
      lambda a, b: np_softmax(a @ b)),
+    # view ops (tvm_icca.views): copies whose index maps re-lay the data out
+    ("reshape_split", [(2, 3, 20)], lambda x: op.reshape(x, (2, 3, 4, 5)), lambda x: x.reshape(2, 3, 4, 5)),
+    ("reshape_merge", [(2, 3, 4, 5)], lambda x: op.reshape(x, (2, 3, 20)), lambda x: x.reshape(2, 3, 20)),
+    ("reshape_split_merge", [(4, 8)], lambda x: op.reshape(x, (8, 4)), lambda x: x.reshape(8, 4)),
+    ("flatten", [(2, 3, 4)], op.flatten, lambda x: x.reshape(-1)),
+    ("permute_dims_any", [(2, 3, 4, 5)], lambda x: op.permute_dims(x, [2, 0, 3, 1]),
+     lambda x: x.transpose(2, 0, 3, 1)),
+    ("expand_dims", [(3, 4)], lambda x: op.expand_dims(x, [0, 2]), lambda x: x[None, :, None]),
+    ("squeeze", [(3, 1, 4, 1)], lambda x: op.squeeze(x, [1, 3]), lambda x: x[:, 0, :, 0]),
+    ("broadcast_to", [(3, 1)], lambda x: op.broadcast_to(x, (2, 3, 4)),
+     lambda x: np.broadcast_to(x, (2, 3, 4))),
 ]
 
 
@@ -425,9 +489,12 @@ EXPECTED_KINDS = {
     "softmax": "softmax", "log_softmax": "softmax", "matmul_softmax": "softmax",
     "layer_norm": "layer_norm", "rms_norm": "layer_norm",
     "sum_axis": "reduce", "mean_axis": "reduce", "max_axis": "reduce", "variance": "reduce",
-    "avg_pool2d": "reduce", "max_pool2d_pad": "reduce",
+    "avg_pool2d": "reduce", "max_pool2d_pad": "reduce", "max_pool2d_s2": "reduce",
+    "adaptive_avg_pool2d": "reduce", "group_conv2d": "conv2d", "group_conv2d_bias_relu": "conv2d",
+    "depthwise_conv2d": "depthwise_conv2d",
     "add_bcast": "elementwise", "gelu": "elementwise", "where": "elementwise",
     "concat": "elementwise", "pad_nonzero_value": "elementwise",
+    "reshape_merge": "elementwise", "permute_dims_any": "elementwise",
 }
 CASES_BY_NAME = {c[0]: c for c in VALUE_CASES}
 
@@ -483,9 +550,21 @@ def test_tensor_constant_becomes_input():
 # -- refusals -----------------------------------------------------------------------------------
 
 
-def test_reshape_that_merges_dims_is_not_affine():
+def test_reshape_that_straddles_rows_is_not_affine():
+    # [2, 6] -> [3, 4]: output row 1 holds the end of input row 0 and the start of row 1
     with pytest.raises(UnsupportedOperatorError, match="not affine"):
         tensor_expr_of(rfunc([(2, 6)], lambda x: op.reshape(x, (3, 4))))
+
+
+def test_reshape_that_merges_dims_iterates_over_the_finer_axes():
+    e = tensor_expr_of(rfunc([(2, 3, 4, 5)], lambda x: op.reshape(x, (2, 3, 20))))
+    assert [(a.name, a.extent) for a in e.axes] == [("ax0", 2), ("ax1", 3), ("ax2_0", 4), ("ax2_1", 5)]
+    assert access(e, 0) == (ax("ax0"), ax("ax1"), ax("ax2_0"), ax("ax2_1"))
+    assert e.output.indices == (ax("ax0"), ax("ax1"), idx(("ax2_0", 5), ("ax2_1", 1)))
+    assert e.merged_inner_axes == ("ax2_1",) and pinned_axes(e) == {"ax2_1"}
+    split = tensor_expr_of(rfunc([(2, 3, 20)], lambda x: op.reshape(x, (2, 3, 4, 5))))
+    assert access(split, 0) == (ax("ax0"), ax("ax1"), idx(("ax2", 5), ("ax3", 1)))
+    assert all(i.is_simple for i in split.output.indices)
 
 
 def test_reshape_inserting_unit_dims_is_affine():

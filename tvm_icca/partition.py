@@ -29,6 +29,7 @@ from .hardware import resolve_hardware
 from .patterns import CODEGEN_NAME, OFFLOADABLE_OPS, checking_for, get_icca_patterns
 from .patterns import unsupported_reason
 from .rewrites import RecognizeActivations, RecognizeNorms
+from .rewrites_conv import FoldInferenceBatchNorm
 
 __all__ = [
     "HARDWARE_ATTR",
@@ -66,7 +67,9 @@ def partition_for_icca(
         Ops whose dtype the chip cannot compute stay on the host.
     fold_constants : bool
         Run ``FoldConstant`` first, so that e.g. the ``reshape`` of a constant conv bias
-        emitted by the ONNX importer becomes a constant and the bias add can be fused.
+        emitted by the ONNX importer becomes a constant and the bias add can be fused (and
+        a batch norm folded into a conv's weights becomes constant weights). Inference batch
+        norms are always rewritten first (:mod:`tvm_icca.rewrites_conv`).
         Written-out activations (ReLU6 as ``call_tir`` max/min, GELU with erf or tanh, SiLU)
         are then given their Relax ops back (:class:`tvm_icca.rewrites.RecognizeActivations`),
         as are RMS norm and layer norm written out (:class:`tvm_icca.rewrites.RecognizeNorms`).
@@ -91,6 +94,8 @@ def partition_for_icca(
     passes: list[tvm.transform.Pass] = [ConvertToDataflow(min_size=1)]
     if fold_constants:
         passes.append(FoldConstant())
+    # batch norm in inference form becomes conv weights + bias or elementwise arithmetic
+    passes.append(FoldInferenceBatchNorm)
     # after folding: the importer computes Clip's bounds from constants
     passes += [RecognizeActivations(), RecognizeNorms()]
     passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
@@ -237,8 +242,19 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
     }
 
 
+def _integer_result(call: relax.Call) -> bool:
+    ty = call.ty
+    return isinstance(ty, relax.TensorType) and (str(ty.dtype).startswith(("int", "uint"))
+                                                 or str(ty.dtype) == "bool")
+
+
 def _host_reason(call: relax.Call, hw: HardwareSpec) -> str:
     name = call.op.name
+    if _integer_result(call):
+        # ids, positions, shapes and masks are computed where the inputs come from; the
+        # chip reads the results (a bool mask, integer ids) but computes in floating point
+        return (f"integer or boolean result (dtype {call.ty.dtype}): index, position and mask "
+                "arithmetic stays on the host")
     if name not in OFFLOADABLE_OPS:
         return "no ICCA implementation"
     try:

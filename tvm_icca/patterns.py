@@ -35,14 +35,17 @@ from .data_movement import rotary_embedding_pattern, tensor_operands
 from .errors import UnsupportedDtypeError
 from .gather import GATHER_OPS, take_pattern, take_reason
 from .hardware import HardwareSpec, current_hardware
+from .views import VIEW_OPS, view_reason
 
 __all__ = [
     "ACTIVATIONS",
     "BINARY_OPS",
     "CODEGEN_NAME",
     "OFFLOADABLE_OPS",
+    "POOL_OPS",
     "REDUCE_OPS",
     "UNARY_OPS",
+    "VIEW_OPS",
     "checking_for",
     "get_icca_patterns",
     "unsupported_reason",
@@ -82,6 +85,14 @@ BINARY_OPS: dict[str, str] = {
 # expression, like softmax's running maximum): only sums are split across cores.
 REDUCE_OPS: dict[str, str] = {"sum": "relax.sum", "mean": "relax.mean", "max": "relax.max",
                               "min": "relax.min"}
+#: Pooling over spatial windows: pattern suffix -> Relax op. Max pooling is a core-local
+#: max over the window (padding reads -inf through a bounds select); average pooling is a
+#: window sum with the divisor in its epilogue (count_include_pad or the in-bounds count).
+POOL_OPS: dict[str, str] = {
+    "max_pool2d": "relax.nn.max_pool2d",
+    "avg_pool2d": "relax.nn.avg_pool2d",
+    "adaptive_avg_pool2d": "relax.nn.adaptive_avg_pool2d",
+}
 _OTHER_OPS: dict[str, str] = {
     "softmax": "relax.nn.softmax",
     "layer_norm": "relax.nn.layer_norm",
@@ -91,11 +102,12 @@ _OTHER_OPS: dict[str, str] = {
     "where": "relax.where",
 }
 
-#: Every Relax op some ICCA pattern can offload (``permute_dims`` only as a transposed
-#: matmul operand).
+#: Every Relax op some ICCA pattern can offload (view ops as re-layouts on the chip,
+#: :mod:`tvm_icca.views`, or inlined into a transposed matmul operand).
 OFFLOADABLE_OPS: frozenset[str] = frozenset(
-    [*UNARY_OPS.values(), *BINARY_OPS.values(), *REDUCE_OPS.values(), *_OTHER_OPS.values(),
-     "relax.permute_dims", *DATA_MOVEMENT_OPS.values(), *GATHER_OPS.values()]
+    [*UNARY_OPS.values(), *BINARY_OPS.values(), *REDUCE_OPS.values(), *POOL_OPS.values(),
+     *_OTHER_OPS.values(), *DATA_MOVEMENT_OPS.values(), *VIEW_OPS.values(),
+     *GATHER_OPS.values()]
 )
 
 # The chip the check functions judge against. Check functions are called back from C++ by
@@ -161,8 +173,6 @@ def _matmul_reason(call: relax.Call) -> str | None:
 
 def _conv2d_reason(call: relax.Call) -> str | None:
     attrs = call.attrs
-    if int(attrs.groups) != 1:
-        return f"conv2d with groups={int(attrs.groups)} (only groups == 1 is offloaded)"
     out_layout = attrs.out_layout or attrs.data_layout
     if (attrs.data_layout, attrs.kernel_layout, out_layout) != ("NCHW", "OIHW", "NCHW"):
         return (
@@ -175,15 +185,13 @@ def _conv2d_reason(call: relax.Call) -> str | None:
     return None
 
 
-def _permute_reason(call: relax.Call) -> str | None:
-    """A permute_dims goes to the chip only as the transposed operand of a matmul."""
+def _swaps_last_two_axes(call: relax.Call) -> bool:
+    """Is the permute_dims ``call`` a transpose of its last two axes (a transposed matmul
+    operand, ``x @ w.T``)? Any other permutation is offloaded as a view op of its own."""
     ndim = call.args[0].ty.ndim
     axes = call.attrs.axes
     perm = list(range(ndim))[::-1] if axes is None else [int(a) for a in axes]
-    expected = list(range(ndim - 2)) + [ndim - 1, ndim - 2]
-    if ndim < 2 or perm != expected:
-        return f"permute_dims with axes {perm} is not a transpose of the last two axes"
-    return None
+    return ndim >= 2 and perm == list(range(ndim - 2)) + [ndim - 1, ndim - 2]
 
 
 def _clip_reason(call: relax.Call) -> str | None:
@@ -209,13 +217,22 @@ def _where_reason(call: relax.Call) -> str | None:
     return None
 
 
+def _pool_reason(call: relax.Call) -> str | None:
+    attrs = call.attrs
+    out_layout = attrs.out_layout or attrs.layout
+    if (attrs.layout, out_layout) != ("NCHW", "NCHW"):
+        return f"{_op_name(call)} layout {attrs.layout}->{out_layout} (only NCHW is offloaded)"
+    return None
+
+
 _OP_REASONS: dict[str, Callable[[relax.Call], str | None]] = {
     "relax.clip": _clip_reason,
     "relax.where": _where_reason,
+    **{name: _pool_reason for name in POOL_OPS.values()},
     "relax.matmul": _matmul_reason,
     "relax.nn.conv2d": _conv2d_reason,
-    "relax.permute_dims": _permute_reason,
     **{op: data_movement_reason for op in DATA_MOVEMENT_OPS.values()},
+    **{op: view_reason for op in VIEW_OPS.values()},
     "relax.take": take_reason,
 }
 
@@ -232,6 +249,8 @@ def unsupported_reason(call: relax.Call, hw: HardwareSpec | None = None) -> str 
     operands = tensor_operands(call)
     operands = operands[:len(operands) - _ATTRIBUTE_ARGS.get(name, 0)]
     for i, arg in enumerate(operands):
+        if isinstance(arg.ty, relax.ShapeType):
+            continue  # a view op's target shape: the result's type below must be static
         mask = name == "relax.where" and i == 0  # the condition: a mask the cores only read
         index = name == "relax.take" and i == 1  # the ids: row numbers the cores only read
         reason = _tensor_reason(f"argument {i}", arg.ty, hw, mask=mask, index=index)
@@ -277,6 +296,17 @@ def _check_anchor_with_epilogue(context: PatternCheckContext) -> bool:
     return _static_shape(out) == _static_shape(root) and out.ty.dtype == root.ty.dtype
 
 
+def _with_transposed_operand(check: Callable[[PatternCheckContext], bool]) -> Callable:
+    """``check`` of a transposed-matmul pattern, which fuses only a transpose of the last two
+    axes of the operand (otherwise the permute_dims is a view op of its own)."""
+
+    def checked(context: PatternCheckContext) -> bool:
+        permutes = [c for c in _matched_calls(context) if _op_name(c) == "relax.permute_dims"]
+        return all(_swaps_last_two_axes(c) for c in permutes) and check(context)
+
+    return checked
+
+
 # -- the pattern table ----------------------------------------------------------------------
 def _apply(op: str, data: DFPattern) -> DFPattern:
     """``op`` applied to ``data``, with a wildcard for each attribute argument (clip's bounds)."""
@@ -286,6 +316,13 @@ def _apply(op: str, data: DFPattern) -> DFPattern:
 def _unary_pattern(name: str, op: str) -> Pattern:
     data = wildcard()
     root = _apply(op, data)
+    return (f"{CODEGEN_NAME}.{name}", root, {"data": data, "root": root}, _check_ops)
+
+
+def _view_pattern(name: str, op: str) -> Pattern:
+    """A view op on its own data (its shape argument, if any, is part of the match)."""
+    data = wildcard()
+    root = is_op(op)(data, wildcard()) if op in ("relax.reshape", "relax.broadcast_to") else is_op(op)(data)
     return (f"{CODEGEN_NAME}.{name}", root, {"data": data, "root": root}, _check_ops)
 
 
@@ -338,6 +375,8 @@ def _anchor_patterns(anchor: str) -> list[Pattern]:
                 if act_op is not None:
                     pattern = _apply(act_op, pattern)
                 check = _check_anchor_with_epilogue if (with_bias or act) else _check_ops
+                if transposed:
+                    check = _with_transposed_operand(check)
                 size = 1 + transposed + with_bias + (act is not None)
                 sized.append((size, (name, pattern, dict(annotations), check)))
     return [pattern for _, pattern in sorted(sized, key=lambda item: item[0])]
@@ -346,9 +385,12 @@ def _anchor_patterns(anchor: str) -> list[Pattern]:
 def _pattern_table() -> list[Pattern]:
     """All ICCA patterns; for ``register_patterns`` later entries have higher priority."""
     table: list[Pattern] = []
+    # view ops first (lowest priority): a transposed matmul operand fuses into the matmul
+    table += [_view_pattern(name, op) for name, op in VIEW_OPS.items()]
     table += [_unary_pattern(name, op) for name, op in UNARY_OPS.items()]
     table += [_binary_pattern(name, op) for name, op in BINARY_OPS.items()]
     table += [_unary_pattern(name, op) for name, op in REDUCE_OPS.items()]
+    table += [_unary_pattern(name, op) for name, op in POOL_OPS.items()]
     table.append(_unary_pattern("softmax", "relax.nn.softmax"))
     table.append(_where_pattern())
     table.append(_layer_norm_pattern())

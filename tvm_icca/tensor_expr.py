@@ -34,17 +34,20 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax, te, tirx
 from tvm.sym import Analyzer
 
 from runtime_sim.errors import UnsupportedOperatorError
 from runtime_sim.hardware import check_dtype
+from runtime_sim.layout import pinned_axes
 from runtime_sim.program import AffineIndex, Axis, Expr, TensorAccess, TensorExpr, expr_loads
 from schedules import kind_of
 
 from .te_capture import ComposedTE, compose_te
 from .te_capture import ffi_key as _key
 from .te_capture import function_label as _func_label
+from .views import output_atoms
 
 __all__ = ["ExtractedOp", "extract_op", "tensor_expr_of"]
 
@@ -113,18 +116,47 @@ def extract_op(func: relax.Function, name: str = "out") -> ExtractedOp:
     if len(out.shape) and any(not isinstance(s, tirx.IntImm) for s in out.shape):
         raise UnsupportedOperatorError(f"{_func_label(func)} has a dynamic output shape")
 
-    probe = _Converter(sources)
-    probe.build(out, name)
-    conv = probe
-    anchor = probe.epilogue_anchor(out)
-    if anchor is not None:
-        promoted = _Converter(sources, epilogue_of=anchor)
+    # a reshape iterates over its atoms (tvm_icca.views): its div/mod indices become affine
+    probe = _Converter(sources, out_atoms=output_atoms(func))
+    try:
+        probe.build(out, name)
+    except UnsupportedOperatorError as err:
+        # The core-local form can fail where the promoted one works (a grouped convolution's
+        # ``ff // (F/G)`` is affine only once its output axis is split into groups, which
+        # only the top level does): try the one sum reduction the elementwise result reads.
+        anchor = _only_sum_reduction(out)
+        if anchor is None:
+            raise
+        conv = _Converter(sources, epilogue_of=anchor)
         try:
-            promoted.build(out, name)
-            conv = promoted
+            conv.build(out, name)
         except UnsupportedOperatorError:
-            pass  # the core-local form of the probe is still exact
+            raise err from None
+    else:
+        conv = probe
+        anchor = probe.epilogue_anchor(out)
+        if anchor is not None:
+            promoted = _Converter(sources, epilogue_of=anchor)
+            try:
+                promoted.build(out, name)
+                conv = promoted
+            except UnsupportedOperatorError:
+                pass  # the core-local form of the probe is still exact
     expr = conv.finish(composed.op_names, out, name)
+    if conv is probe and _is_minmax_reduction(out):
+        # A max/min result (max pooling) is converted with core-local window axes first, which
+        # keeps a row reduction splittable (local_splits); but a window read through
+        # ``h*stride + kh`` pins ``h`` to whole rows on every core. The top-level form
+        # reduces whole windows per core and splits ``h`` like a convolution: take it when
+        # it leaves more output axes free.
+        windowed = _Converter(sources, top_level_minmax=True)
+        try:
+            windowed.build(out, name)
+            other = windowed.finish(composed.op_names, out, name)
+        except UnsupportedOperatorError:
+            other = None
+        if other is not None and _free_output_axes(other) > _free_output_axes(expr):
+            conv, expr = windowed, other
     return ExtractedOp(
         expr=expr,
         param_of_input=tuple(e.source.param for e in conv.inputs),
@@ -171,15 +203,23 @@ def _sources(func: relax.Function, composed: ComposedTE) -> dict[int, _Source]:
 class _Converter:
     """Builds one TensorExpr from a TE DAG (one instance per attempt)."""
 
-    def __init__(self, sources: Mapping[int, _Source], epilogue_of: te.Tensor | None = None):
+    def __init__(self, sources: Mapping[int, _Source], epilogue_of: te.Tensor | None = None,
+                 top_level_minmax: bool = False, out_atoms: Sequence[Sequence[int]] | None = None):
         self.sources = sources
         self.epilogue_of = epilogue_of  # the sum reduction promoted to the top level
+        # a max/min result reduces over top-level axes (see extract_op) instead of core-local ones
+        self.top_level_minmax = top_level_minmax
+        self.out_atoms = out_atoms  # per output dim, the extents of the axes it merges
+        self.combiner = "sum"  # of the top-level reduction axes
         self.analyzer = Analyzer()
         self.axes: list[Axis] = []
         self.local_axes: list[Axis] = []
         self.axis_vars: dict[str, tirx.Var] = {}
         self.order: dict[str, int] = {}
-        self.spatial: list[tirx.Var] = []
+        # The output's iteration variables over our axes: an axis, or ``g*k + f`` for a
+        # grouped axis split by _spatial_axes; ``out_indices`` is the output access they give.
+        self.spatial: list[tirx.PrimExpr] = []
+        self.out_indices: list[AffineIndex] = []
         self.inputs: list[_InputEntry] = []
         self.memo: dict[tuple, Expr] = {}
         self.region = "body"
@@ -204,6 +244,72 @@ class _Converter:
         (self.local_axes if local else self.axes).append(Axis(name, int(extent), reduce))
         return var
 
+    def _spatial_axes(self, ivs: Sequence[Any], shape: Sequence[int], body: Any) -> None:
+        """The top-level spatial axes of a reduction over ``ivs`` (its output iteration vars).
+
+        An output variable ``v`` that the body divides by a constant ``k`` (grouped
+        convolution reads its input channel at ``ff // (F/G) * (C/G) + rc``) is split into a group axis ``g`` (extent ``E/k``) and an in-group axis ``f`` (extent
+        ``k``) with ``v = g*k + f``: TVM's simplifier then rewrites ``v // k`` to ``g``, so every
+        index is affine (T10 §5 needs sums of axes times constants) and the output dimension
+        is indexed by the digit index ``g*k + f`` (its layout rule:
+        :func:`runtime_sim.layout.pinned_axes`).
+        """
+        divisors = _floordiv_divisors(body)
+        self.spatial, self.out_indices = [], []
+        for d, extent in enumerate(shape):
+            name = ivs[d].var.name if d < len(ivs) else f"i{d}"
+            k = divisors.get(_key(ivs[d].var), set()) if d < len(ivs) else set()
+            k = {x for x in k if 1 < x < extent and extent % x == 0}
+            if len(k) == 1:
+                (k,) = k
+                g = self._new_axis("g", extent // k, False, False)
+                f = self._new_axis("f", k, False, False)
+                self.spatial.append(g * tirx.const(k, "int64") + f)
+                self.out_indices.append(AffineIndex(((g.name, k), (f.name, 1)), 0))
+            else:
+                v = self._new_axis(name, extent, False, False)
+                self.spatial.append(v)
+                self.out_indices.append(AffineIndex.of_axis(v.name))
+
+    def _merged_output(self, names: Sequence[str], shape: Sequence[int]) -> list[tirx.PrimExpr]:
+        """One axis per atom of each output dim (outermost first); the output dim is written
+        at their row-major merge (:func:`runtime_sim.program.merged_axes`). Returns the
+        output's index over those axes, for the load of the TE result."""
+        index = []
+        for d, (hint, atoms) in enumerate(zip(names, self.out_atoms)):
+            if len(atoms) == 1:
+                var = self._new_axis(hint, int(shape[d]), False, False)
+                self.spatial.append(var)
+                self.out_indices.append(AffineIndex.of_axis(var.name))
+                index.append(var)
+                continue
+            terms, expr = [], None
+            for j, extent in enumerate(atoms):
+                var = self._new_axis(f"{hint}_{j}", int(extent), False, False)
+                stride = int(np.prod(atoms[j + 1:], dtype=np.int64))
+                terms.append((var.name, stride))
+                self.spatial.append(var)
+                term = var if stride == 1 else var * tirx.const(stride, "int64")
+                expr = term if expr is None else expr + term
+            self.out_indices.append(AffineIndex(tuple(terms), 0))
+            index.append(expr)
+        return index
+
+    def _extent(self, iv: Any, env: Mapping[int, Any]) -> int:
+        """The extent of reduction axis ``iv``; one written over the output's axes (adaptive
+        pooling's window ``end(h) - start(h)``) counts when it is the same for every output
+        point (TVM's simplifier, which knows each axis's range, proves it constant)."""
+        dom = iv.dom
+        if isinstance(dom.extent, tirx.IntImm) or not _is_index_arith(dom.extent):
+            return _extent(iv)
+        try:
+            extent = self.analyzer.simplify(self._subst(dom.extent, env))
+        except UnsupportedOperatorError:
+            return _extent(iv)
+        if isinstance(dom.min, tirx.IntImm) and int(dom.min.value) == 0 and isinstance(extent, tirx.IntImm):
+            return int(extent.value)
+        return _extent(iv)
+
     # -- top level ------------------------------------------------------------------------
     def build(self, out: te.Tensor, name: str) -> None:
         shape = _shape(out)
@@ -211,18 +317,27 @@ class _Converter:
             self._build_with_epilogue(out, shape)
             return
         op = out.op
-        names = [iv.var.name for iv in op.axis] if isinstance(op, te.ComputeOp) else []
-        names += [f"i{d}" for d in range(len(names), len(shape))]
-        self.spatial = [self._new_axis(n, e, False, False) for n, e in zip(names, shape)]
         body = _body_of(out)
-        if isinstance(body, tirx.Reduce) and _combiner(body, out) == "sum":
-            # Mode (a): the result is itself a sum reduction (matmul, conv2d, sum).
+        top = ("sum", "max", "min") if self.top_level_minmax else ("sum",)
+        if isinstance(body, tirx.Reduce) and _combiner(body, out) in top:
+            # Mode (a): the result is itself a sum reduction (matmul, conv2d, sum), or a
+            # windowed max/min when asked for (max pooling, see extract_op).
+            self.combiner = _combiner(body, out)
+            self._spatial_axes(list(op.axis), shape, body)
             env = {_key(iv.var): v for iv, v in zip(op.axis, self.spatial)}
             for iv in body.axis:
-                env[_key(iv.var)] = self._new_axis(iv.var.name, _extent(iv), True, False)
-            self.body = self._reduce_source(body, env)
+                env[_key(iv.var)] = self._new_axis(iv.var.name, self._extent(iv, env), True, False)
+            self.body = self._reduce_source(body, env, self.combiner)
             return
         # Mode (c): elementwise result; any reduction inside stays core-local.
+        names = [iv.var.name for iv in op.axis] if isinstance(op, te.ComputeOp) else []
+        names += [f"i{d}" for d in range(len(names), len(shape))]
+        if self.out_atoms is not None and not isinstance(body, tirx.Reduce):
+            # over finer axes: each output dim merges its atoms row-major
+            self.body = self._load(out, self._merged_output(names, shape))
+            return
+        self.spatial = [self._new_axis(n, e, False, False) for n, e in zip(names, shape)]
+        self.out_indices = [AffineIndex.of_axis(v.name) for v in self.spatial]
         self.body = self._load(out, list(self.spatial))
 
     def _build_with_epilogue(self, out: te.Tensor, shape: tuple[int, ...]) -> None:
@@ -230,12 +345,10 @@ class _Converter:
         # identity index, so its spatial axes are the output's.
         red = self.epilogue_of
         body = _body_of(red)
-        self.spatial = [
-            self._new_axis(iv.var.name, e, False, False) for iv, e in zip(red.op.axis, shape)
-        ]
+        self._spatial_axes(list(red.op.axis), shape, body)
         env = {_key(iv.var): v for iv, v in zip(red.op.axis, self.spatial)}
         for iv in body.axis:
-            env[_key(iv.var)] = self._new_axis(iv.var.name, _extent(iv), True, False)
+            env[_key(iv.var)] = self._new_axis(iv.var.name, self._extent(iv, env), True, False)
         self.body = self._reduce_source(body, env)
         self.region = "epilogue"
         out_env = {_key(iv.var): v for iv, v in zip(out.op.axis, self.spatial)}
@@ -259,8 +372,8 @@ class _Converter:
 
     def _is_identity(self, index: Sequence[tirx.PrimExpr]) -> bool:
         """Is ``index`` exactly the output's spatial axes, in order?"""
-        return len(index) == len(self.spatial) and all(
-            self._affine(i) == AffineIndex.of_axis(v.name) for i, v in zip(index, self.spatial)
+        return len(index) == len(self.out_indices) and all(
+            self._affine(i) == o for i, o in zip(index, self.out_indices)
         )
 
     def finish(self, op_names: Sequence[str], out: te.Tensor, name: str) -> TensorExpr:
@@ -280,12 +393,13 @@ class _Converter:
             ),
             output=TensorAccess(
                 name, _shape(out), str(out.dtype),
-                tuple(AffineIndex.of_axis(v.name) for v in self.spatial),
+                tuple(self.out_indices),
             ),
             body=self.body,
             local_axes=tuple(self.local_axes),
             epilogue=self.epilogue,
             epilogue_inputs=epilogue_inputs,
+            combiner=self.combiner,
         )
         return dataclasses.replace(expr, kind=kind_of(op_names, expr))
 
@@ -309,6 +423,9 @@ class _Converter:
         build = ops.get(type(e))
         if build is not None:
             return build(self._subst(e.a, env), self._subst(e.b, env))
+        if isinstance(e, tirx.Select) and isinstance(e.condition, tirx.IntImm):
+            # topi's adaptive pooling writes its window end as Select(True, ...)
+            return self._subst(e.true_value if int(e.condition.value) else e.false_value, env)
         if _is_tensor_load(e):
             raise UnsupportedOperatorError(
                 f"data-dependent index (reads tensor '{e.args[0].op.name}'): not affine"
@@ -361,8 +478,20 @@ class _Converter:
         return AffineIndex(terms, offset)
 
     def _int_tree(self, e: tirx.PrimExpr) -> Expr:
-        """An integer value (e.g. an axis used in a comparison) as an expression tree."""
-        idx = self._affine(e, "integer expression")
+        """An integer value (e.g. an axis used in a comparison) as an expression tree.
+
+        Affine values become sums of axes times constants; min/max of such values (average
+        pooling without ``count_include_pad`` divides by the in-bounds window size
+        ``(min(h*s + k - p, H) - max(h*s - p, 0)) * ...``) become min/max nodes over them.
+        """
+        try:
+            idx = self._affine(e, "integer expression")
+        except UnsupportedOperatorError:
+            nodes = {tirx.Min: "min", tirx.Max: "max", tirx.Add: "add", tirx.Sub: "sub", tirx.Mul: "mul"}
+            name = nodes.get(type(e))
+            if name is None:
+                raise
+            return {"op": name, "args": [self._int_tree(e.a), self._int_tree(e.b)]}
         tree: Expr | None = None
         for a, c in idx.terms:
             term: Expr = {"op": "axis", "axis": a}
@@ -442,7 +571,7 @@ class _Converter:
         env = dict(env)
         names = []
         for iv in body.axis:
-            var = self._new_axis(iv.var.name, _extent(iv), True, True)
+            var = self._new_axis(iv.var.name, self._extent(iv, env), True, True)
             env[_key(iv.var)] = var
             names.append(var.name)
         self.reduce_depth += 1
@@ -488,6 +617,12 @@ class _Converter:
             return self._int_tree(self._subst(e, env))
         if isinstance(e, tirx.Cast):
             return {"op": "cast", "dtype": str(e.ty.dtype), "args": [self._value(e.value, env)]}
+        if isinstance(e, tirx.Div) and _is_int(e):
+            # integer Div truncates toward zero (TIR's truncdiv; average pooling's window count
+            # with dilation uses it): round the quotient toward zero
+            q = {"op": "div", "args": [self._value(e.a, env), self._value(e.b, env)]}
+            return {"op": "select", "args": [{"op": "ge", "args": [q, _const(0)]},
+                                             {"op": "floor", "args": [q]}, {"op": "ceil", "args": [q]}]}
         for cls, name in _BINARY_NODES:
             if type(e) is cls:
                 return {"op": name, "args": [self._value(e.a, env), self._value(e.b, env)]}
@@ -580,6 +715,51 @@ class _Converter:
 # ---------------------------------------------------------------------------------------------
 
 
+def _floordiv_divisors(body: Any) -> dict[int, set[int]]:
+    """For each variable ``v`` that ``body`` divides as ``v // k`` (``k`` a constant), the ``k``s."""
+    found: dict[int, set[int]] = {}
+
+    def visit(node: Any) -> None:
+        if isinstance(node.a, tvm.ir.Var) and isinstance(node.b, tirx.IntImm):
+            found.setdefault(_key(node.a), set()).add(int(node.b.value))
+
+    tvm_ffi.structural_walk(body, ((tirx.FloorDiv, visit),))
+    return found
+
+
+def _is_minmax_reduction(out: te.Tensor) -> bool:
+    body = _body_of(out)
+    return isinstance(body, tirx.Reduce) and _combiner(body, out) in ("max", "min")
+
+
+def _free_output_axes(expr: TensorExpr) -> int:
+    """Output axes a plan may partition (not pinned by the layout rules)."""
+    pinned = pinned_axes(expr)
+    return sum(1 for a in expr.axes if not a.reduce and a.name not in pinned)
+
+
+def _only_sum_reduction(out: te.Tensor) -> te.Tensor | None:
+    """The one sum reduction that the elementwise stages ending in ``out`` read, if exactly one."""
+    if not isinstance(out.op, te.ComputeOp) or isinstance(_body_of(out), tirx.Reduce):
+        return None
+    found: list[te.Tensor] = []
+    stack, seen = [out], set()
+    while stack:
+        t = stack.pop()
+        if _key(t.op) in seen or not isinstance(t.op, te.ComputeOp):
+            continue
+        seen.add(_key(t.op))
+        body = _body_of(t)
+        if isinstance(body, tirx.Reduce) and t is not out:
+            if not any(_same_tensor(t, f) for f in found):
+                found.append(t)
+            continue
+        stack.extend(t.op.input_tensors)
+    if len(found) != 1 or _combiner(_body_of(found[0]), found[0]) != "sum":
+        return None
+    return found[0]
+
+
 def _same_tensor(a: te.Tensor, b: te.Tensor) -> bool:
     return a.op.same_as(b.op) and int(a.value_index) == int(b.value_index)
 
@@ -625,6 +805,8 @@ def _is_index_arith(e: Any) -> bool:
         return _is_index_arith(e.value)
     if isinstance(e, (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod, tirx.Min, tirx.Max)):
         return _is_index_arith(e.a) and _is_index_arith(e.b)
+    if isinstance(e, tirx.Select) and isinstance(e.condition, tirx.IntImm):
+        return _is_index_arith(e.true_value) and _is_index_arith(e.false_value)
     return False
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from runtime_sim.errors import InvalidPlanError
-from runtime_sim.layout import OpLayout, local_splits, pinned_axes
+from runtime_sim.layout import OpLayout, local_splits, padding_safe_reduce, pinned_axes
 from runtime_sim.program import (
     AffineIndex,
     Axis,
@@ -165,6 +165,8 @@ def random_plan(choose: Callable[[Sequence], Any], expr: TensorExpr, max_cores: 
     """
     pinned = pinned_axes(expr)
     rows = set(local_splits(expr).values())
+    # reduction axes that must not be padded are split by divisors of their extent
+    exact = set() if padding_safe_reduce(expr) else set(expr.reduce_axes)
     F: dict[str, int] = {}
     budget = max_cores
     for a in expr.axes:
@@ -172,6 +174,10 @@ def random_plan(choose: Callable[[Sequence], Any], expr: TensorExpr, max_cores: 
             if a.name in rows:
                 F[a.name] = choose([d for d in range(1, min(a.extent, budget) + 1) if a.extent % d == 0])
                 budget //= F[a.name]
+            continue
+        if a.name in exact:
+            F[a.name] = choose([d for d in range(1, max(1, min(a.extent, budget)) + 1) if a.extent % d == 0])
+            budget //= F[a.name]
             continue
         f = choose(range(1, max(1, min(a.extent, budget)) + 1))
         F[a.name] = f
