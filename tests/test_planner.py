@@ -79,7 +79,7 @@ def test_onnx_models_run_the_programs_that_are_timed(name, hw, executed):
 
 
 @pytest.mark.parametrize("name, shared_layers", [
-    ("llama2-7b", True), ("bert-large", False), ("resnet18", False)])
+    ("llama2-7b", False), ("bert-large", False), ("resnet18", False)])
 def test_tiny_zoo_models_run_the_programs_that_are_timed(name, shared_layers, executed):
     extra = {"context": 8} if name.startswith("llama") else {}
     workload = get_workload(name, tiny=True, batch=2, **extra)
