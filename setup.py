@@ -22,6 +22,10 @@ setup(
         "ml_dtypes>=0.2",
         "numpy>=1.24",
         "tqdm>=4.60",
+        # tvm_icca.tune: the learned cost model and meta_schedule's runtime needs
+        "xgboost-cpu>=2.0",
+        "psutil>=5.9",
+        "cloudpickle>=2.0",
     ],
     extras_require={
         # wheel: tests/test_packaging.py builds the wheel without build isolation

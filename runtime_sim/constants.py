@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import DeviceProgramError
+from .errors import DeviceProgramError, short_name
 
 
 def encode_constant(array: np.ndarray, dtype: str | None = None) -> dict[str, Any]:
@@ -39,20 +39,20 @@ def decode_constant(name: str, entry: Mapping[str, Any]) -> np.ndarray:
         dtype = np.dtype(str(entry["dtype"]))
         shape = tuple(int(s) for s in entry["shape"])
     except (KeyError, TypeError, ValueError) as err:
-        raise DeviceProgramError(f"constant '{name}' has no valid dtype/shape: {err!r}") from None
+        raise DeviceProgramError(f"constant '{short_name(name)}' has no valid dtype/shape: {err!r}") from None
     data = entry.get("data")
     if data is None:
         raise DeviceProgramError(
-            f"constant '{name}' carries no data (program built for timing only?)"
+            f"constant '{short_name(name)}' carries no data (program built for timing only?)"
         )
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, TypeError, ValueError) as err:
-        raise DeviceProgramError(f"constant '{name}' data is not base64: {err}") from None
+        raise DeviceProgramError(f"constant '{short_name(name)}' data is not base64: {err}") from None
     count = int(np.prod(shape, dtype=np.int64))
     if len(raw) != count * dtype.itemsize:
         raise DeviceProgramError(
-            f"constant '{name}' has {len(raw)} bytes, expected {count * dtype.itemsize} "
+            f"constant '{short_name(name)}' has {len(raw)} bytes, expected {count * dtype.itemsize} "
             f"for {dtype} {list(shape)}"
         )
     arr = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).reshape(shape)

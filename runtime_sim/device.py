@@ -49,6 +49,7 @@ from .errors import (
     InvalidPlanError,
     SramOverflowError,
     UnsupportedDtypeError,
+    short_name,
 )
 from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
@@ -114,6 +115,9 @@ class _Run:
     Programs that name their module's ``run_order`` are grouped exactly: the run is the
     sequence of regions one call of ``main`` runs (a region may run several times in it).
     Programs without one (hand-written) fall back to "a region seen again starts a new run".
+    A call that fails ends its run: the next call starts a new one, whatever its region (a
+    failed call of a layer's shared region must not let the next invocation continue the
+    broken one).
     """
 
     module: str = ""
@@ -124,10 +128,11 @@ class _Run:
     #: preloads issued by earlier calls of the run for the operators of a later call:
     #: call index -> operator indices, in issue order (performed when that call starts)
     pending: dict[int, list[int]] = field(default_factory=dict)
+    failed: bool = False  # a call of this run raised: the run is over
 
     def continues_with(self, program: DeviceProgram) -> bool:
         """Whether ``program`` is the next region of this run (else it starts a new one)."""
-        if not self.programs:
+        if not self.programs or self.failed:
             return False
         if program.module != self.module:
             return False
@@ -154,6 +159,7 @@ class SimulatedDevice:
         self._run = _Run()
         self._grids: dict[str, BlockGrid] = {}  # outputs of the region's operators, as placed
         self._env: Mapping[str, np.ndarray] = {}  # tensors of the current call
+        self._labels: dict[str, str] = {}  # operator name -> its kind in the user's words
         self._lock = threading.RLock()
         if hw is not None:
             self.configure(hw)
@@ -186,7 +192,8 @@ class SimulatedDevice:
         """Bytes of preload space in use on every core (operators preloaded, not executed)."""
         return self._preload_used.copy()
 
-    def _sram_check(self, op_name: str, used: np.ndarray, preload: np.ndarray) -> int:
+    def _sram_check(self, op_name: str, used: np.ndarray, preload: np.ndarray,
+                    layout: OpLayout) -> int:
         """Raise :class:`SramOverflowError` if execution space + activations (``used``) +
         preload space + shift buffer exceed a core's SRAM; return the peak core's bytes.
         Design ``"ideal"`` gives preloading its own SRAM: each side is checked alone."""
@@ -197,7 +204,9 @@ class SimulatedDevice:
             over = np.flatnonzero(side > hw.sram_bytes_per_core)
             if over.size:
                 core = int(over[0])
-                raise SramOverflowError(op_name, core, hw.sram_bytes_per_core, int(side[core]))
+                raise SramOverflowError(op_name, core, hw.sram_bytes_per_core, int(side[core]),
+                                        label=self._labels.get(op_name, layout.expr.kind),
+                                        chip=hw.name, tensors=layout.expr.tensor_summary())
         peak = int(needed.max()) if needed.size else 0
         self._peaks[0] = max(self._peaks[0], peak)
         self._peaks[1] = max(self._peaks[1], int(preload.max()) if preload.size else 0)
@@ -213,21 +222,21 @@ class SimulatedDevice:
         """
         hw = self.hw
         if op_name in self._allocs:
-            raise DeviceProgramError(f"operator '{op_name}' is already allocated")
+            raise DeviceProgramError(f"operator '{short_name(op_name)}' is already allocated")
         if layout.num_cores > hw.num_cores:
             raise InvalidPlanError(
-                f"operator '{op_name}' is planned on {layout.num_cores} cores, "
+                f"operator '{short_name(op_name)}' is planned on {layout.num_cores} cores, "
                 f"but chip '{hw.name}' has {hw.num_cores}"
             )
         ids_inputs = layout.expr.gather_ids
         for t, access in enumerate(layout.expr.tensors):
-            _check_dtype(hw, access.name, access.dtype, f"operator '{op_name}'",
+            _check_dtype(hw, access.name, access.dtype, f"operator '{short_name(op_name)}'",
                          mask=t < len(layout.expr.inputs), index=t in ids_inputs)
         per_core = layout.memory_bytes_per_core()
         used = self._used.copy()
         if layout.span > hw.num_cores:
             raise InvalidPlanError(
-                f"operator '{op_name}' is placed up to core {layout.span - 1}, "
+                f"operator '{short_name(op_name)}' is placed up to core {layout.span - 1}, "
                 f"but chip '{hw.name}' has {hw.num_cores}"
             )
         used[layout.physical] += per_core
@@ -238,9 +247,10 @@ class SimulatedDevice:
         if preloaded is not None and not preloaded.absorbed:
             if preloaded.layout.num_cores != layout.num_cores or \
                     not np.array_equal(preloaded.layout.physical, layout.physical):
-                raise DeviceProgramError(f"operator '{op_name}' was preloaded under another layout")
+                raise DeviceProgramError(f"operator '{short_name(op_name)}' was preloaded under "
+                                         "another layout")
             preload[layout.physical] -= preloaded.info.space_bytes_per_core
-        peak = self._sram_check(op_name, used, preload)
+        peak = self._sram_check(op_name, used, preload, layout)
         if preloaded is not None:
             preloaded.absorbed = True
             self._preload_used = preload
@@ -280,23 +290,24 @@ class SimulatedDevice:
         (:func:`~runtime_sim.preload.delivered_bytes`)."""
         hw = self.hw
         if op_name in self._preloads or op_name in self._allocs:
-            raise DeviceProgramError(f"operator '{op_name}' is already preloaded or allocated")
+            raise DeviceProgramError(f"operator '{short_name(op_name)}' is already preloaded or allocated")
         if layout.span > hw.num_cores:
             raise InvalidPlanError(
-                f"operator '{op_name}' is placed up to core {layout.span - 1}, "
+                f"operator '{short_name(op_name)}' is placed up to core {layout.span - 1}, "
                 f"but chip '{hw.name}' has {hw.num_cores}"
             )
         arrays = {}
         for t, value in inputs.items():
             if not 0 <= t < len(layout.expr.inputs):
-                raise DeviceProgramError(f"tensor {t} of '{op_name}' is not an input")
+                raise DeviceProgramError(f"tensor {t} of '{short_name(op_name)}' is not an input")
             access = layout.expr.tensors[t]
-            _check_dtype(hw, access.name, access.dtype, f"operator '{op_name}'", mask=True,
+            _check_dtype(hw, access.name, access.dtype, f"operator '{short_name(op_name)}'", mask=True,
                          index=t in layout.expr.gather_ids)
             arr = np.asarray(value)
             if tuple(arr.shape) != tuple(access.shape) or str(arr.dtype) != access.dtype:
                 raise DeviceProgramError(
-                    f"operator '{op_name}': input '{access.name}' is {arr.dtype}{list(arr.shape)} "
+                    f"operator '{short_name(op_name)}': input '{access.name}' is "
+                    f"{arr.dtype}{list(arr.shape)} "
                     f"in HBM, expected {access.dtype}{list(access.shape)}")
             arrays[t] = arr
         rows = {}
@@ -308,7 +319,7 @@ class SimulatedDevice:
         info = op_preload(layout, sorted(arrays), dict(chunks or {}))
         preload = self._preload_used.copy()
         preload[layout.physical] += info.space_bytes_per_core
-        self._sram_check(op_name, self._used, preload)
+        self._sram_check(op_name, self._used, preload, layout)
         held = {}
         n = layout.num_cores
         for t, s in info.inputs:
@@ -331,7 +342,7 @@ class SimulatedDevice:
         alloc = self._alloc(op_name)
         preloaded = self._preloads.get(op_name)
         if preloaded is None or not preloaded.absorbed:
-            raise DeviceProgramError(f"operator '{op_name}' was not preloaded and allocated")
+            raise DeviceProgramError(f"operator '{short_name(op_name)}' was not preloaded and allocated")
         layout = alloc.layout
         n = layout.num_cores
         cores = np.arange(n)
@@ -369,11 +380,11 @@ class SimulatedDevice:
         layout = alloc.layout
         access = layout.expr.tensors[tensor]
         if tensor >= len(layout.expr.inputs):
-            raise DeviceProgramError(f"tensor {tensor} of '{op_name}' is not an input")
+            raise DeviceProgramError(f"tensor {tensor} of '{short_name(op_name)}' is not an input")
         arr = np.asarray(array)
         if tuple(arr.shape) != tuple(access.shape):
             raise DeviceProgramError(
-                f"operator '{op_name}': input '{access.name}' has shape {list(arr.shape)}, "
+                f"operator '{short_name(op_name)}': input '{access.name}' has shape {list(arr.shape)}, "
                 f"expected {list(access.shape)}"
             )
         alloc.buffers[tensor] = _partitions(layout, tensor, arr,
@@ -392,7 +403,7 @@ class SimulatedDevice:
         alloc = self._alloc(op_name)
         missing = [alloc.layout.expr.inputs[t].name for t, ok in enumerate(alloc.placed) if not ok]
         if missing:
-            raise DeviceProgramError(f"operator '{op_name}': inputs {missing} were not placed")
+            raise DeviceProgramError(f"operator '{short_name(op_name)}': inputs {missing} were not placed")
         layout = alloc.layout
         expr = layout.expr
         q = layout.chunk(counters)
@@ -473,7 +484,7 @@ class SimulatedDevice:
         alloc = self._alloc(op_name)
         source = np.asarray(event.source)
         if source.shape != (alloc.layout.num_cores,):
-            raise DeviceProgramError(f"shift of '{op_name}' has {source.shape} sources")
+            raise DeviceProgramError(f"shift of '{short_name(op_name)}' has {source.shape} sources")
         alloc.buffers[event.tensor] = alloc.buffers[event.tensor][source]
         moved = int(np.count_nonzero(event.moving)) * alloc.layout.partition_bytes(event.tensor)
         alloc.shift_bytes += moved
@@ -551,7 +562,7 @@ class SimulatedDevice:
         full = np.zeros(access.shape, access.dtype)
         if int(valid.sum()) != full.size:
             raise DeviceProgramError(
-                f"operator '{op_name}': ring-0 partitions cover {int(valid.sum())} of "
+                f"operator '{short_name(op_name)}': ring-0 partitions cover {int(valid.sum())} of "
                 f"{full.size} output elements"
             )
         full[tuple(np.broadcast_to(i, valid.shape)[valid] for i in index)] = value[valid]
@@ -573,8 +584,8 @@ class SimulatedDevice:
         for ix in expr.output.indices:
             axes = merged_axes(ix, layout.extent)
             if axes is None:
-                raise DeviceProgramError(f"operator '{op_name}': output index {ix} is not a plain axis "
-                                         "or a digit index")
+                raise DeviceProgramError(f"operator '{short_name(op_name)}': output index {ix} is "
+                                         "not a plain axis or axes merged row-major")
             digits.append(axes)
         local = tuple(a.name for a in expr.local_axes)
         # one evaluation dimension per output dimension (named by its outermost digit)
@@ -601,7 +612,8 @@ class SimulatedDevice:
             for a, c in ix.terms:
                 if a not in pos:
                     raise DeviceProgramError(
-                        f"operator '{op_name}': epilogue reads axis '{a}', not an output or local axis"
+                        f"operator '{short_name(op_name)}': epilogue reads axis '{a}', not an "
+                        "output or local axis"
                     )
                 value = value + c * pos[a]
             return value
@@ -610,7 +622,7 @@ class SimulatedDevice:
             t = int(node["input"])
             if layout.temporal_axes(t):
                 raise DeviceProgramError(
-                    f"operator '{op_name}': epilogue input '{expr.tensors[t].name}' rotates"
+                    f"operator '{short_name(op_name)}': epilogue input '{expr.tensors[t].name}' rotates"
                 )
             start = layout.partition_start(t, {})
             locs = [affine(ix) - _col(start[d][owners], nd) for d, ix in enumerate(load_index(node))]
@@ -648,6 +660,7 @@ class SimulatedDevice:
             self.configure(hw)
             continuing = self._run.continues_with(program)
             call = len(self._run.programs) if continuing else 0
+            self._run.failed = True  # until this call is recorded
             instructions: list[Instruction] | None = None
             later: list[Instruction] = []
             if continuing:
@@ -655,7 +668,7 @@ class SimulatedDevice:
             if program.preload_schedule is not None:
                 if any(isinstance(op.plan, VgmPlan) for op in program.ops):
                     raise DeviceProgramError(
-                        f"region '{program.region}': load-compute-store (VGM) operators do not "
+                        f"region '{short_name(program.region)}': load-compute-store (VGM) operators do not "
                         "run a preload schedule")
                 carried = self._run.pending.get(call, []) if continuing else []
                 instructions, later = call_segment(program, call, len(program.run_order) or None,
@@ -666,17 +679,18 @@ class SimulatedDevice:
             outputs = []
             for name in program.outputs:
                 if name not in env:
-                    raise DeviceProgramError(f"region '{program.region}' never computes output '{name}'")
+                    raise DeviceProgramError(f"region '{short_name(program.region)}' never "
+                                             f"computes output '{short_name(name)}'")
                 outputs.append(env[name])
             stats["output_bytes"] = int(sum(o.nbytes for o in outputs))
-            self._record(program, stats)
+            self._record(program, stats, continuing)
             for ins in later:
                 self._run.pending.setdefault(ins.call, []).append(ins.op)
             return outputs
 
     def _region_inputs(self, program: DeviceProgram, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
         hw = self.hw
-        where = f"region '{program.region}'"
+        where = f"region '{short_name(program.region)}'"
         if len(inputs) != len(program.inputs):
             raise DeviceProgramError(
                 f"{where} takes {len(program.inputs)} inputs, got {len(inputs)}"
@@ -720,6 +734,7 @@ class SimulatedDevice:
         """
         hw = self.hw
         ops = program.ops
+        self._labels = {op.name: op.label or op.expr.kind for op in ops}
         last_use = last_reads([op.input_names for op in ops], program.outputs)
         produced: set[str] = set()
         op_stats: list[dict[str, Any] | None] = [None] * len(ops)
@@ -813,7 +828,8 @@ class SimulatedDevice:
         for t in inputs:
             name = op.input_names[t]
             if name not in self._hbm:
-                raise DeviceProgramError(f"operator '{op.name}' preloads '{name}', which is not in HBM")
+                raise DeviceProgramError(f"operator '{short_name(op.name)}' preloads "
+                                         f"'{short_name(name)}', which is not in HBM")
             hbm[t] = self._hbm[name]
         ids = {}
         for t in inputs:
@@ -849,11 +865,13 @@ class SimulatedDevice:
         gather_moved = gather_local = 0.0
         for t, name in enumerate(op.input_names):
             if name not in env:
-                raise DeviceProgramError(f"operator '{op.name}' reads unknown tensor '{name}'")
+                raise DeviceProgramError(f"operator '{short_name(op.name)}' reads unknown "
+                                         f"tensor '{short_name(name)}'")
             access = op.expr.inputs[t]
             if str(env[name].dtype) != access.dtype:
                 raise DeviceProgramError(
-                    f"operator '{op.name}' reads '{name}' as {access.dtype}, it is {env[name].dtype}"
+                    f"operator '{short_name(op.name)}' reads '{short_name(name)}' as "
+                    f"{access.dtype}, it is {env[name].dtype}"
                 )
             if t in distributed:
                 continue
@@ -919,8 +937,10 @@ class SimulatedDevice:
         self._used -= self._resident.pop(name)
 
     # -- statistics -----------------------------------------------------------------------
-    def _record(self, program: DeviceProgram, stats: dict[str, Any]) -> None:
-        if not self._run.continues_with(program):
+    def _record(self, program: DeviceProgram, stats: dict[str, Any], continuing: bool) -> None:
+        if continuing:
+            self._run.failed = False
+        else:
             self._run = _Run(module=program.module)
         self._run.region_names.add(program.region)
         self._run.regions.append(stats)
@@ -1007,7 +1027,7 @@ class SimulatedDevice:
         try:
             return self._allocs[op_name]
         except KeyError:
-            raise DeviceProgramError(f"operator '{op_name}' is not allocated") from None
+            raise DeviceProgramError(f"operator '{short_name(op_name)}' is not allocated") from None
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -1066,7 +1086,7 @@ def _check_dtype(hw: HardwareSpec, name: str, dtype: str, where: str, mask: bool
                  index: bool = False) -> None:
     """``mask``: the tensor is only read, so it may be a bool mask (``MASK_DTYPES``);
     ``index``: it may hold gather ids (``INDEX_DTYPES``)."""
-    hw.check_dtype(dtype, f"{where}: tensor '{name}'", mask=mask, index=index)
+    hw.check_dtype(dtype, f"{where}: tensor '{short_name(name)}'", mask=mask, index=index)
     dtype_bytes(dtype)  # known size, or DeviceProgramError
 
 

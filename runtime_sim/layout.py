@@ -36,7 +36,7 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from .errors import DeviceProgramError, InvalidPlanError
+from .errors import DeviceProgramError, InvalidPlanError, short_name
 from .hardware import HardwareSpec
 from .program import (
     AffineIndex,
@@ -750,7 +750,7 @@ def check_op_inputs(op: OpProgram) -> None:
     """An operator names one region tensor per input of its expression."""
     if len(op.input_names) != len(op.expr.inputs):
         raise DeviceProgramError(
-            f"operator '{op.name}' names {len(op.input_names)} inputs, "
+            f"operator '{short_name(op.name)}' names {len(op.input_names)} inputs, "
             f"its expression has {len(op.expr.inputs)}"
         )
 
@@ -766,7 +766,8 @@ def checked_layout(op: OpProgram, hw: HardwareSpec) -> OpLayout:
     """
     if isinstance(op.plan, VgmPlan):
         raise DeviceProgramError(
-            f"operator '{op.name}' has a VGM plan, which the compute-shift path cannot take: time "
+            f"operator '{short_name(op.name)}' has a VGM plan, which the compute-shift path "
+            "cannot take: time "
             "VGM programs with runtime_sim.vgm.simulate_vgm_timing (the functional device runs "
             "them on data, through runtime_sim.vgm_exec)"
         )
@@ -775,12 +776,12 @@ def checked_layout(op: OpProgram, hw: HardwareSpec) -> OpLayout:
     layout.validate()
     if layout.num_cores > hw.num_cores:
         raise InvalidPlanError(
-            f"operator '{op.name}' is planned on {layout.num_cores} cores, "
+            f"operator '{short_name(op.name)}' is planned on {layout.num_cores} cores, "
             f"but chip '{hw.name}' has {hw.num_cores}"
         )
     if layout.chips > hw.num_chips:
         raise InvalidPlanError(
-            f"operator '{op.name}' is spread over {layout.chips} chips, "
+            f"operator '{short_name(op.name)}' is spread over {layout.chips} chips, "
             f"but '{hw.name}' has {hw.num_chips}"
         )
     return layout

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 import ml_dtypes  # noqa: F401  pylint: disable=unused-import
 import numpy as np
 
-from .errors import DeviceProgramError
+from .errors import DeviceProgramError, describe_operator, short_name
 from .hardware import INDEX_DTYPES  # the hardware module does not import programs
 
 if TYPE_CHECKING:
@@ -355,6 +355,12 @@ class TensorExpr:
             combiner=_name(d.get("combiner", "sum"), "combiner"),
         )
 
+    def tensor_summary(self) -> str:
+        """Its tensors and their shapes as a message names them: ``inputs 'x' [1, 64, 56, 56]
+        float32, 'w' [64, 64, 3, 3] float32; output [1, 64, 56, 56] float32``."""
+        ins = ", ".join(f"'{short_name(t.name)}' {list(t.shape)} {t.dtype}" for t in self.inputs)
+        return f"inputs {ins}; output {list(self.output.shape)} {self.output.dtype}"
+
     def structure_key(self) -> str:
         """The identity of this expression up to its tensors' names: canonical JSON of
         :meth:`to_dict` with every input and output name blanked. Two operators with equal
@@ -511,6 +517,13 @@ class OpProgram:
     #: partition shared by ``S`` replica cores is cut into ``s`` chunks (``s`` divides ``S``),
     #: see :mod:`runtime_sim.preload`. Inputs not listed are preloaded whole (``s = 1``).
     preload_chunks: tuple[tuple[int, int], ...] = ()
+    #: The operator in the user's words, from its composite (``"conv2d + bias + relu"``):
+    #: what messages call it (its name is generated from TVM's region symbol).
+    label: str = ""
+
+    def describe(self) -> str:
+        """The operator as a message names it (:func:`runtime_sim.errors.describe_operator`)."""
+        return describe_operator(self.name, self.label or self.expr.kind)
 
     def chunks_of(self, t: int) -> int:
         """Chunks input ``t``'s partitions are cut into in the preload state (1: whole)."""
@@ -533,6 +546,8 @@ class OpProgram:
                                 else self.idle_plan.to_dict())
         if self.preload_chunks:
             out["preload_chunks"] = [[int(t), int(s)] for t, s in self.preload_chunks]
+        if self.label:
+            out["label"] = self.label
         return out
 
     @classmethod
@@ -550,6 +565,7 @@ class OpProgram:
                 for pair in (_list(p, "preload_chunks entry") for p in
                              _list(d.get("preload_chunks", ()), "preload_chunks"))
             ),
+            label=_name(d.get("label", ""), "operator label", empty=True),
         )
 
 
@@ -991,7 +1007,7 @@ def _check_program(program: "DeviceProgram", hw: Any) -> None:
     if not isinstance(program.constants, Mapping):
         raise fail("constants must be a JSON object")
     for name, entry in program.constants.items():
-        what = f"constant '{name}'"
+        what = f"constant '{short_name(name)}'"
         if not isinstance(name, str) or not name or name in tensors:
             raise fail(f"{what}: constant names must be unique non-empty strings, distinct from inputs")
         if not isinstance(entry, Mapping) or "shape" not in entry or "dtype" not in entry:
@@ -1033,7 +1049,7 @@ def _check_preload_schedule(program: "DeviceProgram", fail: Any) -> None:
     for op in program.ops:
         for t, s in op.preload_chunks:
             if not 0 <= t < len(op.expr.inputs) or s < 1:
-                raise fail(f"operator '{op.name}': preload_chunks ({t}, {s}) needs an input "
+                raise fail(f"operator '{short_name(op.name)}': preload_chunks ({t}, {s}) needs an input "
                            f"index below {len(op.expr.inputs)} and at least one chunk")
     schedule = program.preload_schedule
     if schedule is None:
@@ -1055,7 +1071,7 @@ def _check_preload_schedule(program: "DeviceProgram", fail: Any) -> None:
 def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape: Any,
               check_dtype: Any, fail: Any) -> None:
     name = op.name if isinstance(op.name, str) else _short(op.name)
-    where = f"operator '{name}'"
+    where = f"operator '{short_name(name)}'"
 
     def bad(why: str) -> DeviceProgramError:
         return fail(f"{where}: {why}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .errors import DeviceProgramError
+from .errors import DeviceProgramError, short_name
 from .program import EXECUTE, PRELOAD, DeviceProgram, OpProgram, model_state_source
 
 #: Input sources an operator preloads (Elk §2.2: data that lives off chip).
@@ -61,7 +61,8 @@ def input_sources(program: DeviceProgram, has_hbm: bool) -> list[list[str]]:
                 source = entry.get("source") if isinstance(entry, dict) else None
                 row.append(source if source is not None else model_state_source(has_hbm))
             else:
-                raise DeviceProgramError(f"operator '{op.name}' reads unknown tensor '{name}'")
+                raise DeviceProgramError(f"operator '{short_name(op.name)}' reads unknown "
+                                         f"tensor '{short_name(name)}'")
         out.append(row)
         produced.add(op.output_name)
     return out
@@ -99,7 +100,7 @@ def run_stream(programs: Sequence[DeviceProgram], has_hbm: bool) -> list[Instruc
                 executed.add((call, int(entry[1])))
                 continue
             target = (call + int(entry[1]), int(entry[2]))
-            where = f"region '{program.region}' (call {call})"
+            where = f"region '{short_name(program.region)}' (call {call})"
             if target[0] >= len(programs) or not 0 <= target[1] < len(programs[target[0]].ops):
                 raise DeviceProgramError(f"{where} preloads operator {target[1]} of call "
                                          f"{target[0]}, which the run does not have")
@@ -129,7 +130,7 @@ def run_stream(programs: Sequence[DeviceProgram], has_hbm: bool) -> list[Instruc
 
 def _op_name(programs: Sequence[DeviceProgram], key: tuple[int, int]) -> str:
     op: OpProgram = programs[key[0]].ops[key[1]]
-    return f"operator '{op.name}' (call {key[0]})"
+    return f"operator '{short_name(op.name)}' (call {key[0]})"
 
 
 def call_segment(program: DeviceProgram, call: int, run_length: int | None,
@@ -145,7 +146,7 @@ def call_segment(program: DeviceProgram, call: int, run_length: int | None,
     ``PRELOAD`` for each carried operator, then the segment's own instructions on this call)
     and the preloads the segment issues for later calls (``Instruction.call`` absolute).
     """
-    where = f"region '{program.region}' (call {call})"
+    where = f"region '{short_name(program.region)}' (call {call})"
     ops = program.ops
     if program.preload_schedule is None:
         raise DeviceProgramError(f"{where} carries no preload schedule")

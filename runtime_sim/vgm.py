@@ -29,7 +29,7 @@ from schedules import template_for
 
 from .hardware import HardwareSpec
 from .links import link_transfer_seconds
-from .errors import DeviceProgramError
+from .errors import DeviceProgramError, short_name
 from .program import AffineIndex, TensorExpr, VgmPlan, dtype_bytes, validate_program
 
 
@@ -367,7 +367,8 @@ def simulate_vgm_timing(programs, hw: HardwareSpec | None = None) -> VgmReport:
     for program in programs:
         for op in program.ops:
             if not isinstance(op.plan, VgmPlan):
-                raise DeviceProgramError(f"operator '{op.name}' has a compute-shift plan, not a VGM plan")
+                raise DeviceProgramError(f"operator '{short_name(op.name)}' has a compute-shift "
+                                         "plan, not a VGM plan")
             timing = vgm_op_timing(op.expr, op.plan, hw)
             layout = VgmLayout(op.expr, op.plan, hw.num_cores)
             peak = max(peak, region + layout.working_bytes_per_core() + hw.shift_buffer_bytes)

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import DeviceProgramError, SramOverflowError
+from .errors import DeviceProgramError, SramOverflowError, short_name
 from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
 from .layout import check_op_inputs
@@ -162,29 +162,32 @@ class VgmRegion:
         a halo that the first tile, clipped at the padding, does not.
         """
         if not isinstance(op.plan, VgmPlan):
-            raise DeviceProgramError(f"operator '{op.name}' has a compute-shift plan, not a VGM plan")
+            raise DeviceProgramError(f"operator '{short_name(op.name)}' has a compute-shift "
+                                     "plan, not a VGM plan")
         check_op_inputs(op)
         expr = op.expr
         hw = self.hw
         for t, access in enumerate(expr.tensors):
-            hw.check_dtype(access.dtype, f"operator '{op.name}': tensor '{access.name}'",
+            hw.check_dtype(access.dtype, f"operator '{short_name(op.name)}': tensor '{access.name}'",
                            mask=t < len(expr.inputs))
         layout = VgmLayout(expr, op.plan, self.num_cores)
         budget = hw.sram_bytes_per_core
         base = used_per_core + hw.shift_buffer_bytes
         peak = int(base.max()) + layout.working_bytes_per_core()
-        _check_sram(op.name, base + layout.working_bytes_per_core(), budget)
+        _check_sram(op, base + layout.working_bytes_per_core(), budget, hw.name)
 
         host = relayout = 0
         for t, name in enumerate(op.input_names):
             access = expr.inputs[t]
             if not self.holds(name):
                 if name not in env:
-                    raise DeviceProgramError(f"operator '{op.name}' reads unknown tensor '{name}'")
+                    raise DeviceProgramError(f"operator '{short_name(op.name)}' reads unknown "
+                                             f"tensor '{short_name(name)}'")
                 arr = np.asarray(env[name])
                 if tuple(arr.shape) != tuple(access.shape) or str(arr.dtype) != access.dtype:
                     raise DeviceProgramError(
-                        f"operator '{op.name}' reads '{name}' as {access.dtype}{list(access.shape)}, "
+                        f"operator '{short_name(op.name)}' reads '{short_name(name)}' as "
+                        f"{access.dtype}{list(access.shape)}, "
                         f"it is {arr.dtype}{list(arr.shape)}"
                     )
                 written = self.write(name, arr)
@@ -194,7 +197,8 @@ class VgmRegion:
                     host += written
             elif self._shapes[name] != tuple(access.shape) or str(self.homes[name].dtype) != access.dtype:
                 raise DeviceProgramError(
-                    f"operator '{op.name}' reads '{name}' as {access.dtype}{list(access.shape)}, "
+                    f"operator '{short_name(op.name)}' reads '{short_name(name)}' as "
+                    f"{access.dtype}{list(access.shape)}, "
                     f"the VGM holds {self.homes[name].dtype}{list(self._shapes[name])}"
                 )
         out = expr.output
@@ -209,10 +213,10 @@ class VgmRegion:
                 f, s, tile_bytes = run.tiles(origins, idx, lengths, written)
                 fetched, stored = fetched + f, stored + s
                 peak = max(peak, int(base.max()) + tile_bytes)
-                _check_sram(op.name, base + tile_bytes, budget)
+                _check_sram(op, base + tile_bytes, budget, hw.name)
         if not np.all(written == 1):
             raise DeviceProgramError(
-                f"operator '{op.name}': tiles wrote {int(np.count_nonzero(written))} of "
+                f"operator '{short_name(op.name)}': tiles wrote {int(np.count_nonzero(written))} of "
                 f"{written.size} output elements, {int(np.count_nonzero(written > 1))} more than once"
             )
         stats = VgmOpStats(
@@ -242,13 +246,13 @@ class _OpRun:
         for ix in self.expr.output.indices:
             digits = merged_axes(ix, extent)
             if digits is None:
-                raise DeviceProgramError(f"operator '{op.name}': output index {ix} is not a plain axis "
-                                         "or axes merged row-major")
+                raise DeviceProgramError(f"operator '{short_name(op.name)}': output index {ix} is "
+                                         "not a plain axis or axes merged row-major")
             self.out_axes.extend(digits)
         self.out_sizes = [extent[a] for a in self.out_axes]
         if sorted(self.out_axes) != sorted(layout.spatial):
             raise DeviceProgramError(
-                f"operator '{op.name}': output axes {self.out_axes} are not its spatial axes "
+                f"operator '{short_name(op.name)}': output axes {self.out_axes} are not its spatial axes "
                 f"{list(layout.spatial)}"
             )
 
@@ -435,8 +439,9 @@ def _keep(value: np.ndarray, n_spatial: int, op: str) -> np.ndarray:
     return value.reshape(value.shape[: 1 + n_spatial])
 
 
-def _check_sram(op: str, needed: np.ndarray, budget: int) -> None:
+def _check_sram(op: OpProgram, needed: np.ndarray, budget: int, chip: str) -> None:
     over = np.flatnonzero(needed > budget)
     if over.size:
         core = int(over[0])
-        raise SramOverflowError(op, core, budget, int(needed[core]))
+        raise SramOverflowError(op.name, core, budget, int(needed[core]), label=op.label or op.expr.kind,
+                                chip=chip, tensors=op.expr.tensor_summary())

@@ -581,3 +581,118 @@ def test_wrong_argument_shape_or_dtype_is_an_input_mismatch_error_for_icca_only(
         with pytest.raises(Exception) as other:  # other targets: TVM's own check, unchanged
             cpu["main"](tvm.runtime.tensor(bad), tvm.runtime.tensor(w))
         assert not isinstance(other.value, IccaError)
+
+
+# -- capacity errors in the user's words ------------------------------------------------------
+def _in_user_words(err: BaseException, *expected: str) -> str:
+    """One paragraph naming what it must, without a generated symbol over 60 characters."""
+    import re
+
+    from runtime_sim.errors import MAX_NAME_CHARS
+
+    one_paragraph(err)
+    text = str(err)
+    assert max(len(word) for word in re.split(r"[\s'(),;:]+", text)) <= MAX_NAME_CHARS, text
+    for part in expected:
+        assert part in text, (part, text)
+    return text
+
+
+def _conv_stack(layers: int):
+    """``layers`` conv2d + bias + relu blocks: one merged region whose TVM-generated symbol
+    names every fused op (hundreds of characters)."""
+    import tvm
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 64, 56, 56), "float32"))
+    w = relax.Var("w", relax.TensorType((64, 64, 3, 3), "float32"))
+    b = relax.Var("b", relax.TensorType((1, 64, 1, 1), "float32"))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            y = x
+            for _ in range(layers):
+                y = bb.emit(relax.op.nn.relu(relax.op.add(relax.op.nn.conv2d(y, w, padding=1), b)))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return tvm.IRModule(bb.get().functions)
+
+
+@pytest.mark.parametrize("execution", ["t10", "vgm"])
+def test_capacity_error_names_the_composite_its_tensor_the_chip_and_the_budget(execution):
+    import tvm_icca
+    from runtime_sim.errors import PlanNotFoundError
+
+    mod = _conv_stack(4)
+    hw = small_chip(4, 16 * 1024)
+    (region,) = tvm_icca.icca_regions(tvm_icca.partition_for_icca(mod, hw))
+    assert len(region) > 150  # what the message must not quote
+    with pytest.raises(PlanNotFoundError) as info:
+        tvm_icca.compile(mod, hw, execution=execution)
+    text = _in_user_words(info.value, "conv2d + bias + relu", "[1, 64, 56, 56] float32",
+                          "chip 'icca-4'", str(hw.usable_sram_bytes))
+    assert len(text) < 400
+
+
+def test_no_plan_error_names_the_operator_tensors_chip_and_budget():
+    from runtime_sim.errors import PlanNotFoundError
+    from runtime_sim.hardware import small_chip as chip
+    from tvm_icca.plans import plan_operator
+
+    hw = chip(4, 16 * 1024)
+    expr = builders.matmul(64, 64, 64)  # 16 KiB a tensor: the chip holds each, no plan all three
+    with pytest.raises(PlanNotFoundError) as info:
+        plan_operator(expr, hw)
+    _in_user_words(info.value, "operator 'matmul'", "[64, 64] float32", "chip 'icca-4'",
+                   f"budget is {hw.usable_sram_bytes} bytes per core")
+
+
+def test_device_sram_overflow_names_the_operator_kind_its_tensors_and_the_chip():
+    import dataclasses
+
+    from runtime_sim.errors import SramOverflowError
+
+    base = _program()
+    long_name = "fused_relax_matmul_relax_add_relax_nn_relu_" * 6 + "icca.op0"
+    mm = dataclasses.replace(base.ops[0], name=long_name, label="matmul + bias + relu")
+    program = dataclasses.replace(base, ops=(mm, base.ops[1]), hardware={
+        **base.hardware, "sram_bytes_per_core": base.hardware["shift_buffer_bytes"] + 64})
+    data = program.to_dict()  # the label travels with the program
+    texts = []
+    for run in (_run_device, _run_timing):
+        with pytest.raises(SramOverflowError) as info:
+            run(copy.deepcopy(data))
+        texts.append(_in_user_words(info.value, "matmul + bias + relu", "'A' [8, 16] float32",
+                                    "chip 'icca-16'", "budget of 8256 bytes", "icca.op0"))
+    assert texts[0] == texts[1]  # one message, whichever executor refuses the program
+
+
+def test_model_kept_on_chip_errors_name_the_operator_and_tensor_that_do_not_fit():
+    import tvm
+    from tvm.script import relax as R
+
+    import tvm_icca
+    from runtime_sim.errors import PlanNotFoundError
+
+    # activations: the largest binding of main, by what it computes and the shapes it moves
+    with pytest.raises(PlanNotFoundError) as info:
+        tvm_icca.compile(_conv_stack(2), small_chip(4, 16 * 1024), state_on_chip=True)
+    _in_user_words(info.value, "chip 'icca-4'", "conv2d + bias + relu (x2)",
+                   "writing [1, 64, 56, 56] float32", "8192 are usable")
+
+    @tvm.script.ir_module
+    class Mlp:
+        @R.function
+        def main(x: R.Tensor((8, 64), "float32"), w1: R.Tensor((64, 1024), "float32"),
+                 w2: R.Tensor((1024, 64), "float32")):
+            with R.dataflow():
+                z = R.matmul(R.nn.relu(R.matmul(x, w1)), w2)
+                R.output(z)
+            return z
+
+    # weights kept on chip: the operator whose state takes the most, with its tensor
+    hw = small_chip(16, 32 * 1024)
+    with pytest.raises(PlanNotFoundError) as info:
+        tvm_icca.compile(Mlp, hw, state_on_chip=True, resident=["w1", "w2"])
+    _in_user_words(info.value, "chip 'icca-16'", "matmul + relu", "'w1' [64, 1024] float32",
+                   "bytes per core left for the model")

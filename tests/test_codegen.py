@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tvm
+import tvm.testing
 from tvm import relax
 from tvm.script import relax as R
 
@@ -272,6 +273,7 @@ _LOAD_AND_RUN = """
 import sys
 import numpy as np
 import tvm
+import tvm.testing
 import tvm_icca  # the plugin: registers icca.device.run
 from tvm import relax
 ex = tvm.runtime.load_module(sys.argv[1])
@@ -313,3 +315,55 @@ def test_export_library_round_trip_real(tmp_path: Path) -> None:
     got = _round_trip(ex, inputs, tmp_path)
     for g, r in zip(got, reference(MixedModule, inputs), strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+
+
+@tvm.script.ir_module
+class SameLayerThrice:
+    """One layer (matmul + relu) three times, a host op (sort) after each: one deduplicated
+    region function that ``main`` calls three times per run."""
+
+    @R.function
+    def main(x: R.Tensor((8, 32), "float32"), w: R.Tensor((32, 32), "float32")):
+        with R.dataflow():
+            a = R.sort(R.nn.relu(R.matmul(x, w)), axis=1)
+            b = R.sort(R.nn.relu(R.matmul(a, w)), axis=1)
+            c = R.sort(R.nn.relu(R.matmul(b, w)), axis=1)
+            R.output(c)
+        return c
+
+
+def _device_calls(mod: tvm.IRModule) -> list[str]:
+    """The packed functions ``main`` calls with ``call_dps_packed`` (one per region call)."""
+    calls: list[str] = []
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.call_dps_packed":
+            calls.append(str(expr.args[0].global_symbol))
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return calls
+
+
+def test_run_statistics_count_every_call_of_a_shared_region() -> None:
+    hw = tvm_icca.small_chip(16)
+    lowered = tvm_icca.offload_to_icca(hw)(SameLayerThrice)
+    calls = _device_calls(lowered)
+    assert len(calls) == 3 and len(set(calls)) == 1  # one region function, called 3 times
+    vm = relax.VirtualMachine(tvm_icca.compile(SameLayerThrice, hw), tvm.cpu())
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 32)).astype(np.float32)
+    w = (rng.standard_normal((32, 32)) / 8).astype(np.float32)
+    want = x
+    for _ in range(3):
+        want = np.sort(np.maximum(want @ w, 0), axis=1)
+    for _ in range(2):  # each invocation is a run of its own, not a continuation
+        got = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w)).numpy()
+        tvm.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        stats = tvm_icca.last_run_stats()
+        assert stats["regions_executed"] == len(calls)
+        assert [r["region"] for r in stats["regions"]] == calls
+        # the totals cover the whole run: every call's traffic, not the last call's
+        per_call = [r["shift_bytes"] for r in stats["regions"]]
+        assert per_call[0] > 0 and stats["shift_bytes"] == sum(per_call)
+        assert len({op["op"] for op in stats["simulated_ops"]}) >= 1
+        assert len(stats["simulated_ops"]) == sum(len(r["ops"]) for r in stats["regions"])

@@ -421,6 +421,28 @@ def test_runs_group_regions(exprs) -> None:
     assert dev.last_run_stats()["regions_executed"] == 0
 
 
+def test_runs_follow_run_order_and_end_at_a_failed_call(exprs) -> None:
+    """A region shared by three layers runs three times per run; a call that fails ends its
+    run, so the next invocation is not counted as the failed run's continuation."""
+    import dataclasses
+
+    dev = get_device()
+    dev.reset_stats()
+    e = exprs.matmul(4, 4, 4)
+    layer = dataclasses.replace(program(e, ExecutionPlan({"m": 2}, ({}, {}, {})), HW16, region="layer"),
+                                module="m", run_order=("layer",) * 3)
+    args = data_for(e)
+    for calls in (1, 2, 3, 1):  # a fourth call is the next invocation
+        dev.run(layer, args)
+        assert dev.last_run_stats(timing=False)["regions_executed"] == calls
+    with pytest.raises(DeviceProgramError):
+        dev.run(layer, [args[0][:2], args[1]])  # the second layer's call fails
+    assert dev.last_run_stats(timing=False)["regions_executed"] == 1  # the failed run, so far
+    dev.run(layer, args)  # the next invocation starts afresh
+    assert dev.last_run_stats(timing=False)["regions_executed"] == 1
+    dev.reset_stats()
+
+
 def test_full_ipu_chip_is_vectorized(exprs) -> None:
     """1,472 cores: steps are numpy calls over all cores, not Python loops per core."""
     hw = preset("ipu-mk2")

@@ -8,7 +8,9 @@ import numpy as np
 import onnx
 import pytest
 import tvm
+import tvm.testing
 from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 from tvm import relax
 
 import tvm_icca
@@ -88,6 +90,43 @@ def test_op_unknown_to_tvm_importer() -> None:
     onnx.checker.check_model(model)
     err = _import_error(model)
     assert "does not support" in str(err) and "Det" in str(err)
+
+
+def _gpt2_scalar_fill() -> onnx.ModelProto:
+    """GPT-2's export: a scalar from ``ConstantOfShape`` of an empty shape (rank 0), used by an
+    Add and a masked fill (Where)."""
+    empty = helper.make_tensor("empty", TensorProto.INT64, [0], [])
+    nodes = [helper.make_node("Constant", [], ["shape"], value=empty, name="/h.0/attn/Constant"),
+             helper.make_node("ConstantOfShape", ["shape"], ["fill"], name="/h.0/attn/ConstantOfShape",
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [-1e4])),
+             helper.make_node("Greater", ["x", "zero"], ["keep"], name="/h.0/attn/Greater"),
+             helper.make_node("Where", ["keep", "x", "fill"], ["masked"], name="/h.0/attn/Where"),
+             helper.make_node("Add", ["masked", "fill"], ["y"], name="/h.0/attn/Add")]
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+    graph = helper.make_graph(nodes, "g", [_vi("x", [2, 4])], [_vi("y", [2, 4])], [zero])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_scalar_constant_of_shape_fails_in_tvm_unfolded_and_imports_folded() -> None:
+    model = _gpt2_scalar_fill()
+    onnx.checker.check_model(model)
+    err = _import_error(model, fold_constants=False)
+    # the failing node by its name and op type, with TVM's first line, in one short paragraph
+    assert "node '/h.0/attn/ConstantOfShape' (ConstantOfShape)" in str(err)
+    assert "broadcast_to" in str(err) and "\n" not in str(err)
+    mod = tvm_icca.load_onnx(model)
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    tvm.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), want, rtol=1e-6)
+
+
+def test_failing_node_without_a_name_is_named_by_its_outputs() -> None:
+    model = _gpt2_scalar_fill()
+    for node in model.graph.node:
+        node.name = ""
+    err = _import_error(model, fold_constants=False)
+    assert "unnamed ConstantOfShape node computing 'fill'" in str(err)
 
 
 def test_wrong_source_type() -> None:

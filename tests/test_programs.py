@@ -38,24 +38,28 @@ def test_programs_follow_mains_call_order(llama):
     planned = region_call_order(model.module)
     assert [p.region for p in model.programs] == planned
     assert [re.sub(r"_v\d+_*$", "", name) for name in planned] == order
-    # with the embedding lookup and the head reshapes on the chip, nothing float stays on the
-    # host: the two layers are one region, called once
-    assert len(order) == 1
-    # Execution order is dataflow order: a "chip" input needs an earlier region.
+    # Both layers (attention heads' reshapes and transposes, rotary slices and concats
+    # included) are one region; what stays on the host is integer index arithmetic, before it.
+    assert len(set(order)) == 1
+    # Execution order is dataflow order: the first region has no "chip" input (regions called
+    # with tensors left on chip by earlier calls: tests/test_planner.py).
     assert all(d.source != "chip" for d in model.programs[0].inputs)
     assert len({p.module for p in model.programs}) == 1
 
 
 def test_input_sources_on_a_chip_with_hbm(llama):
     workload, model = llama
-    # The first region reads the host's token ids and the weights (the embedding table
+    # The first region reads the host's token ids, and the weights (the embedding table
     # among them), caches and scalar constants of main from HBM.
     first = model.programs[0]
-    state = [p for p in workload.params if p.resident]
+    weights = [p for p in workload.params if p.kind == "weight"]
     hbm = [d for d in first.inputs if d.source == "hbm"]
-    assert hbm and {d.shape for d in hbm if d.shape} <= {p.shape for p in state}
+    cache_shape = (2, 2, 8, 16)
+    # one region holds both layers: it reads their weights, KV caches and constants from HBM
+    assert hbm and {d.shape for d in hbm} <= {p.shape for p in weights} | {cache_shape, ()}
+    assert {p.shape for p in weights} <= {d.shape for d in hbm}
     embedding = next(p for p in workload.params if p.name == "embed_tokens.weight")
-    assert embedding.shape in {d.shape for d in hbm}
+    assert embedding.shape in {d.shape for d in hbm}  # the lookup runs on the chip
     assert any(d.source == "host" and d.dtype.startswith("int") for d in first.inputs)
     # KV caches ([batch, kv_heads, context, head_dim]) are model state: read from HBM.
     cache_shape = (2, 2, 8, 16)
@@ -86,11 +90,8 @@ def test_op_counts_add_up_to_the_imported_model(llama):
     assert summary["device_ops"] == sum(len(p.ops) for p in model.programs)
     # with the rotary embedding on chip, regions span layer boundaries and need not repeat
     assert summary["regions"] == len(model.programs) >= summary["distinct_regions"]
-    # Layer 1 repeats layer 0 inside the one region: its operators have layer 0's structures
-    # (the plan cache keys on the SRAM budget too, which differs along one region, so they
-    # are planned again: a compile-time matter, not a correctness one)
-    structures = [op.expr.structure_key() for p in model.programs for op in p.ops]
-    assert len(set(structures)) < len(structures)
+    # Layer 1 repeats layer 0: its identical operators are planned once.
+    assert model.plan_cache["hits"] > 0
 
 
 def test_relax_module_uses_num_input_for_model_state():

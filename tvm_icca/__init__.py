@@ -36,6 +36,7 @@ from .device_entry import last_run_stats, write_last_run_trace
 from .model import CompileOptions, plan_device_programs
 from .codegen import icca_codegen
 from .frontend import compile, compile_onnx, load_onnx  # pylint: disable=redefined-builtin
+from .tuning import tune, use_database  # thin wrappers: meta_schedule loads on first call
 
 __version__ = "0.1.0"
 
@@ -63,6 +64,8 @@ __all__ = [
     "plan_device_programs",
     "preset",
     "small_chip",
+    "tune",
+    "use_database",
     "use_hardware",
     "write_last_run_trace",
     *sorted(_ERROR_TYPES),

@@ -26,7 +26,7 @@ import tvm_ffi
 from tvm import relax, te, tirx
 from tvm.tirx.op import _pack_buffer  # how call_packed passes a buffer (TVM's own)
 
-from runtime_sim.errors import IccaError
+from runtime_sim.errors import IccaError, short_name
 
 from .device_entry import DEVICE_RUN_FUNC, raise_through_ffi
 from .model.planner import PROGRAM_ATTR, program_of
@@ -42,7 +42,8 @@ CODEGEN_FUNC = f"relax.ext.{CODEGEN_NAME}"
 def _static_tensor(ty: relax.Type, what: str, region: str) -> tuple[tuple[int, ...], str]:
     shape = static_shape(ty)
     if shape is None:
-        raise IccaError(f"region '{region}': {what} must be a tensor of known, static shape, got {ty}")
+        raise IccaError(f"region '{short_name(region)}': {what} must be a tensor of known, "
+                        f"static shape, got {ty}")
     return shape, str(ty.dtype)
 
 
@@ -108,7 +109,7 @@ def build_device_stubs(regions: Sequence[relax.Function]) -> tvm.runtime.Module:
         program = program_of(func)
         if len(program.inputs) != len(inputs) or len(program.outputs) != len(outputs):
             raise IccaError(
-                f"device program of region '{region}' has {len(program.inputs)} input(s) and "
+                f"device program of region '{short_name(region)}' has {len(program.inputs)} input(s) and "
                 f"{len(program.outputs)} output(s), but the region has {len(inputs)} and "
                 f"{len(outputs)}"
             )

@@ -29,7 +29,7 @@ import numpy as np
 import tvm_ffi
 
 from runtime_sim import errors as _errors
-from runtime_sim.errors import DeviceProgramError, IccaError
+from runtime_sim.errors import DeviceProgramError, IccaError, short_name
 from runtime_sim.program import DeviceProgram
 
 __all__ = [
@@ -139,7 +139,7 @@ def _run(program_json: str, tensors: Sequence[Any]) -> None:
     n_in, n_out = len(program.inputs), len(program.outputs)
     if len(tensors) != n_in + n_out:
         raise DeviceProgramError(
-            f"region '{program.region}' takes {n_in} input(s) and {n_out} output(s), "
+            f"region '{short_name(program.region)}' takes {n_in} input(s) and {n_out} output(s), "
             f"but the host passed {len(tensors)} tensor(s)"
         )
     inputs = [_as_declared(tensor.numpy(), decl.dtype) for tensor, decl in zip(tensors, program.inputs)]
@@ -147,14 +147,14 @@ def _run(program_json: str, tensors: Sequence[Any]) -> None:
     results = _device_module().get_device().run(program, inputs)
     if len(results) != n_out:
         raise DeviceProgramError(
-            f"the device returned {len(results)} result(s) for region '{program.region}', "
+            f"the device returned {len(results)} result(s) for region '{short_name(program.region)}', "
             f"which has {n_out} output(s)"
         )
     for name, out, result in zip(program.outputs, outputs, results):
         array = np.asarray(result)
         if tuple(array.shape) != tuple(out.shape):
             raise DeviceProgramError(
-                f"output '{name}' of region '{program.region}' has shape {tuple(array.shape)} "
+                f"output '{name}' of region '{short_name(program.region)}' has shape {tuple(array.shape)} "
                 f"on the device but {tuple(out.shape)} on the host"
             )
         if str(out.dtype) == "uint16" and array.dtype != np.uint16:  # bfloat16 bits (see above)

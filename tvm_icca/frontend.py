@@ -8,6 +8,8 @@ traceback behind it.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import numbers
 import os
 import warnings
@@ -20,6 +22,7 @@ from runtime_sim.errors import ModelImportError
 
 from .hardware import HardwareLike, use_hardware
 from .model import CompileOptions
+from .onnx_prepare import prepare_onnx
 from .target import TARGET_TAG, icca_pipeline
 
 if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
@@ -143,6 +146,7 @@ def load_onnx(
     *,
     dtype_dict: str | Mapping[str, str] | None = None,
     keep_params_in_input: bool = False,
+    fold_constants: bool = True,
 ) -> IRModule:
     """Import an ONNX model as a Relax module with ``tvm.relax.frontend.onnx.from_onnx``.
 
@@ -157,14 +161,21 @@ def load_onnx(
         Input dtypes, when the model's are not to be used (passed to ``from_onnx``).
     keep_params_in_input : bool
         Keep the weights as function parameters instead of constants.
+    fold_constants : bool
+        Infer shapes and fold constant subgraphs on the ONNX graph first
+        (:func:`~tvm_icca.onnx_prepare.prepare_onnx`): what real exports need, e.g. the
+        shape computations of attention heads and GPT-2's scalar ``ConstantOfShape``.
 
     Raises
     ------
     ModelImportError
-        The model cannot be read, is not valid ONNX, or uses an op TVM cannot import.
+        The model cannot be read, is not valid ONNX, or uses an op TVM cannot import; a
+        failure inside TVM's importer names the ONNX node (its name and op type).
     """
     model, label, checked = _read_model(source)
     import onnx  # pylint: disable=import-outside-toplevel
+
+    owned = not isinstance(source, onnx.ModelProto)  # read here: prepared in place
 
     try:
         if not checked:
@@ -177,16 +188,21 @@ def load_onnx(
     from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
 
     kwargs: dict[str, Any] = {"keep_params_in_input": keep_params_in_input}
+    shapes = None
     if shape_dict is not None:
-        kwargs["shape_dict"] = _checked_shapes(shape_dict, label)
+        shapes = kwargs["shape_dict"] = _checked_shapes(shape_dict, label)
     if dtype_dict is not None:
         if not isinstance(dtype_dict, (str, Mapping)):
             raise ModelImportError(f"cannot import {label}: dtype_dict must be a dtype or a mapping "
                                    f"of input names to dtypes, not {type(dtype_dict).__name__}")
         kwargs["dtype_dict"] = dtype_dict if isinstance(dtype_dict, str) else dict(dtype_dict)
+    if fold_constants:
+        model = prepare_onnx(model, shapes, fold_initializers=not keep_params_in_input,
+                             in_place=owned)
     try:
-        with warnings.catch_warnings():
-            # from_onnx re-runs the checker and only warns; we already checked.
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            # from_onnx re-runs the checker and only warns (we already checked), and prints
+            # the Relax inputs of a node it fails on (the error below names the node).
             warnings.simplefilter("ignore")
             return from_onnx(model, **kwargs)
     except tvm.error.OpNotImplemented as err:
@@ -196,10 +212,37 @@ def load_onnx(
             f"cannot import {label}: it uses operators TVM's ONNX importer does not support: {ops}"
         ) from None
     except Exception as err:  # pylint: disable=broad-except
+        node = _failing_node(err)
+        where = f" at {_describe_node(node)}" if node is not None else ""
         raise ModelImportError(
-            f"cannot import {label}: TVM's ONNX importer failed with "
+            f"cannot import {label}: TVM's ONNX importer failed{where} with "
             f"{type(err).__name__}: {_first_line(err)}"
         ) from None
+
+
+def _failing_node(err: BaseException) -> "onnx.NodeProto | None":
+    """The ONNX node TVM's importer was converting when ``err`` was raised: the innermost
+    frame of the traceback that holds a ``NodeProto`` (the importer converts node by node,
+    subgraphs of If included). Reading the traceback costs nothing on success and needs no
+    change to the importer."""
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    found = None
+    tb = err.__traceback__
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, onnx.NodeProto):
+                found = value
+                break
+        tb = tb.tb_next
+    return found
+
+
+def _describe_node(node: "onnx.NodeProto") -> str:
+    if node.name:
+        return f"node '{node.name}' ({node.op_type})"
+    outputs = ", ".join(f"'{o}'" for o in node.output if o)
+    return f"the unnamed {node.op_type} node computing {outputs}"
 
 
 def _checked_shapes(shape_dict: Any, label: str) -> dict[str, list[int]]:

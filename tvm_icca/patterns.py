@@ -421,3 +421,20 @@ def get_icca_patterns() -> list[FusionPattern]:
 
 
 register_icca_patterns()
+
+
+def composite_label(composite: str) -> str:
+    """The operator a composite function computes, in the user's words: the pattern name
+    without the codegen prefix, its fused parts joined by ``+`` (``"icca.conv2d_bias_relu"``
+    -> ``"conv2d + bias + relu"``, ``"icca.layer_norm"`` -> ``"layer norm"``). Error messages
+    name operators so (:class:`runtime_sim.program.OpProgram` ``label``)."""
+    name = composite.removeprefix(f"{CODEGEN_NAME}.")
+    parts: list[str] = []
+    # anchor patterns are named anchor[_transposed][_bias][_activation] (_anchor_patterns)
+    for act in sorted(ACTIVATIONS, key=len, reverse=True):
+        if name.endswith(f"_{act}") and name not in ACTIVATIONS:
+            name, parts = name[:-len(act) - 1], [act]
+            break
+    if name.endswith("_bias"):
+        name, parts = name[:-len("_bias")], ["bias", *parts]
+    return " + ".join(p.replace("_", " ") for p in [name, *parts])

@@ -22,7 +22,7 @@ import tvm_ffi
 from tvm import relax
 
 from runtime_sim.constants import encode_constant
-from runtime_sim.errors import IccaError, PlanNotFoundError
+from runtime_sim.errors import IccaError, PlanNotFoundError, describe_operator, short_name
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import DeviceProgram, OpProgram, TensorDecl, TensorExpr
 
@@ -34,8 +34,10 @@ from .plans import CostModel, PlannedOp, PlanSearchCache, plan_operator
 from .plans.mapping import Producer, producer_key
 from .plans.reconcile import PlanOption, operator_options
 from .plans.vgm import plan_vgm_operator
+from .patterns import composite_label
 from .relax_types import static_shape
 from .tensor_expr import ExtractedOp, extract_op
+from .tuning.hook import PlanRequest, planned_with_hook
 
 #: Execution models a region can be compiled for.
 EXECUTION_MODELS = ("t10", "vgm")
@@ -60,7 +62,9 @@ class PlanCache:
         self._exprs: dict[int, list[tuple[relax.Function, ExtractedOp]]] = {}
         self._cost_models: list[CostModel] = []  # keeps id() keys valid
         self._options: dict[tuple, tuple[PlanOption, ...]] = {}
-        self._failures: dict[tuple, str] = {}  # key -> message of its PlanNotFoundError
+        # key -> (the operator's description, the message of its PlanNotFoundError)
+        self._failures: dict[tuple, tuple[str, str]] = {}
+        self._budgets: dict[tuple, list[tuple[int, PlannedOp]]] = {}  # key but budget -> plans
         self.search = PlanSearchCache()  # plan structures and f_t assignments, shared
         self.hits = 0
         self.misses = 0
@@ -76,7 +80,14 @@ class PlanCache:
         planned = self._plans.get(key)
         if planned is None and key in self._failures:
             self.hits += 1
-            raise PlanNotFoundError(self._failures[key])
+            first, message = self._failures[key]
+            raise PlanNotFoundError(message.replace(first, name))  # same structure, this name
+        context = key[:2] + key[3:]
+        if planned is None and cost_model is None:
+            # the exact optimum within a larger budget that fits this one is this one's
+            # (plans.search._within_budget); identical layers of one region differ in budget
+            planned = next((p for larger, p in self._budgets.get(context, ())
+                            if p.memory_bytes_per_core <= budget <= larger), None)
         if planned is None:
             self.misses += 1
             try:
@@ -84,9 +95,10 @@ class PlanCache:
                                         name=name, cache=self.search, hbm_inputs=hbm_inputs,
                                         producers=producers)
             except PlanNotFoundError as err:
-                self._failures[key] = str(err)
+                self._failures[key] = (name, str(err))
                 raise
             self._plans[key] = planned
+            self._budgets.setdefault(context, []).append((int(budget), planned))
         else:
             self.hits += 1
         return planned
@@ -132,6 +144,11 @@ class PendingOp:
     expr: TensorExpr
     input_names: tuple[str, ...]
     output_name: str
+    label: str = ""  # its kind in the user's words (OpProgram.label)
+
+    def describe(self) -> str:
+        """The operator as messages name it (:func:`runtime_sim.errors.describe_operator`)."""
+        return describe_operator(self.name, self.label or self.expr.kind)
 
 
 @dataclass(frozen=True)
@@ -213,7 +230,7 @@ def extract_region(func: relax.Function, name: str, hw: HardwareSpec,
                 values[binding.var] = values[value]
                 continue
             raise IccaError(
-                f"region '{name}': unexpected binding {type(value).__name__} "
+                f"region '{short_name(name)}': unexpected binding {type(value).__name__} "
                 f"({str(value)[:80]}); regions must only call composite functions"
             )
     outputs = tuple(values[v].name for v in _result_vars(body.body, name))
@@ -239,17 +256,18 @@ def _extract_call(op_name, composite, call, out_var, values, constants, hw,
         elif isinstance(arg, relax.Var) and arg in values:
             input_names.append(values[arg].name)
         else:
-            raise IccaError(f"operator '{op_name}': unsupported argument {type(arg).__name__}")
+            raise IccaError(f"operator '{short_name(op_name)}': unsupported argument {type(arg).__name__}")
     out = _value_of(out_var, f"{op_name}.out")
     _check_dtype(out, hw, op_name)
     values[out_var] = out
-    return PendingOp(op_name, extracted.expr, tuple(input_names), out.name)
+    label = composite_label(str((composite.attrs or {}).get("Composite", "")))
+    return PendingOp(op_name, extracted.expr, tuple(input_names), out.name, label)
 
 
 def _plan_vgm(op: PendingOp, hw: HardwareSpec, region_bytes: int | None) -> OpProgram:
-    planned = plan_vgm_operator(op.expr, hw, vgm_region_bytes=region_bytes, name=op.name)
+    planned = plan_vgm_operator(op.expr, hw, vgm_region_bytes=region_bytes, name=op.describe())
     return OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
-                     planned.estimated_time_s)
+                     planned.estimated_time_s, label=op.label)
 
 
 def plan_region(
@@ -272,21 +290,24 @@ def plan_region(
         budget = hw.usable_sram_bytes - held_bytes(region, out_bytes)[i]
         if budget <= 0:
             raise PlanNotFoundError(
-                f"operator '{op.name}': intermediates of its region already fill the "
-                f"{hw.usable_sram_bytes} bytes per core of '{hw.name}'"
+                f"{op.describe()} ({op.expr.tensor_summary()}): the intermediates its region "
+                f"holds already fill the {hw.usable_sram_bytes} usable bytes per core of chip "
+                f"'{hw.name}' ({hw.num_cores} cores)"
             )
         hbm = tuple(t for t, n in enumerate(op.input_names) if n in hbm_names)
         producers = tuple((t, layouts[n]) for t, n in enumerate(op.input_names)
                           if n in layouts and t not in hbm)
         if plan_cache is not None:
-            planned = plan_cache.plan(op.expr, hw, cost_model, budget, op.name, hbm, producers)
+            planned = plan_cache.plan(op.expr, hw, cost_model, budget, op.describe(), hbm, producers)
         else:
             planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget,
-                                    name=op.name, hbm_inputs=hbm, producers=producers)
+                                    name=op.describe(), hbm_inputs=hbm, producers=producers)
+        # tuning records (tvm_icca.use_database) may replace the plan; no-op otherwise
+        planned = planned_with_hook(PlanRequest(op.name, op.expr, hw, budget, hbm, producers), planned)
         layouts[op.output_name] = OpLayout(op.expr, planned.plan, hw.cores_per_chip)
         out_bytes.append(planned.layout.partition_bytes(len(op.expr.tensors) - 1))
         ops.append(OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
-                             planned.time_s))
+                             planned.time_s, label=op.label))
         budgets.append(budget)
     return ops, budgets
 
@@ -302,7 +323,8 @@ def held_bytes(region: RegionOps, output_bytes: list[int]) -> list[int]:
 def _value_of(var: relax.Var, name: str) -> _Value:
     shape = static_shape(var.ty)
     if shape is None:
-        raise IccaError(f"'{name}' is not a tensor of static shape ({var.ty}); ICCA regions need static shapes")
+        raise IccaError(f"'{short_name(name)}' is not a tensor of static shape ({var.ty}); ICCA regions "
+                        "need static shapes")
     return _Value(name, shape, str(var.ty.dtype))
 
 
@@ -310,7 +332,8 @@ def _check_dtype(value: _Value, hw: HardwareSpec, where: str, mask: bool = False
                  index: bool = False) -> None:
     """``mask``: a tensor operators only read (region input, constant) may be a bool mask;
     ``index``: it may hold gather ids (each operator's own check says whether it does)."""
-    hw.check_dtype(value.dtype, f"tensor '{value.name}' of '{where}'", mask=mask, index=index)
+    hw.check_dtype(value.dtype, f"tensor '{short_name(value.name)}' {list(value.shape)} of "
+                                f"'{short_name(where)}'", mask=mask, index=index)
 
 
 def _result_vars(expr: relax.Expr, name: str) -> list[relax.Var]:
@@ -318,4 +341,4 @@ def _result_vars(expr: relax.Expr, name: str) -> list[relax.Var]:
         return [v for field in expr.fields for v in _result_vars(field, name)]
     if isinstance(expr, relax.Var):
         return [expr]
-    raise IccaError(f"region '{name}' returns {type(expr).__name__}; expected tensors")
+    raise IccaError(f"region '{short_name(name)}' returns {type(expr).__name__}; expected tensors")

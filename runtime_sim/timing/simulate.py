@@ -111,7 +111,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import DeviceProgramError, SramOverflowError
+from ..errors import DeviceProgramError, SramOverflowError, short_name
 from ..hardware import HardwareSpec
 from ..layout import OpLayout, check_op_inputs, checked_layout, input_relayout, rests_spread
 from ..lifetimes import last_reads, outlives, released
@@ -487,7 +487,9 @@ class _Planner:
             over = np.flatnonzero(running > hw.sram_bytes_per_core)
             if over.size:
                 core = int(over[0])
-                raise SramOverflowError(op.name, core, hw.sram_bytes_per_core, int(running[core]))
+                raise SramOverflowError(op.name, core, hw.sram_bytes_per_core, int(running[core]),
+                                        label=op.label or op.expr.kind, chip=hw.name,
+                                        tensors=op.expr.tensor_summary())
             peak = max(peak, int(running.max()))
 
             relayout, moved, estimated = NO_PHASE, 0.0, False
@@ -513,7 +515,7 @@ class _Planner:
                 elif src_kind in by_kind:
                     if src_kind == "hbm" and (hw.hbm_bandwidth <= 0 or hw.hbm_controllers <= 0):
                         raise DeviceProgramError(
-                            f"operator '{op.name}' reads '{name}' from HBM, but chip "
+                            f"operator '{short_name(op.name)}' reads '{short_name(name)}' from HBM, but chip "
                             f"'{hw.name}' has no HBM (hbm_bandwidth={hw.hbm_bandwidth})"
                         )
                     by_kind[src_kind].append(t)
@@ -809,7 +811,7 @@ class _StreamSchedule(_Events):
         if slot.preloaded and work.preload_space is not None:
             self.pending -= work.preload_space  # its preload space is now its execution space
         if not self.ideal:
-            self._check(work.op.name, work.used + self.pending)
+            self._check(work.op, work.used + self.pending)
         else:
             self.peak = max(self.peak, int(work.used.max()))
         if slot.preloaded and prev is not None:
@@ -846,9 +848,9 @@ class _StreamSchedule(_Events):
         if work.preload_space is not None:
             self.pending += work.preload_space
             if self.ideal:
-                self._check(work.op.name, self.pending, preload=True)
+                self._check(work.op, self.pending, preload=True)
             else:
-                self._check(work.op.name, self._exec_space() + self.pending)
+                self._check(work.op, self._exec_space() + self.pending)
         self._reschedule()
 
     def _exec_space(self) -> np.ndarray:
@@ -860,7 +862,7 @@ class _StreamSchedule(_Events):
             return self.works[self.last_ended].resting
         return self.base
 
-    def _check(self, name: str, need: np.ndarray, preload: bool = False) -> None:
+    def _check(self, op: OpProgram, need: np.ndarray, preload: bool = False) -> None:
         budget = self.hw.sram_bytes_per_core
         top = int(need.max()) if need.size else 0
         if preload:
@@ -870,7 +872,8 @@ class _StreamSchedule(_Events):
             self.peak_preload = max(self.peak_preload, int(self.pending.max()))
         if top > budget:
             core = int(np.flatnonzero(need > budget)[0])
-            raise SramOverflowError(name, core, budget, int(need[core]))
+            raise SramOverflowError(op.name, core, budget, int(need[core]), label=op.label or op.expr.kind,
+                                    chip=self.hw.name, tensors=op.expr.tensor_summary())
 
     # -- the preload in progress: network progress at the share executions leave ------------
     def _share(self) -> float:

@@ -19,11 +19,12 @@ from tvm.ir import IRModule
 from runtime_sim.errors import IccaError
 
 from ..partition import icca_regions, partition_report
-from ..relax_types import static_bytes
+from ..patterns import composite_label
+from ..relax_types import static_bytes, static_shape
 
 __all__ = [
     "CHIP", "HOST", "STATE", "VIEW_OPS", "argument_origins", "default_resident", "host_reads", "main_function",
-    "on_chip_reservation", "partitioned_op_counts", "region_call_order", "region_gvars",
+    "largest_activations", "on_chip_reservation", "partitioned_op_counts", "region_call_order", "region_gvars",
     "state_read_by_regions",
 ]
 
@@ -177,16 +178,64 @@ def on_chip_reservation(mod: IRModule, resident: Collection[str], num_cores: int
     largest = 0
     for binding in _bindings(main):
         value = binding.value
-        out = static_bytes(binding.var.ty)
-        ins = 0
         if isinstance(value, relax.Call):
-            ins = sum(static_bytes(a.ty) for a in value.args if isinstance(a, relax.Var)
-                      and str(a.name) not in resident)
             for arg in value.args:
                 if isinstance(arg, tvm.ir.GenericConst):
                     state += static_bytes(arg.ty)
-        largest = max(largest, ins + out)
+        largest = max(largest, _activation_bytes(binding, resident))
     return -(-((state if include_state else 0) + largest) // num_cores)
+
+
+def largest_activations(mod: IRModule, resident: Collection[str]) -> str:
+    """The binding of ``main`` whose activations :func:`on_chip_reservation` reserves, in a
+    message's words: what it computes (a region's operator kinds, or the host op) and the
+    shapes it reads and writes."""
+    main = main_function(mod)
+    bindings = list(_bindings(main))
+    if not bindings:
+        return "nothing"
+    binding = max(bindings, key=lambda b: _activation_bytes(b, resident))
+    value = binding.value
+    gvars = region_gvars(mod)
+    region = _region_of_call(value, gvars)
+    if region is not None:
+        kinds = collections.Counter(composite_label(c) for c in _composites(mod[value.op]))
+        what = ", ".join(k if n == 1 else f"{k} (x{n})" for k, n in kinds.items()) or "region"
+    elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+        what = str(value.op.name).removeprefix("relax.")
+    else:
+        what = type(value).__name__
+    args = value.args if isinstance(value, relax.Call) else []
+    reads = [_shape_text(a.ty) for a in args if isinstance(a, relax.Var) and str(a.name) not in resident]
+    return f"{what} reading {', '.join(reads) or 'nothing'} and writing {_shape_text(binding.var.ty)}"
+
+
+def _activation_bytes(binding: relax.Binding, resident: Collection[str]) -> int:
+    value = binding.value
+    ins = 0
+    if isinstance(value, relax.Call):
+        ins = sum(static_bytes(a.ty) for a in value.args if isinstance(a, relax.Var)
+                  and str(a.name) not in resident)
+    return ins + static_bytes(binding.var.ty)
+
+
+def _shape_text(ty: relax.Type) -> str:
+    if isinstance(ty, relax.TupleType):
+        return f"({', '.join(_shape_text(f) for f in ty.fields)})"
+    shape = static_shape(ty)
+    return f"{list(shape)} {ty.dtype}" if shape is not None else str(ty)
+
+
+def _composites(func: relax.Function) -> list[str]:
+    """Composite names a region calls, in order."""
+    local: dict[relax.Var, str] = {}
+    names = []
+    for binding in _bindings(func):
+        if isinstance(binding.value, relax.Function):
+            local[binding.var] = str((binding.value.attrs or {}).get("Composite", "?"))
+        elif isinstance(binding.value, relax.Call) and binding.value.op in local:
+            names.append(local[binding.value.op])
+    return names
 
 
 def partitioned_op_counts(

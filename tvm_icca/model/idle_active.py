@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from runtime_sim.errors import PlanNotFoundError
+from runtime_sim.errors import PlanNotFoundError, short_name
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
 from runtime_sim.program import IDLE_SPREAD, OpProgram
@@ -142,12 +142,20 @@ def reconcile_regions(
     else:
         result = dataclasses.replace(result, total_time_s=math.inf)
     if not math.isfinite(result.total_time_s):
-        floor = sum(calls[r] * min((o.idle_bytes for o in opts), default=0)
-                    for (r, _, _), opts in zip(entries, candidates))
+        idle = [calls[r] * min((o.idle_bytes for o in opts), default=0)
+                for (r, _, _), opts in zip(entries, candidates)]
+        # the operator whose state takes the most, named with its tensors: where to look
+        k = max(range(len(entries)), key=idle.__getitem__)
+        region_name, i, resident = entries[k]
+        op = regions[region_name].ops[i]
+        state = ", ".join(f"'{short_name(op.expr.inputs[t].name)}' {list(op.expr.inputs[t].shape)} "
+                          f"{op.expr.inputs[t].dtype}" for t in resident) or "none"
         raise PlanNotFoundError(
-            f"model '{label}' does not fit on '{hw.name}': its weights need at least {floor} "
-            f"bytes per core while idle, and with them not every operator has a plan within "
-            f"the {capacity} bytes per core left for the model"
+            f"model '{short_name(label)}' does not fit on chip '{hw.name}' ({hw.num_cores} cores): "
+            f"its weights need at least {sum(idle)} bytes per core while idle, and with them not "
+            f"every operator has a plan within the {capacity} bytes per core left for the "
+            f"model; the operator holding the most is {op.describe()}: {idle[k]} bytes per "
+            f"core for {state}"
         )
     planned: dict[str, list[OpProgram]] = {name: [] for name in dict.fromkeys(order)}
     decisions = []
@@ -159,7 +167,7 @@ def reconcile_regions(
         planned[region_name].append(OpProgram(
             op.name, op.expr, active.label.plan, op.input_names, op.output_name, active.time_s,
             idle_plan=None if in_place else (idle.label if idle.label == IDLE_SPREAD
-                                             else idle.label.plan)))
+                                             else idle.label.plan), label=op.label))
         decisions.append(OperatorDecision(
             name=op.name, kind=op.expr.kind, calls=op_options.count,
             resident_tensors=len(resident), options=len(op_options.options),

@@ -44,7 +44,7 @@ import tvm
 from tvm import relax
 from tvm.ir import IRModule
 
-from runtime_sim.errors import IccaError, PlanNotFoundError
+from runtime_sim.errors import IccaError, PlanNotFoundError, short_name
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import DeviceProgram, model_state_source
 
@@ -53,7 +53,7 @@ from ..hardware import HardwareLike, hardware_from_json, resolve_hardware
 from ..partition import HARDWARE_ATTR, icca_regions, is_partitioned, partition_for_icca
 from ..region import EXECUTION_MODELS, PlanCache, compile_region, extract_region
 from .calls import CHIP, STATE, argument_origins, default_resident, host_reads, main_function
-from .calls import on_chip_reservation, region_call_order, region_gvars
+from .calls import largest_activations, on_chip_reservation, region_call_order, region_gvars
 from .idle_active import ModelPlan, reconcile_regions
 from .preloads import DEFAULT_HBM_DESIGN, PRELOAD_DESIGNS, PreloadSummary, schedule_preloads
 
@@ -205,7 +205,7 @@ def program_of(func: relax.Function) -> DeviceProgram:
     if func.attrs is None or PROGRAM_ATTR not in func.attrs:
         name = func.attrs.get("global_symbol", "?") if func.attrs is not None else "?"
         raise IccaError(
-            f"ICCA region '{name}' has no device program: run "
+            f"ICCA region '{short_name(name)}' has no device program: run "
             "tvm_icca.plan_device_programs() after partition_for_icca (tvm.compile with target "
             "'icca' does both)")
     return DeviceProgram.from_json(str(func.attrs[PROGRAM_ATTR]))
@@ -307,8 +307,9 @@ def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
         what = ("its weights and largest activations" if opts.execution == "vgm"
                 else "its largest activations")
         raise PlanNotFoundError(
-            f"model '{label}' does not fit on '{spec.name}': {what} need {margin} bytes per "
-            f"core, {spec.usable_sram_bytes} are usable")
+            f"model '{short_name(label)}' does not fit on chip '{spec.name}' ({spec.num_cores} "
+            f"cores): {what} need {margin} bytes per core, {spec.usable_sram_bytes} are usable; "
+            f"the largest activations are those of {largest_activations(mod, resident)}")
     if opts.execution == "vgm":
         # The VGM keeps everything in its region: weights and activations alike.
         sources = [tuple(CHIP for _ in row) for row in origins]
@@ -374,7 +375,7 @@ def _region_errors(region: str, hw: HardwareSpec) -> Iterator[None]:
         text = str(err).strip()
         first_line = text.splitlines()[0] if text else ""
         raise IccaError(
-            f"ICCA codegen failed for region '{region}' on chip '{hw.name}': "
+            f"ICCA codegen failed for region '{short_name(region)}' on chip '{hw.name}': "
             f"{type(err).__name__}: {first_line}") from err
 
 
@@ -383,7 +384,7 @@ def _with_sources(program: DeviceProgram, sources: Sequence[str],
     """``program`` with its inputs' sources, and its baked-in constants' (model state)."""
     if len(program.inputs) != len(sources):
         raise IccaError(
-            f"device program of region '{program.region}' has {len(program.inputs)} input(s), "
+            f"device program of region '{short_name(program.region)}' has {len(program.inputs)} input(s), "
             f"but main calls the region with {len(sources)}")
     decls = tuple(dataclasses.replace(decl, source=source)
                   for decl, source in zip(program.inputs, sources, strict=True))

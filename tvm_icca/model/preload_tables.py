@@ -30,6 +30,7 @@ plan and sources) share one table.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Sequence
 
@@ -61,6 +62,8 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
                     cache: PlanCache) -> list[OpTradeoffs]:
     """The trade-off table of every operator of the run, in execution order."""
     has_hbm = hw.hbm_bandwidth > 0
+    # the points depend on the operator, its plan and its sources, not on what else is live
+    # (identical layers of one region hold different region outputs around them)
     memo: dict[str, OpTradeoffs] = {}
     tables: list[OpTradeoffs] = []
     for program in programs:
@@ -69,12 +72,13 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
         for op, row, held in zip(program.ops, sources, live):
             hbm = tuple(t for t, s in enumerate(row) if s == "hbm")
             host = tuple(t for t, s in enumerate(row) if s == "host")
-            key = json.dumps([op.expr.structure_key(), op.plan.to_dict(), hbm, host, held],
-                             separators=(",", ":"))
-            table = memo.get(key)
+            points_key = json.dumps([op.expr.structure_key(), op.plan.to_dict(), hbm, host],
+                                    separators=(",", ":"))
+            table = memo.get(points_key)
             if table is None:
-                table = memo[key] = _table(op, hbm, host, held, hw, cache, key)
-            tables.append(table)
+                table = memo[points_key] = _table(op, hbm, host, held, hw, cache, points_key)
+            key = json.dumps([points_key, held], separators=(",", ":"))
+            tables.append(dataclasses.replace(table, key=key, live_bytes=int(held)))
     return tables
 
 

@@ -28,7 +28,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from runtime_sim.errors import PlanNotFoundError
+from runtime_sim.errors import PlanNotFoundError, operator_subject, short_name
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
 from runtime_sim.program import ExecutionPlan, TensorExpr, dtype_bytes
@@ -204,6 +204,8 @@ def plan_operator(
     result = None
     if key is not None:
         hit = cache.planned(key)
+        if hit is None:
+            hit = _within_budget(cache, key, budget)
         if hit is not None:  # same structure: this operator's tensor names
             result = hit if hit.expr == expr else dataclasses.replace(
                 hit, expr=expr, layout=OpLayout(expr, hit.plan))
@@ -211,7 +213,28 @@ def plan_operator(
         result = _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default)
         if key is not None:
             cache.remember(key, result)
+            budgets = cache.planned(key[:-1]) or ()
+            cache.remember(key[:-1], (*budgets[-MAX_BUDGETS_KEPT + 1:], (budget, result)))
     return _mapped(result, hw, hbm_inputs, producers, cache)
+
+
+#: Budgets remembered per operator structure for :func:`_within_budget`.
+MAX_BUDGETS_KEPT = 16
+
+
+def _within_budget(cache: PlanSearchCache, key: tuple, budget: int) -> PlannedOp | None:
+    """The exact optimum for ``budget`` if an earlier search of the same structure proves it.
+
+    The optimum within a larger budget ``B`` whose footprint fits ``budget`` is also the
+    optimum within ``budget`` (every plan that fits ``budget`` fits ``B``). The identical
+    layers of one region see budgets that differ by the outputs the region holds until it
+    ends (an LLM's per-layer cache updates), so without this every layer's operators would
+    be searched again.
+    """
+    for larger, result in cache.planned(key[:-1]) or ():
+        if result.memory_bytes_per_core <= budget <= larger:
+            return result
+    return None
 
 
 def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
@@ -309,19 +332,20 @@ def _raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int,
     smallest = min_memory_plan(structure, AnalyticBatchModel(hw), hw.num_cores, cache=cache)
     need = int(smallest.memory[0]) if smallest is not None else -1
     raise PlanNotFoundError(
-        f"operator '{label}' ({structure.expr}) has no execution plan that fits: the smallest "
-        f"needs {need} bytes per core, the budget is {budget} bytes per core "
-        f"on {hw.num_cores} cores of '{hw.name}'"
+        f"{operator_subject(label)} ({structure.expr.tensor_summary()}) has no execution plan that "
+        f"fits chip '{hw.name}': the smallest needs {need} bytes per core, the budget is "
+        f"{budget} bytes per core on {hw.num_cores} cores"
     )
 
 
 def _check_fits_chip(expr: TensorExpr, hw: HardwareSpec, budget: int, label: str) -> None:
     """A tensor larger than the whole chip can never fit, whatever the plan."""
-    for access in expr.tensors:
+    for t, access in enumerate(expr.tensors):
         size = math.prod(access.shape) * dtype_bytes(access.dtype)
         if size > budget * hw.num_cores:
+            role = "output" if t == len(expr.inputs) else f"tensor '{short_name(access.name)}'"
             raise PlanNotFoundError(
-                f"operator '{label}': tensor '{access.name}' of shape {list(access.shape)} "
-                f"({size} bytes) exceeds the on-chip memory of '{hw.name}' "
-                f"({hw.num_cores} cores x {budget} bytes)"
+                f"{operator_subject(label)}: {role} of shape {list(access.shape)} {access.dtype} "
+                f"({size} bytes) exceeds the on-chip memory of chip '{hw.name}' "
+                f"({hw.num_cores} cores x {budget} bytes per core)"
             )

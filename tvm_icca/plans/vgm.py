@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from runtime_sim.errors import PlanNotFoundError
+from runtime_sim.errors import PlanNotFoundError, operator_subject
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import pinned_axes
 from runtime_sim.program import TensorExpr, VgmPlan, dtype_bytes
@@ -64,9 +64,10 @@ def plan_vgm_operator(expr: TensorExpr, hw: HardwareSpec, vgm_region_bytes: int 
     layout = VgmLayout(expr, VgmPlan(tiles), hw.num_cores)
     if layout.working_bytes_per_core() > budget:
         raise PlanNotFoundError(
-            f"operator '{name or expr.kind}' does not fit a VGM: its smallest tiles need "
-            f"{layout.working_bytes_per_core()} bytes per core next to a VGM region of {region} "
-            f"bytes, on cores of {hw.usable_sram_bytes} usable bytes ('{hw.name}')"
+            f"{operator_subject(name or expr.kind)} ({expr.tensor_summary()}) does not fit a VGM "
+            f"on chip '{hw.name}': its smallest tiles need {layout.working_bytes_per_core()} "
+            f"bytes per core next to a VGM region of {region} bytes, on cores of "
+            f"{hw.usable_sram_bytes} usable bytes"
         )
     best = estimate_vgm_time(layout, hw)
     while True:

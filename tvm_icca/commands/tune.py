@@ -1,0 +1,77 @@
+"""``tvm-icca tune``: tune a model's ICCA execution plans and keep the records.
+
+Examples::
+
+    tvm-icca tune resnet18 --hw ipu-mk2 --work-dir tuning/resnet18 --trials 32 --jobs 2
+    tvm-icca tune model.onnx --shape input=1,3,224,224 --work-dir tuning/mine
+
+The model is a zoo workload or an ONNX file (as for ``tvm-icca simulate``). A session
+(:func:`tvm_icca.tune`) resumes from what ``--work-dir`` holds. At the end the model is
+compiled with the records (:func:`tvm_icca.use_database`), which reports the operators that
+used tuned plans, and timed untuned and tuned on the simulated chip.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ._args import hardware_preset, positive_int, shape_arg
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "tune", help="tune a model's execution plans on the simulated chip (meta_schedule records)",
+        description="Measure candidate execution plans of every ICCA operator of a model on the "
+        "simulated chip, rank them with a learned cost model and keep the measurements as "
+        "meta_schedule tuning records in --work-dir; then compile with the best records.",
+    )
+    parser.add_argument("model_arg", nargs="?", metavar="MODEL",
+                        help="workload name (e.g. resnet18) or path of an ONNX file")
+    parser.add_argument("--model", dest="model_opt", metavar="MODEL", help="same as MODEL")
+    parser.add_argument("--work-dir", required=True, metavar="DIR",
+                        help="directory of the tuning records (created; resumed if present)")
+    parser.add_argument("--trials", type=positive_int, default=32,
+                        help="measurements per operator, earlier sessions' included (default 32)")
+    parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
+                        help="hardware preset (default ipu-mk2)")
+    parser.add_argument("--jobs", type=positive_int, default=1,
+                        help="worker processes measuring plans (default 1)")
+    parser.add_argument("--max-tasks", type=positive_int, default=None,
+                        help="tune only the N heaviest operators")
+    parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",
+                        help="static shape of an ONNX input (repeatable)")
+    parser.add_argument("--batch", type=positive_int, default=None, help="zoo: batch size")
+    parser.add_argument("--context", "--seq-len", dest="context", type=positive_int, default=None,
+                        help="zoo: KV-cache context or sequence length")
+    parser.add_argument("--layers", type=positive_int, default=None,
+                        help="zoo: keep only the first N layers")
+    parser.add_argument("--dtype", default=None, choices=("float16", "float32"), help="zoo: dtype")
+    parser.add_argument("--tiny", action="store_true", help="zoo: the model's small test config")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(func=_run)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..hardware import resolve_hardware  # pylint: disable=import-outside-toplevel
+    from ..programs import compile_programs  # pylint: disable=import-outside-toplevel
+    from ..tuning import tune, use_database  # pylint: disable=import-outside-toplevel
+    from .simulate import _load, _model_argument  # pylint: disable=import-outside-toplevel
+
+    model_arg = _model_argument(args)
+    hw = resolve_hardware(args.hw)
+    model, name, description, _ = _load(args, model_arg)
+    named = {} if hasattr(model, "config") else {"name": name}
+    progress = not args.no_progress
+    summary = tune(model, args.work_dir, hw, max_trials=args.trials, jobs=args.jobs,
+                   max_tasks=args.max_tasks, progress=progress)
+    print(f"{description} on {hw.name}")
+    print(summary.table())
+    untuned = compile_programs(model, hw, **named).simulate()
+    with use_database(args.work_dir) as tuned:
+        compiled = compile_programs(model, hw, **named)
+    report = compiled.simulate()
+    print(tuned.report())
+    print(f"simulated latency: untuned {untuned.total_s * 1e3:.4f} ms, tuned "
+          f"{report.total_s * 1e3:.4f} ms ({untuned.total_s / report.total_s:.3f}x)")
+    return 0

@@ -1,0 +1,141 @@
+"""Applying tuning records: the compiler uses the best measured plan of every operator.
+
+``with tvm_icca.use_database(work_dir) as tuned:`` installs a plan hook (:mod:`.hook`) for the
+block: the one model-level compiler (:func:`tvm_icca.model.plan_device_programs`, reached
+by ``tvm.compile(mod, target="icca")`` and by the timing-only path alike) asks it about
+every compute-shift operator it plans. A record replaces the compiler's plan only when
+
+* it was measured on the same chip (every field of the spec: a record from another chip, or
+  from the same chip with another SRAM size, is ignored with a note);
+* its plan is valid on the chip and fits the SRAM budget the operator has here
+  (:func:`.candidates.fits`: the device's layout rules, its cores, the budget);
+* it is faster than the compiler's own plan *as measured* in the same records: a tuned plan
+  is never applied without the untuned plan's measurement to beat, so tuning never makes an
+  operator slower than its untuned plan.
+
+The placement on chips is chosen again for the context (:func:`choose_core_order`), and the
+operator's estimate stays the analytic model's. ``tuned.applied`` lists the operators that
+used tuned plans, ``tuned.notes`` the records that were ignored and why.
+
+On a chip with HBM the Elk pass (:mod:`tvm_icca.model.preloads`) chooses each operator's
+execute-state plan itself after this hook; tuned plans do not reach its tables yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from runtime_sim.layout import OpLayout
+from runtime_sim.program import ExecutionPlan
+
+from ..plans import AnalyticCostModel, PlannedOp
+from ..plans.mapping import choose_core_order
+from .candidates import fits, plan_signature
+from .database import RecordStore
+from .hook import PlanRequest, plan_hook
+from .tasks import expr_digest, hardware_digest, unmapped
+
+__all__ = ["AppliedPlan", "TunedPlans", "use_database"]
+
+
+@dataclass(frozen=True)
+class AppliedPlan:
+    """An operator compiled with a tuned plan."""
+
+    op: str
+    kind: str
+    untuned_s: float  # measured time of the compiler's own plan
+    tuned_s: float  # measured time of the applied plan
+
+    @property
+    def gain(self) -> float:
+        return self.untuned_s / self.tuned_s if self.tuned_s > 0 else 1.0
+
+
+@dataclass
+class TunedPlans:
+    """The plan hook of :func:`use_database` and what it did."""
+
+    store: RecordStore
+    applied: list[AppliedPlan] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # (expr digest, hardware digest) -> plan signature -> (seconds, plan)
+        self._best: dict[tuple[str, str], dict[str, tuple[float, ExecutionPlan]]] = {}
+        self._chips: dict[str, set[str]] = {}  # expr digest -> chips it has records for
+        for rec in self.store.records:
+            info = rec.info
+            if not info.get("plan") or "expr" not in info or "hw" not in info:
+                continue
+            plans = self._best.setdefault((info["expr"], info["hw"]), {})
+            plan = ExecutionPlan.from_dict(info["plan"])
+            sig = plan_signature(plan)
+            if sig not in plans or rec.seconds < plans[sig][0]:
+                plans[sig] = (rec.seconds, plan)
+            self._chips.setdefault(info["expr"], set()).add(rec.chip or "?")
+        self._cost = AnalyticCostModel()
+        self._noted: set[str] = set()
+
+    def _note(self, text: str) -> None:
+        if text not in self._noted:
+            self._noted.add(text)
+            self.notes.append(text)
+
+    def plan(self, request: PlanRequest, planned: PlannedOp) -> PlannedOp:
+        expr, hw = request.expr, request.hw
+        key = (expr_digest(expr), hardware_digest(hw))
+        measured = self._best.get(key)
+        if not measured:
+            chips = self._chips.get(key[0])
+            if chips:
+                self._note(f"{request.name}: records exist for chip(s) {sorted(chips)} but not for "
+                           f"this '{hw.name}' spec: ignored")
+            return planned
+        base = measured.get(plan_signature(unmapped(planned.plan)))
+        if base is None:
+            self._note(f"{request.name}: the compiler's own plan here has no measurement to "
+                       "beat (tuned within another budget?): records not applied")
+            return planned
+        for seconds, plan in sorted(measured.values(), key=lambda x: x[0]):
+            if seconds >= base[0]:
+                break
+            why = fits(expr, plan, hw, request.budget)
+            if why is not None:
+                self._note(f"{request.name}: a record ({seconds:.3e} s) ignored: {why}")
+                continue
+            mapped = choose_core_order(expr, plan, hw, request.hbm_inputs, request.producers)
+            layout = OpLayout(expr, mapped, hw.cores_per_chip)
+            self.applied.append(AppliedPlan(request.name, expr.kind, base[0], seconds))
+            return PlannedOp(expr, mapped, layout, self._cost(layout, hw), layout.memory_bytes_per_core())
+        return planned
+
+    def report(self) -> str:
+        """Which operators used tuned plans (one line each), then the notes."""
+        lines = [f"tuned plans applied to {len(self.applied)} operator(s)"]
+        lines += [f"  {_short(a.op)} ({a.kind}): {a.untuned_s * 1e6:.3f} us -> {a.tuned_s * 1e6:.3f} us "
+                  f"({a.gain:.2f}x)" for a in self.applied]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _short(name: str, width: int = 48) -> str:
+    """An operator name cut in the middle (fused region names run to hundreds of characters)."""
+    return name if len(name) <= width else f"{name[:width - 20]}...{name[-17:]}"
+
+
+@contextlib.contextmanager
+def use_database(work_dir: str) -> Iterator[TunedPlans]:
+    """Compile with the best records of ``work_dir`` inside the block (module docstring).
+
+    Example::
+
+        with tvm_icca.use_database("tuning/") as tuned:
+            ex = tvm.compile(mod, target="icca")
+        print(tuned.report())
+    """
+    tuned = TunedPlans(RecordStore(work_dir))
+    with plan_hook(tuned):
+        yield tuned

@@ -1,0 +1,297 @@
+"""Tuning sessions: ``tvm_icca.tune(mod, work_dir=..., hw=..., max_trials=...)``.
+
+Per task (:mod:`.tasks`, heaviest first), a session
+
+1. reads what the work directory already holds for it (a session resumes: earlier
+   measurements count as trials, train the cost model and are never measured again);
+2. measures the compiler's own plan first (the baseline a tuned plan must beat,
+   :mod:`.apply`);
+3. then, batch by batch, ranks unmeasured candidates (:mod:`.candidates`: the analytic
+   top-k and Pareto points, then mutations of the best measured plans) with the learned cost
+   model (:mod:`.cost_model`; the analytic ranking until it has data), measures the best
+   ranked -- plus a few random picks, so the model also sees what it ranks low -- on the
+   simulated device in worker processes (:mod:`.measure`), and appends every measurement to
+   the records (:mod:`.database`);
+4. stops at ``max_trials`` trials (counting earlier sessions'), when no candidate is left, or
+   when the best time has not improved for ``patience`` batches.
+
+A progress bar per task shows the best time so far; :meth:`TuneSummary.table` is the
+summary (task, trials, the compiler's plan's time, the best measured, the gain).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from runtime_sim.program import ExecutionPlan
+
+from ..hardware import HardwareLike, resolve_hardware
+from ..plans import PlanSearchCache
+from ..plans.mapping import choose_core_order
+from .candidates import analytic_candidates, mutations, plan_signature
+from .database import RecordStore, database_class, icca_target, plan_record
+from .measure import Measurer
+from .tasks import Task, expr_digest, extract_tasks, hardware_digest, output_block
+
+__all__ = ["TaskResult", "TuneSummary", "tune"]
+
+#: Fraction of each batch picked at random among the unmeasured candidates (exploration, as
+#: meta_schedule's evolutionary search keeps an epsilon-greedy share).
+EXPLORE_FRACTION = 0.25
+#: Relative improvement of the best time that counts as progress for early stopping.
+MIN_IMPROVEMENT = 1e-3
+
+
+@dataclass
+class TaskResult:
+    """What a session found for one task."""
+
+    task: str
+    weight: int
+    trials: int  # measurements in the records (this session's and earlier ones)
+    new_trials: int  # measured by this session
+    untuned_s: float | None  # measured time of the compiler's own plan
+    best_s: float | None
+
+    @property
+    def gain(self) -> float:
+        if not self.untuned_s or not self.best_s:
+            return 1.0
+        return self.untuned_s / self.best_s
+
+
+@dataclass
+class TuneSummary:
+    """The outcome of :func:`tune`."""
+
+    work_dir: str
+    hw: str
+    results: list[TaskResult] = field(default_factory=list)
+    committed: int = 0  # records appended by this session
+    wall_s: float = 0.0
+
+    def weighted(self) -> tuple[float, float]:
+        """Operator time of one model run: (untuned, best), summed over tasks by weight."""
+        untuned = sum(r.weight * (r.untuned_s or 0.0) for r in self.results)
+        best = sum(r.weight * (r.best_s or r.untuned_s or 0.0) for r in self.results)
+        return untuned, best
+
+    def table(self) -> str:
+        head = f"{'task':<34} {'runs':>4} {'trials':>6} {'untuned us':>11} {'best us':>10} {'gain':>6}"
+        lines = [head, "-" * len(head)]
+        for r in self.results:
+            u = f"{r.untuned_s * 1e6:.3f}" if r.untuned_s else "-"
+            b = f"{r.best_s * 1e6:.3f}" if r.best_s else "-"
+            lines.append(f"{r.task[:34]:<34} {r.weight:>4} {r.trials:>6} {u:>11} {b:>10} {r.gain:>5.2f}x")
+        untuned, best = self.weighted()
+        if best > 0:
+            lines.append(f"{'all operators, one run (weighted)':<34} {'':>4} "
+                         f"{sum(r.trials for r in self.results):>6} {untuned * 1e6:>11.3f} "
+                         f"{best * 1e6:>10.3f} {untuned / best:>5.2f}x")
+        lines.append(f"{self.committed} new records in {self.work_dir} ({self.wall_s:.1f} s, chip {self.hw})")
+        return "\n".join(lines)
+
+
+def tune(
+    mod: Any,
+    work_dir: str,
+    hw: HardwareLike | None = None,
+    max_trials: int = 32,
+    *,
+    jobs: int = 1,
+    batch_size: int = 8,
+    top_k: int = 16,
+    patience: int = 3,
+    max_tasks: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    preload: str | None = None,
+) -> TuneSummary:
+    """Tune the execution plans of ``mod``'s ICCA operators on ``hw`` (module docstring).
+
+    ``mod``: a Relax module or a zoo workload; ``work_dir``: where records are kept (created
+    if missing; shared safely with concurrent sessions); ``max_trials``: measurements per task,
+    earlier sessions' included; ``jobs``: worker processes measuring; ``batch_size``: plans
+    measured between two fits of the cost model; ``top_k``: analytic top-k candidates;
+    ``patience``: batches without improvement before a task stops; ``max_tasks``: tune only
+    the heaviest tasks.
+    """
+    start = time.perf_counter()
+    spec = resolve_hardware(hw)
+    tasks = extract_tasks(mod, spec, preload=preload)
+    if max_tasks is not None:
+        tasks = tasks[:max_tasks]
+    database = database_class()(work_dir)
+    store: RecordStore = database.store
+    session = _Session(database, store, tasks, seed)
+    summary = TuneSummary(store.work_dir, spec.name)
+    with Measurer(jobs) as measurer:
+        for task in tasks:
+            summary.results.append(session.tune_task(task, measurer, max_trials, batch_size, top_k,
+                                                     patience, progress))
+    summary.committed = session.committed
+    summary.wall_s = time.perf_counter() - start
+    return summary
+
+
+class _Session:
+    """State shared by the tasks of one session: records, cost model, random state."""
+
+    def __init__(self, database: Any, store: RecordStore, tasks: Sequence[Task], seed: int) -> None:
+        from .cost_model import cost_model_class, tuning_context  # pylint: disable=import-outside-toplevel
+        from .features import PlanFeatureExtractor  # pylint: disable=import-outside-toplevel
+
+        self.database = database
+        self.store = store
+        self.rng = random.Random(seed)
+        self.cache = PlanSearchCache()
+        self.extractor = PlanFeatureExtractor({t.key: t for t in tasks})
+        self.model = cost_model_class()(self.extractor, seed)
+        self.contexts = {t.key: tuning_context(t.workload, icca_target(t.hw), t.key)
+                         for t in tasks}
+        self.committed = 0
+        self._blocks: dict[str, str] = {}
+        # earlier sessions' measurements train the model before anything is measured
+        for task in tasks:
+            measured = self.measured(task)
+            if measured:
+                self._learn(task, [p for _, p in measured.values()], [s for s, _ in measured.values()])
+
+    def measured(self, task: Task) -> dict[str, tuple[float, ExecutionPlan]]:
+        """Plan signature -> (seconds, plan) of the task's records (best per plan)."""
+        out: dict[str, tuple[float, ExecutionPlan]] = {}
+        ekey, hkey = expr_digest(task.expr), hardware_digest(task.hw)
+        for rec in self.store.records:
+            info = rec.info
+            if info.get("expr") != ekey or info.get("hw") != hkey or "plan" not in info:
+                continue
+            plan = ExecutionPlan.from_dict(info["plan"])
+            sig = plan_signature(plan)
+            if sig not in out or rec.seconds < out[sig][0]:
+                out[sig] = (rec.seconds, plan)
+        return out
+
+    def _candidates(self, task: Task, plans: Sequence[ExecutionPlan]):
+        from tvm import s_tir  # pylint: disable=import-outside-toplevel
+        from tvm.s_tir.meta_schedule import MeasureCandidate  # pylint: disable=import-outside-toplevel
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # pylint: disable=import-outside-toplevel
+
+        from .database import PLAN_ANNOTATION  # pylint: disable=import-outside-toplevel
+
+        block = self._block(task)
+        args = ArgInfo.from_prim_func(task.workload["main"])
+        out = []
+        for plan in plans:
+            sch = s_tir.Schedule(task.workload)
+            sch.annotate(sch.get_sblock(block), PLAN_ANNOTATION, json.dumps({"plan": plan.to_dict()}))
+            out.append(MeasureCandidate(sch, args))
+        return out
+
+    def _block(self, task: Task) -> str:
+        if task.key not in self._blocks:
+            self._blocks[task.key] = output_block(task.workload)
+        return self._blocks[task.key]
+
+    def _learn(self, task: Task, plans: Sequence[ExecutionPlan], seconds: Sequence[float]) -> None:
+        from tvm.s_tir.meta_schedule.runner import RunnerResult  # pylint: disable=import-outside-toplevel
+
+        self.model.update(self.contexts[task.key], self._candidates(task, plans),
+                          [RunnerResult([float(s)], None) for s in seconds])
+
+    def _rank(self, task: Task, plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
+        """``plans`` best first by the cost model (higher predicted throughput first)."""
+        if not plans or not self.model.booster.fitted:
+            return plans
+        scores = self.model.predict(self.contexts[task.key], self._candidates(task, plans))
+        order = sorted(range(len(plans)), key=lambda i: -float(scores[i]))
+        return [plans[i] for i in order]
+
+    def _commit(self, task: Task, plans: Sequence[ExecutionPlan], seconds: Sequence[float]) -> None:
+        index = self.store.commit_workload(_workload_json(task.workload))
+        block = self._block(task)
+        info = {"expr": expr_digest(task.expr), "hw": hardware_digest(task.hw), "chip": task.hw.name,
+                "budget": task.budget, "task": task.key, "kind": task.expr.kind}
+        records = [plan_record(task.workload, block, {**info, "plan": p.to_dict()}, s, task.hw).as_json()
+                   for p, s in zip(plans, seconds)]
+        self.store.commit_records(index, records)
+        self.committed += len(records)
+
+    def tune_task(self, task: Task, measurer: Measurer, max_trials: int, batch_size: int,
+                  top_k: int, patience: int, progress: bool) -> TaskResult:
+        self.store.refresh()  # another session may have measured some of it meanwhile
+        measured = self.measured(task)
+        seen = set(measured)
+        pool = analytic_candidates(task, top_k, self.cache)
+        seen.update(plan_signature(p) for p in pool)
+        baseline = [plan_signature(p) for p in (task.analytic_plans or [task.analytic_plan])]
+        start_trials, new = len(measured), 0
+        best = min((s for s, _ in measured.values()), default=None)
+        stale = 0
+        bar = _bar(task, max_trials, start_trials, progress)
+        try:
+            while len(measured) < max_trials and stale < patience:
+                room = min(batch_size, max_trials - len(measured))
+                first = [p for p in pool if plan_signature(p) in baseline
+                         and plan_signature(p) not in measured]
+                batch = first[:room] if first else self._next_batch(task, pool, measured, room, seen)
+                if not batch:
+                    break
+                mapped = [choose_core_order(task.expr, p, task.hw, task.hbm_inputs) for p in batch]
+                results = measurer.measure(task.expr, mapped, task.hw)
+                ok = [(p, r.seconds) for p, r in zip(batch, results) if r.ok]
+                for plan, result in zip(batch, results):
+                    # a failed plan is a trial too (not recorded: it has no time)
+                    measured[plan_signature(plan)] = (result.seconds if result.ok else float("inf"), plan)
+                new += len(batch)
+                if ok:
+                    self._commit(task, [p for p, _ in ok], [s for _, s in ok])
+                    self._learn(task, [p for p, _ in ok], [s for _, s in ok])
+                    batch_best = min(s for _, s in ok)
+                    improved = best is None or batch_best < best * (1 - MIN_IMPROVEMENT)
+                    best = batch_best if best is None else min(best, batch_best)
+                    stale = 0 if improved or first else stale + 1
+                else:
+                    stale += 1
+                if bar is not None:
+                    bar.update(len(batch))
+                    if best is not None:
+                        bar.set_postfix_str(f"best {best * 1e6:.3f} us")
+        finally:
+            if bar is not None:
+                bar.close()
+        times = {sig: s for sig, (s, _) in measured.items() if s != float("inf")}
+        untuned = min((times[b] for b in baseline if b in times), default=None)
+        return TaskResult(f"{task.label} {task.name.rsplit('.', 1)[-1]}", task.weight,
+                          start_trials + new, new, untuned, min(times.values(), default=None))
+
+    def _next_batch(self, task: Task, pool: list[ExecutionPlan],
+                    measured: dict[str, tuple[float, ExecutionPlan]], room: int,
+                    seen: set[str]) -> list[ExecutionPlan]:
+        parents = [p for s, p in sorted(measured.values(), key=lambda x: x[0]) if s != float("inf")][:8]
+        pool.extend(mutations(task, parents, 4 * room, self.rng, seen))
+        fresh = [p for p in pool if plan_signature(p) not in measured]
+        ranked = self._rank(task, fresh)
+        explore = int(room * EXPLORE_FRACTION) if self.model.booster.fitted else 0
+        batch = ranked[:room - explore]
+        rest = ranked[room - explore:]
+        batch += self.rng.sample(rest, min(explore, len(rest)))
+        return batch
+
+
+def _workload_json(workload: Any) -> list:
+    from tvm.s_tir.meta_schedule.database import Workload  # pylint: disable=import-outside-toplevel
+
+    return Workload(workload).as_json()
+
+
+def _bar(task: Task, total: int, initial: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+
+    return tqdm(total=total, initial=min(initial, total), desc=f"{task.label}"[:32], unit="trial",
+                leave=True)
