@@ -837,8 +837,9 @@ class SimulatedDevice:
             if gather is not None:
                 ids_name = op.input_names[gather.ids]
                 if ids_name not in self._env:
-                    raise DeviceProgramError(f"operator '{op.name}' preloads gathered '{op.input_names[t]}', "
-                                             f"but its ids '{ids_name}' are not known before it runs")
+                    raise DeviceProgramError(f"operator '{short_name(op.name)}' preloads gathered "
+                                             f"'{short_name(op.input_names[t])}', but its ids "
+                                             f"'{short_name(ids_name)}' are not known before it runs")
                 ids[gather.ids] = self._env[ids_name]
         preloaded[index] = self.preload_async(op.name, layout, hbm,
                                               {t: op.chunks_of(t) for t in inputs}, ids)
@@ -1074,12 +1075,12 @@ def _gather_rows(layout: OpLayout, tensor: int, arr: np.ndarray, ids: np.ndarray
     if gather is None:
         return None
     if ids is None:
-        raise DeviceProgramError(f"operator '{op_name}': input "
+        raise DeviceProgramError(f"operator '{short_name(op_name)}': input "
                                  f"'{layout.expr.tensors[tensor].name}' is gathered: placing it needs its ids")
     try:
         return gather_rows(ids, int(np.asarray(arr).shape[gather.axis]), gather.mode)
     except DeviceProgramError as err:
-        raise DeviceProgramError(f"operator '{op_name}': {err}") from None
+        raise DeviceProgramError(f"operator '{short_name(op_name)}': {err}") from None
 
 
 def _check_dtype(hw: HardwareSpec, name: str, dtype: str, where: str, mask: bool = False,
