@@ -53,11 +53,30 @@ from .errors import (
 )
 from .expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from .hardware import HardwareSpec
-from .layout import STAT_BYTES, OpLayout, ShiftEvent, checked_layout
+from .layout import (
+    STAT_BYTES,
+    BlockGrid,
+    OpLayout,
+    ShiftEvent,
+    canonical_grid,
+    checked_layout,
+    input_relayout,
+    producer_grid,
+)
 from .lifetimes import last_reads, outlives, released
 from .preload import OpPreload, distribution, held_chunk, op_preload
-from .program import EXECUTE, PRELOAD, AffineIndex, DeviceProgram, VgmPlan, merged_axes, dtype_bytes, load_index
-from .stream import Instruction, call_segment, has_stream, offchip_inputs
+from .program import (
+    EXECUTE,
+    PRELOAD,
+    AffineIndex,
+    DeviceProgram,
+    VgmPlan,
+    dtype_bytes,
+    gather_rows,
+    load_index,
+    merged_axes,
+)
+from .stream import PRODUCED, Instruction, call_segment, has_stream, input_sources, offchip_inputs
 from .vgm_exec import VgmRegion
 
 
@@ -138,6 +157,8 @@ class SimulatedDevice:
         self._ideal = False  # design "ideal": preload space has its own SRAM
         self._peaks = [0, 0]  # peak SRAM and preload space per core in the current region
         self._run = _Run()
+        self._grids: dict[str, BlockGrid] = {}  # outputs of the region's operators, as placed
+        self._env: Mapping[str, np.ndarray] = {}  # tensors of the current call
         self._labels: dict[str, str] = {}  # operator name -> its kind in the user's words
         self._lock = threading.RLock()
         if hw is not None:
@@ -207,9 +228,10 @@ class SimulatedDevice:
                 f"operator '{short_name(op_name)}' is planned on {layout.num_cores} cores, "
                 f"but chip '{hw.name}' has {hw.num_cores}"
             )
+        ids_inputs = layout.expr.gather_ids
         for t, access in enumerate(layout.expr.tensors):
             _check_dtype(hw, access.name, access.dtype, f"operator '{short_name(op_name)}'",
-                         mask=t < len(layout.expr.inputs))
+                         mask=t < len(layout.expr.inputs), index=t in ids_inputs)
         per_core = layout.memory_bytes_per_core()
         used = self._used.copy()
         if layout.span > hw.num_cores:
@@ -254,7 +276,8 @@ class SimulatedDevice:
 
     # -- Elk §4.5: preload_async and distribute --------------------------------------------
     def preload_async(self, op_name: str, layout: OpLayout, inputs: Mapping[int, np.ndarray],
-                      chunks: Mapping[int, int] | None = None) -> int:
+                      chunks: Mapping[int, int] | None = None,
+                      ids_values: Mapping[int, np.ndarray] | None = None) -> int:
         """``preload_async(op)``: deliver the operator's off-chip inputs from HBM into the
         preload space of its cores, in the preload state (Elk §4.3): for input ``t`` cut in
         ``s = chunks[t]`` chunks (default 1), every numbered core receives only the chunk
@@ -278,7 +301,8 @@ class SimulatedDevice:
             if not 0 <= t < len(layout.expr.inputs):
                 raise DeviceProgramError(f"tensor {t} of '{short_name(op_name)}' is not an input")
             access = layout.expr.tensors[t]
-            _check_dtype(hw, access.name, access.dtype, f"operator '{short_name(op_name)}'", mask=True)
+            _check_dtype(hw, access.name, access.dtype, f"operator '{short_name(op_name)}'", mask=True,
+                         index=t in layout.expr.gather_ids)
             arr = np.asarray(value)
             if tuple(arr.shape) != tuple(access.shape) or str(arr.dtype) != access.dtype:
                 raise DeviceProgramError(
@@ -286,6 +310,12 @@ class SimulatedDevice:
                     f"{arr.dtype}{list(arr.shape)} "
                     f"in HBM, expected {access.dtype}{list(access.shape)}")
             arrays[t] = arr
+        rows = {}
+        for t in arrays:
+            gather = layout.expr.tensors[t].gather
+            if gather is not None:
+                ids = (ids_values or {}).get(gather.ids)
+                rows[t] = _gather_rows(layout, t, arrays[t], ids, op_name)
         info = op_preload(layout, sorted(arrays), dict(chunks or {}))
         preload = self._preload_used.copy()
         preload[layout.physical] += info.space_bytes_per_core
@@ -294,7 +324,7 @@ class SimulatedDevice:
         n = layout.num_cores
         for t, s in info.inputs:
             # what HBM sends: each core's chunk of its partition, and nothing more
-            flat = _partitions(layout, t, arrays[t]).reshape(n, -1)
+            flat = _partitions(layout, t, arrays[t], rows.get(t)).reshape(n, -1)
             ce = -(-flat.shape[1] // s)
             padded = np.zeros((n, s * ce), flat.dtype)
             padded[:, :flat.shape[1]] = flat
@@ -337,11 +367,14 @@ class SimulatedDevice:
         return self._alloc(op_name).buffers
 
     # -- T10 §4.4: initial placement ------------------------------------------------------
-    def place(self, op_name: str, tensor: int, array: np.ndarray) -> int:
+    def place(self, op_name: str, tensor: int, array: np.ndarray,
+              ids: np.ndarray | None = None) -> int:
         """Put every core's initial partition of input ``tensor`` in its buffer.
 
         Positions outside the tensor (padding of a sub-operator, convolution padding read
-        through negative offsets) are zero. Returns the bytes written to SRAM.
+        through negative offsets) are zero. A gathered input needs ``ids``, the values of
+        its ids input: every core receives the rows they pick for its block of the view.
+        Returns the bytes written to SRAM.
         """
         alloc = self._alloc(op_name)
         layout = alloc.layout
@@ -354,7 +387,8 @@ class SimulatedDevice:
                 f"operator '{short_name(op_name)}': input '{access.name}' has shape {list(arr.shape)}, "
                 f"expected {list(access.shape)}"
             )
-        alloc.buffers[tensor] = _partitions(layout, tensor, arr)
+        alloc.buffers[tensor] = _partitions(layout, tensor, arr,
+                                            _gather_rows(layout, tensor, arr, ids, op_name))
         alloc.placed[tensor] = True
         return layout.num_cores * layout.partition_bytes(tensor)
 
@@ -664,7 +698,7 @@ class SimulatedDevice:
         env: dict[str, np.ndarray] = {}
         nbytes = 0
         for decl, value in zip(program.inputs, inputs):
-            _check_dtype(hw, decl.name, decl.dtype, where, mask=True)
+            _check_dtype(hw, decl.name, decl.dtype, where, mask=True, index=True)
             arr = np.asarray(value)
             if str(arr.dtype) != decl.dtype:
                 raise UnsupportedDtypeError(
@@ -678,7 +712,7 @@ class SimulatedDevice:
             nbytes += arr.nbytes
         for name, entry in program.constants.items():
             arr = decode_constant(name, entry)
-            _check_dtype(hw, name, str(arr.dtype), where, mask=True)
+            _check_dtype(hw, name, str(arr.dtype), where, mask=True, index=True)
             env[name] = arr
             nbytes += arr.nbytes
         return env, nbytes
@@ -716,6 +750,9 @@ class SimulatedDevice:
                     op_preload(layouts[ins.op], offchip[ins.op], op=ops[ins.op])
             self._hbm = {name: env[name] for j, op in enumerate(ops)
                          for t, name in enumerate(op.input_names) if t in offchip[j]}
+        sources = input_sources(program, hw.hbm_bandwidth > 0)
+        self._grids = {}
+        self._env = env  # gather ids of preloaded inputs are read from the call's tensors
         order = instructions if stream else [Instruction(EXECUTE, 0, i) for i in range(len(ops))]
         self._ideal = stream and program.preload_schedule.design == "ideal"
         self._peaks = [0, 0]
@@ -741,7 +778,7 @@ class SimulatedDevice:
                 layout = layouts[i] if i in layouts else checked_layout(op, self.hw)
                 space = self._preloads[op.name].info.space_bytes_per_core if i in preloaded else 0
                 op_stats[i] = self._execute_op(op, layout, env, produced,
-                                               offchip[i] if i in preloaded else [])
+                                               offchip[i] if i in preloaded else [], sources[i])
                 if i in preloaded:
                     op_stats[i]["preloaded_bytes"] = preloaded[i]
                     op_stats[i]["preload_bytes_per_core"] = space
@@ -758,6 +795,8 @@ class SimulatedDevice:
             if vgm is not None:
                 self._used -= vgm.bytes_per_core
             self._hbm = {}
+            self._env = {}
+            self._grids = {}
             self._ideal = False
         op_stats = [s for s in op_stats if s is not None]
         peak = max([s["sram_bytes_per_core"] for s in op_stats] + [self._peaks[0]])
@@ -792,8 +831,18 @@ class SimulatedDevice:
                 raise DeviceProgramError(f"operator '{short_name(op.name)}' preloads "
                                          f"'{short_name(name)}', which is not in HBM")
             hbm[t] = self._hbm[name]
+        ids = {}
+        for t in inputs:
+            gather = op.expr.inputs[t].gather
+            if gather is not None:
+                ids_name = op.input_names[gather.ids]
+                if ids_name not in self._env:
+                    raise DeviceProgramError(f"operator '{short_name(op.name)}' preloads gathered "
+                                             f"'{short_name(op.input_names[t])}', but its ids "
+                                             f"'{short_name(ids_name)}' are not known before it runs")
+                ids[gather.ids] = self._env[ids_name]
         preloaded[index] = self.preload_async(op.name, layout, hbm,
-                                              {t: op.chunks_of(t) for t in inputs})
+                                              {t: op.chunks_of(t) for t in inputs}, ids)
 
     def _drop_preload(self, name: str) -> None:
         preloaded = self._preloads.pop(name)
@@ -801,12 +850,20 @@ class SimulatedDevice:
             self._preload_used[preloaded.layout.physical] -= preloaded.info.space_bytes_per_core
 
     def _execute_op(self, op, layout: OpLayout, env: dict[str, np.ndarray], produced: set[str],
-                    distributed: Sequence[int]) -> dict[str, Any]:
+                    distributed: Sequence[int], sources: Sequence[str] = ()) -> dict[str, Any]:
         """``execute`` of one compute-shift operator: allocate; distribute its preloaded
-        inputs (``distributed``, when it was preloaded) and place the others; compute."""
+        inputs (``distributed``, when it was preloaded) and place the others; compute.
+
+        A gathered input (an embedding lookup) is placed from the rows its ids pick; when the
+        table is on chip (``sources``: produced in the region, or a ``"chip"`` or
+        ``"resident"`` region input, which rests spread), the rows each core receives from
+        the cores holding them are counted exactly from the call's ids
+        (:func:`~runtime_sim.layout.gather_relayout`): ``gather_bytes`` moved between cores,
+        ``gather_local_bytes`` already in place."""
         self.allocate(op.name, layout)
         moved = self.distribute(op.name) if op.name in self._preloads else 0
         relayout = host = 0
+        gather_moved = gather_local = 0.0
         for t, name in enumerate(op.input_names):
             if name not in env:
                 raise DeviceProgramError(f"operator '{short_name(op.name)}' reads unknown "
@@ -819,11 +876,21 @@ class SimulatedDevice:
                 )
             if t in distributed:
                 continue
-            written = self.place(op.name, t, env[name])
+            gather = access.gather
+            ids = env.get(op.input_names[gather.ids]) if gather is not None else None
+            written = self.place(op.name, t, env[name], ids)
             if name in produced:
                 relayout += written
             else:
                 host += written
+            if gather is not None:
+                grid = self._table_grid(name, access, sources[t] if t < len(sources) else "host")
+                if grid is not None:
+                    rows = gather_rows(ids, access.shape[gather.axis], gather.mode)
+                    chips = np.arange(self.hw.num_cores) // self.hw.cores_per_chip
+                    rl = input_relayout(grid, layout, t, chips, self.hw.num_chips, rows)
+                    gather_moved += rl.moved_bytes
+                    gather_local += rl.local_bytes
         self.run_steps(op.name)
         self.reduce_outputs(op.name)
         result = self.read_output(op.name)
@@ -842,10 +909,24 @@ class SimulatedDevice:
         }
         if distributed:
             stats["distributed_bytes"] = moved
+        if any(a.gather is not None for a in op.expr.inputs):
+            stats["gather_bytes"] = gather_moved
+            stats["gather_local_bytes"] = gather_local
+        self._grids[op.output_name] = producer_grid(layout)
         self.free(op.name)
         env[op.output_name] = result
         produced.add(op.output_name)
         return stats
+
+    def _table_grid(self, name: str, access: Any, source: str) -> BlockGrid | None:
+        """Where a gathered table sits on the cores before its operator runs (``None``: off
+        chip, and only the picked rows are sent): its producer's output blocks, or spread
+        over the chip for a region input already there (:func:`~runtime_sim.layout.rests_spread`)."""
+        if source == PRODUCED:
+            return self._grids.get(name)
+        if source in ("chip", "resident"):
+            return canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), self.hw.num_cores)
+        return None
 
     def _hold(self, name: str, cores: np.ndarray, nbytes: int) -> None:
         per_core = np.zeros(self.hw.num_cores, np.int64)
@@ -951,13 +1032,19 @@ class SimulatedDevice:
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _partitions(layout: OpLayout, tensor: int, arr: np.ndarray) -> np.ndarray:
+def _partitions(layout: OpLayout, tensor: int, arr: np.ndarray,
+                rows: np.ndarray | None = None) -> np.ndarray:
     """Every numbered core's initial partition of input ``tensor`` of the full tensor ``arr``
-    (T10 §4.4 placement), ``[cores, *partition shape]``; positions outside the tensor are 0."""
+    (T10 §4.4 placement), ``[cores, *partition shape]``; positions outside the tensor are 0.
+
+    A gathered input (:class:`~runtime_sim.program.Gather`) is partitioned in its gathered
+    view: the core's block of view positions, each reading row ``rows[ids position]`` of
+    ``arr`` (``rows``: the call's ids resolved by :func:`~runtime_sim.program.gather_rows`)."""
     access = layout.expr.tensors[tensor]
     p0 = layout.partition(tensor, layout.chunk({}))
     starts = layout.partition_start(tensor, p0)
     pshape = layout.partition_shape(tensor)
+    shape = layout.expr.access_shape(tensor)
     n = layout.num_cores
     if not pshape:
         return np.broadcast_to(arr.astype(access.dtype), (n,)).copy()
@@ -967,16 +1054,40 @@ def _partitions(layout: OpLayout, tensor: int, arr: np.ndarray) -> np.ndarray:
         view = [1] * (nd + 1)
         view[d + 1] = length
         pos = start.reshape([-1] + [1] * nd) + np.arange(length).reshape(view)
-        valid = valid & (pos >= 0) & (pos < access.shape[d])
-        index.append(np.clip(pos, 0, max(access.shape[d] - 1, 0)))
+        valid = valid & (pos >= 0) & (pos < shape[d])
+        index.append(np.clip(pos, 0, max(shape[d] - 1, 0)))
+    gather = getattr(access, "gather", None)
+    if gather is not None:
+        if rows is None:
+            raise DeviceProgramError(f"input '{access.name}' is gathered: placing it needs its ids")
+        k = rows.ndim
+        picked = rows[tuple(index[gather.axis:gather.axis + k])] if rows.size else index[gather.axis]
+        index = index[:gather.axis] + [picked] + index[gather.axis + k:]
     gathered = arr[tuple(index)] if arr.size else np.zeros(valid.shape, arr.dtype)
     buf = np.where(valid, gathered, 0).astype(access.dtype)
     return np.broadcast_to(buf, (n, *pshape)).copy()
 
 
-def _check_dtype(hw: HardwareSpec, name: str, dtype: str, where: str, mask: bool = False) -> None:
-    """``mask``: the tensor is only read, so it may be a bool mask (``MASK_DTYPES``)."""
-    hw.check_dtype(dtype, f"{where}: tensor '{short_name(name)}'", mask=mask)
+def _gather_rows(layout: OpLayout, tensor: int, arr: np.ndarray, ids: np.ndarray | None,
+                 op_name: str) -> np.ndarray | None:
+    """The table rows a gathered input's ids pick (``None`` for other inputs)."""
+    gather = getattr(layout.expr.tensors[tensor], "gather", None)
+    if gather is None:
+        return None
+    if ids is None:
+        raise DeviceProgramError(f"operator '{short_name(op_name)}': input "
+                                 f"'{layout.expr.tensors[tensor].name}' is gathered: placing it needs its ids")
+    try:
+        return gather_rows(ids, int(np.asarray(arr).shape[gather.axis]), gather.mode)
+    except DeviceProgramError as err:
+        raise DeviceProgramError(f"operator '{short_name(op_name)}': {err}") from None
+
+
+def _check_dtype(hw: HardwareSpec, name: str, dtype: str, where: str, mask: bool = False,
+                 index: bool = False) -> None:
+    """``mask``: the tensor is only read, so it may be a bool mask (``MASK_DTYPES``);
+    ``index``: it may hold gather ids (``INDEX_DTYPES``)."""
+    hw.check_dtype(dtype, f"{where}: tensor '{short_name(name)}'", mask=mask, index=index)
     dtype_bytes(dtype)  # known size, or DeviceProgramError
 
 

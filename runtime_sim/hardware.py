@@ -29,6 +29,12 @@ SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
 #: reads as the condition of a select (ONNX Where, masked fill). One byte per element.
 MASK_DTYPES = ("bool",)
 
+#: Element types of index tensors: the row numbers a gather reads (ONNX Gather's ``indices``,
+#: ``relax.take``'s ``indices``; ONNX allows int32 and int64). Held like masks, read-only, and
+#: only as the ids of a gathered access (:class:`runtime_sim.program.Gather`): the cores never
+#: compute integer arithmetic, which stays on the host.
+INDEX_DTYPES = ("int32", "int64")
+
 KIB = 1024
 
 # -- bounds of every field -------------------------------------------------------------------
@@ -94,15 +100,19 @@ _MISSING = object()
 
 
 def check_dtype(dtype: str, where: str, hw: "HardwareSpec | None" = None, *,
-                mask: bool = False) -> None:
+                mask: bool = False, index: bool = False) -> None:
     """The one dtype check of the compiler and the device: raise
     :class:`UnsupportedDtypeError` unless ``dtype`` is one of ``hw.dtypes`` (with ``hw=None``:
     one of :data:`SUPPORTED_DTYPES`, what any chip's cores compute). ``where`` names the tensor.
     ``mask``: the tensor is only read (an operator input), so a :data:`MASK_DTYPES` mask is
-    accepted too; what an operator computes is never a mask.
+    accepted too; what an operator computes is never a mask. ``index``: the tensor holds the
+    row numbers of a gather (or is a region tensor that may), so :data:`INDEX_DTYPES` are
+    accepted too.
     """
     dtypes = SUPPORTED_DTYPES if hw is None else hw.dtypes
     if mask and str(dtype) in MASK_DTYPES:
+        return
+    if index and str(dtype) in INDEX_DTYPES:
         return
     if str(dtype) not in dtypes:
         device = "the ICCA device" if hw is None else f"chip '{hw.name}'"
@@ -237,13 +247,13 @@ class HardwareSpec:
     def supports_dtype(self, dtype: str) -> bool:
         return str(dtype) in self.dtypes
 
-    def check_dtype(self, dtype: str, where: str, *, mask: bool = False) -> None:
+    def check_dtype(self, dtype: str, where: str, *, mask: bool = False, index: bool = False) -> None:
         """Raise :class:`UnsupportedDtypeError` unless this chip computes ``dtype`` (or, with
         ``mask``, holds it as a read-only mask).
 
         ``where`` names the tensor (``"input 'x' of operator 'mm'"``). See :func:`check_dtype`.
         """
-        check_dtype(dtype, where, self, mask=mask)
+        check_dtype(dtype, where, self, mask=mask, index=index)
 
     # -- (de)serialization --------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -436,7 +436,7 @@ class OpLayout:
         if any(a in self.local_extent for a in idx.axes):
             if idx.is_simple and idx.terms[0][0] in self.local_follow:
                 return self.local_extent[idx.terms[0][0]]
-            return access.shape[d]
+            return self.expr.access_shape(t)[d]
         if not idx.terms:
             return 1
         if idx.is_simple:
@@ -821,6 +821,8 @@ def placement_grid(layout: OpLayout, t: int) -> BlockGrid | None:
 
 def _block_grid(layout: OpLayout, t: int, cores: np.ndarray) -> BlockGrid | None:
     access = layout.expr.tensors[t]
+    if getattr(access, "gather", None) is not None:
+        return None  # its partitions are rows picked by data, not blocks of the tensor
     shape = tuple(int(s) for s in access.shape)
     itemsize = dtype_bytes(access.dtype)
     cores = np.asarray(cores, np.int64)
@@ -937,9 +939,14 @@ class Boxes:
 
 
 def input_boxes(layout: OpLayout, t: int) -> Boxes:
-    """The box of input ``t`` each core of ``layout`` holds at its first step."""
+    """The box of input ``t`` each core of ``layout`` holds at its first step.
+
+    For a gathered input (:class:`~runtime_sim.program.Gather`) the box is in the gathered
+    view: its bytes are the table rows the core receives, whatever the ids (an off-chip
+    source reads only those rows, not the whole table); :func:`gather_relayout` says where
+    they come from on chip."""
     access = layout.expr.tensors[t]
-    shape = tuple(int(s) for s in access.shape)
+    shape = tuple(int(s) for s in layout.expr.access_shape(t))
     n = layout.num_cores
     starts = layout.partition_start(t, layout.partition(t, layout.chunk({})))
     pshape = layout.partition_shape(t)
@@ -1117,6 +1124,125 @@ def relayout_flows(grid: BlockGrid, boxes: Boxes, max_pairs: int = MAX_PAIRS) ->
     """Explicit per-destination transfers of a re-layout onto one chip's worth of cores."""
     chips = np.zeros(boxes.num_cores, np.int64)
     return relayout(grid, boxes, chips, 1, max_pairs).flows(max_pairs)
+
+
+# -- gathered inputs (embedding lookups): rows picked by data -----------------------------------
+def rests_spread(expr: TensorExpr, t: int) -> bool:
+    """Whether resident input ``t`` of ``expr`` idles spread over all cores whatever the
+    operator's idle plan: a gathered table (its plan holds rows picked by this call's ids,
+    not the table)."""
+    return t < len(expr.inputs) and expr.inputs[t].gather is not None
+
+
+def gather_relayout(grid: BlockGrid, boxes: Boxes, axis: int, chip_of_core: np.ndarray,
+                    num_chips: int, rows: np.ndarray | None = None) -> Relayout:
+    """Who sends which table rows to whom so that every core holds its block of a gathered
+    view (:class:`~runtime_sim.program.Gather`): the data movement of an embedding lookup.
+
+    ``grid`` is where the table sits (its own shape), ``boxes`` the view boxes of the
+    consumer cores (:func:`input_boxes` placed on physical cores), ``axis`` the gathered
+    dimension of the table. A core whose box covers ids positions ``P`` and the ranges ``W``
+    of the other dimensions receives, for every position ``p`` in ``P``, row ``rows[p]`` over
+    ``W`` from the cores owning those blocks; the part it owns itself does not move. Every
+    position is counted (a row read twice by one core travels twice: no deduplication).
+
+    ``rows`` (the ids resolved by :func:`~runtime_sim.program.gather_rows`, shaped like the
+    ids) makes the count exact: the functional device passes the ids of the call. Without
+    them (timing only: ids are data), each position is a uniformly random row of the table,
+    and every count is its expectation: a row block ``k`` of ``b_k`` rows out of ``n`` sends
+    ``|P| * b_k / n`` rows' worth of bytes to every core. The two agree exactly when each
+    core's ids fall evenly on the table's row blocks.
+    """
+    n = boxes.num_cores
+    D = len(grid.shape)
+    k = len(boxes.shape) - D + 1  # ids dimensions standing for the gathered one
+    need = boxes.nbytes.astype(np.float64)
+    cores = np.flatnonzero(need > 0)
+    chip = chip_of_core[:n]
+    box_of_core = np.full(n, -1, np.int64)
+    V = len(boxes.shape)
+    cols = [boxes.lo[cores, d] for d in range(V)] + [boxes.hi[cores, d] for d in range(V)]
+    keys = _row_ids(cols, [s + 1 for s in boxes.shape] * 2) if V else np.zeros(cores.size, np.int64)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    box_of_core[cores] = inverse.reshape(-1)
+    lo, hi = boxes.lo[cores[first]], boxes.hi[cores[first]]
+    U = first.size
+    block = np.asarray(grid.block, np.int64)
+    n_rows = int(grid.shape[axis])
+    kb = int(grid.counts[axis])
+    row_block = np.minimum((np.arange(kb) + 1) * block[axis], n_rows) - np.arange(kb) * block[axis]
+    # rows per (distinct box, row block of the table): counted from the ids, or expected
+    hist = np.zeros((U, kb))
+    positions = np.prod(hi[:, axis:axis + k] - lo[:, axis:axis + k], axis=1) if U else np.zeros(0)
+    if rows is None:
+        hist[:] = positions[:, None] * (np.maximum(row_block, 0) / n_rows)[None, :]
+    else:
+        rows = np.asarray(rows, np.int64)
+        for u in range(U):
+            window = rows[tuple(slice(int(a), int(b)) for a, b in
+                                zip(lo[u, axis:axis + k], hi[u, axis:axis + k]))]
+            hist[u] = np.bincount(window.reshape(-1) // block[axis], minlength=kb)[:kb]
+    # the other dimensions: the view box's ranges against the table's blocks
+    other = [d for d in range(D) if d != axis]
+    view_dim = {d: (d if d < axis else d + k - 1) for d in other}
+    u_idx, b_idx = np.nonzero(hist)
+    weight = hist[u_idx, b_idx]
+    ks = {axis: b_idx}
+    elems = np.ones(u_idx.size)
+    for d in other:
+        v = view_dim[d]
+        klo, khi = lo[u_idx, v] // block[d], (hi[u_idx, v] - 1) // block[d]
+        width = khi - klo + 1
+        rep = np.repeat(np.arange(u_idx.size), width)
+        offs = np.arange(rep.size) - np.repeat(np.cumsum(width) - width, width)
+        kd = klo[rep] + offs
+        start = np.maximum(lo[u_idx[rep], v], kd * block[d])
+        stop = np.minimum(hi[u_idx[rep], v], (kd + 1) * block[d])
+        u_idx, b_idx, weight = u_idx[rep], b_idx[rep], weight[rep]
+        elems = elems[rep] * (stop - start)
+        ks = {a: arr[rep] for a, arr in ks.items()}
+        ks[d] = kd
+    src = grid.owner[np.ravel_multi_index(tuple(ks[d] for d in range(D)), grid.counts)] \
+        if D else grid.owner[:1].repeat(u_idx.size)
+    nbytes = weight * elems * boxes.itemsize
+    # one pair per (distinct box, source core): the rows that core sends to those boxes
+    key = u_idx * (int(grid.owner.max()) + 2) + (src + 1)
+    uniq, first_p, inv = np.unique(key, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    pair_box, pair_src = u_idx[first_p], src[first_p]
+    pair_bytes = np.bincount(inv, weights=nbytes, minlength=uniq.size)
+    # what a core holds itself: the rows of its own box that it owns
+    own = np.zeros(n)
+    src_in = (pair_src >= 0) & (pair_src < n)
+    self_pair = np.zeros(pair_src.size, bool)
+    self_pair[src_in] = box_of_core[pair_src[src_in]] == pair_box[src_in]
+    np.add.at(own, pair_src[self_pair], pair_bytes[self_pair])
+    per_box_chip = np.bincount(box_of_core[cores] * num_chips + chip[cores],
+                               minlength=U * num_chips).reshape(U, num_chips).astype(np.float64)
+    receivers = per_box_chip[pair_box]
+    if self_pair.any():
+        receivers[np.flatnonzero(self_pair), chip[pair_src[self_pair]]] -= 1
+    return Relayout(
+        num_cores=n, box_of_core=box_of_core, pair_box=pair_box, pair_src=pair_src,
+        pair_bytes=pair_bytes, pair_piece=np.arange(pair_box.size), piece_src=pair_src,
+        piece_bytes=pair_bytes, piece_receivers=receivers, recv_bytes=need - own,
+        local_bytes=float(own.sum()), box_weight=1.0,
+    )
+
+
+def input_relayout(grid: BlockGrid, layout: OpLayout, t: int, chip_of_core: np.ndarray,
+                   num_chips: int, rows: np.ndarray | None = None,
+                   boxes: Boxes | None = None) -> Relayout:
+    """The re-layout that brings input ``t`` of ``layout`` from ``grid`` onto its cores: box
+    overlaps (:func:`relayout`), or for a gathered input the rows its ids pick
+    (:func:`gather_relayout`, exact with ``rows``, else the uniform estimate). ``boxes``: the
+    input's :func:`input_boxes` on physical cores, when the caller has them."""
+    if boxes is None:
+        boxes = input_boxes(layout, t).placed(layout.physical, layout.span)
+    g = layout.expr.tensors[t].gather if t < len(layout.expr.inputs) else None
+    if g is None:
+        return relayout(grid, boxes, chip_of_core, num_chips)
+    return gather_relayout(grid, boxes, g.axis, chip_of_core, num_chips, rows)
 
 
 def _row_ids(columns: list[np.ndarray], radices: list[int]) -> np.ndarray:

@@ -18,6 +18,10 @@ Vocabulary (T10 §4.1-4.2, Table 1):
   (:mod:`runtime_sim.layout`).
 * :class:`OpProgram` -- one operator of a region: expression, plan, and which region tensors
   it reads and writes.
+* :class:`Gather` -- a data-dependent index: an input whose dimension ``axis`` is selected
+  by the row numbers held in another (integer) input, an embedding lookup. The access then
+  indexes the *gathered view* ``take(tensor, ids, axis)`` (:func:`gathered_shape`), which is
+  what every core holds a partition of (:mod:`runtime_sim.layout`).
 
 Expression trees (``TensorExpr.body`` / ``TensorExpr.epilogue``) are JSON dictionaries::
 
@@ -43,19 +47,33 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 # numpy has no bfloat16: importing ml_dtypes registers it, so np.dtype("bfloat16") names
 # the storage of that dtype everywhere the device and the compiler hold data
 import ml_dtypes  # noqa: F401  pylint: disable=unused-import
+import numpy as np
 
 from .errors import DeviceProgramError, describe_operator, short_name
+from .hardware import INDEX_DTYPES  # the hardware module does not import programs
 
 if TYPE_CHECKING:
     from .hardware import HardwareSpec
 
 PROGRAM_FORMAT = "icca-device-program"
 #: Version 2 added ``run_order`` (the regions of one model invocation, in call order).
-PROGRAM_VERSION = 3
+PROGRAM_VERSION = 4
 #: Versions this device reads. Version 3 added the preload schedule (Elk §4.5:
 #: :class:`PreloadSchedule`, :attr:`OpProgram.preload_chunks`); a version-2 program has none
-#: and runs exactly as before.
-READABLE_VERSIONS = (2, 3)
+#: and runs exactly as before. Version 4 added gathered accesses (:class:`Gather`); a
+#: program that uses one must say version 4, so that an older device refuses it rather than
+#: reading the view indices as the tensor's.
+READABLE_VERSIONS = (2, 3, 4)
+#: The first version with :class:`Gather`.
+GATHER_VERSION = 4
+
+#: What a gather does with a row number outside ``[0, n)`` (``n`` rows on the gathered axis).
+#: ``"fast"`` follows ONNX Gather (a negative id counts from the end, once: ``[-n, 0)`` wraps);
+#: anything else outside the tensor is refused by the device (TVM's fast mode leaves it
+#: undefined). ``"clip"`` clamps to ``[0, n - 1]`` and ``"wrap"`` takes the id modulo ``n``,
+#: as topi's take does for those modes (``min(max(0, i), n - 1)``,
+#: ``truncmod(truncmod(i, n) + n, n)``). :func:`gather_rows` is the one definition.
+GATHER_MODES = ("fast", "clip", "wrap")
 
 UNARY_OPS = (
     "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "not", "floor",
@@ -130,6 +148,53 @@ class AffineIndex:
 
 
 @dataclass(frozen=True)
+class Gather:
+    """Dimension ``axis`` of an input is read at the row numbers held in input ``ids``.
+
+    The access's ``indices`` then index the gathered view ``take(tensor, ids, axis)``, of
+    shape :func:`gathered_shape` (``tensor.shape[:axis] + ids.shape + tensor.shape[axis+1:]``),
+    and the ids input must be read at exactly the view's indices on the dimensions that stand
+    for it (the core holding a block of the view holds the ids that select its rows). Out of
+    range ids follow ``mode`` (:data:`GATHER_MODES`)."""
+
+    ids: int
+    axis: int
+    mode: str = "fast"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ids": self.ids, "axis": self.axis, "mode": self.mode}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Gather":
+        return cls(_int(d["ids"], "gather ids input"), _int(d["axis"], "gather axis"),
+                   _name(d.get("mode", "fast"), "gather mode"))
+
+
+def gathered_shape(shape: Sequence[int], ids_shape: Sequence[int], axis: int) -> tuple[int, ...]:
+    """Shape of ``take(tensor, ids, axis)``: the ids' dimensions replace dimension ``axis``."""
+    return tuple(shape[:axis]) + tuple(ids_shape) + tuple(shape[axis + 1:])
+
+
+def gather_rows(ids: Any, n: int, mode: str) -> Any:
+    """The row numbers (in ``[0, n)``) a gather reads for ids ``ids`` under ``mode``
+    (:data:`GATHER_MODES`): the one definition the device and the tests use. Raises
+    :class:`DeviceProgramError` for an id that ``"fast"`` leaves undefined."""
+    ids = np.asarray(ids, np.int64)
+    if mode == "clip":
+        return np.clip(ids, 0, n - 1)
+    if mode == "wrap":
+        return np.mod(ids, n)
+    if mode != "fast":
+        raise DeviceProgramError(f"unknown gather mode {_short(mode)} (known: {', '.join(GATHER_MODES)})")
+    bad = (ids < -n) | (ids >= n)
+    if bad.any():
+        raise DeviceProgramError(
+            f"gather id {int(ids[bad].reshape(-1)[0])} is outside [-{n}, {n}) for a tensor of "
+            f"{n} rows ({int(bad.sum())} ids out of range)")
+    return np.where(ids < 0, ids + n, ids)
+
+
+@dataclass(frozen=True)
 class TensorAccess:
     """A tensor of an operator and how each of its dimensions is indexed.
 
@@ -143,6 +208,8 @@ class TensorAccess:
     shape: tuple[int, ...]
     dtype: str
     indices: tuple[AffineIndex, ...]
+    #: a data-dependent dimension (an embedding lookup): ``indices`` index the gathered view
+    gather: Gather | None = None
 
     @property
     def axes(self) -> tuple[str, ...]:
@@ -158,12 +225,15 @@ class TensorAccess:
         return tensor_bytes(self.shape, self.dtype)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "shape": list(self.shape),
             "dtype": self.dtype,
             "indices": [i.to_dict() for i in self.indices],
         }
+        if self.gather is not None:  # only when set: other programs keep their bytes
+            out["gather"] = self.gather.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TensorAccess":
@@ -172,6 +242,7 @@ class TensorAccess:
             tuple(_int(s, "tensor dimension") for s in _list(d["shape"], "tensor shape")),
             _name(d["dtype"], "dtype"),
             tuple(AffineIndex.from_dict(_map(i, "index")) for i in _list(d["indices"], "indices")),
+            None if d.get("gather") is None else Gather.from_dict(_map(d["gather"], "gather")),
         )
 
 
@@ -217,6 +288,20 @@ class TensorExpr:
     def tensors(self) -> tuple[TensorAccess, ...]:
         """Inputs then the output: the order plans index tensors by."""
         return self.inputs + (self.output,)
+
+    def access_shape(self, t: int) -> tuple[int, ...]:
+        """The shape tensor ``t``'s indices address: its own, or for a gathered input the
+        gathered view's (:func:`gathered_shape`). Partitions are blocks of this shape."""
+        access = self.tensors[t]
+        g = access.gather
+        if g is None:
+            return tuple(access.shape)
+        return gathered_shape(access.shape, self.inputs[g.ids].shape, g.axis)
+
+    @property
+    def gather_ids(self) -> set[int]:
+        """Inputs that hold the row numbers of a gathered input."""
+        return {t.gather.ids for t in self.inputs if t.gather is not None}
 
     @property
     def merged_inner_axes(self) -> tuple[str, ...]:
@@ -879,6 +964,10 @@ def _check_program(program: "DeviceProgram", hw: Any) -> None:
                    f"{PROGRAM_FORMAT!r} version {'/'.join(map(str, READABLE_VERSIONS))}")
     if program.preload_schedule is not None and program.version < 3:
         raise fail("a preload schedule needs program version 3")
+    if program.version < GATHER_VERSION and any(
+            getattr(acc, "gather", None) is not None for op in program.ops
+            for acc in getattr(getattr(op, "expr", None), "inputs", ())):
+        raise fail(f"a gathered access needs program version {GATHER_VERSION}")
     try:
         _name(program.region, "region name")
         _name(program.module, "module", empty=True)
@@ -896,12 +985,13 @@ def _check_program(program: "DeviceProgram", hw: Any) -> None:
                            f"integer in [1, {MAX_EXTENT}]")
         return tuple(int(s) for s in shape)
 
-    def check_dtype(dtype: Any, what: str, mask: bool = False) -> str:
+    def check_dtype(dtype: Any, what: str, mask: bool = False, index: bool = False) -> str:
         if not isinstance(dtype, str) or dtype not in _DTYPE_BYTES:
             raise fail(f"{what} has unknown dtype {_short(dtype)}")
         if hw is not None:
-            # UnsupportedDtypeError, as the device raises it; read-only tensors may be masks
-            hw.check_dtype(dtype, what, mask=mask)
+            # UnsupportedDtypeError, as the device raises it; read-only tensors may be masks,
+            # and region tensors or gather ids may hold row numbers
+            hw.check_dtype(dtype, what, mask=mask, index=index)
         return dtype
 
     tensors: dict[str, tuple[tuple[int, ...], str]] = {}
@@ -913,7 +1003,7 @@ def _check_program(program: "DeviceProgram", hw: Any) -> None:
             raise fail(f"{what}: input names must be unique non-empty strings")
         if decl.source not in INPUT_SOURCES:
             raise fail(f"{what}: source {_short(decl.source)} is not one of {INPUT_SOURCES}")
-        tensors[decl.name] = (check_shape(decl.shape, what), check_dtype(decl.dtype, what, True))
+        tensors[decl.name] = (check_shape(decl.shape, what), check_dtype(decl.dtype, what, True, True))
     if not isinstance(program.constants, Mapping):
         raise fail("constants must be a JSON object")
     for name, entry in program.constants.items():
@@ -929,7 +1019,7 @@ def _check_program(program: "DeviceProgram", hw: Any) -> None:
             raise fail(f"{what}: 'data' must be base64 text")
         shape = entry["shape"]
         # a scalar constant has shape []
-        tensors[name] = (check_shape(shape, what), check_dtype(entry["dtype"], what, True))
+        tensors[name] = (check_shape(shape, what), check_dtype(entry["dtype"], what, True, True))
 
     kinds = template_kinds()
     for i, op in enumerate(program.ops):
@@ -1022,11 +1112,14 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
             raise bad(f"{what} has offset {_short(ix.offset)}, not an integer of magnitude <= {MAX_EXTENT}")
         return ix
 
-    def check_access(acc: Any, what: str, mask: bool, piecewise: bool = False) -> None:
+    def check_access(acc: Any, what: str, mask: bool, piecewise: bool = False,
+                     index: bool = False) -> None:
         if not isinstance(acc, TensorAccess):
             raise bad(f"{what} is not a tensor access")
         shape = check_shape(acc.shape, f"{where}, {what} '{acc.name}'")
-        check_dtype(acc.dtype, f"{where}, {what} '{acc.name}'", mask)
+        check_dtype(acc.dtype, f"{where}, {what} '{acc.name}'", mask, index)
+        if acc.gather is not None:
+            shape = check_gather(acc, what, shape)
         if len(acc.indices) != len(shape):
             raise bad(f"{what} '{acc.name}' has {len(shape)} dimensions but {len(acc.indices)} indices")
         for d, ix in enumerate(acc.indices):
@@ -1035,12 +1128,53 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
                 raise bad(f"axis '{ix.terms[0][0]}' (extent {extents[ix.terms[0][0]]}) indexes "
                           f"dimension {d} of {what} '{acc.name}', which has {shape[d]} elements")
 
+    n_in = len(expr.inputs)
+
+    def check_gather(acc: TensorAccess, what: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The gathered view's shape, once the gather itself is sound (see :class:`Gather`)."""
+        g = acc.gather
+        if not isinstance(g, Gather):
+            raise bad(f"{what} '{acc.name}': gather is not a Gather")
+        ids = g.ids
+        if isinstance(ids, bool) or not isinstance(ids, numbers.Integral) or not 0 <= ids < n_in:
+            raise bad(f"{what} '{acc.name}': gather ids {_short(ids)} is not an input index in [0, {n_in})")
+        src = expr.inputs[ids]
+        if not isinstance(src, TensorAccess) or src is acc or src.gather is not None:
+            raise bad(f"{what} '{acc.name}': gather ids must be another, plain input")
+        if src.dtype not in INDEX_DTYPES:
+            raise bad(f"{what} '{acc.name}': gather ids '{src.name}' are {_short(src.dtype)}, "
+                      f"not one of {', '.join(INDEX_DTYPES)}")
+        if isinstance(g.axis, bool) or not isinstance(g.axis, numbers.Integral) \
+                or not 0 <= g.axis < len(shape):
+            raise bad(f"{what} '{acc.name}': gather axis {_short(g.axis)} is not a dimension "
+                      f"of its {len(shape)}")
+        if g.mode not in GATHER_MODES:
+            raise bad(f"{what} '{acc.name}': unknown gather mode {_short(g.mode)} "
+                      f"(known: {', '.join(GATHER_MODES)})")
+        view = gathered_shape(shape, check_shape(src.shape, f"{where}, gather ids"), g.axis)
+        span = tuple(acc.indices[g.axis:g.axis + len(src.shape)]) \
+            if len(acc.indices) == len(view) else None
+        if span != tuple(src.indices):
+            raise bad(f"{what} '{acc.name}': gather ids '{src.name}' must be read at the view's "
+                      f"indices of dimensions {g.axis}..{g.axis + len(src.shape) - 1}")
+        if t_of(acc) in expr.epilogue_inputs:
+            raise bad(f"{what} '{acc.name}': a gathered input cannot be an epilogue input")
+        return view
+
+    def t_of(acc: TensorAccess) -> int:
+        return next(i for i, a in enumerate(expr.inputs) if a is acc)
+
     try:
         guarded = guarded_inputs(expr)  # a piecewise read (concat) may index past its input
     except (TypeError, AttributeError):
         guarded = set()  # a malformed tree: refused by check_tree below
+    try:
+        ids_inputs = {a.gather.ids for a in expr.inputs
+                      if isinstance(a, TensorAccess) and isinstance(a.gather, Gather)}
+    except AttributeError:
+        ids_inputs = set()
     for t, acc in enumerate(expr.inputs):
-        check_access(acc, f"input {t}", True, piecewise=t in guarded)
+        check_access(acc, f"input {t}", True, piecewise=t in guarded, index=t in ids_inputs)
     check_access(expr.output, "output", False)
     out_axes = []
     for d, ix in enumerate(expr.output.indices):
@@ -1053,7 +1187,6 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
             raise bad(f"output axes {list(merged)} span {size} positions, the output dimension {d} "
                       f"has {expr.output.shape[d]}")
         out_axes.extend(merged)
-    n_in = len(expr.inputs)
     if expr.combiner not in REDUCE_COMBINERS:
         raise bad(f"unknown combiner {_short(expr.combiner)} of the reduction axes "
                   f"(known: {', '.join(REDUCE_COMBINERS)})")
@@ -1095,7 +1228,7 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
             raise bad(f"{what}: load of input {_short(t)}, the operator has {n_in} inputs")
         acc = expr.inputs[t]
         index = node.get("index")
-        rank = len(acc.shape)
+        rank = len(acc.indices)
         if not isinstance(index, (list, tuple)) or len(index) != rank:
             raise bad(f"{what}: load of input {t} needs {rank} indices, got {_short(index)}")
         if epilogue and t not in expr.epilogue_inputs:
@@ -1111,6 +1244,9 @@ def _check_op(op: "OpProgram", kinds: Sequence[str], tensors: dict, check_shape:
             except (DeviceProgramError, KeyError) as err:
                 raise bad(f"{where_}: {err}") from None
             check_index(parsed, where_, axes)
+            if acc.gather is not None and parsed != acc.indices[d]:
+                raise bad(f"{where_} ({parsed}): a gathered input is read only at its access "
+                          f"({acc.indices[d]})")
             unbound = [a for a in parsed.axes if a in local and a not in bound]
             if unbound:
                 raise bad(f"{where_}: core-local axis '{unbound[0]}' is used outside a reduce over it")

@@ -56,6 +56,7 @@ CASES = {
                  "test_averagepool_2d_dilations"],
     "global_avg_pool": ["test_globalaveragepool"],
     "batch_norm": ["test_batchnorm_example", "test_batchnorm_epsilon"],
+    "gather": ["test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices"],
 }
 
 # Relax ops whose presence inside an ICCA region proves the case's op was offloaded.
@@ -70,6 +71,8 @@ OFFLOADED_OP = {
     "max_pool": "relax.nn.max_pool2d", "avg_pool": "relax.nn.avg_pool2d", "global_avg_pool": "relax.mean",
     # inference batch norm with constant statistics becomes a per-channel x * s + t
     "batch_norm": "relax.multiply",
+    # an embedding lookup: the float table gathered by integer ids (tvm_icca.gather)
+    "gather": "relax.take",
 }
 
 # A small chip keeps plans multi-core on these tiny tensors: 16 cores of 16 KiB.

@@ -25,7 +25,7 @@ timing simulator read alike:
   only its own range).
 
 Take/gather (embedding lookups) index a tensor with *data*, which no affine index map
-expresses; they stay on the host.
+expresses: they have their own index kind, see :mod:`tvm_icca.gather`.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from tvm.relax.transform import FusionPattern, PatternCheckContext
 from .data_movement import DATA_MOVEMENT_OPS, data_movement_patterns, data_movement_reason
 from .data_movement import rotary_embedding_pattern, tensor_operands
 from .errors import UnsupportedDtypeError
+from .gather import GATHER_OPS, take_pattern, take_reason
 from .hardware import HardwareSpec, current_hardware
 from .views import VIEW_OPS, view_reason
 
@@ -105,7 +106,8 @@ _OTHER_OPS: dict[str, str] = {
 #: :mod:`tvm_icca.views`, or inlined into a transposed matmul operand).
 OFFLOADABLE_OPS: frozenset[str] = frozenset(
     [*UNARY_OPS.values(), *BINARY_OPS.values(), *REDUCE_OPS.values(), *POOL_OPS.values(),
-     *_OTHER_OPS.values(), *DATA_MOVEMENT_OPS.values(), *VIEW_OPS.values()]
+     *_OTHER_OPS.values(), *DATA_MOVEMENT_OPS.values(), *VIEW_OPS.values(),
+     *GATHER_OPS.values()]
 )
 
 # The chip the check functions judge against. Check functions are called back from C++ by
@@ -137,7 +139,8 @@ def _op_name(call: relax.Call) -> str:
     return op.name if isinstance(op, tvm.ir.Op) else str(op)
 
 
-def _tensor_reason(what: str, ty: relax.Type, hw: HardwareSpec, mask: bool = False) -> str | None:
+def _tensor_reason(what: str, ty: relax.Type, hw: HardwareSpec, mask: bool = False,
+                   index: bool = False) -> str | None:
     """Why a value of type ``ty`` cannot live on the chip, or ``None`` if it can."""
     if not isinstance(ty, relax.TensorType):
         return f"{what} is not a tensor ({ty})"
@@ -149,7 +152,7 @@ def _tensor_reason(what: str, ty: relax.Type, hw: HardwareSpec, mask: bool = Fal
     if any(int(d) <= 0 for d in dims):
         return f"{what} is empty (shape {[int(d) for d in dims]})"
     try:
-        hw.check_dtype(ty.dtype, what, mask=mask)
+        hw.check_dtype(ty.dtype, what, mask=mask, index=index)
     except UnsupportedDtypeError as err:
         return str(err)
     return None
@@ -230,6 +233,7 @@ _OP_REASONS: dict[str, Callable[[relax.Call], str | None]] = {
     "relax.nn.conv2d": _conv2d_reason,
     **{op: data_movement_reason for op in DATA_MOVEMENT_OPS.values()},
     **{op: view_reason for op in VIEW_OPS.values()},
+    "relax.take": take_reason,
 }
 
 
@@ -248,7 +252,8 @@ def unsupported_reason(call: relax.Call, hw: HardwareSpec | None = None) -> str 
         if isinstance(arg.ty, relax.ShapeType):
             continue  # a view op's target shape: the result's type below must be static
         mask = name == "relax.where" and i == 0  # the condition: a mask the cores only read
-        reason = _tensor_reason(f"argument {i}", arg.ty, hw, mask=mask)
+        index = name == "relax.take" and i == 1  # the ids: row numbers the cores only read
+        reason = _tensor_reason(f"argument {i}", arg.ty, hw, mask=mask, index=index)
         if reason is not None:
             return reason
     reason = _tensor_reason("the result", call.ty, hw)
@@ -391,6 +396,7 @@ def _pattern_table() -> list[Pattern]:
     table.append(_layer_norm_pattern())
     table.append(_rms_norm_pattern())
     table += data_movement_patterns(CODEGEN_NAME)
+    table.append(take_pattern(CODEGEN_NAME))
     for anchor in ("matmul", "conv2d"):
         table += _anchor_patterns(anchor)
     table.append(rotary_embedding_pattern(CODEGEN_NAME))  # before its slices, concat, products

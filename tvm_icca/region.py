@@ -207,7 +207,7 @@ def extract_region(func: relax.Function, name: str, hw: HardwareSpec,
     inputs = []
     for i, param in enumerate(func.params):
         value = _value_of(param, f"in{i}")
-        _check_dtype(value, hw, name, mask=True)
+        _check_dtype(value, hw, name, mask=True, index=True)
         values[param] = value
         inputs.append(TensorDecl(value.name, value.shape, value.dtype))
 
@@ -249,7 +249,8 @@ def _extract_call(op_name, composite, call, out_var, values, constants, hw,
         if isinstance(arg, (np.ndarray, tvm.ir.GenericConst)):
             array = arg if isinstance(arg, np.ndarray) else arg.value.numpy()
             cname = f"{op_name}.const{position}"
-            _check_dtype(_Value(cname, tuple(array.shape), str(array.dtype)), hw, op_name, mask=True)
+            _check_dtype(_Value(cname, tuple(array.shape), str(array.dtype)), hw, op_name, mask=True,
+                         index=True)
             constants[cname] = encode_constant(array)
             input_names.append(cname)
         elif isinstance(arg, relax.Var) and arg in values:
@@ -327,10 +328,12 @@ def _value_of(var: relax.Var, name: str) -> _Value:
     return _Value(name, shape, str(var.ty.dtype))
 
 
-def _check_dtype(value: _Value, hw: HardwareSpec, where: str, mask: bool = False) -> None:
-    """``mask``: a tensor operators only read (region input, constant) may be a bool mask."""
+def _check_dtype(value: _Value, hw: HardwareSpec, where: str, mask: bool = False,
+                 index: bool = False) -> None:
+    """``mask``: a tensor operators only read (region input, constant) may be a bool mask;
+    ``index``: it may hold gather ids (each operator's own check says whether it does)."""
     hw.check_dtype(value.dtype, f"tensor '{short_name(value.name)}' {list(value.shape)} of "
-                                f"'{short_name(where)}'", mask=mask)
+                                f"'{short_name(where)}'", mask=mask, index=index)
 
 
 def _result_vars(expr: relax.Expr, name: str) -> list[relax.Var]:

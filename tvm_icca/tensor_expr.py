@@ -13,7 +13,8 @@ with the rest as its ``epilogue``. The template kind of the result is chosen by
 
 Refused with :class:`~runtime_sim.errors.UnsupportedOperatorError`: non-affine indices
 (a reshape that merges or splits non-unit dims, grouped convolution's ``ff // (F/groups)``),
-data-dependent indices (take, gather), reductions other than sum/max/min (prod, argmax's
+data-dependent indices other than one take of a function's input by its ids (which
+:mod:`tvm_icca.gather` converts to a gathered access), reductions other than sum/max/min (prod, argmax's
 tuple reducer), conditional max/min reductions, tuple results (split), dynamic shapes, and
 ops without a TVM legalization. Tensors of a dtype no ICCA chip computes
 (:data:`runtime_sim.hardware.SUPPORTED_DTYPES`) raise
@@ -104,6 +105,11 @@ def extract_op(func: relax.Function, name: str = "out") -> ExtractedOp:
     body and inner reductions become core-local ``reduce`` nodes.
     """
     composed = compose_te(func)
+    from .gather import gather_op  # pylint: disable=import-outside-toplevel
+
+    gathered = gather_op(func, composed, name)  # an embedding lookup: a data-dependent index
+    if gathered is not None:
+        return gathered
     sources = _sources(func, composed)
     out = composed.output
     check_dtype(str(out.dtype), f"output of {_func_label(func)}")

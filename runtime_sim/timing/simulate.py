@@ -113,7 +113,7 @@ import numpy as np
 
 from ..errors import DeviceProgramError, SramOverflowError, short_name
 from ..hardware import HardwareSpec
-from ..layout import OpLayout, check_op_inputs, checked_layout
+from ..layout import OpLayout, check_op_inputs, checked_layout, input_relayout, rests_spread
 from ..lifetimes import last_reads, outlives, released
 from ..preload import (chip_read_bytes, delivered_bytes, delivery_groups, distribution,
                        preload_bytes)
@@ -127,7 +127,6 @@ from .geometry import (
     input_boxes,
     placement_grid,
     producer_grid,
-    relayout,
 )
 from .opcost import OpCost, op_cost
 from .report import SLOW_FACTOR, OpTiming, TimingReport
@@ -242,7 +241,8 @@ class _Planner:
         if hit is None:
             topo = self.topo
             boxes = self.boxes(key, layout, t).placed(layout.physical, layout.span)
-            rl = relayout(grid, boxes, topo.node_chip, topo.num_chips)
+            # a gathered input's rows are data: the uniform-ids estimate (gather_relayout)
+            rl = input_relayout(grid, layout, t, topo.node_chip, topo.num_chips, boxes=boxes)
             sampled = [rl.box_weight > 1]
 
             def flows() -> tuple[np.ndarray, np.ndarray, np.ndarray, float, np.ndarray | None]:
@@ -418,7 +418,7 @@ class _Planner:
         """Bytes per core resident input ``t`` of ``op`` occupies while idle: one partition on
         every core of its idle plan (replicas included), or its spread blocks."""
         idle = self.idle_layout(op)
-        if idle is None:
+        if idle is None or rests_spread(op.expr, t):
             return _grid_bytes(self.idle_grid(op, t)[1], self.hw.num_cores)
         held = np.zeros(self.hw.num_cores, np.int64)
         held[idle[1].physical] = idle[1].partition_bytes(t)
@@ -481,7 +481,7 @@ class _Planner:
             if op.idle_plan is None and idle is not None:
                 # resident inputs idling in this very plan are already counted in ``idle``
                 for t, name in enumerate(op.input_names):
-                    if name in decls and decls[name].source == RESIDENT:
+                    if name in decls and decls[name].source == RESIDENT and not rests_spread(op.expr, t):
                         running[layout.physical] -= layout.partition_bytes(t)
             running += hw.shift_buffer_bytes
             over = np.flatnonzero(running > hw.sram_bytes_per_core)
@@ -508,7 +508,7 @@ class _Planner:
                     phase, nbytes, est = self.relayout(("chip", access.shape, access.dtype), grid,
                                                        key, layout, t)
                 elif src_kind == RESIDENT and name in decls:
-                    if op.idle_plan is None:
+                    if op.idle_plan is None and not rests_spread(op.expr, t):
                         continue  # idle in the active placement: no setup
                     grid_key, grid = self.idle_grid(op, t)
                     phase, nbytes, est = self.relayout(("idle", grid_key), grid, key, layout, t)

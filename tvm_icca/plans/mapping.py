@@ -53,7 +53,7 @@ from typing import Hashable, Sequence
 import numpy as np
 
 from runtime_sim.hardware import HardwareSpec
-from runtime_sim.layout import OpLayout, input_boxes, producer_grid, relayout
+from runtime_sim.layout import OpLayout, input_boxes, input_relayout, producer_grid
 from runtime_sim.program import ExecutionPlan, TensorExpr
 
 #: An input produced by an earlier operator of the region: (index in ``expr.inputs``, the
@@ -154,7 +154,7 @@ def relayout_inter_chip_bytes(producer: OpLayout, layout: OpLayout, t: int, hw: 
     grid = producer_grid(producer)
     boxes = input_boxes(layout, t).placed(layout.physical, layout.span)
     span = max(layout.span, int(grid.owner.max()) + 1)
-    rl = relayout(grid, boxes, np.arange(span) // cpc, hw.num_chips)
+    rl = input_relayout(grid, layout, t, np.arange(span) // cpc, hw.num_chips, boxes=boxes)
     foreign = rl.piece_receivers > 0
     live = np.flatnonzero(rl.piece_src >= 0)
     foreign[live, rl.piece_src[live] // cpc] = False
