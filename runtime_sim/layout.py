@@ -1028,6 +1028,18 @@ class Relayout:
                      self.pair_piece[pair][keep])
 
 
+def _distinct_boxes(boxes: Boxes, cores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(box_of_core, lo, hi)``: the distinct boxes of ``cores`` (replicas of a sub-tensor
+    need the same bytes) and, per core, the index of its box (-1 for the other cores)."""
+    box_of_core = np.full(boxes.num_cores, -1, np.int64)
+    D = len(boxes.shape)
+    cols = [boxes.lo[cores, d] for d in range(D)] + [boxes.hi[cores, d] for d in range(D)]
+    keys = _row_ids(cols, [s + 1 for s in boxes.shape] * 2) if D else np.zeros(cores.size, np.int64)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    box_of_core[cores] = inverse.reshape(-1)
+    return box_of_core, boxes.lo[cores[first]], boxes.hi[cores[first]]
+
+
 def relayout(grid: BlockGrid, boxes: Boxes, chip_of_core: np.ndarray, num_chips: int,
              max_pairs: int = MAX_PAIRS) -> Relayout:
     """Who sends what to whom so that every consumer core holds its box (see module doc)."""
@@ -1035,15 +1047,9 @@ def relayout(grid: BlockGrid, boxes: Boxes, chip_of_core: np.ndarray, num_chips:
     need = boxes.nbytes.astype(np.float64)
     cores = np.flatnonzero(need > 0)
     chip = chip_of_core[:n]
-    box_of_core = np.full(n, -1, np.int64)
     D = len(boxes.shape)
-    # distinct boxes: replicas of a sub-tensor need the same bytes
-    cols = [boxes.lo[cores, d] for d in range(D)] + [boxes.hi[cores, d] for d in range(D)]
-    keys = _row_ids(cols, [s + 1 for s in boxes.shape] * 2) if D else np.zeros(cores.size, np.int64)
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    box_of_core[cores] = inverse.reshape(-1)
-    lo, hi = boxes.lo[cores[first]], boxes.hi[cores[first]]
-    U = first.size
+    box_of_core, lo, hi = _distinct_boxes(boxes, cores)
+    U = len(lo)
     block = np.asarray(grid.block, np.int64)
 
     # what each core already holds: the overlap of its box with the block it owns
@@ -1159,14 +1165,9 @@ def gather_relayout(grid: BlockGrid, boxes: Boxes, axis: int, chip_of_core: np.n
     need = boxes.nbytes.astype(np.float64)
     cores = np.flatnonzero(need > 0)
     chip = chip_of_core[:n]
-    box_of_core = np.full(n, -1, np.int64)
     V = len(boxes.shape)
-    cols = [boxes.lo[cores, d] for d in range(V)] + [boxes.hi[cores, d] for d in range(V)]
-    keys = _row_ids(cols, [s + 1 for s in boxes.shape] * 2) if V else np.zeros(cores.size, np.int64)
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    box_of_core[cores] = inverse.reshape(-1)
-    lo, hi = boxes.lo[cores[first]], boxes.hi[cores[first]]
-    U = first.size
+    box_of_core, lo, hi = _distinct_boxes(boxes, cores)
+    U = len(lo)
     block = np.asarray(grid.block, np.int64)
     n_rows = int(grid.shape[axis])
     kb = int(grid.counts[axis])

@@ -33,6 +33,7 @@ from runtime_sim.program import ExecutionPlan, TensorExpr
 from ..plans import PlanSearchCache, plan_structure
 from ..plans.batch_cost import AnalyticBatchModel
 from ..plans.bounds import memory_lower_bound
+from ..plans.intmath import factorize
 from ..plans.partitions import plans_for
 from ..plans.scoring import CHUNK_PLANS, ScoredPlans, candidate_partitions, pareto_front, score, unrotated
 from .tasks import Task, unmapped
@@ -114,15 +115,7 @@ def _unique(plans: Iterable[ExecutionPlan]) -> Iterator[ExecutionPlan]:
 
 
 def _primes(n: int) -> list[int]:
-    out, p = [], 2
-    while p * p <= n:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    if n > 1:
-        out.append(n)
-    return sorted(set(out))
+    return [p for p, _ in factorize(n)]
 
 
 def _mutate(plan: ExecutionPlan, expr: TensorExpr, hw: HardwareSpec, rng: random.Random) -> ExecutionPlan:
