@@ -100,6 +100,8 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "floor": np.floor,
     "ceil": np.ceil,
     "round": np.round,  # half to even, as TVM's round (nearbyint)
+    "sin": np.sin,  # sinusoidal timestep and position embeddings (DiT, NeRF-style encodings)
+    "cos": np.cos,
 }
 
 _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {

@@ -77,7 +77,7 @@ GATHER_MODES = ("fast", "clip", "wrap")
 
 UNARY_OPS = (
     "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "not", "floor",
-    "ceil", "round",
+    "ceil", "round", "sin", "cos",
 )
 BINARY_OPS = (
     "add", "sub", "mul", "div", "max", "min", "pow",

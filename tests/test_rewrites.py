@@ -363,14 +363,16 @@ def test_written_out_norms_run_on_the_chip_in_one_region() -> None:
 
 
 def test_elementwise_math_exporters_write_runs_on_the_chip() -> None:
-    """Pow, Sqrt, Log, Abs and Div left over when no rewrite names the whole (a norm with an
+    """Pow, Sqrt, Log, Abs, Sin, Cos and Div left over when no rewrite names the whole (a norm with an
     unusual form, a custom activation) still run on the chip."""
     g = Graph(17)
     a = g.op("Add", g.op("Abs", "x"), g.const(1.0))
     out = g.op("Add", g.op("Pow", a, g.const(1.5)), g.op("Div", g.op("Log", a), g.op("Sqrt", a)))
+    out = g.op("Add", out, g.op("Mul", g.op("Sin", "x"), g.op("Cos", a)))  # sinusoidal embeddings
     model = g.model({"x": (8, 16)}, out, (8, 16))
     x = np.random.default_rng(18).standard_normal((8, 16)).astype(np.float32)
     icca, llvm, want, report = run_everywhere(model, {"x": x})
     tvm.testing.assert_allclose(icca, want, rtol=1e-5, atol=1e-5)
     tvm.testing.assert_allclose(icca, llvm, rtol=1e-5, atol=1e-5)
-    assert_one_region(report, "icca.power", "icca.log", "icca.sqrt", "icca.abs")
+    assert_one_region(report, "icca.power", "icca.log", "icca.sqrt", "icca.abs", "icca.sin",
+                      "icca.cos")

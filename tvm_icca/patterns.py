@@ -69,7 +69,8 @@ ACTIVATIONS: dict[str, str] = {
 UNARY_OPS: dict[str, str] = {**ACTIVATIONS, "exp": "relax.exp", "negative": "relax.negative",
                              "erf": "relax.erf",  # a written-out GELU rewrites could not name
                              "astype": "relax.astype", "sqrt": "relax.sqrt",
-                             "rsqrt": "relax.rsqrt", "log": "relax.log", "abs": "relax.abs"}
+                             "rsqrt": "relax.rsqrt", "log": "relax.log", "abs": "relax.abs",
+                             "sin": "relax.sin", "cos": "relax.cos"}
 #: Ops whose trailing arguments are attributes (``relax.clip``'s bounds), not tensors.
 _ATTRIBUTE_ARGS: dict[str, int] = {"relax.clip": 2}
 BINARY_OPS: dict[str, str] = {

@@ -54,6 +54,7 @@ __all__ = ["ExtractedOp", "extract_op", "tensor_expr_of"]
 
 _UNARY_INTRINSICS = {
     "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh",
+    "sin": "sin", "cos": "cos",
     "sigmoid": "sigmoid", "erf": "erf", "fabs": "abs", "floor": "floor", "ceil": "ceil",
     "round": "round", "nearbyint": "round",
 }
