@@ -18,7 +18,14 @@ operator's estimate stays the analytic model's. ``tuned.applied`` lists the oper
 used tuned plans, ``tuned.notes`` the records that were ignored and why.
 
 On a chip with HBM the Elk pass (:mod:`tvm_icca.model.preloads`) chooses each operator's
-execute-state plan itself after this hook; tuned plans do not reach its tables yet.
+execute-state plan after this hook, among points from the operator's plan (the tuned one when
+applied) down a ladder of smaller plans. With records it also asks :meth:`TunedPlans.measured_plans`:
+a point whose plan has a record takes its measured time, measured plans smaller than the
+operator's plan join the points, and the Elk schedule is computed from these
+(:func:`tvm_icca.model.preload_tables.operator_tables`).
+
+Inside meta_schedule's own ``with database:`` block the compiler does the same with that
+database's records (:func:`hook_for_database`, installed by :func:`.hook.database_scope`).
 """
 
 from __future__ import annotations
@@ -27,17 +34,18 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
-from runtime_sim.program import ExecutionPlan
+from runtime_sim.program import ExecutionPlan, TensorExpr
 
 from ..plans import AnalyticCostModel, PlannedOp
 from ..plans.mapping import choose_core_order
 from .candidates import fits, plan_signature
-from .database import RecordStore
+from .database import RecordStore, StoredRecord, _annotation
 from .hook import PlanRequest, plan_hook
 from .tasks import expr_digest, hardware_digest, unmapped
 
-__all__ = ["AppliedPlan", "TunedPlans", "use_database"]
+__all__ = ["AppliedPlan", "TunedPlans", "hook_for_database", "use_database"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,7 @@ class AppliedPlan:
 class TunedPlans:
     """The plan hook of :func:`use_database` and what it did."""
 
-    store: RecordStore
+    store: "RecordStore | _DatabaseRecords"
     applied: list[AppliedPlan] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -112,6 +120,12 @@ class TunedPlans:
             return PlannedOp(expr, mapped, layout, self._cost(layout, hw), layout.memory_bytes_per_core())
         return planned
 
+    def measured_plans(self, expr: TensorExpr, hw: HardwareSpec) -> list[tuple[float, ExecutionPlan]]:
+        """(measured seconds, unmapped plan) of every recorded plan of ``expr`` on ``hw``
+        (this exact spec), fastest first (:func:`.hook.measured_plans`)."""
+        measured = self._best.get((expr_digest(expr), hardware_digest(hw)), {})
+        return sorted(measured.values(), key=lambda x: x[0])
+
     def report(self) -> str:
         """Which operators used tuned plans (one line each), then the notes."""
         lines = [f"tuned plans applied to {len(self.applied)} operator(s)"]
@@ -139,3 +153,29 @@ def use_database(work_dir: str) -> Iterator[TunedPlans]:
     tuned = TunedPlans(RecordStore(work_dir))
     with plan_hook(tuned):
         yield tuned
+
+
+@dataclass
+class _DatabaseRecords:
+    """The ICCA records of any meta_schedule database, as :class:`TunedPlans` reads them."""
+
+    records: list[StoredRecord]
+
+
+def hook_for_database(database: object) -> TunedPlans:
+    """:func:`use_database`'s hook over a meta_schedule database: an ``IccaDatabase`` (its
+    record files, read robustly), or any other (``JSONDatabase``, ``MemoryDatabase``...)
+    through ``get_all_tuning_records``; records without an ``icca.plan`` annotation are not
+    ICCA records and are passed over."""
+    store = getattr(database, "store", None)
+    if isinstance(store, RecordStore):
+        return TunedPlans(store)
+    records = []
+    for rec in database.get_all_tuning_records():  # type: ignore[attr-defined]
+        info = _annotation(rec.trace.as_json())
+        if not info or not rec.run_secs:
+            continue
+        seconds = [float(x) for x in rec.run_secs]
+        chip = str(rec.target.attrs.get("model", "")) if rec.target is not None else ""
+        records.append(StoredRecord(-1, sum(seconds) / len(seconds), chip, info, []))
+    return TunedPlans(_DatabaseRecords(records))
