@@ -43,6 +43,9 @@ SETTINGS = {
     "llama2-13b": ({"batch": 1}, "ipu-pod4-hbm"),
 }
 
+#: Models with layers to cut (``--layers``); the CNN is kept whole.
+LAYERED = ("bert-large", "llama2-13b")
+
 
 def _recall(order: list[int], best: int, k: int) -> float:
     return float(best in order[:k])
@@ -81,7 +84,7 @@ def ranking_quality(store: RecordStore, tasks) -> dict:
 
 def run(model: str, trials: int, max_tasks: int | None, jobs: int, layers: int | None) -> dict:
     kwargs, hw_name = SETTINGS[model]
-    if layers is not None:
+    if layers is not None and model in LAYERED:
         kwargs = {**kwargs, "num_layers": layers}
     hw = tvm_icca.preset(hw_name)
     workload = get_workload(model, **kwargs)
@@ -92,7 +95,8 @@ def run(model: str, trials: int, max_tasks: int | None, jobs: int, layers: int |
         tune_s = time.perf_counter() - start
         untuned = compile_programs(workload, hw).simulate().total_s
         with tvm_icca.use_database(work_dir) as tuned:
-            tuned_s = compile_programs(workload, hw).simulate().total_s
+            compiled = compile_programs(workload, hw)
+        tuned_s = compiled.simulate().total_s
         store = RecordStore(work_dir)
         quality = ranking_quality(store, extract_tasks(workload, hw))
         curves = {}
@@ -103,7 +107,8 @@ def run(model: str, trials: int, max_tasks: int | None, jobs: int, layers: int |
     return {"model": model, "hw": hw_name, "config": kwargs, "trials_per_task": trials,
             "tasks_tuned": len(summary.results), "tune_wall_s": tune_s,
             "untuned_latency_s": untuned, "tuned_latency_s": tuned_s,
-            "speedup": untuned / tuned_s, "applied_ops": len(tuned.applied), **quality,
+            "speedup": untuned / tuned_s, "applied_ops": len(tuned.applied), "tuned_ops": len(compiled.tuned_ops),
+            "elk": compiled.preload is not None, **quality,
             "convergence": {k: [v / c[0] for v in c] for k, c in curves.items() for c in [c]}}
 
 

@@ -45,7 +45,7 @@ from .database import RecordStore, StoredRecord, _annotation
 from .hook import PlanRequest, plan_hook
 from .tasks import expr_digest, hardware_digest, unmapped
 
-__all__ = ["AppliedPlan", "TunedPlans", "hook_for_database", "use_database"]
+__all__ = ["AppliedPlan", "TunedPlans", "hook_for_database", "optional_database", "use_database"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,9 @@ class TunedPlans:
     store: "RecordStore | _DatabaseRecords"
     applied: list[AppliedPlan] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: operators of the compiled models whose final plan came from the records, after the
+    #: Elk pass on a chip with HBM (:attr:`runtime_sim.program.OpProgram.tuned`)
+    tuned_ops: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # (expr digest, hardware digest) -> plan signature -> (seconds, plan)
@@ -86,6 +89,7 @@ class TunedPlans:
             self._chips.setdefault(info["expr"], set()).add(rec.chip or "?")
         self._cost = AnalyticCostModel()
         self._noted: set[str] = set()
+        self._compiled = False
 
     def _note(self, text: str) -> None:
         if text not in self._noted:
@@ -126,11 +130,29 @@ class TunedPlans:
         measured = self._best.get((expr_digest(expr), hardware_digest(hw)), {})
         return sorted(measured.values(), key=lambda x: x[0])
 
+    def compiled(self, programs) -> None:
+        """The final programs of a compilation (:func:`.hook.compiled_with_hook`)."""
+        self._compiled = True
+        seen = set(self.tuned_ops)
+        for program in programs:
+            for op in program.ops:
+                if op.tuned and op.name not in seen:
+                    seen.add(op.name)
+                    self.tuned_ops.append(op.name)
+
     def report(self) -> str:
         """Which operators used tuned plans (one line each), then the notes."""
         lines = [f"tuned plans applied to {len(self.applied)} operator(s)"]
+        extra = [n for n in self.tuned_ops if n not in {a.op for a in self.applied}]
+        if extra:  # the Elk pass chose measured points of operators the planner kept
+            lines[0] += f"; the HBM preload schedule runs measured plans of {len(extra)} more"
+        dropped = [a.op for a in self.applied if a.op not in set(self.tuned_ops)]
+        if self._compiled and dropped:
+            lines[0] += f"; {len(dropped)} replaced by the HBM preload schedule"
         lines += [f"  {_short(a.op)} ({a.kind}): {a.untuned_s * 1e6:.3f} us -> {a.tuned_s * 1e6:.3f} us "
                   f"({a.gain:.2f}x)" for a in self.applied]
+        if self._compiled:
+            lines.append(f"operators compiled with tuned plans: {len(self.tuned_ops)}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -152,6 +174,16 @@ def use_database(work_dir: str) -> Iterator[TunedPlans]:
     """
     tuned = TunedPlans(RecordStore(work_dir))
     with plan_hook(tuned):
+        yield tuned
+
+
+@contextlib.contextmanager
+def optional_database(work_dir: str | None) -> Iterator[TunedPlans | None]:
+    """:func:`use_database` when ``work_dir`` is given, else nothing (yields None)."""
+    if work_dir is None:
+        yield None
+        return
+    with use_database(work_dir) as tuned:
         yield tuned
 
 

@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     from runtime_sim.hardware import HardwareSpec
-    from runtime_sim.program import ExecutionPlan, TensorExpr
+    from runtime_sim.program import DeviceProgram, ExecutionPlan, TensorExpr
 
     from ..plans import PlannedOp
     from ..plans.mapping import Producer
 
-__all__ = ["PlanHook", "PlanRequest", "active_hook", "database_scope", "measured_plans",
+__all__ = ["PlanHook", "PlanRequest", "active_hook", "compiled_with_hook", "database_scope",
+           "measured_plans",
            "plan_hook", "planned_with_hook"]
 
 
@@ -84,6 +85,15 @@ def measured_plans(expr: "TensorExpr", hw: "HardwareSpec") -> Sequence[tuple[flo
     hook = _HOOK.get()
     lookup = getattr(hook, "measured_plans", None)
     return () if lookup is None else lookup(expr, hw)
+
+
+def compiled_with_hook(programs: Sequence["DeviceProgram"]) -> None:
+    """Tell the active hook the final device programs of a compilation (after the Elk pass,
+    which may choose other plans than the region planner did)."""
+    hook = _HOOK.get()
+    done = getattr(hook, "compiled", None)
+    if done is not None:
+        done(programs)
 
 
 #: The meta_schedule module whose ``Database.current()`` is consulted; when it was never
