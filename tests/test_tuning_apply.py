@@ -17,14 +17,23 @@ from tvm_icca.region import PlanCache
 from test_tuning_session import tiny_model
 
 
-def test_tuned_plan_is_compiled_and_exact(tmp_path):
+@pytest.fixture(scope="module")
+def tuned_small_chip(tmp_path_factory):
+    """A work directory of records of the tiny model on the default small chip (one session
+    shared by the tests that only read it)."""
+    work_dir = str(tmp_path_factory.mktemp("tuned"))
+    summary = tvm_icca.tune(tiny_model(), work_dir, tvm_icca.small_chip(), max_trials=12,
+                            batch_size=4, progress=False)
+    return work_dir, summary
+
+
+def test_tuned_plan_is_compiled_and_exact(tuned_small_chip):
     hw = tvm_icca.small_chip()
-    summary = tvm_icca.tune(tiny_model(), str(tmp_path), hw, max_trials=12, batch_size=4,
-                            progress=False)
+    work_dir, summary = tuned_small_chip
     [result] = summary.results
     assert result.best_s < result.untuned_s  # the simulator prefers another plan here
     untuned = compile_programs(tiny_model(), hw)
-    with tvm_icca.use_database(str(tmp_path)) as tuned:
+    with tvm_icca.use_database(work_dir) as tuned:
         timed = compile_programs(tiny_model(), hw)
         with tvm_icca.use_hardware(hw):
             ex = tvm.compile(tiny_model(), target="icca")
@@ -63,7 +72,7 @@ def test_hbm_elk_schedule_uses_measured_points_and_stays_exact(tmp_path):
     from tvm_icca.tuning.database import RecordStore
 
     hw = tvm_icca.small_chip(**HBM_CHIP)
-    tvm_icca.tune(tiny_model(), str(tmp_path), hw, max_trials=12, batch_size=4, progress=False)
+    tvm_icca.tune(tiny_model(), str(tmp_path), hw, max_trials=10, batch_size=4, progress=False)
     measured = {plan_signature(ExecutionPlan.from_dict(r.info["plan"])): r.seconds
                 for r in RecordStore(str(tmp_path)).records}
     untuned = compile_programs(tiny_model(), hw)
@@ -99,7 +108,7 @@ def test_hbm_elk_schedule_uses_measured_points_and_stays_exact(tmp_path):
     assert tvm_icca.last_run_stats(timing=False)["tuned_ops"] == [op.name]
 
 
-def test_meta_schedule_database_context_applies_records(tmp_path):
+def test_meta_schedule_database_context_applies_records(tuned_small_chip):
     """``with database:`` (meta_schedule's own context) works as use_database does, for the
     ICCA database and for TVM's JSONDatabase over the same files."""
     from tvm.s_tir import meta_schedule as ms
@@ -107,11 +116,11 @@ def test_meta_schedule_database_context_applies_records(tmp_path):
     from tvm_icca.tuning.database import database_class
 
     hw = tvm_icca.small_chip()
-    tvm_icca.tune(tiny_model(), str(tmp_path), hw, max_trials=12, batch_size=4, progress=False)
-    with tvm_icca.use_database(str(tmp_path)):
+    work_dir, _ = tuned_small_chip
+    with tvm_icca.use_database(work_dir):
         expected = compile_programs(tiny_model(), hw)
     assert expected.tuned_ops
-    for database in (database_class()(str(tmp_path)), ms.database.JSONDatabase(work_dir=str(tmp_path))):
+    for database in (database_class()(work_dir), ms.database.JSONDatabase(work_dir=work_dir)):
         with database:
             compiled = compile_programs(tiny_model(), hw)
         assert compiled.tuned_ops == expected.tuned_ops
