@@ -41,7 +41,7 @@ from runtime_sim.program import ExecutionPlan, TensorExpr
 from ..plans import AnalyticCostModel, PlannedOp
 from ..plans.mapping import choose_core_order
 from .candidates import fits, plan_signature
-from .database import RecordStore, StoredRecord, _annotation
+from .database import RecordStore, StoredRecord, plan_annotation
 from .hook import PlanRequest, plan_hook
 from .tasks import expr_digest, hardware_digest, unmapped
 
@@ -204,7 +204,7 @@ def hook_for_database(database: object) -> TunedPlans:
         return TunedPlans(store)
     records = []
     for rec in database.get_all_tuning_records():  # type: ignore[attr-defined]
-        info = _annotation(rec.trace.as_json())
+        info = plan_annotation(rec.trace.as_json())
         if not info or not rec.run_secs:
             continue
         seconds = [float(x) for x in rec.run_secs]

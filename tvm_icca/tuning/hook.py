@@ -34,8 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..plans.mapping import Producer
 
 __all__ = ["PlanHook", "PlanRequest", "active_hook", "compiled_with_hook", "database_scope",
-           "measured_plans",
-           "plan_hook", "planned_with_hook"]
+           "measured_plans", "plan_hook", "planned_with_hook"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,10 @@ class PlanRequest:
 
 
 class PlanHook(Protocol):
+    """A plan hook. It may also have ``measured_plans(expr, hw)`` (the plans it has
+    measurements of, read by the Elk pass: :func:`measured_plans`) and ``compiled(programs)``
+    (told the final programs: :func:`compiled_with_hook`)."""
+
     def plan(self, request: PlanRequest, planned: "PlannedOp") -> "PlannedOp":
         """The plan to use for ``request`` (``planned``: the compiler's own)."""
 
