@@ -77,6 +77,10 @@ def test_hbm_elk_schedule_uses_measured_points_and_stays_exact(tmp_path):
                 for r in RecordStore(str(tmp_path)).records}
     untuned = compile_programs(tiny_model(), hw)
     assert untuned.preload is not None and not untuned.tuned_ops
+    # the session measured every execute-state point the untuned Elk pass trades off
+    [plain] = preload_tables.operator_tables(untuned.programs, hw, PlanCache())
+    assert len(plain.execs) > 1
+    assert all(plan_signature(p.plan.plan) in measured for p in plain.execs)
     with tvm_icca.use_database(str(tmp_path)) as tuned:
         compiled = compile_programs(tiny_model(), hw)
         [table] = preload_tables.operator_tables(compiled.programs, hw, PlanCache())

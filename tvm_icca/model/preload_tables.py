@@ -143,18 +143,25 @@ def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
     """(plan, time, traffic time) from the fastest (the region planner's plan) down the
     budget ladder."""
     first = OpLayout(op.expr, op.plan, hw.cores_per_chip)
-    fastest = first.memory_bytes_per_core()
     cost = AnalyticCostModel()(first, hw)  # what the region planner estimated for it
     points = [(op.plan, op.estimated_time_s or cost.time_s, _traffic(cost))]
-    if fastest < hw.usable_sram_bytes * LADDER_MIN_SHARE:
-        return points  # too small to be worth shrinking (and tight budgets search longest)
-    for fraction in BUDGET_LADDER:
+    for budget in ladder_budgets(first.memory_bytes_per_core(), hw):
         try:
-            planned = cache.plan(op.expr, hw, None, int(fastest * fraction), op.name, hbm)
+            planned = cache.plan(op.expr, hw, None, budget, op.name, hbm)
         except PlanNotFoundError:
             break
         points.append((planned.plan, planned.time_s, _traffic(planned.cost)))
     return points
+
+
+def ladder_budgets(fastest_bytes: int, hw: HardwareSpec) -> list[int]:
+    """The budgets of the smaller execute-state plans of an operator whose fastest plan takes
+    ``fastest_bytes`` per core (:data:`BUDGET_LADDER`; none below :data:`LADDER_MIN_SHARE`:
+    too small to be worth shrinking, and tight budgets search longest). A tuning session on a
+    chip with HBM measures these plans too (:mod:`tvm_icca.tuning.session`)."""
+    if fastest_bytes < hw.usable_sram_bytes * LADDER_MIN_SHARE:
+        return []
+    return [int(fastest_bytes * fraction) for fraction in BUDGET_LADDER]
 
 
 def _with_records(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
