@@ -34,10 +34,10 @@ measured plans no larger than the operator's plan join as points, and the points
 measurement take their analytic time scaled by the median measured/analytic ratio of the
 operator's records (the analytic model is off by a factor per operator -- 2.2x for the
 compiler's plan of the 64-core test chip's matmul -- and unscaled an unmeasured point would
-look faster than the measured ones). The Pareto
-front of these (time vs space) is what the Elk scheduler trades off. Records carry simulated
-seconds; the compiler reads them (:func:`tvm_icca.tuning.hook.measured_plans`) and never
-measures.
+look faster than the measured ones). The Pareto front of these (time vs space) is what the
+Elk scheduler trades off. Records carry simulated seconds; the compiler reads them
+(:func:`tvm_icca.tuning.hook.measured_plans`) and never measures. A tuning session on a chip
+with HBM measures the compiler's ladder plans (:func:`ladder_budgets`) with its own plan.
 """
 
 from __future__ import annotations
