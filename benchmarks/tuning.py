@@ -7,8 +7,8 @@ model's top-1 / top-5 recall of the truly best measured plan among that task's m
 candidates, the learned model trained on the *other* tasks' records only (held out).
 
 Full setting (issue 12): ``bert-large`` batch 4 and ``resnet18`` batch 1 on ``ipu-mk2``,
-``llama2-13b`` decode on ``ipu-pod4-hbm`` (where the Elk pass picks execute-state plans itself:
-tuned plans do not reach it yet, see tvm_icca/tuning/apply.py). Small variant (minutes)::
+``llama2-13b`` decode on ``ipu-pod4-hbm`` (where the Elk pass trades off execute-state points
+with measured times, see tvm_icca/model/preload_tables.py). Small variant (minutes)::
 
     .venv/bin/python benchmarks/tuning.py --models resnet18 --trials 16 --max-tasks 6
 
@@ -42,6 +42,9 @@ SETTINGS = {
     "resnet18": ({"batch": 1}, "ipu-mk2"),
     "llama2-13b": ({"batch": 1}, "ipu-pod4-hbm"),
 }
+
+#: Models with layers to cut (``--layers``); the CNN is kept whole.
+LAYERED = ("bert-large", "llama2-13b")
 
 
 def _recall(order: list[int], best: int, k: int) -> float:
@@ -81,7 +84,7 @@ def ranking_quality(store: RecordStore, tasks) -> dict:
 
 def run(model: str, trials: int, max_tasks: int | None, jobs: int, layers: int | None) -> dict:
     kwargs, hw_name = SETTINGS[model]
-    if layers is not None:
+    if layers is not None and model in LAYERED:
         kwargs = {**kwargs, "num_layers": layers}
     hw = tvm_icca.preset(hw_name)
     workload = get_workload(model, **kwargs)
@@ -92,7 +95,8 @@ def run(model: str, trials: int, max_tasks: int | None, jobs: int, layers: int |
         tune_s = time.perf_counter() - start
         untuned = compile_programs(workload, hw).simulate().total_s
         with tvm_icca.use_database(work_dir) as tuned:
-            tuned_s = compile_programs(workload, hw).simulate().total_s
+            compiled = compile_programs(workload, hw)
+        tuned_s = compiled.simulate().total_s
         store = RecordStore(work_dir)
         quality = ranking_quality(store, extract_tasks(workload, hw))
         curves = {}
@@ -103,7 +107,8 @@ def run(model: str, trials: int, max_tasks: int | None, jobs: int, layers: int |
     return {"model": model, "hw": hw_name, "config": kwargs, "trials_per_task": trials,
             "tasks_tuned": len(summary.results), "tune_wall_s": tune_s,
             "untuned_latency_s": untuned, "tuned_latency_s": tuned_s,
-            "speedup": untuned / tuned_s, "applied_ops": len(tuned.applied), **quality,
+            "speedup": untuned / tuned_s, "applied_ops": len(tuned.applied), "tuned_ops": len(compiled.tuned_ops),
+            "elk": compiled.preload is not None, **quality,
             "convergence": {k: [v / c[0] for v in c] for k, c in curves.items() for c in [c]}}
 
 
@@ -115,18 +120,27 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None, help="keep only N layers (LLMs, BERT)")
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args()
+    command = "benchmarks/tuning.py " + " ".join(sys.argv[1:])
     rows = [run(m, args.trials, args.max_tasks, args.jobs, args.layers) for m in args.models]
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "tuning.json")
     with open(out, "w") as f:
-        json.dump(rows, f, indent=1)
-    head = "| model | chip | tasks | trials/task | tune s | untuned ms | tuned ms | speedup | top-1 learned/analytic | top-5 learned/analytic |"
-    print(head)
+        json.dump({"command": command, "rows": rows}, f, indent=1)
+    lines = [f"Produced by `.venv/bin/python {command}` (simulated latencies; tune s is wall time "
+             "on a shared 2-core machine).", "",
+             "| model | chip | config | tasks | trials/task | tune s | untuned ms | tuned ms | speedup "
+             "| tuned ops | top-1 learned/analytic | top-5 learned/analytic |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-        print(f"| {r['model']} | {r['hw']} | {r['tasks_tuned']} | {r['trials_per_task']} | "
-              f"{r['tune_wall_s']:.0f} | {r['untuned_latency_s'] * 1e3:.4f} | {r['tuned_latency_s'] * 1e3:.4f} | "
-              f"{r['speedup']:.3f}x | {fmt(r['learned_top1'])}/{fmt(r['analytic_top1'])} | "
-              f"{fmt(r['learned_top5'])}/{fmt(r['analytic_top5'])} |")
+        config = ", ".join(f"{k}={v}" for k, v in r["config"].items())
+        lines.append(
+            f"| {r['model']} | {r['hw']} | {config} | {r['tasks_tuned']} | {r['trials_per_task']} | "
+            f"{r['tune_wall_s']:.0f} | {r['untuned_latency_s'] * 1e3:.4f} | {r['tuned_latency_s'] * 1e3:.4f} | "
+            f"{r['speedup']:.3f}x | {r['tuned_ops']} | {fmt(r['learned_top1'])}/{fmt(r['analytic_top1'])} | "
+            f"{fmt(r['learned_top5'])}/{fmt(r['analytic_top5'])} |")
+    print("\n".join(lines))
+    with open(os.path.join(os.path.dirname(out), "tuning.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
     try:
         import matplotlib  # pylint: disable=import-outside-toplevel
 
@@ -135,9 +149,12 @@ def main() -> None:
     except ImportError:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
+    colors = dict(zip(SETTINGS, ("tab:blue", "tab:orange", "tab:green")))
     for r in rows:
-        for curve in r["convergence"].values():
-            ax.plot(range(1, len(curve) + 1), curve, alpha=0.5)
+        for k, curve in enumerate(r["convergence"].values()):
+            ax.plot(range(1, len(curve) + 1), curve, alpha=0.6, color=colors[r["model"]],
+                    label=r["model"] if k == 0 else None)
+    ax.legend()
     ax.set_xlabel("trials")
     ax.set_ylabel("best measured / first measured (compiler's plan)")
     fig.tight_layout()

@@ -969,7 +969,9 @@ class SimulatedDevice:
         ``distributed_bytes`` (what distribution moved between cores,
         :attr:`~runtime_sim.preload.Distribution.total_bytes`), per operator too:
         :func:`runtime_sim.preload.op_preload`, the count the timing simulator reports.
-        ``peak_preload_bytes_per_core`` is the most preload space a core held. Under design
+        ``peak_preload_bytes_per_core`` is the most preload space a core held.
+        ``tuned_ops`` names the operators of the run whose plan came from tuning records
+        (:attr:`~runtime_sim.program.OpProgram.tuned`), each once. Under design
         ``"ideal"`` preloading has its own SRAM: ``peak_sram_bytes_per_core`` is then the
         execution side alone. All are 0 without a stream.
 
@@ -1021,6 +1023,9 @@ class SimulatedDevice:
             "preloads": total("preloads"),
             "executes": total("executes"),
             "peak_preload_bytes_per_core": peak("peak_preload_bytes_per_core"),
+            # operators whose plan came from tuning records (OpProgram.tuned), once each
+            "tuned_ops": list(dict.fromkeys(op.name for p in self._run.programs for op in p.ops
+                                            if op.tuned)),
             "regions": regions,
         }
 

@@ -520,6 +520,10 @@ class OpProgram:
     #: The operator in the user's words, from its composite (``"conv2d + bias + relu"``):
     #: what messages call it (its name is generated from TVM's region symbol).
     label: str = ""
+    #: Whether ``plan`` came from tuning records (``tvm_icca.use_database``) rather than the
+    #: compiler's own search: provenance for reports (run statistics count such operators),
+    #: never read by execution or timing.
+    tuned: bool = False
 
     def describe(self) -> str:
         """The operator as a message names it (:func:`runtime_sim.errors.describe_operator`)."""
@@ -548,6 +552,8 @@ class OpProgram:
             out["preload_chunks"] = [[int(t), int(s)] for t, s in self.preload_chunks]
         if self.label:
             out["label"] = self.label
+        if self.tuned:
+            out["tuned"] = True
         return out
 
     @classmethod
@@ -566,6 +572,7 @@ class OpProgram:
                              _list(d.get("preload_chunks", ()), "preload_chunks"))
             ),
             label=_name(d.get("label", ""), "operator label", empty=True),
+            tuned=_bool(d.get("tuned", False), "tuned"),
         )
 
 

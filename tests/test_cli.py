@@ -191,6 +191,25 @@ def test_simulate_design_choice(capsys):
     assert code == 2 and "has none" in err and "Traceback" not in err
 
 
+def test_tune_then_simulate_and_compile_with_the_records(models, tmp_path, capsys):
+    work_dir = str(tmp_path / "records")
+    code, out, err = _main(capsys, "tune", models["mlp"], "--work-dir", work_dir, "--trials", "6",
+                           "--hw", "ipu-mk2", "--no-progress")
+    assert code == 0, err
+    assert "gain" in out and "simulated latency: untuned" in out
+    tuned = int(out.split("operators compiled with tuned plans: ")[1].split()[0])
+    # (the compiler's plan of this small matmul is already the best measured on ipu-mk2: the
+    # positive case is tests/test_tuning_apply.py's, on a smaller chip; here the reports agree)
+    code, out, err = _main(capsys, "simulate", models["mlp"], "--hw", "ipu-mk2", "--database",
+                           work_dir, "--json", "--no-progress")
+    assert code == 0, err
+    assert len(json.loads(out)["compile"]["tuned_ops"]) == tuned
+    code, out, err = _main(capsys, "compile", models["mlp"], "--hw", "ipu-mk2", "--database",
+                           work_dir, "-o", str(tmp_path / "mlp.so"))
+    assert code == 0, err
+    assert f"operators compiled with tuned plans: {tuned}" in out
+
+
 # Every row: arguments (MLP = the ONNX file, LIB = its library, MISSING = a missing path,
 # NODIR = a path in a directory that does not exist), then a fragment of the message.
 BAD_ARGUMENTS = [
@@ -213,6 +232,9 @@ BAD_ARGUMENTS = [
     (["simulate", "MLP", "--shape", "x=1,64", "--shape", "x=2,64"], "twice"),
     (["simulate", "bert-large", "--shape", "x=1"], "ONNX files"),
     (["simulate", "bert-large", "--model", "resnet18"], "two models"),
+    (["simulate", "MLP", "--database", "MISSING"], "no such directory"),
+    (["simulate", "MLP", "--database", "TMPDIR"], "holds no tuning records"),
+    (["compile", "MLP", "--database", "TMPDIR"], "holds no tuning records"),
     (["compile", "MISSING"], "no such file"),
     (["compile", "MLP", "-o", "NODIR"], "does not exist"),
     (["compile", "MLP", "-o", "MLP"], "overwrite"),

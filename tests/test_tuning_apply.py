@@ -3,24 +3,37 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tvm
 import tvm.testing
 from tvm import relax
 
+from runtime_sim.program import ExecutionPlan
+
 import tvm_icca
 from tvm_icca.programs import compile_programs
+from tvm_icca.region import PlanCache
 
 from test_tuning_session import tiny_model
 
 
-def test_tuned_plan_is_compiled_and_exact(tmp_path):
+@pytest.fixture(scope="module")
+def tuned_small_chip(tmp_path_factory):
+    """A work directory of records of the tiny model on the default small chip (one session
+    shared by the tests that only read it)."""
+    work_dir = str(tmp_path_factory.mktemp("tuned"))
+    summary = tvm_icca.tune(tiny_model(), work_dir, tvm_icca.small_chip(), max_trials=12,
+                            batch_size=4, progress=False)
+    return work_dir, summary
+
+
+def test_tuned_plan_is_compiled_and_exact(tuned_small_chip):
     hw = tvm_icca.small_chip()
-    summary = tvm_icca.tune(tiny_model(), str(tmp_path), hw, max_trials=12, batch_size=4,
-                            progress=False)
+    work_dir, summary = tuned_small_chip
     [result] = summary.results
     assert result.best_s < result.untuned_s  # the simulator prefers another plan here
     untuned = compile_programs(tiny_model(), hw)
-    with tvm_icca.use_database(str(tmp_path)) as tuned:
+    with tvm_icca.use_database(work_dir) as tuned:
         timed = compile_programs(tiny_model(), hw)
         with tvm_icca.use_hardware(hw):
             ex = tvm.compile(tiny_model(), target="icca")
@@ -47,3 +60,73 @@ def test_record_of_another_chip_is_ignored(tmp_path):
     assert not tuned.applied
     assert any("ignored" in note for note in tuned.notes)
     assert compiled.programs[0].ops[0].plan == plain.programs[0].ops[0].plan
+
+
+HBM_CHIP = dict(num_cores=64, sram_bytes_per_core=64 * 1024, hbm_bandwidth=64e9, hbm_controllers=4)
+
+
+def test_hbm_elk_schedule_uses_measured_points_and_stays_exact(tmp_path):
+    """On a chip with HBM the Elk pass trades off measured execute-state points."""
+    from tvm_icca.model import preload_tables
+    from tvm_icca.tuning.candidates import plan_signature
+    from tvm_icca.tuning.database import RecordStore
+
+    hw = tvm_icca.small_chip(**HBM_CHIP)
+    tvm_icca.tune(tiny_model(), str(tmp_path), hw, max_trials=10, batch_size=4, progress=False)
+    measured = {plan_signature(ExecutionPlan.from_dict(r.info["plan"])): r.seconds
+                for r in RecordStore(str(tmp_path)).records}
+    untuned = compile_programs(tiny_model(), hw)
+    assert untuned.preload is not None and not untuned.tuned_ops
+    # the session measured every execute-state point the untuned Elk pass trades off
+    [plain] = preload_tables.operator_tables(untuned.programs, hw, PlanCache())
+    assert len(plain.execs) > 1
+    assert all(plan_signature(p.plan.plan) in measured for p in plain.execs)
+    with tvm_icca.use_database(str(tmp_path)) as tuned:
+        compiled = compile_programs(tiny_model(), hw)
+        [table] = preload_tables.operator_tables(compiled.programs, hw, PlanCache())
+        with tvm_icca.use_hardware(hw):
+            ex = tvm.compile(tiny_model(), target="icca")
+    assert compiled.preload is not None
+    [op] = compiled.programs[0].ops
+    assert op.plan != untuned.programs[0].ops[0].plan and op.tuned
+    assert compiled.tuned_ops == [op.name] == tuned.tuned_ops
+    assert "operators compiled with tuned plans: 1" in tuned.report()
+    # every point with a record carries its measured seconds; records add points of their own
+    recorded = [p for p in table.execs if plan_signature(p.plan.plan) in measured]
+    assert recorded and all(p.time_s == pytest.approx(measured[plan_signature(p.plan.plan)])
+                            for p in recorded)
+    assert any(p.plan.tuned for p in table.execs[1:])
+    times = [p.time_s for p in table.execs]
+    assert times == sorted(times) and [p.space for p in table.execs] == sorted(
+        (p.space for p in table.execs), reverse=True)
+    # the schedule executes the measured point it chose, with that time as its estimate
+    assert op.estimated_time_s == pytest.approx(measured[plan_signature(op.plan)])
+    assert compiled.simulate().total_s <= untuned.simulate().total_s
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 96)).astype("float32")
+    w = rng.standard_normal((96, 32)).astype("float32")
+    b = rng.standard_normal(32).astype("float32")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), tvm.runtime.tensor(b)).numpy()
+    tvm.testing.assert_allclose(out, np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-5)
+    assert tvm_icca.last_run_stats(timing=False)["tuned_ops"] == [op.name]
+
+
+def test_meta_schedule_database_context_applies_records(tuned_small_chip):
+    """``with database:`` (meta_schedule's own context) works as use_database does, for the
+    ICCA database and for TVM's JSONDatabase over the same files."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_icca.tuning.database import database_class
+
+    hw = tvm_icca.small_chip()
+    work_dir, _ = tuned_small_chip
+    with tvm_icca.use_database(work_dir):
+        expected = compile_programs(tiny_model(), hw)
+    assert expected.tuned_ops
+    for database in (database_class()(work_dir), ms.database.JSONDatabase(work_dir=work_dir)):
+        with database:
+            compiled = compile_programs(tiny_model(), hw)
+        assert compiled.tuned_ops == expected.tuned_ops
+        assert compiled.programs[0].ops[0].plan == expected.programs[0].ops[0].plan
+    assert not compile_programs(tiny_model(), hw).tuned_ops  # outside the block: untuned

@@ -87,6 +87,12 @@ class CompiledModel:
         """Relax operators left to the host."""
         return sum(self.op_counts["host"].values())
 
+    @property
+    def tuned_ops(self) -> list[str]:
+        """Operators whose plan came from tuning records (:func:`tvm_icca.use_database`, or
+        meta_schedule's ``with database:``), each once, in execution order."""
+        return list(dict.fromkeys(op.name for p in self.programs for op in p.ops if op.tuned))
+
     def input_bytes(self) -> dict[str, int]:
         """Bytes of program inputs per source (``host``, ``hbm``, ``chip``)."""
         totals: collections.Counter[str] = collections.Counter()
@@ -109,6 +115,7 @@ class CompiledModel:
             "input_bytes": self.input_bytes(),
             "compile_s": self.compile_s,
             "plan_cache": dict(self.plan_cache),
+            "tuned_ops": self.tuned_ops,
             **({"preload": self.preload.to_dict()} if self.preload is not None else {}),
         }
 

@@ -303,11 +303,12 @@ def plan_region(
             planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget,
                                     name=op.describe(), hbm_inputs=hbm, producers=producers)
         # tuning records (tvm_icca.use_database) may replace the plan; no-op otherwise
+        own = planned
         planned = planned_with_hook(PlanRequest(op.name, op.expr, hw, budget, hbm, producers), planned)
         layouts[op.output_name] = OpLayout(op.expr, planned.plan, hw.cores_per_chip)
         out_bytes.append(planned.layout.partition_bytes(len(op.expr.tensors) - 1))
         ops.append(OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
-                             planned.time_s, label=op.label))
+                             planned.time_s, label=op.label, tuned=planned is not own))
         budgets.append(budget)
     return ops, budgets
 

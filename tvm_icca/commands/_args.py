@@ -16,6 +16,7 @@ import os
 __all__ = [
     "UsageError", "positive_int", "nonneg_int", "finite_float", "unit_float", "existing_file",
     "writable_path", "shape_arg", "shape_dict", "hardware_preset", "nonneg_float",
+    "tuning_records",
 ]
 
 
@@ -83,6 +84,18 @@ def existing_file(text: str) -> str:
         raise argparse.ArgumentTypeError(f"'{text}' is a directory, not a file")
     if not os.access(text, os.R_OK):
         raise argparse.ArgumentTypeError(f"cannot read '{text}' (permission denied)")
+    return text
+
+
+def tuning_records(text: str) -> str:
+    """A tuning work directory holding records (``tvm-icca tune --work-dir``)."""
+    from ..tuning.database import RECORD_FILE  # pylint: disable=import-outside-toplevel
+
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"no such directory: '{text}'")
+    if not os.path.exists(os.path.join(text, RECORD_FILE)):
+        raise argparse.ArgumentTypeError(f"'{text}' holds no tuning records ({RECORD_FILE}); "
+                                         "create them with `tvm-icca tune --work-dir`")
     return text
 
 

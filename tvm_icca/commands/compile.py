@@ -27,7 +27,8 @@ from typing import Any
 
 from ..model.planner import PRELOAD_CHOICES
 from ..hardware import preset
-from ._args import UsageError, existing_file, hardware_preset, shape_arg, shape_dict, writable_path
+from ._args import (UsageError, existing_file, hardware_preset, shape_arg, shape_dict, tuning_records,
+                    writable_path)
 
 #: Name of the Relax function that returns the library's signature (JSON).
 SIGNATURE_FUNCTION = "icca_signature"
@@ -51,6 +52,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="HBM preload design on a chip with HBM (Elk §6.1; default elk-full)")
     parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",
                         help="static shape of an input with symbolic dimensions (repeatable)")
+    parser.add_argument("--database", metavar="DIR", type=tuning_records, default=None,
+                        help="tuning records (the --work-dir of `tvm-icca tune`): compile with "
+                        "the best measured plan of every operator that has one")
     parser.set_defaults(func=_run)
     return parser
 
@@ -145,6 +149,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..frontend import compile as icca_compile
     from ..frontend import load_onnx
     from ..partition import format_report, partition_for_icca, partition_report
+    from ..tuning.apply import optional_database
 
     if args.design is not None and preset(args.hw).hbm_bandwidth <= 0:
         raise UsageError(f"--design applies to chips with HBM; '{args.hw}' has none")
@@ -156,8 +161,11 @@ def _run(args: argparse.Namespace) -> int:
     mod = load_onnx(args.model, shapes)
     partitioned = partition_for_icca(mod, args.hw)
     print(format_report(partition_report(partitioned, args.hw)))
-    executable = icca_compile(with_signature(partitioned, signature_of(mod, args.model, args.hw, shapes)),
-                              args.hw, preload=args.design)
+    with optional_database(args.database) as tuned:
+        executable = icca_compile(with_signature(partitioned, signature_of(mod, args.model, args.hw, shapes)),
+                                  args.hw, preload=args.design)
+    if tuned is not None:
+        print(tuned.report())
     executable.export_library(output)
     print(f"wrote {output} (run it with: tvm-icca run {output})")
     return 0

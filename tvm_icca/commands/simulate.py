@@ -24,7 +24,7 @@ from typing import Any
 
 from ..model.planner import PRELOAD_CHOICES
 from ._args import (UsageError, hardware_preset, nonneg_int, positive_int, shape_arg, shape_dict,
-                    writable_path)
+                    tuning_records, writable_path)
 
 #: Keys ``--json`` always has at the top level.
 SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
@@ -62,6 +62,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="zoo: float16 (default) or float32")
     parser.add_argument("--tiny", action="store_true",
                         help="zoo: the model's small test config (same architecture, few channels)")
+    parser.add_argument("--database", metavar="DIR", type=tuning_records, default=None,
+                        help="tuning records (the --work-dir of `tvm-icca tune`): compile with "
+                        "the best measured plan of every operator that has one")
     parser.add_argument("--trace", metavar="PATH", type=writable_path,
                         help="write a Chrome trace (chrome://tracing, Perfetto)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -148,6 +151,7 @@ def _load(args: argparse.Namespace, model: str) -> tuple[Any, str, str, dict[str
 def _run(args: argparse.Namespace) -> int:
     from ..hardware import resolve_hardware  # pylint: disable=import-outside-toplevel
     from ..programs import compile_programs  # pylint: disable=import-outside-toplevel
+    from ..tuning.apply import optional_database  # pylint: disable=import-outside-toplevel
 
     model_arg = _model_argument(args)
     hw = resolve_hardware(args.hw)
@@ -157,7 +161,8 @@ def _run(args: argparse.Namespace) -> int:
     named = {} if hasattr(model, "config") else {"name": name}
     if args.design is not None and hw.hbm_bandwidth <= 0:
         raise UsageError(f"--design applies to chips with HBM; '{hw.name}' has none")
-    compiled = compile_programs(model, hw, progress=progress, preload=args.design, **named)
+    with optional_database(args.database) as tuned:
+        compiled = compile_programs(model, hw, progress=progress, preload=args.design, **named)
     start = time.perf_counter()
     report = compiled.simulate(trace=bool(args.trace), progress=progress)
     simulate_s = time.perf_counter() - start
@@ -189,6 +194,8 @@ def _run(args: argparse.Namespace) -> int:
         pre = compiled.preload
         print(f"  preload design {pre.design}: planned in {pre.planning_s:.2f} s, "
               f"{pre.preloads} preloads, compiler estimate {pre.estimated_s * 1e3:.3f} ms")
+    if tuned is not None:
+        print("  " + tuned.report().replace("\n", "\n  "))
     print(report.table(max_ops=args.max_ops))
     if args.trace:
         print(f"trace written to {args.trace}")

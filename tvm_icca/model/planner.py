@@ -52,6 +52,7 @@ from ..device_entry import raise_through_ffi
 from ..hardware import HardwareLike, hardware_from_json, resolve_hardware
 from ..partition import HARDWARE_ATTR, icca_regions, is_partitioned, partition_for_icca
 from ..region import EXECUTION_MODELS, PlanCache, compile_region, extract_region
+from ..tuning.hook import compiled_with_hook, database_scope
 from .calls import CHIP, STATE, argument_origins, default_resident, host_reads, main_function
 from .calls import largest_activations, on_chip_reservation, region_call_order, region_gvars
 from .idle_active import ModelPlan, reconcile_regions
@@ -155,7 +156,10 @@ def plan_device_programs(
             chip = spec if spec is not None else _module_hardware(mod)
             cache = plan_cache if plan_cache is not None else PlanCache()
             order = region_call_order(mod)
-            programs, model_plan, preloads = _decide(mod, order, chip, opts, cache, progress)
+            # inside meta_schedule's `with database:` its ICCA records apply (tuning.hook)
+            with database_scope():
+                programs, model_plan, preloads = _decide(mod, order, chip, opts, cache, progress)
+                compiled_with_hook(programs)  # tell tuning which operators kept tuned plans
             mod = _attach(mod, order, programs, model_plan)
             if preloads is not None:
                 mod = mod.with_attr(PRELOAD_PLAN_ATTR, json.dumps(preloads.to_dict(), separators=(",", ":")))

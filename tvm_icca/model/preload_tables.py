@@ -26,12 +26,25 @@ Times are analytic (the plan cost model, links at ``hw.link_bandwidth`` per core
 ``hw.hbm_bandwidth``, the host at ``hw.host_bandwidth``); the timing simulator measures the
 resulting program with routed phases and contention. Identical operators (same structure,
 plan and sources) share one table.
+
+With tuning records (:func:`tvm_icca.use_database`, issue 12 item 4) the execute-state
+points of an operator that has records are built from measurements where there are some
+(:func:`_with_records`): a point whose plan was measured takes its measured seconds, the
+measured plans no larger than the operator's plan join as points, and the points without a
+measurement take their analytic time scaled by the median measured/analytic ratio of the
+operator's records (the analytic model is off by a factor per operator -- 2.2x for the
+compiler's plan of the 64-core test chip's matmul -- and unscaled an unmeasured point would
+look faster than the measured ones). The Pareto front of these (time vs space) is what the
+Elk scheduler trades off. Records carry simulated seconds; the compiler reads them
+(:func:`tvm_icca.tuning.hook.measured_plans`) and never measures. A tuning session on a chip
+with HBM measures the compiler's ladder plans (:func:`ladder_budgets`) with its own plan.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from typing import Sequence
 
 from runtime_sim.errors import PlanNotFoundError
@@ -47,6 +60,7 @@ from runtime_sim.stream import input_sources
 from ..elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
 from ..plans.cost import AnalyticCostModel, PlanCost
 from ..region import PlanCache
+from ..tuning.hook import measured_plans
 
 #: Budgets (fractions of the fastest plan's footprint) of the smaller execute-state plans.
 BUDGET_LADDER = (0.6, 0.36, 0.22)
@@ -56,6 +70,15 @@ BUDGET_LADDER = (0.6, 0.36, 0.22)
 LADDER_MIN_SHARE = 1 / 32
 #: At most this many chunk counts per input (1, the replica count, and divisors between).
 MAX_CHUNK_OPTIONS = 5
+
+
+@dataclass(frozen=True)
+class ExecChoice:
+    """The handle of an execute-state point (:attr:`ExecPoint.plan`): the plan, and whether
+    it came from tuning records (reports count such operators as tuned)."""
+
+    plan: ExecutionPlan
+    tuned: bool = False
 
 
 def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
@@ -97,12 +120,17 @@ def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int
     offchip = tuple(sorted(hbm + host))
     execs: list[ExecPoint] = []
     preloads: list[tuple[PreloadPoint, ...]] = []
-    for plan, time_s, traffic_s in _exec_ladder(op, hbm, hw, cache):
+    points = [(plan, time_s, traffic_s, op.tuned and k == 0)
+              for k, (plan, time_s, traffic_s) in enumerate(_exec_ladder(op, hbm, hw, cache))]
+    measured = measured_plans(op.expr, hw)
+    if measured:
+        points = _with_records(op, hbm, hw, points, measured)
+    for plan, time_s, traffic_s, tuned in points:
         layout = OpLayout(op.expr, plan, hw.cores_per_chip)
         space = layout.memory_bytes_per_core()
         if execs and not (space < execs[-1].space and time_s > execs[-1].time_s):
             continue  # not on the frontier
-        execs.append(ExecPoint(time_s, space, min(traffic_s, time_s), plan))
+        execs.append(ExecPoint(time_s, space, min(traffic_s, time_s), ExecChoice(plan, tuned)))
         if offchip:
             preloads.append(_preload_points(layout, offchip, hbm, host, hw))
     offchip_bytes = float(sum(op.expr.inputs[t].nbytes for t in offchip))
@@ -115,18 +143,70 @@ def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
     """(plan, time, traffic time) from the fastest (the region planner's plan) down the
     budget ladder."""
     first = OpLayout(op.expr, op.plan, hw.cores_per_chip)
-    fastest = first.memory_bytes_per_core()
     cost = AnalyticCostModel()(first, hw)  # what the region planner estimated for it
     points = [(op.plan, op.estimated_time_s or cost.time_s, _traffic(cost))]
-    if fastest < hw.usable_sram_bytes * LADDER_MIN_SHARE:
-        return points  # too small to be worth shrinking (and tight budgets search longest)
-    for fraction in BUDGET_LADDER:
+    for budget in ladder_budgets(first.memory_bytes_per_core(), hw):
         try:
-            planned = cache.plan(op.expr, hw, None, int(fastest * fraction), op.name, hbm)
+            planned = cache.plan(op.expr, hw, None, budget, op.name, hbm)
         except PlanNotFoundError:
             break
         points.append((planned.plan, planned.time_s, _traffic(planned.cost)))
     return points
+
+
+def ladder_budgets(fastest_bytes: int, hw: HardwareSpec) -> list[int]:
+    """The budgets of the smaller execute-state plans of an operator whose fastest plan takes
+    ``fastest_bytes`` per core (:data:`BUDGET_LADDER`; none below :data:`LADDER_MIN_SHARE`:
+    too small to be worth shrinking, and tight budgets search longest). A tuning session on a
+    chip with HBM measures these plans too (:mod:`tvm_icca.tuning.session`)."""
+    if fastest_bytes < hw.usable_sram_bytes * LADDER_MIN_SHARE:
+        return []
+    return [int(fastest_bytes * fraction) for fraction in BUDGET_LADDER]
+
+
+def _with_records(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
+                  ladder: list[tuple[ExecutionPlan, float, float, bool]],
+                  measured: Sequence[tuple[float, ExecutionPlan]]
+                  ) -> list[tuple[ExecutionPlan, float, float, bool]]:
+    """The execute-state points from measurements where there are some (module docstring):
+    fastest first, each smaller and slower than the one before."""
+    # tuning is loaded whenever records are in use; the compiler proper does not need it
+    from ..plans.mapping import choose_core_order  # pylint: disable=import-outside-toplevel
+    from ..tuning.candidates import fits, plan_signature  # pylint: disable=import-outside-toplevel
+
+    seconds = {plan_signature(plan): s for s, plan in measured}
+    cost_model = AnalyticCostModel()
+    layouts = [OpLayout(op.expr, plan, hw.cores_per_chip) for _, plan in measured]
+    analytic = [cost_model(layout, hw).time_s for layout in layouts]
+    ratios = [m / a for (m, _), a in zip(measured, analytic) if a > 0]
+    ratio = float(np.median(ratios)) if ratios else 1.0
+    points = []
+    for plan, time_s, traffic_s, tuned in ladder:
+        m = seconds.get(plan_signature(plan))
+        scale = m / time_s if m is not None and time_s > 0 else ratio
+        points.append((plan, m if m is not None else time_s * ratio, traffic_s * scale, tuned))
+    first_space = OpLayout(op.expr, op.plan, hw.cores_per_chip).memory_bytes_per_core()
+    known = {plan_signature(p) for p, *_ in ladder}
+    smallest = None  # a measured plan joins only if smaller than every faster measured one
+    for (m, plan), layout in zip(measured, layouts):  # fastest first
+        if plan_signature(plan) in known or fits(op.expr, plan, hw, first_space) is not None:
+            continue
+        space = layout.memory_bytes_per_core()
+        if smallest is not None and space >= smallest:
+            continue
+        smallest = space
+        mapped = choose_core_order(op.expr, plan, hw, hbm)
+        cost = cost_model(OpLayout(op.expr, mapped, hw.cores_per_chip), hw)
+        share = _traffic(cost) / cost.time_s if cost.time_s > 0 else 0.0
+        points.append((mapped, m, m * share, True))
+    # the Pareto front: fastest first, then each point smaller than all faster ones
+    spaces = [OpLayout(op.expr, p[0], hw.cores_per_chip).memory_bytes_per_core() for p in points]
+    front, last = [], None
+    for k in sorted(range(len(points)), key=lambda k: (points[k][1], spaces[k])):
+        if last is None or spaces[k] < last:
+            front.append(points[k])
+            last = spaces[k]
+    return front
 
 
 def _traffic(cost: PlanCost) -> float:

@@ -105,8 +105,8 @@ def _apply(programs: Sequence[DeviceProgram], tables: Sequence[OpTradeoffs],
             if table.preloads and table.preloads[e]:
                 k = schedule.preload_choice[flat]
                 chunks = tuple(table.preloads[e][k].chunks) if k >= 0 else ()
-            ops.append(dataclasses.replace(op, plan=point.plan, estimated_time_s=float(point.time_s),
-                                           preload_chunks=chunks))
+            ops.append(dataclasses.replace(op, plan=point.plan.plan, estimated_time_s=float(point.time_s),
+                                           preload_chunks=chunks, tuned=point.plan.tuned))
             flat += 1
         out.append(dataclasses.replace(
             program, ops=tuple(ops),

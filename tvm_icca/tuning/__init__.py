@@ -6,7 +6,11 @@ simulated device (:mod:`.measure`), learns which plans are fast (:mod:`.features
 :mod:`.cost_model`: XGBoost behind meta_schedule's ``PyCostModel``) and keeps every
 measurement as an ordinary meta_schedule ``TuningRecord`` in a work directory
 (:mod:`.database`). :func:`use_database` makes the one model-level compiler use the best
-record of every operator (:mod:`.apply`, through the narrow hook of :mod:`.hook`).
+record of every operator (:mod:`.apply`, through the narrow hook of :mod:`.hook`), and on a
+chip with HBM gives the Elk pass measured execute-state points
+(:mod:`tvm_icca.model.preload_tables`); meta_schedule's own ``with database:`` does the same.
+Operators compiled with tuned plans are marked (:attr:`runtime_sim.program.OpProgram.tuned`)
+and counted by ``CompiledModel.tuned_ops`` and the run statistics' ``tuned_ops``.
 
 Nothing heavy is imported here: the compiler imports :mod:`.hook` on every compilation, and
 ``import tvm`` must stay fast; meta_schedule and xgboost load when a session starts.

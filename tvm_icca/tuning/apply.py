@@ -18,7 +18,14 @@ operator's estimate stays the analytic model's. ``tuned.applied`` lists the oper
 used tuned plans, ``tuned.notes`` the records that were ignored and why.
 
 On a chip with HBM the Elk pass (:mod:`tvm_icca.model.preloads`) chooses each operator's
-execute-state plan itself after this hook; tuned plans do not reach its tables yet.
+execute-state plan after this hook, among points from the operator's plan (the tuned one when
+applied) down a ladder of smaller plans. With records it also asks :meth:`TunedPlans.measured_plans`:
+a point whose plan has a record takes its measured time, measured plans smaller than the
+operator's plan join the points, and the Elk schedule is computed from these
+(:func:`tvm_icca.model.preload_tables.operator_tables`).
+
+Inside meta_schedule's own ``with database:`` block the compiler does the same with that
+database's records (:func:`hook_for_database`, installed by :func:`.hook.database_scope`).
 """
 
 from __future__ import annotations
@@ -27,17 +34,18 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
-from runtime_sim.program import ExecutionPlan
+from runtime_sim.program import ExecutionPlan, TensorExpr
 
 from ..plans import AnalyticCostModel, PlannedOp
 from ..plans.mapping import choose_core_order
 from .candidates import fits, plan_signature
-from .database import RecordStore
+from .database import RecordStore, StoredRecord, plan_annotation
 from .hook import PlanRequest, plan_hook
 from .tasks import expr_digest, hardware_digest, unmapped
 
-__all__ = ["AppliedPlan", "TunedPlans", "use_database"]
+__all__ = ["AppliedPlan", "TunedPlans", "hook_for_database", "optional_database", "use_database"]
 
 
 @dataclass(frozen=True)
@@ -58,9 +66,12 @@ class AppliedPlan:
 class TunedPlans:
     """The plan hook of :func:`use_database` and what it did."""
 
-    store: RecordStore
+    store: "RecordStore | _DatabaseRecords"
     applied: list[AppliedPlan] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: operators of the compiled models whose final plan came from the records, after the
+    #: Elk pass on a chip with HBM (:attr:`runtime_sim.program.OpProgram.tuned`)
+    tuned_ops: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # (expr digest, hardware digest) -> plan signature -> (seconds, plan)
@@ -78,6 +89,7 @@ class TunedPlans:
             self._chips.setdefault(info["expr"], set()).add(rec.chip or "?")
         self._cost = AnalyticCostModel()
         self._noted: set[str] = set()
+        self._compiled = False
 
     def _note(self, text: str) -> None:
         if text not in self._noted:
@@ -112,11 +124,35 @@ class TunedPlans:
             return PlannedOp(expr, mapped, layout, self._cost(layout, hw), layout.memory_bytes_per_core())
         return planned
 
+    def measured_plans(self, expr: TensorExpr, hw: HardwareSpec) -> list[tuple[float, ExecutionPlan]]:
+        """(measured seconds, unmapped plan) of every recorded plan of ``expr`` on ``hw``
+        (this exact spec), fastest first (:func:`.hook.measured_plans`)."""
+        measured = self._best.get((expr_digest(expr), hardware_digest(hw)), {})
+        return sorted(measured.values(), key=lambda x: x[0])
+
+    def compiled(self, programs) -> None:
+        """The final programs of a compilation (:func:`.hook.compiled_with_hook`)."""
+        self._compiled = True
+        seen = set(self.tuned_ops)
+        for program in programs:
+            for op in program.ops:
+                if op.tuned and op.name not in seen:
+                    seen.add(op.name)
+                    self.tuned_ops.append(op.name)
+
     def report(self) -> str:
         """Which operators used tuned plans (one line each), then the notes."""
         lines = [f"tuned plans applied to {len(self.applied)} operator(s)"]
+        extra = [n for n in self.tuned_ops if n not in {a.op for a in self.applied}]
+        if extra:  # the Elk pass chose measured points of operators the planner kept
+            lines[0] += f"; the HBM preload schedule runs measured plans of {len(extra)} more"
+        dropped = [a.op for a in self.applied if a.op not in set(self.tuned_ops)]
+        if self._compiled and dropped:
+            lines[0] += f"; {len(dropped)} replaced by the HBM preload schedule"
         lines += [f"  {_short(a.op)} ({a.kind}): {a.untuned_s * 1e6:.3f} us -> {a.tuned_s * 1e6:.3f} us "
                   f"({a.gain:.2f}x)" for a in self.applied]
+        if self._compiled:
+            lines.append(f"operators compiled with tuned plans: {len(self.tuned_ops)}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -139,3 +175,39 @@ def use_database(work_dir: str) -> Iterator[TunedPlans]:
     tuned = TunedPlans(RecordStore(work_dir))
     with plan_hook(tuned):
         yield tuned
+
+
+@contextlib.contextmanager
+def optional_database(work_dir: str | None) -> Iterator[TunedPlans | None]:
+    """:func:`use_database` when ``work_dir`` is given, else nothing (yields None)."""
+    if work_dir is None:
+        yield None
+        return
+    with use_database(work_dir) as tuned:
+        yield tuned
+
+
+@dataclass
+class _DatabaseRecords:
+    """The ICCA records of any meta_schedule database, as :class:`TunedPlans` reads them."""
+
+    records: list[StoredRecord]
+
+
+def hook_for_database(database: object) -> TunedPlans:
+    """:func:`use_database`'s hook over a meta_schedule database: an ``IccaDatabase`` (its
+    record files, read robustly), or any other (``JSONDatabase``, ``MemoryDatabase``...)
+    through ``get_all_tuning_records``; records without an ``icca.plan`` annotation are not
+    ICCA records and are passed over."""
+    store = getattr(database, "store", None)
+    if isinstance(store, RecordStore):
+        return TunedPlans(store)
+    records = []
+    for rec in database.get_all_tuning_records():  # type: ignore[attr-defined]
+        info = plan_annotation(rec.trace.as_json())
+        if not info or not rec.run_secs:
+            continue
+        seconds = [float(x) for x in rec.run_secs]
+        chip = str(rec.target.attrs.get("model", "")) if rec.target is not None else ""
+        records.append(StoredRecord(-1, sum(seconds) / len(seconds), chip, info, []))
+    return TunedPlans(_DatabaseRecords(records))

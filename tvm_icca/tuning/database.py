@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 __all__ = ["PLAN_ANNOTATION", "RecordFileWarning", "RecordStore", "StoredRecord",
-           "database_class", "icca_target", "plan_of_trace", "plan_record"]
+           "database_class", "icca_target", "plan_annotation", "plan_of_trace", "plan_record"]
 
 #: Block annotation carrying the plan (and what it was tuned for) in a record's trace.
 PLAN_ANNOTATION = "icca.plan"
@@ -68,7 +68,7 @@ class StoredRecord:
     raw: list  # the TuningRecord JSON (for TuningRecord.from_json)
 
 
-def _annotation(trace_json: Any) -> dict | None:
+def plan_annotation(trace_json: Any) -> dict | None:
     """The ``icca.plan`` annotation of a trace in JSON form, or None."""
     try:
         insts = trace_json[0]
@@ -88,7 +88,7 @@ def plan_of_trace(trace: Any):
     """The :class:`~runtime_sim.program.ExecutionPlan` a schedule trace carries."""
     from runtime_sim.program import ExecutionPlan  # pylint: disable=import-outside-toplevel
 
-    info = _annotation(trace.as_json())
+    info = plan_annotation(trace.as_json())
     if info is None:
         raise ValueError(f"the trace carries no '{PLAN_ANNOTATION}' annotation")
     return ExecutionPlan.from_dict(info["plan"])
@@ -196,7 +196,7 @@ class RecordStore:
             if not 0 <= index < len(self.workloads) or self.workloads[index] is None:
                 raise ValueError(f"names workload line {index + 1}, which is missing or corrupt")
             seconds = [float(s) for s in rec[1]]
-            info = _annotation(rec[0])
+            info = plan_annotation(rec[0])
             chip = str((rec[2] or {}).get("model", ""))
         except (TypeError, ValueError, IndexError, AttributeError) as err:
             self._warn(path, lineno, f"not a tuning record ({err})")

@@ -5,7 +5,9 @@ Per task (:mod:`.tasks`, heaviest first), a session
 1. reads what the work directory already holds for it (a session resumes: earlier
    measurements count as trials, train the cost model and are never measured again);
 2. measures the compiler's own plan first (the baseline a tuned plan must beat,
-   :mod:`.apply`);
+   :mod:`.apply`) and, on a chip with HBM, the smaller execute-state plans the Elk pass
+   trades off against it (:func:`tvm_icca.model.preload_tables.ladder_budgets`), so the Elk
+   schedule of a tuned compile runs on measured points;
 3. then, batch by batch, ranks unmeasured candidates (:mod:`.candidates`: the analytic
    top-k and Pareto points, then mutations of the best measured plans) with the learned cost
    model (:mod:`.cost_model`; the analytic ranking until it has data), measures the best
@@ -35,7 +37,7 @@ from ..plans.mapping import choose_core_order
 from .candidates import analytic_candidates, mutations, plan_signature
 from .database import RecordStore, database_class, icca_target, plan_record
 from .measure import Measurer
-from .tasks import Task, expr_digest, extract_tasks, hardware_digest, output_block
+from .tasks import Task, expr_digest, extract_tasks, hardware_digest, output_block, unmapped
 
 __all__ = ["TaskResult", "TuneSummary", "tune"]
 
@@ -228,6 +230,11 @@ class _Session:
         pool = analytic_candidates(task, top_k, self.cache)
         seen.update(plan_signature(p) for p in pool)
         baseline = [plan_signature(p) for p in (task.analytic_plans or [task.analytic_plan])]
+        # on a chip with HBM the Elk pass also trades off smaller plans: measure those first too
+        ladder = self._ladder(task)
+        pool.extend(p for p in ladder if plan_signature(p) not in seen)
+        seen.update(plan_signature(p) for p in ladder)
+        priority = baseline + [plan_signature(p) for p in ladder]
         start_trials, new = len(measured), 0
         best = min((s for s, _ in measured.values()), default=None)
         stale = 0
@@ -235,7 +242,7 @@ class _Session:
         try:
             while len(measured) < max_trials and stale < patience:
                 room = min(batch_size, max_trials - len(measured))
-                first = [p for p in pool if plan_signature(p) in baseline
+                first = [p for p in pool if plan_signature(p) in priority
                          and plan_signature(p) not in measured]
                 batch = first[:room] if first else self._next_batch(task, pool, measured, room, seen)
                 if not batch:
@@ -267,6 +274,28 @@ class _Session:
         untuned = min((times[b] for b in baseline if b in times), default=None)
         return TaskResult(f"{task.label} {task.name.rsplit('.', 1)[-1]}", task.weight,
                           start_trials + new, new, untuned, min(times.values(), default=None))
+
+    def _ladder(self, task: Task) -> list[ExecutionPlan]:
+        """On a chip with HBM, the smaller execute-state plans the Elk pass builds for the
+        compiler's plan (:func:`tvm_icca.model.preload_tables.ladder_budgets`), unmapped."""
+        if task.hw.hbm_bandwidth <= 0:
+            return []
+        from runtime_sim.errors import PlanNotFoundError  # pylint: disable=import-outside-toplevel
+        from runtime_sim.layout import OpLayout  # pylint: disable=import-outside-toplevel
+
+        from ..model.preload_tables import ladder_budgets  # pylint: disable=import-outside-toplevel
+        from ..plans import plan_operator  # pylint: disable=import-outside-toplevel
+
+        fastest = OpLayout(task.expr, task.analytic_plan, task.hw.cores_per_chip).memory_bytes_per_core()
+        plans = []
+        for budget in ladder_budgets(fastest, task.hw):
+            try:
+                planned = plan_operator(task.expr, task.hw, budget_bytes=budget, name=task.name,
+                                        cache=self.cache, hbm_inputs=task.elk_hbm_inputs)
+            except PlanNotFoundError:
+                break
+            plans.append(unmapped(planned.plan))
+        return plans
 
     def _next_batch(self, task: Task, pool: list[ExecutionPlan],
                     measured: dict[str, tuple[float, ExecutionPlan]], room: int,

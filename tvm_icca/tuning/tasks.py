@@ -28,6 +28,7 @@ from tvm.ir import IRModule
 
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import ExecutionPlan, TensorExpr
+from runtime_sim.stream import input_sources
 
 from ..partition import icca_regions
 from ..plans import PlannedOp
@@ -86,6 +87,9 @@ class Task:
     analytic_estimate_s: float  # the analytic cost model's time for it
     workload: IRModule | None = dataclasses.field(default=None, repr=False)
     analytic_plans: list[ExecutionPlan] = dataclasses.field(default_factory=list)
+    #: inputs the Elk pass sees read from HBM (:func:`runtime_sim.stream.input_sources` of
+    #: the final program; the region planner's ``hbm_inputs`` may name fewer)
+    elk_hbm_inputs: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
@@ -114,9 +118,12 @@ def extract_tasks(model: Any, hw: HardwareSpec, *, preload: str | None = None,
     with plan_hook(recorder):
         compiled = compile_programs(model, hw, preload=preload, progress=progress)
     runs: collections.Counter[str] = collections.Counter()
+    elk_hbm: dict[str, tuple[int, ...]] = {}
     for program in compiled.programs:
-        for op in program.ops:
+        rows = input_sources(program, hw.hbm_bandwidth > 0)
+        for op, row in zip(program.ops, rows):
             runs[op.name] += 1
+            elk_hbm.setdefault(op.name, tuple(t for t, s in enumerate(row) if s == "hbm"))
     composites = _composites_by_op(compiled.module)
     tasks: dict[str, Task] = {}
     for request, planned in recorder.seen:
@@ -126,7 +133,8 @@ def extract_tasks(model: Any, hw: HardwareSpec, *, preload: str | None = None,
         if task is None:
             task = tasks[key] = Task(
                 key, request.name, request.expr, request.hw, int(request.budget),
-                tuple(request.hbm_inputs), 0, plan, float(planned.time_s))
+                tuple(request.hbm_inputs), 0, plan, float(planned.time_s),
+                elk_hbm_inputs=elk_hbm.get(request.name, ()))
             composite = composites.get(request.name)
             if composite is not None:
                 task.workload = operator_workload(composite)
