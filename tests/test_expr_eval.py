@@ -53,6 +53,7 @@ _NP_UNARY = {
     "rsqrt": lambda v: 1 / np.sqrt(np.abs(v)), "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
     "erf": lambda v: np.vectorize(math.erf)(v), "abs": np.abs, "not": lambda v: (v == 0).astype(np.float32),
     "floor": np.floor, "ceil": np.ceil, "round": np.round,
+    "sin": lambda v: np.vectorize(math.sin)(v), "cos": lambda v: np.vectorize(math.cos)(v),
 }
 
 
