@@ -59,7 +59,7 @@ def test_assignment_memo_is_bounded(exprs):
     s = plan_structure(exprs.matmul(48, 64, 40), cache)
     batch = plans_for(s, op_partitions(s, 16), cache=cache)
     assert len(batch) == len(plans_for(s, op_partitions(s, 16)))
-    entries, held = cache._assignments[s.key]
+    entries, held = cache._assignments[s.rotation_key]
     assert len(entries) == 1 and held[0] == next(iter(entries.values())).combos.size
 
 
