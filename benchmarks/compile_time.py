@@ -14,7 +14,8 @@ digests mean identical plans.
         [--out benchmarks/results/compile_time] [--before before.json]
 
 ``--out`` names the ``.md`` and ``.json`` files written; ``--before`` is the JSON an earlier
-run (e.g. the main branch through ``PYTHONPATH``) wrote, and adds before/after columns.
+run (e.g. the main branch through ``PYTHONPATH``) wrote, and adds before/after columns;
+``--render RUN.json`` writes the tables of an earlier run without measuring again.
 The zoo has no MobileNet; a name the zoo does not know is reported and skipped.
 """
 
@@ -94,6 +95,7 @@ def main() -> None:
     parser.add_argument("--batches", default="1,4,8")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compile_time"))
     parser.add_argument("--before", default=None, help="JSON of an earlier run to compare with")
+    parser.add_argument("--render", default=None, help="JSON of a run to tabulate (no measuring)")
     args = parser.parse_args()
     before = {}
     if args.before:
@@ -101,7 +103,10 @@ def main() -> None:
             before[(r["model"], r["batch"], r["hw"])] = r
     known = set(list_workloads())
     rows = []
-    for name in args.models.split(","):
+    if args.render:
+        run = json.loads(pathlib.Path(args.render).read_text())
+        args.hw, rows = run["hw"], run["rows"]
+    for name in ([] if args.render else args.models.split(",")):
         if name not in known:
             print(f"{name}: not in the zoo, skipped", flush=True)
             continue
