@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import tvm_icca.plans.partitions as partitions
@@ -59,7 +60,7 @@ def test_assignment_memo_is_bounded(exprs):
     s = plan_structure(exprs.matmul(48, 64, 40), cache)
     batch = plans_for(s, op_partitions(s, 16), cache=cache)
     assert len(batch) == len(plans_for(s, op_partitions(s, 16)))
-    entries, held = cache._assignments[s.key]
+    entries, held = cache._assignments[s.rotation_key]
     assert len(entries) == 1 and held[0] == next(iter(entries.values())).combos.size
 
 
@@ -70,3 +71,45 @@ def test_plan_memo_is_bounded(exprs, max_plans):
     for n in (8, 16, 24):
         plan_operator(exprs.matmul(n, 16, 8), hw, cache=cache)
     assert len(cache._plans) == max_plans
+
+
+def _as_rows(batch):
+    return [(tuple(f), t.tobytes()) for f, t in zip(batch.F.tolist(), batch.ft)]
+
+
+def test_assignments_are_shared_by_operators_with_one_rotation_pattern(exprs):
+    a = plan_structure(exprs.conv2d(2, 4, 8, 8, 6, 3, 3, stride=1, pad=1))
+    b = plan_structure(exprs.conv2d(1, 8, 6, 6, 4, 3, 3, stride=1, pad=1))
+    assert a.key != b.key and a.rotation_key == b.rotation_key
+    cache = PlanSearchCache()
+    for s in (a, b):
+        F = op_partitions(s, 16)
+        assert _as_rows(plans_for(s, F, cache=cache)) == _as_rows(plans_for(s, F))
+    assert list(cache._assignments) == [a.rotation_key]
+
+
+def test_capped_assignments_are_the_complete_ones_within_the_caps(exprs):
+    s = plan_structure(exprs.conv2d(2, 4, 8, 8, 6, 3, 3, stride=1, pad=1))
+    P = (4, 8, 16, 2)[:s.num_tensors]
+    full = partitions.temporal_assignments(s, P)
+    for caps in ((1,) * s.num_axes, (2, 1, 4, 4, 2, 3, 3)[:s.num_axes]):
+        capped = partitions.assignments(s, P, PlanSearchCache(), caps).combos
+        within = full[(full <= np.array(caps)[None, None, :]).all(axis=(1, 2))]
+        np.testing.assert_array_equal(capped, within)  # same assignments, same order
+        assert (capped[0] == 1).all()  # the unrotated one first
+    assert partitions.assignment_count(s, P, PlanSearchCache()) == len(full)
+
+
+@pytest.mark.parametrize("padding", [1.0, 1.0 / 0.9, 1.5])
+def test_padding_caps_keep_every_plan_within_the_padding(exprs, padding):
+    """plans_for with a padding bound (capped joins) lists exactly the plans of the complete
+    space within that bound, in the same order, with or without a shared cache."""
+    for expr in (exprs.conv2d(2, 4, 8, 8, 6, 3, 3, stride=1, pad=1), exprs.matmul(48, 64, 40)):
+        s = plan_structure(expr)
+        F = op_partitions(s, 16)
+        complete = plans_for(s, F)
+        want = complete.take(np.flatnonzero(complete.padding() <= padding + partitions.PADDING_SLACK))
+        cache = PlanSearchCache()
+        for _ in range(2):  # cold, then from the memo
+            assert _as_rows(plans_for(s, F, max_padding=padding, cache=cache)) == _as_rows(want)
+        assert _as_rows(plans_for(s, F, max_padding=padding)) == _as_rows(want)

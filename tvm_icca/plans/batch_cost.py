@@ -291,6 +291,17 @@ class AnalyticBatchModel:
         bound[many] = np.minimum(np.asarray(tree), chain)
         return bound
 
+    def step_lower_bound(self, structure: PlanStructure, F: np.ndarray, S: np.ndarray,
+                         xp: np.ndarray) -> np.ndarray:
+        """Per plan with F_op rows ``F``, steps ``S`` and padded extents ``xp`` (all (n, A)):
+        its compute and synchronization terms, computed as :meth:`components` computes them.
+        Every other term is non-negative and added after them, so no plan with these steps is
+        faster (floating-point addition is monotonic)."""
+        hw = self.hw
+        steps = np.prod(S, axis=1).astype(float)
+        compute = steps * self.cycles(structure).subtask(xp // S) / hw.clock_hz
+        return compute + steps * hw.sync_cycles / hw.clock_hz
+
     def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
                              budget: float = math.inf) -> np.ndarray:
         # A rotating plan takes at least two steps (two synchronizations) and some shifts.
@@ -385,6 +396,11 @@ class ArrivalCostModel:
     def time_lower_bound(self, structure: PlanStructure, F: np.ndarray) -> np.ndarray:
         return (self.base.time_lower_bound(structure, F)
                 + self._arrival(partition_lower_bounds(structure, F)))
+
+    def step_lower_bound(self, structure: PlanStructure, F: np.ndarray, S: np.ndarray,
+                         xp: np.ndarray) -> np.ndarray:
+        """The base model's: arrival and reduction are non-negative."""
+        return self.base.step_lower_bound(structure, F, S, xp)
 
     def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
                              budget: float = math.inf) -> np.ndarray:

@@ -8,8 +8,14 @@ It memoizes three things:
 
 * the :class:`~.structure.PlanStructure` of each tensor expression, by
   :meth:`TensorExpr.structure_key` (operators differing only in tensor names share it);
-* per structure, the f_t assignments of each sharing tuple (:class:`~.partitions.Assignments`),
-  bounded by their number of array elements (about 80 MB per operator);
+* per rotation pattern (:attr:`~.structure.PlanStructure.rotation_key`: which tensor may
+  rotate on which axis), the f_t assignments of each sharing tuple
+  (:class:`~.partitions.Assignments`), bounded by their number of array elements (about 80 MB
+  per pattern). The assignments depend on nothing else, so the convolutions of a ResNet, say,
+  share them whatever their shapes. Assignments capped per axis (the searches' padding
+  bounds, :class:`~.partitions.StepCaps`) are kept under the sharing tuple and the caps;
+* per rotation pattern and sharing tuple, the number of assignments (the searches' chunking
+  needs it for rows whose assignments it may never build);
 * planned operators of the default analytic model (:func:`~.search.plan_operator`).
 """
 
@@ -33,9 +39,10 @@ class PlanSearchCache:
         self.max_plans = max_plans
         self.max_assignment_elements = max_assignment_elements
         self._structures: OrderedDict[str, PlanStructure] = OrderedDict()
-        # structure key -> (sharing tuple -> Assignments, [elements held])
+        # rotation pattern -> (sharing tuple -> Assignments, [elements held])
         self._assignments: OrderedDict[str, tuple[OrderedDict, list[int]]] = OrderedDict()
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
+        self._counts: dict[tuple, dict[tuple[int, ...], int]] = {}  # numbers: no bound needed
 
     def structure(self, expr: TensorExpr) -> PlanStructure:
         """The memoized :class:`PlanStructure` of ``expr``."""
@@ -50,8 +57,9 @@ class PlanSearchCache:
         return structure
 
     def assignments(self, structure: PlanStructure, key: tuple[int, ...], build: Callable[[], Any]):
-        """The assignments of sharing tuple ``key`` of ``structure`` (``build()`` on a miss)."""
-        skey = structure.key or str(id(structure))
+        """The assignments of sharing tuple ``key`` of ``structure`` (``build()`` on a miss),
+        shared by every structure with the same rotation pattern."""
+        skey = structure.rotation_key
         memo = self._assignments.get(skey)
         if memo is None:
             memo = self._assignments[skey] = (OrderedDict(), [0])
@@ -70,6 +78,18 @@ class PlanSearchCache:
             held[0] -= old.combos.size
         return entry
 
+    def assignment_count(self, structure: PlanStructure, key: tuple[int, ...],
+                         build: Callable[[], int]) -> int:
+        """How many assignments sharing tuple ``key`` of ``structure`` has (``build()`` on a
+        miss, unless the assignments themselves are held)."""
+        counts = self._counts.setdefault(structure.rotation_key, {})
+        hit = counts.get(key)
+        if hit is None:
+            memo = self._assignments.get(structure.rotation_key)
+            held = memo[0].get(key) if memo is not None else None
+            hit = counts[key] = len(held.combos) if held is not None else int(build())
+        return hit
+
     def planned(self, key: Hashable):
         """A planned operator stored under ``key``, or None."""
         hit = self._plans.get(key)
@@ -84,6 +104,7 @@ class PlanSearchCache:
     def clear(self) -> None:
         self._structures.clear()
         self._assignments.clear()
+        self._counts.clear()
         self._plans.clear()
 
 

@@ -23,7 +23,7 @@ from .batch_cost import AnalyticBatchModel, BatchCostModel
 from .bounds import memory_lower_bound, partition_lower_bounds
 from .cache import PlanSearchCache, cache_or_new
 from .filters import PlanFilters
-from .partitions import plans_for
+from .partitions import StepCaps, plans_for
 from .scoring import ScoredPlans, candidate_partitions, max_padding, pareto_front, plan_chunks, score
 from .space_size import SpaceSizes, count_complete_space
 from .structure import PlanStructure, plan_structure
@@ -75,6 +75,7 @@ def pareto_fronts(structure: PlanStructure, model: BatchCostModel, max_cores: in
     objective_lb = [memory_lb if t is None else bounds[:, list(t)].sum(axis=1) for t in objectives]
     time_lb = model.time_lower_bound(structure, F)
     rows = np.lexsort((objective_lb[0], time_lb))
+    caps = StepCaps(structure, F, max_padding(filters))
     fronts = [ScoredPlans.concat([], structure) for _ in objectives]
     front_objective = [np.zeros(0) for _ in objectives]
     # (A pair-level dominance filter, as best_plan uses, costs more than it saves here: the
@@ -87,8 +88,8 @@ def pareto_fronts(structure: PlanStructure, model: BatchCostModel, max_cores: in
         group = group[~dominated]
         if not len(group):
             continue
-        scored = score(plans_for(structure, F[group], max_padding=max_padding(filters), cache=cache),
-                       model, budget, filters)
+        scored = score(plans_for(structure, F[group], max_padding=max_padding(filters), cache=cache,
+                                 caps=caps), model, budget, filters)
         for k, tensors in enumerate(objectives):
             merged = ScoredPlans.concat([fronts[k], scored], structure)
             objective = _objective(merged, tensors)

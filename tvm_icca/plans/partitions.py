@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -155,24 +155,47 @@ def temporal_assignments(structure: PlanStructure, P: Sequence[int],
 
 
 def assignments(structure: PlanStructure, P: Sequence[int],
-                cache: "PlanSearchCache | None" = None) -> Assignments:
-    """:class:`Assignments` of sharing tuple ``P`` (from ``cache`` when it holds them)."""
+                cache: "PlanSearchCache | None" = None,
+                caps: Sequence[int] | None = None) -> Assignments:
+    """:class:`Assignments` of sharing tuple ``P`` (from ``cache`` when it holds them).
+
+    With ``caps`` (per axis, the largest step count wanted), only the assignments whose
+    factors on every axis stay within its cap, in the order of the complete list (a
+    subsequence of it, the unrotated assignment still first).
+    """
+    key = tuple(int(p) for p in P)
+    cap_key = None if caps is None else tuple(int(c) for c in caps)
+    if cache is None:
+        return Assignments(_join_assignments(structure, key, cap_key))
+    memo_key = key if cap_key is None else (key, cap_key)
+    return cache.assignments(structure, memo_key,
+                             lambda: Assignments(_join_assignments(structure, key, cap_key)))
+
+
+def assignment_count(structure: PlanStructure, P: Sequence[int],
+                     cache: "PlanSearchCache | None" = None) -> int:
+    """``len(temporal_assignments(structure, P))``, memoized as a number in ``cache`` (the
+    chunking of the searches needs the counts of rows whose assignments it may never build)."""
     key = tuple(int(p) for p in P)
     if cache is None:
-        return Assignments(_join_assignments(structure, key))
-    return cache.assignments(structure, key, lambda: Assignments(_join_assignments(structure, key)))
+        return len(_join_assignments(structure, key))
+    return cache.assignment_count(structure, key, lambda: len(_join_assignments(structure, key)))
 
 
-def _join_assignments(structure: PlanStructure, key: tuple[int, ...]) -> np.ndarray:
+def _join_assignments(structure: PlanStructure, key: tuple[int, ...],
+                      caps: tuple[int, ...] | None = None) -> np.ndarray:
     n_t, n_a = structure.num_tensors, structure.num_axes
     combos = np.ones((1, n_t, n_a), INT)
-    # Join the tensors with fewest options first: intermediate products stay small.
+    # Join the tensors with fewest options first: intermediate products stay small. (The
+    # order does not depend on ``caps``: a capped join is a subsequence of the complete one.)
     order = sorted(range(n_t), key=lambda t: len(factor_tuples(key[t], int(structure.rotatable[t].sum()))))
     done: list[int] = []
     for t in order:
         axes_t = np.flatnonzero(structure.rotatable[t])
         if len(axes_t) and key[t] > 1:
             opts = factor_tuples(key[t], len(axes_t))
+            if caps is not None:
+                opts = opts[(opts <= np.array(caps, INT)[axes_t]).all(axis=1)]
             n = len(combos)
             combos = np.repeat(combos, len(opts), axis=0)
             combos[:, t, axes_t] = np.tile(opts, (n, 1))
@@ -296,11 +319,19 @@ def partition_bytes(structure: PlanStructure, ft: np.ndarray, xp: np.ndarray) ->
 
 
 def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool = False,
-              max_padding: float = math.inf, cache: "PlanSearchCache | None" = None) -> PlanBatch:
+              max_padding: float = math.inf, cache: "PlanSearchCache | None" = None,
+              keep_steps: "StepFilter | None" = None,
+              caps: "StepCaps | None" = None) -> PlanBatch:
     """Every valid plan (without loop order) of every F_op row: the rows' f_t assignments.
 
     ``max_padding`` drops plans whose padded iteration space exceeds the original by more
     than that ratio before they are materialized (padding depends on F_op and S only).
+    ``keep_steps`` (a :data:`StepFilter`) drops the plans of the (row, S) pairs it rejects
+    before they are materialized too: the searches pass a lower bound of the time of every
+    plan with those steps, compared with what they already have. ``caps``: the
+    :class:`StepCaps` of a set of rows holding ``F`` (built from ``F`` if not given); a
+    search passes the one of all its rows, so each sharing tuple's capped assignments are
+    built once.
     """
     A, T = structure.num_axes, structure.num_tensors
     if len(F) == 0:
@@ -309,20 +340,30 @@ def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool =
     keys, inverse, _ = unique_rows(P)
     by_key = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[by_key], np.arange(len(keys) + 1))
-    prefilter = math.isfinite(max_padding) or bool(structure.exact.any())
+    prefilter = math.isfinite(max_padding) or bool(structure.exact.any()) or keep_steps is not None
+    if prefilter and caps is None:
+        caps = StepCaps(structure, F, max_padding)
+    first = 1 if exclude_unrotated else 0  # row 0 of the assignments is the unrotated one
     Fs, fts = [], []
     for k, key in enumerate(keys):
-        entry = assignments(structure, key, cache)
-        first = 1 if exclude_unrotated else 0  # row 0 is the unrotated assignment
         rows = by_key[bounds[k]:bounds[k + 1]]
-        if len(entry.combos) <= first or not len(rows):
+        if not len(rows):
             continue
         if not prefilter:
+            entry = assignments(structure, key, cache)
+            if len(entry.combos) <= first:
+                continue
             combos = entry.combos[first:]
             Fs.append(np.repeat(F[rows], len(combos), axis=0))
             fts.append(np.tile(combos, (len(rows), 1, 1)))
             continue
-        ok = _padding_mask(structure, F[rows], entry, max_padding)
+        key_caps = caps.of(key)
+        if key_caps is False:
+            continue  # no plan of these rows is within the padding bound
+        entry = assignments(structure, key, cache, key_caps)
+        if len(entry.combos) <= first:
+            continue
+        ok = _padding_mask(structure, F[rows], entry, max_padding, keep_steps)
         ok[:, :first] = False
         ri, ci = np.nonzero(ok)
         Fs.append(F[rows][ri])
@@ -333,9 +374,67 @@ def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool =
     return _drop_invalid(batch)
 
 
+#: ``keep(F, S, xp) -> bool mask``: for F_op rows ``F`` (n, A), steps per axis ``S`` (n, A)
+#: and padded extents ``xp`` (n, A), whether plans with them may still be wanted.
+StepFilter = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+#: Slack of the padding comparisons (floating-point ratios of integers).
+PADDING_SLACK = 1e-9
+
+
+class StepCaps:
+    """Per sharing tuple of a set of F_op rows, a bound of the steps ``S`` on every axis of
+    any of their plans within ``max_padding`` and without padding on unpaddable axes.
+
+    Padding is at least ``F_a * S_a / E_a`` on axis ``a`` and at least the unrotated
+    ``F_b * ceil(E_b / F_b) / E_b`` on every other axis, which bounds ``S_a``; an unpaddable
+    axis needs ``F_a * ceil(E_a / F_a) = E_a`` and steps dividing ``ceil(E_a / F_a)``. The
+    bounds only skip assignments that :func:`_padding_mask` rejects anyway, so the capped
+    assignments give the same plans, far cheaper when the bound is tight (T10's 0.9 padding
+    threshold leaves a few step counts per axis).
+    """
+
+    def __init__(self, structure: PlanStructure, F: np.ndarray, max_padding: float):
+        self.structure = structure
+        E = structure.extents
+        c = ceil_div(E[None, :], F)
+        cap = np.full(F.shape, np.inf)
+        if math.isfinite(max_padding) and len(F):
+            base = F * c / E[None, :].astype(float)
+            others = np.stack([np.prod(np.delete(base, a, axis=1), axis=1)
+                               for a in range(structure.num_axes)], axis=1)
+            limit = (max_padding + PADDING_SLACK) * E[None, :] / (F * others)
+            cap = np.floor(limit * (1 + PADDING_SLACK))
+        for a in np.flatnonzero(structure.exact):
+            cap[:, a] = np.where(F[:, a] * c[:, a] == E[a], np.minimum(cap[:, a], c[:, a]), 0)
+        keys, inverse, _ = unique_rows(sharing_counts(structure, F)) if len(F) else (
+            np.zeros((0, structure.num_tensors), INT), np.zeros(0, INT), None)
+        union = np.zeros((len(keys), structure.num_axes))
+        np.maximum.at(union, inverse, cap)
+        self._caps = {tuple(int(p) for p in key): row for key, row in zip(keys, union)}
+
+    def of(self, P: Sequence[int]) -> "tuple[int, ...] | None | bool":
+        """The caps of sharing tuple ``P``: ``None`` when nothing is cut, ``False`` when no
+        plan of its rows qualifies."""
+        key = tuple(int(p) for p in P)
+        cap = self._caps.get(key)
+        if cap is None:
+            raise KeyError(f"sharing tuple {key} is not among the rows of these caps")
+        if (cap < 1).any():
+            return False
+        structure = self.structure
+        # the largest factor any tensor can take on each axis (1: nothing rotates on it)
+        most = np.ones(structure.num_axes, INT)
+        for t in range(structure.num_tensors):
+            most = np.where(structure.rotatable[t], np.maximum(most, key[t]), most)
+        caps = np.minimum(cap, most).astype(INT)
+        return None if (caps == most).all() else tuple(int(x) for x in caps)
+
+
 def _padding_mask(structure: PlanStructure, F: np.ndarray, entry: Assignments,
-                  max_padding: float) -> np.ndarray:
-    """(rows, combos) mask: padding within ``max_padding`` and unpaddable axes unpadded.
+                  max_padding: float, keep_steps: "StepFilter | None" = None) -> np.ndarray:
+    """(rows, combos) mask: padding within ``max_padding``, unpaddable axes unpadded and,
+    with ``keep_steps``, the (row, S) pairs it keeps.
 
     Padding depends on S only: it is computed per distinct S vector (per axis, the padded
     length ``F * S * ceil(ceil(E/F) / S)`` is tabulated for the few distinct S values),
@@ -345,18 +444,29 @@ def _padding_mask(structure: PlanStructure, F: np.ndarray, entry: Assignments,
     ratio = np.ones((len(F), n))
     ok = np.ones((len(F), n), bool)
     c = ceil_div(structure.extents[None, :], F)
+    xp = [] if keep_steps is not None else None
     for a in range(structure.num_axes):
         values = entry.s_values[a]
         if len(values) == 1 and values[0] == 1 and not structure.exact[a]:
             ratio *= (F[:, a] * c[:, a] / float(structure.extents[a]))[:, None]
+            if xp is not None:
+                xp.append(np.broadcast_to(c[:, a, None], (len(F), n)))
             continue
-        padded = F[:, a, None] * values[None, :] * ceil_div(c[:, a, None], values[None, :])
+        sub = values[None, :] * ceil_div(c[:, a, None], values[None, :])
+        padded = F[:, a, None] * sub
         padded = padded[:, entry.s_index[a]]
         ratio *= padded / float(structure.extents[a])
+        if xp is not None:
+            xp.append(sub[:, entry.s_index[a]])
         if structure.exact[a]:
             ok &= padded == structure.extents[a]
     if math.isfinite(max_padding):
-        ok &= ratio <= max_padding + 1e-9
+        ok &= ratio <= max_padding + PADDING_SLACK
+    if keep_steps is not None:
+        ri, ui = np.nonzero(ok)
+        if len(ri):
+            xp_rows = np.stack([x[ri, ui] for x in xp], axis=1)
+            ok[ri, ui] = keep_steps(F[ri], entry.s_rows[ui], xp_rows)
     return ok[:, entry.s_group]
 
 
@@ -386,7 +496,7 @@ def iter_plan_chunks(structure: PlanStructure, F: np.ndarray, chunk: int = 200_0
         return
     cache = cache_or_new(cache)
     keys, inverse, _ = unique_rows(sharing_counts(structure, F))
-    per_key = np.array([len(temporal_assignments(structure, k, cache)) for k in keys], INT)
+    per_key = np.array([assignment_count(structure, k, cache) for k in keys], INT)
     sizes = per_key[inverse]
     start, acc = 0, 0
     for i in range(len(F)):

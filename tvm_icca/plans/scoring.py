@@ -17,12 +17,11 @@ from .batch_cost import BatchCostModel
 from .cache import PlanSearchCache
 from .filters import PlanFilters
 from .intmath import INT, ceil_div
-from .partitions import PlanBatch, op_partitions, padding_ratio, sharing_counts, temporal_assignments
+from .partitions import PADDING_SLACK, PlanBatch, assignment_count, op_partitions, padding_ratio, sharing_counts
 from .structure import PlanStructure
 
 #: Candidate plans scored per numpy batch (bounds memory use, keeps pruning responsive).
 CHUNK_PLANS = 100_000
-_RATIO_SLACK = 1e-9
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ def candidate_partitions(structure: PlanStructure, max_cores: int,
     F = F[cores >= need]
     if math.isfinite(filters.max_padding_ratio):
         c = ceil_div(structure.extents[None, :], F)
-        F = F[padding_ratio(structure, F, c) <= filters.max_padding_ratio + _RATIO_SLACK]
+        F = F[padding_ratio(structure, F, c) <= filters.max_padding_ratio + PADDING_SLACK]
     return F
 
 
@@ -87,7 +86,7 @@ def score(batch: PlanBatch, model: BatchCostModel, budget: float,
     memory = batch.memory()
     keep = memory <= budget
     if filters is not None and math.isfinite(filters.max_padding_ratio):
-        keep &= batch.padding() <= filters.max_padding_ratio + _RATIO_SLACK
+        keep &= batch.padding() <= filters.max_padding_ratio + PADDING_SLACK
     rows = np.flatnonzero(keep)
     if len(rows) < len(batch):
         batch, memory = batch.take(rows), memory[rows]
@@ -114,7 +113,7 @@ def plan_chunks(structure: PlanStructure, F: np.ndarray, rows: np.ndarray,
         stop = start
         acc = 0
         while stop < len(rows) and acc < grow:
-            acc += len(temporal_assignments(structure, P[stop], cache))
+            acc += assignment_count(structure, P[stop], cache)
             stop += 1
         yield rows[start:stop]
         start = stop

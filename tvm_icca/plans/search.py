@@ -39,7 +39,7 @@ from .cache import PlanSearchCache, cache_or_new
 from .cost import AnalyticCostModel, CostModel, PlanCost
 from .filters import PlanFilters
 from .mapping import Producer, choose_core_order, producer_key
-from .partitions import plans_for
+from .partitions import StepCaps, StepFilter, plans_for
 from .scoring import (  # noqa: F401  (CHUNK_PLANS, candidate_partitions: public here too)
     CHUNK_PLANS,
     ScoredPlans,
@@ -51,6 +51,12 @@ from .scoring import (  # noqa: F401  (CHUNK_PLANS, candidate_partitions: public
     unrotated,
 )
 from .structure import PlanStructure, plan_structure
+
+
+#: Relative slack of comparisons with a step lower bound: a model may compute a plan's
+#: time in another order than its bound (:class:`.batch_cost.ArrivalCostModel` swaps the
+#: reduction term), so the bound can exceed the time by rounding.
+BOUND_SLACK = 1e-6
 
 
 @dataclass(frozen=True)
@@ -101,15 +107,29 @@ def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, ma
     ranked = np.argsort(rot_bound, kind="stable")
     rows, rot_bound = rows[ranked], rot_bound[ranked]
     position = {int(r): i for i, r in enumerate(rows)}
+    caps = StepCaps(structure, F[rows], max_padding(filters))
     for group in plan_chunks(structure, F, rows, cache):
         group = group[rot_bound[[position[int(r)] for r in group]] < best_time]
         if not len(group):
             break
-        batch = plans_for(structure, F[group], True, max_padding(filters), cache)
+        batch = plans_for(structure, F[group], True, max_padding(filters), cache,
+                          keep_steps=steps_within(model, structure, best_time), caps=caps)
         found = _argmin(score(batch, model, budget, filters))
         if found is not None and (best is None or _better(found, best)):
             best, best_time = found, float(found.time[0])
     return best
+
+
+def steps_within(model: BatchCostModel, structure: PlanStructure,
+                 limit: float) -> StepFilter | None:
+    """A :data:`.partitions.StepFilter` keeping the (row, S) pairs whose plans can take
+    ``limit`` seconds or less (by the model's ``step_lower_bound``, if it has one): a plan
+    slower than the incumbent is never chosen, so it need not be built."""
+    bound = getattr(model, "step_lower_bound", None)
+    if bound is None or not math.isfinite(limit):
+        return None
+    limit = limit * (1 + BOUND_SLACK)
+    return lambda F, S, xp: bound(structure, F, S, xp) <= limit
 
 
 def _argmin(scored: ScoredPlans) -> ScoredPlans | None:

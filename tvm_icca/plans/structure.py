@@ -52,6 +52,13 @@ class PlanStructure:
     def num_tensors(self) -> int:
         return len(self.expr.tensors)
 
+    @property
+    def rotation_key(self) -> tuple[int, int, bytes]:
+        """What the f_t assignments of a sharing tuple depend on (:func:`.partitions.
+        temporal_assignments`): the tensors, the axes and which tensor may rotate on which
+        axis. Operators of different shapes with the same key share their assignments."""
+        return (self.num_tensors, self.num_axes, self.rotatable.tobytes())
+
 
 def plan_structure(expr: TensorExpr, cache: "PlanSearchCache | None" = None) -> PlanStructure:
     """The :class:`PlanStructure` of ``expr`` (memoized in ``cache`` when one is given)."""
