@@ -17,6 +17,17 @@ from tvm_icca.region import PlanCache
 from test_tuning_session import tiny_model
 
 
+
+def assert_exact_mlp(ex, seed: int) -> None:
+    """The compiled relu(x @ w + b) against numpy on random data."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((64, 96)).astype("float32")
+    w = rng.standard_normal((96, 32)).astype("float32")
+    b = rng.standard_normal(32).astype("float32")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), tvm.runtime.tensor(b)).numpy()
+    tvm.testing.assert_allclose(out, np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-5)
+
 @pytest.fixture(scope="module")
 def tuned_small_chip(tmp_path_factory):
     """A work directory of records of the tiny model on the default small chip (one session
@@ -41,13 +52,7 @@ def test_tuned_plan_is_compiled_and_exact(tuned_small_chip):
     assert all(a.tuned_s < a.untuned_s for a in tuned.applied)
     assert timed.programs[0].ops[0].plan != untuned.programs[0].ops[0].plan
     assert timed.simulate().total_s < untuned.simulate().total_s
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((64, 96)).astype("float32")
-    w = rng.standard_normal((96, 32)).astype("float32")
-    b = rng.standard_normal(32).astype("float32")
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    out = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), tvm.runtime.tensor(b)).numpy()
-    tvm.testing.assert_allclose(out, np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-5)
+    assert_exact_mlp(ex, seed=0)
 
 
 def test_record_of_another_chip_is_ignored(tmp_path):
@@ -102,13 +107,7 @@ def test_hbm_elk_schedule_uses_measured_points_and_stays_exact(tmp_path):
     # the schedule executes the measured point it chose, with that time as its estimate
     assert op.estimated_time_s == pytest.approx(measured[plan_signature(op.plan)])
     assert compiled.simulate().total_s <= untuned.simulate().total_s
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((64, 96)).astype("float32")
-    w = rng.standard_normal((96, 32)).astype("float32")
-    b = rng.standard_normal(32).astype("float32")
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    out = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), tvm.runtime.tensor(b)).numpy()
-    tvm.testing.assert_allclose(out, np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-5)
+    assert_exact_mlp(ex, seed=1)
     assert tvm_icca.last_run_stats(timing=False)["tuned_ops"] == [op.name]
 
 

@@ -32,6 +32,7 @@ from runtime_sim.layout import OpLayout
 
 from .plans import CostModel, PlannedOp, PlanSearchCache, plan_operator
 from .plans.mapping import Producer, producer_key
+from .plans.search import optimum_within
 from .plans.reconcile import PlanOption, operator_options
 from .plans.vgm import plan_vgm_operator
 from .patterns import composite_label
@@ -84,10 +85,8 @@ class PlanCache:
             raise PlanNotFoundError(message.replace(first, name))  # same structure, this name
         context = key[:2] + key[3:]
         if planned is None and cost_model is None:
-            # the exact optimum within a larger budget that fits this one is this one's
-            # (plans.search._within_budget); identical layers of one region differ in budget
-            planned = next((p for larger, p in self._budgets.get(context, ())
-                            if p.memory_bytes_per_core <= budget <= larger), None)
+            # identical layers of one region differ in budget (plans.search.optimum_within)
+            planned = optimum_within(self._budgets.get(context, ()), budget)
         if planned is None:
             self.misses += 1
             try:

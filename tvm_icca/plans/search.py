@@ -24,7 +24,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -242,8 +242,9 @@ def plan_operator(
 MAX_BUDGETS_KEPT = 16
 
 
-def _within_budget(cache: PlanSearchCache, key: tuple, budget: int) -> PlannedOp | None:
-    """The exact optimum for ``budget`` if an earlier search of the same structure proves it.
+def optimum_within(searched: Iterable[tuple[int, PlannedOp]], budget: int) -> PlannedOp | None:
+    """The exact optimum for ``budget`` if one of the ``(budget, optimum)`` pairs of earlier
+    searches of the same operator proves it.
 
     The optimum within a larger budget ``B`` whose footprint fits ``budget`` is also the
     optimum within ``budget`` (every plan that fits ``budget`` fits ``B``). The identical
@@ -251,10 +252,15 @@ def _within_budget(cache: PlanSearchCache, key: tuple, budget: int) -> PlannedOp
     ends (an LLM's per-layer cache updates), so without this every layer's operators would
     be searched again.
     """
-    for larger, result in cache.planned(key[:-1]) or ():
+    for larger, result in searched:
         if result.memory_bytes_per_core <= budget <= larger:
             return result
     return None
+
+
+def _within_budget(cache: PlanSearchCache, key: tuple, budget: int) -> PlannedOp | None:
+    """:func:`optimum_within` over the searches ``cache`` remembers for ``key`` but its budget."""
+    return optimum_within(cache.planned(key[:-1]) or (), budget)
 
 
 def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
