@@ -121,7 +121,7 @@ def test_reconcile_real_operators(exprs) -> None:
     ops = []
     for i, (m, k, n) in enumerate([(16, 64, 48), (16, 48, 64), (16, 64, 32), (16, 32, 96)]):
         expr = exprs.matmul(m, k, n)
-        ops.append(OpOptions(f"mm{i}", options_from_plans(expr, pareto_plans(expr, hw, filters=None), [1])))
+        ops.append(OpOptions(f"mm{i}", options_from_plans(expr, pareto_plans(expr, hw, filters=None), [1], hw.num_cores)))
     setup = transfer_setup(hw.link_bandwidth)
     for capacity in (5000, 8000, hw.usable_sram_bytes):
         greedy = reconcile(ops, capacity, setup)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import tvm
@@ -283,16 +283,10 @@ def plan_region(
     Each operator's placement on the chips sees the layouts of the earlier operators whose
     outputs it reads (:func:`.plans.mapping.choose_core_order`).
     """
-    ops, budgets, out_bytes = [], [], []
+    ops: list[OpProgram] = []
     layouts: dict[str, OpLayout] = {}  # output name -> its producer's layout
-    for i, op in enumerate(region.ops):
-        budget = hw.usable_sram_bytes - held_bytes(region, out_bytes)[i]
-        if budget <= 0:
-            raise PlanNotFoundError(
-                f"{op.describe()} ({op.expr.tensor_summary()}): the intermediates its region "
-                f"holds already fill the {hw.usable_sram_bytes} usable bytes per core of chip "
-                f"'{hw.name}' ({hw.num_cores} cores)"
-            )
+
+    def plan_one(op: PendingOp, budget: int) -> int:
         hbm = tuple(t for t, n in enumerate(op.input_names) if n in hbm_names)
         producers = tuple((t, layouts[n]) for t, n in enumerate(op.input_names)
                           if n in layouts and t not in hbm)
@@ -305,11 +299,33 @@ def plan_region(
         own = planned
         planned = planned_with_hook(PlanRequest(op.name, op.expr, hw, budget, hbm, producers), planned)
         layouts[op.output_name] = OpLayout(op.expr, planned.plan, hw.cores_per_chip)
-        out_bytes.append(planned.layout.partition_bytes(len(op.expr.tensors) - 1))
         ops.append(OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
                              planned.time_s, label=op.label, tuned=planned is not own))
-        budgets.append(budget)
+        return planned.layout.partition_bytes(len(op.expr.tensors) - 1)
+
+    budgets = region_budgets(region, hw, plan_one)
     return ops, budgets
+
+
+def region_budgets(region: RegionOps, hw: HardwareSpec,
+                   plan_one: Callable[[PendingOp, int], int]) -> list[int]:
+    """Per operator of ``region``, in order, the SRAM per core its plan may use: what the
+    earlier outputs still held while it runs (:func:`held_bytes`) leave. ``plan_one(op,
+    budget)`` plans an operator within its budget and returns its output's partition bytes
+    per core, which the later budgets then account for."""
+    budgets: list[int] = []
+    out_bytes: list[int] = []
+    for i, op in enumerate(region.ops):
+        budget = hw.usable_sram_bytes - held_bytes(region, out_bytes)[i]
+        if budget <= 0:
+            raise PlanNotFoundError(
+                f"{op.describe()} ({op.expr.tensor_summary()}): the intermediates its region "
+                f"holds already fill the {hw.usable_sram_bytes} usable bytes per core of chip "
+                f"'{hw.name}' ({hw.num_cores} cores)"
+            )
+        out_bytes.append(plan_one(op, budget))
+        budgets.append(budget)
+    return budgets
 
 
 def held_bytes(region: RegionOps, output_bytes: list[int]) -> list[int]:

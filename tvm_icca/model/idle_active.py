@@ -5,13 +5,13 @@ an *idle* placement and the operator runs in an *active* plan; the setup phase m
 weights from one to the other each time the operator runs. :func:`reconcile_regions` applies
 :func:`tvm_icca.plans.reconcile.reconcile` to the operators of a partitioned model:
 
-1. every region is first planned on its own (:func:`~tvm_icca.region.plan_region`), which
-   fixes each operator's budget: the SRAM left after the activation margin and the region's
-   intermediates still held on chip when it runs;
-2. each operator gets its candidate plans (:func:`~tvm_icca.plans.reconcile.operator_options`:
-   the time/memory and time/weight-bytes Pareto frontiers within that budget); the same
-   operator of every call of a region (a model's layers) is one decision with a count;
-3. Algorithm 1 picks idle and active plans for all of them within the chip's memory, with the
+1. each operator gets its candidate plans (:func:`~tvm_icca.plans.reconcile.operator_options`:
+   the time/memory and time/weight-bytes Pareto frontiers within the chip's SRAM); the same
+   operator of every call of a region (a model's layers) is one decision with a count; its
+   first budget is the SRAM left after the activation margin and the region's intermediates
+   still held on chip when it runs, with every earlier operator in its fastest candidate
+   (:func:`~tvm_icca.region.region_budgets`);
+2. Algorithm 1 picks idle and active plans for all of them within the chip's memory, with the
    setup of an operator estimated as the weight bytes a core receives over its link.
 
 The result is the operators' programs: ``plan`` the active plan, ``idle_plan`` the idle one
@@ -33,7 +33,7 @@ from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
 from runtime_sim.program import IDLE_SPREAD, OpProgram
 
-from ..region import PlanCache, RegionOps, held_bytes, plan_region
+from ..region import PendingOp, PlanCache, RegionOps, held_bytes, region_budgets
 from ..plans.reconcile import OpOptions, PlanOption, Reconciliation, reconcile, transfer_setup
 
 __all__ = ["OperatorDecision", "ModelPlan", "reconcile_regions"]
@@ -115,13 +115,18 @@ def reconcile_regions(
     budgets: list[int] = []
     for region_name in dict.fromkeys(order):
         region = regions[region_name]
-        _, region_budgets = plan_region(region, hw, plan_cache=cache)
         state = resident_inputs.get(region_name, frozenset())
-        for i, (op, budget) in enumerate(zip(region.ops, region_budgets)):
+        region_options: list[tuple[PlanOption, ...]] = []
+
+        def fastest_within(op: PendingOp, budget: int) -> int:
             resident = [t for t, name in enumerate(op.input_names) if name in state]
-            candidates.append(cache.options(op.expr, hw, resident))
-            entries.append((region_name, i, resident))
-            budgets.append(budget)
+            options = cache.options(op.expr, hw, resident)
+            region_options.append(options)
+            entries.append((region_name, len(region_options) - 1, resident))
+            return _fastest_output_bytes(op, options, budget, hw, cache)
+
+        budgets.extend(region_budgets(region, hw, fastest_within))
+        candidates.extend(region_options)
     capacity = hw.usable_sram_bytes
     # The budgets assume the intermediates of the stand-alone plans; the chosen active plans
     # may hold more, so the operators they squeeze get less and the choice is redone.
@@ -174,6 +179,20 @@ def reconcile_regions(
             idle_bytes=idle.idle_bytes, active_bytes=active.active_bytes, time_s=active.time_s,
             setup_s=result.setup_s[op.name], in_place=in_place))
     return ModelPlan(planned, tuple(decisions), result, capacity)
+
+
+def _fastest_output_bytes(op: PendingOp, options: Sequence[PlanOption], budget: int,
+                          hw: HardwareSpec, cache: PlanCache) -> int:
+    """Output partition bytes per core of the fastest of ``options`` within ``budget``: the
+    plan the operator would run in with no other operator to make room for, which is what
+    the first budgets of the later operators of its region assume."""
+    fitting = [o for o in options if o.active_bytes <= budget and math.isfinite(o.time_s)]
+    if not fitting:
+        # nothing fits: the stand-alone search names the operator and its smallest footprint
+        planned = cache.plan(op.expr, hw, None, budget, op.describe())
+        return planned.layout.partition_bytes(len(op.expr.tensors) - 1)
+    fastest = min(fitting, key=lambda o: (o.time_s, o.active_bytes))
+    return OpLayout(op.expr, fastest.label.plan).partition_bytes(len(op.expr.tensors) - 1)
 
 
 #: Rounds of re-reconciliation after tightening budgets to the chosen plans' intermediates.

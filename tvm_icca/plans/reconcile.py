@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from runtime_sim.hardware import HardwareSpec
-from runtime_sim.layout import OpLayout, canonical_grid
+from runtime_sim.layout import OpLayout, canonical_grid, rests_spread
 from runtime_sim.program import IDLE_SPREAD, TensorExpr, dtype_bytes
 
 from .batch_cost import AnalyticBatchModel, ArrivalCostModel
@@ -263,7 +263,7 @@ def reconcile_exhaustive(ops: Sequence[OpOptions], capacity_bytes: int,
 
 
 def options_from_plans(expr: TensorExpr, plans: Sequence[Any], resident: Sequence[int],
-                       ) -> tuple[PlanOption, ...]:
+                       num_cores: int) -> tuple[PlanOption, ...]:
     """Options of an operator from its plans (e.g. :func:`.pareto.pareto_plans` results).
 
     ``resident`` lists the indices (in ``expr.tensors``) of the tensors that stay on chip
@@ -271,13 +271,32 @@ def options_from_plans(expr: TensorExpr, plans: Sequence[Any], resident: Sequenc
     ``memory_bytes`` attributes.
     """
     out = []
+    spread = _spread_parts(expr, resident, num_cores)
+    # A gathered table rests spread whatever the plan (runtime_sim.layout.rests_spread): its
+    # spread blocks count as idle memory, and also while the operator runs in place, since
+    # the plan holds only the rows this call picks.
+    resting = sum(b for t, b in zip(resident, spread) if rests_spread(expr, t))
     for p in plans:
         layout = OpLayout(expr, p.plan)
-        parts = tuple(layout.partition_bytes(t) for t in resident)
-        shapes = tuple((tuple(layout.F[a] for a in layout.tensor_axes(t)),
+        parts = tuple(b if rests_spread(expr, t) else layout.partition_bytes(t)
+                      for t, b in zip(resident, spread))
+        shapes = tuple(((IDLE_SPREAD,), ()) if rests_spread(expr, t) else
+                       (tuple(layout.F[a] for a in layout.tensor_axes(t)),
                         tuple(p.plan.ft(t, a) for a in layout.tensor_axes(t))) for t in resident)
-        out.append(PlanOption(float(p.time_s), int(p.memory_bytes), int(sum(parts)), parts, shapes, p))
+        out.append(PlanOption(float(p.time_s), int(p.memory_bytes) + resting, int(sum(parts)), parts,
+                              shapes, p))
     return tuple(out)
+
+
+def _spread_parts(expr: TensorExpr, resident: Sequence[int], num_cores: int) -> list[int]:
+    """Per resident tensor, its largest block per core cut near-evenly over all cores
+    (:data:`runtime_sim.program.IDLE_SPREAD`)."""
+    parts = []
+    for t in resident:
+        access = expr.tensors[t]
+        grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), num_cores)
+        parts.append(int(math.prod(grid.block)) * grid.itemsize)
+    return parts
 
 
 #: Relative time within which a candidate plan does not earn a place among an operator's
@@ -315,7 +334,7 @@ def operator_options(expr: TensorExpr, hw: HardwareSpec, resident: Sequence[int]
         if key not in seen:
             seen.add(key)
             unique.append(p)
-    options = options_from_plans(expr, unique, resident)
+    options = options_from_plans(expr, unique, resident, hw.num_cores)
     return options + ((spread_option(expr, resident, hw.num_cores),) if resident else ())
 
 
@@ -324,11 +343,7 @@ def spread_option(expr: TensorExpr, resident: Sequence[int], num_cores: int) -> 
     (:data:`runtime_sim.program.IDLE_SPREAD`), the least memory any operator can idle in --
     also for operators whose every plan holds a tensor whole on each core (a layer norm's
     scale and shift). It cannot run: setup from it moves every active partition."""
-    parts = []
-    for t in resident:
-        access = expr.tensors[t]
-        grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), num_cores)
-        parts.append(int(math.prod(grid.block)) * grid.itemsize)
+    parts = _spread_parts(expr, resident, num_cores)
     layout = tuple(((IDLE_SPREAD,), ()) for _ in resident)
     return PlanOption(math.inf, _NEVER_ACTIVE, int(sum(parts)), tuple(parts), layout, IDLE_SPREAD)
 
