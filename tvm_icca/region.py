@@ -33,6 +33,7 @@ from runtime_sim.layout import OpLayout
 from .plans import CostModel, PlannedOp, PlanSearchCache, plan_operator
 from .plans.mapping import Producer, producer_key
 from .plans.search import optimum_within
+from .plans.option_pool import available_jobs, options_of_many
 from .plans.reconcile import PlanOption, operator_options
 from .plans.vgm import plan_vgm_operator
 from .patterns import composite_label
@@ -58,7 +59,9 @@ class PlanCache:
     again raises the same :class:`PlanNotFoundError` at once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, jobs: int | None = None) -> None:
+        #: worker processes for the operators' candidate scans (None: every available CPU)
+        self.jobs = available_jobs() if jobs is None else max(1, int(jobs))
         self._plans: dict[tuple, PlannedOp] = {}
         self._exprs: dict[int, list[tuple[relax.Function, ExtractedOp]]] = {}
         self._cost_models: list[CostModel] = []  # keeps id() keys valid
@@ -113,6 +116,18 @@ class PlanCache:
             found = self._options[key] = operator_options(expr, hw, resident, hw.usable_sram_bytes,
                                                           cache=self.search)
         return found
+
+    def prefetch_options(self, requests: Sequence[tuple[TensorExpr, Sequence[int]]],
+                         hw: HardwareSpec) -> None:
+        """Compute the :meth:`options` of every ``(expr, resident)`` request not memoized yet,
+        on up to :attr:`jobs` worker processes (:mod:`.plans.option_pool`)."""
+        missing: dict[tuple, tuple[TensorExpr, tuple[int, ...]]] = {}
+        for expr, resident in requests:
+            key = ("options", expr.structure_key(), hw, tuple(resident))
+            if key not in self._options and key not in missing:
+                missing[key] = (expr, tuple(resident))
+        found = options_of_many(list(missing.values()), hw, self.jobs, cache=self.search)
+        self._options.update(zip(missing, found))
 
     def extract(self, composite: relax.Function, name: str) -> ExtractedOp:
         bucket = self._exprs.setdefault(tvm_ffi.structural_hash(composite), [])

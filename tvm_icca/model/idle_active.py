@@ -113,13 +113,19 @@ def reconcile_regions(
     entries: list[tuple[str, int, list[int]]] = []  # region, op index, resident tensor indices
     candidates: list[tuple[PlanOption, ...]] = []
     budgets: list[int] = []
+    requests = []
+    for region_name in dict.fromkeys(order):
+        state = resident_inputs.get(region_name, frozenset())
+        for op in regions[region_name].ops:
+            requests.append((op.expr, _resident(op, state)))
+    cache.prefetch_options(requests, hw)
     for region_name in dict.fromkeys(order):
         region = regions[region_name]
         state = resident_inputs.get(region_name, frozenset())
         region_options: list[tuple[PlanOption, ...]] = []
 
         def fastest_within(op: PendingOp, budget: int) -> int:
-            resident = [t for t, name in enumerate(op.input_names) if name in state]
+            resident = _resident(op, state)
             options = cache.options(op.expr, hw, resident)
             region_options.append(options)
             entries.append((region_name, len(region_options) - 1, resident))
@@ -179,6 +185,11 @@ def reconcile_regions(
             idle_bytes=idle.idle_bytes, active_bytes=active.active_bytes, time_s=active.time_s,
             setup_s=result.setup_s[op.name], in_place=in_place))
     return ModelPlan(planned, tuple(decisions), result, capacity)
+
+
+def _resident(op: PendingOp, state: frozenset[str]) -> list[int]:
+    """Indices of the inputs of ``op`` that are model state kept on chip."""
+    return [t for t, name in enumerate(op.input_names) if name in state]
 
 
 def _fastest_output_bytes(op: PendingOp, options: Sequence[PlanOption], budget: int,
