@@ -77,7 +77,7 @@ def test_one_layer_order_is_applied_to_every_layer():
 
 
 def test_elk_full_reorders_when_it_pays():
-    ops = synthetic_llm(4, seed=1, hbm_bw=100e9)
+    ops = synthetic_llm(4, seed=5, hbm_bw=30e9)
     machine = ElkMachine(SRAM)
     dyn = plan_preloads(ops, machine, "elk-dyn")
     full = plan_preloads(ops, machine, "elk-full")

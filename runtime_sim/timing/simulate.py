@@ -119,6 +119,7 @@ from ..preload import (chip_read_bytes, delivered_bytes, delivery_groups, distri
                        preload_bytes)
 from ..program import IDLE_SPREAD, PRELOAD, DeviceProgram, OpProgram, dtype_bytes
 from ..stream import PRODUCED, Instruction, input_sources, run_stream
+from ..stream_timing import preload_link_share
 from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
 from .geometry import (
     Boxes,
@@ -659,8 +660,7 @@ class _Schedule(_Events):
         net = load.network.time_s
         if prev.ended or s < 0 or start >= e or net <= 0 or work.duration_s <= 0:
             return alone, 0.0
-        busy = min(1.0, work.transfer_s / work.duration_s)  # share of time its links are busy
-        free_rate = 1.0 - busy
+        free_rate = preload_link_share(work.transfer_s, work.duration_s)
         window = (e - start) * free_rate
         if free_rate > 0 and net <= window:
             net_end = start + net / free_rate
@@ -880,9 +880,7 @@ class _StreamSchedule(_Events):
         if self.ideal or self.running < 0:
             return 1.0
         work = self.works[self.running]
-        if work.duration_s <= 0:
-            return 1.0
-        return 1.0 - min(1.0, work.transfer_s / work.duration_s)
+        return preload_link_share(work.transfer_s, work.duration_s)
 
     def _integrate(self) -> None:
         """Advance the running preload's network delivery to ``now`` at the current share."""

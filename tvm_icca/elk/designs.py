@@ -19,10 +19,14 @@ So, by construction of the candidate sets, Ideal <= Elk-Full <= Elk-Dyn <= Stati
 :func:`estimate` (for Ideal: its durations are lower bounds of any design's, and its horizons —
 preload as far ahead as the preload SRAM allows — upper bounds, for the same order).
 
-:func:`estimate` prices a schedule with :mod:`tvm_icca.elk.model` (the own distribution time counted
-in the operator's execution, contention from its final window) and runs the device semantics
-forward (:func:`tvm_icca.elk.inductive.forward_times`). The search charges distribution time to the
-window that shrank the preload point, so its internal total is an estimate of this one.
+:func:`estimate` prices a schedule the way the device runs it
+(:func:`runtime_sim.stream_timing.stream_times`): each operator's execution is its own
+distribution phase plus its execute point's time, and keeps priority on the links; a preload's
+network delivery gets the link share the running execution leaves, so contention lengthens
+preloads, not executions, and delays whatever waits for them. The search (§4.2-§4.3) prices
+contention as the paper does, inside each window (:mod:`tvm_icca.elk.model`), and charges
+distribution time to the window that shrank the preload point; its internal total is an
+estimate of this one, which ranks the candidate schedules.
 """
 
 from __future__ import annotations
@@ -35,9 +39,11 @@ from dataclasses import dataclass, replace
 
 from . import reorder
 from .allocation import WindowPlan, allocate_window
-from .inductive import (InfeasibleError, check_horizons, early_members, forward_times, inductive_schedule,
+from runtime_sim.stream_timing import preload_link_share, stream_times
+
+from .inductive import (InfeasibleError, check_horizons, early_members, inductive_schedule,
                         min_horizons)
-from .model import exec_duration_sums, window_bytes
+from .model import window_bytes
 from .tradeoffs import ElkMachine, OpTradeoffs
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
@@ -121,36 +127,38 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
     else:
         space = [pts[order[k]].space for k in range(K)]
         load_s = {j: pts[j].load_s for j in order}
-    net = [0.0 if ideal else pts[order[k]].network_s for k in range(K)]
-    load = [load_s[order[k]] for k in range(K)]
-    ps, pn, pl = _prefix(space), _prefix(net), _prefix(load)
+    ps = _prefix(space)
     pos = {j: k for k, j in enumerate(order)}
-    exec_s, wbytes = [], []
+    exec_s, transfer_s, wbytes = [], [], []
     for i, op in enumerate(ops):
         ep = op.execs[schedule.exec_choice[i]]
         h = schedule.horizon[i]
         w_space = ps[h] - ps[m[i]] + sum(space[pos[j]] for j in early[i])
-        w_net = pn[h] - pn[m[i]] + sum(net[pos[j]] for j in early[i])
-        w_load = pl[h] - pl[m[i]] + sum(load[pos[j]] for j in early[i])
         if ideal:
             if ep.space + op.live_bytes > machine.sram_bytes or w_space > machine.sram_bytes:
                 raise ValueError(f"ideal: operator {i} exceeds SRAM")
             exec_s.append(ep.time_s)
+            transfer_s.append(ep.traffic_s)
             wbytes.append(ep.space + op.live_bytes)
             continue
         total = window_bytes(ep.space, (w_space,), op.live_bytes)
         if total > machine.sram_bytes:
             raise ValueError(f"operator {i}: window needs {total} B > {machine.sram_bytes} B")
         own = pts[i].distribute_s if i in pts else 0.0
-        exec_s.append(own + exec_duration_sums(ep.time_s, ep.traffic_s, w_net, w_load,
-                                               machine.separate_interconnect))
+        # the distribution phase is link traffic too
+        exec_s.append(own + ep.time_s)
+        transfer_s.append(own + ep.traffic_s)
         wbytes.append(total)
-    pre_s = [load_s.get(j, 0.0) for j in range(n)]
-    t = forward_times(n, order, schedule.horizon, exec_s, pre_s)
+    network_s = {j: 0.0 if ideal else pts[j].network_s for j in order}
+    t = stream_times(order, schedule.horizon, exec_s, transfer_s, load_s, network_s,
+                     separate_interconnect=ideal or machine.separate_interconnect)
     nan = math.nan
-    return Timeline(tuple(t.pre_start[pos[j]] if j in pos else nan for j in range(n)),
-                    tuple(t.pre_end[pos[j]] if j in pos else nan for j in range(n)),
-                    t.exec_start, t.exec_end, tuple(exec_s), tuple(pre_s), tuple(wbytes), t.total_s)
+    pre_start = tuple(t.pre_start[pos[j]] if j in pos else nan for j in range(n))
+    pre_end = tuple(t.pre_end[pos[j]] if j in pos else nan for j in range(n))
+    # what each preload took on this timeline (contention included)
+    pre_s = tuple(pre_end[j] - pre_start[j] if j in pos else 0.0 for j in range(n))
+    return Timeline(pre_start, pre_end, t.exec_start, t.exec_end, tuple(exec_s), pre_s,
+                    tuple(wbytes), t.total_s)
 
 
 def _prefix(xs: Sequence[float]) -> list:
@@ -260,21 +268,28 @@ def _static_sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> list[_Draf
 
 
 def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple[int, ...],
-                   memo: dict) -> _Draft:
-    """§4.2 + §4.3: the recurrence whose window times come from the cost-aware allocation."""
+                   memo: dict, stretch: float | None = None) -> _Draft:
+    """§4.2 + §4.3: the recurrence whose window times come from the cost-aware allocation.
+
+    With ``stretch`` the contention is priced the way the device resolves it instead of
+    inside the windows (:func:`estimate`): executions keep their own time, and every
+    preload's network delivery takes ``stretch`` times its time alone (the link share the
+    executions it overlaps leave, on average: :func:`_average_stretch`)."""
     n = len(ops)
     m = min_horizons(n, order)
     early = early_members(n, order, m)
     ex = [0] * n
     pc = {j: 0 for j in order}
     tried: dict[int, tuple[tuple[int, ...], WindowPlan]] = {}
+    window_machine = machine if stretch is None else replace(machine, separate_interconnect=True)
 
     def window_time(i: int, h: int) -> float | None:
         members = early[i] + order[m[i]:h]
-        key = (ops[i].key, ops[i].live_bytes, tuple((ops[j].key, ex[j], pc[j]) for j in members))
+        key = (stretch is None, ops[i].key, ops[i].live_bytes,
+               tuple((ops[j].key, ex[j], pc[j]) for j in members))
         plan = memo.get(key, _MISSING)
         if plan is _MISSING:
-            plan = allocate_window(ops[i], [(ops[j], ex[j], pc[j]) for j in members], machine)
+            plan = allocate_window(ops[i], [(ops[j], ex[j], pc[j]) for j in members], window_machine)
             memo[key] = plan
         if plan is None:
             return None
@@ -289,10 +304,26 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
         tried.clear()
 
     def preload_time(j: int) -> float:
-        return ops[j].preloads[ex[j]][pc[j]].load_s
+        point = ops[j].preloads[ex[j]][pc[j]]
+        return point.load_s if stretch is None else max(point.load_s, point.network_s * stretch)
 
     res = inductive_schedule(n, order, window_time, preload_time, commit)
-    return _Draft(ex, [pc.get(i, -1) for i in range(n)], order, list(res.horizon), "inductive")
+    source = "inductive" if stretch is None else f"inductive, preloads x{stretch:.2f}"
+    return _Draft(ex, [pc.get(i, -1) for i in range(n)], order, list(res.horizon), source)
+
+
+#: Longest average stretch of a preload's delivery considered (a link share of 5%).
+MAX_STRETCH = 20.0
+
+
+def _average_stretch(ops: Sequence[OpTradeoffs]) -> float:
+    """How much longer a preload's network delivery takes beside the executions, on average:
+    ``1 / (1 - traffic / time)`` over the model's fastest execute points (the share of link
+    time the executions leave, :func:`runtime_sim.stream_timing.preload_link_share`)."""
+    time_s = sum(op.execs[0].time_s for op in ops)
+    traffic_s = sum(op.execs[0].traffic_s for op in ops)
+    share = preload_link_share(traffic_s, time_s)
+    return min(MAX_STRETCH, 1.0 / share) if share > 0 else MAX_STRETCH
 
 
 _MISSING = object()
@@ -319,9 +350,11 @@ def _plan_static(ops, machine, stats) -> ElkSchedule:
 def _plan_dyn(ops, machine, memo, stats) -> ElkSchedule:
     order = tuple(i for i, o in enumerate(ops) if o.loads)
     cands = []
-    s = _try(ops, machine, "elk-dyn", lambda: _elk_inductive(ops, machine, order, memo), stats)
-    if s is not None:
-        cands.append(s)
+    for stretch in (None, _average_stretch(ops)):
+        s = _try(ops, machine, "elk-dyn",
+                 lambda st=stretch: _elk_inductive(ops, machine, order, memo, st), stats)
+        if s is not None:
+            cands.append(s)
     cands.append(replace(_plan_static(ops, machine, stats), design="elk-dyn"))
     return _best(cands)
 
@@ -370,12 +403,14 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
     cands = [replace(dyn, design="elk-full")]
     for perm in top:
         order = reorder.build_order(ops, rc.layers, rc.groups, perm)
-        s = _try(ops, machine, "elk-full", lambda o=order: _elk_inductive(ops, machine, o, memo), stats)
-        if s is not None:
-            s = replace(s, stats=replace(s.stats, source=f"reordered {perm}",
-                                         avg_displacement=reorder.layer_displacement(perm),
-                                         avg_position_displacement=reorder.order_displacement(order)))
-            cands.append(s)
+        for stretch in (None, _average_stretch(ops)):
+            s = _try(ops, machine, "elk-full",
+                     lambda o=order, st=stretch: _elk_inductive(ops, machine, o, memo, st), stats)
+            if s is not None:
+                s = replace(s, stats=replace(s.stats, source=f"reordered {perm}, {s.stats.source}",
+                                             avg_displacement=reorder.layer_displacement(perm),
+                                             avg_position_displacement=reorder.order_displacement(order)))
+                cands.append(s)
     best = _best(cands)
     return replace(best, stats=replace(best.stats, orders_tried=1 + len(rc.perms)))
 
