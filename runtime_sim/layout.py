@@ -1002,6 +1002,14 @@ class Relayout:
     def moved_bytes(self) -> float:
         return float(self.recv_bytes.sum())
 
+    def inter_chip_bytes(self, cores_per_chip: int) -> float:
+        """Bytes that cross chips: every piece once per chip, other than its owner's, whose
+        cores receive it (the multicast a chip-to-chip link carries once)."""
+        foreign = self.piece_receivers > 0
+        live = np.flatnonzero(self.piece_src >= 0)
+        foreign[live, self.piece_src[live] // cores_per_chip] = False
+        return float((self.piece_bytes * foreign.sum(axis=1)).sum()) * self.box_weight
+
     def flows(self, max_pairs: int = MAX_PAIRS) -> Flows:
         """Explicit per-destination flows (a stride sample of destinations beyond ``max_pairs``)."""
         cores = np.flatnonzero(self.box_of_core >= 0)

@@ -147,10 +147,7 @@ def arrival_seconds(layout: OpLayout, grids: Sequence[tuple[int, BlockGrid]], hw
         span = max(layout.span, int(grid.owner.max()) + 1)
         rl = input_relayout(grid, layout, t, np.arange(span) // cpc, hw.num_chips)
         received[:len(rl.recv_bytes)] += rl.recv_bytes[:len(received)]
-        foreign = rl.piece_receivers > 0
-        live = np.flatnonzero(rl.piece_src >= 0)
-        foreign[live, rl.piece_src[live] // cpc] = False
-        cross += float((rl.piece_bytes * foreign.sum(axis=1)).sum()) * rl.box_weight
+        cross += rl.inter_chip_bytes(cpc)
     inter = cross / hw.inter_chip_bandwidth if cross and hw.inter_chip_bandwidth > 0 else 0.0
     return max(float(received.max()) / hw.link_bandwidth, inter)
 

@@ -155,10 +155,7 @@ def relayout_inter_chip_bytes(producer: OpLayout, layout: OpLayout, t: int, hw: 
     boxes = input_boxes(layout, t).placed(layout.physical, layout.span)
     span = max(layout.span, int(grid.owner.max()) + 1)
     rl = input_relayout(grid, layout, t, np.arange(span) // cpc, hw.num_chips, boxes=boxes)
-    foreign = rl.piece_receivers > 0
-    live = np.flatnonzero(rl.piece_src >= 0)
-    foreign[live, rl.piece_src[live] // cpc] = False
-    return float((rl.piece_bytes * foreign.sum(axis=1)).sum()) * rl.box_weight
+    return rl.inter_chip_bytes(cpc)
 
 
 def producer_key(producers: Sequence[Producer]) -> tuple[Hashable, ...]:
