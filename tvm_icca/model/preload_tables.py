@@ -163,14 +163,18 @@ def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int
     measured = measured_plans(op.expr, hw)
     if measured:
         points = _with_records(op, hbm, hw, points, measured)
+    candidates = []
     for plan, time_s, traffic_s, tuned in points:
         layout = OpLayout(op.expr, plan, hw.cores_per_chip)
-        space = layout.memory_bytes_per_core()
         arrival = arrival_seconds(layout, grids, hw)
-        time_s, traffic_s = time_s + arrival, traffic_s + arrival
-        if execs and not (space < execs[-1].space and time_s > execs[-1].time_s):
-            continue  # not on the frontier
-        execs.append(ExecPoint(time_s, space, min(traffic_s, time_s), ExecChoice(plan, tuned)))
+        candidates.append((time_s + arrival, layout.memory_bytes_per_core(), traffic_s + arrival,
+                           layout, ExecChoice(plan, tuned)))
+    # the frontier: fastest first, each point smaller than every faster one (the arrival can
+    # make a smaller plan the faster one)
+    for time_s, space, traffic_s, layout, choice in sorted(candidates, key=lambda c: (c[0], c[1])):
+        if execs and space >= execs[-1].space:
+            continue
+        execs.append(ExecPoint(time_s, space, min(traffic_s, time_s), choice))
         if offchip:
             preloads.append(_preload_points(layout, offchip, hbm, host, hw))
     offchip_bytes = float(sum(op.expr.inputs[t].nbytes for t in offchip))
