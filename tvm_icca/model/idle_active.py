@@ -142,7 +142,7 @@ def reconcile_regions(
                              tuple(o for o in opts if o.active_bytes <= b or math.isinf(o.time_s)),
                              count=calls[r], capacity=b)
                    for (r, i, _), opts, b in zip(entries, candidates, budgets)]
-        result = reconcile(options, capacity, transfer_setup(hw.link_bandwidth))
+        result = _reconcile_grouped(options, candidates, capacity, hw)
         if not math.isfinite(result.total_time_s):
             break
         held = _held_by_choice(regions, entries, options, result)
@@ -185,6 +185,30 @@ def reconcile_regions(
             idle_bytes=idle.idle_bytes, active_bytes=active.active_bytes, time_s=active.time_s,
             setup_s=result.setup_s[op.name], in_place=in_place))
     return ModelPlan(planned, tuple(decisions), result, capacity)
+
+
+def _reconcile_grouped(options: Sequence[OpOptions], candidates: Sequence[tuple[PlanOption, ...]],
+                       capacity: int, hw: HardwareSpec) -> Reconciliation:
+    """Algorithm 1 with identical operators as one decision (:class:`OpOptions` ``count``):
+    the same candidates (same structure and state) within the same budget -- the layers of
+    a model whose region holds all of them, as identical region calls already are. The
+    result names every operator. A group switches plans as a whole, so the last step may
+    leave room part of it could have used (BERT-large batch 1: 1.6% slower estimate than
+    per-operator decisions); per operator, the greedy's steps grow with the number of
+    layers (BERT-large: 56 s of Python, 4 s grouped)."""
+    groups: dict[tuple[int, int | None], list[int]] = {}
+    for k, (op_options, cands) in enumerate(zip(options, candidates)):
+        groups.setdefault((id(cands), op_options.capacity), []).append(k)
+    grouped = [dataclasses.replace(options[ks[0]], count=sum(options[k].count for k in ks))
+               for ks in groups.values()]
+    result = reconcile(grouped, capacity, transfer_setup(hw.link_bandwidth))
+    expanded = []
+    for table in (result.idle, result.active, result.setup_s):
+        # (an infeasible result decides nothing)
+        expanded.append({options[k].name: table[group.name]
+                         for group, ks in zip(grouped, groups.values()) if group.name in table
+                         for k in ks})
+    return dataclasses.replace(result, idle=expanded[0], active=expanded[1], setup_s=expanded[2])
 
 
 def _resident(op: PendingOp, state: frozenset[str]) -> list[int]:
