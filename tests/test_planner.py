@@ -202,6 +202,10 @@ def test_bad_options_are_one_clear_error():
     with pytest.raises(tvm_icca.IccaError, match="collection of parameter names"):
         tvm_icca.CompileOptions(resident=3)
     assert tvm_icca.CompileOptions(resident=iter(["w1"])).resident == frozenset({"w1"})
+    for jobs in (0, -2, "2", True, 1.5):
+        with pytest.raises(tvm_icca.IccaError, match="jobs must be a positive number"):
+            tvm_icca.CompileOptions(jobs=jobs)
+    assert tvm_icca.CompileOptions(jobs=1).jobs == 1
     with pytest.raises(tvm_icca.IccaError, match="no Relax function 'main'"):
         compile_programs(tvm.IRModule(), CHIP)
     with pytest.raises(tvm_icca.InvalidHardwareSpecError, match="unknown hardware preset"):

@@ -109,8 +109,15 @@ class CompileOptions:
     #: schedule: the device's next-operator prefetch), or ``None``: ``"elk-full"`` on a chip
     #: with HBM (compute-shift plans, state in HBM), nothing otherwise.
     preload: str | None = None
+    #: Worker processes for the operators' candidate scans (:mod:`tvm_icca.plans.option_pool`)
+    #: when the pass makes its own plan cache; ``None``: every CPU this process may use, ``1``:
+    #: no workers (nothing is forked).
+    jobs: int | None = None
 
     def __post_init__(self) -> None:
+        if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int)
+                                      or self.jobs < 1):
+            raise IccaError(f"jobs must be a positive number of processes, got {self.jobs!r}")
         if self.preload is not None and self.preload not in PRELOAD_CHOICES:
             raise IccaError(f"unknown preload design {self.preload!r}; choose one of "
                             f"{PRELOAD_CHOICES}")
@@ -154,7 +161,7 @@ def plan_device_programs(
             if is_planned(mod) or not icca_regions(mod):
                 return mod
             chip = spec if spec is not None else _module_hardware(mod)
-            cache = plan_cache if plan_cache is not None else PlanCache()
+            cache = plan_cache if plan_cache is not None else PlanCache(jobs=opts.jobs)
             order = region_call_order(mod)
             # inside meta_schedule's `with database:` its ICCA records apply (tuning.hook)
             with database_scope():
