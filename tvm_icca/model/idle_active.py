@@ -195,7 +195,7 @@ def _reconcile_grouped(options: Sequence[OpOptions], candidates: Sequence[tuple[
     result names every operator. A group switches plans as a whole, so the last step may
     leave room part of it could have used (BERT-large batch 1: 1.6% slower estimate than
     per-operator decisions); per operator, the greedy's steps grow with the number of
-    layers (BERT-large: 56 s of Python, 4 s grouped)."""
+    layers (BERT-large: 56 s of Python, under a second grouped)."""
     groups: dict[tuple[int, int | None], list[int]] = {}
     for k, (op_options, cands) in enumerate(zip(options, candidates)):
         groups.setdefault((id(cands), op_options.capacity), []).append(k)
