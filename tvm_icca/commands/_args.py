@@ -16,7 +16,7 @@ import os
 __all__ = [
     "UsageError", "positive_int", "nonneg_int", "finite_float", "unit_float", "existing_file",
     "writable_path", "shape_arg", "shape_dict", "hardware_preset", "nonneg_float",
-    "tuning_records",
+    "tuning_records", "add_model_arguments",
 ]
 
 
@@ -160,3 +160,28 @@ def hardware_preset(text: str) -> str:
     except IccaError as err:
         raise argparse.ArgumentTypeError(str(err).splitlines()[0] if str(err) else text) from None
     return text
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, example: str) -> None:
+    """The MODEL argument of the commands that take a zoo workload or an ONNX file
+    (``simulate``, ``tune``): the model itself, ONNX input shapes and the zoo's options.
+    ``example``: a workload name for the help text."""
+    parser.add_argument("model_arg", nargs="?", metavar="MODEL",
+                        help=f"workload name (e.g. {example}) or path of an ONNX file")
+    parser.add_argument("--model", dest="model_opt", metavar="MODEL",
+                        help="same as the positional MODEL")
+    parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",
+                        help="static shape of an ONNX input with symbolic dimensions "
+                        "(repeatable), e.g. --shape input=1,3,224,224")
+    parser.add_argument("--batch", type=positive_int, default=None,
+                        help="zoo: batch size (default: the model's, 1 for most, 4096 points "
+                        "for NeRF)")
+    parser.add_argument("--context", "--seq-len", dest="context", type=positive_int, default=None,
+                        help="zoo: KV-cache context of LLM decoding (default 2048) or sequence "
+                        "length of BERT (default 128); ignored by other models")
+    parser.add_argument("--layers", type=positive_int, default=None,
+                        help="zoo: keep only the first N layers")
+    parser.add_argument("--dtype", default=None, choices=("float16", "float32"),
+                        help="zoo: float16 (default) or float32")
+    parser.add_argument("--tiny", action="store_true",
+                        help="zoo: the model's small test config (same architecture, few channels)")

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from ..model.planner import PRELOAD_CHOICES
-from ._args import (UsageError, hardware_preset, nonneg_int, positive_int, shape_arg, shape_dict,
+from ._args import (UsageError, add_model_arguments, hardware_preset, nonneg_int, shape_dict,
                     tuning_records, writable_path)
 
 #: Keys ``--json`` always has at the top level.
@@ -38,30 +38,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "ONNX file), compile its ICCA regions to device programs and time them on the "
         "simulated chip.",
     )
-    parser.add_argument("model_arg", nargs="?", metavar="MODEL",
-                        help="workload name (e.g. llama2-13b) or path of an ONNX file")
-    parser.add_argument("--model", dest="model_opt", metavar="MODEL",
-                        help="same as the positional MODEL")
-    parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",
-                        help="static shape of an ONNX input with symbolic dimensions "
-                        "(repeatable), e.g. --shape input=1,3,224,224")
-    parser.add_argument("--batch", type=positive_int, default=None,
-                        help="zoo: batch size (default: the model's, 1 for most, 4096 points "
-                        "for NeRF)")
-    parser.add_argument("--context", "--seq-len", dest="context", type=positive_int, default=None,
-                        help="zoo: KV-cache context of LLM decoding (default 2048) or sequence "
-                        "length of BERT (default 128); ignored by other models")
+    add_model_arguments(parser, "llama2-13b")
     parser.add_argument("--hw", type=hardware_preset, default="ipu-pod4-hbm",
                         help="hardware preset (default ipu-pod4-hbm)")
     parser.add_argument("--design", default=None, choices=PRELOAD_CHOICES,
                         help="HBM preload design (Elk §6.1): basic, static, elk-dyn, elk-full "
                         "(default on a chip with HBM), ideal (the roofline), or off")
-    parser.add_argument("--layers", type=positive_int, default=None,
-                        help="zoo: keep only the first N layers")
-    parser.add_argument("--dtype", default=None, choices=("float16", "float32"),
-                        help="zoo: float16 (default) or float32")
-    parser.add_argument("--tiny", action="store_true",
-                        help="zoo: the model's small test config (same architecture, few channels)")
     parser.add_argument("--database", metavar="DIR", type=tuning_records, default=None,
                         help="tuning records (the --work-dir of `tvm-icca tune`): compile with "
                         "the best measured plan of every operator that has one")

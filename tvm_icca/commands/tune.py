@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._args import hardware_preset, positive_int, shape_arg
+from ._args import add_model_arguments, hardware_preset, positive_int
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -25,9 +25,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "simulated chip, rank them with a learned cost model and keep the measurements as "
         "meta_schedule tuning records in --work-dir; then compile with the best records.",
     )
-    parser.add_argument("model_arg", nargs="?", metavar="MODEL",
-                        help="workload name (e.g. resnet18) or path of an ONNX file")
-    parser.add_argument("--model", dest="model_opt", metavar="MODEL", help="same as MODEL")
+    add_model_arguments(parser, "resnet18")
     parser.add_argument("--work-dir", required=True, metavar="DIR",
                         help="directory of the tuning records (created; resumed if present)")
     parser.add_argument("--trials", type=positive_int, default=32,
@@ -38,15 +36,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="worker processes measuring plans (default 1)")
     parser.add_argument("--max-tasks", type=positive_int, default=None,
                         help="tune only the N heaviest operators")
-    parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",
-                        help="static shape of an ONNX input (repeatable)")
-    parser.add_argument("--batch", type=positive_int, default=None, help="zoo: batch size")
-    parser.add_argument("--context", "--seq-len", dest="context", type=positive_int, default=None,
-                        help="zoo: KV-cache context or sequence length")
-    parser.add_argument("--layers", type=positive_int, default=None,
-                        help="zoo: keep only the first N layers")
-    parser.add_argument("--dtype", default=None, choices=("float16", "float32"), help="zoo: dtype")
-    parser.add_argument("--tiny", action="store_true", help="zoo: the model's small test config")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=_run)
     return parser
