@@ -36,6 +36,7 @@ from tvm_icca.plans.search import plan_operator  # noqa: E402
 from tvm_icca.rewrites_conv import FoldInferenceBatchNorm  # noqa: E402
 from tvm_icca.tensor_expr import extract_op  # noqa: E402
 from tvm_icca.testing.exprs import random_plan  # noqa: E402
+from tvm_icca.testing.relax_functions import relax_function  # noqa: E402
 
 op = relax.op
 OPSET = 17
@@ -65,14 +66,7 @@ def np_max_pool(x, k, stride, pad):
                    for i in range(k) for j in range(k)], axis=0)
 
 
-def relax_func(shapes, body) -> relax.Function:
-    bb = relax.BlockBuilder()
-    params = [relax.Var(f"p{i}", relax.TensorType(s, "float32")) for i, s in enumerate(shapes)]
-    with bb.function("f", params):
-        with bb.dataflow():
-            out = bb.emit_output(body(*params))
-        bb.emit_func_output(out)
-    return bb.get()["f"]
+relax_func = relax_function
 
 
 def run_on_device(func: relax.Function | tuple, arrays, plan_choice, cores: int) -> tuple[np.ndarray, object]:

@@ -27,6 +27,7 @@ from runtime_sim.timing import simulate_timing
 from tvm_icca.data_movement import split_to_slices
 from tvm_icca.partition import partition_report
 from tvm_icca.tensor_expr import extract_op
+from tvm_icca.testing.relax_functions import relax_function
 
 HW16 = small_chip(16)
 RNG = np.random.default_rng(7)
@@ -34,13 +35,7 @@ RNG = np.random.default_rng(7)
 
 # -- Relax functions of one op ----------------------------------------------------------------
 def _func(shapes: list[tuple[int, ...]], build) -> relax.Function:
-    bb = relax.BlockBuilder()
-    params = [relax.Var(f"x{i}", relax.TensorType(s, "float32")) for i, s in enumerate(shapes)]
-    with bb.function("f", params):
-        with bb.dataflow():
-            out = bb.emit_output(build(*params))
-        bb.emit_func_output(out)
-    return bb.get()["f"]
+    return relax_function(shapes, build, names=[f"x{i}" for i in range(len(shapes))])
 
 
 def _concat(shapes, axis):

@@ -87,6 +87,17 @@ def run_everywhere(model: onnx.ModelProto, inputs: dict[str, np.ndarray]):
     return icca, llvm, want, tvm_icca.partition_report(tvm_icca.partition_for_icca(mod))
 
 
+def check_one_region(model: onnx.ModelProto, inputs: dict[str, np.ndarray], *composites: str,
+                     atol: float = 1e-5) -> tuple[np.ndarray, dict]:
+    """The ICCA build matches the ONNX reference and TVM's CPU build, all in one region
+    holding ``composites``; returns the ICCA result and the partition report."""
+    icca, llvm, want, report = run_everywhere(model, inputs)
+    tvm.testing.assert_allclose(icca, want, rtol=1e-5, atol=atol)
+    tvm.testing.assert_allclose(icca, llvm, rtol=1e-5, atol=atol)
+    assert_one_region(report, *composites)
+    return icca, report
+
+
 def assert_one_region(report: dict, *composites: str) -> None:
     assert report["host_ops"] == {}, report["host_reasons"]
     assert len(report["regions"]) == 1, [r["composites"] for r in report["regions"]]
@@ -207,10 +218,7 @@ def test_mobilenet_v2_block_with_relu6_is_one_region() -> None:
     out = g.op("Add", h, "x")
     model = g.model({"x": (1, c, 5, 5)}, out, (1, c, 5, 5), opset=13)
     x = np.random.default_rng(2).standard_normal((1, c, 5, 5)).astype(np.float32) * 3
-    icca, llvm, want, report = run_everywhere(model, {"x": x})
-    tvm.testing.assert_allclose(icca, want, rtol=1e-5, atol=1e-5)
-    tvm.testing.assert_allclose(icca, llvm, rtol=1e-5, atol=1e-5)
-    assert_one_region(report)
+    _, report = check_one_region(model, {"x": x})
     assert report["regions"][0]["composites"].count("icca.conv2d_bias_clip") == 2
 
 
@@ -222,10 +230,7 @@ def test_bert_feed_forward_with_erf_gelu_is_one_region() -> None:
     out = g.op("Add", g.op("MatMul", h, g.weight(f, d)), g.const(g.rng.standard_normal(d) * 0.1))
     model = g.model({"x": (8, d)}, out, (8, d))
     x = np.random.default_rng(4).standard_normal((8, d)).astype(np.float32)
-    icca, llvm, want, report = run_everywhere(model, {"x": x})
-    tvm.testing.assert_allclose(icca, want, rtol=1e-5, atol=1e-5)
-    tvm.testing.assert_allclose(icca, llvm, rtol=1e-5, atol=1e-5)
-    assert_one_region(report, "icca.matmul_bias_gelu")
+    check_one_region(model, {"x": x}, "icca.matmul_bias_gelu")
 
 
 def test_gpt2_mlp_with_gelu_new_is_one_region() -> None:
@@ -235,10 +240,7 @@ def test_gpt2_mlp_with_gelu_new_is_one_region() -> None:
     out = g.op("Add", g.op("MatMul", gelu_new(g, h), g.weight(f, d)), g.const(np.zeros(d)))
     model = g.model({"x": (8, d)}, out, (8, d))
     x = np.random.default_rng(6).standard_normal((8, d)).astype(np.float32)
-    icca, llvm, want, report = run_everywhere(model, {"x": x})
-    tvm.testing.assert_allclose(icca, want, rtol=1e-5, atol=1e-5)
-    tvm.testing.assert_allclose(icca, llvm, rtol=1e-5, atol=1e-5)
-    assert_one_region(report, "icca.matmul_bias_gelu_tanh")
+    check_one_region(model, {"x": x}, "icca.matmul_bias_gelu_tanh")
 
 
 def test_llama_swiglu_mlp_is_one_region() -> None:
@@ -251,10 +253,7 @@ def test_llama_swiglu_mlp_is_one_region() -> None:
     out = g.op("MatMul", g.op("Mul", act, up), g.weight(f, d))
     model = g.model({"x": (8, d)}, out, (8, d))
     x = np.random.default_rng(8).standard_normal((8, d)).astype(np.float32)
-    icca, llvm, want, report = run_everywhere(model, {"x": x})
-    tvm.testing.assert_allclose(icca, want, rtol=1e-5, atol=1e-5)
-    tvm.testing.assert_allclose(icca, llvm, rtol=1e-5, atol=1e-5)
-    assert_one_region(report, "icca.matmul_silu", "icca.multiply")
+    check_one_region(model, {"x": x}, "icca.matmul_silu", "icca.multiply")
 
 
 def test_masked_fill_attention_scores_are_one_region() -> None:
@@ -268,10 +267,7 @@ def test_masked_fill_attention_scores_are_one_region() -> None:
     inputs = {"q": rng.standard_normal((2, 8, 16)).astype(np.float32),
               "k": rng.standard_normal((2, 16, 8)).astype(np.float32),
               "mask": np.tril(np.ones((8, 8), bool))}
-    icca, llvm, want, report = run_everywhere(model, inputs)
-    tvm.testing.assert_allclose(icca, want, rtol=1e-5, atol=1e-6)
-    tvm.testing.assert_allclose(icca, llvm, rtol=1e-5, atol=1e-6)
-    assert_one_region(report, "icca.where", "icca.softmax")
+    icca, _ = check_one_region(model, inputs, "icca.where", "icca.softmax", atol=1e-6)
     assert np.all(icca[:, np.triu_indices(8, 1)[0], np.triu_indices(8, 1)[1]] == 0)
 
 
@@ -280,10 +276,7 @@ def test_hard_swish_after_a_conv_is_one_region() -> None:
     h = g.op("Conv", "x", g.weight(8, 4, 3, 3), g.const(g.rng.standard_normal(8)), pads=[1] * 4)
     model = g.model({"x": (1, 4, 6, 6)}, g.op("HardSwish", h), (1, 8, 6, 6))
     x = np.random.default_rng(12).standard_normal((1, 4, 6, 6)).astype(np.float32) * 3
-    icca, llvm, want, report = run_everywhere(model, {"x": x})
-    tvm.testing.assert_allclose(icca, want, rtol=1e-5, atol=1e-6)
-    tvm.testing.assert_allclose(icca, llvm, rtol=1e-5, atol=1e-6)
-    assert_one_region(report)
+    _, report = check_one_region(model, {"x": x}, atol=1e-6)
     assert report["offloaded_ops"].get("relax.clip") == 1
 
 
@@ -356,10 +349,7 @@ def test_written_out_norms_run_on_the_chip_in_one_region() -> None:
     out = layer_norm_written(g, g.op("Add", h, "x"), 16)
     model = g.model({"x": (8, 16)}, out, (8, 16), opset=14)
     x = np.random.default_rng(16).standard_normal((8, 16)).astype(np.float32)
-    icca, llvm, want, report = run_everywhere(model, {"x": x})
-    tvm.testing.assert_allclose(icca, want, rtol=1e-5, atol=1e-5)
-    tvm.testing.assert_allclose(icca, llvm, rtol=1e-5, atol=1e-5)
-    assert_one_region(report, "icca.rms_norm", "icca.layer_norm")
+    check_one_region(model, {"x": x}, "icca.rms_norm", "icca.layer_norm")
 
 
 def test_elementwise_math_exporters_write_runs_on_the_chip() -> None:

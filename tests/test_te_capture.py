@@ -12,19 +12,12 @@ from tvm import relax  # noqa: E402
 from runtime_sim.errors import UnsupportedOperatorError  # noqa: E402
 from tvm_icca.te_capture import compose_te  # noqa: E402
 from tvm_icca.tensor_expr import tensor_expr_of  # noqa: E402
+from tvm_icca.testing.relax_functions import relax_function  # noqa: E402
 
 op = relax.op
 
 
-def rfunc(shapes, body, dtype="float32") -> relax.Function:
-    """A Relax function of params with ``shapes`` whose result is ``body(*params)``."""
-    bb = relax.BlockBuilder()
-    params = [relax.Var(f"p{i}", relax.TensorType(s, dtype)) for i, s in enumerate(shapes)]
-    with bb.function("f", params):
-        with bb.dataflow():
-            gv = bb.emit_output(body(*params))
-        bb.emit_func_output(gv)
-    return bb.get()["f"]
+rfunc = relax_function
 
 
 def test_compose_te_gives_tvm_compute():

@@ -25,6 +25,7 @@ from runtime_sim.errors import IccaError, UnsupportedDtypeError, UnsupportedOper
 from runtime_sim.layout import OpLayout, pinned_axes  # noqa: E402
 from runtime_sim.program import AffineIndex, ExecutionPlan, TensorExpr, walk_expr  # noqa: E402
 from tvm_icca.tensor_expr import extract_op, tensor_expr_of  # noqa: E402
+from tvm_icca.testing.relax_functions import relax_function  # noqa: E402
 
 op = relax.op
 RNG = np.random.default_rng(0)
@@ -33,17 +34,7 @@ RNG = np.random.default_rng(0)
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def rfunc(shapes, body, dtype="float32", names=None) -> relax.Function:
-    """A Relax function of params with ``shapes`` whose result is ``body(*params)``."""
-    bb = relax.BlockBuilder()
-    dtypes = dtype if isinstance(dtype, (list, tuple)) else [dtype] * len(shapes)
-    names = names or [f"p{i}" for i in range(len(shapes))]
-    params = [relax.Var(n, relax.TensorType(s, d)) for n, s, d in zip(names, shapes, dtypes)]
-    with bb.function("f", params):
-        with bb.dataflow():
-            gv = bb.emit_output(body(*params))
-        bb.emit_func_output(gv)
-    return bb.get()["f"]
+rfunc = relax_function
 
 
 def idx(*terms, offset=0) -> AffineIndex:

@@ -401,9 +401,10 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
     if rc is None:
         return replace(dyn, design="elk-full")
     cands = [replace(dyn, design="elk-full")]
+    stretches = (None, _average_stretch(ops))
     for perm in top:
         order = reorder.build_order(ops, rc.layers, rc.groups, perm)
-        for stretch in (None, _average_stretch(ops)):
+        for stretch in stretches:
             s = _try(ops, machine, "elk-full",
                      lambda o=order, st=stretch: _elk_inductive(ops, machine, o, memo, st), stats)
             if s is not None:
