@@ -301,3 +301,25 @@ def test_arrival_aware_search_is_exact(exprs, build, cores, arriving) -> None:
         red = cost.reduction.time_s + cost.reduction_compute_s
         assert times[i] - arrival_only[i] == pytest.approx(
             red - AnalyticCostModel()(layout, hw).reduction_s, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_step_bounds_never_exceed_a_plan(exprs, case) -> None:
+    """The (F_op, steps) bounds the Pareto scan prunes with hold for every plan of the
+    complete space: partition bytes, and time (compute, sync and the least shifts)."""
+    from tvm_icca.plans.bounds import step_partition_lower_bounds
+
+    build, cores = CASES[case]
+    structure = plan_structure(build(exprs))
+    batch = plans_for(structure, op_partitions(structure, cores))
+    parts = step_partition_lower_bounds(structure, batch.F, batch.S, batch.xp)
+    assert (parts <= batch.partition_bytes() * (1 + 1e-12)).all()
+    for hw in (small_chip(cores, 1024 * 1024), preset("ipu-mk2")):
+        model = AnalyticBatchModel(hw)
+        times, _ = model.times(batch)
+        bound = model.step_lower_bound(structure, batch.F, batch.S, batch.xp)
+        assert (bound <= times).all()
+        rotating = (batch.S > 1).any(axis=1)
+        if rotating.any():  # the shift term is in the bound, not only compute and sync
+            hw_steps = np.prod(batch.S, axis=1) * hw.sync_cycles / hw.clock_hz
+            assert (bound[rotating] > hw_steps[rotating]).all()

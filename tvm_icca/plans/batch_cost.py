@@ -32,7 +32,7 @@ from runtime_sim.links import (best_gather_radix, link_transfer_seconds, replica
 from schedules import template_for
 from schedules.base import ComputeTemplate, MatrixTemplate, arithmetic_nodes, contraction_roles
 
-from .bounds import partition_lower_bounds, subtensor_lower_bounds
+from .bounds import partition_lower_bounds, step_partition_lower_bounds, subtensor_lower_bounds
 from .intmath import ceil_div, unique_rows
 from .partitions import PlanBatch, loop_order_row, sharing_counts
 from .structure import PlanStructure, build_structure
@@ -189,6 +189,11 @@ def rotation_shift_bound(structure: PlanStructure, F: np.ndarray, seconds_per_by
 #: reductions is the simulator's schedule either way (:func:`combine_seconds`).
 REDUCTION_TERMS = ("ring", "schedule")
 
+#: Relative margin of the shift bound of :meth:`AnalyticBatchModel.step_lower_bound`: the
+#: bound's loop order and a plan's may sum in different orders, which rounds differently in
+#: the last bits; a bound a millionth low prunes as well and is safe.
+SHIFT_BOUND_MARGIN = 1e-6
+
 
 class AnalyticBatchModel:
     """:class:`.cost.AnalyticCostModel`, vectorized (same terms, same numbers).
@@ -294,13 +299,28 @@ class AnalyticBatchModel:
     def step_lower_bound(self, structure: PlanStructure, F: np.ndarray, S: np.ndarray,
                          xp: np.ndarray) -> np.ndarray:
         """Per plan with F_op rows ``F``, steps ``S`` and padded extents ``xp`` (all (n, A)):
-        its compute and synchronization terms, computed as :meth:`components` computes them.
-        Every other term is non-negative and added after them, so no plan with these steps is
-        faster (floating-point addition is monotonic)."""
+        a time no plan with these steps beats.
+
+        Its compute and synchronization terms, computed as :meth:`components` computes them,
+        plus a bound of its shifts: on an axis that steps, some tensor rotates with factor
+        ``S_a``, so the axis's shift weight is at least ``S_a`` shifts of the smallest
+        partition (:func:`.bounds.step_partition_lower_bounds`) of the tensors that may
+        rotate on it, under the best loop order of those weights. The remaining terms are
+        non-negative and added after them (floating-point addition is monotonic).
+        """
         hw = self.hw
         steps = np.prod(S, axis=1).astype(float)
         compute = steps * self.cycles(structure).subtask(xp // S) / hw.clock_hz
-        return compute + steps * hw.sync_cycles / hw.clock_hz
+        fixed = compute + steps * hw.sync_cycles / hw.clock_hz
+        stepping = S > 1
+        if not stepping.any():
+            return fixed
+        per_shift = link_transfer_seconds(step_partition_lower_bounds(structure, F, S, xp), hw)
+        least = np.where(structure.rotatable[None, :, :], per_shift[:, :, None], np.inf).min(axis=1)
+        w = np.where(stepping, S * np.where(np.isfinite(least), least, 0.0), 0.0)
+        _, shift = best_loop_order(S, w)
+        # (the loop order minimizing real weights may round differently: keep a margin)
+        return fixed + shift * (1.0 - SHIFT_BOUND_MARGIN)
 
     def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
                              budget: float = math.inf) -> np.ndarray:

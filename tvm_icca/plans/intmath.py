@@ -52,12 +52,38 @@ def ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return -(-a // b)
 
 
+#: Largest value (and mixed-radix span) ranked with a presence table instead of a sort: the
+#: table costs O(value range), so it is used only when the range is small.
+_TABLE_LIMIT = 1 << 20
+
+
+def rank_values(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` of a 1-D integer array (ascending values).
+
+    Plan-space integers are small and non-negative (factors, counts), so they are ranked
+    with a presence table, O(n + range), without sorting; others fall back to numpy.
+    """
+    x = np.asarray(x).reshape(-1)
+    if len(x):
+        low, high = int(x.min()), int(x.max())
+        if low >= 0 and high < _TABLE_LIMIT and high <= 4 * len(x) + 1024:
+            present = np.zeros(high + 1, bool)
+            present[x] = True
+            values = np.flatnonzero(present).astype(x.dtype, copy=False)
+            rank = np.cumsum(present) - 1
+            return values, rank[x]
+    values, rank = np.unique(x, return_inverse=True)
+    return values, rank.reshape(-1)
+
+
 def unique_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``np.unique(X, axis=0, return_inverse=True, return_counts=True)``, fast for int rows.
 
-    numpy sorts rows as opaque records (slow); here each column is ranked on its own and the
-    ranks are combined into one integer per row (mixed radix), which sorts fast. Falls back
-    to numpy when the radix product would overflow.
+    numpy sorts rows as opaque records (slow); here each column is ranked on its own
+    (:func:`rank_values`) and the ranks are combined into one integer per row (mixed radix,
+    first column most significant, so codes sort as the rows do). The codes are ranked the
+    same way and the distinct rows decoded from them. Falls back to numpy when the radix
+    product would overflow.
     """
     X = np.asarray(X)
     if X.ndim != 2 or X.shape[1] == 0 or len(X) == 0:
@@ -65,12 +91,21 @@ def unique_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return u, inv.reshape(-1), cnt
     code = np.zeros(len(X), np.int64)
     span = 1
+    columns = []
     for j in range(X.shape[1]):
-        values, rank = np.unique(X[:, j], return_inverse=True)
+        values, rank = rank_values(X[:, j])
         span *= len(values)
         if span >= 2**62:
             u, inv, cnt = np.unique(X, axis=0, return_inverse=True, return_counts=True)
             return u, inv.reshape(-1), cnt
-        code = code * len(values) + rank.reshape(-1)
-    _, first, inv, cnt = np.unique(code, return_index=True, return_inverse=True, return_counts=True)
-    return X[first], inv.reshape(-1), cnt
+        code = code * len(values) + rank
+        columns.append(values)
+    codes, inv = rank_values(code)
+    cnt = np.bincount(inv, minlength=len(codes))
+    unique = np.empty((len(codes), X.shape[1]), X.dtype)
+    rest = codes
+    for j in range(X.shape[1] - 1, -1, -1):
+        base = len(columns[j])
+        unique[:, j] = columns[j][rest % base]
+        rest = rest // base
+    return unique, inv, cnt

@@ -20,10 +20,10 @@ from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import ExecutionPlan, TensorExpr
 
 from .batch_cost import AnalyticBatchModel, BatchCostModel
-from .bounds import memory_lower_bound, partition_lower_bounds
+from .bounds import memory_lower_bound, partition_lower_bounds, step_partition_lower_bounds
 from .cache import PlanSearchCache, cache_or_new
 from .filters import PlanFilters
-from .partitions import StepCaps, plans_for
+from .partitions import StepCaps, StepFilter, plans_for
 from .scoring import ScoredPlans, candidate_partitions, max_padding, pareto_front, plan_chunks, score
 from .space_size import SpaceSizes, count_complete_space
 from .structure import PlanStructure, plan_structure
@@ -88,14 +88,46 @@ def pareto_fronts(structure: PlanStructure, model: BatchCostModel, max_cores: in
         group = group[~dominated]
         if not len(group):
             continue
+        keep = _undominated_steps(structure, model, budget, objectives, fronts, front_objective)
         scored = score(plans_for(structure, F[group], max_padding=max_padding(filters), cache=cache,
-                                 caps=caps), model, budget, filters)
+                                 keep_steps=keep, caps=caps), model, budget, filters)
         for k, tensors in enumerate(objectives):
             merged = ScoredPlans.concat([fronts[k], scored], structure)
             objective = _objective(merged, tensors)
             kept = pareto_front(merged.time, objective)
             fronts[k], front_objective[k] = merged.take(kept), objective[kept]
     return fronts
+
+
+def _undominated_steps(structure: PlanStructure, model: BatchCostModel, budget: float,
+                       objectives: Sequence[Sequence[int] | None], fronts: list[ScoredPlans],
+                       front_objective: list[np.ndarray]) -> StepFilter | None:
+    """A step filter keeping the (F_op row, steps) pairs that may still add a frontier point.
+
+    A pair is dropped when it cannot fit ``budget`` or when, for every objective, a point
+    found so far is at least as fast as the pair's time bound (the model's
+    ``step_lower_bound``: compute, synchronization and the least shifts of those steps)
+    with at most its bytes bound (:func:`.bounds.step_partition_lower_bounds`). The
+    comparison is exact (no tolerance): the pairs dropped hold only plans the frontier
+    would not keep, so the frontier is the one found without the filter.
+    """
+    step_bound = getattr(model, "step_lower_bound", None)
+    if step_bound is None:
+        return None
+
+    def keep(F: np.ndarray, S: np.ndarray, xp: np.ndarray) -> np.ndarray:
+        parts = step_partition_lower_bounds(structure, F, S, xp)
+        fits = parts.sum(axis=1) <= budget
+        if not len(fronts[0]):
+            return fits
+        time_lb = step_bound(structure, F, S, xp)
+        dominated = np.ones(len(F), bool)
+        for k, tensors in enumerate(objectives):
+            bound = parts.sum(axis=1) if tensors is None else parts[:, list(tensors)].sum(axis=1)
+            dominated &= _dominated(front_objective[k], fronts[k].time, bound, time_lb)
+        return fits & ~dominated
+
+    return keep
 
 
 def _objective(scored: ScoredPlans, tensors: Sequence[int] | None) -> np.ndarray:

@@ -100,47 +100,27 @@ def padding_ratio(structure: PlanStructure, F: np.ndarray, xp: np.ndarray) -> np
 # -- temporal factor assignments -------------------------------------------------------------
 @dataclass(frozen=True)
 class Assignments:
-    """The f_t assignments of one sharing tuple; their steps per axis tabulated on demand."""
+    """The f_t assignments of one sharing tuple, grouped by their steps per axis.
+
+    ``combos`` (n, T, A) are ordered by their steps vector ``S`` (the largest factor of any
+    tensor on each axis), stably, so the unrotated assignment (``S = 1`` everywhere, the
+    smallest) stays first. The assignments with steps ``s_rows[i]`` are
+    ``combos[s_start[i]:s_start[i + 1]]``. Padding depends on ``F_op`` and ``S`` only, so
+    :func:`plans_for` decides per (F_op row, S) pair and expands the kept pairs.
+    """
 
     combos: np.ndarray  # (n, T, A)
+    s_rows: np.ndarray  # (u, A): the distinct S vectors, ascending
+    s_start: np.ndarray  # (u + 1,)
 
-    @cached_property
-    def S(self) -> np.ndarray:
-        return self.combos.max(axis=1)
-
-    @cached_property
-    def _s_table(self) -> tuple[np.ndarray, np.ndarray]:
-        rows, group, _ = unique_rows(self.S)
-        return rows, group
-
-    @property
-    def s_rows(self) -> np.ndarray:
-        """(u, A): the distinct S vectors (padding depends on S only)."""
-        return self._s_table[0]
-
-    @property
-    def s_group(self) -> np.ndarray:
-        """(n,): each assignment's row in :attr:`s_rows`."""
-        return self._s_table[1]
-
-    @cached_property
-    def _per_axis(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
-        values, index = [], []
-        for a in range(self.s_rows.shape[1]):
-            v, inv = np.unique(self.s_rows[:, a], return_inverse=True)
-            values.append(v)
-            index.append(inv.reshape(-1))
-        return tuple(values), tuple(index)
-
-    @property
-    def s_values(self) -> tuple[np.ndarray, ...]:
-        """Per axis: the distinct S values of :attr:`s_rows`."""
-        return self._per_axis[0]
-
-    @property
-    def s_index(self) -> tuple[np.ndarray, ...]:
-        """Per axis: each :attr:`s_rows` entry's position in :attr:`s_values`."""
-        return self._per_axis[1]
+    @classmethod
+    def of(cls, combos: np.ndarray) -> "Assignments":
+        rows, group, counts = unique_rows(combos.max(axis=1))
+        ordered = combos[np.argsort(group, kind="stable")]
+        ordered.setflags(write=False)
+        start = np.zeros(len(rows) + 1, INT)
+        np.cumsum(counts, out=start[1:])
+        return cls(ordered, rows, start)
 
 
 def temporal_assignments(structure: PlanStructure, P: Sequence[int],
@@ -166,10 +146,10 @@ def assignments(structure: PlanStructure, P: Sequence[int],
     key = tuple(int(p) for p in P)
     cap_key = None if caps is None else tuple(int(c) for c in caps)
     if cache is None:
-        return Assignments(_join_assignments(structure, key, cap_key))
+        return Assignments.of(_join_assignments(structure, key, cap_key))
     memo_key = key if cap_key is None else (key, cap_key)
     return cache.assignments(structure, memo_key,
-                             lambda: Assignments(_join_assignments(structure, key, cap_key)))
+                             lambda: Assignments.of(_join_assignments(structure, key, cap_key)))
 
 
 def assignment_count(structure: PlanStructure, P: Sequence[int],
@@ -344,34 +324,71 @@ def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool =
     if prefilter and caps is None:
         caps = StepCaps(structure, F, max_padding)
     first = 1 if exclude_unrotated else 0  # row 0 of the assignments is the unrotated one
-    Fs, fts = [], []
+    if not prefilter:
+        Fs, fts = [], []
+        for k, key in enumerate(keys):
+            rows = by_key[bounds[k]:bounds[k + 1]]
+            combos = assignments(structure, key, cache).combos[first:]
+            if len(rows) and len(combos):
+                Fs.append(np.repeat(F[rows], len(combos), axis=0))
+                fts.append(np.tile(combos, (len(rows), 1, 1)))
+        if not Fs:
+            return plans_for(structure, F[:0])
+        return _drop_invalid(PlanBatch(structure, np.concatenate(Fs), np.concatenate(fts)))
+    entries, spans = [], []
     for k, key in enumerate(keys):
-        rows = by_key[bounds[k]:bounds[k + 1]]
-        if not len(rows):
-            continue
-        if not prefilter:
-            entry = assignments(structure, key, cache)
-            if len(entry.combos) <= first:
-                continue
-            combos = entry.combos[first:]
-            Fs.append(np.repeat(F[rows], len(combos), axis=0))
-            fts.append(np.tile(combos, (len(rows), 1, 1)))
-            continue
         key_caps = caps.of(key)
-        if key_caps is False:
+        if key_caps is False or bounds[k] == bounds[k + 1]:
             continue  # no plan of these rows is within the padding bound
         entry = assignments(structure, key, cache, key_caps)
-        if len(entry.combos) <= first:
-            continue
-        ok = _padding_mask(structure, F[rows], entry, max_padding, keep_steps)
-        ok[:, :first] = False
-        ri, ci = np.nonzero(ok)
-        Fs.append(F[rows][ri])
-        fts.append(entry.combos[ci])
-    if not Fs:
+        if len(entry.combos) > first:
+            entries.append(entry)
+            spans.append((bounds[k], bounds[k + 1]))
+    if not entries:
         return plans_for(structure, F[:0])
-    batch = PlanBatch(structure, np.concatenate(Fs), np.concatenate(fts))
+    pair_row, pair_s, lo, hi, S = _step_pairs(by_key, spans, entries, first)
+    keep = _pairs_within(structure, F[pair_row], S[pair_s], max_padding, keep_steps)
+    pair_row, pair_s = pair_row[keep], pair_s[keep]
+    count = hi[pair_s] - lo[pair_s]
+    total = int(count.sum())
+    if not total:
+        return plans_for(structure, F[:0])
+    # each kept pair expands to its assignments, in pair order: per row, the assignments in
+    # their (S-grouped) order, as the complete list has them
+    offsets = np.cumsum(count) - count
+    local = np.arange(total) - np.repeat(offsets - lo[pair_s], count)
+    out_rows = np.repeat(pair_row, count)
+    owner = np.repeat(np.searchsorted(np.cumsum([len(e.s_rows) for e in entries]), pair_s,
+                                      side="right"), count)
+    cut = np.searchsorted(owner, np.arange(len(entries) + 1))
+    fts = [entries[e].combos[local[cut[e]:cut[e + 1]]] for e in range(len(entries))
+           if cut[e + 1] > cut[e]]
+    batch = PlanBatch(structure, F[out_rows], np.concatenate(fts))
     return _drop_invalid(batch)
+
+
+def _step_pairs(by_key: np.ndarray, spans: Sequence[tuple[int, int]],
+                entries: Sequence["Assignments"], first: int):
+    """Every (F_op row, S vector) pair of the sharing tuples' rows, tuple by tuple, row by row.
+
+    ``spans``: per tuple, its rows' range in ``by_key``. Returns the pairs' rows and global S
+    indices, and per global S index the range of its assignments ``[lo, hi)`` within its
+    tuple's list (the unrotated one dropped when ``first`` is 1), and the S vectors.
+    """
+    n = np.array([b - a for a, b in spans], INT)
+    u = np.array([len(e.s_rows) for e in entries], INT)
+    m = n * u
+    tup = np.repeat(np.arange(len(entries)), m)
+    local = np.arange(int(m.sum())) - np.repeat(np.cumsum(m) - m, m)
+    row_in, s_in = np.divmod(local, u[tup])
+    pair_row = by_key[np.array([a for a, _ in spans], INT)[tup] + row_in]
+    pair_s = (np.cumsum(u) - u)[tup] + s_in
+    lo = np.concatenate([e.s_start[:-1] for e in entries])
+    hi = np.concatenate([e.s_start[1:] for e in entries])
+    if first:
+        lo = np.maximum(lo, first)  # the unrotated assignment is the first of S = 1
+    S = np.concatenate([e.s_rows for e in entries])
+    return pair_row, pair_s, lo, hi, S
 
 
 #: ``keep(F, S, xp) -> bool mask``: for F_op rows ``F`` (n, A), steps per axis ``S`` (n, A)
@@ -389,7 +406,7 @@ class StepCaps:
     Padding is at least ``F_a * S_a / E_a`` on axis ``a`` and at least the unrotated
     ``F_b * ceil(E_b / F_b) / E_b`` on every other axis, which bounds ``S_a``; an unpaddable
     axis needs ``F_a * ceil(E_a / F_a) = E_a`` and steps dividing ``ceil(E_a / F_a)``. The
-    bounds only skip assignments that :func:`_padding_mask` rejects anyway, so the capped
+    bounds only skip assignments that :func:`_pairs_within` rejects anyway, so the capped
     assignments give the same plans, far cheaper when the bound is tight (T10's 0.9 padding
     threshold leaves a few step counts per axis).
     """
@@ -411,70 +428,52 @@ class StepCaps:
             np.zeros((0, structure.num_tensors), INT), np.zeros(0, INT), None)
         union = np.zeros((len(keys), structure.num_axes))
         np.maximum.at(union, inverse, cap)
-        self._caps = {tuple(int(p) for p in key): row for key, row in zip(keys, union)}
+        # the largest factor any tensor can take on each axis (1: nothing rotates on it)
+        most = np.where(structure.rotatable[None, :, :], keys[:, :, None], 1).max(axis=1,
+                                                                                  initial=1)
+        capped = np.minimum(union, most).astype(INT)
+        self._caps: dict[tuple[int, ...], tuple[int, ...] | None | bool] = {}
+        for key, row, full, c in zip(keys.tolist(), union, most, capped):
+            self._caps[tuple(key)] = (False if (row < 1).any() else
+                                      None if (c == full).all() else tuple(c.tolist()))
 
     def of(self, P: Sequence[int]) -> "tuple[int, ...] | None | bool":
         """The caps of sharing tuple ``P``: ``None`` when nothing is cut, ``False`` when no
         plan of its rows qualifies."""
         key = tuple(int(p) for p in P)
-        cap = self._caps.get(key)
-        if cap is None:
+        if key not in self._caps:
             raise KeyError(f"sharing tuple {key} is not among the rows of these caps")
-        if (cap < 1).any():
-            return False
-        structure = self.structure
-        # the largest factor any tensor can take on each axis (1: nothing rotates on it)
-        most = np.ones(structure.num_axes, INT)
-        for t in range(structure.num_tensors):
-            most = np.where(structure.rotatable[t], np.maximum(most, key[t]), most)
-        caps = np.minimum(cap, most).astype(INT)
-        return None if (caps == most).all() else tuple(int(x) for x in caps)
+        return self._caps[key]
 
 
-def _padding_mask(structure: PlanStructure, F: np.ndarray, entry: Assignments,
-                  max_padding: float, keep_steps: "StepFilter | None" = None) -> np.ndarray:
-    """(rows, combos) mask: padding within ``max_padding``, unpaddable axes unpadded and,
-    with ``keep_steps``, the (row, S) pairs it keeps.
-
-    Padding depends on S only: it is computed per distinct S vector (per axis, the padded
-    length ``F * S * ceil(ceil(E/F) / S)`` is tabulated for the few distinct S values),
-    then spread to the combos.
-    """
-    n = len(entry.s_rows)
-    ratio = np.ones((len(F), n))
-    ok = np.ones((len(F), n), bool)
-    c = ceil_div(structure.extents[None, :], F)
-    xp = [] if keep_steps is not None else None
+def _pairs_within(structure: PlanStructure, F: np.ndarray, S: np.ndarray, max_padding: float,
+                  keep_steps: "StepFilter | None" = None) -> np.ndarray:
+    """Mask of (F_op row, S vector) pairs: padding within ``max_padding``, unpaddable axes
+    unpadded and, with ``keep_steps``, the pairs it keeps. Padding depends on F_op and S
+    only: the padded length of axis ``a`` is ``F * S * ceil(ceil(E/F) / S)``."""
+    E = structure.extents
+    xp = S * ceil_div(ceil_div(E[None, :], F), S)
+    padded = F * xp
+    ok = np.ones(len(F), bool)
+    ratio = np.ones(len(F))
     for a in range(structure.num_axes):
-        values = entry.s_values[a]
-        if len(values) == 1 and values[0] == 1 and not structure.exact[a]:
-            ratio *= (F[:, a] * c[:, a] / float(structure.extents[a]))[:, None]
-            if xp is not None:
-                xp.append(np.broadcast_to(c[:, a, None], (len(F), n)))
-            continue
-        sub = values[None, :] * ceil_div(c[:, a, None], values[None, :])
-        padded = F[:, a, None] * sub
-        padded = padded[:, entry.s_index[a]]
-        ratio *= padded / float(structure.extents[a])
-        if xp is not None:
-            xp.append(sub[:, entry.s_index[a]])
+        ratio *= padded[:, a] / float(E[a])
         if structure.exact[a]:
-            ok &= padded == structure.extents[a]
+            ok &= padded[:, a] == E[a]
     if math.isfinite(max_padding):
         ok &= ratio <= max_padding + PADDING_SLACK
     if keep_steps is not None:
-        ri, ui = np.nonzero(ok)
-        if len(ri):
-            xp_rows = np.stack([x[ri, ui] for x in xp], axis=1)
-            ok[ri, ui] = keep_steps(F[ri], entry.s_rows[ui], xp_rows)
-    return ok[:, entry.s_group]
+        rows = np.flatnonzero(ok)
+        if len(rows):
+            ok[rows] = keep_steps(F[rows], S[rows], xp[rows])
+    return ok
 
 
 def _drop_invalid(batch: PlanBatch) -> PlanBatch:
     """Apply the ring rule, which depends on F_op itself (see the module docstring)."""
     structure = batch.structure
     keep = np.ones(len(batch), bool)
-    # (Unpaddable reductions were handled by _padding_mask before materializing.)
+    # (Unpaddable reductions were handled by _pairs_within before materializing.)
     if structure.ring_risks:
         risky = np.zeros(len(batch), bool)
         for a, t, u, shared in structure.ring_risks:
