@@ -37,3 +37,26 @@ def test_arrival_of_a_region_input_from_its_canonical_blocks():
     held = int(grid.block[0] * grid.block[1]) * 4
     got = arrival_seconds(consumer, [(0, grid)], CHIP)
     assert got == pytest.approx((512 - held) / CHIP.link_bandwidth)
+
+
+@pytest.mark.parametrize("k_split", [4, 16])
+def test_k_split_point_costs_the_device_replica_reduction(k_split):
+    # the plan search prices the replica reduction with T10's ring term; an execute-state
+    # point must cost it as the device sums the replicas (tree or chain), which is what the
+    # timing simulator charges for the same plan's steps and reduction (Elk §4.3, Fig. 12)
+    from runtime_sim.timing.opcost import op_cost
+    from runtime_sim.topology import make_topology
+    from tvm_icca.model.preload_tables import _device_reduction
+    from tvm_icca.plans.cost import AnalyticCostModel
+
+    hw = small_chip(64, 64 * 1024)
+    layout = OpLayout(exprs.matmul(4, 4096, 64), ExecutionPlan({"k": k_split, "n": 4}, ({}, {}, {})))
+    ring = AnalyticCostModel()(layout, hw)
+    extra, traffic = _device_reduction(layout, ring, hw)
+    sim = op_cost(layout, hw, make_topology(hw))
+    assert extra > 0.0  # the ring term under-estimates the schedule
+    assert ring.time_s + extra == pytest.approx(sim.exec_s, rel=1e-6)
+    # its link time: the reduction's transfers, not its adds and synchronizations
+    assert traffic == pytest.approx(sim.shift.time_s + sim.reduction.time_s, rel=1e-6)
+    assert traffic < ring.time_s + extra
+
