@@ -60,3 +60,26 @@ def test_k_split_point_costs_the_device_replica_reduction(k_split):
     assert traffic == pytest.approx(sim.shift.time_s + sim.reduction.time_s, rel=1e-6)
     assert traffic < ring.time_s + extra
 
+
+def test_layers_of_one_region_share_their_table_keys():
+    # every layer of a decoder holds the KV-cache updates of the layers before it, so the
+    # live bytes around identical operators differ; their keys (their trade-off points) must
+    # not, or Elk §4.4 finds no repeated layer to reorder
+    from tvm_icca.elk import reorder
+    from tvm_icca.model.preload_tables import operator_tables
+    from tvm_icca.programs import compile_programs
+    from tvm_icca.region import PlanCache
+    from tvm_icca.workloads import get_workload
+
+    hw = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
+                                                   hbm_controllers=2)
+    cache = PlanCache(jobs=1)
+    layers = 4
+    model = compile_programs(get_workload("llama2-13b", tiny=True, batch=2, context=8,
+                                          num_layers=layers), hw, plan_cache=cache)
+    tables = operator_tables(model.programs, hw, cache)
+    found = reorder.detect_layers([t.key for t in tables])
+    assert found is not None and found.count >= layers - 1
+    period = found.period
+    live = {t.live_bytes for t in tables[found.start:found.end:period]}
+    assert len(live) > 1  # the live bytes do differ from layer to layer

@@ -111,8 +111,10 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
             if table is None:
                 grids = [(t, _source_grid(op, t, producer_of, hw)) for t, _ in arriving]
                 table = memo[points_key] = _table(op, hbm, host, held, hw, cache, points_key, grids)
-            key = json.dumps([points_key, held], separators=(",", ":"))
-            tables.append(dataclasses.replace(table, key=key, live_bytes=int(held)))
+            # the key names the points only: identical layers of one region differ in the
+            # region outputs live around them (each layer's KV-cache update stays on chip),
+            # and a key with those bytes would hide the repeated layers from Elk §4.4
+            tables.append(dataclasses.replace(table, key=points_key, live_bytes=int(held)))
     return tables
 
 
