@@ -44,7 +44,7 @@ from runtime_sim.stream_timing import preload_link_share, stream_times
 from .inductive import (InfeasibleError, check_horizons, early_members, inductive_schedule,
                         min_horizons)
 from .model import window_bytes
-from .tradeoffs import ElkMachine, OpTradeoffs
+from .tradeoffs import ElkMachine, OpTradeoffs, PreloadPoint
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
 STATIC_SPLITS = 24          # reserved preload fractions 0, 1/24, ..., 23/24 of SRAM
@@ -299,6 +299,8 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
     def commit(i: int, h: int) -> None:
         members, plan = tried[h]
         ex[i] = plan.exec_choice
+        if i in pc:     # i's execute point is fixed: its windows start at its fastest preload
+            pc[i] = fastest_preload(ops[i].preloads[ex[i]])
         for j, c in zip(members, plan.preload_choices):
             pc[j] = c
         tried.clear()
@@ -310,6 +312,17 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
     res = inductive_schedule(n, order, window_time, preload_time, commit)
     source = "inductive" if stretch is None else f"inductive, preloads x{stretch:.2f}"
     return _Draft(ex, [pc.get(i, -1) for i in range(n)], order, list(res.horizon), source)
+
+
+def fastest_preload(front: Sequence[PreloadPoint]) -> int:
+    """The preload-state point an operator's windows start from (Elk §4.3 starts every
+    operator at its fastest plan): the least load plus distribution time alone, the larger
+    point on ties. Both are on the operator's path: its load in the one preload queue (§4.2:
+    the HBM roofline or the interconnect delivery, whichever is longer), its distribution
+    before it executes. MaxPreload is not always that point: an input every chip needs in
+    full is read once per chip at MaxPreload, and an input from the host link (8 GB/s a
+    chip) takes 3x longer that way than chunked over the chips and redistributed on chip."""
+    return min(range(len(front)), key=lambda c: (front[c].load_s + front[c].distribute_s, c))
 
 
 #: Longest average stretch of a preload's delivery considered (a link share of 5%).
