@@ -136,3 +136,41 @@ def test_elk_preloads_a_host_input_chunked_when_that_loads_faster():
         sched = plan_preloads([host, shared], ElkMachine(10_000), design)
         assert sched.preload_choice == (1, 0)
         assert sched.total_s == pytest.approx(21.1)
+
+
+def test_stretch_grid_brackets_no_contention_to_the_longest_stretch():
+    from tvm_icca.elk.designs import MAX_STRETCH, STRETCH_GRID
+
+    assert STRETCH_GRID[0] == 1.0 and STRETCH_GRID[-1] <= MAX_STRETCH < STRETCH_GRID[-1] * 2 ** 0.5
+    assert all(b / a == pytest.approx(2 ** 0.5) for a, b in zip(STRETCH_GRID, STRETCH_GRID[1:]))
+
+
+def test_screened_stretch_is_the_best_price_on_the_truncated_model(monkeypatch):
+    import tvm_icca.elk.designs as D
+    from tvm_icca.elk import reorder
+
+    for seed in range(3):
+        ops = synthetic_llm(3, seed=seed, hbm_bw=10e9 * (seed + 1))
+        machine = ElkMachine(SRAM)
+        rc = D._reorder_candidates(ops, machine, with_perms=False)
+        assert rc is not None and rc.layers.count == 3
+        memo, stats = {}, D.PlanStats()
+        got = D._screened_stretch(ops, machine, memo, stats, rc, None)
+        small = reorder.truncate(ops, rc.layers, min(rc.layers.count, D.SCREEN_LAYERS))
+        order = tuple(i for i, o in enumerate(small) if o.loads)
+        totals = {}
+        for st in D.STRETCH_GRID:
+            try:
+                totals[st] = D._finish(small, machine, "elk-dyn",
+                                       D._elk_inductive(small, machine, order, {}, st), stats).total_s
+            except (InfeasibleError, ValueError):
+                pass
+        if not totals:
+            assert got is None
+            continue
+        assert totals[got] == min(totals.values())
+        # and the whole-model plan with it is never worse than without it
+        with_it = plan_preloads(ops, machine, "elk-dyn").total_s
+        monkeypatch.setattr(D, "_screened_stretch", lambda *a: None)
+        assert with_it <= plan_preloads(ops, machine, "elk-dyn").total_s + 1e-12
+        monkeypatch.undo()
