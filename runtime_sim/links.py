@@ -199,19 +199,37 @@ def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
                              _out(adds), _out(radix), _out(fan))
 
 
-def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
-    """Time of the faster schedule with every transfer costed alone on its link
-    (:func:`link_transfer_seconds`); 0 where there is one replica. The timing simulator
-    routes the same transfers on its topology instead (``runtime_sim.timing.opcost``)."""
+def _reduction_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+    """Per schedule, (link time, adds and syncs) with every transfer alone on its link:
+    ``(tree_link, tree_adds, chain_link, chain_adds)`` as arrays."""
     R = np.asarray(replicas, np.float64)
     s = replica_reduction_schedule(R, partition_bytes, partition_elements, hw)
     p = np.asarray(partition_bytes, np.float64)
     one = np.asarray(link_transfer_seconds(partition_bytes, hw))
     lat = np.asarray(chunk_latency_seconds(p, hw, 1))
-    tree = (np.asarray(s.tree_fan_in) * p / hw.link_bandwidth + np.asarray(s.tree_rounds) * lat
-            + s.tree_adds_s)
-    chain = one + s.chain_fill_s + s.chain_add_s + s.sync_s
-    return _out(np.where(R > 1, np.minimum(tree, chain), 0.0))
+    tree_link = np.asarray(s.tree_fan_in) * p / hw.link_bandwidth + np.asarray(s.tree_rounds) * lat
+    chain_link = one + s.chain_fill_s
+    return R, tree_link, np.asarray(s.tree_adds_s), chain_link, np.asarray(s.chain_adds_s)
+
+
+def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+    """Time of the faster schedule with every transfer costed alone on its link
+    (:func:`link_transfer_seconds`); 0 where there is one replica. The timing simulator
+    routes the same transfers on its topology instead (``runtime_sim.timing.opcost``)."""
+    R, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
+        replicas, partition_bytes, partition_elements, hw)
+    return _out(np.where(R > 1, np.minimum(tree_link + tree_adds, chain_link + chain_adds), 0.0))
+
+
+def replica_reduction_link_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+    """The part of :func:`replica_reduction_seconds` that keeps links busy: the transfers of
+    its faster schedule, without the vector-unit adds and synchronizations (the timing
+    simulator counts the same split: the reduction's transfer phase is link traffic that a
+    preload shares, its adds are compute). 0 where there is one replica."""
+    R, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
+        replicas, partition_bytes, partition_elements, hw)
+    tree_faster = tree_link + tree_adds <= chain_link + chain_adds
+    return _out(np.where(R > 1, np.where(tree_faster, tree_link, chain_link), 0.0))
 
 
 def combine_rounds(group):

@@ -106,3 +106,71 @@ def test_model_that_cannot_fit_is_reported():
     for design in DESIGNS:
         with pytest.raises(InfeasibleError):
             plan_preloads([big], ElkMachine(1500), design)
+
+
+def test_fastest_preload_is_the_least_load_plus_distribution():
+    from tvm_icca.elk.designs import fastest_preload
+
+    front = (PreloadPoint(400, 0.0, 3e-6, 1e-6),      # MaxPreload: every chip reads it all
+             PreloadPoint(200, 0.2e-6, 1.5e-6, 0.5e-6),
+             PreloadPoint(100, 0.5e-6, 0.8e-6, 0.3e-6))  # MinPreload
+    assert fastest_preload(front) == 2
+    assert fastest_preload(front[:1]) == 0
+    tie = (PreloadPoint(400, 0.0, 1e-6, 0.0), PreloadPoint(100, 0.5e-6, 0.5e-6, 0.0))
+    assert fastest_preload(tie) == 0                   # ties keep the larger point
+
+
+def test_elk_preloads_a_host_input_chunked_when_that_loads_faster():
+    # op 0's MaxPreload reads 4x the bytes of its MinPreload (an input every chip needs, read
+    # once per chip); op 1's MinPreload needs a long distribution. With plenty of SRAM the
+    # fastest stream preloads op 0 small and op 1 large: 1 + (0.1 + 10) + 10 = 21.1, where
+    # all-MaxPreload takes 4 + 10 + 10 and all-MinPreload 1 + 10.1 + (3 + 10) (Static's two)
+    host = OpTradeoffs("host", (ExecPoint(10.0, 100, 0.0),),
+                       ((PreloadPoint(400, 0.0, 4.0, 0.0), PreloadPoint(100, 0.1, 1.0, 0.0)),),
+                       1.0, 0)
+    shared = OpTradeoffs("shared", (ExecPoint(10.0, 100, 0.0),),
+                         ((PreloadPoint(400, 0.0, 1.0, 0.0), PreloadPoint(100, 3.0, 1.0, 0.0)),),
+                         1.0, 0)
+    assert plan_preloads([host, shared], ElkMachine(10_000), "static").total_s == pytest.approx(24.0)
+    for design in ("elk-dyn", "elk-full"):
+        sched = plan_preloads([host, shared], ElkMachine(10_000), design)
+        assert sched.preload_choice == (1, 0)
+        assert sched.total_s == pytest.approx(21.1)
+
+
+def test_stretch_grid_brackets_no_contention_to_the_longest_stretch():
+    from tvm_icca.elk.designs import MAX_STRETCH, STRETCH_GRID
+
+    assert STRETCH_GRID[0] == 1.0 and STRETCH_GRID[-1] <= MAX_STRETCH < STRETCH_GRID[-1] * 2 ** 0.5
+    assert all(b / a == pytest.approx(2 ** 0.5) for a, b in zip(STRETCH_GRID, STRETCH_GRID[1:]))
+
+
+def test_screened_stretch_is_the_best_price_on_the_truncated_model(monkeypatch):
+    import tvm_icca.elk.designs as D
+    from tvm_icca.elk import reorder
+
+    for seed in range(3):
+        ops = synthetic_llm(3, seed=seed, hbm_bw=10e9 * (seed + 1))
+        machine = ElkMachine(SRAM)
+        rc = D._reorder_candidates(ops, machine, with_perms=False)
+        assert rc is not None and rc.layers.count == 3
+        memo, stats = {}, D.PlanStats()
+        got = D._screened_stretch(ops, machine, memo, stats, rc, None)
+        small = reorder.truncate(ops, rc.layers, min(rc.layers.count, D.SCREEN_LAYERS))
+        order = tuple(i for i, o in enumerate(small) if o.loads)
+        totals = {}
+        for st in D.STRETCH_GRID:
+            try:
+                totals[st] = D._finish(small, machine, "elk-dyn",
+                                       D._elk_inductive(small, machine, order, {}, st), stats).total_s
+            except (InfeasibleError, ValueError):
+                pass
+        if not totals:
+            assert got is None
+            continue
+        assert totals[got] == min(totals.values())
+        # and the whole-model plan with it is never worse than without it
+        with_it = plan_preloads(ops, machine, "elk-dyn").total_s
+        monkeypatch.setattr(D, "_screened_stretch", lambda *a: None)
+        assert with_it <= plan_preloads(ops, machine, "elk-dyn").total_s + 1e-12
+        monkeypatch.undo()

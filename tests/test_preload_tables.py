@@ -37,3 +37,49 @@ def test_arrival_of_a_region_input_from_its_canonical_blocks():
     held = int(grid.block[0] * grid.block[1]) * 4
     got = arrival_seconds(consumer, [(0, grid)], CHIP)
     assert got == pytest.approx((512 - held) / CHIP.link_bandwidth)
+
+
+@pytest.mark.parametrize("k_split", [4, 16])
+def test_k_split_point_costs_the_device_replica_reduction(k_split):
+    # the plan search prices the replica reduction with T10's ring term; an execute-state
+    # point must cost it as the device sums the replicas (tree or chain), which is what the
+    # timing simulator charges for the same plan's steps and reduction (Elk §4.3, Fig. 12)
+    from runtime_sim.timing.opcost import op_cost
+    from runtime_sim.topology import make_topology
+    from tvm_icca.model.preload_tables import _device_reduction
+    from tvm_icca.plans.cost import AnalyticCostModel
+
+    hw = small_chip(64, 64 * 1024)
+    layout = OpLayout(exprs.matmul(4, 4096, 64), ExecutionPlan({"k": k_split, "n": 4}, ({}, {}, {})))
+    ring = AnalyticCostModel()(layout, hw)
+    extra, traffic = _device_reduction(layout, ring, hw)
+    sim = op_cost(layout, hw, make_topology(hw))
+    assert extra > 0.0  # the ring term under-estimates the schedule
+    assert ring.time_s + extra == pytest.approx(sim.exec_s, rel=1e-6)
+    # its link time: the reduction's transfers, not its adds and synchronizations
+    assert traffic == pytest.approx(sim.shift.time_s + sim.reduction.time_s, rel=1e-6)
+    assert traffic < ring.time_s + extra
+
+
+def test_layers_of_one_region_share_their_table_keys():
+    # every layer of a decoder holds the KV-cache updates of the layers before it, so the
+    # live bytes around identical operators differ; their keys (their trade-off points) must
+    # not, or Elk §4.4 finds no repeated layer to reorder
+    from tvm_icca.elk import reorder
+    from tvm_icca.model.preload_tables import operator_tables
+    from tvm_icca.programs import compile_programs
+    from tvm_icca.region import PlanCache
+    from tvm_icca.workloads import get_workload
+
+    hw = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
+                                                   hbm_controllers=2)
+    cache = PlanCache(jobs=1)
+    layers = 4
+    model = compile_programs(get_workload("llama2-13b", tiny=True, batch=2, context=8,
+                                          num_layers=layers), hw, plan_cache=cache)
+    tables = operator_tables(model.programs, hw, cache)
+    found = reorder.detect_layers([t.key for t in tables])
+    assert found is not None and found.count >= layers - 1
+    period = found.period
+    live = {t.live_bytes for t in tables[found.start:found.end:period]}
+    assert len(live) > 1  # the live bytes do differ from layer to layer

@@ -44,7 +44,7 @@ from runtime_sim.stream_timing import preload_link_share, stream_times
 from .inductive import (InfeasibleError, check_horizons, early_members, inductive_schedule,
                         min_horizons)
 from .model import window_bytes
-from .tradeoffs import ElkMachine, OpTradeoffs
+from .tradeoffs import ElkMachine, OpTradeoffs, PreloadPoint
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
 STATIC_SPLITS = 24          # reserved preload fractions 0, 1/24, ..., 23/24 of SRAM
@@ -299,6 +299,8 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
     def commit(i: int, h: int) -> None:
         members, plan = tried[h]
         ex[i] = plan.exec_choice
+        if i in pc:     # i's execute point is fixed: its windows start at its fastest preload
+            pc[i] = fastest_preload(ops[i].preloads[ex[i]])
         for j, c in zip(members, plan.preload_choices):
             pc[j] = c
         tried.clear()
@@ -310,6 +312,17 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
     res = inductive_schedule(n, order, window_time, preload_time, commit)
     source = "inductive" if stretch is None else f"inductive, preloads x{stretch:.2f}"
     return _Draft(ex, [pc.get(i, -1) for i in range(n)], order, list(res.horizon), source)
+
+
+def fastest_preload(front: Sequence[PreloadPoint]) -> int:
+    """The preload-state point an operator's windows start from (Elk §4.3 starts every
+    operator at its fastest plan): the least load plus distribution time alone, the larger
+    point on ties. Both are on the operator's path: its load in the one preload queue (§4.2:
+    the HBM roofline or the interconnect delivery, whichever is longer), its distribution
+    before it executes. MaxPreload is not always that point: an input every chip needs in
+    full is read once per chip at MaxPreload, and an input from the host link (8 GB/s a
+    chip) takes 3x longer that way than chunked over the chips and redistributed on chip."""
+    return min(range(len(front)), key=lambda c: (front[c].load_s + front[c].distribute_s, c))
 
 
 #: Longest average stretch of a preload's delivery considered (a link share of 5%).
@@ -347,10 +360,56 @@ def _plan_static(ops, machine, stats) -> ElkSchedule:
     return _best(cands + [basic])
 
 
+#: Link shares a preload's delivery may get beside the executions, screened as contention
+#: prices (:func:`_screened_stretch`): from the whole links down by factors of sqrt(2) to
+#: 1/MAX_STRETCH, i.e. stretches 1, 1.41, 2, ... The grid only has to bracket the price that
+#: schedules best; the forward estimate, which resolves contention as the device does, picks.
+STRETCH_GRID = tuple(2.0 ** (k / 2) for k in range(int(2 * math.log2(MAX_STRETCH)) + 1))
+
+
+def _screened_stretch(ops, machine, memo, stats, rc: "_Reorder | None",
+                      perm: tuple[int, ...] | None) -> float | None:
+    """The contention price (preload stretch) that schedules ``perm``'s order best on the
+    model truncated to ``SCREEN_LAYERS`` layers (as the orders are screened, §4.4), among
+    :data:`STRETCH_GRID`; ``None`` without repeated layers.
+
+    The average stretch of :func:`_average_stretch` is the link share the fastest execute
+    points leave over the whole run, but a preload's delivery overlaps the executions the
+    schedule puts beside it (distribution phases included, all link traffic), and a preload
+    predicted longer is issued earlier, which is what keeps the one HBM queue busy: on
+    Llama2-13B decode the best price is about twice the average."""
+    if rc is None:
+        return None
+    n_layers = min(rc.layers.count, SCREEN_LAYERS)
+    small = reorder.truncate(ops, rc.layers, n_layers)
+    order = reorder.build_order(small, rc.layers, rc.groups, perm, n_layers)
+    best, best_t = None, math.inf
+    for stretch in STRETCH_GRID:
+        try:
+            total = _finish(small, machine, "elk-dyn",
+                            _elk_inductive(small, machine, order, memo, stretch), stats).total_s
+        except (InfeasibleError, ValueError):
+            continue
+        if total < best_t:
+            best, best_t = stretch, total
+    return best
+
+
+def _stretches(ops, machine, memo, stats, rc, perm) -> list[float | None]:
+    """Contention prices tried on the whole model: none (contention inside the windows),
+    the run's average stretch, and the screened one."""
+    out = [None, _average_stretch(ops)]
+    screened = _screened_stretch(ops, machine, memo, stats, rc, perm)
+    if screened is not None and screened not in out:
+        out.append(screened)
+    return out
+
+
 def _plan_dyn(ops, machine, memo, stats) -> ElkSchedule:
     order = tuple(i for i, o in enumerate(ops) if o.loads)
     cands = []
-    for stretch in (None, _average_stretch(ops)):
+    rc = _reorder_candidates(ops, machine, with_perms=False)
+    for stretch in _stretches(ops, machine, memo, stats, rc, None):
         s = _try(ops, machine, "elk-dyn",
                  lambda st=stretch: _elk_inductive(ops, machine, order, memo, st), stats)
         if s is not None:
@@ -366,11 +425,15 @@ class _Reorder:
     perms: tuple[tuple[int, ...], ...]
 
 
-def _reorder_candidates(ops, machine) -> _Reorder | None:
+def _reorder_candidates(ops, machine, with_perms: bool = True) -> _Reorder | None:
+    """The layer structure and the suffix tree's orders (None without repeated layers, or,
+    ``with_perms``, without an order other than the identity)."""
     layers = reorder.detect_layers([o.key for o in ops])
     if layers is None:
         return None
     groups = reorder.layer_groups(ops, layers)
+    if not with_perms:
+        return _Reorder(layers, groups, ())
     perms = reorder.candidate_orders(ops, machine, layers, groups, MAX_SHIFT, MAX_ORDERS)
     return _Reorder(layers, groups, tuple(perms)) if perms else None
 
@@ -401,10 +464,9 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
     if rc is None:
         return replace(dyn, design="elk-full")
     cands = [replace(dyn, design="elk-full")]
-    stretches = (None, _average_stretch(ops))
     for perm in top:
         order = reorder.build_order(ops, rc.layers, rc.groups, perm)
-        for stretch in stretches:
+        for stretch in _stretches(ops, machine, memo, stats, rc, perm):
             s = _try(ops, machine, "elk-full",
                      lambda o=order, st=stretch: _elk_inductive(ops, machine, o, memo, st), stats)
             if s is not None:

@@ -58,9 +58,11 @@ class OpTradeoffs:
     ``execs`` is the execute-state Pareto front, fastest first (space strictly decreasing, time
     strictly increasing). ``preloads[e]`` is the preload-state Pareto front of ``execs[e]``,
     MaxPreload first (largest space, ``distribute_s == 0``), MinPreload last; ``preloads == ()``
-    when the operator loads nothing off chip. Operators with equal ``key`` are identical (used to
-    memoize windows and to detect repeated layers, Elk §4.4). ``live_bytes`` is the per-core space
-    of other live activations reserved while the operator executes.
+    when the operator loads nothing off chip. Operators with equal ``key`` have identical
+    trade-off points (used to memoize windows and to detect repeated layers, Elk §4.4); their
+    ``live_bytes``, the per-core space of other live activations reserved while the operator
+    executes, may differ (a layer of an LLM holds the cache updates of every layer before it),
+    so whatever depends on it keys on it too.
 
     Assumption (documented, not checked): a preload point's space is at most its execute point's
     space, because the preloaded chunks become part of the execution space when the operator starts.

@@ -58,11 +58,13 @@ import numpy as np
 
 from runtime_sim.layout import BlockGrid, OpLayout, canonical_grid, input_boxes, input_relayout, producer_grid
 from runtime_sim.lifetimes import held_bytes
+from runtime_sim.links import replica_reduction_link_seconds, replica_reduction_seconds
 from runtime_sim.preload import chip_read_bytes, chunk_options, distribution, preload_bytes
 from runtime_sim.program import DeviceProgram, ExecutionPlan, OpProgram, dtype_bytes
 from runtime_sim.stream import PRODUCED, input_sources
 
 from ..elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
+from ..plans.batch_cost import AnalyticBatchModel
 from ..plans.cost import AnalyticCostModel, PlanCost
 from ..region import PlanCache
 from ..tuning.hook import measured_plans
@@ -109,8 +111,10 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
             if table is None:
                 grids = [(t, _source_grid(op, t, producer_of, hw)) for t, _ in arriving]
                 table = memo[points_key] = _table(op, hbm, host, held, hw, cache, points_key, grids)
-            key = json.dumps([points_key, held], separators=(",", ":"))
-            tables.append(dataclasses.replace(table, key=key, live_bytes=int(held)))
+            # the key names the points only: identical layers of one region differ in the
+            # region outputs live around them (each layer's KV-cache update stays on chip),
+            # and a key with those bytes would hide the repeated layers from Elk §4.4
+            tables.append(dataclasses.replace(table, key=points_key, live_bytes=int(held)))
     return tables
 
 
@@ -188,14 +192,43 @@ def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
     budget ladder."""
     first = OpLayout(op.expr, op.plan, hw.cores_per_chip)
     cost = AnalyticCostModel()(first, hw)  # what the region planner estimated for it
-    points = [(op.plan, op.estimated_time_s or cost.time_s, _traffic(cost))]
+    extra, traffic = _device_reduction(first, cost, hw)
+    points = [(op.plan, (op.estimated_time_s or cost.time_s) + extra, traffic)]
     for budget in ladder_budgets(first.memory_bytes_per_core(), hw):
         try:
             planned = cache.plan(op.expr, hw, None, budget, op.name, hbm)
         except PlanNotFoundError:
             break
-        points.append((planned.plan, planned.time_s, _traffic(planned.cost)))
+        extra, traffic = _device_reduction(OpLayout(op.expr, planned.plan, hw.cores_per_chip),
+                                           planned.cost, hw)
+        points.append((planned.plan, planned.time_s + extra, traffic))
     return points
+
+
+def _device_reduction(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tuple[float, float]:
+    """(seconds to add to ``cost``'s time, link time) of a plan whose replica reduction runs
+    as the device schedules it.
+
+    The plan search prices the reduction with T10's ``(R - 1) / R`` ring term
+    (:data:`~tvm_icca.plans.batch_cost.REDUCTION_TERMS` says why), but the device sums the
+    replicas by a gather tree or a chunk chain (:func:`runtime_sim.links.
+    replica_reduction_seconds`), whose rounds each pay a latency, the adds and a
+    synchronization: for a decode step's k-split weight matmuls (36 replicas of a small
+    partition) that is ~10x the ring term, about half of the layer's matmul time. Elk §4.3
+    needs each execute-state point's real time (its cost model is fitted to the device,
+    Fig. 12), or every window looks shorter than the preloads beside it and the schedule
+    estimate sits on the HBM floor, where no candidate can be told from another.
+    The link time is the shifts plus the reduction without its adds and synchronizations
+    (:func:`runtime_sim.links.replica_reduction_link_seconds`), as the device counts it."""
+    terms = AnalyticBatchModel(hw, reduction="schedule").layout_terms(layout)
+    out = len(layout.expr.tensors) - 1
+    replicas = layout.replicas(out)
+    pbytes = layout.partition_bytes(out)
+    elements = pbytes / dtype_bytes(layout.expr.output.dtype)
+    adds = (replica_reduction_seconds(replicas, pbytes, elements, hw)
+            - replica_reduction_link_seconds(replicas, pbytes, elements, hw))
+    return (terms["reduction_s"] - cost.reduction_s,
+            float(terms["shift_s"] + terms["reduction_s"] - adds))
 
 
 def ladder_budgets(fastest_bytes: int, hw: HardwareSpec) -> list[int]:
