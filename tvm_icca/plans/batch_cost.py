@@ -297,9 +297,10 @@ class AnalyticBatchModel:
         return bound
 
     def step_lower_bound(self, structure: PlanStructure, F: np.ndarray, S: np.ndarray,
-                         xp: np.ndarray) -> np.ndarray:
+                         xp: np.ndarray, parts: np.ndarray | None = None) -> np.ndarray:
         """Per plan with F_op rows ``F``, steps ``S`` and padded extents ``xp`` (all (n, A)):
-        a time no plan with these steps beats.
+        a time no plan with these steps beats (``parts``: their
+        :func:`.bounds.step_partition_lower_bounds`, if the caller has them).
 
         Its compute and synchronization terms, computed as :meth:`components` computes them,
         plus a bound of its shifts: on an axis that steps, some tensor rotates with factor
@@ -315,7 +316,9 @@ class AnalyticBatchModel:
         stepping = S > 1
         if not stepping.any():
             return fixed
-        per_shift = link_transfer_seconds(step_partition_lower_bounds(structure, F, S, xp), hw)
+        if parts is None:
+            parts = step_partition_lower_bounds(structure, F, S, xp)
+        per_shift = link_transfer_seconds(parts, hw)
         least = np.where(structure.rotatable[None, :, :], per_shift[:, :, None], np.inf).min(axis=1)
         w = np.where(stepping, S * np.where(np.isfinite(least), least, 0.0), 0.0)
         _, shift = best_loop_order(S, w)
@@ -418,9 +421,18 @@ class ArrivalCostModel:
                 + self._arrival(partition_lower_bounds(structure, F)))
 
     def step_lower_bound(self, structure: PlanStructure, F: np.ndarray, S: np.ndarray,
-                         xp: np.ndarray) -> np.ndarray:
-        """The base model's: arrival and reduction are non-negative."""
-        return self.base.step_lower_bound(structure, F, S, xp)
+                         xp: np.ndarray, parts: np.ndarray | None = None) -> np.ndarray:
+        """The base model's plus the arrival of the partitions' lower bounds with these steps
+        (:func:`.bounds.step_partition_lower_bounds`); the reduction is non-negative. The
+        base time is re-summed with the device's reduction before the arrival is added, so
+        the bound keeps a margin for the rounding of that order."""
+        if parts is None:
+            parts = step_partition_lower_bounds(structure, F, S, xp)
+        base = self.base.step_lower_bound(structure, F, S, xp, parts)
+        if not self.tensors:
+            return base
+        arrival = self._arrival(parts)
+        return (base + arrival) * (1.0 - SHIFT_BOUND_MARGIN)
 
     def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
                              budget: float = math.inf) -> np.ndarray:

@@ -120,7 +120,7 @@ def _undominated_steps(structure: PlanStructure, model: BatchCostModel, budget: 
         fits = parts.sum(axis=1) <= budget
         if not len(fronts[0]):
             return fits
-        time_lb = step_bound(structure, F, S, xp)
+        time_lb = step_bound(structure, F, S, xp, parts)
         dominated = np.ones(len(F), bool)
         for k, tensors in enumerate(objectives):
             bound = parts.sum(axis=1) if tensors is None else parts[:, list(tensors)].sum(axis=1)
