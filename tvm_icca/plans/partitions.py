@@ -115,12 +115,36 @@ class Assignments:
 
     @classmethod
     def of(cls, combos: np.ndarray) -> "Assignments":
-        rows, group, counts = unique_rows(combos.max(axis=1))
-        ordered = combos[np.argsort(group, kind="stable")]
+        S = combos.max(axis=1)
+        code = _pack_rows(S)
+        if code is None:
+            _, group, _ = unique_rows(S)
+            code = group
+        order = np.argsort(code, kind="stable")
+        ordered = combos[order]
         ordered.setflags(write=False)
-        start = np.zeros(len(rows) + 1, INT)
-        np.cumsum(counts, out=start[1:])
-        return cls(ordered, rows, start)
+        code = code[order]
+        first = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
+        start = np.append(first, len(code)).astype(INT)
+        return cls(ordered, S[order[first]], start)
+
+
+def _pack_rows(S: np.ndarray) -> np.ndarray | None:
+    """One integer per row of non-negative ``S`` that sorts as the rows do (the columns
+    that vary, bit-packed, the first most significant), or None when they need more than
+    62 bits. Steps are small: a plan's few rotating axes take a few bits each."""
+    if not len(S):
+        return np.zeros(0, INT)
+    high, low = S.max(axis=0), S.min(axis=0)
+    code = np.zeros(len(S), INT)
+    used = 0
+    for a in np.flatnonzero(high > low):
+        bits = int(high[a]).bit_length()
+        used += bits
+        if used > 62:
+            return None
+        code = (code << bits) | S[:, a]
+    return code
 
 
 def temporal_assignments(structure: PlanStructure, P: Sequence[int],
