@@ -38,25 +38,37 @@ def _partition_bounds(structure: PlanStructure, F: np.ndarray) -> tuple[np.ndarr
     P = sharing_counts(structure, F)
     whole = np.zeros((len(F), structure.num_tensors))
     split = np.zeros((len(F), structure.num_tensors))
-    for t, spec in enumerate(structure.dims):
-        rotating = np.ones(len(F), INT)
-        fixed = np.ones(len(F), INT)
-        for d in spec:
-            if d[0] == "whole":
-                fixed = fixed * d[1]
-            elif d[0] == "simple":
-                if structure.rotatable[t, d[1]]:
-                    rotating = rotating * c[:, d[1]]
-                else:
-                    fixed = fixed * c[:, d[1]]
-            elif d[0] == "compound":
-                length = np.ones(len(F), INT)
-                for a, coef in d[1]:
-                    length = length + coef * (c[:, a] - 1)
-                fixed = fixed * length
+    for t in range(structure.num_tensors):
+        fixed, rotating, _ = _partition_factors(structure, t, c)
         whole[:, t] = fixed * rotating * structure.elem_bytes[t]
         split[:, t] = fixed * np.maximum(rotating / P[:, t], 1.0) * structure.elem_bytes[t]
     return whole, split
+
+
+def _partition_factors(structure: PlanStructure, t: int,
+                       lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Tensor ``t``'s sub-tensor elements with per-axis sub-operator ``lengths`` (n, A), as
+    (the part that never rotates, the part along its rotatable dimensions, those axes);
+    the layout's dimension rules (``OpLayout._dim_length``)."""
+    n = len(lengths)
+    rotating = np.ones(n, INT)
+    fixed = np.ones(n, INT)
+    axes = []
+    for d in structure.dims[t]:
+        if d[0] == "whole":
+            fixed = fixed * d[1]
+        elif d[0] == "simple":
+            if structure.rotatable[t, d[1]]:
+                rotating = rotating * lengths[:, d[1]]
+                axes.append(d[1])
+            else:
+                fixed = fixed * lengths[:, d[1]]
+        elif d[0] == "compound":
+            length = np.ones(n, INT)
+            for a, coef in d[1]:
+                length = length + coef * (lengths[:, a] - 1)
+            fixed = fixed * length
+    return fixed, rotating, axes
 
 
 def step_partition_lower_bounds(structure: PlanStructure, F: np.ndarray, S: np.ndarray,
@@ -71,23 +83,8 @@ def step_partition_lower_bounds(structure: PlanStructure, F: np.ndarray, S: np.n
     """
     P = sharing_counts(structure, F)
     out = np.zeros((len(F), structure.num_tensors))
-    for t, spec in enumerate(structure.dims):
-        rotating = np.ones(len(F), INT)
-        split = np.ones(len(F), INT)
-        fixed = np.ones(len(F), INT)
-        for d in spec:
-            if d[0] == "whole":
-                fixed = fixed * d[1]
-            elif d[0] == "simple":
-                if structure.rotatable[t, d[1]]:
-                    rotating = rotating * xp[:, d[1]]
-                    split = split * S[:, d[1]]
-                else:
-                    fixed = fixed * xp[:, d[1]]
-            elif d[0] == "compound":
-                length = np.ones(len(F), INT)
-                for a, coef in d[1]:
-                    length = length + coef * (xp[:, a] - 1)
-                fixed = fixed * length
+    for t in range(structure.num_tensors):
+        fixed, rotating, axes = _partition_factors(structure, t, xp)
+        split = np.prod(S[:, axes], axis=1) if axes else np.ones(len(F), INT)
         out[:, t] = fixed * (rotating / np.minimum(split, P[:, t])) * structure.elem_bytes[t]
     return out
