@@ -83,3 +83,32 @@ def test_layers_of_one_region_share_their_table_keys():
     period = found.period
     live = {t.live_bytes for t in tables[found.start:found.end:period]}
     assert len(live) > 1  # the live bytes do differ from layer to layer
+
+
+def test_unmeasured_points_scale_by_the_device_priced_ratio():
+    # a tuning record measures one k-split plan; an unmeasured ladder point (already priced
+    # with the device's replica reduction) is scaled by measured / device-priced analytic,
+    # not by measured / ring-priced analytic, which would count the reduction twice
+    from runtime_sim.program import OpProgram
+    from tvm_icca.model.preload_tables import _device_time, _with_records
+    from tvm_icca.plans.cost import AnalyticCostModel
+
+    hw = small_chip(64, 64 * 1024)
+    expr = exprs.matmul(4, 4096, 64)
+    measured_plan = ExecutionPlan({"k": 16, "n": 4}, ({}, {}, {}))
+    other_plan = ExecutionPlan({"k": 4, "n": 4}, ({}, {}, {}))
+    layout = OpLayout(expr, measured_plan)
+    device_s, _ = _device_time(layout, AnalyticCostModel()(layout, hw), hw)
+    assert device_s > AnalyticCostModel()(layout, hw).time_s  # the two references differ
+    op = OpProgram("mm", expr, measured_plan, ("a", "b"), "c")
+    ladder = [(measured_plan, device_s, device_s / 2, False),
+              (other_plan, device_s / 10, device_s / 20, False)]
+    points = _with_records(op, (), hw, ladder, [(3.0 * device_s, measured_plan)])
+    times = {json_plan(p): t for p, t, _, _ in points}
+    assert times[json_plan(measured_plan)] == pytest.approx(3.0 * device_s)
+    assert times[json_plan(other_plan)] == pytest.approx(3.0 * device_s / 10)  # on the front
+
+
+def json_plan(plan):
+    from tvm_icca.tuning.candidates import plan_signature
+    return plan_signature(plan)

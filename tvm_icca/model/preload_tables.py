@@ -205,6 +205,13 @@ def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
     return points
 
 
+def _device_time(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tuple[float, float]:
+    """(time, link time) of a plan as the ladder counts them: ``cost`` with the replica
+    reduction the device runs (:func:`_device_reduction`)."""
+    extra, traffic = _device_reduction(layout, cost, hw)
+    return cost.time_s + extra, traffic
+
+
 def _device_reduction(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tuple[float, float]:
     """(seconds to add to ``cost``'s time, link time) of a plan whose replica reduction runs
     as the device schedules it.
@@ -254,7 +261,9 @@ def _with_records(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
     seconds = {plan_signature(plan): s for s, plan in measured}
     cost_model = AnalyticCostModel()
     layouts = [OpLayout(op.expr, plan, hw.cores_per_chip) for _, plan in measured]
-    analytic = [cost_model(layout, hw).time_s for layout in layouts]
+    # the ladder's times pay the device's replica reduction: the reference they are scaled
+    # by must too, or the reduction's correction is applied twice
+    analytic = [_device_time(layout, cost_model(layout, hw), hw)[0] for layout in layouts]
     ratios = [m / a for (m, _), a in zip(measured, analytic) if a > 0]
     ratio = float(np.median(ratios)) if ratios else 1.0
     points = []
@@ -273,8 +282,9 @@ def _with_records(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
             continue
         smallest = space
         mapped = choose_core_order(op.expr, plan, hw, hbm)
-        cost = cost_model(OpLayout(op.expr, mapped, hw.cores_per_chip), hw)
-        share = _traffic(cost) / cost.time_s if cost.time_s > 0 else 0.0
+        mapped_layout = OpLayout(op.expr, mapped, hw.cores_per_chip)
+        time_s, traffic_s = _device_time(mapped_layout, cost_model(mapped_layout, hw), hw)
+        share = traffic_s / time_s if time_s > 0 else 0.0
         points.append((mapped, m, m * share, True))
     # the Pareto front: fastest first, then each point smaller than all faster ones
     spaces = [OpLayout(op.expr, p[0], hw.cores_per_chip).memory_bytes_per_core() for p in points]
