@@ -115,6 +115,7 @@ class Assignments:
 
     @classmethod
     def of(cls, combos: np.ndarray) -> "Assignments":
+        """``combos`` (a join's output, the unrotated assignment first) grouped by steps."""
         S = combos.max(axis=1)
         code = _pack_rows(S)
         if code is None:
