@@ -93,7 +93,8 @@ def pareto_fronts(structure: PlanStructure, model: BatchCostModel, max_cores: in
                                  keep_steps=keep, caps=caps), model, budget, filters)
         for k, tensors in enumerate(objectives):
             merged = ScoredPlans.concat([fronts[k], scored], structure)
-            objective = _objective(merged, tensors)
+            # (the frontier's objective values are kept: only the new plans' are computed)
+            objective = np.concatenate([front_objective[k], _objective(scored, tensors)])
             kept = pareto_front(merged.time, objective)
             fronts[k], front_objective[k] = merged.take(kept), objective[kept]
     return fronts
