@@ -226,7 +226,7 @@ class AnalyticBatchModel:
         structure = batch.structure
         cyc = self.cycles(structure)
         S = batch.S
-        xp = S * ceil_div(ceil_div(structure.extents[None, :], batch.F), S)
+        xp = batch.xp
         rp = xp // S
         steps = np.prod(S, axis=1).astype(float)
         parts = batch.partition_bytes(xp)

@@ -118,13 +118,14 @@ def _undominated_steps(structure: PlanStructure, model: BatchCostModel, budget: 
 
     def keep(F: np.ndarray, S: np.ndarray, xp: np.ndarray) -> np.ndarray:
         parts = step_partition_lower_bounds(structure, F, S, xp)
-        fits = parts.sum(axis=1) <= budget
+        total = parts.sum(axis=1)
+        fits = total <= budget
         if not len(fronts[0]):
             return fits
         time_lb = step_bound(structure, F, S, xp, parts)
         dominated = np.ones(len(F), bool)
         for k, tensors in enumerate(objectives):
-            bound = parts.sum(axis=1) if tensors is None else parts[:, list(tensors)].sum(axis=1)
+            bound = total if tensors is None else parts[:, list(tensors)].sum(axis=1)
             dominated &= _dominated(front_objective[k], fronts[k].time, bound, time_lb)
         return fits & ~dominated
 

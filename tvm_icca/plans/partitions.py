@@ -89,6 +89,12 @@ def sharing_counts(structure: PlanStructure, F: np.ndarray) -> np.ndarray:
     return np.prod(logs, axis=2)
 
 
+def padded_extents(structure: PlanStructure, F: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """Padded sub-operator extents ``xp = S * ceil(ceil(E/F) / S)`` per row, (N, A): the
+    sub-operator rounded up to whole steps (``rp = xp / S``, :mod:`runtime_sim.layout`)."""
+    return S * ceil_div(ceil_div(structure.extents[None, :], F), S)
+
+
 def padding_ratio(structure: PlanStructure, F: np.ndarray, xp: np.ndarray) -> np.ndarray:
     """Padded over original iteration space, ``prod F*xp / prod extent``, per row."""
     ratio = np.ones(len(F))
@@ -234,9 +240,8 @@ class PlanBatch:
 
     @cached_property
     def xp(self) -> np.ndarray:
-        """Padded sub-operator extents ``S * ceil(ceil(E/F) / S)``."""
-        S = self.S
-        return S * ceil_div(ceil_div(self.structure.extents[None, :], self.F), S)
+        """Padded sub-operator extents (:func:`padded_extents`)."""
+        return padded_extents(self.structure, self.F, self.S)
 
     @property
     def rp(self) -> np.ndarray:
@@ -437,7 +442,6 @@ class StepCaps:
     """
 
     def __init__(self, structure: PlanStructure, F: np.ndarray, max_padding: float):
-        self.structure = structure
         E = structure.extents
         c = ceil_div(E[None, :], F)
         cap = np.full(F.shape, np.inf)
@@ -477,7 +481,7 @@ def _pairs_within(structure: PlanStructure, F: np.ndarray, S: np.ndarray, max_pa
     unpadded and, with ``keep_steps``, the pairs it keeps. Padding depends on F_op and S
     only: the padded length of axis ``a`` is ``F * S * ceil(ceil(E/F) / S)``."""
     E = structure.extents
-    xp = S * ceil_div(ceil_div(E[None, :], F), S)
+    xp = padded_extents(structure, F, S)
     padded = F * xp
     ok = np.ones(len(F), bool)
     ratio = np.ones(len(F))

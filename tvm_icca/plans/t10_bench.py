@@ -108,7 +108,7 @@ class T10BenchModel:
         spec = self.spec
         structure = batch.structure
         S = batch.S
-        xp = S * ceil_div(ceil_div(structure.extents[None, :], batch.F), S)
+        xp = batch.xp
         steps = np.prod(S, axis=1).astype(float)
         compute = steps * self._step_cycles(structure, xp // S) / spec.clock_hz
         parts = batch.partition_bytes(xp)
