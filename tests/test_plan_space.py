@@ -19,7 +19,8 @@ from runtime_sim.hardware import preset, small_chip
 from runtime_sim.layout import OpLayout
 from runtime_sim.program import AffineIndex, Axis, ExecutionPlan, TensorAccess, TensorExpr, make_load
 from tvm_icca.plans import AnalyticCostModel, plan_operator
-from tvm_icca.plans.batch_cost import AnalyticBatchModel, best_loop_order
+from tvm_icca.plans.batch_cost import (AnalyticBatchModel, ArrivalCostModel, best_loop_order,
+                                       replica_reduction_array, replica_reduction_lower_bound)
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.partitions import iter_plan_chunks, op_partitions, plans_for, temporal_assignments
 from tvm_icca.plans.space_size import count_complete_space
@@ -323,3 +324,30 @@ def test_step_bounds_never_exceed_a_plan(exprs, case) -> None:
         if rotating.any():  # the shift term is in the bound, not only compute and sync
             hw_steps = np.prod(batch.S, axis=1) * hw.sync_cycles / hw.clock_hz
             assert (bound[rotating] > hw_steps[rotating]).all()
+        # the compiler's model: arrival of the first input, the device's replica reduction
+        arrival = ArrivalCostModel(model, (0,), hw)
+        times, _ = arrival.times(batch)
+        bound = arrival.step_lower_bound(structure, batch.F, batch.S, batch.xp)
+        assert (bound <= times).all()
+        out = structure.num_tensors - 1
+        replicas = batch.sharing()[:, out] // np.prod(batch.ft[:, out], axis=1)
+        base = model.step_lower_bound(structure, batch.F, batch.S, batch.xp)
+        reduced = replicas > 1
+        if reduced.any():  # the reduction term is in the bound
+            assert (bound[reduced] > base[reduced] + arrival._arrival(parts)[reduced]).any()
+
+
+def test_replica_reduction_bound_holds_for_more_replicas_and_bytes() -> None:
+    """The closed-form bound at (R, p) never exceeds the device's schedule at any (R', p')
+    with R' >= R and p' >= p, across the tree/chain switch and the buffer's chunking."""
+    hw = preset("ipu-mk2")
+    R = np.array([1, 2, 3, 4, 7, 8, 16, 33, 128, 1472], float)
+    p = np.array([4, 64, 1000, 4096, 8192, 8196, 20000, 65536, 400000], float)
+    RR, PP = (a.ravel() for a in np.meshgrid(R, p, indexing="ij"))
+    bound = replica_reduction_lower_bound(RR, PP, 4, hw)
+    actual = replica_reduction_array(RR, PP, 4, hw)
+    assert (bound[RR == 1] == 0).all()
+    for i in range(len(RR)):
+        larger = (RR >= RR[i]) & (PP >= PP[i])
+        assert bound[i] <= actual[larger].min()
+    assert (bound[RR > 1] > 0.5 * actual[RR > 1]).mean() > 0.5  # not a vacuous bound

@@ -27,13 +27,13 @@ import numpy as np
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.layout import OpLayout
 from runtime_sim.layout import STAT_BYTES, local_splits
-from runtime_sim.links import (best_gather_radix, link_transfer_seconds, replica_reduction_seconds,
-                               split_combine_seconds)
+from runtime_sim.links import (chunk_latency_seconds, link_transfer_seconds,
+                               replica_reduction_seconds, split_combine_seconds)
 from schedules import template_for
 from schedules.base import ComputeTemplate, MatrixTemplate, arithmetic_nodes, contraction_roles
 
 from .bounds import partition_lower_bounds, step_partition_lower_bounds, subtensor_lower_bounds
-from .intmath import ceil_div, unique_rows
+from .intmath import INT, ceil_div, unique_rows
 from .partitions import PlanBatch, loop_order_row, sharing_counts
 from .structure import PlanStructure, build_structure
 
@@ -281,20 +281,9 @@ class AnalyticBatchModel:
         out = structure.num_tensors - 1
         if self.reduction != "schedule" or structure.rotatable[out].any() or not len(F):
             return np.zeros(len(F))
-        hw = self.hw
-        R = sharing_counts(structure, F)[:, out].astype(float)
-        p = partition_lower_bounds(structure, F)[:, out].astype(float)
-        many = R > 1
-        if not many.any():
-            return np.zeros(len(F))
-        Rm, pm = R[many], p[many]
-        elems = pm / int(structure.elem_bytes[out])
-        _, tree = best_gather_radix(Rm, pm, elems, hw)
-        chain = (np.asarray(link_transfer_seconds(pm, hw)) + (Rm - 2) * hw.link_latency_s
-                 + hw.sync_cycles / hw.clock_hz)
-        bound = np.zeros(len(F))
-        bound[many] = np.minimum(np.asarray(tree), chain)
-        return bound
+        R = sharing_counts(structure, F)[:, out]
+        p = partition_lower_bounds(structure, F)[:, out]
+        return replica_reduction_lower_bound(R, p, int(structure.elem_bytes[out]), self.hw)
 
     def step_lower_bound(self, structure: PlanStructure, F: np.ndarray, S: np.ndarray,
                          xp: np.ndarray, parts: np.ndarray | None = None) -> np.ndarray:
@@ -349,6 +338,45 @@ def combine_seconds(structure: PlanStructure, F: np.ndarray, rp: np.ndarray,
     uniq, inverse = np.unique(cols, axis=0, return_inverse=True)  # few distinct rows per batch
     times = np.asarray(split_combine_seconds(uniq[:, 0], list(uniq[:, 1:].T), hw, STAT_BYTES))
     return times[inverse.reshape(-1)]
+
+
+def replica_reduction_lower_bound(replicas: np.ndarray, partition_bytes: np.ndarray,
+                                  elem_bytes: int, hw: HardwareSpec) -> np.ndarray:
+    """A time no replica reduction (:func:`replica_reduction_array`) of at least ``replicas``
+    copies of a partition of at least ``partition_bytes`` beats, per entry, in closed form.
+
+    Tree (:func:`runtime_sim.links.gather_seconds`): a core that takes ``f_j`` values in
+    round ``j`` multiplies the values it holds by at most ``1 + f_j <= 2^f_j``, so the root
+    receives at least ``ceil(log2 R)`` partitions over at least one round, each receive an
+    add. Chain: the per-hop chunk is not monotonic in the bytes (the buffer splits them), so
+    it is bounded by one transfer of the partition, ``R - 2`` fill latencies and its
+    synchronization. Both grow with ``R`` and the bytes, so the bounds hold for any larger.
+    """
+    R = np.asarray(replicas, float)
+    p = np.asarray(partition_bytes, float)
+    many = R > 1
+    sync = hw.sync_cycles / hw.clock_hz
+    receives = np.ceil(np.log2(np.maximum(R, 1.0)))
+    add = p / elem_bytes / hw.vector_flops_per_cycle / hw.clock_hz
+    tree = (receives * (p / hw.link_bandwidth + add)
+            + np.asarray(chunk_latency_seconds(p, hw, 1)) + sync)
+    chain = np.asarray(link_transfer_seconds(p, hw)) + (R - 2) * hw.link_latency_s + sync
+    return np.where(many, np.minimum(tree, chain), 0.0)
+
+
+def step_replica_reduction_bound(structure: PlanStructure, F: np.ndarray, S: np.ndarray,
+                                 parts: np.ndarray, hw: HardwareSpec) -> np.ndarray:
+    """Per (F_op row, steps) pair, a time no plan's replica reduction beats
+    (:func:`replica_reduction_lower_bound`): the output's temporal factors are at most the
+    steps of its rotatable axes and divide its sharing count ``P``, so its replicas are at
+    least ``ceil(P / min(P, prod S))``; ``parts``: the pairs'
+    :func:`.bounds.step_partition_lower_bounds`."""
+    out = structure.num_tensors - 1
+    P = sharing_counts(structure, F)[:, out]
+    rot = structure.rotatable[out]
+    most = np.prod(S[:, rot], axis=1) if rot.any() else np.ones(len(F), INT)
+    R = ceil_div(P, np.minimum(P, most))
+    return replica_reduction_lower_bound(R, parts[:, out], int(structure.elem_bytes[out]), hw)
 
 
 def replica_reduction_array(replicas: np.ndarray, partition_bytes: np.ndarray, elem_bytes: int,
@@ -429,8 +457,10 @@ class ArrivalCostModel:
         if parts is None:
             parts = step_partition_lower_bounds(structure, F, S, xp)
         base = self.base.step_lower_bound(structure, F, S, xp, parts)
+        if self.device_reduction and getattr(self.base, "reduction", "ring") == "ring":
+            base = base + step_replica_reduction_bound(structure, F, S, parts, self.hw)
         if not self.tensors:
-            return base
+            return base * (1.0 - SHIFT_BOUND_MARGIN)
         arrival = self._arrival(parts)
         return (base + arrival) * (1.0 - SHIFT_BOUND_MARGIN)
 
