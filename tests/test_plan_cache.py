@@ -56,12 +56,12 @@ def test_operators_differing_in_names_share_the_memo_and_keep_their_names(exprs)
 
 
 def test_assignment_memo_is_bounded(exprs):
-    cache = PlanSearchCache(max_assignment_elements=1)
+    cache = PlanSearchCache(max_assignment_bytes=1)
     s = plan_structure(exprs.matmul(48, 64, 40), cache)
     batch = plans_for(s, op_partitions(s, 16), cache=cache)
     assert len(batch) == len(plans_for(s, op_partitions(s, 16)))
     entries, held = cache._assignments[s.rotation_key]
-    assert len(entries) == 1 and held[0] == next(iter(entries.values())).combos.size
+    assert len(entries) == 1 and held[0] == next(iter(entries.values())).combos.nbytes
 
 
 @pytest.mark.parametrize("max_plans", [1, 2])

@@ -10,9 +10,10 @@ It memoizes three things:
   :meth:`TensorExpr.structure_key` (operators differing only in tensor names share it);
 * per rotation pattern (:attr:`~.structure.PlanStructure.rotation_key`: which tensor may
   rotate on which axis), the f_t assignments of each sharing tuple
-  (:class:`~.partitions.Assignments`), bounded by their number of array elements (about 80 MB
-  per pattern). The assignments depend on nothing else, so the convolutions of a ResNet, say,
-  share them whatever their shapes. Assignments capped per axis (the searches' padding
+  (:class:`~.partitions.Assignments`, held in 16-bit integers when the factors allow), bounded
+  by their bytes (200 MB per pattern: the operators of a ResNet-50 reuse most of their lists).
+  The assignments depend on nothing else, so the convolutions of a ResNet, say, share them
+  whatever their shapes. Assignments capped per axis (the searches' padding
   bounds, :class:`~.partitions.StepCaps`) are kept under the sharing tuple and the caps;
 * per rotation pattern and sharing tuple, the number of assignments (the searches' chunking
   needs it for rows whose assignments it may never build);
@@ -34,10 +35,10 @@ class PlanSearchCache:
     """LRU memo of plan structures, temporal-factor assignments and planned operators."""
 
     def __init__(self, max_structures: int = 256, max_plans: int = 512,
-                 max_assignment_elements: int = 10_000_000):
+                 max_assignment_bytes: int = 200_000_000):
         self.max_structures = max_structures
         self.max_plans = max_plans
-        self.max_assignment_elements = max_assignment_elements
+        self.max_assignment_bytes = max_assignment_bytes
         self._structures: OrderedDict[str, PlanStructure] = OrderedDict()
         # rotation pattern -> (sharing tuple -> Assignments, [elements held])
         self._assignments: OrderedDict[str, tuple[OrderedDict, list[int]]] = OrderedDict()
@@ -72,10 +73,10 @@ class PlanSearchCache:
             entries.move_to_end(key)
             return hit
         entry = entries[key] = build()
-        held[0] += entry.combos.size
-        while held[0] > self.max_assignment_elements and len(entries) > 1:
+        held[0] += entry.combos.nbytes
+        while held[0] > self.max_assignment_bytes and len(entries) > 1:
             _, old = entries.popitem(last=False)
-            held[0] -= old.combos.size
+            held[0] -= old.combos.nbytes
         return entry
 
     def assignment_count(self, structure: PlanStructure, key: tuple[int, ...],

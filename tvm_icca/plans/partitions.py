@@ -44,7 +44,7 @@ from runtime_sim.layout import OpLayout
 from runtime_sim.program import ExecutionPlan
 
 from .cache import PlanSearchCache, cache_or_new
-from .intmath import INT, ceil_div, divisors, factor_tuples, unique_rows
+from .intmath import INT, ceil_div, divisors, factor_tuples, rank_values, unique_rows
 from .structure import PlanStructure
 
 
@@ -115,25 +115,39 @@ class Assignments:
     :func:`plans_for` decides per (F_op row, S) pair and expands the kept pairs.
     """
 
-    combos: np.ndarray  # (n, T, A)
+    combos: np.ndarray  # (n, T, A), COMPACT when the factors fit it (see :meth:`of`)
     s_rows: np.ndarray  # (u, A): the distinct S vectors, ascending
     s_start: np.ndarray  # (u + 1,)
 
     @classmethod
     def of(cls, combos: np.ndarray) -> "Assignments":
-        """``combos`` (a join's output, the unrotated assignment first) grouped by steps."""
+        """``combos`` (a join's output, the unrotated assignment first) grouped by steps.
+
+        The factors are held as :data:`COMPACT` integers when they fit (they divide sharing
+        counts, at most the cores of a chip): the searches' memo then holds four times as
+        many lists. Users widen them when they gather plans (:meth:`wide`)."""
         S = combos.max(axis=1)
         code = _pack_rows(S)
         if code is None:
             _, group, _ = unique_rows(S)
             code = group
         order = np.argsort(code, kind="stable")
-        ordered = combos[order]
+        small = not len(S) or int(S.max()) <= np.iinfo(COMPACT).max
+        ordered = combos[order].astype(COMPACT if small else INT, copy=False)
         ordered.setflags(write=False)
         code = code[order]
         first = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
         start = np.append(first, len(code)).astype(INT)
         return cls(ordered, S[order[first]], start)
+
+
+    def wide(self, rows: "np.ndarray | slice" = slice(None)) -> np.ndarray:
+        """The assignments ``rows`` as :data:`~.intmath.INT` arrays."""
+        return self.combos[rows].astype(INT, copy=False)
+
+
+#: Integer type the memoized assignments are held in when their factors fit.
+COMPACT = np.int16
 
 
 def _pack_rows(S: np.ndarray) -> np.ndarray | None:
@@ -162,7 +176,7 @@ def temporal_assignments(structure: PlanStructure, P: Sequence[int],
     ``prod f_t | P_t``, and every axis carries pairwise factor/multiple factors. The first
     row is the unrotated assignment. Memoized per sharing tuple in ``cache`` if given.
     """
-    return assignments(structure, P, cache).combos
+    return assignments(structure, P, cache).wide()
 
 
 def assignments(structure: PlanStructure, P: Sequence[int],
@@ -358,7 +372,7 @@ def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool =
         Fs, fts = [], []
         for k, key in enumerate(keys):
             rows = by_key[bounds[k]:bounds[k + 1]]
-            combos = assignments(structure, key, cache).combos[first:]
+            combos = assignments(structure, key, cache).wide(slice(first, None))
             if len(rows) and len(combos):
                 Fs.append(np.repeat(F[rows], len(combos), axis=0))
                 fts.append(np.tile(combos, (len(rows), 1, 1)))
@@ -376,9 +390,12 @@ def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool =
             spans.append((bounds[k], bounds[k + 1]))
     if not entries:
         return plans_for(structure, F[:0])
-    pair_row, pair_s, lo, hi, S = _step_pairs(by_key, spans, entries, first)
-    keep = _pairs_within(structure, F[pair_row], S[pair_s], max_padding, keep_steps)
-    pair_row, pair_s = pair_row[keep], pair_s[keep]
+    pair_row, pair_s, lo, hi, S = _padded_pairs(structure, F, by_key, spans, entries, first,
+                                                max_padding)
+    if keep_steps is not None and len(pair_row):
+        pF, pS = F[pair_row], S[pair_s]
+        keep = keep_steps(pF, pS, padded_extents(structure, pF, pS))
+        pair_row, pair_s = pair_row[keep], pair_s[keep]
     count = hi[pair_s] - lo[pair_s]
     total = int(count.sum())
     if not total:
@@ -391,7 +408,7 @@ def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool =
     owner = np.repeat(np.searchsorted(np.cumsum([len(e.s_rows) for e in entries]), pair_s,
                                       side="right"), count)
     cut = np.searchsorted(owner, np.arange(len(entries) + 1))
-    fts = [entries[e].combos[local[cut[e]:cut[e + 1]]] for e in range(len(entries))
+    fts = [entries[e].wide(local[cut[e]:cut[e + 1]]) for e in range(len(entries))
            if cut[e + 1] > cut[e]]
     batch = PlanBatch(structure, F[out_rows], np.concatenate(fts))
     return _drop_invalid(batch)
@@ -421,6 +438,40 @@ def _step_pairs(by_key: np.ndarray, spans: Sequence[tuple[int, int]],
     return pair_row, pair_s, lo, hi, S
 
 
+def _padded_pairs(structure: PlanStructure, F: np.ndarray, by_key: np.ndarray,
+                  spans: Sequence[tuple[int, int]], entries: Sequence["Assignments"], first: int,
+                  max_padding: float):
+    """:func:`_step_pairs`, keeping the pairs with assignments, padding within
+    ``max_padding`` and no padding on unpaddable axes.
+
+    The padded length of axis ``a``, ``F * S * ceil(ceil(E/F) / S)``, depends on ``F_a`` and
+    ``S_a`` only, and the S vectors of a search take few values per axis: each axis's ratio
+    is computed per (row, value) and gathered per pair, on the axes whose steps vary (the
+    others are a factor per row).
+    """
+    pair_row, pair_s, lo, hi, S = _step_pairs(by_key, spans, entries, first)
+    some = (hi > lo)[pair_s]
+    if not some.all():
+        pair_row, pair_s = pair_row[some], pair_s[some]
+    E = structure.extents
+    c = ceil_div(E[None, :], F)
+    row_ratio = np.ones(len(F))
+    ratio = np.ones(len(pair_row))
+    for a in range(structure.num_axes):
+        values, index = rank_values(S[:, a])
+        padded = F[:, a, None] * values[None, :] * ceil_div(c[:, a, None], values[None, :])
+        r = padded / float(E[a])
+        if structure.exact[a]:
+            r = np.where(padded == E[a], r, np.inf)
+        if len(values) == 1:
+            row_ratio *= r[:, 0]
+        else:
+            ratio *= r.ravel()[pair_row * len(values) + index[pair_s]]
+    ratio *= row_ratio[pair_row]
+    keep = ratio <= max_padding + PADDING_SLACK if math.isfinite(max_padding) else np.isfinite(ratio)
+    return pair_row[keep], pair_s[keep], lo, hi, S
+
+
 #: ``keep(F, S, xp) -> bool mask``: for F_op rows ``F`` (n, A), steps per axis ``S`` (n, A)
 #: and padded extents ``xp`` (n, A), whether plans with them may still be wanted.
 StepFilter = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -436,7 +487,7 @@ class StepCaps:
     Padding is at least ``F_a * S_a / E_a`` on axis ``a`` and at least the unrotated
     ``F_b * ceil(E_b / F_b) / E_b`` on every other axis, which bounds ``S_a``; an unpaddable
     axis needs ``F_a * ceil(E_a / F_a) = E_a`` and steps dividing ``ceil(E_a / F_a)``. The
-    bounds only skip assignments that :func:`_pairs_within` rejects anyway, so the capped
+    bounds only skip assignments that :func:`_padded_pairs` rejects anyway, so the capped
     assignments give the same plans, far cheaper when the bound is tight (T10's 0.9 padding
     threshold leaves a few step counts per axis).
     """
@@ -475,34 +526,11 @@ class StepCaps:
         return self._caps[key]
 
 
-def _pairs_within(structure: PlanStructure, F: np.ndarray, S: np.ndarray, max_padding: float,
-                  keep_steps: "StepFilter | None" = None) -> np.ndarray:
-    """Mask of (F_op row, S vector) pairs: padding within ``max_padding``, unpaddable axes
-    unpadded and, with ``keep_steps``, the pairs it keeps. Padding depends on F_op and S
-    only: the padded length of axis ``a`` is ``F * S * ceil(ceil(E/F) / S)``."""
-    E = structure.extents
-    xp = padded_extents(structure, F, S)
-    padded = F * xp
-    ok = np.ones(len(F), bool)
-    ratio = np.ones(len(F))
-    for a in range(structure.num_axes):
-        ratio *= padded[:, a] / float(E[a])
-        if structure.exact[a]:
-            ok &= padded[:, a] == E[a]
-    if math.isfinite(max_padding):
-        ok &= ratio <= max_padding + PADDING_SLACK
-    if keep_steps is not None:
-        rows = np.flatnonzero(ok)
-        if len(rows):
-            ok[rows] = keep_steps(F[rows], S[rows], xp[rows])
-    return ok
-
-
 def _drop_invalid(batch: PlanBatch) -> PlanBatch:
     """Apply the ring rule, which depends on F_op itself (see the module docstring)."""
     structure = batch.structure
     keep = np.ones(len(batch), bool)
-    # (Unpaddable reductions were handled by _pairs_within before materializing.)
+    # (Unpaddable reductions were handled by _padded_pairs before materializing.)
     if structure.ring_risks:
         risky = np.zeros(len(batch), bool)
         for a, t, u, shared in structure.ring_risks:
