@@ -23,6 +23,12 @@ from .structure import PlanStructure
 #: Candidate plans scored per numpy batch (bounds memory use, keeps pruning responsive).
 CHUNK_PLANS = 100_000
 
+#: Candidate plans (complete assignments, before any filter) per group of rows
+#: :func:`plan_chunks` yields. The step filters drop most of a group's plans before they
+#: are built (ResNet-50: about 1 in 30 is scored), so a group is many numpy batches' worth:
+#: large enough that the per-group overhead stays small.
+GROUP_PLANS = 16 * CHUNK_PLANS
+
 
 @dataclass(frozen=True)
 class ScoredPlans:
@@ -101,7 +107,7 @@ def unrotated(structure: PlanStructure, F: np.ndarray) -> PlanBatch:
 
 def plan_chunks(structure: PlanStructure, F: np.ndarray, rows: np.ndarray,
                 cache: PlanSearchCache) -> Iterator[np.ndarray]:
-    """Consecutive groups of ``rows`` holding about CHUNK_PLANS plans each.
+    """Consecutive groups of ``rows`` holding about GROUP_PLANS plans each.
 
     Assignment lists are built lazily, row by row, so rows pruned before their group is
     reached never pay for theirs.
@@ -117,7 +123,7 @@ def plan_chunks(structure: PlanStructure, F: np.ndarray, rows: np.ndarray,
             stop += 1
         yield rows[start:stop]
         start = stop
-        grow = min(grow * 4, CHUNK_PLANS)
+        grow = min(grow * 4, GROUP_PLANS)
 
 
 
