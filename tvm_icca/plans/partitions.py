@@ -84,9 +84,21 @@ def op_partitions(structure: PlanStructure, max_cores: int, min_cores: int = 1) 
 
 def sharing_counts(structure: PlanStructure, F: np.ndarray) -> np.ndarray:
     """``P_T`` per row and tensor: product of F_op over the axes the tensor lacks, (N, T)."""
-    free = ~structure.own  # (T, A)
-    logs = np.where(free[None, :, :], F[:, None, :], 1)
-    return np.prod(logs, axis=2)
+    out = np.ones((len(F), structure.num_tensors), INT)
+    for t in range(structure.num_tensors):
+        for a in np.flatnonzero(~structure.own[t]):
+            out[:, t] *= F[:, a]
+    return out
+
+
+def steps_of(ft: np.ndarray) -> np.ndarray:
+    """Steps per axis of temporal factors ``ft`` (n, T, A): the largest factor of any tensor
+    on each axis, (n, A). (One elementwise maximum per tensor: numpy's reduction over the
+    middle axis is several times slower on these few tensors.)"""
+    S = ft[:, 0, :].copy()
+    for t in range(1, ft.shape[1]):
+        np.maximum(S, ft[:, t, :], out=S)
+    return S
 
 
 def padded_extents(structure: PlanStructure, F: np.ndarray, S: np.ndarray) -> np.ndarray:
@@ -126,7 +138,7 @@ class Assignments:
         The factors are held as :data:`COMPACT` integers when they fit (they divide sharing
         counts, at most the cores of a chip): the searches' memo then holds four times as
         many lists. Users widen them when they gather plans (:meth:`wide`)."""
-        S = combos.max(axis=1)
+        S = steps_of(combos)
         code = _pack_rows(S)
         if code is None:
             _, group, _ = unique_rows(S)
@@ -250,7 +262,7 @@ class PlanBatch:
     @cached_property
     def S(self) -> np.ndarray:
         """Steps per axis: the largest temporal factor of any tensor on it."""
-        return self.ft.max(axis=1)
+        return steps_of(self.ft)
 
     @cached_property
     def xp(self) -> np.ndarray:
