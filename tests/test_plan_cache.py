@@ -113,3 +113,23 @@ def test_padding_caps_keep_every_plan_within_the_padding(exprs, padding):
         for _ in range(2):  # cold, then from the memo
             assert _as_rows(plans_for(s, F, max_padding=padding, cache=cache)) == _as_rows(want)
         assert _as_rows(plans_for(s, F, max_padding=padding)) == _as_rows(want)
+
+
+def test_tuples_joined_together_are_joined_as_alone(exprs):
+    """Several (sharing tuple, caps) joined at once give each tuple the list it gets alone,
+    in the same order, whatever the others (the memo may hold either)."""
+    s = plan_structure(exprs.conv2d(2, 4, 8, 8, 6, 3, 3, stride=1, pad=1))
+    F = op_partitions(s, 64)
+    keys = np.unique(partitions.sharing_counts(s, F), axis=0)[::7]
+    caps = [None if i % 3 == 0 else tuple(int(c) for c in (2 + i % 4,) * s.num_axes)
+            for i in range(len(keys))]
+    together = partitions.assignments_many(s, keys, caps)
+    assert len(together) == len(keys) > 10
+    for key, cap, entry in zip(keys, caps, together):
+        alone = partitions.assignments(s, key, None, cap)
+        np.testing.assert_array_equal(entry.combos, alone.combos)
+        np.testing.assert_array_equal(entry.s_rows, alone.s_rows)
+        np.testing.assert_array_equal(entry.s_start, alone.s_start)
+        assert partitions.assignment_count(s, key) >= len(entry.combos)
+    counts = partitions.assignment_counts(s, keys, PlanSearchCache())
+    assert counts == [len(partitions.assignments(s, k).combos) for k in keys]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Sequence
 
 from runtime_sim.program import TensorExpr
 
@@ -57,9 +57,12 @@ class PlanSearchCache:
         _trim(self._structures, self.max_structures)
         return structure
 
-    def assignments(self, structure: PlanStructure, key: tuple[int, ...], build: Callable[[], Any]):
+    def assignments(self, structure: PlanStructure, key: Hashable, build: Callable[[], Any]):
         """The assignments of sharing tuple ``key`` of ``structure`` (``build()`` on a miss),
         shared by every structure with the same rotation pattern."""
+        return self.assignments_many(structure, [key], lambda wanted: [build()])[0]
+
+    def _pattern(self, structure: PlanStructure) -> tuple[OrderedDict, list[int]]:
         skey = structure.rotation_key
         memo = self._assignments.get(skey)
         if memo is None:
@@ -67,29 +70,50 @@ class PlanSearchCache:
             _trim(self._assignments, self.max_structures)
         else:
             self._assignments.move_to_end(skey)
-        entries, held = memo
-        hit = entries.get(key)
-        if hit is not None:
-            entries.move_to_end(key)
-            return hit
-        entry = entries[key] = build()
-        held[0] += entry.combos.nbytes
-        while held[0] > self.max_assignment_bytes and len(entries) > 1:
-            _, old = entries.popitem(last=False)
-            held[0] -= old.combos.nbytes
-        return entry
+        return memo
+
+    def assignments_many(self, structure: PlanStructure, keys: Sequence[Hashable],
+                         build: Callable[[Sequence[int]], list]) -> list:
+        """:meth:`assignments` of several keys; ``build(indices)`` returns the entries of the
+        keys at those indices of ``keys`` that the memo does not hold, in one call."""
+        entries, held = self._pattern(structure)
+        out = [entries.get(key) for key in keys]
+        for key, hit in zip(keys, out):
+            if hit is not None:
+                entries.move_to_end(key)
+        missing = [i for i, hit in enumerate(out) if hit is None]
+        if missing:
+            for i, entry in zip(missing, build(missing)):
+                out[i] = entries[keys[i]] = entry
+                held[0] += entry.combos.nbytes
+            while held[0] > self.max_assignment_bytes and len(entries) > 1:
+                _, old = entries.popitem(last=False)
+                held[0] -= old.combos.nbytes
+        return out
 
     def assignment_count(self, structure: PlanStructure, key: tuple[int, ...],
                          build: Callable[[], int]) -> int:
         """How many assignments sharing tuple ``key`` of ``structure`` has (``build()`` on a
         miss, unless the assignments themselves are held)."""
+        return self.assignment_counts(structure, [key], lambda wanted: [int(build())])[0]
+
+    def assignment_counts(self, structure: PlanStructure, keys: Sequence[tuple[int, ...]],
+                          count: Callable[[Sequence[int]], list[int]]) -> list[int]:
+        """:meth:`assignment_count` of several tuples; ``count(indices)`` counts the missing
+        ones (at those indices of ``keys``) in one call."""
         counts = self._counts.setdefault(structure.rotation_key, {})
-        hit = counts.get(key)
-        if hit is None:
-            memo = self._assignments.get(structure.rotation_key)
-            held = memo[0].get(key) if memo is not None else None
-            hit = counts[key] = len(held.combos) if held is not None else int(build())
-        return hit
+        memo = self._assignments.get(structure.rotation_key)
+        out = []
+        for key in keys:
+            hit = counts.get(key)
+            if hit is None and memo is not None and key in memo[0]:
+                hit = counts[key] = len(memo[0][key].combos)
+            out.append(hit)
+        missing = [i for i, hit in enumerate(out) if hit is None]
+        if missing:
+            for i, n in zip(missing, count(missing)):
+                out[i] = counts[keys[i]] = int(n)
+        return out
 
     def planned(self, key: Hashable):
         """A planned operator stored under ``key``, or None."""

@@ -125,33 +125,15 @@ class Assignments:
     smallest) stays first. The assignments with steps ``s_rows[i]`` are
     ``combos[s_start[i]:s_start[i + 1]]``. Padding depends on ``F_op`` and ``S`` only, so
     :func:`plans_for` decides per (F_op row, S) pair and expands the kept pairs.
+
+    The factors are held as :data:`COMPACT` integers when they fit (they divide sharing
+    counts, at most the cores of a chip): the searches' memo then holds four times as many
+    lists. Users widen them when they gather plans (:meth:`wide`).
     """
 
-    combos: np.ndarray  # (n, T, A), COMPACT when the factors fit it (see :meth:`of`)
+    combos: np.ndarray  # (n, T, A), COMPACT when the factors fit
     s_rows: np.ndarray  # (u, A): the distinct S vectors, ascending
     s_start: np.ndarray  # (u + 1,)
-
-    @classmethod
-    def of(cls, combos: np.ndarray) -> "Assignments":
-        """``combos`` (a join's output, the unrotated assignment first) grouped by steps.
-
-        The factors are held as :data:`COMPACT` integers when they fit (they divide sharing
-        counts, at most the cores of a chip): the searches' memo then holds four times as
-        many lists. Users widen them when they gather plans (:meth:`wide`)."""
-        S = steps_of(combos)
-        code = _pack_rows(S)
-        if code is None:
-            _, group, _ = unique_rows(S)
-            code = group
-        order = np.argsort(code, kind="stable")
-        small = not len(S) or int(S.max()) <= np.iinfo(COMPACT).max
-        ordered = combos[order].astype(COMPACT if small else INT, copy=False)
-        ordered.setflags(write=False)
-        code = code[order]
-        first = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
-        start = np.append(first, len(code)).astype(INT)
-        return cls(ordered, S[order[first]], start)
-
 
     def wide(self, rows: "np.ndarray | slice" = slice(None)) -> np.ndarray:
         """The assignments ``rows`` as :data:`~.intmath.INT` arrays."""
@@ -200,52 +182,138 @@ def assignments(structure: PlanStructure, P: Sequence[int],
     factors on every axis stay within its cap, in the order of the complete list (a
     subsequence of it, the unrotated assignment still first).
     """
-    key = tuple(int(p) for p in P)
-    cap_key = None if caps is None else tuple(int(c) for c in caps)
+    return assignments_many(structure, [P], [caps], cache)[0]
+
+
+def assignments_many(structure: PlanStructure, keys: Sequence[Sequence[int]],
+                     caps: Sequence[Sequence[int] | None], cache: "PlanSearchCache | None" = None,
+                     ) -> list[Assignments]:
+    """:func:`assignments` of several (sharing tuple, caps): those ``cache`` does not hold
+    are joined together (:func:`_join_many`), which costs far less than one at a time."""
+    memo_keys = [tuple(int(p) for p in key) if c is None else
+                 (tuple(int(p) for p in key), tuple(int(x) for x in c)) for key, c in zip(keys, caps)]
+
+    def build(wanted: Sequence[int]) -> list[Assignments]:
+        return _join_many(structure, [keys[i] for i in wanted], [caps[i] for i in wanted])
+
     if cache is None:
-        return Assignments.of(_join_assignments(structure, key, cap_key))
-    memo_key = key if cap_key is None else (key, cap_key)
-    return cache.assignments(structure, memo_key,
-                             lambda: Assignments.of(_join_assignments(structure, key, cap_key)))
+        return build(range(len(keys)))
+    return cache.assignments_many(structure, memo_keys, build)
 
 
 def assignment_count(structure: PlanStructure, P: Sequence[int],
                      cache: "PlanSearchCache | None" = None) -> int:
     """``len(temporal_assignments(structure, P))``, memoized as a number in ``cache`` (the
     chunking of the searches needs the counts of rows whose assignments it may never build)."""
-    key = tuple(int(p) for p in P)
+    return assignment_counts(structure, [P], cache)[0]
+
+
+def assignment_counts(structure: PlanStructure, keys: Sequence[Sequence[int]],
+                      cache: "PlanSearchCache | None" = None) -> list[int]:
+    """:func:`assignment_count` of several sharing tuples, the missing ones joined together."""
+    tuples = [tuple(int(p) for p in key) for key in keys]
+
+    def count(wanted: Sequence[int]) -> list[int]:
+        out: list[int] = []
+        for start in range(0, len(wanted), JOIN_KEYS):
+            group = np.array([tuples[i] for i in wanted[start:start + JOIN_KEYS]], INT)
+            _, owner = _join_group(structure, group.reshape(-1, structure.num_tensors),
+                                   [None] * len(group))
+            out.extend(np.bincount(owner, minlength=len(group)).tolist())
+        return out
+
     if cache is None:
-        return len(_join_assignments(structure, key))
-    return cache.assignment_count(structure, key, lambda: len(_join_assignments(structure, key)))
+        return count(range(len(tuples)))
+    return cache.assignment_counts(structure, tuples, count)
 
 
-def _join_assignments(structure: PlanStructure, key: tuple[int, ...],
-                      caps: tuple[int, ...] | None = None) -> np.ndarray:
-    n_t, n_a = structure.num_tensors, structure.num_axes
-    combos = np.ones((1, n_t, n_a), INT)
-    # Join the tensors with fewest options first: intermediate products stay small. (The
-    # order does not depend on ``caps``: a capped join is a subsequence of the complete one.)
-    order = sorted(range(n_t), key=lambda t: len(factor_tuples(key[t], int(structure.rotatable[t].sum()))))
+#: Sharing tuples joined at once by :func:`_join_many` (bounds the intermediate arrays).
+JOIN_KEYS = 64
+
+
+def _join_many(structure: PlanStructure, keys: Sequence[Sequence[int]],
+               caps: Sequence[Sequence[int] | None]) -> list[Assignments]:
+    """The :class:`Assignments` of every (sharing tuple, caps), joined tensor by tensor
+    for all the tuples at once (in groups of :data:`JOIN_KEYS`)."""
+    out: list[Assignments] = []
+    for start in range(0, len(keys), JOIN_KEYS):
+        group = np.array(keys[start:start + JOIN_KEYS], INT).reshape(-1, structure.num_tensors)
+        combos, owner = _join_group(structure, group, caps[start:start + JOIN_KEYS])
+        out.extend(_grouped(combos, owner, len(group)))
+    return out
+
+
+def _join_group(structure: PlanStructure, keys: np.ndarray,
+                caps: Sequence[Sequence[int] | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Every tuple's assignments ``(n, T, A)`` in join order, and their tuples' indices
+    ``owner`` (ascending)."""
+    n_k, n_t, n_a = len(keys), structure.num_tensors, structure.num_axes
+    # (factors divide the sharing counts: joined in COMPACT integers when those fit)
+    dtype = COMPACT if int(keys.max()) <= np.iinfo(COMPACT).max else INT
+    combos = np.ones((n_k, n_t, n_a), dtype)
+    owner = np.arange(n_k)
+    limit = np.array([np.full(n_a, np.iinfo(INT).max) if c is None else c for c in caps], INT)
+    # Join the tensors with fewest rotatable axes (fewest options) first: intermediate
+    # products stay small. The order depends on the structure only, so a tuple's list is the
+    # same whatever it is joined with, and a capped list is a subsequence of the complete one.
+    rotating = [t for t in range(n_t) if structure.rotatable[t].any()]
+    order = sorted(rotating, key=lambda t: int(structure.rotatable[t].sum()))
     done: list[int] = []
     for t in order:
         axes_t = np.flatnonzero(structure.rotatable[t])
-        if len(axes_t) and key[t] > 1:
-            opts = factor_tuples(key[t], len(axes_t))
-            if caps is not None:
-                opts = opts[(opts <= np.array(caps, INT)[axes_t]).all(axis=1)]
-            n = len(combos)
-            combos = np.repeat(combos, len(opts), axis=0)
-            combos[:, t, axes_t] = np.tile(opts, (n, 1))
-            ok = np.ones(len(combos), bool)
-            for a in axes_t:
-                for u in done:
-                    if structure.rotatable[u, a]:
-                        x, y = combos[:, t, a], combos[:, u, a]
-                        ok &= (x % y == 0) | (y % x == 0)
-            combos = combos[ok]
+        # every tuple's options for tensor t, concatenated (tuple k's at offset[k])
+        opts = [factor_tuples(int(p), len(axes_t)) for p in keys[:, t]]
+        within = [o[(o <= limit[k, axes_t]).all(axis=1)] for k, o in enumerate(opts)]
+        counts = np.array([len(o) for o in within], INT)
+        offset = np.cumsum(counts) - counts
+        table = np.concatenate(within)
+        # each assignment so far pairs with every option of its own tuple, in order
+        per_row = counts[owner]
+        rows = np.repeat(np.arange(len(combos)), per_row)
+        pick = np.arange(len(rows)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+        pick += offset[owner[rows]]
+        combos, owner = combos[rows], owner[rows]
+        combos[:, t, axes_t] = table[pick]
+        ok = np.ones(len(combos), bool)
+        for a in axes_t:
+            for u in done:
+                if structure.rotatable[u, a]:
+                    x, y = combos[:, t, a], combos[:, u, a]
+                    ok &= (x % y == 0) | (y % x == 0)
+        if not ok.all():
+            combos, owner = combos[ok], owner[ok]
         done.append(t)
-    combos.setflags(write=False)
-    return combos
+    return combos, owner
+
+
+def _grouped(combos: np.ndarray, owner: np.ndarray, n_k: int) -> list[Assignments]:
+    """Per tuple (``owner``, ascending), its assignments grouped by steps (stable)."""
+    S = steps_of(combos)
+    code = _pack_rows(S)
+    if code is None:
+        _, code, _ = unique_rows(S)
+    # stable: within a tuple and steps, the join's order (``owner`` is already ascending)
+    bits = int(code.max()).bit_length() if len(code) else 0
+    if bits + int(n_k).bit_length() < 63:
+        order = np.argsort((owner << bits) | code, kind="stable")
+    else:
+        order = np.lexsort((code, owner))
+    combos, code, S = combos[order], code[order], S[order]
+    if combos.dtype != COMPACT and (not len(S) or int(S.max()) <= np.iinfo(COMPACT).max):
+        combos = combos.astype(COMPACT)
+    cut = np.searchsorted(owner, np.arange(n_k + 1))
+    new = np.ones(len(code), bool)
+    new[1:] = (code[1:] != code[:-1]) | (owner[1:] != owner[:-1])
+    firsts = np.flatnonzero(new)
+    at = np.searchsorted(firsts, cut)
+    out = []
+    for k in range(n_k):
+        lo, hi = cut[k], cut[k + 1]
+        mine = combos[lo:hi].copy()
+        mine.setflags(write=False)
+        first = firsts[at[k]:at[k + 1]]
+        out.append(Assignments(mine, S[first], np.append(first - lo, hi - lo).astype(INT)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -382,21 +450,24 @@ def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool =
     first = 1 if exclude_unrotated else 0  # row 0 of the assignments is the unrotated one
     if not prefilter:
         Fs, fts = [], []
-        for k, key in enumerate(keys):
+        listed = assignments_many(structure, keys, [None] * len(keys), cache)
+        for k, entry in enumerate(listed):
             rows = by_key[bounds[k]:bounds[k + 1]]
-            combos = assignments(structure, key, cache).wide(slice(first, None))
+            combos = entry.wide(slice(first, None))
             if len(rows) and len(combos):
                 Fs.append(np.repeat(F[rows], len(combos), axis=0))
                 fts.append(np.tile(combos, (len(rows), 1, 1)))
         if not Fs:
             return plans_for(structure, F[:0])
         return _drop_invalid(PlanBatch(structure, np.concatenate(Fs), np.concatenate(fts)))
-    entries, spans = [], []
+    wanted = []
     for k, key in enumerate(keys):
         key_caps = caps.of(key)
-        if key_caps is False or bounds[k] == bounds[k + 1]:
-            continue  # no plan of these rows is within the padding bound
-        entry = assignments(structure, key, cache, key_caps)
+        if key_caps is not False and bounds[k] < bounds[k + 1]:
+            wanted.append((k, key_caps))  # (else no plan of its rows is within the padding bound)
+    listed = assignments_many(structure, [keys[k] for k, _ in wanted], [c for _, c in wanted], cache)
+    entries, spans = [], []
+    for (k, _), entry in zip(wanted, listed):
         if len(entry.combos) > first:
             entries.append(entry)
             spans.append((bounds[k], bounds[k + 1]))
@@ -564,7 +635,7 @@ def iter_plan_chunks(structure: PlanStructure, F: np.ndarray, chunk: int = 200_0
         return
     cache = cache_or_new(cache)
     keys, inverse, _ = unique_rows(sharing_counts(structure, F))
-    per_key = np.array([assignment_count(structure, k, cache) for k in keys], INT)
+    per_key = np.array(assignment_counts(structure, keys, cache), INT)
     sizes = per_key[inverse]
     start, acc = 0, 0
     for i in range(len(F)):

@@ -16,8 +16,9 @@ import numpy as np
 from .batch_cost import BatchCostModel
 from .cache import PlanSearchCache
 from .filters import PlanFilters
-from .intmath import INT, ceil_div
-from .partitions import PADDING_SLACK, PlanBatch, assignment_count, op_partitions, padding_ratio, sharing_counts
+from .intmath import INT, ceil_div, unique_rows
+from .partitions import (PADDING_SLACK, PlanBatch, assignment_counts, op_partitions, padding_ratio,
+                         sharing_counts)
 from .structure import PlanStructure
 
 #: Candidate plans scored per numpy batch (bounds memory use, keeps pruning responsive).
@@ -109,22 +110,33 @@ def plan_chunks(structure: PlanStructure, F: np.ndarray, rows: np.ndarray,
                 cache: PlanSearchCache) -> Iterator[np.ndarray]:
     """Consecutive groups of ``rows`` holding about GROUP_PLANS plans each.
 
-    Assignment lists are built lazily, row by row, so rows pruned before their group is
-    reached never pay for theirs.
+    Assignments are counted lazily, :data:`COUNT_ROWS` rows at a time, so rows after the
+    group a caller stops at never pay for theirs.
     """
     P = sharing_counts(structure, F[rows]) if len(rows) else np.zeros((0, 0), INT)
+    sizes = np.zeros(len(rows), INT)
+    counted = 0
     start = 0
     grow = 2_000  # first groups small: a good incumbent early prunes the rest
     while start < len(rows):
         stop = start
         acc = 0
         while stop < len(rows) and acc < grow:
-            acc += assignment_count(structure, P[stop], cache)
+            if stop == counted:
+                block = P[counted:counted + COUNT_ROWS]
+                keys, inverse, _ = unique_rows(block)
+                sizes[counted:counted + len(block)] = np.array(
+                    assignment_counts(structure, keys, cache), INT)[inverse]
+                counted += len(block)
+            acc += int(sizes[stop])
             stop += 1
         yield rows[start:stop]
         start = stop
         grow = min(grow * 4, GROUP_PLANS)
 
+
+#: Rows whose assignments :func:`plan_chunks` counts at once.
+COUNT_ROWS = 512
 
 
 def pareto_front(time: np.ndarray, memory: np.ndarray) -> np.ndarray:
