@@ -268,7 +268,8 @@ def _static_sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> list[_Draf
 
 
 def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple[int, ...],
-                   memo: dict, stretch: float | None = None) -> _Draft:
+                   memo: dict, stretch: float | None = None,
+                   horizons: Sequence[int] | None = None) -> _Draft:
     """§4.2 + §4.3: the recurrence whose window times come from the cost-aware allocation.
 
     With ``stretch`` the contention is priced the way the device resolves it instead of
@@ -278,12 +279,18 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
     n = len(ops)
     m = min_horizons(n, order)
     early = early_members(n, order, m)
+    ops, offset = _joint_starts(ops, _load_price(stretch))
     ex = [0] * n
     pc = {j: 0 for j in order}
     tried: dict[int, tuple[tuple[int, ...], WindowPlan]] = {}
     window_machine = machine if stretch is None else replace(machine, separate_interconnect=True)
 
     def window_time(i: int, h: int) -> float | None:
+        if horizons is not None:
+            if h < horizons[i]:
+                return math.inf
+            if h > horizons[i]:
+                return None
         members = early[i] + order[m[i]:h]
         key = (stretch is None, ops[i].key, ops[i].live_bytes,
                tuple((ops[j].key, ex[j], pc[j]) for j in members))
@@ -300,21 +307,59 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
         members, plan = tried[h]
         ex[i] = plan.exec_choice
         if i in pc:     # i's execute point is fixed: its windows start at its fastest preload
-            pc[i] = fastest_preload(ops[i].preloads[ex[i]])
+            pc[i] = fastest_preload(ops[i].preloads[ex[i]], _load_price(stretch))
         for j, c in zip(members, plan.preload_choices):
             pc[j] = c
         tried.clear()
 
     def preload_time(j: int) -> float:
-        point = ops[j].preloads[ex[j]][pc[j]]
-        return point.load_s if stretch is None else max(point.load_s, point.network_s * stretch)
+        return _load_price(stretch)(ops[j].preloads[ex[j]][pc[j]])
 
     res = inductive_schedule(n, order, window_time, preload_time, commit)
     source = "inductive" if stretch is None else f"inductive, preloads x{stretch:.2f}"
-    return _Draft(ex, [pc.get(i, -1) for i in range(n)], order, list(res.horizon), source)
+    return _Draft([e + o for e, o in zip(ex, offset)], [pc.get(i, -1) for i in range(n)], order,
+                  list(res.horizon), source)
 
 
-def fastest_preload(front: Sequence[PreloadPoint]) -> int:
+def _load_price(stretch: float | None):
+    """The recurrence's preload time ``D_j`` of a preload point (Elk §4.2: the HBM roofline or
+    the interconnect delivery, whichever is longer), the delivery taking ``stretch`` times its
+    time alone when contention is priced on the preloads."""
+    if stretch is None:
+        return lambda p: p.load_s
+    return lambda p: max(p.load_s, p.network_s * stretch)
+
+
+def _joint_starts(ops: Sequence[OpTradeoffs], price) -> tuple[list[OpTradeoffs], list[int]]:
+    """Each operator's fastest plan over its three trade-offs together (Elk §4.3 starts every
+    operator at its fastest plan): the execute point with the least execution time plus the
+    distribution and preload time (``price``) of its fastest preload point. An execute point
+    is chosen in the operator's own window, but it also fixes the preload-state front its
+    earlier windows trade off: a faster point whose shared inputs must be broadcast to more
+    cores can need twice the link time to preload (or a long distribution) for a 5% faster
+    execution. The larger execute points before the fastest plan are slower and larger, so
+    they are dropped from the front the allocation shrinks along; returns the trimmed
+    operators (keys marked, for the window memo) and how many points each lost."""
+    out, offset = [], []
+    for op in ops:
+        if not op.loads:
+            out.append(op)
+            offset.append(0)
+            continue
+
+        def joint(e: int) -> float:
+            front = op.preloads[e]
+            c = fastest_preload(front, price)
+            return op.execs[e].time_s + front[c].distribute_s + price(front[c])
+
+        e0 = min(range(len(op.execs)), key=lambda e: (joint(e), e))
+        out.append(op if e0 == 0 else replace(op, key=f"{op.key}@{e0}", execs=op.execs[e0:],
+                                              preloads=op.preloads[e0:]))
+        offset.append(e0)
+    return out, offset
+
+
+def fastest_preload(front: Sequence[PreloadPoint], price=None) -> int:
     """The preload-state point an operator's windows start from (Elk §4.3 starts every
     operator at its fastest plan): the least load plus distribution time alone, the larger
     point on ties. Both are on the operator's path: its load in the one preload queue (§4.2:
@@ -322,7 +367,8 @@ def fastest_preload(front: Sequence[PreloadPoint]) -> int:
     before it executes. MaxPreload is not always that point: an input every chip needs in
     full is read once per chip at MaxPreload, and an input from the host link (8 GB/s a
     chip) takes 3x longer that way than chunked over the chips and redistributed on chip."""
-    return min(range(len(front)), key=lambda c: (front[c].load_s + front[c].distribute_s, c))
+    price = price or (lambda p: p.load_s)
+    return min(range(len(front)), key=lambda c: (price(front[c]) + front[c].distribute_s, c))
 
 
 #: Longest average stretch of a preload's delivery considered (a link share of 5%).
