@@ -248,6 +248,99 @@ def _capacity_horizons(n: int, order: Sequence[int], space_of: dict[int, int], c
     return hz
 
 
+def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Sequence[int],
+                     exec_choice: Sequence[int], preload_choice: Sequence[int]) -> list[int] | None:
+    """The largest valid horizons whose windows fit SRAM with these execute and preload
+    points (None if some operator's window does not fit even with no preload ahead).
+
+    For fixed points they are the best horizons: under the device's rules (Elk §4.5,
+    :func:`runtime_sim.stream_timing.stream_times`) a preload issued earlier starts no later,
+    its delivery progresses at the same share at every instant, so it ends no later, and an
+    execute waits only for its own preload; so every start is monotone in the horizons."""
+    n = len(ops)
+    m = min_horizons(n, order)
+    early = early_members(n, order, m)
+    space = [ops[j].preloads[exec_choice[j]][preload_choice[j]].space for j in order]
+    pos = {j: k for k, j in enumerate(order)}
+    pre = _prefix(space)
+    hz = [0] * n
+    nxt = len(order)
+    for i in range(n - 1, -1, -1):
+        used = window_bytes(ops[i].execs[exec_choice[i]].space, (space[pos[j]] for j in early[i]),
+                            ops[i].live_bytes)
+        room = machine.sram_bytes - used
+        if room < 0:
+            return None
+        h = min(bisect.bisect_right(pre, pre[m[i]] + room) - 1, nxt)
+        if h < m[i]:
+            return None
+        hz[i] = nxt = h
+    return hz
+
+
+#: Sweeps of :func:`_refine` over the operator classes (each sweep only keeps improvements).
+REFINE_SWEEPS = 3
+
+
+def _refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule) -> ElkSchedule:
+    """Improve a schedule's execute/preload points against its whole-schedule estimate.
+
+    The recurrence (§4.2) fixes each operator's execute point in its own window and each
+    preload point in the windows it is preloaded in, against window-local prices; whether a
+    slower execute point with a cheaper preload pays off depends on what the whole timeline
+    is bound by (HBM, links or execution), which only :func:`estimate` sees. This pass tries,
+    for one class of operators at a time, every (execute, preload) point of its tables, with
+    the preloads issued as early as memory allows (:func:`fitting_horizons`), and keeps a
+    change when the estimate improves. A class is one operator position of the repeated
+    layer, applied to all identical layers as §4.4 applies one layer's order to all (an
+    operator outside the repeated layers is its own class). The start is a candidate, so the
+    result is never worse on the estimate."""
+    n = len(ops)
+    order = sched.preload_order
+    layers = reorder.detect_layers([o.key for o in ops])
+    classes: dict[tuple, list[int]] = {}
+    for i, op in enumerate(ops):
+        if sum(len(f) for f in op.preloads) + (0 if op.loads else len(op.execs)) <= 1:
+            continue    # nothing to choose
+        if layers is not None and layers.start <= i < layers.end:
+            cls = ("layer", (i - layers.start) % layers.period)
+        else:
+            cls = ("op", i)
+        classes.setdefault(cls, []).append(i)
+
+    def evaluate(ex: list[int], pc: list[int], source: str) -> ElkSchedule | None:
+        hz = fitting_horizons(ops, machine, order, ex, pc)
+        if hz is None:
+            return None
+        try:
+            return _finish(ops, machine, sched.design, _Draft(ex, pc, order, hz, source), sched.stats)
+        except (InfeasibleError, ValueError):
+            return None
+
+    source = sched.stats.source
+    best = evaluate(list(sched.exec_choice), list(sched.preload_choice), source)
+    if best is None or best.total_s >= sched.total_s:
+        best = sched
+    for _ in range(REFINE_SWEEPS):
+        improved = False
+        for members in classes.values():
+            op = ops[members[0]]
+            alts = ([(e, c) for e in range(len(op.execs)) for c in range(len(op.preloads[e]))]
+                    if op.loads else [(e, -1) for e in range(len(op.execs))])
+            for e, c in alts:
+                if all(best.exec_choice[i] == e and best.preload_choice[i] == c for i in members):
+                    continue
+                ex, pc = list(best.exec_choice), list(best.preload_choice)
+                for i in members:
+                    ex[i], pc[i] = e, c
+                cand = evaluate(ex, pc, source + ", refined")
+                if cand is not None and cand.total_s < best.total_s * (1 - 1e-9):
+                    best, improved = cand, True
+        if not improved:
+            break
+    return best
+
+
 def _static_sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> list[_Draft]:
     n = len(ops)
     order = tuple(i for i, o in enumerate(ops) if o.loads)
@@ -268,8 +361,7 @@ def _static_sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> list[_Draf
 
 
 def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple[int, ...],
-                   memo: dict, stretch: float | None = None,
-                   horizons: Sequence[int] | None = None) -> _Draft:
+                   memo: dict, stretch: float | None = None) -> _Draft:
     """§4.2 + §4.3: the recurrence whose window times come from the cost-aware allocation.
 
     With ``stretch`` the contention is priced the way the device resolves it instead of
@@ -286,11 +378,6 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
     window_machine = machine if stretch is None else replace(machine, separate_interconnect=True)
 
     def window_time(i: int, h: int) -> float | None:
-        if horizons is not None:
-            if h < horizons[i]:
-                return math.inf
-            if h > horizons[i]:
-                return None
         members = early[i] + order[m[i]:h]
         key = (stretch is None, ops[i].key, ops[i].live_bytes,
                tuple((ops[j].key, ex[j], pc[j]) for j in members))
@@ -461,7 +548,7 @@ def _plan_dyn(ops, machine, memo, stats) -> ElkSchedule:
         if s is not None:
             cands.append(s)
     cands.append(replace(_plan_static(ops, machine, stats), design="elk-dyn"))
-    return _best(cands)
+    return _refine(ops, machine, _best(cands))
 
 
 @dataclass(frozen=True)
@@ -509,7 +596,7 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
     rc, top = _screened(ops, machine, memo, stats)
     if rc is None:
         return replace(dyn, design="elk-full")
-    cands = [replace(dyn, design="elk-full")]
+    cands = []
     for perm in top:
         order = reorder.build_order(ops, rc.layers, rc.groups, perm)
         for stretch in _stretches(ops, machine, memo, stats, rc, perm):
@@ -520,7 +607,8 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
                                              avg_displacement=reorder.layer_displacement(perm),
                                              avg_position_displacement=reorder.order_displacement(order)))
                 cands.append(s)
-    best = _best(cands)
+    # Elk-Dyn's schedule (execution order) is a candidate, refined already
+    best = _best([replace(dyn, design="elk-full")] + ([_refine(ops, machine, _best(cands))] if cands else []))
     return replace(best, stats=replace(best.stats, orders_tried=1 + len(rc.perms)))
 
 
