@@ -591,6 +591,32 @@ def _screened(ops, machine, memo, stats) -> tuple[_Reorder | None, list[tuple[in
     return rc, [perm for _, perm in scored[:SCREEN_TOP]]
 
 
+def _reordered_points(ops, machine, rc: _Reorder, sched: ElkSchedule) -> list[ElkSchedule]:
+    """Every suffix-tree order (§4.4) with ``sched``'s execute and preload points, preloads as
+    early as memory allows; the fastest, refined, if it beats ``sched`` (else nothing).
+
+    The orders were screened with the recurrence's unrefined points on a truncated model;
+    the refined points can favour another order (the screen's third best ranks first)."""
+    best = sched
+    for perm in (tuple(range(len(rc.groups.groups))),) + rc.perms:
+        order = reorder.build_order(ops, rc.layers, rc.groups, perm)
+        if order == sched.preload_order:
+            continue
+        hz = fitting_horizons(ops, machine, order, sched.exec_choice, sched.preload_choice)
+        if hz is None:
+            continue
+        source = f"reordered {perm} at the refined points of {sched.stats.source}"
+        try:
+            s = _finish(ops, machine, sched.design, _Draft(list(sched.exec_choice),
+                        list(sched.preload_choice), order, hz, source), sched.stats)
+        except (InfeasibleError, ValueError):
+            continue
+        if s.total_s < best.total_s:
+            best = replace(s, stats=replace(s.stats, avg_displacement=reorder.layer_displacement(perm),
+                                            avg_position_displacement=reorder.order_displacement(order)))
+    return [] if best is sched else [_refine(ops, machine, best)]
+
+
 def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
     dyn = _plan_dyn(ops, machine, memo, stats)
     rc, top = _screened(ops, machine, memo, stats)
@@ -611,20 +637,22 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
         if cands:   # each order's best, refined: refinement reranks the orders
             refined.append(_refine(ops, machine, _best(cands)))
     best = _best(refined)
+    best = _best([best] + _reordered_points(ops, machine, rc, best))
     return replace(best, stats=replace(best.stats, orders_tried=1 + len(rc.perms)))
 
 
 def _plan_ideal(ops, machine, memo, stats) -> ElkSchedule:
-    """Ideal on every order Elk-Full may choose (in order, and its screened candidates), so that
-    Ideal <= Elk-Full holds order by order."""
+    """Ideal on every order Elk-Full may choose (in order, and every suffix-tree order: Elk-Full
+    may move its refined points to any of them), so that Ideal <= Elk-Full holds order by
+    order."""
     n = len(ops)
     ex = _fastest_points(ops, machine)
     pc = [len(o.preloads[ex[i]]) - 1 if o.loads else -1 for i, o in enumerate(ops)]
     space = {j: _ideal_preload(ops[j])[0] for j, o in enumerate(ops) if o.loads}
     orders = [tuple(i for i, o in enumerate(ops) if o.loads)]
-    rc, top = _screened(ops, machine, memo, stats)
+    rc = _reorder_candidates(ops, machine)
     if rc is not None:
-        orders += [reorder.build_order(ops, rc.layers, rc.groups, p) for p in top]
+        orders += [reorder.build_order(ops, rc.layers, rc.groups, p) for p in rc.perms]
     ideal_machine = replace(machine, separate_interconnect=True)
     cands = []
     for order in orders:
