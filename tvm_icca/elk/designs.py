@@ -8,9 +8,15 @@
   operators preloaded in order while they fit the reserved space; all preload points MaxPreload or
   all MinPreload, whichever is faster. Basic is the sweep's degenerate end point and a candidate.
 * ``elk-dyn``: the inductive scheduling (§4.2) with the cost-aware allocation (§4.3), execution
-  order; the Static schedule is a candidate too (its split is one point of Elk's space).
+  order, every operator starting at its fastest plan over execution, distribution and preload
+  time together (:func:`_joint_starts`); the Static schedule is a candidate too (its split is
+  one point of Elk's space). The best candidate is refined (:func:`_refine`): per operator
+  class, every (execute, preload) point against the whole-schedule estimate, preloads issued
+  as early as memory allows (:func:`fitting_horizons`).
 * ``elk-full``: Elk-Dyn plus preload order permutation (§4.4): candidates are screened on a model
-  truncated to ``SCREEN_LAYERS`` layers, the ``SCREEN_TOP`` best are planned on the whole model.
+  truncated to ``SCREEN_LAYERS`` layers, the ``SCREEN_TOP`` best are planned on the whole model,
+  each order's best is refined, and every suffix-tree order is tried at the refined points
+  (:func:`_reordered_points`).
 * ``ideal``: separate interconnect, the full SRAM for execution and another full SRAM for preloads,
   every op at its smallest preload space with zero distribution time and its shortest load time;
   it is evaluated on every preload order Elk-Full may choose and takes the fastest.
@@ -32,6 +38,7 @@ estimate of this one, which ranks the candidate schedules.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -113,8 +120,7 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
     check_horizons(n, order, schedule.horizon)
     ideal = schedule.design == "ideal"
     K = len(order)
-    m = min_horizons(n, order)
-    early = early_members(n, order, m)
+    m, early = _order_structure(n, tuple(order))
     pts = {}
     for j in order:
         if not ops[j].loads or schedule.preload_choice[j] < 0:
@@ -159,6 +165,14 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
     pre_s = tuple(pre_end[j] - pre_start[j] if j in pos else 0.0 for j in range(n))
     return Timeline(pre_start, pre_end, t.exec_start, t.exec_end, tuple(exec_s), pre_s,
                     tuple(wbytes), t.total_s)
+
+
+@functools.lru_cache(maxsize=8)
+def _order_structure(n: int, order: tuple[int, ...]) -> tuple[list[int], list[tuple[int, ...]]]:
+    """``min_horizons`` and ``early_members`` of an order (cached: the refinement evaluates
+    hundreds of schedules on one order)."""
+    m = min_horizons(n, order)
+    return m, early_members(n, order, m)
 
 
 def _prefix(xs: Sequence[float]) -> list:
@@ -258,16 +272,15 @@ def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Seq
     its delivery progresses at the same share at every instant, so it ends no later, and an
     execute waits only for its own preload; so every start is monotone in the horizons."""
     n = len(ops)
-    m = min_horizons(n, order)
-    early = early_members(n, order, m)
+    m, early = _order_structure(n, tuple(order))
     space = [ops[j].preloads[exec_choice[j]][preload_choice[j]].space for j in order]
     pos = {j: k for k, j in enumerate(order)}
     pre = _prefix(space)
     hz = [0] * n
     nxt = len(order)
     for i in range(n - 1, -1, -1):
-        used = window_bytes(ops[i].execs[exec_choice[i]].space, (space[pos[j]] for j in early[i]),
-                            ops[i].live_bytes)
+        ahead = [space[pos[j]] for j in early[i]] if early[i] else ()
+        used = window_bytes(ops[i].execs[exec_choice[i]].space, ahead, ops[i].live_bytes)
         room = machine.sram_bytes - used
         if room < 0:
             return None
@@ -622,10 +635,9 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
     rc, top = _screened(ops, machine, memo, stats)
     if rc is None:
         return replace(dyn, design="elk-full")
-    refined = [replace(dyn, design="elk-full")]     # Elk-Dyn's (execution order), refined already
+    cands = []
     for perm in top:
         order = reorder.build_order(ops, rc.layers, rc.groups, perm)
-        cands = []
         for stretch in _stretches(ops, machine, memo, stats, rc, perm):
             s = _try(ops, machine, "elk-full",
                      lambda o=order, st=stretch: _elk_inductive(ops, machine, o, memo, st), stats)
@@ -634,9 +646,9 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
                                              avg_displacement=reorder.layer_displacement(perm),
                                              avg_position_displacement=reorder.order_displacement(order)))
                 cands.append(s)
-        if cands:   # each order's best, refined: refinement reranks the orders
-            refined.append(_refine(ops, machine, _best(cands)))
-    best = _best(refined)
+    # Elk-Dyn's schedule (execution order, refined already) and the reordered ones' best, refined
+    best = _best([replace(dyn, design="elk-full")] + ([_refine(ops, machine, _best(cands))] if cands else []))
+    # then every order at the refined points: refinement can favour an order the screen missed
     best = _best([best] + _reordered_points(ops, machine, rc, best))
     return replace(best, stats=replace(best.stats, orders_tried=1 + len(rc.perms)))
 
