@@ -293,8 +293,6 @@ def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Seq
 
 #: Sweeps of :func:`_refine` over the operator classes (each sweep only keeps improvements).
 REFINE_SWEEPS = 3
-#: Bands of consecutive layers :func:`_refine`'s second stage lets choose apart.
-REFINE_BANDS = 4
 
 
 def _refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule) -> ElkSchedule:
@@ -306,28 +304,22 @@ def _refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule)
     is bound by (HBM, links or execution), which only :func:`estimate` sees. This pass tries,
     for one class of operators at a time, every (execute, preload) point of its tables, with
     the preloads issued as early as memory allows (:func:`fitting_horizons`), and keeps a
-    change when the estimate improves. A class is first one operator position of the
-    repeated layer, applied to all identical layers as §4.4 applies one layer's order to all
-    (an operator outside the repeated layers is its own class); then the same position in
-    one of ``REFINE_BANDS`` bands of consecutive layers: identical layers are not in identical
-    places (the first ones start the stream, the later ones hold more cache updates live;
-    Llama2-70B's estimate drops another 1%). The start is a candidate, so the result is never
-    worse on the estimate."""
+    change when the estimate improves. A class is one operator position of the repeated
+    layer, applied to all identical layers as §4.4 applies one layer's order to all (an
+    operator outside the repeated layers is its own class). The start is a candidate, so the
+    result is never worse on the estimate."""
+    n = len(ops)
     order = sched.preload_order
     layers = reorder.detect_layers([o.key for o in ops])
-
-    def classes(bands: int) -> list[list[int]]:
-        out: dict[tuple, list[int]] = {}
-        for i, op in enumerate(ops):
-            if sum(len(f) for f in op.preloads) + (0 if op.loads else len(op.execs)) <= 1:
-                continue    # nothing to choose
-            if layers is not None and layers.start <= i < layers.end:
-                layer, r = divmod(i - layers.start, layers.period)
-                cls = ("layer", layer * bands // layers.count, r)
-            else:
-                cls = ("op", i)
-            out.setdefault(cls, []).append(i)
-        return list(out.values())
+    classes: dict[tuple, list[int]] = {}
+    for i, op in enumerate(ops):
+        if sum(len(f) for f in op.preloads) + (0 if op.loads else len(op.execs)) <= 1:
+            continue    # nothing to choose
+        if layers is not None and layers.start <= i < layers.end:
+            cls = ("layer", (i - layers.start) % layers.period)
+        else:
+            cls = ("op", i)
+        classes.setdefault(cls, []).append(i)
 
     def evaluate(ex: list[int], pc: list[int], source: str) -> ElkSchedule | None:
         hz = fitting_horizons(ops, machine, order, ex, pc)
@@ -338,31 +330,27 @@ def _refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule)
         except (InfeasibleError, ValueError):
             return None
 
-    source = sched.stats.source + ", refined"
-    best = evaluate(list(sched.exec_choice), list(sched.preload_choice), sched.stats.source)
+    source = sched.stats.source
+    best = evaluate(list(sched.exec_choice), list(sched.preload_choice), source)
     if best is None or best.total_s >= sched.total_s:
         best = sched
-    stages = [classes(1)]
-    if layers is not None and min(REFINE_BANDS, layers.count) > 1:
-        stages.append(classes(min(REFINE_BANDS, layers.count)))
-    for stage in stages:
-        for _ in range(REFINE_SWEEPS):
-            improved = False
-            for members in stage:
-                op = ops[members[0]]
-                alts = ([(e, c) for e in range(len(op.execs)) for c in range(len(op.preloads[e]))]
-                        if op.loads else [(e, -1) for e in range(len(op.execs))])
-                for e, c in alts:
-                    if all(best.exec_choice[i] == e and best.preload_choice[i] == c for i in members):
-                        continue
-                    ex, pc = list(best.exec_choice), list(best.preload_choice)
-                    for i in members:
-                        ex[i], pc[i] = e, c
-                    cand = evaluate(ex, pc, source)
-                    if cand is not None and cand.total_s < best.total_s * (1 - 1e-9):
-                        best, improved = cand, True
-            if not improved:
-                break
+    for _ in range(REFINE_SWEEPS):
+        improved = False
+        for members in classes.values():
+            op = ops[members[0]]
+            alts = ([(e, c) for e in range(len(op.execs)) for c in range(len(op.preloads[e]))]
+                    if op.loads else [(e, -1) for e in range(len(op.execs))])
+            for e, c in alts:
+                if all(best.exec_choice[i] == e and best.preload_choice[i] == c for i in members):
+                    continue
+                ex, pc = list(best.exec_choice), list(best.preload_choice)
+                for i in members:
+                    ex[i], pc[i] = e, c
+                cand = evaluate(ex, pc, source + ", refined")
+                if cand is not None and cand.total_s < best.total_s * (1 - 1e-9):
+                    best, improved = cand, True
+        if not improved:
+            break
     return best
 
 
