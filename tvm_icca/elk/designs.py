@@ -635,9 +635,10 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
     rc, top = _screened(ops, machine, memo, stats)
     if rc is None:
         return replace(dyn, design="elk-full")
-    cands = []
+    refined = [replace(dyn, design="elk-full")]     # Elk-Dyn's (execution order), refined already
     for perm in top:
         order = reorder.build_order(ops, rc.layers, rc.groups, perm)
+        cands = []
         for stretch in _stretches(ops, machine, memo, stats, rc, perm):
             s = _try(ops, machine, "elk-full",
                      lambda o=order, st=stretch: _elk_inductive(ops, machine, o, memo, st), stats)
@@ -646,8 +647,9 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
                                              avg_displacement=reorder.layer_displacement(perm),
                                              avg_position_displacement=reorder.order_displacement(order)))
                 cands.append(s)
-    # Elk-Dyn's schedule (execution order, refined already) and the reordered ones' best, refined
-    best = _best([replace(dyn, design="elk-full")] + ([_refine(ops, machine, _best(cands))] if cands else []))
+        if cands:   # each order's best, refined: refinement reranks the orders
+            refined.append(_refine(ops, machine, _best(cands)))
+    best = _best(refined)
     # then every order at the refined points: refinement can favour an order the screen missed
     best = _best([best] + _reordered_points(ops, machine, rc, best))
     return replace(best, stats=replace(best.stats, orders_tried=1 + len(rc.perms)))
