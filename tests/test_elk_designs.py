@@ -174,3 +174,60 @@ def test_screened_stretch_is_the_best_price_on_the_truncated_model(monkeypatch):
         monkeypatch.setattr(D, "_screened_stretch", lambda *a: None)
         assert with_it <= plan_preloads(ops, machine, "elk-dyn").total_s + 1e-12
         monkeypatch.undo()
+
+
+def test_fitting_horizons_are_the_best_horizons_for_fixed_points():
+    """Preloading as early as memory allows never slows a schedule down (device rules are
+    monotone in the horizons), and no valid horizon vector with the same points fits more."""
+    from dataclasses import replace
+
+    import tvm_icca.elk.designs as D
+    from tvm_icca.elk.inductive import check_horizons
+
+    rng = random.Random(5)
+    for ops, machine in _cases(4):
+        for design in ("basic", "static", "elk-dyn"):
+            s = plan_preloads(ops, machine, design)
+            hz = D.fitting_horizons(ops, machine, s.preload_order, s.exec_choice, s.preload_choice)
+            assert hz is not None
+            check_horizons(len(ops), s.preload_order, hz)
+            assert all(a >= b for a, b in zip(hz, s.horizon))
+            best = D.estimate(ops, machine, replace(s, horizon=tuple(hz))).total_s
+            assert best <= s.total_s * (1 + 1e-12)
+            # one more preload ahead of any operator overflows its window
+            for i in rng.sample(range(len(ops)), min(5, len(ops))):
+                if hz[i] < len(s.preload_order) and (i + 1 == len(ops) or hz[i] < hz[i + 1]):
+                    more = list(hz)
+                    more[i] += 1
+                    with pytest.raises(ValueError):
+                        D.estimate(ops, machine, replace(s, horizon=tuple(more)))
+
+
+def test_refinement_never_worsens_and_elk_contains_static():
+    """Elk-Dyn's candidates contain Static's schedule and the refinement only keeps
+    improvements, so Elk-Dyn <= Static and the refined schedule <= its start on the estimate."""
+    import tvm_icca.elk.designs as D
+
+    for ops, machine in _cases(4):
+        static = plan_preloads(ops, machine, "static")
+        refined = D._refine(ops, machine, static)
+        assert refined.total_s <= static.total_s * (1 + 1e-12)
+        D.check_horizons(len(ops), refined.preload_order, refined.horizon)
+        assert refined.total_s == pytest.approx(D.estimate(ops, machine, refined).total_s)
+        assert plan_preloads(ops, machine, "elk-dyn").total_s <= static.total_s * (1 + 1e-12)
+
+
+def test_joint_start_prefers_a_cheaper_preload_over_a_slightly_faster_execution():
+    """Elk §4.3's fastest plan over the three trade-offs: a 5% faster execute point whose
+    preload is twice the link time loses to the next point when preloads are priced with
+    contention, and wins when they are not."""
+    import tvm_icca.elk.designs as D
+
+    op = OpTradeoffs("x", (ExecPoint(10e-6, 200_000, 2e-6), ExecPoint(10.5e-6, 120_000, 2e-6)),
+                     ((PreloadPoint(160_000, 0.0, 30e-6, 29e-6),
+                       PreloadPoint(80_000, 15e-6, 30e-6, 14.5e-6)),
+                      (PreloadPoint(80_000, 0.0, 30e-6, 14.5e-6),)), 1e6, 0)
+    trimmed, offset = D._joint_starts([op], D._load_price(None))
+    assert offset == [0] and trimmed[0] is op
+    trimmed, offset = D._joint_starts([op], D._load_price(2.0))
+    assert offset == [1] and trimmed[0].execs == op.execs[1:] and trimmed[0].key != op.key

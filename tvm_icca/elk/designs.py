@@ -8,9 +8,15 @@
   operators preloaded in order while they fit the reserved space; all preload points MaxPreload or
   all MinPreload, whichever is faster. Basic is the sweep's degenerate end point and a candidate.
 * ``elk-dyn``: the inductive scheduling (§4.2) with the cost-aware allocation (§4.3), execution
-  order; the Static schedule is a candidate too (its split is one point of Elk's space).
+  order, every operator starting at its fastest plan over execution, distribution and preload
+  time together (:func:`_joint_starts`); the Static schedule is a candidate too (its split is
+  one point of Elk's space). The best candidate is refined (:func:`_refine`): per operator
+  class, every (execute, preload) point against the whole-schedule estimate, preloads issued
+  as early as memory allows (:func:`fitting_horizons`).
 * ``elk-full``: Elk-Dyn plus preload order permutation (§4.4): candidates are screened on a model
-  truncated to ``SCREEN_LAYERS`` layers, the ``SCREEN_TOP`` best are planned on the whole model.
+  truncated to ``SCREEN_LAYERS`` layers, the ``SCREEN_TOP`` best are planned on the whole model,
+  each order's best is refined, and every suffix-tree order is tried at the refined points
+  (:func:`_reordered_points`).
 * ``ideal``: separate interconnect, the full SRAM for execution and another full SRAM for preloads,
   every op at its smallest preload space with zero distribution time and its shortest load time;
   it is evaluated on every preload order Elk-Full may choose and takes the fastest.
@@ -32,6 +38,7 @@ estimate of this one, which ranks the candidate schedules.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -113,8 +120,7 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
     check_horizons(n, order, schedule.horizon)
     ideal = schedule.design == "ideal"
     K = len(order)
-    m = min_horizons(n, order)
-    early = early_members(n, order, m)
+    m, early = _order_structure(n, tuple(order))
     pts = {}
     for j in order:
         if not ops[j].loads or schedule.preload_choice[j] < 0:
@@ -159,6 +165,14 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
     pre_s = tuple(pre_end[j] - pre_start[j] if j in pos else 0.0 for j in range(n))
     return Timeline(pre_start, pre_end, t.exec_start, t.exec_end, tuple(exec_s), pre_s,
                     tuple(wbytes), t.total_s)
+
+
+@functools.lru_cache(maxsize=8)
+def _order_structure(n: int, order: tuple[int, ...]) -> tuple[list[int], list[tuple[int, ...]]]:
+    """``min_horizons`` and ``early_members`` of an order (cached: the refinement evaluates
+    hundreds of schedules on one order)."""
+    m = min_horizons(n, order)
+    return m, early_members(n, order, m)
 
 
 def _prefix(xs: Sequence[float]) -> list:
@@ -248,6 +262,98 @@ def _capacity_horizons(n: int, order: Sequence[int], space_of: dict[int, int], c
     return hz
 
 
+def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Sequence[int],
+                     exec_choice: Sequence[int], preload_choice: Sequence[int]) -> list[int] | None:
+    """The largest valid horizons whose windows fit SRAM with these execute and preload
+    points (None if some operator's window does not fit even with no preload ahead).
+
+    For fixed points they are the best horizons: under the device's rules (Elk §4.5,
+    :func:`runtime_sim.stream_timing.stream_times`) a preload issued earlier starts no later,
+    its delivery progresses at the same share at every instant, so it ends no later, and an
+    execute waits only for its own preload; so every start is monotone in the horizons."""
+    n = len(ops)
+    m, early = _order_structure(n, tuple(order))
+    space = [ops[j].preloads[exec_choice[j]][preload_choice[j]].space for j in order]
+    pos = {j: k for k, j in enumerate(order)}
+    pre = _prefix(space)
+    hz = [0] * n
+    nxt = len(order)
+    for i in range(n - 1, -1, -1):
+        ahead = [space[pos[j]] for j in early[i]] if early[i] else ()
+        used = window_bytes(ops[i].execs[exec_choice[i]].space, ahead, ops[i].live_bytes)
+        room = machine.sram_bytes - used
+        if room < 0:
+            return None
+        h = min(bisect.bisect_right(pre, pre[m[i]] + room) - 1, nxt)
+        if h < m[i]:
+            return None
+        hz[i] = nxt = h
+    return hz
+
+
+#: Sweeps of :func:`_refine` over the operator classes (each sweep only keeps improvements).
+REFINE_SWEEPS = 3
+
+
+def _refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule) -> ElkSchedule:
+    """Improve a schedule's execute/preload points against its whole-schedule estimate.
+
+    The recurrence (§4.2) fixes each operator's execute point in its own window and each
+    preload point in the windows it is preloaded in, against window-local prices; whether a
+    slower execute point with a cheaper preload pays off depends on what the whole timeline
+    is bound by (HBM, links or execution), which only :func:`estimate` sees. This pass tries,
+    for one class of operators at a time, every (execute, preload) point of its tables, with
+    the preloads issued as early as memory allows (:func:`fitting_horizons`), and keeps a
+    change when the estimate improves. A class is one operator position of the repeated
+    layer, applied to all identical layers as §4.4 applies one layer's order to all (an
+    operator outside the repeated layers is its own class). The start is a candidate, so the
+    result is never worse on the estimate."""
+    n = len(ops)
+    order = sched.preload_order
+    layers = reorder.detect_layers([o.key for o in ops])
+    classes: dict[tuple, list[int]] = {}
+    for i, op in enumerate(ops):
+        if sum(len(f) for f in op.preloads) + (0 if op.loads else len(op.execs)) <= 1:
+            continue    # nothing to choose
+        if layers is not None and layers.start <= i < layers.end:
+            cls = ("layer", (i - layers.start) % layers.period)
+        else:
+            cls = ("op", i)
+        classes.setdefault(cls, []).append(i)
+
+    def evaluate(ex: list[int], pc: list[int], source: str) -> ElkSchedule | None:
+        hz = fitting_horizons(ops, machine, order, ex, pc)
+        if hz is None:
+            return None
+        try:
+            return _finish(ops, machine, sched.design, _Draft(ex, pc, order, hz, source), sched.stats)
+        except (InfeasibleError, ValueError):
+            return None
+
+    source = sched.stats.source
+    best = evaluate(list(sched.exec_choice), list(sched.preload_choice), source)
+    if best is None or best.total_s >= sched.total_s:
+        best = sched
+    for _ in range(REFINE_SWEEPS):
+        improved = False
+        for members in classes.values():
+            op = ops[members[0]]
+            alts = ([(e, c) for e in range(len(op.execs)) for c in range(len(op.preloads[e]))]
+                    if op.loads else [(e, -1) for e in range(len(op.execs))])
+            for e, c in alts:
+                if all(best.exec_choice[i] == e and best.preload_choice[i] == c for i in members):
+                    continue
+                ex, pc = list(best.exec_choice), list(best.preload_choice)
+                for i in members:
+                    ex[i], pc[i] = e, c
+                cand = evaluate(ex, pc, source + ", refined")
+                if cand is not None and cand.total_s < best.total_s * (1 - 1e-9):
+                    best, improved = cand, True
+        if not improved:
+            break
+    return best
+
+
 def _static_sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> list[_Draft]:
     n = len(ops)
     order = tuple(i for i, o in enumerate(ops) if o.loads)
@@ -278,6 +384,7 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
     n = len(ops)
     m = min_horizons(n, order)
     early = early_members(n, order, m)
+    ops, offset = _joint_starts(ops, _load_price(stretch))
     ex = [0] * n
     pc = {j: 0 for j in order}
     tried: dict[int, tuple[tuple[int, ...], WindowPlan]] = {}
@@ -300,21 +407,59 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
         members, plan = tried[h]
         ex[i] = plan.exec_choice
         if i in pc:     # i's execute point is fixed: its windows start at its fastest preload
-            pc[i] = fastest_preload(ops[i].preloads[ex[i]])
+            pc[i] = fastest_preload(ops[i].preloads[ex[i]], _load_price(stretch))
         for j, c in zip(members, plan.preload_choices):
             pc[j] = c
         tried.clear()
 
     def preload_time(j: int) -> float:
-        point = ops[j].preloads[ex[j]][pc[j]]
-        return point.load_s if stretch is None else max(point.load_s, point.network_s * stretch)
+        return _load_price(stretch)(ops[j].preloads[ex[j]][pc[j]])
 
     res = inductive_schedule(n, order, window_time, preload_time, commit)
     source = "inductive" if stretch is None else f"inductive, preloads x{stretch:.2f}"
-    return _Draft(ex, [pc.get(i, -1) for i in range(n)], order, list(res.horizon), source)
+    return _Draft([e + o for e, o in zip(ex, offset)], [pc.get(i, -1) for i in range(n)], order,
+                  list(res.horizon), source)
 
 
-def fastest_preload(front: Sequence[PreloadPoint]) -> int:
+def _load_price(stretch: float | None):
+    """The recurrence's preload time ``D_j`` of a preload point (Elk §4.2: the HBM roofline or
+    the interconnect delivery, whichever is longer), the delivery taking ``stretch`` times its
+    time alone when contention is priced on the preloads."""
+    if stretch is None:
+        return lambda p: p.load_s
+    return lambda p: max(p.load_s, p.network_s * stretch)
+
+
+def _joint_starts(ops: Sequence[OpTradeoffs], price) -> tuple[list[OpTradeoffs], list[int]]:
+    """Each operator's fastest plan over its three trade-offs together (Elk §4.3 starts every
+    operator at its fastest plan): the execute point with the least execution time plus the
+    distribution and preload time (``price``) of its fastest preload point. An execute point
+    is chosen in the operator's own window, but it also fixes the preload-state front its
+    earlier windows trade off: a faster point whose shared inputs must be broadcast to more
+    cores can need twice the link time to preload (or a long distribution) for a 5% faster
+    execution. The larger execute points before the fastest plan are slower and larger, so
+    they are dropped from the front the allocation shrinks along; returns the trimmed
+    operators (keys marked, for the window memo) and how many points each lost."""
+    out, offset = [], []
+    for op in ops:
+        if not op.loads:
+            out.append(op)
+            offset.append(0)
+            continue
+
+        def joint(e: int) -> float:
+            front = op.preloads[e]
+            c = fastest_preload(front, price)
+            return op.execs[e].time_s + front[c].distribute_s + price(front[c])
+
+        e0 = min(range(len(op.execs)), key=lambda e: (joint(e), e))
+        out.append(op if e0 == 0 else replace(op, key=f"{op.key}@{e0}", execs=op.execs[e0:],
+                                              preloads=op.preloads[e0:]))
+        offset.append(e0)
+    return out, offset
+
+
+def fastest_preload(front: Sequence[PreloadPoint], price=None) -> int:
     """The preload-state point an operator's windows start from (Elk §4.3 starts every
     operator at its fastest plan): the least load plus distribution time alone, the larger
     point on ties. Both are on the operator's path: its load in the one preload queue (§4.2:
@@ -322,7 +467,8 @@ def fastest_preload(front: Sequence[PreloadPoint]) -> int:
     before it executes. MaxPreload is not always that point: an input every chip needs in
     full is read once per chip at MaxPreload, and an input from the host link (8 GB/s a
     chip) takes 3x longer that way than chunked over the chips and redistributed on chip."""
-    return min(range(len(front)), key=lambda c: (front[c].load_s + front[c].distribute_s, c))
+    price = price or (lambda p: p.load_s)
+    return min(range(len(front)), key=lambda c: (price(front[c]) + front[c].distribute_s, c))
 
 
 #: Longest average stretch of a preload's delivery considered (a link share of 5%).
@@ -415,7 +561,7 @@ def _plan_dyn(ops, machine, memo, stats) -> ElkSchedule:
         if s is not None:
             cands.append(s)
     cands.append(replace(_plan_static(ops, machine, stats), design="elk-dyn"))
-    return _best(cands)
+    return _refine(ops, machine, _best(cands))
 
 
 @dataclass(frozen=True)
@@ -458,14 +604,41 @@ def _screened(ops, machine, memo, stats) -> tuple[_Reorder | None, list[tuple[in
     return rc, [perm for _, perm in scored[:SCREEN_TOP]]
 
 
+def _reordered_points(ops, machine, rc: _Reorder, sched: ElkSchedule) -> list[ElkSchedule]:
+    """Every suffix-tree order (§4.4) with ``sched``'s execute and preload points, preloads as
+    early as memory allows; the fastest, refined, if it beats ``sched`` (else nothing).
+
+    The orders were screened with the recurrence's unrefined points on a truncated model;
+    the refined points can favour another order (the screen's third best ranks first)."""
+    best = sched
+    for perm in (tuple(range(len(rc.groups.groups))),) + rc.perms:
+        order = reorder.build_order(ops, rc.layers, rc.groups, perm)
+        if order == sched.preload_order:
+            continue
+        hz = fitting_horizons(ops, machine, order, sched.exec_choice, sched.preload_choice)
+        if hz is None:
+            continue
+        source = f"reordered {perm} at the refined points of {sched.stats.source}"
+        try:
+            s = _finish(ops, machine, sched.design, _Draft(list(sched.exec_choice),
+                        list(sched.preload_choice), order, hz, source), sched.stats)
+        except (InfeasibleError, ValueError):
+            continue
+        if s.total_s < best.total_s:
+            best = replace(s, stats=replace(s.stats, avg_displacement=reorder.layer_displacement(perm),
+                                            avg_position_displacement=reorder.order_displacement(order)))
+    return [] if best is sched else [_refine(ops, machine, best)]
+
+
 def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
     dyn = _plan_dyn(ops, machine, memo, stats)
     rc, top = _screened(ops, machine, memo, stats)
     if rc is None:
         return replace(dyn, design="elk-full")
-    cands = [replace(dyn, design="elk-full")]
+    refined = [replace(dyn, design="elk-full")]     # Elk-Dyn's (execution order), refined already
     for perm in top:
         order = reorder.build_order(ops, rc.layers, rc.groups, perm)
+        cands = []
         for stretch in _stretches(ops, machine, memo, stats, rc, perm):
             s = _try(ops, machine, "elk-full",
                      lambda o=order, st=stretch: _elk_inductive(ops, machine, o, memo, st), stats)
@@ -474,21 +647,26 @@ def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
                                              avg_displacement=reorder.layer_displacement(perm),
                                              avg_position_displacement=reorder.order_displacement(order)))
                 cands.append(s)
-    best = _best(cands)
+        if cands:   # each order's best, refined: refinement reranks the orders
+            refined.append(_refine(ops, machine, _best(cands)))
+    best = _best(refined)
+    # then every order at the refined points: refinement can favour an order the screen missed
+    best = _best([best] + _reordered_points(ops, machine, rc, best))
     return replace(best, stats=replace(best.stats, orders_tried=1 + len(rc.perms)))
 
 
 def _plan_ideal(ops, machine, memo, stats) -> ElkSchedule:
-    """Ideal on every order Elk-Full may choose (in order, and its screened candidates), so that
-    Ideal <= Elk-Full holds order by order."""
+    """Ideal on every order Elk-Full may choose (in order, and every suffix-tree order: Elk-Full
+    may move its refined points to any of them), so that Ideal <= Elk-Full holds order by
+    order."""
     n = len(ops)
     ex = _fastest_points(ops, machine)
     pc = [len(o.preloads[ex[i]]) - 1 if o.loads else -1 for i, o in enumerate(ops)]
     space = {j: _ideal_preload(ops[j])[0] for j, o in enumerate(ops) if o.loads}
     orders = [tuple(i for i, o in enumerate(ops) if o.loads)]
-    rc, top = _screened(ops, machine, memo, stats)
+    rc = _reorder_candidates(ops, machine)
     if rc is not None:
-        orders += [reorder.build_order(ops, rc.layers, rc.groups, p) for p in top]
+        orders += [reorder.build_order(ops, rc.layers, rc.groups, p) for p in rc.perms]
     ideal_machine = replace(machine, separate_interconnect=True)
     cands = []
     for order in orders:
