@@ -57,11 +57,6 @@ class PlanSearchCache:
         _trim(self._structures, self.max_structures)
         return structure
 
-    def assignments(self, structure: PlanStructure, key: Hashable, build: Callable[[], Any]):
-        """The assignments of sharing tuple ``key`` of ``structure`` (``build()`` on a miss),
-        shared by every structure with the same rotation pattern."""
-        return self.assignments_many(structure, [key], lambda wanted: [build()])[0]
-
     def _pattern(self, structure: PlanStructure) -> tuple[OrderedDict, list[int]]:
         skey = structure.rotation_key
         memo = self._assignments.get(skey)
@@ -74,33 +69,33 @@ class PlanSearchCache:
 
     def assignments_many(self, structure: PlanStructure, keys: Sequence[Hashable],
                          build: Callable[[Sequence[int]], list]) -> list:
-        """:meth:`assignments` of several keys; ``build(indices)`` returns the entries of the
-        keys at those indices of ``keys`` that the memo does not hold, in one call."""
+        """The assignments of several sharing tuples (or (tuple, caps)) of ``structure``,
+        shared by every structure with the same rotation pattern; ``build(indices)`` returns
+        the entries of the keys at those indices of ``keys`` that the memo does not hold."""
         entries, held = self._pattern(structure)
         out = [entries.get(key) for key in keys]
         for key, hit in zip(keys, out):
             if hit is not None:
                 entries.move_to_end(key)
-        missing = [i for i, hit in enumerate(out) if hit is None]
-        if missing:
-            for i, entry in zip(missing, build(missing)):
-                out[i] = entries[keys[i]] = entry
+        first = {}  # each missing key built once, however often it is asked for
+        for i, hit in enumerate(out):
+            if hit is None:
+                first.setdefault(keys[i], i)
+        if first:
+            built = dict(zip(first, build(list(first.values()))))
+            for key, entry in built.items():
+                entries[key] = entry
                 held[0] += entry.combos.nbytes
+            out = [built[key] if hit is None else hit for key, hit in zip(keys, out)]
             while held[0] > self.max_assignment_bytes and len(entries) > 1:
                 _, old = entries.popitem(last=False)
                 held[0] -= old.combos.nbytes
         return out
 
-    def assignment_count(self, structure: PlanStructure, key: tuple[int, ...],
-                         build: Callable[[], int]) -> int:
-        """How many assignments sharing tuple ``key`` of ``structure`` has (``build()`` on a
-        miss, unless the assignments themselves are held)."""
-        return self.assignment_counts(structure, [key], lambda wanted: [int(build())])[0]
-
     def assignment_counts(self, structure: PlanStructure, keys: Sequence[tuple[int, ...]],
                           count: Callable[[Sequence[int]], list[int]]) -> list[int]:
-        """:meth:`assignment_count` of several tuples; ``count(indices)`` counts the missing
-        ones (at those indices of ``keys``) in one call."""
+        """How many assignments each sharing tuple of ``keys`` has; ``count(indices)`` counts
+        those (at those indices of ``keys``) that are neither counted nor held."""
         counts = self._counts.setdefault(structure.rotation_key, {})
         memo = self._assignments.get(structure.rotation_key)
         out = []
