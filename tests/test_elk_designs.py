@@ -231,3 +231,27 @@ def test_joint_start_prefers_a_cheaper_preload_over_a_slightly_faster_execution(
     assert offset == [0] and trimmed[0] is op
     trimmed, offset = D._joint_starts([op], D._load_price(2.0))
     assert offset == [1] and trimmed[0].execs == op.execs[1:] and trimmed[0].key != op.key
+
+
+def test_refinement_on_a_deep_model_is_searched_on_its_screen_and_never_worse():
+    """With more layers than the screen, the refinement searches the cut model and carries
+    the layer positions it changes to every identical layer: the result is valid, never
+    worse than its start, and each changed position takes one point across all layers."""
+    import tvm_icca.elk.designs as D
+    from tvm_icca.elk import reorder
+
+    for seed in range(3):
+        ops = synthetic_llm(D.SCREEN_LAYERS + 3, seed=seed, hbm_bw=8e9 * (seed + 1))
+        machine = ElkMachine(int(SRAM * (0.9 + 0.3 * seed)))
+        layers = reorder.detect_layers([o.key for o in ops])
+        assert layers is not None and layers.count > D.SCREEN_LAYERS
+        start = plan_preloads(ops, machine, "static")
+        refined = D._refine(ops, machine, start)
+        assert refined.total_s <= start.total_s * (1 + 1e-12)
+        D.check_horizons(len(ops), refined.preload_order, refined.horizon)
+        assert refined.total_s == pytest.approx(D.estimate(ops, machine, refined).total_s)
+        for r in range(layers.period):
+            members = range(layers.start + r, layers.end, layers.period)
+            points = {(refined.exec_choice[i], refined.preload_choice[i]) for i in members}
+            before = {(start.exec_choice[i], start.preload_choice[i]) for i in members}
+            assert points == before or len(points) == 1

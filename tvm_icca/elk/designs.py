@@ -296,6 +296,52 @@ REFINE_SWEEPS = 3
 
 
 def _refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule) -> ElkSchedule:
+    """:func:`_local_search` of ``sched``, searched on the model cut to ``SCREEN_LAYERS``
+    layers when it has more (as §4.4's orders are screened; the search prices a few hundred
+    whole-model estimates). The class points the search changes are carried to every
+    identical layer of the whole model, and the result is kept only if the whole model's
+    estimate improves, so it is never worse than ``sched``."""
+    layers = reorder.detect_layers([o.key for o in ops])
+    if layers is None or layers.count <= SCREEN_LAYERS:
+        return _local_search(ops, machine, sched)
+    small = reorder.truncate(ops, layers, SCREEN_LAYERS)
+    cut = layers.start + layers.period * SCREEN_LAYERS
+    kept = [i for i in range(len(ops)) if i < cut or i >= layers.end]  # small index -> op
+    at = {i: j for j, i in enumerate(kept)}
+    order = tuple(at[i] for i in sched.preload_order if i in at)
+    ex = [sched.exec_choice[i] for i in kept]
+    pc = [sched.preload_choice[i] for i in kept]
+    hz = fitting_horizons(small, machine, order, ex, pc)
+    if hz is None:
+        return _local_search(ops, machine, sched)
+    start = _finish(small, machine, sched.design, _Draft(ex, pc, order, hz, sched.stats.source),
+                    sched.stats)
+    found = _local_search(small, machine, start)
+    ex, pc = list(sched.exec_choice), list(sched.preload_choice)
+    for j, i in enumerate(kept):
+        if (found.exec_choice[j], found.preload_choice[j]) == (start.exec_choice[j],
+                                                               start.preload_choice[j]):
+            continue
+        if layers.start <= i < layers.end:   # a layer position: every identical layer
+            members = range(layers.start + (i - layers.start) % layers.period, layers.end,
+                            layers.period)
+        else:
+            members = (i,)
+        for m in members:
+            ex[m], pc[m] = found.exec_choice[j], found.preload_choice[j]
+    hz = fitting_horizons(ops, machine, sched.preload_order, ex, pc)
+    if hz is None:
+        return sched
+    try:
+        cand = _finish(ops, machine, sched.design,
+                       _Draft(ex, pc, sched.preload_order, hz, sched.stats.source + ", refined"),
+                       sched.stats)
+    except (InfeasibleError, ValueError):
+        return sched
+    return cand if cand.total_s < sched.total_s * (1 - 1e-9) else sched
+
+
+def _local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule) -> ElkSchedule:
     """Improve a schedule's execute/preload points against its whole-schedule estimate.
 
     The recurrence (§4.2) fixes each operator's execute point in its own window and each
