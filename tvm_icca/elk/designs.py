@@ -291,6 +291,21 @@ def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Seq
     return hz
 
 
+def _at_points(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, order: Sequence[int],
+               exec_choice: Sequence[int], preload_choice: Sequence[int], source: str,
+               stats: PlanStats) -> ElkSchedule | None:
+    """The schedule with these points and order, every preload issued as early as memory
+    allows (:func:`fitting_horizons`), estimated; None if it does not fit."""
+    hz = fitting_horizons(ops, machine, order, exec_choice, preload_choice)
+    if hz is None:
+        return None
+    try:
+        return _finish(ops, machine, design,
+                       _Draft(list(exec_choice), list(preload_choice), order, hz, source), stats)
+    except (InfeasibleError, ValueError):
+        return None
+
+
 #: Sweeps of :func:`_refine` over the operator classes (each sweep only keeps improvements).
 REFINE_SWEEPS = 3
 
@@ -311,11 +326,9 @@ def _refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule)
     order = tuple(at[i] for i in sched.preload_order if i in at)
     ex = [sched.exec_choice[i] for i in kept]
     pc = [sched.preload_choice[i] for i in kept]
-    hz = fitting_horizons(small, machine, order, ex, pc)
-    if hz is None:
+    start = _at_points(small, machine, sched.design, order, ex, pc, sched.stats.source, sched.stats)
+    if start is None:
         return _local_search(ops, machine, sched)
-    start = _finish(small, machine, sched.design, _Draft(ex, pc, order, hz, sched.stats.source),
-                    sched.stats)
     found = _local_search(small, machine, start)
     ex, pc = list(sched.exec_choice), list(sched.preload_choice)
     for j, i in enumerate(kept):
@@ -329,16 +342,9 @@ def _refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule)
             members = (i,)
         for m in members:
             ex[m], pc[m] = found.exec_choice[j], found.preload_choice[j]
-    hz = fitting_horizons(ops, machine, sched.preload_order, ex, pc)
-    if hz is None:
-        return sched
-    try:
-        cand = _finish(ops, machine, sched.design,
-                       _Draft(ex, pc, sched.preload_order, hz, sched.stats.source + ", refined"),
-                       sched.stats)
-    except (InfeasibleError, ValueError):
-        return sched
-    return cand if cand.total_s < sched.total_s * (1 - 1e-9) else sched
+    cand = _at_points(ops, machine, sched.design, sched.preload_order, ex, pc,
+                      sched.stats.source + ", refined", sched.stats)
+    return cand if cand is not None and cand.total_s < sched.total_s * (1 - 1e-9) else sched
 
 
 def _local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule) -> ElkSchedule:
@@ -354,7 +360,6 @@ def _local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSch
     layer, applied to all identical layers as §4.4 applies one layer's order to all (an
     operator outside the repeated layers is its own class). The start is a candidate, so the
     result is never worse on the estimate."""
-    n = len(ops)
     order = sched.preload_order
     layers = reorder.detect_layers([o.key for o in ops])
     classes: dict[tuple, list[int]] = {}
@@ -368,13 +373,7 @@ def _local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSch
         classes.setdefault(cls, []).append(i)
 
     def evaluate(ex: list[int], pc: list[int], source: str) -> ElkSchedule | None:
-        hz = fitting_horizons(ops, machine, order, ex, pc)
-        if hz is None:
-            return None
-        try:
-            return _finish(ops, machine, sched.design, _Draft(ex, pc, order, hz, source), sched.stats)
-        except (InfeasibleError, ValueError):
-            return None
+        return _at_points(ops, machine, sched.design, order, ex, pc, source, sched.stats)
 
     source = sched.stats.source
     best = evaluate(list(sched.exec_choice), list(sched.preload_choice), source)
@@ -513,7 +512,7 @@ def fastest_preload(front: Sequence[PreloadPoint], price=None) -> int:
     before it executes. MaxPreload is not always that point: an input every chip needs in
     full is read once per chip at MaxPreload, and an input from the host link (8 GB/s a
     chip) takes 3x longer that way than chunked over the chips and redistributed on chip."""
-    price = price or (lambda p: p.load_s)
+    price = price or _load_price(None)
     return min(range(len(front)), key=lambda c: (price(front[c]) + front[c].distribute_s, c))
 
 
@@ -661,16 +660,10 @@ def _reordered_points(ops, machine, rc: _Reorder, sched: ElkSchedule) -> list[El
         order = reorder.build_order(ops, rc.layers, rc.groups, perm)
         if order == sched.preload_order:
             continue
-        hz = fitting_horizons(ops, machine, order, sched.exec_choice, sched.preload_choice)
-        if hz is None:
-            continue
         source = f"reordered {perm} at the refined points of {sched.stats.source}"
-        try:
-            s = _finish(ops, machine, sched.design, _Draft(list(sched.exec_choice),
-                        list(sched.preload_choice), order, hz, source), sched.stats)
-        except (InfeasibleError, ValueError):
-            continue
-        if s.total_s < best.total_s:
+        s = _at_points(ops, machine, sched.design, order, sched.exec_choice,
+                       sched.preload_choice, source, sched.stats)
+        if s is not None and s.total_s < best.total_s:
             best = replace(s, stats=replace(s.stats, avg_displacement=reorder.layer_displacement(perm),
                                             avg_position_displacement=reorder.order_displacement(order)))
     return [] if best is sched else [_refine(ops, machine, best)]

@@ -432,10 +432,15 @@ class ArrivalCostModel:
             return np.zeros(len(parts))
         return parts[:, list(self.tensors)].sum(axis=1) / self.hw.link_bandwidth
 
+    @property
+    def _swaps_reduction(self) -> bool:
+        """Whether the base's ring term is replaced by the device's reduction schedule."""
+        return self.device_reduction and getattr(self.base, "reduction", "ring") == "ring"
+
     def times(self, batch: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
         (time, order), terms = self.base.components(batch)
         parts = batch.partition_bytes()
-        if self.device_reduction and getattr(self.base, "reduction", "ring") == "ring":
+        if self._swaps_reduction:
             structure = batch.structure
             out = structure.num_tensors - 1
             replicas = (sharing_counts(structure, batch.F)[:, out]
@@ -450,19 +455,17 @@ class ArrivalCostModel:
 
     def step_lower_bound(self, structure: PlanStructure, F: np.ndarray, S: np.ndarray,
                          xp: np.ndarray, parts: np.ndarray | None = None) -> np.ndarray:
-        """The base model's plus the arrival of the partitions' lower bounds with these steps
-        (:func:`.bounds.step_partition_lower_bounds`); the reduction is non-negative. The
-        base time is re-summed with the device's reduction before the arrival is added, so
-        the bound keeps a margin for the rounding of that order."""
+        """The base model's, plus (when this model swaps in the device's reduction) a bound of
+        that reduction with these steps (:func:`step_replica_reduction_bound`), plus the
+        arrival of the partitions' lower bounds (:func:`.bounds.step_partition_lower_bounds`).
+        :meth:`times` sums its terms in another order, so the bound keeps a margin for the
+        rounding."""
         if parts is None:
             parts = step_partition_lower_bounds(structure, F, S, xp)
         base = self.base.step_lower_bound(structure, F, S, xp, parts)
-        if self.device_reduction and getattr(self.base, "reduction", "ring") == "ring":
+        if self._swaps_reduction:
             base = base + step_replica_reduction_bound(structure, F, S, parts, self.hw)
-        if not self.tensors:
-            return base * (1.0 - SHIFT_BOUND_MARGIN)
-        arrival = self._arrival(parts)
-        return (base + arrival) * (1.0 - SHIFT_BOUND_MARGIN)
+        return (base + self._arrival(parts)) * (1.0 - SHIFT_BOUND_MARGIN)
 
     def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
                              budget: float = math.inf) -> np.ndarray:

@@ -40,7 +40,7 @@ class PlanSearchCache:
         self.max_plans = max_plans
         self.max_assignment_bytes = max_assignment_bytes
         self._structures: OrderedDict[str, PlanStructure] = OrderedDict()
-        # rotation pattern -> (sharing tuple -> Assignments, [elements held])
+        # rotation pattern -> (sharing tuple (or (tuple, caps)) -> Assignments, [bytes held])
         self._assignments: OrderedDict[str, tuple[OrderedDict, list[int]]] = OrderedDict()
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
         self._counts: dict[tuple, dict[tuple[int, ...], int]] = {}  # numbers: no bound needed

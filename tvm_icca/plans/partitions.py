@@ -215,11 +215,9 @@ def assignment_counts(structure: PlanStructure, keys: Sequence[Sequence[int]],
 
     def count(wanted: Sequence[int]) -> list[int]:
         out: list[int] = []
-        for start in range(0, len(wanted), JOIN_KEYS):
-            group = np.array([tuples[i] for i in wanted[start:start + JOIN_KEYS]], INT)
-            _, owner = _join_group(structure, group.reshape(-1, structure.num_tensors),
-                                   [None] * len(group))
-            out.extend(np.bincount(owner, minlength=len(group)).tolist())
+        for _, owner, n_k in _join_groups(structure, [tuples[i] for i in wanted],
+                                          [None] * len(wanted)):
+            out.extend(np.bincount(owner, minlength=n_k).tolist())
         return out
 
     if cache is None:
@@ -236,11 +234,18 @@ def _join_many(structure: PlanStructure, keys: Sequence[Sequence[int]],
     """The :class:`Assignments` of every (sharing tuple, caps), joined tensor by tensor
     for all the tuples at once (in groups of :data:`JOIN_KEYS`)."""
     out: list[Assignments] = []
+    for combos, owner, n_k in _join_groups(structure, keys, caps):
+        out.extend(_grouped(combos, owner, n_k))
+    return out
+
+
+def _join_groups(structure: PlanStructure, keys: Sequence[Sequence[int]],
+                 caps: Sequence[Sequence[int] | None]):
+    """:func:`_join_group` of ``keys`` (with ``caps``) :data:`JOIN_KEYS` at a time: per group,
+    its ``(combos, owner, number of tuples)``."""
     for start in range(0, len(keys), JOIN_KEYS):
         group = np.array(keys[start:start + JOIN_KEYS], INT).reshape(-1, structure.num_tensors)
-        combos, owner = _join_group(structure, group, caps[start:start + JOIN_KEYS])
-        out.extend(_grouped(combos, owner, len(group)))
-    return out
+        yield (*_join_group(structure, group, caps[start:start + JOIN_KEYS]), len(group))
 
 
 def _join_group(structure: PlanStructure, keys: np.ndarray,

@@ -30,6 +30,9 @@ CHUNK_PLANS = 100_000
 #: large enough that the per-group overhead stays small.
 GROUP_PLANS = 16 * CHUNK_PLANS
 
+#: Rows whose assignments :func:`plan_chunks` counts at once.
+COUNT_ROWS = 512
+
 
 @dataclass(frozen=True)
 class ScoredPlans:
@@ -134,9 +137,6 @@ def plan_chunks(structure: PlanStructure, F: np.ndarray, rows: np.ndarray,
         start = stop
         grow = min(grow * 4, GROUP_PLANS)
 
-
-#: Rows whose assignments :func:`plan_chunks` counts at once.
-COUNT_ROWS = 512
 
 
 def pareto_front(time: np.ndarray, memory: np.ndarray) -> np.ndarray:
