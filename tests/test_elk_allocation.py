@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
-from tvm_icca.elk.allocation import allocate_window
+from tvm_icca.elk.allocation import WindowShrinker, allocate_window
 from tvm_icca.elk.model import exec_duration, window_bytes
 from tvm_icca.elk.tradeoffs import ElkMachine, ExecPoint, OpTradeoffs, PreloadPoint
 
@@ -105,3 +106,19 @@ def test_zero_cost_steps_first():
     plan = allocate_window(op, [(mem, 0, 0)], ElkMachine(1200))
     assert plan == allocate_window(op, [(mem, 0, 0)], ElkMachine(1200))
     assert plan.exec_choice == 0 and plan.preload_choices == (1,) and plan.time_s == 1.0
+
+
+def test_one_trajectory_answers_every_amount_of_live_bytes():
+    # identical LLM layers differ only in the live bytes beside their windows; a trajectory
+    # resumed for a smaller budget, or asked again for a larger one, must give what the
+    # greedy run afresh for that budget gives
+    rng = random.Random(4)
+    for _ in range(200):
+        op = _op(rng, rng.randint(1, 5), 3)
+        members = [(m, rng.randrange(len(m.execs)), 0) for m in
+                   (_op(rng, 3, rng.randint(1, 4)) for _ in range(rng.randint(0, 3)))]
+        machine = ElkMachine(rng.randint(1500, 6000), rng.random() < 0.5)
+        shared = WindowShrinker(op, members, machine)
+        for live in [rng.randint(0, 3000) for _ in range(6)]:
+            fresh = allocate_window(replace(op, live_bytes=live), members, machine)
+            assert shared.plan(live) == fresh

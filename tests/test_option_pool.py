@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runtime_sim.hardware import small_chip
-from tvm_icca.plans.option_pool import available_jobs, options_of_many
+from tvm_icca.plans.option_pool import available_jobs, map_in_workers, options_of_many
 from tvm_icca.plans.reconcile import operator_options
 from tvm_icca.programs import compile_programs
 from tvm_icca.region import PlanCache
@@ -46,3 +46,41 @@ def test_a_scan_that_fails_in_a_worker_raises_as_in_process():
         raise AssertionError("the bad request should fail in process too")
     with pytest.raises(expected):
         options_of_many(requests, CHIP, jobs=2)
+
+
+def _square_or_fail(x: int) -> int:
+    if x < 0:
+        raise ValueError("negative")
+    return x * x
+
+
+def test_map_in_workers_keeps_order_and_leaves_failures_to_the_caller():
+    assert map_in_workers(_square_or_fail, [3, -1, 4, 5], jobs=2) == [9, None, 16, 25]
+    assert map_in_workers(_square_or_fail, [3, 4], jobs=1) == [None, None]  # in process: caller's
+
+
+def test_ladders_prefetched_on_workers_plan_as_asked_one_by_one():
+    # the budgets of two ladders of one structure interleave; the smallest has no plan
+    from runtime_sim.errors import PlanNotFoundError
+
+    expr = exprs.matmul(16, 64, 48)
+    fast = PlanCache(jobs=1).plan(expr, CHIP, None, CHIP.usable_sram_bytes, "mm").memory_bytes_per_core
+    ladders = [[(expr, int(fast * f), "mm", ()) for f in (0.7, 0.4, 0.05)],
+               [(expr, int(fast * f), "mm", ()) for f in (0.6, 0.3, 0.02)]]
+    prefetched = PlanCache(jobs=2)
+    prefetched.prefetch_ladders(ladders, CHIP)
+    alone = PlanCache(jobs=1)
+    failed = 0
+    for ladder in ladders:
+        for expr_, budget, name, hbm in ladder:
+            try:
+                want = alone.plan(expr_, CHIP, None, budget, name, hbm)
+            except PlanNotFoundError:
+                with pytest.raises(PlanNotFoundError):
+                    prefetched.plan(expr_, CHIP, None, budget, name, hbm)
+                failed += 1
+                break
+            misses = prefetched.misses
+            assert prefetched.plan(expr_, CHIP, None, budget, name, hbm).plan == want.plan
+            assert prefetched.misses == misses  # every rung with a plan was prefetched
+    assert failed == 2

@@ -33,13 +33,17 @@ from runtime_sim.layout import OpLayout
 from .plans import CostModel, PlannedOp, PlanSearchCache, plan_operator
 from .plans.mapping import Producer, producer_key
 from .plans.search import optimum_within
-from .plans.option_pool import available_jobs, options_of_many
+from .plans.option_pool import available_jobs, map_in_workers, options_of_many
 from .plans.reconcile import PlanOption, operator_options
 from .plans.vgm import plan_vgm_operator
 from .patterns import composite_label
 from .relax_types import static_shape
 from .tensor_expr import ExtractedOp, extract_op
 from .tuning.hook import PlanRequest, planned_with_hook
+
+#: One rung of an operator's budget ladder (:meth:`PlanCache.prefetch_ladders`): its
+#: expression, the SRAM budget, its name (for errors) and its inputs read from HBM.
+LadderStep = tuple[TensorExpr, int, str, tuple[int, ...]]
 
 #: Execution models a region can be compiled for.
 EXECUTION_MODELS = ("t10", "vgm")
@@ -78,9 +82,7 @@ class PlanCache:
              producers: tuple[Producer, ...] = ()) -> PlannedOp:
         if cost_model is not None and all(m is not cost_model for m in self._cost_models):
             self._cost_models.append(cost_model)
-        # the placement depends on where the producers left the inputs
-        key = (expr.structure_key(), hw, int(budget), None if cost_model is None else id(cost_model),
-               tuple(hbm_inputs), producer_key(producers))
+        key = self._key(expr, hw, cost_model, budget, hbm_inputs, producers)
         planned = self._plans.get(key)
         if planned is None and key in self._failures:
             self.hits += 1
@@ -99,11 +101,65 @@ class PlanCache:
             except PlanNotFoundError as err:
                 self._failures[key] = (name, str(err))
                 raise
-            self._plans[key] = planned
-            self._budgets.setdefault(context, []).append((int(budget), planned))
+            self._remember(key, planned)
         else:
             self.hits += 1
         return planned
+
+    @staticmethod
+    def _key(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
+             hbm_inputs: Sequence[int], producers: Sequence[Producer]) -> tuple:
+        # the placement depends on where the producers left the inputs
+        return (expr.structure_key(), hw, int(budget), None if cost_model is None else id(cost_model),
+                tuple(hbm_inputs), producer_key(tuple(producers)))
+
+    def _remember(self, key: tuple, planned: PlannedOp) -> None:
+        self._plans[key] = planned
+        self._budgets.setdefault(key[:2] + key[3:], []).append((key[2], planned))
+
+    def prefetch_ladders(self, ladders: Sequence[Sequence[LadderStep]], hw: HardwareSpec) -> None:
+        """Search the default-model plans of every ladder, so that asking :meth:`plan` for
+        them afterwards is a hit.
+
+        The ladders of one operator structure (the identical projections of a transformer
+        layer, planned with different fastest footprints) are merged into one climb, largest
+        budget first: a plan found within a larger budget answers a smaller one it fits
+        (:func:`.plans.search.optimum_within`), and the climb stops at the first budget
+        without a plan (none exists within a smaller one). Climbs run side by side on up to
+        :attr:`jobs` worker processes, forked with this cache as it is, which send back what
+        they searched; a climb a worker did not finish runs here."""
+        climbs: dict[tuple, dict[int, LadderStep]] = {}
+        for ladder in ladders:
+            for step in ladder:
+                expr, budget, _, hbm = step
+                climbs.setdefault((expr.structure_key(), tuple(hbm)), {}).setdefault(int(budget), step)
+        chains = [[steps[b] for b in sorted(steps, reverse=True)] for steps in climbs.values()]
+
+        def climb(chain: Sequence[LadderStep]) -> list[tuple[tuple, PlannedOp | None, tuple]]:
+            found = []
+            for expr, budget, name, hbm in chain:
+                key = self._key(expr, hw, None, budget, hbm, ())
+                misses = self.misses
+                try:
+                    planned = self.plan(expr, hw, None, budget, name, hbm)
+                except PlanNotFoundError:
+                    found.append((key, None, self._failures[key]))
+                    break
+                if self.misses > misses:
+                    found.append((key, planned, ()))
+            return found
+
+        for chain, searched in zip(chains, map_in_workers(climb, chains, self.jobs)):
+            if searched is None:
+                climb(chain)
+                continue
+            for key, planned, failure in searched:
+                if key in self._plans or key in self._failures:
+                    continue
+                if planned is None:
+                    self._failures[key] = failure
+                else:
+                    self._remember(key, planned)
 
     def options(self, expr: TensorExpr, hw: HardwareSpec, resident: list[int]) -> tuple[PlanOption, ...]:
         """Idle/active candidates of an operator (:func:`.plans.reconcile.operator_options`)

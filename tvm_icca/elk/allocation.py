@@ -38,54 +38,91 @@ def allocate_window(op: OpTradeoffs, members: Sequence[tuple[OpTradeoffs, int, i
                     machine: ElkMachine) -> WindowPlan | None:
     """Elk §4.3's greedy for executing ``op`` beside ``members`` = (op, exec choice, current
     preload point) of each preloaded operator; ``None`` if the window cannot fit at all."""
-    fronts = [m.preloads[e] for m, e, _ in members]
-    base = [c for _, _, c in members]
-    cap = machine.sram_bytes
-    smallest = window_bytes(op.execs[-1].space, (f[-1].space for f in fronts), op.live_bytes)
-    if smallest > cap:
-        return None
-    sep = machine.separate_interconnect
-    e = 0
-    cur = list(base)
-    net = sum(f[c].network_s for f, c in zip(fronts, cur))
-    load = sum(f[c].load_s for f, c in zip(fronts, cur))
-    added = 0.0                       # distribution time added by shrinking members here
-    space = window_bytes(op.execs[0].space, (f[c].space for f, c in zip(fronts, cur)), op.live_bytes)
+    return WindowShrinker(op, members, machine).plan(op.live_bytes)
 
-    def cost(ep_idx: int, net_: float, load_: float, added_: float) -> float:
-        ep = op.execs[ep_idx]
-        return exec_duration_sums(ep.time_s, ep.traffic_s, net_, load_, sep) + added_
 
-    now = cost(e, net, load, added)
-    while space > cap:
-        best_key, best = None, None
-        if e + 1 < len(op.execs):
-            saved = op.execs[e].space - op.execs[e + 1].space
-            dt = cost(e + 1, net, load, added) - now
-            best_key, best = _rank(saved, dt), (-1, saved)
-        for j, (f, c) in enumerate(zip(fronts, cur)):
-            if c + 1 >= len(f):
-                continue
-            a, b = f[c], f[c + 1]
-            saved = a.space - b.space
-            dt = cost(e, net - a.network_s + b.network_s, load - a.load_s + b.load_s,
-                      added + b.distribute_s - a.distribute_s) - now
-            key = _rank(saved, dt)
-            if best_key is None or key > best_key:
-                best_key, best = key, (j, saved)
-        assert best is not None     # the smallest points fit, so some step remains
-        j, saved = best
-        if j < 0:
-            e += 1
-        else:
-            a, b = fronts[j][cur[j]], fronts[j][cur[j] + 1]
-            net += b.network_s - a.network_s
-            load += b.load_s - a.load_s
-            added += b.distribute_s - a.distribute_s
-            cur[j] += 1
-        space -= saved
-        now = cost(e, net, load, added)
-    return WindowPlan(e, tuple(cur), now, space)
+class WindowShrinker:
+    """The greedy of :func:`allocate_window` as a trajectory, resumed on demand.
+
+    The greedy's steps do not depend on the capacity, only where it stops does: it stops at
+    the first state whose bytes fit. So the states are kept, and one trajectory answers every
+    amount of live activation bytes beside the window (:meth:`plan`); identical layers of an
+    LLM differ in exactly that (each layer's new KV entries stay live to the model's end), so
+    their windows share one trajectory."""
+
+    def __init__(self, op: OpTradeoffs, members: Sequence[tuple[OpTradeoffs, int, int]],
+                 machine: ElkMachine) -> None:
+        self._op = op
+        self._fronts = [m.preloads[e] for m, e, _ in members]
+        self._cap = machine.sram_bytes
+        self._sep = machine.separate_interconnect
+        self._e = 0
+        self._cur = [c for _, _, c in members]
+        fronts = self._fronts
+        self._net = sum(f[c].network_s for f, c in zip(fronts, self._cur))
+        self._load = sum(f[c].load_s for f, c in zip(fronts, self._cur))
+        self._added = 0.0       # distribution time added by shrinking members here
+        # bytes without live activations (window_bytes is additive in them)
+        self._space = window_bytes(op.execs[0].space, (f[c].space for f, c in zip(fronts, self._cur)), 0)
+        self._smallest = window_bytes(op.execs[-1].space, (f[-1].space for f in fronts), 0)
+        self._now = self._cost(self._e, self._net, self._load, self._added)
+        self._states: list[tuple[int, int, tuple[int, ...], float]] = [
+            (self._space, self._e, tuple(self._cur), self._now)]
+
+    def plan(self, live_bytes: int) -> WindowPlan | None:
+        """The window's allocation beside ``live_bytes`` of live activations per core."""
+        budget = self._cap - live_bytes
+        if self._smallest > budget:
+            return None
+        states = self._states
+        if states[-1][0] > budget:
+            self._shrink_to(budget)
+        lo, hi = 0, len(states) - 1     # spaces decrease along the trajectory: first that fits
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if states[mid][0] <= budget:
+                hi = mid
+            else:
+                lo = mid + 1
+        space, e, cur, now = states[lo]
+        return WindowPlan(e, cur, now, space + live_bytes)
+
+    def _cost(self, ep_idx: int, net: float, load: float, added: float) -> float:
+        ep = self._op.execs[ep_idx]
+        return exec_duration_sums(ep.time_s, ep.traffic_s, net, load, self._sep) + added
+
+    def _shrink_to(self, budget: int) -> None:
+        op, fronts, cur = self._op, self._fronts, self._cur
+        while self._space > budget:
+            e, net, load, added, now = self._e, self._net, self._load, self._added, self._now
+            best_key, best = None, None
+            if e + 1 < len(op.execs):
+                saved = op.execs[e].space - op.execs[e + 1].space
+                dt = self._cost(e + 1, net, load, added) - now
+                best_key, best = _rank(saved, dt), (-1, saved)
+            for j, (f, c) in enumerate(zip(fronts, cur)):
+                if c + 1 >= len(f):
+                    continue
+                a, b = f[c], f[c + 1]
+                saved = a.space - b.space
+                dt = self._cost(e, net - a.network_s + b.network_s, load - a.load_s + b.load_s,
+                                added + b.distribute_s - a.distribute_s) - now
+                key = _rank(saved, dt)
+                if best_key is None or key > best_key:
+                    best_key, best = key, (j, saved)
+            assert best is not None     # the smallest points fit, so some step remains
+            j, saved = best
+            if j < 0:
+                self._e += 1
+            else:
+                a, b = fronts[j][cur[j]], fronts[j][cur[j] + 1]
+                self._net += b.network_s - a.network_s
+                self._load += b.load_s - a.load_s
+                self._added += b.distribute_s - a.distribute_s
+                cur[j] += 1
+            self._space -= saved
+            self._now = self._cost(self._e, self._net, self._load, self._added)
+            self._states.append((self._space, self._e, tuple(cur), self._now))
 
 
 def _rank(saved: int, dt: float) -> tuple[int, float]:

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from . import reorder
-from .allocation import WindowPlan, allocate_window
+from .allocation import WindowPlan, WindowShrinker
 from runtime_sim.stream_timing import preload_link_share, stream_times
 
 from .inductive import (InfeasibleError, check_horizons, early_members, inductive_schedule,
@@ -435,14 +435,23 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
     tried: dict[int, tuple[tuple[int, ...], WindowPlan]] = {}
     window_machine = machine if stretch is None else replace(machine, separate_interconnect=True)
 
+    scan: list = [None, []]     # the op being scanned, its members' (key, ex, pc) by position
+
     def window_time(i: int, h: int) -> float | None:
+        # the recurrence scans h upwards for one i at a time, and ex / pc only change on commit
         members = early[i] + order[m[i]:h]
-        key = (stretch is None, ops[i].key, ops[i].live_bytes,
-               tuple((ops[j].key, ex[j], pc[j]) for j in members))
-        plan = memo.get(key, _MISSING)
-        if plan is _MISSING:
-            plan = allocate_window(ops[i], [(ops[j], ex[j], pc[j]) for j in members], window_machine)
-            memo[key] = plan
+        if scan[0] != i:
+            scan[0], scan[1] = i, [(ops[j].key, ex[j], pc[j]) for j in early[i]]
+        items = scan[1]
+        for j in members[len(items):]:
+            items.append((ops[j].key, ex[j], pc[j]))
+        # one greedy trajectory per window content, whatever the live bytes beside it
+        key = (stretch is None, ops[i].key, tuple(items[:len(members)]))
+        shrinker = memo.get(key)
+        if shrinker is None:
+            shrinker = memo[key] = WindowShrinker(ops[i], [(ops[j], ex[j], pc[j]) for j in members],
+                                                  window_machine)
+        plan = shrinker.plan(ops[i].live_bytes)
         if plan is None:
             return None
         tried[h] = (members, plan)
@@ -456,6 +465,7 @@ def _elk_inductive(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tuple
         for j, c in zip(members, plan.preload_choices):
             pc[j] = c
         tried.clear()
+        scan[0] = None
 
     def preload_time(j: int) -> float:
         return _load_price(stretch)(ops[j].preloads[ex[j]][pc[j]])
@@ -529,8 +539,6 @@ def _average_stretch(ops: Sequence[OpTradeoffs]) -> float:
     share = preload_link_share(traffic_s, time_s)
     return min(MAX_STRETCH, 1.0 / share) if share > 0 else MAX_STRETCH
 
-
-_MISSING = object()
 
 
 def _best(cands: Sequence[ElkSchedule]) -> ElkSchedule:

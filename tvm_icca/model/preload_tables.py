@@ -66,7 +66,7 @@ from runtime_sim.stream import PRODUCED, input_sources
 from ..elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
 from ..plans.batch_cost import AnalyticBatchModel
 from ..plans.cost import AnalyticCostModel, PlanCost
-from ..region import PlanCache
+from ..region import LadderStep, PlanCache
 from ..tuning.hook import measured_plans
 
 #: Budgets (fractions of the fastest plan's footprint) of the smaller execute-state plans.
@@ -94,8 +94,7 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
     has_hbm = hw.hbm_bandwidth > 0
     # the points depend on the operator, its plan and its sources, not on what else is live
     # (identical layers of one region hold different region outputs around them)
-    memo: dict[str, OpTradeoffs] = {}
-    tables: list[OpTradeoffs] = []
+    rows = []
     for program in programs:
         sources = input_sources(program, has_hbm)
         live = _live_bytes(program, hw)
@@ -107,14 +106,22 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
                              for t, s in enumerate(row) if s in (PRODUCED, "chip"))
             points_key = json.dumps([op.expr.structure_key(), op.plan.to_dict(), hbm, host, arriving],
                                     separators=(",", ":"))
-            table = memo.get(points_key)
-            if table is None:
-                grids = [(t, _source_grid(op, t, producer_of, hw)) for t, _ in arriving]
-                table = memo[points_key] = _table(op, hbm, host, held, hw, cache, points_key, grids)
-            # the key names the points only: identical layers of one region differ in the
-            # region outputs live around them (each layer's KV-cache update stays on chip),
-            # and a key with those bytes would hide the repeated layers from Elk §4.4
-            tables.append(dataclasses.replace(table, key=points_key, live_bytes=int(held)))
+            rows.append((op, hbm, host, arriving, held, producer_of, points_key))
+    # the points depend on the operator, its plan and its sources, not on what else is live
+    # (identical layers of one region hold different region outputs around them)
+    distinct = {row[-1]: row for row in rows}
+    cache.prefetch_ladders([ladder_steps(op, hbm, hw) for op, hbm, *_ in distinct.values()], hw)
+    memo: dict[str, OpTradeoffs] = {}
+    tables: list[OpTradeoffs] = []
+    for op, hbm, host, arriving, held, producer_of, points_key in rows:
+        table = memo.get(points_key)
+        if table is None:
+            grids = [(t, _source_grid(op, t, producer_of, hw)) for t, _ in arriving]
+            table = memo[points_key] = _table(op, hbm, host, held, hw, cache, points_key, grids)
+        # the key names the points only: identical layers of one region differ in the
+        # region outputs live around them (each layer's KV-cache update stays on chip),
+        # and a key with those bytes would hide the repeated layers from Elk §4.4
+        tables.append(dataclasses.replace(table, key=points_key, live_bytes=int(held)))
     return tables
 
 
@@ -194,9 +201,9 @@ def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
     cost = AnalyticCostModel()(first, hw)  # what the region planner estimated for it
     extra, traffic = _device_reduction(first, cost, hw)
     points = [(op.plan, (op.estimated_time_s or cost.time_s) + extra, traffic)]
-    for budget in ladder_budgets(first.memory_bytes_per_core(), hw):
+    for expr, budget, name, hbm_inputs in ladder_steps(op, hbm, hw):
         try:
-            planned = cache.plan(op.expr, hw, None, budget, op.name, hbm)
+            planned = cache.plan(expr, hw, None, budget, name, hbm_inputs)
         except PlanNotFoundError:
             break
         extra, traffic = _device_reduction(OpLayout(op.expr, planned.plan, hw.cores_per_chip),
@@ -236,6 +243,12 @@ def _device_reduction(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tup
             - replica_reduction_link_seconds(replicas, pbytes, elements, hw))
     return (terms["reduction_s"] - cost.reduction_s,
             float(terms["shift_s"] + terms["reduction_s"] - adds))
+
+
+def ladder_steps(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec) -> list[LadderStep]:
+    """The plan searches of ``op``'s smaller execute-state points, largest budget first."""
+    fastest = OpLayout(op.expr, op.plan, hw.cores_per_chip).memory_bytes_per_core()
+    return [(op.expr, budget, op.name, hbm) for budget in ladder_budgets(fastest, hw)]
 
 
 def ladder_budgets(fastest_bytes: int, hw: HardwareSpec) -> list[int]:

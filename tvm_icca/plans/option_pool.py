@@ -1,14 +1,15 @@
-"""Idle/active candidates of many operators at once, in worker processes.
+"""Plan searches of many operators at once, in worker processes.
 
 The time/memory frontiers of :func:`.reconcile.operator_options` are the bulk of compiling a
-model kept on chip (T10 §4.3.1: one Pareto scan per distinct operator), and the scans of
-different operators are independent, so they run side by side on the machine's cores. Results
-do not depend on the number of workers: each scan is the same computation in another
-process (whose :class:`.cache.PlanSearchCache` memoizes only what is the same for every
-scan).
+model kept on chip (T10 §4.3.1: one Pareto scan per distinct operator), and the searches of
+Elk's execute-state ladders (Elk §4.3) the bulk of its trade-off tables; the searches of
+different operators are independent, so they run side by side on the machine's cores.
+Results do not depend on the number of workers: each search is the same computation in
+another process (whose :class:`.cache.PlanSearchCache` memoizes only what is the same for
+every search).
 
 Workers are forked from the compiling process, so they start at once with everything
-imported; where ``fork`` is not available, or with one job, the scans run in process.
+imported; where ``fork`` is not available, or with one job, the searches run in process.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from runtime_sim.hardware import HardwareSpec
 from runtime_sim.program import TensorExpr
@@ -24,10 +25,13 @@ from runtime_sim.program import TensorExpr
 from .cache import PlanSearchCache
 from .reconcile import PlanOption, operator_options
 
-__all__ = ["OptionRequest", "available_jobs", "options_of_many"]
+__all__ = ["OptionRequest", "available_jobs", "map_in_workers", "options_of_many"]
 
 #: One operator's candidates to compute: its expression and its resident input indices.
 OptionRequest = tuple[TensorExpr, tuple[int, ...]]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def available_jobs() -> int:
@@ -44,59 +48,67 @@ def options_of_many(requests: Sequence[OptionRequest], hw: HardwareSpec, jobs: i
     request order, on up to ``jobs`` worker processes. A scan that fails in a worker (or
     that a worker that died never returned) is run again here, so its exception is raised
     as the sequential compile would raise it."""
-    results: list[tuple[PlanOption, ...] | None] = [None] * len(requests)
-    jobs = min(jobs, len(requests))
-    if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
-        _scan_in_workers(requests, hw, jobs, results)
-    for i, (expr, resident) in enumerate(requests):
-        if results[i] is None:
-            results[i] = operator_options(expr, hw, list(resident), hw.usable_sram_bytes, cache=cache)
-    return results  # type: ignore[return-value]
+    # one cache per worker (a copy of this empty one): operators share structures and
+    # assignment counts, which a cache per scan would compute again
+    worker_cache = PlanSearchCache()
+
+    def scan(request: OptionRequest, into: PlanSearchCache | None) -> tuple[PlanOption, ...]:
+        expr, resident = request
+        return operator_options(expr, hw, list(resident), hw.usable_sram_bytes, cache=into)
+
+    results = map_in_workers(lambda request: scan(request, worker_cache), requests, jobs)
+    return [scan(request, cache) if found is None else found
+            for request, found in zip(requests, results)]
 
 
-def _scan_in_workers(requests: Sequence[OptionRequest], hw: HardwareSpec, jobs: int,
-                     results: list) -> None:
-    """Fill ``results`` from ``jobs`` forked workers that take the requests one at a time
-    (the scans' costs differ by orders of magnitude) and keep one
-    :class:`.cache.PlanSearchCache` each: operators share structures and assignment counts,
-    which a cache per scan would compute again."""
+def map_in_workers(work: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R | None]:
+    """``work`` of every item, in item order, on up to ``jobs`` processes forked from this one
+    (they start at once with everything imported, and each keeps what ``work`` memoizes
+    across the items it takes). Workers take items one at a time (the costs differ by orders
+    of magnitude). An item whose ``work`` failed in a worker, or that a worker that died
+    never returned, is ``None``: the caller runs it again in process, where its exception
+    keeps its type and context. With one job, or without ``fork``, every item is ``None``."""
+    results: list[R | None] = [None] * len(items)
+    jobs = min(jobs, len(items))
+    if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return results
     context = multiprocessing.get_context("fork")
     tasks, answers = context.Queue(), context.Queue()
-    workers = [context.Process(target=_serve, args=(tasks, answers, hw), daemon=True)
+    workers = [context.Process(target=_serve, args=(tasks, answers, work), daemon=True)
                for _ in range(jobs)]
     for worker in workers:
         worker.start()
-    for i, (expr, resident) in enumerate(requests):
-        tasks.put((i, expr, resident))
+    for i, item in enumerate(items):
+        tasks.put((i, item))
     for _ in workers:
         tasks.put(None)
-    pending = len(requests)
+    pending = len(items)
     try:
         while pending:
             try:
-                i, options = answers.get(timeout=1.0)
+                i, result = answers.get(timeout=1.0)
             except queue.Empty:
                 if any(worker.is_alive() for worker in workers) or not answers.empty():
                     continue
                 break  # every worker is gone: what is left runs in process
-            results[i] = options
+            results[i] = result
             pending -= 1
     finally:
         for worker in workers:
             worker.join(timeout=5.0)
             if worker.is_alive():
                 worker.terminate()
+    return results
 
 
-def _serve(tasks, answers, hw: HardwareSpec) -> None:
-    cache = PlanSearchCache()
+def _serve(tasks, answers, work: Callable) -> None:
     while True:
-        item = tasks.get()
-        if item is None:
+        task = tasks.get()
+        if task is None:
             return
-        i, expr, resident = item
+        i, item = task
         try:
-            options = operator_options(expr, hw, list(resident), hw.usable_sram_bytes, cache=cache)
+            result = work(item)
         except Exception:  # pylint: disable=broad-except
-            options = None  # raised again in the parent, where its type and context survive
-        answers.put((i, options))
+            result = None  # run again in the parent, where its type and context survive
+        answers.put((i, result))

@@ -268,10 +268,12 @@ def _join_group(structure: PlanStructure, keys: np.ndarray,
         axes_t = np.flatnonzero(structure.rotatable[t])
         # every tuple's options for tensor t, concatenated (tuple k's at offset[k])
         opts = [factor_tuples(int(p), len(axes_t)) for p in keys[:, t]]
-        within = [o[(o <= limit[k, axes_t]).all(axis=1)] for k, o in enumerate(opts)]
-        counts = np.array([len(o) for o in within], INT)
+        table = np.concatenate(opts)
+        of = np.repeat(np.arange(n_k), [len(o) for o in opts])
+        keep = (table <= limit[of][:, axes_t]).all(axis=1)
+        table, of = table[keep], of[keep]
+        counts = np.bincount(of, minlength=n_k)
         offset = np.cumsum(counts) - counts
-        table = np.concatenate(within)
         # each assignment so far pairs with every option of its own tuple, in order
         per_row = counts[owner]
         rows = np.repeat(np.arange(len(combos)), per_row)
@@ -600,10 +602,11 @@ class StepCaps:
         most = np.where(structure.rotatable[None, :, :], keys[:, :, None], 1).max(axis=1,
                                                                                   initial=1)
         capped = np.minimum(union, most).astype(INT)
-        self._caps: dict[tuple[int, ...], tuple[int, ...] | None | bool] = {}
-        for key, row, full, c in zip(keys.tolist(), union, most, capped):
-            self._caps[tuple(key)] = (False if (row < 1).any() else
-                                      None if (c == full).all() else tuple(c.tolist()))
+        none_fit = (union < 1).any(axis=1).tolist()
+        uncut = (capped == most).all(axis=1).tolist()
+        self._caps: dict[tuple[int, ...], tuple[int, ...] | None | bool] = {
+            tuple(key): False if no else None if whole else tuple(c)
+            for key, no, whole, c in zip(keys.tolist(), none_fit, uncut, capped.tolist())}
 
     def of(self, P: Sequence[int]) -> "tuple[int, ...] | None | bool":
         """The caps of sharing tuple ``P``: ``None`` when nothing is cut, ``False`` when no
