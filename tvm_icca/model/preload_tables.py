@@ -10,7 +10,9 @@ needs what Elk's scheduler trades off (:class:`~tvm_icca.elk.tradeoffs.OpTradeof
   :func:`~tvm_icca.plans.search.plan_operator`'s exact optimum for its budget. A full Pareto
   scan per operator (:func:`~tvm_icca.plans.pareto.pareto_plans`) costs about 10 s for one
   13B-sized matmul on this machine; the ladder keeps its useful corner (most of a decode
-  matmul's frontier is within 2x of its smallest footprint) for a fraction of that.
+  matmul's frontier is within 2x of its smallest footprint) for a fraction of that. The
+  ladders of every distinct operator are searched first, side by side on the plan cache's
+  worker processes (:meth:`~tvm_icca.region.PlanCache.prefetch_ladders`).
 * **preload-state plans** (trade-offs 2 and 3): for each execute-state plan, the chunk counts
   of its off-chip inputs (:mod:`runtime_sim.preload`), kept when Pareto-optimal in preload
   space vs distribution time;
