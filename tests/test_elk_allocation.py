@@ -34,6 +34,16 @@ def _op(rng, n_exec, n_pre, step_bytes=None, convex=False, key="op"):
     return OpTradeoffs(key, execs, tuple(pre), 1.0, rng.randint(0, 200))
 
 
+def _members(rng, started: bool):
+    """0-3 preloaded operators beside a window, at a random execute point and, if
+    ``started``, a random current preload point (else their largest)."""
+    members = [(m, rng.randrange(len(m.execs)), 0) for m in
+               (_op(rng, 3, rng.randint(1, 4)) for _ in range(rng.randint(0, 3)))]
+    if started:
+        members = [(m, e, rng.randrange(len(m.preloads[e]))) for m, e, _ in members]
+    return members
+
+
 def _exhaustive(op, members, machine):
     best = None
     ranges = [range(len(op.execs))] + [range(c, len(m.preloads[e])) for m, e, c in members]
@@ -52,9 +62,7 @@ def test_feasible_whenever_the_smallest_points_fit():
     rng = random.Random(1)
     for _ in range(400):
         op = _op(rng, rng.randint(1, 5), 3)
-        members = [(m, rng.randrange(len(m.execs)), 0) for m in
-                   (_op(rng, 3, rng.randint(1, 4)) for _ in range(rng.randint(0, 3)))]
-        members = [(m, e, rng.randrange(len(m.preloads[e]))) for m, e, _ in members]
+        members = _members(rng, started=True)
         machine = ElkMachine(rng.randint(500, 8000), rng.random() < 0.5)
         plan = allocate_window(op, members, machine)
         smallest = window_bytes(op.execs[-1].space, (m.preloads[e][-1].space for m, e, _ in members),
@@ -115,8 +123,7 @@ def test_one_trajectory_answers_every_amount_of_live_bytes():
     rng = random.Random(4)
     for _ in range(200):
         op = _op(rng, rng.randint(1, 5), 3)
-        members = [(m, rng.randrange(len(m.execs)), 0) for m in
-                   (_op(rng, 3, rng.randint(1, 4)) for _ in range(rng.randint(0, 3)))]
+        members = _members(rng, started=False)
         machine = ElkMachine(rng.randint(1500, 6000), rng.random() < 0.5)
         shared = WindowShrinker(op, members, machine)
         for live in [rng.randint(0, 3000) for _ in range(6)]:
