@@ -88,10 +88,9 @@ class PlanCache:
             self.hits += 1
             first, message = self._failures[key]
             raise PlanNotFoundError(message.replace(first, name))  # same structure, this name
-        context = key[:2] + key[3:]
         if planned is None and cost_model is None:
             # identical layers of one region differ in budget (plans.search.optimum_within)
-            planned = optimum_within(self._budgets.get(context, ()), budget)
+            planned = optimum_within(self._budgets.get(self._but_budget(key), ()), budget)
         if planned is None:
             self.misses += 1
             try:
@@ -113,9 +112,14 @@ class PlanCache:
         return (expr.structure_key(), hw, int(budget), None if cost_model is None else id(cost_model),
                 tuple(hbm_inputs), producer_key(tuple(producers)))
 
+    @staticmethod
+    def _but_budget(key: tuple) -> tuple:
+        """A :meth:`_key` without its budget: the searches :func:`optimum_within` compares."""
+        return key[:2] + key[3:]
+
     def _remember(self, key: tuple, planned: PlannedOp) -> None:
         self._plans[key] = planned
-        self._budgets.setdefault(key[:2] + key[3:], []).append((key[2], planned))
+        self._budgets.setdefault(self._but_budget(key), []).append((key[2], planned))
 
     def prefetch_ladders(self, ladders: Sequence[Sequence[LadderStep]], hw: HardwareSpec) -> None:
         """Search the default-model plans of every ladder, so that asking :meth:`plan` for

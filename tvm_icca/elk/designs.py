@@ -540,7 +540,6 @@ def _average_stretch(ops: Sequence[OpTradeoffs]) -> float:
     return min(MAX_STRETCH, 1.0 / share) if share > 0 else MAX_STRETCH
 
 
-
 def _best(cands: Sequence[ElkSchedule]) -> ElkSchedule:
     return min(cands, key=lambda s: s.total_s)     # first wins ties: candidates listed by preference
 

@@ -94,8 +94,6 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
                     cache: PlanCache) -> list[OpTradeoffs]:
     """The trade-off table of every operator of the run, in execution order."""
     has_hbm = hw.hbm_bandwidth > 0
-    # the points depend on the operator, its plan and its sources, not on what else is live
-    # (identical layers of one region hold different region outputs around them)
     rows = []
     for program in programs:
         sources = input_sources(program, has_hbm)
@@ -111,7 +109,9 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
             rows.append((op, hbm, host, arriving, held, producer_of, points_key))
     # the points depend on the operator, its plan and its sources, not on what else is live
     # (identical layers of one region hold different region outputs around them)
-    distinct = {row[-1]: row for row in rows}
+    distinct: dict[str, tuple] = {}
+    for row in rows:    # the first of each, as the memo below builds it
+        distinct.setdefault(row[-1], row)
     cache.prefetch_ladders([ladder_steps(op, hbm, hw) for op, hbm, *_ in distinct.values()], hw)
     memo: dict[str, OpTradeoffs] = {}
     tables: list[OpTradeoffs] = []

@@ -138,7 +138,6 @@ def plan_chunks(structure: PlanStructure, F: np.ndarray, rows: np.ndarray,
         grow = min(grow * 4, GROUP_PLANS)
 
 
-
 def pareto_front(time: np.ndarray, memory: np.ndarray) -> np.ndarray:
     """Indices of the Pareto-optimal points, fewest bytes (slowest) first.
 
