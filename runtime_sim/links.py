@@ -221,15 +221,26 @@ def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw:
     return _out(np.where(R > 1, np.minimum(tree_link + tree_adds, chain_link + chain_adds), 0.0))
 
 
-def replica_reduction_link_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
-    """The part of :func:`replica_reduction_seconds` that keeps links busy: the transfers of
-    its faster schedule, without the vector-unit adds and synchronizations (the timing
-    simulator counts the same split: the reduction's transfer phase is link traffic that a
-    preload shares, its adds are compute). 0 where there is one replica."""
+def replica_reduction_busy_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+    """How long the faster schedule of :func:`replica_reduction_seconds` holds link bandwidth:
+    the partitions its busiest core receives over its link (a tree's root takes its fan-in, a
+    chain's ranks one each), hop latencies and the chain's fill excluded, as
+    :attr:`runtime_sim.topology.PhaseCost.busy_s` counts the routed schedule. 0 where there
+    is one replica."""
     R, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
         replicas, partition_bytes, partition_elements, hw)
+    s = replica_reduction_schedule(R, partition_bytes, partition_elements, hw)
+    p = np.asarray(partition_bytes, np.float64) / hw.link_bandwidth
     tree_faster = tree_link + tree_adds <= chain_link + chain_adds
-    return _out(np.where(R > 1, np.where(tree_faster, tree_link, chain_link), 0.0))
+    return _out(np.where(R > 1, np.where(tree_faster, np.asarray(s.tree_fan_in) * p, p), 0.0))
+
+
+def bandwidth_view(hw: HardwareSpec) -> HardwareSpec:
+    """``hw`` with free hops and synchronizations: a transfer costed on it in closed form
+    takes the time its bytes hold link bandwidth and no more (what
+    :attr:`runtime_sim.topology.PhaseCost.busy_s` is for a routed phase), the link time a
+    preload streaming meanwhile cannot use (:mod:`runtime_sim.stream_timing`)."""
+    return hw.with_overrides(link_latency_s=0.0, inter_chip_latency_s=0.0, sync_cycles=0)
 
 
 def combine_rounds(group):

@@ -9,7 +9,9 @@ take when they overlap, and they are the device's, written here once:
   streams meanwhile.
 * **A preload's network delivery gets the link share the running execute leaves**:
   :func:`preload_link_share`, ``1 - transfer_s / duration_s`` of that execute (its links are
-  busy for ``transfer_s`` of its ``duration_s``), the whole links when nothing executes or the
+  busy for ``transfer_s`` of its ``duration_s``: its transfers' bytes over bandwidth; the hop
+  latency a chunk spends in flight holds no bandwidth and is not in it, see
+  :attr:`runtime_sim.topology.PhaseCost.busy_s`), the whole links when nothing executes or the
   preload has its own interconnect (Elk's Ideal). The off-chip source (HBM) is not shared, so a
   preload ends when both its source time and its network delivery are done.
 

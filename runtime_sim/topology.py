@@ -104,6 +104,13 @@ class PhaseCost:
         """Time lost to contention beyond the uncontended time."""
         return max(0.0, self.time_s - self.uncontended_s)
 
+    @property
+    def busy_s(self) -> float:
+        """How long the phase holds link bandwidth: its busiest port's or the inter-chip
+        fabric's bytes over their bandwidth. Hop latency is not in it: a chunk in flight
+        delays its own transfer but leaves the link's bandwidth to other traffic."""
+        return max(self.intra_busy_s, self.inter_busy_s)
+
     def scaled(self, count: float) -> "PhaseCost":
         """The cost of ``count`` repetitions of this phase, one after another."""
         return PhaseCost(self.time_s * count, self.uncontended_s * count, self.intra_bytes * count,

@@ -11,7 +11,7 @@ from runtime_sim.links import (
     chunk_latency_seconds,
     link_transfer_seconds,
     replica_reduction_schedule,
-    replica_reduction_link_seconds,
+    replica_reduction_busy_seconds,
     replica_reduction_seconds,
 )
 
@@ -94,13 +94,14 @@ def test_replica_reduction_is_the_faster_schedule(R, pbytes):
         + (chunks + R - 2) * add / chunks + sync
     want = min(tree, chain) if R > 1 else 0.0
     assert replica_reduction_seconds(R, pbytes, elems, hw) == pytest.approx(want, rel=1e-12)
-    # its link part: the faster schedule without the adds and synchronizations
+    # the bandwidth it holds: the faster schedule's received partitions at its busiest core
+    # (a tree's root takes its fan-in, a chain's ranks one each), no latency, adds or syncs
     if R <= 1:
-        link = 0.0
+        busy = 0.0
     elif tree <= chain:
         rounds = gather(radix)[0]
         fan_sum = sum(min(radix - 1, math.ceil(R / radix ** j) - 1) for j in range(rounds))
-        link = fan_sum * pbytes / hw.link_bandwidth + rounds * (one - pbytes / hw.link_bandwidth)
+        busy = fan_sum * pbytes / hw.link_bandwidth
     else:
-        link = one + (R - 2) * (pbytes / chunks / hw.link_bandwidth + hw.link_latency_s)
-    assert replica_reduction_link_seconds(R, pbytes, elems, hw) == pytest.approx(link, rel=1e-12)
+        busy = pbytes / hw.link_bandwidth
+    assert replica_reduction_busy_seconds(R, pbytes, elems, hw) == pytest.approx(busy, rel=1e-12)

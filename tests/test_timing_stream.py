@@ -138,7 +138,9 @@ def test_preload_gets_the_link_share_the_execution_leaves(exprs, n1) -> None:
     alone = i1.preload_end_s - i1.preload_start_s
     assert i1.preload_start_s == o1.preload_start_s == o0.preload_end_s
     assert o0.preload_stall_s == 0 and o1.preload_start_s == pytest.approx(o0.preload_end_s)
-    free = 1.0 - o0.transfer_s / o0.duration_s  # share of the links execute 0 leaves
+    # share of the links execute 0 leaves: its transfers' bandwidth, not their hop latency
+    assert 0 < o0.link_busy_s < o0.transfer_s
+    free = 1.0 - o0.link_busy_s / o0.duration_s
     window = o0.duration_s * free
     expected = (o0.start_s + alone / free if alone <= window
                 else o0.end_s + (alone - window))

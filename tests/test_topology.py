@@ -47,6 +47,8 @@ def test_all_to_all_one_shift_is_bandwidth_plus_latency_per_chunk() -> None:
     expected = B / hw.link_bandwidth + 3 * LAT
     assert cost.time_s == pytest.approx(expected, rel=1e-9)
     assert cost.uncontended_s == pytest.approx(expected) and cost.stall_s == pytest.approx(0)
+    # the bandwidth it holds: the bytes alone (a chunk in flight leaves the link to others)
+    assert cost.busy_s == pytest.approx(B / hw.link_bandwidth, rel=1e-12)
     # a whole ring shifting at once: every port carries one partition, no contention
     n = hw.num_cores
     ring = topo.phase(np.roll(np.arange(n), 1), np.arange(n), np.full(n, B))

@@ -57,6 +57,9 @@ class OpTiming:
     chips: tuple[int, ...] = ()  # the chips its cores are on (a plan may be spread over chips)
     sram_bytes_per_core: int = 0  # peak on a core while it runs, shift buffer included
     relayout_s: float = 0.0
+    #: how long its transfers hold link bandwidth (``transfer_s`` without hop latencies):
+    #: what a preload streaming beside it cannot use (:mod:`runtime_sim.stream_timing`)
+    link_busy_s: float = 0.0
     steps_s: float = 0.0  # all steps: sub-tasks, syncs and shifts
     shift_s: float = 0.0
     reduction_s: float = 0.0  # reduction transfers and adds

@@ -65,8 +65,8 @@ Preload stream (runs whose programs carry a
   chunked inputs, costed together as one phase on the topology, a core's chunk multicast
   to its block -- plus the re-layout of its on-chip inputs and its steps, as above.
 * Interconnect contention: while an execute runs, the preload in progress gets only the
-  link share it leaves (``1 - transfer_s / duration_s`` of the running operator), at full
-  rate otherwise; the network progress is integrated between execute starts and ends. A
+  link share it leaves (``1 - link_busy_s / duration_s`` of the running operator: its
+  transfer phases' bytes over bandwidth, hop latencies excluded), at full rate otherwise; the network progress is integrated between execute starts and ends. A
   preload's delay beyond its uncontended duration is ``OpTiming.preload_stall_s``; the wait
   it causes on the compute array (each execute's start against a replay of the stream with
   uncontended preloads; an execute's share is the growth of that lag since the previous
@@ -192,6 +192,13 @@ class _Work:
     def transfer_s(self) -> float:
         return (self.distribute.time_s + self.relayout.time_s + self.cost.shift.time_s
                 + self.cost.reduction.time_s)
+
+    @property
+    def link_busy_s(self) -> float:
+        """How long its own traffic holds its links' bandwidth (:attr:`PhaseCost.busy_s` of
+        each transfer phase): what a preload streaming meanwhile cannot use."""
+        return (self.distribute.busy_s + self.relayout.busy_s + self.cost.shift.busy_s
+                + self.cost.reduction.busy_s)
 
 
 @dataclass
@@ -660,7 +667,7 @@ class _Schedule(_Events):
         net = load.network.time_s
         if prev.ended or s < 0 or start >= e or net <= 0 or work.duration_s <= 0:
             return alone, 0.0
-        free_rate = preload_link_share(work.transfer_s, work.duration_s)
+        free_rate = preload_link_share(work.link_busy_s, work.duration_s)
         window = (e - start) * free_rate
         if free_rate > 0 and net <= window:
             net_end = start + net / free_rate
@@ -880,7 +887,7 @@ class _StreamSchedule(_Events):
         if self.ideal or self.running < 0:
             return 1.0
         work = self.works[self.running]
-        return preload_link_share(work.transfer_s, work.duration_s)
+        return preload_link_share(work.link_busy_s, work.duration_s)
 
     def _integrate(self) -> None:
         """Advance the running preload's network delivery to ``now`` at the current share."""
@@ -1129,7 +1136,7 @@ def _report(works: list[_Work], schedule: _Schedule | _StreamSchedule, hw: Hardw
         per_op.append(OpTiming(
             name=work.op.name, region=work.region, kind=work.op.expr.kind, cores=cost.cores,
             start_s=slot.exec_start, end_s=slot.exec_end, compute_s=compute,
-            transfer_s=work.transfer_s, hbm_s=hbm_s, stall_s=stall, host_s=host_s, wait_s=wait,
+            transfer_s=work.transfer_s, link_busy_s=work.link_busy_s, hbm_s=hbm_s, stall_s=stall, host_s=host_s, wait_s=wait,
             steps=cost.steps, flops=cost.flops,
             shift_bytes=cost.rotation_bytes + cost.reduction_bytes,
             rotation_bytes=cost.rotation_bytes, reduction_bytes=cost.reduction_bytes,

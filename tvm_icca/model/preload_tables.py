@@ -60,7 +60,7 @@ import numpy as np
 
 from runtime_sim.layout import BlockGrid, OpLayout, canonical_grid, input_boxes, input_relayout, producer_grid
 from runtime_sim.lifetimes import held_bytes
-from runtime_sim.links import replica_reduction_link_seconds, replica_reduction_seconds
+from runtime_sim.links import bandwidth_view, replica_reduction_busy_seconds, replica_reduction_seconds
 from runtime_sim.preload import chip_read_bytes, chunk_options, distribution, preload_bytes
 from runtime_sim.program import DeviceProgram, ExecutionPlan, OpProgram, dtype_bytes
 from runtime_sim.stream import PRODUCED, input_sources
@@ -234,17 +234,23 @@ def _device_reduction(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tup
     needs each execute-state point's real time (its cost model is fitted to the device,
     Fig. 12), or every window looks shorter than the preloads beside it and the schedule
     estimate sits on the HBM floor, where no candidate can be told from another.
-    The link time is the shifts plus the reduction without its adds and synchronizations
-    (:func:`runtime_sim.links.replica_reduction_link_seconds`), as the device counts it."""
+    The link time is how long the plan's transfers hold link bandwidth, as the device counts
+    it for the preload beside it (:attr:`runtime_sim.topology.PhaseCost.busy_s`): shifts and
+    split combines costed on :func:`~runtime_sim.links.bandwidth_view` (no hop latency, no
+    synchronization) and the replica reduction's received partitions
+    (:func:`~runtime_sim.links.replica_reduction_busy_seconds`)."""
     terms = AnalyticBatchModel(hw, reduction="schedule").layout_terms(layout)
     out = len(layout.expr.tensors) - 1
     replicas = layout.replicas(out)
     pbytes = layout.partition_bytes(out)
     elements = pbytes / dtype_bytes(layout.expr.output.dtype)
-    adds = (replica_reduction_seconds(replicas, pbytes, elements, hw)
-            - replica_reduction_link_seconds(replicas, pbytes, elements, hw))
-    return (terms["reduction_s"] - cost.reduction_s,
-            float(terms["shift_s"] + terms["reduction_s"] - adds))
+    free = bandwidth_view(hw)
+    free_terms = AnalyticBatchModel(free, reduction="schedule").layout_terms(layout)
+    # the free reduction term is the replica reduction plus the split combine: keep the combine
+    combine = free_terms["reduction_s"] - replica_reduction_seconds(replicas, pbytes, elements, free)
+    busy = (free_terms["shift_s"] + combine
+            + replica_reduction_busy_seconds(replicas, pbytes, elements, hw))
+    return terms["reduction_s"] - cost.reduction_s, float(busy)
 
 
 def ladder_steps(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec) -> list[LadderStep]:
@@ -309,11 +315,6 @@ def _with_records(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
             front.append(points[k])
             last = spaces[k]
     return front
-
-
-def _traffic(cost: PlanCost) -> float:
-    """Time the plan's own inter-core traffic keeps a core's links busy."""
-    return float(cost.shift_s + cost.reduction_s)
 
 
 def _preload_points(layout: OpLayout, offchip: tuple[int, ...], hbm: tuple[int, ...],
