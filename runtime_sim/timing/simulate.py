@@ -1210,7 +1210,8 @@ def _report(works: list[_Work], schedule: _Schedule | _StreamSchedule, hw: Hardw
         # distinct bytes only: a copy read twice (once per chip) is not useful bandwidth
         "hbm": hbm_bytes / (total * hw.hbm_bandwidth) if total > 0 and hw.hbm_bandwidth > 0 else 0.0,
     }
-    link_busy = transfer + sum(l.network.time_s for w in works for l in w.loads)
+    # links in use, hop latencies included (the share rule counts held bandwidth only, busy_s)
+    link_time = transfer + sum(l.network.time_s for w in works for l in w.loads)
     link_capacity = total * (2 if design == IDEAL else 1)
     if design is not None:  # the SRAM timeline (the ideal design: execution space alone)
         peak = peak_prefetch = schedule.peak
@@ -1221,7 +1222,7 @@ def _report(works: list[_Work], schedule: _Schedule | _StreamSchedule, hw: Hardw
         "preload_overlap_s": preload_overlap, "interconnect_stall_s": exposed_total,
         "preload_stall_s": sum(o.preload_stall_s for o in per_op),
         "hbm_utilization": utilization["hbm"],
-        "interconnect_utilization": link_busy / link_capacity if total > 0 else 0.0,
+        "interconnect_utilization": link_time / link_capacity if total > 0 else 0.0,
         "flops_utilization": utilization["flops"],
         "achieved_flops": flops / total if total > 0 else 0.0,
         "preloaded_bytes": sum(o.preloaded_bytes for o in per_op),
