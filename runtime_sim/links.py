@@ -201,7 +201,7 @@ def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
 
 def _reduction_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
     """Per schedule, (link time, adds and syncs) with every transfer alone on its link:
-    ``(tree_link, tree_adds, chain_link, chain_adds)`` as arrays."""
+    ``(R, schedule, tree_link, tree_adds, chain_link, chain_adds)``, the times as arrays."""
     R = np.asarray(replicas, np.float64)
     s = replica_reduction_schedule(R, partition_bytes, partition_elements, hw)
     p = np.asarray(partition_bytes, np.float64)
@@ -209,14 +209,14 @@ def _reduction_parts(replicas, partition_bytes, partition_elements, hw: Hardware
     lat = np.asarray(chunk_latency_seconds(p, hw, 1))
     tree_link = np.asarray(s.tree_fan_in) * p / hw.link_bandwidth + np.asarray(s.tree_rounds) * lat
     chain_link = one + s.chain_fill_s
-    return R, tree_link, np.asarray(s.tree_adds_s), chain_link, np.asarray(s.chain_adds_s)
+    return R, s, tree_link, np.asarray(s.tree_adds_s), chain_link, np.asarray(s.chain_adds_s)
 
 
 def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
     """Time of the faster schedule with every transfer costed alone on its link
     (:func:`link_transfer_seconds`); 0 where there is one replica. The timing simulator
     routes the same transfers on its topology instead (``runtime_sim.timing.opcost``)."""
-    R, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
+    R, _, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
         replicas, partition_bytes, partition_elements, hw)
     return _out(np.where(R > 1, np.minimum(tree_link + tree_adds, chain_link + chain_adds), 0.0))
 
@@ -227,9 +227,8 @@ def replica_reduction_busy_seconds(replicas, partition_bytes, partition_elements
     chain's ranks one each), hop latencies and the chain's fill excluded, as
     :attr:`runtime_sim.topology.PhaseCost.busy_s` counts the routed schedule. 0 where there
     is one replica."""
-    R, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
+    R, s, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
         replicas, partition_bytes, partition_elements, hw)
-    s = replica_reduction_schedule(R, partition_bytes, partition_elements, hw)
     p = np.asarray(partition_bytes, np.float64) / hw.link_bandwidth
     tree_faster = tree_link + tree_adds <= chain_link + chain_adds
     return _out(np.where(R > 1, np.where(tree_faster, np.asarray(s.tree_fan_in) * p, p), 0.0))

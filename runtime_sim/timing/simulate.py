@@ -66,11 +66,12 @@ Preload stream (runs whose programs carry a
   to its block -- plus the re-layout of its on-chip inputs and its steps, as above.
 * Interconnect contention: while an execute runs, the preload in progress gets only the
   link share it leaves (``1 - link_busy_s / duration_s`` of the running operator: its
-  transfer phases' bytes over bandwidth, hop latencies excluded), at full rate otherwise; the network progress is integrated between execute starts and ends. A
-  preload's delay beyond its uncontended duration is ``OpTiming.preload_stall_s``; the wait
-  it causes on the compute array (each execute's start against a replay of the stream with
-  uncontended preloads; an execute's share is the growth of that lag since the previous
-  execute, at most its wait) is ``interconnect_stall_s`` and counts in ``stall_s``.
+  transfer phases' bytes over bandwidth, hop latencies excluded), at full rate otherwise;
+  the network progress is integrated between execute starts and ends. A preload's delay
+  beyond its uncontended duration is ``OpTiming.preload_stall_s``; the wait it causes on
+  the compute array (each execute's start against a replay of the stream with uncontended
+  preloads; an execute's share is the growth of that lag since the previous execute, at
+  most its wait) is ``interconnect_stall_s`` and counts in ``stall_s``.
 * SRAM, checked on the timeline at every preload start and execute start, per physical
   core: the execution space (while an operator executes, its device accounting below: its
   partitions, live activations, shift buffer and resident idle state; between executes, the
@@ -1136,7 +1137,8 @@ def _report(works: list[_Work], schedule: _Schedule | _StreamSchedule, hw: Hardw
         per_op.append(OpTiming(
             name=work.op.name, region=work.region, kind=work.op.expr.kind, cores=cost.cores,
             start_s=slot.exec_start, end_s=slot.exec_end, compute_s=compute,
-            transfer_s=work.transfer_s, link_busy_s=work.link_busy_s, hbm_s=hbm_s, stall_s=stall, host_s=host_s, wait_s=wait,
+            transfer_s=work.transfer_s, link_busy_s=work.link_busy_s, hbm_s=hbm_s,
+            stall_s=stall, host_s=host_s, wait_s=wait,
             steps=cost.steps, flops=cost.flops,
             shift_bytes=cost.rotation_bytes + cost.reduction_bytes,
             rotation_bytes=cost.rotation_bytes, reduction_bytes=cost.reduction_bytes,

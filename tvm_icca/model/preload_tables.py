@@ -68,6 +68,7 @@ from runtime_sim.stream import PRODUCED, input_sources
 from ..elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
 from ..plans.batch_cost import AnalyticBatchModel
 from ..plans.cost import AnalyticCostModel, PlanCost
+from ..plans.structure import build_structure
 from ..region import LadderStep, PlanCache
 from ..tuning.hook import measured_plans
 
@@ -239,13 +240,14 @@ def _device_reduction(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tup
     split combines costed on :func:`~runtime_sim.links.bandwidth_view` (no hop latency, no
     synchronization) and the replica reduction's received partitions
     (:func:`~runtime_sim.links.replica_reduction_busy_seconds`)."""
-    terms = AnalyticBatchModel(hw, reduction="schedule").layout_terms(layout)
+    structure = build_structure(layout.expr)
+    terms = AnalyticBatchModel(hw, reduction="schedule").layout_terms(layout, structure)
     out = len(layout.expr.tensors) - 1
     replicas = layout.replicas(out)
     pbytes = layout.partition_bytes(out)
     elements = pbytes / dtype_bytes(layout.expr.output.dtype)
     free = bandwidth_view(hw)
-    free_terms = AnalyticBatchModel(free, reduction="schedule").layout_terms(layout)
+    free_terms = AnalyticBatchModel(free, reduction="schedule").layout_terms(layout, structure)
     # the free reduction term is the replica reduction plus the split combine: keep the combine
     combine = free_terms["reduction_s"] - replica_reduction_seconds(replicas, pbytes, elements, free)
     busy = (free_terms["shift_s"] + combine
