@@ -60,6 +60,27 @@ def test_shift_cost_counts_every_rotation(exprs):
     assert layout.shift_bytes() == 4 * 2 * 2 * 64
 
 
+def test_shift_cost_of_a_slower_rotation_is_paid_every_step(exprs):
+    """A tensor rotating slower than its axis steps is staggered over the cores by the Cannon
+    skew, so some core shifts it at every step, and a bulk-synchronous step waits for that
+    core: the analytic shift term is the simulator's, not ``f_t`` shifts per tensor."""
+    from runtime_sim.timing.opcost import op_cost
+    from runtime_sim.topology import make_topology
+
+    hw = small_chip(8, 1024 * 1024, link_latency_s=0.0)
+    expr = exprs.matmul(8, 8, 8)
+    # A rotates on k 4 times (a ring of F_n = 4), B twice (a ring of F_m = 2): S_k = 4
+    plan = ExecutionPlan({"m": 2, "n": 4, "k": 1}, ({"k": 4}, {"k": 2}, {}), ("k",))
+    layout = OpLayout(expr, plan)
+    layout.validate()
+    a, b = layout.partition_bytes(0), layout.partition_bytes(1)
+    cost = AnalyticCostModel()(layout, hw)
+    assert cost.shift_s == pytest.approx(4 * (a + b) / hw.link_bandwidth)
+    device = op_cost(layout, hw, make_topology(hw)).shift.time_s
+    assert cost.shift_s == pytest.approx(device, rel=1e-9)
+    assert cost.shift_s > (4 * a + 2 * b) / hw.link_bandwidth * 1.1  # what f_t shifts would say
+
+
 def test_rotating_tensors_follow_f_op(exprs):
     planned = plan_operator(exprs.matmul(64, 64, 64), small_chip(16, 8 * 1024 + 3 * 1024))
     rts = rotating_tensors(planned.layout)

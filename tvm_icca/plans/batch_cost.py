@@ -6,8 +6,14 @@ from a layout (compute, synchronization, shifts, final reduction, epilogue: T10 
 structure), for whole :class:`PlanBatch` es at once, with the best loop order of every plan.
 
 Best loop order (T10 §4.4 orders loops by tensor size; we solve it exactly): with ``w_a``
-the time of one round of shifts on axis ``a`` (each tensor rotating on ``a`` moves ``f_t``
-partitions) and ``S_a`` its steps, an order costs ``sum_a w_a * prod(S of loops outside a)``.
+the time of one round of shifts on axis ``a`` and ``S_a`` its steps, an order costs
+``sum_a w_a * prod(S of loops outside a)``. In one round every tensor rotating on ``a`` costs
+``S_a`` partition shifts, not its own ``f_t``: the Cannon skew (:mod:`runtime_sim.layout`)
+staggers the cores of a tensor rotating slower than the axis steps (``f_t < S_a``) by the
+digits of the fastest one, so at every step some core receives a partition of every rotating
+tensor, and a bulk-synchronous step lasts as long as its busiest core's shifts (T10 §5; the
+timing simulator's shift phases). Costing ``f_t`` shifts made a Llama2-70B o_proj plan that
+rotates its weight twice and its input 28 times look 6x cheaper than the device runs it.
 Swapping two adjacent loops ``a``, ``b`` changes the cost by the sign of
 ``w_a (S_b - 1) - w_b (S_a - 1)``, so sorting axes by ``w / (S - 1)``, largest outermost, is
 optimal (an exchange argument, as for Smith's rule).
@@ -234,7 +240,8 @@ class AnalyticBatchModel:
         sync = steps * hw.sync_cycles / hw.clock_hz
         per_shift = link_transfer_seconds(parts, hw)  # (N, T)
         ft = batch.ft
-        w = (np.where(ft > 1, ft, 0) * per_shift[:, :, None]).sum(axis=1)  # (N, A)
+        # every tensor rotating on an axis shifts at each of its steps on some core (module doc)
+        w = (np.where(ft > 1, S[:, None, :], 0) * per_shift[:, :, None]).sum(axis=1)  # (N, A)
         if order is None:
             order, shift = best_loop_order(S, w)
         else:
