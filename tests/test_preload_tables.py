@@ -7,10 +7,12 @@ import pytest
 from runtime_sim.hardware import small_chip
 from runtime_sim.layout import OpLayout, canonical_grid, producer_grid
 from runtime_sim.program import ExecutionPlan
+from runtime_sim.topology import make_topology
 from tvm_icca.model.preload_tables import arrival_seconds
 from tvm_icca.testing import exprs
 
 CHIP = small_chip(4, 64 * 1024)
+TOPO = make_topology(CHIP)
 
 
 def test_arrival_of_a_row_split_input_replicated_on_every_core():
@@ -19,15 +21,16 @@ def test_arrival_of_a_row_split_input_replicated_on_every_core():
     # which it already holds the producer's 128 B -> 384 B over its link
     producer = OpLayout(exprs.matmul(8, 4, 16), ExecutionPlan({"m": 4}, ({}, {}, {})))
     consumer = OpLayout(exprs.matmul(8, 16, 4), ExecutionPlan({"n": 4}, ({}, {}, {})))
-    got = arrival_seconds(consumer, [(0, producer_grid(producer))], CHIP)
-    assert got == pytest.approx(384 / CHIP.link_bandwidth)
+    time_s, busy_s = arrival_seconds(consumer, [(0, producer_grid(producer))], TOPO)
+    assert busy_s == pytest.approx(384 / CHIP.link_bandwidth)
+    assert time_s == pytest.approx(busy_s + CHIP.link_latency_s)  # one chunk, one hop
 
 
 def test_arrival_is_free_where_the_producer_left_the_data():
     producer = OpLayout(exprs.matmul(8, 4, 16), ExecutionPlan({"m": 4}, ({}, {}, {})))
     consumer = OpLayout(exprs.matmul(8, 16, 4), ExecutionPlan({"m": 4}, ({}, {}, {})))
-    assert arrival_seconds(consumer, [(0, producer_grid(producer))], CHIP) == 0.0
-    assert arrival_seconds(consumer, [], CHIP) == 0.0
+    assert arrival_seconds(consumer, [(0, producer_grid(producer))], TOPO) == (0.0, 0.0)
+    assert arrival_seconds(consumer, [], TOPO) == (0.0, 0.0)
 
 
 def test_arrival_of_a_region_input_from_its_canonical_blocks():
@@ -35,8 +38,18 @@ def test_arrival_of_a_region_input_from_its_canonical_blocks():
     grid = canonical_grid((8, 16), 4, CHIP.num_cores)
     # each core needs the whole 128-float input and holds one canonical block of it
     held = int(grid.block[0] * grid.block[1]) * 4
-    got = arrival_seconds(consumer, [(0, grid)], CHIP)
-    assert got == pytest.approx((512 - held) / CHIP.link_bandwidth)
+    _, busy_s = arrival_seconds(consumer, [(0, grid)], TOPO)
+    assert busy_s == pytest.approx((512 - held) / CHIP.link_bandwidth)
+
+
+def test_arrival_from_one_core_is_held_by_its_send_port():
+    # the producer leaves all of C [4, 16] float32 on core 0 (one block, 256 B); the consumer
+    # splits its output rows over 4 cores, so core 0 sends three distinct 64 B row blocks,
+    # 192 B through its one port, while each receiver takes only 64 B
+    producer = OpLayout(exprs.matmul(4, 4, 16), ExecutionPlan({}, ({}, {}, {})))
+    consumer = OpLayout(exprs.matmul(4, 16, 4), ExecutionPlan({"m": 4}, ({}, {}, {})))
+    _, busy_s = arrival_seconds(consumer, [(0, producer_grid(producer))], TOPO)
+    assert busy_s == pytest.approx(192 / CHIP.link_bandwidth)
 
 
 @pytest.mark.parametrize("k_split", [4, 16])

@@ -22,8 +22,14 @@ needs what Elk's scheduler trades off (:class:`~tvm_icca.elk.tradeoffs.OpTradeof
 Every execute-state point also pays the arrival of its on-chip inputs
 (:func:`arrival_seconds`): the re-layout from where the producer's compiled plan leaves them
 (or a region input's canonical blocks) onto the point's cores, exact box overlaps as the device
-moves them (:func:`runtime_sim.layout.input_relayout`), at the busiest core's link or the
-inter-chip bandwidth. It is link time, so it counts as the point's traffic too. (An earlier
+moves them (:func:`runtime_sim.layout.input_relayout`), one phase per input costed by the
+device's own network model (:meth:`runtime_sim.topology.Topology.multicast_phase`: the
+busiest receive *or send* port, the inter-chip fabric, the hop latency). Its link-busy part
+(:attr:`~runtime_sim.topology.PhaseCost.busy_s`) counts as the point's traffic too. Costing
+only the busiest receiver missed hot senders: on Llama2-70B the residual add after attention
+receives at most 312 B per core but one producer core sends 5,952 B (1.1 us, priced 0.06
+us), and the estimate then gave the preloads beside such operators less link share than the
+device does. (An earlier
 version charged every operator its full input partitions as a constant, which made schedules
 worse; the re-layout from the actual producer brings the estimate of a decode step within
 about 25% of the simulated time, from 35-90% below it, and on 2-layer decode runs Llama2-70B
@@ -64,6 +70,7 @@ from runtime_sim.links import bandwidth_view, replica_reduction_busy_seconds, re
 from runtime_sim.preload import chip_read_bytes, chunk_options, distribution, preload_bytes
 from runtime_sim.program import DeviceProgram, ExecutionPlan, OpProgram, dtype_bytes
 from runtime_sim.stream import PRODUCED, input_sources
+from runtime_sim.topology import MulticastPattern, Topology, make_topology
 
 from ..elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
 from ..plans.batch_cost import AnalyticBatchModel
@@ -116,11 +123,12 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
     cache.prefetch_ladders([ladder_steps(op, hbm, hw) for op, hbm, *_ in distinct.values()], hw)
     memo: dict[str, OpTradeoffs] = {}
     tables: list[OpTradeoffs] = []
+    topo = make_topology(hw)
     for op, hbm, host, arriving, held, producer_of, points_key in rows:
         table = memo.get(points_key)
         if table is None:
             grids = [(t, _source_grid(op, t, producer_of, hw)) for t, _ in arriving]
-            table = memo[points_key] = _table(op, hbm, host, held, hw, cache, points_key, grids)
+            table = memo[points_key] = _table(op, hbm, host, held, hw, cache, points_key, grids, topo)
         # the key names the points only: identical layers of one region differ in the
         # region outputs live around them (each layer's KV-cache update stays on chip),
         # and a key with those bytes would hide the repeated layers from Elk §4.4
@@ -148,27 +156,30 @@ def _source_grid(op: OpProgram, t: int, producer_of: dict[str, OpProgram], hw: H
     return canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), hw.num_cores)
 
 
-def arrival_seconds(layout: OpLayout, grids: Sequence[tuple[int, BlockGrid]], hw: HardwareSpec) -> float:
-    """Link time of bringing on-chip inputs from where they are (``grids``: input index, its
-    blocks) onto ``layout``'s cores: the busiest core's received bytes over its link, or the
-    bytes crossing chips over the system's inter-chip bandwidth, whichever is longer."""
-    if not grids:
-        return 0.0
-    cpc = hw.cores_per_chip
-    received = np.zeros(max(layout.span, 1))
-    cross = 0.0
+def arrival_seconds(layout: OpLayout, grids: Sequence[tuple[int, BlockGrid]],
+                    topo: Topology) -> tuple[float, float]:
+    """``(time, link-busy time)`` of bringing on-chip inputs from where they are (``grids``:
+    input index, its blocks) onto ``layout``'s cores: one re-layout phase per input, one
+    after another, each costed as the device costs it (:meth:`Topology.multicast_phase` of
+    the exact box overlaps, the same pattern the timing simulator builds)."""
+    time_s = busy_s = 0.0
     for t, grid in grids:
-        span = max(layout.span, int(grid.owner.max()) + 1)
-        rl = input_relayout(grid, layout, t, np.arange(span) // cpc, hw.num_chips)
-        received[:len(rl.recv_bytes)] += rl.recv_bytes[:len(received)]
-        cross += rl.inter_chip_bytes(cpc)
-    inter = cross / hw.inter_chip_bandwidth if cross and hw.inter_chip_bandwidth > 0 else 0.0
-    return max(float(received.max()) / hw.link_bandwidth, inter)
+        rl = input_relayout(grid, layout, t, topo.node_chip, topo.num_chips)
+
+        def flows(rl=rl):
+            f = rl.flows()
+            return f.src, f.dst, f.nbytes, f.sample_weight, f.multicast
+
+        phase = topo.multicast_phase(MulticastPattern(rl.piece_src, rl.piece_bytes, rl.piece_receivers,
+                                                      rl.recv_bytes, flows, rl.box_weight))
+        time_s += phase.time_s
+        busy_s += phase.busy_s
+    return time_s, busy_s
 
 
 def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int,
            hw: HardwareSpec, cache: PlanCache, key: str,
-           grids: Sequence[tuple[int, BlockGrid]] = ()) -> OpTradeoffs:
+           grids: Sequence[tuple[int, BlockGrid]], topo: Topology) -> OpTradeoffs:
     offchip = tuple(sorted(hbm + host))
     execs: list[ExecPoint] = []
     preloads: list[tuple[PreloadPoint, ...]] = []
@@ -180,8 +191,8 @@ def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int
     candidates = []
     for plan, time_s, traffic_s, tuned in points:
         layout = OpLayout(op.expr, plan, hw.cores_per_chip)
-        arrival = arrival_seconds(layout, grids, hw)
-        candidates.append((time_s + arrival, layout.memory_bytes_per_core(), traffic_s + arrival,
+        arrival_s, arrival_busy_s = arrival_seconds(layout, grids, topo)
+        candidates.append((time_s + arrival_s, layout.memory_bytes_per_core(), traffic_s + arrival_busy_s,
                            layout, ExecChoice(plan, tuned)))
     # the frontier: fastest first, each point smaller than every faster one (the arrival can
     # make a smaller plan the faster one)
