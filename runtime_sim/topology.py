@@ -79,12 +79,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .hardware import HardwareSpec
 from .links import chunk_latency_seconds
+
+if TYPE_CHECKING:
+    from .layout import Relayout
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,22 @@ class MulticastPattern:
     recv_bytes: np.ndarray
     flows: Callable[[], FlowList]
     sample_weight: float = 1.0
+
+
+def relayout_pattern(rl: "Relayout", on_sample: Callable[[], None] | None = None) -> MulticastPattern:
+    """The :class:`MulticastPattern` of a re-layout (:func:`runtime_sim.layout.relayout`): its
+    distinct pieces, and its explicit flows on demand (``on_sample`` is called when those are
+    a stride sample). The timing simulator and the compiler's Elk tables cost re-layouts
+    through it, with :meth:`Topology.multicast_phase`."""
+
+    def flows() -> tuple:  # FlowList and the multicast numbering
+        f = rl.flows()
+        if on_sample is not None and f.sample_weight > 1:
+            on_sample()
+        return f.src, f.dst, f.nbytes, f.sample_weight, f.multicast
+
+    return MulticastPattern(rl.piece_src, rl.piece_bytes, rl.piece_receivers, rl.recv_bytes,
+                            flows, rl.box_weight)
 
 
 def mesh_shape(cores: int) -> tuple[int, int]:
@@ -692,5 +711,5 @@ def make_topology(hw: HardwareSpec) -> Topology:
 
 __all__ = [
     "AllToAllTopology", "MeshTopology", "MulticastPattern", "NO_PHASE", "PhaseCost", "Topology", "link_loads",
-    "edge_ports", "make_topology", "mesh_shape", "perimeter",
+    "edge_ports", "make_topology", "mesh_shape", "perimeter", "relayout_pattern",
 ]

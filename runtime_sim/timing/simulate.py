@@ -121,7 +121,7 @@ from ..preload import (chip_read_bytes, delivered_bytes, delivery_groups, distri
 from ..program import IDLE_SPREAD, PRELOAD, DeviceProgram, OpProgram, dtype_bytes
 from ..stream import PRODUCED, Instruction, input_sources, run_stream
 from ..stream_timing import preload_link_share
-from ..topology import NO_PHASE, MulticastPattern, PhaseCost, Topology, make_topology
+from ..topology import NO_PHASE, PhaseCost, Topology, make_topology, relayout_pattern
 from .geometry import (
     Boxes,
     BlockGrid,
@@ -254,14 +254,10 @@ class _Planner:
             rl = input_relayout(grid, layout, t, topo.node_chip, topo.num_chips, boxes=boxes)
             sampled = [rl.box_weight > 1]
 
-            def flows() -> tuple[np.ndarray, np.ndarray, np.ndarray, float, np.ndarray | None]:
-                f = rl.flows()
-                sampled[0] = sampled[0] or f.sample_weight > 1
-                return f.src, f.dst, f.nbytes, f.sample_weight, f.multicast
+            def mark_sampled() -> None:
+                sampled[0] = True
 
-            pattern = MulticastPattern(rl.piece_src, rl.piece_bytes, rl.piece_receivers,
-                                       rl.recv_bytes, flows, rl.box_weight)
-            phase = topo.multicast_phase(pattern)
+            phase = topo.multicast_phase(relayout_pattern(rl, mark_sampled))
             hit = self.c.relayouts[cache_key] = (phase, rl.moved_bytes, sampled[0])
         return hit
 

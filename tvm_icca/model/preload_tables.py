@@ -70,7 +70,7 @@ from runtime_sim.links import bandwidth_view, replica_reduction_busy_seconds, re
 from runtime_sim.preload import chip_read_bytes, chunk_options, distribution, preload_bytes
 from runtime_sim.program import DeviceProgram, ExecutionPlan, OpProgram, dtype_bytes
 from runtime_sim.stream import PRODUCED, input_sources
-from runtime_sim.topology import MulticastPattern, Topology, make_topology
+from runtime_sim.topology import Topology, make_topology, relayout_pattern
 
 from ..elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
 from ..plans.batch_cost import AnalyticBatchModel
@@ -165,13 +165,7 @@ def arrival_seconds(layout: OpLayout, grids: Sequence[tuple[int, BlockGrid]],
     time_s = busy_s = 0.0
     for t, grid in grids:
         rl = input_relayout(grid, layout, t, topo.node_chip, topo.num_chips)
-
-        def flows(rl=rl):
-            f = rl.flows()
-            return f.src, f.dst, f.nbytes, f.sample_weight, f.multicast
-
-        phase = topo.multicast_phase(MulticastPattern(rl.piece_src, rl.piece_bytes, rl.piece_receivers,
-                                                      rl.recv_bytes, flows, rl.box_weight))
+        phase = topo.multicast_phase(relayout_pattern(rl))
         time_s += phase.time_s
         busy_s += phase.busy_s
     return time_s, busy_s
