@@ -76,6 +76,28 @@ def test_k_split_point_costs_the_device_replica_reduction(k_split):
     assert traffic < ring.time_s + extra
 
 
+def test_rotation_across_chips_costs_the_fabric():
+    # the plan search is chip-unaware; an execute-state point whose rotation ring spans two
+    # chips must cost each shift phase at the inter-chip fabric when that is the bottleneck,
+    # as the device does (A's ring of 8 cores has two links crossing chips: 256 B per phase
+    # over 1 GB/s against 128 B per port over 5.5 GB/s)
+    from runtime_sim.timing.opcost import op_cost
+    from tvm_icca.model.preload_tables import _device_reduction
+    from tvm_icca.plans.cost import AnalyticCostModel
+
+    hw = small_chip(8, 64 * 1024, num_chips=2, inter_chip_bandwidth=1e9)
+    layout = OpLayout(exprs.matmul(4, 64, 8), ExecutionPlan({"n": 8}, ({"k": 8}, {}, {}), ("k",)),
+                      hw.cores_per_chip)
+    layout.validate()
+    plain = AnalyticCostModel()(layout, hw)
+    extra, traffic = _device_reduction(layout, plain, hw)
+    sim = op_cost(layout, hw, make_topology(hw))
+    assert sim.shift.inter_busy_s > sim.shift.intra_busy_s  # the fabric binds
+    assert extra == pytest.approx(sim.shift.time_s - plain.shift_s, rel=1e-6)
+    assert plain.time_s + extra == pytest.approx(sim.exec_s, rel=1e-6)
+    assert traffic == pytest.approx(sim.shift.busy_s, rel=1e-6)
+
+
 def test_layers_of_one_region_share_their_table_keys():
     # every layer of a decoder holds the KV-cache updates of the layers before it, so the
     # live bytes around identical operators differ; their keys (their trade-off points) must

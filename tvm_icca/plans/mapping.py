@@ -130,11 +130,7 @@ def mapping_cost(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int] =
             hbm_unique += distinct
         else:
             inter += float(per_chip.sum()) - distinct
-    for t in range(len(expr.tensors)):
-        for a in layout.temporal_axes(t):
-            src = layout.shift_sources(t, a)
-            crossing = int(np.count_nonzero(chip[src] != chip))
-            inter += crossing * layout.shift_count_per_core(t, a) * layout.partition_bytes(t)
+    inter += rotation_inter_chip_bytes(layout, cpc)
     out = len(expr.tensors) - 1
     owner = layout.output_owner_of()
     inter += int(np.count_nonzero(chip[owner] != chip)) * layout.partition_bytes(out)
@@ -143,6 +139,20 @@ def mapping_cost(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int] =
         hbm_s = float(per_chip_hbm.max()) / (hw.hbm_bandwidth / chips)
     inter_s = inter / hw.inter_chip_bandwidth if inter and hw.inter_chip_bandwidth > 0 else 0.0
     return MappingCost(hbm_s, inter_s, float(per_chip_hbm.sum()), hbm_unique, float(inter))
+
+
+def rotation_inter_chip_bytes(layout: OpLayout, cores_per_chip: int) -> float:
+    """Bytes ``layout``'s rotations send between chips over the whole operator: every shift
+    whose source core is on another chip, as often as the core shifts that tensor (the
+    inter-chip fabric carries each one, whichever step it falls in)."""
+    chip = layout.chip_of_core(cores_per_chip)
+    inter = 0.0
+    for t in range(len(layout.expr.tensors)):
+        for a in layout.temporal_axes(t):
+            src = layout.shift_sources(t, a)
+            crossing = int(np.count_nonzero(chip[src] != chip))
+            inter += crossing * layout.shift_count_per_core(t, a) * layout.partition_bytes(t)
+    return float(inter)
 
 
 def relayout_inter_chip_bytes(producer: OpLayout, layout: OpLayout, t: int, hw: HardwareSpec) -> float:
