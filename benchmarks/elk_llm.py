@@ -26,6 +26,7 @@ ratios between designs hold; the README says which runs used fewer layers). Writ
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import pathlib
 import sys
@@ -223,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the tables of an earlier run's JSON (no compiling)")
     args = parser.parse_args(argv)
+    if (args.sweep_hbm or args.sweep_noc) and importlib.util.find_spec("matplotlib") is None:
+        # checked before compiling: a sweep takes minutes, its plot comes last
+        parser.error("the HBM and interconnect sweeps plot with matplotlib: "
+                     "pip install -e '.[bench]'")
     if args.render:
         return _render(pathlib.Path(args.render))
     models = args.models.split(",")
