@@ -8,8 +8,8 @@ take when they overlap, and they are the device's, written here once:
 * **An execute keeps priority on the links.** Its duration does not change when a preload
   streams meanwhile.
 * **A preload's network delivery gets the link share the running execute leaves**:
-  :func:`preload_link_share`, ``1 - transfer_s / duration_s`` of that execute (its links are
-  busy for ``transfer_s`` of its ``duration_s``: its transfers' bytes over bandwidth; the hop
+  :func:`preload_link_share`, ``1 - busy_s / duration_s`` of that execute (its links are
+  busy for ``busy_s`` of its ``duration_s``: its transfers' bytes over bandwidth; the hop
   latency a chunk spends in flight holds no bandwidth and is not in it, see
   :attr:`runtime_sim.topology.PhaseCost.busy_s`), the whole links when nothing executes or the
   preload has its own interconnect (Elk's Ideal). The off-chip source (HBM) is not shared, so a
@@ -35,12 +35,13 @@ __all__ = ["StreamTimes", "preload_link_share", "stream_times"]
 _DONE = 1e-12
 
 
-def preload_link_share(transfer_s: float, duration_s: float) -> float:
+def preload_link_share(busy_s: float, duration_s: float) -> float:
     """Share of its links a running execute of ``duration_s`` seconds leaves to a preload's
-    network delivery, when its own traffic keeps them busy for ``transfer_s`` of that time."""
+    network delivery, when its own traffic holds their bandwidth for ``busy_s`` of that time
+    (:attr:`runtime_sim.topology.PhaseCost.busy_s`, not the transfers' time with latency)."""
     if duration_s <= 0:
         return 1.0
-    return 1.0 - min(1.0, transfer_s / duration_s)
+    return 1.0 - min(1.0, busy_s / duration_s)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class StreamTimes:
 
 
 def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[float],
-                 exec_transfer_s: Sequence[float],
+                 exec_busy_s: Sequence[float],
                  preload_source_s: Mapping[int, float] | Sequence[float],
                  preload_network_s: Mapping[int, float] | Sequence[float],
                  separate_interconnect: bool = False) -> StreamTimes:
@@ -63,8 +64,8 @@ def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[
 
     ``order`` lists the preloaded operators in preload order; ``horizon[i]`` is how many of
     them are issued before ``execute(i)``. Per operator ``i`` (execution order):
-    ``exec_s[i]`` its execute's duration and ``exec_transfer_s[i]`` how long its own traffic
-    keeps its links busy; per preloaded operator ``j`` (indexed by operator):
+    ``exec_s[i]`` its execute's duration and ``exec_busy_s[i]`` how long its own traffic
+    holds its links' bandwidth; per preloaded operator ``j`` (indexed by operator):
     ``preload_source_s[j]`` the time its off-chip source needs and ``preload_network_s[j]``
     its network delivery alone. ``separate_interconnect``: preloads never share links.
     """
@@ -103,7 +104,7 @@ def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[
                 started = True
         rate = 1.0
         if running >= 0 and not separate_interconnect:
-            rate = preload_link_share(exec_transfer_s[running], exec_s[running])
+            rate = preload_link_share(exec_busy_s[running], exec_s[running])
         events = []
         if running >= 0:
             events.append(ex_e[running])

@@ -59,13 +59,13 @@ def test_k_split_point_costs_the_device_replica_reduction(k_split):
     # timing simulator charges for the same plan's steps and reduction (Elk §4.3, Fig. 12)
     from runtime_sim.timing.opcost import op_cost
     from runtime_sim.topology import make_topology
-    from tvm_icca.model.preload_tables import _device_reduction
+    from tvm_icca.model.preload_tables import _device_correction
     from tvm_icca.plans.cost import AnalyticCostModel
 
     hw = small_chip(64, 64 * 1024)
     layout = OpLayout(exprs.matmul(4, 4096, 64), ExecutionPlan({"k": k_split, "n": 4}, ({}, {}, {})))
     ring = AnalyticCostModel()(layout, hw)
-    extra, traffic = _device_reduction(layout, ring, hw)
+    extra, traffic = _device_correction(layout, ring, hw)
     sim = op_cost(layout, hw, make_topology(hw))
     assert extra > 0.0  # the ring term under-estimates the schedule
     assert ring.time_s + extra == pytest.approx(sim.exec_s, rel=1e-6)
@@ -82,7 +82,7 @@ def test_rotation_across_chips_costs_the_fabric():
     # as the device does (A's ring of 8 cores has two links crossing chips: 256 B per phase
     # over 1 GB/s against 128 B per port over 5.5 GB/s)
     from runtime_sim.timing.opcost import op_cost
-    from tvm_icca.model.preload_tables import _device_reduction
+    from tvm_icca.model.preload_tables import _device_correction
     from tvm_icca.plans.cost import AnalyticCostModel
 
     hw = small_chip(8, 64 * 1024, num_chips=2, inter_chip_bandwidth=1e9)
@@ -90,7 +90,7 @@ def test_rotation_across_chips_costs_the_fabric():
                       hw.cores_per_chip)
     layout.validate()
     plain = AnalyticCostModel()(layout, hw)
-    extra, traffic = _device_reduction(layout, plain, hw)
+    extra, traffic = _device_correction(layout, plain, hw)
     sim = op_cost(layout, hw, make_topology(hw))
     assert sim.shift.inter_busy_s > sim.shift.intra_busy_s  # the fabric binds
     assert extra == pytest.approx(sim.shift.time_s - plain.shift_s, rel=1e-6)

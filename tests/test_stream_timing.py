@@ -21,7 +21,7 @@ def test_preload_beside_a_busy_execute_closed_form():
     # execute 0 (10 us, links busy half the time) runs while operator 1's preload streams:
     # 4 us of delivery at half rate ends at 8 us (its 1 us source is long done); execute 1
     # waits for execute 0, not for the preload
-    t = stream_times(order=[1], horizon=[1, 1], exec_s=[10e-6, 3e-6], exec_transfer_s=[5e-6, 0.0],
+    t = stream_times(order=[1], horizon=[1, 1], exec_s=[10e-6, 3e-6], exec_busy_s=[5e-6, 0.0],
                      preload_source_s={1: 1e-6}, preload_network_s={1: 4e-6})
     assert t.pre_start == (0.0,) and t.pre_end[0] == pytest.approx(8e-6)
     assert t.exec_start[1] == pytest.approx(10e-6) and t.total_s == pytest.approx(13e-6)

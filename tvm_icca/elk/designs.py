@@ -135,7 +135,7 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
         load_s = {j: pts[j].load_s for j in order}
     ps = _prefix(space)
     pos = {j: k for k, j in enumerate(order)}
-    exec_s, transfer_s, wbytes = [], [], []
+    exec_s, busy_s, wbytes = [], [], []
     for i, op in enumerate(ops):
         ep = op.execs[schedule.exec_choice[i]]
         h = schedule.horizon[i]
@@ -144,7 +144,7 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
             if ep.space + op.live_bytes > machine.sram_bytes or w_space > machine.sram_bytes:
                 raise ValueError(f"ideal: operator {i} exceeds SRAM")
             exec_s.append(ep.time_s)
-            transfer_s.append(ep.traffic_s)
+            busy_s.append(ep.traffic_s)
             wbytes.append(ep.space + op.live_bytes)
             continue
         total = window_bytes(ep.space, (w_space,), op.live_bytes)
@@ -153,10 +153,10 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
         own = pts[i].distribute_s if i in pts else 0.0
         # the distribution phase is link traffic too
         exec_s.append(own + ep.time_s)
-        transfer_s.append(own + ep.traffic_s)
+        busy_s.append(own + ep.traffic_s)
         wbytes.append(total)
     network_s = {j: 0.0 if ideal else pts[j].network_s for j in order}
-    t = stream_times(order, schedule.horizon, exec_s, transfer_s, load_s, network_s,
+    t = stream_times(order, schedule.horizon, exec_s, busy_s, load_s, network_s,
                      separate_interconnect=ideal or machine.separate_interconnect)
     nan = math.nan
     pre_start = tuple(t.pre_start[pos[j]] if j in pos else nan for j in range(n))

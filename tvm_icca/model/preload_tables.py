@@ -208,14 +208,14 @@ def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
     budget ladder."""
     first = OpLayout(op.expr, op.plan, hw.cores_per_chip)
     cost = AnalyticCostModel()(first, hw)  # what the region planner estimated for it
-    extra, traffic = _device_reduction(first, cost, hw)
+    extra, traffic = _device_correction(first, cost, hw)
     points = [(op.plan, (op.estimated_time_s or cost.time_s) + extra, traffic)]
     for expr, budget, name, hbm_inputs in ladder_steps(op, hbm, hw):
         try:
             planned = cache.plan(expr, hw, None, budget, name, hbm_inputs)
         except PlanNotFoundError:
             break
-        extra, traffic = _device_reduction(OpLayout(op.expr, planned.plan, hw.cores_per_chip),
+        extra, traffic = _device_correction(OpLayout(op.expr, planned.plan, hw.cores_per_chip),
                                            planned.cost, hw)
         points.append((planned.plan, planned.time_s + extra, traffic))
     return points
@@ -223,12 +223,12 @@ def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
 
 def _device_time(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tuple[float, float]:
     """(time, link time) of a plan as the ladder counts them: ``cost`` with the replica
-    reduction the device runs (:func:`_device_reduction`)."""
-    extra, traffic = _device_reduction(layout, cost, hw)
+    reduction the device runs and its rotations' inter-chip fabric (:func:`_device_correction`)."""
+    extra, traffic = _device_correction(layout, cost, hw)
     return cost.time_s + extra, traffic
 
 
-def _device_reduction(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tuple[float, float]:
+def _device_correction(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tuple[float, float]:
     """(seconds to add to ``cost``'s time, link time) of a plan whose replica reduction runs
     as the device schedules it, and whose rotations cross chips where its placement puts them.
 
