@@ -36,6 +36,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from runtime_sim.errors import PlanNotFoundError, SramOverflowError  # noqa: E402
 from tvm_icca.hardware import resolve_hardware  # noqa: E402
 from tvm_icca.programs import compile_programs  # noqa: E402
 from tvm_icca.region import PlanCache  # noqa: E402
@@ -60,15 +61,24 @@ def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | N
     cache = PlanCache()  # region plans shared by the designs; each design plans its own schedule
     rows = []
     for design in designs:
+        case = {"model": model, "hardware": hw.name, "batch": batch, "context": context,
+                "layers": layers or "all", "design": design,
+                "hbm_tbps": hw.hbm_bandwidth / 1e12, "link_gbps": hw.link_bandwidth / 1e9}
         start = time.perf_counter()
-        compiled = compile_programs(workload, hw, plan_cache=cache, preload=design)
+        try:
+            compiled = compile_programs(workload, hw, plan_cache=cache, preload=design)
+        except (PlanNotFoundError, SramOverflowError) as err:
+            # a configuration the compiler cannot fit on the chip (e.g. one layer's KV cache
+            # larger than all its SRAM): recorded, and the sweep goes on
+            rows.append({**case, "total_ms": None, "error": f"{type(err).__name__}: {err}"})
+            print(f"  {model} {hw.name} b{batch} c{context} {design}: does not fit ({type(err).__name__})",
+                  file=sys.stderr)
+            continue
         compile_s = time.perf_counter() - start
         report = compiled.simulate()
         data = report.to_dict(per_op=False)
         row = {
-            "model": model, "hardware": hw.name, "batch": batch, "context": context,
-            "layers": layers or "all", "design": design,
-            "hbm_tbps": hw.hbm_bandwidth / 1e12, "link_gbps": hw.link_bandwidth / 1e9,
+            **case,
             "total_ms": report.total_s * 1e3,
             "compile_s": compile_s,
             "elk_planning_s": compiled.preload.planning_s if compiled.preload else 0.0,
@@ -118,8 +128,13 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
     ideal = {(r["model"], r["batch"], r["context"], r["hardware"], r["hbm_tbps"], r["link_gbps"]):
              r["total_ms"] for r in rows if r["design"] == "ideal"}
     for r in rows:
+        if r["total_ms"] is None:
+            lines.append(f"| {r['model']} | {r['hardware']} | {r['hbm_tbps']:g} | {r['link_gbps']:g} | "
+                         f"{r['batch']} | {r['context']} | {r['design']} | does not fit |"
+                         + " |" * 11)
+            continue
         key = (r["model"], r["batch"], r["context"], r["hardware"], r["hbm_tbps"], r["link_gbps"])
-        pct = 100.0 * ideal[key] / r["total_ms"] if key in ideal else float("nan")
+        pct = 100.0 * ideal[key] / r["total_ms"] if ideal.get(key) else float("nan")
         ms = lambda k: r.get(k, float("nan")) * 1e3  # noqa: E731
         pc = lambda k: 100.0 * r.get(k, float("nan"))  # noqa: E731
         lines.append(
@@ -144,7 +159,10 @@ def _summary(rows: list[dict[str, Any]]) -> list[str]:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     pct, basic, static = [], [], []
     for key, t in cases.items():
-        if not all(d in t for d in DESIGNS):
+        if any(t.get(d) is None for d in DESIGNS):
+            if any(d in t and t[d] is None for d in DESIGNS):
+                lines.append(f"| {key[0]} | {key[3]} | {key[4]:g} | {key[5]:g} | {key[1]} | {key[2]} | "
+                             "does not fit | | | |")
             continue
         order = [t[d] for d in ("ideal", "elk-full", "elk-dyn", "static", "basic")]
         ok = all(a <= b * (1 + 1e-9) for a, b in zip(order, order[1:]))
@@ -168,7 +186,8 @@ def _plot(rows: list[dict[str, Any]], xkey: str, xlabel: str, path: pathlib.Path
 
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["hardware"], r["design"]), []).append(r)
+        if r["total_ms"] is not None:
+            groups.setdefault((r["hardware"], r["design"]), []).append(r)
     fig, ax = plt.subplots(figsize=(7, 4))
     for (hw, design), rs in sorted(groups.items()):
         rs = sorted(rs, key=lambda r: r[xkey])
@@ -221,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep-model", default="llama2-13b")
     parser.add_argument("--cold-compile", metavar="MODELS",
                         help="comma-separated models: time an Elk-Full compile from nothing")
+    parser.add_argument("--append", action="store_true",
+                        help="merge into the results file's earlier rows (a case run again "
+                        "replaces its rows) instead of overwriting it")
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the tables of an earlier run's JSON (no compiling)")
     args = parser.parse_args(argv)
@@ -272,10 +294,29 @@ def main(argv: list[str] | None = None) -> int:
     stem = ("elk_llm" if not args.no_main else
             "elk_llm_sweeps" if args.sweep_batch or args.sweep_hbm or args.sweep_noc else
             "elk_llm_compile")
+    path = RESULTS / f"{stem}.json"
+    if args.append and path.exists():
+        out = _merged(json.loads(path.read_text()), out)
+        path.write_text(json.dumps(out, indent=1) + "\n")
+        return _render(path)
     (RESULTS / f"{stem}.md").write_text(text)
-    (RESULTS / f"{stem}.json").write_text(json.dumps(out, indent=1) + "\n")
+    path.write_text(json.dumps(out, indent=1) + "\n")
     print(text)
     return 0
+
+
+def _merged(old: dict[str, list[dict[str, Any]]],
+            new: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """``old``'s rows with ``new``'s added; a row of ``new`` replaces the ``old`` row of the
+    same case and design."""
+    def ident(r: dict[str, Any]) -> tuple:
+        return tuple(r.get(k) for k in ("model", "hardware", "batch", "context", "layers",
+                                         "design", "hbm_tbps", "link_gbps"))
+    out = {key: list(rows) for key, rows in old.items()}
+    for key, rows in new.items():
+        fresh = {ident(r) for r in rows}
+        out[key] = [r for r in out.get(key, []) if ident(r) not in fresh] + rows
+    return out
 
 
 if __name__ == "__main__":

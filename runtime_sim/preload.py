@@ -19,7 +19,9 @@ execute-state plan may have many preload-state plans"):
 This module is the one definition, used by the compiler (preload space and distribution
 bytes of each preload-state plan), the functional device (which chunk each core stores and
 where it fetches the rest) and the timing simulator (delivery multicast groups and
-distribution flows).
+distribution flows), and so is what the network does with them (:func:`preload_delivery`,
+:func:`distribution_phase`): the timing simulator runs those phases and the Elk tables price
+every preload-state plan with them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy as np
 from .errors import InvalidPlanError
 from .layout import Boxes, OpLayout, input_boxes
 from .program import dtype_bytes
+from .topology import NO_PHASE, PhaseCost, Topology
 
 
 def replica_ranks(layout: OpLayout, t: int) -> tuple[np.ndarray, np.ndarray]:
@@ -221,3 +224,79 @@ def chip_read_bytes(layout: OpLayout, t: int, s: int, chip_of: np.ndarray, num_c
     boxes = input_boxes(layout, t) if boxes is None else boxes
     per_chip = boxes.unique_bytes_per_chip(chip_of, num_chips)
     return per_chip * chunk_share_per_chip(layout, t, s, chip_of, num_chips) if s > 1 else per_chip
+
+
+@dataclass(frozen=True)
+class PreloadDelivery:
+    """One operator's preload from one off-chip source, as the network carries it (Elk §4.5
+    ``preload_async``): the source reads each chip's distinct bytes once, the network
+    multicasts each chunk to its :func:`delivery_groups`."""
+
+    kind: str  # "hbm" or "host"
+    network: PhaseCost  # delivery to every core that holds a chunk
+    source_s: float  # the busiest source (HBM controller, host link): its bytes over its bandwidth
+    unique_bytes: float  # what the sources send, summed over chips
+    delivered_bytes: float  # summed over receiving cores (:func:`delivered_bytes`)
+    distinct_bytes: tuple[float, ...]  # per input, its distinct bytes over the whole system
+    space: np.ndarray  # per numbered core, the preload space it reserves (:func:`preload_bytes`)
+
+    @property
+    def duration_s(self) -> float:
+        """The preload alone: the slower of its source and its network delivery."""
+        return max(self.source_s, self.network.time_s)
+
+
+def preload_delivery(topo: Topology, kind: str, layout: OpLayout, inputs: "tuple[int, ...]",
+                     chunks: "tuple[int, ...]", boxes: "list[Boxes] | None" = None) -> PreloadDelivery:
+    """The preload of ``layout``'s off-chip ``inputs`` from one source (``kind``), input
+    ``inputs[i]`` in its state with ``chunks[i]`` chunks, on ``topo``'s network.
+
+    The source reads :func:`chip_read_bytes` per chip; the network delivers each core its
+    chunk (:func:`delivered_bytes`) from the home controllers or host link of the core's chip
+    (:meth:`~runtime_sim.topology.Topology.io_flows`), every group of cores holding the same
+    chunk served by one multicast, all inputs in one phase
+    (:meth:`~runtime_sim.topology.Topology.io_load`). ``boxes``: the inputs'
+    :func:`~runtime_sim.layout.input_boxes` if the caller has them."""
+    n = layout.num_cores
+    cores = layout.physical  # numbered core -> physical core
+    chip_of = topo.node_chip[cores]
+    unique = np.zeros(topo.num_chips)
+    space = np.zeros(n, np.int64)
+    one_chip = np.zeros(topo.num_nodes, np.int64)
+    delivered = 0.0
+    distinct, flows = [], []
+    for k, (t, s) in enumerate(zip(inputs, chunks)):
+        box = input_boxes(layout, t) if boxes is None else boxes[k]
+        unique += chip_read_bytes(layout, t, s, chip_of, topo.num_chips, box)
+        distinct.append(float(box.unique_bytes_per_chip(one_chip, 1).sum()))
+        space += preload_bytes(layout, t, s)
+        nbytes = delivered_bytes(layout, t, s).astype(np.float64)
+        delivered += float(nbytes.sum())
+        flows.append(topo.io_flows(kind, cores, nbytes, delivery_groups(layout, t, s) * len(inputs) + k))
+    src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
+    network, source_s = topo.io_load(kind, src, dst, nbytes, group, unique)
+    return PreloadDelivery(kind, network, source_s, float(unique.sum()), delivered,
+                           tuple(distinct), space)
+
+
+def distribution_phase(topo: Topology, layout: OpLayout,
+                       chunked: "tuple[tuple[int, int], ...]") -> tuple[PhaseCost, float]:
+    """The distribution phase of an operator's chunked inputs (Elk §4.5 ``distribute_data``):
+    every flow of :func:`distribution` for each ``(input, s)`` with ``s > 1``, on physical
+    cores, costed together as one phase; a core sends its one chunk to the members of its
+    block as one multicast. Returns the phase and its bytes (summed over receivers)."""
+    src, dst, nbytes, group = [], [], [], []
+    n = layout.num_cores
+    for index, (t, s) in enumerate(chunked):
+        if s <= 1:
+            continue
+        d = distribution(layout, t, s)
+        src.append(layout.physical[d.src])
+        dst.append(layout.physical[d.dst])
+        nbytes.append(d.nbytes.astype(np.float64))
+        group.append(index * n + d.src)  # each core holds one chunk: its source names it
+    if not src:
+        return NO_PHASE, 0.0
+    b = np.concatenate(nbytes)
+    phase = topo.phase(np.concatenate(src), np.concatenate(dst), b, multicast=np.concatenate(group))
+    return phase, float(b.sum())

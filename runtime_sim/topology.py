@@ -285,6 +285,18 @@ class Topology:
         network = self.phase(src, dst, nbytes, multicast=group)
         return network, self._controller_seconds(unique_per_chip, None)
 
+    def io_load(self, kind: str, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                group: np.ndarray | None, unique_per_chip: np.ndarray) -> tuple[PhaseCost, float]:
+        """``(network delivery, source time)`` of the :meth:`io_flows` ``src, dst, nbytes,
+        group`` when chip ``k``'s source sends ``unique_per_chip[k]`` distinct bytes: its HBM
+        controllers (:meth:`hbm_load`) or its host link (``host_bandwidth`` per chip)."""
+        if kind == "hbm":
+            return self.hbm_load(src, dst, nbytes, group, unique_per_chip)
+        if kind != "host":
+            raise ValueError(f"unknown I/O kind {kind!r}")
+        network = self.phase(src, dst, nbytes, multicast=group)
+        return network, float(np.max(unique_per_chip)) / self.hw.host_bandwidth
+
     def _controller_seconds(self, unique_per_chip: np.ndarray, shares: np.ndarray | None) -> float:
         """Seconds the busiest controller reads: chip ``k``'s bytes split over its home
         controllers by ``shares`` (a fraction per controller; ``None``: evenly)."""

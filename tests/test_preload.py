@@ -78,3 +78,25 @@ def test_delivered_plus_distributed_is_every_partition() -> None:
         full = layout.num_cores * layout.partition_bytes(t)
         for s in chunk_options(layout, t):
             assert delivered_bytes(layout, t, s).sum() + distribution(layout, t, s).total_bytes == full
+
+
+@pytest.mark.parametrize("topology", ["all-to-all", "mesh"])
+def test_whole_partition_preload_is_the_plain_load(topology) -> None:
+    # with one chunk per partition the preload state is the execute state: its delivery must
+    # cost what the simulator's plain load (replica groups from the input boxes) costs
+    from runtime_sim.hardware import small_chip
+    from runtime_sim.preload import preload_delivery
+    from runtime_sim.timing.simulate import _Planner
+    from runtime_sim.topology import make_topology
+
+    hw = small_chip(64, 64 * 1024, topology=topology, hbm_bandwidth=1e12, hbm_controllers=4)
+    topo = make_topology(hw)
+    layout = OpLayout(matmul(64, 64, 32), ExecutionPlan({"m": 16, "n": 4}, [{}, {}, {}], []),
+                      hw.cores_per_chip)
+    d = preload_delivery(topo, "hbm", layout, (0, 1), (1, 1))
+    load, need = _Planner(hw, topo).load("hbm", "op", layout, (0, 1))
+    assert d.network == load.network
+    assert d.source_s == load.source_s
+    assert (d.unique_bytes, d.delivered_bytes) == (load.unique_bytes, load.delivered_bytes)
+    assert d.distinct_bytes == load.distinct_bytes
+    assert np.array_equal(d.space, need)

@@ -149,3 +149,33 @@ def test_unmeasured_points_scale_by_the_device_priced_ratio():
 def json_plan(plan):
     from tvm_icca.tuning.candidates import plan_signature
     return plan_signature(plan)
+
+
+@pytest.mark.parametrize("topology", ["all-to-all", "mesh"])
+def test_preload_points_are_priced_as_the_device_delivers_them(topology):
+    # every preload-state point's load and distribution time is what the timing simulator
+    # charges for that preload (its delivery through the controllers, the mesh's edge ports
+    # and multicast trees; its distribution phase), whatever the topology (Elk §4.3, §5)
+    from runtime_sim.timing.simulate import _Planner
+    from tvm_icca.model.preload_tables import _preload_points
+
+    hw = small_chip(64, 64 * 1024, topology=topology, hbm_bandwidth=1e12, hbm_controllers=4)
+    topo = make_topology(hw)
+    # B [64, 32] float32 replicated over the 16 row blocks of the output: 16 replicas
+    layout = OpLayout(exprs.matmul(64, 64, 32), ExecutionPlan({"m": 16, "n": 4}, ({}, {}, {})),
+                      hw.cores_per_chip)
+    points = _preload_points(layout, (1,), (1,), (), hw, topo)
+    assert len(points) > 1 and points[0].space > points[-1].space  # MaxPreload first
+    planner = _Planner(hw, topo)
+    for p in points:
+        s = dict(p.chunks).get(1, 1)
+        load, space = planner.preload("hbm", "op", layout, (1,), (s,))
+        assert p.load_s == pytest.approx(load.duration_s, rel=1e-12)
+        assert p.network_s == pytest.approx(load.network.time_s, rel=1e-12)
+        assert p.space == int(space.max())
+        phase, _ = planner.distribute("op", layout, ((1, s),))
+        assert p.distribute_s == pytest.approx(phase.time_s, rel=1e-12)
+    if topology == "mesh":
+        # the edge ports, not one core's link, bound the whole-partition delivery: preload
+        # bytes over the link bandwidth (the tables' earlier price) is far too fast
+        assert points[0].network_s > 2 * points[0].space / hw.link_bandwidth

@@ -116,8 +116,7 @@ from ..errors import DeviceProgramError, SramOverflowError, short_name
 from ..hardware import HardwareSpec
 from ..layout import OpLayout, check_op_inputs, checked_layout, input_relayout, rests_spread
 from ..lifetimes import last_reads, outlives, released
-from ..preload import (chip_read_bytes, delivered_bytes, delivery_groups, distribution,
-                       preload_bytes)
+from ..preload import distribution_phase, preload_delivery
 from ..program import IDLE_SPREAD, PRELOAD, DeviceProgram, OpProgram, dtype_bytes
 from ..stream import PRODUCED, Instruction, input_sources, run_stream
 from ..stream_timing import preload_link_share
@@ -288,7 +287,7 @@ class _Planner:
                      else np.zeros(n, np.int64))
             flows.append(topo.io_flows(kind, cores, box.nbytes, group * len(inputs) + len(flows)))
         src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
-        network, source_s = self._deliver(kind, src, dst, nbytes, group, unique)
+        network, source_s = topo.io_load(kind, src, dst, nbytes, group, unique)
         hit = (_Load(kind, source_s, network, float(unique.sum()), float(per_core.sum()),
                      tuple(distinct)), need)
         self.c.loads[cache_key] = hit
@@ -297,84 +296,28 @@ class _Planner:
     def preload(self, kind: str, key: str, layout: OpLayout, inputs: tuple[int, ...],
                 chunks: tuple[int, ...]) -> tuple[_Load, np.ndarray]:
         """One operator's preload from one off-chip source in its preload state (Elk §4.3,
-        :mod:`runtime_sim.preload`): input ``inputs[i]`` cut into ``chunks[i]`` chunks.
-
-        The source reads each chip's distinct bytes once (as :meth:`load`; with chunks, the
-        chip's share of a partition's bytes is scaled by the chunks its cores hold); the
-        network multicasts each chunk to its delivery group
-        (:func:`~runtime_sim.preload.delivery_groups`), every core receiving
-        :func:`~runtime_sim.preload.delivered_bytes`. Returns the load and the preload space
-        per numbered core (:func:`~runtime_sim.preload.preload_bytes` summed over inputs)."""
+        :func:`runtime_sim.preload.preload_delivery`): input ``inputs[i]`` cut into
+        ``chunks[i]`` chunks. Returns the load and the preload space per numbered core."""
         cache_key = ("preload", kind, key, inputs, chunks)
         hit = self.c.loads.get(cache_key)
         if hit is not None:
             return hit
-        hw, topo = self.hw, self.topo
-        n = layout.num_cores
-        cores = layout.physical
-        chip_of = topo.node_chip[cores]
-        unique = np.zeros(hw.num_chips)
-        space = np.zeros(n, np.int64)
-        one_chip = np.zeros(topo.num_nodes, np.int64)
-        delivered = 0.0
-        distinct = []
-        flows = []
-        for t, s in zip(inputs, chunks):
-            box = self.boxes(key, layout, t)
-            unique += chip_read_bytes(layout, t, s, chip_of, hw.num_chips, box)
-            distinct.append(float(box.unique_bytes_per_chip(one_chip, 1).sum()))
-            space += preload_bytes(layout, t, s)
-            nbytes = delivered_bytes(layout, t, s).astype(np.float64)
-            delivered += float(nbytes.sum())
-            group = delivery_groups(layout, t, s)
-            flows.append(topo.io_flows(kind, cores, nbytes, group * len(inputs) + len(flows)))
-        src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
-        network, source_s = self._deliver(kind, src, dst, nbytes, group, unique)
-        hit = (_Load(kind, source_s, network, float(unique.sum()), delivered,
-                     tuple(distinct)), space)
+        d = preload_delivery(self.topo, kind, layout, inputs, chunks,
+                             [self.boxes(key, layout, t) for t in inputs])
+        hit = (_Load(kind, d.source_s, d.network, d.unique_bytes, d.delivered_bytes,
+                     d.distinct_bytes), d.space)
         self.c.loads[cache_key] = hit
         return hit
 
-    def _deliver(self, kind: str, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
-                 group: np.ndarray, unique: np.ndarray) -> tuple[PhaseCost, float]:
-        """The network phase of a delivery and the seconds its source takes to send each
-        chip's ``unique`` bytes: HBM controllers (each chip's bytes sliced over its home
-        controllers, Elk §5; on a mesh in proportions chosen per load,
-        :meth:`Topology.hbm_load`) or the host links."""
-        if kind == "hbm":
-            return self.topo.hbm_load(src, dst, nbytes, group, unique)
-        network = self.topo.phase(src, dst, nbytes, multicast=group)
-        return network, float(unique.max()) / self.hw.host_bandwidth
-
     def distribute(self, key: str, layout: OpLayout, chunked: tuple[tuple[int, int], ...]) -> tuple[PhaseCost, float]:
-        """The distribution phase of an operator's chunked inputs (Elk §4.5
-        ``distribute_data``): every flow of :func:`~runtime_sim.preload.distribution` for
-        each ``(input, s)`` with ``s > 1``, on physical cores, costed together as one phase;
-        a core sends its one chunk to the members of its block as one multicast. Returns the
-        phase and its bytes (summed over receivers)."""
+        """The distribution phase of an operator's chunked inputs
+        (:func:`runtime_sim.preload.distribution_phase`) and its bytes."""
         cache_key = ("distribute", key, chunked)
         hit = self.c.relayouts.get(cache_key)
-        if hit is not None:
-            return hit[0], hit[1]
-        src, dst, nbytes, group = [], [], [], []
-        n = layout.num_cores
-        for index, (t, s) in enumerate(chunked):
-            if s <= 1:
-                continue
-            d = distribution(layout, t, s)
-            src.append(layout.physical[d.src])
-            dst.append(layout.physical[d.dst])
-            nbytes.append(d.nbytes.astype(np.float64))
-            group.append(index * n + d.src)  # each core holds one chunk: its source names it
-        if not src:
-            phase, total = NO_PHASE, 0.0
-        else:
-            b = np.concatenate(nbytes)
-            phase = self.topo.phase(np.concatenate(src), np.concatenate(dst), b,
-                                    multicast=np.concatenate(group))
-            total = float(b.sum())
-        self.c.relayouts[cache_key] = (phase, total, False)
-        return phase, total
+        if hit is None:
+            phase, total = distribution_phase(self.topo, layout, chunked)
+            hit = self.c.relayouts[cache_key] = (phase, total, False)
+        return hit[0], hit[1]
 
     def store(self, key: str, layout: OpLayout) -> _Load:
         """The chip -> host return of an operator's output: the cores holding it (ring 0) send

@@ -67,7 +67,8 @@ import numpy as np
 from runtime_sim.layout import BlockGrid, OpLayout, canonical_grid, input_boxes, input_relayout, producer_grid
 from runtime_sim.lifetimes import held_bytes
 from runtime_sim.links import bandwidth_view, replica_reduction_busy_seconds, replica_reduction_seconds
-from runtime_sim.preload import chip_read_bytes, chunk_options, distribution, preload_bytes
+from runtime_sim.preload import (chip_read_bytes, chunk_options, distribution_phase, preload_bytes,
+                                 preload_delivery)
 from runtime_sim.program import DeviceProgram, ExecutionPlan, OpProgram, dtype_bytes
 from runtime_sim.stream import PRODUCED, input_sources
 from runtime_sim.topology import Topology, make_topology, relayout_pattern
@@ -196,7 +197,7 @@ def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int
             continue
         execs.append(ExecPoint(time_s, space, min(traffic_s, time_s), choice))
         if offchip:
-            preloads.append(_preload_points(layout, offchip, hbm, host, hw))
+            preloads.append(_preload_points(layout, offchip, hbm, host, hw, topo))
     offchip_bytes = float(sum(op.expr.inputs[t].nbytes for t in offchip))
     return OpTradeoffs(key=key, execs=tuple(execs), preloads=tuple(preloads),
                        hbm_bytes=offchip_bytes, live_bytes=int(held))
@@ -338,42 +339,46 @@ def _with_records(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
 
 
 def _preload_points(layout: OpLayout, offchip: tuple[int, ...], hbm: tuple[int, ...],
-                    host: tuple[int, ...], hw: HardwareSpec) -> tuple[PreloadPoint, ...]:
-    """Pareto-optimal chunk choices (preload space vs distribution time), MaxPreload first."""
-    chip_of = layout.physical // hw.cores_per_chip
+                    host: tuple[int, ...], hw: HardwareSpec, topo: Topology) -> tuple[PreloadPoint, ...]:
+    """Pareto-optimal chunk choices (preload space vs distribution and load time), MaxPreload
+    first, each priced as the device runs it.
+
+    Per input, every chunk count (:func:`_chunk_choices`) is costed alone: its preload space,
+    its distribution phase (:func:`runtime_sim.preload.distribution_phase`) and the seconds its
+    busiest source needs; the combinations over inputs are pruned to the Pareto set of those
+    sums. Each kept combination is then priced whole: the delivery of its inputs from each
+    source (:func:`runtime_sim.preload.preload_delivery`: controllers, edge ports or host
+    links, multicast on the topology; HBM and host legs run side by side, as the device runs
+    them) and one distribution phase of all its chunked inputs. Pricing the delivery as
+    preload bytes over one core's link bandwidth made a mesh's preloads look about three times
+    faster than its edge ports deliver them (Llama2-13B, 2 layers, 8 TB/s: estimated 0.61 ms,
+    simulated 1.95 ms), and the Elk designs then preloaded more than the mesh can carry."""
+    chip_of = topo.node_chip[layout.physical]
+    boxes = {t: input_boxes(layout, t) for t in offchip}
     # per input and chunk count: (space, distribution seconds, seconds its source needs)
     combos: list[tuple[int, float, float, tuple[tuple[int, int], ...]]] = [(0, 0.0, 0.0, ())]
     for t in offchip:
-        boxes = input_boxes(layout, t)
         # a chip's HBM (its share of the controllers) or its host link sends its bytes
         rate = (hw.hbm_bandwidth / hw.num_chips) if t in hbm else hw.host_bandwidth
         options = []
         for s in _chunk_choices(layout, t):
-            source_s = float(chip_read_bytes(layout, t, s, chip_of, hw.num_chips, boxes).max()) / rate
-            options.append((preload_bytes(layout, t, s), _distribute_s(layout, t, s, chip_of, hw),
+            source_s = float(chip_read_bytes(layout, t, s, chip_of, hw.num_chips, boxes[t]).max()) / rate
+            options.append((preload_bytes(layout, t, s), distribution_phase(topo, layout, ((t, s),))[0].time_s,
                             source_s, s))
         combos = _pareto([(a + sp, d + dd, src + ss, c + (((t, s),) if s > 1 else ()))
                           for a, d, src, c in combos for sp, dd, ss, s in options])
-    points = []
-    for space, distribute_s, source_s, chunks in combos:
-        network_s = space / hw.link_bandwidth
-        points.append(PreloadPoint(space=int(space), distribute_s=float(distribute_s),
-                                   load_s=float(max(source_s, network_s)),
-                                   network_s=float(network_s), chunks=chunks))
-    return tuple(points)
-
-
-def _distribute_s(layout: OpLayout, t: int, s: int, chip_of: np.ndarray, hw: HardwareSpec) -> float:
-    """Distribution of input ``t`` from ``s`` chunks (:func:`runtime_sim.preload.distribution`):
-    each core receives its missing chunks over its link; chunks from a replica on another chip
-    cross the chips' shared links (``inter_chip_bandwidth`` for the system)."""
-    if s <= 1:
-        return 0.0
-    d = distribution(layout, t, s)
-    per_core = np.bincount(d.dst, weights=d.nbytes, minlength=layout.num_cores).max()
-    cross = float(d.nbytes[chip_of[d.src] != chip_of[d.dst]].sum())
-    inter_s = cross / hw.inter_chip_bandwidth if cross and hw.inter_chip_bandwidth > 0 else 0.0
-    return max(float(per_core) / hw.link_bandwidth, inter_s) + hw.link_latency_s
+    priced = []
+    for space, _, _, chunks in combos:
+        chunks_of = dict(chunks)
+        legs = [preload_delivery(topo, kind, layout, inputs, tuple(chunks_of.get(t, 1) for t in inputs),
+                                 [boxes[t] for t in inputs])
+                for kind, inputs in (("hbm", hbm), ("host", host)) if inputs]
+        distribute, _ = distribution_phase(topo, layout, tuple((t, chunks_of.get(t, 1)) for t in offchip))
+        point = PreloadPoint(space=int(space), distribute_s=float(distribute.time_s),
+                             load_s=float(max(leg.duration_s for leg in legs)),
+                             network_s=float(max(leg.network.time_s for leg in legs)), chunks=chunks)
+        priced.append((point.space, point.distribute_s, point.load_s, point))
+    return tuple(p[-1] for p in _pareto(priced))
 
 
 def _chunk_choices(layout: OpLayout, t: int) -> list[int]:
