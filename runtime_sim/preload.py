@@ -34,7 +34,7 @@ import numpy as np
 from .errors import InvalidPlanError
 from .layout import Boxes, OpLayout, input_boxes
 from .program import dtype_bytes
-from .topology import NO_PHASE, PhaseCost, Topology
+from .topology import NO_PHASE, MulticastPattern, PhaseCost, Topology
 
 
 def replica_ranks(layout: OpLayout, t: int) -> tuple[np.ndarray, np.ndarray]:
@@ -279,24 +279,67 @@ def preload_delivery(topo: Topology, kind: str, layout: OpLayout, inputs: "tuple
                            tuple(distinct), space)
 
 
+def distribution_pattern(topo: Topology, layout: OpLayout,
+                         chunked: "tuple[tuple[int, int], ...]") -> MulticastPattern:
+    """The distribution of an operator's chunked inputs (``(input, s)``; ``s <= 1``: not
+    chunked) as a :class:`~runtime_sim.topology.MulticastPattern` on physical cores: every
+    core multicasts the one chunk it holds of each input to the other members of its block,
+    and receives the chunks it lacks (:func:`distribution`). The pieces are counted per block
+    in O(cores); the explicit flows (for a network without multicast) are built on demand."""
+    n = layout.num_cores
+    phys = layout.physical
+    chip_of = topo.node_chip[phys]
+    src, size, receivers = [], [], []
+    recv = np.zeros(topo.num_cores)
+    for t, s in chunked:
+        if s <= 1:
+            continue
+        check_chunks(layout, t, s)
+        ids, rank = replica_ranks(layout, t)
+        mine = rank % s
+        lo, hi = chunk_range(layout, t, s, np.arange(s))
+        chunk_bytes = ((hi - lo) * dtype_bytes(layout.expr.tensors[t].dtype)).astype(np.float64)
+        # block of a core: its partition and its rank's group of s consecutive ranks
+        block = ids * (layout.replicas(t) // s) + rank // s
+        per_chip = np.bincount(block * topo.num_chips + chip_of,
+                               minlength=(int(block.max()) + 1) * topo.num_chips)
+        rx = per_chip.reshape(-1, topo.num_chips)[block].astype(np.float64)
+        rx[np.arange(n), chip_of] -= 1  # the holder itself
+        src.append(phys)
+        size.append(chunk_bytes[mine])
+        receivers.append(rx)
+        np.add.at(recv, phys, chunk_bytes.sum() - chunk_bytes[mine])
+
+    def flows() -> tuple:
+        f_src, f_dst, f_bytes, f_group = [], [], [], []
+        for index, (t, s) in enumerate(chunked):
+            if s <= 1:
+                continue
+            d = distribution(layout, t, s)
+            f_src.append(phys[d.src])
+            f_dst.append(phys[d.dst])
+            f_bytes.append(d.nbytes.astype(np.float64))
+            f_group.append(index * n + d.src)  # each core holds one chunk: its source names it
+        return (np.concatenate(f_src), np.concatenate(f_dst), np.concatenate(f_bytes), 1.0,
+                np.concatenate(f_group))
+
+    if not src:
+        empty = np.zeros(0)
+        return MulticastPattern(empty.astype(np.int64), empty, np.zeros((0, topo.num_chips)), recv,
+                                lambda: (empty.astype(np.int64), empty.astype(np.int64), empty, 1.0,
+                                         empty.astype(np.int64)))
+    return MulticastPattern(np.concatenate(src), np.concatenate(size), np.concatenate(receivers),
+                            recv, flows)
+
+
 def distribution_phase(topo: Topology, layout: OpLayout,
                        chunked: "tuple[tuple[int, int], ...]") -> tuple[PhaseCost, float]:
     """The distribution phase of an operator's chunked inputs (Elk §4.5 ``distribute_data``):
-    every flow of :func:`distribution` for each ``(input, s)`` with ``s > 1``, on physical
-    cores, costed together as one phase; a core sends its one chunk to the members of its
-    block as one multicast. Returns the phase and its bytes (summed over receivers)."""
-    src, dst, nbytes, group = [], [], [], []
-    n = layout.num_cores
-    for index, (t, s) in enumerate(chunked):
-        if s <= 1:
-            continue
-        d = distribution(layout, t, s)
-        src.append(layout.physical[d.src])
-        dst.append(layout.physical[d.dst])
-        nbytes.append(d.nbytes.astype(np.float64))
-        group.append(index * n + d.src)  # each core holds one chunk: its source names it
-    if not src:
+    :func:`distribution_pattern` costed as one phase
+    (:meth:`~runtime_sim.topology.Topology.multicast_phase`). Returns the phase and its bytes
+    (summed over receivers)."""
+    pattern = distribution_pattern(topo, layout, chunked)
+    total = float(pattern.recv_bytes.sum())
+    if total <= 0:
         return NO_PHASE, 0.0
-    b = np.concatenate(nbytes)
-    phase = topo.phase(np.concatenate(src), np.concatenate(dst), b, multicast=np.concatenate(group))
-    return phase, float(b.sum())
+    return topo.multicast_phase(pattern), total

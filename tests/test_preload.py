@@ -3,6 +3,8 @@ after distribution every core must hold exactly its execute-state partition."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -100,3 +102,24 @@ def test_whole_partition_preload_is_the_plain_load(topology) -> None:
     assert (d.unique_bytes, d.delivered_bytes) == (load.unique_bytes, load.delivered_bytes)
     assert d.distinct_bytes == load.distinct_bytes
     assert np.array_equal(d.space, need)
+
+
+@pytest.mark.parametrize("chips", [1, 2])
+def test_distribution_pattern_costs_its_explicit_flows(chips) -> None:
+    # the per-block multicast pattern (O(cores)) must cost exactly what its explicit flows cost
+    # on the all-to-all exchange: receive ports, one send per chunk, one fabric copy per chip
+    from runtime_sim.hardware import small_chip
+    from runtime_sim.preload import distribution_pattern
+    from runtime_sim.topology import make_topology
+
+    hw = small_chip(64, 64 * 1024, num_chips=chips, inter_chip_bandwidth=2e9)
+    topo = make_topology(hw)
+    layout = OpLayout(matmul(64, 60, 32), ExecutionPlan({"m": 16, "n": 4}, [{}, {}, {}], []),
+                      hw.cores_per_chip)
+    for chunked in [((1, 4),), ((0, 2), (1, 8)), ((0, 4), (1, 16))]:
+        pattern = distribution_pattern(topo, layout, chunked)
+        src, dst, nbytes, _, group = pattern.flows()
+        explicit = topo.phase(src, dst, nbytes, multicast=group)
+        priced = topo.multicast_phase(pattern)
+        assert dataclasses.astuple(priced) == pytest.approx(dataclasses.astuple(explicit), rel=1e-12)
+        assert pattern.recv_bytes.sum() == pytest.approx(nbytes.sum())

@@ -35,10 +35,12 @@ worse; the re-layout from the actual producer brings the estimate of a decode st
 about 25% of the simulated time, from 35-90% below it, and on 2-layer decode runs Llama2-70B
 schedules 11% faster, Llama2-13B and OPT-30B 3%.)
 
-Times are analytic (the plan cost model, links at ``hw.link_bandwidth`` per core, HBM at
-``hw.hbm_bandwidth``, the host at ``hw.host_bandwidth``); the timing simulator measures the
-resulting program with routed phases and contention. Identical operators (same structure,
-plan and sources) share one table.
+Execution times are the plan cost model's (corrected where the device runs a plan differently,
+:func:`_device_correction`); arrivals, preload deliveries and distributions are the device's own
+phases on the chip's topology (:func:`runtime_sim.preload.preload_delivery`,
+:func:`runtime_sim.preload.distribution_phase`); the timing simulator measures the resulting
+program with those phases, routed, and their contention over time. Identical operators (same
+structure, plan and sources) share one table.
 
 With tuning records (:func:`tvm_icca.use_database`, issue 12 item 4) the execute-state
 points of an operator that has records are built from measurements where there are some
@@ -355,6 +357,15 @@ def _preload_points(layout: OpLayout, offchip: tuple[int, ...], hbm: tuple[int, 
     simulated 1.95 ms), and the Elk designs then preloaded more than the mesh can carry."""
     chip_of = topo.node_chip[layout.physical]
     boxes = {t: input_boxes(layout, t) for t in offchip}
+    phases: dict[tuple[tuple[int, int], ...], float] = {}
+
+    def distribute_s(chunked: tuple[tuple[int, int], ...]) -> float:
+        # an operator with one chunked input (most) costs the same phase twice otherwise
+        chunked = tuple((t, s) for t, s in chunked if s > 1)
+        if chunked not in phases:
+            phases[chunked] = distribution_phase(topo, layout, chunked)[0].time_s
+        return phases[chunked]
+
     # per input and chunk count: (space, distribution seconds, seconds its source needs)
     combos: list[tuple[int, float, float, tuple[tuple[int, int], ...]]] = [(0, 0.0, 0.0, ())]
     for t in offchip:
@@ -363,8 +374,7 @@ def _preload_points(layout: OpLayout, offchip: tuple[int, ...], hbm: tuple[int, 
         options = []
         for s in _chunk_choices(layout, t):
             source_s = float(chip_read_bytes(layout, t, s, chip_of, hw.num_chips, boxes[t]).max()) / rate
-            options.append((preload_bytes(layout, t, s), distribution_phase(topo, layout, ((t, s),))[0].time_s,
-                            source_s, s))
+            options.append((preload_bytes(layout, t, s), distribute_s(((t, s),)), source_s, s))
         combos = _pareto([(a + sp, d + dd, src + ss, c + (((t, s),) if s > 1 else ()))
                           for a, d, src, c in combos for sp, dd, ss, s in options])
     priced = []
@@ -373,8 +383,7 @@ def _preload_points(layout: OpLayout, offchip: tuple[int, ...], hbm: tuple[int, 
         legs = [preload_delivery(topo, kind, layout, inputs, tuple(chunks_of.get(t, 1) for t in inputs),
                                  [boxes[t] for t in inputs])
                 for kind, inputs in (("hbm", hbm), ("host", host)) if inputs]
-        distribute, _ = distribution_phase(topo, layout, tuple((t, chunks_of.get(t, 1)) for t in offchip))
-        point = PreloadPoint(space=int(space), distribute_s=float(distribute.time_s),
+        point = PreloadPoint(space=int(space), distribute_s=float(distribute_s(chunks)),
                              load_s=float(max(leg.duration_s for leg in legs)),
                              network_s=float(max(leg.network.time_s for leg in legs)), chunks=chunks)
         priced.append((point.space, point.distribute_s, point.load_s, point))
