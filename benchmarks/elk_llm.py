@@ -151,18 +151,24 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
 def _summary(rows: list[dict[str, Any]]) -> list[str]:
     """Elk-Full vs Ideal, Basic and Static, per case and averaged (Elk §6.2's headline)."""
     cases: dict[tuple, dict[str, float]] = {}
+    floors: dict[tuple, bool] = {}
     for r in rows:
         key = (r["model"], r["batch"], r["context"], r["hardware"], r["hbm_tbps"], r["link_gbps"])
         cases.setdefault(key, {})[r["design"]] = r["total_ms"]
+        if r["total_ms"] is not None:  # no design beats the HBM floor or the compute floor
+            above = (r["total_ms"] >= r["hbm_floor_ms"] * (1 - 1e-9)
+                     and r.get("flops_utilization", 0.0) <= 1.0 + 1e-9)
+            floors[key] = floors.get(key, True) and above
     lines = ["| model | hardware | HBM TB/s | link GB/s | batch | context | Elk-Full % of Ideal | "
-             "over Basic | over Static | ordering Ideal <= Full <= Dyn <= Static <= Basic |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "over Basic | over Static | ordering Ideal <= Full <= Dyn <= Static <= Basic | "
+             "above HBM and compute floors |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     pct, basic, static = [], [], []
     for key, t in cases.items():
         if any(t.get(d) is None for d in DESIGNS):
             if any(d in t and t[d] is None for d in DESIGNS):
                 lines.append(f"| {key[0]} | {key[3]} | {key[4]:g} | {key[5]:g} | {key[1]} | {key[2]} | "
-                             "does not fit | | | |")
+                             "does not fit | | | | |")
             continue
         order = [t[d] for d in ("ideal", "elk-full", "elk-dyn", "static", "basic")]
         ok = all(a <= b * (1 + 1e-9) for a, b in zip(order, order[1:]))
@@ -171,10 +177,10 @@ def _summary(rows: list[dict[str, Any]]) -> list[str]:
         static.append(t["static"] / t["elk-full"])
         lines.append(f"| {key[0]} | {key[3]} | {key[4]:g} | {key[5]:g} | {key[1]} | {key[2]} | "
                      f"{pct[-1]:.1f}% | {basic[-1]:.2f}x | "
-                     f"{static[-1]:.2f}x | {'yes' if ok else 'NO'} |")
+                     f"{static[-1]:.2f}x | {'yes' if ok else 'NO'} | {'yes' if floors[key] else 'NO'} |")
     if pct:
         lines.append(f"| **average** | | | | | | **{sum(pct) / len(pct):.1f}%** | "
-                     f"**{sum(basic) / len(basic):.2f}x** | **{sum(static) / len(static):.2f}x** | |")
+                     f"**{sum(basic) / len(basic):.2f}x** | **{sum(static) / len(static):.2f}x** | | |")
     return lines
 
 
