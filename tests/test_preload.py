@@ -82,8 +82,9 @@ def test_delivered_plus_distributed_is_every_partition() -> None:
             assert delivered_bytes(layout, t, s).sum() + distribution(layout, t, s).total_bytes == full
 
 
+@pytest.mark.parametrize("kind", ["hbm", "host"])
 @pytest.mark.parametrize("topology", ["all-to-all", "mesh"])
-def test_whole_partition_preload_is_the_plain_load(topology) -> None:
+def test_whole_partition_preload_is_the_plain_load(topology, kind) -> None:
     # with one chunk per partition the preload state is the execute state: its delivery must
     # cost what the simulator's plain load (replica groups from the input boxes) costs
     from runtime_sim.hardware import small_chip
@@ -95,13 +96,16 @@ def test_whole_partition_preload_is_the_plain_load(topology) -> None:
     topo = make_topology(hw)
     layout = OpLayout(matmul(64, 64, 32), ExecutionPlan({"m": 16, "n": 4}, [{}, {}, {}], []),
                       hw.cores_per_chip)
-    d = preload_delivery(topo, "hbm", layout, (0, 1), (1, 1))
-    load, need = _Planner(hw, topo).load("hbm", "op", layout, (0, 1))
+    d = preload_delivery(topo, kind, layout, (0, 1), (1, 1))
+    load, need = _Planner(hw, topo).load(kind, "op", layout, (0, 1))
     assert d.network == load.network
-    assert d.source_s == load.source_s
+    assert d.source_s == load.source_s > 0
     assert (d.unique_bytes, d.delivered_bytes) == (load.unique_bytes, load.delivered_bytes)
     assert d.distinct_bytes == load.distinct_bytes
     assert np.array_equal(d.space, need)
+    if kind == "host":  # one chip: its host link sends all of A [64, 64] and B [64, 32] once
+        whole = sum(x.nbytes for x in layout.expr.inputs)
+        assert d.source_s == pytest.approx(whole / hw.host_bandwidth)
 
 
 @pytest.mark.parametrize("chips", [1, 2])
