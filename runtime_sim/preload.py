@@ -289,7 +289,8 @@ def distribution_pattern(topo: Topology, layout: OpLayout,
     n = layout.num_cores
     phys = layout.physical
     chip_of = topo.node_chip[phys]
-    src, size, receivers = [], [], []
+    # each list starts empty-but-typed: an operator without chunked inputs has no pieces
+    src, size, receivers = [np.zeros(0, np.int64)], [np.zeros(0)], [np.zeros((0, topo.num_chips))]
     recv = np.zeros(topo.num_cores)
     for t, s in chunked:
         if s <= 1:
@@ -311,7 +312,8 @@ def distribution_pattern(topo: Topology, layout: OpLayout,
         np.add.at(recv, phys, chunk_bytes.sum() - chunk_bytes[mine])
 
     def flows() -> tuple:
-        f_src, f_dst, f_bytes, f_group = [], [], [], []
+        f_src, f_dst, f_group = ([np.zeros(0, np.int64)] for _ in range(3))
+        f_bytes = [np.zeros(0)]
         for index, (t, s) in enumerate(chunked):
             if s <= 1:
                 continue
@@ -323,11 +325,6 @@ def distribution_pattern(topo: Topology, layout: OpLayout,
         return (np.concatenate(f_src), np.concatenate(f_dst), np.concatenate(f_bytes), 1.0,
                 np.concatenate(f_group))
 
-    if not src:
-        empty = np.zeros(0)
-        return MulticastPattern(empty.astype(np.int64), empty, np.zeros((0, topo.num_chips)), recv,
-                                lambda: (empty.astype(np.int64), empty.astype(np.int64), empty, 1.0,
-                                         empty.astype(np.int64)))
     return MulticastPattern(np.concatenate(src), np.concatenate(size), np.concatenate(receivers),
                             recv, flows)
 
