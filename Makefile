@@ -17,7 +17,7 @@ $(STAMP): $(VPY) setup.py
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(VPY) -m tvm_icca.demo
+	$(VPY) -m tvm_icca.drivers.demo
 
 test: $(STAMP)
 	$(VPY) -m pytest -q tests

@@ -35,6 +35,6 @@ setup(
     entry_points={
         # TVM imports every entry point of this group at `import tvm` (tvm/__init__.py).
         "tvm.backends": ["icca = tvm_icca._autoload:autoload"],
-        "console_scripts": ["tvm-icca = tvm_icca.cli:main"],
+        "console_scripts": ["tvm-icca = tvm_icca.cli.main:main"],
     },
 )

@@ -1,5 +1,5 @@
 """Compile time of the zoo kept on chip: T10 planning (idle/active plans, Algorithm 1) per
-model and batch size, timing-only (:func:`tvm_icca.programs.compile_programs`, no LLVM build).
+model and batch size, timing-only (:func:`tvm_icca.drivers.timing_only.compile_programs`, no LLVM build).
 
 Every (model, batch) pair is compiled cold, with a fresh plan cache, the way
 ``tvm-icca plan model --model resnet50 --batch 8 --hw ipu-mk2`` compiles it. The machine is
@@ -30,9 +30,9 @@ import sys
 import time
 from typing import Any
 
-from runtime_sim.errors import IccaError
-from tvm_icca.programs import compile_programs
-from tvm_icca.region import PlanCache
+from runtime_sim.contract.errors import IccaError
+from tvm_icca.drivers.timing_only import compile_programs
+from tvm_icca.lower.region import PlanCache
 from tvm_icca.workloads import get_workload, list_workloads
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -19,8 +19,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from runtime_sim.hardware import preset  # noqa: E402
-from tvm_icca.commands.fit_cost_model import accuracy, fit_cost_model, profile_plans, random_op_builders  # noqa: E402
+from runtime_sim.contract.hardware import preset  # noqa: E402
+from tvm_icca.cli.fit_cost_model import (  # noqa: E402
+    accuracy,
+    fit_cost_model,
+    profile_plans,
+    random_op_builders,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

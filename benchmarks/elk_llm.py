@@ -2,7 +2,7 @@
 
 Reproduces the shape of Elk's evaluation (MICRO'25, §6.2-§6.4, Fig. 17-22) on the timing
 simulator: every model is compiled once per design by the one compiler
-(:func:`tvm_icca.programs.compile_programs` with ``preload=DESIGN``) and the resulting
+(:func:`tvm_icca.drivers.timing_only.compile_programs` with ``preload=DESIGN``) and the resulting
 programs are timed by :func:`runtime_sim.timing.simulate_timing` -- the same programs the
 functional device would run.
 
@@ -36,10 +36,10 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runtime_sim.errors import PlanNotFoundError, SramOverflowError  # noqa: E402
-from tvm_icca.hardware import resolve_hardware  # noqa: E402
-from tvm_icca.programs import compile_programs  # noqa: E402
-from tvm_icca.region import PlanCache  # noqa: E402
+from runtime_sim.contract.errors import PlanNotFoundError, SramOverflowError  # noqa: E402
+from tvm_icca.hardware_choice import resolve_hardware  # noqa: E402
+from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
+from tvm_icca.lower.region import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")

@@ -1,4 +1,4 @@
-"""ONNX import with and without the graph preparation of ``tvm_icca.onnx_prepare``, over the
+"""ONNX import with and without the graph preparation of ``tvm_icca.frontend.onnx_prepare``, over the
 ONNX project's own node test cases (``onnx.backend.test.case.node.collect_testcases``).
 
 For each case: does TVM's importer accept the model as exported (``fold_constants=False``) and
@@ -68,7 +68,7 @@ def _folding_exact(case) -> bool:
     TVM's own numerics."""
     from onnx.reference import ReferenceEvaluator
 
-    from tvm_icca.onnx_prepare import prepare_onnx
+    from tvm_icca.frontend.onnx_prepare import prepare_onnx
 
     inputs, _ = case.data_sets[0]
     feeds = dict(zip([i.name for i in case.model.graph.input], inputs))

@@ -17,8 +17,8 @@ import json
 import pathlib
 import time
 
-from runtime_sim.hardware import preset
-from tvm_icca.commands.plan import conv2d_expr
+from runtime_sim.contract.hardware import preset
+from tvm_icca.cli.plan import conv2d_expr
 from tvm_icca.plans import PlanSearchCache, plan_operator, space_sizes
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.t10_bench import bench_expr, solve

@@ -30,9 +30,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tvm_icca  # noqa: E402
-from tvm_icca.programs import compile_programs  # noqa: E402
+from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
 from tvm_icca.tuning.cost_model import ResidualBooster  # noqa: E402
-from tvm_icca.tuning.database import RecordStore  # noqa: E402
+from tvm_icca.records.database import RecordStore  # noqa: E402
 from tvm_icca.tuning.features import feature_matrix  # noqa: E402
 from tvm_icca.tuning.tasks import extract_tasks  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
@@ -53,7 +53,9 @@ def _recall(order: list[int], best: int, k: int) -> float:
 
 def ranking_quality(store: RecordStore, tasks) -> dict:
     """Held-out top-1/top-5 recall of the best measured plan: learned vs analytic."""
-    from runtime_sim.program import ExecutionPlan  # pylint: disable=import-outside-toplevel
+    from runtime_sim.contract.program import (  # pylint: disable=import-outside-toplevel
+        ExecutionPlan,
+    )
 
     by_task = {t.key: t for t in tasks}
     rows: dict[str, list] = {}

@@ -13,7 +13,7 @@ import argparse
 import pathlib
 import time
 
-from tvm_icca.programs import compile_programs
+from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.workloads import get_workload, list_workloads
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -1,75 +1,20 @@
-"""The simulated ICCA device (pure numpy; imports neither TVM nor the compiler).
+"""The ICCA device side: its contract with the compiler, the machine's cost model, two executors.
 
-It runs :class:`DeviceProgram` s, the one contract with the compiler, on data: every core's
-SRAM, compute steps and inter-core shifts of T10's compute-shift plans (T10 §4.4, §5); and
-times them, shapes only (:func:`simulate_timing`, Elk §5 "Simulation framework").
+Four layers, each a subpackage (``lint-imports`` checks the rules in ``.importlinter``):
+
+* :mod:`runtime_sim.contract` -- what a compiler and a device agree on: the device program
+  format and its validation, :class:`~runtime_sim.contract.hardware.HardwareSpec` and its
+  presets, the meaning of a plan on the cores (``OpLayout``, re-layout geometry), preload and
+  stream formats, tensor lifetimes and the error types. Imports nothing else of the project.
+* :mod:`runtime_sim.machine` -- the machine's cost formulas that the compiler's cost models and
+  the timing simulator must share: links, topologies, the stream's timing rules, preload
+  delivery. Imports only the contract.
+* :mod:`runtime_sim.functional` -- the functional executor: runs programs on data, core by
+  core (T10 §4.4, §5).
+* :mod:`runtime_sim.timing` -- the timing simulator: runs programs on shapes only and reports
+  simulated time (Elk §5, "Simulation framework").
+
+The two executors never import each other and never plan; :mod:`runtime_sim.run_stats` puts the
+functional device's counters and the timing simulator's time of the same run side by side.
+Start reading at :mod:`runtime_sim.contract.program`. Nothing here imports TVM or ``tvm_icca``.
 """
-
-from .constants import decode_constant, encode_constant, encode_constants
-from .device import SimulatedDevice, get_device, last_run_stats, reset_stats
-from .errors import (
-    DeviceProgramError,
-    IccaError,
-    InvalidHardwareSpecError,
-    InvalidPlanError,
-    ModelImportError,
-    PlanNotFoundError,
-    SramOverflowError,
-    UnsupportedDtypeError,
-)
-from .expr_eval import ExprEvaluator, erf, evaluate
-from .hardware import PRESET_NAMES, HardwareSpec, preset, small_chip
-from .layout import OpLayout, ShiftEvent
-from .program import (
-    PROGRAM_VERSION,
-    AffineIndex,
-    Axis,
-    DeviceProgram,
-    ExecutionPlan,
-    Gather,
-    OpProgram,
-    TensorAccess,
-    TensorDecl,
-    TensorExpr,
-)
-from .timing import OpTiming, TimingReport, simulate_timing  # after .hardware: it imports schedules
-
-__all__ = [
-    "AffineIndex",
-    "Axis",
-    "DeviceProgram",
-    "DeviceProgramError",
-    "ExecutionPlan",
-    "ExprEvaluator",
-    "HardwareSpec",
-    "IccaError",
-    "InvalidHardwareSpecError",
-    "InvalidPlanError",
-    "ModelImportError",
-    "OpLayout",
-    "OpProgram",
-    "OpTiming",
-    "PRESET_NAMES",
-    "PROGRAM_VERSION",
-    "PlanNotFoundError",
-    "ShiftEvent",
-    "SimulatedDevice",
-    "SramOverflowError",
-    "Gather",
-    "TensorAccess",
-    "TensorDecl",
-    "TensorExpr",
-    "TimingReport",
-    "UnsupportedDtypeError",
-    "decode_constant",
-    "encode_constant",
-    "encode_constants",
-    "erf",
-    "evaluate",
-    "get_device",
-    "last_run_stats",
-    "preset",
-    "reset_stats",
-    "simulate_timing",
-    "small_chip",
-]

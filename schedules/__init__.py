@@ -6,15 +6,21 @@
 
 from __future__ import annotations
 
-from .base import ComputeTemplate, ContractionRoles, MatrixTemplate, arithmetic_nodes, contraction_roles
-from .conv2d import Conv2dTemplate
-from .depthwise_conv2d import DepthwiseConv2dTemplate
-from .elementwise import ElementwiseTemplate
-from .kinds import kind_of
-from .layer_norm import LayerNormTemplate
-from .matmul import MatmulTemplate
-from .reduce import ReduceTemplate
-from .softmax import SoftmaxTemplate
+from schedules.base import (
+    ComputeTemplate,
+    ContractionRoles,
+    MatrixTemplate,
+    arithmetic_nodes,
+    contraction_roles,
+)
+from schedules.conv2d import Conv2dTemplate
+from schedules.depthwise_conv2d import DepthwiseConv2dTemplate
+from schedules.elementwise import ElementwiseTemplate
+from schedules.kinds import kind_of
+from schedules.layer_norm import LayerNormTemplate
+from schedules.matmul import MatmulTemplate
+from schedules.reduce import ReduceTemplate
+from schedules.softmax import SoftmaxTemplate
 
 _TEMPLATES: dict[str, ComputeTemplate] = {
     t.kind: t

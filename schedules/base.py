@@ -5,7 +5,7 @@ A template describes how a single core computes the sub-task of one compute-shif
 sums of products, the vector unit otherwise) and how many cycles it takes for a given chunk
 of the iteration space. Plan rules that follow from the tensor expression itself (pinned
 axes, padding of reductions, compound indices) are enforced generically by
-:mod:`runtime_sim.layout`; a template adds only rules that are specific to its op type.
+:mod:`runtime_sim.contract.layout`; a template adds only rules that are specific to its op type.
 """
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.program import Expr, TensorExpr, walk_expr
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.program import Expr, TensorExpr, walk_expr
 
 #: Expression nodes that cost no arithmetic on a core (data access and constants).
 _FREE_NODES = ("load", "const", "axis", "result", "cast")
 
 
 def _follow(expr: TensorExpr) -> dict[str, str]:
-    """:func:`runtime_sim.layout.local_splits` (imported here: runtime_sim imports schedules)."""
+    """:func:`runtime_sim.contract.layout.local_splits` (imported here: runtime_sim imports schedules)."""
     if not expr.local_axes:
         return {}
-    from runtime_sim.layout import local_splits  # pylint: disable=import-outside-toplevel
+    from runtime_sim.contract.layout import local_splits  # pylint: disable=import-outside-toplevel
 
     return local_splits(expr)
 
@@ -112,7 +112,7 @@ def hoisted_ops(expr: TensorExpr, chunk: Mapping[str, int]) -> int:
     output point of the chunk is counted.
     """
     length = {a.name: int(chunk.get(a.name, a.extent)) for a in expr.axes}
-    # a core-local axis split with the row it follows (runtime_sim.layout.local_splits) is as
+    # a core-local axis split with the row it follows (runtime_sim.contract.layout.local_splits) is as
     # long as the row's chunk on this core (the whole row when the row is not split)
     follow = _follow(expr)
     length.update({a.name: length[follow[a.name]] if a.name in follow else a.extent

@@ -2,10 +2,10 @@
 
 The input is read through compound indices ``h*stride + kh*dilation - pad`` (T10 §5); each
 core holds the input window its output rows need, halo included (see
-``runtime_sim.layout.OpLayout.partition_shape``).
+``runtime_sim.contract.layout.OpLayout.partition_shape``).
 """
 
-from .base import MatrixTemplate
+from schedules.base import MatrixTemplate
 
 
 class Conv2dTemplate(MatrixTemplate):

@@ -9,7 +9,7 @@ per window element and output point (counted as one vector operation, a fused mu
 as every vector template counts the body's arithmetic nodes).
 """
 
-from .base import ComputeTemplate
+from schedules.base import ComputeTemplate
 
 
 class DepthwiseConv2dTemplate(ComputeTemplate):

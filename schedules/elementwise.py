@@ -4,7 +4,7 @@ No axis is reduced, so no tensor needs to be shared: every sub-tensor lives on e
 core and plans never rotate (P_T = 1 for every tensor unless an input is broadcast).
 """
 
-from .base import ComputeTemplate
+from schedules.base import ComputeTemplate
 
 
 class ElementwiseTemplate(ComputeTemplate):

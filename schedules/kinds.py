@@ -1,6 +1,6 @@
 """Which template computes an operator: its template kind (a :mod:`schedules` name).
 
-The kind of a converted operator (:mod:`tvm_icca.tensor_expr`) is chosen from the Relax ops
+The kind of a converted operator (:mod:`tvm_icca.lower.te_to_expr`) is chosen from the Relax ops
 it was made of, checked against the structure of its tensor expression: a composite
 "conv2d + bias + relu" is a conv2d, but a matmul whose sum ended up core-local inside a
 softmax is not run as a GEMM. When no listed op fits, the structure alone decides.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from runtime_sim.program import Expr, TensorExpr
+from runtime_sim.contract.program import Expr, TensorExpr
 
-from .base import contraction_roles
+from schedules.base import contraction_roles
 
 __all__ = ["kind_of"]
 

@@ -3,7 +3,7 @@
 Like softmax, the normalized axes are core-local; gamma and beta are read along them.
 """
 
-from .base import LocalReductionTemplate
+from schedules.base import LocalReductionTemplate
 
 
 class LayerNormTemplate(LocalReductionTemplate):

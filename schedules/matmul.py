@@ -5,7 +5,7 @@ core's matrix unit (AMP on the IPU, a systolic array in the T10 benchmark), padd
 unit's tile shape.
 """
 
-from .base import MatrixTemplate
+from schedules.base import MatrixTemplate
 
 
 class MatmulTemplate(MatrixTemplate):

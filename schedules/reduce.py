@@ -5,7 +5,7 @@ several output replicas that are summed at the end (T10 §4.2; the final reducti
 T10 benchmark cost model); mean divides in the fused epilogue.
 """
 
-from .base import ComputeTemplate
+from schedules.base import ComputeTemplate
 
 
 class ReduceTemplate(ComputeTemplate):

@@ -18,22 +18,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime_sim.device import SimulatedDevice
-from runtime_sim.errors import (
+from runtime_sim.functional.device import SimulatedDevice
+from runtime_sim.contract.errors import (
     DeviceProgramError,
     IccaError,
     InvalidHardwareSpecError,
     InvalidPlanError,
     UnsupportedDtypeError,
 )
-from runtime_sim.hardware import (
-    MAX_CORES,
-    PRESET_NAMES,
-    HardwareSpec,
-    preset,
-    small_chip,
-)
-from runtime_sim.program import (
+from runtime_sim.contract.hardware import MAX_CORES, PRESET_NAMES, HardwareSpec, preset, small_chip
+from runtime_sim.contract.program import (
     DeviceProgram,
     ExecutionPlan,
     OpProgram,
@@ -41,7 +35,7 @@ from runtime_sim.program import (
     VgmPlan,
 )
 from runtime_sim.timing import simulate_timing
-from runtime_sim.vgm import simulate_vgm_timing
+from runtime_sim.timing.vgm_timing import simulate_vgm_timing
 from tvm_icca.testing import exprs as builders
 
 
@@ -126,7 +120,7 @@ def test_unknown_keys_and_wrong_containers(bad):
 
 
 def test_hardware_json_round_trip_and_bad_json():
-    from tvm_icca.hardware import hardware_from_json, hardware_to_json, resolve_hardware
+    from tvm_icca.hardware_choice import hardware_from_json, hardware_to_json, resolve_hardware
 
     for name in PRESET_NAMES:
         assert hardware_from_json(hardware_to_json(preset(name))) == preset(name)
@@ -444,7 +438,7 @@ BAD_WORKLOAD_ARGS = [
 
 @pytest.mark.parametrize("name,kwargs", BAD_WORKLOAD_ARGS, ids=[f"{n}-{k}" for n, k in BAD_WORKLOAD_ARGS])
 def test_workload_builders_refuse_bad_arguments_themselves(name, kwargs):
-    from runtime_sim.errors import InvalidWorkloadError
+    from runtime_sim.contract.errors import InvalidWorkloadError
     from tvm_icca.workloads import get_workload
 
     with pytest.raises(InvalidWorkloadError) as info:
@@ -453,7 +447,7 @@ def test_workload_builders_refuse_bad_arguments_themselves(name, kwargs):
 
 
 def test_workload_builders_called_directly_and_unknown_names():
-    from runtime_sim.errors import InvalidWorkloadError, UnknownWorkloadError
+    from runtime_sim.contract.errors import InvalidWorkloadError, UnknownWorkloadError
     from tvm_icca.workloads import canonical_name, get_workload
     from tvm_icca.workloads.llama import llama2
     from tvm_icca.workloads.resnet import resnet
@@ -478,7 +472,7 @@ def test_workload_builders_called_directly_and_unknown_names():
        st.one_of(st.integers(-10**6, 0), st.floats(allow_nan=True), st.text(max_size=3), st.booleans(),
                  st.integers(10**10, 10**20)))
 def test_workload_argument_grid(arg, value):
-    from runtime_sim.errors import InvalidWorkloadError
+    from runtime_sim.contract.errors import InvalidWorkloadError
     from tvm_icca.workloads import get_workload
 
     with pytest.raises(InvalidWorkloadError):
@@ -547,9 +541,9 @@ def test_wrong_argument_shape_or_dtype_is_an_input_mismatch_error_for_icca_only(
     from tvm.script import relax as R
 
     import tvm_icca
-    from runtime_sim.errors import InputMismatchError
-    from tvm_icca.input_check import check_inputs_pass
-    from tvm_icca.target import _ORIGINAL_DEFAULT_BUILD, offload_to_icca
+    from runtime_sim.contract.errors import InputMismatchError
+    from tvm_icca.backend.input_check import check_inputs_pass
+    from tvm_icca.backend.target import _ORIGINAL_DEFAULT_BUILD, offload_to_icca
 
     @tvm.script.ir_module
     class Model:
@@ -588,7 +582,7 @@ def _in_user_words(err: BaseException, *expected: str) -> str:
     """One paragraph naming what it must, without a generated symbol over 60 characters."""
     import re
 
-    from runtime_sim.errors import MAX_NAME_CHARS
+    from runtime_sim.contract.errors import MAX_NAME_CHARS
 
     one_paragraph(err)
     text = str(err)
@@ -621,7 +615,7 @@ def _conv_stack(layers: int):
 @pytest.mark.parametrize("execution", ["t10", "vgm"])
 def test_capacity_error_names_the_composite_its_tensor_the_chip_and_the_budget(execution):
     import tvm_icca
-    from runtime_sim.errors import PlanNotFoundError
+    from runtime_sim.contract.errors import PlanNotFoundError
 
     mod = _conv_stack(4)
     hw = small_chip(4, 16 * 1024)
@@ -635,8 +629,8 @@ def test_capacity_error_names_the_composite_its_tensor_the_chip_and_the_budget(e
 
 
 def test_no_plan_error_names_the_operator_tensors_chip_and_budget():
-    from runtime_sim.errors import PlanNotFoundError
-    from runtime_sim.hardware import small_chip as chip
+    from runtime_sim.contract.errors import PlanNotFoundError
+    from runtime_sim.contract.hardware import small_chip as chip
     from tvm_icca.plans import plan_operator
 
     hw = chip(4, 16 * 1024)
@@ -650,7 +644,7 @@ def test_no_plan_error_names_the_operator_tensors_chip_and_budget():
 def test_device_sram_overflow_names_the_operator_kind_its_tensors_and_the_chip():
     import dataclasses
 
-    from runtime_sim.errors import SramOverflowError
+    from runtime_sim.contract.errors import SramOverflowError
 
     base = _program()
     long_name = "fused_relax_matmul_relax_add_relax_nn_relu_" * 6 + "icca.op0"
@@ -672,7 +666,7 @@ def test_model_kept_on_chip_errors_name_the_operator_and_tensor_that_do_not_fit(
     from tvm.script import relax as R
 
     import tvm_icca
-    from runtime_sim.errors import PlanNotFoundError
+    from runtime_sim.contract.errors import PlanNotFoundError
 
     # activations: the largest binding of main, by what it computes and the shapes it moves
     with pytest.raises(PlanNotFoundError) as info:

@@ -15,7 +15,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from tvm_icca import cli  # noqa: E402
+from tvm_icca.cli import main as cli  # noqa: E402
 
 RNG = np.random.default_rng(7)
 W = RNG.standard_normal((64, 32)).astype(np.float32)
@@ -288,7 +288,7 @@ def test_bad_arguments_one_line_no_traceback(argv, fragment, models, built, tmp_
 
 def test_console_script_bad_argument(tmp_path):
     script = pathlib.Path(sys.executable).with_name("tvm-icca")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "tvm_icca.cli"]
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "tvm_icca.cli.main"]
     proc = subprocess.run(command + ["simulate", "bert-large", "--batch", "0"], capture_output=True,
                           text=True, timeout=120, cwd=tmp_path, check=False)
     assert proc.returncode == 2

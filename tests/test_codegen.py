@@ -3,7 +3,7 @@
 Most tests swap in a fake region compiler and a fake device (the ``fake_backend`` fixture) to
 test the plumbing on its own: the fake compiler emits a program without operators and keeps
 the region function; the fake device runs that function on the host CPU. Tests marked
-"real" use :mod:`tvm_icca.region` and :mod:`runtime_sim.device`.
+"real" use :mod:`tvm_icca.lower.region` and :mod:`runtime_sim.functional.device`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import tvm.testing
 from tvm import relax
 from tvm.script import relax as R
 
-import runtime_sim
+import runtime_sim.functional
 import tvm_icca
-from runtime_sim.program import DeviceProgram, TensorDecl
-from tvm_icca import device_entry
-from tvm_icca.model import planner
+from runtime_sim.contract.program import DeviceProgram, TensorDecl
+from tvm_icca.runtime import device_entry
+from tvm_icca.planning import planner
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -102,7 +102,7 @@ class FakeBackend:
         self.device_error: BaseException | None = None
         self.stats = {"runs": 0}
 
-    # -- tvm_icca.region.compile_region, as the planning pass calls it -----------------------
+    # -- tvm_icca.lower.region.compile_region, as the planning pass calls it -----------------------
     def compile_region(self, func: relax.Function, name: str, hw: tvm_icca.HardwareSpec,
                        **_options: Any) -> DeviceProgram:
         if self.compile_error is not None:
@@ -117,7 +117,7 @@ class FakeBackend:
         return DeviceProgram(region=name, hardware=hw.to_dict(), inputs=inputs,
                              outputs=tuple(f"out{i}" for i in range(n_out)), ops=())
 
-    # -- runtime_sim.device ------------------------------------------------------------------
+    # -- runtime_sim.functional.device ------------------------------------------------------------------
     def get_device(self) -> "FakeBackend":
         return self
 
@@ -130,7 +130,7 @@ class FakeBackend:
         self.programs.append(program)
         self.stats["runs"] += 1
         func = self.regions[program.region]
-        for attr in ("Codegen", "global_symbol", tvm_icca.partition.HARDWARE_ATTR):
+        for attr in ("Codegen", "global_symbol", tvm_icca.partition.partitioner.HARDWARE_ATTR):
             func = func.without_attr(attr)
         # Composites are local functions: lift them so the host pipeline can build the region.
         mod = relax.transform.LambdaLift()(tvm.IRModule({"main": func}))
@@ -142,8 +142,8 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch) -> FakeBackend:
     fake = FakeBackend()
     device = types.SimpleNamespace(get_device=fake.get_device, last_run_stats=fake.last_run_stats)
     monkeypatch.setattr(planner, "compile_region", fake.compile_region)
-    monkeypatch.setitem(sys.modules, "runtime_sim.device", device)
-    monkeypatch.setattr(runtime_sim, "device", device, raising=False)
+    monkeypatch.setitem(sys.modules, "runtime_sim.functional.device", device)
+    monkeypatch.setattr(runtime_sim.functional, "device", device, raising=False)
     return fake
 
 
@@ -259,14 +259,14 @@ def test_device_result_shape_is_checked(fake_backend: FakeBackend, monkeypatch: 
 _FAKE_DEVICE_IN_SUBPROCESS = """
 import sys, types
 import numpy as np
-import runtime_sim
+import runtime_sim.functional
 # The region of the exported model computes relu(x @ w) and returns (x @ w, relu(x @ w)).
 def run(program, inputs):
     y = inputs[0] @ inputs[1]
     return [y, np.maximum(y, 0)]
 device = types.SimpleNamespace(get_device=lambda: types.SimpleNamespace(run=run))
-sys.modules["runtime_sim.device"] = device
-runtime_sim.device = device
+sys.modules["runtime_sim.functional.device"] = device
+runtime_sim.functional.device = device
 """
 
 _LOAD_AND_RUN = """

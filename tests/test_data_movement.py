@@ -1,4 +1,4 @@
-"""Data movement on the chip (tvm_icca.data_movement): concat, split and strided slice.
+"""Data movement on the chip (tvm_icca.ops.data_movement): concat, split and strided slice.
 
 Each op is converted from TVM's own TE, run on the functional device under random valid plans
 against numpy, its re-layout bytes in the timing simulator checked against a closed form, and
@@ -20,13 +20,15 @@ from onnx.reference import ReferenceEvaluator
 from tvm import relax
 
 import tvm_icca
-from runtime_sim import DeviceProgram, ExecutionPlan, OpProgram, SimulatedDevice, TensorDecl, small_chip
-from runtime_sim.layout import OpLayout
-from runtime_sim.program import AffineIndex, guarded_inputs
+from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
+from runtime_sim.functional.device import SimulatedDevice
+from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.program import AffineIndex, guarded_inputs
 from runtime_sim.timing import simulate_timing
-from tvm_icca.data_movement import split_to_slices
-from tvm_icca.partition import partition_report
-from tvm_icca.tensor_expr import extract_op
+from tvm_icca.ops.data_movement import split_to_slices
+from tvm_icca.partition.partitioner import partition_report
+from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.testing.relax_functions import relax_function
 
 HW16 = small_chip(16)
@@ -168,7 +170,7 @@ def test_concat_relayout_bytes_closed_form(P: int, F: int) -> None:
 
 def test_concat_input_boxes_are_clipped_to_each_input() -> None:
     """A core owning an output block is placed only the overlapping rows of each input."""
-    from runtime_sim.layout import input_boxes
+    from runtime_sim.contract.layout import input_boxes
 
     extracted = extract_op(_concat([(6, 4), (10, 4)], axis=0))
     concat = extracted.expr

@@ -1,4 +1,4 @@
-"""The functional simulated device (runtime_sim.device) against numpy references."""
+"""The functional simulated device (runtime_sim.functional.device) against numpy references."""
 
 from __future__ import annotations
 
@@ -10,24 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime_sim import (
-    DeviceProgram,
-    ExecutionPlan,
-    OpLayout,
-    OpProgram,
-    SimulatedDevice,
-    SramOverflowError,
-    TensorDecl,
-    UnsupportedDtypeError,
-    decode_constant,
-    encode_constant,
-    get_device,
-    preset,
-    small_chip,
-)
-from runtime_sim.errors import DeviceProgramError, InvalidPlanError
-from runtime_sim.layout import ShiftEvent
-from runtime_sim.program import TensorAccess, TensorExpr, Axis
+from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.functional.device import SimulatedDevice, get_device
+from runtime_sim.contract.errors import SramOverflowError, UnsupportedDtypeError
+from runtime_sim.contract.constants import decode_constant, encode_constant
+from runtime_sim.contract.hardware import preset, small_chip
+from runtime_sim.contract.errors import DeviceProgramError, InvalidPlanError
+from runtime_sim.contract.layout import ShiftEvent
+from runtime_sim.contract.program import TensorAccess, TensorExpr, Axis
 
 RNG = np.random.default_rng(1)
 
@@ -503,7 +494,7 @@ def test_wide_row_uses_many_cores(exprs) -> None:
 
 
 def test_split_row_must_divide(exprs) -> None:
-    from runtime_sim.errors import InvalidPlanError
+    from runtime_sim.contract.errors import InvalidPlanError
     e = exprs.softmax(4, 10)
     with pytest.raises(InvalidPlanError, match="must divide"):
         OpLayout(e, ExecutionPlan({"j": 3}, ({}, {}))).validate()
@@ -559,7 +550,7 @@ def test_16bit_layer_norm_against_float32_reference(exprs, dtype) -> None:
 
 # -- merged output dimensions (reshape [B, H, D] -> [B, H*D]) -------------------------------------
 def _merge(out_index, epilogue=None):
-    from runtime_sim.program import AffineIndex, make_load
+    from runtime_sim.contract.program import AffineIndex, make_load
 
     a = AffineIndex.of_axis
     x = TensorAccess("X", (2, 3, 4), "float32", (a("b"), a("h"), a("d")))
@@ -569,7 +560,7 @@ def _merge(out_index, epilogue=None):
 
 
 def test_merged_output_runs_and_is_validated() -> None:
-    from runtime_sim.program import AffineIndex
+    from runtime_sim.contract.program import AffineIndex
 
     good = _merge(AffineIndex((("h", 4), ("d", 1))))
     x = RNG.standard_normal((2, 3, 4)).astype(np.float32)

@@ -1,7 +1,7 @@
-"""The functional device runs Elk preload streams (runtime_sim.device, Elk §2.2, §4.5):
+"""The functional device runs Elk preload streams (runtime_sim.functional.device, Elk §2.2, §4.5):
 off-chip tensors wait in an HBM store, ``preload`` puts each core's chunk in its preload
 space, ``execute`` distributes chunks between peers and computes; results exact against
-numpy, bytes as runtime_sim.preload defines them, SRAM including preload space."""
+numpy, bytes as runtime_sim.contract.preload_chunks defines them, SRAM including preload space."""
 
 from __future__ import annotations
 
@@ -10,13 +10,22 @@ import dataclasses
 import numpy as np
 import pytest
 
-from runtime_sim import (DeviceProgram, ExecutionPlan, OpLayout, OpProgram, SimulatedDevice,
-                         SramOverflowError, TensorDecl, small_chip)
-from runtime_sim.errors import DeviceProgramError, InvalidPlanError
-from runtime_sim.layout import checked_layout
-from runtime_sim.preload import chunk_options, chunk_range, distribution, held_chunk, op_preload
-from runtime_sim.program import PreloadSchedule
-from runtime_sim.stream import offchip_inputs, run_stream
+from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.functional.device import SimulatedDevice
+from runtime_sim.contract.errors import SramOverflowError
+from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.errors import DeviceProgramError, InvalidPlanError
+from runtime_sim.contract.layout import checked_layout
+from runtime_sim.contract.preload_chunks import (
+    chunk_options,
+    chunk_range,
+    distribution,
+    held_chunk,
+    op_preload,
+)
+from runtime_sim.contract.program import PreloadSchedule
+from runtime_sim.contract.stream import offchip_inputs, run_stream
 from tvm_icca.testing.exprs import matmul
 
 RNG = np.random.default_rng(7)
@@ -333,7 +342,7 @@ def test_preload_space_alone_over_sram_overflows_at_the_preload() -> None:
 
 
 def test_functional_and_timing_count_the_same_preload_bytes() -> None:
-    """Both executors of one run report the bytes runtime_sim.preload defines (active once
+    """Both executors of one run report the bytes runtime_sim.contract.preload_chunks defines (active once
     the timing report carries ``preloaded_bytes`` / ``distributed_bytes``)."""
     p0, p1 = _two_calls([("preload", 0, 0), ("preload", 1, 0), ("execute", 0)], [("execute", 0)])
     x, w1 = _data(p0)
@@ -352,7 +361,7 @@ def test_functional_and_timing_count_the_same_preload_bytes() -> None:
 def test_epilogue_input_and_constant_from_hbm_round_trip_json() -> None:
     """The bias of relu(A @ W + bias) is an HBM constant (no source: model state in HBM on a
     chip with HBM) read only by the epilogue; the program goes through JSON."""
-    from runtime_sim import encode_constant
+    from runtime_sim.contract.constants import encode_constant
     from tvm_icca.testing.exprs import matmul_bias_relu
 
     expr = matmul_bias_relu(8, 12, 6)

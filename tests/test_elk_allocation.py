@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from tvm_icca.elk.allocation import WindowShrinker, allocate_window
-from tvm_icca.elk.model import exec_duration, window_bytes
+from tvm_icca.elk.overlap_model import exec_duration, window_bytes
 from tvm_icca.elk.tradeoffs import ElkMachine, ExecPoint, OpTradeoffs, PreloadPoint
 
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from runtime_sim.hardware import preset, small_chip
+from runtime_sim.contract.hardware import preset, small_chip
 from tvm_icca.plans import plan_operator
-from tvm_icca.commands.fit_cost_model import accuracy, fit_cost_model, profile_plans, random_op_builders
+from tvm_icca.cli.fit_cost_model import accuracy, fit_cost_model, profile_plans, random_op_builders
 from tvm_icca.plans.fitted import FEATURES, FittedCostModel
 
 

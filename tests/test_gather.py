@@ -1,4 +1,4 @@
-"""Embedding lookups on the chip (tvm_icca.gather, runtime_sim.program.Gather).
+"""Embedding lookups on the chip (tvm_icca.ops.gather, runtime_sim.contract.program.Gather).
 
 ``relax.take(table, ids, axis)`` is converted from TVM's own TE, run on the functional device
 under random valid plans against numpy, its data movement counted exactly from the ids by the
@@ -23,13 +23,15 @@ from onnx.reference import ReferenceEvaluator
 from tvm import relax
 
 import tvm_icca
-from runtime_sim import DeviceProgram, ExecutionPlan, OpProgram, SimulatedDevice, TensorDecl, small_chip
-from runtime_sim.errors import DeviceProgramError
-from runtime_sim.layout import OpLayout, canonical_grid, gather_relayout, input_boxes
-from runtime_sim.program import Gather, gather_rows
+from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
+from runtime_sim.functional.device import SimulatedDevice
+from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.errors import DeviceProgramError
+from runtime_sim.contract.layout import OpLayout, canonical_grid, gather_relayout, input_boxes
+from runtime_sim.contract.program import Gather, gather_rows
 from runtime_sim.timing import simulate_timing
-from tvm_icca.partition import partition_report
-from tvm_icca.tensor_expr import extract_op
+from tvm_icca.partition.partitioner import partition_report
+from tvm_icca.lower.te_to_expr import extract_op
 
 HW16 = small_chip(16)
 RNG = np.random.default_rng(11)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from runtime_sim.errors import IccaError, InvalidHardwareSpecError
-from runtime_sim.hardware import PRESET_NAMES, HardwareSpec, preset, small_chip
+from runtime_sim.contract.errors import IccaError, InvalidHardwareSpecError
+from runtime_sim.contract.hardware import PRESET_NAMES, HardwareSpec, preset, small_chip
 
 
 def test_ipu_mk2_preset_matches_sourced_figures():
@@ -58,8 +58,8 @@ def test_unknown_preset_and_fields():
 
 
 def test_masks_are_read_but_never_computed():
-    from runtime_sim.errors import UnsupportedDtypeError
-    from runtime_sim.hardware import check_dtype
+    from runtime_sim.contract.errors import UnsupportedDtypeError
+    from runtime_sim.contract.hardware import check_dtype
 
     hw = small_chip(4, dtypes=("float32",))
     hw.check_dtype("bool", "condition", mask=True)

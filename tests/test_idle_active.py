@@ -1,4 +1,4 @@
-"""T10 Algorithm 1 applied to whole models kept on chip (tvm_icca.model.idle_active)."""
+"""T10 Algorithm 1 applied to whole models kept on chip (tvm_icca.planning.idle_active)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from runtime_sim.errors import PlanNotFoundError
-from runtime_sim.hardware import small_chip
-from tvm_icca.programs import compile_programs
+from runtime_sim.contract.errors import PlanNotFoundError
+from runtime_sim.contract.hardware import small_chip
+from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.workloads import get_workload
 
 CHIP = small_chip(64, 48 * 1024)
@@ -56,7 +56,7 @@ def test_in_place_weights_cost_no_setup_against_forced_setup(encoder) -> None:
     """Forcing every weighted operator to idle in another layout adds real re-layout time."""
     import dataclasses
 
-    from runtime_sim.program import ExecutionPlan
+    from runtime_sim.contract.program import ExecutionPlan
     from runtime_sim.timing import simulate_timing
 
     _, model = encoder
@@ -91,7 +91,7 @@ def test_model_too_large_for_the_chip_is_a_clear_error() -> None:
 def test_plan_model_command_prints_every_decision(capsys) -> None:
     import json
 
-    from tvm_icca.cli import main as cli_main
+    from tvm_icca.cli.main import main as cli_main
 
     assert cli_main(["plan", "model", "--model", "nerf", "--tiny", "--json", "--simulate"]) == 0
     payload = json.loads(capsys.readouterr().out)

@@ -1,4 +1,4 @@
-"""The semantics of execution plans (runtime_sim.layout), checked without data.
+"""The semantics of execution plans (runtime_sim.contract.layout), checked without data.
 
 Partitions are tracked as labels: every core starts with the label of its initial partition,
 shift events move labels, and at every step each core must hold the partition its chunk
@@ -14,9 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime_sim.errors import InvalidPlanError
-from runtime_sim.layout import OpLayout, input_boxes, padded_extent, pinned_axes, producer_grid
-from runtime_sim.program import ExecutionPlan
+from runtime_sim.contract.errors import InvalidPlanError
+from runtime_sim.contract.layout import (
+    OpLayout,
+    input_boxes,
+    padded_extent,
+    pinned_axes,
+    producer_grid,
+)
+from runtime_sim.contract.program import ExecutionPlan
 
 
 def _labels(layout: OpLayout, t: int, q) -> np.ndarray:
@@ -249,9 +255,9 @@ def test_core_order_must_permute_the_axes(exprs, order) -> None:
         OpLayout(e, ExecutionPlan({"b": 2}, tuple({} for _ in e.tensors), (), order))
 
 
-# -- merged output dimensions (a reshape [B, H, D] -> [B, H*D], tvm_icca.views) ----------------
+# -- merged output dimensions (a reshape [B, H, D] -> [B, H*D], tvm_icca.ops.views) ----------------
 def _merge_expr(B: int = 2, H: int = 6, D: int = 4):
-    from runtime_sim.program import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
+    from runtime_sim.contract.program import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
 
     a = AffineIndex.of_axis
     x = TensorAccess("X", (B, H, D), "float32", (a("b"), a("h"), a("d")))

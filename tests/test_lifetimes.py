@@ -1,13 +1,13 @@
-"""Tensor lifetimes and held SRAM (runtime_sim.lifetimes), and the link closed forms (runtime_sim.links)."""
+"""Tensor lifetimes and held SRAM (runtime_sim.contract.lifetimes), and the link closed forms (runtime_sim.machine.links)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from runtime_sim.hardware import small_chip
-from runtime_sim.lifetimes import held_bytes, last_reads, outlives, released
-from runtime_sim.links import (
+from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.lifetimes import held_bytes, last_reads, outlives, released
+from runtime_sim.machine.links import (
     chunk_latency_seconds,
     link_transfer_seconds,
     replica_reduction_schedule,

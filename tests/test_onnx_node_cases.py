@@ -18,7 +18,7 @@ from onnx import numpy_helper
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.hardware import small_chip
+from runtime_sim.contract.hardware import small_chip
 
 # Op kind (issue list) -> ONNX node cases of that kind (float32 cases TVM's importer accepts).
 CASES = {
@@ -66,12 +66,12 @@ OFFLOADED_OP = {
     "relu": "relax.nn.relu", "gelu": ("relax.nn.gelu", "relax.nn.gelu_tanh"), "tanh": "relax.tanh",
     "sigmoid": "relax.sigmoid", "exp": "relax.exp", "softmax": "relax.nn.softmax",
     "layer_norm": "relax.nn.layer_norm", "sum": "relax.sum", "mean": "relax.mean",
-    # a split runs as one slice per output (tvm_icca.data_movement.split_to_slices)
+    # a split runs as one slice per output (tvm_icca.ops.data_movement.split_to_slices)
     "concat": "relax.concat", "slice": "relax.strided_slice", "split": "relax.strided_slice",
     "max_pool": "relax.nn.max_pool2d", "avg_pool": "relax.nn.avg_pool2d", "global_avg_pool": "relax.mean",
     # inference batch norm with constant statistics becomes a per-channel x * s + t
     "batch_norm": "relax.multiply",
-    # an embedding lookup: the float table gathered by integer ids (tvm_icca.gather)
+    # an embedding lookup: the float table gathered by integer ids (tvm_icca.ops.gather)
     "gather": "relax.take",
 }
 

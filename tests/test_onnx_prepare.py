@@ -14,7 +14,7 @@ from onnx.reference import ReferenceEvaluator
 from tvm import relax
 
 import tvm_icca
-from tvm_icca.onnx_prepare import FoldStats, prepare_onnx
+from tvm_icca.frontend.onnx_prepare import FoldStats, prepare_onnx
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset: int = 17) -> onnx.ModelProto:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_sim.hardware import small_chip
+from runtime_sim.contract.hardware import small_chip
 from tvm_icca.plans.option_pool import available_jobs, map_in_workers, options_of_many
 from tvm_icca.plans.reconcile import operator_options
-from tvm_icca.programs import compile_programs
-from tvm_icca.region import PlanCache
+from tvm_icca.drivers.timing_only import compile_programs
+from tvm_icca.lower.region import PlanCache
 from tvm_icca.testing import exprs
 from tvm_icca.workloads import get_workload
 
@@ -61,7 +61,7 @@ def test_map_in_workers_keeps_order_and_leaves_failures_to_the_caller():
 
 def test_ladders_prefetched_on_workers_plan_as_asked_one_by_one():
     # the budgets of two ladders of one structure interleave; the smallest has no plan
-    from runtime_sim.errors import PlanNotFoundError
+    from runtime_sim.contract.errors import PlanNotFoundError
 
     expr = exprs.matmul(16, 64, 48)
     fast = PlanCache(jobs=1).plan(expr, CHIP, None, CHIP.usable_sram_bytes, "mm").memory_bytes_per_core

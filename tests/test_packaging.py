@@ -80,7 +80,7 @@ def wheel_files(wheel) -> set[str]:
 
 def test_wheel_has_every_package(wheel_files):
     packages = _source_packages()
-    assert {"tvm_icca/plans", "tvm_icca/commands", "runtime_sim/timing"} <= packages
+    assert {"tvm_icca/plans", "tvm_icca/cli", "runtime_sim/timing"} <= packages
     missing = sorted(p for p in packages if f"{p}/__init__.py" not in wheel_files)
     assert not missing, f"packages missing from the wheel: {missing}"
 
@@ -105,4 +105,4 @@ def test_wheel_has_every_data_file(wheel_files):
 def test_wheel_declares_entry_points(wheel):
     text = wheel[1]
     assert "[tvm.backends]" in text and "icca = tvm_icca._autoload:autoload" in text
-    assert "[console_scripts]" in text and "tvm-icca = tvm_icca.cli:main" in text
+    assert "[console_scripts]" in text and "tvm-icca = tvm_icca.cli.main:main" in text

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from runtime_sim.hardware import preset, small_chip
-from runtime_sim.layout import OpLayout
-from runtime_sim.program import ExecutionPlan
+from runtime_sim.contract.hardware import preset, small_chip
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.program import ExecutionPlan
 from tvm_icca.plans import AnalyticCostModel, plan_operator
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.partitions import op_partitions, plans_for

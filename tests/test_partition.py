@@ -12,7 +12,7 @@ from tvm import relax
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix
 
 import tvm_icca
-from tvm_icca.partition import HARDWARE_ATTR, icca_regions
+from tvm_icca.partition.partitioner import HARDWARE_ATTR, icca_regions
 
 F32 = "float32"
 
@@ -240,7 +240,7 @@ def test_unsupported_op_splits_regions_and_is_reported(caplog: pytest.LogCapture
         return bb.emit(relax.op.exp(p))
 
     mod = make_mod({"x": ((1, 3, 8, 8), F32), "w": ((4, 3, 3, 3), F32)}, body)
-    with caplog.at_level(logging.INFO, logger="tvm_icca.partition"):
+    with caplog.at_level(logging.INFO, logger="tvm_icca.partition.partitioner"):
         part = tvm_icca.partition_for_icca(mod)
     report = tvm_icca.partition_report(part)
     assert len(report["regions"]) == 2

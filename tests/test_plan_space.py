@@ -14,10 +14,17 @@ import time
 import numpy as np
 import pytest
 
-from runtime_sim.errors import InvalidPlanError
-from runtime_sim.hardware import preset, small_chip
-from runtime_sim.layout import OpLayout
-from runtime_sim.program import AffineIndex, Axis, ExecutionPlan, TensorAccess, TensorExpr, make_load
+from runtime_sim.contract.errors import InvalidPlanError
+from runtime_sim.contract.hardware import preset, small_chip
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.program import (
+    AffineIndex,
+    Axis,
+    ExecutionPlan,
+    TensorAccess,
+    TensorExpr,
+    make_load,
+)
 from tvm_icca.plans import AnalyticCostModel, plan_operator
 from tvm_icca.plans.batch_cost import (AnalyticBatchModel, ArrivalCostModel, best_loop_order,
                                        replica_reduction_array, replica_reduction_lower_bound)
@@ -293,7 +300,7 @@ def test_arrival_aware_search_is_exact(exprs, build, cores, arriving) -> None:
     assert np.allclose(arrival_only - plain, parts / hw.link_bandwidth, rtol=1e-12, atol=0)
     # and the reduction is the device's schedule, as the simulator times it
     from runtime_sim.timing.opcost import op_cost
-    from runtime_sim.topology import make_topology
+    from runtime_sim.machine.topology import make_topology
 
     topo = make_topology(hw)
     for i in np.flatnonzero(batch.replicas()[:, -1] > 1)[:5]:

@@ -1,4 +1,4 @@
-"""The one model-level pass (tvm_icca.model.planner): ``tvm.compile`` runs exactly the device
+"""The one model-level pass (tvm_icca.planning.planner): ``tvm.compile`` runs exactly the device
 programs the timing-only path times, and an executable reports the simulated time of its run."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from tvm import relax
 from tvm.script import relax as R
 
 import tvm_icca
-from runtime_sim.hardware import small_chip
-from tvm_icca import device_entry
-from tvm_icca.model import PROGRAM_ATTR, plan_device_programs, programs_in_call_order
-from tvm_icca.programs import compile_programs
+from runtime_sim.contract.hardware import small_chip
+from tvm_icca.runtime import device_entry
+from tvm_icca.planning import PROGRAM_ATTR, plan_device_programs, programs_in_call_order
+from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.testing import onnx_models
 from tvm_icca.workloads import get_workload
 
@@ -117,7 +117,7 @@ def test_vgm_programs_run_and_are_timed(executed):
                                             state_on_chip=True)
     np.testing.assert_allclose(outputs[0], case.reference(case.inputs)[0], rtol=1e-4, atol=1e-4)
     assert ran == [p.to_json() for p in timed.programs]
-    from runtime_sim.vgm import simulate_vgm_timing
+    from runtime_sim.timing.vgm_timing import simulate_vgm_timing
 
     assert stats["simulated_s"] == simulate_vgm_timing(timed.programs).total_s
 
@@ -127,7 +127,7 @@ class SameLayerTwice:
     """One layer (matmul + relu) four times: the first two calls read tensors the host
     sends (a cumulative sum, which has no ICCA implementation, runs on the host between
     them), the last two tensors already on chip (only view ops between that stay on the
-    host: reshapes [6, 4] <-> [4, 6] are no re-layout of blocks, tvm_icca.views)."""
+    host: reshapes [6, 4] <-> [4, 6] are no re-layout of blocks, tvm_icca.ops.views)."""
 
     @R.function
     def main(x: R.Tensor((6, 4), "float32"), w1: R.Tensor((4, 4), "float32"),

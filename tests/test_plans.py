@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from runtime_sim.errors import PlanNotFoundError
-from runtime_sim.hardware import preset, small_chip
-from runtime_sim.layout import OpLayout
-from runtime_sim.program import ExecutionPlan
+from runtime_sim.contract.errors import PlanNotFoundError
+from runtime_sim.contract.hardware import preset, small_chip
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.program import ExecutionPlan
 from tvm_icca.plans import AnalyticCostModel, plan_operator, rotating_tensors
 from tvm_icca.plans.intmath import divisors
 from tvm_icca.plans.partitions import axis_values
@@ -65,7 +65,7 @@ def test_shift_cost_of_a_slower_rotation_is_paid_every_step(exprs):
     skew, so some core shifts it at every step, and a bulk-synchronous step waits for that
     core: the analytic shift term is the simulator's, not ``f_t`` shifts per tensor."""
     from runtime_sim.timing.opcost import op_cost
-    from runtime_sim.topology import make_topology
+    from runtime_sim.machine.topology import make_topology
 
     hw = small_chip(8, 1024 * 1024, link_latency_s=0.0)
     expr = exprs.matmul(8, 8, 8)

@@ -1,4 +1,4 @@
-"""Preload states and distribution (runtime_sim.preload, Elk §4.3/§4.5), checked on labels:
+"""Preload states and distribution (runtime_sim.contract.preload_chunks, Elk §4.3/§4.5), checked on labels:
 after distribution every core must hold exactly its execute-state partition."""
 
 from __future__ import annotations
@@ -8,11 +8,18 @@ import dataclasses
 import numpy as np
 import pytest
 
-from runtime_sim.errors import InvalidPlanError
-from runtime_sim.layout import OpLayout
-from runtime_sim.preload import (chunk_options, chunk_range, delivery_groups, distribution,
-                                 held_chunk, preload_bytes, replica_ranks)
-from runtime_sim.program import ExecutionPlan
+from runtime_sim.contract.errors import InvalidPlanError
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.preload_chunks import (
+    chunk_options,
+    chunk_range,
+    delivery_groups,
+    distribution,
+    held_chunk,
+    preload_bytes,
+    replica_ranks,
+)
+from runtime_sim.contract.program import ExecutionPlan
 from tvm_icca.testing.exprs import matmul
 
 
@@ -73,7 +80,7 @@ def test_chunk_count_must_divide_replicas() -> None:
 
 
 def test_delivered_plus_distributed_is_every_partition() -> None:
-    from runtime_sim.preload import delivered_bytes
+    from runtime_sim.contract.preload_chunks import delivered_bytes
 
     layout = _layout({"m": 2, "n": 6, "k": 1})
     for t in range(2):
@@ -87,10 +94,10 @@ def test_delivered_plus_distributed_is_every_partition() -> None:
 def test_whole_partition_preload_is_the_plain_load(topology, kind) -> None:
     # with one chunk per partition the preload state is the execute state: its delivery must
     # cost what the simulator's plain load (replica groups from the input boxes) costs
-    from runtime_sim.hardware import small_chip
-    from runtime_sim.preload import preload_delivery
+    from runtime_sim.contract.hardware import small_chip
+    from runtime_sim.contract.preload_chunks import preload_delivery
     from runtime_sim.timing.simulate import _Planner
-    from runtime_sim.topology import make_topology
+    from runtime_sim.machine.topology import make_topology
 
     hw = small_chip(64, 64 * 1024, topology=topology, hbm_bandwidth=1e12, hbm_controllers=4)
     topo = make_topology(hw)
@@ -112,9 +119,9 @@ def test_whole_partition_preload_is_the_plain_load(topology, kind) -> None:
 def test_distribution_pattern_costs_its_explicit_flows(chips) -> None:
     # the per-block multicast pattern (O(cores)) must cost exactly what its explicit flows cost
     # on the all-to-all exchange: receive ports, one send per chunk, one fabric copy per chip
-    from runtime_sim.hardware import small_chip
-    from runtime_sim.preload import distribution_pattern
-    from runtime_sim.topology import make_topology
+    from runtime_sim.contract.hardware import small_chip
+    from runtime_sim.contract.preload_chunks import distribution_pattern
+    from runtime_sim.machine.topology import make_topology
 
     hw = small_chip(64, 64 * 1024, num_chips=chips, inter_chip_bandwidth=2e9)
     topo = make_topology(hw)

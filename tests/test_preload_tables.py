@@ -1,14 +1,14 @@
-"""Elk trade-off tables (tvm_icca.model.preload_tables): the arrival of on-chip inputs."""
+"""Elk trade-off tables (tvm_icca.planning.tradeoff_tables): the arrival of on-chip inputs."""
 
 from __future__ import annotations
 
 import pytest
 
-from runtime_sim.hardware import small_chip
-from runtime_sim.layout import OpLayout, canonical_grid, producer_grid
-from runtime_sim.program import ExecutionPlan
-from runtime_sim.topology import make_topology
-from tvm_icca.model.preload_tables import arrival_seconds
+from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.layout import OpLayout, canonical_grid, producer_grid
+from runtime_sim.contract.program import ExecutionPlan
+from runtime_sim.machine.topology import make_topology
+from tvm_icca.planning.tradeoff_tables import arrival_seconds
 from tvm_icca.testing import exprs
 
 CHIP = small_chip(4, 64 * 1024)
@@ -58,8 +58,8 @@ def test_k_split_point_costs_the_device_replica_reduction(k_split):
     # point must cost it as the device sums the replicas (tree or chain), which is what the
     # timing simulator charges for the same plan's steps and reduction (Elk §4.3, Fig. 12)
     from runtime_sim.timing.opcost import op_cost
-    from runtime_sim.topology import make_topology
-    from tvm_icca.model.preload_tables import _device_correction
+    from runtime_sim.machine.topology import make_topology
+    from tvm_icca.planning.tradeoff_tables import _device_correction
     from tvm_icca.plans.cost import AnalyticCostModel
 
     hw = small_chip(64, 64 * 1024)
@@ -82,7 +82,7 @@ def test_rotation_across_chips_costs_the_fabric():
     # as the device does (A's ring of 8 cores has two links crossing chips: 256 B per phase
     # over 1 GB/s against 128 B per port over 5.5 GB/s)
     from runtime_sim.timing.opcost import op_cost
-    from tvm_icca.model.preload_tables import _device_correction
+    from tvm_icca.planning.tradeoff_tables import _device_correction
     from tvm_icca.plans.cost import AnalyticCostModel
 
     hw = small_chip(8, 64 * 1024, num_chips=2, inter_chip_bandwidth=1e9)
@@ -103,9 +103,9 @@ def test_layers_of_one_region_share_their_table_keys():
     # live bytes around identical operators differ; their keys (their trade-off points) must
     # not, or Elk §4.4 finds no repeated layer to reorder
     from tvm_icca.elk import reorder
-    from tvm_icca.model.preload_tables import operator_tables
-    from tvm_icca.programs import compile_programs
-    from tvm_icca.region import PlanCache
+    from tvm_icca.planning.tradeoff_tables import operator_tables
+    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.lower.region import PlanCache
     from tvm_icca.workloads import get_workload
 
     hw = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
@@ -126,8 +126,8 @@ def test_unmeasured_points_scale_by_the_device_priced_ratio():
     # a tuning record measures one k-split plan; an unmeasured ladder point (already priced
     # with the device's replica reduction) is scaled by measured / device-priced analytic,
     # not by measured / ring-priced analytic, which would count the reduction twice
-    from runtime_sim.program import OpProgram
-    from tvm_icca.model.preload_tables import _device_time, _with_records
+    from runtime_sim.contract.program import OpProgram
+    from tvm_icca.planning.tradeoff_tables import _device_time, _with_records
     from tvm_icca.plans.cost import AnalyticCostModel
 
     hw = small_chip(64, 64 * 1024)
@@ -157,7 +157,7 @@ def test_preload_points_are_priced_as_the_device_delivers_them(topology):
     # charges for that preload (its delivery through the controllers, the mesh's edge ports
     # and multicast trees; its distribution phase), whatever the topology (Elk §4.3, §5)
     from runtime_sim.timing.simulate import _Planner
-    from tvm_icca.model.preload_tables import _preload_points
+    from tvm_icca.planning.tradeoff_tables import _preload_points
 
     hw = small_chip(64, 64 * 1024, topology=topology, hbm_bandwidth=1e12, hbm_controllers=4)
     topo = make_topology(hw)

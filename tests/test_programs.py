@@ -1,4 +1,4 @@
-"""Timing-only compilation (tvm_icca.programs): program order, input sources, op counts, plan
+"""Timing-only compilation (tvm_icca.drivers.timing_only): program order, input sources, op counts, plan
 cache, and the `tvm-icca simulate` / `tvm-icca models` commands."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import json
 import pytest
 
 import tvm_icca
-from runtime_sim.hardware import small_chip
-from tvm_icca.cli import main as cli_main
-from tvm_icca.data_movement import split_to_slices
-from tvm_icca.region import PlanCache, compile_region
-from tvm_icca.model.calls import partitioned_op_counts, region_call_order
-from tvm_icca.programs import compile_programs
+from runtime_sim.contract.hardware import small_chip
+from tvm_icca.cli.main import main as cli_main
+from tvm_icca.ops.data_movement import split_to_slices
+from tvm_icca.lower.region import PlanCache, compile_region
+from tvm_icca.planning.calls import partitioned_op_counts, region_call_order
+from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.workloads import get_workload
 from tvm_icca.workloads._common import relax_op_counts
 
@@ -82,10 +82,10 @@ def test_without_hbm_model_state_comes_from_the_host():
 def test_op_counts_add_up_to_the_imported_model(llama):
     workload, model = llama
     summary = model.summary()
-    # the partitioner rewrites each split into the slices it is (tvm_icca.data_movement)
+    # the partitioner rewrites each split into the slices it is (tvm_icca.ops.data_movement)
     imported = relax_op_counts(split_to_slices()(workload.mod))
     assert summary["offloaded_relax_ops"] + summary["host_relax_ops"] == sum(imported.values())
-    # the embedding lookup runs on the chip (tvm_icca.gather): only the head reshapes stay
+    # the embedding lookup runs on the chip (tvm_icca.ops.gather): only the head reshapes stay
     assert set(summary["host_ops"]) == {"relax.reshape"}
     assert summary["device_ops"] == sum(len(p.ops) for p in model.programs)
     # with the rotary embedding on chip, regions span layer boundaries and need not repeat
@@ -102,7 +102,7 @@ def test_relax_module_uses_num_input_for_model_state():
         for decl in program.inputs:
             if decl.source == "hbm":
                 assert decl.shape in weights
-    # NeRF's skip and view concatenations run on the chip (tvm_icca.data_movement): the whole
+    # NeRF's skip and view concatenations run on the chip (tvm_icca.ops.data_movement): the whole
     # MLP is one region, fed by the host and HBM only.
     assert len(model.programs) == 1
     assert {d.source for p in model.programs for d in p.inputs} == {"host", "hbm"}
@@ -159,11 +159,11 @@ def test_unknown_model_is_a_clean_error(capsys):
 
 
 def test_state_read_by_regions_leaves_out_host_only_state(llama):
-    from tvm_icca.model.calls import state_read_by_regions
+    from tvm_icca.planning.calls import state_read_by_regions
 
     workload, model = llama
     read = state_read_by_regions(model.module, workload.resident_names)
-    # the embedding lookup runs on the chip (tvm_icca.gather): every weight and cache,
+    # the embedding lookup runs on the chip (tvm_icca.ops.gather): every weight and cache,
     # the embedding table included, reaches a region
     host_only = {p.name for p in workload.params if p.resident} - read
     assert host_only == set()

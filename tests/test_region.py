@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.errors import IccaError, UnsupportedDtypeError
-from runtime_sim.hardware import small_chip
-from tvm_icca.region import compile_region
+from runtime_sim.contract.errors import IccaError, UnsupportedDtypeError
+from runtime_sim.contract.hardware import small_chip
+from tvm_icca.lower.region import compile_region
 from tvm_icca.testing.onnx_models import conv2d_reference
 
 CHIPS = st.sampled_from([4, 8, 16, 32, 64])
@@ -91,10 +91,10 @@ def test_random_conv2d(cores, n, c, h, f, k, stride, pad, dilation, seed):
 def test_region_program_round_trips_and_plans_fit():
     hw = small_chip(16, 16 * 1024)
     part = tvm_icca.partition_for_icca(_matmul_module(2, 24, 32, 16, True), hw=hw)
-    (name, func), = tvm_icca.partition.icca_regions(part).items()
+    (name, func), = tvm_icca.partition.partitioner.icca_regions(part).items()
     program = compile_region(func, name, hw)
-    from runtime_sim.layout import OpLayout
-    from runtime_sim.program import DeviceProgram
+    from runtime_sim.contract.layout import OpLayout
+    from runtime_sim.contract.program import DeviceProgram
 
     again = DeviceProgram.from_json(program.to_json())
     assert again == program
@@ -117,8 +117,8 @@ def test_float64_model_stays_on_host_and_device_refuses_it():
     assert report["host_ops"] == {"relax.nn.relu": 1}
     assert "float64" in " ".join(report["host_reasons"]["relax.nn.relu"])
     # Asking the device itself to hold float64 is one clear error.
-    from runtime_sim.device import SimulatedDevice
-    from runtime_sim.program import DeviceProgram, TensorDecl
+    from runtime_sim.functional.device import SimulatedDevice
+    from runtime_sim.contract.program import DeviceProgram, TensorDecl
 
     program = DeviceProgram("r", small_chip(4).to_dict(), (TensorDecl("in0", (4,), "float64"),), (), ())
     try:
@@ -130,7 +130,7 @@ def test_float64_model_stays_on_host_and_device_refuses_it():
 
 
 def test_tensor_larger_than_chip_fails_with_one_clear_error():
-    from runtime_sim.errors import PlanNotFoundError
+    from runtime_sim.contract.errors import PlanNotFoundError
 
     hw = small_chip(4, 16 * 1024)
     mod = _matmul_module(1, 256, 256, 256, False)  # 256 KiB per operand, 64 KiB of chip

@@ -20,8 +20,12 @@ from onnx.reference import ReferenceEvaluator
 from tvm import relax, te, topi
 
 import tvm_icca
-from tvm_icca.rewrites import (RecognizeActivations, RecognizeNorms, constant_matches,
-                                read_minmax_primfunc)
+from tvm_icca.frontend.rewrites import (
+    RecognizeActivations,
+    RecognizeNorms,
+    constant_matches,
+    read_minmax_primfunc,
+)
 
 SQRT2 = math.sqrt(2.0)
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from runtime_sim.hardware import preset
-from runtime_sim.program import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
+from runtime_sim.contract.hardware import preset
+from runtime_sim.contract.program import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
 from schedules import contraction_roles, template_for
 
 ax = AffineIndex.of_axis

@@ -1,4 +1,4 @@
-"""The device's stream timing rules (runtime_sim.stream_timing): closed forms and the
+"""The device's stream timing rules (runtime_sim.machine.stream_timing): closed forms and the
 contention-free case against the fixed-duration recurrence of the Elk pass."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from runtime_sim.stream_timing import preload_link_share, stream_times
+from runtime_sim.machine.stream_timing import preload_link_share, stream_times
 from tvm_icca.elk.inductive import forward_times
 
 

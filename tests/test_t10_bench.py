@@ -16,9 +16,9 @@ from contextlib import redirect_stdout
 import numpy as np
 import pytest
 
-from runtime_sim.layout import OpLayout
-from runtime_sim.program import ExecutionPlan
-from tvm_icca.cli import main as cli_main
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.program import ExecutionPlan
+from tvm_icca.cli.main import main as cli_main
 from tvm_icca.plans.partitions import op_partitions, plans_for
 from tvm_icca.plans.structure import plan_structure
 from tvm_icca.plans.t10_bench import (

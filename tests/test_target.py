@@ -16,8 +16,8 @@ from tvm.script import relax as R
 from tvm.target import Target
 
 import tvm_icca
-from tvm_icca import target as icca_target
-from tvm_icca.model import planner
+from tvm_icca.backend import target as icca_target
+from tvm_icca.planning import planner
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -138,7 +138,7 @@ def partition_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     original = planner.partition_for_icca
 
     def spy(mod, hw=None, **kwargs):
-        calls.append(tvm_icca.partition.resolve_hardware(hw).name)
+        calls.append(tvm_icca.partition.partitioner.resolve_hardware(hw).name)
         return original(mod, hw, **kwargs)
 
     monkeypatch.setattr(planner, "partition_for_icca", spy)

@@ -1,4 +1,4 @@
-"""tvm_icca.te_capture: the TE of a Relax function, captured from TVM's own legalization."""
+"""tvm_icca.ops.te_capture: the TE of a Relax function, captured from TVM's own legalization."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 
-from runtime_sim.errors import UnsupportedOperatorError  # noqa: E402
-from tvm_icca.te_capture import compose_te  # noqa: E402
-from tvm_icca.tensor_expr import tensor_expr_of  # noqa: E402
+from runtime_sim.contract.errors import UnsupportedOperatorError  # noqa: E402
+from tvm_icca.ops.te_capture import compose_te  # noqa: E402
+from tvm_icca.lower.te_to_expr import tensor_expr_of  # noqa: E402
 from tvm_icca.testing.relax_functions import relax_function  # noqa: E402
 
 op = relax.op

@@ -1,4 +1,4 @@
-"""tvm_icca.tensor_expr: Relax composite -> TVM's TE -> TensorExpr (T10 §4.2, §5).
+"""tvm_icca.lower.te_to_expr: Relax composite -> TVM's TE -> TensorExpr (T10 §4.2, §5).
 
 The TE capture itself is tested in test_te_capture.py, the template-kind rules on hand-built
 expressions in test_schedule_kinds.py.
@@ -21,10 +21,19 @@ from tvm import relax  # noqa: E402
 from tvm.relax.dpl import is_op, wildcard  # noqa: E402
 from tvm.relax.transform import FuseOpsByPattern  # noqa: E402
 
-from runtime_sim.errors import IccaError, UnsupportedDtypeError, UnsupportedOperatorError  # noqa: E402
-from runtime_sim.layout import OpLayout, pinned_axes  # noqa: E402
-from runtime_sim.program import AffineIndex, ExecutionPlan, TensorExpr, walk_expr  # noqa: E402
-from tvm_icca.tensor_expr import extract_op, tensor_expr_of  # noqa: E402
+from runtime_sim.contract.errors import (  # noqa: E402
+    IccaError,
+    UnsupportedDtypeError,
+    UnsupportedOperatorError,
+)
+from runtime_sim.contract.layout import OpLayout, pinned_axes  # noqa: E402
+from runtime_sim.contract.program import (  # noqa: E402
+    AffineIndex,
+    ExecutionPlan,
+    TensorExpr,
+    walk_expr,
+)
+from tvm_icca.lower.te_to_expr import extract_op, tensor_expr_of  # noqa: E402
 from tvm_icca.testing.relax_functions import relax_function  # noqa: E402
 
 op = relax.op
@@ -450,7 +459,7 @@ VALUE_CASES = [
      lambda a, b: np_gelu(a @ b)),
     ("matmul_softmax", [(4, 8), (8, 5)], lambda a, b: op.nn.softmax(op.matmul(a, b)),
      lambda a, b: np_softmax(a @ b)),
-    # view ops (tvm_icca.views): copies whose index maps re-lay the data out
+    # view ops (tvm_icca.ops.views): copies whose index maps re-lay the data out
     ("reshape_split", [(2, 3, 20)], lambda x: op.reshape(x, (2, 3, 4, 5)), lambda x: x.reshape(2, 3, 4, 5)),
     ("reshape_merge", [(2, 3, 4, 5)], lambda x: op.reshape(x, (2, 3, 20)), lambda x: x.reshape(2, 3, 20)),
     ("reshape_split_merge", [(4, 8)], lambda x: op.reshape(x, (8, 4)), lambda x: x.reshape(8, 4)),

@@ -11,18 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime_sim import (
-    DeviceProgram,
-    ExecutionPlan,
-    OpLayout,
-    OpProgram,
-    SimulatedDevice,
-    SramOverflowError,
-    TensorDecl,
-    encode_constant,
-    preset,
-    small_chip,
-)
+from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.functional.device import SimulatedDevice
+from runtime_sim.contract.errors import SramOverflowError
+from runtime_sim.contract.constants import encode_constant
+from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.timing import (
     canonical_grid,
     input_boxes,
@@ -33,7 +27,7 @@ from runtime_sim.timing import (
     shift_schedule,
     simulate_timing,
 )
-from runtime_sim.topology import make_topology
+from runtime_sim.machine.topology import make_topology
 from schedules import template_for
 
 LAT = 1e-7  # link latency used where the closed forms should show it
@@ -525,7 +519,7 @@ def test_sram_overflow_raises_like_the_device(exprs) -> None:
 
 
 def test_hbm_input_without_hbm_is_an_error(exprs) -> None:
-    from runtime_sim.errors import DeviceProgramError
+    from runtime_sim.contract.errors import DeviceProgramError
 
     e = exprs.matmul(16, 16, 16)
     prog = single(e, ExecutionPlan({"m": 2}, ({}, {}, {})), HW16, sources={"A": "hbm"})
@@ -560,7 +554,7 @@ def test_progress_bar_over_many_programs(exprs, capsys) -> None:
 
 def _add4(exprs, shape):
     """P = O + O over a 4-D tensor (both operands read the producer's output)."""
-    from runtime_sim.program import Axis, TensorAccess, TensorExpr
+    from runtime_sim.contract.program import Axis, TensorAccess, TensorExpr
 
     idx = tuple(exprs.ax(a) for a in "bcyx")
     o = TensorAccess("O", shape, "float32", idx)
@@ -603,7 +597,7 @@ def test_random_chains_match_device(exprs, data, pair, cores) -> None:
 
 
 def test_scalar_intermediate(exprs) -> None:
-    from runtime_sim.program import Axis, TensorAccess, TensorExpr
+    from runtime_sim.contract.program import Axis, TensorAccess, TensorExpr
 
     x = TensorAccess("X", (5, 7), "float32", (exprs.ax("i"), exprs.ax("k")))
     s = TensorAccess("S", (), "float32", ())
@@ -711,7 +705,7 @@ def test_large_split_reduction_runs_as_a_pipelined_chain(exprs) -> None:
 def test_cross_chip_shift_pays_the_inter_chip_latency(exprs) -> None:
     """The ring of the test above with latencies: every shift phase costs its capped bytes plus
     the slowest flow's latency, and a flow that crosses chips pays the hop's latency and the
-    IPU-Link latency for each of its chunks (``runtime_sim.links.chunk_latency_seconds``)."""
+    IPU-Link latency for each of its chunks (``runtime_sim.machine.links.chunk_latency_seconds``)."""
     cap, xlat = 2e9, 3e-7
     report, hw, crossing, pb = _two_chip_ring(exprs, cap, link_latency_s=LAT,
                                               inter_chip_latency_s=xlat)
@@ -729,7 +723,7 @@ def test_host_round_trip_times_the_return_leg(exprs) -> None:
     run ends when it has arrived."""
     import dataclasses
 
-    from runtime_sim.errors import DeviceProgramError
+    from runtime_sim.contract.errors import DeviceProgramError
 
     hw = small_chip(16, 256 * 1024, link_latency_s=LAT)
     e = exprs.bias_add(256, 256)
@@ -795,9 +789,9 @@ def test_split_norm_combine_is_a_gather_and_a_multicast(exprs) -> None:
     """RMS-style statistics split over 8 cores per row: partial sums, then per level a gather
     of the 8 partial statistics to the group's first core (the fastest radix: 8 bytes per
     value, so one round of 7 values through its port beats three binomial rounds, each paying
-    a latency and a synchronization) and one multicast back (runtime_sim.links.
+    a latency and a synchronization) and one multicast back (runtime_sim.machine.links.
     split_combine_seconds)."""
-    from runtime_sim.links import combine_radix, split_combine_seconds
+    from runtime_sim.machine.links import combine_radix, split_combine_seconds
 
     e = exprs.layer_norm(4, 64)
     plan = ExecutionPlan({"i": 2, "j": 8}, ({}, {}, {}, {}))
@@ -847,7 +841,9 @@ def test_spread_consumer_relayout_stays_on_chip(exprs) -> None:
     assert contiguous.inter_chip_bytes == pytest.approx(12 * row)
     assert spread.inter_chip_bytes == 0
     assert spread.relayout_s < contiguous.relayout_s
-    from runtime_sim import SimulatedDevice  # the functional device agrees on the answer
+    from runtime_sim.functional.device import (  # the functional device agrees on the answer
+        SimulatedDevice,
+    )
 
     x, b = np.ones((16, 64), np.float32), np.arange(64, dtype=np.float32)[None, :]
     (out,) = SimulatedDevice().run(_producer_consumer(exprs, hw, 4), [x, b])
@@ -855,7 +851,7 @@ def test_spread_consumer_relayout_stays_on_chip(exprs) -> None:
 
 
 def test_trace_draws_a_spread_operator_on_every_chip_it_uses(exprs) -> None:
-    from runtime_sim.trace import timing_trace
+    from runtime_sim.timing.trace import timing_trace
 
     hw = small_chip(16, 256 * 1024, num_chips=4, inter_chip_bandwidth=1e9)
     for chips, expected in ((1, [(0,)]), (4, [(0, 1, 2, 3)])):
@@ -870,8 +866,8 @@ def test_trace_draws_a_spread_operator_on_every_chip_it_uses(exprs) -> None:
 def test_many_small_replicas_gather_in_a_wide_tree(exprs) -> None:
     """16 replicas of a 64-byte partial sum: the fastest gather radix takes several values per
     round through the root's port (fewer rounds, each one latency and one synchronization);
-    the simulator routes that tree and charges the closed form of runtime_sim.links."""
-    from runtime_sim.links import replica_reduction_schedule, replica_reduction_seconds
+    the simulator routes that tree and charges the closed form of runtime_sim.machine.links."""
+    from runtime_sim.machine.links import replica_reduction_schedule, replica_reduction_seconds
 
     e = exprs.matmul(4, 256, 4)
     plan = ExecutionPlan({"k": 16}, ({}, {}, {}))

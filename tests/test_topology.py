@@ -1,4 +1,4 @@
-"""Inter-core networks (runtime_sim.topology) against closed forms and brute-force routing."""
+"""Inter-core networks (runtime_sim.machine.topology) against closed forms and brute-force routing."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime_sim import preset, small_chip
-from runtime_sim.topology import (
+from runtime_sim.contract.hardware import preset, small_chip
+from runtime_sim.machine.topology import (
     AllToAllTopology,
     MeshTopology,
     MulticastPattern,

@@ -1,4 +1,4 @@
-"""Chrome trace-event output (runtime_sim.trace)."""
+"""Chrome trace-event output (runtime_sim.timing.trace)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from runtime_sim import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl, preset
+from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
+from runtime_sim.contract.hardware import preset
 from runtime_sim.timing import simulate_timing
-from runtime_sim.trace import TraceBuilder, timing_trace, trace_document, write_trace
+from runtime_sim.timing.trace import TraceBuilder, timing_trace, trace_document, write_trace
 
 
 def test_builder_names_tracks_with_metadata_and_uses_microseconds(tmp_path) -> None:

@@ -8,11 +8,11 @@ import tvm
 import tvm.testing
 from tvm import relax
 
-from runtime_sim.program import ExecutionPlan
+from runtime_sim.contract.program import ExecutionPlan
 
 import tvm_icca
-from tvm_icca.programs import compile_programs
-from tvm_icca.region import PlanCache
+from tvm_icca.drivers.timing_only import compile_programs
+from tvm_icca.lower.region import PlanCache
 
 from test_tuning_session import tiny_model
 
@@ -72,9 +72,9 @@ HBM_CHIP = dict(num_cores=64, sram_bytes_per_core=64 * 1024, hbm_bandwidth=64e9,
 
 def test_hbm_elk_schedule_uses_measured_points_and_stays_exact(tmp_path):
     """On a chip with HBM the Elk pass trades off measured execute-state points."""
-    from tvm_icca.model import preload_tables
+    from tvm_icca.planning import tradeoff_tables as preload_tables
     from tvm_icca.tuning.candidates import plan_signature
-    from tvm_icca.tuning.database import RecordStore
+    from tvm_icca.records.database import RecordStore
 
     hw = tvm_icca.small_chip(**HBM_CHIP)
     tvm_icca.tune(tiny_model(), str(tmp_path), hw, max_trials=10, batch_size=4, progress=False)
@@ -116,7 +116,7 @@ def test_meta_schedule_database_context_applies_records(tuned_small_chip):
     ICCA database and for TVM's JSONDatabase over the same files."""
     from tvm.s_tir import meta_schedule as ms
 
-    from tvm_icca.tuning.database import database_class
+    from tvm_icca.records.database import database_class
 
     hw = tvm_icca.small_chip()
     work_dir, _ = tuned_small_chip

@@ -1,4 +1,4 @@
-"""Records of tvm_icca.tuning.database: round trip, TVM's own reader, crashes, concurrency."""
+"""Records of tvm_icca.records.database: round trip, TVM's own reader, crashes, concurrency."""
 
 from __future__ import annotations
 
@@ -12,8 +12,14 @@ from tvm import te
 from tvm.s_tir import meta_schedule as ms
 
 import tvm_icca
-from tvm_icca.tuning.database import (RecordFileWarning, RecordStore, database_class, icca_target,
-                                      plan_of_trace, plan_record)
+from tvm_icca.records.database import (
+    RecordFileWarning,
+    RecordStore,
+    database_class,
+    icca_target,
+    plan_of_trace,
+    plan_record,
+)
 
 
 def _workload(scale: int = 1) -> tvm.IRModule:

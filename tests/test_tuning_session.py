@@ -10,7 +10,7 @@ import tvm
 from tvm.script import relax as R
 
 import tvm_icca
-from tvm_icca.tuning.database import RecordStore
+from tvm_icca.records.database import RecordStore
 
 
 def tiny_model() -> tvm.IRModule:

@@ -1,4 +1,4 @@
-"""View ops on the chip (tvm_icca.views): reshape, flatten, permute_dims, expand_dims, squeeze,
+"""View ops on the chip (tvm_icca.ops.views): reshape, flatten, permute_dims, expand_dims, squeeze,
 broadcast_to as re-layouts, on the functional device, in the timing simulator, and an
 attention block exported the PyTorch way compiled as one region."""
 
@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 from tvm import relax
 
 import tvm_icca
-from runtime_sim import DeviceProgram, ExecutionPlan, OpProgram, SimulatedDevice, TensorDecl, small_chip
+from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
+from runtime_sim.functional.device import SimulatedDevice
+from runtime_sim.contract.hardware import small_chip
 from runtime_sim.timing import simulate_timing
-from tvm_icca.tensor_expr import extract_op
+from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.testing.exprs import random_plan
-from tvm_icca.views import reshape_atoms
+from tvm_icca.ops.views import reshape_atoms
 
 op = relax.op
 HW16 = small_chip(16)

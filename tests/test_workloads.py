@@ -10,9 +10,9 @@ import tvm_ffi
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.hardware import small_chip
-from tvm_icca import device_entry
-from tvm_icca.programs import compile_programs
+from runtime_sim.contract.hardware import small_chip
+from tvm_icca.runtime import device_entry
+from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.workloads import ELK_TABLE2_OPS, get_workload, list_workloads
 
 ZOO = [
@@ -133,13 +133,13 @@ def test_llm_layers_offload_everything_but_head_reshapes():
     part = tvm_icca.partition_for_icca(_tiny("llama2-70b").mod, _HW)
     report = tvm_icca.partition_report(part)
     # RMSNorm, SiLU, the attention's max/maximum, the fused qkv split (as slices) and the
-    # rotary embedding (slices, negation, concat: tvm_icca.data_movement) go to the chip ...
+    # rotary embedding (slices, negation, concat: tvm_icca.ops.data_movement) go to the chip ...
     assert {"relax.nn.rms_norm", "relax.nn.silu", "relax.max", "relax.maximum", "relax.negative",
             "relax.matmul", "relax.exp", "relax.divide", "relax.strided_slice",
             "relax.concat"} <= set(report["offloaded_ops"])
     composites = [c for r in report["regions"] for c in r["composites"]]
     assert "icca.rotary_embedding" in composites
-    # ... and the embedding lookup (tvm_icca.gather): only the head reshapes stay.
+    # ... and the embedding lookup (tvm_icca.ops.gather): only the head reshapes stay.
     assert "icca.take" in composites
     assert set(report["host_ops"]) == {"relax.reshape"}
 

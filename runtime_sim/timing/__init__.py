@@ -3,19 +3,26 @@
 :func:`simulate_timing` runs one model invocation (its regions, in order) through an
 event-driven model of the chip (Elk §5 "Simulation framework"): per-core compute from the
 shared op templates (:mod:`schedules`), inter-core shifts, replica reductions and re-layouts on
-the chip's topology (:mod:`runtime_sim.topology`), HBM and host loads with a simple prefetch
+the chip's topology (:mod:`runtime_sim.machine.topology`), HBM and host loads with a simple prefetch
 policy, or, when the programs carry one, Elk's preload/execute stream (§4.5: preloads in
 their preload state, distribution, link sharing and the SRAM timeline). It never needs tensor data, and it is independent of the compiler's cost model
 (:mod:`tvm_icca.plans.cost`): both use only the per-sub-task cycles of the templates.
 """
 
-from .geometry import (
-    BlockGrid, Boxes, Flows, Relayout, canonical_grid, input_boxes, producer_grid, relayout,
+from runtime_sim.timing.geometry import (
+    BlockGrid,
+    Boxes,
+    Flows,
+    Relayout,
+    canonical_grid,
+    input_boxes,
+    producer_grid,
+    relayout,
     relayout_flows,
 )
-from .opcost import OpCost, ShiftPhase, op_cost, phase_flows, shift_schedule
-from .report import OpTiming, TimingReport
-from .simulate import simulate_timing
+from runtime_sim.timing.opcost import OpCost, ShiftPhase, op_cost, phase_flows, shift_schedule
+from runtime_sim.timing.report import OpTiming, TimingReport
+from runtime_sim.timing.simulate import simulate_timing
 
 __all__ = [
     "BlockGrid", "Boxes", "Flows", "OpCost", "Relayout", "relayout", "OpTiming", "ShiftPhase", "TimingReport",

@@ -7,8 +7,8 @@ Two descriptions, both computed for all cores at once:
   its initial placement (T10 §4.4 "Sub-tensor placement"; :meth:`OpLayout.partition_start`).
   Halos of compound indices (a convolution window) are part of the box; padding outside the
   tensor is not data and moves nowhere.
-* :class:`~runtime_sim.layout.BlockGrid` -- where a tensor already is (part of the layout
-  contract, :mod:`runtime_sim.layout`, which the compiler reads too): a regular grid of blocks, each held by one
+* :class:`~runtime_sim.contract.layout.BlockGrid` -- where a tensor already is (part of the layout
+  contract, :mod:`runtime_sim.contract.layout`, which the compiler reads too): a regular grid of blocks, each held by one
   core. A producer's output after its replica reduction is such a grid (each ring-0 core owns
   one output partition, :meth:`OpLayout.owners`); so is the canonical layout assumed for a
   region input that is already on chip but whose producer is unknown (another region).
@@ -23,7 +23,7 @@ once (:meth:`Topology.multicast_phase`). Explicit per-destination flows, numbere
 stride sample of the destinations stands for all of them (:meth:`Topology.phase`
 ``sample_weight``).
 
-The code lives in :mod:`runtime_sim.layout` (the compiler's mapping cost reads it too, and the
+The code lives in :mod:`runtime_sim.contract.layout` (the compiler's mapping cost reads it too, and the
 compiler never imports the timing simulator); this module re-exports it. Boxes are indexed by
 a layout's numbered cores; :meth:`Boxes.placed` puts them on physical cores (a plan spread
 over chips, :attr:`OpLayout.physical`), the index a re-layout works in.
@@ -31,7 +31,7 @@ over chips, :attr:`OpLayout.physical`), the index a re-layout works in.
 
 from __future__ import annotations
 
-from ..layout import (  # noqa: F401  (the layout contract, re-exported)
+from runtime_sim.contract.layout import (
     MAX_PAIRS,
     BlockGrid,
     Boxes,

@@ -21,13 +21,13 @@ ComputeSet"), bulk-synchronously: compute, synchronize, exchange. So:
   it receives before passing it on: ``n + R - 2`` chunk stages for ``n`` chunks; best for
   large partitions). Both send exactly the bytes the device counts, ``(R - 1)`` partitions
   per output partition.
-* a core-local reduction split across cores (:func:`runtime_sim.layout.local_splits`) combines
+* a core-local reduction split across cores (:func:`runtime_sim.contract.layout.local_splits`) combines
   its partial statistics after every step, level by level, within each group of cores that
   share rows: the fastest gather tree to the group's first core, then one multicast of the
-  result back (:func:`runtime_sim.links.split_combine_seconds` is its closed form); counted
+  result back (:func:`runtime_sim.machine.links.split_combine_seconds` is its closed form); counted
   with the replica reduction (same phase, bytes and add time).
 * the replica reduction's tree and the combine's gather have the radix of the closed form
-  (:func:`runtime_sim.links.best_gather_radix`); :func:`gather_tree_rounds` gives their
+  (:func:`runtime_sim.machine.links.best_gather_radix`); :func:`gather_tree_rounds` gives their
   flows.
 """
 
@@ -37,11 +37,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..hardware import HardwareSpec
-from ..layout import OpLayout
-from ..layout import STAT_BYTES
-from ..links import combine_radix, gather_fan_ins, replica_reduction_schedule
-from ..topology import NO_PHASE, PhaseCost, Topology
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.layout import STAT_BYTES
+from runtime_sim.machine.links import combine_radix, gather_fan_ins, replica_reduction_schedule
+from runtime_sim.machine.topology import NO_PHASE, PhaseCost, Topology
 
 #: Distinct shift phases costed exactly per operator; beyond this many (a tensor rotating on
 #: a long axis with very few partitions can give one distinct phase per step residue), the

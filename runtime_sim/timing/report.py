@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..hardware import HardwareSpec
+from runtime_sim.contract.hardware import HardwareSpec
 
 #: An operator (or operator kind, summed over the run) is reported as slow when its time is
 #: more than this many times its lower bound (issue 9: "a distorted plan is visible").
@@ -58,7 +58,7 @@ class OpTiming:
     sram_bytes_per_core: int = 0  # peak on a core while it runs, shift buffer included
     relayout_s: float = 0.0
     #: how long its transfers hold link bandwidth (``transfer_s`` without hop latencies):
-    #: what a preload streaming beside it cannot use (:mod:`runtime_sim.stream_timing`)
+    #: what a preload streaming beside it cannot use (:mod:`runtime_sim.machine.stream_timing`)
     link_busy_s: float = 0.0
     steps_s: float = 0.0  # all steps: sub-tasks, syncs and shifts
     shift_s: float = 0.0
@@ -130,9 +130,9 @@ class TimingReport:
 
     Stream runs (``design`` names the compiler's preload design, ``""`` without a stream):
     ``preloads``/``executes`` count the instructions, ``preloaded_bytes`` what preloads wrote
-    (:func:`runtime_sim.preload.delivered_bytes`, summed; without a stream, the bytes loads
+    (:func:`runtime_sim.contract.preload_chunks.delivered_bytes`, summed; without a stream, the bytes loads
     delivered to cores), ``distributed_bytes`` what distribution phases moved
-    (:func:`runtime_sim.preload.distribution` bytes); ``peak_sram_bytes_per_core`` is the
+    (:func:`runtime_sim.contract.preload_chunks.distribution` bytes); ``peak_sram_bytes_per_core`` is the
     peak of the SRAM timeline (execution space + preload space; the ideal design: execution
     space alone) and ``peak_preload_bytes_per_core`` the peak preload space held.
     """
@@ -279,7 +279,7 @@ class TimingReport:
 
     def write_trace(self, path: str) -> None:
         """Write a Chrome trace-event JSON file (open it in https://ui.perfetto.dev)."""
-        from ..trace import timing_trace, write_trace
+        from runtime_sim.timing.trace import timing_trace, write_trace
 
         events = self.trace_events or timing_trace(self)
         write_trace(path, events)

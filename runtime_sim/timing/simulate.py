@@ -3,7 +3,7 @@
 Elk §5 ("Simulation framework") describes an event-driven ICCA simulator with per-core
 compute, per-link transfers and HBM fetches. This one is event-driven at operator and
 transfer granularity: each operator's homogeneous steps are costed in closed form
-(:mod:`.opcost`), each transfer phase on the topology (:mod:`runtime_sim.topology`), and a
+(:mod:`.opcost`), each transfer phase on the topology (:mod:`runtime_sim.machine.topology`), and a
 small event queue (``heapq``) orders operator executions on the compute array and loads on
 the HBM controllers and host links.
 
@@ -14,8 +14,8 @@ Data sources of an operator input (``TensorDecl.source``, program format):
 * ``"chip"`` region input -> re-laid out from a canonical block layout over all cores
   (estimate: the producing region's layout is not known to this program);
 * ``"resident"`` region input (model state kept on chip, T10 §4.3.2) -> it waits in the
-  placement of its reader's :attr:`~runtime_sim.program.OpProgram.idle_plan` (or spread in
-  near-even blocks over all cores, :data:`~runtime_sim.program.IDLE_SPREAD`); the setup phase
+  placement of its reader's :attr:`~runtime_sim.contract.program.OpProgram.idle_plan` (or spread in
+  near-even blocks over all cores, :data:`~runtime_sim.contract.program.IDLE_SPREAD`); the setup phase
   re-lays it out into the active plan (exact box overlaps), or moves nothing when the
   operator idles in its active plan (``idle_plan is None``). Its idle placement occupies SRAM
   for the whole run, on top of everything below;
@@ -27,7 +27,7 @@ Data sources of an operator input (``TensorDecl.source``, program format):
   HBM tensors read per run (per region call and tensor name, the most any operator reads);
 * ``"host"`` -> over the chip's host link at ``hw.host_bandwidth`` (8 GB/s, T10 Table 3);
   the other leg of such a round trip, a region output the host reads
-  (:attr:`~runtime_sim.program.DeviceProgram.host_outputs`), goes back chip -> host over the
+  (:attr:`~runtime_sim.contract.program.DeviceProgram.host_outputs`), goes back chip -> host over the
   same links when its producer ends: each chip's bytes of it at ``host_bandwidth``, gathered
   from the cores that hold it (the delivery's network cost, mirrored). Host links serve their
   transfers in order, so a later host input (which may depend on it) starts after it, and an
@@ -45,23 +45,23 @@ operator. Operators execute in program order, each once its loads are done and t
 one ended.
 
 Preload stream (runs whose programs carry a
-:class:`~runtime_sim.program.PreloadSchedule`, Elk §2.2/§4.5): the run's instructions
-(:func:`runtime_sim.stream.run_stream`, which refuses an invalid stream with
+:class:`~runtime_sim.contract.program.PreloadSchedule`, Elk §2.2/§4.5): the run's instructions
+(:func:`runtime_sim.contract.stream.run_stream`, which refuses an invalid stream with
 :class:`DeviceProgramError`) replace the prefetch policy:
 
 * ``preload(i)`` delivers operator ``i``'s off-chip inputs (HBM and host,
-  :func:`~runtime_sim.stream.offchip_inputs`) in their preload state, input ``t`` cut into
-  ``s = op.chunks_of(t)`` chunks (:mod:`runtime_sim.preload`): each chip reads the distinct
+  :func:`~runtime_sim.contract.stream.offchip_inputs`) in their preload state, input ``t`` cut into
+  ``s = op.chunks_of(t)`` chunks (:mod:`runtime_sim.contract.preload_chunks`): each chip reads the distinct
   bytes of the chunks its cores hold once (HBM controllers as for a load above; host inputs
   over the host links), and the network multicasts each chunk to its delivery group
-  (:func:`~runtime_sim.preload.delivery_groups`), every core receiving
-  :func:`~runtime_sim.preload.delivered_bytes`. Alone it lasts ``max(source time, network
+  (:func:`~runtime_sim.contract.preload_chunks.delivery_groups`), every core receiving
+  :func:`~runtime_sim.contract.preload_chunks.delivered_bytes`. Alone it lasts ``max(source time, network
   time)``. Preloads run one after another in issue order (one queue); a preload starts once
   the previous one is done and the ``execute`` issued before it in the stream has ended
   (``execute(i)`` blocks every later instruction until it ends).
 * ``execute(i)`` starts when the previous execute ended and ``preload(i)`` is done (an
   operator the stream does not preload waits for the previous execute only). It lasts the
-  distribution phase -- every flow of :func:`~runtime_sim.preload.distribution` of its
+  distribution phase -- every flow of :func:`~runtime_sim.contract.preload_chunks.distribution` of its
   chunked inputs, costed together as one phase on the topology, a core's chunk multicast
   to its block -- plus the re-layout of its on-chip inputs and its steps, as above.
 * Interconnect contention: while an execute runs, the preload in progress gets only the
@@ -76,7 +76,7 @@ Preload stream (runs whose programs carry a
   core: the execution space (while an operator executes, its device accounting below: its
   partitions, live activations, shift buffer and resident idle state; between executes, the
   live activations and resident state the last one left, plus the shift buffer) plus the
-  preload space (:func:`~runtime_sim.preload.preload_bytes` of each preloaded input, on the
+  preload space (:func:`~runtime_sim.contract.preload_chunks.preload_bytes` of each preloaded input, on the
   operator's cores) of every operator whose preload has started and whose execute has not;
   an operator's own preload space becomes part of its execution space when it starts.
   Overflow raises :class:`SramOverflowError` naming the operator being preloaded or
@@ -89,7 +89,7 @@ The host link serves a preload's host leg for its source time (the next transfer
 starts after that leg's delivery ends); returns to the host are queued on it as above.
 
 SRAM: per core, partitions of the running operator plus on-chip intermediates still needed
-plus the shift buffer, exactly as :class:`runtime_sim.device.SimulatedDevice` counts it, plus
+plus the shift buffer, exactly as :class:`runtime_sim.functional.device.SimulatedDevice` counts it, plus
 the idle placements of every ``"resident"`` input of the run (which the functional device,
 handed all inputs as arguments, does not hold); a program that would overflow raises
 :class:`SramOverflowError` as the device does.
@@ -112,16 +112,28 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import DeviceProgramError, SramOverflowError, short_name
-from ..hardware import HardwareSpec
-from ..layout import OpLayout, check_op_inputs, checked_layout, input_relayout, rests_spread
-from ..lifetimes import last_reads, outlives, released
-from ..preload import distribution_phase, preload_delivery
-from ..program import IDLE_SPREAD, PRELOAD, DeviceProgram, OpProgram, dtype_bytes
-from ..stream import PRODUCED, Instruction, input_sources, run_stream
-from ..stream_timing import preload_link_share
-from ..topology import NO_PHASE, PhaseCost, Topology, make_topology, relayout_pattern
-from .geometry import (
+from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError, short_name
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import (
+    OpLayout,
+    check_op_inputs,
+    checked_layout,
+    input_relayout,
+    rests_spread,
+)
+from runtime_sim.contract.lifetimes import last_reads, outlives, released
+from runtime_sim.contract.preload_chunks import distribution_phase, preload_delivery
+from runtime_sim.contract.program import IDLE_SPREAD, PRELOAD, DeviceProgram, OpProgram, dtype_bytes
+from runtime_sim.contract.stream import PRODUCED, Instruction, input_sources, run_stream
+from runtime_sim.machine.stream_timing import preload_link_share
+from runtime_sim.machine.topology import (
+    NO_PHASE,
+    PhaseCost,
+    Topology,
+    make_topology,
+    relayout_pattern,
+)
+from runtime_sim.timing.geometry import (
     Boxes,
     BlockGrid,
     canonical_grid,
@@ -129,8 +141,8 @@ from .geometry import (
     placement_grid,
     producer_grid,
 )
-from .opcost import OpCost, op_cost
-from .report import SLOW_FACTOR, OpTiming, TimingReport
+from runtime_sim.timing.opcost import OpCost, op_cost
+from runtime_sim.timing.report import SLOW_FACTOR, OpTiming, TimingReport
 
 #: Source of a constant kept on chip in its operator's placement: it moves nowhere (T10 §4.3.2).
 RESIDENT = "resident"
@@ -296,7 +308,7 @@ class _Planner:
     def preload(self, kind: str, key: str, layout: OpLayout, inputs: tuple[int, ...],
                 chunks: tuple[int, ...]) -> tuple[_Load, np.ndarray]:
         """One operator's preload from one off-chip source in its preload state (Elk §4.3,
-        :func:`runtime_sim.preload.preload_delivery`): input ``inputs[i]`` cut into
+        :func:`runtime_sim.contract.preload_chunks.preload_delivery`): input ``inputs[i]`` cut into
         ``chunks[i]`` chunks. Returns the load and the preload space per numbered core."""
         cache_key = ("preload", kind, key, inputs, chunks)
         hit = self.c.loads.get(cache_key)
@@ -311,7 +323,7 @@ class _Planner:
 
     def distribute(self, key: str, layout: OpLayout, chunked: tuple[tuple[int, int], ...]) -> tuple[PhaseCost, float]:
         """The distribution phase of an operator's chunked inputs
-        (:func:`runtime_sim.preload.distribution_phase`) and its bytes."""
+        (:func:`runtime_sim.contract.preload_chunks.distribution_phase`) and its bytes."""
         cache_key = ("distribute", key, chunked)
         hit = self.c.relayouts.get(cache_key)
         if hit is None:
@@ -1001,7 +1013,7 @@ def simulate_timing(
     report = _report(works, schedule, hw, topo, peak, len(programs), design)
     report.simulation_s = _time.perf_counter() - wall
     if trace:
-        from ..trace import timing_trace
+        from runtime_sim.timing.trace import timing_trace
 
         report.trace_events = timing_trace(report)
     return report

@@ -7,9 +7,9 @@ Modules: :mod:`.tradeoffs` (input tables), :mod:`.model` (the one memory/time mo
 :mod:`.synthetic` (LLM-like tables for tests and benchmarks).
 """
 
-from .designs import DESIGNS, ElkSchedule, PlanStats, Timeline, estimate, plan_preloads
-from .inductive import InfeasibleError
-from .tradeoffs import ElkMachine, ExecPoint, OpTradeoffs, PreloadPoint
+from tvm_icca.elk.designs import DESIGNS, ElkSchedule, PlanStats, Timeline, estimate, plan_preloads
+from tvm_icca.elk.inductive import InfeasibleError
+from tvm_icca.elk.tradeoffs import ElkMachine, ExecPoint, OpTradeoffs, PreloadPoint
 
 __all__ = ["DESIGNS", "ElkMachine", "ElkSchedule", "ExecPoint", "InfeasibleError", "OpTradeoffs",
            "PlanStats", "PreloadPoint", "Timeline", "estimate", "plan_preloads"]

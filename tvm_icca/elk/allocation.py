@@ -5,10 +5,10 @@ operator starts at its fastest point: the executing one at ``execs[0]``, a prelo
 current preload point (``preloads[e][0]``, MaxPreload, the first time a window holds it; a point
 chosen by a window evaluated earlier in the backward pass otherwise, since a preloaded operator
 keeps one preload point across all its windows and later windows may only shrink it). Then, while
-the window does not fit (:func:`tvm_icca.elk.model.window_bytes`), take over all operators the next
+the window does not fit (:func:`tvm_icca.elk.overlap_model.window_bytes`), take over all operators the next
 smaller Pareto point with the largest ``bytes saved / time added``; a step that adds no time is
 taken first (largest saving first). The time of a step is its effect on the window time
-(:func:`tvm_icca.elk.model.exec_duration_sums`): the executing operator's slower point, or a
+(:func:`tvm_icca.elk.overlap_model.exec_duration_sums`): the executing operator's slower point, or a
 preloaded operator's larger distribution time (charged to this window, the one that shrinks it)
 and its changed network traffic (contention). If even the smallest points do not fit, the window
 is infeasible (``None``); otherwise the greedy always ends feasible, since it can reach them.
@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .model import exec_duration_sums, window_bytes
-from .tradeoffs import ElkMachine, OpTradeoffs
+from tvm_icca.elk.overlap_model import exec_duration_sums, window_bytes
+from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,11 @@ So, by construction of the candidate sets, Ideal <= Elk-Full <= Elk-Dyn <= Stati
 preload as far ahead as the preload SRAM allows — upper bounds, for the same order).
 
 :func:`estimate` prices a schedule the way the device runs it
-(:func:`runtime_sim.stream_timing.stream_times`): each operator's execution is its own
+(:func:`runtime_sim.machine.stream_timing.stream_times`): each operator's execution is its own
 distribution phase plus its execute point's time, and keeps priority on the links; a preload's
 network delivery gets the link share the running execution leaves, so contention lengthens
 preloads, not executions, and delays whatever waits for them. The search (§4.2-§4.3) prices
-contention as the paper does, inside each window (:mod:`tvm_icca.elk.model`), and charges
+contention as the paper does, inside each window (:mod:`tvm_icca.elk.overlap_model`), and charges
 distribution time to the window that shrank the preload point; its internal total is an
 estimate of this one, which ranks the candidate schedules.
 """
@@ -44,14 +44,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from . import reorder
-from .allocation import WindowPlan, WindowShrinker
-from runtime_sim.stream_timing import preload_link_share, stream_times
+from tvm_icca.elk import reorder
+from tvm_icca.elk.allocation import WindowPlan, WindowShrinker
+from runtime_sim.machine.stream_timing import preload_link_share, stream_times
 
-from .inductive import (InfeasibleError, check_horizons, early_members, inductive_schedule,
-                        min_horizons)
-from .model import window_bytes
-from .tradeoffs import ElkMachine, OpTradeoffs, PreloadPoint
+from tvm_icca.elk.inductive import (
+    InfeasibleError,
+    check_horizons,
+    early_members,
+    inductive_schedule,
+    min_horizons,
+)
+from tvm_icca.elk.overlap_model import window_bytes
+from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs, PreloadPoint
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
 STATIC_SPLITS = 24          # reserved preload fractions 0, 1/24, ..., 23/24 of SRAM
@@ -268,7 +273,7 @@ def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Seq
     points (None if some operator's window does not fit even with no preload ahead).
 
     For fixed points they are the best horizons: under the device's rules (Elk §4.5,
-    :func:`runtime_sim.stream_timing.stream_times`) a preload issued earlier starts no later,
+    :func:`runtime_sim.machine.stream_timing.stream_times`) a preload issued earlier starts no later,
     its delivery progresses at the same share at every instant, so it ends no later, and an
     execute waits only for its own preload; so every start is monotone in the horizons."""
     n = len(ops)
@@ -533,7 +538,7 @@ MAX_STRETCH = 20.0
 def _average_stretch(ops: Sequence[OpTradeoffs]) -> float:
     """How much longer a preload's network delivery takes beside the executions, on average:
     ``1 / (1 - traffic / time)`` over the model's fastest execute points (the share of link
-    time the executions leave, :func:`runtime_sim.stream_timing.preload_link_share`)."""
+    time the executions leave, :func:`runtime_sim.machine.stream_timing.preload_link_share`)."""
     time_s = sum(op.execs[0].time_s for op in ops)
     traffic_s = sum(op.execs[0].traffic_s for op in ops)
     share = preload_link_share(traffic_s, time_s)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tradeoffs import ElkMachine, OpTradeoffs
+from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 
 
 @dataclass(frozen=True)

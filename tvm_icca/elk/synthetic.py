@@ -11,7 +11,7 @@ import random
 import zlib
 from collections.abc import Sequence
 
-from .tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
+from tvm_icca.elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
 
 SRAM = 600_000
 

@@ -13,16 +13,22 @@
 * :mod:`.t10_bench` -- the T10 benchmark matmul model and its exact optimum.
 """
 
-from .batch_cost import AnalyticBatchModel, BatchCostModel
-from .cost import AnalyticCostModel, CostModel, PlanCost, transfer_seconds
-from .cache import PlanSearchCache
-from .filters import PlanFilters
-from .space_size import SpaceSizes, count_complete_space
-from .structure import plan_structure
-from .pareto import ParetoPlan, pareto_plans, space_sizes
-from .reconcile import OpOptions, PlanOption, Reconciliation, reconcile, transfer_setup
-from .rtensor import rotating_tensors
-from .search import PlannedOp, plan_operator
+from tvm_icca.plans.batch_cost import AnalyticBatchModel, BatchCostModel
+from tvm_icca.plans.cost import AnalyticCostModel, CostModel, PlanCost, transfer_seconds
+from tvm_icca.plans.cache import PlanSearchCache
+from tvm_icca.plans.filters import PlanFilters
+from tvm_icca.plans.space_size import SpaceSizes, count_complete_space
+from tvm_icca.plans.structure import plan_structure
+from tvm_icca.plans.pareto import ParetoPlan, pareto_plans, space_sizes
+from tvm_icca.plans.reconcile import (
+    OpOptions,
+    PlanOption,
+    Reconciliation,
+    reconcile,
+    transfer_setup,
+)
+from tvm_icca.plans.rtensor import rotating_tensors
+from tvm_icca.plans.search import PlannedOp, plan_operator
 
 __all__ = [
     "AnalyticBatchModel", "AnalyticCostModel", "BatchCostModel", "CostModel", "OpOptions",

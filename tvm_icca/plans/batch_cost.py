@@ -8,7 +8,7 @@ structure), for whole :class:`PlanBatch` es at once, with the best loop order of
 Best loop order (T10 §4.4 orders loops by tensor size; we solve it exactly): with ``w_a``
 the time of one round of shifts on axis ``a`` and ``S_a`` its steps, an order costs
 ``sum_a w_a * prod(S of loops outside a)``. In one round every tensor rotating on ``a`` costs
-``S_a`` partition shifts, not its own ``f_t``: the Cannon skew (:mod:`runtime_sim.layout`)
+``S_a`` partition shifts, not its own ``f_t``: the Cannon skew (:mod:`runtime_sim.contract.layout`)
 staggers the cores of a tensor rotating slower than the axis steps (``f_t < S_a``) by the
 digits of the fastest one, so at every step some core receives a partition of every rotating
 tensor, and a bulk-synchronous step lasts as long as its busiest core's shifts (T10 §5; the
@@ -30,18 +30,26 @@ from typing import Protocol
 
 import numpy as np
 
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.layout import OpLayout
-from runtime_sim.layout import STAT_BYTES, local_splits
-from runtime_sim.links import (chunk_latency_seconds, link_transfer_seconds,
-                               replica_reduction_seconds, split_combine_seconds)
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.layout import STAT_BYTES, local_splits
+from runtime_sim.machine.links import (
+    chunk_latency_seconds,
+    link_transfer_seconds,
+    replica_reduction_seconds,
+    split_combine_seconds,
+)
 from schedules import template_for
 from schedules.base import ComputeTemplate, MatrixTemplate, arithmetic_nodes, contraction_roles
 
-from .bounds import partition_lower_bounds, step_partition_lower_bounds, subtensor_lower_bounds
-from .intmath import INT, ceil_div, unique_rows
-from .partitions import PlanBatch, loop_order_row, sharing_counts
-from .structure import PlanStructure, build_structure
+from tvm_icca.plans.bounds import (
+    partition_lower_bounds,
+    step_partition_lower_bounds,
+    subtensor_lower_bounds,
+)
+from tvm_icca.plans.intmath import INT, ceil_div, unique_rows
+from tvm_icca.plans.partitions import PlanBatch, loop_order_row, sharing_counts
+from tvm_icca.plans.structure import PlanStructure, build_structure
 
 
 class BatchCostModel(Protocol):
@@ -333,7 +341,7 @@ class AnalyticBatchModel:
 def combine_seconds(structure: PlanStructure, F: np.ndarray, rp: np.ndarray,
                     hw: HardwareSpec) -> np.ndarray:
     """Per row, one step's combine of the partial statistics of split core-local reductions
-    (:func:`runtime_sim.links.split_combine_seconds`; 0 where no row axis is split)."""
+    (:func:`runtime_sim.machine.links.split_combine_seconds`; 0 where no row axis is split)."""
     if not structure.row_axes or not structure.split_stats:
         return np.zeros(len(F))
     group = np.prod(F[:, list(structure.row_axes)], axis=1).astype(float)
@@ -352,7 +360,7 @@ def replica_reduction_lower_bound(replicas: np.ndarray, partition_bytes: np.ndar
     """A time no replica reduction (:func:`replica_reduction_array`) of at least ``replicas``
     copies of a partition of at least ``partition_bytes`` beats, per entry, in closed form.
 
-    Tree (:func:`runtime_sim.links.gather_seconds`): a core that takes ``f_j`` values in
+    Tree (:func:`runtime_sim.machine.links.gather_seconds`): a core that takes ``f_j`` values in
     round ``j`` multiplies the values it holds by at most ``1 + f_j <= 2^f_j``, so the root
     receives at least ``ceil(log2 R)`` partitions over at least one round, each receive an
     add. Chain: the per-hop chunk is not monotonic in the bytes (the buffer splits them), so
@@ -389,7 +397,7 @@ def step_replica_reduction_bound(structure: PlanStructure, F: np.ndarray, S: np.
 def replica_reduction_array(replicas: np.ndarray, partition_bytes: np.ndarray, elem_bytes: int,
                             hw: HardwareSpec) -> np.ndarray:
     """Summing ``replicas`` copies of an output partition as the device and the timing
-    simulator schedule it (:func:`runtime_sim.links.replica_reduction_seconds`, the one
+    simulator schedule it (:func:`runtime_sim.machine.links.replica_reduction_seconds`, the one
     closed form of the tree-or-chain schedule); 0 where there is one replica.
 
     The analytic model uses it with ``reduction="schedule"``; by default it keeps T10's

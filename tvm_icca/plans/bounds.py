@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .intmath import INT, ceil_div
-from .partitions import sharing_counts
-from .structure import PlanStructure
+from tvm_icca.plans.intmath import INT, ceil_div
+from tvm_icca.plans.partitions import sharing_counts
+from tvm_icca.plans.structure import PlanStructure
 
 
 def memory_lower_bound(structure: PlanStructure, F: np.ndarray) -> np.ndarray:

@@ -26,9 +26,9 @@ import dataclasses
 from collections import OrderedDict
 from typing import Any, Callable, Hashable, Sequence
 
-from runtime_sim.program import TensorExpr
+from runtime_sim.contract.program import TensorExpr
 
-from .structure import PlanStructure, build_structure
+from tvm_icca.plans.structure import PlanStructure, build_structure
 
 
 class PlanSearchCache:

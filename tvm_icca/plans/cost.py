@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.links import link_transfer_seconds
-from runtime_sim.layout import OpLayout
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.machine.links import link_transfer_seconds
+from runtime_sim.contract.layout import OpLayout
 
-from .batch_cost import AnalyticBatchModel
-from .structure import PlanStructure, build_structure
+from tvm_icca.plans.batch_cost import AnalyticBatchModel
+from tvm_icca.plans.structure import PlanStructure, build_structure
 
 
 @dataclass(frozen=True)

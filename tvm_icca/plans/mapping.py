@@ -1,7 +1,7 @@
 """Chip-aware mapping of a plan's sub-operators to physical cores (T10 §4.4, Elk §5).
 
-A plan's ``core_order`` (:class:`runtime_sim.program.ExecutionPlan`) numbers its core grid:
-row-major over the axes in that order (:attr:`runtime_sim.layout.OpLayout.grid`). Cores
+A plan's ``core_order`` (:class:`runtime_sim.contract.program.ExecutionPlan`) numbers its core grid:
+row-major over the axes in that order (:attr:`runtime_sim.contract.layout.OpLayout.grid`). Cores
 ``c * cores_per_chip ... (c + 1) * cores_per_chip - 1`` are chip ``c``, so on a multi-chip
 system the order decides which sub-operators share a chip. With the expression's own order,
 the batch axis is outermost: a weight-matmul plan that splits the batch in two puts the two
@@ -10,7 +10,7 @@ chip reads its copy from its own HBM. With the axes a tensor lacks innermost, th
 each of its sub-tensors are neighbouring cores on one chip: one HBM read, forwarded on chip.
 
 A plan may also be spread over the chips (``ExecutionPlan.chips``,
-:attr:`runtime_sim.layout.OpLayout.physical`): its numbered cores split into equal contiguous
+:attr:`runtime_sim.contract.layout.OpLayout.physical`): its numbered cores split into equal contiguous
 groups, one at the start of each chip. Without it a plan smaller than the system sits on
 cores ``0 ..`` -- all on chip 0 when it fits there -- and every byte its producer left on
 the other chips crosses the IPU-Links (the softmax reductions of an LLM's attention).
@@ -24,17 +24,17 @@ contiguous placement (only the own order when the plan fits on one chip: the oth
 on the same chip) and, when the cores divide evenly over all chips, spread over them. Each
 candidate is costed exactly on the plan's physical cores, with the data the timing
 simulator moves (:mod:`runtime_sim.timing`, whose geometry lives in
-:mod:`runtime_sim.layout`):
+:mod:`runtime_sim.contract.layout`):
 
 * HBM: the distinct input boxes each chip needs of every ``"hbm"`` input (what the chip reads
-  from its own HBM, :meth:`~runtime_sim.layout.Boxes.unique_bytes_per_chip`), the busiest
+  from its own HBM, :meth:`~runtime_sim.contract.layout.Boxes.unique_bytes_per_chip`), the busiest
   chip at its share of the HBM bandwidth;
 * inter-chip bytes at ``hw.inter_chip_bandwidth``: rotation shifts whose source core is on
   another chip, partial sums sent to an owner on another chip; for an input produced by an
   earlier operator of the region (``producers``: its layout), the re-layout from the
-  producer's output blocks (:func:`~runtime_sim.layout.producer_grid`) onto the candidate's
+  producer's output blocks (:func:`~runtime_sim.contract.layout.producer_grid`) onto the candidate's
   cores, each piece counted once per chip other than its owner's that needs it (the
-  multicast the timing simulator sends, :func:`~runtime_sim.layout.relayout`); for any other
+  multicast the timing simulator sends, :func:`~runtime_sim.contract.layout.relayout`); for any other
   on-chip input, the copies of its distinct boxes beyond the first that must reach a second
   chip.
 
@@ -52,9 +52,9 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.layout import OpLayout, input_boxes, input_relayout, producer_grid
-from runtime_sim.program import ExecutionPlan, TensorExpr
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import OpLayout, input_boxes, input_relayout, producer_grid
+from runtime_sim.contract.program import ExecutionPlan, TensorExpr
 
 #: An input produced by an earlier operator of the region: (index in ``expr.inputs``, the
 #: producer's layout).

@@ -19,11 +19,11 @@ import os
 import queue
 from typing import Callable, Sequence, TypeVar
 
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.program import TensorExpr
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.program import TensorExpr
 
-from .cache import PlanSearchCache
-from .reconcile import PlanOption, operator_options
+from tvm_icca.plans.cache import PlanSearchCache
+from tvm_icca.plans.reconcile import PlanOption, operator_options
 
 __all__ = ["OptionRequest", "available_jobs", "map_in_workers", "options_of_many"]
 

@@ -16,17 +16,28 @@ from typing import Sequence
 
 import numpy as np
 
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.program import ExecutionPlan, TensorExpr
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.program import ExecutionPlan, TensorExpr
 
-from .batch_cost import AnalyticBatchModel, BatchCostModel
-from .bounds import memory_lower_bound, partition_lower_bounds, step_partition_lower_bounds
-from .cache import PlanSearchCache, cache_or_new
-from .filters import PlanFilters
-from .partitions import StepCaps, StepFilter, plans_for
-from .scoring import ScoredPlans, candidate_partitions, max_padding, pareto_front, plan_chunks, score
-from .space_size import SpaceSizes, count_complete_space
-from .structure import PlanStructure, plan_structure
+from tvm_icca.plans.batch_cost import AnalyticBatchModel, BatchCostModel
+from tvm_icca.plans.bounds import (
+    memory_lower_bound,
+    partition_lower_bounds,
+    step_partition_lower_bounds,
+)
+from tvm_icca.plans.cache import PlanSearchCache, cache_or_new
+from tvm_icca.plans.filters import PlanFilters
+from tvm_icca.plans.partitions import StepCaps, StepFilter, plans_for
+from tvm_icca.plans.scoring import (
+    ScoredPlans,
+    candidate_partitions,
+    max_padding,
+    pareto_front,
+    plan_chunks,
+    score,
+)
+from tvm_icca.plans.space_size import SpaceSizes, count_complete_space
+from tvm_icca.plans.structure import PlanStructure, plan_structure
 
 __all__ = ["ParetoPlan", "pareto_front", "pareto_fronts", "pareto_plan_sets", "pareto_plans",
            "pareto_scored", "space_sizes"]

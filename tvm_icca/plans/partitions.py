@@ -4,14 +4,14 @@ A plan is ``F_op`` (one factor per axis of the tensor expression, compound convo
 partitioned per basic axis as T10 §5 does), a temporal factor ``f_t`` per tensor per axis and
 a loop order of the axes that take temporal steps. The rotating pace is not a free choice in
 our device format: like T10 (§4.2, "T10 designates the rp as the minimum of the sub-tensor
-partition lengths") it is derived, ``rp = xp / S`` (:mod:`runtime_sim.layout`).
+partition lengths") it is derived, ``rp = xp / S`` (:mod:`runtime_sim.contract.layout`).
 
-Validity is :meth:`runtime_sim.layout.OpLayout.validate`, mirrored rule by rule on arrays of
+Validity is :meth:`runtime_sim.contract.layout.OpLayout.validate`, mirrored rule by rule on arrays of
 candidates:
 
 * ``1 <= F_a <= extent_a``; pinned axes (sharing a dimension with a core-local axis) keep
   ``F_a = 1`` and never rotate, except a row that its core-local reductions follow
-  (``runtime_sim.layout.local_splits``): it takes a divisor of its extent (split statistics);
+  (``runtime_sim.contract.layout.local_splits``): it takes a divisor of its extent (split statistics);
 * a tensor rotates only on axes that index exactly one of its dimensions, with coefficient 1
   and no offset, and never when it is an epilogue input;
 * ``prod f_t`` of a tensor divides ``P_T``, the number of cores sharing each sub-tensor;
@@ -39,13 +39,13 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from runtime_sim.errors import InvalidPlanError
-from runtime_sim.layout import OpLayout
-from runtime_sim.program import ExecutionPlan
+from runtime_sim.contract.errors import InvalidPlanError
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.program import ExecutionPlan
 
-from .cache import PlanSearchCache, cache_or_new
-from .intmath import INT, ceil_div, divisors, factor_tuples, rank_values, unique_rows
-from .structure import PlanStructure
+from tvm_icca.plans.cache import PlanSearchCache, cache_or_new
+from tvm_icca.plans.intmath import INT, ceil_div, divisors, factor_tuples, rank_values, unique_rows
+from tvm_icca.plans.structure import PlanStructure
 
 
 # -- F_op tuples -----------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def steps_of(ft: np.ndarray) -> np.ndarray:
 
 def padded_extents(structure: PlanStructure, F: np.ndarray, S: np.ndarray) -> np.ndarray:
     """Padded sub-operator extents ``xp = S * ceil(ceil(E/F) / S)`` per row, (N, A): the
-    sub-operator rounded up to whole steps (``rp = xp / S``, :mod:`runtime_sim.layout`)."""
+    sub-operator rounded up to whole steps (``rp = xp / S``, :mod:`runtime_sim.contract.layout`)."""
     return S * ceil_div(ceil_div(structure.extents[None, :], F), S)
 
 

@@ -36,14 +36,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.layout import OpLayout, canonical_grid, rests_spread
-from runtime_sim.program import IDLE_SPREAD, TensorExpr, dtype_bytes
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import OpLayout, canonical_grid, rests_spread
+from runtime_sim.contract.program import IDLE_SPREAD, TensorExpr, dtype_bytes
 
-from .batch_cost import AnalyticBatchModel, ArrivalCostModel
-from .cache import PlanSearchCache
-from .filters import PlanFilters
-from .pareto import pareto_plan_sets
+from tvm_icca.plans.batch_cost import AnalyticBatchModel, ArrivalCostModel
+from tvm_icca.plans.cache import PlanSearchCache
+from tvm_icca.plans.filters import PlanFilters
+from tvm_icca.plans.pareto import pareto_plan_sets
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,7 @@ def options_from_plans(expr: TensorExpr, plans: Sequence[Any], resident: Sequenc
     """
     out = []
     spread = _spread_parts(expr, resident, num_cores)
-    # A gathered table rests spread whatever the plan (runtime_sim.layout.rests_spread): its
+    # A gathered table rests spread whatever the plan (runtime_sim.contract.layout.rests_spread): its
     # spread blocks count as idle memory, and also while the operator runs in place, since
     # the plan holds only the rows this call picks.
     resting = sum(b for t, b in zip(resident, spread) if rests_spread(expr, t))
@@ -290,7 +290,7 @@ def options_from_plans(expr: TensorExpr, plans: Sequence[Any], resident: Sequenc
 
 def _spread_parts(expr: TensorExpr, resident: Sequence[int], num_cores: int) -> list[int]:
     """Per resident tensor, its largest block per core cut near-evenly over all cores
-    (:data:`runtime_sim.program.IDLE_SPREAD`)."""
+    (:data:`runtime_sim.contract.program.IDLE_SPREAD`)."""
     parts = []
     for t in resident:
         access = expr.tensors[t]
@@ -340,7 +340,7 @@ def operator_options(expr: TensorExpr, hw: HardwareSpec, resident: Sequence[int]
 
 def spread_option(expr: TensorExpr, resident: Sequence[int], num_cores: int) -> PlanOption:
     """An idle-only option: the resident tensors cut into near-even blocks over all cores
-    (:data:`runtime_sim.program.IDLE_SPREAD`), the least memory any operator can idle in --
+    (:data:`runtime_sim.contract.program.IDLE_SPREAD`), the least memory any operator can idle in --
     also for operators whose every plan holds a tensor whole on each core (a layer norm's
     scale and shift). It cannot run: setup from it moves every active partition."""
     parts = _spread_parts(expr, resident, num_cores)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from runtime_sim.layout import OpLayout
-from runtime_sim.program import RotatingTensor
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.program import RotatingTensor
 
 
 def rotating_tensors(layout: OpLayout) -> list[RotatingTensor]:

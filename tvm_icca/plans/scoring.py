@@ -13,13 +13,19 @@ from typing import Iterator
 
 import numpy as np
 
-from .batch_cost import BatchCostModel
-from .cache import PlanSearchCache
-from .filters import PlanFilters
-from .intmath import INT, ceil_div, unique_rows
-from .partitions import (PADDING_SLACK, PlanBatch, assignment_counts, op_partitions, padding_ratio,
-                         sharing_counts)
-from .structure import PlanStructure
+from tvm_icca.plans.batch_cost import BatchCostModel
+from tvm_icca.plans.cache import PlanSearchCache
+from tvm_icca.plans.filters import PlanFilters
+from tvm_icca.plans.intmath import INT, ceil_div, unique_rows
+from tvm_icca.plans.partitions import (
+    PADDING_SLACK,
+    PlanBatch,
+    assignment_counts,
+    op_partitions,
+    padding_ratio,
+    sharing_counts,
+)
+from tvm_icca.plans.structure import PlanStructure
 
 #: Candidate plans scored per numpy batch (bounds memory use, keeps pruning responsive).
 CHUNK_PLANS = 100_000

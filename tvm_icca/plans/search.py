@@ -28,19 +28,19 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from runtime_sim.errors import PlanNotFoundError, operator_subject, short_name
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.layout import OpLayout
-from runtime_sim.program import ExecutionPlan, TensorExpr, dtype_bytes
+from runtime_sim.contract.errors import PlanNotFoundError, operator_subject, short_name
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.program import ExecutionPlan, TensorExpr, dtype_bytes
 
-from .batch_cost import AnalyticBatchModel, BatchCostModel
-from .bounds import memory_lower_bound
-from .cache import PlanSearchCache, cache_or_new
-from .cost import AnalyticCostModel, CostModel, PlanCost
-from .filters import PlanFilters
-from .mapping import Producer, choose_core_order, producer_key
-from .partitions import StepCaps, StepFilter, plans_for
-from .scoring import (  # noqa: F401  (CHUNK_PLANS, candidate_partitions: public here too)
+from tvm_icca.plans.batch_cost import AnalyticBatchModel, BatchCostModel
+from tvm_icca.plans.bounds import memory_lower_bound
+from tvm_icca.plans.cache import PlanSearchCache, cache_or_new
+from tvm_icca.plans.cost import AnalyticCostModel, CostModel, PlanCost
+from tvm_icca.plans.filters import PlanFilters
+from tvm_icca.plans.mapping import Producer, choose_core_order, producer_key
+from tvm_icca.plans.partitions import StepCaps, StepFilter, plans_for
+from tvm_icca.plans.scoring import (
     CHUNK_PLANS,
     ScoredPlans,
     candidate_partitions,
@@ -50,7 +50,7 @@ from .scoring import (  # noqa: F401  (CHUNK_PLANS, candidate_partitions: public
     score,
     unrotated,
 )
-from .structure import PlanStructure, plan_structure
+from tvm_icca.plans.structure import PlanStructure, plan_structure
 
 
 #: Relative slack of comparisons with a step lower bound: a model may compute a plan's

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .intmath import INT, factor_tuples, factorize, unique_rows
-from .partitions import iter_plan_chunks, op_partitions, sharing_counts
-from .structure import PlanStructure
+from tvm_icca.plans.intmath import INT, factor_tuples, factorize, unique_rows
+from tvm_icca.plans.partitions import iter_plan_chunks, op_partitions, sharing_counts
+from tvm_icca.plans.structure import PlanStructure
 
 if TYPE_CHECKING:
-    from .cache import PlanSearchCache
+    from tvm_icca.plans.cache import PlanSearchCache
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from runtime_sim.layout import local_splits, padding_safe_reduce, pinned_axes, split_reductions
-from runtime_sim.program import TensorExpr, dtype_bytes
+from runtime_sim.contract.layout import (
+    local_splits,
+    padding_safe_reduce,
+    pinned_axes,
+    split_reductions,
+)
+from runtime_sim.contract.program import TensorExpr, dtype_bytes
 
-from .intmath import INT
+from tvm_icca.plans.intmath import INT
 
 if TYPE_CHECKING:
-    from .cache import PlanSearchCache
+    from tvm_icca.plans.cache import PlanSearchCache
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,7 +43,7 @@ class PlanStructure:
     dims: tuple[tuple[tuple, ...], ...]  # per tensor, per dimension: how its length derives
     elem_bytes: np.ndarray  # (T,)
     key: str = ""  # expr.structure_key(): equal for operators that differ only in tensor names
-    #: axes that core-local reductions follow (runtime_sim.layout.local_splits): splitting one
+    #: axes that core-local reductions follow (runtime_sim.contract.layout.local_splits): splitting one
     #: splits those reductions across cores
     row_axes: tuple[int, ...] = ()
     #: per distinct split reduction: (level, axes its statistic depends on), for the combine
@@ -106,7 +111,7 @@ def build_structure(expr: TensorExpr) -> PlanStructure:
     if not padding_safe_reduce(expr):
         for a in expr.reduce_axes:
             exact[index[a]] = True
-    for a in rows:  # a split row is never padded (runtime_sim.layout: F must divide it)
+    for a in rows:  # a split row is never padded (runtime_sim.contract.layout: F must divide it)
         exact[index[a]] = True
     free = ~own
     risks = []

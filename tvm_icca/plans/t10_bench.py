@@ -17,7 +17,7 @@ The plan is ``F_op = [F_m, F_k, F_n]`` and the six temporal factors ``f_t_A_m``,
 * ``R = F_k / (f_t_C_m * f_t_C_n) > 1`` output replicas add ``(R - 1) / R * |C| * 2 B``
   at 5.5 GB/s for the final reduction.
 
-These are exactly the plan semantics of :class:`runtime_sim.layout.OpLayout` for a matmul
+These are exactly the plan semantics of :class:`runtime_sim.contract.layout.OpLayout` for a matmul
 (padded extents, ``shift_count_per_core``, replicas), so the plan space is the one of
 :mod:`.enumerate` and the search is the exact branch and bound of :mod:`.search`, with
 :class:`T10BenchModel` as its cost model. :func:`bench_cost` evaluates one plan in plain
@@ -34,16 +34,24 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.program import AffineIndex, Axis, ExecutionPlan, TensorAccess, TensorExpr, dtype_bytes, make_load
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.program import (
+    AffineIndex,
+    Axis,
+    ExecutionPlan,
+    TensorAccess,
+    TensorExpr,
+    dtype_bytes,
+    make_load,
+)
 
-from .batch_cost import best_loop_order, rotation_shift_bound
-from .filters import PlanFilters
-from .intmath import ceil_div
-from .partitions import PlanBatch, sharing_counts
-from .structure import PlanStructure, plan_structure
-from .scoring import ScoredPlans
-from .search import best_plan
+from tvm_icca.plans.batch_cost import best_loop_order, rotation_shift_bound
+from tvm_icca.plans.filters import PlanFilters
+from tvm_icca.plans.intmath import ceil_div
+from tvm_icca.plans.partitions import PlanBatch, sharing_counts
+from tvm_icca.plans.structure import PlanStructure, plan_structure
+from tvm_icca.plans.scoring import ScoredPlans
+from tvm_icca.plans.search import best_plan
 
 #: Keys of a benchmark answer, in the problem statement's order (plus time and cores).
 PLAN_KEYS = ("F_op", "f_t_A_m", "f_t_A_k", "f_t_B_k", "f_t_B_n", "f_t_C_m", "f_t_C_n")
@@ -231,7 +239,7 @@ def solve(M: int, K: int, N: int, spec: T10BenchSpec = T10BenchSpec(),
     structure = plan_structure(bench_expr(M, K, N, _dtype_of(spec)))
     best = best_plan(structure, T10BenchModel(spec), spec.budget_bytes, spec.cores, filters)
     if best is None:
-        from runtime_sim.errors import PlanNotFoundError
+        from runtime_sim.contract.errors import PlanNotFoundError
 
         raise PlanNotFoundError(
             f"T10 benchmark matmul {M}x{K}x{N}: no plan fits {spec.budget_bytes} bytes per core "
@@ -242,7 +250,7 @@ def solve(M: int, K: int, N: int, spec: T10BenchSpec = T10BenchSpec(),
 def bench_pareto(M: int, K: int, N: int, spec: T10BenchSpec = T10BenchSpec(),
                  filters: PlanFilters | None = None) -> list[BenchPlan]:
     """Time/memory Pareto plans of the benchmark model (T10 §4.3.1), fewest bytes first."""
-    from .pareto import pareto_scored
+    from tvm_icca.plans.pareto import pareto_scored
 
     structure = plan_structure(bench_expr(M, K, N, _dtype_of(spec)))
     front = pareto_scored(structure, T10BenchModel(spec), spec.cores,

@@ -436,7 +436,9 @@ def _region_calls(mod: Any) -> int:
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm import relax  # pylint: disable=import-outside-toplevel
 
-    from ..partition import icca_regions  # pylint: disable=import-outside-toplevel
+    from tvm_icca.partition.partitioner import (  # pylint: disable=import-outside-toplevel
+        icca_regions,
+    )
 
     names = set(icca_regions(mod))
     count = 0
@@ -456,7 +458,12 @@ def check_case(case: ExportCase, hw: Any) -> CorpusResult:
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm import relax  # pylint: disable=import-outside-toplevel
 
-    from .. import compile_onnx, load_onnx, partition_for_icca, partition_report  # pylint: disable=import-outside-toplevel
+    from tvm_icca import (  # pylint: disable=import-outside-toplevel
+        compile_onnx,
+        load_onnx,
+        partition_for_icca,
+        partition_report,
+    )
 
     part = partition_for_icca(load_onnx(case.model), hw=hw)
     report = partition_report(part)

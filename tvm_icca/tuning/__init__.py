@@ -8,8 +8,8 @@ measurement as an ordinary meta_schedule ``TuningRecord`` in a work directory
 (:mod:`.database`). :func:`use_database` makes the one model-level compiler use the best
 record of every operator (:mod:`.apply`, through the narrow hook of :mod:`.hook`), and on a
 chip with HBM gives the Elk pass measured execute-state points
-(:mod:`tvm_icca.model.preload_tables`); meta_schedule's own ``with database:`` does the same.
-Operators compiled with tuned plans are marked (:attr:`runtime_sim.program.OpProgram.tuned`)
+(:mod:`tvm_icca.planning.tradeoff_tables`); meta_schedule's own ``with database:`` does the same.
+Operators compiled with tuned plans are marked (:attr:`runtime_sim.contract.program.OpProgram.tuned`)
 and counted by ``CompiledModel.tuned_ops`` and the run statistics' ``tuned_ops``.
 
 Nothing heavy is imported here: the compiler imports :mod:`.hook` on every compilation, and
@@ -25,13 +25,15 @@ __all__ = ["tune", "use_database"]
 
 def tune(*args: Any, **kwargs: Any):
     """See :func:`tvm_icca.tuning.session.tune`."""
-    from .session import tune as _tune  # pylint: disable=import-outside-toplevel
+    from tvm_icca.tuning.session import tune as _tune  # pylint: disable=import-outside-toplevel
 
     return _tune(*args, **kwargs)
 
 
 def use_database(*args: Any, **kwargs: Any):
-    """See :func:`tvm_icca.tuning.apply.use_database`."""
-    from .apply import use_database as _use  # pylint: disable=import-outside-toplevel
+    """See :func:`tvm_icca.records.apply.use_database`."""
+    from tvm_icca.records.apply import (  # pylint: disable=import-outside-toplevel
+        use_database as _use,
+    )
 
     return _use(*args, **kwargs)

@@ -11,7 +11,7 @@ Three sources (T10 §4.3.1 defines the space; a tuner explores it beyond the mod
 * **mutations** of the best measured plans: one local move in the complete space (move a
   prime factor of F_op between two axes, grow or shrink the plan by one prime factor, change
   one temporal factor, swap two loops), kept when the layout is valid
-  (:meth:`runtime_sim.layout.OpLayout.validate`, the device's own rule) and fits the budget.
+  (:meth:`runtime_sim.contract.layout.OpLayout.validate`, the device's own rule) and fits the budget.
 
 Every candidate is an *unmapped* plan (no core order or chip spread): the placement is
 chosen per context by :func:`tvm_icca.plans.mapping.choose_core_order`.
@@ -25,18 +25,25 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from runtime_sim.errors import IccaError
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.layout import OpLayout
-from runtime_sim.program import ExecutionPlan, TensorExpr
+from runtime_sim.contract.errors import IccaError
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.program import ExecutionPlan, TensorExpr
 
-from ..plans import PlanSearchCache, plan_structure
-from ..plans.batch_cost import AnalyticBatchModel
-from ..plans.bounds import memory_lower_bound
-from ..plans.intmath import factorize
-from ..plans.partitions import plans_for
-from ..plans.scoring import CHUNK_PLANS, ScoredPlans, candidate_partitions, pareto_front, score, unrotated
-from .tasks import Task, unmapped
+from tvm_icca.plans import PlanSearchCache, plan_structure
+from tvm_icca.plans.batch_cost import AnalyticBatchModel
+from tvm_icca.plans.bounds import memory_lower_bound
+from tvm_icca.plans.intmath import factorize
+from tvm_icca.plans.partitions import plans_for
+from tvm_icca.plans.scoring import (
+    CHUNK_PLANS,
+    ScoredPlans,
+    candidate_partitions,
+    pareto_front,
+    score,
+    unrotated,
+)
+from tvm_icca.tuning.tasks import Task, unmapped
 
 __all__ = ["analytic_candidates", "fits", "mutations", "plan_signature"]
 

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .features import FEATURE_NAMES
+from tvm_icca.tuning.features import FEATURE_NAMES
 
 __all__ = ["MIN_TRAINING_SAMPLES", "ResidualBooster", "cost_model_class"]
 

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from runtime_sim.layout import OpLayout
-from runtime_sim.program import ExecutionPlan
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.program import ExecutionPlan
 
-from ..plans import AnalyticCostModel
+from tvm_icca.plans import AnalyticCostModel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .tasks import Task
+    from tvm_icca.tuning.tasks import Task
 
 __all__ = ["FEATURE_NAMES", "plan_features"]
 
@@ -81,7 +81,7 @@ def _extractor_class():
     from tvm.ir.utils import derived_object  # pylint: disable=import-outside-toplevel
     from tvm.s_tir.meta_schedule.feature_extractor import PyFeatureExtractor  # pylint: disable=import-outside-toplevel
 
-    from .database import plan_of_trace  # pylint: disable=import-outside-toplevel
+    from tvm_icca.records.database import plan_of_trace  # pylint: disable=import-outside-toplevel
 
     @derived_object
     class PlanFeatureExtractor(PyFeatureExtractor):

@@ -3,7 +3,7 @@
 A tuner measures on the device; here the device is the timing simulator
 (:func:`runtime_sim.timing.simulate_timing`), which costs what the analytic model
 approximates: routed shift phases, replica-reduction schedules, link contention. This module
-is the only place in ``tvm_icca`` that imports it: the compiler proper (``tvm_icca.model``,
+is the only place in ``tvm_icca`` that imports it: the compiler proper (``tvm_icca.planning``,
 ``tvm_icca.plans``) never does.
 
 What is measured: one operator under one plan, alone on the chip, as a one-operator device
@@ -26,8 +26,8 @@ import multiprocessing
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.program import ExecutionPlan, TensorExpr
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.program import ExecutionPlan, TensorExpr
 
 __all__ = ["MeasureResult", "Measurer", "measure_program", "time_plan"]
 
@@ -49,7 +49,11 @@ class MeasureResult:
 
 def measure_program(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec):
     """The one-operator device program a plan is measured with (module docstring)."""
-    from runtime_sim.program import DeviceProgram, OpProgram, TensorDecl  # pylint: disable=import-outside-toplevel
+    from runtime_sim.contract.program import (  # pylint: disable=import-outside-toplevel
+        DeviceProgram,
+        OpProgram,
+        TensorDecl,
+    )
 
     decls = tuple(TensorDecl(f"in{i}", tuple(a.shape), a.dtype, "resident")
                   for i, a in enumerate(expr.inputs))
@@ -60,7 +64,7 @@ def measure_program(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec):
 
 def time_plan(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec) -> MeasureResult:
     """Simulated execution time of ``expr`` under ``plan`` on ``hw``."""
-    from runtime_sim.errors import IccaError  # pylint: disable=import-outside-toplevel
+    from runtime_sim.contract.errors import IccaError  # pylint: disable=import-outside-toplevel
     from runtime_sim.timing import simulate_timing  # pylint: disable=import-outside-toplevel
 
     try:

@@ -6,7 +6,7 @@ Per task (:mod:`.tasks`, heaviest first), a session
    measurements count as trials, train the cost model and are never measured again);
 2. measures the compiler's own plan first (the baseline a tuned plan must beat,
    :mod:`.apply`) and, on a chip with HBM, the smaller execute-state plans the Elk pass
-   trades off against it (:func:`tvm_icca.model.preload_tables.ladder_budgets`), so the Elk
+   trades off against it (:func:`tvm_icca.planning.tradeoff_tables.ladder_budgets`), so the Elk
    schedule of a tuned compile runs on measured points;
 3. then, batch by batch, ranks unmeasured candidates (:mod:`.candidates`: the analytic
    top-k and Pareto points, then mutations of the best measured plans) with the learned cost
@@ -29,15 +29,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from runtime_sim.program import ExecutionPlan
+from runtime_sim.contract.program import ExecutionPlan
 
-from ..hardware import HardwareLike, resolve_hardware
-from ..plans import PlanSearchCache
-from ..plans.mapping import choose_core_order
-from .candidates import analytic_candidates, mutations, plan_signature
-from .database import RecordStore, database_class, icca_target, plan_record
-from .measure import Measurer
-from .tasks import Task, expr_digest, extract_tasks, hardware_digest, output_block, unmapped
+from tvm_icca.hardware_choice import HardwareLike, resolve_hardware
+from tvm_icca.plans import PlanSearchCache
+from tvm_icca.plans.mapping import choose_core_order
+from tvm_icca.tuning.candidates import analytic_candidates, mutations, plan_signature
+from tvm_icca.records.database import RecordStore, database_class, icca_target, plan_record
+from tvm_icca.tuning.measure import Measurer
+from tvm_icca.tuning.tasks import (
+    Task,
+    expr_digest,
+    extract_tasks,
+    hardware_digest,
+    output_block,
+    unmapped,
+)
 
 __all__ = ["TaskResult", "TuneSummary", "tune"]
 
@@ -144,8 +151,13 @@ class _Session:
     """State shared by the tasks of one session: records, cost model, random state."""
 
     def __init__(self, database: Any, store: RecordStore, tasks: Sequence[Task], seed: int) -> None:
-        from .cost_model import cost_model_class, tuning_context  # pylint: disable=import-outside-toplevel
-        from .features import PlanFeatureExtractor  # pylint: disable=import-outside-toplevel
+        from tvm_icca.tuning.cost_model import (  # pylint: disable=import-outside-toplevel
+            cost_model_class,
+            tuning_context,
+        )
+        from tvm_icca.tuning.features import (  # pylint: disable=import-outside-toplevel
+            PlanFeatureExtractor,
+        )
 
         self.database = database
         self.store = store
@@ -182,7 +194,9 @@ class _Session:
         from tvm.s_tir.meta_schedule import MeasureCandidate  # pylint: disable=import-outside-toplevel
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # pylint: disable=import-outside-toplevel
 
-        from .database import PLAN_ANNOTATION  # pylint: disable=import-outside-toplevel
+        from tvm_icca.records.database import (  # pylint: disable=import-outside-toplevel
+            PLAN_ANNOTATION,
+        )
 
         block = self._block(task)
         args = ArgInfo.from_prim_func(task.workload["main"])
@@ -277,14 +291,18 @@ class _Session:
 
     def _ladder(self, task: Task) -> list[ExecutionPlan]:
         """On a chip with HBM, the smaller execute-state plans the Elk pass builds for the
-        compiler's plan (:func:`tvm_icca.model.preload_tables.ladder_budgets`), unmapped."""
+        compiler's plan (:func:`tvm_icca.planning.tradeoff_tables.ladder_budgets`), unmapped."""
         if task.hw.hbm_bandwidth <= 0:
             return []
-        from runtime_sim.errors import PlanNotFoundError  # pylint: disable=import-outside-toplevel
-        from runtime_sim.layout import OpLayout  # pylint: disable=import-outside-toplevel
+        from runtime_sim.contract.errors import (  # pylint: disable=import-outside-toplevel
+            PlanNotFoundError,
+        )
+        from runtime_sim.contract.layout import OpLayout  # pylint: disable=import-outside-toplevel
 
-        from ..model.preload_tables import ladder_budgets  # pylint: disable=import-outside-toplevel
-        from ..plans import plan_operator  # pylint: disable=import-outside-toplevel
+        from tvm_icca.planning.tradeoff_tables import (  # pylint: disable=import-outside-toplevel
+            ladder_budgets,
+        )
+        from tvm_icca.plans import plan_operator  # pylint: disable=import-outside-toplevel
 
         fastest = OpLayout(task.expr, task.analytic_plan, task.hw.cores_per_chip).memory_bytes_per_core()
         plans = []

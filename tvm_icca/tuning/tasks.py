@@ -1,7 +1,7 @@
 """Tuning tasks: the distinct ICCA operators of a model, weighted by how often they run.
 
 The model is compiled once by the one model-level compiler
-(:func:`tvm_icca.programs.compile_programs`) with an observing plan hook (:mod:`.hook`): every
+(:func:`tvm_icca.drivers.timing_only.compile_programs`) with an observing plan hook (:mod:`.hook`): every
 operator the compiler plans is reported with the chip, the SRAM budget its region leaves it
 and the inputs it reads from HBM -- exactly the context in which a tuned plan will later be
 applied. Operators with the same structure, chip and budget (the layers of a transformer)
@@ -10,7 +10,7 @@ region's calls from ``main``).
 
 Each task also carries its workload for meta_schedule: the operator's own PrimFunc,
 ``te.create_prim_func`` over the TE the compiler composes from the region's composite
-function (:func:`tvm_icca.te_capture.compose_te`), so records are keyed the way meta_schedule
+function (:func:`tvm_icca.ops.te_capture.compose_te`), so records are keyed the way meta_schedule
 keys any TIR workload.
 """
 
@@ -26,14 +26,14 @@ from typing import Any, Mapping, Sequence
 from tvm import relax, te
 from tvm.ir import IRModule
 
-from runtime_sim.hardware import HardwareSpec
-from runtime_sim.program import ExecutionPlan, TensorExpr
-from runtime_sim.stream import input_sources
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.program import ExecutionPlan, TensorExpr
+from runtime_sim.contract.stream import input_sources
 
-from ..partition import icca_regions
-from ..plans import PlannedOp
-from ..te_capture import compose_te
-from .hook import PlanRequest, plan_hook
+from tvm_icca.partition.partitioner import icca_regions
+from tvm_icca.plans import PlannedOp
+from tvm_icca.ops.te_capture import compose_te
+from tvm_icca.plans.plan_hook import PlanRequest, plan_hook
 
 __all__ = ["Task", "expr_digest", "extract_tasks", "hardware_digest", "operator_workload",
            "task_key", "unmapped"]
@@ -87,7 +87,7 @@ class Task:
     analytic_estimate_s: float  # the analytic cost model's time for it
     workload: IRModule | None = dataclasses.field(default=None, repr=False)
     analytic_plans: list[ExecutionPlan] = dataclasses.field(default_factory=list)
-    #: inputs the Elk pass sees read from HBM (:func:`runtime_sim.stream.input_sources` of
+    #: inputs the Elk pass sees read from HBM (:func:`runtime_sim.contract.stream.input_sources` of
     #: the final program; the region planner's ``hbm_inputs`` may name fewer)
     elk_hbm_inputs: tuple[int, ...] = ()
 
@@ -112,7 +112,9 @@ def extract_tasks(model: Any, hw: HardwareSpec, *, preload: str | None = None,
                   progress: bool = False) -> list[Task]:
     """The tasks of ``model`` (a Relax module or a zoo workload) on ``hw``, heaviest first
     (weight x analytic time)."""
-    from ..programs import compile_programs  # pylint: disable=import-outside-toplevel
+    from tvm_icca.drivers.timing_only import (  # pylint: disable=import-outside-toplevel
+        compile_programs,
+    )
 
     recorder = _Recorder()
     with plan_hook(recorder):
@@ -152,7 +154,7 @@ def extract_tasks(model: Any, hw: HardwareSpec, *, preload: str | None = None,
 
 def _composites_by_op(mod: IRModule) -> dict[str, relax.Function]:
     """``"<region>.op<k>"`` -> the composite function of the k-th composite call of the
-    region (the numbering :func:`tvm_icca.region.extract_region` gives operators)."""
+    region (the numbering :func:`tvm_icca.lower.region.extract_region` gives operators)."""
     out: dict[str, relax.Function] = {}
     for name, func in icca_regions(mod).items():
         local: dict[relax.Var, relax.Function] = {}

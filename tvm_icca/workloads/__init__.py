@@ -29,7 +29,7 @@ Operator counts and Elk's Table 2
 Elk (MICRO'25, Table 2) reports the total number of operators N of the models it schedules,
 at batch 32 and sequence length 2048. Ours are Relax operator calls right after import
 (:func:`relax_op_counts`), then how many of them land in ICCA regions (per region call) and how
-many stay on the host after :func:`~tvm_icca.partition.partition_for_icca` for
+many stay on the host after :func:`~tvm_icca.partition.partitioner.partition_for_icca` for
 ``ipu-pod4-hbm`` (``tvm-icca models --ops`` prints this table):
 
 ==============  ======  ==========  =========  =========  ======  =======  ======
@@ -74,7 +74,7 @@ What stays on the host, and why (``partition_report``'s reasons): ``take`` (embe
 gathers: data-dependent indices), ``reshape`` (no ICCA implementation; head split/merge),
 ``permute_dims`` other than a matmul operand's last-two-axes transpose (attention heads of the
 encoders), ``split``/``concat`` (rotary ``rotate_half``, NeRF's skip/view concatenations, ViT's
-class token, DiT's adaLN chunks: no pattern, although :mod:`tvm_icca.tensor_expr` extracts
+class token, DiT's adaLN chunks: no pattern, although :mod:`tvm_icca.lower.te_to_expr` extracts
 both as affine/select index maps), ``expand_dims``/``squeeze``/``broadcast_to`` (layout),
 ``max_pool2d`` (ResNet stem: no pattern), ``cos``/``sin`` (DiT timestep frequencies: no device
 intrinsic) and ``astype``.
@@ -85,17 +85,23 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from runtime_sim.errors import UnknownWorkloadError
+from runtime_sim.contract.errors import UnknownWorkloadError
 
-from ._common import TENSOR_KINDS, TensorSpec, Workload, export_workload, relax_op_counts
-from .bert import bert
-from .dit import dit
-from .gemma import gemma2
-from .llama import llama2
-from .nerf import nerf
-from .opt import opt
-from .resnet import resnet
-from .vit import vit
+from tvm_icca.workloads._common import (
+    TENSOR_KINDS,
+    TensorSpec,
+    Workload,
+    export_workload,
+    relax_op_counts,
+)
+from tvm_icca.workloads.bert import bert
+from tvm_icca.workloads.dit import dit
+from tvm_icca.workloads.gemma import gemma2
+from tvm_icca.workloads.llama import llama2
+from tvm_icca.workloads.nerf import nerf
+from tvm_icca.workloads.opt import opt
+from tvm_icca.workloads.resnet import resnet
+from tvm_icca.workloads.vit import vit
 
 __all__ = [
     "ELK_TABLE2_OPS",

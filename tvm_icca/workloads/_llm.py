@@ -19,10 +19,10 @@ import numpy as np
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from runtime_sim.errors import InvalidWorkloadError
+from runtime_sim.contract.errors import InvalidWorkloadError
 
-from ._common import TensorSpec, Workload, default_dtype, export_workload
-from ._layers import decode_attention, rope_sampler, rotary, token_sampler
+from tvm_icca.workloads._common import TensorSpec, Workload, default_dtype, export_workload
+from tvm_icca.workloads._layers import decode_attention, rope_sampler, rotary, token_sampler
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,16 @@ import numpy as np
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor
 
-from runtime_sim.errors import InvalidWorkloadError
+from runtime_sim.contract.errors import InvalidWorkloadError
 
-from ._common import TensorSpec, Workload, default_dtype, export_workload, workload_builder
-from ._layers import Mlp, gelu, self_attention, token_sampler
+from tvm_icca.workloads._common import (
+    TensorSpec,
+    Workload,
+    default_dtype,
+    export_workload,
+    workload_builder,
+)
+from tvm_icca.workloads._layers import Mlp, gelu, self_attention, token_sampler
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,14 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn.core import wrap_nested
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import TensorSpec, Workload, default_dtype, export_workload, workload_builder
-from ._layers import Mlp, gelu_tanh, heads_last, token_sampler, transpose_last
+from tvm_icca.workloads._common import (
+    TensorSpec,
+    Workload,
+    default_dtype,
+    export_workload,
+    workload_builder,
+)
+from tvm_icca.workloads._layers import Mlp, gelu_tanh, heads_last, token_sampler, transpose_last
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,16 @@ import math
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import Workload, workload_builder
-from ._layers import gelu_tanh, transpose_last
-from ._llm import DecodeAttention, DecoderConfig, build_decoder, cache_length, check_heads, softcap
+from tvm_icca.workloads._common import Workload, workload_builder
+from tvm_icca.workloads._layers import gelu_tanh, transpose_last
+from tvm_icca.workloads._llm import (
+    DecodeAttention,
+    DecoderConfig,
+    build_decoder,
+    cache_length,
+    check_heads,
+    softcap,
+)
 
 CONFIGS: dict[str, DecoderConfig] = {
     "gemma2-27b": DecoderConfig(

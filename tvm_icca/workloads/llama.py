@@ -15,8 +15,8 @@ from __future__ import annotations
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import Workload, workload_builder
-from ._llm import DecodeAttention, DecoderConfig, build_decoder, check_heads
+from tvm_icca.workloads._common import Workload, workload_builder
+from tvm_icca.workloads._llm import DecodeAttention, DecoderConfig, build_decoder, check_heads
 
 CONFIGS: dict[str, DecoderConfig] = {
     # hidden, layers, heads, kv heads, intermediate size: paper Table 1 / config.json

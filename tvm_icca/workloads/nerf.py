@@ -20,7 +20,13 @@ from dataclasses import dataclass, replace
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import TensorSpec, Workload, default_dtype, export_workload, workload_builder
+from tvm_icca.workloads._common import (
+    TensorSpec,
+    Workload,
+    default_dtype,
+    export_workload,
+    workload_builder,
+)
 
 
 @dataclass(frozen=True)

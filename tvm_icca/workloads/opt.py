@@ -16,9 +16,9 @@ from __future__ import annotations
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import Workload, workload_builder
-from ._layers import transpose_last
-from ._llm import DecodeAttention, DecoderConfig, build_decoder
+from tvm_icca.workloads._common import Workload, workload_builder
+from tvm_icca.workloads._layers import transpose_last
+from tvm_icca.workloads._llm import DecodeAttention, DecoderConfig, build_decoder
 
 #: OPT's learned position table has 2 extra rows (positions start at index 2).
 POSITION_OFFSET = 2

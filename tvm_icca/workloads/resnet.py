@@ -20,7 +20,13 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 from tvm.relax.frontend.nn.core import wrap_nested
 
-from ._common import TensorSpec, Workload, default_dtype, export_workload, workload_builder
+from tvm_icca.workloads._common import (
+    TensorSpec,
+    Workload,
+    default_dtype,
+    export_workload,
+    workload_builder,
+)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,14 @@ from dataclasses import dataclass, replace
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
-from ._common import TensorSpec, Workload, default_dtype, export_workload, workload_builder
-from ._layers import Mlp, gelu, self_attention
+from tvm_icca.workloads._common import (
+    TensorSpec,
+    Workload,
+    default_dtype,
+    export_workload,
+    workload_builder,
+)
+from tvm_icca.workloads._layers import Mlp, gelu, self_attention
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,273 @@
+"""Transfers over a core's link and the replica-reduction schedule: the one closed form of each.
+
+Part of the device contract (the compiler's cost models import it; so do the topologies and
+the timing simulator), so it depends on :class:`~runtime_sim.contract.hardware.HardwareSpec` only.
+
+* A transfer of ``b`` bytes over one link is cut into shift-buffer sized chunks (T10 §5), each
+  paying the link latency once: ``b / link_bandwidth + ceil(b / shift_buffer_bytes) *
+  link_latency_s`` (:func:`link_transfer_seconds`; the topologies add the latency term per hop
+  on top of contended bandwidth, :func:`chunk_latency_seconds`). A transfer between chips also
+  pays ``inter_chip_latency_s`` per chunk for every chip boundary it crosses, on top of the
+  per-hop latency (``chip_hops``; the IPU-Link leg of an IPU-POD, see
+  :mod:`runtime_sim.contract.hardware`).
+* Output replicas are summed into ring 0 by the faster of two schedules, as collective
+  libraries pick per message size (:func:`replica_reduction_schedule`): a gather tree, in
+  each round of which a receiving core takes up to ``radix - 1`` partitions through its port,
+  adds them on the vector unit and synchronizes (radix 2 is the binomial tree,
+  ``ceil(log2 R)`` rounds; a radix >= R gathers everything in one round; the radix is the
+  fastest power of two, :func:`best_gather_radix`: small partitions want few rounds, each
+  paying a latency and a synchronization, large ones a narrow tree), or a pipelined chain of
+  shift-buffer chunks, ``n + R - 2`` stages for ``n`` chunks, whose first chunk needs
+  ``R - 2`` extra hops to reach ring 0.
+
+* Partial statistics of a core-local reduction split across ``G`` cores (a norm's sum of
+  squares, softmax's max and sum of exp; :func:`runtime_sim.contract.layout.local_splits`) are
+  all-reduced per level: the fastest gather tree to the group's first core (as above, on
+  statistics of a few bytes per row: usually one or two rounds), then one multicast of the
+  combined statistics back to the group (one transfer, one synchronization)
+  (:func:`split_combine_seconds`). Either way every core sends or receives exactly the bytes
+  the functional device counts.
+
+Every function takes scalars or numpy arrays (scalars in, Python floats out).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from runtime_sim.contract.hardware import HardwareSpec
+
+
+def _out(value: np.ndarray):
+    return float(value) if np.ndim(value) == 0 else value
+
+
+def transfer_chunks(nbytes, hw: HardwareSpec):
+    """Shift-buffer sized pieces of a transfer of ``nbytes`` (one piece without a buffer)."""
+    b = np.asarray(nbytes, np.float64)
+    buf = hw.shift_buffer_bytes
+    return _out(np.ceil(b / buf) if buf > 0 else np.ones_like(b))
+
+
+def hop_latency_seconds(hw: HardwareSpec, hops=1, chip_hops=0):
+    """Latency one chunk pays over ``hops`` links of which ``chip_hops`` cross between chips:
+    ``hops * link_latency_s + chip_hops * inter_chip_latency_s`` (a chip crossing is a hop
+    too, and pays the IPU-Link latency on top)."""
+    return _out(np.asarray(hops, np.float64) * hw.link_latency_s
+                + np.asarray(chip_hops, np.float64) * hw.inter_chip_latency_s)
+
+
+def chunk_latency_seconds(nbytes, hw: HardwareSpec, hops=1, chip_hops=0):
+    """Latency of a transfer of ``nbytes`` over ``hops`` links, ``chip_hops`` of them between
+    chips (booleans count as 0/1): every chunk pays every hop (:func:`hop_latency_seconds`)."""
+    return _out(np.asarray(transfer_chunks(nbytes, hw)) * np.asarray(hop_latency_seconds(hw, hops, chip_hops)))
+
+
+def link_transfer_seconds(nbytes, hw: HardwareSpec, chip_hops=0):
+    """One core sending or receiving ``nbytes`` over its own link, alone (0 for no bytes);
+    ``chip_hops=1`` for a transfer to another chip (its bandwidth is still the core's link:
+    the inter-chip cap is a shared resource the topologies charge)."""
+    b = np.asarray(nbytes, np.float64)
+    t = np.where(b > 0, b / hw.link_bandwidth + np.asarray(chunk_latency_seconds(b, hw, 1, chip_hops)), 0.0)
+    return _out(t)
+
+
+def gather_radices(group) -> list[int]:
+    """Radices tried for a gather among up to ``group`` cores (scalar or array: its maximum):
+    2, 4, 8, ... up to the first power of two >= the group (one round, every core straight
+    to the root)."""
+    g = float(np.max(np.asarray(group, np.float64))) if np.size(group) else 1.0
+    top = max(1, int(math.ceil(math.log2(max(g, 2.0)))))
+    return [2 ** k for k in range(1, top + 1)]
+
+
+def gather_fan_ins(group, radix):
+    """Per round of a radix-``radix`` gather tree among ``group`` cores, the most partial
+    values one core receives: ``min(radix - 1, ceil(G / radix^j) - 1)`` in round ``j`` (the
+    root receives the most). Returns ``(rounds, total fan-in)`` (arrays like ``group``): the
+    number of rounds and the sum over rounds of the root's receives."""
+    G = np.maximum(np.asarray(group, np.float64), 1.0)
+    rounds = np.zeros_like(G)
+    total = np.zeros_like(G)
+    span = np.ones_like(G)  # radix^j
+    while True:
+        live = span < G
+        if not live.any():
+            break
+        fan = np.minimum(radix - 1.0, np.ceil(G / span) - 1.0)
+        rounds = rounds + live
+        total = total + np.where(live, fan, 0.0)
+        span = span * radix
+    return _out(rounds), _out(total)
+
+
+def gather_seconds(group, radix, nbytes, elements, hw: HardwareSpec):
+    """Time of reducing ``group`` partial values of ``nbytes`` (``elements`` each) to one core
+    by a radix-``radix`` tree, each transfer alone on its link: per round, the receiving core
+    takes ``fan-in`` values through its port (``fan-in * nbytes / link_bandwidth``, every value
+    its own chunks' latency, in parallel), adds them and synchronizes."""
+    rounds, fan = gather_fan_ins(group, radix)
+    b = np.asarray(nbytes, np.float64)
+    lat = np.asarray(chunk_latency_seconds(b, hw, 1))
+    add = np.asarray(elements, np.float64) / hw.vector_flops_per_cycle / hw.clock_hz
+    sync = hw.sync_cycles / hw.clock_hz
+    return _out(np.asarray(fan) * (b / hw.link_bandwidth + add) + np.asarray(rounds) * (lat + sync))
+
+
+def best_gather_radix(group, nbytes, elements, hw: HardwareSpec):
+    """The radix (of :func:`gather_radices`) of the fastest :func:`gather_seconds`, and that
+    time; the smallest radix on ties. Collective libraries pick the tree's fan-in by message
+    size the same way (small values: few rounds, each paying a latency and a
+    synchronization; large ones: a narrow tree, each round one value per port)."""
+    G = np.asarray(group, np.float64)
+    best_t = None
+    best_r = None
+    for r in gather_radices(G):
+        t = np.asarray(gather_seconds(G, r, nbytes, elements, hw))
+        if best_t is None:
+            best_t, best_r = t, np.full(t.shape, float(r))
+        else:
+            better = t < best_t
+            best_t = np.where(better, t, best_t)
+            best_r = np.where(better, float(r), best_r)
+    return _out(best_r), _out(best_t)
+
+
+@dataclass(frozen=True)
+class ReductionSchedule:
+    """The two replica-reduction schedules of ``replicas`` copies of a ``partition_bytes``
+    partition (arrays broadcast like the inputs; entries where ``R <= 1`` are meaningless).
+
+    Tree: a gather tree of radix ``tree_radix`` (:func:`best_gather_radix`: 2 is the binomial
+    tree), ``tree_rounds`` rounds; in each the receiving cores take up to ``radix - 1``
+    partitions through their port, add them and synchronize (``tree_fan_in``: the root's
+    receives over all rounds). Chain: one partition transfer (every replica to its
+    neighbour, all at once), then ``chain_fill_s`` (the first chunk's ``R - 2`` extra hops),
+    ``chain_add_s`` (adding every chunk) and one ``sync_s``.
+    """
+
+    replicas: object
+    tree_rounds: object
+    chunks: object
+    add_s: object
+    sync_s: float
+    chain_fill_s: object
+    chain_add_s: object
+    tree_radix: object = 2.0
+    tree_fan_in: object = None
+
+    @property
+    def chain_stages(self):
+        """Chunk stages of the pipelined chain, ``n + R - 2``."""
+        return _out(np.asarray(self.chunks) + np.asarray(self.replicas) - 2)
+
+    @property
+    def tree_adds_s(self):
+        """Vector-unit adds and synchronizations of the tree."""
+        fan = self.tree_rounds if self.tree_fan_in is None else self.tree_fan_in
+        return _out(np.asarray(fan) * np.asarray(self.add_s) + np.asarray(self.tree_rounds) * self.sync_s)
+
+    @property
+    def chain_adds_s(self):
+        """Vector-unit adds and the synchronization of the chain."""
+        return _out(np.asarray(self.chain_add_s) + self.sync_s)
+
+
+def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
+                               hw: HardwareSpec) -> ReductionSchedule:
+    """Closed-form terms of both reduction schedules (see the module docstring)."""
+    R = np.asarray(replicas, np.float64)
+    p = np.asarray(partition_bytes, np.float64)
+    elems = np.asarray(partition_elements, np.float64)
+    add = elems / hw.vector_flops_per_cycle / hw.clock_hz
+    sync = hw.sync_cycles / hw.clock_hz
+    radix, _ = best_gather_radix(R, p, elems, hw)
+    radix = np.asarray(radix, np.float64)
+    rounds = np.zeros(np.broadcast(R, radix).shape)
+    fan = np.zeros_like(rounds)
+    for r in np.unique(radix):
+        n, f = gather_fan_ins(R, float(r))
+        rounds = np.where(radix == r, n, rounds)
+        fan = np.where(radix == r, f, fan)
+    chunks = np.maximum(1.0, np.ceil(p / hw.shift_buffer_bytes))
+    fill = (R - 2) * (p / chunks / hw.link_bandwidth + hw.link_latency_s)
+    adds = (chunks + R - 2) * add / chunks
+    return ReductionSchedule(_out(R), _out(rounds), _out(chunks), _out(add), sync, _out(fill),
+                             _out(adds), _out(radix), _out(fan))
+
+
+def _reduction_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+    """Per schedule, (link time, adds and syncs) with every transfer alone on its link:
+    ``(R, schedule, tree_link, tree_adds, chain_link, chain_adds)``, the times as arrays."""
+    R = np.asarray(replicas, np.float64)
+    s = replica_reduction_schedule(R, partition_bytes, partition_elements, hw)
+    p = np.asarray(partition_bytes, np.float64)
+    one = np.asarray(link_transfer_seconds(partition_bytes, hw))
+    lat = np.asarray(chunk_latency_seconds(p, hw, 1))
+    tree_link = np.asarray(s.tree_fan_in) * p / hw.link_bandwidth + np.asarray(s.tree_rounds) * lat
+    chain_link = one + s.chain_fill_s
+    return R, s, tree_link, np.asarray(s.tree_adds_s), chain_link, np.asarray(s.chain_adds_s)
+
+
+def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+    """Time of the faster schedule with every transfer costed alone on its link
+    (:func:`link_transfer_seconds`); 0 where there is one replica. The timing simulator
+    routes the same transfers on its topology instead (``runtime_sim.timing.opcost``)."""
+    R, _, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
+        replicas, partition_bytes, partition_elements, hw)
+    return _out(np.where(R > 1, np.minimum(tree_link + tree_adds, chain_link + chain_adds), 0.0))
+
+
+def replica_reduction_busy_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+    """How long the faster schedule of :func:`replica_reduction_seconds` holds link bandwidth:
+    the partitions its busiest core receives over its link (a tree's root takes its fan-in, a
+    chain's ranks one each), hop latencies and the chain's fill excluded, as
+    :attr:`runtime_sim.machine.topology.PhaseCost.busy_s` counts the routed schedule. 0 where there
+    is one replica."""
+    R, s, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
+        replicas, partition_bytes, partition_elements, hw)
+    p = np.asarray(partition_bytes, np.float64) / hw.link_bandwidth
+    tree_faster = tree_link + tree_adds <= chain_link + chain_adds
+    return _out(np.where(R > 1, np.where(tree_faster, np.asarray(s.tree_fan_in) * p, p), 0.0))
+
+
+def bandwidth_view(hw: HardwareSpec) -> HardwareSpec:
+    """``hw`` with free hops and synchronizations: a transfer costed on it in closed form
+    takes the time its bytes hold link bandwidth and no more (what
+    :attr:`runtime_sim.machine.topology.PhaseCost.busy_s` is for a routed phase), the link time a
+    preload streaming meanwhile cannot use (:mod:`runtime_sim.machine.stream_timing`)."""
+    return hw.with_overrides(link_latency_s=0.0, inter_chip_latency_s=0.0, sync_cycles=0)
+
+
+def combine_rounds(group):
+    """Tree rounds of one binomial reduction among ``group`` cores."""
+    return _out(np.ceil(np.log2(np.maximum(np.asarray(group, np.float64), 1.0))))
+
+
+def combine_radix(group, elements, hw: HardwareSpec, stat_bytes: int = 4):
+    """Radix of the gather of one combine level (:func:`best_gather_radix` for ``elements``
+    float32 statistics per core)."""
+    e = np.asarray(elements, np.float64)
+    return best_gather_radix(group, e * stat_bytes, e, hw)[0]
+
+
+def split_combine_seconds(group, level_elements, hw: HardwareSpec, stat_bytes: int = 4):
+    """Time of all-reducing partial statistics among ``group`` cores, level after level
+    (``level_elements``: a sequence of statistic elements per core, one per level, scalars or
+    arrays), every transfer costed alone on its link; 0 where ``group <= 1``. Per level: the
+    fastest gather tree to the group's first core (:func:`best_gather_radix`), then one
+    broadcast of the combined statistics back to the group (the exchange multicasts: one
+    transfer and one synchronization)."""
+    G = np.asarray(group, np.float64)
+    sync = hw.sync_cycles / hw.clock_hz
+    total = np.zeros(np.broadcast(G, *[np.asarray(e) for e in level_elements]).shape) if level_elements \
+        else np.zeros_like(G)
+    for elems in level_elements:
+        e = np.asarray(elems, np.float64)
+        _, up = best_gather_radix(G, e * stat_bytes, e, hw)
+        down = np.asarray(link_transfer_seconds(e * stat_bytes, hw)) + sync
+        total = total + np.asarray(up) + down
+    return _out(np.where(G > 1, total, 0.0))

@@ -1,0 +1,125 @@
+"""When the instructions of a preload/execute stream run (Elk §4.5): the device's timing rules.
+
+Both executors of a stream obey three one-way rules (:mod:`runtime_sim.contract.stream`): executes run
+one after another, each once its own preload is done; preloads run one after another from one
+queue, each once the execute issued before it has ended. Two more rules say how long things
+take when they overlap, and they are the device's, written here once:
+
+* **An execute keeps priority on the links.** Its duration does not change when a preload
+  streams meanwhile.
+* **A preload's network delivery gets the link share the running execute leaves**:
+  :func:`preload_link_share`, ``1 - busy_s / duration_s`` of that execute (its links are
+  busy for ``busy_s`` of its ``duration_s``: its transfers' bytes over bandwidth; the hop
+  latency a chunk spends in flight holds no bandwidth and is not in it, see
+  :attr:`runtime_sim.machine.topology.PhaseCost.busy_s`), the whole links when nothing executes or the
+  preload has its own interconnect (Elk's Ideal). The off-chip source (HBM) is not shared, so a
+  preload ends when both its source time and its network delivery are done.
+
+The timing simulator (:mod:`runtime_sim.timing.simulate`) applies these rules on its event
+timeline with every detail of a real run (an HBM and a host leg per preload, SRAM checks,
+returns to the host). :func:`stream_times` applies the same rules to a stream whose preloads
+have one leg each, which is what the compiler's Elk pass needs to estimate a schedule
+(:func:`tvm_icca.elk.designs.estimate`) before any program exists.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+__all__ = ["StreamTimes", "preload_link_share", "stream_times"]
+
+#: Relative slack below which a preload's remaining network delivery counts as done
+#: (floating-point residue of integrating it piecewise).
+_DONE = 1e-12
+
+
+def preload_link_share(busy_s: float, duration_s: float) -> float:
+    """Share of its links a running execute of ``duration_s`` seconds leaves to a preload's
+    network delivery, when its own traffic holds their bandwidth for ``busy_s`` of that time
+    (:attr:`runtime_sim.machine.topology.PhaseCost.busy_s`, not the transfers' time with latency)."""
+    if duration_s <= 0:
+        return 1.0
+    return 1.0 - min(1.0, busy_s / duration_s)
+
+
+@dataclass(frozen=True)
+class StreamTimes:
+    """Start and end of every preload (in preload order) and execute (in execution order)."""
+
+    pre_start: tuple[float, ...]
+    pre_end: tuple[float, ...]
+    exec_start: tuple[float, ...]
+    exec_end: tuple[float, ...]
+    total_s: float
+
+
+def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[float],
+                 exec_busy_s: Sequence[float],
+                 preload_source_s: Mapping[int, float] | Sequence[float],
+                 preload_network_s: Mapping[int, float] | Sequence[float],
+                 separate_interconnect: bool = False) -> StreamTimes:
+    """The stream's timeline under the device's rules (see the module docstring).
+
+    ``order`` lists the preloaded operators in preload order; ``horizon[i]`` is how many of
+    them are issued before ``execute(i)``. Per operator ``i`` (execution order):
+    ``exec_s[i]`` its execute's duration and ``exec_busy_s[i]`` how long its own traffic
+    holds its links' bandwidth; per preloaded operator ``j`` (indexed by operator):
+    ``preload_source_s[j]`` the time its off-chip source needs and ``preload_network_s[j]``
+    its network delivery alone. ``separate_interconnect``: preloads never share links.
+    """
+    n, K = len(exec_s), len(order)
+    pos = {j: k for k, j in enumerate(order)}
+    after = [-1] * K  # the execute issued last before each preload
+    issued = 0
+    for i in range(n):
+        while issued < min(horizon[i], K):
+            after[issued] = i - 1
+            issued += 1
+    for k in range(issued, K):
+        after[k] = n - 1
+    pre_s, pre_e = [math.nan] * K, [math.nan] * K
+    ex_s, ex_e = [math.nan] * n, [math.nan] * n
+    now = 0.0
+    i = k = 0  # next execute, next preload
+    running = -1  # the execute in progress
+    active = -1  # the preload in progress
+    remaining = source_end = 0.0  # its network delivery left, its source's end
+    while i < n or k < K or running >= 0 or active >= 0:
+        started = True
+        while started:
+            started = False
+            if running < 0 and i < n and (i not in pos or not math.isnan(pre_e[pos[i]])):
+                running, ex_s[i] = i, now
+                ex_e[i] = now + exec_s[i]
+                i += 1
+                started = True
+            if active < 0 and k < K and (after[k] < 0 or not math.isnan(ex_e[after[k]])
+                                         and ex_e[after[k]] <= now and after[k] != running):
+                active, pre_s[k] = k, now
+                j = order[k]
+                remaining, source_end = preload_network_s[j], now + preload_source_s[j]
+                k += 1
+                started = True
+        rate = 1.0
+        if running >= 0 and not separate_interconnect:
+            rate = preload_link_share(exec_busy_s[running], exec_s[running])
+        events = []
+        if running >= 0:
+            events.append(ex_e[running])
+        if active >= 0:
+            net_end = now + remaining / rate if rate > 0 else (now if remaining <= 0 else math.inf)
+            events.append(max(source_end, net_end))
+        if not events:
+            raise ValueError("the stream cannot proceed: an execute waits for a preload never issued")
+        t = min(events)
+        if active >= 0:
+            remaining = max(0.0, remaining - rate * (t - now))
+        now = t
+        if running >= 0 and ex_e[running] <= now:
+            running = -1
+        if active >= 0 and source_end <= now and remaining <= _DONE * max(1.0, now):
+            pre_e[active], active = now, -1
+    total = max([now] + [e for e in ex_e if not math.isnan(e)])
+    return StreamTimes(tuple(pre_s), tuple(pre_e), tuple(ex_s), tuple(ex_e), total)

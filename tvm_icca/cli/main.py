@@ -1,0 +1,97 @@
+"""The ``tvm-icca`` command line.
+
+Each subcommand lives in its own module of :mod:`tvm_icca.cli` and exposes
+``add_parser(subparsers) -> argparse.ArgumentParser`` (which sets ``func`` to a handler taking
+the parsed arguments and returning an exit code). Argument types shared by the commands are in
+:mod:`tvm_icca.cli.args`.
+
+Exit status: 0 success; 1 a failure of the work (a ``tvm_icca`` error, a failed ``--check``,
+a file that cannot be written); 2 bad arguments (argparse prints the usage and one line);
+130 interrupted. Every error is one ``tvm-icca: error: ...`` line on stderr, never a traceback
+(set ``TVM_ICCA_TRACEBACK=1`` to see the traceback of an unexpected error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import sys
+
+from runtime_sim.contract.errors import IccaError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: ``tvm-icca: error: <command>: <message> (see --help)``.
+
+    ``add_subparsers`` creates the subcommands' parsers of the same class.
+    """
+
+    def error(self, message: str):  # type: ignore[override]
+        command = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        where = f"{command}: " if command else ""
+        _error(f"{where}{message} (see '{self.prog} --help')")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="tvm-icca",
+        description="Compile, plan and simulate models on inter-core connected AI chips.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from tvm_icca import cli as commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        if hasattr(module, "add_parser"):
+            module.add_parser(subparsers)
+    return parser
+
+
+def _error(message: str, first_line_only: bool = False) -> None:
+    """One line on stderr: a tvm_icca message (one paragraph) joined, a foreign one cut to its
+    first line (TVM's carry a C++ backtrace)."""
+    lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
+    if first_line_only:
+        lines = lines[:1]
+    print(f"tvm-icca: error: {' '.join(lines) if lines else 'unknown error'}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tvm_icca.cli.args import UsageError  # pylint: disable=import-outside-toplevel
+
+    try:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exit_:  # argparse: usage + one error line (2), or --help (0)
+            return exit_.code if isinstance(exit_.code, int) else 2
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("tvm-icca: interrupted", file=sys.stderr)
+        return 130
+    except UsageError as err:
+        _error(str(err))
+        return 2
+    except IccaError as err:
+        _error(str(err))
+        return 1
+    except OSError as err:  # e.g. the disk filled up while writing the output
+        _error(f"{err.strerror or err}{f': {err.filename}' if err.filename else ''}")
+        return 1
+    except Exception as err:  # pylint: disable=broad-except
+        if os.environ.get("TVM_ICCA_TRACEBACK"):
+            raise
+        first = (str(err).strip().splitlines() or ["(no message)"])[0]
+        _error(f"unexpected {type(err).__name__}: {first} "
+               "(set TVM_ICCA_TRACEBACK=1 for the traceback)", first_line_only=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

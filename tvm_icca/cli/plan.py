@@ -1,0 +1,241 @@
+"""``tvm-icca plan``: the execution plan of one operator, as JSON (T10 §4.2-§4.3.1).
+
+``tvm-icca plan matmul --m 32 --k 5120 --n 15360 --cost-model t10-bench`` answers the T10
+benchmark problem (:mod:`tvm_icca.plans.t10_bench`); ``--cost-model analytic`` (default)
+plans with the compiler's own model (:func:`tvm_icca.plans.plan_operator`). Matmul plans
+print ``F_op`` as ``[m, k, n]`` and the six temporal factors ``f_t_<tensor>_<axis>``, plus
+``time_s`` and ``cores``; ``--pareto`` adds the time/memory Pareto plans under ``pareto``.
+``tvm-icca plan conv2d`` prints ``axes``, ``F_op`` in that order and the temporal factors of
+the rotatable (tensor, axis) pairs.
+
+``tvm-icca plan model --model bert-large --batch 4 --hw ipu-mk2`` keeps a zoo model on the chip
+and prints what T10 Algorithm 1 decided for every operator (:mod:`tvm_icca.reconciliation`):
+its idle and active footprint, estimated execution and setup time, and whether it idles in its
+active plan; ``--json`` prints the same as JSON, ``--simulate`` adds the simulated timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tvm_icca.cli.args import hardware_preset, nonneg_int, positive_int, unit_float
+
+COST_MODELS = ("analytic", "t10-bench")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("plan", help="search the execution plan of one operator")
+    ops = parser.add_subparsers(dest="op", metavar="OP")
+
+    mm = ops.add_parser("matmul", help="C[m,n] += A[m,k] * B[k,n]")
+    mm.add_argument("--m", type=positive_int, required=True)
+    mm.add_argument("--k", type=positive_int, required=True)
+    mm.add_argument("--n", type=positive_int, required=True)
+    _common(mm)
+    mm.set_defaults(func=_run_matmul)
+
+    conv = ops.add_parser("conv2d", help="NCHW convolution O[b,o,y,x] += I[b,c,..] * W[o,c,kh,kw]")
+    for name, default in (("batch", 1), ("channels", None), ("height", None), ("width", None),
+                          ("filters", None), ("kernel", 3), ("stride", 1), ("pad", 0), ("dilation", 1)):
+        conv.add_argument(f"--{name}", type=nonneg_int if name == "pad" else positive_int,
+                          required=default is None, default=default)
+    _common(conv, cost_models=("analytic",))
+    conv.set_defaults(func=_run_conv2d)
+    model = ops.add_parser("model", help="idle/active plans of every operator of a zoo model "
+                           "kept on chip (T10 Algorithm 1)")
+    model.add_argument("--model", required=True, help="workload name, e.g. bert-large")
+    model.add_argument("--batch", type=positive_int, default=None)
+    model.add_argument("--seq-len", "--context", dest="context", type=positive_int, default=None,
+                       help="sequence length (BERT) or KV-cache context (LLMs)")
+    model.add_argument("--layers", type=positive_int, default=None,
+                       help="keep only the first N layers")
+    model.add_argument("--tiny", action="store_true", help="the model's small test config")
+    model.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
+                       help="hardware preset (default ipu-mk2)")
+    model.add_argument("--simulate", action="store_true", help="also time the programs")
+    model.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    model.set_defaults(func=_run_model)
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+    return parser
+
+
+def _run_model(args: argparse.Namespace) -> int:
+    # pylint: disable=import-outside-toplevel
+    from runtime_sim.contract.errors import IccaError
+
+    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.workloads import canonical_name, get_workload
+    from tvm_icca.cli.simulate import workload_kwargs
+
+    try:
+        name = canonical_name(args.model)
+        workload = get_workload(name, **workload_kwargs(name, args.batch, args.context,
+                                                        args.layers, None, args.tiny))
+        compiled = compile_programs(workload, args.hw, state_on_chip=True)
+        report = compiled.simulate() if args.simulate else None
+    except (IccaError, KeyError) as err:
+        print(f"tvm-icca: error: {err}", file=sys.stderr)
+        return 1
+    plan = compiled.model_plan
+    payload: dict[str, Any] = {
+        "model": compiled.name, "hardware": compiled.hw.name, "compile_s": compiled.compile_s,
+        "capacity_bytes_per_core": plan.capacity_bytes,
+        "idle_bytes_per_core": plan.reconciliation.idle_bytes,
+        "estimated_time_s": plan.estimated_time_s,
+        "search_steps": len(plan.reconciliation.trace),
+        "operators": [d.to_dict() for d in plan.decisions],
+    }
+    if report is not None:
+        payload["simulated"] = {"total_s": report.total_s, "compute_s": report.compute_s,
+                                "transfer_s": report.transfer_s,
+                                "peak_sram_bytes_per_core": report.peak_sram_bytes_per_core}
+    if args.json:
+        print(json.dumps(payload, indent=1))
+        return 0
+    print(f"{compiled.name} on {compiled.hw.name}: {len(plan.decisions)} operators "
+          f"({sum(d.calls for d in plan.decisions)} calls), compiled in {compiled.compile_s:.1f} s")
+    print(f"idle memory {plan.reconciliation.idle_bytes} of {plan.capacity_bytes} bytes per core, "
+          f"estimated {plan.estimated_time_s * 1e3:.3f} ms after {payload['search_steps']} "
+          f"Algorithm 1 steps")
+    # region names are long fused-op names: number them in call order (``--json`` has them)
+    regions = list(dict.fromkeys(d.name.rsplit(".", 1)[0] for d in plan.decisions))
+    print(f"{'operator':<10} {'kind':<12} {'calls':>5} {'options':>7} {'idle B':>8} "
+          f"{'active B':>8} {'exec us':>8} {'setup us':>8}  in place")
+    for d in plan.decisions:
+        region, op = d.name.rsplit(".", 1)
+        short = f"R{regions.index(region)}.{op}"
+        print(f"{short:<10} {d.kind:<12} {d.calls:>5} {d.options:>7} {d.idle_bytes:>8} "
+              f"{d.active_bytes:>8} {d.time_s * 1e6:>8.2f} {d.setup_s * 1e6:>8.2f}  "
+              f"{'yes' if d.in_place else 'no'}")
+    if report is not None:
+        print(f"simulated: {report.total_s * 1e3:.3f} ms, transfer "
+              f"{100 * report.transfer_s / report.total_s:.0f}%, peak SRAM "
+              f"{report.peak_sram_bytes_per_core} bytes per core")
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser, cost_models: tuple[str, ...] = COST_MODELS) -> None:
+    parser.add_argument("--dtype", default="float16", choices=("float16", "float32"))
+    parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
+                        help="hardware preset (default ipu-mk2)")
+    parser.add_argument("--cost-model", default="analytic", choices=cost_models)
+    parser.add_argument("--budget", type=positive_int, default=None,
+                        help="bytes per core for the operator (default: SRAM minus shift buffer)")
+    parser.add_argument("--pareto", action="store_true",
+                        help="also print the time/memory Pareto plans (T10 §4.3.1)")
+    parser.add_argument("--min-utilization", type=unit_float, default=0.9,
+                        help="parallelism constraint of the Pareto search (default 0.9)")
+    parser.add_argument("--padding", type=unit_float, default=0.9,
+                        help="padding constraint: least real/padded ratio (default 0.9)")
+    parser.add_argument("--indent", type=nonneg_int, default=None, help="indent the JSON output")
+
+
+def _filters(args: argparse.Namespace):
+    from tvm_icca.plans.filters import PlanFilters
+
+    return PlanFilters.t10(args.min_utilization, args.padding)
+
+
+def _emit(payload: dict[str, Any], args: argparse.Namespace) -> int:
+    json.dump(payload, sys.stdout, indent=args.indent)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _matmul_keys(plan, time_s: float, cores: int) -> dict[str, Any]:
+    return {
+        "F_op": [plan.F("m"), plan.F("k"), plan.F("n")],
+        "f_t_A_m": plan.ft(0, "m"), "f_t_A_k": plan.ft(0, "k"),
+        "f_t_B_k": plan.ft(1, "k"), "f_t_B_n": plan.ft(1, "n"),
+        "f_t_C_m": plan.ft(2, "m"), "f_t_C_n": plan.ft(2, "n"),
+        "time_s": time_s, "cores": cores,
+    }
+
+
+def _run_matmul(args: argparse.Namespace) -> int:
+    from runtime_sim.contract.hardware import preset
+
+    hw = preset(args.hw)
+    if args.cost_model == "t10-bench":
+        from tvm_icca.plans.t10_bench import T10BenchSpec, bench_pareto, solve
+
+        spec = T10BenchSpec.from_hardware(hw, args.dtype)
+        if args.budget is not None:
+            spec = T10BenchSpec(**{**spec.__dict__, "sram_bytes": args.budget + spec.shift_buffer_bytes})
+        answer = solve(args.m, args.k, args.n, spec)
+        payload = answer.to_json_dict()
+        if args.pareto:
+            payload["pareto"] = [dict(p.to_json_dict(), memory_bytes=p.memory_bytes)
+                                 for p in bench_pareto(args.m, args.k, args.n, spec, _filters(args))]
+        return _emit(payload, args)
+
+    from tvm_icca.plans import plan_operator
+    from tvm_icca.plans.pareto import pareto_plans
+    from tvm_icca.plans.t10_bench import bench_expr
+
+    expr = bench_expr(args.m, args.k, args.n, args.dtype)
+    planned = plan_operator(expr, hw, budget_bytes=args.budget, name="matmul")
+    payload = _matmul_keys(planned.plan, planned.time_s, planned.layout.num_cores)
+    if args.pareto:
+        payload["pareto"] = [
+            dict(_matmul_keys(p.plan, p.time_s, p.cores), memory_bytes=p.memory_bytes)
+            for p in pareto_plans(expr, hw, filters=_filters(args), budget_bytes=args.budget)
+        ]
+    return _emit(payload, args)
+
+
+def _generic_keys(expr, plan, time_s: float, cores: int) -> dict[str, Any]:
+    from tvm_icca.plans.structure import plan_structure
+
+    structure = plan_structure(expr)
+    out: dict[str, Any] = {"axes": list(structure.axes), "F_op": [plan.F(a) for a in structure.axes]}
+    for t, access in enumerate(expr.tensors):
+        for a, axis in enumerate(structure.axes):
+            if structure.rotatable[t, a]:
+                out[f"f_t_{access.name}_{axis}"] = plan.ft(t, axis)
+    out["loop_order"] = list(plan.loop_order)
+    out["time_s"] = time_s
+    out["cores"] = cores
+    return out
+
+
+def _run_conv2d(args: argparse.Namespace) -> int:
+    from runtime_sim.contract.hardware import preset
+
+    from tvm_icca.plans import plan_operator
+    from tvm_icca.plans.pareto import pareto_plans
+
+    hw = preset(args.hw)
+    expr = conv2d_expr(args.batch, args.channels, args.height, args.width, args.filters,
+                       args.kernel, args.stride, args.pad, args.dilation, args.dtype)
+    planned = plan_operator(expr, hw, budget_bytes=args.budget, name="conv2d")
+    payload = _generic_keys(expr, planned.plan, planned.time_s, planned.layout.num_cores)
+    if args.pareto:
+        payload["pareto"] = [
+            dict(_generic_keys(expr, p.plan, p.time_s, p.cores), memory_bytes=p.memory_bytes)
+            for p in pareto_plans(expr, hw, filters=_filters(args), budget_bytes=args.budget)
+        ]
+    return _emit(payload, args)
+
+
+def conv2d_expr(B: int, C: int, H: int, W: int, O: int, K: int, stride: int = 1, pad: int = 0,
+                dilation: int = 1, dtype: str = "float16"):
+    """NCHW conv as a tensor expression with compound input indices (T10 §5, Eq. 2)."""
+    from runtime_sim.contract.program import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
+
+    def out_size(n: int) -> int:
+        return (n + 2 * pad - dilation * (K - 1) - 1) // stride + 1
+
+    ax = AffineIndex.of_axis
+    h = AffineIndex((("y", stride), ("kh", dilation)), -pad)
+    w = AffineIndex((("x", stride), ("kw", dilation)), -pad)
+    inp = TensorAccess("I", (B, C, H, W), dtype, (ax("b"), ax("c"), h, w))
+    wt = TensorAccess("W", (O, C, K, K), dtype, (ax("o"), ax("c"), ax("kh"), ax("kw")))
+    out = TensorAccess("O", (B, O, out_size(H), out_size(W)), dtype, (ax("b"), ax("o"), ax("y"), ax("x")))
+    axes = (Axis("b", B), Axis("o", O), Axis("y", out_size(H)), Axis("x", out_size(W)),
+            Axis("c", C, True), Axis("kh", K, True), Axis("kw", K, True))
+    body = {"op": "mul", "args": [make_load(0, inp.indices), make_load(1, wt.indices)]}
+    return TensorExpr("conv2d", axes, (inp, wt), out, body)

@@ -1,0 +1,208 @@
+"""``tvm-icca simulate``: time a model on a simulated chip, without building it.
+
+The model is a workload of the zoo (``tvm-icca models``) or an ONNX file. Examples (Elk
+§6.1's setting, then a user's model)::
+
+    tvm-icca simulate llama2-13b --batch 32 --context 2048 --hw ipu-pod4-hbm
+    tvm-icca simulate --model llama2-70b --batch 32 --layers 2 --json
+    tvm-icca simulate resnet50 --hw ipu-mk2 --trace resnet50.json
+    tvm-icca simulate model.onnx --shape input=1,3,224,224 --hw ipu-mk2
+
+The model is partitioned and its regions compiled to device programs
+(:func:`tvm_icca.drivers.timing_only.compile_programs`, the timing-only path: no LLVM build), then timed
+by :func:`runtime_sim.timing.simulate_timing`. Progress bars go to stderr, so ``--json``
+output on stdout stays one JSON object. Every argument is checked before any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+from tvm_icca.planning.planner import PRELOAD_CHOICES
+from tvm_icca.cli.args import (
+    UsageError,
+    add_model_arguments,
+    hardware_preset,
+    nonneg_int,
+    shape_dict,
+    tuning_records,
+    writable_path,
+)
+
+#: Keys ``--json`` always has at the top level.
+SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
+                "hbm_bytes", "hbm_delivered_bytes", "slow_kinds", "design", "compile_s")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "simulate", help="time a zoo model or an ONNX file on a simulated chip (no LLVM build)",
+        description="Partition a model (a workload of the zoo, see `tvm-icca models`, or an "
+        "ONNX file), compile its ICCA regions to device programs and time them on the "
+        "simulated chip.",
+    )
+    add_model_arguments(parser, "llama2-13b")
+    parser.add_argument("--hw", type=hardware_preset, default="ipu-pod4-hbm",
+                        help="hardware preset (default ipu-pod4-hbm)")
+    parser.add_argument("--design", default=None, choices=PRELOAD_CHOICES,
+                        help="HBM preload design (Elk §6.1): basic, static, elk-dyn, elk-full "
+                        "(default on a chip with HBM), ideal (the roofline), or off")
+    parser.add_argument("--database", metavar="DIR", type=tuning_records, default=None,
+                        help="tuning records (the --work-dir of `tvm-icca tune`): compile with "
+                        "the best measured plan of every operator that has one")
+    parser.add_argument("--trace", metavar="PATH", type=writable_path,
+                        help="write a Chrome trace (chrome://tracing, Perfetto)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--max-ops", type=nonneg_int, default=20,
+                        help="slowest operators listed (default 20)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(func=_run)
+    return parser
+
+
+def workload_kwargs(name: str, batch: int | None, context: int | None, layers: int | None,
+                    dtype: str | None, tiny: bool = False) -> dict[str, Any]:
+    """Keyword arguments of :func:`tvm_icca.workloads.get_workload` for a command line
+    (``None`` leaves the model's default)."""
+    from tvm_icca.workloads import workload_info  # pylint: disable=import-outside-toplevel
+
+    kwargs: dict[str, Any] = {"tiny": tiny}
+    if batch is not None:
+        kwargs["batch"] = batch
+    seq_arg = workload_info(name)["sequence_arg"]
+    if seq_arg is not None and context is not None:
+        kwargs[seq_arg] = context
+    if layers is not None:
+        kwargs["num_layers"] = layers
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    return kwargs
+
+
+#: Options that only mean something for a zoo workload.
+_ZOO_ONLY = (("batch", "--batch"), ("context", "--context"), ("layers", "--layers"),
+             ("dtype", "--dtype"), ("tiny", "--tiny"))
+
+
+def is_onnx_path(model: str) -> bool:
+    """Whether MODEL names a file (an ONNX model) rather than a workload of the zoo."""
+    return model.lower().endswith(".onnx") or os.sep in model or os.path.exists(model)
+
+
+def _model_argument(args: argparse.Namespace) -> str:
+    if args.model_arg and args.model_opt and args.model_arg != args.model_opt:
+        raise UsageError(f"two models given: '{args.model_arg}' and --model '{args.model_opt}'")
+    model = args.model_arg or args.model_opt
+    if not model:
+        raise UsageError("no model given: pass a zoo name (see 'tvm-icca models') or an ONNX "
+                         "file (see 'tvm-icca simulate --help')")
+    return model
+
+
+def _load(args: argparse.Namespace, model: str) -> tuple[Any, str, str, dict[str, Any]]:
+    """(model for compile_programs, name, description, config) of the MODEL argument,
+    after every check of the arguments."""
+    from tvm_icca.workloads import (  # pylint: disable=import-outside-toplevel
+        canonical_name,
+        get_workload,
+    )
+
+    if is_onnx_path(model):
+        given = [flag for attr, flag in _ZOO_ONLY if getattr(args, attr) not in (None, False)]
+        if given:
+            raise UsageError(f"{', '.join(given)}: apply only to zoo models; give an ONNX "
+                             "model's input shapes with --shape NAME=D1,D2,...")
+        if not os.path.isfile(model):
+            raise UsageError(f"no such ONNX file: '{model}'")
+        shapes = shape_dict(args.shape)
+        from tvm_icca.frontend.onnx_loader import (  # pylint: disable=import-outside-toplevel
+            load_onnx,
+        )
+        from tvm_icca.cli.compile import (  # pylint: disable=import-outside-toplevel
+            check_shape_names,
+        )
+
+        check_shape_names(model, shapes)
+
+        mod = load_onnx(model, shapes)
+        name = os.path.splitext(os.path.basename(model))[0]
+        config = {"onnx": model, "shapes": {k: list(v) for k, v in (shapes or {}).items()}}
+        return mod, name, f"{model} (ONNX)", config
+    if args.shape:
+        raise UsageError("--shape applies to ONNX files; a zoo model takes --batch, --context, "
+                         "--layers")
+    try:
+        name = canonical_name(model)
+    except KeyError as err:
+        raise UsageError(err.args[0]) from None
+    workload = get_workload(name, **workload_kwargs(name, args.batch, args.context, args.layers,
+                                                    args.dtype, args.tiny))
+    return workload, name, workload.description, dict(workload.config)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tvm_icca.hardware_choice import resolve_hardware  # pylint: disable=import-outside-toplevel
+    from tvm_icca.drivers.timing_only import (  # pylint: disable=import-outside-toplevel
+        compile_programs,
+    )
+    from tvm_icca.records.apply import optional_database  # pylint: disable=import-outside-toplevel
+
+    model_arg = _model_argument(args)
+    hw = resolve_hardware(args.hw)
+    progress = not args.no_progress
+    model, name, description, config = _load(args, model_arg)
+    # an ONNX module has no label of its own: name it after the file (a workload keeps its label)
+    named = {} if hasattr(model, "config") else {"name": name}
+    if args.design is not None and hw.hbm_bandwidth <= 0:
+        raise UsageError(f"--design applies to chips with HBM; '{hw.name}' has none")
+    with optional_database(args.database) as tuned:
+        compiled = compile_programs(model, hw, progress=progress, preload=args.design, **named)
+    start = time.perf_counter()
+    report = compiled.simulate(trace=bool(args.trace), progress=progress)
+    simulate_s = time.perf_counter() - start
+    if args.trace:
+        report.write_trace(args.trace)
+
+    if args.json:
+        data = report.to_dict(per_op=False)
+        data.update(model=name, config=config, compile=compiled.summary(),
+                    compile_s=compiled.compile_s, simulate_s=simulate_s,
+                    design=compiled.preload.design if compiled.preload is not None else "off")
+        missing = [k for k in SUMMARY_KEYS if k not in data]
+        if missing:  # the contract of --json: never silently drop a summary key
+            raise KeyError(f"timing report lacks {missing}")
+        print(json.dumps(data, default=_json_default))
+        return 0
+
+    summary = compiled.summary()
+    print(f"{description} on {hw.name}")
+    print(f"  {summary['regions']} region calls ({summary['distinct_regions']} distinct), "
+          f"{summary['device_ops']} device ops; Relax ops: {summary['offloaded_relax_ops']} "
+          f"offloaded, {summary['host_relax_ops']} on the host")
+    inputs = summary["input_bytes"]
+    print("  program inputs: " + ", ".join(f"{src} {inputs.get(src, 0) / 1e6:.1f} MB"
+                                           for src in ("hbm", "host", "chip")))
+    print(f"  compile {compiled.compile_s:.2f} s (plan cache {summary['plan_cache']}), "
+          f"simulate {simulate_s:.2f} s")
+    if compiled.preload is not None:
+        pre = compiled.preload
+        print(f"  preload design {pre.design}: planned in {pre.planning_s:.2f} s, "
+              f"{pre.preloads} preloads, compiler estimate {pre.estimated_s * 1e3:.3f} ms")
+    if tuned is not None:
+        print("  " + tuned.report().replace("\n", "\n  "))
+    print(report.table(max_ops=args.max_ops))
+    if args.trace:
+        print(f"trace written to {args.trace}")
+    return 0
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return str(value)

@@ -1,0 +1,71 @@
+"""``tvm-icca tune``: tune a model's ICCA execution plans and keep the records.
+
+Examples::
+
+    tvm-icca tune resnet18 --hw ipu-mk2 --work-dir tuning/resnet18 --trials 32 --jobs 2
+    tvm-icca tune model.onnx --shape input=1,3,224,224 --work-dir tuning/mine
+
+The model is a zoo workload or an ONNX file (as for ``tvm-icca simulate``). A session
+(:func:`tvm_icca.tune`) resumes from what ``--work-dir`` holds. At the end the model is
+compiled with the records (:func:`tvm_icca.use_database`), which reports the operators that
+used tuned plans, and timed untuned and tuned on the simulated chip.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tvm_icca.cli.args import add_model_arguments, hardware_preset, positive_int
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "tune", help="tune a model's execution plans on the simulated chip (meta_schedule records)",
+        description="Measure candidate execution plans of every ICCA operator of a model on the "
+        "simulated chip, rank them with a learned cost model and keep the measurements as "
+        "meta_schedule tuning records in --work-dir; then compile with the best records.",
+    )
+    add_model_arguments(parser, "resnet18")
+    parser.add_argument("--work-dir", required=True, metavar="DIR",
+                        help="directory of the tuning records (created; resumed if present)")
+    parser.add_argument("--trials", type=positive_int, default=32,
+                        help="measurements per operator, earlier sessions' included (default 32)")
+    parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
+                        help="hardware preset (default ipu-mk2)")
+    parser.add_argument("--jobs", type=positive_int, default=1,
+                        help="worker processes measuring plans (default 1)")
+    parser.add_argument("--max-tasks", type=positive_int, default=None,
+                        help="tune only the N heaviest operators")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(func=_run)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tvm_icca.hardware_choice import resolve_hardware  # pylint: disable=import-outside-toplevel
+    from tvm_icca.drivers.timing_only import (  # pylint: disable=import-outside-toplevel
+        compile_programs,
+    )
+    from tvm_icca.tuning import tune, use_database  # pylint: disable=import-outside-toplevel
+    from tvm_icca.cli.simulate import (  # pylint: disable=import-outside-toplevel
+        _load,
+        _model_argument,
+    )
+
+    model_arg = _model_argument(args)
+    hw = resolve_hardware(args.hw)
+    model, name, description, _ = _load(args, model_arg)
+    named = {} if hasattr(model, "config") else {"name": name}
+    progress = not args.no_progress
+    summary = tune(model, args.work_dir, hw, max_trials=args.trials, jobs=args.jobs,
+                   max_tasks=args.max_tasks, progress=progress)
+    print(f"{description} on {hw.name}")
+    print(summary.table())
+    untuned = compile_programs(model, hw, **named).simulate()
+    with use_database(args.work_dir) as tuned:
+        compiled = compile_programs(model, hw, **named)
+    report = compiled.simulate()
+    print(tuned.report())
+    print(f"simulated latency: untuned {untuned.total_s * 1e3:.4f} ms, tuned "
+          f"{report.total_s * 1e3:.4f} ms ({untuned.total_s / report.total_s:.3f}x)")
+    return 0

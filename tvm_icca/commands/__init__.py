@@ -1,1 +1,0 @@
-"""Subcommands of ``tvm-icca`` (one module each, see :mod:`tvm_icca.cli`)."""

@@ -1,0 +1,203 @@
+"""Timing-only compilation: a model's device programs in call order, without the host build.
+
+``tvm.compile(mod, target="icca")`` builds a runnable executable: host kernels through LLVM,
+device programs inside LLVM stubs. To *time* a model on the simulated chip none of the host
+side is needed, and for a 40-layer LLM it would dominate the compile time.
+:func:`compile_programs` runs the same passes as ``tvm.compile`` up to the codegen
+(:func:`~tvm_icca.partition.partitioner.partition_for_icca`, then the model-level pass
+:func:`~tvm_icca.planning.plan_device_programs`) and reads the programs back off the module in
+the order ``main`` calls them: the very programs an executable built from the same module
+runs, byte for byte.
+
+Example::
+
+    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.workloads import get_workload
+
+    model = compile_programs(get_workload("llama2-13b", batch=32, context=2048), "ipu-pod4-hbm")
+    report = model.simulate()            # runtime_sim.timing.TimingReport
+    print(report.table())
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Collection, Mapping
+
+import tvm
+from tvm.ir import IRModule
+
+from runtime_sim.contract.errors import IccaError
+from runtime_sim.contract.program import DeviceProgram
+
+from tvm_icca.hardware_choice import HardwareLike, HardwareSpec, resolve_hardware
+from tvm_icca.planning import (
+    CompileOptions,
+    icca_model_passes,
+    model_plan_of,
+    preload_summary_of,
+    programs_in_call_order,
+)
+from tvm_icca.planning.planner import MODEL_NAME_ATTR
+from tvm_icca.planning.calls import partitioned_op_counts
+from tvm_icca.planning.idle_active import ModelPlan
+from tvm_icca.planning.elk_pass import PreloadSummary
+from tvm_icca.partition.partitioner import partition_report
+from tvm_icca.lower.region import PlanCache
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runtime_sim.timing import TimingReport
+
+    from tvm_icca.workloads import Workload
+
+__all__ = ["CompiledModel", "compile_programs"]
+
+@dataclass
+class CompiledModel:
+    """The device programs of a model, in execution order, ready for the timing simulator."""
+
+    name: str
+    hw: HardwareSpec
+    programs: tuple[DeviceProgram, ...]
+    partition: Mapping[str, Any]  # partition_report of the partitioned module
+    op_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # see partitioned_op_counts
+    compile_s: float = 0.0
+    plan_cache: Mapping[str, int] = field(default_factory=dict)  # hits, misses
+    model_plan: ModelPlan | None = None  # idle/active decisions when the model is kept on chip
+    preload: PreloadSummary | None = None  # the Elk pass's decisions on a chip with HBM
+    module: IRModule | None = field(default=None, repr=False)  # the planned module
+
+    @property
+    def num_regions(self) -> int:
+        return len(self.programs)
+
+    @property
+    def num_device_ops(self) -> int:
+        """Operators of the device programs (one per offloaded composite call)."""
+        return sum(len(p.ops) for p in self.programs)
+
+    def offloaded_op_counts(self) -> dict[str, int]:
+        """Relax operators run on the chip, per op, counted per region call."""
+        return dict(self.op_counts["offloaded"])
+
+    @property
+    def offloaded_ops(self) -> int:
+        """Relax operators inside ICCA regions (per call)."""
+        return sum(self.offloaded_op_counts().values())
+
+    @property
+    def host_ops(self) -> int:
+        """Relax operators left to the host."""
+        return sum(self.op_counts["host"].values())
+
+    @property
+    def tuned_ops(self) -> list[str]:
+        """Operators whose plan came from tuning records (:func:`tvm_icca.use_database`, or
+        meta_schedule's ``with database:``), each once, in execution order."""
+        return list(dict.fromkeys(op.name for p in self.programs for op in p.ops if op.tuned))
+
+    def input_bytes(self) -> dict[str, int]:
+        """Bytes of program inputs per source (``host``, ``hbm``, ``chip``)."""
+        totals: collections.Counter[str] = collections.Counter()
+        for program in self.programs:
+            for decl in program.inputs:
+                totals[decl.source] += decl.nbytes
+        return {s: totals.get(s, 0) for s in ("host", "hbm", "chip")}
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready facts about the compilation (no timing)."""
+        return {
+            "model": self.name,
+            "hardware": self.hw.name,
+            "regions": self.num_regions,
+            "distinct_regions": len({p.region for p in self.programs}),
+            "device_ops": self.num_device_ops,
+            "offloaded_relax_ops": self.offloaded_ops,
+            "host_relax_ops": self.host_ops,
+            "host_ops": dict(self.op_counts["host"]),
+            "input_bytes": self.input_bytes(),
+            "compile_s": self.compile_s,
+            "plan_cache": dict(self.plan_cache),
+            "tuned_ops": self.tuned_ops,
+            **({"preload": self.preload.to_dict()} if self.preload is not None else {}),
+        }
+
+    def simulate(self, *, trace: bool = False, progress: bool = False) -> "TimingReport":
+        """Time the programs with :func:`runtime_sim.timing.simulate_timing`."""
+        from runtime_sim.timing import simulate_timing  # pylint: disable=import-outside-toplevel
+
+        return simulate_timing(self.programs, self.hw, trace=trace, progress=progress)
+
+
+def compile_programs(
+    model: "IRModule | Workload",
+    hw: HardwareLike | None = None,
+    *,
+    resident: Collection[str] | None = None,
+    progress: bool = False,
+    plan_cache: PlanCache | None = None,
+    name: str | None = None,
+    execution: str = "t10",
+    state_on_chip: bool = False,
+    preload: str | None = None,
+) -> CompiledModel:
+    """Partition ``model`` and plan its ICCA regions' device programs (no LLVM build).
+
+    Parameters
+    ----------
+    model : tvm.IRModule or tvm_icca.workloads.Workload
+        A Relax module whose entry is ``main`` (before or after ``partition_for_icca``), or a
+        workload of the zoo (which knows its weights and KV caches).
+    hw : HardwareSpec, preset name or dict, optional
+        The chip; defaults to :func:`tvm_icca.use_hardware`'s choice.
+    resident : names of ``main`` parameters, optional
+        The parameters that are model state (weights, KV caches). By default: a workload's
+        weights and caches; for a module, :func:`tvm_icca.planning.calls.default_resident`.
+    progress : bool
+        Show a tqdm progress bar over the regions.
+    plan_cache : PlanCache, optional
+        Share plans across calls (e.g. the same model at several batch sizes).
+    execution, state_on_chip
+        See :class:`tvm_icca.planning.CompileOptions`. With ``state_on_chip`` and compute-shift
+        plans, T10 Algorithm 1's decisions are in :attr:`CompiledModel.model_plan`.
+    preload : str, optional
+        The HBM preload design (Elk §6.1): ``"basic"``, ``"static"``, ``"elk-dyn"``,
+        ``"elk-full"`` (the default on a chip with HBM), ``"ideal"`` (the roofline), or
+        ``"off"``; the Elk pass's summary is :attr:`CompiledModel.preload`.
+    """
+    start = time.perf_counter()
+    spec = resolve_hardware(hw)
+    mod, resident_names, label = _unpack(model, resident)
+    options = CompileOptions(execution=execution, state_on_chip=state_on_chip,
+                             resident=resident_names, preload=preload)
+    model_name = name or label or "model"
+    cache = plan_cache if plan_cache is not None else PlanCache()
+    hits, misses = cache.hits, cache.misses
+    mod = mod.with_attr(MODEL_NAME_ATTR, model_name)
+    planned = icca_model_passes(spec, options, plan_cache=cache, progress=progress)(mod)
+    report = partition_report(planned, spec)
+    return CompiledModel(
+        name=model_name,
+        hw=spec,
+        programs=tuple(programs_in_call_order(planned)),
+        partition=report,
+        op_counts=partitioned_op_counts(planned, report),
+        compile_s=time.perf_counter() - start,
+        plan_cache={"hits": cache.hits - hits, "misses": cache.misses - misses},
+        model_plan=model_plan_of(planned),
+        preload=preload_summary_of(planned),
+        module=planned,
+    )
+
+
+def _unpack(model: Any, resident: Collection[str] | None) -> tuple[IRModule, Any, str | None]:
+    """The module, the resident names as given (CompileOptions checks them) and a label."""
+    if isinstance(model, IRModule):
+        return model, resident, None
+    mod = getattr(model, "mod", None)
+    if not isinstance(mod, IRModule):
+        raise IccaError(f"compile_programs needs a tvm.IRModule or a Workload, got {type(model).__name__}")
+    names = model.resident_names if resident is None else resident
+    return mod, names, str(getattr(model, "name", "")) or None

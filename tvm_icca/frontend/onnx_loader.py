@@ -1,0 +1,300 @@
+"""Model import (ONNX through TVM's own importer) and one-call compilation.
+
+Every import failure -- missing or unreadable file, bytes that are not an ONNX protobuf, a model
+``onnx.checker`` rejects, an op TVM's importer does not know -- is raised as one
+:class:`~tvm_icca.errors.ModelImportError` with a one-paragraph message, without the TVM
+traceback behind it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import numbers
+import os
+import warnings
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, Union
+
+import tvm
+from tvm.ir import IRModule
+
+from runtime_sim.contract.errors import ModelImportError
+
+from tvm_icca.hardware_choice import HardwareLike, use_hardware
+from tvm_icca.planning import CompileOptions
+from tvm_icca.frontend.onnx_prepare import prepare_onnx
+from tvm_icca.backend.target import TARGET_TAG, icca_pipeline
+
+if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
+    import onnx
+
+__all__ = ["ModelSource", "compile", "compile_onnx", "load_onnx"]
+
+#: What :func:`load_onnx` accepts: a file path, the serialized model, or a ModelProto.
+ModelSource = Union[str, "os.PathLike[str]", bytes, "onnx.ModelProto"]
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _external_tensors(model: "onnx.ModelProto") -> list:
+    """Tensors of ``model`` whose data lives in external files (every model over 2 GB)."""
+    from onnx import external_data_helper  # pylint: disable=import-outside-toplevel
+
+    return [t for t in external_data_helper._get_all_tensors(model)  # pylint: disable=protected-access
+            if external_data_helper.uses_external_data(t)]
+
+
+def _read_external_model(path: str, label: str) -> "onnx.ModelProto":
+    """Load a model file whose tensors are stored as external data, resolving the data files
+    relative to the model's folder (never the working directory), and check it by path (the
+    only way ``onnx.checker`` accepts models over 2 GB)."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from onnx import external_data_helper  # pylint: disable=import-outside-toplevel
+
+    base = os.path.dirname(os.path.abspath(path))
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as err:  # pylint: disable=broad-except
+        raise ModelImportError(
+            f"cannot import {label}: not a valid ONNX protobuf ({_first_line(err)})"
+        ) from None
+    for tensor in _external_tensors(model):
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        if not location or not os.path.isfile(os.path.join(base, location)):
+            raise ModelImportError(
+                f"cannot import {label}: tensor '{tensor.name}' is stored as external data in "
+                f"'{location}', which is not a file next to the model (looked in {base})"
+            )
+    try:
+        onnx.checker.check_model(os.path.abspath(path))
+    except Exception as err:  # pylint: disable=broad-except
+        raise ModelImportError(
+            f"cannot import {label}: onnx.checker rejects it ({_first_line(err)})"
+        ) from None
+    try:
+        external_data_helper.load_external_data_for_model(model, base)
+    except Exception as err:  # pylint: disable=broad-except
+        raise ModelImportError(
+            f"cannot import {label}: cannot read its external data ({_first_line(err)})"
+        ) from None
+    return model
+
+
+def _read_model(source: Any) -> tuple["onnx.ModelProto", str, bool]:
+    """Parse ``source`` into a ModelProto; returns it with a name for messages and whether it
+    has been checked already (models with external data are checked by path)."""
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    if isinstance(source, onnx.ModelProto):
+        label = "the given ONNX model"
+        external = _external_tensors(source)
+        if external:
+            raise ModelImportError(
+                f"cannot import {label}: tensor '{external[0].name}' is stored as external data "
+                "that is not loaded; pass the model's file path (its data files are found next "
+                "to it) or load them with onnx.load_external_data_for_model first"
+            )
+        return source, label, False
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        label = "the given ONNX model bytes"
+        data = bytes(source)
+    elif isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        label = f"ONNX model '{path}'"
+        if not os.path.exists(path):
+            raise ModelImportError(f"cannot import {label}: no such file") from None
+        if os.path.isdir(path):
+            raise ModelImportError(f"cannot import {label}: it is a directory") from None
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as err:
+            raise ModelImportError(
+                f"cannot import {label}: cannot read the file ({err.strerror or err})"
+            ) from None
+    else:
+        raise ModelImportError(
+            f"cannot import an ONNX model from a value of type {type(source).__name__}: pass a "
+            "file path, the serialized model (bytes) or an onnx.ModelProto"
+        )
+    if not data:
+        raise ModelImportError(f"cannot import {label}: it is empty")
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as err:  # pylint: disable=broad-except
+        # protobuf raises DecodeError (or RuntimeWarning-like errors) on non-ONNX bytes.
+        raise ModelImportError(
+            f"cannot import {label}: not a valid ONNX protobuf ({_first_line(err)})"
+        ) from None
+    external = _external_tensors(model)
+    if external and isinstance(source, (str, os.PathLike)):
+        return _read_external_model(os.fspath(source), label), label, True
+    if external:
+        raise ModelImportError(
+            f"cannot import {label}: tensor '{external[0].name}' is stored as external data; "
+            "pass the model's file path so that its data files are found next to it"
+        )
+    return model, label, False
+
+
+def load_onnx(
+    source: ModelSource,
+    shape_dict: Mapping[str, Sequence[int]] | None = None,
+    *,
+    dtype_dict: str | Mapping[str, str] | None = None,
+    keep_params_in_input: bool = False,
+    fold_constants: bool = True,
+) -> IRModule:
+    """Import an ONNX model as a Relax module with ``tvm.relax.frontend.onnx.from_onnx``.
+
+    Parameters
+    ----------
+    source : path, bytes or onnx.ModelProto
+        The model.
+    shape_dict : dict, optional
+        Input name -> static shape, for models with symbolic input dimensions (ops with
+        dynamic shapes are not offloaded to the chip).
+    dtype_dict : str or dict, optional
+        Input dtypes, when the model's are not to be used (passed to ``from_onnx``).
+    keep_params_in_input : bool
+        Keep the weights as function parameters instead of constants.
+    fold_constants : bool
+        Infer shapes and fold constant subgraphs on the ONNX graph first
+        (:func:`~tvm_icca.frontend.onnx_prepare.prepare_onnx`): what real exports need, e.g. the
+        shape computations of attention heads and GPT-2's scalar ``ConstantOfShape``.
+
+    Raises
+    ------
+    ModelImportError
+        The model cannot be read, is not valid ONNX, or uses an op TVM cannot import; a
+        failure inside TVM's importer names the ONNX node (its name and op type).
+    """
+    model, label, checked = _read_model(source)
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    owned = not isinstance(source, onnx.ModelProto)  # read here: prepared in place
+
+    try:
+        if not checked:
+            onnx.checker.check_model(model)
+    except Exception as err:  # pylint: disable=broad-except
+        raise ModelImportError(
+            f"cannot import {label}: onnx.checker rejects it ({_first_line(err)})"
+        ) from None
+
+    from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
+
+    kwargs: dict[str, Any] = {"keep_params_in_input": keep_params_in_input}
+    shapes = None
+    if shape_dict is not None:
+        shapes = kwargs["shape_dict"] = _checked_shapes(shape_dict, label)
+    if dtype_dict is not None:
+        if not isinstance(dtype_dict, (str, Mapping)):
+            raise ModelImportError(f"cannot import {label}: dtype_dict must be a dtype or a mapping "
+                                   f"of input names to dtypes, not {type(dtype_dict).__name__}")
+        kwargs["dtype_dict"] = dtype_dict if isinstance(dtype_dict, str) else dict(dtype_dict)
+    if fold_constants:
+        model = prepare_onnx(model, shapes, fold_initializers=not keep_params_in_input,
+                             in_place=owned)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            # from_onnx re-runs the checker and only warns (we already checked), and prints
+            # the Relax inputs of a node it fails on (the error below names the node).
+            warnings.simplefilter("ignore")
+            return from_onnx(model, **kwargs)
+    except tvm.error.OpNotImplemented as err:
+        detail = _first_line(err)
+        ops = detail.rsplit(":", 1)[-1].strip() if ":" in detail else detail
+        raise ModelImportError(
+            f"cannot import {label}: it uses operators TVM's ONNX importer does not support: {ops}"
+        ) from None
+    except Exception as err:  # pylint: disable=broad-except
+        node = _failing_node(err)
+        where = f" at {_describe_node(node)}" if node is not None else ""
+        raise ModelImportError(
+            f"cannot import {label}: TVM's ONNX importer failed{where} with "
+            f"{type(err).__name__}: {_first_line(err)}"
+        ) from None
+
+
+def _failing_node(err: BaseException) -> "onnx.NodeProto | None":
+    """The ONNX node TVM's importer was converting when ``err`` was raised: the innermost
+    frame of the traceback that holds a ``NodeProto`` (the importer converts node by node,
+    subgraphs of If included). Reading the traceback costs nothing on success and needs no
+    change to the importer."""
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    found = None
+    tb = err.__traceback__
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, onnx.NodeProto):
+                found = value
+                break
+        tb = tb.tb_next
+    return found
+
+
+def _describe_node(node: "onnx.NodeProto") -> str:
+    if node.name:
+        return f"node '{node.name}' ({node.op_type})"
+    outputs = ", ".join(f"'{o}'" for o in node.output if o)
+    return f"the unnamed {node.op_type} node computing {outputs}"
+
+
+def _checked_shapes(shape_dict: Any, label: str) -> dict[str, list[int]]:
+    """``shape_dict`` as ``{input name: [positive ints]}``, or one clear error."""
+    if not isinstance(shape_dict, Mapping):
+        raise ModelImportError(f"cannot import {label}: shape_dict must map input names to shapes, "
+                               f"not {type(shape_dict).__name__}")
+    out = {}
+    for name, shape in shape_dict.items():
+        dims = list(shape) if isinstance(shape, (list, tuple)) else None
+        if not isinstance(name, str) or dims is None or any(
+            isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in dims
+        ):
+            raise ModelImportError(f"cannot import {label}: shape_dict[{name!r}] = {shape!r} is not a "
+                                   "list of positive integers")
+        out[name] = [int(d) for d in dims]
+    return out
+
+
+def compile(  # pylint: disable=redefined-builtin
+    mod: IRModule,
+    hw: HardwareLike | None = None,
+    *,
+    target: str = TARGET_TAG,
+    execution: str = "t10",
+    state_on_chip: bool = False,
+    resident: Collection[str] | None = None,
+    preload: str | None = None,
+) -> tvm.runtime.Executable:
+    """``tvm.compile(mod, target="icca")`` for the chip ``hw`` (default: the current choice),
+    with the model-level choices of :class:`~tvm_icca.planning.CompileOptions` (``execution``
+    ``"t10"`` or ``"vgm"``, ``state_on_chip``, ``resident`` parameter names, ``preload``: the
+    HBM preload design, default ``"elk-full"`` on a chip with HBM).
+
+    Run the result with ``tvm.relax.VirtualMachine(executable, tvm.cpu())``.
+    """
+    options = CompileOptions(execution=execution, state_on_chip=state_on_chip, resident=resident,
+                             preload=preload)
+    pipeline = icca_pipeline(target, options=options)
+    if hw is None:
+        return tvm.compile(mod, target=target, relax_pipeline=pipeline)
+    with use_hardware(hw):
+        return tvm.compile(mod, target=target, relax_pipeline=pipeline)
+
+
+def compile_onnx(
+    source: ModelSource,
+    shape_dict: Mapping[str, Sequence[int]] | None = None,
+    hw: HardwareLike | None = None,
+    *,
+    target: str = TARGET_TAG,
+) -> tvm.runtime.Executable:
+    """:func:`load_onnx` then :func:`compile`."""
+    return compile(load_onnx(source, shape_dict), hw, target=target)
+

@@ -1,0 +1,120 @@
+"""Hardware descriptions, and which chip ``tvm.compile`` compiles for.
+
+:class:`HardwareSpec` and its presets are defined in :mod:`runtime_sim.contract.hardware` (they are half
+of the compiler/device contract); this module re-exports them and adds the compile-time choice
+of a chip:
+
+* ``with tvm_icca.use_hardware("ipu-pod4"): tvm.compile(mod, target="icca")`` -- a context
+  manager based on :mod:`contextvars`, so it is thread- and asyncio-safe;
+* ``tvm.compile(mod, target="icca-ipu-pod4")`` -- one target tag per preset
+  (see :mod:`tvm_icca.backend.target`).
+
+Nothing in here imports TVM, so the device side can use it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from typing import Any, Iterator, Mapping, Union
+
+from runtime_sim.contract.errors import InvalidHardwareSpecError
+from runtime_sim.contract.hardware import (
+    DEFAULT_PRESET,
+    PRESET_NAMES,
+    SUPPORTED_DTYPES,
+    HardwareSpec,
+    preset,
+    small_chip,
+)
+
+__all__ = [
+    "DEFAULT_PRESET",
+    "PRESET_NAMES",
+    "SUPPORTED_DTYPES",
+    "HardwareLike",
+    "HardwareSpec",
+    "current_hardware",
+    "explicit_hardware",
+    "hardware_from_json",
+    "hardware_to_json",
+    "preset",
+    "resolve_hardware",
+    "small_chip",
+    "use_hardware",
+]
+
+#: Anything that names a chip: a spec, a preset name, or a ``HardwareSpec.to_dict()`` mapping.
+HardwareLike = Union[HardwareSpec, str, Mapping[str, Any]]
+
+_CURRENT: contextvars.ContextVar[HardwareSpec | None] = contextvars.ContextVar(
+    "tvm_icca_hardware", default=None
+)
+
+
+def resolve_hardware(hw: HardwareLike | None = None) -> HardwareSpec:
+    """Turn ``hw`` into a :class:`HardwareSpec`.
+
+    ``None`` means the chip chosen by the innermost :func:`use_hardware`, else the default
+    preset (``ipu-mk2``).
+    """
+    if hw is None:
+        return current_hardware()
+    if isinstance(hw, HardwareSpec):
+        return hw
+    if isinstance(hw, str):
+        return preset(hw)
+    if isinstance(hw, Mapping):
+        return HardwareSpec.from_dict(hw)
+    raise InvalidHardwareSpecError(
+        f"cannot use {type(hw).__name__} as hardware: pass a HardwareSpec, a preset name "
+        f"({', '.join(PRESET_NAMES)}) or a HardwareSpec.to_dict() mapping"
+    )
+
+
+def current_hardware() -> HardwareSpec:
+    """The chip chosen by the innermost :func:`use_hardware`, else the default preset."""
+    spec = _CURRENT.get()
+    return spec if spec is not None else preset(DEFAULT_PRESET)
+
+
+def explicit_hardware() -> HardwareSpec | None:
+    """The chip chosen by the innermost :func:`use_hardware`, or ``None`` outside of one."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def use_hardware(hw: HardwareLike) -> Iterator[HardwareSpec]:
+    """Compile for ``hw`` inside the ``with`` block.
+
+    Example::
+
+        with tvm_icca.use_hardware(tvm_icca.small_chip(16)):
+            ex = tvm.compile(mod, target="icca")
+
+    The spec is validated on entry; the previous choice is restored on exit, also when the
+    block raises.
+    """
+    spec = resolve_hardware(hw)
+    token = _CURRENT.set(spec)
+    try:
+        yield spec
+    finally:
+        _CURRENT.reset(token)
+
+
+def hardware_to_json(hw: HardwareSpec) -> str:
+    """Serialize a spec the way it is stamped on partitioned regions (``icca.hardware``)."""
+    return json.dumps(hw.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def hardware_from_json(text: str) -> HardwareSpec:
+    """Inverse of :func:`hardware_to_json`."""
+    try:
+        data = json.loads(text)
+    except (TypeError, json.JSONDecodeError) as err:
+        raise InvalidHardwareSpecError(f"hardware description is not valid JSON: {err}") from None
+    if not isinstance(data, Mapping):
+        raise InvalidHardwareSpecError("hardware description must be a JSON object")
+    return HardwareSpec.from_dict(data)

@@ -1,0 +1,300 @@
+"""Partitioning a Relax module between the ICCA chip and the host CPU.
+
+:func:`partition_for_icca` follows the convention of TVM's contrib backends
+(``partition_for_tensorrt``, ``partition_for_nnapi``): ``FuseOpsByPattern`` with the ``icca.*``
+patterns of :mod:`tvm_icca.partition.patterns` (``annotate_codegen=False``), then
+``MergeCompositeFunctions``, which wraps neighbouring composites into region functions carrying
+``Codegen == "icca"`` and a ``global_symbol``. Each region additionally carries the chip it was
+partitioned for as JSON in the ``icca.hardware`` attribute, which the codegen reads back.
+
+:func:`partition_report` / :func:`host_ops` tell what went where, and why an op the chip knows
+stayed on the host.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.ir import IRModule
+from tvm.relax.transform import ConvertToDataflow, FoldConstant, FuseOpsByPattern
+from tvm.relax.transform import MergeCompositeFunctions
+
+from tvm_icca.ops.data_movement import split_to_slices
+from tvm_icca.hardware_choice import (
+    HardwareLike,
+    HardwareSpec,
+    hardware_from_json,
+    hardware_to_json,
+)
+from tvm_icca.hardware_choice import resolve_hardware
+from tvm_icca.partition.patterns import (
+    CODEGEN_NAME,
+    OFFLOADABLE_OPS,
+    checking_for,
+    get_icca_patterns,
+)
+from tvm_icca.partition.patterns import unsupported_reason
+from tvm_icca.frontend.rewrites import RecognizeActivations, RecognizeNorms
+from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm
+
+__all__ = [
+    "HARDWARE_ATTR",
+    "format_report",
+    "host_ops",
+    "icca_regions",
+    "is_partitioned",
+    "partition_for_icca",
+    "partition_report",
+    "region_hardware",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Function (and module) attribute holding ``HardwareSpec.to_dict()`` as JSON.
+HARDWARE_ATTR = "icca.hardware"
+
+
+def partition_for_icca(
+    mod: IRModule,
+    hw: HardwareLike | None = None,
+    *,
+    fold_constants: bool = True,
+    bind_constants: bool = False,
+) -> IRModule:
+    """Partition ``mod``, offloading the subgraphs the ICCA chip supports.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relax module, before ``LegalizeOps``. Binding blocks are turned into dataflow blocks
+        first, since ``FuseOpsByPattern`` only looks inside dataflow blocks.
+    hw : HardwareSpec, preset name or dict, optional
+        The chip; defaults to :func:`tvm_icca.use_hardware`'s choice, else ``ipu-mk2``.
+        Ops whose dtype the chip cannot compute stay on the host.
+    fold_constants : bool
+        Run ``FoldConstant`` first, so that e.g. the ``reshape`` of a constant conv bias
+        emitted by the ONNX importer becomes a constant and the bias add can be fused (and
+        a batch norm folded into a conv's weights becomes constant weights). Inference batch
+        norms are always rewritten first (:mod:`tvm_icca.frontend.conv_rewrites`).
+        Written-out activations (ReLU6 as ``call_tir`` max/min, GELU with erf or tanh, SiLU)
+        are then given their Relax ops back (:class:`tvm_icca.frontend.rewrites.RecognizeActivations`),
+        as are RMS norm and layer norm written out (:class:`tvm_icca.frontend.rewrites.RecognizeNorms`).
+    bind_constants : bool
+        Keep constants (weights) inside the composite functions, so the region compiler can
+        bake them into the device program. By default they become region parameters: device
+        programs stay small and the host passes weights like any other input.
+
+    Returns
+    -------
+    tvm.IRModule
+        The module with ``Codegen == "icca"`` region functions, each with the
+        ``icca.hardware`` attribute. The report of what stayed on the host is logged at INFO
+        level on the ``tvm_icca.partition.partitioner`` logger (see :func:`partition_report`).
+        A module that already has ICCA regions is returned unchanged (partitioning it again
+        would wrap regions into regions).
+    """
+    spec = resolve_hardware(hw)
+    if icca_regions(mod):
+        logger.debug("module already has ICCA regions; not partitioning it again")
+        return mod
+    passes: list[tvm.transform.Pass] = [ConvertToDataflow(min_size=1)]
+    if fold_constants:
+        passes.append(FoldConstant())
+    # batch norm in inference form becomes conv weights + bias or elementwise arithmetic
+    passes.append(FoldInferenceBatchNorm)
+    # after folding: the importer computes Clip's bounds from constants
+    passes += [RecognizeActivations(), RecognizeNorms()]
+    passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
+    mod = tvm.transform.Sequential(passes)(mod)
+    with checking_for(spec):
+        mod = FuseOpsByPattern(
+            get_icca_patterns(), bind_constants=bind_constants, annotate_codegen=False
+        )(mod)
+        mod = MergeCompositeFunctions()(mod)
+    mod = _stamp_hardware(mod, spec)
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("%s", format_report(partition_report(mod)))
+    return mod
+
+
+def _stamp_hardware(mod: IRModule, hw: HardwareSpec) -> IRModule:
+    text = hardware_to_json(hw)
+    updates = {
+        gvar: func.with_attr(HARDWARE_ATTR, text)
+        for gvar, func in mod.functions_items()
+        if _is_icca_region(func)
+    }
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    # Also on the module: tells later passes that partitioning happened (even if no op was
+    # offloaded) and for which chip, so the pipeline does not partition twice.
+    return mod.with_attr(HARDWARE_ATTR, text)
+
+
+# -- inspection -----------------------------------------------------------------------------
+def _is_icca_region(func: Any) -> bool:
+    return (
+        isinstance(func, relax.Function)
+        and func.attrs is not None
+        and str(func.attrs.get("Codegen", "")) == CODEGEN_NAME
+    )
+
+
+def icca_regions(mod: IRModule) -> dict[str, relax.Function]:
+    """The offloaded region functions of ``mod`` by global symbol (or name)."""
+    regions = {}
+    for gvar, func in mod.functions_items():
+        if _is_icca_region(func):
+            regions[str(func.attrs.get("global_symbol", gvar.name_hint))] = func
+    return dict(sorted(regions.items()))
+
+
+def is_partitioned(mod: IRModule) -> bool:
+    """Whether ``mod`` went through :func:`partition_for_icca` (or was partitioned by hand)."""
+    return (mod.attrs is not None and HARDWARE_ATTR in mod.attrs) or bool(icca_regions(mod))
+
+
+def region_hardware(func: relax.Function) -> HardwareSpec | None:
+    """The chip stamped on a region by :func:`partition_for_icca`, if any."""
+    if func.attrs is None or HARDWARE_ATTR not in func.attrs:
+        return None
+    return hardware_from_json(str(func.attrs[HARDWARE_ATTR]))
+
+
+def _op_calls(expr: relax.Expr) -> list[relax.Call]:
+    calls: list[relax.Call] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op):
+            calls.append(node)
+
+    relax.analysis.post_order_visit(expr, visit)
+    return calls
+
+
+def _region_contents(func: relax.Function) -> tuple[list[str], collections.Counter[str]]:
+    """Composite names (one per call, in order) and op counts of a region.
+
+    MergeCompositeFunctions binds identical composites once and calls them several times, so
+    ops are counted per call of a composite, not per function definition.
+    """
+    local_funcs: dict[relax.Var, relax.Function] = {}
+    composites: list[str] = []
+    ops: collections.Counter[str] = collections.Counter()
+    body = func.body
+    blocks = body.blocks if isinstance(body, relax.SeqExpr) else []
+    for block in blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Function):
+                local_funcs[binding.var] = value
+            elif isinstance(value, relax.Call) and value.op in local_funcs:
+                callee = local_funcs[value.op]
+                composites.append(str((callee.attrs or {}).get("Composite", "?")))
+                ops.update(call.op.name for call in _op_calls(callee.body))
+            else:
+                ops.update(call.op.name for call in _op_calls(value))
+    return composites, ops
+
+
+def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str, Any]:
+    """What runs on the chip and what stays on the host, in a partitioned module.
+
+    Returns a dict with
+
+    * ``hardware``: name of the chip partitioned for;
+    * ``regions``: per offloaded region, its ``name``, ``composites`` (pattern names) and
+      ``ops`` (Relax op -> count);
+    * ``offloaded_ops`` / ``host_ops``: Relax op -> count over the whole module;
+    * ``host_reasons``: for each op left on the host, the distinct reasons why (e.g.
+      ``"conv2d with groups=2 (only groups == 1 is offloaded)"``).
+
+    ``hw`` is the chip used to explain host ops; by default the one stamped by
+    :func:`partition_for_icca`.
+    """
+    if hw is not None:
+        spec = resolve_hardware(hw)
+    elif mod.attrs is not None and HARDWARE_ATTR in mod.attrs:
+        spec = hardware_from_json(str(mod.attrs[HARDWARE_ATTR]))
+    else:
+        spec = resolve_hardware(None)
+
+    regions = []
+    offloaded: collections.Counter[str] = collections.Counter()
+    for name, func in icca_regions(mod).items():
+        composites, ops = _region_contents(func)
+        offloaded.update(ops)
+        regions.append({"name": name, "composites": composites, "ops": dict(sorted(ops.items()))})
+
+    host: collections.Counter[str] = collections.Counter()
+    reasons: dict[str, list[str]] = {}
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, relax.Function) or _is_icca_region(func):
+            continue
+        if func.attrs is not None and "Composite" in func.attrs:
+            continue  # a composite not merged into a region (only if partitioning failed)
+        for call in _op_calls(func.body):
+            name = call.op.name
+            host[name] += 1
+            reason = _host_reason(call, spec)
+            if reason not in reasons.setdefault(name, []):
+                reasons[name].append(reason)
+    return {
+        "hardware": spec.name,
+        "regions": regions,
+        "offloaded_ops": dict(sorted(offloaded.items())),
+        "host_ops": dict(sorted(host.items())),
+        "host_reasons": dict(sorted(reasons.items())),
+    }
+
+
+def _integer_result(call: relax.Call) -> bool:
+    ty = call.ty
+    return isinstance(ty, relax.TensorType) and (str(ty.dtype).startswith(("int", "uint"))
+                                                 or str(ty.dtype) == "bool")
+
+
+def _host_reason(call: relax.Call, hw: HardwareSpec) -> str:
+    name = call.op.name
+    if _integer_result(call):
+        # ids, positions, shapes and masks are computed where the inputs come from; the
+        # chip reads the results (a bool mask, integer ids) but computes in floating point
+        return (f"integer or boolean result (dtype {call.ty.dtype}): index, position and mask "
+                "arithmetic stays on the host")
+    if name not in OFFLOADABLE_OPS:
+        return "no ICCA implementation"
+    try:
+        reason = unsupported_reason(call, hw)
+    except Exception as err:  # pylint: disable=broad-except
+        # An op outside the patterns' assumptions (e.g. untyped) must not break a report.
+        reason = f"cannot be analysed ({err})"
+    if reason is not None:
+        return reason
+    if name == "relax.permute_dims":
+        return "a transpose is offloaded only as the transposed operand of a matmul"
+    return "not matched by an ICCA pattern (outside a dataflow block, or an intermediate " \
+        "value of a fused pattern is used elsewhere)"
+
+
+def host_ops(mod: IRModule) -> dict[str, int]:
+    """Relax ops left on the host in a partitioned module, with their counts."""
+    return partition_report(mod)["host_ops"]
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A human-readable, multi-line rendering of :func:`partition_report`."""
+    lines = [
+        f"ICCA partition for '{report['hardware']}': {len(report['regions'])} region(s), "
+        f"{sum(report['offloaded_ops'].values())} op(s) offloaded, "
+        f"{sum(report['host_ops'].values())} op(s) on the host"
+    ]
+    for region in report["regions"]:
+        lines.append(f"  region {region['name']}: {', '.join(region['composites'])}")
+    for name, count in report["host_ops"].items():
+        why = "; ".join(report["host_reasons"].get(name, []))
+        lines.append(f"  host: {name} x{count} ({why})")
+    return "\n".join(lines)

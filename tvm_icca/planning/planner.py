@@ -1,0 +1,514 @@
+"""The one model-level compiler pass: every ICCA region's device program, decided for the model.
+
+:func:`plan_device_programs` is a ``tvm.transform`` module pass that runs after
+:func:`~tvm_icca.partition.partitioner.partition_for_icca`. It is the only place where regions become
+device programs, for both ways of compiling a model:
+
+* ``tvm.compile(mod, target="icca")`` (:mod:`tvm_icca.backend.target`): partition, this pass,
+  ``RunCodegen`` (whose ``relax.ext.icca`` only serializes the programs into LLVM stubs,
+  :mod:`tvm_icca.backend.codegen`), then the host build;
+* the timing-only path (:func:`tvm_icca.drivers.timing_only.compile_programs`): partition, this pass, and
+  the programs read back off the module in call order for the timing simulator.
+
+It sees ``main`` and every region together (:mod:`tvm_icca.planning.calls`) and makes every
+decision that depends on the model rather than on one region:
+
+1. **input sources** of every region call: model state (weights, KV caches, constants) is
+   ``"hbm"`` on a chip with HBM, else ``"host"``; ``"resident"`` when the model is kept on
+   chip; an earlier region's result is ``"chip"``; anything else the host sends;
+2. **the execution model**, compute-shift (T10) or load-compute-store on a virtual global
+   memory (the VGM baseline, T10 §2.2);
+3. **idle and active plans** of every operator when the model state stays on chip (T10
+   §4.3.2, Algorithm 1, :mod:`tvm_icca.planning.idle_active`), after reserving the activations
+   every core must hold.
+
+A region called with different sources (the first layer's input comes from the host, the
+next layers' from the chip) is a different device program: such a region is cloned, one
+function per distinct program, and ``main`` calls the right one. Each region function then
+carries its program as JSON in the :data:`PROGRAM_ATTR` attribute; every program names the
+module (:attr:`~runtime_sim.contract.program.DeviceProgram.module`, a digest of all programs) and the
+regions of one invocation in call order (``run_order``), so the device knows where a run of
+the model ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import tvm
+from tvm import relax
+from tvm.ir import IRModule
+
+from runtime_sim.contract.errors import IccaError, PlanNotFoundError, short_name
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.program import DeviceProgram, model_state_source
+
+from tvm_icca.runtime.device_entry import raise_through_ffi
+from tvm_icca.hardware_choice import HardwareLike, hardware_from_json, resolve_hardware
+from tvm_icca.partition.partitioner import (
+    HARDWARE_ATTR,
+    icca_regions,
+    is_partitioned,
+    partition_for_icca,
+)
+from tvm_icca.lower.region import EXECUTION_MODELS, PlanCache, compile_region, extract_region
+from tvm_icca.plans.plan_hook import compiled_with_hook, database_scope
+from tvm_icca.planning.calls import (
+    CHIP,
+    STATE,
+    argument_origins,
+    default_resident,
+    host_reads,
+    main_function,
+)
+from tvm_icca.planning.calls import (
+    largest_activations,
+    on_chip_reservation,
+    region_call_order,
+    region_gvars,
+)
+from tvm_icca.planning.idle_active import ModelPlan, reconcile_regions
+from tvm_icca.planning.elk_pass import (
+    DEFAULT_HBM_DESIGN,
+    PRELOAD_DESIGNS,
+    PreloadSummary,
+    schedule_preloads,
+)
+
+__all__ = [
+    "EXECUTION_MODELS",
+    "MODEL_PLAN_ATTR",
+    "PRELOAD_CHOICES",
+    "PRELOAD_DESIGNS",
+    "PRELOAD_OFF",
+    "PRELOAD_PLAN_ATTR",
+    "preload_summary_of",
+    "PROGRAM_ATTR",
+    "CompileOptions",
+    "icca_model_passes",
+    "is_planned",
+    "model_plan_of",
+    "plan_device_programs",
+    "program_of",
+    "programs_in_call_order",
+]
+
+#: Attribute of a region function holding its device program (``DeviceProgram.to_json()``).
+PROGRAM_ATTR = "icca.program"
+#: Module attribute holding the idle/active decisions (``ModelPlan.to_dict()`` as JSON) when
+#: the model is kept on chip with compute-shift plans.
+MODEL_PLAN_ATTR = "icca.model_plan"
+#: Module attribute holding the Elk pass's summary (``PreloadSummary.to_dict()`` as JSON).
+PRELOAD_PLAN_ATTR = "icca.preload_plan"
+#: :attr:`CompileOptions.preload` value that turns the preload schedule off.
+PRELOAD_OFF = "off"
+#: Every value :attr:`CompileOptions.preload` (and ``--design``) accepts besides ``None``.
+PRELOAD_CHOICES = PRELOAD_DESIGNS + (PRELOAD_OFF,)
+#: Module attribute naming the model in messages (the timing-only path sets a workload's name).
+MODEL_NAME_ATTR = "icca.model_name"
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """The model-level choices a user makes (everything else is searched).
+
+    ``execution``: ``"t10"`` (compute-shift plans, the backend's own) or ``"vgm"`` (the
+    load-compute-store baseline, T10 §2.2). ``state_on_chip``: keep the whole model in the
+    chip's SRAM (T10 §4.3.2: only inputs and outputs cross the chip boundary).
+    ``resident``: names of ``main`` parameters that are model state (weights, KV caches);
+    ``None`` takes :func:`~tvm_icca.planning.calls.default_resident` (constants always are).
+    """
+
+    execution: str = "t10"
+    state_on_chip: bool = False
+    resident: frozenset[str] | None = None
+    #: HBM preload design (Elk §6.1): one of :data:`PRELOAD_DESIGNS`, ``"off"`` (no preload
+    #: schedule: the device's next-operator prefetch), or ``None``: ``"elk-full"`` on a chip
+    #: with HBM (compute-shift plans, state in HBM), nothing otherwise.
+    preload: str | None = None
+    #: Worker processes for the operators' candidate scans (:mod:`tvm_icca.plans.option_pool`)
+    #: when the pass makes its own plan cache; ``None``: every CPU this process may use, ``1``:
+    #: no workers (nothing is forked).
+    jobs: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int)
+                                      or self.jobs < 1):
+            raise IccaError(f"jobs must be a positive number of processes, got {self.jobs!r}")
+        if self.preload is not None and self.preload not in PRELOAD_CHOICES:
+            raise IccaError(f"unknown preload design {self.preload!r}; choose one of "
+                            f"{PRELOAD_CHOICES}")
+        if self.execution not in EXECUTION_MODELS:
+            raise IccaError(
+                f"unknown execution model {self.execution!r}; choose one of {EXECUTION_MODELS}")
+        if not isinstance(self.state_on_chip, bool):
+            raise IccaError(f"state_on_chip must be True or False, got {self.state_on_chip!r}")
+        if self.resident is not None:
+            names = self.resident
+            if isinstance(names, str) or not isinstance(names, Iterable):
+                names = None
+            else:
+                names = tuple(names)  # an iterator is read once
+            if names is None or not all(isinstance(n, str) for n in names):
+                raise IccaError(
+                    f"resident must be a collection of parameter names, got {self.resident!r}")
+            object.__setattr__(self, "resident", frozenset(names))
+
+
+def plan_device_programs(
+    hw: HardwareLike | None = None,
+    options: CompileOptions | None = None,
+    *,
+    plan_cache: PlanCache | None = None,
+    progress: bool = False,
+) -> tvm.transform.Pass:
+    """The model-level planning pass (see the module docstring).
+
+    ``hw`` defaults to the chip the module was partitioned for; ``plan_cache`` shares plans
+    with other compilations (e.g. the same model at several batch sizes); ``progress`` shows
+    a progress bar over the regions. A module without ICCA regions, or already planned, is
+    returned unchanged.
+    """
+    opts = options if options is not None else CompileOptions()
+    spec = resolve_hardware(hw) if hw is not None else None  # a bad chip fails here, not later
+
+    @tvm.transform.module_pass(opt_level=0, name="PlanIccaDevicePrograms")
+    def _plan(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
+        try:
+            if is_planned(mod) or not icca_regions(mod):
+                return mod
+            chip = spec if spec is not None else _module_hardware(mod)
+            cache = plan_cache if plan_cache is not None else PlanCache(jobs=opts.jobs)
+            order = region_call_order(mod)
+            # inside meta_schedule's `with database:` its ICCA records apply (tuning.hook)
+            with database_scope():
+                programs, model_plan, preloads = _decide(mod, order, chip, opts, cache, progress)
+                compiled_with_hook(programs)  # tell tuning which operators kept tuned plans
+            mod = _attach(mod, order, programs, model_plan)
+            if preloads is not None:
+                mod = mod.with_attr(PRELOAD_PLAN_ATTR, json.dumps(preloads.to_dict(), separators=(",", ":")))
+            return mod
+        except IccaError as err:
+            # Called from C++ (Sequential, tvm.compile): keep the error's class intact.
+            raise_through_ffi(err)
+            raise
+
+    return _plan
+
+
+def icca_model_passes(
+    hw: HardwareLike | None = None,
+    options: CompileOptions | None = None,
+    *,
+    plan_cache: PlanCache | None = None,
+    progress: bool = False,
+) -> tvm.transform.Pass:
+    """Partition for ``hw`` (unless partitioned) and plan every region's device program: the
+    passes ``tvm.compile(mod, target="icca")`` runs before ``RunCodegen``, and all the
+    timing-only path runs."""
+
+    @tvm.transform.module_pass(opt_level=0, name="PartitionForIcca")
+    def _partition(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
+        try:
+            main_function(mod)  # a model is a module with a Relax "main"
+            return mod if is_partitioned(mod) else partition_for_icca(mod, hw)
+        except IccaError as err:
+            raise_through_ffi(err)
+            raise
+
+    return tvm.transform.Sequential(
+        [_partition, plan_device_programs(hw, options, plan_cache=plan_cache, progress=progress)],
+        name="IccaModelPasses")
+
+
+def is_planned(mod: IRModule) -> bool:
+    """Whether every ICCA region of ``mod`` carries its device program."""
+    regions = icca_regions(mod)
+    return bool(regions) and all(
+        func.attrs is not None and PROGRAM_ATTR in func.attrs for func in regions.values())
+
+
+def program_of(func: relax.Function) -> DeviceProgram:
+    """The device program a planned region function carries."""
+    if func.attrs is None or PROGRAM_ATTR not in func.attrs:
+        name = func.attrs.get("global_symbol", "?") if func.attrs is not None else "?"
+        raise IccaError(
+            f"ICCA region '{short_name(name)}' has no device program: run "
+            "tvm_icca.plan_device_programs() after partition_for_icca (tvm.compile with target "
+            "'icca' does both)")
+    return DeviceProgram.from_json(str(func.attrs[PROGRAM_ATTR]))
+
+
+def programs_in_call_order(mod: IRModule) -> list[DeviceProgram]:
+    """The device programs of a planned module in the order ``main`` runs them."""
+    regions = icca_regions(mod)
+    order = region_call_order(mod)
+    # a region of every layer is parsed once
+    parsed = {name: program_of(regions[name]) for name in dict.fromkeys(order)}
+    return [parsed[name] for name in order]
+
+
+def preload_summary_of(mod: IRModule) -> PreloadSummary | None:
+    """What the Elk pass decided for ``mod`` (None without a preload schedule)."""
+    text = mod.attrs.get(PRELOAD_PLAN_ATTR) if mod.attrs is not None else None
+    return None if text is None else PreloadSummary.from_dict(json.loads(str(text)))
+
+
+def model_plan_of(mod: IRModule) -> ModelPlan | None:
+    """The idle/active decisions the pass left on ``mod`` (None unless the model is kept on
+    chip with compute-shift plans)."""
+    text = mod.attrs.get(MODEL_PLAN_ATTR) if mod.attrs is not None else None
+    return None if text is None else ModelPlan.from_dict(json.loads(str(text)))
+
+
+# -- decisions ------------------------------------------------------------------------------
+def _module_hardware(mod: IRModule) -> HardwareSpec:
+    """The chip ``mod`` was partitioned for, else the current choice."""
+    text = mod.attrs.get(HARDWARE_ATTR) if mod.attrs is not None else None
+    return hardware_from_json(str(text)) if text is not None else resolve_hardware(None)
+
+
+def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: CompileOptions,
+            cache: PlanCache, progress: bool
+            ) -> tuple[list[DeviceProgram], ModelPlan | None, PreloadSummary | None]:
+    """Per region call of ``main``, in order, its device program (no module id yet), with the
+    outputs the host reads after it (:func:`host_reads`; only ``main``'s result when every
+    region input is on chip, as host ops between regions then count as on-chip re-layouts)."""
+    programs, model_plan = _decide_sources(mod, order, spec, opts, cache, progress)
+    on_chip = opts.state_on_chip  # every region argument is "chip" or "resident" then
+    reads = host_reads(mod, result_only=on_chip)
+    programs = [_with_host_outputs(p, r) for p, r in zip(programs, reads, strict=True)]
+    design = preload_design(spec, opts)
+    summary = None
+    if design is not None:
+        programs, summary = schedule_preloads(programs, spec, cache, design)
+    return programs, model_plan, summary
+
+
+def preload_design(spec: HardwareSpec, opts: CompileOptions) -> str | None:
+    """The preload design the pass applies (None: no preload schedule)."""
+    if opts.preload == PRELOAD_OFF:
+        return None
+    applies = spec.hbm_bandwidth > 0 and opts.execution == "t10" and not opts.state_on_chip
+    if opts.preload is None:
+        return DEFAULT_HBM_DESIGN if applies else None
+    if not applies:
+        why = ("it has no HBM" if spec.hbm_bandwidth <= 0 else
+               "the model state is kept on chip" if opts.state_on_chip else
+               f"execution={opts.execution!r} programs load through the VGM")
+        raise IccaError(f"preload design {opts.preload!r} cannot apply on chip '{spec.name}': {why}")
+    return opts.preload
+
+
+def _with_host_outputs(program: DeviceProgram, indices: frozenset[int]) -> DeviceProgram:
+    """``program`` naming the outputs at ``indices`` (-1: all of them) as read by the host."""
+    if not indices:
+        return program
+    outs = program.outputs
+    names = tuple(o for k, o in enumerate(outs) if -1 in indices or k in indices)
+    return dataclasses.replace(program, host_outputs=tuple(dict.fromkeys(names)))
+
+
+def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
+                    opts: CompileOptions, cache: PlanCache,
+                    progress: bool) -> tuple[list[DeviceProgram], ModelPlan | None]:
+    """Per region call of ``main`` (``order``), its device program with its input sources."""
+    regions = icca_regions(mod)
+    missing = sorted(set(regions) - set(order))
+    if missing:
+        raise IccaError(f"ICCA regions not called from main: {', '.join(missing)}")
+    resident = opts.resident if opts.resident is not None else default_resident(mod)
+    params = {str(p.name) for p in main_function(mod).params}
+    unknown = sorted(set(resident) - params)
+    if unknown:
+        raise IccaError(f"resident names {unknown} are not parameters of main")
+    origins = argument_origins(mod, resident)
+    label = str(mod.attrs.get(MODEL_NAME_ATTR, "model")) if mod.attrs is not None else "model"
+    if not opts.state_on_chip:
+        state = model_state_source(spec.hbm_bandwidth > 0)
+        sources = [tuple(state if o == STATE else o for o in row) for row in origins]
+        return _compile_each(order, regions, spec, cache, opts.execution, None, sources,
+                             state, progress), None
+    margin = on_chip_reservation(mod, resident, spec.num_cores,
+                                 include_state=opts.execution == "vgm")
+    if margin >= spec.usable_sram_bytes:
+        what = ("its weights and largest activations" if opts.execution == "vgm"
+                else "its largest activations")
+        raise PlanNotFoundError(
+            f"model '{short_name(label)}' does not fit on chip '{spec.name}' ({spec.num_cores} "
+            f"cores): {what} need {margin} bytes per core, {spec.usable_sram_bytes} are usable; "
+            f"the largest activations are those of {largest_activations(mod, resident)}")
+    if opts.execution == "vgm":
+        # The VGM keeps everything in its region: weights and activations alike.
+        sources = [tuple(CHIP for _ in row) for row in origins]
+        return _compile_each(order, regions, spec, cache, "vgm", margin, sources, CHIP,
+                             progress), None
+    plan_hw = spec.with_overrides(sram_bytes_per_core=spec.sram_bytes_per_core - margin)
+    return _compile_reconciled(order, regions, plan_hw, cache, origins, progress, label)
+
+
+def _compile_each(order: Sequence[str], regions, hw: HardwareSpec, cache: PlanCache,
+                  execution: str, region_bytes: int | None, sources: Sequence[tuple[str, ...]],
+                  constant_source: str, progress: bool) -> list[DeviceProgram]:
+    """Every region planned on its own (operators get the SRAM the region leaves them)."""
+    compiled: dict[str, DeviceProgram] = {}
+    programs: list[DeviceProgram] = []
+    hbm: dict[str, set[int]] = {}  # parameters read from HBM in some call of the region
+    for region, row in zip(order, sources):
+        hbm.setdefault(region, set()).update(i for i, s in enumerate(row) if s == "hbm")
+    for region in _progress(list(dict.fromkeys(order)), progress):
+        with _region_errors(region, hw):
+            compiled[region] = compile_region(regions[region], region, hw, plan_cache=cache,
+                                              execution=execution, vgm_region_bytes=region_bytes,
+                                              hbm_params=sorted(hbm[region]),
+                                              hbm_constants=constant_source == "hbm")
+    for region, row in zip(order, sources):
+        programs.append(_with_sources(compiled[region], row, constant_source))
+    return programs
+
+
+def _compile_reconciled(order: Sequence[str], regions, plan_hw: HardwareSpec, cache: PlanCache,
+                        origins: Sequence[tuple[str, ...]], progress: bool,
+                        label: str) -> tuple[list[DeviceProgram], ModelPlan]:
+    """The model kept on chip: idle and active plans for all operators together (T10
+    Algorithm 1). Model state is ``"resident"``, every other region input ``"chip"`` (the host
+    only reshapes between regions, an on-chip re-layout)."""
+    extracted = {}
+    for region in _progress(list(dict.fromkeys(order)), progress):
+        with _region_errors(region, plan_hw):
+            extracted[region] = extract_region(regions[region], region, plan_hw, cache)
+    state: dict[str, frozenset[str]] = {}
+    for region, row in zip(order, origins):
+        names = frozenset(d.name for d, o in zip(extracted[region].inputs, row) if o == STATE)
+        state[region] = names if region not in state else state[region] & names
+    model_plan = reconcile_regions(extracted, order, state, plan_hw, cache, label)
+    resident = model_state_source(plan_hw.hbm_bandwidth > 0, on_chip=True)
+    programs = []
+    for region in order:
+        program = extracted[region].program(plan_hw, model_plan.ops[region])
+        row = tuple(resident if d.name in state[region] else CHIP for d in program.inputs)
+        programs.append(_with_sources(program, row, resident))
+    return programs, model_plan
+
+
+@contextlib.contextmanager
+def _region_errors(region: str, hw: HardwareSpec) -> Iterator[None]:
+    """Foreign failures while compiling a region (TVM's LegalizeOps, TE lowering, ...) as one
+    :class:`IccaError` naming the region and the chip; TVM's C++ context stays chained."""
+    try:
+        yield
+    except IccaError:
+        raise
+    except Exception as err:  # pylint: disable=broad-except
+        text = str(err).strip()
+        first_line = text.splitlines()[0] if text else ""
+        raise IccaError(
+            f"ICCA codegen failed for region '{short_name(region)}' on chip '{hw.name}': "
+            f"{type(err).__name__}: {first_line}") from err
+
+
+def _with_sources(program: DeviceProgram, sources: Sequence[str],
+                  constant_source: str) -> DeviceProgram:
+    """``program`` with its inputs' sources, and its baked-in constants' (model state)."""
+    if len(program.inputs) != len(sources):
+        raise IccaError(
+            f"device program of region '{short_name(program.region)}' has {len(program.inputs)} input(s), "
+            f"but main calls the region with {len(sources)}")
+    decls = tuple(dataclasses.replace(decl, source=source)
+                  for decl, source in zip(program.inputs, sources, strict=True))
+    constants = {name: {**entry, "source": constant_source}
+                 for name, entry in program.constants.items()}
+    return dataclasses.replace(program, inputs=decls, constants=constants)
+
+
+# -- the programs onto the module -----------------------------------------------------------
+def _attach(mod: IRModule, order: Sequence[str], programs: Sequence[DeviceProgram],
+            model_plan: ModelPlan | None) -> IRModule:
+    """Write each call's program onto its region function, cloning regions called with
+    different programs, and name the module and its run order in every program."""
+    taken = {gvar.name_hint for gvar in mod.get_global_vars()}
+    texts = [program.to_json() for program in programs]
+    variants: dict[str, dict[str, str]] = {}  # region -> program JSON -> function symbol
+    symbols: list[str] = []  # per call, the function it runs
+    for region, text in zip(order, texts):
+        named = variants.setdefault(region, {})
+        if text not in named:
+            named[text] = region if not named else _variant_symbol(region, len(named), taken)
+        symbols.append(named[text])
+    digest = hashlib.sha1()
+    for symbol, text in zip(symbols, texts):
+        digest.update(symbol.encode())
+        digest.update(text.encode())
+    module_id = digest.hexdigest()[:16]
+    final: dict[str, str] = {}
+    for symbol, program in zip(symbols, programs):
+        if symbol not in final:
+            final[symbol] = dataclasses.replace(program, region=symbol, module=module_id,
+                                                run_order=tuple(symbols)).to_json()
+    if symbols == order:  # no region needs a variant: only attach the programs
+        mod = mod.clone()  # a pass must not change the module it was given
+        for gvar, name in region_gvars(mod).items():
+            mod.update_func(gvar, mod[gvar].with_attr(PROGRAM_ATTR, final[name]))
+    else:
+        mod = _RedirectCalls(mod, symbols, final).transform()
+    if model_plan is not None:
+        mod = mod.with_attr(MODEL_PLAN_ATTR, json.dumps(model_plan.to_dict(), separators=(",", ":")))
+    return mod
+
+
+def _variant_symbol(region: str, k: int, taken: set[str]) -> str:
+    symbol = f"{region}_v{k}"
+    while symbol in taken:
+        symbol += "_"
+    taken.add(symbol)
+    return symbol
+
+
+@relax.expr_functor.mutator
+class _RedirectCalls(relax.PyExprMutator):
+    """Calls of ``main`` to the region variant they run; every region with its program."""
+
+    def __init__(self, mod: IRModule, symbols: Sequence[str], programs: dict[str, str]) -> None:
+        super().__init__(mod)
+        self._mod = mod
+        self._symbols = iter(symbols)
+        self._programs = programs
+        self._regions = region_gvars(mod)
+        self._added: dict[str, tvm.ir.GlobalVar] = {}
+
+    def transform(self) -> IRModule:
+        for gvar, name in self._regions.items():
+            func = self._mod[gvar].with_attr(PROGRAM_ATTR, self._programs[name])
+            self.builder_.update_func(gvar, func)
+        main_gvar = self._mod.get_global_var("main")
+        self.builder_.update_func(main_gvar, self.visit_expr(self._mod[main_gvar]))
+        return self.builder_.get()
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:  # pylint: disable=arguments-renamed
+        call = super().visit_call_(call)
+        region = self._regions.get(call.op) if isinstance(call.op, tvm.ir.GlobalVar) else None
+        if region is None:
+            return call
+        symbol = next(self._symbols)
+        if symbol == region:
+            return call
+        target = self._added.get(symbol)
+        if target is None:
+            original = self._mod[call.op]
+            clone = (original.with_attr("global_symbol", symbol)
+                     .with_attr(PROGRAM_ATTR, self._programs[symbol]))
+            target = self._added[symbol] = self.builder_.add_func(clone, symbol)
+        return relax.Call(target, call.args, call.attrs, call.ty_args)
+
+
+def _progress(items: Sequence[str], enabled: bool) -> Iterable[str]:
+    if not enabled or len(items) < 2:
+        return items
+    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+
+    return tqdm(items, desc="planning regions", unit="region")
