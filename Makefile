@@ -4,7 +4,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test wheel-check clean
+.PHONY: install demo test lint-imports wheel-check clean
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,14 +17,19 @@ $(STAMP): $(VPY) setup.py
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(VPY) -m tvm_icca.drivers.demo
+	$(VPY) -m tvm_icca.cli demo
 
+# the layer rules (.importlinter) first: a broken layer fails in seconds
 test: $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(VPY) -m pytest -q tests
 
 # the wheel installed (not editable) in a fresh virtualenv runs `tvm-icca demo` (CI does this)
 wheel-check: $(STAMP)
 	.ci/run wheel
 
+lint-imports: $(STAMP)
+	$(VENV)/bin/lint-imports
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info .import_linter_cache

@@ -29,7 +29,8 @@ setup(
     ],
     extras_require={
         # wheel: tests/test_packaging.py builds the wheel without build isolation
-        "test": ["pytest>=7", "hypothesis>=6", "wheel>=0.38"],
+        # import-linter: `lint-imports` checks the layer rules of .importlinter (make test)
+        "test": ["pytest>=7", "hypothesis>=6", "wheel>=0.38", "import-linter>=2.17"],
         "bench": ["matplotlib>=3.7"],
     },
     entry_points={

@@ -32,7 +32,7 @@ from typing import Any
 
 from runtime_sim.contract.errors import IccaError
 from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.lower.region import PlanCache
+from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.workloads import get_workload, list_workloads
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from runtime_sim.contract.hardware import preset  # noqa: E402
-from tvm_icca.cli.fit_cost_model import (  # noqa: E402
+from tvm_icca.cli.fit_cost_model_command import (
     accuracy,
     fit_cost_model,
     profile_plans,

@@ -37,9 +37,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from runtime_sim.contract.errors import PlanNotFoundError, SramOverflowError  # noqa: E402
-from tvm_icca.hardware_choice import resolve_hardware  # noqa: E402
 from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
-from tvm_icca.lower.region import PlanCache  # noqa: E402
+from tvm_icca.hardware_choice import resolve_hardware  # noqa: E402
+from tvm_icca.planning.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")

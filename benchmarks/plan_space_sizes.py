@@ -18,8 +18,8 @@ import pathlib
 import time
 
 from runtime_sim.contract.hardware import preset
-from tvm_icca.cli.plan import conv2d_expr
-from tvm_icca.plans import PlanSearchCache, plan_operator, space_sizes
+from tvm_icca.cli.plan_command import conv2d_expr
+from tvm_icca.plans import SearchMemo, plan_operator, space_sizes
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.t10_bench import bench_expr, solve
 from tvm_icca.testing.exprs import matmul
@@ -55,7 +55,7 @@ def main() -> None:
     for name, expr in operators(args.quick).items():
         # One search cache for both: the search reuses the structure and assignments the
         # size count built (it holds no planned result, so the search itself runs).
-        cache = PlanSearchCache()
+        cache = SearchMemo()
         start = time.perf_counter()
         sizes = space_sizes(expr, hw, PlanFilters.t10(), cache=cache)
         sized = time.perf_counter() - start

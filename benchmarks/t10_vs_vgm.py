@@ -26,8 +26,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from runtime_sim.contract.errors import IccaError  # noqa: E402
 from runtime_sim.contract.hardware import preset  # noqa: E402
 from runtime_sim.timing.vgm_timing import simulate_vgm_timing  # noqa: E402
-from tvm_icca.lower.region import PlanCache  # noqa: E402
 from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
+from tvm_icca.planning.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ candidates, the learned model trained on the *other* tasks' records only (held o
 
 Full setting (issue 12): ``bert-large`` batch 4 and ``resnet18`` batch 1 on ``ipu-mk2``,
 ``llama2-13b`` decode on ``ipu-pod4-hbm`` (where the Elk pass trades off execute-state points
-with measured times, see tvm_icca/model/preload_tables.py). Small variant (minutes)::
+with measured times, see tvm_icca/planning/tradeoff_tables.py). Small variant (minutes)::
 
     .venv/bin/python benchmarks/tuning.py --models resnet18 --trials 16 --max-tasks 6
 
@@ -31,8 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tvm_icca  # noqa: E402
 from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
-from tvm_icca.tuning.cost_model import ResidualBooster  # noqa: E402
 from tvm_icca.records.database import RecordStore  # noqa: E402
+from tvm_icca.tuning.cost_model import ResidualBooster  # noqa: E402
 from tvm_icca.tuning.features import feature_matrix  # noqa: E402
 from tvm_icca.tuning.tasks import extract_tasks  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
@@ -53,9 +53,7 @@ def _recall(order: list[int], best: int, k: int) -> float:
 
 def ranking_quality(store: RecordStore, tasks) -> dict:
     """Held-out top-1/top-5 recall of the best measured plan: learned vs analytic."""
-    from runtime_sim.contract.program import (  # pylint: disable=import-outside-toplevel
-        ExecutionPlan,
-    )
+    from runtime_sim.contract.plan import ExecutionPlan
 
     by_task = {t.key: t for t in tasks}
     rows: dict[str, list] = {}

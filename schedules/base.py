@@ -14,19 +14,18 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
+from runtime_sim.contract.expr import Expr, TensorExpr, walk_expr
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.program import Expr, TensorExpr, walk_expr
+from runtime_sim.contract.plan_rules import local_splits
 
 #: Expression nodes that cost no arithmetic on a core (data access and constants).
 _FREE_NODES = ("load", "const", "axis", "result", "cast")
 
 
 def _follow(expr: TensorExpr) -> dict[str, str]:
-    """:func:`runtime_sim.contract.layout.local_splits` (imported here: runtime_sim imports schedules)."""
+    """The core-local axes a plan splits with a placing axis (:func:`local_splits`)."""
     if not expr.local_axes:
-        return {}
-    from runtime_sim.contract.layout import local_splits  # pylint: disable=import-outside-toplevel
-
+        return {}  # nothing to follow: skip walking the expression
     return local_splits(expr)
 
 
@@ -112,7 +111,7 @@ def hoisted_ops(expr: TensorExpr, chunk: Mapping[str, int]) -> int:
     output point of the chunk is counted.
     """
     length = {a.name: int(chunk.get(a.name, a.extent)) for a in expr.axes}
-    # a core-local axis split with the row it follows (runtime_sim.contract.layout.local_splits) is as
+    # a core-local axis split with the row it follows (runtime_sim.contract.plan_rules.local_splits) is as
     # long as the row's chunk on this core (the whole row when the row is not split)
     follow = _follow(expr)
     length.update({a.name: length[follow[a.name]] if a.name in follow else a.extent

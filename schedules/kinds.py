@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from runtime_sim.contract.program import Expr, TensorExpr
-
+from runtime_sim.contract.expr import Expr, TensorExpr
 from schedules.base import contraction_roles
 
 __all__ = ["kind_of"]

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.contract.errors import (
     DeviceProgramError,
     IccaError,
@@ -27,13 +26,9 @@ from runtime_sim.contract.errors import (
     UnsupportedDtypeError,
 )
 from runtime_sim.contract.hardware import MAX_CORES, PRESET_NAMES, HardwareSpec, preset, small_chip
-from runtime_sim.contract.program import (
-    DeviceProgram,
-    ExecutionPlan,
-    OpProgram,
-    TensorDecl,
-    VgmPlan,
-)
+from runtime_sim.contract.plan import ExecutionPlan, VgmPlan
+from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing import simulate_timing
 from runtime_sim.timing.vgm_timing import simulate_vgm_timing
 from tvm_icca.testing import exprs as builders

@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import types
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,11 @@ import tvm.testing
 from tvm import relax
 from tvm.script import relax as R
 
-import runtime_sim.functional
 import tvm_icca
+from runtime_sim import run_stats
 from runtime_sim.contract.program import DeviceProgram, TensorDecl
-from tvm_icca.runtime import device_entry
 from tvm_icca.planning import planner
+from tvm_icca.runtime import device_entry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -102,7 +101,7 @@ class FakeBackend:
         self.device_error: BaseException | None = None
         self.stats = {"runs": 0}
 
-    # -- tvm_icca.lower.region.compile_region, as the planning pass calls it -----------------------
+    # -- tvm_icca.planning.region_plans.compile_region, as the planning pass calls it -----------------------
     def compile_region(self, func: relax.Function, name: str, hw: tvm_icca.HardwareSpec,
                        **_options: Any) -> DeviceProgram:
         if self.compile_error is not None:
@@ -117,7 +116,7 @@ class FakeBackend:
         return DeviceProgram(region=name, hardware=hw.to_dict(), inputs=inputs,
                              outputs=tuple(f"out{i}" for i in range(n_out)), ops=())
 
-    # -- runtime_sim.functional.device ------------------------------------------------------------------
+    # -- the device and runtime_sim.run_stats, as tvm_icca.runtime.device_entry calls them -----------
     def get_device(self) -> "FakeBackend":
         return self
 
@@ -140,10 +139,9 @@ class FakeBackend:
 @pytest.fixture
 def fake_backend(monkeypatch: pytest.MonkeyPatch) -> FakeBackend:
     fake = FakeBackend()
-    device = types.SimpleNamespace(get_device=fake.get_device, last_run_stats=fake.last_run_stats)
     monkeypatch.setattr(planner, "compile_region", fake.compile_region)
-    monkeypatch.setitem(sys.modules, "runtime_sim.functional.device", device)
-    monkeypatch.setattr(runtime_sim.functional, "device", device, raising=False)
+    monkeypatch.setattr(device_entry, "get_device", fake.get_device)
+    monkeypatch.setattr(run_stats, "last_run_stats", fake.last_run_stats)
     return fake
 
 
@@ -257,16 +255,14 @@ def test_device_result_shape_is_checked(fake_backend: FakeBackend, monkeypatch: 
 
 # -- export_library round trip ---------------------------------------------------------------
 _FAKE_DEVICE_IN_SUBPROCESS = """
-import sys, types
+import types
 import numpy as np
-import runtime_sim.functional
+from tvm_icca.runtime import device_entry
 # The region of the exported model computes relu(x @ w) and returns (x @ w, relu(x @ w)).
 def run(program, inputs):
     y = inputs[0] @ inputs[1]
     return [y, np.maximum(y, 0)]
-device = types.SimpleNamespace(get_device=lambda: types.SimpleNamespace(run=run))
-sys.modules["runtime_sim.functional.device"] = device
-runtime_sim.functional.device = device
+device_entry.get_device = lambda: types.SimpleNamespace(run=run)
 """
 
 _LOAD_AND_RUN = """

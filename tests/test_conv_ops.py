@@ -20,27 +20,23 @@ tvm = pytest.importorskip("tvm")
 import functools  # noqa: E402
 
 import onnx  # noqa: E402
-import tvm_ffi  # noqa: E402
 import tvm.testing  # noqa: E402
+import tvm_ffi  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from tvm import relax  # noqa: E402
 
 import tvm_icca  # noqa: E402
-from runtime_sim.contract.program import (  # noqa: E402
-    DeviceProgram,
-    ExecutionPlan,
-    OpProgram,
-    TensorDecl,
-)
+from runtime_sim.contract.expr import TensorExpr  # noqa: E402
+from runtime_sim.contract.hardware import preset, small_chip  # noqa: E402
+from runtime_sim.contract.layout import OpLayout  # noqa: E402
+from runtime_sim.contract.plan import ExecutionPlan  # noqa: E402
+from runtime_sim.contract.plan_rules import pinned_axes  # noqa: E402
+from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl  # noqa: E402
 from runtime_sim.functional.device import SimulatedDevice  # noqa: E402
-from runtime_sim.contract.hardware import small_chip  # noqa: E402
-from runtime_sim.contract.hardware import preset  # noqa: E402
-from runtime_sim.contract.layout import OpLayout, pinned_axes  # noqa: E402
-from runtime_sim.contract.program import TensorExpr  # noqa: E402
-from tvm_icca.plans.search import plan_operator  # noqa: E402
 from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm  # noqa: E402
 from tvm_icca.lower.te_to_expr import extract_op  # noqa: E402
+from tvm_icca.plans.search import plan_operator  # noqa: E402
 from tvm_icca.testing.exprs import random_plan  # noqa: E402
 from tvm_icca.testing.relax_functions import relax_function  # noqa: E402
 
@@ -337,9 +333,8 @@ def test_cnn_block_from_onnx(name: str) -> None:
 
 def test_grouped_conv_and_pool_regions_run_as_vgm_too() -> None:
     """The load-compute-store baseline stores a g*k + f output channel like a (G, k) pair."""
-    from tvm_icca.lower.region import compile_region
-
     from runtime_sim.functional import vgm_exec
+    from tvm_icca.planning.region_plans import compile_region
 
     g = _Graph(5)
     y = g.node("Relu", [g.conv_bn("x", 8, 12, 3, 1, groups=4)])

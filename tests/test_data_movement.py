@@ -20,15 +20,16 @@ from onnx.reference import ReferenceEvaluator
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
-from runtime_sim.functional.device import SimulatedDevice
+from runtime_sim.contract.expr import AffineIndex, guarded_inputs
 from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import AffineIndex, guarded_inputs
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing import simulate_timing
+from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.ops.data_movement import split_to_slices
 from tvm_icca.partition.partitioner import partition_report
-from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.testing.relax_functions import relax_function
 
 HW16 = small_chip(16)
@@ -170,7 +171,7 @@ def test_concat_relayout_bytes_closed_form(P: int, F: int) -> None:
 
 def test_concat_input_boxes_are_clipped_to_each_input() -> None:
     """A core owning an output block is placed only the overlapping rows of each input."""
-    from runtime_sim.contract.layout import input_boxes
+    from runtime_sim.contract.relayout import input_boxes
 
     extracted = extract_op(_concat([(6, 4), (10, 4)], axis=0))
     concat = extracted.expr

@@ -10,15 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
-from runtime_sim.contract.layout import OpLayout
-from runtime_sim.functional.device import SimulatedDevice, get_device
-from runtime_sim.contract.errors import SramOverflowError, UnsupportedDtypeError
 from runtime_sim.contract.constants import decode_constant, encode_constant
+from runtime_sim.contract.errors import (
+    DeviceProgramError,
+    InvalidPlanError,
+    SramOverflowError,
+    UnsupportedDtypeError,
+)
+from runtime_sim.contract.expr import Axis, TensorAccess, TensorExpr
 from runtime_sim.contract.hardware import preset, small_chip
-from runtime_sim.contract.errors import DeviceProgramError, InvalidPlanError
-from runtime_sim.contract.layout import ShiftEvent
-from runtime_sim.contract.program import TensorAccess, TensorExpr, Axis
+from runtime_sim.contract.layout import OpLayout, ShiftEvent
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+from runtime_sim.contract.validation import validate_program
+from runtime_sim.functional.device import SimulatedDevice, get_device
 
 RNG = np.random.default_rng(1)
 
@@ -550,7 +555,7 @@ def test_16bit_layer_norm_against_float32_reference(exprs, dtype) -> None:
 
 # -- merged output dimensions (reshape [B, H, D] -> [B, H*D]) -------------------------------------
 def _merge(out_index, epilogue=None):
-    from runtime_sim.contract.program import AffineIndex, make_load
+    from runtime_sim.contract.expr import AffineIndex, make_load
 
     a = AffineIndex.of_axis
     x = TensorAccess("X", (2, 3, 4), "float32", (a("b"), a("h"), a("d")))
@@ -560,7 +565,7 @@ def _merge(out_index, epilogue=None):
 
 
 def test_merged_output_runs_and_is_validated() -> None:
-    from runtime_sim.contract.program import AffineIndex
+    from runtime_sim.contract.expr import AffineIndex
 
     good = _merge(AffineIndex((("h", 4), ("d", 1))))
     x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
@@ -568,7 +573,7 @@ def test_merged_output_runs_and_is_validated() -> None:
     assert np.array_equal(y, x.reshape(2, 12))
     bad_strides = _merge(AffineIndex((("h", 3), ("d", 1))))  # would write positions twice
     with pytest.raises(DeviceProgramError, match="merged row-major"):
-        program(bad_strides, ExecutionPlan({}, ({}, {})), HW16).validate()
+        validate_program(program(bad_strides, ExecutionPlan({}, ({}, {})), HW16))
     # an epilogue over a merged output (a grouped conv's bias + relu) writes the same positions
     with_epilogue = _merge(AffineIndex((("h", 4), ("d", 1))),
                            epilogue={"op": "max", "args": [{"op": "result"}, {"op": "const", "value": 0.0}]})

@@ -10,13 +10,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
-from runtime_sim.contract.layout import OpLayout
-from runtime_sim.functional.device import SimulatedDevice
-from runtime_sim.contract.errors import SramOverflowError
+from runtime_sim import run_stats
+from runtime_sim.contract.errors import DeviceProgramError, InvalidPlanError, SramOverflowError
 from runtime_sim.contract.hardware import small_chip
-from runtime_sim.contract.errors import DeviceProgramError, InvalidPlanError
-from runtime_sim.contract.layout import checked_layout
+from runtime_sim.contract.layout import OpLayout, checked_layout
+from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.preload_chunks import (
     chunk_options,
     chunk_range,
@@ -24,8 +22,9 @@ from runtime_sim.contract.preload_chunks import (
     held_chunk,
     op_preload,
 )
-from runtime_sim.contract.program import PreloadSchedule
+from runtime_sim.contract.program import DeviceProgram, OpProgram, PreloadSchedule, TensorDecl
 from runtime_sim.contract.stream import offchip_inputs, run_stream
+from runtime_sim.functional.device import SimulatedDevice
 from tvm_icca.testing.exprs import matmul
 
 RNG = np.random.default_rng(7)
@@ -349,9 +348,9 @@ def test_functional_and_timing_count_the_same_preload_bytes() -> None:
     dev = SimulatedDevice()
     (y,) = dev.run(p0, [x, w1])
     dev.run(p1, [y, RNG.standard_normal(p1.inputs[1].shape).astype("float32")])
-    stats = dev.last_run_stats()
+    stats = run_stats.last_run_stats(device=dev)
     assert stats["simulated_s"] > 0
-    report = dev.last_run_timing()
+    report = run_stats.last_run_timing(dev)
     if not hasattr(report, "preloaded_bytes"):
         pytest.skip("the timing report does not count preload bytes yet")
     assert report.preloaded_bytes == stats["preloaded_bytes"]

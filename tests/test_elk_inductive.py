@@ -7,8 +7,13 @@ import random
 
 import pytest
 
-from tvm_icca.elk.inductive import (InfeasibleError, backward_total, forward_times, inductive_schedule,
-                                    min_horizons)
+from tvm_icca.elk.inductive import (
+    InfeasibleError,
+    backward_total,
+    forward_times,
+    inductive_schedule,
+    min_horizons,
+)
 
 
 def _random_case(rng: random.Random, n: int, reorder: bool):

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime_sim.functional import expr_eval
 from runtime_sim.contract.errors import DeviceProgramError
+from runtime_sim.contract.expr import BINARY_OPS, UNARY_OPS
+from runtime_sim.functional import expr_eval
 from runtime_sim.functional.expr_eval import ExprEvaluator, erf, evaluate
-from runtime_sim.contract.program import BINARY_OPS, UNARY_OPS
 
 RNG = np.random.default_rng(0)
 CORES, I, J, K = 3, 4, 5, 6

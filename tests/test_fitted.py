@@ -1,11 +1,15 @@
 """The fitted cost model: learns the timing simulator, saves and loads, plugs into the search."""
 
-import numpy as np
 import pytest
 
 from runtime_sim.contract.hardware import preset, small_chip
+from tvm_icca.cli.fit_cost_model_command import (
+    accuracy,
+    fit_cost_model,
+    profile_plans,
+    random_op_builders,
+)
 from tvm_icca.plans import plan_operator
-from tvm_icca.cli.fit_cost_model import accuracy, fit_cost_model, profile_plans, random_op_builders
 from tvm_icca.plans.fitted import FEATURES, FittedCostModel
 
 

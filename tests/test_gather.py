@@ -1,4 +1,4 @@
-"""Embedding lookups on the chip (tvm_icca.ops.gather, runtime_sim.contract.program.Gather).
+"""Embedding lookups on the chip (tvm_icca.ops.gather, runtime_sim.contract.expr.Gather).
 
 ``relax.take(table, ids, axis)`` is converted from TVM's own TE, run on the functional device
 under random valid plans against numpy, its data movement counted exactly from the ids by the
@@ -23,15 +23,18 @@ from onnx.reference import ReferenceEvaluator
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
-from runtime_sim.functional.device import SimulatedDevice
-from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.errors import DeviceProgramError
-from runtime_sim.contract.layout import OpLayout, canonical_grid, gather_relayout, input_boxes
-from runtime_sim.contract.program import Gather, gather_rows
+from runtime_sim.contract.expr import Gather, gather_rows
+from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+from runtime_sim.contract.relayout import canonical_grid, gather_relayout, input_boxes
+from runtime_sim.contract.validation import validate_program
+from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing import simulate_timing
-from tvm_icca.partition.partitioner import partition_report
 from tvm_icca.lower.te_to_expr import extract_op
+from tvm_icca.partition.partitioner import partition_report
 
 HW16 = small_chip(16)
 RNG = np.random.default_rng(11)
@@ -119,20 +122,20 @@ def test_fast_mode_refuses_ids_outside_the_table() -> None:
 def test_program_checks_of_a_gather() -> None:
     extracted = extract_op(_take((6, 4), (3,)))
     good = _program(extracted, ExecutionPlan({}, ({}, {}, {})))
-    DeviceProgram.from_json(good.to_json()).validate()
+    validate_program(DeviceProgram.from_json(good.to_json()))
     data = json.loads(good.to_json())
     data["version"] = 3  # a gather is a version-4 feature: an older program cannot carry one
     with pytest.raises(DeviceProgramError, match="version 4"):
-        DeviceProgram.from_dict(data).validate()
+        validate_program(DeviceProgram.from_dict(data))
     data = json.loads(good.to_json())
     data["inputs"][1]["dtype"] = "float32"
     data["ops"][0]["expr"]["inputs"][1]["dtype"] = "float32"
     with pytest.raises(DeviceProgramError, match="not one of int32, int64"):
-        DeviceProgram.from_dict(data).validate()
+        validate_program(DeviceProgram.from_dict(data))
     data = json.loads(good.to_json())
     data["ops"][0]["expr"]["inputs"][0]["gather"]["mode"] = "nan"
     with pytest.raises(DeviceProgramError, match="unknown gather mode"):
-        DeviceProgram.from_dict(data).validate()
+        validate_program(DeviceProgram.from_dict(data))
 
 
 # -- data movement: exact from the ids, estimated without them ---------------------------------

@@ -56,7 +56,7 @@ def test_in_place_weights_cost_no_setup_against_forced_setup(encoder) -> None:
     """Forcing every weighted operator to idle in another layout adds real re-layout time."""
     import dataclasses
 
-    from runtime_sim.contract.program import ExecutionPlan
+    from runtime_sim.contract.plan import ExecutionPlan
     from runtime_sim.timing import simulate_timing
 
     _, model = encoder

@@ -15,14 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime_sim.contract.errors import InvalidPlanError
-from runtime_sim.contract.layout import (
-    OpLayout,
-    input_boxes,
-    padded_extent,
-    pinned_axes,
-    producer_grid,
-)
-from runtime_sim.contract.program import ExecutionPlan
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.plan_rules import padded_extent, pinned_axes
+from runtime_sim.contract.relayout import input_boxes, producer_grid
 
 
 def _labels(layout: OpLayout, t: int, q) -> np.ndarray:
@@ -257,7 +253,7 @@ def test_core_order_must_permute_the_axes(exprs, order) -> None:
 
 # -- merged output dimensions (a reshape [B, H, D] -> [B, H*D], tvm_icca.ops.views) ----------------
 def _merge_expr(B: int = 2, H: int = 6, D: int = 4):
-    from runtime_sim.contract.program import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
+    from runtime_sim.contract.expr import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
 
     a = AffineIndex.of_axis
     x = TensorAccess("X", (B, H, D), "float32", (a("b"), a("h"), a("d")))

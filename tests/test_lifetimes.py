@@ -10,8 +10,8 @@ from runtime_sim.contract.lifetimes import held_bytes, last_reads, outlives, rel
 from runtime_sim.machine.links import (
     chunk_latency_seconds,
     link_transfer_seconds,
-    replica_reduction_schedule,
     replica_reduction_busy_seconds,
+    replica_reduction_schedule,
     replica_reduction_seconds,
 )
 

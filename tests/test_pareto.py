@@ -10,12 +10,12 @@ import pytest
 
 from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import ExecutionPlan
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plans import AnalyticCostModel, plan_operator
 from tvm_icca.plans.filters import PlanFilters
-from tvm_icca.plans.partitions import op_partitions, plans_for
-from tvm_icca.plans.structure import plan_structure
 from tvm_icca.plans.pareto import pareto_front, pareto_plans, space_sizes
+from tvm_icca.plans.partitions import op_partitions, plans_for
+from tvm_icca.plans.search_memo import plan_structure
 
 
 def _brute_front(points: list[tuple[float, float]]) -> set[tuple[float, float]]:

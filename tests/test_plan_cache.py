@@ -9,10 +9,10 @@ import tvm_icca.plans.partitions as partitions
 import tvm_icca.plans.search as search
 import tvm_icca.plans.structure as structure
 from runtime_sim.contract.hardware import small_chip
-from tvm_icca.plans import PlanSearchCache, plan_operator, space_sizes
+from tvm_icca.plans import SearchMemo, plan_operator, space_sizes
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.partitions import op_partitions, plans_for
-from tvm_icca.plans.structure import plan_structure
+from tvm_icca.plans.search_memo import plan_structure
 
 
 def _renamed(expr, suffix):
@@ -30,7 +30,7 @@ def test_no_module_global_caches():
 
 def test_cached_search_equals_uncached(exprs):
     hw = small_chip(16, 64 * 1024)
-    cache = PlanSearchCache()
+    cache = SearchMemo()
     for expr in (exprs.matmul(48, 64, 40), exprs.conv2d(2, 4, 8, 8, 6, 3, 3, stride=1, pad=1)):
         alone = plan_operator(expr, hw)
         first = plan_operator(expr, hw, cache=cache)
@@ -43,7 +43,7 @@ def test_cached_search_equals_uncached(exprs):
 
 def test_operators_differing_in_names_share_the_memo_and_keep_their_names(exprs):
     hw = small_chip(16, 64 * 1024)
-    cache = PlanSearchCache()
+    cache = SearchMemo()
     a = exprs.matmul(48, 64, 40)
     b = _renamed(a, "_2")
     sa, sb = plan_structure(a, cache), plan_structure(b, cache)
@@ -56,7 +56,7 @@ def test_operators_differing_in_names_share_the_memo_and_keep_their_names(exprs)
 
 
 def test_assignment_memo_is_bounded(exprs):
-    cache = PlanSearchCache(max_assignment_bytes=1)
+    cache = SearchMemo(max_assignment_bytes=1)
     s = plan_structure(exprs.matmul(48, 64, 40), cache)
     batch = plans_for(s, op_partitions(s, 16), cache=cache)
     assert len(batch) == len(plans_for(s, op_partitions(s, 16)))
@@ -67,7 +67,7 @@ def test_assignment_memo_is_bounded(exprs):
 @pytest.mark.parametrize("max_plans", [1, 2])
 def test_plan_memo_is_bounded(exprs, max_plans):
     hw = small_chip(8, 64 * 1024)
-    cache = PlanSearchCache(max_plans=max_plans)
+    cache = SearchMemo(max_plans=max_plans)
     for n in (8, 16, 24):
         plan_operator(exprs.matmul(n, 16, 8), hw, cache=cache)
     assert len(cache._plans) == max_plans
@@ -81,7 +81,7 @@ def test_assignments_are_shared_by_operators_with_one_rotation_pattern(exprs):
     a = plan_structure(exprs.conv2d(2, 4, 8, 8, 6, 3, 3, stride=1, pad=1))
     b = plan_structure(exprs.conv2d(1, 8, 6, 6, 4, 3, 3, stride=1, pad=1))
     assert a.key != b.key and a.rotation_key == b.rotation_key
-    cache = PlanSearchCache()
+    cache = SearchMemo()
     for s in (a, b):
         F = op_partitions(s, 16)
         assert _as_rows(plans_for(s, F, cache=cache)) == _as_rows(plans_for(s, F))
@@ -93,11 +93,11 @@ def test_capped_assignments_are_the_complete_ones_within_the_caps(exprs):
     P = (4, 8, 16, 2)[:s.num_tensors]
     full = partitions.temporal_assignments(s, P)
     for caps in ((1,) * s.num_axes, (2, 1, 4, 4, 2, 3, 3)[:s.num_axes]):
-        capped = partitions.assignments(s, P, PlanSearchCache(), caps).combos
+        capped = partitions.assignments(s, P, SearchMemo(), caps).combos
         within = full[(full <= np.array(caps)[None, None, :]).all(axis=(1, 2))]
         np.testing.assert_array_equal(capped, within)  # same assignments, same order
         assert (capped[0] == 1).all()  # the unrotated one first
-    assert partitions.assignment_count(s, P, PlanSearchCache()) == len(full)
+    assert partitions.assignment_count(s, P, SearchMemo()) == len(full)
 
 
 @pytest.mark.parametrize("padding", [1.0, 1.0 / 0.9, 1.5])
@@ -109,7 +109,7 @@ def test_padding_caps_keep_every_plan_within_the_padding(exprs, padding):
         F = op_partitions(s, 16)
         complete = plans_for(s, F)
         want = complete.take(np.flatnonzero(complete.padding() <= padding + partitions.PADDING_SLACK))
-        cache = PlanSearchCache()
+        cache = SearchMemo()
         for _ in range(2):  # cold, then from the memo
             assert _as_rows(plans_for(s, F, max_padding=padding, cache=cache)) == _as_rows(want)
         assert _as_rows(plans_for(s, F, max_padding=padding)) == _as_rows(want)
@@ -131,5 +131,5 @@ def test_tuples_joined_together_are_joined_as_alone(exprs):
         np.testing.assert_array_equal(entry.s_rows, alone.s_rows)
         np.testing.assert_array_equal(entry.s_start, alone.s_start)
         assert partitions.assignment_count(s, key) >= len(entry.combos)
-    counts = partitions.assignment_counts(s, keys, PlanSearchCache())
+    counts = partitions.assignment_counts(s, keys, SearchMemo())
     assert counts == [len(partitions.assignments(s, k).combos) for k in keys]

@@ -15,24 +15,28 @@ import numpy as np
 import pytest
 
 from runtime_sim.contract.errors import InvalidPlanError
+from runtime_sim.contract.expr import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
 from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import (
-    AffineIndex,
-    Axis,
-    ExecutionPlan,
-    TensorAccess,
-    TensorExpr,
-    make_load,
-)
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plans import AnalyticCostModel, plan_operator
-from tvm_icca.plans.batch_cost import (AnalyticBatchModel, ArrivalCostModel, best_loop_order,
-                                       replica_reduction_array, replica_reduction_lower_bound)
+from tvm_icca.plans.batch_cost import (
+    AnalyticBatchModel,
+    ArrivalCostModel,
+    best_loop_order,
+    replica_reduction_array,
+    replica_reduction_lower_bound,
+)
 from tvm_icca.plans.filters import PlanFilters
-from tvm_icca.plans.partitions import iter_plan_chunks, op_partitions, plans_for, temporal_assignments
-from tvm_icca.plans.space_size import count_complete_space
-from tvm_icca.plans.structure import plan_structure
+from tvm_icca.plans.partitions import (
+    iter_plan_chunks,
+    op_partitions,
+    plans_for,
+    temporal_assignments,
+)
 from tvm_icca.plans.search import candidate_partitions
+from tvm_icca.plans.search_memo import plan_structure
+from tvm_icca.plans.space_size import count_complete_space
 
 ax = AffineIndex.of_axis
 
@@ -299,8 +303,8 @@ def test_arrival_aware_search_is_exact(exprs, build, cores, arriving) -> None:
     parts = batch.partition_bytes()[:, list(arriving)].sum(axis=1)
     assert np.allclose(arrival_only - plain, parts / hw.link_bandwidth, rtol=1e-12, atol=0)
     # and the reduction is the device's schedule, as the simulator times it
-    from runtime_sim.timing.opcost import op_cost
     from runtime_sim.machine.topology import make_topology
+    from runtime_sim.timing.opcost import op_cost
 
     topo = make_topology(hw)
     for i in np.flatnonzero(batch.replicas()[:, -1] > 1)[:5]:

@@ -15,9 +15,9 @@ from tvm.script import relax as R
 
 import tvm_icca
 from runtime_sim.contract.hardware import small_chip
-from tvm_icca.runtime import device_entry
-from tvm_icca.planning import PROGRAM_ATTR, plan_device_programs, programs_in_call_order
 from tvm_icca.drivers.timing_only import compile_programs
+from tvm_icca.planning import PROGRAM_ATTR, plan_device_programs, programs_in_call_order
+from tvm_icca.runtime import device_entry
 from tvm_icca.testing import onnx_models
 from tvm_icca.workloads import get_workload
 

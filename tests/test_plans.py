@@ -7,11 +7,11 @@ import pytest
 from runtime_sim.contract.errors import PlanNotFoundError
 from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import ExecutionPlan
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plans import AnalyticCostModel, plan_operator, rotating_tensors
 from tvm_icca.plans.intmath import divisors
 from tvm_icca.plans.partitions import axis_values
-from tvm_icca.plans.structure import plan_structure
+from tvm_icca.plans.search_memo import plan_structure
 
 
 def test_factor_candidates(exprs):
@@ -64,8 +64,8 @@ def test_shift_cost_of_a_slower_rotation_is_paid_every_step(exprs):
     """A tensor rotating slower than its axis steps is staggered over the cores by the Cannon
     skew, so some core shifts it at every step, and a bulk-synchronous step waits for that
     core: the analytic shift term is the simulator's, not ``f_t`` shifts per tensor."""
-    from runtime_sim.timing.opcost import op_cost
     from runtime_sim.machine.topology import make_topology
+    from runtime_sim.timing.opcost import op_cost
 
     hw = small_chip(8, 1024 * 1024, link_latency_s=0.0)
     expr = exprs.matmul(8, 8, 8)
@@ -150,8 +150,8 @@ def test_chooser_spreads_a_small_consumer_next_to_its_producer(exprs) -> None:
     assert choose_core_order(cons, plan, hw).chips == 1
     assert choose_core_order(cons, plan, small_chip(16, 256 * 1024), producers=((0, prod),)) == plan
     # the search passes the producers to the chooser (and keys its memo on them)
-    from tvm_icca.plans import PlanSearchCache
-    cache = PlanSearchCache()
+    from tvm_icca.plans import SearchMemo
+    cache = SearchMemo()
     budget = 2 * 64 * 4 * 8  # room for a few rows per core: the search's own plan is small
     alone = plan_operator(cons, hw, budget_bytes=budget, cache=cache)
     fed = plan_operator(cons, hw, budget_bytes=budget, cache=cache, producers=((0, prod),))

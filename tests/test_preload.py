@@ -10,6 +10,7 @@ import pytest
 
 from runtime_sim.contract.errors import InvalidPlanError
 from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.preload_chunks import (
     chunk_options,
     chunk_range,
@@ -19,7 +20,6 @@ from runtime_sim.contract.preload_chunks import (
     preload_bytes,
     replica_ranks,
 )
-from runtime_sim.contract.program import ExecutionPlan
 from tvm_icca.testing.exprs import matmul
 
 
@@ -95,16 +95,16 @@ def test_whole_partition_preload_is_the_plain_load(topology, kind) -> None:
     # with one chunk per partition the preload state is the execute state: its delivery must
     # cost what the simulator's plain load (replica groups from the input boxes) costs
     from runtime_sim.contract.hardware import small_chip
-    from runtime_sim.contract.preload_chunks import preload_delivery
-    from runtime_sim.timing.simulate import _Planner
+    from runtime_sim.machine.preload_delivery import preload_delivery
     from runtime_sim.machine.topology import make_topology
+    from runtime_sim.timing.work import WorkBuilder
 
     hw = small_chip(64, 64 * 1024, topology=topology, hbm_bandwidth=1e12, hbm_controllers=4)
     topo = make_topology(hw)
     layout = OpLayout(matmul(64, 64, 32), ExecutionPlan({"m": 16, "n": 4}, [{}, {}, {}], []),
                       hw.cores_per_chip)
     d = preload_delivery(topo, kind, layout, (0, 1), (1, 1))
-    load, need = _Planner(hw, topo).load(kind, "op", layout, (0, 1))
+    load, need = WorkBuilder(hw, topo).load(kind, "op", layout, (0, 1))
     assert d.network == load.network
     assert d.source_s == load.source_s > 0
     assert (d.unique_bytes, d.delivered_bytes) == (load.unique_bytes, load.delivered_bytes)
@@ -120,7 +120,7 @@ def test_distribution_pattern_costs_its_explicit_flows(chips) -> None:
     # the per-block multicast pattern (O(cores)) must cost exactly what its explicit flows cost
     # on the all-to-all exchange: receive ports, one send per chunk, one fabric copy per chip
     from runtime_sim.contract.hardware import small_chip
-    from runtime_sim.contract.preload_chunks import distribution_pattern
+    from runtime_sim.machine.preload_delivery import distribution_pattern
     from runtime_sim.machine.topology import make_topology
 
     hw = small_chip(64, 64 * 1024, num_chips=chips, inter_chip_bandwidth=2e9)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from runtime_sim.contract.hardware import small_chip
-from runtime_sim.contract.layout import OpLayout, canonical_grid, producer_grid
-from runtime_sim.contract.program import ExecutionPlan
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.relayout import canonical_grid, producer_grid
 from runtime_sim.machine.topology import make_topology
 from tvm_icca.planning.tradeoff_tables import arrival_seconds
 from tvm_icca.testing import exprs
@@ -57,8 +58,8 @@ def test_k_split_point_costs_the_device_replica_reduction(k_split):
     # the plan search prices the replica reduction with T10's ring term; an execute-state
     # point must cost it as the device sums the replicas (tree or chain), which is what the
     # timing simulator charges for the same plan's steps and reduction (Elk §4.3, Fig. 12)
-    from runtime_sim.timing.opcost import op_cost
     from runtime_sim.machine.topology import make_topology
+    from runtime_sim.timing.opcost import op_cost
     from tvm_icca.planning.tradeoff_tables import _device_correction
     from tvm_icca.plans.cost import AnalyticCostModel
 
@@ -102,10 +103,10 @@ def test_layers_of_one_region_share_their_table_keys():
     # every layer of a decoder holds the KV-cache updates of the layers before it, so the
     # live bytes around identical operators differ; their keys (their trade-off points) must
     # not, or Elk §4.4 finds no repeated layer to reorder
-    from tvm_icca.elk import reorder
-    from tvm_icca.planning.tradeoff_tables import operator_tables
     from tvm_icca.drivers.timing_only import compile_programs
-    from tvm_icca.lower.region import PlanCache
+    from tvm_icca.elk import reorder
+    from tvm_icca.planning.plan_cache import PlanCache
+    from tvm_icca.planning.tradeoff_tables import operator_tables
     from tvm_icca.workloads import get_workload
 
     hw = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
@@ -147,7 +148,7 @@ def test_unmeasured_points_scale_by_the_device_priced_ratio():
 
 
 def json_plan(plan):
-    from tvm_icca.tuning.candidates import plan_signature
+    from tvm_icca.records.keys import plan_signature
     return plan_signature(plan)
 
 
@@ -156,7 +157,7 @@ def test_preload_points_are_priced_as_the_device_delivers_them(topology):
     # every preload-state point's load and distribution time is what the timing simulator
     # charges for that preload (its delivery through the controllers, the mesh's edge ports
     # and multicast trees; its distribution phase), whatever the topology (Elk §4.3, §5)
-    from runtime_sim.timing.simulate import _Planner
+    from runtime_sim.timing.work import WorkBuilder
     from tvm_icca.planning.tradeoff_tables import _preload_points
 
     hw = small_chip(64, 64 * 1024, topology=topology, hbm_bandwidth=1e12, hbm_controllers=4)
@@ -166,7 +167,7 @@ def test_preload_points_are_priced_as_the_device_delivers_them(topology):
                       hw.cores_per_chip)
     points = _preload_points(layout, (1,), (1,), (), hw, topo)
     assert len(points) > 1 and points[0].space > points[-1].space  # MaxPreload first
-    planner = _Planner(hw, topo)
+    planner = WorkBuilder(hw, topo)
     for p in points:
         s = dict(p.chunks).get(1, 1)
         load, space = planner.preload("hbm", "op", layout, (1,), (s,))

@@ -9,13 +9,13 @@ import tvm
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.functional.device import last_run_timing
 from runtime_sim.contract.errors import IccaError
 from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.stream import offchip_inputs, run_stream
-from tvm_icca.planning import PRELOAD_DESIGNS
+from runtime_sim.run_stats import last_run_timing
 from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.lower.region import PlanCache
+from tvm_icca.planning import PRELOAD_DESIGNS
+from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.workloads import get_workload
 
 HBM_CHIP = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,

@@ -3,19 +3,19 @@ cache, and the `tvm-icca simulate` / `tvm-icca models` commands."""
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 
 import pytest
 
 import tvm_icca
 from runtime_sim.contract.hardware import small_chip
 from tvm_icca.cli.main import main as cli_main
-from tvm_icca.ops.data_movement import split_to_slices
-from tvm_icca.lower.region import PlanCache, compile_region
-from tvm_icca.planning.calls import partitioned_op_counts, region_call_order
 from tvm_icca.drivers.timing_only import compile_programs
+from tvm_icca.ops.data_movement import split_to_slices
+from tvm_icca.planning.calls import partitioned_op_counts, region_call_order
+from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.planning.region_plans import compile_region
 from tvm_icca.workloads import get_workload
 from tvm_icca.workloads._common import relax_op_counts
 

@@ -187,7 +187,7 @@ def test_operator_options_include_fast_in_place_plans(exprs) -> None:
 
     hw = small_chip(16, 24 * 1024)
     expr = exprs.matmul(16, 64, 48)
-    from runtime_sim.contract.program import IDLE_SPREAD, ExecutionPlan
+    from runtime_sim.contract.plan import IDLE_SPREAD, ExecutionPlan
 
     options = operator_options(expr, hw, [1], hw.usable_sram_bytes, filters=None, tolerance=0.0)
     *plans, spread = options

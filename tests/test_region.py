@@ -14,7 +14,7 @@ from tvm import relax
 import tvm_icca
 from runtime_sim.contract.errors import IccaError, UnsupportedDtypeError
 from runtime_sim.contract.hardware import small_chip
-from tvm_icca.lower.region import compile_region
+from tvm_icca.planning.region_plans import compile_region
 from tvm_icca.testing.onnx_models import conv2d_reference
 
 CHIPS = st.sampled_from([4, 8, 16, 32, 64])
@@ -117,8 +117,8 @@ def test_float64_model_stays_on_host_and_device_refuses_it():
     assert report["host_ops"] == {"relax.nn.relu": 1}
     assert "float64" in " ".join(report["host_reasons"]["relax.nn.relu"])
     # Asking the device itself to hold float64 is one clear error.
-    from runtime_sim.functional.device import SimulatedDevice
     from runtime_sim.contract.program import DeviceProgram, TensorDecl
+    from runtime_sim.functional.device import SimulatedDevice
 
     program = DeviceProgram("r", small_chip(4).to_dict(), (TensorDecl("in0", (4,), "float64"),), (), ())
     try:

@@ -2,9 +2,23 @@
 
 import pytest
 
+from runtime_sim.contract.expr import (
+    AffineIndex,
+    Axis,
+    TensorAccess,
+    TensorExpr,
+    make_load,
+)
 from runtime_sim.contract.hardware import preset
-from runtime_sim.contract.program import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
-from schedules import contraction_roles, template_for
+from runtime_sim.contract.op_kinds import OP_KINDS
+from schedules import (
+    ComputeTemplate,
+    _registry,
+    contraction_roles,
+    template_for,
+    template_kinds,
+)
+from schedules.elementwise import ElementwiseTemplate
 
 ax = AffineIndex.of_axis
 
@@ -54,3 +68,21 @@ def test_vector_cycles_count_body_operations():
         16 * 2 / hw.vector_flops_per_cycle
     )
     assert template_for("no-such-kind").kind == "elementwise"
+
+
+def test_registered_templates_are_exactly_the_op_kinds():
+    # both directions: every template has a kind a program may hold, every kind a template
+    assert set(template_kinds()) == set(OP_KINDS)
+    assert len(template_kinds()) == len(OP_KINDS)
+    assert all(template_for(kind).kind == kind for kind in OP_KINDS)
+
+
+def test_registry_refuses_a_template_of_an_unknown_kind():
+    class FftTemplate(ComputeTemplate):
+        kind = "fft"
+
+    with pytest.raises(ValueError, match="FftTemplate has op kind 'fft', which is not one of "
+                                         "runtime_sim.contract.op_kinds.OP_KINDS"):
+        _registry([ElementwiseTemplate(), FftTemplate()])
+    with pytest.raises(ValueError, match="both have op kind 'elementwise'"):
+        _registry([ElementwiseTemplate(), ComputeTemplate()])

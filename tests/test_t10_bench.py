@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import ExecutionPlan
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.cli.main import main as cli_main
 from tvm_icca.plans.partitions import op_partitions, plans_for
-from tvm_icca.plans.structure import plan_structure
+from tvm_icca.plans.search_memo import plan_structure
 from tvm_icca.plans.t10_bench import (
     T10BenchModel,
     T10BenchSpec,

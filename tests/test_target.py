@@ -16,7 +16,6 @@ from tvm.script import relax as R
 from tvm.target import Target
 
 import tvm_icca
-from tvm_icca.backend import target as icca_target
 from tvm_icca.planning import planner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,13 +134,13 @@ def test_importing_tvm_icca_first_works() -> None:
 @pytest.fixture
 def partition_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
-    original = planner.partition_for_icca
+    original = planner.partition_module
 
-    def spy(mod, hw=None, **kwargs):
-        calls.append(tvm_icca.partition.partitioner.resolve_hardware(hw).name)
-        return original(mod, hw, **kwargs)
+    def spy(mod, spec, **kwargs):  # the pipeline passes the chip it resolved once
+        calls.append(spec.name)
+        return original(mod, spec, **kwargs)
 
-    monkeypatch.setattr(planner, "partition_for_icca", spy)
+    monkeypatch.setattr(planner, "partition_module", spy)
     return calls
 
 

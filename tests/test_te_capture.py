@@ -10,8 +10,8 @@ tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 
 from runtime_sim.contract.errors import UnsupportedOperatorError  # noqa: E402
-from tvm_icca.ops.te_capture import compose_te  # noqa: E402
 from tvm_icca.lower.te_to_expr import tensor_expr_of  # noqa: E402
+from tvm_icca.ops.te_capture import compose_te  # noqa: E402
 from tvm_icca.testing.relax_functions import relax_function  # noqa: E402
 
 op = relax.op

@@ -26,13 +26,10 @@ from runtime_sim.contract.errors import (  # noqa: E402
     UnsupportedDtypeError,
     UnsupportedOperatorError,
 )
-from runtime_sim.contract.layout import OpLayout, pinned_axes  # noqa: E402
-from runtime_sim.contract.program import (  # noqa: E402
-    AffineIndex,
-    ExecutionPlan,
-    TensorExpr,
-    walk_expr,
-)
+from runtime_sim.contract.expr import AffineIndex, TensorExpr, walk_expr  # noqa: E402
+from runtime_sim.contract.layout import OpLayout  # noqa: E402
+from runtime_sim.contract.plan import ExecutionPlan  # noqa: E402
+from runtime_sim.contract.plan_rules import pinned_axes  # noqa: E402
 from tvm_icca.lower.te_to_expr import extract_op, tensor_expr_of  # noqa: E402
 from tvm_icca.testing.relax_functions import relax_function  # noqa: E402
 

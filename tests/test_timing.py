@@ -11,12 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
-from runtime_sim.contract.layout import OpLayout
-from runtime_sim.functional.device import SimulatedDevice
-from runtime_sim.contract.errors import SramOverflowError
 from runtime_sim.contract.constants import encode_constant
+from runtime_sim.contract.errors import SramOverflowError
 from runtime_sim.contract.hardware import preset, small_chip
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+from runtime_sim.contract.validation import validate_program
+from runtime_sim.functional.device import SimulatedDevice
+from runtime_sim.machine.topology import make_topology
 from runtime_sim.timing import (
     canonical_grid,
     input_boxes,
@@ -27,7 +30,6 @@ from runtime_sim.timing import (
     shift_schedule,
     simulate_timing,
 )
-from runtime_sim.machine.topology import make_topology
 from schedules import template_for
 
 LAT = 1e-7  # link latency used where the closed forms should show it
@@ -554,7 +556,7 @@ def test_progress_bar_over_many_programs(exprs, capsys) -> None:
 
 def _add4(exprs, shape):
     """P = O + O over a 4-D tensor (both operands read the producer's output)."""
-    from runtime_sim.contract.program import Axis, TensorAccess, TensorExpr
+    from runtime_sim.contract.expr import Axis, TensorAccess, TensorExpr
 
     idx = tuple(exprs.ax(a) for a in "bcyx")
     o = TensorAccess("O", shape, "float32", idx)
@@ -597,7 +599,7 @@ def test_random_chains_match_device(exprs, data, pair, cores) -> None:
 
 
 def test_scalar_intermediate(exprs) -> None:
-    from runtime_sim.contract.program import Axis, TensorAccess, TensorExpr
+    from runtime_sim.contract.expr import Axis, TensorAccess, TensorExpr
 
     x = TensorAccess("X", (5, 7), "float32", (exprs.ax("i"), exprs.ax("k")))
     s = TensorAccess("S", (), "float32", ())
@@ -666,7 +668,7 @@ def test_idle_state_that_does_not_fit_overflows(exprs) -> None:
 
 
 def test_placement_grid_matches_the_initial_partitions(exprs) -> None:
-    from runtime_sim.timing.geometry import placement_grid
+    from runtime_sim.contract.relayout import placement_grid
 
     e = exprs.matmul(16, 64, 16)
     layout = OpLayout(e, ExecutionPlan({"m": 2, "k": 4, "n": 2}, ({}, {"k": 2}, {})))
@@ -740,7 +742,7 @@ def test_host_round_trip_times_the_return_leg(exprs) -> None:
     assert back.host_s == pytest.approx(stays.host_s + out_bytes / hw.host_bandwidth, rel=1e-9)
     # a region output nobody on the host reads is refused as a host output
     with pytest.raises(DeviceProgramError):
-        dataclasses.replace(prog, host_outputs=("nope",)).validate(hw)
+        validate_program(dataclasses.replace(prog, host_outputs=("nope",)), hw)
 
 
 def test_hbm_bytes_are_distinct_and_delivered_counts_copies(exprs) -> None:

@@ -8,15 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
-from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.errors import SramOverflowError
+from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError
 from runtime_sim.contract.hardware import small_chip
-from runtime_sim.contract.errors import DeviceProgramError
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.preload_chunks import delivered_bytes, distribution, preload_bytes
-from runtime_sim.contract.program import PreloadSchedule
-from runtime_sim.timing import simulate_timing
+from runtime_sim.contract.program import DeviceProgram, OpProgram, PreloadSchedule, TensorDecl
 from runtime_sim.machine.topology import make_topology
+from runtime_sim.timing import simulate_timing
 
 E = dict(m=64, k=64, n=64)
 PLAN = ExecutionPlan({"m": 4, "n": 4}, ({}, {}, {}))  # W (k x n) split on n: 4 replicas each

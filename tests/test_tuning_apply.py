@@ -6,16 +6,13 @@ import numpy as np
 import pytest
 import tvm
 import tvm.testing
+from test_tuning_session import tiny_model
 from tvm import relax
 
-from runtime_sim.contract.program import ExecutionPlan
-
 import tvm_icca
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.lower.region import PlanCache
-
-from test_tuning_session import tiny_model
-
+from tvm_icca.planning.plan_cache import PlanCache
 
 
 def assert_exact_mlp(ex, seed: int) -> None:
@@ -73,8 +70,8 @@ HBM_CHIP = dict(num_cores=64, sram_bytes_per_core=64 * 1024, hbm_bandwidth=64e9,
 def test_hbm_elk_schedule_uses_measured_points_and_stays_exact(tmp_path):
     """On a chip with HBM the Elk pass trades off measured execute-state points."""
     from tvm_icca.planning import tradeoff_tables as preload_tables
-    from tvm_icca.tuning.candidates import plan_signature
     from tvm_icca.records.database import RecordStore
+    from tvm_icca.records.keys import plan_signature
 
     hw = tvm_icca.small_chip(**HBM_CHIP)
     tvm_icca.tune(tiny_model(), str(tmp_path), hw, max_trials=10, batch_size=4, progress=False)

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from runtime_sim.contract.hardware import preset, small_chip
-from runtime_sim.contract.program import VgmPlan, plan_from_dict
-from runtime_sim.timing.vgm_timing import VgmLayout, home_counts_many, vgm_op_timing
+from runtime_sim.contract.plan import VgmPlan, plan_from_dict
+from runtime_sim.contract.vgm_layout import VgmLayout, home_counts_many
+from runtime_sim.timing.vgm_timing import vgm_op_timing
 from tvm_icca.plans import plan_operator
 from tvm_icca.plans.vgm import estimate_vgm_time, plan_vgm_operator
 
@@ -133,11 +134,11 @@ def test_same_region_compiles_either_way_and_runs_on_the_device_either_way():
     from tvm import relax
 
     import tvm_icca
-    from runtime_sim.functional.device import SimulatedDevice
     from runtime_sim.contract.errors import DeviceProgramError
+    from runtime_sim.functional.device import SimulatedDevice
     from runtime_sim.timing import simulate_timing
     from runtime_sim.timing.vgm_timing import simulate_vgm_timing
-    from tvm_icca.lower.region import compile_region
+    from tvm_icca.planning.region_plans import compile_region
 
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((64, 128), "float16"))

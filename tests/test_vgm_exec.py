@@ -11,14 +11,16 @@ import math
 import numpy as np
 import pytest
 
-from runtime_sim.functional import vgm_exec
 from runtime_sim.contract.constants import decode_constant
-from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.contract.errors import SramOverflowError
 from runtime_sim.contract.hardware import small_chip
-from runtime_sim.contract.layout import pinned_axes
-from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl, VgmPlan
-from runtime_sim.timing.vgm_timing import VgmLayout, vgm_op_timing
+from runtime_sim.contract.plan import VgmPlan
+from runtime_sim.contract.plan_rules import pinned_axes
+from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+from runtime_sim.contract.vgm_layout import VgmLayout
+from runtime_sim.functional import vgm_exec
+from runtime_sim.functional.device import SimulatedDevice
+from runtime_sim.timing.vgm_timing import vgm_op_timing
 from tvm_icca.plans.vgm import plan_vgm_operator
 from tvm_icca.testing.onnx_models import conv2d_reference
 
@@ -194,7 +196,7 @@ def _region_arguments(part, region, inputs):
 
 
 def _both_ways(func, name, hw):
-    from tvm_icca.lower.region import compile_region
+    from tvm_icca.planning.region_plans import compile_region
 
     t10 = compile_region(func, name, hw)
     region = vgm_exec.region_bytes_per_core(t10, hw.num_cores)

@@ -15,13 +15,14 @@ from hypothesis import strategies as st
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, TensorDecl
-from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing import simulate_timing
 from tvm_icca.lower.te_to_expr import extract_op
-from tvm_icca.testing.exprs import random_plan
 from tvm_icca.ops.views import reshape_atoms
+from tvm_icca.testing.exprs import random_plan
 
 op = relax.op
 HW16 = small_chip(16)

@@ -47,9 +47,9 @@ print(tvm_icca.partition.partitioner.format_report(report))
 # One model-level pass, ``plan_device_programs``, turns every region into a device program
 # (``tvm.compile`` runs the same pass). For each operator: its tensor expression (from TVM's
 # own TE compute), the operator partition F_op, and per tensor the rTensor factors.
+from runtime_sim.contract.layout import OpLayout
 from tvm_icca.planning import programs_in_call_order
 from tvm_icca.plans import rotating_tensors
-from runtime_sim.contract.layout import OpLayout
 
 planned = tvm_icca.plan_device_programs(hw)(partitioned)
 for program in programs_in_call_order(planned):

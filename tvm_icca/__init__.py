@@ -19,8 +19,17 @@ codegen ``relax.ext.icca`` and the device entry ``icca.device.run``.
 # Import order: modules without TVM first (errors, hardware), then those importing TVM (whose
 # autoload re-enters this package harmlessly, see _autoload.py) and registering with it. No
 # submodule imports names from this __init__, so there is no cycle.
-from tvm_icca.errors import *  # noqa: F401,F403  (every IccaError class, see errors.py)
-from tvm_icca.errors import ERROR_TYPES as _ERROR_TYPES
+from tvm_icca.backend.codegen import icca_codegen
+from tvm_icca.backend.target import (
+    hardware_for_target,
+    icca_pipeline,
+    is_icca_target,
+    offload_to_icca,
+)
+from runtime_sim.contract.errors import *  # noqa: F401,F403  (every IccaError class, see errors.py)
+from runtime_sim.contract.errors import ERROR_TYPES as _ERROR_TYPES
+from tvm_icca.drivers.compile_api import compile, compile_onnx
+from tvm_icca.frontend.onnx_loader import load_onnx
 from tvm_icca.hardware_choice import (
     PRESET_NAMES,
     HardwareSpec,
@@ -29,7 +38,6 @@ from tvm_icca.hardware_choice import (
     small_chip,
     use_hardware,
 )
-from tvm_icca.partition.patterns import get_icca_patterns
 from tvm_icca.partition.partitioner import (
     format_report,
     host_ops,
@@ -37,21 +45,11 @@ from tvm_icca.partition.partitioner import (
     partition_for_icca,
     partition_report,
 )
-from tvm_icca.backend.target import (
-    hardware_for_target,
-    icca_pipeline,
-    is_icca_target,
-    offload_to_icca,
-)
-from tvm_icca.runtime.device_entry import last_run_stats, write_last_run_trace
+from tvm_icca.partition.patterns import get_icca_patterns
 from tvm_icca.planning import CompileOptions, plan_device_programs
-from tvm_icca.backend.codegen import icca_codegen
-from tvm_icca.frontend.onnx_loader import (  # pylint: disable=redefined-builtin
-    compile,
-    compile_onnx,
-    load_onnx,
-)
-from tvm_icca.tuning import tune, use_database  # thin wrappers: meta_schedule loads on first call
+from tvm_icca.runtime.device_entry import last_run_stats, write_last_run_trace
+from tvm_icca.records.apply import use_database
+from tvm_icca.tuning import tune
 
 __version__ = "0.1.0"
 

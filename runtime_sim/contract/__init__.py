@@ -1,1 +1,18 @@
-"""TODO: package docstring."""
+"""The contract between the compiler and the device: what a program says and what it means.
+
+Both the compiler (:mod:`tvm_icca`) and the two executors import this package; it imports
+nothing else of the project and not TVM.
+
+* Format: :mod:`.expr` (operators as tensor expressions), :mod:`.plan` (execution plans),
+  :mod:`.program` (the versioned JSON device program), :mod:`.constants` (baked tensors),
+  :mod:`.op_kinds` (the op kinds a program may hold);
+* validation: :mod:`.validation` (the one check every executor runs), :mod:`.json_fields`;
+* hardware: :mod:`.hardware` (:class:`HardwareSpec` and its sourced presets);
+* semantics: :mod:`.layout` (what a plan means on the cores, ``OpLayout``), :mod:`.relayout`
+  (re-layout geometry), :mod:`.vgm_layout` (the VGM baseline's home slices and tiles),
+  :mod:`.preload_chunks` (what a preload leaves on the cores, Elk §4.3), :mod:`.stream`
+  (a run's preload/execute instruction stream, Elk §4.5), :mod:`.lifetimes` (tensor lifetimes);
+* :mod:`.errors` -- every error type of the project.
+
+Start reading at :mod:`.program`.
+"""

@@ -108,3 +108,12 @@ class UnknownWorkloadError(InvalidWorkloadError, KeyError):
 
 class InputMismatchError(IccaError, ValueError):
     """An argument of a compiled ICCA executable has the wrong shape, dtype or count."""
+
+
+#: Every error class of this module, by name: what ``tvm_icca`` exports (users write
+#: ``except tvm_icca.IccaError`` without knowing where a class lives) and registers with tvm_ffi.
+ERROR_TYPES: dict[str, type[IccaError]] = {
+    name: value
+    for name, value in list(globals().items())
+    if isinstance(value, type) and issubclass(value, IccaError)
+}

@@ -31,7 +31,7 @@ MASK_DTYPES = ("bool",)
 
 #: Element types of index tensors: the row numbers a gather reads (ONNX Gather's ``indices``,
 #: ``relax.take``'s ``indices``; ONNX allows int32 and int64). Held like masks, read-only, and
-#: only as the ids of a gathered access (:class:`runtime_sim.contract.program.Gather`): the cores never
+#: only as the ids of a gathered access (:class:`runtime_sim.contract.expr.Gather`): the cores never
 #: compute integer arithmetic, which stays on the host.
 INDEX_DTYPES = ("int32", "int64")
 

@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from runtime_sim.contract.errors import DeviceProgramError
-from runtime_sim.contract.program import BINARY_OPS, REDUCE_COMBINERS, UNARY_OPS, Expr
+from runtime_sim.contract.expr import BINARY_OPS, REDUCE_COMBINERS, UNARY_OPS, Expr
 
 #: dtype every value is computed in (see the module docstring for why not float16).
 COMPUTE_DTYPE = np.float32

@@ -1,14 +1,14 @@
 """Run VGM operators on data: load-compute-store over a virtual global memory (T10 §2.2, Fig. 2a).
 
-:mod:`runtime_sim.timing.vgm_timing` times the baseline T10 is measured against; this module executes it on
-the functional device, with the same execution model, so that a VGM program computes the
-same numbers as its compute-shift twin:
+The timing simulator's VGM model (``vgm_timing``) times the baseline T10 is measured against; this
+module executes it on the functional device, with the same execution model, so that a VGM
+program computes the same numbers as its compute-shift twin:
 
 * the *VGM region* (:class:`VgmRegion`): every tensor of the program keeps home slices spread
   linearly over all cores -- element ``e`` of the row-major tensor lives on core
   ``e // ceil(size / cores)`` (:func:`home_of`); each core's slice is its own numpy buffer;
 * per wave, tile ``i`` of the operator runs on core ``i mod cores``
-  (:meth:`runtime_sim.timing.vgm_timing.VgmLayout.tile_origins`); per reduction chunk, every tile core
+  (:meth:`runtime_sim.contract.vgm_layout.VgmLayout.tile_origins`); per reduction chunk, every tile core
   copies the box of each input its tile reads from the home cores into a local tile buffer
   (*load*), evaluates the tensor expression on that buffer only (*compute*,
   :mod:`runtime_sim.functional.expr_eval`) and accumulates into its output tile;
@@ -16,8 +16,9 @@ same numbers as its compute-shift twin:
   then, as the timing model charges them) and the output tile is rounded to the output dtype
   and written to the output's home slices (*store*).
 
-The boxes fetched are exactly those :meth:`runtime_sim.timing.vgm_timing.VgmLayout.traffic` charges, so the
-bytes reported here equal :attr:`runtime_sim.timing.vgm_timing.VgmTiming.bytes_moved`. Nothing is computed
+The boxes fetched are exactly those :meth:`runtime_sim.contract.vgm_layout.VgmLayout.traffic` charges, so the
+bytes reported here equal the ``VgmTiming.bytes_moved`` of the timing simulator's VGM model (the
+two executors never import each other; the contract defines both counts). Nothing is computed
 from a host-side copy of a tensor: a fetch from the wrong home core gives a wrong answer.
 """
 
@@ -30,25 +31,19 @@ from typing import Any, Mapping
 import numpy as np
 
 from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError, short_name
-from runtime_sim.functional.expr_eval import COMPUTE_DTYPE, ExprEvaluator
+from runtime_sim.contract.expr import AffineIndex, dtype_bytes, load_index, merged_axes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import check_op_inputs
-from runtime_sim.contract.program import (
-    AffineIndex,
-    DeviceProgram,
-    OpProgram,
-    VgmPlan,
-    merged_axes,
-    dtype_bytes,
-    load_index,
-)
-from runtime_sim.timing.vgm_timing import (
+from runtime_sim.contract.plan import VgmPlan
+from runtime_sim.contract.program import DeviceProgram, OpProgram
+from runtime_sim.contract.vgm_layout import (
     VgmLayout,
-    _index_ranges,
     home_bytes,
+    index_ranges,
     region_home_tensors,
     slice_elements,
 )
+from runtime_sim.functional.expr_eval import COMPUTE_DTYPE, ExprEvaluator
 
 
 def home_of(flat: np.ndarray, slice_elems: int) -> tuple[np.ndarray, np.ndarray]:
@@ -61,7 +56,7 @@ def region_bytes_per_core(program: DeviceProgram, num_cores: int) -> int:
     """SRAM per core of the VGM region of ``program``: a home slice of every tensor it holds
     (region inputs, constants and every operator's output), reserved for the whole region.
 
-    Unlike :func:`runtime_sim.timing.vgm_timing.vgm_region_bytes`, constants count: the functional device
+    Unlike :func:`runtime_sim.contract.vgm_layout.vgm_region_bytes`, constants count: the functional device
     really keeps them in home slices (the timing helper leaves weights to the caller).
     """
     return home_bytes(region_home_tensors(program).values(), num_cores)
@@ -171,7 +166,7 @@ class VgmRegion:
         every core (the VGM region included). Raises :class:`SramOverflowError` when the
         region plus the tile buffers plus the shift buffer exceed a core's SRAM. The tile
         buffers are charged as the VGM model sizes them
-        (:meth:`~runtime_sim.timing.vgm_timing.VgmLayout.working_bytes_per_core`, the first tile) or as
+        (:meth:`~runtime_sim.contract.vgm_layout.VgmLayout.working_bytes_per_core`, the first tile) or as
         actually fetched, whichever is larger: an interior tile of a padded convolution reads
         a halo that the first tile, clipped at the padding, does not.
         """
@@ -253,7 +248,7 @@ class _OpRun:
         self.names = names
         self.main = [t for t in range(len(self.expr.inputs)) if t not in self.expr.epilogue_inputs]
         self.local = tuple(a.name for a in self.expr.local_axes)
-        # output dimensions as their digits (runtime_sim.contract.program.merged_axes): a grouped conv's
+        # output dimensions as their digits (runtime_sim.contract.expr.merged_axes): a grouped conv's
         # channel g*k + f is stored as if the output had the dimensions (G, k)
         extent = {a.name: a.extent for a in self.expr.axes}
         self.out_axes = []
@@ -274,7 +269,7 @@ class _OpRun:
                n: int) -> tuple[np.ndarray, np.ndarray]:
         # the boxes VgmLayout.traffic charges, so that fetched bytes match the timing model
         access = self.expr.tensors[t]
-        ranges = [_index_ranges(ix, lo, hi, self.layout.local_extent, access.shape[d], n)
+        ranges = [index_ranges(ix, lo, hi, self.layout.local_extent, access.shape[d], n)
                   for d, ix in enumerate(access.indices)]
         if not ranges:
             return np.zeros((n, 0), np.int64), np.zeros((n, 0), np.int64)

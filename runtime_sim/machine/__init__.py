@@ -1,1 +1,12 @@
-"""TODO: package docstring."""
+"""The machine model: cost formulas the compiler and the timing simulator must share.
+
+* :mod:`.links` -- one transfer over a link, replica-reduction and gather schedules (closed forms);
+* :mod:`.topology` -- what a phase of concurrent transfers costs on the all-to-all exchange or
+  a routed mesh, with HBM controllers and host links as nodes (Elk §5);
+* :mod:`.stream_timing` -- when the instructions of a preload/execute stream run (Elk §4.5);
+* :mod:`.preload_delivery` -- how a preload reaches its cores (off-chip leg + distribution).
+
+The compiler's cost models (:mod:`tvm_icca.plans`, :mod:`tvm_icca.planning.tradeoff_tables`) and
+the timing simulator (:mod:`runtime_sim.timing`) price the same things with these functions, so
+they cannot disagree. Imports only :mod:`runtime_sim.contract`. Start at :mod:`.topology`.
+"""

@@ -21,7 +21,7 @@ the timing simulator), so it depends on :class:`~runtime_sim.contract.hardware.H
   ``R - 2`` extra hops to reach ring 0.
 
 * Partial statistics of a core-local reduction split across ``G`` cores (a norm's sum of
-  squares, softmax's max and sum of exp; :func:`runtime_sim.contract.layout.local_splits`) are
+  squares, softmax's max and sum of exp; :func:`runtime_sim.contract.plan_rules.local_splits`) are
   all-reduced per level: the fastest gather tree to the group's first core (as above, on
   statistics of a few bytes per row: usually one or two rounds), then one multicast of the
   combined statistics back to the group (one transfer, one synchronization)

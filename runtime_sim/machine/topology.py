@@ -79,15 +79,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
 from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.relayout import Relayout
 from runtime_sim.machine.links import chunk_latency_seconds
-
-if TYPE_CHECKING:
-    from runtime_sim.contract.layout import Relayout
 
 
 @dataclass(frozen=True)
@@ -151,8 +149,8 @@ class MulticastPattern:
     sample_weight: float = 1.0
 
 
-def relayout_pattern(rl: "Relayout", on_sample: Callable[[], None] | None = None) -> MulticastPattern:
-    """The :class:`MulticastPattern` of a re-layout (:func:`runtime_sim.contract.layout.relayout`): its
+def relayout_pattern(rl: Relayout, on_sample: Callable[[], None] | None = None) -> MulticastPattern:
+    """The :class:`MulticastPattern` of a re-layout (:func:`runtime_sim.contract.relayout.relayout`): its
     distinct pieces, and its explicit flows on demand (``on_sample`` is called when those are
     a stride sample). The timing simulator and the compiler's Elk tables cost re-layouts
     through it, with :meth:`Topology.multicast_phase`."""

@@ -9,7 +9,7 @@ their preload state, distribution, link sharing and the SRAM timeline). It never
 (:mod:`tvm_icca.plans.cost`): both use only the per-sub-task cycles of the templates.
 """
 
-from runtime_sim.timing.geometry import (
+from runtime_sim.contract.relayout import (
     BlockGrid,
     Boxes,
     Flows,

@@ -21,7 +21,7 @@ ComputeSet"), bulk-synchronously: compute, synchronize, exchange. So:
   it receives before passing it on: ``n + R - 2`` chunk stages for ``n`` chunks; best for
   large partitions). Both send exactly the bytes the device counts, ``(R - 1)`` partitions
   per output partition.
-* a core-local reduction split across cores (:func:`runtime_sim.contract.layout.local_splits`) combines
+* a core-local reduction split across cores (:func:`runtime_sim.contract.plan_rules.local_splits`) combines
   its partial statistics after every step, level by level, within each group of cores that
   share rows: the fastest gather tree to the group's first core, then one multicast of the
   result back (:func:`runtime_sim.machine.links.split_combine_seconds` is its closed form); counted
@@ -39,9 +39,10 @@ import numpy as np
 
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.layout import STAT_BYTES
+from runtime_sim.contract.plan_rules import STAT_BYTES
 from runtime_sim.machine.links import combine_radix, gather_fan_ins, replica_reduction_schedule
 from runtime_sim.machine.topology import NO_PHASE, PhaseCost, Topology
+from schedules import template_for
 
 #: Distinct shift phases costed exactly per operator; beyond this many (a tensor rotating on
 #: a long axis with very few partitions can give one distinct phase per step residue), the
@@ -198,9 +199,6 @@ class OpCost:
 
 def op_cost(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> OpCost:
     """Cost the steps, shifts and reduction of one operator (see the module docstring)."""
-    # imported here: schedules imports runtime_sim, which exports this module
-    from schedules import template_for
-
     expr = layout.expr
     template = template_for(expr.kind)
     clock = hw.clock_hz

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.timing.trace import timing_trace, write_trace
 
 #: An operator (or operator kind, summed over the run) is reported as slow when its time is
 #: more than this many times its lower bound (issue 9: "a distorted plan is visible").
@@ -66,7 +67,7 @@ class OpTiming:
     epilogue_s: float = 0.0
     distinct_shift_phases: int = 0
     estimated: bool = False  # a sampled estimate entered its shift or re-layout cost
-    #: what no plan can avoid on this system (``runtime_sim.timing.simulate.lower_bounds``)
+    #: what no plan can avoid on this system (``runtime_sim.timing.summary.lower_bounds``)
     lower_bound_s: float = 0.0
     bound_by: str = ""  # "flops", "hbm", "host" or "sync"
     # -- preload stream runs (Elk §4.5); zero / False otherwise --
@@ -279,8 +280,6 @@ class TimingReport:
 
     def write_trace(self, path: str) -> None:
         """Write a Chrome trace-event JSON file (open it in https://ui.perfetto.dev)."""
-        from runtime_sim.timing.trace import timing_trace, write_trace
-
         events = self.trace_events or timing_trace(self)
         write_trace(path, events)
 

@@ -27,11 +27,10 @@ from tvm import relax, te, tirx
 from tvm.tirx.op import _pack_buffer  # how call_packed passes a buffer (TVM's own)
 
 from runtime_sim.contract.errors import IccaError, short_name
-
-from tvm_icca.runtime.device_entry import DEVICE_RUN_FUNC, raise_through_ffi
-from tvm_icca.planning.planner import PROGRAM_ATTR, program_of
-from tvm_icca.partition.patterns import CODEGEN_NAME
 from tvm_icca.ops.relax_types import static_shape
+from tvm_icca.partition.patterns import CODEGEN_NAME
+from tvm_icca.planning.planner import PROGRAM_ATTR, program_of
+from tvm_icca.runtime.device_entry import DEVICE_RUN_FUNC, raise_through_ffi
 
 __all__ = ["CODEGEN_FUNC", "build_device_stubs", "icca_codegen"]
 

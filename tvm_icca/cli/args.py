@@ -152,7 +152,6 @@ def shape_dict(pairs: list[tuple[str, tuple[int, ...]]] | None) -> dict[str, tup
 def hardware_preset(text: str) -> str:
     """A hardware preset name (``tvm_icca.PRESET_NAMES``); the name is returned."""
     from runtime_sim.contract.errors import IccaError  # pylint: disable=import-outside-toplevel
-
     from tvm_icca.hardware_choice import preset  # pylint: disable=import-outside-toplevel
 
     try:

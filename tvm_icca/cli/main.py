@@ -1,6 +1,6 @@
 """The ``tvm-icca`` command line.
 
-Each subcommand lives in its own module of :mod:`tvm_icca.cli` and exposes
+Each subcommand lives in its own module ``tvm_icca.cli.<name>_command`` and exposes
 ``add_parser(subparsers) -> argparse.ArgumentParser`` (which sets ``func`` to a handler taking
 the parsed arguments and returning an exit code). Argument types shared by the commands are in
 :mod:`tvm_icca.cli.args`.
@@ -20,6 +20,10 @@ import pkgutil
 import sys
 
 from runtime_sim.contract.errors import IccaError
+from tvm_icca.cli.args import UsageError
+
+#: Module name suffix of a subcommand (``compile_command`` is ``tvm-icca compile``).
+COMMAND_SUFFIX = "_command"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,12 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compile, plan and simulate models on inter-core connected AI chips.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from tvm_icca import cli as commands
-
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
-        if hasattr(module, "add_parser"):
-            module.add_parser(subparsers)
+    # Each command module imports what its work needs inside its handler, so that
+    # `tvm-icca --help` and argument errors answer without loading TVM's compiler.
+    here = os.path.dirname(os.path.abspath(__file__))
+    for info in sorted(pkgutil.iter_modules([here]), key=lambda m: m.name):
+        if info.name.endswith(COMMAND_SUFFIX):
+            importlib.import_module(f"{__package__}.{info.name}").add_parser(subparsers)
     return parser
 
 
@@ -60,8 +64,6 @@ def _error(message: str, first_line_only: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tvm_icca.cli.args import UsageError  # pylint: disable=import-outside-toplevel
-
     try:
         parser = build_parser()
         try:

@@ -26,13 +26,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Collection, Mapping
 
-import tvm
 from tvm.ir import IRModule
 
 from runtime_sim.contract.errors import IccaError
 from runtime_sim.contract.program import DeviceProgram
-
 from tvm_icca.hardware_choice import HardwareLike, HardwareSpec, resolve_hardware
+from tvm_icca.partition.partitioner import partition_report
 from tvm_icca.planning import (
     CompileOptions,
     icca_model_passes,
@@ -40,16 +39,14 @@ from tvm_icca.planning import (
     preload_summary_of,
     programs_in_call_order,
 )
-from tvm_icca.planning.planner import MODEL_NAME_ATTR
 from tvm_icca.planning.calls import partitioned_op_counts
-from tvm_icca.planning.idle_active import ModelPlan
 from tvm_icca.planning.elk_pass import PreloadSummary
-from tvm_icca.partition.partitioner import partition_report
-from tvm_icca.lower.region import PlanCache
+from tvm_icca.planning.idle_active import ModelPlan
+from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.planning.planner import MODEL_NAME_ATTR
 
 if TYPE_CHECKING:  # pragma: no cover
     from runtime_sim.timing import TimingReport
-
     from tvm_icca.workloads import Workload
 
 __all__ = ["CompiledModel", "compile_programs"]

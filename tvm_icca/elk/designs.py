@@ -44,10 +44,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from runtime_sim.machine.stream_timing import preload_link_share, stream_times
 from tvm_icca.elk import reorder
 from tvm_icca.elk.allocation import WindowPlan, WindowShrinker
-from runtime_sim.machine.stream_timing import preload_link_share, stream_times
-
 from tvm_icca.elk.inductive import (
     InfeasibleError,
     check_horizons,

@@ -1,1 +1,11 @@
-"""TODO: package docstring."""
+"""Stage 1, import: models into Relax, cleaned up for partitioning.
+
+* :mod:`.onnx_prepare` -- the ONNX graph before TVM's importer: static input shapes, shape
+  inference, constant subgraphs folded with onnx's own evaluator;
+* :mod:`.onnx_loader` -- :func:`load_onnx`: preparation + TVM's ONNX importer, with one clear
+  :class:`~runtime_sim.contract.errors.ModelImportError` for every failure;
+* :mod:`.rewrites`, :mod:`.conv_rewrites` -- Relax rewrites that give written-out activations
+  and norms their ops back and fold inference batch norms (run by the partitioner).
+
+May import TVM, onnx and :mod:`runtime_sim.contract` (errors). Start at :mod:`.onnx_loader`.
+"""

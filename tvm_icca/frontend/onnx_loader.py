@@ -2,7 +2,7 @@
 
 Every import failure -- missing or unreadable file, bytes that are not an ONNX protobuf, a model
 ``onnx.checker`` rejects, an op TVM's importer does not know -- is raised as one
-:class:`~tvm_icca.errors.ModelImportError` with a one-paragraph message, without the TVM
+:class:`~runtime_sim.contract.errors.ModelImportError` with a one-paragraph message, without the TVM
 traceback behind it.
 """
 
@@ -13,22 +13,18 @@ import io
 import numbers
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 import tvm
 from tvm.ir import IRModule
 
 from runtime_sim.contract.errors import ModelImportError
-
-from tvm_icca.hardware_choice import HardwareLike, use_hardware
-from tvm_icca.planning import CompileOptions
 from tvm_icca.frontend.onnx_prepare import prepare_onnx
-from tvm_icca.backend.target import TARGET_TAG, icca_pipeline
 
 if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
     import onnx
 
-__all__ = ["ModelSource", "compile", "compile_onnx", "load_onnx"]
+__all__ = ["ModelSource", "load_onnx"]
 
 #: What :func:`load_onnx` accepts: a file path, the serialized model, or a ModelProto.
 ModelSource = Union[str, "os.PathLike[str]", bytes, "onnx.ModelProto"]
@@ -260,41 +256,3 @@ def _checked_shapes(shape_dict: Any, label: str) -> dict[str, list[int]]:
                                    "list of positive integers")
         out[name] = [int(d) for d in dims]
     return out
-
-
-def compile(  # pylint: disable=redefined-builtin
-    mod: IRModule,
-    hw: HardwareLike | None = None,
-    *,
-    target: str = TARGET_TAG,
-    execution: str = "t10",
-    state_on_chip: bool = False,
-    resident: Collection[str] | None = None,
-    preload: str | None = None,
-) -> tvm.runtime.Executable:
-    """``tvm.compile(mod, target="icca")`` for the chip ``hw`` (default: the current choice),
-    with the model-level choices of :class:`~tvm_icca.planning.CompileOptions` (``execution``
-    ``"t10"`` or ``"vgm"``, ``state_on_chip``, ``resident`` parameter names, ``preload``: the
-    HBM preload design, default ``"elk-full"`` on a chip with HBM).
-
-    Run the result with ``tvm.relax.VirtualMachine(executable, tvm.cpu())``.
-    """
-    options = CompileOptions(execution=execution, state_on_chip=state_on_chip, resident=resident,
-                             preload=preload)
-    pipeline = icca_pipeline(target, options=options)
-    if hw is None:
-        return tvm.compile(mod, target=target, relax_pipeline=pipeline)
-    with use_hardware(hw):
-        return tvm.compile(mod, target=target, relax_pipeline=pipeline)
-
-
-def compile_onnx(
-    source: ModelSource,
-    shape_dict: Mapping[str, Sequence[int]] | None = None,
-    hw: HardwareLike | None = None,
-    *,
-    target: str = TARGET_TAG,
-) -> tvm.runtime.Executable:
-    """:func:`load_onnx` then :func:`compile`."""
-    return compile(load_onnx(source, shape_dict), hw, target=target)
-

@@ -1,4 +1,4 @@
-"""From an offloaded Relax operator to a :class:`~runtime_sim.contract.program.TensorExpr`.
+"""From an offloaded Relax operator to a :class:`~runtime_sim.contract.expr.TensorExpr`.
 
 T10 plans every operator from its tensor expression (T10 §4.2, "Operator representation"):
 the iteration axes, which of them are summed, and how each tensor dimension is indexed by
@@ -39,18 +39,12 @@ from tvm import relax, te, tirx
 from tvm.sym import Analyzer
 
 from runtime_sim.contract.errors import UnsupportedOperatorError
+from runtime_sim.contract.expr import AffineIndex, Axis, Expr, TensorAccess, TensorExpr, expr_loads
 from runtime_sim.contract.hardware import check_dtype
-from runtime_sim.contract.layout import pinned_axes
-from runtime_sim.contract.program import (
-    AffineIndex,
-    Axis,
-    Expr,
-    TensorAccess,
-    TensorExpr,
-    expr_loads,
-)
+from runtime_sim.contract.plan_rules import pinned_axes
 from schedules import kind_of
-
+from tvm_icca.ops.extracted_op import ExtractedOp
+from tvm_icca.ops.gather import gather_op
 from tvm_icca.ops.te_capture import ComposedTE, compose_te
 from tvm_icca.ops.te_capture import ffi_key as _key
 from tvm_icca.ops.te_capture import function_label as _func_label
@@ -78,21 +72,6 @@ _BINARY_NODES: tuple[tuple[type, str], ...] = (
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ExtractedOp:
-    """A :class:`TensorExpr` plus where each of its inputs comes from.
-
-    ``param_of_input[i]`` is the index (in ``func.params``) of the parameter that
-    ``expr.inputs[i]`` reads, or ``None`` when that input is a constant baked into the
-    function; its value is then ``constants[i]``. A parameter can back two inputs when the
-    body reads it through two index maps that cannot share one partitioning.
-    """
-
-    expr: TensorExpr
-    param_of_input: tuple[int | None, ...]
-    constants: Mapping[int, np.ndarray] = field(default_factory=dict)
-
-
 def tensor_expr_of(func: relax.Function, name: str = "out") -> TensorExpr:
     """The tensor expression (T10 §4.2, §5) of a small Relax function.
 
@@ -113,7 +92,6 @@ def extract_op(func: relax.Function, name: str = "out") -> ExtractedOp:
     body and inner reductions become core-local ``reduce`` nodes.
     """
     composed = compose_te(func)
-    from tvm_icca.ops.gather import gather_op  # pylint: disable=import-outside-toplevel
 
     gathered = gather_op(func, composed, name)  # an embedding lookup: a data-dependent index
     if gathered is not None:
@@ -260,7 +238,7 @@ class _Converter:
         ``k``) with ``v = g*k + f``: TVM's simplifier then rewrites ``v // k`` to ``g``, so every
         index is affine (T10 §5 needs sums of axes times constants) and the output dimension
         is indexed by the digit index ``g*k + f`` (its layout rule:
-        :func:`runtime_sim.contract.layout.pinned_axes`).
+        :func:`runtime_sim.contract.plan_rules.pinned_axes`).
         """
         divisors = _floordiv_divisors(body)
         self.spatial, self.out_indices = [], []
@@ -281,7 +259,7 @@ class _Converter:
 
     def _merged_output(self, names: Sequence[str], shape: Sequence[int]) -> list[tirx.PrimExpr]:
         """One axis per atom of each output dim (outermost first); the output dim is written
-        at their row-major merge (:func:`runtime_sim.contract.program.merged_axes`). Returns the
+        at their row-major merge (:func:`runtime_sim.contract.expr.merged_axes`). Returns the
         output's index over those axes, for the load of the TE result."""
         index = []
         for d, (hint, atoms) in enumerate(zip(names, self.out_atoms)):

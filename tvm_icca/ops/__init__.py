@@ -1,1 +1,15 @@
-"""TODO: package docstring."""
+"""What the chip runs, per operator family: which Relax calls it accepts and how their TE reads.
+
+The partitioner (:mod:`tvm_icca.partition`) asks this package *whether* a call can run on the
+chip; the lowering (:mod:`tvm_icca.lower`) asks it *what* the call computes:
+
+* :mod:`.te_capture` -- the TE of a composite function, captured from TVM's own legalization;
+* :mod:`.extracted_op` -- what reading an operator yields (tensor expression + input sources);
+* :mod:`.gather` -- embedding lookups (``take``): reason, pattern and TE reader;
+* :mod:`.data_movement` -- concat, split, strided slice and rotary embeddings;
+* :mod:`.views` -- reshape-like views as re-layouts;
+* :mod:`.relax_types` -- static shapes and sizes of Relax tensor types.
+
+A family's pieces sit in its one module; the per-core compute of an op kind is its template in
+:mod:`schedules`. May import TVM and :mod:`runtime_sim.contract`. Start at :mod:`.te_capture`.
+"""

@@ -4,7 +4,7 @@ These ops compute nothing; each is the identity with a different index map betwe
 placement of its inputs and the placement of its output (T10 §5: "the program may rearrange
 the data on cores"). They need no template of their own: TVM's TE of each op
 (:mod:`tvm_icca.ops.te_capture`) already is the map, and :mod:`tvm_icca.lower.te_to_expr` turns it
-into a :class:`~runtime_sim.contract.program.TensorExpr` the planner, the functional device and the
+into a :class:`~runtime_sim.contract.expr.TensorExpr` the planner, the functional device and the
 timing simulator read alike:
 
 * ``strided_slice`` is affine: ``out[.., i, ..] = in[.., begin + i*stride, ..]`` (topi's
@@ -13,10 +13,10 @@ timing simulator read alike:
 * ``concat`` is piecewise: output range ``[off_k, off_k + n_k)`` of the axis reads input ``k``
   at ``ax - off_k`` (topi's ``concatenate``: nested ``if_then_else`` on the axis). Every input
   is placed through its shifted index and clipped to its bounds
-  (:func:`runtime_sim.contract.layout.input_boxes`), so a core owning an output block receives exactly
+  (:func:`runtime_sim.contract.relayout.input_boxes`), so a core owning an output block receives exactly
   the parts of each input that overlap it and nothing of the others; the body's ``select``
   on the axis picks the piece (a *guarded read*, see
-  :func:`runtime_sim.contract.program.guarded_inputs`).
+  :func:`runtime_sim.contract.expr.guarded_inputs`).
 * rotary position embeddings (``x*cos + rotate_half(x)*sin``) are one composite,
   :func:`rotary_embedding_pattern`: one elementwise operator reading ``x`` three ways.
 * ``split`` returns a tuple, which one tensor expression cannot; :func:`split_to_slices`
@@ -29,6 +29,8 @@ expresses: they have their own index kind, see :mod:`tvm_icca.ops.gather`.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import tvm
 from tvm import relax
@@ -102,27 +104,22 @@ def data_movement_reason(call: relax.Call) -> str | None:
     return None
 
 
-def _check(context: PatternCheckContext) -> bool:
-    from tvm_icca.partition.patterns import _check_ops  # pylint: disable=import-outside-toplevel
-
-    return _check_ops(context)
-
-
-def data_movement_patterns(prefix: str) -> list[Pattern]:
-    """``<prefix>.concat`` (one pattern per arity) and ``<prefix>.strided_slice``."""
+def data_movement_patterns(prefix: str, check: Callable[[PatternCheckContext], bool]) -> list[Pattern]:
+    """``<prefix>.concat`` (one pattern per arity) and ``<prefix>.strided_slice``, each accepted
+    by ``check`` (the pattern table's operand check, :mod:`tvm_icca.partition.patterns`)."""
     table: list[Pattern] = []
     data = wildcard()
     root = is_op("relax.strided_slice")(data, varg_default_wildcard=True)
-    table.append((f"{prefix}.strided_slice", root, {"data": data, "root": root}, _check))
+    table.append((f"{prefix}.strided_slice", root, {"data": data, "root": root}, check))
     for n in range(2, MAX_CONCAT_INPUTS + 1):
         fields = [wildcard() for _ in range(n)]
         root = is_op("relax.concat")(is_tuple(fields))
         annotations = {f"input{i}": f for i, f in enumerate(fields)}
-        table.append((f"{prefix}.concat", root, {**annotations, "root": root}, _check))
+        table.append((f"{prefix}.concat", root, {**annotations, "root": root}, check))
     return table
 
 
-def rotary_embedding_pattern(prefix: str) -> Pattern:
+def rotary_embedding_pattern(prefix: str, check: Callable[[PatternCheckContext], bool]) -> Pattern:
     """Rotary position embedding (RoFormer, Llama): ``x*cos + rotate_half(x)*sin`` with
     ``rotate_half(x) = concat(-x[..., h:], x[..., :h])``, as one composite: its TE reads ``x``
     through three index maps (itself and the two shifted halves) and is one elementwise
@@ -140,7 +137,7 @@ def rotary_embedding_pattern(prefix: str) -> Pattern:
 
     root = is_op("relax.add")(times(x, cos), times(rotated, sin))
     annotations = {"data": x, "cos": cos, "sin": sin, "root": root}
-    return (f"{prefix}.rotary_embedding", root, annotations, _check)
+    return (f"{prefix}.rotary_embedding", root, annotations, check)
 
 
 # -- split -> strided slices -------------------------------------------------------------------

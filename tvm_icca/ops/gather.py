@@ -4,22 +4,22 @@ An embedding lookup (ONNX ``Gather`` on a float table, which TVM's importer turn
 ``relax.take(table, ids, axis)`` after normalizing negative ids on the host with
 ``where(ids < 0, ids + n, ids)``) computes nothing: every core that owns a block of the output
 receives the table rows its ids pick. No affine index map says which rows, so the program
-format has a data-dependent index for it, :class:`runtime_sim.contract.program.Gather`: the table is
+format has a data-dependent index for it, :class:`runtime_sim.contract.expr.Gather`: the table is
 read through its *gathered view* ``take(table, ids, axis)``, whose blocks the planner
 partitions like any tensor, and which the device and the timing simulator fill from the rows
-the ids pick (:func:`runtime_sim.contract.layout.gather_relayout`).
+the ids pick (:func:`runtime_sim.contract.relayout.gather_relayout`).
 
 The tensor expression comes from TVM's own TE of the op (topi ``take``, captured by
 :func:`tvm_icca.ops.te_capture.compose_te`): ``out[.., i.., ..] = table[.., g(ids[i..]), ..]``
 with ``g`` the identity (mode ``"fast"``), ``min(max(0, .), n - 1)`` (``"clip"``) or
 ``truncmod(truncmod(., n) + n, n)`` (``"wrap"``). The mode is carried into the program and
-the device applies it (:func:`runtime_sim.contract.program.gather_rows`). Integer arithmetic on the
+the device applies it (:func:`runtime_sim.contract.expr.gather_rows`). Integer arithmetic on the
 ids (the importer's negative-id normalization, shape arithmetic) stays on the host.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import tvm
 from tvm import relax, te, tirx
@@ -27,16 +27,9 @@ from tvm.relax.backend.pattern_registry import Pattern
 from tvm.relax.dpl.pattern import is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
 
+from runtime_sim.contract.expr import AffineIndex, Axis, Gather, TensorAccess, TensorExpr, make_load
 from runtime_sim.contract.hardware import INDEX_DTYPES, check_dtype
-from runtime_sim.contract.program import (
-    AffineIndex,
-    Axis,
-    Gather,
-    TensorAccess,
-    TensorExpr,
-    make_load,
-)
-
+from tvm_icca.ops.extracted_op import ExtractedOp
 from tvm_icca.ops.te_capture import ComposedTE
 from tvm_icca.ops.te_capture import ffi_key as _key
 
@@ -63,13 +56,9 @@ def take_reason(call: relax.Call) -> str | None:
     return None
 
 
-def take_pattern(prefix: str) -> Pattern:
-    """``<prefix>.take``: one embedding lookup per composite."""
-    from tvm_icca.partition.patterns import _check_ops  # pylint: disable=import-outside-toplevel
-
-    def check(context: PatternCheckContext) -> bool:
-        return _check_ops(context)
-
+def take_pattern(prefix: str, check: Callable[[PatternCheckContext], bool]) -> Pattern:
+    """``<prefix>.take``: one embedding lookup per composite, accepted by ``check`` (the pattern
+    table's operand check, :mod:`tvm_icca.partition.patterns`)."""
     table, ids = wildcard(), wildcard()
     root = is_op("relax.take")(table, ids)
     return (f"{prefix}.take", root, {"table": table, "ids": ids, "root": root}, check)
@@ -113,10 +102,9 @@ def _row_index(e: Any, rows: int) -> tuple[Any, str] | None:
     return None
 
 
-def gather_op(func: relax.Function, composed: ComposedTE, name: str = "out") -> Any:
-    """The :class:`~tvm_icca.lower.te_to_expr.ExtractedOp` of a function whose TE is one take
+def gather_op(func: relax.Function, composed: ComposedTE, name: str = "out") -> ExtractedOp | None:
+    """The :class:`~tvm_icca.ops.extracted_op.ExtractedOp` of a function whose TE is one take
     (``out[..] = table[.., g(ids[..]), ..]``), or ``None`` when it is something else."""
-    from tvm_icca.lower.te_to_expr import ExtractedOp  # pylint: disable=import-outside-toplevel
 
     out = composed.output
     op = out.op

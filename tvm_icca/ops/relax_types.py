@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tvm import relax, tirx
 
-from runtime_sim.contract.program import tensor_bytes
+from runtime_sim.contract.expr import tensor_bytes
 
 
 def static_shape(ty: relax.Type) -> tuple[int, ...] | None:

@@ -7,7 +7,7 @@ BYOC composite such as ``relu(matmul(x, permute_dims(w)) + b)``) into one TE DAG
 (:class:`ComposedTE`), by capturing the TE function each legalization hands to ``call_te``
 and re-invoking it on ``te.placeholder`` tensors we control (function params), the output of
 op *i* feeding op *i+1*. :mod:`tvm_icca.lower.te_to_expr` converts that DAG to a
-:class:`~runtime_sim.contract.program.TensorExpr`.
+:class:`~runtime_sim.contract.expr.TensorExpr`.
 
 The capture patches ``relax.BlockBuilder.call_te`` at class level while a composition runs
 (the legalization functions are Python callables reached through the FFI, so subclassing
@@ -34,7 +34,6 @@ import tvm_ffi
 from tvm import relax, te
 
 from runtime_sim.contract.errors import IccaError, UnsupportedOperatorError
-
 from tvm_icca.ops.relax_types import static_shape
 
 __all__ = ["ComposedTE", "compose_te", "ffi_key", "function_label"]

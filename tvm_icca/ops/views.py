@@ -2,9 +2,9 @@
 
 A view op moves data without computing: on an ICCA chip it is a re-layout between the
 placement its producer leaves and the placement its consumer needs, the same operation the
-device performs between any two operators (:func:`runtime_sim.contract.layout.relayout`) with a
+device performs between any two operators (:func:`runtime_sim.contract.relayout.relayout`) with a
 different index map. Each view op offloaded on its own becomes a copy
-:class:`~runtime_sim.contract.program.TensorExpr` (elementwise, body = one load) whose index maps
+:class:`~runtime_sim.contract.expr.TensorExpr` (elementwise, body = one load) whose index maps
 come from TVM's own TE of the op (:mod:`tvm_icca.lower.te_to_expr`):
 
 * ``permute_dims``, ``expand_dims``, ``squeeze`` and ``broadcast_to`` read their input
@@ -13,8 +13,8 @@ come from TVM's own TE of the op (:mod:`tvm_icca.lower.te_to_expr`):
   ``out[b, s, h, d] = in[b, s, h*D + d]``.
 * A reshape that merges dimensions iterates over the finer axes as well and *writes* the
   merged dimension through a compound index: ``out[b, s, h*D + d] = in[b, s, h, d]``
-  (:func:`runtime_sim.contract.program.merged_axes`). The layout contract keeps the inner axes of a
-  merged dimension whole on every core (:func:`runtime_sim.contract.layout.pinned_axes`), so each
+  (:func:`runtime_sim.contract.expr.merged_axes`). The layout contract keeps the inner axes of a
+  merged dimension whole on every core (:func:`runtime_sim.contract.plan_rules.pinned_axes`), so each
   core's output is one contiguous block of the merged dimension.
 
 Both reshape forms iterate over the *atoms* of the reshape (:func:`reshape_atoms`): the

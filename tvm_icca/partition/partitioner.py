@@ -20,26 +20,30 @@ from typing import Any
 import tvm
 from tvm import relax
 from tvm.ir import IRModule
-from tvm.relax.transform import ConvertToDataflow, FoldConstant, FuseOpsByPattern
-from tvm.relax.transform import MergeCompositeFunctions
+from tvm.relax.transform import (
+    ConvertToDataflow,
+    FoldConstant,
+    FuseOpsByPattern,
+    MergeCompositeFunctions,
+)
 
-from tvm_icca.ops.data_movement import split_to_slices
+from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm
+from tvm_icca.frontend.rewrites import RecognizeActivations, RecognizeNorms
 from tvm_icca.hardware_choice import (
     HardwareLike,
     HardwareSpec,
     hardware_from_json,
     hardware_to_json,
+    resolve_hardware,
 )
-from tvm_icca.hardware_choice import resolve_hardware
+from tvm_icca.ops.data_movement import split_to_slices
 from tvm_icca.partition.patterns import (
     CODEGEN_NAME,
     OFFLOADABLE_OPS,
     checking_for,
     get_icca_patterns,
+    unsupported_reason,
 )
-from tvm_icca.partition.patterns import unsupported_reason
-from tvm_icca.frontend.rewrites import RecognizeActivations, RecognizeNorms
-from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm
 
 __all__ = [
     "HARDWARE_ATTR",
@@ -49,6 +53,7 @@ __all__ = [
     "is_partitioned",
     "partition_for_icca",
     "partition_report",
+    "partition_module",
     "region_hardware",
 ]
 
@@ -97,7 +102,14 @@ def partition_for_icca(
         A module that already has ICCA regions is returned unchanged (partitioning it again
         would wrap regions into regions).
     """
-    spec = resolve_hardware(hw)
+    return partition_module(mod, resolve_hardware(hw), fold_constants=fold_constants,
+                            bind_constants=bind_constants)
+
+
+def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool = True,
+                     bind_constants: bool = False) -> IRModule:
+    """:func:`partition_for_icca` for a chip already resolved by the caller (the entry points
+    resolve ``hw`` once and pass the :class:`HardwareSpec` down)."""
     if icca_regions(mod):
         logger.debug("module already has ICCA regions; not partitioning it again")
         return mod

@@ -30,15 +30,16 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
+from runtime_sim.contract.errors import UnsupportedDtypeError
+from tvm_icca.hardware_choice import HardwareSpec, current_hardware
 from tvm_icca.ops.data_movement import (
     DATA_MOVEMENT_OPS,
     data_movement_patterns,
     data_movement_reason,
+    rotary_embedding_pattern,
+    tensor_operands,
 )
-from tvm_icca.ops.data_movement import rotary_embedding_pattern, tensor_operands
-from tvm_icca.errors import UnsupportedDtypeError
 from tvm_icca.ops.gather import GATHER_OPS, take_pattern, take_reason
-from tvm_icca.hardware_choice import HardwareSpec, current_hardware
 from tvm_icca.ops.views import VIEW_OPS, view_reason
 
 __all__ = [
@@ -400,11 +401,11 @@ def _pattern_table() -> list[Pattern]:
     table.append(_where_pattern())
     table.append(_layer_norm_pattern())
     table.append(_rms_norm_pattern())
-    table += data_movement_patterns(CODEGEN_NAME)
-    table.append(take_pattern(CODEGEN_NAME))
+    table += data_movement_patterns(CODEGEN_NAME, _check_ops)
+    table.append(take_pattern(CODEGEN_NAME, _check_ops))
     for anchor in ("matmul", "conv2d"):
         table += _anchor_patterns(anchor)
-    table.append(rotary_embedding_pattern(CODEGEN_NAME))  # before its slices, concat, products
+    table.append(rotary_embedding_pattern(CODEGEN_NAME, _check_ops))  # before its slices, concat, products
     return table
 
 

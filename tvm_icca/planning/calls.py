@@ -17,10 +17,9 @@ from tvm import relax
 from tvm.ir import IRModule
 
 from runtime_sim.contract.errors import IccaError
-
+from tvm_icca.ops.relax_types import static_bytes, static_shape
 from tvm_icca.partition.partitioner import icca_regions, partition_report
 from tvm_icca.partition.patterns import composite_label
-from tvm_icca.ops.relax_types import static_bytes, static_shape
 
 __all__ = [
     "CHIP", "HOST", "STATE", "VIEW_OPS", "argument_origins", "default_resident", "host_reads", "main_function",

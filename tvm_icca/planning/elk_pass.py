@@ -26,11 +26,11 @@ from typing import Any, Sequence
 
 from runtime_sim.contract.errors import IccaError
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.program import EXECUTE, PRELOAD, DeviceProgram, PreloadSchedule, VgmPlan
-
+from runtime_sim.contract.plan import VgmPlan
+from runtime_sim.contract.program import EXECUTE, PRELOAD, DeviceProgram, PreloadSchedule
 from tvm_icca.elk.designs import DESIGNS, ElkSchedule, plan_preloads
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
-from tvm_icca.lower.region import PlanCache
+from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.planning.tradeoff_tables import operator_tables
 
 __all__ = ["PRELOAD_DESIGNS", "DEFAULT_HBM_DESIGN", "PreloadSummary", "schedule_preloads"]

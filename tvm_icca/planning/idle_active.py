@@ -10,7 +10,7 @@ weights from one to the other each time the operator runs. :func:`reconcile_regi
    operator of every call of a region (a model's layers) is one decision with a count; its
    first budget is the SRAM left after the activation margin and the region's intermediates
    still held on chip when it runs, with every earlier operator in its fastest candidate
-   (:func:`~tvm_icca.lower.region.region_budgets`);
+   (:func:`~tvm_icca.planning.region_plans.region_budgets`);
 2. Algorithm 1 picks idle and active plans for all of them within the chip's memory, with the
    setup of an operator estimated as the weight bytes a core receives over its link.
 
@@ -31,9 +31,11 @@ from typing import Any, Mapping, Sequence
 from runtime_sim.contract.errors import PlanNotFoundError, short_name
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import IDLE_SPREAD, OpProgram
-
-from tvm_icca.lower.region import PendingOp, PlanCache, RegionOps, held_bytes, region_budgets
+from runtime_sim.contract.plan import IDLE_SPREAD
+from runtime_sim.contract.program import OpProgram
+from tvm_icca.lower.region import PendingOp, RegionOps
+from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.planning.region_plans import held_bytes, region_budgets
 from tvm_icca.plans.reconcile import (
     OpOptions,
     PlanOption,

@@ -47,38 +47,38 @@ from tvm.ir import IRModule
 from runtime_sim.contract.errors import IccaError, PlanNotFoundError, short_name
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.program import DeviceProgram, model_state_source
-
-from tvm_icca.runtime.device_entry import raise_through_ffi
 from tvm_icca.hardware_choice import HardwareLike, hardware_from_json, resolve_hardware
+from tvm_icca.lower.region import extract_region
 from tvm_icca.partition.partitioner import (
     HARDWARE_ATTR,
     icca_regions,
     is_partitioned,
-    partition_for_icca,
+    partition_module,
 )
-from tvm_icca.lower.region import EXECUTION_MODELS, PlanCache, compile_region, extract_region
-from tvm_icca.plans.plan_hook import compiled_with_hook, database_scope
 from tvm_icca.planning.calls import (
     CHIP,
     STATE,
     argument_origins,
     default_resident,
     host_reads,
-    main_function,
-)
-from tvm_icca.planning.calls import (
     largest_activations,
+    main_function,
     on_chip_reservation,
     region_call_order,
     region_gvars,
 )
-from tvm_icca.planning.idle_active import ModelPlan, reconcile_regions
 from tvm_icca.planning.elk_pass import (
     DEFAULT_HBM_DESIGN,
     PRELOAD_DESIGNS,
     PreloadSummary,
     schedule_preloads,
 )
+from tvm_icca.planning.idle_active import ModelPlan, reconcile_regions
+from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.planning.region_plans import EXECUTION_MODELS, compile_region
+from tvm_icca.plans.plan_hook import compiled_with_hook
+from tvm_icca.records.apply import database_scope
+from tvm_icca.runtime.device_entry import raise_through_ffi
 
 __all__ = [
     "EXECUTION_MODELS",
@@ -174,8 +174,15 @@ def plan_device_programs(
     a progress bar over the regions. A module without ICCA regions, or already planned, is
     returned unchanged.
     """
+    # a bad chip fails here, not later
+    return _planning_pass(resolve_hardware(hw) if hw is not None else None, options,
+                          plan_cache=plan_cache, progress=progress)
+
+
+def _planning_pass(spec: HardwareSpec | None, options: CompileOptions | None, *,
+                   plan_cache: PlanCache | None, progress: bool) -> tvm.transform.Pass:
+    """:func:`plan_device_programs` for a resolved chip (``None``: the module's own)."""
     opts = options if options is not None else CompileOptions()
-    spec = resolve_hardware(hw) if hw is not None else None  # a bad chip fails here, not later
 
     @tvm.transform.module_pass(opt_level=0, name="PlanIccaDevicePrograms")
     def _plan(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
@@ -202,7 +209,7 @@ def plan_device_programs(
 
 
 def icca_model_passes(
-    hw: HardwareLike | None = None,
+    hw: HardwareSpec,
     options: CompileOptions | None = None,
     *,
     plan_cache: PlanCache | None = None,
@@ -210,19 +217,23 @@ def icca_model_passes(
 ) -> tvm.transform.Pass:
     """Partition for ``hw`` (unless partitioned) and plan every region's device program: the
     passes ``tvm.compile(mod, target="icca")`` runs before ``RunCodegen``, and all the
-    timing-only path runs."""
+    timing-only path runs. ``hw`` is the chip its caller resolved (once, at the entry point:
+    :func:`tvm_icca.backend.target.offload_to_icca`,
+    :func:`tvm_icca.drivers.timing_only.compile_programs`)."""
+    if not isinstance(hw, HardwareSpec):
+        raise IccaError(f"icca_model_passes needs a resolved HardwareSpec, got {type(hw).__name__}")
 
     @tvm.transform.module_pass(opt_level=0, name="PartitionForIcca")
     def _partition(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         try:
             main_function(mod)  # a model is a module with a Relax "main"
-            return mod if is_partitioned(mod) else partition_for_icca(mod, hw)
+            return mod if is_partitioned(mod) else partition_module(mod, hw)
         except IccaError as err:
             raise_through_ffi(err)
             raise
 
     return tvm.transform.Sequential(
-        [_partition, plan_device_programs(hw, options, plan_cache=plan_cache, progress=progress)],
+        [_partition, _planning_pass(hw, options, plan_cache=plan_cache, progress=progress)],
         name="IccaModelPasses")
 
 
@@ -381,7 +392,7 @@ def _compile_reconciled(order: Sequence[str], regions, plan_hw: HardwareSpec, ca
     extracted = {}
     for region in _progress(list(dict.fromkeys(order)), progress):
         with _region_errors(region, plan_hw):
-            extracted[region] = extract_region(regions[region], region, plan_hw, cache)
+            extracted[region] = extract_region(regions[region], region, plan_hw, cache.exprs)
     state: dict[str, frozenset[str]] = {}
     for region, row in zip(order, origins):
         names = frozenset(d.name for d, o in zip(extracted[region].inputs, row) if o == STATE)

@@ -12,7 +12,7 @@ needs what Elk's scheduler trades off (:class:`~tvm_icca.elk.tradeoffs.OpTradeof
   13B-sized matmul on this machine; the ladder keeps its useful corner (most of a decode
   matmul's frontier is within 2x of its smallest footprint) for a fraction of that. The
   ladders of every distinct operator are searched first, side by side on the plan cache's
-  worker processes (:meth:`~tvm_icca.lower.region.PlanCache.prefetch_ladders`).
+  worker processes (:meth:`~tvm_icca.planning.plan_cache.PlanCache.prefetch_ladders`).
 * **preload-state plans** (trade-offs 2 and 3): for each execute-state plan, the chunk counts
   of its off-chip inputs (:mod:`runtime_sim.contract.preload_chunks`), kept when Pareto-optimal in preload
   space vs distribution time;
@@ -22,7 +22,7 @@ needs what Elk's scheduler trades off (:class:`~tvm_icca.elk.tradeoffs.OpTradeof
 Every execute-state point also pays the arrival of its on-chip inputs
 (:func:`arrival_seconds`): the re-layout from where the producer's compiled plan leaves them
 (or a region input's canonical blocks) onto the point's cores, exact box overlaps as the device
-moves them (:func:`runtime_sim.contract.layout.input_relayout`), one phase per input costed by the
+moves them (:func:`runtime_sim.contract.relayout.input_relayout`), one phase per input costed by the
 device's own network model (:meth:`runtime_sim.machine.topology.Topology.multicast_phase`: the
 busiest receive *or send* port, the inter-chip fabric, the hop latency). Its link-busy part
 (:attr:`~runtime_sim.machine.topology.PhaseCost.busy_s`) counts as the point's traffic too. Costing
@@ -37,8 +37,8 @@ schedules 11% faster, Llama2-13B and OPT-30B 3%.)
 
 Execution times are the plan cost model's (corrected where the device runs a plan differently,
 :func:`_device_correction`); arrivals, preload deliveries and distributions are the device's own
-phases on the chip's topology (:func:`runtime_sim.contract.preload_chunks.preload_delivery`,
-:func:`runtime_sim.contract.preload_chunks.distribution_phase`); the timing simulator measures the resulting
+phases on the chip's topology (:func:`runtime_sim.machine.preload_delivery.preload_delivery`,
+:func:`runtime_sim.machine.preload_delivery.distribution_phase`); the timing simulator measures the resulting
 program with those phases, routed, and their contention over time. Identical operators (same
 structure, plan and sources) share one table.
 
@@ -62,42 +62,40 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-from runtime_sim.contract.errors import PlanNotFoundError
-from runtime_sim.contract.hardware import HardwareSpec
 import numpy as np
 
-from runtime_sim.contract.layout import (
+from runtime_sim.contract.errors import PlanNotFoundError
+from runtime_sim.contract.expr import dtype_bytes
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.lifetimes import held_bytes
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.preload_chunks import chip_read_bytes, chunk_options, preload_bytes
+from runtime_sim.contract.program import DeviceProgram, OpProgram
+from runtime_sim.contract.relayout import (
     BlockGrid,
-    OpLayout,
     canonical_grid,
     input_boxes,
     input_relayout,
     producer_grid,
 )
-from runtime_sim.contract.lifetimes import held_bytes
+from runtime_sim.contract.stream import PRODUCED, input_sources
 from runtime_sim.machine.links import (
     bandwidth_view,
     replica_reduction_busy_seconds,
     replica_reduction_seconds,
 )
-from runtime_sim.contract.preload_chunks import (
-    chip_read_bytes,
-    chunk_options,
-    distribution_phase,
-    preload_bytes,
-    preload_delivery,
-)
-from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, OpProgram, dtype_bytes
-from runtime_sim.contract.stream import PRODUCED, input_sources
+from runtime_sim.machine.preload_delivery import distribution_phase, preload_delivery
 from runtime_sim.machine.topology import Topology, make_topology, relayout_pattern
-
 from tvm_icca.elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
+from tvm_icca.planning.plan_cache import LadderStep, PlanCache
 from tvm_icca.plans.batch_cost import AnalyticBatchModel
 from tvm_icca.plans.cost import AnalyticCostModel, PlanCost
-from tvm_icca.plans.mapping import rotation_inter_chip_bytes
-from tvm_icca.plans.structure import build_structure
-from tvm_icca.lower.region import LadderStep, PlanCache
+from tvm_icca.plans.fit import fits
+from tvm_icca.plans.mapping import choose_core_order, rotation_inter_chip_bytes
 from tvm_icca.plans.plan_hook import measured_plans
+from tvm_icca.plans.structure import build_structure
+from tvm_icca.records.keys import plan_signature
 
 #: Budgets (fractions of the fastest plan's footprint) of the smaller execute-state plans.
 BUDGET_LADDER = (0.6, 0.36, 0.22)
@@ -314,13 +312,6 @@ def _with_records(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
                   ) -> list[tuple[ExecutionPlan, float, float, bool]]:
     """The execute-state points from measurements where there are some (module docstring):
     fastest first, each smaller and slower than the one before."""
-    # tuning is loaded whenever records are in use; the compiler proper does not need it
-    from tvm_icca.plans.mapping import choose_core_order  # pylint: disable=import-outside-toplevel
-    from tvm_icca.tuning.candidates import (  # pylint: disable=import-outside-toplevel
-        fits,
-        plan_signature,
-    )
-
     seconds = {plan_signature(plan): s for s, plan in measured}
     cost_model = AnalyticCostModel()
     layouts = [OpLayout(op.expr, plan, hw.cores_per_chip) for _, plan in measured]
@@ -365,10 +356,10 @@ def _preload_points(layout: OpLayout, offchip: tuple[int, ...], hbm: tuple[int, 
     first, each priced as the device runs it.
 
     Per input, every chunk count (:func:`_chunk_choices`) is costed alone: its preload space,
-    its distribution phase (:func:`runtime_sim.contract.preload_chunks.distribution_phase`) and the seconds its
+    its distribution phase (:func:`runtime_sim.machine.preload_delivery.distribution_phase`) and the seconds its
     busiest source needs; the combinations over inputs are pruned to the Pareto set of those
     sums. Each kept combination is then priced whole: the delivery of its inputs from each
-    source (:func:`runtime_sim.contract.preload_chunks.preload_delivery`: controllers, edge ports or host
+    source (:func:`runtime_sim.machine.preload_delivery.preload_delivery`: controllers, edge ports or host
     links, multicast on the topology; HBM and host legs run side by side, as the device runs
     them) and one distribution phase of all its chunked inputs. Pricing the delivery as
     preload bytes over one core's link bandwidth made a mesh's preloads look about three times

@@ -32,7 +32,7 @@ import numpy as np
 
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.layout import STAT_BYTES, local_splits
+from runtime_sim.contract.plan_rules import STAT_BYTES, local_splits
 from runtime_sim.machine.links import (
     chunk_latency_seconds,
     link_transfer_seconds,
@@ -41,7 +41,6 @@ from runtime_sim.machine.links import (
 )
 from schedules import template_for
 from schedules.base import ComputeTemplate, MatrixTemplate, arithmetic_nodes, contraction_roles
-
 from tvm_icca.plans.bounds import (
     partition_lower_bounds,
     step_partition_lower_bounds,

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.machine.links import link_transfer_seconds
 from runtime_sim.contract.layout import OpLayout
-
+from runtime_sim.machine.links import link_transfer_seconds
 from tvm_icca.plans.batch_cost import AnalyticBatchModel
 from tvm_icca.plans.structure import PlanStructure, build_structure
 

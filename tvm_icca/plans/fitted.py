@@ -8,7 +8,7 @@ per op kind): each feature is a time the analytic model already estimates, so a 
 combination can only recalibrate it -- and it is what T10 uses.
 
 Here only prediction lives, from coefficients saved as JSON. Fitting them from timing-simulator
-profiles is a tool, :mod:`tvm_icca.cli.fit_cost_model` (``tvm-icca fit-cost-model``),
+profiles is a tool, :mod:`tvm_icca.cli.fit_cost_model_command` (``tvm-icca fit-cost-model``),
 which the compiler never imports.
 """
 
@@ -18,11 +18,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime_sim.contract.expr import dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.machine.links import replica_reduction_seconds
-from runtime_sim.contract.program import dtype_bytes
-
 from tvm_icca.plans.batch_cost import AnalyticBatchModel
 from tvm_icca.plans.cost import PlanCost
 

@@ -1,6 +1,6 @@
 """Chip-aware mapping of a plan's sub-operators to physical cores (T10 §4.4, Elk §5).
 
-A plan's ``core_order`` (:class:`runtime_sim.contract.program.ExecutionPlan`) numbers its core grid:
+A plan's ``core_order`` (:class:`runtime_sim.contract.plan.ExecutionPlan`) numbers its core grid:
 row-major over the axes in that order (:attr:`runtime_sim.contract.layout.OpLayout.grid`). Cores
 ``c * cores_per_chip ... (c + 1) * cores_per_chip - 1`` are chip ``c``, so on a multi-chip
 system the order decides which sub-operators share a chip. With the expression's own order,
@@ -27,14 +27,14 @@ simulator moves (:mod:`runtime_sim.timing`, whose geometry lives in
 :mod:`runtime_sim.contract.layout`):
 
 * HBM: the distinct input boxes each chip needs of every ``"hbm"`` input (what the chip reads
-  from its own HBM, :meth:`~runtime_sim.contract.layout.Boxes.unique_bytes_per_chip`), the busiest
+  from its own HBM, :meth:`~runtime_sim.contract.relayout.Boxes.unique_bytes_per_chip`), the busiest
   chip at its share of the HBM bandwidth;
 * inter-chip bytes at ``hw.inter_chip_bandwidth``: rotation shifts whose source core is on
   another chip, partial sums sent to an owner on another chip; for an input produced by an
   earlier operator of the region (``producers``: its layout), the re-layout from the
-  producer's output blocks (:func:`~runtime_sim.contract.layout.producer_grid`) onto the candidate's
+  producer's output blocks (:func:`~runtime_sim.contract.relayout.producer_grid`) onto the candidate's
   cores, each piece counted once per chip other than its owner's that needs it (the
-  multicast the timing simulator sends, :func:`~runtime_sim.contract.layout.relayout`); for any other
+  multicast the timing simulator sends, :func:`~runtime_sim.contract.relayout.relayout`); for any other
   on-chip input, the copies of its distinct boxes beyond the first that must reach a second
   chip.
 
@@ -52,9 +52,11 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.layout import OpLayout, input_boxes, input_relayout, producer_grid
-from runtime_sim.contract.program import ExecutionPlan, TensorExpr
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.relayout import input_boxes, input_relayout, producer_grid
 
 #: An input produced by an earlier operator of the region: (index in ``expr.inputs``, the
 #: producer's layout).

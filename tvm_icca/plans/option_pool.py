@@ -5,7 +5,7 @@ model kept on chip (T10 §4.3.1: one Pareto scan per distinct operator), and the
 Elk's execute-state ladders (Elk §4.3) the bulk of its trade-off tables; the searches of
 different operators are independent, so they run side by side on the machine's cores.
 Results do not depend on the number of workers: each search is the same computation in
-another process (whose :class:`.cache.PlanSearchCache` memoizes only what is the same for
+another process (whose :class:`.cache.SearchMemo` memoizes only what is the same for
 every search).
 
 Workers are forked from the compiling process, so they start at once with everything
@@ -19,11 +19,10 @@ import os
 import queue
 from typing import Callable, Sequence, TypeVar
 
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.program import TensorExpr
-
-from tvm_icca.plans.cache import PlanSearchCache
 from tvm_icca.plans.reconcile import PlanOption, operator_options
+from tvm_icca.plans.search_memo import SearchMemo
 
 __all__ = ["OptionRequest", "available_jobs", "map_in_workers", "options_of_many"]
 
@@ -43,16 +42,16 @@ def available_jobs() -> int:
 
 
 def options_of_many(requests: Sequence[OptionRequest], hw: HardwareSpec, jobs: int,
-                    cache: PlanSearchCache | None = None) -> list[tuple[PlanOption, ...]]:
+                    cache: SearchMemo | None = None) -> list[tuple[PlanOption, ...]]:
     """:func:`.reconcile.operator_options` of every request within ``hw``'s whole SRAM, in
     request order, on up to ``jobs`` worker processes. A scan that fails in a worker (or
     that a worker that died never returned) is run again here, so its exception is raised
     as the sequential compile would raise it."""
     # one cache per worker (a copy of this empty one): operators share structures and
     # assignment counts, which a cache per scan would compute again
-    worker_cache = PlanSearchCache()
+    worker_cache = SearchMemo()
 
-    def scan(request: OptionRequest, into: PlanSearchCache | None) -> tuple[PlanOption, ...]:
+    def scan(request: OptionRequest, into: SearchMemo | None) -> tuple[PlanOption, ...]:
         expr, resident = request
         return operator_options(expr, hw, list(resident), hw.usable_sram_bytes, cache=into)
 

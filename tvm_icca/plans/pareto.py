@@ -16,16 +16,15 @@ from typing import Sequence
 
 import numpy as np
 
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.program import ExecutionPlan, TensorExpr
-
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plans.batch_cost import AnalyticBatchModel, BatchCostModel
 from tvm_icca.plans.bounds import (
     memory_lower_bound,
     partition_lower_bounds,
     step_partition_lower_bounds,
 )
-from tvm_icca.plans.cache import PlanSearchCache, cache_or_new
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.partitions import StepCaps, StepFilter, plans_for
 from tvm_icca.plans.scoring import (
@@ -36,8 +35,9 @@ from tvm_icca.plans.scoring import (
     plan_chunks,
     score,
 )
+from tvm_icca.plans.search_memo import SearchMemo, cache_or_new, plan_structure
 from tvm_icca.plans.space_size import SpaceSizes, count_complete_space
-from tvm_icca.plans.structure import PlanStructure, plan_structure
+from tvm_icca.plans.structure import PlanStructure
 
 __all__ = ["ParetoPlan", "pareto_front", "pareto_fronts", "pareto_plan_sets", "pareto_plans",
            "pareto_scored", "space_sizes"]
@@ -59,7 +59,7 @@ def _dominated(front_memory: np.ndarray, front_time: np.ndarray, memory_lb: np.n
 def pareto_scored(structure: PlanStructure, model: BatchCostModel, max_cores: int,
                   filters: PlanFilters | None, budget: float,
                   tensors: Sequence[int] | None = None, tolerance: float = 0.0,
-                  cache: PlanSearchCache | None = None) -> ScoredPlans:
+                  cache: SearchMemo | None = None) -> ScoredPlans:
     """The Pareto frontier (as scored plans, fewest bytes first) of the filtered space.
 
     The frontier trades time for bytes per core (all partitions); with ``tensors`` it trades
@@ -74,7 +74,7 @@ def pareto_scored(structure: PlanStructure, model: BatchCostModel, max_cores: in
 def pareto_fronts(structure: PlanStructure, model: BatchCostModel, max_cores: int,
                   filters: PlanFilters | None, budget: float,
                   objectives: Sequence[Sequence[int] | None], tolerance: float = 0.0,
-                  cache: PlanSearchCache | None = None) -> list[ScoredPlans]:
+                  cache: SearchMemo | None = None) -> list[ScoredPlans]:
     """Several frontiers (one per memory objective, see :func:`pareto_scored`) in one scan:
     each candidate row is expanded and scored once, unless every frontier dominates it."""
     cache = cache_or_new(cache)
@@ -162,7 +162,7 @@ class ParetoPlan:
 def pareto_plans(expr: TensorExpr, hw: HardwareSpec, cost_model: BatchCostModel | None = None,
                  filters: PlanFilters | None = PlanFilters.t10(), budget_bytes: int | None = None,
                  relax: bool = True, tensors: Sequence[int] | None = None,
-                 tolerance: float = 0.0, cache: PlanSearchCache | None = None) -> list[ParetoPlan]:
+                 tolerance: float = 0.0, cache: SearchMemo | None = None) -> list[ParetoPlan]:
     """Time/memory Pareto plans of ``expr`` on ``hw`` that fit the budget, fewest bytes first.
 
     ``filters`` defaults to T10's search constraints with the Elk artifact's thresholds; when
@@ -180,7 +180,7 @@ def pareto_plan_sets(expr: TensorExpr, hw: HardwareSpec, objectives: Sequence[Se
                      cost_model: BatchCostModel | None = None,
                      filters: PlanFilters | None = PlanFilters.t10(), budget_bytes: int | None = None,
                      relax: bool = True, tolerance: float = 0.0,
-                     cache: PlanSearchCache | None = None) -> list[list[ParetoPlan]]:
+                     cache: SearchMemo | None = None) -> list[list[ParetoPlan]]:
     """:func:`pareto_plans` for several memory objectives at once (one scan of the space)."""
     return [_as_plans(front) for front in
             _fronts(expr, hw, cost_model, filters, budget_bytes, relax, objectives, tolerance, cache)]
@@ -203,7 +203,7 @@ def _as_plans(front: ScoredPlans) -> list[ParetoPlan]:
 
 
 def filtered_space_size(structure: PlanStructure, max_cores: int, filters: PlanFilters | None,
-                        budget: float | None = None, cache: PlanSearchCache | None = None) -> int:
+                        budget: float | None = None, cache: SearchMemo | None = None) -> int:
     """Number of (F_op, f_t) plans passing ``filters`` (and fitting ``budget`` if given)."""
     cache = cache_or_new(cache)
     F = candidate_partitions(structure, max_cores, filters)
@@ -224,7 +224,7 @@ def filtered_space_size(structure: PlanStructure, max_cores: int, filters: PlanF
 
 def space_sizes(expr: TensorExpr, hw: HardwareSpec, filters: PlanFilters = PlanFilters.t10(),
                 cost_model: BatchCostModel | None = None,
-                cache: PlanSearchCache | None = None) -> SpaceSizes:
+                cache: SearchMemo | None = None) -> SpaceSizes:
     """Complete / filtered / Pareto sizes of one operator's plan space (T10 Fig. 17).
 
     The complete space is counted combinatorially on ``hw.num_cores`` cores; the filtered

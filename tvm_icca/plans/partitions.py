@@ -11,7 +11,7 @@ candidates:
 
 * ``1 <= F_a <= extent_a``; pinned axes (sharing a dimension with a core-local axis) keep
   ``F_a = 1`` and never rotate, except a row that its core-local reductions follow
-  (``runtime_sim.contract.layout.local_splits``): it takes a divisor of its extent (split statistics);
+  (``runtime_sim.contract.plan_rules.local_splits``): it takes a divisor of its extent (split statistics);
 * a tensor rotates only on axes that index exactly one of its dimensions, with coefficient 1
   and no offset, and never when it is an epilogue input;
 * ``prod f_t`` of a tensor divides ``P_T``, the number of cores sharing each sub-tensor;
@@ -26,7 +26,7 @@ Candidates are built as arrays: every ``F_op`` tuple first, then for every disti
 sharing counts ``(P_T)`` the ``f_t`` assignments, joined tensor by tensor with the alignment
 rule applied after each join. Assignments depend
 on ``F_op`` only through ``(P_T)``: they are memoized per sharing tuple in the caller's
-:class:`~.cache.PlanSearchCache`. The complete space is counted in :mod:`.space_size`, its
+:class:`~.cache.SearchMemo`. The complete space is counted in :mod:`.space_size`, its
 lower bounds are :mod:`.bounds`, T10's search constraints :class:`~.filters.PlanFilters`.
 """
 
@@ -41,10 +41,9 @@ import numpy as np
 
 from runtime_sim.contract.errors import InvalidPlanError
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import ExecutionPlan
-
-from tvm_icca.plans.cache import PlanSearchCache, cache_or_new
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plans.intmath import INT, ceil_div, divisors, factor_tuples, rank_values, unique_rows
+from tvm_icca.plans.search_memo import SearchMemo, cache_or_new
 from tvm_icca.plans.structure import PlanStructure
 
 
@@ -163,7 +162,7 @@ def _pack_rows(S: np.ndarray) -> np.ndarray | None:
 
 
 def temporal_assignments(structure: PlanStructure, P: Sequence[int],
-                         cache: "PlanSearchCache | None" = None) -> np.ndarray:
+                         cache: "SearchMemo | None" = None) -> np.ndarray:
     """All f_t assignments obeying the divisibility and alignment rules for sharing ``P``.
 
     Returns ``(n, T, A)``: tensor ``t`` gets factors only on its rotatable axes, with
@@ -174,7 +173,7 @@ def temporal_assignments(structure: PlanStructure, P: Sequence[int],
 
 
 def assignments(structure: PlanStructure, P: Sequence[int],
-                cache: "PlanSearchCache | None" = None,
+                cache: "SearchMemo | None" = None,
                 caps: Sequence[int] | None = None) -> Assignments:
     """:class:`Assignments` of sharing tuple ``P`` (from ``cache`` when it holds them).
 
@@ -186,7 +185,7 @@ def assignments(structure: PlanStructure, P: Sequence[int],
 
 
 def assignments_many(structure: PlanStructure, keys: Sequence[Sequence[int]],
-                     caps: Sequence[Sequence[int] | None], cache: "PlanSearchCache | None" = None,
+                     caps: Sequence[Sequence[int] | None], cache: "SearchMemo | None" = None,
                      ) -> list[Assignments]:
     """:func:`assignments` of several (sharing tuple, caps): those ``cache`` does not hold
     are joined together (:func:`_join_many`), which costs far less than one at a time."""
@@ -202,14 +201,14 @@ def assignments_many(structure: PlanStructure, keys: Sequence[Sequence[int]],
 
 
 def assignment_count(structure: PlanStructure, P: Sequence[int],
-                     cache: "PlanSearchCache | None" = None) -> int:
+                     cache: "SearchMemo | None" = None) -> int:
     """``len(temporal_assignments(structure, P))``, memoized as a number in ``cache`` (the
     chunking of the searches needs the counts of rows whose assignments it may never build)."""
     return assignment_counts(structure, [P], cache)[0]
 
 
 def assignment_counts(structure: PlanStructure, keys: Sequence[Sequence[int]],
-                      cache: "PlanSearchCache | None" = None) -> list[int]:
+                      cache: "SearchMemo | None" = None) -> list[int]:
     """:func:`assignment_count` of several sharing tuples, the missing ones joined together."""
     tuples = [tuple(int(p) for p in key) for key in keys]
 
@@ -430,7 +429,7 @@ def partition_bytes(structure: PlanStructure, ft: np.ndarray, xp: np.ndarray) ->
 
 
 def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool = False,
-              max_padding: float = math.inf, cache: "PlanSearchCache | None" = None,
+              max_padding: float = math.inf, cache: "SearchMemo | None" = None,
               keep_steps: "StepFilter | None" = None,
               caps: "StepCaps | None" = None) -> PlanBatch:
     """Every valid plan (without loop order) of every F_op row: the rows' f_t assignments.
@@ -637,7 +636,7 @@ def _drop_invalid(batch: PlanBatch) -> PlanBatch:
 
 def iter_plan_chunks(structure: PlanStructure, F: np.ndarray, chunk: int = 200_000,
                      exclude_unrotated: bool = False,
-                     cache: "PlanSearchCache | None" = None) -> Iterable[PlanBatch]:
+                     cache: "SearchMemo | None" = None) -> Iterable[PlanBatch]:
     """:func:`plans_for` over ``F`` in pieces of about ``chunk`` plans (bounded memory)."""
     if len(F) == 0:
         return

@@ -1,9 +1,9 @@
 """The one point where tuning reaches into the compiler: a plan hook consulted per operator.
 
-:func:`tvm_icca.lower.region.plan_region` asks :func:`planned_with_hook` for every compute-shift
+:func:`tvm_icca.planning.region_plans.plan_region` asks :func:`planned_with_hook` for every compute-shift
 operator it has just planned. Without an active hook (the default) the planned operator is
 returned as it is. A tuning session installs an observer (:mod:`.tasks`: which operators the
-compiler plans, with which budget); :func:`tvm_icca.tuning.use_database` installs a provider
+compiler plans, with which budget); :func:`tvm_icca.use_database` installs a provider
 that may return a tuned plan instead (:mod:`.apply`). The hook lives in a
 :class:`contextvars.ContextVar`, so it is scoped to a ``with`` block and to one thread or
 task, never a module-level setting.
@@ -22,19 +22,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
+    from runtime_sim.contract.expr import TensorExpr
     from runtime_sim.contract.hardware import HardwareSpec
-    from runtime_sim.contract.program import DeviceProgram, ExecutionPlan, TensorExpr
-
+    from runtime_sim.contract.plan import ExecutionPlan
+    from runtime_sim.contract.program import DeviceProgram
     from tvm_icca.plans import PlannedOp
     from tvm_icca.plans.mapping import Producer
 
-__all__ = ["PlanHook", "PlanRequest", "active_hook", "compiled_with_hook", "database_scope",
-           "measured_plans", "plan_hook", "planned_with_hook"]
+__all__ = ["PlanHook", "PlanRequest", "active_hook", "compiled_with_hook", "measured_plans", "plan_hook",
+           "planned_with_hook"]
 
 
 @dataclass(frozen=True)
@@ -97,25 +97,3 @@ def compiled_with_hook(programs: Sequence["DeviceProgram"]) -> None:
     done = getattr(hook, "compiled", None)
     if done is not None:
         done(programs)
-
-
-#: The meta_schedule module whose ``Database.current()`` is consulted; when it was never
-#: imported no database can be current, and compiling does not import meta_schedule.
-_MS_DATABASE = "tvm.s_tir.meta_schedule.database"
-
-
-@contextlib.contextmanager
-def database_scope() -> Iterator[None]:
-    """Inside a meta_schedule ``with database:`` block (and no hook installed), install the
-    :func:`tvm_icca.use_database` hook over that database's records for the ``with`` block
-    (the model-level compiler wraps a compilation in it); otherwise do nothing."""
-    database = None
-    if _HOOK.get() is None and _MS_DATABASE in sys.modules:
-        database = sys.modules[_MS_DATABASE].Database.current()
-    if database is None:
-        yield
-        return
-    from tvm_icca.records.apply import hook_for_database  # pylint: disable=import-outside-toplevel
-
-    with plan_hook(hook_for_database(database)):
-        yield

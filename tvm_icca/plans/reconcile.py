@@ -36,14 +36,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from runtime_sim.contract.expr import TensorExpr, dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.layout import OpLayout, canonical_grid, rests_spread
-from runtime_sim.contract.program import IDLE_SPREAD, TensorExpr, dtype_bytes
-
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import IDLE_SPREAD
+from runtime_sim.contract.relayout import canonical_grid, rests_spread
 from tvm_icca.plans.batch_cost import AnalyticBatchModel, ArrivalCostModel
-from tvm_icca.plans.cache import PlanSearchCache
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.pareto import pareto_plan_sets
+from tvm_icca.plans.search_memo import SearchMemo
 
 
 @dataclass(frozen=True)
@@ -272,7 +273,7 @@ def options_from_plans(expr: TensorExpr, plans: Sequence[Any], resident: Sequenc
     """
     out = []
     spread = _spread_parts(expr, resident, num_cores)
-    # A gathered table rests spread whatever the plan (runtime_sim.contract.layout.rests_spread): its
+    # A gathered table rests spread whatever the plan (runtime_sim.contract.relayout.rests_spread): its
     # spread blocks count as idle memory, and also while the operator runs in place, since
     # the plan holds only the rows this call picks.
     resting = sum(b for t, b in zip(resident, spread) if rests_spread(expr, t))
@@ -290,7 +291,7 @@ def options_from_plans(expr: TensorExpr, plans: Sequence[Any], resident: Sequenc
 
 def _spread_parts(expr: TensorExpr, resident: Sequence[int], num_cores: int) -> list[int]:
     """Per resident tensor, its largest block per core cut near-evenly over all cores
-    (:data:`runtime_sim.contract.program.IDLE_SPREAD`)."""
+    (:data:`runtime_sim.contract.plan.IDLE_SPREAD`)."""
     parts = []
     for t in resident:
         access = expr.tensors[t]
@@ -310,7 +311,7 @@ def operator_options(expr: TensorExpr, hw: HardwareSpec, resident: Sequence[int]
                      filters: PlanFilters | None = PlanFilters.t10(),
                      tolerance: float = OPTION_TOLERANCE,
                      arriving: Sequence[int] | None = None,
-                     cache: PlanSearchCache | None = None) -> tuple[PlanOption, ...]:
+                     cache: SearchMemo | None = None) -> tuple[PlanOption, ...]:
     """Candidate idle/active plans of one operator for :func:`reconcile` (T10 §4.3.1-4.3.2).
 
     The union of two Pareto frontiers within ``budget_bytes``: time vs bytes per core (the
@@ -319,7 +320,7 @@ def operator_options(expr: TensorExpr, hw: HardwareSpec, resident: Sequence[int]
     fastest plan that keeps them that small, which can then run with no setup). An operator
     without resident tensors has only the first. Times include the arrival of the
     ``arriving`` inputs (default: every input that is not resident) in the plan's placement
-    (:class:`.batch_cost.ArrivalCostModel`). ``cache``: the caller's :class:`.cache.PlanSearchCache`.
+    (:class:`.batch_cost.ArrivalCostModel`). ``cache``: the caller's :class:`.cache.SearchMemo`.
     """
     if arriving is None:
         arriving = [t for t in range(len(expr.inputs)) if t not in set(resident)]
@@ -340,7 +341,7 @@ def operator_options(expr: TensorExpr, hw: HardwareSpec, resident: Sequence[int]
 
 def spread_option(expr: TensorExpr, resident: Sequence[int], num_cores: int) -> PlanOption:
     """An idle-only option: the resident tensors cut into near-even blocks over all cores
-    (:data:`runtime_sim.contract.program.IDLE_SPREAD`), the least memory any operator can idle in --
+    (:data:`runtime_sim.contract.plan.IDLE_SPREAD`), the least memory any operator can idle in --
     also for operators whose every plan holds a tensor whole on each core (a layer norm's
     scale and shift). It cannot run: setup from it moves every active partition."""
     parts = _spread_parts(expr, resident, num_cores)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import RotatingTensor
+from runtime_sim.contract.plan import RotatingTensor
 
 
 def rotating_tensors(layout: OpLayout) -> list[RotatingTensor]:

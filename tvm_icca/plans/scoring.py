@@ -13,8 +13,8 @@ from typing import Iterator
 
 import numpy as np
 
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plans.batch_cost import BatchCostModel
-from tvm_icca.plans.cache import PlanSearchCache
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.intmath import INT, ceil_div, unique_rows
 from tvm_icca.plans.partitions import (
@@ -25,6 +25,7 @@ from tvm_icca.plans.partitions import (
     padding_ratio,
     sharing_counts,
 )
+from tvm_icca.plans.search_memo import SearchMemo
 from tvm_icca.plans.structure import PlanStructure
 
 #: Candidate plans scored per numpy batch (bounds memory use, keeps pruning responsive).
@@ -116,7 +117,7 @@ def unrotated(structure: PlanStructure, F: np.ndarray) -> PlanBatch:
 
 
 def plan_chunks(structure: PlanStructure, F: np.ndarray, rows: np.ndarray,
-                cache: PlanSearchCache) -> Iterator[np.ndarray]:
+                cache: SearchMemo) -> Iterator[np.ndarray]:
     """Consecutive groups of ``rows`` holding about GROUP_PLANS plans each.
 
     Assignments are counted lazily, :data:`COUNT_ROWS` rows at a time, so rows after the

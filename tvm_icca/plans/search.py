@@ -29,13 +29,12 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from runtime_sim.contract.errors import PlanNotFoundError, operator_subject, short_name
+from runtime_sim.contract.expr import TensorExpr, dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import ExecutionPlan, TensorExpr, dtype_bytes
-
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plans.batch_cost import AnalyticBatchModel, BatchCostModel
 from tvm_icca.plans.bounds import memory_lower_bound
-from tvm_icca.plans.cache import PlanSearchCache, cache_or_new
 from tvm_icca.plans.cost import AnalyticCostModel, CostModel, PlanCost
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.mapping import Producer, choose_core_order, producer_key
@@ -50,8 +49,8 @@ from tvm_icca.plans.scoring import (
     score,
     unrotated,
 )
-from tvm_icca.plans.structure import PlanStructure, plan_structure
-
+from tvm_icca.plans.search_memo import SearchMemo, cache_or_new, plan_structure
+from tvm_icca.plans.structure import PlanStructure
 
 #: Relative slack of comparisons with a step lower bound: a model may compute a plan's
 #: time in another order than its bound (:class:`.batch_cost.ArrivalCostModel` swaps the
@@ -77,7 +76,7 @@ class PlannedOp:
 # -- exact searches --------------------------------------------------------------------------
 def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, max_cores: int,
               filters: PlanFilters | None = None,
-              cache: PlanSearchCache | None = None) -> ScoredPlans | None:
+              cache: SearchMemo | None = None) -> ScoredPlans | None:
     """The minimum-time plan fitting ``budget`` bytes per core (exact), or None."""
     cache = cache_or_new(cache)
     F = candidate_partitions(structure, max_cores, filters)
@@ -146,7 +145,7 @@ def _better(a: ScoredPlans, b: ScoredPlans) -> bool:
 
 def min_memory_plan(structure: PlanStructure, model: BatchCostModel, max_cores: int,
                     filters: PlanFilters | None = None,
-                    cache: PlanSearchCache | None = None) -> ScoredPlans | None:
+                    cache: SearchMemo | None = None) -> ScoredPlans | None:
     """The plan with the fewest bytes per core (fastest among those), exactly."""
     cache = cache_or_new(cache)
     F = candidate_partitions(structure, max_cores, filters)
@@ -175,7 +174,7 @@ def min_memory_plan(structure: PlanStructure, model: BatchCostModel, max_cores: 
 
 def scan(structure: PlanStructure, model: BatchCostModel, max_cores: int,
          filters: PlanFilters | None, budget: float,
-         cache: PlanSearchCache | None = None) -> Iterator[ScoredPlans]:
+         cache: SearchMemo | None = None) -> Iterator[ScoredPlans]:
     """Every plan of the (filtered) space that fits ``budget``, scored, in batches."""
     cache = cache_or_new(cache)
     F = candidate_partitions(structure, max_cores, filters)
@@ -193,7 +192,7 @@ def plan_operator(
     cost_model: CostModel | None = None,
     budget_bytes: int | None = None,
     name: str | None = None,
-    cache: PlanSearchCache | None = None,
+    cache: SearchMemo | None = None,
     hbm_inputs: Sequence[int] = (),
     producers: Sequence[Producer] = (),
 ) -> PlannedOp:
@@ -258,13 +257,13 @@ def optimum_within(searched: Iterable[tuple[int, PlannedOp]], budget: int) -> Pl
     return None
 
 
-def _within_budget(cache: PlanSearchCache, key: tuple, budget: int) -> PlannedOp | None:
+def _within_budget(cache: SearchMemo, key: tuple, budget: int) -> PlannedOp | None:
     """:func:`optimum_within` over the searches ``cache`` remembers for ``key`` but its budget."""
     return optimum_within(cache.planned(key[:-1]) or (), budget)
 
 
 def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
-            label: str, cache: PlanSearchCache, default: bool) -> PlannedOp:
+            label: str, cache: SearchMemo, default: bool) -> PlannedOp:
     """The plan of :func:`plan_operator` before its mapping to physical cores."""
     structure = plan_structure(expr, cache)
     if default or _is_batch_model(cost_model):
@@ -280,7 +279,7 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
 
 
 def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
-            producers: Sequence[Producer], cache: PlanSearchCache | None) -> PlannedOp:
+            producers: Sequence[Producer], cache: SearchMemo | None) -> PlannedOp:
     """``result`` with the placement :func:`.mapping.choose_core_order` picks (memoized in
     ``cache`` on everything the choice depends on)."""
     if hw.num_chips <= 1:
@@ -316,7 +315,7 @@ def _batch_cost(model: BatchCostModel, best: ScoredPlans) -> PlanCost:
 
 
 def _rerank(structure: PlanStructure, hw: HardwareSpec, cost_model: CostModel, budget: int,
-            label: str, cache: PlanSearchCache, keep_fastest: int = 32) -> PlannedOp:
+            label: str, cache: SearchMemo, keep_fastest: int = 32) -> PlannedOp:
     """Score a shortlist with ``cost_model``: the exact analytic optimum, the analytic
     Pareto plans of the filtered space within the budget and its fastest fitting plans,
     each under every loop order (up to 24)."""
@@ -354,7 +353,7 @@ def _rerank(structure: PlanStructure, hw: HardwareSpec, cost_model: CostModel, b
 
 
 def _raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int, label: str,
-                        cache: PlanSearchCache | None = None):
+                        cache: SearchMemo | None = None):
     smallest = min_memory_plan(structure, AnalyticBatchModel(hw), hw.num_cores, cache=cache)
     need = int(smallest.memory[0]) if smallest is not None else -1
     raise PlanNotFoundError(

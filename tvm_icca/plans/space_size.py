@@ -17,7 +17,7 @@ from tvm_icca.plans.partitions import iter_plan_chunks, op_partitions, sharing_c
 from tvm_icca.plans.structure import PlanStructure
 
 if TYPE_CHECKING:
-    from tvm_icca.plans.cache import PlanSearchCache
+    from tvm_icca.plans.search_memo import SearchMemo
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def _weighted_count(structure: PlanStructure, key: Sequence[int]) -> tuple[int, 
 
 
 def count_complete_space(structure: PlanStructure, max_cores: int,
-                         cache: "PlanSearchCache | None" = None) -> SpaceSizes:
+                         cache: "SearchMemo | None" = None) -> SpaceSizes:
     """Count the complete plan space on up to ``max_cores`` cores without listing it."""
     F = op_partitions(structure, max_cores)
     if structure.exact.any() or structure.ring_risks:

@@ -1,28 +1,23 @@
 """What plan validity and cost need to know about one tensor expression, as arrays.
 
-:func:`plan_structure` builds it; a :class:`~.cache.PlanSearchCache` (owned by the caller)
-memoizes it per expression.
+:func:`build_structure` builds it; :func:`tvm_icca.plans.search_memo.plan_structure` memoizes it
+per expression in the caller's :class:`~tvm_icca.plans.search_memo.SearchMemo`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from runtime_sim.contract.layout import (
+from runtime_sim.contract.expr import TensorExpr, dtype_bytes
+from runtime_sim.contract.plan_rules import (
     local_splits,
     padding_safe_reduce,
     pinned_axes,
     split_reductions,
 )
-from runtime_sim.contract.program import TensorExpr, dtype_bytes
-
 from tvm_icca.plans.intmath import INT
-
-if TYPE_CHECKING:
-    from tvm_icca.plans.cache import PlanSearchCache
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,7 +38,7 @@ class PlanStructure:
     dims: tuple[tuple[tuple, ...], ...]  # per tensor, per dimension: how its length derives
     elem_bytes: np.ndarray  # (T,)
     key: str = ""  # expr.structure_key(): equal for operators that differ only in tensor names
-    #: axes that core-local reductions follow (runtime_sim.contract.layout.local_splits): splitting one
+    #: axes that core-local reductions follow (runtime_sim.contract.plan_rules.local_splits): splitting one
     #: splits those reductions across cores
     row_axes: tuple[int, ...] = ()
     #: per distinct split reduction: (level, axes its statistic depends on), for the combine
@@ -63,13 +58,6 @@ class PlanStructure:
         temporal_assignments`): the tensors, the axes and which tensor may rotate on which
         axis. Operators of different shapes with the same key share their assignments."""
         return (self.num_tensors, self.num_axes, self.rotatable.tobytes())
-
-
-def plan_structure(expr: TensorExpr, cache: "PlanSearchCache | None" = None) -> PlanStructure:
-    """The :class:`PlanStructure` of ``expr`` (memoized in ``cache`` when one is given)."""
-    if cache is not None:
-        return cache.structure(expr)
-    return build_structure(expr)
 
 
 def build_structure(expr: TensorExpr) -> PlanStructure:

@@ -34,24 +34,26 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.program import (
+from runtime_sim.contract.errors import PlanNotFoundError
+from runtime_sim.contract.expr import (
     AffineIndex,
     Axis,
-    ExecutionPlan,
     TensorAccess,
     TensorExpr,
     dtype_bytes,
     make_load,
 )
-
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plans.batch_cost import best_loop_order, rotation_shift_bound
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.intmath import ceil_div
+from tvm_icca.plans.pareto import pareto_scored
 from tvm_icca.plans.partitions import PlanBatch, sharing_counts
-from tvm_icca.plans.structure import PlanStructure, plan_structure
 from tvm_icca.plans.scoring import ScoredPlans
 from tvm_icca.plans.search import best_plan
+from tvm_icca.plans.search_memo import plan_structure
+from tvm_icca.plans.structure import PlanStructure
 
 #: Keys of a benchmark answer, in the problem statement's order (plus time and cores).
 PLAN_KEYS = ("F_op", "f_t_A_m", "f_t_A_k", "f_t_B_k", "f_t_B_n", "f_t_C_m", "f_t_C_n")
@@ -239,8 +241,6 @@ def solve(M: int, K: int, N: int, spec: T10BenchSpec = T10BenchSpec(),
     structure = plan_structure(bench_expr(M, K, N, _dtype_of(spec)))
     best = best_plan(structure, T10BenchModel(spec), spec.budget_bytes, spec.cores, filters)
     if best is None:
-        from runtime_sim.contract.errors import PlanNotFoundError
-
         raise PlanNotFoundError(
             f"T10 benchmark matmul {M}x{K}x{N}: no plan fits {spec.budget_bytes} bytes per core "
             f"on {spec.cores} cores")
@@ -250,8 +250,6 @@ def solve(M: int, K: int, N: int, spec: T10BenchSpec = T10BenchSpec(),
 def bench_pareto(M: int, K: int, N: int, spec: T10BenchSpec = T10BenchSpec(),
                  filters: PlanFilters | None = None) -> list[BenchPlan]:
     """Time/memory Pareto plans of the benchmark model (T10 §4.3.1), fewest bytes first."""
-    from tvm_icca.plans.pareto import pareto_scored
-
     structure = plan_structure(bench_expr(M, K, N, _dtype_of(spec)))
     front = pareto_scored(structure, T10BenchModel(spec), spec.cores,
                           PlanFilters.t10() if filters is None else filters, spec.budget_bytes)

@@ -2,7 +2,7 @@
 
 Roller builds a tile ("rTile") aligned to the hardware's compute unit and grows it while the
 per-core memory allows, because larger tiles re-fetch less data per FLOP. This module does
-the same for :class:`runtime_sim.contract.program.VgmPlan`: tiles start at one element per axis
+the same for :class:`runtime_sim.contract.plan.VgmPlan`: tiles start at one element per axis
 (whole axes where the operator needs them whole) and the axis whose doubling most reduces
 the estimated time is doubled until nothing improves or the working set would not fit the
 SRAM left after the VGM region; the estimate charges the matrix unit's padding to its tile
@@ -16,10 +16,11 @@ import math
 from dataclasses import dataclass
 
 from runtime_sim.contract.errors import PlanNotFoundError, operator_subject
+from runtime_sim.contract.expr import TensorExpr, dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.layout import pinned_axes
-from runtime_sim.contract.program import TensorExpr, VgmPlan, dtype_bytes
-from runtime_sim.timing.vgm_timing import VgmLayout
+from runtime_sim.contract.plan import VgmPlan
+from runtime_sim.contract.plan_rules import pinned_axes
+from runtime_sim.contract.vgm_layout import VgmLayout
 from schedules import template_for
 
 

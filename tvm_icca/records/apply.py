@@ -25,27 +25,29 @@ operator's plan join the points, and the Elk schedule is computed from these
 (:func:`tvm_icca.planning.tradeoff_tables.operator_tables`).
 
 Inside meta_schedule's own ``with database:`` block the compiler does the same with that
-database's records (:func:`hook_for_database`, installed by :func:`.hook.database_scope`).
+database's records (:func:`hook_for_database`, installed by :func:`database_scope`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import ExecutionPlan, TensorExpr
-
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plans import AnalyticCostModel, PlannedOp
+from tvm_icca.plans.fit import fits
 from tvm_icca.plans.mapping import choose_core_order
-from tvm_icca.tuning.candidates import fits, plan_signature
+from tvm_icca.plans.plan_hook import PlanRequest, active_hook, plan_hook
 from tvm_icca.records.database import RecordStore, StoredRecord, plan_annotation
-from tvm_icca.plans.plan_hook import PlanRequest, plan_hook
-from tvm_icca.tuning.tasks import expr_digest, hardware_digest, unmapped
+from tvm_icca.records.keys import expr_digest, hardware_digest, plan_signature, unmapped
 
-__all__ = ["AppliedPlan", "TunedPlans", "hook_for_database", "optional_database", "use_database"]
+__all__ = ["AppliedPlan", "TunedPlans", "database_scope", "hook_for_database", "optional_database",
+           "use_database"]
 
 
 @dataclass(frozen=True)
@@ -211,3 +213,23 @@ def hook_for_database(database: object) -> TunedPlans:
         chip = str(rec.target.attrs.get("model", "")) if rec.target is not None else ""
         records.append(StoredRecord(-1, sum(seconds) / len(seconds), chip, info, []))
     return TunedPlans(_DatabaseRecords(records))
+
+
+#: The meta_schedule module whose ``Database.current()`` is consulted; when it was never
+#: imported no database can be current, and compiling does not import meta_schedule.
+_MS_DATABASE = "tvm.s_tir.meta_schedule.database"
+
+
+@contextlib.contextmanager
+def database_scope() -> Iterator[None]:
+    """Inside a meta_schedule ``with database:`` block (and no hook installed), install the
+    :func:`tvm_icca.use_database` hook over that database's records for the ``with`` block
+    (the model-level compiler wraps a compilation in it); otherwise do nothing."""
+    database = None
+    if active_hook() is None and _MS_DATABASE in sys.modules:
+        database = sys.modules[_MS_DATABASE].Database.current()
+    if database is None:
+        yield
+        return
+    with plan_hook(hook_for_database(database)):
+        yield

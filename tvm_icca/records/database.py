@@ -36,6 +36,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from runtime_sim.contract.plan import ExecutionPlan
+
 __all__ = ["PLAN_ANNOTATION", "RecordFileWarning", "RecordStore", "StoredRecord",
            "database_class", "icca_target", "plan_annotation", "plan_of_trace", "plan_record"]
 
@@ -85,11 +87,7 @@ def plan_annotation(trace_json: Any) -> dict | None:
 
 
 def plan_of_trace(trace: Any):
-    """The :class:`~runtime_sim.contract.program.ExecutionPlan` a schedule trace carries."""
-    from runtime_sim.contract.program import (  # pylint: disable=import-outside-toplevel
-        ExecutionPlan,
-    )
-
+    """The :class:`~runtime_sim.contract.plan.ExecutionPlan` a schedule trace carries."""
     info = plan_annotation(trace.as_json())
     if info is None:
         raise ValueError(f"the trace carries no '{PLAN_ANNOTATION}' annotation")

@@ -4,7 +4,8 @@ Every offloaded region is compiled (by :mod:`tvm_icca.backend.codegen`) into a t
 calls ``icca.device.run(program_json, *inputs, *outputs)``; this module registers that function.
 It parses the device program (cached per program text), hands numpy copies of the inputs to
 the simulated device (:func:`runtime_sim.functional.device.get_device`) and copies the results into the
-output tensors the Relax VM allocated.
+output tensors the Relax VM allocated. The statistics of the last run (the device's counters and
+the timing simulator's time) come from :mod:`runtime_sim.run_stats`.
 
 Errors
 ------
@@ -14,7 +15,7 @@ and turns it back into a Python exception when it reaches Python again, by calli
 registered for that kind with the message. Measured with apache-tvm-ffi 0.1.14 and the Relax VM:
 an unregistered ``IccaError`` reaches the caller of ``vm["main"](...)`` as a plain
 ``RuntimeError`` with the same message; a registered one keeps its class. So every
-:class:`~tvm_icca.errors.IccaError` type is registered here (see :func:`raise_through_ffi`), and
+:class:`~runtime_sim.contract.errors.IccaError` type is registered here (see :func:`raise_through_ffi`), and
 the exception object raised by the device is handed back as is -- attributes such as
 ``SramOverflowError.budget_bytes`` included -- when it resurfaces on the same thread.
 """
@@ -28,9 +29,11 @@ from typing import Any, Sequence
 import numpy as np
 import tvm_ffi
 
+from runtime_sim import run_stats
 from runtime_sim.contract import errors as _errors
 from runtime_sim.contract.errors import DeviceProgramError, IccaError, short_name
 from runtime_sim.contract.program import DeviceProgram
+from runtime_sim.functional.device import get_device
 
 __all__ = [
     "DEVICE_RUN_FUNC",
@@ -112,16 +115,6 @@ def parse_program(program_json: str) -> DeviceProgram:
     return DeviceProgram.from_json(program_json)
 
 
-def _device_module() -> Any:
-    # Imported on first use: the device is written independently of the compiler, and a
-    # compile-only session should not pay for importing it.
-    try:
-        from runtime_sim.functional import device  # pylint: disable=import-outside-toplevel
-    except ImportError as err:
-        raise IccaError(f"the simulated ICCA device (runtime_sim.functional.device) is unavailable: {err}") from None
-    return device
-
-
 def run_program(program_json: str, *tensors: Any) -> None:
     """Run a device program on the simulated device: ``tensors`` = inputs then outputs.
 
@@ -144,7 +137,7 @@ def _run(program_json: str, tensors: Sequence[Any]) -> None:
         )
     inputs = [_as_declared(tensor.numpy(), decl.dtype) for tensor, decl in zip(tensors, program.inputs)]
     outputs = tensors[n_in:]
-    results = _device_module().get_device().run(program, inputs)
+    results = get_device().run(program, inputs)
     if len(results) != n_out:
         raise DeviceProgramError(
             f"the device returned {len(results)} result(s) for region '{short_name(program.region)}', "
@@ -175,14 +168,14 @@ def last_run_stats(*, timing: bool = True) -> dict[str, Any]:
     """Statistics of the last model run on the simulated device: traffic, cores, SRAM, and
     (unless ``timing=False``) ``simulated_s`` and ``simulated_ops``, the timing simulator over
     exactly the programs that ran, in call order
-    (:meth:`runtime_sim.functional.device.SimulatedDevice.last_run_stats`)."""
-    return _device_module().last_run_stats(timing=timing)
+    (:func:`runtime_sim.run_stats.last_run_stats`)."""
+    return run_stats.last_run_stats(timing=timing)
 
 
 def write_last_run_trace(path: str) -> None:
     """Write the Chrome/Perfetto trace of the last model run's simulated timeline (the format
     of ``tvm-icca simulate --trace``)."""
-    report = _device_module().last_run_timing()
+    report = run_stats.last_run_timing()
     if not hasattr(report, "write_trace"):
         raise IccaError("the last run executed load-compute-store (VGM) programs, whose timing "
                         "has no trace; traces cover compute-shift programs")

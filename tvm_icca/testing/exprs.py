@@ -10,15 +10,10 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from runtime_sim.contract.errors import InvalidPlanError
-from runtime_sim.contract.layout import OpLayout, local_splits, padding_safe_reduce, pinned_axes
-from runtime_sim.contract.program import (
-    AffineIndex,
-    Axis,
-    ExecutionPlan,
-    TensorAccess,
-    TensorExpr,
-    make_load,
-)
+from runtime_sim.contract.expr import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.plan_rules import local_splits, padding_safe_reduce, pinned_axes
 
 
 def ax(name: str) -> AffineIndex:
@@ -159,7 +154,7 @@ def random_plan(choose: Callable[[Sequence], Any], expr: TensorExpr, max_cores: 
     tensor then gets temporal factors on its rotatable axes whose product divides the cores
     sharing its sub-tensors (T10 §4.2); a loop order is drawn too, and with ``core_order`` a
     permutation of the axes that numbers the cores (the mapping to physical cores). A pinned
-    axis that core-local reductions follow (:func:`runtime_sim.contract.layout.local_splits`) gets a
+    axis that core-local reductions follow (:func:`runtime_sim.contract.plan_rules.local_splits`) gets a
     divisor of its extent, splitting those reductions across cores. Candidates that break
     another T10 rule fall back to the same F_op without rotation, which is always valid.
     """

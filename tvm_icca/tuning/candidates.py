@@ -19,31 +19,29 @@ chosen per context by :func:`tvm_icca.plans.mapping.choose_core_order`.
 
 from __future__ import annotations
 
-import json
 import random
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from runtime_sim.contract.errors import IccaError
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import ExecutionPlan, TensorExpr
-
-from tvm_icca.plans import PlanSearchCache, plan_structure
+from runtime_sim.contract.plan import ExecutionPlan
+from tvm_icca.plans import SearchMemo, plan_structure
 from tvm_icca.plans.batch_cost import AnalyticBatchModel
 from tvm_icca.plans.bounds import memory_lower_bound
+from tvm_icca.plans.fit import fits
 from tvm_icca.plans.intmath import factorize
 from tvm_icca.plans.partitions import plans_for
 from tvm_icca.plans.scoring import (
     CHUNK_PLANS,
-    ScoredPlans,
     candidate_partitions,
     pareto_front,
     score,
     unrotated,
 )
-from tvm_icca.tuning.tasks import Task, unmapped
+from tvm_icca.records.keys import plan_signature, unmapped
+from tvm_icca.tuning.tasks import Task
 
 __all__ = ["analytic_candidates", "fits", "mutations", "plan_signature"]
 
@@ -54,37 +52,12 @@ __all__ = ["analytic_candidates", "fits", "mutations", "plan_signature"]
 ROWS_PER_CRITERION = 48
 
 
-def plan_signature(plan: ExecutionPlan) -> str:
-    """Identity of an unmapped plan (dict order and factors of 1 do not matter)."""
-    plan = unmapped(plan)
-    return json.dumps([sorted((a, int(f)) for a, f in plan.op_partition.items() if int(f) != 1),
-                       [sorted((a, int(f)) for a, f in t.items() if int(f) != 1) for t in plan.temporal],
-                       list(plan.loop_order)], separators=(",", ":"))
-
-
-def fits(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec, budget: int) -> str | None:
-    """Why ``plan`` cannot run ``expr`` on ``hw`` within ``budget`` bytes per core (None: it
-    can): the layout rules of the device (:meth:`OpLayout.validate`), the chip's cores and
-    the budget."""
-    try:
-        layout = OpLayout(expr, plan, hw.cores_per_chip)
-        layout.validate()
-    except IccaError as err:
-        return str(err)
-    if layout.num_cores > hw.num_cores:
-        return f"the plan uses {layout.num_cores} cores, '{hw.name}' has {hw.num_cores}"
-    memory = layout.memory_bytes_per_core()
-    if memory > budget:
-        return f"the plan needs {memory} bytes per core, the budget is {budget}"
-    return None
-
-
-def analytic_candidates(task: Task, top_k: int, cache: PlanSearchCache | None = None
+def analytic_candidates(task: Task, top_k: int, cache: SearchMemo | None = None
                         ) -> list[ExecutionPlan]:
     """The analytic optimum, the analytic top-k and the time/memory Pareto points of the
     promising F_op rows of the complete space (:data:`ROWS_PER_CRITERION`), without
     duplicates, fastest (analytically) first."""
-    cache = cache if cache is not None else PlanSearchCache()
+    cache = cache if cache is not None else SearchMemo()
     structure = plan_structure(task.expr, cache)
     model = AnalyticBatchModel(task.hw)
     F = candidate_partitions(structure, task.hw.num_cores, None)

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import ExecutionPlan
-
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plans import AnalyticCostModel
+from tvm_icca.records.database import plan_of_trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from tvm_icca.tuning.tasks import Task
@@ -80,8 +80,6 @@ def _extractor_class():
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm.ir.utils import derived_object  # pylint: disable=import-outside-toplevel
     from tvm.s_tir.meta_schedule.feature_extractor import PyFeatureExtractor  # pylint: disable=import-outside-toplevel
-
-    from tvm_icca.records.database import plan_of_trace  # pylint: disable=import-outside-toplevel
 
     @derived_object
     class PlanFeatureExtractor(PyFeatureExtractor):

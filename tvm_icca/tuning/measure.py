@@ -26,8 +26,12 @@ import multiprocessing
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from runtime_sim.contract.errors import IccaError
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.program import ExecutionPlan, TensorExpr
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+from runtime_sim.timing import simulate_timing
 
 __all__ = ["MeasureResult", "Measurer", "measure_program", "time_plan"]
 
@@ -49,12 +53,6 @@ class MeasureResult:
 
 def measure_program(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec):
     """The one-operator device program a plan is measured with (module docstring)."""
-    from runtime_sim.contract.program import (  # pylint: disable=import-outside-toplevel
-        DeviceProgram,
-        OpProgram,
-        TensorDecl,
-    )
-
     decls = tuple(TensorDecl(f"in{i}", tuple(a.shape), a.dtype, "resident")
                   for i, a in enumerate(expr.inputs))
     op = OpProgram("tune.op0", expr, plan, tuple(d.name for d in decls), _OUT)
@@ -64,9 +62,6 @@ def measure_program(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec):
 
 def time_plan(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec) -> MeasureResult:
     """Simulated execution time of ``expr`` under ``plan`` on ``hw``."""
-    from runtime_sim.contract.errors import IccaError  # pylint: disable=import-outside-toplevel
-    from runtime_sim.timing import simulate_timing  # pylint: disable=import-outside-toplevel
-
     try:
         report = simulate_timing([measure_program(expr, plan, hw)], hw)
     except IccaError as err:  # the device refuses the plan (SRAM, validation): a failed trial

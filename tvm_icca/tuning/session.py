@@ -29,22 +29,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from runtime_sim.contract.program import ExecutionPlan
-
+from runtime_sim.contract.errors import PlanNotFoundError
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.hardware_choice import HardwareLike, resolve_hardware
-from tvm_icca.plans import PlanSearchCache
+from tvm_icca.planning.tradeoff_tables import ladder_budgets
+from tvm_icca.plans import SearchMemo, plan_operator
 from tvm_icca.plans.mapping import choose_core_order
-from tvm_icca.tuning.candidates import analytic_candidates, mutations, plan_signature
-from tvm_icca.records.database import RecordStore, database_class, icca_target, plan_record
-from tvm_icca.tuning.measure import Measurer
-from tvm_icca.tuning.tasks import (
-    Task,
-    expr_digest,
-    extract_tasks,
-    hardware_digest,
-    output_block,
-    unmapped,
+from tvm_icca.records.database import (
+    PLAN_ANNOTATION,
+    RecordStore,
+    database_class,
+    icca_target,
+    plan_record,
 )
+from tvm_icca.records.keys import expr_digest, hardware_digest, plan_signature, unmapped
+from tvm_icca.tuning.candidates import analytic_candidates, mutations
+from tvm_icca.tuning.cost_model import cost_model_class, tuning_context
+from tvm_icca.tuning.features import PlanFeatureExtractor
+from tvm_icca.tuning.measure import Measurer
+from tvm_icca.tuning.tasks import Task, extract_tasks, output_block
 
 __all__ = ["TaskResult", "TuneSummary", "tune"]
 
@@ -151,18 +155,10 @@ class _Session:
     """State shared by the tasks of one session: records, cost model, random state."""
 
     def __init__(self, database: Any, store: RecordStore, tasks: Sequence[Task], seed: int) -> None:
-        from tvm_icca.tuning.cost_model import (  # pylint: disable=import-outside-toplevel
-            cost_model_class,
-            tuning_context,
-        )
-        from tvm_icca.tuning.features import (  # pylint: disable=import-outside-toplevel
-            PlanFeatureExtractor,
-        )
-
         self.database = database
         self.store = store
         self.rng = random.Random(seed)
-        self.cache = PlanSearchCache()
+        self.cache = SearchMemo()
         self.extractor = PlanFeatureExtractor({t.key: t for t in tasks})
         self.model = cost_model_class()(self.extractor, seed)
         self.contexts = {t.key: tuning_context(t.workload, icca_target(t.hw), t.key)
@@ -193,10 +189,6 @@ class _Session:
         from tvm import s_tir  # pylint: disable=import-outside-toplevel
         from tvm.s_tir.meta_schedule import MeasureCandidate  # pylint: disable=import-outside-toplevel
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # pylint: disable=import-outside-toplevel
-
-        from tvm_icca.records.database import (  # pylint: disable=import-outside-toplevel
-            PLAN_ANNOTATION,
-        )
 
         block = self._block(task)
         args = ArgInfo.from_prim_func(task.workload["main"])
@@ -294,16 +286,6 @@ class _Session:
         compiler's plan (:func:`tvm_icca.planning.tradeoff_tables.ladder_budgets`), unmapped."""
         if task.hw.hbm_bandwidth <= 0:
             return []
-        from runtime_sim.contract.errors import (  # pylint: disable=import-outside-toplevel
-            PlanNotFoundError,
-        )
-        from runtime_sim.contract.layout import OpLayout  # pylint: disable=import-outside-toplevel
-
-        from tvm_icca.planning.tradeoff_tables import (  # pylint: disable=import-outside-toplevel
-            ladder_budgets,
-        )
-        from tvm_icca.plans import plan_operator  # pylint: disable=import-outside-toplevel
-
         fastest = OpLayout(task.expr, task.analytic_plan, task.hw.cores_per_chip).memory_bytes_per_core()
         plans = []
         for budget in ladder_budgets(fastest, task.hw):

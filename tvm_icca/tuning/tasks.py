@@ -18,52 +18,25 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from tvm import relax, te
 from tvm.ir import IRModule
 
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.program import ExecutionPlan, TensorExpr
+from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.stream import input_sources
-
+from tvm_icca.drivers.timing_only import compile_programs
+from tvm_icca.ops.te_capture import compose_te
 from tvm_icca.partition.partitioner import icca_regions
 from tvm_icca.plans import PlannedOp
-from tvm_icca.ops.te_capture import compose_te
 from tvm_icca.plans.plan_hook import PlanRequest, plan_hook
+from tvm_icca.records.keys import expr_digest, hardware_digest, task_key, unmapped
 
 __all__ = ["Task", "expr_digest", "extract_tasks", "hardware_digest", "operator_workload",
            "task_key", "unmapped"]
-
-
-def _digest(data: Any) -> str:
-    text = data if isinstance(data, str) else json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
-
-
-def expr_digest(expr: TensorExpr) -> str:
-    """Identity of an operator up to tensor names (:meth:`TensorExpr.structure_key`)."""
-    return _digest(expr.structure_key())
-
-
-def hardware_digest(hw: HardwareSpec) -> str:
-    """Identity of a chip: every field of its spec (a preset and its SRAM-shrunk variant
-    differ, although they may share a name)."""
-    return _digest(hw.to_dict())
-
-
-def task_key(expr: TensorExpr, hw: HardwareSpec) -> str:
-    return _digest([expr_digest(expr), hardware_digest(hw)])
-
-
-def unmapped(plan: ExecutionPlan) -> ExecutionPlan:
-    """``plan`` without its placement on chips (core order, chips): what tuning searches; the
-    placement is chosen per context by :func:`tvm_icca.plans.mapping.choose_core_order`."""
-    return ExecutionPlan(dict(plan.op_partition), tuple(dict(t) for t in plan.temporal),
-                         tuple(plan.loop_order))
 
 
 @dataclass
@@ -112,10 +85,6 @@ def extract_tasks(model: Any, hw: HardwareSpec, *, preload: str | None = None,
                   progress: bool = False) -> list[Task]:
     """The tasks of ``model`` (a Relax module or a zoo workload) on ``hw``, heaviest first
     (weight x analytic time)."""
-    from tvm_icca.drivers.timing_only import (  # pylint: disable=import-outside-toplevel
-        compile_programs,
-    )
-
     recorder = _Recorder()
     with plan_hook(recorder):
         compiled = compile_programs(model, hw, preload=preload, progress=progress)

@@ -86,7 +86,6 @@ import functools
 from typing import Any, Callable
 
 from runtime_sim.contract.errors import UnknownWorkloadError
-
 from tvm_icca.workloads._common import (
     TENSOR_KINDS,
     TensorSpec,

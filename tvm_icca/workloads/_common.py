@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 #: Largest batch, context, sequence length or image edge a builder accepts: one tensor
-#: dimension of a device program (:data:`runtime_sim.contract.program.MAX_EXTENT`).
+#: dimension of a device program (:data:`runtime_sim.contract.json_fields.MAX_EXTENT`).
 MAX_SIZE = 2**31 - 1
 #: Most layers a builder accepts: 12x the deepest model of the zoo (Llama 2 70B, 80 layers);
 #: each layer is about 50 Relax operators, so more is a typo, not a model.

@@ -20,7 +20,6 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
 from runtime_sim.contract.errors import InvalidWorkloadError
-
 from tvm_icca.workloads._common import TensorSpec, Workload, default_dtype, export_workload
 from tvm_icca.workloads._layers import decode_attention, rope_sampler, rotary, token_sampler
 

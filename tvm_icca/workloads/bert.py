@@ -20,7 +20,6 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor
 
 from runtime_sim.contract.errors import InvalidWorkloadError
-
 from tvm_icca.workloads._common import (
     TensorSpec,
     Workload,

@@ -24,8 +24,8 @@ from typing import Callable
 import numpy as np
 from tvm import relax
 from tvm.relax.frontend import nn
-from tvm.relax.frontend.nn.core import wrap_nested
 from tvm.relax.frontend.nn import Tensor, op
+from tvm.relax.frontend.nn.core import wrap_nested
 
 from tvm_icca.workloads._common import (
     TensorSpec,

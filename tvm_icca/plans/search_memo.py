@@ -1,6 +1,6 @@
 """Memo of the plan search, owned by its caller and passed down (never a module global).
 
-The compiler's ``PlanCache`` keeps one :class:`PlanSearchCache` for a whole compilation;
+The compiler's ``PlanCache`` keeps one :class:`SearchMemo` for a whole compilation;
 every public search function takes it as an optional ``cache`` argument and, without one,
 uses a fresh cache for that call only (same results, nothing kept between calls).
 
@@ -26,12 +26,11 @@ import dataclasses
 from collections import OrderedDict
 from typing import Any, Callable, Hashable, Sequence
 
-from runtime_sim.contract.program import TensorExpr
-
+from runtime_sim.contract.expr import TensorExpr
 from tvm_icca.plans.structure import PlanStructure, build_structure
 
 
-class PlanSearchCache:
+class SearchMemo:
     """LRU memo of plan structures, temporal-factor assignments and planned operators."""
 
     def __init__(self, max_structures: int = 256, max_plans: int = 512,
@@ -133,6 +132,13 @@ def _trim(memo: OrderedDict, size: int) -> None:
         memo.popitem(last=False)
 
 
-def cache_or_new(cache: PlanSearchCache | None) -> PlanSearchCache:
+def cache_or_new(cache: SearchMemo | None) -> SearchMemo:
     """``cache``, or a fresh one for a single call."""
-    return cache if cache is not None else PlanSearchCache()
+    return cache if cache is not None else SearchMemo()
+
+
+def plan_structure(expr: TensorExpr, cache: "SearchMemo | None" = None) -> PlanStructure:
+    """The :class:`PlanStructure` of ``expr`` (memoized in ``cache`` when one is given)."""
+    if cache is not None:
+        return cache.structure(expr)
+    return build_structure(expr)

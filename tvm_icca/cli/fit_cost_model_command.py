@@ -19,12 +19,11 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.program import TensorExpr
-
-from tvm_icca.plans.fitted import FEATURES, FittedCostModel, plan_features
 from tvm_icca.cli.args import hardware_preset, positive_int, writable_path
+from tvm_icca.plans.fitted import FEATURES, FittedCostModel, plan_features
 
 
 @dataclass(frozen=True)
@@ -49,11 +48,10 @@ def profile_plans(
     :func:`tvm_icca.testing.exprs.random_plan` within the chip's cores and kept when they fit
     a core's SRAM.
     """
-    from runtime_sim.timing.opcost import op_cost  # pylint: disable=import-outside-toplevel
     from runtime_sim.machine.topology import (  # pylint: disable=import-outside-toplevel
         make_topology,
     )
-
+    from runtime_sim.timing.opcost import op_cost  # pylint: disable=import-outside-toplevel
     from tvm_icca.plans.cost import AnalyticCostModel  # pylint: disable=import-outside-toplevel
     from tvm_icca.testing.exprs import random_plan  # pylint: disable=import-outside-toplevel
 

@@ -22,7 +22,6 @@ import os
 import time
 from typing import Any
 
-from tvm_icca.planning.planner import PRELOAD_CHOICES
 from tvm_icca.cli.args import (
     UsageError,
     add_model_arguments,
@@ -32,6 +31,7 @@ from tvm_icca.cli.args import (
     tuning_records,
     writable_path,
 )
+from tvm_icca.planning.planner import PRELOAD_CHOICES
 
 #: Keys ``--json`` always has at the top level.
 SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
@@ -119,11 +119,9 @@ def _load(args: argparse.Namespace, model: str) -> tuple[Any, str, str, dict[str
         if not os.path.isfile(model):
             raise UsageError(f"no such ONNX file: '{model}'")
         shapes = shape_dict(args.shape)
+        from tvm_icca.cli.compile_command import check_shape_names
         from tvm_icca.frontend.onnx_loader import (  # pylint: disable=import-outside-toplevel
             load_onnx,
-        )
-        from tvm_icca.cli.compile import (  # pylint: disable=import-outside-toplevel
-            check_shape_names,
         )
 
         check_shape_names(model, shapes)
@@ -145,10 +143,10 @@ def _load(args: argparse.Namespace, model: str) -> tuple[Any, str, str, dict[str
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tvm_icca.hardware_choice import resolve_hardware  # pylint: disable=import-outside-toplevel
     from tvm_icca.drivers.timing_only import (  # pylint: disable=import-outside-toplevel
         compile_programs,
     )
+    from tvm_icca.hardware_choice import resolve_hardware  # pylint: disable=import-outside-toplevel
     from tvm_icca.records.apply import optional_database  # pylint: disable=import-outside-toplevel
 
     model_arg = _model_argument(args)

@@ -8,7 +8,7 @@ Example::
 The library is loaded with ``tvm.runtime.load_module`` and run by ``relax.VirtualMachine``
 on the CPU, its ICCA regions on the simulated device. Inputs come from ``--inputs`` (an
 ``.npz`` whose keys are the input names, or ``arr_0``, ``arr_1``, ... in order) or are drawn
-at random from the signature the library carries (:mod:`tvm_icca.cli.compile`). Prints
+at random from the signature the library carries (:mod:`tvm_icca.cli.compile_command`). Prints
 every output's name, shape and dtype, the device statistics of the run
 (:func:`tvm_icca.last_run_stats`) and the simulated time on the chip. ``--check model.onnx``
 compiles the ONNX model for TVM's CPU target (``llvm``), runs it on the same inputs and
@@ -178,8 +178,8 @@ def _run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     import numpy as np
 
+    from tvm_icca.cli.compile_command import read_signature
     from tvm_icca.runtime import device_entry
-    from tvm_icca.cli.compile import read_signature
 
     vm = _load_vm(args.library)
     signature = read_signature(vm)

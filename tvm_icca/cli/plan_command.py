@@ -65,10 +65,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def _run_model(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     from runtime_sim.contract.errors import IccaError
-
+    from tvm_icca.cli.simulate_command import workload_kwargs
     from tvm_icca.drivers.timing_only import compile_programs
     from tvm_icca.workloads import canonical_name, get_workload
-    from tvm_icca.cli.simulate import workload_kwargs
 
     try:
         name = canonical_name(args.model)
@@ -188,7 +187,7 @@ def _run_matmul(args: argparse.Namespace) -> int:
 
 
 def _generic_keys(expr, plan, time_s: float, cores: int) -> dict[str, Any]:
-    from tvm_icca.plans.structure import plan_structure
+    from tvm_icca.plans.search_memo import plan_structure
 
     structure = plan_structure(expr)
     out: dict[str, Any] = {"axes": list(structure.axes), "F_op": [plan.F(a) for a in structure.axes]}
@@ -204,7 +203,6 @@ def _generic_keys(expr, plan, time_s: float, cores: int) -> dict[str, Any]:
 
 def _run_conv2d(args: argparse.Namespace) -> int:
     from runtime_sim.contract.hardware import preset
-
     from tvm_icca.plans import plan_operator
     from tvm_icca.plans.pareto import pareto_plans
 
@@ -224,7 +222,7 @@ def _run_conv2d(args: argparse.Namespace) -> int:
 def conv2d_expr(B: int, C: int, H: int, W: int, O: int, K: int, stride: int = 1, pad: int = 0,
                 dilation: int = 1, dtype: str = "float16"):
     """NCHW conv as a tensor expression with compound input indices (T10 §5, Eq. 2)."""
-    from runtime_sim.contract.program import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
+    from runtime_sim.contract.expr import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
 
     def out_size(n: int) -> int:
         return (n + 2 * pad - dilation * (K - 1) - 1) // stride + 1

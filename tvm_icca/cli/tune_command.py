@@ -42,15 +42,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tvm_icca.hardware_choice import resolve_hardware  # pylint: disable=import-outside-toplevel
+    from tvm_icca.cli.simulate_command import _load, _model_argument
     from tvm_icca.drivers.timing_only import (  # pylint: disable=import-outside-toplevel
         compile_programs,
     )
-    from tvm_icca.tuning import tune, use_database  # pylint: disable=import-outside-toplevel
-    from tvm_icca.cli.simulate import (  # pylint: disable=import-outside-toplevel
-        _load,
-        _model_argument,
-    )
+    from tvm_icca.hardware_choice import resolve_hardware  # pylint: disable=import-outside-toplevel
+    from tvm_icca.records.apply import use_database  # pylint: disable=import-outside-toplevel
+    from tvm_icca.tuning import tune  # pylint: disable=import-outside-toplevel
 
     model_arg = _model_argument(args)
     hw = resolve_hardware(args.hw)

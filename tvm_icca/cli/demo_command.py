@@ -1,39 +1,49 @@
-"""``make demo``: compile the bundled ONNX encoder layer for target "icca" and run it.
+"""``tvm-icca demo`` (and ``make demo``): compile the bundled ONNX encoder layer for "icca" and run it.
 
 The model (``tvm_icca/data/encoder_layer.onnx``: LayerNorm, 4-head self-attention, GELU
 feed-forward; sequence 32, width 64) is imported with TVM's ONNX frontend, partitioned for
-the default chip (IPU Mk2), compiled with ``tvm.compile(mod, target="icca")`` and run on the
-simulated device. The output is checked against the same model compiled for TVM's own CPU
-target, then the offloaded regions and device statistics are printed.
+the chosen chip (IPU Mk2 by default), compiled with ``tvm.compile(mod, target="icca")`` and
+run on the simulated device. The output is checked against the same model compiled for TVM's
+own CPU target, then the offloaded regions and device statistics are printed. It uses only
+the public API (``tvm_icca.*``), as a user would.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from importlib import resources
 
-import numpy as np
-import tvm
-from tvm import relax
 
-import tvm_icca
-from tvm_icca.partition.partitioner import format_report, partition_report
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("demo", help="compile and run the bundled ONNX encoder layer")
+    parser.add_argument("--hw", default="ipu-mk2", help="hardware preset")
+    parser.set_defaults(func=_run)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    return run_demo(args.hw)
 
 
 def demo_model_path() -> str:
     return str(resources.files("tvm_icca") / "data" / "encoder_layer.onnx")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hw", default="ipu-mk2", help="hardware preset (default: ipu-mk2)")
-    args = parser.parse_args(argv)
+def run_demo(hw: str = "ipu-mk2") -> int:
+    """Compile and run the bundled encoder layer on ``hw``; print the report; 0 if the output
+    matches TVM's CPU build."""
+    # pylint: disable=import-outside-toplevel
+    # Loaded here, not at import: `tvm-icca --help` must not load TVM (see main.py).
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    import tvm_icca
 
     mod = tvm_icca.load_onnx(demo_model_path())
     x = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
 
-    with tvm_icca.use_hardware(args.hw):
+    with tvm_icca.use_hardware(hw):
         partitioned = tvm_icca.partition_for_icca(mod)
         executable = tvm.compile(partitioned, target="icca")
     vm = relax.VirtualMachine(executable, tvm.cpu())
@@ -45,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     error = float(np.max(np.abs(got - want)))
     ok = np.allclose(got, want, rtol=1e-4, atol=1e-4)
 
-    print(format_report(partition_report(partitioned)))
+    print(tvm_icca.format_report(tvm_icca.partition_report(partitioned)))
     print()
-    print(f"simulated device run on '{args.hw}':")
+    print(f"simulated device run on '{hw}':")
     print(f"  regions executed        {stats['regions_executed']}")
     print(f"  cores used (max per op) {stats['cores_used']}")
     print(f"  peak SRAM per core      {stats['peak_sram_bytes_per_core']} bytes")
@@ -58,7 +68,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"output {list(got.shape)} vs TVM CPU reference: max abs error {error:.2e} -> "
           f"{'OK' if ok else 'MISMATCH'}")
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

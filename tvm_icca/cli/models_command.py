@@ -31,6 +31,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def op_count_row(name: str, batch: int, context: int, hw: Any) -> dict[str, Any]:
     """Import and partition counts of one full-size model (see the module docstring)."""
+    from tvm_icca.cli.simulate_command import (  # pylint: disable=import-outside-toplevel
+        workload_kwargs,
+    )
     from tvm_icca.partition.partitioner import (  # pylint: disable=import-outside-toplevel
         partition_for_icca,
     )
@@ -41,7 +44,6 @@ def op_count_row(name: str, batch: int, context: int, hw: Any) -> dict[str, Any]
         get_workload,
         workload_info,
     )
-    from tvm_icca.cli.simulate import workload_kwargs  # pylint: disable=import-outside-toplevel
 
     info = workload_info(name)
     if info["sequence_arg"] == "seq_len":
@@ -65,8 +67,8 @@ def _run(args: argparse.Namespace) -> int:
     from tvm_icca.workloads import (  # pylint: disable=import-outside-toplevel
         canonical_name,
         list_workloads,
+        workload_info,  # pylint: disable=import-outside-toplevel
     )
-    from tvm_icca.workloads import workload_info  # pylint: disable=import-outside-toplevel
 
     try:
         names = [canonical_name(n) for n in args.names] if args.names else list_workloads()

@@ -25,8 +25,6 @@ import json
 import os
 from typing import Any
 
-from tvm_icca.planning.planner import PRELOAD_CHOICES
-from tvm_icca.hardware_choice import preset
 from tvm_icca.cli.args import (
     UsageError,
     existing_file,
@@ -36,6 +34,8 @@ from tvm_icca.cli.args import (
     tuning_records,
     writable_path,
 )
+from tvm_icca.hardware_choice import preset
+from tvm_icca.planning.planner import PRELOAD_CHOICES
 
 #: Name of the Relax function that returns the library's signature (JSON).
 SIGNATURE_FUNCTION = "icca_signature"
@@ -153,7 +153,7 @@ def read_signature(vm: Any) -> dict[str, Any] | None:
 
 def _run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from tvm_icca.frontend.onnx_loader import compile as icca_compile
+    from tvm_icca.drivers.compile_api import compile as icca_compile
     from tvm_icca.frontend.onnx_loader import load_onnx
     from tvm_icca.partition.partitioner import format_report, partition_for_icca, partition_report
     from tvm_icca.records.apply import optional_database

@@ -1,0 +1,207 @@
+"""What a tensor expression allows a plan to do: the rules read off the expression alone.
+
+T10 §4.2 and §5 constrain plans by the operator's structure, before any plan exists:
+
+* :func:`pinned_axes` -- axes no plan may split or rotate (compound indices such as a
+  convolution window, core-local axes, axes of gathered reads);
+* :func:`local_splits` -- inner reductions (softmax's row, layer norm's statistics) whose
+  axis a plan may still split across cores, combined exactly afterwards;
+* :func:`split_reductions` / :func:`reduce_key` -- which combine each such split needs;
+* :func:`padding_safe_reduce` -- whether padding a reduction axis leaves its result exact;
+* :func:`padded_extent` -- the padded sub-operator extent of an axis.
+
+:class:`~runtime_sim.contract.layout.OpLayout` (what a plan means on the cores), the compiler's
+plan space (:mod:`tvm_icca.plans.structure`) and the validation read these, so the rules exist
+once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Mapping
+
+from runtime_sim.contract.expr import (
+    AffineIndex,
+    TensorExpr,
+    expr_loads,
+    load_index,
+    walk_expr,
+)
+
+#: bytes of one partial statistic combined across cores (computed in float32, COMPUTE_DTYPE)
+STAT_BYTES = 4
+
+
+def padded_extent(extent: int, parts: int, steps: int) -> int:
+    """``S * ceil(ceil(E / F) / S)``: the sub-operator extent, padded so that S steps divide it."""
+    return steps * math.ceil(math.ceil(extent / parts) / steps)
+
+
+def pinned_axes(expr: TensorExpr) -> set[str]:
+    """Axes that cannot be partitioned (neither split nor rotated).
+
+    * Axes that share a tensor dimension with a core-local axis: a dimension read with a
+      core-local axis (a softmax row, a layer-norm statistic) must be whole on every core,
+      so any axis that also indexes that dimension stays unsplit.
+    * Top-level reduction axes of a ``max``/``min`` combiner (:class:`TensorExpr`): each
+      core reduces whole windows.
+    * The inner axes of an output dimension that merges axes row-major
+      (:attr:`TensorExpr.merged_inner_axes`, :func:`~runtime_sim.contract.expr.merged_axes`: a
+      reshape ``[B, S, H, D] -> [B, S, H*D]``, a grouped convolution's channel
+      ``g*(F/G) + f``). This is the layout rule of such a dimension: only its outermost axis
+      is partitioned, so every core's share of it is one contiguous block (whole groups,
+      whole heads), the output blocks stay boxes (placement grids, re-layouts and the
+      assembled output need boxes, :func:`producer_grid`), and the other tensors indexed by
+      the same axes (the weight's ``g*(F/G) + f``) get the same boxes.
+    """
+    local = {a.name for a in expr.local_axes}
+    pinned: set[str] = set(expr.merged_inner_axes)
+    # a max/min over top-level axes: its partial results could not be summed into ring 0
+    if expr.combiner != "sum":
+        pinned.update(expr.reduce_axes)
+    accesses: list[tuple[int, tuple[AffineIndex, ...]]] = []
+    for node in expr_loads(expr.body) + expr_loads(expr.epilogue):
+        accesses.append((int(node["input"]), load_index(node)))
+    for t, access in enumerate(expr.inputs):
+        accesses.append((t, access.indices))
+    whole_dims = {
+        (t, d) for t, idx in accesses for d, i in enumerate(idx) if set(i.axes) & local
+    }
+    for t, idx in accesses:
+        for d, i in enumerate(idx):
+            if (t, d) in whole_dims:
+                pinned.update(a for a in i.axes if a not in local)
+    return pinned
+
+
+def local_splits(expr: TensorExpr) -> dict[str, str]:
+    """Core-local axes a plan may split across cores: local axis -> the pinned axis it follows.
+
+    A wide reduction (a layer-norm or RMS-norm statistic, a softmax row) reads a dimension
+    that a top-level axis ``a`` also indexes (``X[i, j]`` and ``sum_k X[i, k]``). Splitting
+    ``a`` in ``F_a`` parts splits every local axis that follows it the same way: the core
+    at grid index ``g_a`` holds positions ``[g_a * E_a / F_a, (g_a + 1) * E_a / F_a)`` of the
+    row, its reductions over those axes give partial statistics, and the cores sharing a
+    row combine them (:meth:`OpLayout.combine_groups`, sum / max / min across the group) before
+    the rest of the expression uses them. A local axis follows ``a`` when every dimension
+    it indexes is indexed, at every access, by itself or by ``a`` alone (plain indices,
+    same extent). The axis ``a`` may then be split (F_a dividing its extent, no rotation on
+    it) only when every local axis sharing a dimension with it follows it; operators with a
+    top-level reduction or with local axes in the epilogue are never split this way.
+    """
+    local = {a.name: a.extent for a in expr.local_axes}
+    if not local or expr.reduce_axes:
+        return {}
+    extent = {a.name: a.extent for a in expr.axes}
+    accesses: list[tuple[int, tuple[AffineIndex, ...]]] = []
+    for node in expr_loads(expr.body) + expr_loads(expr.epilogue):
+        accesses.append((int(node["input"]), load_index(node)))
+    for t, access in enumerate(expr.tensors[:-1]):
+        accesses.append((t, access.indices))
+    accesses.append((-1, expr.output.indices))
+    epilogue_axes = {n["axis"] for n in walk_expr(expr.epilogue)} if expr.epilogue else set()
+    for node in expr_loads(expr.epilogue):
+        epilogue_axes.update(a for i in load_index(node) for a in i.axes)
+    users: dict[tuple[int, int], set[str]] = {}  # (tensor, dim) -> axes indexing it
+    bad: set[str] = epilogue_axes & set(local)  # in a compound index, or local in the epilogue
+    for t, idx in accesses:
+        for d, i in enumerate(idx):
+            users.setdefault((t, d), set()).update(i.axes)
+            if not i.is_simple:
+                bad.update(i.axes)
+    follow: dict[str, str] = {}
+    for name, n in local.items():
+        tops = {a for users_d in users.values() if name in users_d for a in users_d if a not in local}
+        if name in bad or len(tops) != 1:
+            continue
+        (a,) = tops
+        if a not in bad and extent[a] == n:
+            follow[name] = a
+    # a pinned axis splits only if every local axis reading one of its dimensions follows it
+    blocked = {a for users_d in users.values() if users_d & set(local)
+               for a in users_d if a not in local and any(follow.get(b) != a for b in users_d & set(local))}
+    return {l: a for l, a in follow.items() if a not in blocked}
+
+
+def reduce_key(node: dict, follow: Mapping[str, str]) -> str:
+    """One key for reductions that compute the same statistic under other local axis names
+    (softmax's two row maxima, layer norm's two means): split local axes renamed to the
+    axis they follow."""
+    def rename(n: dict) -> dict:
+        out = dict(n)
+        if n["op"] == "reduce":
+            out["axes"] = sorted(follow.get(a, a) for a in n["axes"])
+        if n["op"] == "load":
+            out["index"] = [
+                {**i, "terms": [[follow.get(a, a), c] for a, c in i.get("terms", ())]}
+                for i in n["index"]
+            ]
+        if "args" in n:
+            out["args"] = [rename(a) for a in n["args"]]
+        return out
+
+    return json.dumps(rename(node), sort_keys=True)
+
+
+def split_reductions(expr: TensorExpr, follow: Mapping[str, str]) -> dict[str, tuple[int, frozenset]]:
+    """The distinct reductions of the body over the split local axes ``follow``:
+    :func:`reduce_key` -> (level, top-level axes the statistic depends on).
+
+    Level 1 statistics need no other combined statistic; a level ``n`` one (the variance
+    around a combined mean, softmax's sum of exp around the combined max) waits for level
+    ``n - 1``: the combine steps of one operator are its levels, one after another.
+    """
+    found: dict[str, tuple[int, frozenset]] = {}
+    local = {a.name for a in expr.local_axes}
+
+    def visit(node: dict) -> tuple[set, int]:
+        op = node["op"]
+        if op == "load":
+            return {a for i in load_index(node) for a in i.axes}, 0
+        if op == "axis":
+            return {node["axis"]}, 0
+        free, level = set(), 0
+        for arg in node.get("args", ()):
+            f, lv = visit(arg)
+            free |= f
+            level = max(level, lv)
+        if op == "reduce":
+            free -= set(node["axes"])
+            if set(node["axes"]) & set(follow):
+                level += 1
+                key = reduce_key(node, follow)
+                old = found.get(key, (0, frozenset()))
+                found[key] = (max(old[0], level), frozenset(free - local))
+        return free, level
+
+    if follow:
+        visit(expr.body)
+    return found
+
+
+def padding_safe_reduce(expr: TensorExpr) -> bool:
+    """True when zero-padded inputs add nothing to the reduced sum.
+
+    A reduction axis padded past its extent reads positions beyond the tensors, which the
+    device zero-fills. That adds nothing when the body is a product one of whose factors
+    reads such a position as zero: a load that indexes the axis alone, over a dimension as
+    long as the axis (matmul's ``B[k, n]``, a convolution's weight ``W[f, c, kh, kw]``). A
+    body like ``exp(x)`` would add exp(0) = 1 per padded element, and a window read
+    ``x[h*s + kh]`` alone (average pooling) would add real elements of the next window, so
+    their reduction axes must not be padded.
+    """
+    extent = {a.name: a.extent for a in expr.axes}
+
+    def zero_when_padded(node: dict, axis: str) -> bool:
+        if node["op"] == "load":
+            shape = expr.inputs[int(node["input"])].shape
+            return any(ix.is_simple and ix.terms[0][0] == axis and extent[axis] == shape[d]
+                       for d, ix in enumerate(load_index(node)))
+        if node["op"] == "mul":
+            return any(zero_when_padded(a, axis) for a in node["args"])
+        if node["op"] in ("cast", "neg"):
+            return zero_when_padded(node["args"][0], axis)
+        return False
+
+    return all(zero_when_padded(expr.body, a) for a in expr.reduce_axes)

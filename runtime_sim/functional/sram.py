@@ -1,0 +1,106 @@
+"""SRAM accounting per core: what every core holds, checked against its budget.
+
+SRAM per core is execution space (the partitions of allocated operators, T10 §4.4
+"allocate") + preload space of every operator preloaded and not yet executed (Elk §2.2,
+§4.5) + live activations (outputs kept on chip for a later operator of the region) + the
+shift buffer reserved on every core (T10 §5 "multi-copy shift with buffer"). It is checked
+at every preload and every allocate, so the first core to overflow is named the instant it
+does. :class:`SramLedger` only counts bytes; the data sits in
+:mod:`runtime_sim.functional.cores` and :mod:`runtime_sim.functional.preload_store`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import OpLayout
+
+
+class SramLedger:
+    """Bytes in use on every core of the configured chip, and the peaks of the current region.
+
+    Attributes
+    ----------
+    used
+        Execution space + live activations (+ the VGM region while one runs), per core; the
+        shift buffer excluded.
+    preload
+        Preload space in use, per core (operators preloaded, not executed).
+    resident
+        Live activations: tensor name -> bytes per core.
+    ideal
+        Design ``"ideal"``: preload space has its own SRAM (set for a region's run).
+    peaks
+        Peak SRAM and peak preload space per core in the current region.
+    labels
+        Operator name -> its kind in the user's words, for overflow messages.
+    """
+
+    def __init__(self) -> None:
+        self._hw: HardwareSpec | None = None
+        self.used = np.zeros(0, np.int64)
+        self.preload = np.zeros(0, np.int64)
+        self.resident: dict[str, np.ndarray] = {}
+        self.ideal = False
+        self.peaks = [0, 0]
+        self.labels: dict[str, str] = {}
+
+    @property
+    def hw(self) -> HardwareSpec:
+        """The chip being accounted for."""
+        if self._hw is None:
+            raise DeviceProgramError("the simulated device has no HardwareSpec yet (call configure)")
+        return self._hw
+
+    def is_for(self, hw: HardwareSpec) -> bool:
+        """Whether the ledger already accounts for chip ``hw``."""
+        return self._hw == hw and self.used.size == hw.num_cores
+
+    def reset(self, hw: HardwareSpec) -> None:
+        """Account for chip ``hw``, every core empty."""
+        self._hw = hw
+        self.resident.clear()
+        self.used = np.zeros(hw.num_cores, np.int64)
+        self.preload = np.zeros(hw.num_cores, np.int64)
+
+    def per_core(self) -> np.ndarray:
+        """Bytes of SRAM in use on every core, the reserved shift buffer and the preload space
+        included (Elk §2.2: execution space + preload space + buffer)."""
+        return self.used + self.preload + self.hw.shift_buffer_bytes
+
+    def check(self, op_name: str, used: np.ndarray, preload: np.ndarray, layout: OpLayout) -> int:
+        """Raise :class:`SramOverflowError` if execution space + activations (``used``) +
+        preload space + shift buffer exceed a core's SRAM; return the peak core's bytes.
+        Design ``"ideal"`` gives preloading its own SRAM: each side is checked alone."""
+        hw = self.hw
+        exec_side = used + hw.shift_buffer_bytes
+        needed = exec_side if self.ideal else exec_side + preload
+        for side in (needed, preload) if self.ideal else (needed,):
+            over = np.flatnonzero(side > hw.sram_bytes_per_core)
+            if over.size:
+                core = int(over[0])
+                raise SramOverflowError(op_name, core, hw.sram_bytes_per_core, int(side[core]),
+                                        label=self.labels.get(op_name, layout.expr.kind),
+                                        chip=hw.name, tensors=layout.expr.tensor_summary())
+        peak = int(needed.max()) if needed.size else 0
+        self.peaks[0] = max(self.peaks[0], peak)
+        self.peaks[1] = max(self.peaks[1], int(preload.max()) if preload.size else 0)
+        return peak
+
+    def hold(self, name: str, cores: np.ndarray, nbytes: int) -> None:
+        """Keep activation ``name`` on ``cores`` (``nbytes`` each) until :meth:`release`."""
+        per_core = np.zeros(self.hw.num_cores, np.int64)
+        per_core[cores] = nbytes
+        self.resident[name] = per_core
+        self.used += per_core
+
+    def release(self, name: str) -> None:
+        """Free the SRAM of activation ``name``."""
+        self.used -= self.resident.pop(name)
+
+    def release_all(self) -> None:
+        """Free every live activation (the end of a region)."""
+        for name in list(self.resident):
+            self.release(name)

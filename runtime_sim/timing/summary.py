@@ -1,0 +1,253 @@
+"""The timing report of a scheduled run: per-operator timings, totals, utilization, bounds.
+
+:func:`timing_report` reads the :class:`~runtime_sim.timing.work.Work` items and the slots a
+scheduler (:mod:`runtime_sim.timing.schedule`, :mod:`runtime_sim.timing.stream_schedule`)
+gave them and assembles the :class:`~runtime_sim.timing.report.TimingReport`;
+:func:`lower_bounds` adds what no plan can avoid on the system and flags slow operators.
+
+Stall: a transfer phase's time beyond what its slowest flow would take alone on the network
+(contention on ports, links, the inter-chip cap; distribution included), plus load delays
+from sharing links that postponed an operator. Region outputs stay on chip (the next region
+reads them as ``"chip"`` inputs) unless the host reads them (see ``"host"`` in
+:mod:`runtime_sim.timing.work`); the run ends when the last operator and the last return to the
+host have ended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.machine.topology import Topology
+from runtime_sim.timing.report import SLOW_FACTOR, OpTiming, TimingReport
+from runtime_sim.timing.schedule import PrefetchSchedule
+from runtime_sim.timing.stream_schedule import StreamSchedule
+from runtime_sim.timing.work import IDEAL, Work
+from schedules import template_for
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Disjoint sorted intervals covering the union of ``intervals``."""
+    out: list[tuple[float, float]] = []
+    for lo, hi in sorted(intervals):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Total length of the intersection of two lists of disjoint sorted intervals."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule, hw: HardwareSpec,
+                  topo: Topology, peak: int, num_programs: int, design: str | None = None) -> TimingReport:
+    """The report of a run: ``works`` as ``schedule`` placed them (after ``schedule.run()``).
+
+    ``peak`` is the peak SRAM per core of the device accounting
+    (:meth:`~runtime_sim.timing.work.WorkBuilder.program_work`), ``design`` the preload design
+    of a stream run (``None`` without a stream; the stream's SRAM timeline then gives the
+    peaks)."""
+    per_op: list[OpTiming] = []
+    exec_iv, hbm_iv, load_iv = [], [], []
+    regions: list[dict[str, Any]] = []
+    stall_total = exposed_total = 0.0
+    peak_prefetch = peak
+    peak_preload = 0
+    prev_end = 0.0
+    for i, (work, slot) in enumerate(zip(works, schedule.slots)):
+        cost = work.cost
+        hbm = next((l for l in work.loads if l.kind == "hbm"), None)
+        host = next((l for l in work.loads if l.kind == "host"), None)
+        wait = max(0.0, slot.exec_start - prev_end)
+        # contention that postponed this operator: only the part of the load's delay that
+        # ran past the previous operator's end
+        exposed = min(slot.contention_delay, wait)
+        stall = (work.distribute.stall_s + work.relayout.stall_s + cost.shift.stall_s
+                 + cost.reduction.stall_s + exposed)
+        stall_total += stall
+        exposed_total += exposed
+        if slot.prefetched and i and design is None:
+            peak_prefetch = max(peak_prefetch, int((works[i - 1].used + work.prefetch_need).max()))
+            peak_preload = max(peak_preload, int(work.prefetch_need.max()))
+        compute = cost.compute_s + cost.reduction_compute_s + cost.epilogue_s
+        hbm_s = (slot.hbm_interval[1] - slot.hbm_interval[0]) if slot.hbm_interval else 0.0
+        host_s = (slot.host_interval[1] - slot.host_interval[0]) if slot.host_interval else 0.0
+        store = slot.store_interval
+        host_out_s = (store[1] - store[0]) if store else 0.0
+        steps_s = cost.compute_s + cost.shift.time_s
+        inter = (work.relayout.inter_bytes + cost.shift.inter_bytes + cost.reduction.inter_bytes
+                 + work.distribute.inter_bytes)
+        per_op.append(OpTiming(
+            name=work.op.name, region=work.region, kind=work.op.expr.kind, cores=cost.cores,
+            start_s=slot.exec_start, end_s=slot.exec_end, compute_s=compute,
+            transfer_s=work.transfer_s, link_busy_s=work.link_busy_s, hbm_s=hbm_s,
+            stall_s=stall, host_s=host_s, wait_s=wait,
+            steps=cost.steps, flops=cost.flops,
+            shift_bytes=cost.rotation_bytes + cost.reduction_bytes,
+            rotation_bytes=cost.rotation_bytes, reduction_bytes=cost.reduction_bytes,
+            relayout_bytes=work.relayout_bytes, inter_chip_bytes=inter,
+            hbm_bytes=sum(work.hbm_tensors.values()),
+            hbm_delivered_bytes=hbm.unique_bytes if hbm else 0.0,
+            host_bytes=host.unique_bytes if host else 0.0,
+            host_out_bytes=sum(s.unique_bytes for s in work.stores),
+            host_out_s=host_out_s, host_out_start_s=store[0] if store else 0.0,
+            load_start_s=slot.load_start if work.loads else 0.0,
+            load_end_s=slot.load_end if work.loads else 0.0,
+            hbm_start_s=slot.hbm_interval[0] if slot.hbm_interval else 0.0,
+            host_start_s=slot.host_interval[0] if slot.host_interval else 0.0,
+            prefetched=bool(work.loads) and slot.prefetched,
+            chips=work.chips,
+            sram_bytes_per_core=int(work.used.max()),
+            relayout_s=work.relayout.time_s, steps_s=steps_s, shift_s=cost.shift.time_s,
+            reduction_s=cost.reduction.time_s + cost.reduction_compute_s,
+            epilogue_s=cost.epilogue_s, distinct_shift_phases=cost.distinct_shift_phases,
+            estimated=work.relayout_estimated or cost.shift_sampled,
+            preloaded=slot.preloaded,
+            preload_start_s=slot.load_start if slot.preloaded else 0.0,
+            preload_end_s=slot.load_end if slot.preloaded else 0.0,
+            preload_stall_s=slot.preload_delay if slot.preloaded else slot.contention_delay,
+            interconnect_stall_s=exposed, distribute_s=work.distribute.time_s,
+            distributed_bytes=work.distributed_bytes,
+            preloaded_bytes=(work.preloaded_bytes if design is not None
+                             else sum(l.delivered_bytes for l in work.loads)),
+            preload_space_bytes_per_core=(int(work.preload_space.max())
+                                          if work.preload_space is not None else 0),
+        ))
+        exec_iv.append((slot.exec_start, slot.exec_end))
+        if slot.hbm_interval:
+            hbm_iv.append(slot.hbm_interval)
+        for iv in (slot.hbm_interval, slot.host_interval):
+            if iv and iv[1] > iv[0]:
+                load_iv.append(iv)
+        if not regions or regions[-1]["program"] != work.program:
+            regions.append({"name": work.region, "program": work.program,
+                            "start_s": slot.exec_start, "end_s": slot.exec_end, "ops": 0})
+        regions[-1]["end_s"] = slot.exec_end
+        regions[-1]["ops"] += 1
+        prev_end = slot.exec_end
+
+    store_ends = [s.store_interval[1] for s in schedule.slots if s.store_interval]
+    total = max([e for _, e in exec_iv] + store_ends, default=0.0)
+    compute = sum(o.compute_s for o in per_op)
+    transfer = sum(o.transfer_s for o in per_op)
+    hbm_s = sum(e - s for s, e in hbm_iv)
+    if design is not None:  # preloads are issued in their own order
+        hbm_iv.sort()
+    overlap = _intersection(hbm_iv, exec_iv)
+    loading = _union(load_iv)
+    busy_exec = _union([iv for iv in exec_iv if iv[1] > iv[0]])
+    preload_s = sum(e - s for s, e in loading)
+    preload_overlap = _intersection(loading, busy_exec)
+    exec_s = sum(e - s for s, e in busy_exec)
+    flops = sum(o.flops for o in per_op)
+    distinct: dict[tuple[int, str], float] = {}  # (region call, tensor) -> distinct bytes
+    for work in works:
+        for name, nbytes in work.hbm_tensors.items():
+            distinct[(work.program, name)] = max(distinct.get((work.program, name), 0.0), nbytes)
+    hbm_bytes = sum(distinct.values())
+    hbm_delivered = sum(o.hbm_delivered_bytes for o in per_op)
+    moved = sum(o.shift_bytes + o.relayout_bytes for o in per_op) + sum(
+        l.delivered_bytes for w in works for l in w.loads) + sum(w.distributed_bytes for w in works)
+    utilization = {
+        "flops": flops / (total * hw.peak_matrix_flops) if total > 0 else 0.0,
+        # bytes received by cores over their links against every core receiving at full rate
+        "interconnect": moved / (total * hw.num_cores * hw.link_bandwidth) if total > 0 else 0.0,
+        # distinct bytes only: a copy read twice (once per chip) is not useful bandwidth
+        "hbm": hbm_bytes / (total * hw.hbm_bandwidth) if total > 0 and hw.hbm_bandwidth > 0 else 0.0,
+    }
+    # links in use, hop latencies included (the share rule counts held bandwidth only, busy_s)
+    link_time = transfer + sum(l.network.time_s for w in works for l in w.loads)
+    link_capacity = total * (2 if design == IDEAL else 1)
+    if design is not None:  # the SRAM timeline (the ideal design: execution space alone)
+        peak = peak_prefetch = schedule.peak
+        peak_preload = schedule.peak_preload
+    stream = {
+        "design": design or "", "preload_s": preload_s,
+        "preload_only_s": preload_s - preload_overlap, "execute_only_s": exec_s - preload_overlap,
+        "preload_overlap_s": preload_overlap, "interconnect_stall_s": exposed_total,
+        "preload_stall_s": sum(o.preload_stall_s for o in per_op),
+        "hbm_utilization": utilization["hbm"],
+        "interconnect_utilization": link_time / link_capacity if total > 0 else 0.0,
+        "flops_utilization": utilization["flops"],
+        "achieved_flops": flops / total if total > 0 else 0.0,
+        "preloaded_bytes": sum(o.preloaded_bytes for o in per_op),
+        "distributed_bytes": sum(o.distributed_bytes for o in per_op),
+        "preloads": len(schedule.pre) if design is not None else 0, "executes": len(per_op),
+        "peak_preload_bytes_per_core": peak_preload,
+    }
+    bounds = lower_bounds(per_op, hw)
+    return TimingReport(
+        hardware=hw.name, topology=topo.kind if hw.num_chips == 1 else f"{topo.kind} x{hw.num_chips} chips",
+        total_s=total, compute_s=compute, transfer_s=transfer, hbm_s=hbm_s, overlap_s=overlap,
+        stall_s=stall_total, host_s=sum(o.host_s + o.host_out_s for o in per_op),
+        idle_s=max(0.0, total - compute - transfer), num_ops=len(per_op), num_regions=num_programs,
+        hbm_bytes=hbm_bytes, hbm_delivered_bytes=hbm_delivered,
+        host_bytes=sum(o.host_bytes for o in per_op),
+        host_out_bytes=sum(o.host_out_bytes for o in per_op),
+        shift_bytes=sum(o.shift_bytes for o in per_op),
+        rotation_bytes=sum(o.rotation_bytes for o in per_op),
+        reduction_bytes=sum(o.reduction_bytes for o in per_op),
+        relayout_bytes=sum(o.relayout_bytes for o in per_op),
+        inter_chip_bytes=sum(o.inter_chip_bytes for o in per_op),
+        steps=sum(o.steps for o in per_op), peak_sram_bytes_per_core=peak,
+        peak_sram_with_prefetch_bytes_per_core=peak_prefetch, flops=flops,
+        utilization=utilization, per_op=per_op, regions=regions, hw=hw, **bounds, **stream,
+    )
+
+
+def lower_bounds(per_op: list[OpTiming], hw: HardwareSpec) -> dict[str, Any]:
+    """Fill every operator's :attr:`OpTiming.lower_bound_s` and name the operators and kinds
+    whose time is more than :data:`SLOW_FACTOR` times their lower bound.
+
+    An operator's time is what it costs the compute array: its execution plus the wait for its
+    loads (``wait_s + duration_s``; these add up to the makespan, minus the last return to the
+    host). Its lower bound is the largest of what no plan can avoid on this system:
+
+    * ``flops``: its FLOPs on every core of the system at the peak of the unit that runs it
+      (matrix unit for sums of products, vector unit otherwise, ``schedules`` templates);
+    * ``hbm``: its distinct HBM bytes at the full HBM bandwidth;
+    * ``host``: its host bytes, both directions, over all chips' host links;
+    * ``sync``: one bulk-synchronous step, ``sync_cycles`` (every operator runs at least one).
+    """
+    peak = {"matrix": hw.num_cores * hw.matrix_flops_per_cycle * hw.clock_hz,
+            "vector": hw.num_cores * hw.vector_flops_per_cycle * hw.clock_hz}
+    kinds: dict[str, dict[str, Any]] = {}
+    slow_ops = []
+    for op in per_op:
+        unit = getattr(template_for(op.kind), "unit", "vector")
+        terms = {
+            "flops": op.flops / peak.get(unit, peak["vector"]),
+            "hbm": op.hbm_bytes / hw.hbm_bandwidth if hw.hbm_bandwidth > 0 else 0.0,
+            "host": (op.host_bytes + op.host_out_bytes) / (hw.host_bandwidth * hw.num_chips),
+            "sync": hw.sync_cycles / hw.clock_hz,
+        }
+        op.bound_by = max(terms, key=terms.get)
+        op.lower_bound_s = terms[op.bound_by]
+        spent = op.wait_s + op.duration_s
+        row = kinds.setdefault(op.kind, {"kind": op.kind, "ops": 0, "time_s": 0.0, "lower_bound_s": 0.0})
+        row["ops"] += 1
+        row["time_s"] += spent
+        row["lower_bound_s"] += op.lower_bound_s
+        if op.lower_bound_s > 0 and spent > SLOW_FACTOR * op.lower_bound_s:
+            slow_ops.append({"name": op.name, "region": op.region, "kind": op.kind,
+                             "start_s": op.start_s, "time_s": spent, "lower_bound_s": op.lower_bound_s,
+                             "bound_by": op.bound_by, "ratio": spent / op.lower_bound_s})
+    for row in kinds.values():
+        row["ratio"] = row["time_s"] / row["lower_bound_s"] if row["lower_bound_s"] > 0 else 0.0
+    op_kinds = sorted(kinds.values(), key=lambda r: -r["time_s"])
+    slow_ops.sort(key=lambda r: -(r["time_s"] - r["lower_bound_s"]))
+    return {"op_kinds": op_kinds, "slow_kinds": [r for r in op_kinds if r["ratio"] > SLOW_FACTOR],
+            "slow_ops": slow_ops}

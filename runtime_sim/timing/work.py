@@ -1,0 +1,486 @@
+"""Work items of a timing run and their costing: what each operator instance costs and needs.
+
+:class:`WorkBuilder` turns device programs into :class:`Work` items, one per operator
+instance, costing each distinct thing once (the same layer repeated in a model costs once):
+each operator's homogeneous steps in closed form (:mod:`runtime_sim.timing.opcost`), each
+transfer phase on the topology (:mod:`runtime_sim.machine.topology`), each off-chip load or
+preload, each distribution phase and each return to the host. It decides nothing -- the
+device never plans: the schedulers (:mod:`runtime_sim.timing.schedule`,
+:mod:`runtime_sim.timing.stream_schedule`) put the items on the timeline in the order the
+compiler's programs give.
+
+Data sources of an operator input (``TensorDecl.source``, program format):
+
+* produced earlier in the region -> re-laid out from the producer's ring-0 cores over the
+  interconnect (exact box overlaps, :mod:`runtime_sim.contract.relayout`);
+* ``"chip"`` region input -> re-laid out from a canonical block layout over all cores
+  (estimate: the producing region's layout is not known to this program);
+* ``"resident"`` region input (model state kept on chip, T10 §4.3.2) -> it waits in the
+  placement of its reader's :attr:`~runtime_sim.contract.program.OpProgram.idle_plan` (or spread in
+  near-even blocks over all cores, :data:`~runtime_sim.contract.plan.IDLE_SPREAD`); the setup phase
+  re-lays it out into the active plan (exact box overlaps), or moves nothing when the
+  operator idles in its active plan (``idle_plan is None``). Its idle placement occupies SRAM
+  for the whole run, on top of everything below;
+* ``"hbm"`` -> loaded from HBM: unique bytes per chip at ``hbm_bandwidth / hbm_controllers``
+  per controller, striped over the chip's controllers (Elk §5), delivered to every core that
+  needs them over the network; the load lasts ``max(controller time, network time)``. A
+  tensor two chips need is read from HBM twice (each chip reads its own copy): the report's
+  ``hbm_delivered_bytes`` counts such copies, ``hbm_bytes`` the distinct bytes of the distinct
+  HBM tensors read per run (per region call and tensor name, the most any operator reads);
+* ``"host"`` -> over the chip's host link at ``hw.host_bandwidth`` (8 GB/s, T10 Table 3);
+  the other leg of such a round trip, a region output the host reads
+  (:attr:`~runtime_sim.contract.program.DeviceProgram.host_outputs`), goes back chip -> host over the
+  same links when its producer ends: each chip's bytes of it at ``host_bandwidth``, gathered
+  from the cores that hold it (the delivery's network cost, mirrored). Host links serve their
+  transfers in order, so a later host input (which may depend on it) starts after it, and an
+  operator reading host inputs is not prefetched while such a return is pending;
+* a constant -> its entry's ``"source"`` if given, else ``"hbm"`` on a chip with HBM and
+  otherwise resident: weights stay on chip in the operator's placement (T10 §4.3.2 keeps the
+  model on chip and moves only inputs and outputs; the idle-to-active setup is not modelled).
+
+In a preload stream run (Elk §4.5) the off-chip inputs are costed in their preload state
+instead, and their distribution phase is part of the operator's execution (see
+:mod:`runtime_sim.timing.stream_schedule`).
+
+SRAM: per core, partitions of the running operator plus on-chip intermediates still needed
+plus the shift buffer, exactly as :class:`runtime_sim.functional.device.SimulatedDevice` counts it, plus
+the idle placements of every ``"resident"`` input of the run (which the functional device,
+handed all inputs as arguments, does not hold); a program that would overflow raises
+:class:`SramOverflowError` as the device does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError, short_name
+from runtime_sim.contract.expr import dtype_bytes
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import OpLayout, check_op_inputs, checked_layout
+from runtime_sim.contract.lifetimes import last_reads, outlives, released
+from runtime_sim.contract.plan import IDLE_SPREAD
+from runtime_sim.contract.program import DeviceProgram, OpProgram
+from runtime_sim.contract.relayout import (
+    BlockGrid,
+    Boxes,
+    canonical_grid,
+    input_boxes,
+    input_relayout,
+    placement_grid,
+    producer_grid,
+    rests_spread,
+)
+from runtime_sim.contract.stream import PRODUCED, input_sources
+from runtime_sim.machine.preload_delivery import distribution_phase, preload_delivery
+from runtime_sim.machine.topology import NO_PHASE, PhaseCost, Topology, relayout_pattern
+from runtime_sim.timing.opcost import OpCost, op_cost
+
+#: Source of a constant kept on chip in its operator's placement: it moves nowhere (T10 §4.3.2).
+RESIDENT = "resident"
+#: The roofline design of a preload stream (Elk §6.1): preloads on their own interconnect and
+#: in their own SRAM, distribution in no time.
+IDEAL = "ideal"
+
+
+@dataclass
+class Load:
+    """One operator's loads from one off-chip source (all its inputs from it together)."""
+
+    kind: str  # "hbm" or "host"
+    source_s: float  # controllers / host links: unique bytes over their bandwidth
+    network: PhaseCost  # delivery to every core that needs the data
+    unique_bytes: float  # per chip, summed over chips: what the sources send (copies per chip)
+    delivered_bytes: float  # summed over receiving cores
+    #: per input of the load (in order), its distinct bytes over the whole system
+    distinct_bytes: tuple[float, ...] = ()
+
+    @property
+    def duration_s(self) -> float:
+        return max(self.source_s, self.network.time_s)
+
+
+@dataclass
+class Work:
+    """One operator instance: its cost and what it needs before it can run."""
+
+    op: OpProgram
+    region: str
+    program: int  # index of its program in the simulated sequence
+    cost: OpCost
+    relayout: PhaseCost
+    relayout_bytes: float
+    relayout_estimated: bool
+    loads: list[Load]
+    used: np.ndarray  # SRAM per core while it runs (device accounting), shift buffer included
+    prefetch_need: np.ndarray  # bytes per core its loads deposit (its loaded partitions)
+    stores: list[Load] = field(default_factory=list)  # its outputs the host reads (chip -> host)
+    hbm_tensors: dict[str, float] = field(default_factory=dict)  # HBM input -> distinct bytes
+    chips: tuple[int, ...] = ()  # the chips its cores are on (OpLayout.physical)
+    # -- preload stream runs only (Elk §4.5) --
+    #: the distribution phase of its chunked inputs (preload state -> execute state)
+    distribute: PhaseCost = NO_PHASE
+    distributed_bytes: float = 0.0
+    #: per physical core, the preload space of its off-chip inputs (zero: nothing preloaded)
+    preload_space: np.ndarray | None = None
+    preloaded_bytes: float = 0.0  # sum of delivered_bytes over its preloaded inputs
+    #: per physical core, SRAM held once it ended and before the next operator starts (live
+    #: activations, resident idle state, shift buffer)
+    resting: np.ndarray | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return self.distribute.time_s + self.relayout.time_s + self.cost.exec_s
+
+    @property
+    def transfer_s(self) -> float:
+        return (self.distribute.time_s + self.relayout.time_s + self.cost.shift.time_s
+                + self.cost.reduction.time_s)
+
+    @property
+    def link_busy_s(self) -> float:
+        """How long its own traffic holds its links' bandwidth (:attr:`PhaseCost.busy_s` of
+        each transfer phase): what a preload streaming meanwhile cannot use."""
+        return (self.distribute.busy_s + self.relayout.busy_s + self.cost.shift.busy_s
+                + self.cost.reduction.busy_s)
+
+
+@dataclass
+class _Caches:
+    """What :class:`WorkBuilder` has costed, by what each cost depends on: a model repeats
+    layers, and costing each distinct one once keeps long runs fast."""
+
+    layouts: dict[str, OpLayout] = field(default_factory=dict)
+    costs: dict[str, OpCost] = field(default_factory=dict)
+    relayouts: dict[tuple, tuple[PhaseCost, float, bool]] = field(default_factory=dict)
+    loads: dict[tuple, tuple[Load, np.ndarray]] = field(default_factory=dict)
+    boxes: dict[tuple[str, int], Boxes] = field(default_factory=dict)
+    grids: dict[str, BlockGrid] = field(default_factory=dict)
+
+
+def _op_key(op: OpProgram) -> str:
+    """What an operator's timing depends on: its expression and plan, not its tensors' names
+    (the same layer repeated in a model costs once)."""
+    return json.dumps([op.expr.structure_key(), op.plan.to_dict()], sort_keys=True, separators=(",", ":"))
+
+
+class WorkBuilder:
+    """Turns programs into :class:`Work` items, costing each distinct thing once.
+
+    It costs what the programs say (plans, sources, chunks, idle plans) and decides nothing:
+    the device never plans."""
+
+    def __init__(self, hw: HardwareSpec, topo: Topology):
+        self.hw = hw
+        self.topo = topo
+        self.c = _Caches()
+
+    def layout(self, key: str, op: OpProgram) -> OpLayout:
+        layout = self.c.layouts.get(key)
+        if layout is None:
+            layout = self.c.layouts[key] = checked_layout(op, self.hw)
+        return layout
+
+    def cost(self, key: str, layout: OpLayout) -> OpCost:
+        cost = self.c.costs.get(key)
+        if cost is None:
+            cost = self.c.costs[key] = op_cost(layout, self.hw, self.topo)
+        return cost
+
+    def boxes(self, key: str, layout: OpLayout, t: int) -> Boxes:
+        box = self.c.boxes.get((key, t))
+        if box is None:
+            box = self.c.boxes[(key, t)] = input_boxes(layout, t)
+        return box
+
+    def relayout(self, source: tuple, grid: BlockGrid, key: str, layout: OpLayout, t: int) -> tuple[PhaseCost, float, bool]:
+        cache_key = (source, key, t)
+        hit = self.c.relayouts.get(cache_key)
+        if hit is None:
+            topo = self.topo
+            boxes = self.boxes(key, layout, t).placed(layout.physical, layout.span)
+            # a gathered input's rows are data: the uniform-ids estimate (gather_relayout)
+            rl = input_relayout(grid, layout, t, topo.node_chip, topo.num_chips, boxes=boxes)
+            sampled = [rl.box_weight > 1]
+
+            def mark_sampled() -> None:
+                sampled[0] = True
+
+            phase = topo.multicast_phase(relayout_pattern(rl, mark_sampled))
+            hit = self.c.relayouts[cache_key] = (phase, rl.moved_bytes, sampled[0])
+        return hit
+
+    def load(self, kind: str, key: str, layout: OpLayout, inputs: tuple[int, ...]) -> tuple[Load, np.ndarray]:
+        cache_key = (kind, key, inputs)
+        hit = self.c.loads.get(cache_key)
+        if hit is not None:
+            return hit
+        hw, topo = self.hw, self.topo
+        n = layout.num_cores
+        cores = layout.physical  # numbered core -> physical core
+        chip_of = topo.node_chip[cores]
+        per_core = np.zeros(n)
+        unique = np.zeros(hw.num_chips)
+        need = np.zeros(n, np.int64)
+        one_chip = np.zeros(topo.num_nodes, np.int64)
+        distinct = []
+        flows = []
+        for t in inputs:
+            box = self.boxes(key, layout, t)
+            per_core += box.nbytes
+            unique += box.unique_bytes_per_chip(chip_of, hw.num_chips)
+            distinct.append(float(box.unique_bytes_per_chip(one_chip, 1).sum()))
+            need += layout.partition_bytes(t)
+            # cores with equal boxes (replicas) need the same bytes: one multicast each
+            rows = np.concatenate([box.lo, box.hi], axis=1)
+            group = (np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1) if rows.shape[1]
+                     else np.zeros(n, np.int64))
+            flows.append(topo.io_flows(kind, cores, box.nbytes, group * len(inputs) + len(flows)))
+        src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
+        network, source_s = topo.io_load(kind, src, dst, nbytes, group, unique)
+        hit = (Load(kind, source_s, network, float(unique.sum()), float(per_core.sum()),
+                     tuple(distinct)), need)
+        self.c.loads[cache_key] = hit
+        return hit
+
+    def preload(self, kind: str, key: str, layout: OpLayout, inputs: tuple[int, ...],
+                chunks: tuple[int, ...]) -> tuple[Load, np.ndarray]:
+        """One operator's preload from one off-chip source in its preload state (Elk §4.3,
+        :func:`runtime_sim.machine.preload_delivery.preload_delivery`): input ``inputs[i]`` cut into
+        ``chunks[i]`` chunks. Returns the load and the preload space per numbered core."""
+        cache_key = ("preload", kind, key, inputs, chunks)
+        hit = self.c.loads.get(cache_key)
+        if hit is not None:
+            return hit
+        d = preload_delivery(self.topo, kind, layout, inputs, chunks,
+                             [self.boxes(key, layout, t) for t in inputs])
+        hit = (Load(kind, d.source_s, d.network, d.unique_bytes, d.delivered_bytes,
+                     d.distinct_bytes), d.space)
+        self.c.loads[cache_key] = hit
+        return hit
+
+    def distribute(self, key: str, layout: OpLayout, chunked: tuple[tuple[int, int], ...]) -> tuple[PhaseCost, float]:
+        """The distribution phase of an operator's chunked inputs
+        (:func:`runtime_sim.machine.preload_delivery.distribution_phase`) and its bytes."""
+        cache_key = ("distribute", key, chunked)
+        hit = self.c.relayouts.get(cache_key)
+        if hit is None:
+            phase, total = distribution_phase(self.topo, layout, chunked)
+            hit = self.c.relayouts[cache_key] = (phase, total, False)
+        return hit[0], hit[1]
+
+    def store(self, key: str, layout: OpLayout) -> Load:
+        """The chip -> host return of an operator's output: the cores holding it (ring 0) send
+        their partitions over their chip's host link (``host_bandwidth`` per chip); the network
+        leg is costed as the mirrored delivery (cores -> host node)."""
+        cache_key = ("host_out", key)
+        hit = self.c.loads.get(cache_key)
+        if hit is not None:
+            return hit[0]
+        hw, topo = self.hw, self.topo
+        out = len(layout.expr.tensors) - 1
+        owners = layout.physical[np.asarray(layout.owners(), np.int64)]
+        per_core = np.full(owners.size, float(layout.partition_bytes(out)))
+        per_chip = np.bincount(topo.node_chip[owners], weights=per_core, minlength=hw.num_chips)
+        src, dst, nbytes = topo.io_flows("host", owners, per_core)
+        network = topo.phase(src, dst, nbytes)
+        total = float(per_core.sum())
+        load = Load("host_out", float(per_chip.max()) / hw.host_bandwidth, network, total, total)
+        self.c.loads[cache_key] = (load, np.zeros(0))
+        return load
+
+    def idle_layout(self, op: OpProgram) -> tuple[str, OpLayout] | None:
+        """Key and layout of the plan that ``op``'s resident inputs rest in between runs:
+        its own plan when ``idle_plan`` is ``None``; ``None`` for :data:`IDLE_SPREAD`."""
+        if op.idle_plan == IDLE_SPREAD:
+            return None
+        idle_op = op if op.idle_plan is None else dataclasses.replace(op, plan=op.idle_plan, idle_plan=None)
+        idle_key = _op_key(idle_op)
+        return idle_key, self.layout(idle_key, idle_op)
+
+    def idle_grid(self, op: OpProgram, t: int) -> tuple[str, BlockGrid]:
+        """Where resident input ``t`` of ``op`` idles, as blocks on cores (the source of its
+        setup re-layout)."""
+        idle = self.idle_layout(op)
+        access = op.expr.inputs[t]
+        grid_key = f"{idle[0]}#{t}" if idle is not None else f"spread#{access.shape}#{access.dtype}"
+        grid = self.c.grids.get(grid_key)
+        if grid is None:
+            grid = placement_grid(idle[1], t) if idle is not None else None
+            if grid is None:  # spread, or not block-aligned: near-even blocks over all cores
+                grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), self.hw.num_cores)
+            self.c.grids[grid_key] = grid
+        return grid_key, grid
+
+    def idle_bytes(self, op: OpProgram, t: int) -> np.ndarray:
+        """Bytes per core resident input ``t`` of ``op`` occupies while idle: one partition on
+        every core of its idle plan (replicas included), or its spread blocks."""
+        idle = self.idle_layout(op)
+        if idle is None or rests_spread(op.expr, t):
+            return _grid_bytes(self.idle_grid(op, t)[1], self.hw.num_cores)
+        held = np.zeros(self.hw.num_cores, np.int64)
+        held[idle[1].physical] = idle[1].partition_bytes(t)
+        return held
+
+    def idle_state(self, programs: Sequence[DeviceProgram]) -> np.ndarray:
+        """Bytes per core that ``"resident"`` inputs occupy all run long: each in the idle
+        placement of the first operator of its region that reads it (T10 §4.3.2)."""
+        total = np.zeros(self.hw.num_cores, np.int64)
+        per_program: dict[tuple, np.ndarray] = {}
+        for program in programs:
+            names = tuple(d.name for d in program.inputs if d.source == RESIDENT)
+            if not names:
+                continue
+            cache_key = (id(program.ops), names)
+            held = per_program.get(cache_key)
+            if held is None:
+                held = np.zeros(self.hw.num_cores, np.int64)
+                seen: set[str] = set()
+                for op in program.ops:
+                    for t, name in enumerate(op.input_names):
+                        if name in names and name not in seen:
+                            seen.add(name)
+                            held += self.idle_bytes(op, t)
+                per_program[cache_key] = held
+            total += held
+        return total
+
+    def program_work(self, program: DeviceProgram, index: int = 0,
+                     idle: np.ndarray | None = None,
+                     design: str | None = None) -> tuple[list[Work], int]:
+        """Work items of one region, and the region's peak SRAM per core (device accounting
+        plus ``idle``, the resident state of the run, see :meth:`idle_state`).
+
+        ``design`` (a preload stream run, Elk §4.5; ``None`` otherwise): off-chip inputs are
+        loaded in their preload state (:meth:`preload`) and distributed when the operator
+        executes (:meth:`distribute`; in no time for :data:`IDEAL`, bytes still counted)."""
+        hw = self.hw
+        decls = {d.name: d for d in program.inputs}
+        last_use = last_reads([op.input_names for op in program.ops], program.outputs)
+        # the last write of a tensor is what the host reads (a region writes each name once)
+        host_out = set(getattr(program, "host_outputs", ()))
+        produced: dict[str, str] = {}  # tensor -> producer op key
+        resident: dict[str, np.ndarray] = {}
+        used = np.zeros(hw.num_cores, np.int64) if idle is None else idle.astype(np.int64)
+        peak = 0
+        works = []
+        sources = input_sources(program, hw.hbm_bandwidth > 0)
+        for i, op in enumerate(program.ops):
+            key = _op_key(op)
+            check_op_inputs(op)  # per operator: the layout cache key ignores tensor names
+            layout = self.layout(key, op)
+            cost = self.cost(key, layout)
+            for name in released(last_use, resident, i):
+                used -= resident.pop(name)
+            if works:  # what the previous operator leaves once it ended
+                works[-1].resting = used + hw.shift_buffer_bytes
+            running = used.copy()
+            running[layout.physical] += cost.footprint_bytes
+            if op.idle_plan is None and idle is not None:
+                # resident inputs idling in this very plan are already counted in ``idle``
+                for t, name in enumerate(op.input_names):
+                    if name in decls and decls[name].source == RESIDENT and not rests_spread(op.expr, t):
+                        running[layout.physical] -= layout.partition_bytes(t)
+            running += hw.shift_buffer_bytes
+            over = np.flatnonzero(running > hw.sram_bytes_per_core)
+            if over.size:
+                core = int(over[0])
+                raise SramOverflowError(op.name, core, hw.sram_bytes_per_core, int(running[core]),
+                                        label=op.label or op.expr.kind, chip=hw.name,
+                                        tensors=op.expr.tensor_summary())
+            peak = max(peak, int(running.max()))
+
+            relayout, moved, estimated = NO_PHASE, 0.0, False
+            by_kind: dict[str, list[int]] = {"hbm": [], "host": []}
+            for t, name in enumerate(op.input_names):
+                src_kind = sources[i][t]
+                if src_kind == PRODUCED:
+                    pkey = produced[name]
+                    grid = self.c.grids.get(pkey)
+                    if grid is None:
+                        grid = self.c.grids[pkey] = producer_grid(self.c.layouts[pkey])
+                    phase, nbytes, est = self.relayout(("op", pkey), grid, key, layout, t)
+                elif src_kind == "chip":
+                    access = op.expr.inputs[t]
+                    grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), hw.num_cores)
+                    phase, nbytes, est = self.relayout(("chip", access.shape, access.dtype), grid,
+                                                       key, layout, t)
+                elif src_kind == RESIDENT and name in decls:
+                    if op.idle_plan is None and not rests_spread(op.expr, t):
+                        continue  # idle in the active placement: no setup
+                    grid_key, grid = self.idle_grid(op, t)
+                    phase, nbytes, est = self.relayout(("idle", grid_key), grid, key, layout, t)
+                elif src_kind in by_kind:
+                    if src_kind == "hbm" and (hw.hbm_bandwidth <= 0 or hw.hbm_controllers <= 0):
+                        raise DeviceProgramError(
+                            f"operator '{short_name(op.name)}' reads '{short_name(name)}' from HBM, but chip "
+                            f"'{hw.name}' has no HBM (hbm_bandwidth={hw.hbm_bandwidth})"
+                        )
+                    by_kind[src_kind].append(t)
+                    continue
+                else:  # resident constant
+                    continue
+                # inputs of one operator are re-laid out one after another (each a phase)
+                relayout = relayout + phase
+                moved += nbytes
+                estimated = estimated or est
+            loads = []
+            need = np.zeros(hw.num_cores, np.int64)
+            for kind, inputs in by_kind.items():
+                if inputs and design is None:
+                    load, per_core = self.load(kind, key, layout, tuple(inputs))
+                elif inputs:
+                    load, per_core = self.preload(kind, key, layout, tuple(inputs),
+                                                  tuple(op.chunks_of(t) for t in inputs))
+                else:
+                    continue
+                loads.append(load)
+                need[layout.physical] += per_core
+            work = Work(op, program.region, index, cost, relayout, moved, estimated, loads,
+                         running, need,
+                         chips=tuple(int(c) for c in np.unique(self.topo.node_chip[layout.physical])))
+            works.append(work)
+            if design is not None:
+                work.preload_space = need
+                work.preloaded_bytes = sum(load.delivered_bytes for load in loads)
+                chunked = tuple((t, op.chunks_of(t)) for t in sorted(by_kind["hbm"] + by_kind["host"]))
+                phase, work.distributed_bytes = self.distribute(key, layout, chunked)
+                work.distribute = NO_PHASE if design == IDEAL else phase
+            for load, inputs in zip(loads, [v for v in by_kind.values() if v]):
+                if load.kind == "hbm":
+                    for t, nbytes in zip(inputs, load.distinct_bytes):
+                        name = op.input_names[t]
+                        works[-1].hbm_tensors[name] = max(works[-1].hbm_tensors.get(name, 0.0), nbytes)
+            if op.output_name in host_out:
+                works[-1].stores.append(self.store(key, layout))
+            produced[op.output_name] = key
+            if outlives(last_use, op.output_name, i):
+                hold = np.zeros(hw.num_cores, np.int64)
+                out = len(op.expr.tensors) - 1
+                hold[layout.physical[layout.owners()]] = layout.partition_bytes(out)
+                resident[op.output_name] = hold
+                used += hold
+        if works:
+            works[-1].resting = used + hw.shift_buffer_bytes
+        return works, peak
+
+
+
+def _grid_bytes(grid: BlockGrid, num_cores: int) -> np.ndarray:
+    """Bytes each core holds of a block grid (edge blocks clipped to the tensor)."""
+    held = np.zeros(num_cores, np.int64)
+    owned = np.flatnonzero(grid.owner >= 0)
+    if not grid.shape:
+        held[grid.owner[owned]] += grid.itemsize
+        return held
+    ks = np.unravel_index(owned, grid.counts)
+    size = np.full(owned.size, grid.itemsize, np.int64)
+    for d, (extent, block) in enumerate(zip(grid.shape, grid.block)):
+        size *= np.minimum((ks[d] + 1) * block, extent) - ks[d] * block
+    np.add.at(held, grid.owner[owned], size)
+    return held
+

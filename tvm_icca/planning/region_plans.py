@@ -1,0 +1,135 @@
+"""Plans for the operators of one region, within the SRAM the region leaves each of them.
+
+:func:`plan_region` searches each operator's rTensor execution plan (:mod:`tvm_icca.plans`,
+T10 §4.3) within the per-core budget its region leaves it (:func:`region_budgets`, from the
+tensor lifetimes of :mod:`runtime_sim.contract.lifetimes`); :func:`compile_region` lowers a
+region (:func:`tvm_icca.lower.region.extract_region`) and plans it into its device program.
+The model-level pass (:mod:`tvm_icca.planning.planner`) calls these for every region of a
+model; nothing else compiles regions.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from tvm import relax
+
+from runtime_sim.contract.errors import IccaError, PlanNotFoundError
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.lifetimes import held_bytes as lifetime_held_bytes
+from runtime_sim.contract.program import DeviceProgram, OpProgram
+from tvm_icca.lower.region import PendingOp, RegionOps, extract_region
+from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.plans import CostModel, plan_operator
+from tvm_icca.plans.plan_hook import PlanRequest, planned_with_hook
+from tvm_icca.plans.vgm import plan_vgm_operator
+
+#: Execution models a region can be compiled for.
+EXECUTION_MODELS = ("t10", "vgm")
+
+
+def compile_region(
+    func: relax.Function,
+    name: str,
+    hw: HardwareSpec,
+    cost_model: CostModel | None = None,
+    plan_cache: PlanCache | None = None,
+    execution: str = "t10",
+    vgm_region_bytes: int | None = None,
+    hbm_params: Sequence[int] = (),
+    hbm_constants: bool = False,
+) -> DeviceProgram:
+    """Plan every operator of ``func`` and return the region's device program.
+
+    ``plan_cache`` shares plans and tensor expressions with other regions (see
+    :class:`PlanCache`); without it every operator is extracted and planned afresh.
+    ``execution`` selects the execution model: ``"t10"`` (compute-shift plans, the backend's
+    own) or ``"vgm"`` (the load-compute-store baseline on a virtual global memory, T10 §2.2,
+    with ``vgm_region_bytes`` reserved per core). ``hbm_params``: positions of the parameters
+    the region reads from HBM (model state on a chip with HBM), and ``hbm_constants`` whether
+    its constants come from there too: the mapping of plans to chips keeps them from being
+    read once per chip (:mod:`.plans.mapping`).
+    """
+    if execution not in EXECUTION_MODELS:
+        raise IccaError(f"unknown execution model '{execution}'; choose one of {EXECUTION_MODELS}")
+    region = extract_region(func, name, hw, plan_cache.exprs if plan_cache is not None else None)
+    if execution == "vgm":
+        ops = [_plan_vgm(op, hw, vgm_region_bytes) for op in region.ops]
+    else:
+        hbm = {region.inputs[i].name for i in hbm_params} | (set(region.constants) if hbm_constants else set())
+        ops = plan_region(region, hw, cost_model, plan_cache, frozenset(hbm))[0]
+    return region.program(hw, ops)
+
+
+def _plan_vgm(op: PendingOp, hw: HardwareSpec, region_bytes: int | None) -> OpProgram:
+    planned = plan_vgm_operator(op.expr, hw, vgm_region_bytes=region_bytes, name=op.describe())
+    return OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
+                     planned.estimated_time_s, label=op.label)
+
+
+def plan_region(
+    region: RegionOps, hw: HardwareSpec, cost_model: CostModel | None = None,
+    plan_cache: PlanCache | None = None, hbm_names: frozenset[str] = frozenset(),
+) -> tuple[list[OpProgram], list[int]]:
+    """Plan the operators in order, leaving room for intermediates that stay on chip.
+
+    The device keeps an operator's output on the cores that own it until its last reader has
+    run (region outputs until the region ends), so while operator ``i`` runs, every earlier
+    output still needed after ``i`` occupies up to one partition per core (see
+    :func:`held_bytes`). Its plan gets the SRAM that remains: that budget is returned per
+    operator, with the planned operators. ``hbm_names``: the region tensors read from HBM.
+    Each operator's placement on the chips sees the layouts of the earlier operators whose
+    outputs it reads (:func:`.plans.mapping.choose_core_order`).
+    """
+    ops: list[OpProgram] = []
+    layouts: dict[str, OpLayout] = {}  # output name -> its producer's layout
+
+    def plan_one(op: PendingOp, budget: int) -> int:
+        hbm = tuple(t for t, n in enumerate(op.input_names) if n in hbm_names)
+        producers = tuple((t, layouts[n]) for t, n in enumerate(op.input_names)
+                          if n in layouts and t not in hbm)
+        if plan_cache is not None:
+            planned = plan_cache.plan(op.expr, hw, cost_model, budget, op.describe(), hbm, producers)
+        else:
+            planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget,
+                                    name=op.describe(), hbm_inputs=hbm, producers=producers)
+        # tuning records (tvm_icca.use_database) may replace the plan; no-op otherwise
+        own = planned
+        planned = planned_with_hook(PlanRequest(op.name, op.expr, hw, budget, hbm, producers), planned)
+        layouts[op.output_name] = OpLayout(op.expr, planned.plan, hw.cores_per_chip)
+        ops.append(OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
+                             planned.time_s, label=op.label, tuned=planned is not own))
+        return planned.layout.partition_bytes(len(op.expr.tensors) - 1)
+
+    budgets = region_budgets(region, hw, plan_one)
+    return ops, budgets
+
+
+def region_budgets(region: RegionOps, hw: HardwareSpec,
+                   plan_one: Callable[[PendingOp, int], int]) -> list[int]:
+    """Per operator of ``region``, in order, the SRAM per core its plan may use: what the
+    earlier outputs still held while it runs (:func:`held_bytes`) leave. ``plan_one(op,
+    budget)`` plans an operator within its budget and returns its output's partition bytes
+    per core, which the later budgets then account for."""
+    budgets: list[int] = []
+    out_bytes: list[int] = []
+    for i, op in enumerate(region.ops):
+        budget = hw.usable_sram_bytes - held_bytes(region, out_bytes)[i]
+        if budget <= 0:
+            raise PlanNotFoundError(
+                f"{op.describe()} ({op.expr.tensor_summary()}): the intermediates its region "
+                f"holds already fill the {hw.usable_sram_bytes} usable bytes per core of chip "
+                f"'{hw.name}' ({hw.num_cores} cores)"
+            )
+        out_bytes.append(plan_one(op, budget))
+        budgets.append(budget)
+    return budgets
+
+
+def held_bytes(region: RegionOps, output_bytes: list[int]) -> list[int]:
+    """Per operator of ``region``, the bytes per core of earlier outputs still held on chip
+    while it runs, given the output partition bytes of the operators planned so far
+    (:func:`runtime_sim.contract.lifetimes.held_bytes`, the device's own lifetime rule)."""
+    return lifetime_held_bytes([op.input_names for op in region.ops],
+                               [op.output_name for op in region.ops], region.outputs, output_bytes)
