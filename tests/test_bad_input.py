@@ -273,6 +273,7 @@ MUTATIONS = [
     ("negative extent", _set(MM_EXPR + ("axes", 1, "extent"), -8), E),
     ("duplicate axis", _set(MM_EXPR + ("axes", 1, "name"), "m"), E),
     ("reduce flag a string", _set(MM_EXPR + ("axes", 2, "reduce"), "yes"), E),
+    ("reduction axis made spatial", _set(MM_EXPR + ("axes", 2, "reduce"), False), E),
     ("unknown axis in an access", _set(MM_EXPR + ("inputs", 0, "indices", 0, "terms", 0, 0), "z"), E),
     ("unknown axis in a load", _set(BODY_LOAD + ("index", 0, "terms", 0, 0), "z"), E),
     ("load of input 7", _set(BODY_LOAD + ("input",), 7), E),

@@ -2,7 +2,7 @@
 
 :class:`HardwareSpec` is half of the contract between the compiler and the simulated device
 (the other half is the device program format, :mod:`runtime_sim.contract.program`). Every number in a
-preset comes from ``shared/hardware.md`` and the paper it cites; overriding any field is a
+preset comes from the paper or vendor document cited beside it; overriding any field is a
 ``dataclasses.replace`` away (see :func:`HardwareSpec.with_overrides`).
 """
 
@@ -368,7 +368,7 @@ def _as_float(value: Any) -> float | None:
 #   with ``hops = 1 + (chips / 2) / 2`` (same ``setGlobalSyncLatency``), i.e. 80 cycles for 4
 #   chips at 1.33 GHz, so 4-chip presets use 118 + 80 = 198 cycles. (Poplar's single-chip
 #   target model, ``Target::getGlobalSyncCycles``, is larger, ~600 cycles, see
-#   shared/hardware.md; the Elk figure is kept as the measured one.)
+#   Poplar's target model; the Elk figure is kept as the measured one.)
 # * Mesh preset: no source gives a router-hop latency for Elk's hypothetical mesh IPU. Its
 #   per-hop latency is set so that a corner-to-corner XY route of one chip's 32 x 46 grid
 #   (76 hops) costs what one all-to-all exchange transfer costs (126 cycles), i.e. the two

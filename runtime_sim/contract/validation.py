@@ -425,6 +425,12 @@ def _check_result(s: _OpScope) -> list[str]:
             raise s.bad(f"output axes {list(merged)} span {size} positions, the output dimension {d} "
                         f"has {expr.output.shape[d]}")
         out_axes.extend(merged)
+    # a spatial axis outside the output would be summed by nobody: the executors have no
+    # meaning for it (found by tests/test_bad_input.py's program mutations)
+    stray = [a for a, axis in s.top.items() if not axis.reduce and a not in out_axes]
+    if stray:
+        raise s.bad(f"spatial axis {quoted(stray[0])} indexes no output dimension (an axis that "
+                    "is not an output dimension must be a reduction axis)")
     if expr.combiner not in REDUCE_COMBINERS:
         raise s.bad(f"unknown combiner {quoted(expr.combiner)} of the reduction axes "
                     f"(known: {', '.join(REDUCE_COMBINERS)})")

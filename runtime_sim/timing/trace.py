@@ -24,10 +24,7 @@ its steps, with the actual busy time (``busy_ms``) and bytes in the event's argu
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Iterable
-
-if TYPE_CHECKING:  # the report module imports this one (TimingReport.write_trace)
-    from runtime_sim.timing.report import TimingReport
+from typing import Any, Iterable
 
 #: microseconds per second: the trace format's time unit
 _US = 1e6
@@ -89,7 +86,7 @@ def write_trace(path: str, events: Iterable[dict[str, Any]]) -> None:
         json.dump(trace_document(events), f, separators=(",", ":"))
 
 
-def timing_trace(report: TimingReport) -> list[dict[str, Any]]:
+def timing_trace(report: Any) -> list[dict[str, Any]]:
     """Trace events of a :class:`~runtime_sim.timing.TimingReport` (see the module docstring)."""
     hw = report.hw
     tb = TraceBuilder()

@@ -27,12 +27,16 @@ from tvm import relax, te, tirx
 from tvm.tirx.op import _pack_buffer  # how call_packed passes a buffer (TVM's own)
 
 from runtime_sim.contract.errors import IccaError, short_name
+from tvm_icca.ffi_errors import raise_through_ffi
 from tvm_icca.ops.relax_types import static_shape
 from tvm_icca.partition.patterns import CODEGEN_NAME
 from tvm_icca.planning.planner import PROGRAM_ATTR, program_of
-from tvm_icca.runtime.device_entry import DEVICE_RUN_FUNC, raise_through_ffi
 
-__all__ = ["CODEGEN_FUNC", "build_device_stubs", "icca_codegen"]
+__all__ = ["CODEGEN_FUNC", "DEVICE_RUN_FUNC", "build_device_stubs", "icca_codegen"]
+
+#: Name of the packed function every region stub calls; :mod:`tvm_icca.runtime.device_entry`
+#: registers it (the host side of a device call).
+DEVICE_RUN_FUNC = "icca.device.run"
 
 #: The global function RunCodegen looks up for ``Codegen == "icca"``.
 CODEGEN_FUNC = f"relax.ext.{CODEGEN_NAME}"
@@ -78,7 +82,7 @@ def _packed_arg(buf: Any) -> Any:
     LLVM computes no bfloat16, so TVM's TIR pipeline legalizes bfloat16 to float32
     (``BF16ComputeLegalize``), which relabels the DLTensor the packed call receives as
     float32 over the same two-byte elements. Declaring the tensor uint16 keeps the bits
-    intact; :mod:`.device_entry` views them as bfloat16 again.
+    intact; :mod:`tvm_icca.runtime.device_entry` views them as bfloat16 again.
     """
     if str(buf.ty.dtype) != "bfloat16":
         return buf

@@ -35,6 +35,7 @@ from tvm import relax
 from tvm.ir import IRModule
 
 from runtime_sim.contract.errors import InputMismatchError
+from tvm_icca.ffi_errors import raise_through_ffi
 
 __all__ = ["INPUT_CHECK_FUNC", "check_inputs", "check_inputs_pass"]
 
@@ -74,10 +75,6 @@ def check_inputs(signature: str, *args: Any) -> None:
                     f"but was given a {dtype} tensor of shape {given}"
                 )
     except InputMismatchError as err:
-        from tvm_icca.runtime.device_entry import (  # pylint: disable=import-outside-toplevel
-            raise_through_ffi,
-        )
-
         raise_through_ffi(err)
         raise
 

@@ -27,6 +27,7 @@ from tvm.target import Target
 
 from runtime_sim.contract.errors import IccaError, InvalidHardwareSpecError
 from tvm_icca.backend.input_check import check_inputs_pass
+from tvm_icca.ffi_errors import raise_through_ffi
 from tvm_icca.hardware_choice import (
     PRESET_NAMES,
     HardwareLike,
@@ -37,7 +38,6 @@ from tvm_icca.hardware_choice import (
     resolve_hardware,
 )
 from tvm_icca.planning import CompileOptions, icca_model_passes
-from tvm_icca.runtime.device_entry import raise_through_ffi
 
 __all__ = [
     "ICCA_KEY",

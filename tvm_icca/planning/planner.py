@@ -47,6 +47,7 @@ from tvm.ir import IRModule
 from runtime_sim.contract.errors import IccaError, PlanNotFoundError, short_name
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.program import DeviceProgram, model_state_source
+from tvm_icca.ffi_errors import raise_through_ffi
 from tvm_icca.hardware_choice import HardwareLike, hardware_from_json, resolve_hardware
 from tvm_icca.lower.region import extract_region
 from tvm_icca.partition.partitioner import (
@@ -78,7 +79,6 @@ from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.planning.region_plans import EXECUTION_MODELS, compile_region
 from tvm_icca.plans.plan_hook import compiled_with_hook
 from tvm_icca.records.apply import database_scope
-from tvm_icca.runtime.device_entry import raise_through_ffi
 
 __all__ = [
     "EXECUTION_MODELS",

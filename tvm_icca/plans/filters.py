@@ -20,7 +20,8 @@ class PlanFilters:
       run, whatever the other operators do).
 
     :meth:`t10` gives the thresholds of the public Elk artifact (core utilization 0.9, padding
-    0.9, i.e. at least 90% of the padded space is real: ``shared/hardware.md``).
+    0.9, i.e. at least 90% of the padded space is real; the constants of the public Elk MICRO'25
+    artifact's planner).
     """
 
     min_core_utilization: float = 0.0
@@ -30,7 +31,7 @@ class PlanFilters:
 
     @classmethod
     def t10(cls, utilization: float = 0.9, padding: float = 0.9) -> "PlanFilters":
-        """The Elk artifact's thresholds (``shared/hardware.md``): 0.9 and 0.9."""
+        """The public Elk artifact's thresholds: 0.9 and 0.9."""
         return cls(min_core_utilization=utilization, max_padding_ratio=1.0 / padding)
 
     @classmethod

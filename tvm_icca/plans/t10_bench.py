@@ -1,4 +1,4 @@
-"""The T10 benchmark problem, modelled exactly (``shared/papers/t10-benchmark-background.txt``).
+"""The T10 benchmark problem, modelled exactly (the matmul problem posed with T10 SOSP'24's artifact).
 
 ``C[m, n] += A[m, k] * B[k, n]`` in fp16 on an IPU Mk2 with a 16x16 systolic array per core.
 The plan is ``F_op = [F_m, F_k, F_n]`` and the six temporal factors ``f_t_A_m``, ``f_t_A_k``,
