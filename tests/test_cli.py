@@ -199,7 +199,7 @@ def test_tune_then_simulate_and_compile_with_the_records(models, tmp_path, capsy
     assert "gain" in out and "simulated latency: untuned" in out
     tuned = int(out.split("operators compiled with tuned plans: ")[1].split()[0])
     # (the compiler's plan of this small matmul is already the best measured on ipu-mk2: the
-    # positive case is tests/test_tuning_apply.py's, on a smaller chip; here the reports agree)
+    # positive case is tests/test_records_apply.py's, on a smaller chip; here the reports agree)
     code, out, err = _main(capsys, "simulate", models["mlp"], "--hw", "ipu-mk2", "--database",
                            work_dir, "--json", "--no-progress")
     assert code == 0, err

@@ -16,20 +16,12 @@ registers the ``icca`` / ``icca-<preset>`` target tags, the ``icca.*`` partition
 codegen ``relax.ext.icca`` and the device entry ``icca.device.run``.
 """
 
-# Import order: modules without TVM first (errors, hardware), then those importing TVM (whose
-# autoload re-enters this package harmlessly, see _autoload.py) and registering with it. No
-# submodule imports names from this __init__, so there is no cycle.
-from tvm_icca.backend.codegen import icca_codegen
-from tvm_icca.backend.target import (
-    hardware_for_target,
-    icca_pipeline,
-    is_icca_target,
-    offload_to_icca,
-)
-from runtime_sim.contract.errors import *  # noqa: F401,F403  (every IccaError class, see errors.py)
+# The public API, stage by stage (the package's folders, in data-flow order). Importing these
+# modules registers the "icca" target tags, the icca.* patterns, relax.ext.icca and the
+# device entry icca.device.run. No submodule imports this __init__'s names (the layer rules
+# of .importlinter); `import tvm` from inside re-enters it harmlessly (see _autoload.py).
+from runtime_sim.contract.errors import *  # noqa: F401,F403  (every IccaError class)
 from runtime_sim.contract.errors import ERROR_TYPES as _ERROR_TYPES
-from tvm_icca.drivers.compile_api import compile, compile_onnx
-from tvm_icca.frontend.onnx_loader import load_onnx
 from tvm_icca.hardware_choice import (
     PRESET_NAMES,
     HardwareSpec,
@@ -38,6 +30,8 @@ from tvm_icca.hardware_choice import (
     small_chip,
     use_hardware,
 )
+from tvm_icca.frontend.onnx_loader import load_onnx
+from tvm_icca.partition.patterns import get_icca_patterns
 from tvm_icca.partition.partitioner import (
     format_report,
     host_ops,
@@ -45,10 +39,17 @@ from tvm_icca.partition.partitioner import (
     partition_for_icca,
     partition_report,
 )
-from tvm_icca.partition.patterns import get_icca_patterns
 from tvm_icca.planning import CompileOptions, plan_device_programs
-from tvm_icca.runtime.device_entry import last_run_stats, write_last_run_trace
 from tvm_icca.records.apply import use_database
+from tvm_icca.backend.codegen import icca_codegen
+from tvm_icca.backend.target import (
+    hardware_for_target,
+    icca_pipeline,
+    is_icca_target,
+    offload_to_icca,
+)
+from tvm_icca.runtime.device_entry import last_run_stats, write_last_run_trace
+from tvm_icca.drivers.compile_api import compile, compile_onnx  # pylint: disable=redefined-builtin
 from tvm_icca.tuning import tune
 
 __version__ = "0.1.0"

@@ -72,6 +72,10 @@ Topologies:
   then routes X then Y: dimension order with the chip index as the outermost dimension.
   The Elk artifact's alternative, a x1.25 communication factor beyond 1,472 cores, is not
   applied on top of the explicit cap.
+
+One job at ~700 lines: the cost of a phase, on each network. Both topologies share the
+phase model (ports, links, multicast patterns, latencies); kept in one module so the two
+cannot drift apart.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ print ``F_op`` as ``[m, k, n]`` and the six temporal factors ``f_t_<tensor>_<axi
 the rotatable (tensor, axis) pairs.
 
 ``tvm-icca plan model --model bert-large --batch 4 --hw ipu-mk2`` keeps a zoo model on the chip
-and prints what T10 Algorithm 1 decided for every operator (:mod:`tvm_icca.reconciliation`):
+and prints what T10 Algorithm 1 decided for every operator (:mod:`tvm_icca.plans.reconcile`):
 its idle and active footprint, estimated execution and setup time, and whether it idles in its
 active plan; ``--json`` prints the same as JSON, ``--simulate`` adds the simulated timing.
 """

@@ -3,7 +3,7 @@
 On a chip with HBM every model larger than SRAM streams its weights and KV caches in while
 operators run (Elk §2.2). After the region programs of a run are decided, this step:
 
-1. builds every operator's trade-off table (:mod:`.preload_tables`, Elk §4.3);
+1. builds every operator's trade-off table (:mod:`.tradeoff_tables`, Elk §4.3);
 2. asks the chosen design (:func:`tvm_icca.elk.designs.plan_preloads`: ``basic``,
    ``static``, ``elk-dyn``, ``elk-full`` or the ``ideal`` roofline, Elk §6.1) for each
    operator's execute-state plan and preload-state chunks, the preload order and how many

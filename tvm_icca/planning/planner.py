@@ -192,7 +192,7 @@ def _planning_pass(spec: HardwareSpec | None, options: CompileOptions | None, *,
             chip = spec if spec is not None else _module_hardware(mod)
             cache = plan_cache if plan_cache is not None else PlanCache(jobs=opts.jobs)
             order = region_call_order(mod)
-            # inside meta_schedule's `with database:` its ICCA records apply (tuning.hook)
+            # inside meta_schedule's `with database:` its ICCA records apply (records.apply)
             with database_scope():
                 programs, model_plan, preloads = _decide(mod, order, chip, opts, cache, progress)
                 compiled_with_hook(programs)  # tell tuning which operators kept tuned plans

@@ -5,7 +5,7 @@ model kept on chip (T10 §4.3.1: one Pareto scan per distinct operator), and the
 Elk's execute-state ladders (Elk §4.3) the bulk of its trade-off tables; the searches of
 different operators are independent, so they run side by side on the machine's cores.
 Results do not depend on the number of workers: each search is the same computation in
-another process (whose :class:`.cache.SearchMemo` memoizes only what is the same for
+another process (whose :class:`.search_memo.SearchMemo` memoizes only what is the same for
 every search).
 
 Workers are forked from the compiling process, so they start at once with everything

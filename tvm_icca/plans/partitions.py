@@ -26,8 +26,11 @@ Candidates are built as arrays: every ``F_op`` tuple first, then for every disti
 sharing counts ``(P_T)`` the ``f_t`` assignments, joined tensor by tensor with the alignment
 rule applied after each join. Assignments depend
 on ``F_op`` only through ``(P_T)``: they are memoized per sharing tuple in the caller's
-:class:`~.cache.SearchMemo`. The complete space is counted in :mod:`.space_size`, its
+:class:`~.search_memo.SearchMemo`. The complete space is counted in :mod:`.space_size`, its
 lower bounds are :mod:`.bounds`, T10's search constraints :class:`~.filters.PlanFilters`.
+
+One job at ~650 lines: the validity rules above, vectorized, and the enumeration that applies
+them; splitting them apart would put each rule's array form far from its enumeration.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 :func:`tvm_icca.planning.region_plans.plan_region` asks :func:`planned_with_hook` for every compute-shift
 operator it has just planned. Without an active hook (the default) the planned operator is
-returned as it is. A tuning session installs an observer (:mod:`.tasks`: which operators the
+returned as it is. A tuning session installs an observer (:mod:`tvm_icca.tuning.tasks`: which operators the
 compiler plans, with which budget); :func:`tvm_icca.use_database` installs a provider
-that may return a tuned plan instead (:mod:`.apply`). The hook lives in a
+that may return a tuned plan instead (:mod:`tvm_icca.records.apply`). The hook lives in a
 :class:`contextvars.ContextVar`, so it is scoped to a ``with`` block and to one thread or
 task, never a module-level setting.
 

@@ -320,7 +320,7 @@ def operator_options(expr: TensorExpr, hw: HardwareSpec, resident: Sequence[int]
     fastest plan that keeps them that small, which can then run with no setup). An operator
     without resident tensors has only the first. Times include the arrival of the
     ``arriving`` inputs (default: every input that is not resident) in the plan's placement
-    (:class:`.batch_cost.ArrivalCostModel`). ``cache``: the caller's :class:`.cache.SearchMemo`.
+    (:class:`.batch_cost.ArrivalCostModel`). ``cache``: the caller's :class:`.search_memo.SearchMemo`.
     """
     if arriving is None:
         arriving = [t for t in range(len(expr.inputs)) if t not in set(resident)]

@@ -19,7 +19,7 @@ The plan is ``F_op = [F_m, F_k, F_n]`` and the six temporal factors ``f_t_A_m``,
 
 These are exactly the plan semantics of :class:`runtime_sim.contract.layout.OpLayout` for a matmul
 (padded extents, ``shift_count_per_core``, replicas), so the plan space is the one of
-:mod:`.enumerate` and the search is the exact branch and bound of :mod:`.search`, with
+:mod:`.partitions` and the search is the exact branch and bound of :mod:`.search`, with
 :class:`T10BenchModel` as its cost model. :func:`bench_cost` evaluates one plan in plain
 Python, term by term, for reporting.
 """

@@ -1,6 +1,6 @@
 """Applying tuning records: the compiler uses the best measured plan of every operator.
 
-``with tvm_icca.use_database(work_dir) as tuned:`` installs a plan hook (:mod:`.hook`) for the
+``with tvm_icca.use_database(work_dir) as tuned:`` installs a plan hook (:mod:`tvm_icca.plans.plan_hook`) for the
 block: the one model-level compiler (:func:`tvm_icca.planning.plan_device_programs`, reached
 by ``tvm.compile(mod, target="icca")`` and by the timing-only path alike) asks it about
 every compute-shift operator it plans. A record replaces the compiler's plan only when
@@ -8,7 +8,7 @@ every compute-shift operator it plans. A record replaces the compiler's plan onl
 * it was measured on the same chip (every field of the spec: a record from another chip, or
   from the same chip with another SRAM size, is ignored with a note);
 * its plan is valid on the chip and fits the SRAM budget the operator has here
-  (:func:`.candidates.fits`: the device's layout rules, its cores, the budget);
+  (:func:`tvm_icca.plans.fit.fits`: the device's layout rules, its cores, the budget);
 * it is faster than the compiler's own plan *as measured* in the same records: a tuned plan
   is never applied without the untuned plan's measurement to beat, so tuning never makes an
   operator slower than its untuned plan.

@@ -2,7 +2,7 @@
 concurrent sessions.
 
 A record is a ``tvm.s_tir.meta_schedule.database.TuningRecord``: its workload is the
-operator's PrimFunc (:func:`.tasks.operator_workload`), its trace annotates the block that
+operator's PrimFunc (:func:`tvm_icca.tuning.tasks.operator_workload`), its trace annotates the block that
 writes the output with ``icca.plan`` (the plan and what it was tuned for, as JSON: the
 recipe checked in design.md "TVM 0.27 facts"), ``run_secs`` holds the simulated seconds and
 ``target`` is the ``icca`` target with the chip as its ``model``.

@@ -10,7 +10,7 @@ plans of operators it has not measured.
 
 :class:`PlanFeatureExtractor` offers them through meta_schedule's feature-extractor interface
 (``PyFeatureExtractor``, ``tvm.ir.utils.derived_object``): a candidate is a
-``MeasureCandidate`` whose schedule trace carries the plan (:mod:`.database`).
+``MeasureCandidate`` whose schedule trace carries the plan (:mod:`tvm_icca.records.database`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Per task (:mod:`.tasks`, heaviest first), a session
 1. reads what the work directory already holds for it (a session resumes: earlier
    measurements count as trials, train the cost model and are never measured again);
 2. measures the compiler's own plan first (the baseline a tuned plan must beat,
-   :mod:`.apply`) and, on a chip with HBM, the smaller execute-state plans the Elk pass
+   :mod:`tvm_icca.records.apply`) and, on a chip with HBM, the smaller execute-state plans the Elk pass
    trades off against it (:func:`tvm_icca.planning.tradeoff_tables.ladder_budgets`), so the Elk
    schedule of a tuned compile runs on measured points;
 3. then, batch by batch, ranks unmeasured candidates (:mod:`.candidates`: the analytic
@@ -13,7 +13,7 @@ Per task (:mod:`.tasks`, heaviest first), a session
    model (:mod:`.cost_model`; the analytic ranking until it has data), measures the best
    ranked -- plus a few random picks, so the model also sees what it ranks low -- on the
    simulated device in worker processes (:mod:`.measure`), and appends every measurement to
-   the records (:mod:`.database`);
+   the records (:mod:`tvm_icca.records.database`);
 4. stops at ``max_trials`` trials (counting earlier sessions'), when no candidate is left, or
    when the best time has not improved for ``patience`` batches.
 

@@ -1,7 +1,7 @@
 """Tuning tasks: the distinct ICCA operators of a model, weighted by how often they run.
 
 The model is compiled once by the one model-level compiler
-(:func:`tvm_icca.drivers.timing_only.compile_programs`) with an observing plan hook (:mod:`.hook`): every
+(:func:`tvm_icca.drivers.timing_only.compile_programs`) with an observing plan hook (:mod:`tvm_icca.plans.plan_hook`): every
 operator the compiler plans is reported with the chip, the SRAM budget its region leaves it
 and the inputs it reads from HBM -- exactly the context in which a tuned plan will later be
 applied. Operators with the same structure, chip and budget (the layers of a transformer)
