@@ -4,6 +4,9 @@
 :func:`template_for` returns it. Templates register against the op kinds of the device
 program format (:data:`runtime_sim.contract.op_kinds.OP_KINDS`): one template per kind, and
 no template of a kind a device program cannot hold.
+
+Imports only :mod:`runtime_sim.contract`; the compiler's cost models and the timing simulator
+both read the templates' per-sub-task cycles. Start at :mod:`.base`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,13 @@ the chip's topology (:mod:`runtime_sim.machine.topology`), HBM and host loads wi
 policy, or, when the programs carry one, Elk's preload/execute stream (§4.5: preloads in
 their preload state, distribution, link sharing and the SRAM timeline). It never needs tensor data, and it is independent of the compiler's cost model
 (:mod:`tvm_icca.plans.cost`): both use only the per-sub-task cycles of the templates.
+
+Modules: :mod:`.simulate` (the entry point), :mod:`.work` (work items and their costing),
+:mod:`.opcost` (one operator's phases), :mod:`.events`, :mod:`.schedule` (the prefetch
+scheduler), :mod:`.stream_schedule` (Elk §4.5 streams), :mod:`.summary` and :mod:`.report`
+(the report), :mod:`.trace` (Perfetto traces), :mod:`.vgm_timing` (the VGM baseline). May import
+:mod:`runtime_sim.contract`, :mod:`runtime_sim.machine` and :mod:`schedules`; never the
+functional device. Start at :mod:`.simulate`.
 """
 
 from runtime_sim.contract.relayout import (

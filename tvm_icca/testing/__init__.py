@@ -1,4 +1,10 @@
-"""Helpers for tests, tutorials and benchmarks (like ``tvm.testing``)."""
+"""Helpers for tests, tutorials and benchmarks (like ``tvm.testing``).
+
+Test models written as ONNX graphs (:mod:`.onnx_models`), random tensor expressions and
+plans (:mod:`.exprs`), Relax functions from TVMScript (:mod:`.relax_functions`) and the
+real-export corpus (:mod:`.export_corpus`). Uses the public API and the contract; the
+compiler never imports it.
+"""
 
 from tvm_icca.testing.onnx_models import OnnxCase, mlp, residual_cnn, transformer_encoder_layer
 
