@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from tvm_icca.elk.designs import DESIGNS, estimate, plan_preloads
-from tvm_icca.elk.inductive import InfeasibleError, backward_total, min_horizons
+from tvm_icca.elk.designs import DESIGNS, plan_preloads
+from tvm_icca.elk.inductive import InfeasibleError, backward_total, check_horizons, min_horizons
+from tvm_icca.elk.schedule import PlanStats, estimate
 from tvm_icca.elk.synthetic import SRAM, synthetic_llm
 from tvm_icca.elk.tradeoffs import ElkMachine, ExecPoint, OpTradeoffs, PreloadPoint
 
@@ -154,7 +155,7 @@ def test_screened_stretch_is_the_best_price_on_the_truncated_model(monkeypatch):
         machine = ElkMachine(SRAM)
         rc = D._reorder_candidates(ops, machine, with_perms=False)
         assert rc is not None and rc.layers.count == 3
-        memo, stats = {}, D.PlanStats()
+        memo, stats = {}, PlanStats()
         got = D._screened_stretch(ops, machine, memo, stats, rc, None)
         small = reorder.truncate(ops, rc.layers, min(rc.layers.count, D.SCREEN_LAYERS))
         order = tuple(i for i, o in enumerate(small) if o.loads)
@@ -182,7 +183,6 @@ def test_fitting_horizons_are_the_best_horizons_for_fixed_points():
     from dataclasses import replace
 
     import tvm_icca.elk.designs as D
-    from tvm_icca.elk.inductive import check_horizons
 
     rng = random.Random(5)
     for ops, machine in _cases(4):
@@ -192,7 +192,7 @@ def test_fitting_horizons_are_the_best_horizons_for_fixed_points():
             assert hz is not None
             check_horizons(len(ops), s.preload_order, hz)
             assert all(a >= b for a, b in zip(hz, s.horizon))
-            best = D.estimate(ops, machine, replace(s, horizon=tuple(hz))).total_s
+            best = estimate(ops, machine, replace(s, horizon=tuple(hz))).total_s
             assert best <= s.total_s * (1 + 1e-12)
             # one more preload ahead of any operator overflows its window
             for i in rng.sample(range(len(ops)), min(5, len(ops))):
@@ -200,7 +200,7 @@ def test_fitting_horizons_are_the_best_horizons_for_fixed_points():
                     more = list(hz)
                     more[i] += 1
                     with pytest.raises(ValueError):
-                        D.estimate(ops, machine, replace(s, horizon=tuple(more)))
+                        estimate(ops, machine, replace(s, horizon=tuple(more)))
 
 
 def test_refinement_never_worsens_and_elk_contains_static():
@@ -212,8 +212,8 @@ def test_refinement_never_worsens_and_elk_contains_static():
         static = plan_preloads(ops, machine, "static")
         refined = D._refine(ops, machine, static)
         assert refined.total_s <= static.total_s * (1 + 1e-12)
-        D.check_horizons(len(ops), refined.preload_order, refined.horizon)
-        assert refined.total_s == pytest.approx(D.estimate(ops, machine, refined).total_s)
+        check_horizons(len(ops), refined.preload_order, refined.horizon)
+        assert refined.total_s == pytest.approx(estimate(ops, machine, refined).total_s)
         assert plan_preloads(ops, machine, "elk-dyn").total_s <= static.total_s * (1 + 1e-12)
 
 
@@ -248,8 +248,8 @@ def test_refinement_on_a_deep_model_is_searched_on_its_screen_and_never_worse():
         start = plan_preloads(ops, machine, "static")
         refined = D._refine(ops, machine, start)
         assert refined.total_s <= start.total_s * (1 + 1e-12)
-        D.check_horizons(len(ops), refined.preload_order, refined.horizon)
-        assert refined.total_s == pytest.approx(D.estimate(ops, machine, refined).total_s)
+        check_horizons(len(ops), refined.preload_order, refined.horizon)
+        assert refined.total_s == pytest.approx(estimate(ops, machine, refined).total_s)
         for r in range(layers.period):
             members = range(layers.start + r, layers.end, layers.period)
             points = {(refined.exec_choice[i], refined.preload_choice[i]) for i in members}

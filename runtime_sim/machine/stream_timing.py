@@ -19,7 +19,7 @@ The timing simulator (:mod:`runtime_sim.timing.stream_schedule`) applies these r
 timeline with every detail of a real run (an HBM and a host leg per preload, SRAM checks,
 returns to the host). :func:`stream_times` applies the same rules to a stream whose preloads
 have one leg each, which is what the compiler's Elk pass needs to estimate a schedule
-(:func:`tvm_icca.elk.designs.estimate`) before any program exists.
+(:func:`tvm_icca.elk.schedule.estimate`) before any program exists.
 """
 
 from __future__ import annotations

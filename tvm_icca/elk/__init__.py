@@ -3,14 +3,16 @@
 Modules: :mod:`.tradeoffs` (input tables), :mod:`.overlap_model` (the one memory/time model),
 :mod:`.inductive` (two-level inductive scheduling, §4.2 + Appendix A), :mod:`.allocation`
 (cost-aware on-chip memory allocation, §4.3), :mod:`.reorder` (preload order permutation, §4.4),
-:mod:`.designs` (Basic / Static / Elk-Dyn / Elk-Full / Ideal of §6.1, and the forward estimate),
+:mod:`.schedule` (a schedule and its forward estimate), :mod:`.designs` (Basic / Static /
+Elk-Dyn / Elk-Full / Ideal of §6.1),
 :mod:`.synthetic` (LLM-like tables for tests and benchmarks). The tables are built from a
 model's device programs by :mod:`tvm_icca.planning.tradeoff_tables`; the stream's timing rules
 come from :mod:`runtime_sim.machine.stream_timing`. Start at :mod:`.designs`.
 """
 
-from tvm_icca.elk.designs import DESIGNS, ElkSchedule, PlanStats, Timeline, estimate, plan_preloads
+from tvm_icca.elk.designs import DESIGNS, plan_preloads
 from tvm_icca.elk.inductive import InfeasibleError
+from tvm_icca.elk.schedule import ElkSchedule, PlanStats, Timeline, estimate
 from tvm_icca.elk.tradeoffs import ElkMachine, ExecPoint, OpTradeoffs, PreloadPoint
 
 __all__ = ["DESIGNS", "ElkMachine", "ElkSchedule", "ExecPoint", "InfeasibleError", "OpTradeoffs",

@@ -1,4 +1,4 @@
-"""The five designs of Elk §6.1 on trade-off tables, and the forward estimate of a schedule.
+"""The five designs of Elk §6.1 on trade-off tables: which schedule each one finds.
 
 * ``basic``: each op its fastest execute point that fits; only the next preload may overlap an
   execution, at MaxPreload if it fits beside it, else at the largest preload point that fits, else
@@ -25,36 +25,39 @@ So, by construction of the candidate sets, Ideal <= Elk-Full <= Elk-Dyn <= Stati
 :func:`estimate` (for Ideal: its durations are lower bounds of any design's, and its horizons —
 preload as far ahead as the preload SRAM allows — upper bounds, for the same order).
 
-:func:`estimate` prices a schedule the way the device runs it
-(:func:`runtime_sim.machine.stream_timing.stream_times`): each operator's execution is its own
-distribution phase plus its execute point's time, and keeps priority on the links; a preload's
-network delivery gets the link share the running execution leaves, so contention lengthens
-preloads, not executions, and delays whatever waits for them. The search (§4.2-§4.3) prices
-contention as the paper does, inside each window (:mod:`tvm_icca.elk.overlap_model`), and charges
-distribution time to the window that shrank the preload point; its internal total is an
-estimate of this one, which ranks the candidate schedules.
+Each design's candidates are ranked by :func:`tvm_icca.elk.schedule.estimate`, which prices a
+schedule the way the device runs it. The search (§4.2-§4.3) prices contention as the paper does,
+inside each window (:mod:`tvm_icca.elk.overlap_model`), and charges distribution time to the
+window that shrank the preload point; its internal total is an estimate of the estimate.
 """
 
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from runtime_sim.machine.stream_timing import preload_link_share, stream_times
+from runtime_sim.machine.stream_timing import preload_link_share
 from tvm_icca.elk import reorder
 from tvm_icca.elk.allocation import WindowPlan, WindowShrinker
 from tvm_icca.elk.inductive import (
     InfeasibleError,
-    check_horizons,
     early_members,
     inductive_schedule,
     min_horizons,
 )
 from tvm_icca.elk.overlap_model import window_bytes
+from tvm_icca.elk.schedule import (
+    ElkSchedule,
+    PlanStats,
+    Timeline,
+    estimate,
+    ideal_preload,
+    order_structure,
+    prefix_sums,
+)
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs, PreloadPoint
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
@@ -63,127 +66,6 @@ SCREEN_LAYERS = 3           # layers of the truncated model candidate orders are
 SCREEN_TOP = 3              # candidates planned on the whole model
 MAX_SHIFT = 4               # Elk §4.4: each group moves at most 4 slots
 MAX_ORDERS = 256            # cap on the suffix tree's leaves
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """Estimated per-op times (seconds); preload times are NaN for ops that load nothing."""
-
-    pre_start: tuple[float, ...]
-    pre_end: tuple[float, ...]
-    exec_start: tuple[float, ...]
-    exec_end: tuple[float, ...]
-    exec_s: tuple[float, ...]       # durations used (window time incl. own distribution)
-    preload_s: tuple[float, ...]
-    window_bytes: tuple[int, ...]   # SRAM per core while each op executes (model.window_bytes)
-    total_s: float
-
-
-@dataclass(frozen=True)
-class PlanStats:
-    """How the schedule was found: orders tried, displacement of the chosen order, wall time."""
-
-    orders_tried: int = 1
-    avg_displacement: float = 0.0       # group slots moved, averaged over the layer's groups
-    avg_position_displacement: float = 0.0  # preload positions moved, over all preloading ops
-    planning_s: float = 0.0
-    source: str = ""                    # which candidate won (e.g. "inductive", "static", "basic")
-
-
-@dataclass(frozen=True)
-class ElkSchedule:
-    """A plan for the device stream: per op its execute point and preload point (index into
-    ``preloads[exec_choice[i]]``, -1 if it loads nothing), the preload order, and ``horizon[i]``
-    = preloads issued before ``execute(i)``; plus its estimate."""
-
-    design: str
-    exec_choice: tuple[int, ...]
-    preload_choice: tuple[int, ...]
-    preload_order: tuple[int, ...]
-    horizon: tuple[int, ...]
-    timeline: Timeline
-    total_s: float
-    stats: PlanStats
-
-
-# ----------------------------------------------------------------------------------- estimate
-
-
-def _ideal_preload(op: OpTradeoffs) -> tuple[int, float]:
-    """Ideal's preload: the smallest preload space and the shortest load over all points."""
-    pts = [p for front in op.preloads for p in front]
-    return min(p.space for p in pts), min(p.load_s for p in pts)
-
-
-def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSchedule) -> Timeline:
-    """Forward (earliest-start) evaluation of a schedule under the memory/contention model.
-
-    Raises ValueError if the schedule is invalid or some window exceeds SRAM."""
-    n = len(ops)
-    order = schedule.preload_order
-    check_horizons(n, order, schedule.horizon)
-    ideal = schedule.design == "ideal"
-    K = len(order)
-    m, early = _order_structure(n, tuple(order))
-    pts = {}
-    for j in order:
-        if not ops[j].loads or schedule.preload_choice[j] < 0:
-            raise ValueError(f"operator {j} is in the preload order but has no preload point")
-        pts[j] = ops[j].preloads[schedule.exec_choice[j]][schedule.preload_choice[j]]
-    if ideal:
-        ideal_pre = {j: _ideal_preload(ops[j]) for j in order}
-        space = [ideal_pre[order[k]][0] for k in range(K)]
-        load_s = {j: ideal_pre[j][1] for j in order}
-    else:
-        space = [pts[order[k]].space for k in range(K)]
-        load_s = {j: pts[j].load_s for j in order}
-    ps = _prefix(space)
-    pos = {j: k for k, j in enumerate(order)}
-    exec_s, busy_s, wbytes = [], [], []
-    for i, op in enumerate(ops):
-        ep = op.execs[schedule.exec_choice[i]]
-        h = schedule.horizon[i]
-        w_space = ps[h] - ps[m[i]] + sum(space[pos[j]] for j in early[i])
-        if ideal:
-            if ep.space + op.live_bytes > machine.sram_bytes or w_space > machine.sram_bytes:
-                raise ValueError(f"ideal: operator {i} exceeds SRAM")
-            exec_s.append(ep.time_s)
-            busy_s.append(ep.traffic_s)
-            wbytes.append(ep.space + op.live_bytes)
-            continue
-        total = window_bytes(ep.space, (w_space,), op.live_bytes)
-        if total > machine.sram_bytes:
-            raise ValueError(f"operator {i}: window needs {total} B > {machine.sram_bytes} B")
-        own = pts[i].distribute_s if i in pts else 0.0
-        # the distribution phase is link traffic too
-        exec_s.append(own + ep.time_s)
-        busy_s.append(own + ep.traffic_s)
-        wbytes.append(total)
-    network_s = {j: 0.0 if ideal else pts[j].network_s for j in order}
-    t = stream_times(order, schedule.horizon, exec_s, busy_s, load_s, network_s,
-                     separate_interconnect=ideal or machine.separate_interconnect)
-    nan = math.nan
-    pre_start = tuple(t.pre_start[pos[j]] if j in pos else nan for j in range(n))
-    pre_end = tuple(t.pre_end[pos[j]] if j in pos else nan for j in range(n))
-    # what each preload took on this timeline (contention included)
-    pre_s = tuple(pre_end[j] - pre_start[j] if j in pos else 0.0 for j in range(n))
-    return Timeline(pre_start, pre_end, t.exec_start, t.exec_end, tuple(exec_s), pre_s,
-                    tuple(wbytes), t.total_s)
-
-
-@functools.lru_cache(maxsize=8)
-def _order_structure(n: int, order: tuple[int, ...]) -> tuple[list[int], list[tuple[int, ...]]]:
-    """``min_horizons`` and ``early_members`` of an order (cached: the refinement evaluates
-    hundreds of schedules on one order)."""
-    m = min_horizons(n, order)
-    return m, early_members(n, order, m)
-
-
-def _prefix(xs: Sequence[float]) -> list:
-    out = [0]
-    for x in xs:
-        out.append(out[-1] + x)
-    return out
 
 
 # ----------------------------------------------------------------------------------- designs
@@ -253,7 +135,7 @@ def _capacity_horizons(n: int, order: Sequence[int], space_of: dict[int, int], c
     alone do not fit)."""
     m = min_horizons(n, order)
     early = early_members(n, order, m)
-    pre = _prefix([space_of[j] for j in order])
+    pre = prefix_sums([space_of[j] for j in order])
     hz, prev = [], 0
     for i in range(n):
         room = cap - sum(space_of[j] for j in early[i])
@@ -276,10 +158,10 @@ def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Seq
     its delivery progresses at the same share at every instant, so it ends no later, and an
     execute waits only for its own preload; so every start is monotone in the horizons."""
     n = len(ops)
-    m, early = _order_structure(n, tuple(order))
+    m, early = order_structure(n, tuple(order))
     space = [ops[j].preloads[exec_choice[j]][preload_choice[j]].space for j in order]
     pos = {j: k for k, j in enumerate(order)}
-    pre = _prefix(space)
+    pre = prefix_sums(space)
     hz = [0] * n
     nxt = len(order)
     for i in range(n - 1, -1, -1):
@@ -719,7 +601,7 @@ def _plan_ideal(ops, machine, memo, stats) -> ElkSchedule:
     n = len(ops)
     ex = _fastest_points(ops, machine)
     pc = [len(o.preloads[ex[i]]) - 1 if o.loads else -1 for i, o in enumerate(ops)]
-    space = {j: _ideal_preload(ops[j])[0] for j, o in enumerate(ops) if o.loads}
+    space = {j: ideal_preload(ops[j])[0] for j, o in enumerate(ops) if o.loads}
     orders = [tuple(i for i, o in enumerate(ops) if o.loads)]
     rc = _reorder_candidates(ops, machine)
     if rc is not None:

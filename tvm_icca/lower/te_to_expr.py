@@ -23,6 +23,10 @@ ops without a TVM legalization. Tensors of a dtype no ICCA chip computes
 Axis names are TVM's own iteration variable names (``i0, i1, k`` for matmul, ``nn, ff, yy,
 xx, rc, ry, rx`` for conv2d, ``ax0, k1`` for topi reductions), suffixed ``_1, _2`` where
 they would clash.
+
+One job at ~840 lines: the conversion is one recursive walk over the TE DAG
+(:class:`_Converter`), whose cases share the walk's state (inlined producers, axis names, guards,
+the anchor's reduction); the TIR predicates it reads with are at the end of the module.
 """
 
 from __future__ import annotations

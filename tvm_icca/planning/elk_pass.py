@@ -28,7 +28,8 @@ from runtime_sim.contract.errors import IccaError
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.plan import VgmPlan
 from runtime_sim.contract.program import EXECUTE, PRELOAD, DeviceProgram, PreloadSchedule
-from tvm_icca.elk.designs import DESIGNS, ElkSchedule, plan_preloads
+from tvm_icca.elk.designs import DESIGNS, plan_preloads
+from tvm_icca.elk.schedule import ElkSchedule
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.planning.tradeoff_tables import operator_tables
