@@ -30,7 +30,7 @@ def _imports(model, fold: bool):
 
     try:
         with contextlib.redirect_stderr(io.StringIO()):
-            return tvm_icca.load_onnx(model, fold_constants=fold)
+            return tvm_icca.load_onnx(model, fold_constants=fold, allow_symbolic=True)
     except tvm_icca.ModelImportError:
         return None
 

@@ -44,7 +44,7 @@ def last_run_stats(*, timing: bool = True, device: SimulatedDevice | None = None
     per-region details). With ``timing`` (the default), ``simulated_s`` is the time the run
     takes on the chip and ``simulated_ops`` its per-operator breakdown: the timing simulator
     run over exactly the programs that executed, in call order, with their input sources
-    (:func:`last_run_timing`). Nothing timed before the first region runs.
+    (:func:`last_run_timing`); ``simulated_s`` is ``None`` when no region ran on the chip.
     """
     device = get_device() if device is None else device
     last = device.last_run
@@ -53,6 +53,11 @@ def last_run_stats(*, timing: bool = True, device: SimulatedDevice | None = None
         report = _timing(device, last.programs)
         stats["simulated_s"] = float(report.total_s)
         stats["simulated_ops"] = _per_op_timing(report)
+    elif timing:
+        # no region ran on the chip (nothing of the model was offloaded): no chip time, said
+        # as such rather than as 0 s or a missing key
+        stats["simulated_s"] = None
+        stats["simulated_ops"] = []
     return stats
 
 

@@ -65,8 +65,13 @@ def models(tmp_path_factory) -> dict[str, str]:
         [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Relu", ["y"], ["out"])],
         "dynamic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["n", 32])], weights[:1])
+    host_only = helper.make_graph(  # 1-D pooling: no ICCA pattern, nothing on the chip
+        [helper.make_node("MaxPool", ["x"], ["out"], kernel_shape=[2], strides=[2])],
+        "host_only", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, 32])])
     return {"mlp": _save(mlp, tmp / "mlp.onnx"), "hosted": _save(hosted, tmp / "hosted.onnx"),
-            "dynamic": _save(dynamic, tmp / "dynamic.onnx")}
+            "dynamic": _save(dynamic, tmp / "dynamic.onnx"),
+            "host_only": _save(host_only, tmp / "host_only.onnx")}
 
 
 def _main(capsys, *argv: str) -> tuple[int, str, str]:
@@ -307,3 +312,25 @@ def test_compile_and_check_with_shape(models, tmp_path, capsys):
     code, out, err = _main(capsys, "run", lib, "--check", models["dynamic"])
     assert code == 0, out + err
     assert "[8, 32]" in out and "check passed" in out
+
+
+def test_symbolic_input_without_shape_is_a_usage_error_naming_the_flag(models, capsys):
+    """An exporter's dynamic batch axis is never compiled to host-only code in silence."""
+    for command in (["compile", models["dynamic"]], ["simulate", models["dynamic"], "--no-progress"]):
+        code, out, err = _main(capsys, *command)
+        assert code == 2, (command, out, err)
+        assert "'x' [n, 64]" in err and "--shape x=1,64" in err
+
+
+def test_nothing_on_the_chip_is_said_never_timed_as_zero(models, capsys, tmp_path):
+    code, out, err = _main(capsys, "simulate", models["host_only"], "--hw", "ipu-mk2",
+                           "--no-progress")
+    assert code == 1 and "nothing of the model runs on the chip" in err and "relax" in err
+    assert "total" not in out
+    lib = tmp_path / "host_only.so"
+    code, out, err = _main(capsys, "compile", models["host_only"], "-o", lib)
+    assert code == 0 and "nothing runs on the chip" in out
+    assert "warning: nothing of the model runs on the chip" in err
+    code, out, err = _main(capsys, "run", lib, "--check", models["host_only"])
+    assert code == 0, err
+    assert "nothing ran on the chip" in out and "simulated time" not in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -146,7 +147,7 @@ def test_load_from_path_bytes_and_proto(tmp_path: Path) -> None:
 
 def test_shape_dict_makes_symbolic_inputs_static() -> None:
     model = _relu_model(shape=("N", 4))
-    dynamic = tvm_icca.load_onnx(model)
+    dynamic = tvm_icca.load_onnx(model, allow_symbolic=True)
     static = tvm_icca.load_onnx(model, {"x": (3, 4)})
     assert not isinstance(dynamic["main"].params[0].ty.shape.values[0], tvm.tirx.IntImm)
     assert [int(d) for d in static["main"].params[0].ty.shape.values] == [3, 4]
@@ -176,3 +177,26 @@ def test_compile_onnx_matches_numpy_reference(make_case) -> None:
     outs = [out] if hasattr(out, "numpy") else list(out)
     for got, ref in zip(outs, case.reference(case.inputs), strict=True):
         np.testing.assert_allclose(got.numpy(), ref, rtol=1e-3, atol=1e-4)
+
+
+def test_symbolic_inputs_are_refused_with_the_binding_to_pass() -> None:
+    """An exporter's dynamic batch axis never compiles silently to host-only code: the one
+    error names the input, its dimensions and the shape_dict / --shape to pass."""
+    model = _relu_model(shape=("N", 4))
+    with pytest.raises(tvm_icca.ModelImportError) as info:
+        tvm_icca.load_onnx(model)
+    text = str(info.value)
+    assert "'x' [N, 4]" in text and "shape_dict={'x': [1, 4]}" in text and "--shape x=1,4" in text
+    # the suggested binding works and puts the op on the chip
+    mod = tvm_icca.load_onnx(model, {"x": [1, 4]})
+    assert tvm_icca.host_ops(tvm_icca.partition_for_icca(mod)) == {}
+
+
+@pytest.mark.parametrize("shape_dict,words", [
+    ({"y": [3, 4]}, "not an input of the model (inputs: x)"),
+    ({"x": [3]}, "1 dimension(s), the input has 2"),
+    ({"x": [3, 5]}, "dimension 1 is fixed to 4"),
+])
+def test_a_shape_dict_that_binds_no_input_is_an_error(shape_dict, words) -> None:
+    with pytest.raises(tvm_icca.ModelImportError, match=re.escape(words)):
+        tvm_icca.load_onnx(_relu_model(shape=("N", 4)), shape_dict)

@@ -68,3 +68,9 @@ def test_masks_are_read_but_never_computed():
         hw.check_dtype("bool", "result")
     with pytest.raises(UnsupportedDtypeError, match="dtype bfloat16"):
         hw.check_dtype("bfloat16", "x", mask=True)
+
+
+def test_preset_names_are_case_insensitive_and_a_typo_gets_a_suggestion():
+    assert preset("IPU-Mk2") == preset("ipu-mk2")
+    with pytest.raises(InvalidHardwareSpecError, match="did you mean 'ipu-pod4-hbm'"):
+        preset("ipu-pod4-hmb")

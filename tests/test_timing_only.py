@@ -170,3 +170,31 @@ def test_state_read_by_regions_leaves_out_host_only_state(llama):
     hbm_bytes = sum(d.nbytes for p in model.programs for d in p.inputs if d.source == "hbm")
     # besides those parameters, only scalar constants of main (model state too) come from HBM
     assert 0 <= hbm_bytes - sum(p.nbytes for p in workload.params if p.name in read) <= 64
+
+
+def test_a_model_with_nothing_on_the_chip_is_not_timed_as_zero():
+    """A symbolic batch keeps every op on the host: the timing-only path says so and why, and
+    a compiled executable's run reports no chip time (None), not 0 s or a missing key."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    n = tvm.tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((n, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.relu(x)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    model = compile_programs(mod, "ipu-mk2")
+    assert model.num_regions == 0
+    with pytest.raises(tvm_icca.IccaError, match="nothing of the model runs on the chip 'ipu-mk2'"
+                       ".*dynamic shape"):
+        model.simulate()
+    # an earlier test's run is the device's latest: the call of main must start a new one
+    ex = tvm.compile(mod, target="icca")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(-np.ones((3, 8), "float32")))
+    assert float(got.numpy().max()) == 0.0
+    stats = tvm_icca.last_run_stats()
+    assert stats["simulated_s"] is None and stats["simulated_ops"] == []

@@ -49,7 +49,7 @@ from tvm_icca.backend.target import (
     offload_to_icca,
 )
 from tvm_icca.runtime.device_entry import last_run_stats, write_last_run_trace
-from tvm_icca.drivers.compile_api import compile, compile_onnx  # pylint: disable=redefined-builtin
+from tvm_icca.drivers.compile_api import compile, compile_onnx  # noqa: F401  pylint: disable=redefined-builtin
 from tvm_icca.tuning import tune
 
 __version__ = "0.1.0"

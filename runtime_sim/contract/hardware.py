@@ -9,6 +9,7 @@ preset comes from the paper or vendor document cited beside it; overriding any f
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -435,13 +436,20 @@ PRESET_NAMES = tuple(_preset_table())
 
 
 def preset(preset_name: str, **overrides: Any) -> HardwareSpec:
-    """Build a named preset (``ipu-mk2``, ``ipu-pod4``, ...), optionally overriding fields."""
+    """Build a named preset (``ipu-mk2``, ``ipu-pod4``, ...), optionally overriding fields.
+
+    Names are case-insensitive (``IPU-Mk2`` is ``ipu-mk2``); an unknown name is an
+    :class:`InvalidHardwareSpecError` that suggests the closest preset and lists them all.
+    """
     table = _preset_table()
-    if not isinstance(preset_name, str) or preset_name not in table:
+    key = preset_name.strip().lower() if isinstance(preset_name, str) else None
+    if key not in table:
+        close = difflib.get_close_matches(key or "", list(table), n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'? " if close else ""
         raise InvalidHardwareSpecError(
-            f"unknown hardware preset '{preset_name}'; known presets: {', '.join(table)}"
+            f"unknown hardware preset '{preset_name}'; {hint}known presets: {', '.join(table)}"
         )
-    data = table[preset_name]
+    data = table[key]
     data.update(overrides)
     return HardwareSpec.from_dict(data)
 

@@ -37,10 +37,15 @@ from tvm.ir import IRModule
 from runtime_sim.contract.errors import InputMismatchError
 from tvm_icca.ffi_errors import raise_through_ffi
 
-__all__ = ["INPUT_CHECK_FUNC", "check_inputs", "check_inputs_pass"]
+__all__ = ["INPUT_CHECK_FUNC", "RUN_BEGIN_FUNC", "check_inputs", "check_inputs_pass"]
 
 #: Name of the packed function called at the start of every public function.
 INPUT_CHECK_FUNC = "icca.check_inputs"
+
+#: Name of the packed function told that a call of a compiled function begins (registered by
+#: :mod:`tvm_icca.runtime.device_entry`): the run statistics then cover exactly this call, also
+#: when it runs nothing on the chip (a model left on the host must not show the last model's).
+RUN_BEGIN_FUNC = "icca.device.begin_run"
 
 
 @functools.lru_cache(maxsize=256)
@@ -50,9 +55,13 @@ def _signature(text: str) -> tuple[str, list[dict[str, Any]]]:
 
 
 def check_inputs(signature: str, *args: Any) -> None:
-    """The body of ``icca.check_inputs``: raise :class:`InputMismatchError` for the first
-    argument whose shape or dtype differs from what the compiled function expects."""
+    """The body of ``icca.check_inputs``: start the run's statistics (:data:`RUN_BEGIN_FUNC`),
+    then raise :class:`InputMismatchError` for the first argument whose shape or dtype differs
+    from what the compiled function expects."""
     function, params = _signature(str(signature))
+    begin = tvm_ffi.get_global_func(RUN_BEGIN_FUNC, allow_missing=True)
+    if begin is not None:
+        begin()
     try:
         for i, (spec, arg) in enumerate(zip(params, args)):
             if spec is None:

@@ -150,15 +150,14 @@ def shape_dict(pairs: list[tuple[str, tuple[int, ...]]] | None) -> dict[str, tup
 
 
 def hardware_preset(text: str) -> str:
-    """A hardware preset name (``tvm_icca.PRESET_NAMES``); the name is returned."""
+    """A hardware preset name (``tvm_icca.PRESET_NAMES``, any case); its canonical name is returned."""
     from runtime_sim.contract.errors import IccaError  # pylint: disable=import-outside-toplevel
     from tvm_icca.hardware_choice import preset  # pylint: disable=import-outside-toplevel
 
     try:
-        preset(text)
+        return preset(text).name  # the canonical name: presets are case-insensitive
     except IccaError as err:
         raise argparse.ArgumentTypeError(str(err).splitlines()[0] if str(err) else text) from None
-    return text
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, example: str) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from tvm_icca.cli.args import (
@@ -81,21 +82,13 @@ def _onnx_io(model: str) -> tuple[dict[str, list[int | str | None]], list[str]]:
     (empty if unreadable: load_onnx says why)."""
     import onnx  # pylint: disable=import-outside-toplevel
 
+    from tvm_icca.frontend.onnx_inputs import graph_inputs  # pylint: disable=import-outside-toplevel
+
     try:
         graph = onnx.load(model, load_external_data=False).graph
     except Exception:  # pylint: disable=broad-except
         return {}, []
-    initializers = {init.name for init in graph.initializer}
-    inputs: dict[str, list[int | str | None]] = {}
-    for value in graph.input:
-        if value.name in initializers:
-            continue
-        dims: list[int | str | None] = []
-        for dim in value.type.tensor_type.shape.dim:
-            kind = dim.WhichOneof("value")
-            dims.append(dim.dim_value if kind == "dim_value" else dim.dim_param if kind else None)
-        inputs[value.name] = dims
-    return inputs, [o.name for o in graph.output]
+    return graph_inputs(graph), [o.name for o in graph.output]
 
 
 def signature_of(mod: Any, model: str, hw: str, shapes: dict[str, tuple[int, ...]] | None) -> dict[str, Any]:
@@ -155,7 +148,12 @@ def _run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     from tvm_icca.drivers.compile_api import compile as icca_compile
     from tvm_icca.frontend.onnx_loader import load_onnx
-    from tvm_icca.partition.partitioner import format_report, partition_for_icca, partition_report
+    from tvm_icca.partition.partitioner import (
+        format_report,
+        nothing_on_chip,
+        partition_for_icca,
+        partition_report,
+    )
     from tvm_icca.records.apply import optional_database
 
     if args.design is not None and preset(args.hw).hbm_bandwidth <= 0:
@@ -167,7 +165,11 @@ def _run(args: argparse.Namespace) -> int:
     check_shape_names(args.model, shapes)
     mod = load_onnx(args.model, shapes)
     partitioned = partition_for_icca(mod, args.hw)
-    print(format_report(partition_report(partitioned, args.hw)))
+    report = partition_report(partitioned, args.hw)
+    print(format_report(report))
+    reason = nothing_on_chip(report)
+    if reason is not None:  # a valid host-only library, but not what the user asked for
+        print(f"tvm-icca: warning: {reason}", file=sys.stderr)
     with optional_database(args.database) as tuned:
         executable = icca_compile(with_signature(partitioned, signature_of(mod, args.model, args.hw, shapes)),
                                   args.hw, preload=args.design)
@@ -180,25 +182,28 @@ def _run(args: argparse.Namespace) -> int:
 
 def check_shape_names(model: str, shapes: dict[str, tuple[int, ...]] | None) -> None:
     """Every ``--shape`` names an input of the ONNX graph, with its rank and its fixed
-    dimensions (TVM's importer ignores unknown names and fails late on the rest)."""
-    if not shapes:
-        return
+    dimensions, and no input is left with symbolic dimensions (the rules of
+    :mod:`tvm_icca.frontend.onnx_inputs`, which ``load_onnx`` applies too; here they are usage
+    errors, exit 2)."""
+    # pylint: disable=import-outside-toplevel
+    from tvm_icca.frontend.onnx_inputs import (
+        format_dims,
+        shape_problem,
+        suggested_shapes,
+        unbound_inputs,
+    )
+
     inputs, _ = _onnx_io(model)
     if not inputs:
         return  # unreadable: load_onnx says why
-    for name, shape in shapes.items():
-        if name not in inputs:
-            raise UsageError(f"--shape {name}: not an input of {model} "
-                             f"(inputs: {', '.join(inputs)})")
-        dims = inputs[name]
-        if dims and len(dims) != len(shape):
-            raise UsageError(f"--shape {name}: {len(shape)} dimension(s), the input has "
-                             f"{len(dims)} ({_dims_text(dims)})")
-        for axis, (want, given) in enumerate(zip(dims, shape)):
-            if isinstance(want, int) and want > 0 and want != given:
-                raise UsageError(f"--shape {name}: dimension {axis} is fixed to {want} in "
-                                 f"{model}, got {given} ({_dims_text(dims)})")
-
-
-def _dims_text(dims: list[int | str | None]) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+    for name, shape in (shapes or {}).items():
+        problem = shape_problem(inputs, name, shape)
+        if problem is not None:
+            raise UsageError(f"--shape {name}: {problem}")
+    unbound = unbound_inputs(inputs, shapes)
+    if unbound:
+        listed = ", ".join(f"'{n}' {format_dims(d)}" for n, d in unbound.items())
+        flags = " ".join(f"--shape {n}={','.join(map(str, s))}"
+                         for n, s in suggested_shapes(unbound).items())
+        raise UsageError(f"input(s) {listed} of {model} have symbolic dimensions and the chip "
+                         f"runs static shapes: bind them, e.g. {flags}")

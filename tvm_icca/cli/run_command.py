@@ -204,8 +204,10 @@ def _run(args: argparse.Namespace) -> int:
     for key, value in stats.items():
         if isinstance(value, (bool, int, float, str)) and key != "simulated_s":
             print(f"  {key:<28} {value}")
-    if "simulated_s" in stats:
+    if stats.get("simulated_s") is not None:
         print(f"simulated time on the chip: {format_seconds(float(stats['simulated_s']))}")
+    elif "simulated_s" in stats:
+        print("nothing ran on the chip (see the partition report of `tvm-icca compile`)")
     if args.trace:
         print(f"trace written to {args.trace}")
     if args.save:

@@ -31,7 +31,7 @@ from tvm.ir import IRModule
 from runtime_sim.contract.errors import IccaError
 from runtime_sim.contract.program import DeviceProgram
 from tvm_icca.hardware_choice import HardwareLike, HardwareSpec, resolve_hardware
-from tvm_icca.partition.partitioner import partition_report
+from tvm_icca.partition.partitioner import nothing_on_chip, partition_report
 from tvm_icca.planning import (
     CompileOptions,
     icca_model_passes,
@@ -122,7 +122,13 @@ class CompiledModel:
         }
 
     def simulate(self, *, trace: bool = False, progress: bool = False) -> "TimingReport":
-        """Time the programs with :func:`runtime_sim.timing.simulate_timing`."""
+        """Time the programs with :func:`runtime_sim.timing.simulate_timing`.
+
+        Raises :class:`~runtime_sim.contract.errors.IccaError` when nothing of the model runs
+        on the chip (a 0 s result would read as a measurement), saying why."""
+        reason = nothing_on_chip(self.partition)
+        if reason is not None or not self.programs:
+            raise IccaError(reason or f"model '{self.name}' has no device program to time")
         from runtime_sim.timing import simulate_timing  # pylint: disable=import-outside-toplevel
 
         return simulate_timing(self.programs, self.hw, trace=trace, progress=progress)

@@ -19,6 +19,13 @@ import tvm
 from tvm.ir import IRModule
 
 from runtime_sim.contract.errors import ModelImportError
+from tvm_icca.frontend.onnx_inputs import (
+    format_dims,
+    graph_inputs,
+    shape_problem,
+    suggested_shapes,
+    unbound_inputs,
+)
 from tvm_icca.frontend.onnx_prepare import prepare_onnx
 
 if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
@@ -143,6 +150,7 @@ def load_onnx(
     dtype_dict: str | Mapping[str, str] | None = None,
     keep_params_in_input: bool = False,
     fold_constants: bool = True,
+    allow_symbolic: bool = False,
 ) -> IRModule:
     """Import an ONNX model as a Relax module with ``tvm.relax.frontend.onnx.from_onnx``.
 
@@ -151,8 +159,8 @@ def load_onnx(
     source : path, bytes or onnx.ModelProto
         The model.
     shape_dict : dict, optional
-        Input name -> static shape, for models with symbolic input dimensions (ops with
-        dynamic shapes are not offloaded to the chip).
+        Input name -> static shape, for models with symbolic input dimensions (an exporter's
+        batch ``N``). Every name must be a graph input, with its rank and fixed dimensions.
     dtype_dict : str or dict, optional
         Input dtypes, when the model's are not to be used (passed to ``from_onnx``).
     keep_params_in_input : bool
@@ -161,12 +169,18 @@ def load_onnx(
         Infer shapes and fold constant subgraphs on the ONNX graph first
         (:func:`~tvm_icca.frontend.onnx_prepare.prepare_onnx`): what real exports need, e.g. the
         shape computations of attention heads and GPT-2's scalar ``ConstantOfShape``.
+    allow_symbolic : bool
+        Import inputs whose dimensions stay symbolic. The chip runs static shapes only, so
+        every op that touches them stays on the host; by default such a model is refused with
+        the binding to pass (:mod:`tvm_icca.frontend.onnx_inputs`).
 
     Raises
     ------
     ModelImportError
         The model cannot be read, is not valid ONNX, or uses an op TVM cannot import; a
-        failure inside TVM's importer names the ONNX node (its name and op type).
+        failure inside TVM's importer names the ONNX node (its name and op type). Also a
+        ``shape_dict`` that names no input or contradicts one, and (unless ``allow_symbolic``)
+        inputs left with symbolic dimensions.
     """
     model, label, checked = _read_model(source)
     import onnx  # pylint: disable=import-outside-toplevel
@@ -185,8 +199,16 @@ def load_onnx(
 
     kwargs: dict[str, Any] = {"keep_params_in_input": keep_params_in_input}
     shapes = None
+    inputs = graph_inputs(model.graph)
     if shape_dict is not None:
         shapes = kwargs["shape_dict"] = _checked_shapes(shape_dict, label)
+        for name, shape in shapes.items():
+            problem = shape_problem(inputs, name, shape)
+            if problem is not None:
+                raise ModelImportError(f"cannot import {label}: shape_dict[{name!r}]: {problem}")
+    unbound = unbound_inputs(inputs, shapes)
+    if unbound and not allow_symbolic:
+        raise ModelImportError(_symbolic_message(label, unbound, shapes))
     if dtype_dict is not None:
         if not isinstance(dtype_dict, (str, Mapping)):
             raise ModelImportError(f"cannot import {label}: dtype_dict must be a dtype or a mapping "
@@ -239,6 +261,16 @@ def _describe_node(node: "onnx.NodeProto") -> str:
         return f"node '{node.name}' ({node.op_type})"
     outputs = ", ".join(f"'{o}'" for o in node.output if o)
     return f"the unnamed {node.op_type} node computing {outputs}"
+
+
+def _symbolic_message(label: str, unbound: Mapping[str, list], shapes: Mapping | None) -> str:
+    """The one error for inputs left symbolic: which, and the binding to pass."""
+    listed = ", ".join(f"'{name}' {format_dims(dims)}" for name, dims in unbound.items())
+    suggestion = {**(shapes or {}), **suggested_shapes(unbound)}
+    flags = " ".join(f"--shape {n}={','.join(map(str, s))}" for n, s in suggestion.items())
+    return (f"cannot import {label}: the chip runs static shapes, and input(s) {listed} have "
+            f"symbolic dimensions; bind them, e.g. shape_dict={suggestion} (tvm-icca: {flags}), "
+            "or pass allow_symbolic=True to import them for the host only")
 
 
 def _checked_shapes(shape_dict: Any, label: str) -> dict[str, list[int]]:

@@ -53,6 +53,7 @@ __all__ = [
     "is_partitioned",
     "partition_for_icca",
     "partition_report",
+    "nothing_on_chip",
     "partition_module",
     "region_hardware",
 ]
@@ -309,4 +310,19 @@ def format_report(report: dict[str, Any]) -> str:
     for name, count in report["host_ops"].items():
         why = "; ".join(report["host_reasons"].get(name, []))
         lines.append(f"  host: {name} x{count} ({why})")
+    if not report["regions"]:
+        lines.append("  nothing runs on the chip: the model runs on the host CPU only")
     return "\n".join(lines)
+
+
+def nothing_on_chip(report: dict[str, Any]) -> str | None:
+    """Why nothing of a partitioned model runs on the chip, in one paragraph (None when some
+    of it does): the ops left on the host, most frequent first, with their reasons."""
+    if report["regions"]:
+        return None
+    ops = sorted(report["host_ops"].items(), key=lambda kv: -kv[1])
+    listed = "; ".join(f"{name} x{count}: {', '.join(report['host_reasons'].get(name, [])) or 'no pattern'}"
+                       for name, count in ops[:4])
+    more = f"; and {len(ops) - 4} more op kind(s)" if len(ops) > 4 else ""
+    return (f"nothing of the model runs on the chip '{report['hardware']}'"
+            + (f": {listed}{more}" if ops else " (it has no operators)"))

@@ -24,6 +24,7 @@ from runtime_sim.contract.errors import DeviceProgramError, IccaError, short_nam
 from runtime_sim.contract.program import DeviceProgram
 from runtime_sim.functional.device import get_device
 from tvm_icca.backend.codegen import DEVICE_RUN_FUNC
+from tvm_icca.backend.input_check import RUN_BEGIN_FUNC
 from tvm_icca.ffi_errors import raise_through_ffi, register_error_types
 
 __all__ = [
@@ -114,12 +115,14 @@ _INSTALLED = False
 
 
 def install() -> None:
-    """Register ``icca.device.run`` and the error types with tvm_ffi (idempotent)."""
+    """Register ``icca.device.run``, ``icca.device.begin_run`` and the error types with tvm_ffi
+    (idempotent)."""
     global _INSTALLED  # pylint: disable=global-statement
     if _INSTALLED:
         return
     register_error_types()
     tvm_ffi.register_global_func(DEVICE_RUN_FUNC, run_program, override=True)
+    tvm_ffi.register_global_func(RUN_BEGIN_FUNC, run_stats.reset_stats, override=True)
     _INSTALLED = True
 
 
