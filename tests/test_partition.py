@@ -6,6 +6,7 @@ import json
 import logging
 from typing import Callable, Sequence
 
+import numpy as np
 import pytest
 import tvm
 from tvm import relax
@@ -344,3 +345,31 @@ def test_astype_between_floats_only() -> None:
     # a mask is read, never computed
     mod = make_mod({"x": ((4, 8), F32)}, lambda bb, x: bb.emit(relax.op.astype(x, "bool")))
     assert "dtype bool" in tvm_icca.partition_report(tvm_icca.partition_for_icca(mod))["host_reasons"]["relax.astype"][0]
+
+
+@pytest.mark.parametrize("op_type", ["NonZero", "Unique"])
+def test_data_dependent_shapes_fall_back_to_the_host_with_a_reason(op_type) -> None:
+    """TVM's MergeCompositeFunctions cannot visit the match_cast of a data-dependent shape;
+    such a model runs on the host, correct against onnx's reference, and the report says why
+    (it used to escape as ``TypeError: Invalid type: relax.expr.MatchCast``)."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node(op_type, ["r"], ["y"])]
+    out_type = TensorProto.INT64 if op_type == "NonZero" else TensorProto.FLOAT
+    rank = 2 if op_type == "NonZero" else 1
+    graph = helper.make_graph(nodes, "dd",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+                              [helper.make_tensor_value_info("y", out_type, [None] * rank)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    x = np.array([[0, 1, -2, 2]] * 4, "float32")
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    mod = tvm_icca.load_onnx(model)
+    report = tvm_icca.partition_report(tvm_icca.partition_for_icca(mod))
+    assert report["regions"] == [] and "data-dependent shapes" in report["notes"][0]
+    vm = relax.VirtualMachine(tvm.compile(mod, target="icca"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x))
+    np.testing.assert_array_equal(np.asarray(got.numpy()).ravel(), np.asarray(want).ravel())

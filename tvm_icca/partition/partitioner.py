@@ -63,6 +63,13 @@ logger = logging.getLogger(__name__)
 #: Function (and module) attribute holding ``HardwareSpec.to_dict()`` as JSON.
 HARDWARE_ATTR = "icca.hardware"
 
+#: Module attribute: why nothing of the module was partitioned (shown by the partition report).
+HOST_NOTE_ATTR = "icca.host_note"
+
+_MATCH_CAST_NOTE = ("the model has data-dependent shapes (a match_cast after NonZero, Unique or "
+                    "similar), around which TVM's MergeCompositeFunctions cannot form regions, "
+                    "so the whole model runs on the host")
+
 
 def partition_for_icca(
     mod: IRModule,
@@ -123,11 +130,19 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     passes += [RecognizeActivations(), RecognizeNorms()]
     passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
     mod = tvm.transform.Sequential(passes)(mod)
+    unfused = mod
     with checking_for(spec):
         mod = FuseOpsByPattern(
             get_icca_patterns(), bind_constants=bind_constants, annotate_codegen=False
         )(mod)
-        mod = MergeCompositeFunctions()(mod)
+        try:
+            mod = MergeCompositeFunctions()(mod)
+        except TypeError as err:
+            # TVM 0.27's MergeCompositeFunctions cannot visit a match_cast binding (the
+            # data-dependent shape of NonZero, Unique, ...): the model runs on the host, said so
+            if "MatchCast" not in str(err):
+                raise
+            mod = unfused.with_attr(HOST_NOTE_ATTR, _MATCH_CAST_NOTE)
     mod = _stamp_hardware(mod, spec)
     if logger.isEnabledFor(logging.INFO):
         logger.info("%s", format_report(partition_report(mod)))
@@ -256,12 +271,14 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
             reason = _host_reason(call, spec)
             if reason not in reasons.setdefault(name, []):
                 reasons[name].append(reason)
+    note = mod.attrs.get(HOST_NOTE_ATTR) if mod.attrs is not None else None
     return {
         "hardware": spec.name,
         "regions": regions,
         "offloaded_ops": dict(sorted(offloaded.items())),
         "host_ops": dict(sorted(host.items())),
         "host_reasons": dict(sorted(reasons.items())),
+        "notes": [str(note)] if note is not None else [],
     }
 
 
@@ -310,6 +327,8 @@ def format_report(report: dict[str, Any]) -> str:
     for name, count in report["host_ops"].items():
         why = "; ".join(report["host_reasons"].get(name, []))
         lines.append(f"  host: {name} x{count} ({why})")
+    for note in report.get("notes", []):
+        lines.append(f"  note: {note}")
     if not report["regions"]:
         lines.append("  nothing runs on the chip: the model runs on the host CPU only")
     return "\n".join(lines)
@@ -324,5 +343,6 @@ def nothing_on_chip(report: dict[str, Any]) -> str | None:
     listed = "; ".join(f"{name} x{count}: {', '.join(report['host_reasons'].get(name, [])) or 'no pattern'}"
                        for name, count in ops[:4])
     more = f"; and {len(ops) - 4} more op kind(s)" if len(ops) > 4 else ""
-    return (f"nothing of the model runs on the chip '{report['hardware']}'"
+    notes = "".join(f" ({note})" for note in report.get("notes", []))
+    return (f"nothing of the model runs on the chip '{report['hardware']}'{notes}"
             + (f": {listed}{more}" if ops else " (it has no operators)"))
