@@ -8,7 +8,10 @@ import random
 import pytest
 
 from tvm_icca.elk.designs import DESIGNS, plan_preloads
+from tvm_icca.elk.draft import finish_draft
 from tvm_icca.elk.inductive import InfeasibleError, backward_total, check_horizons, min_horizons
+from tvm_icca.elk.inductive_draft import inductive_draft
+from tvm_icca.elk.refine import refine
 from tvm_icca.elk.schedule import PlanStats, estimate
 from tvm_icca.elk.synthetic import SRAM, synthetic_llm
 from tvm_icca.elk.tradeoffs import ElkMachine, ExecPoint, OpTradeoffs, PreloadPoint
@@ -110,7 +113,7 @@ def test_model_that_cannot_fit_is_reported():
 
 
 def test_fastest_preload_is_the_least_load_plus_distribution():
-    from tvm_icca.elk.designs import fastest_preload
+    from tvm_icca.elk.inductive_draft import fastest_preload
 
     front = (PreloadPoint(400, 0.0, 3e-6, 1e-6),      # MaxPreload: every chip reads it all
              PreloadPoint(200, 0.2e-6, 1.5e-6, 0.5e-6),
@@ -140,7 +143,8 @@ def test_elk_preloads_a_host_input_chunked_when_that_loads_faster():
 
 
 def test_stretch_grid_brackets_no_contention_to_the_longest_stretch():
-    from tvm_icca.elk.designs import MAX_STRETCH, STRETCH_GRID
+    from tvm_icca.elk.designs import STRETCH_GRID
+    from tvm_icca.elk.inductive_draft import MAX_STRETCH
 
     assert STRETCH_GRID[0] == 1.0 and STRETCH_GRID[-1] <= MAX_STRETCH < STRETCH_GRID[-1] * 2 ** 0.5
     assert all(b / a == pytest.approx(2 ** 0.5) for a, b in zip(STRETCH_GRID, STRETCH_GRID[1:]))
@@ -162,8 +166,8 @@ def test_screened_stretch_is_the_best_price_on_the_truncated_model(monkeypatch):
         totals = {}
         for st in D.STRETCH_GRID:
             try:
-                totals[st] = D._finish(small, machine, "elk-dyn",
-                                       D._elk_inductive(small, machine, order, {}, st), stats).total_s
+                totals[st] = finish_draft(small, machine, "elk-dyn",
+                                       inductive_draft(small, machine, order, {}, st), stats).total_s
             except (InfeasibleError, ValueError):
                 pass
         if not totals:
@@ -182,7 +186,7 @@ def test_fitting_horizons_are_the_best_horizons_for_fixed_points():
     monotone in the horizons), and no valid horizon vector with the same points fits more."""
     from dataclasses import replace
 
-    import tvm_icca.elk.designs as D
+    import tvm_icca.elk.draft as D
 
     rng = random.Random(5)
     for ops, machine in _cases(4):
@@ -206,11 +210,10 @@ def test_fitting_horizons_are_the_best_horizons_for_fixed_points():
 def test_refinement_never_worsens_and_elk_contains_static():
     """Elk-Dyn's candidates contain Static's schedule and the refinement only keeps
     improvements, so Elk-Dyn <= Static and the refined schedule <= its start on the estimate."""
-    import tvm_icca.elk.designs as D
 
     for ops, machine in _cases(4):
         static = plan_preloads(ops, machine, "static")
-        refined = D._refine(ops, machine, static)
+        refined = refine(ops, machine, static)
         assert refined.total_s <= static.total_s * (1 + 1e-12)
         check_horizons(len(ops), refined.preload_order, refined.horizon)
         assert refined.total_s == pytest.approx(estimate(ops, machine, refined).total_s)
@@ -221,7 +224,7 @@ def test_joint_start_prefers_a_cheaper_preload_over_a_slightly_faster_execution(
     """Elk §4.3's fastest plan over the three trade-offs: a 5% faster execute point whose
     preload is twice the link time loses to the next point when preloads are priced with
     contention, and wins when they are not."""
-    import tvm_icca.elk.designs as D
+    import tvm_icca.elk.inductive_draft as D
 
     op = OpTradeoffs("x", (ExecPoint(10e-6, 200_000, 2e-6), ExecPoint(10.5e-6, 120_000, 2e-6)),
                      ((PreloadPoint(160_000, 0.0, 30e-6, 29e-6),
@@ -246,7 +249,7 @@ def test_refinement_on_a_deep_model_is_searched_on_its_screen_and_never_worse():
         layers = reorder.detect_layers([o.key for o in ops])
         assert layers is not None and layers.count > D.SCREEN_LAYERS
         start = plan_preloads(ops, machine, "static")
-        refined = D._refine(ops, machine, start)
+        refined = refine(ops, machine, start)
         assert refined.total_s <= start.total_s * (1 + 1e-12)
         check_horizons(len(ops), refined.preload_order, refined.horizon)
         assert refined.total_s == pytest.approx(estimate(ops, machine, refined).total_s)

@@ -296,7 +296,11 @@ def test_stream_report_dict_table_and_trace(exprs, tmp_path) -> None:
     threads = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     assert {"preload", "execute"} <= threads
     names = {e["name"] for e in events if e["ph"] == "X"}
-    assert {"preload mm0", "preload mm1", "execute mm0", "distribute"} <= names
+    assert {"preload matmul [64x64]", "execute matmul [64x64]", "distribute"} <= names
+    # events show labels; the generated operator names stay in the arguments
+    by_op = {(e["name"].split()[0], e["args"]["op"]) for e in events
+             if e["ph"] == "X" and e.get("cat") in ("preload", "execute")}
+    assert {("preload", "mm0"), ("preload", "mm1"), ("execute", "mm0")} <= by_op
     by_track: dict = {}  # complete events on one track nest or follow each other
     for e in events:
         if e["ph"] == "X":

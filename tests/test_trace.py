@@ -72,20 +72,24 @@ def test_timing_trace_tracks(exprs) -> None:
     # every chip's core track shows both operators (each spans all 32 cores)
     for pid, name in procs.items():
         if name.startswith("chip"):
-            assert {e["name"] for e in x if e["pid"] == pid} >= {"mm0", "mm1", "steps"}
+            assert {e["name"] for e in x if e["pid"] == pid} >= {"matmul [64x64]", "steps"}
+            assert {e.get("args", {}).get("op") for e in x if e["pid"] == pid} >= {"mm0", "mm1"}
     # the HBM loads appear once per controller, at the times of the report
     loads = [e for e in x if e["pid"] == hbm_pid]
     assert len(loads) == 8 * 2
     op1 = report.per_op[1]
-    mm1_loads = [e for e in loads if e["name"] == "load mm1"]
+    mm1_loads = [e for e in loads if e["args"]["op"] == "mm1"]
+    assert mm1_loads and all(e["name"] == "load matmul [64x64]" for e in mm1_loads)
     assert mm1_loads[0]["ts"] == pytest.approx(op1.hbm_start_s * 1e6)
     assert mm1_loads[0]["dur"] == pytest.approx(op1.hbm_s * 1e6)
     # the host input of mm0 on its host track
     host_pid = next(p for p, n in procs.items() if n == "host")
-    assert any(e["pid"] == host_pid and e["name"] == "input mm0" for e in x)
+    assert any(e["pid"] == host_pid and e["name"] == "input matmul [64x64]"
+               and e["args"]["op"] == "mm0" for e in x)
     # operator spans match the report
     op0 = report.per_op[0]
-    span = next(e for e in x if e["name"] == "mm0")
+    span = next(e for e in x if e["cat"] == "op" and e["args"]["op"] == "mm0")
+    assert span["name"] == "matmul [64x64]"
     assert span["ts"] == pytest.approx(op0.start_s * 1e6) and span["dur"] == pytest.approx(op0.duration_s * 1e6)
     # nested phases add up to the operator
     phases = [e for e in x if e["pid"] == span["pid"] and e["tid"] == span["tid"] and e["cat"] == "phase"

@@ -58,6 +58,7 @@ from runtime_sim.contract.json_fields import (
     read_map,
     read_name,
 )
+from runtime_sim.contract.labels import operator_label
 from runtime_sim.contract.plan import IDLE_SPREAD, ExecutionPlan, VgmPlan, plan_from_dict
 
 PROGRAM_FORMAT = "icca-device-program"
@@ -109,6 +110,12 @@ class OpProgram:
     def describe(self) -> str:
         """The operator as a message names it (:func:`runtime_sim.contract.errors.describe_operator`)."""
         return describe_operator(self.name, self.label or self.expr.kind)
+
+    def display_label(self) -> str:
+        """The operator as reports, tables and traces show it: its kind in the user's words
+        and output shape, e.g. ``conv2d+bias+relu [1x64x56x56]``
+        (:func:`runtime_sim.contract.labels.operator_label`); :attr:`name` stays its key."""
+        return operator_label(self.label or self.expr.kind, self.expr.output.shape)
 
     def chunks_of(self, t: int) -> int:
         """Chunks input ``t``'s partitions are cut into in the preload state (1: whole)."""

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.labels import display_name
 from runtime_sim.timing.trace import timing_trace, write_trace
 
 #: An operator (or operator kind, summed over the run) is reported as slow when its time is
@@ -83,6 +84,14 @@ class OpTiming:
     distributed_bytes: float = 0.0  # bytes its distribution moves (summed over receivers)
     preloaded_bytes: float = 0.0  # bytes its preload writes (delivered_bytes, all cores)
     preload_space_bytes_per_core: int = 0  # preload space it holds on its busiest core
+    #: what tables and traces show (``OpProgram.display_label``: kind in the user's words and
+    #: output shape); ``name`` stays the generated key (a region symbol plus ``.opN``)
+    label: str = ""
+
+    @property
+    def display(self) -> str:
+        """Its displayed name: :attr:`label`, or a readable cut of :attr:`name` without one."""
+        return self.label or display_name(self.name)
 
     @property
     def duration_s(self) -> float:
@@ -245,16 +254,18 @@ class TimingReport:
             f"{u.get('interconnect', 0):.1%}  hbm {u.get('hbm', 0):.1%}",
             "",
         ]
-        header = (f"  {'op':<28} {'kind':<11} {'cores':>5} {'start ms':>10} {'dur ms':>9} "
-                  f"{'compute':>9} {'transfer':>9} {'hbm':>9} {'stall':>9} {'steps':>6}")
+        # the operator's label goes last: it is up to 80 characters and would push the
+        # number columns out of line anywhere else
+        header = (f"  {'cores':>5} {'start ms':>10} {'dur ms':>9} "
+                  f"{'compute':>9} {'transfer':>9} {'hbm':>9} {'stall':>9} {'steps':>6}  op")
         lines.append(header)
         ops = sorted(self.per_op, key=lambda o: -o.duration_s)
         shown = ops if max_ops is None else ops[:max_ops]
         for op in sorted(shown, key=lambda o: o.start_s):
             lines.append(
-                f"  {op.name[-28:]:<28} {op.kind[:11]:<11} {op.cores:>5} {op.start_s * 1e3:>10.4f} "
+                f"  {op.cores:>5} {op.start_s * 1e3:>10.4f} "
                 f"{op.duration_s * 1e3:>9.4f} {op.compute_s * 1e3:>9.4f} {op.transfer_s * 1e3:>9.4f} "
-                f"{op.hbm_s * 1e3:>9.4f} {op.stall_s * 1e3:>9.4f} {op.steps:>6}"
+                f"{op.hbm_s * 1e3:>9.4f} {op.stall_s * 1e3:>9.4f} {op.steps:>6}  {op.display}"
             )
         if len(shown) < len(ops):
             lines.append(f"  ... {len(ops) - len(shown)} faster ops not shown")
@@ -272,8 +283,9 @@ class TimingReport:
             lines.append(f"    kind {r['kind']:<14} {r['ops']:>5} ops  {r['time_s'] * 1e3:9.4f} ms  "
                          f"bound {r['lower_bound_s'] * 1e3:9.4f} ms  {r['ratio']:8.1f}x")
         for r in self.slow_ops[:max_ops]:
-            lines.append(f"    op   {r['name'][-28:]:<28} {r['kind'][:11]:<11} {r['time_s'] * 1e3:9.4f} ms  "
-                         f"bound {r['lower_bound_s'] * 1e3:9.4f} ms ({r['bound_by']})  {r['ratio']:8.1f}x")
+            lines.append(f"    op   {r['time_s'] * 1e3:9.4f} ms  bound {r['lower_bound_s'] * 1e3:9.4f} ms "
+                         f"({r['bound_by']})  {r['ratio']:8.1f}x  "
+                         f"{r.get('label') or display_name(r['name'])}")
         if len(self.slow_ops) > max_ops:
             lines.append(f"    ... {len(self.slow_ops) - max_ops} more slow ops (to_dict()['slow_ops'])")
         return lines

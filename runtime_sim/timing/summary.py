@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.labels import region_label
 from runtime_sim.machine.topology import Topology
 from runtime_sim.timing.report import SLOW_FACTOR, OpTiming, TimingReport
 from runtime_sim.timing.schedule import PrefetchSchedule
@@ -91,7 +92,8 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
         inter = (work.relayout.inter_bytes + cost.shift.inter_bytes + cost.reduction.inter_bytes
                  + work.distribute.inter_bytes)
         per_op.append(OpTiming(
-            name=work.op.name, region=work.region, kind=work.op.expr.kind, cores=cost.cores,
+            name=work.op.name, label=work.op.display_label(), region=work.region,
+            kind=work.op.expr.kind, cores=cost.cores,
             start_s=slot.exec_start, end_s=slot.exec_end, compute_s=compute,
             transfer_s=work.transfer_s, link_busy_s=work.link_busy_s, hbm_s=hbm_s,
             stall_s=stall, host_s=host_s, wait_s=wait,
@@ -134,10 +136,16 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
                 load_iv.append(iv)
         if not regions or regions[-1]["program"] != work.program:
             regions.append({"name": work.region, "program": work.program,
-                            "start_s": slot.exec_start, "end_s": slot.exec_end, "ops": 0})
+                            "start_s": slot.exec_start, "end_s": slot.exec_end, "ops": 0,
+                            "op_labels": []})
         regions[-1]["end_s"] = slot.exec_end
         regions[-1]["ops"] += 1
+        regions[-1]["op_labels"].append(work.op.label or work.op.expr.kind)
         prev_end = slot.exec_end
+
+    for index, region in enumerate(regions):
+        # the displayed name of a region call; "name" stays the generated region symbol
+        region["label"] = region_label(region.pop("op_labels"), index)
 
     store_ends = [s.store_interval[1] for s in schedule.slots if s.store_interval]
     total = max([e for _, e in exec_iv] + store_ends, default=0.0)
@@ -242,7 +250,7 @@ def lower_bounds(per_op: list[OpTiming], hw: HardwareSpec) -> dict[str, Any]:
         row["time_s"] += spent
         row["lower_bound_s"] += op.lower_bound_s
         if op.lower_bound_s > 0 and spent > SLOW_FACTOR * op.lower_bound_s:
-            slow_ops.append({"name": op.name, "region": op.region, "kind": op.kind,
+            slow_ops.append({"name": op.name, "label": op.label, "region": op.region, "kind": op.kind,
                              "start_s": op.start_s, "time_s": spent, "lower_bound_s": op.lower_bound_s,
                              "bound_by": op.bound_by, "ratio": spent / op.lower_bound_s})
     for row in kinds.values():

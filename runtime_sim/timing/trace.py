@@ -17,6 +17,11 @@ events (``"ph": "M"``, ``process_name`` / ``thread_name`` / ``*_sort_index``) na
   ``preload_async`` from its start to its done tag (preloads run one after another) and an
   ``execute`` track with each ``execute`` (its distribution phase nested first).
 
+Events are named by what a person reads: an operator's label (``matmul+bias [64x64]``,
+:func:`runtime_sim.contract.labels.operator_label`) and a region's
+(:func:`runtime_sim.contract.labels.region_label`); the generated operator and region names
+(TVM's region symbols, hundreds of characters) are in the arguments, ``op`` and ``symbol``.
+
 Shift phases interleave with compute steps, so an operator's shifts are drawn as one span over
 its steps, with the actual busy time (``busy_ms``) and bytes in the event's arguments.
 """
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import json
 from typing import Any, Iterable
+
+from runtime_sim.contract.labels import display_name, operator_label, region_label
 
 #: microseconds per second: the trace format's time unit
 _US = 1e6
@@ -119,11 +126,17 @@ def timing_trace(report: Any) -> list[dict[str, Any]]:
     host_pid = tb.process("host", 3 + chips)
     host_tracks = [tb.thread(host_pid, f"host link chip {k}") for k in range(chips)]
 
-    for region in report.regions:
-        tb.complete(regions_pid, regions_tid, region["name"], region["start_s"],
-                    region["end_s"] - region["start_s"], "region", {"ops": region["ops"]})
+    for index, region in enumerate(report.regions):
+        # the event shows the readable label; the generated region symbol is for machines
+        tb.complete(regions_pid, regions_tid,
+                    region.get("label") or region_label([], index), region["start_s"],
+                    region["end_s"] - region["start_s"], "region",
+                    {"ops": region["ops"], "symbol": region["name"]})
     for op in report.per_op:
-        args = {"kind": op.kind, "cores": op.cores, "steps": op.steps,
+        # event names show the operator's label; its generated name stays in args["op"]
+        shown = _op_label(op)
+        key = {"op": op.name}
+        args = {"op": op.name, "kind": op.kind, "cores": op.cores, "steps": op.steps,
                 "compute_ms": op.compute_s * 1e3, "transfer_ms": op.transfer_s * 1e3,
                 "stall_ms": op.stall_s * 1e3, "shift_bytes": op.shift_bytes,
                 "relayout_bytes": op.relayout_bytes, "flops": op.flops}
@@ -131,13 +144,13 @@ def timing_trace(report: Any) -> list[dict[str, Any]]:
         t = op.start_s
         if streamed:
             if op.preloaded:
-                tb.complete(stream_pid, preload_tid, f"preload {op.name}", op.preload_start_s,
+                tb.complete(stream_pid, preload_tid, _named("preload", shown), op.preload_start_s,
                             op.preload_end_s - op.preload_start_s, "preload",
-                            {"preloaded_bytes": op.preloaded_bytes, "hbm_bytes": op.hbm_bytes,
+                            {**key, "preloaded_bytes": op.preloaded_bytes, "hbm_bytes": op.hbm_bytes,
                              "stall_ms": op.preload_stall_s * 1e3,
                              "preload_space_bytes_per_core": op.preload_space_bytes_per_core})
-            tb.complete(stream_pid, execute_tid, f"execute {op.name}", op.start_s, op.duration_s,
-                        "execute", {"distributed_bytes": op.distributed_bytes,
+            tb.complete(stream_pid, execute_tid, _named("execute", shown), op.start_s, op.duration_s,
+                        "execute", {**key, "distributed_bytes": op.distributed_bytes,
                                     "wait_ms": op.wait_s * 1e3})
             if op.distribute_s > 0:
                 tb.complete(stream_pid, execute_tid, "distribute", op.start_s, op.distribute_s,
@@ -150,36 +163,50 @@ def timing_trace(report: Any) -> list[dict[str, Any]]:
             t += dur
         for k in _chips_of(op, chips, cpc):
             pid, tid = chip_tracks[k]
-            tb.complete(pid, tid, op.name, op.start_s, op.duration_s, "op", args)
+            tb.complete(pid, tid, shown, op.start_s, op.duration_s, "op", args)
             for label, start, dur in phases:
                 tb.complete(pid, tid, label, start, dur, "phase")
         for label, start, dur in phases:
             if label == "distribute":
-                tb.complete(ic, intra, f"distribute {op.name}", start, dur, "link",
-                            {"bytes": op.distributed_bytes})
+                tb.complete(ic, intra, _named("distribute", shown), start, dur, "link",
+                            {**key, "bytes": op.distributed_bytes})
             elif label == "relayout":
-                tb.complete(ic, intra, f"relayout {op.name}", start, dur, "link",
-                            {"bytes": op.relayout_bytes})
+                tb.complete(ic, intra, _named("relayout", shown), start, dur, "link",
+                            {**key, "bytes": op.relayout_bytes})
             elif label == "steps" and op.shift_s > 0:
-                tb.complete(ic, intra, f"shifts {op.name}", start, dur, "link",
-                            {"busy_ms": op.shift_s * 1e3, "bytes": op.rotation_bytes})
+                tb.complete(ic, intra, _named("shifts", shown), start, dur, "link",
+                            {**key, "busy_ms": op.shift_s * 1e3, "bytes": op.rotation_bytes})
             elif label == "reduce" and op.reduction_bytes:
-                tb.complete(ic, intra, f"reduce {op.name}", start, dur, "link",
-                            {"bytes": op.reduction_bytes})
+                tb.complete(ic, intra, _named("reduce", shown), start, dur, "link",
+                            {**key, "bytes": op.reduction_bytes})
         if inter is not None and op.inter_chip_bytes > 0:
-            tb.complete(ic, inter, f"inter-chip {op.name}", op.start_s, op.duration_s, "link",
-                        {"bytes": op.inter_chip_bytes})
+            tb.complete(ic, inter, _named("inter-chip", shown), op.start_s, op.duration_s, "link",
+                        {**key, "bytes": op.inter_chip_bytes})
         if op.hbm_s > 0:
             for tid in hbm_tracks:
-                tb.complete(hbm_pid, tid, f"load {op.name}", op.hbm_start_s, op.hbm_s, "hbm",
-                            {"unique_bytes": op.hbm_bytes, "prefetched": op.prefetched})
-            tb.complete(ic, hbm_delivery, f"hbm -> {op.name}", op.hbm_start_s, op.hbm_s, "link")
+                tb.complete(hbm_pid, tid, _named("load", shown), op.hbm_start_s, op.hbm_s, "hbm",
+                            {**key, "unique_bytes": op.hbm_bytes, "prefetched": op.prefetched})
+            tb.complete(ic, hbm_delivery, _named("hbm ->", shown), op.hbm_start_s, op.hbm_s, "link",
+                        dict(key))
         if op.host_s > 0:
-            tb.complete(ic, host_delivery, f"host -> {op.name}", op.host_start_s, op.host_s, "link")
+            tb.complete(ic, host_delivery, _named("host ->", shown), op.host_start_s, op.host_s, "link",
+                        dict(key))
             for k in _chips_of(op, chips, cpc):
-                tb.complete(host_pid, host_tracks[k], f"input {op.name}", op.host_start_s,
-                            op.host_s, "host", {"bytes": op.host_bytes})
+                tb.complete(host_pid, host_tracks[k], _named("input", shown), op.host_start_s,
+                            op.host_s, "host", {**key, "bytes": op.host_bytes})
     return tb.events
+
+
+def _named(what: str, label: str) -> str:
+    """An event of an operator's phase or load, e.g. ``load matmul+bias [1x16x64]``, cut to
+    :data:`~runtime_sim.contract.labels.MAX_LABEL_CHARS` like every displayed name."""
+    return display_name(f"{what} {label}")
+
+
+def _op_label(op: Any) -> str:
+    """What an operator's events show: its label (``OpTiming.label``, set by the simulator
+    from ``OpProgram.display_label``), else its kind -- never the generated region symbol."""
+    return getattr(op, "label", "") or operator_label(getattr(op, "kind", "") or "op")
 
 
 def _chips_of(op: Any, chips: int, cores_per_chip: int) -> list[int]:

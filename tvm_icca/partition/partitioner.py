@@ -27,6 +27,7 @@ from tvm.relax.transform import (
     MergeCompositeFunctions,
 )
 
+from runtime_sim.contract.labels import region_label
 from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm
 from tvm_icca.frontend.rewrites import RecognizeActivations, RecognizeNorms
 from tvm_icca.hardware_choice import (
@@ -41,6 +42,7 @@ from tvm_icca.partition.patterns import (
     CODEGEN_NAME,
     OFFLOADABLE_OPS,
     checking_for,
+    composite_label,
     get_icca_patterns,
     unsupported_reason,
 )
@@ -235,8 +237,10 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
     Returns a dict with
 
     * ``hardware``: name of the chip partitioned for;
-    * ``regions``: per offloaded region, its ``name``, ``composites`` (pattern names) and
-      ``ops`` (Relax op -> count);
+    * ``regions``: per offloaded region, its ``name`` (the generated global symbol, a key for
+      machines), ``label`` (what a person reads, e.g. ``"region 0: conv2d+bias+relu,
+      max_pool2d (3 ops)"``, :func:`runtime_sim.contract.labels.region_label`),
+      ``composites`` (pattern names) and ``ops`` (Relax op -> count);
     * ``offloaded_ops`` / ``host_ops``: Relax op -> count over the whole module;
     * ``host_reasons``: for each op left on the host, the distinct reasons why (e.g.
       ``"conv2d with groups=2 (only groups == 1 is offloaded)"``).
@@ -256,7 +260,8 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
     for name, func in icca_regions(mod).items():
         composites, ops = _region_contents(func)
         offloaded.update(ops)
-        regions.append({"name": name, "composites": composites, "ops": dict(sorted(ops.items()))})
+        regions.append({"name": name, "label": _region_label(composites, len(regions)),
+                        "composites": composites, "ops": dict(sorted(ops.items()))})
 
     host: collections.Counter[str] = collections.Counter()
     reasons: dict[str, list[str]] = {}
@@ -315,6 +320,12 @@ def host_ops(mod: IRModule) -> dict[str, int]:
     return partition_report(mod)["host_ops"]
 
 
+def _region_label(composites: list[str], index: int) -> str:
+    """A region as the report shows it: its number and its composites in the user's words
+    (``region 0: conv2d+bias+relu, max_pool2d (3 ops)``)."""
+    return region_label([composite_label(c) for c in composites], index)
+
+
 def format_report(report: dict[str, Any]) -> str:
     """A human-readable, multi-line rendering of :func:`partition_report`."""
     lines = [
@@ -322,8 +333,9 @@ def format_report(report: dict[str, Any]) -> str:
         f"{sum(report['offloaded_ops'].values())} op(s) offloaded, "
         f"{sum(report['host_ops'].values())} op(s) on the host"
     ]
-    for region in report["regions"]:
-        lines.append(f"  region {region['name']}: {', '.join(region['composites'])}")
+    for index, region in enumerate(report["regions"]):
+        # the region symbol (hundreds of characters) stays in the report's "name" field
+        lines.append(f"  {region.get('label') or _region_label(region['composites'], index)}")
     for name, count in report["host_ops"].items():
         why = "; ".join(report["host_reasons"].get(name, []))
         lines.append(f"  host: {name} x{count} ({why})")

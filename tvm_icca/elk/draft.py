@@ -1,0 +1,96 @@
+"""From chosen points to an estimated schedule (Elk §4.2, §4.5).
+
+Every design of :mod:`tvm_icca.elk.designs` first chooses, per operator, an execute-state point
+and a preload-state point, a preload order and horizons: a :class:`Draft`. :func:`finish_draft`
+turns a draft into an :class:`~tvm_icca.elk.schedule.ElkSchedule` priced by
+:func:`~tvm_icca.elk.schedule.estimate`. For fixed points and order, :func:`fitting_horizons`
+gives the best horizons (every preload issued as early as SRAM allows) and
+:func:`schedule_at_points` the schedule they make -- what the refinement
+(:mod:`tvm_icca.elk.refine`) and the reordering of Elk-Full evaluate.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from tvm_icca.elk.inductive import InfeasibleError
+from tvm_icca.elk.overlap_model import window_bytes
+from tvm_icca.elk.schedule import (
+    ElkSchedule,
+    PlanStats,
+    Timeline,
+    estimate,
+    order_structure,
+    prefix_sums,
+)
+from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
+
+
+@dataclass
+class Draft:
+    """A schedule before estimation (mutable only inside one planning call)."""
+
+    exec_choice: list[int]
+    preload_choice: list[int]
+    order: tuple[int, ...]
+    horizon: list[int]
+    source: str
+
+
+def finish_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, draft: Draft,
+                 stats: PlanStats) -> ElkSchedule:
+    """``draft`` as design ``design``'s schedule, with its estimated timeline and total (raises
+    ``ValueError`` if the draft's horizons are invalid or a window overflows SRAM)."""
+    sched = ElkSchedule(design, tuple(draft.exec_choice), tuple(draft.preload_choice), draft.order,
+                        tuple(draft.horizon), Timeline((), (), (), (), (), (), (), 0.0), 0.0,
+                        replace(stats, source=draft.source))
+    tl = estimate(ops, machine, sched)
+    return replace(sched, timeline=tl, total_s=tl.total_s)
+
+
+def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Sequence[int],
+                     exec_choice: Sequence[int], preload_choice: Sequence[int]) -> list[int] | None:
+    """The largest valid horizons whose windows fit SRAM with these execute and preload
+    points (None if some operator's window does not fit even with no preload ahead).
+
+    For fixed points they are the best horizons: under the device's rules (Elk §4.5,
+    :func:`runtime_sim.machine.stream_timing.stream_times`) a preload issued earlier starts no
+    later, its delivery progresses at the same share at every instant, so it ends no later, and
+    an execute waits only for its own preload; so every start is monotone in the horizons."""
+    n = len(ops)
+    m, early = order_structure(n, tuple(order))
+    space = [ops[j].preloads[exec_choice[j]][preload_choice[j]].space for j in order]
+    pos = {j: k for k, j in enumerate(order)}
+    pre = prefix_sums(space)
+    hz = [0] * n
+    nxt = len(order)
+    for i in range(n - 1, -1, -1):
+        ahead = [space[pos[j]] for j in early[i]] if early[i] else ()
+        used = window_bytes(ops[i].execs[exec_choice[i]].space, ahead, ops[i].live_bytes)
+        room = machine.sram_bytes - used
+        if room < 0:
+            return None
+        h = min(bisect.bisect_right(pre, pre[m[i]] + room) - 1, nxt)
+        if h < m[i]:
+            return None
+        hz[i] = nxt = h
+    return hz
+
+
+def schedule_at_points(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str,
+                       order: Sequence[int], exec_choice: Sequence[int],
+                       preload_choice: Sequence[int], source: str,
+                       stats: PlanStats) -> ElkSchedule | None:
+    """The schedule with these points and order, every preload issued as early as memory
+    allows (:func:`fitting_horizons`), estimated; None if it does not fit."""
+    hz = fitting_horizons(ops, machine, order, exec_choice, preload_choice)
+    if hz is None:
+        return None
+    try:
+        return finish_draft(ops, machine, design,
+                            Draft(list(exec_choice), list(preload_choice), order, hz, source),
+                            stats)
+    except (InfeasibleError, ValueError):
+        return None

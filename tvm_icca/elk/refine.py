@@ -1,0 +1,119 @@
+"""Refinement of a schedule's points against the whole-schedule estimate (Elk §4.2-§4.4).
+
+The recurrence (§4.2 with §4.3's allocation) and Static's sweep choose points against
+window-local prices; Elk-Dyn and Elk-Full then refine their best candidate here:
+:func:`local_search` tries, per operator class (one position of the repeated layer, as §4.4
+applies one layer's order to every layer), every (execute, preload) point with preloads as
+early as memory allows (:func:`tvm_icca.elk.draft.schedule_at_points`), keeping only what the
+forward estimate (:func:`tvm_icca.elk.schedule.estimate`) improves; :func:`refine` runs that
+search on the model cut to :data:`SCREEN_LAYERS` layers and carries it to the whole model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tvm_icca.elk import reorder
+from tvm_icca.elk.draft import schedule_at_points
+from tvm_icca.elk.schedule import ElkSchedule
+from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
+
+#: Layers of the truncated model the points are searched on; the designs screen their candidate
+#: orders and contention prices on the same cut (:mod:`tvm_icca.elk.designs`).
+SCREEN_LAYERS = 3
+
+#: Sweeps of :func:`refine` over the operator classes (each sweep only keeps improvements).
+REFINE_SWEEPS = 3
+
+
+def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule) -> ElkSchedule:
+    """:func:`local_search` of ``sched``, searched on the model cut to ``SCREEN_LAYERS``
+    layers when it has more (as §4.4's orders are screened; the search prices a few hundred
+    whole-model estimates). The class points the search changes are carried to every
+    identical layer of the whole model, and the result is kept only if the whole model's
+    estimate improves, so it is never worse than ``sched``."""
+    layers = reorder.detect_layers([o.key for o in ops])
+    if layers is None or layers.count <= SCREEN_LAYERS:
+        return local_search(ops, machine, sched)
+    small = reorder.truncate(ops, layers, SCREEN_LAYERS)
+    cut = layers.start + layers.period * SCREEN_LAYERS
+    kept = [i for i in range(len(ops)) if i < cut or i >= layers.end]  # small index -> op
+    at = {i: j for j, i in enumerate(kept)}
+    order = tuple(at[i] for i in sched.preload_order if i in at)
+    ex = [sched.exec_choice[i] for i in kept]
+    pc = [sched.preload_choice[i] for i in kept]
+    start = schedule_at_points(small, machine, sched.design, order, ex, pc, sched.stats.source,
+                               sched.stats)
+    if start is None:
+        return local_search(ops, machine, sched)
+    found = local_search(small, machine, start)
+    ex, pc = list(sched.exec_choice), list(sched.preload_choice)
+    for j, i in enumerate(kept):
+        if (found.exec_choice[j], found.preload_choice[j]) == (start.exec_choice[j],
+                                                               start.preload_choice[j]):
+            continue
+        if layers.start <= i < layers.end:   # a layer position: every identical layer
+            members = range(layers.start + (i - layers.start) % layers.period, layers.end,
+                            layers.period)
+        else:
+            members = (i,)
+        for m in members:
+            ex[m], pc[m] = found.exec_choice[j], found.preload_choice[j]
+    cand = schedule_at_points(ops, machine, sched.design, sched.preload_order, ex, pc,
+                              sched.stats.source + ", refined", sched.stats)
+    return cand if cand is not None and cand.total_s < sched.total_s * (1 - 1e-9) else sched
+
+
+def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
+                 sched: ElkSchedule) -> ElkSchedule:
+    """Improve a schedule's execute/preload points against its whole-schedule estimate.
+
+    The recurrence (§4.2) fixes each operator's execute point in its own window and each
+    preload point in the windows it is preloaded in, against window-local prices; whether a
+    slower execute point with a cheaper preload pays off depends on what the whole timeline
+    is bound by (HBM, links or execution), which only
+    :func:`~tvm_icca.elk.schedule.estimate` sees. This pass tries,
+    for one class of operators at a time, every (execute, preload) point of its tables, with
+    the preloads issued as early as memory allows
+    (:func:`~tvm_icca.elk.draft.fitting_horizons`), and keeps a
+    change when the estimate improves. A class is one operator position of the repeated
+    layer, applied to all identical layers as §4.4 applies one layer's order to all (an
+    operator outside the repeated layers is its own class). The start is a candidate, so the
+    result is never worse on the estimate."""
+    order = sched.preload_order
+    layers = reorder.detect_layers([o.key for o in ops])
+    classes: dict[tuple, list[int]] = {}
+    for i, op in enumerate(ops):
+        if sum(len(f) for f in op.preloads) + (0 if op.loads else len(op.execs)) <= 1:
+            continue    # nothing to choose
+        if layers is not None and layers.start <= i < layers.end:
+            cls = ("layer", (i - layers.start) % layers.period)
+        else:
+            cls = ("op", i)
+        classes.setdefault(cls, []).append(i)
+
+    def evaluate(ex: list[int], pc: list[int], source: str) -> ElkSchedule | None:
+        return schedule_at_points(ops, machine, sched.design, order, ex, pc, source, sched.stats)
+
+    source = sched.stats.source
+    best = evaluate(list(sched.exec_choice), list(sched.preload_choice), source)
+    if best is None or best.total_s >= sched.total_s:
+        best = sched
+    for _ in range(REFINE_SWEEPS):
+        improved = False
+        for members in classes.values():
+            op = ops[members[0]]
+            alts = ([(e, c) for e in range(len(op.execs)) for c in range(len(op.preloads[e]))]
+                    if op.loads else [(e, -1) for e in range(len(op.execs))])
+            for e, c in alts:
+                if all(best.exec_choice[i] == e and best.preload_choice[i] == c for i in members):
+                    continue
+                ex, pc = list(best.exec_choice), list(best.preload_choice)
+                for i in members:
+                    ex[i], pc[i] = e, c
+                cand = evaluate(ex, pc, source + ", refined")
+                if cand is not None and cand.total_s < best.total_s * (1 - 1e-9):
+                    best, improved = cand, True
+        if not improved:
+            break
+    return best
