@@ -634,7 +634,9 @@ def test_no_plan_error_names_the_operator_tensors_chip_and_budget():
     with pytest.raises(PlanNotFoundError) as info:
         plan_operator(expr, hw)
     _in_user_words(info.value, "operator 'matmul'", "[64, 64] float32", "chip 'icca-4'",
-                   f"budget is {hw.usable_sram_bytes} bytes per core")
+                   f"budget is {hw.usable_sram_bytes} bytes per core",
+                   f"of {hw.sram_bytes_per_core} bytes of SRAM: the {hw.shift_buffer_bytes}-byte "
+                   "shift buffer is reserved")
 
 
 def test_device_sram_overflow_names_the_operator_kind_its_tensors_and_the_chip():

@@ -334,3 +334,10 @@ def test_nothing_on_the_chip_is_said_never_timed_as_zero(models, capsys, tmp_pat
     code, out, err = _main(capsys, "run", lib, "--check", models["host_only"])
     assert code == 0, err
     assert "nothing ran on the chip" in out and "simulated time" not in out
+
+
+def test_byte_counts_are_printed_in_a_unit_that_shows_them():
+    from tvm_icca.cli.simulate_command import format_bytes
+
+    assert [format_bytes(b) for b in (0, 999, 20_480, 1_200_000, 79.39e9)] == \
+        ["0 B", "999 B", "20.5 KB", "1.2 MB", "79.4 GB"]

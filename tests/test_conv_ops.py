@@ -244,11 +244,13 @@ class _Graph:
         self.nodes.append(helper.make_node(kind, inputs, [out], **attrs))
         return out
 
-    def conv_bn(self, x: str, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> str:
+    def conv_bn(self, x: str, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1,
+                bias: bool = False) -> str:
         w = self.init((self.rng.standard_normal((cout, cin // groups, k, k))
                        / np.sqrt(cin // groups * k * k)).astype("float32"))
-        y = self.node("Conv", [x, w], kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4,
-                      group=groups)
+        b = [self.init(self.rng.uniform(-0.5, 0.5, cout).astype("float32"))] if bias else []
+        y = self.node("Conv", [x, w] + b, kernel_shape=[k, k], strides=[stride, stride],
+                      pads=[k // 2] * 4, group=groups)
         params = [self.rng.uniform(0.5, 1.5, cout), self.rng.uniform(-0.2, 0.2, cout),
                   self.rng.uniform(-0.2, 0.2, cout), self.rng.uniform(0.5, 1.5, cout)]
         return self.node("BatchNormalization", [y] + [self.init(p.astype("float32")) for p in params],
@@ -355,3 +357,24 @@ def test_grouped_conv_and_pool_regions_run_as_vgm_too() -> None:
     for program in (t10, vgm):
         (got,) = SimulatedDevice().run(program, args)
         tvm.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_batch_norm_after_a_conv_with_a_bias_folds_into_it(bias: bool) -> None:
+    """PyTorch exports Conv with a bias before BatchNormalization when ``bias=True``: the batch
+    norm folds into the conv's weight and bias either way, so both graphs offload the same
+    device ops (no leftover ``x * s + t``), and the answer is onnx's reference."""
+    g = _Graph(11)
+    y = g.node("Relu", [g.conv_bn("x", 4, 8, 3, bias=bias)])
+    model = g.model({"x": (1, 4, 6, 6)}, y, (1, 8, 6, 6))
+    x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype("float32")
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    mod = tvm_icca.load_onnx(model)
+    hw = small_chip(16)
+    report = tvm_icca.partition_report(tvm_icca.partition_for_icca(mod, hw))
+    assert report["host_ops"] == {}
+    assert report["offloaded_ops"] == {"relax.add": 1, "relax.nn.conv2d": 1, "relax.nn.relu": 1}
+    with tvm_icca.use_hardware(hw):
+        ex = tvm.compile(mod, target="icca")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    tvm.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

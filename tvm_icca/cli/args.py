@@ -13,9 +13,11 @@ import argparse
 import math
 import os
 
+from runtime_sim.contract.hardware import PRESET_NAMES
+
 __all__ = [
     "UsageError", "positive_int", "nonneg_int", "finite_float", "unit_float", "existing_file",
-    "writable_path", "shape_arg", "shape_dict", "hardware_preset", "nonneg_float",
+    "writable_path", "shape_arg", "shape_dict", "hardware_help", "hardware_preset", "nonneg_float",
     "tuning_records", "add_model_arguments",
 ]
 
@@ -147,6 +149,11 @@ def shape_dict(pairs: list[tuple[str, tuple[int, ...]]] | None) -> dict[str, tup
             raise UsageError(f"--shape {name} given twice with different shapes")
         shapes[name] = shape
     return shapes
+
+
+def hardware_help(what: str, default: str) -> str:
+    """The help of a ``--hw`` option: what the chip is for, its default and every preset."""
+    return f"{what} (default {default}; presets, any case: {', '.join(PRESET_NAMES)})"
 
 
 def hardware_preset(text: str) -> str:

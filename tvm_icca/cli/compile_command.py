@@ -29,6 +29,7 @@ from typing import Any
 from tvm_icca.cli.args import (
     UsageError,
     existing_file,
+    hardware_help,
     hardware_preset,
     shape_arg,
     shape_dict,
@@ -55,7 +56,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="library to write (default: the model's name with .so, in the "
                         "current directory)")
     parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
-                        help="hardware preset (default ipu-mk2)")
+                        help=hardware_help("chip to compile for", "ipu-mk2"))
     parser.add_argument("--design", default=None, choices=PRELOAD_CHOICES,
                         help="HBM preload design on a chip with HBM (Elk §6.1; default elk-full)")
     parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",

@@ -25,6 +25,7 @@ from typing import Any
 from tvm_icca.cli.args import (
     UsageError,
     add_model_arguments,
+    hardware_help,
     hardware_preset,
     nonneg_int,
     shape_dict,
@@ -47,7 +48,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     add_model_arguments(parser, "llama2-13b")
     parser.add_argument("--hw", type=hardware_preset, default="ipu-pod4-hbm",
-                        help="hardware preset (default ipu-pod4-hbm)")
+                        help=hardware_help("chip to simulate", "ipu-pod4-hbm"))
     parser.add_argument("--design", default=None, choices=PRELOAD_CHOICES,
                         help="HBM preload design (Elk §6.1): basic, static, elk-dyn, elk-full "
                         "(default on a chip with HBM), ideal (the roofline), or off")
@@ -182,10 +183,11 @@ def _run(args: argparse.Namespace) -> int:
           f"{summary['device_ops']} device ops; Relax ops: {summary['offloaded_relax_ops']} "
           f"offloaded, {summary['host_relax_ops']} on the host")
     inputs = summary["input_bytes"]
-    print("  program inputs: " + ", ".join(f"{src} {inputs.get(src, 0) / 1e6:.1f} MB"
+    print("  program inputs: " + ", ".join(f"{src} {format_bytes(inputs.get(src, 0))}"
                                            for src in ("hbm", "host", "chip")))
-    print(f"  compile {compiled.compile_s:.2f} s (plan cache {summary['plan_cache']}), "
-          f"simulate {simulate_s:.2f} s")
+    cache = summary["plan_cache"]
+    print(f"  compile {compiled.compile_s:.2f} s (plan cache: {cache.get('hits', 0)} hits, "
+          f"{cache.get('misses', 0)} misses), simulate {simulate_s:.2f} s")
     if compiled.preload is not None:
         pre = compiled.preload
         print(f"  preload design {pre.design}: planned in {pre.planning_s:.2f} s, "
@@ -204,3 +206,11 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):  # numpy scalars
         return value.item()
     return str(value)
+
+
+def format_bytes(count: float) -> str:
+    """``20.5 KB``, ``1.2 GB``: decimal units, three significant figures (0 B when none)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{int(count)} B"

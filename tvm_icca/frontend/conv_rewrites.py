@@ -6,8 +6,9 @@ map ``y = x * s + t`` with ``s = gamma / sqrt(var + eps)`` and ``t = beta - mean
 (Ioffe & Szegedy 2015, Alg. 2: the inference network). :class:`FoldInferenceBatchNorm`
 
 * folds a batch norm with constant parameters that follows a conv2d with a constant OIHW
-  weight into that conv: the weight is scaled per output channel and ``t`` becomes a bias
-  add, which the ``icca.conv2d_bias*`` patterns fuse as the conv's epilogue;
+  weight, with or without a constant per-channel bias, into that conv: the weight is scaled
+  per output channel and ``t`` (plus the scaled bias) becomes a bias add, which the
+  ``icca.conv2d_bias*`` patterns fuse as the conv's epilogue;
 * writes any other batch norm with constant parameters as ``x * s + t`` (two broadcast
   elementwise ops the chip runs like any other);
 * hands batch norms with non-constant parameters to TVM's
@@ -56,11 +57,15 @@ def _fold_function(func: relax.Function) -> relax.Function:
     params = [is_const() for _ in range(4)]
     conv = is_op("relax.nn.conv2d")(data, weight)
     conv_norm = is_op("relax.nn.batch_norm")(conv, *params)
+    bias = is_const()
+    biased = is_op("relax.add")(conv, bias)
+    biased_norm = is_op("relax.nn.batch_norm")(biased, *params)
     anything = wildcard()
     norm = is_op("relax.nn.batch_norm")(anything, *params)
 
-    def fold_into_conv(expr: relax.Expr, matches: dict) -> relax.Expr:
-        call, conv_call = matches[conv_norm], matches[conv]
+    def fold_into_conv(expr: relax.Expr, matches: dict, norm_pattern=conv_norm,
+                       conv_bias: np.ndarray | None = None) -> relax.Expr:
+        call, conv_call = matches[norm_pattern], matches[conv]
         attrs = conv_call.attrs
         out_layout = attrs.out_layout or attrs.data_layout
         ndim = len(conv_call.ty.shape.values)
@@ -69,10 +74,22 @@ def _fold_function(func: relax.Function) -> relax.Function:
             return expr
         dtype = str(conv_call.ty.dtype)
         scale, shift = _scale_shift(call, [matches[p] for p in params], dtype)
+        if conv_bias is not None:  # BN(conv + b) = conv * s + (b * s + t)
+            shift = (conv_bias.astype(np.float64) * scale + shift).astype(dtype)
         w = matches[weight].value.numpy()
         folded = relax.Call(conv_call.op, [matches[data], relax.const((w * scale.reshape(-1, 1, 1, 1)).astype(w.dtype))],
                             attrs)
         return relax.op.add(folded, relax.const(shift.reshape(_channel_shape(ndim, 1, shift.size))))
+
+    def fold_biased_into_conv(expr: relax.Expr, matches: dict) -> relax.Expr:
+        """A conv with its own bias (ONNX ``Conv`` with ``B``) before the batch norm: the
+        bias is one per output channel, or it is not a conv bias and nothing is folded."""
+        b = matches[bias].value.numpy()
+        channels = int(matches[conv].ty.shape.values[1])
+        ndim = len(matches[conv].ty.shape.values)
+        if b.size != channels or list(b.shape) not in ([channels], _channel_shape(ndim, 1, channels)):
+            return expr
+        return fold_into_conv(expr, matches, biased_norm, b.reshape(-1))
 
     def scale_and_shift(expr: relax.Expr, matches: dict) -> relax.Expr:
         call, x = matches[norm], matches[anything]
@@ -85,6 +102,7 @@ def _fold_function(func: relax.Function) -> relax.Function:
         return relax.op.add(relax.op.multiply(x, relax.const(scale.reshape(shape))),
                             relax.const(shift.reshape(shape)))
 
+    func = rewrite_call(TupleGetItemPattern(biased_norm, 0), fold_biased_into_conv, func)
     func = rewrite_call(TupleGetItemPattern(conv_norm, 0), fold_into_conv, func)
     return rewrite_call(TupleGetItemPattern(norm, 0), scale_and_shift, func)
 

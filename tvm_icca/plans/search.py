@@ -359,8 +359,18 @@ def _raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int,
     raise PlanNotFoundError(
         f"{operator_subject(label)} ({structure.expr.tensor_summary()}) has no execution plan that "
         f"fits chip '{hw.name}': the smallest needs {need} bytes per core, the budget is "
-        f"{budget} bytes per core on {hw.num_cores} cores"
+        f"{budget} bytes per core on {hw.num_cores} cores{_budget_note(hw, budget)}"
     )
+
+
+def _budget_note(hw: HardwareSpec, budget: int) -> str:
+    """What the rest of a core's SRAM holds, so a budget below the chip's SRAM reads right."""
+    if budget >= hw.sram_bytes_per_core:
+        return ""
+    held = hw.usable_sram_bytes - budget
+    kept = f" and {held} bytes of tensors its region keeps live" if held > 0 else ""
+    return (f" (of {hw.sram_bytes_per_core} bytes of SRAM: the {hw.shift_buffer_bytes}-byte "
+            f"shift buffer is reserved{kept})")
 
 
 def _check_fits_chip(expr: TensorExpr, hw: HardwareSpec, budget: int, label: str) -> None:
@@ -372,5 +382,5 @@ def _check_fits_chip(expr: TensorExpr, hw: HardwareSpec, budget: int, label: str
             raise PlanNotFoundError(
                 f"{operator_subject(label)}: {role} of shape {list(access.shape)} {access.dtype} "
                 f"({size} bytes) exceeds the on-chip memory of chip '{hw.name}' "
-                f"({hw.num_cores} cores x {budget} bytes per core)"
+                f"({hw.num_cores} cores x {budget} bytes per core{_budget_note(hw, budget)})"
             )
