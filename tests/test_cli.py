@@ -247,6 +247,8 @@ BAD_ARGUMENTS = [
     (["compile", "MLP", "--shape", "x="], "0 dimension(s), the input has 2"),
     (["compile", "MLP", "--shape", "x=8,64"], "fixed to 16"),
     (["compile", "TMPDIR"], "is a directory"),
+    (["compile", "NOTONNX"], "not a readable ONNX model"),
+    (["simulate", "NOTONNX"], "not a readable ONNX model"),
     (["run", "MISSING"], "no such file"),
     (["run", "MLP"], "cannot load"),
     (["run", "LIB", "--inputs", "MISSING"], "no such file"),
@@ -280,7 +282,8 @@ def test_bad_arguments_one_line_no_traceback(argv, fragment, models, built, tmp_
     np.savez(wrong, x=np.zeros((3, 3), np.float32))
     paths = {"MLP": models["mlp"], "LIB": built["mlp"], "MISSING": str(tmp_path / "missing.onnx"),
              "NODIR": str(tmp_path / "no" / "such" / "dir" / "out.json"), "WRONGSHAPE": str(wrong),
-             "TMPDIR": str(tmp_path)}
+             "TMPDIR": str(tmp_path), "NOTONNX": str(tmp_path / "garbage.onnx")}
+    (tmp_path / "garbage.onnx").write_bytes(b"\x00\xffnot a protobuf\x00" * 8)
     code, out, err = _main(capsys, *(paths.get(a, a) for a in argv))
     assert code != 0
     assert "Traceback" not in out + err
@@ -341,3 +344,11 @@ def test_byte_counts_are_printed_in_a_unit_that_shows_them():
 
     assert [format_bytes(b) for b in (0, 999, 20_480, 1_200_000, 79.39e9)] == \
         ["0 B", "999 B", "20.5 KB", "1.2 MB", "79.4 GB"]
+
+
+def test_a_file_that_is_no_onnx_model_is_a_usage_error(tmp_path, capsys):
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x00\xffnot a protobuf\x00" * 8)
+    for command in ("compile", "simulate"):
+        code, out, err = _main(capsys, command, garbage)
+        assert code == 2 and "not a readable ONNX model" in err, (command, err)

@@ -75,12 +75,12 @@ def default_output(model: str) -> str:
 def onnx_io_names(model: str) -> tuple[list[str], list[str]]:
     """The graph's input names (initializers excluded) and output names, in order."""
     inputs, outputs = _onnx_io(model)
-    return list(inputs), outputs
+    return list(inputs or {}), outputs
 
 
-def _onnx_io(model: str) -> tuple[dict[str, list[int | str | None]], list[str]]:
+def _onnx_io(model: str) -> tuple[dict[str, list[int | str | None]] | None, list[str]]:
     """Input name -> dims (int, a symbol, or None) and the output names of an ONNX graph
-    (empty if unreadable: load_onnx says why)."""
+    (``None`` inputs if the file is no ONNX protobuf)."""
     import onnx  # pylint: disable=import-outside-toplevel
 
     from tvm_icca.frontend.onnx_inputs import graph_inputs  # pylint: disable=import-outside-toplevel
@@ -88,7 +88,7 @@ def _onnx_io(model: str) -> tuple[dict[str, list[int | str | None]], list[str]]:
     try:
         graph = onnx.load(model, load_external_data=False).graph
     except Exception:  # pylint: disable=broad-except
-        return {}, []
+        return None, []
     return graph_inputs(graph), [o.name for o in graph.output]
 
 
@@ -195,8 +195,9 @@ def check_shape_names(model: str, shapes: dict[str, tuple[int, ...]] | None) -> 
     )
 
     inputs, _ = _onnx_io(model)
-    if not inputs:
-        return  # unreadable: load_onnx says why
+    if inputs is None:  # a bad file is a bad argument: exit 2, before any work
+        raise UsageError(f"'{model}' is not a readable ONNX model (no ONNX protobuf could be "
+                         "parsed from it)")
     for name, shape in (shapes or {}).items():
         problem = shape_problem(inputs, name, shape)
         if problem is not None:
