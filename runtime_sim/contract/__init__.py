@@ -16,3 +16,8 @@ nothing else of the project and not TVM.
 
 Start reading at :mod:`.program`.
 """
+
+# numpy has no bfloat16: importing ml_dtypes registers it, so np.dtype("bfloat16") names the
+# storage of that dtype everywhere the device and the compiler hold data. Here, once, because
+# importing any module of the contract runs this package first.
+import ml_dtypes  # noqa: E402,F401  pylint: disable=unused-import,wrong-import-position

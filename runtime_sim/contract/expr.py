@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-import ml_dtypes  # noqa: F401  pylint: disable=unused-import
 import numpy as np
 
 from runtime_sim.contract.errors import DeviceProgramError, short_name
-
-if TYPE_CHECKING:
-    pass
 from runtime_sim.contract.json_fields import (
     quoted,
     read_bool,

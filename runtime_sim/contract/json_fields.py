@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TYPE_CHECKING, Any, Mapping
-
-import ml_dtypes  # noqa: F401  pylint: disable=unused-import
+from typing import Any, Mapping
 
 from runtime_sim.contract.errors import DeviceProgramError
 
-if TYPE_CHECKING:
-    pass
-
-
-# -- reading and checking programs --------------------------------------------------------------
 #: Largest extent of an axis or tensor dimension a program may carry (int32 indexing of one
 #: dimension; a 70B-parameter model's largest dimension, its vocabulary or context, is < 2**18).
 MAX_EXTENT = 2**31 - 1

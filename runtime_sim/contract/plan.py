@@ -11,14 +11,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
-
-import ml_dtypes  # noqa: F401  pylint: disable=unused-import
+from typing import Any, Mapping
 
 from runtime_sim.contract.errors import DeviceProgramError
-
-if TYPE_CHECKING:
-    pass
 from runtime_sim.contract.json_fields import read_int, read_list, read_map, read_name
 
 

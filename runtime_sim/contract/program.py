@@ -40,14 +40,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
-
-import ml_dtypes  # noqa: F401  pylint: disable=unused-import
+from typing import Any, Mapping
 
 from runtime_sim.contract.errors import DeviceProgramError, describe_operator
-
-if TYPE_CHECKING:
-    pass
 from runtime_sim.contract.expr import TensorExpr, tensor_bytes
 from runtime_sim.contract.json_fields import (
     quoted,

@@ -16,8 +16,6 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-import ml_dtypes  # noqa: F401  pylint: disable=unused-import
-
 from runtime_sim.contract.errors import DeviceProgramError, short_name
 from runtime_sim.contract.expr import (
     BINARY_OPS,

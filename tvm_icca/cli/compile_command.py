@@ -188,7 +188,8 @@ def check_shape_names(model: str, shapes: dict[str, tuple[int, ...]] | None) -> 
     errors, exit 2)."""
     # pylint: disable=import-outside-toplevel
     from tvm_icca.frontend.onnx_inputs import (
-        format_dims,
+        listed_inputs,
+        shape_flags,
         shape_problem,
         suggested_shapes,
         unbound_inputs,
@@ -204,8 +205,6 @@ def check_shape_names(model: str, shapes: dict[str, tuple[int, ...]] | None) -> 
             raise UsageError(f"--shape {name}: {problem}")
     unbound = unbound_inputs(inputs, shapes)
     if unbound:
-        listed = ", ".join(f"'{n}' {format_dims(d)}" for n, d in unbound.items())
-        flags = " ".join(f"--shape {n}={','.join(map(str, s))}"
-                         for n, s in suggested_shapes(unbound).items())
-        raise UsageError(f"input(s) {listed} of {model} have symbolic dimensions and the chip "
-                         f"runs static shapes: bind them, e.g. {flags}")
+        raise UsageError(f"input(s) {listed_inputs(unbound)} of {model} have symbolic dimensions "
+                         "and the chip runs static shapes: bind them, e.g. "
+                         f"{shape_flags(suggested_shapes(unbound))}")

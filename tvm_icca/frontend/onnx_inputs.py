@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
     import onnx
 
-__all__ = ["Dims", "format_dims", "graph_inputs", "shape_problem", "suggested_shapes",
-           "unbound_inputs"]
+__all__ = ["Dims", "format_dims", "graph_inputs", "listed_inputs", "shape_flags", "shape_problem",
+           "suggested_shapes", "unbound_inputs"]
 
 #: An input's dimensions as the graph declares them: a size, a symbol, or None (unknown).
-Dims = list  # list[int | str | None]
+Dims = list[int | str | None]
 
 
 def graph_inputs(graph: "onnx.GraphProto") -> dict[str, Dims]:
@@ -47,6 +47,16 @@ def graph_inputs(graph: "onnx.GraphProto") -> dict[str, Dims]:
 def format_dims(dims: Sequence[int | str | None]) -> str:
     """``[N, 16]`` (``?`` for a dimension with neither size nor name)."""
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def listed_inputs(inputs: Mapping[str, Dims]) -> str:
+    """``'x' [N, 16], 'mask' [N, ?]``: inputs with their declared dimensions, for a message."""
+    return ", ".join(f"'{name}' {format_dims(dims)}" for name, dims in inputs.items())
+
+
+def shape_flags(shapes: Mapping[str, Sequence[int]]) -> str:
+    """The command line's spelling of a binding: ``--shape x=1,16 --shape mask=1,16``."""
+    return " ".join(f"--shape {name}={','.join(map(str, shape))}" for name, shape in shapes.items())
 
 
 def shape_problem(inputs: Mapping[str, Dims], name: str, shape: Sequence[int]) -> str | None:

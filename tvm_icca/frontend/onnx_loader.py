@@ -20,8 +20,10 @@ from tvm.ir import IRModule
 
 from runtime_sim.contract.errors import ModelImportError
 from tvm_icca.frontend.onnx_inputs import (
-    format_dims,
+    Dims,
     graph_inputs,
+    listed_inputs,
+    shape_flags,
     shape_problem,
     suggested_shapes,
     unbound_inputs,
@@ -263,13 +265,12 @@ def _describe_node(node: "onnx.NodeProto") -> str:
     return f"the unnamed {node.op_type} node computing {outputs}"
 
 
-def _symbolic_message(label: str, unbound: Mapping[str, list], shapes: Mapping | None) -> str:
+def _symbolic_message(label: str, unbound: Mapping[str, Dims], shapes: Mapping | None) -> str:
     """The one error for inputs left symbolic: which, and the binding to pass."""
-    listed = ", ".join(f"'{name}' {format_dims(dims)}" for name, dims in unbound.items())
     suggestion = {**(shapes or {}), **suggested_shapes(unbound)}
-    flags = " ".join(f"--shape {n}={','.join(map(str, s))}" for n, s in suggestion.items())
-    return (f"cannot import {label}: the chip runs static shapes, and input(s) {listed} have "
-            f"symbolic dimensions; bind them, e.g. shape_dict={suggestion} (tvm-icca: {flags}), "
+    return (f"cannot import {label}: the chip runs static shapes, and input(s) "
+            f"{listed_inputs(unbound)} have symbolic dimensions; bind them, e.g. "
+            f"shape_dict={suggestion} (tvm-icca: {shape_flags(suggestion)}), "
             "or pass allow_symbolic=True to import them for the host only")
 
 

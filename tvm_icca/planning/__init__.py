@@ -13,36 +13,7 @@ compiler stages before it (``ops``, ``partition``, ``lower``, ``plans``, ``elk``
 Never an executor, never :mod:`tvm_icca.tuning`. Start reading at :mod:`.planner`.
 """
 
-from tvm_icca.planning.planner import (
-    EXECUTION_MODELS,
-    MODEL_PLAN_ATTR,
-    PRELOAD_DESIGNS,
-    PRELOAD_OFF,
-    PRELOAD_PLAN_ATTR,
-    PROGRAM_ATTR,
-    CompileOptions,
-    icca_model_passes,
-    is_planned,
-    model_plan_of,
-    plan_device_programs,
-    preload_summary_of,
-    program_of,
-    programs_in_call_order,
-)
+from tvm_icca.planning import planner
+from tvm_icca.planning.planner import *  # noqa: F401,F403  (the pass and what it leaves on a module)
 
-__all__ = [
-    "EXECUTION_MODELS",
-    "MODEL_PLAN_ATTR",
-    "PRELOAD_DESIGNS",
-    "PRELOAD_OFF",
-    "PRELOAD_PLAN_ATTR",
-    "PROGRAM_ATTR",
-    "CompileOptions",
-    "icca_model_passes",
-    "is_planned",
-    "model_plan_of",
-    "plan_device_programs",
-    "preload_summary_of",
-    "program_of",
-    "programs_in_call_order",
-]
+__all__ = list(planner.__all__)

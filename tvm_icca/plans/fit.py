@@ -11,6 +11,8 @@ from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 
+__all__ = ["fits"]
+
 
 def fits(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec, budget: int) -> str | None:
     """Why ``plan`` cannot run ``expr`` on ``hw`` within ``budget`` bytes per core (None: it

@@ -17,6 +17,8 @@ from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.plan import ExecutionPlan
 
+__all__ = ["expr_digest", "hardware_digest", "plan_signature", "task_key", "unmapped"]
+
 
 def _digest(data: Any) -> str:
     text = data if isinstance(data, str) else json.dumps(data, sort_keys=True, separators=(",", ":"))

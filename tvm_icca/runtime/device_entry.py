@@ -14,18 +14,19 @@ Errors raised by the device cross the VM's C++ frames with their class and attri
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import tvm_ffi
 
-from runtime_sim import run_stats
 from runtime_sim.contract.errors import DeviceProgramError, IccaError, short_name
 from runtime_sim.contract.program import DeviceProgram
-from runtime_sim.functional.device import get_device
 from tvm_icca.backend.codegen import DEVICE_RUN_FUNC
 from tvm_icca.backend.input_check import RUN_BEGIN_FUNC
 from tvm_icca.ffi_errors import raise_through_ffi, register_error_types
+
+if TYPE_CHECKING:  # pragma: no cover
+    from runtime_sim.functional.device import SimulatedDevice
 
 __all__ = [
     "last_run_stats",
@@ -34,6 +35,27 @@ __all__ = [
     "run_program",
 ]
 
+
+
+# -- the simulators, loaded on first use -------------------------------------------------------
+# `import tvm` loads this package (the tvm.backends entry point): a session that only compiles
+# should not pay for importing the functional device and the timing simulator (~60 ms).
+def get_device() -> "SimulatedDevice":
+    """The process-wide simulated device (:func:`runtime_sim.functional.device.get_device`)."""
+    from runtime_sim.functional import device  # pylint: disable=import-outside-toplevel
+
+    return device.get_device()
+
+
+def _run_stats() -> Any:
+    from runtime_sim import run_stats  # pylint: disable=import-outside-toplevel
+
+    return run_stats
+
+
+def _begin_run() -> None:
+    """The body of ``icca.device.begin_run``: a call of a compiled function starts a run."""
+    _run_stats().reset_stats()
 
 
 # -- the device call --------------------------------------------------------------------------
@@ -98,13 +120,13 @@ def last_run_stats(*, timing: bool = True) -> dict[str, Any]:
     (unless ``timing=False``) ``simulated_s`` and ``simulated_ops``, the timing simulator over
     exactly the programs that ran, in call order
     (:func:`runtime_sim.run_stats.last_run_stats`)."""
-    return run_stats.last_run_stats(timing=timing)
+    return _run_stats().last_run_stats(timing=timing)
 
 
 def write_last_run_trace(path: str) -> None:
     """Write the Chrome/Perfetto trace of the last model run's simulated timeline (the format
     of ``tvm-icca simulate --trace``)."""
-    report = run_stats.last_run_timing()
+    report = _run_stats().last_run_timing()
     if not hasattr(report, "write_trace"):
         raise IccaError("the last run executed load-compute-store (VGM) programs, whose timing "
                         "has no trace; traces cover compute-shift programs")
@@ -122,7 +144,7 @@ def install() -> None:
         return
     register_error_types()
     tvm_ffi.register_global_func(DEVICE_RUN_FUNC, run_program, override=True)
-    tvm_ffi.register_global_func(RUN_BEGIN_FUNC, run_stats.reset_stats, override=True)
+    tvm_ffi.register_global_func(RUN_BEGIN_FUNC, _begin_run, override=True)
     _INSTALLED = True
 
 

@@ -43,7 +43,7 @@ from tvm_icca.plans.scoring import (
 from tvm_icca.records.keys import plan_signature, unmapped
 from tvm_icca.tuning.tasks import Task
 
-__all__ = ["analytic_candidates", "fits", "mutations", "plan_signature"]
+__all__ = ["analytic_candidates", "mutations"]
 
 #: F_op rows whose every plan is scored for the analytic top-k: the rows with the fastest
 #: unrotated plans and the rows with the lowest time bounds, this many of each. The complete

@@ -31,7 +31,6 @@ from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
-from runtime_sim.timing import simulate_timing
 
 __all__ = ["MeasureResult", "Measurer", "measure_program", "time_plan"]
 
@@ -62,6 +61,10 @@ def measure_program(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec):
 
 def time_plan(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec) -> MeasureResult:
     """Simulated execution time of ``expr`` under ``plan`` on ``hw``."""
+    # Loaded on first use: `import tvm` imports tvm_icca, whose API names tvm_icca.tune, and a
+    # session that never tunes should not pay for loading the timing simulator.
+    from runtime_sim.timing import simulate_timing  # pylint: disable=import-outside-toplevel
+
     try:
         report = simulate_timing([measure_program(expr, plan, hw)], hw)
     except IccaError as err:  # the device refuses the plan (SRAM, validation): a failed trial

@@ -33,10 +33,9 @@ from tvm_icca.ops.te_capture import compose_te
 from tvm_icca.partition.partitioner import icca_regions
 from tvm_icca.plans import PlannedOp
 from tvm_icca.plans.plan_hook import PlanRequest, plan_hook
-from tvm_icca.records.keys import expr_digest, hardware_digest, task_key, unmapped
+from tvm_icca.records.keys import task_key, unmapped
 
-__all__ = ["Task", "expr_digest", "extract_tasks", "hardware_digest", "operator_workload",
-           "task_key", "unmapped"]
+__all__ = ["Task", "extract_tasks", "operator_workload", "output_block"]
 
 
 @dataclass
