@@ -40,7 +40,6 @@ from tvm.relax.transform import PatternCheckContext
 
 __all__ = [
     "DATA_MOVEMENT_OPS",
-    "MAX_CONCAT_INPUTS",
     "data_movement_patterns",
     "data_movement_reason",
     "rotary_embedding_pattern",
@@ -53,11 +52,6 @@ DATA_MOVEMENT_OPS: dict[str, str] = {
     "concat": "relax.concat",
     "strided_slice": "relax.strided_slice",
 }
-
-#: Largest number of tensors one offloaded concat joins. Relax's dataflow patterns have no
-#: variadic tuple, so one pattern per arity is registered; torchvision's DenseNet-201, the
-#: widest concat of the common zoos, joins 32 feature maps in a dense block.
-MAX_CONCAT_INPUTS = 32
 
 
 def tensor_operands(call: relax.Call) -> list[relax.Expr]:
@@ -92,9 +86,6 @@ def data_movement_reason(call: relax.Call) -> str | None:
     if name == "relax.concat":
         if not isinstance(call.args[0], relax.Tuple):
             return "concat of a tuple variable (not a tuple of tensors) is not offloaded"
-        n = len(call.args[0].fields)
-        if n > MAX_CONCAT_INPUTS:
-            return f"concat of {n} tensors (at most {MAX_CONCAT_INPUTS} are offloaded)"
         return None
     if name == "relax.strided_slice":
         parts = [_static_ints(a) for a in call.args[1:]]
@@ -105,17 +96,21 @@ def data_movement_reason(call: relax.Call) -> str | None:
 
 
 def data_movement_patterns(prefix: str, check: Callable[[PatternCheckContext], bool]) -> list[Pattern]:
-    """``<prefix>.concat`` (one pattern per arity) and ``<prefix>.strided_slice``, each accepted
-    by ``check`` (the pattern table's operand check, :mod:`tvm_icca.partition.patterns`)."""
-    table: list[Pattern] = []
+    """``<prefix>.concat`` and ``<prefix>.strided_slice``, each accepted by ``check`` (the
+    pattern table's operand check, :mod:`tvm_icca.partition.patterns`).
+
+    One concat pattern matches every input count: its argument is a wildcard, which matches
+    the tuple expression as a whole, and the fused composite takes the tuple's fields as its
+    parameters (``FuseOpsByPattern`` makes every field of a matched call's tuple argument a
+    parameter). Relax's tuple patterns have a fixed arity, so the alternative is a pattern
+    per arity with a limit. A concat of a tuple *variable* also matches the wildcard; the
+    check rejects it (:func:`data_movement_reason`)."""
     data = wildcard()
     root = is_op("relax.strided_slice")(data, varg_default_wildcard=True)
-    table.append((f"{prefix}.strided_slice", root, {"data": data, "root": root}, check))
-    for n in range(2, MAX_CONCAT_INPUTS + 1):
-        fields = [wildcard() for _ in range(n)]
-        root = is_op("relax.concat")(is_tuple(fields))
-        annotations = {f"input{i}": f for i, f in enumerate(fields)}
-        table.append((f"{prefix}.concat", root, {**annotations, "root": root}, check))
+    table: list[Pattern] = [(f"{prefix}.strided_slice", root, {"data": data, "root": root}, check)]
+    fields = wildcard()
+    root = is_op("relax.concat")(fields)
+    table.append((f"{prefix}.concat", root, {"inputs": fields, "root": root}, check))
     return table
 
 

@@ -6,6 +6,7 @@
   :mod:`.space_size` -- the size of the complete space, counted; :mod:`.filters` -- T10's
   search constraints (:class:`PlanFilters`); :mod:`.search_memo` -- the caller-owned memo;
 * :mod:`.cost` / :mod:`.batch_cost` -- the analytic cost model, per layout and vectorized;
+  :mod:`.rotation_cover` -- the least bytes a fitting plan must rotate (a bound of its shifts);
 * :mod:`.scoring` -- scoring candidates in bounded batches (shared by the searches);
 * :mod:`.search` -- exact branch-and-bound searches, :func:`plan_operator`;
 * :mod:`.pareto` -- per-operator time/memory Pareto plans (§4.3.1);

@@ -48,6 +48,7 @@ from tvm_icca.plans.bounds import (
 )
 from tvm_icca.plans.intmath import INT, ceil_div, unique_rows
 from tvm_icca.plans.partitions import PlanBatch, loop_order_row, sharing_counts
+from tvm_icca.plans.rotation_cover import least_rotation_bytes
 from tvm_icca.plans.structure import PlanStructure, build_structure
 
 
@@ -175,20 +176,15 @@ def rotation_shift_bound(structure: PlanStructure, F: np.ndarray, seconds_per_by
     innermost rotating loop (the loops outside it step at least ``f_t`` times each), so every
     core receives at least ``R`` partitions: its whole sub-tensor. The cheapest set of
     rotating tensors whose rotation can bring the footprint within ``budget`` (the others
-    whole, the rotating ones split as far as their sharing allows) bounds the shift time.
+    whole, the rotating ones split as far as their sharing allows) bounds the shift time:
+    :func:`.rotation_cover.least_rotation_bytes`, exact for few rotatable tensors and
+    polynomial in the number of tensors (a relaxation) beyond.
     """
     whole = subtensor_lower_bounds(structure, F)
     split = partition_lower_bounds(structure, F)
     P = sharing_counts(structure, F)
     can = (P > 1) & structure.rotatable.any(axis=1)[None, :]
-    T = structure.num_tensors
-    # Every non-empty subset of tensors at once: membership matrix (T, 2^T - 1).
-    member = (np.arange(1, 1 << T)[None, :] >> np.arange(T)[:, None]) & 1
-    memory = whole.sum(axis=1)[:, None] + (split - whole) @ member
-    cost = (whole @ member) * seconds_per_byte
-    allowed = (~can).astype(float) @ member == 0  # every member can rotate
-    cost = np.where(allowed & (memory <= budget), cost, np.inf)
-    return cost.min(axis=1)
+    return least_rotation_bytes(whole, split, can, budget) * seconds_per_byte
 
 
 #: How the analytic model costs the replica reduction: ``"ring"``, T10's ``(R - 1) / R`` of
