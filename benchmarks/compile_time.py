@@ -60,7 +60,7 @@ def measure(name: str, batch: int, hw: str) -> dict[str, Any]:
     """Compile ``name`` at ``batch`` kept on chip (cold cache) and simulate it."""
     workload = get_workload(name, batch=batch)
     wall, cpu = time.perf_counter(), cpu_seconds()
-    model = compile_programs(workload, hw, state_on_chip=True, plan_cache=PlanCache())
+    model = compile_programs(workload, hw, state="chip", plan_cache=PlanCache())
     wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
     report = model.simulate()
     plan = model.model_plan

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                   "one synchronization):", "",
                   "| kind | ops | time ms | lower bound ms | ratio |", "|---|---:|---:|---:|---:|"]
         for kind, v in r["kinds"].items():
-            lines.append(f"| {kind} | {v['ops']} | {v['time_s'] * 1e3:.3f} | "
+            lines.append(f"| {kind} | {v['num_ops']} | {v['time_s'] * 1e3:.3f} | "
                          f"{v['lower_bound_s'] * 1e3:.4f} | {v['ratio']:.1f}x |")
     text = "\n".join(lines) + "\n"
     out = ROOT / "benchmarks" / "results"

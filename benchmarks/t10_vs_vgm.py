@@ -3,7 +3,7 @@
 For BERT-large, ViT-Base/16, ResNet-18 and NeRF from the workload zoo, at batch sizes
 1, 2, 4, ... until the T10 plan no longer fits one IPU Mk2 (the model on chip, T10 §4.3.2),
 both execution models are compiled from the same Relax module
-(``compile_programs(..., execution="t10" | "vgm", state_on_chip=True)``) and timed on the
+(``compile_programs(..., execution="t10" | "vgm", state="chip")``) and timed on the
 simulated device: T10 programs by the event-driven timing simulator, VGM programs by the
 load-compute-store simulator with per-wave hot spots. Prints a table and writes
 ``benchmarks/results/t10_vs_vgm.{md,json,png}``.
@@ -46,7 +46,7 @@ def run_model(name: str, max_batch: int) -> list[dict]:
         row = {"model": name, "batch": batch}
         start = time.perf_counter()
         try:
-            t10 = compile_programs(workload, hw, state_on_chip=True, plan_cache=cache)
+            t10 = compile_programs(workload, hw, state="chip", plan_cache=cache)
             report = t10.simulate()
         except IccaError as err:
             row["t10_error"] = str(err).splitlines()[0][:160]
@@ -58,7 +58,7 @@ def run_model(name: str, max_batch: int) -> list[dict]:
                    t10_transfer_s=report.transfer_s)
         start = time.perf_counter()
         try:
-            vgm_programs = compile_programs(workload, hw, state_on_chip=True, execution="vgm")
+            vgm_programs = compile_programs(workload, hw, state="chip", execution="vgm")
             vgm = simulate_vgm_timing(vgm_programs.programs, hw)
             row.update(vgm_total_s=vgm.total_s, vgm_compute_s=vgm.compute_s,
                        vgm_transfer_s=vgm.transfer_s, vgm_fits=vgm.fits,

@@ -101,13 +101,13 @@ def _simulate(programs: Sequence[DeviceProgram]) -> TimingReport | VgmReport:
 
 
 def _per_op_timing(report: TimingReport | VgmReport) -> list[dict[str, Any]]:
-    """Per operator of a timing report: name and seconds (with the report's breakdown)."""
+    """Per operator of a timing report: the report's row (names of
+    :mod:`runtime_sim.contract.metrics`) and ``time_s``, its time on the compute array."""
     rows = []
     for entry in report.per_op:
-        if isinstance(entry, tuple):  # VGM: (name, VgmTiming)
+        if isinstance(entry, tuple):  # VGM: (name, VgmTiming); operators never wait
             name, timing = entry
-            rows.append({"op": name, "time_s": timing.time_s, **dataclasses.asdict(timing)})
+            rows.append({"name": name, "time_s": timing.time_s, **dataclasses.asdict(timing)})
         else:
-            row = entry.to_dict()
-            rows.append({"op": row.pop("name"), "time_s": entry.duration_s, **row})
+            rows.append({**entry.to_dict(), "time_s": entry.wait_s + entry.duration_s})
     return rows

@@ -668,7 +668,7 @@ def test_model_kept_on_chip_errors_name_the_operator_and_tensor_that_do_not_fit(
 
     # activations: the largest binding of main, by what it computes and the shapes it moves
     with pytest.raises(PlanNotFoundError) as info:
-        tvm_icca.compile(_conv_stack(2), small_chip(4, 16 * 1024), state_on_chip=True)
+        tvm_icca.compile(_conv_stack(2), small_chip(4, 16 * 1024), state="chip")
     _in_user_words(info.value, "chip 'icca-4'", "conv2d + bias + relu (x2)",
                    "writing [1, 64, 56, 56] float32", "8192 are usable")
 
@@ -685,6 +685,6 @@ def test_model_kept_on_chip_errors_name_the_operator_and_tensor_that_do_not_fit(
     # weights kept on chip: the operator whose state takes the most, with its tensor
     hw = small_chip(16, 32 * 1024)
     with pytest.raises(PlanNotFoundError) as info:
-        tvm_icca.compile(Mlp, hw, state_on_chip=True, resident=["w1", "w2"])
+        tvm_icca.compile(Mlp, hw, state="chip", resident=["w1", "w2"])
     _in_user_words(info.value, "chip 'icca-16'", "matmul + relu", "'w1' [64, 1024] float32",
                    "bytes per core left for the model")

@@ -101,7 +101,7 @@ def test_preloaded_matmul_exact_for_every_chunking(F, temporal) -> None:
             assert op_stats["preloaded_bytes"] == info.preloaded_bytes
             assert op_stats["distributed_bytes"] == info.distributed_bytes
             assert op_stats["preload_bytes_per_core"] == info.space_bytes_per_core
-            assert op_stats["host_bytes"] == 0  # nothing was placed from the host copy
+            assert op_stats["host_placed_bytes"] == 0  # nothing was placed from the host copy
             assert (stats["preloads"], stats["executes"]) == (1, 1)
             # the preload space becomes part of the execution space: not counted twice
             assert stats["peak_sram_bytes_per_core"] == layout.memory_bytes_per_core() + HW.shift_buffer_bytes
@@ -119,7 +119,7 @@ def test_stream_less_program_counts_no_preloads() -> None:
     stats = dev.last_run_stats(timing=False)
     assert stats["preloads"] == stats["executes"] == stats["preloaded_bytes"] == 0
     assert stats["distributed_bytes"] == stats["peak_preload_bytes_per_core"] == 0
-    assert stats["host_bytes"] > 0
+    assert stats["host_placed_bytes"] > 0
 
 
 def test_on_chip_input_is_placed_offchip_is_preloaded() -> None:
@@ -131,7 +131,7 @@ def test_on_chip_input_is_placed_offchip_is_preloaded() -> None:
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
     layout = checked_layout(program.ops[0], HW)
     (op_stats,) = dev.last_run_stats(timing=False)["regions"][0]["ops"]
-    assert op_stats["host_bytes"] == layout.num_cores * layout.partition_bytes(0)
+    assert op_stats["host_placed_bytes"] == layout.num_cores * layout.partition_bytes(0)
     assert op_stats["preloaded_bytes"] + op_stats["distributed_bytes"] == \
         layout.num_cores * layout.partition_bytes(1)
     assert op_stats["distributed_bytes"] == distribution(layout, 1, 4).total_bytes > 0

@@ -18,7 +18,7 @@ CHIP = small_chip(64, 48 * 1024)
 def encoder():
     """A two-layer BERT with small widths: regions called twice, weights, attention."""
     workload = get_workload("bert-large", tiny=True)
-    return workload, compile_programs(workload, CHIP, state_on_chip=True)
+    return workload, compile_programs(workload, CHIP, state="chip")
 
 
 def test_weights_are_resident_and_every_operator_is_decided(encoder) -> None:
@@ -80,12 +80,12 @@ def test_model_too_large_for_the_chip_is_a_clear_error() -> None:
     workload = get_workload("bert-large", tiny=True)
     # every operator has a plan on its own, but not with all the weights idling on chip
     with pytest.raises(PlanNotFoundError, match="does not fit.*weights need at least"):
-        compile_programs(workload, small_chip(16, 20 * 1024), state_on_chip=True)
+        compile_programs(workload, small_chip(16, 20 * 1024), state="chip")
     # an operator that cannot be planned at all is named (BERT's embedding tables, resident
     # since the lookups run on the chip, no longer fit beside it: ViT's patch conv is that op)
     with pytest.raises(PlanNotFoundError, match="has no execution plan that fits"):
         compile_programs(get_workload("vit-b16", tiny=True), small_chip(16, 12 * 1024),
-                         state_on_chip=True)
+                         state="chip")
 
 
 def test_plan_model_command_prints_every_decision(capsys) -> None:

@@ -30,8 +30,8 @@ def test_workers_return_what_the_process_computes():
 def test_a_model_kept_on_chip_plans_the_same_with_and_without_workers():
     workload = get_workload("bert-large", tiny=True)
     chip = small_chip(64, 48 * 1024)
-    one = compile_programs(workload, chip, state_on_chip=True, plan_cache=PlanCache(jobs=1))
-    two = compile_programs(workload, chip, state_on_chip=True, plan_cache=PlanCache(jobs=2))
+    one = compile_programs(workload, chip, state="chip", plan_cache=PlanCache(jobs=1))
+    two = compile_programs(workload, chip, state="chip", plan_cache=PlanCache(jobs=2))
     assert [p.to_json() for p in one.programs] == [p.to_json() for p in two.programs]
 
 

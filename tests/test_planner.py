@@ -16,7 +16,12 @@ from tvm.script import relax as R
 import tvm_icca
 from runtime_sim.contract.hardware import small_chip
 from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning import PROGRAM_ATTR, plan_device_programs, programs_in_call_order
+from tvm_icca.planning import (
+    PROGRAM_ATTR,
+    CompileOptions,
+    plan_device_programs,
+    programs_in_call_order,
+)
 from tvm_icca.runtime import device_entry
 from tvm_icca.testing import onnx_models
 from tvm_icca.workloads import get_workload
@@ -74,7 +79,7 @@ def test_onnx_models_run_the_programs_that_are_timed(name, hw, executed):
     assert ran == [p.to_json() for p in timed.programs]
     assert stats["regions_executed"] == len(timed.programs)
     assert stats["simulated_s"] == timed.simulate().total_s > 0
-    assert [row["op"] for row in stats["simulated_ops"]] == [
+    assert [row["name"] for row in stats["simulated_ops"]] == [
         op.name for p in timed.programs for op in p.ops]
 
 
@@ -100,7 +105,7 @@ def test_the_model_kept_on_chip_compiles_the_same_both_ways(executed):
     case = onnx_models.mlp(batch=4)
     mod = tvm_icca.load_onnx(case.model)
     args = [case.inputs[k] for k in case.inputs]
-    outputs, stats, ran, timed = _both_ways(mod, CHIP, args, executed, state_on_chip=True)
+    outputs, stats, ran, timed = _both_ways(mod, CHIP, args, executed, state="chip")
     np.testing.assert_allclose(outputs[0], case.reference(case.inputs)[0], rtol=1e-4, atol=1e-4)
     assert ran == [p.to_json() for p in timed.programs]
     assert timed.model_plan is not None and timed.model_plan.decisions
@@ -114,7 +119,7 @@ def test_vgm_programs_run_and_are_timed(executed):
     mod = tvm_icca.load_onnx(case.model)
     args = [case.inputs[k] for k in case.inputs]
     outputs, stats, ran, timed = _both_ways(mod, CHIP, args, executed, execution="vgm",
-                                            state_on_chip=True)
+                                            state="chip")
     np.testing.assert_allclose(outputs[0], case.reference(case.inputs)[0], rtol=1e-4, atol=1e-4)
     assert ran == [p.to_json() for p in timed.programs]
     from runtime_sim.timing.vgm_timing import simulate_vgm_timing
@@ -146,7 +151,7 @@ class SameLayerTwice:
 def test_a_region_called_with_different_sources_becomes_variants(executed, tmp_path: Path):
     part = tvm_icca.partition_for_icca(SameLayerTwice, CHIP)
     assert len(tvm_icca.icca_regions(part)) == 1  # one region function, called four times
-    planned = plan_device_programs(CHIP)(part)
+    planned = plan_device_programs(CHIP, CompileOptions(state="host"))(part)
     programs = programs_in_call_order(planned)
     assert [[d.source for d in p.inputs] for p in programs] == [
         ["host", "host"], ["host", "host"], ["chip", "host"], ["chip", "host"]]
@@ -162,7 +167,7 @@ def test_a_region_called_with_different_sources_becomes_variants(executed, tmp_p
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(shape).astype("float32") for shape in ((6, 4), (4, 4), (4, 4))]
     want = _run(tvm.compile(SameLayerTwice, target="llvm"), args)
-    ex = tvm_icca.compile(SameLayerTwice, CHIP)
+    ex = tvm_icca.compile(SameLayerTwice, CHIP, state="host")
     for _ in range(2):  # a second run is a new run, not the continuation of the first
         executed.clear()
         got = _run(ex, args)
@@ -170,7 +175,7 @@ def test_a_region_called_with_different_sources_becomes_variants(executed, tmp_p
         stats = tvm_icca.last_run_stats()
         assert stats["regions_executed"] == 4
     assert executed == [p.to_json() for p in programs]
-    assert stats["simulated_s"] == compile_programs(SameLayerTwice, CHIP).simulate().total_s
+    assert stats["simulated_s"] == compile_programs(SameLayerTwice, CHIP, state="host").simulate().total_s
 
     trace = tmp_path / "run.json"
     tvm_icca.write_last_run_trace(str(trace))

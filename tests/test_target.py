@@ -188,3 +188,15 @@ def test_compile_and_run_with_host_fallback() -> None:
     np.testing.assert_allclose(t.numpy(), -np.sort(-y_ref, axis=-1)[:, :3], rtol=1e-4, atol=1e-4)
     report = tvm_icca.partition_report(tvm_icca.partition_for_icca(MatmulTopk))
     assert report["host_ops"] == {"relax.topk": 1}
+
+
+def test_a_wrong_icca_tag_names_the_known_tags() -> None:
+    from tvm_icca.backend.target import icca_tags
+
+    with pytest.raises(tvm_icca.IccaError, match="did you mean 'icca-ipu-mk2'.*known tags: icca, icca-ipu-mk2"):
+        tvm_icca.compile(tvm.IRModule(), target="icca-ipu-mk3")
+    with pytest.raises(tvm_icca.IccaError, match="did you mean 'icca-ipu-pod4'"):
+        tvm_icca.compile(tvm.IRModule(), target="icca-IPU-pod4")
+    # every listed tag is one TVM knows
+    for tag in icca_tags():
+        assert "icca" in list(tvm.target.Target(tag).keys)

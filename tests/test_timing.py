@@ -207,7 +207,7 @@ def test_compute_bound_matmul_runs_at_peak(exprs) -> None:
     peak = 2 * 256 ** 3 / (hw.num_cores * hw.matrix_flops_per_cycle * hw.clock_hz)
     assert report.total_s == pytest.approx(peak, rel=0.01)
     assert report.compute_s == pytest.approx(peak, rel=0.01) and report.transfer_s == 0
-    assert report.utilization["flops"] == pytest.approx(1.0, rel=0.01)
+    assert report.flops_utilization == pytest.approx(1.0, rel=0.01)
     assert report.flops == 2 * 256 ** 3
 
 
@@ -258,7 +258,7 @@ def test_hbm_load_is_limited_by_controller_bandwidth(exprs) -> None:
     assert report.hbm_bytes == pytest.approx(nbytes)
     assert op.hbm_s == pytest.approx(nbytes / hbm_bw, rel=0.01)
     assert report.total_s == pytest.approx(op.hbm_s + op.compute_s, rel=1e-9)
-    assert report.utilization["hbm"] == pytest.approx(op.hbm_s / report.total_s * 1.0, rel=0.01)
+    assert report.hbm_utilization == pytest.approx(op.hbm_s / report.total_s * 1.0, rel=0.01)
     assert report.idle_s == pytest.approx(op.hbm_s) and report.overlap_s == 0
 
 
@@ -305,7 +305,7 @@ def test_host_inputs_use_the_host_link(exprs) -> None:
     plan = ExecutionPlan({"i": 4, "j": 4}, ({}, {}, {}))
     report = simulate_timing([single(e, plan, hw, constants=("b",))])
     assert hw.host_bandwidth == 8e9  # T10 Table 3
-    assert report.host_bytes == 256 * 256 * 4
+    assert report.host_in_bytes == 256 * 256 * 4
     assert report.host_s == pytest.approx(256 * 256 * 4 / 8e9, rel=0.01)
 
 
@@ -393,14 +393,14 @@ def test_chip_inputs_come_from_a_canonical_layout(exprs) -> None:
     e = exprs.bias_add(64, 64)
     blocks = ExecutionPlan({"i": 4, "j": 4}, ({}, {}, {}))  # the canonical 4x4 blocks: in place
     in_place = simulate_timing([single(e, blocks, HW16, sources={"X": "chip"}, constants=("b",))])
-    assert in_place.relayout_bytes == 0 and in_place.host_bytes == 0
+    assert in_place.relayout_bytes == 0 and in_place.host_in_bytes == 0
     cols = ExecutionPlan({"j": 16}, ({}, {}, {}))  # each core needs a column strip of 4 blocks
     on_chip = simulate_timing([single(e, cols, HW16, sources={"X": "chip"}, constants=("b",))])
     # core c needs columns 4c..4c+3 of all rows; it holds block (c // 4, c % 4) of the 4x4
     # canonical grid, which meets its strip only when c // 4 == c % 4 (16 rows x 4 columns)
     assert on_chip.relayout_bytes == 4 * (16 * 64 * 4 - 4 * 16 * 4)
     from_host = simulate_timing([single(e, cols, HW16, sources={"X": "host"}, constants=("b",))])
-    assert on_chip.host_bytes == 0 and from_host.host_bytes == 64 * 64 * 4
+    assert on_chip.host_in_bytes == 0 and from_host.host_in_bytes == 64 * 64 * 4
     assert on_chip.total_s < from_host.total_s
 
 
@@ -468,9 +468,10 @@ def test_report_totals_dict_and_table(exprs) -> None:
     d = json.loads(json.dumps(r.to_dict()))
     for key in ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
                 "hbm_bytes", "shift_bytes", "steps", "peak_sram_bytes_per_core", "flops",
-                "utilization", "per_op"):
+                "flops_utilization", "hbm_utilization", "interconnect_utilization",
+                "link_bandwidth_utilization", "per_op"):
         assert key in d
-    assert set(d["utilization"]) >= {"flops", "interconnect", "hbm"}
+    assert "utilization" not in d  # one name per metric: no second, nested spelling
     assert set(d["per_op"][0]) >= {"name", "start_s", "end_s", "compute_s", "transfer_s", "hbm_s",
                                    "stall_s", "cores"}
     text = r.table()
@@ -760,7 +761,7 @@ def test_hbm_bytes_are_distinct_and_delivered_counts_copies(exprs) -> None:
     assert report.hbm_delivered_bytes == pytest.approx(3 * t)
     assert report.per_op[0].hbm_bytes == pytest.approx(2 * t)
     assert report.per_op[0].hbm_delivered_bytes == pytest.approx(3 * t)
-    assert report.utilization["hbm"] == pytest.approx(2 * t / (report.total_s * hw.hbm_bandwidth))
+    assert report.hbm_utilization == pytest.approx(2 * t / (report.total_s * hw.hbm_bandwidth))
     # the same tensor read by two regions of one run is two tensors (layer weights differ)
     two = simulate_timing([single(e, plan, hw, sources={"A": "hbm", "B": "hbm"})] * 2)
     assert two.hbm_bytes == pytest.approx(4 * t)

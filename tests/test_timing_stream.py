@@ -81,7 +81,6 @@ def test_preloading_ahead_overlaps_and_one_ahead_serializes(exprs) -> None:
     for r in (ahead, behind):
         assert r.preload_only_s + r.execute_only_s + r.preload_overlap_s == pytest.approx(r.total_s)
         assert r.hbm_utilization == pytest.approx(2 * WBYTES / (r.total_s * hw.hbm_bandwidth))
-        assert r.utilization["hbm"] == r.hbm_utilization
         assert r.achieved_flops == pytest.approx(r.flops / r.total_s)
         assert r.flops_utilization == pytest.approx(r.flops / (r.total_s * hw.peak_matrix_flops))
         assert r.interconnect_stall_s == 0  # HBM-bound: link sharing delays nothing
@@ -276,7 +275,7 @@ def test_host_inputs_preload_over_the_host_link(exprs) -> None:
     o0 = r.per_op[0]
     assert o0.host_s == pytest.approx(WBYTES / hw.host_bandwidth, rel=1e-12)
     assert o0.preload_end_s == pytest.approx(max(o0.host_s, o0.hbm_s))
-    assert r.host_bytes == WBYTES
+    assert r.host_in_bytes == WBYTES
 
 
 def test_stream_report_dict_table_and_trace(exprs, tmp_path) -> None:

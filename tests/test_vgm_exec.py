@@ -90,7 +90,7 @@ def test_operator_matches_numpy(exprs, case, tiles):
     assert op["fetch_bytes"] + op["store_bytes"] == timing.bytes_moved
     assert (op["waves"], op["tiles"]) == (timing.waves, timing.tiles)
     assert op["store_bytes"] == out.nbytes and run["store_bytes"] == out.nbytes
-    assert op["host_bytes"] == sum(x.nbytes for x in inputs)
+    assert op["host_placed_bytes"] == sum(x.nbytes for x in inputs)
     assert run["shift_bytes"] == 0 and run["peak_sram_bytes_per_core"] <= hw.sram_bytes_per_core
 
 
@@ -223,7 +223,7 @@ def test_compiled_mlp_region_matches_t10_and_numpy():
     # intermediates stay in their home slices: only the input and the weights come in
     assert stats["relayout_bytes"] == 0 and stats["fetch_bytes"] > 0
     constants = sum(decode_constant(n, e).nbytes for n, e in vgm.constants.items())
-    assert stats["host_bytes"] == sum(a.nbytes for a in args) + constants
+    assert stats["host_placed_bytes"] == sum(a.nbytes for a in args) + constants
     assert [op["execution"] for op in stats["regions"][0]["ops"]] == ["vgm"] * len(vgm.ops)
     assert stats["peak_sram_bytes_per_core"] <= hw.sram_bytes_per_core
 

@@ -246,7 +246,7 @@ class Interpreter:
             "reduction_bytes": sum(s["reduction_bytes"] for s in op_stats),
             "shift_bytes": sum(s["shift_bytes"] for s in op_stats),
             "relayout_bytes": sum(s["relayout_bytes"] for s in op_stats),
-            "host_bytes": sum(s["host_bytes"] for s in op_stats),
+            "host_placed_bytes": sum(s["host_placed_bytes"] for s in op_stats),
             "fetch_bytes": sum(s.get("fetch_bytes", 0) for s in op_stats),
             "store_bytes": sum(s.get("store_bytes", 0) for s in op_stats),
             "preloaded_bytes": sum(s.get("preloaded_bytes", 0) for s in op_stats),
@@ -339,7 +339,7 @@ class Interpreter:
             "reduction_bytes": alloc.reduction_bytes,
             "shift_bytes": alloc.shift_bytes + alloc.reduction_bytes,
             "relayout_bytes": relayout,
-            "host_bytes": host,
+            "host_placed_bytes": host,
             "sram_bytes_per_core": alloc.sram_peak,
         }
         if distributed:

@@ -123,7 +123,7 @@ class RunCounters:
             "rotation_bytes": total("rotation_bytes"),
             "reduction_bytes": total("reduction_bytes"),
             "relayout_bytes": total("relayout_bytes"),
-            "host_bytes": total("host_bytes"),
+            "host_placed_bytes": total("host_placed_bytes"),
             "fetch_bytes": total("fetch_bytes"),
             "store_bytes": total("store_bytes"),
             "input_bytes": total("input_bytes"),

@@ -75,7 +75,7 @@ class VgmOpStats:
     steps: int  # load-compute steps of a core: waves x reduction chunks
     fetch_bytes: int  # copied from home slices into tile buffers (epilogue inputs included)
     store_bytes: int  # output tiles written to their home slices
-    host_bytes: int  # region inputs and constants written into the VGM
+    host_placed_bytes: int  # region inputs and constants written into the VGM
     relayout_bytes: int  # tensors of compute-shift operators moved into the VGM
     vgm_bytes_per_core: int
     sram_bytes_per_core: int  # peak: VGM region, tile buffers, held tensors and shift buffer
@@ -231,7 +231,7 @@ class VgmRegion:
         stats = VgmOpStats(
             op=op.name, kind=expr.kind, cores=self.num_cores, tiles=layout.num_tiles,
             waves=layout.waves, chunks=layout.num_chunks, steps=layout.waves * layout.num_chunks,
-            fetch_bytes=fetched, store_bytes=stored, host_bytes=host, relayout_bytes=relayout,
+            fetch_bytes=fetched, store_bytes=stored, host_placed_bytes=host, relayout_bytes=relayout,
             vgm_bytes_per_core=self.bytes_per_core, sram_bytes_per_core=peak,
         )
         return self.read(op.output_name), stats

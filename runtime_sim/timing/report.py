@@ -47,7 +47,7 @@ class OpTiming:
     inter_chip_bytes: float = 0.0
     hbm_bytes: float = 0.0  # distinct bytes of the HBM tensors it reads (one copy each)
     hbm_delivered_bytes: float = 0.0  # bytes read from HBM, a copy per chip that needs them
-    host_bytes: float = 0.0
+    host_in_bytes: float = 0.0
     host_out_bytes: float = 0.0  # its output bytes returned chip -> host (the host reads them)
     host_out_s: float = 0.0  # duration of that return on the host links
     host_out_start_s: float = 0.0
@@ -129,14 +129,14 @@ class TimingReport:
     by loads sharing links with executions (Elk's "interconnect" category; part of
     ``stall_s``), ``preload_stall_s`` the loads' total delay from it (exposed or not).
 
-    Utilizations (also in ``utilization``, whose ``interconnect`` entry is byte-based, see
-    :func:`~runtime_sim.timing.simulate.simulate_timing`): ``hbm_utilization`` = distinct
+    Utilizations (each defined once, in :mod:`runtime_sim.contract.metrics`): ``hbm_utilization`` = distinct
     HBM bytes / (``total_s`` x HBM bandwidth); ``interconnect_utilization`` = link-busy time
     over ``total_s``: every execution's transfer phases (distribution, re-layout, shifts,
     reduction) plus every load's network delivery at full rate (the time it would hold the
     links alone); the ideal design has two interconnects, so there it is over ``2 x total_s``;
     ``flops_utilization`` = FLOPs / (``total_s`` x peak matrix FLOP/s) and ``achieved_flops``
-    = FLOPs / ``total_s``.
+    = FLOPs / ``total_s``; ``link_bandwidth_utilization`` = bytes cores received over links /
+    (``total_s`` x cores x link bandwidth), the share of every core's receive bandwidth used.
 
     Stream runs (``design`` names the compiler's preload design, ``""`` without a stream):
     ``preloads``/``executes`` count the instructions, ``preloaded_bytes`` what preloads wrote
@@ -160,7 +160,7 @@ class TimingReport:
     num_ops: int
     num_regions: int
     hbm_bytes: float
-    host_bytes: float
+    host_in_bytes: float
     shift_bytes: int
     rotation_bytes: int
     reduction_bytes: int
@@ -170,7 +170,6 @@ class TimingReport:
     peak_sram_bytes_per_core: int
     peak_sram_with_prefetch_bytes_per_core: int
     flops: int
-    utilization: dict[str, float]
     per_op: list[OpTiming]
     regions: list[dict[str, Any]]
     host_out_bytes: float = 0.0
@@ -188,6 +187,7 @@ class TimingReport:
     preload_stall_s: float = 0.0
     hbm_utilization: float = 0.0
     interconnect_utilization: float = 0.0
+    link_bandwidth_utilization: float = 0.0
     flops_utilization: float = 0.0
     achieved_flops: float = 0.0
     preloaded_bytes: float = 0.0
@@ -201,20 +201,19 @@ class TimingReport:
     _SUMMARY = (
         "hardware", "topology", "total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s",
         "stall_s", "host_s", "idle_s", "num_ops", "num_regions", "hbm_bytes",
-        "hbm_delivered_bytes", "host_bytes", "host_out_bytes",
+        "hbm_delivered_bytes", "host_in_bytes", "host_out_bytes",
         "shift_bytes", "rotation_bytes", "reduction_bytes", "relayout_bytes",
         "inter_chip_bytes", "steps", "peak_sram_bytes_per_core",
         "peak_sram_with_prefetch_bytes_per_core", "flops", "simulation_s",
         "design", "preload_s", "preload_only_s", "execute_only_s", "preload_overlap_s",
         "interconnect_stall_s", "preload_stall_s", "hbm_utilization", "interconnect_utilization",
-        "flops_utilization", "achieved_flops", "preloaded_bytes", "distributed_bytes",
+        "link_bandwidth_utilization", "flops_utilization", "achieved_flops", "preloaded_bytes", "distributed_bytes",
         "preloads", "executes", "peak_preload_bytes_per_core",
     )
 
     def to_dict(self, per_op: bool = True) -> dict[str, Any]:
         """JSON-ready summary (and per-operator rows unless ``per_op=False``)."""
         data: dict[str, Any] = {k: getattr(self, k) for k in self._SUMMARY}
-        data["utilization"] = dict(self.utilization)
         data["regions"] = [dict(r) for r in self.regions]
         data["op_kinds"] = [dict(r) for r in self.op_kinds]
         data["slow_kinds"] = [dict(r) for r in self.slow_kinds]
@@ -228,7 +227,6 @@ class TimingReport:
 
     def table(self, max_ops: int | None = 40) -> str:
         """A readable breakdown: totals, utilization, then the slowest operators."""
-        u = self.utilization
         lines = [
             f"ICCA timing on {self.hardware} ({self.topology}): {self.num_ops} ops in "
             f"{self.num_regions} regions, {self.steps} steps",
@@ -239,7 +237,7 @@ class TimingReport:
             f"host {_ms(self.host_s)}   stall {_ms(self.stall_s)}",
             f"  bytes     shift {_mb(self.shift_bytes)}  relayout {_mb(self.relayout_bytes)}  "
             f"hbm {_mb(self.hbm_bytes)} distinct, {_mb(self.hbm_delivered_bytes)} delivered  "
-            f"host {_mb(self.host_bytes)} in, {_mb(self.host_out_bytes)} out  "
+            f"host {_mb(self.host_in_bytes)} in, {_mb(self.host_out_bytes)} out  "
             f"inter-chip {_mb(self.inter_chip_bytes)}",
             f"  peak SRAM {self.peak_sram_bytes_per_core} B/core "
             f"({self.peak_sram_with_prefetch_bytes_per_core} with prefetch)",
@@ -250,8 +248,9 @@ class TimingReport:
                f"            preloaded {_mb(self.preloaded_bytes)}  distributed "
                f"{_mb(self.distributed_bytes)}  peak preload space "
                f"{self.peak_preload_bytes_per_core} B/core"] if self.design or self.preloads else []),
-            f"  utilization flops {u.get('flops', 0):.1%}  interconnect "
-            f"{u.get('interconnect', 0):.1%}  hbm {u.get('hbm', 0):.1%}",
+            f"  utilization flops {self.flops_utilization:.1%}  interconnect busy "
+            f"{self.interconnect_utilization:.1%}  link bandwidth "
+            f"{self.link_bandwidth_utilization:.1%}  hbm {self.hbm_utilization:.1%}",
             "",
         ]
         # the operator's label goes last: it is up to 80 characters and would push the
@@ -280,7 +279,7 @@ class TimingReport:
         lines = ["", f"  more than {SLOW_FACTOR:g}x their lower bound (time = wait + execution; "
                      "bound = max of FLOPs at peak, distinct HBM bytes, host bytes, one sync):"]
         for r in self.slow_kinds:
-            lines.append(f"    kind {r['kind']:<14} {r['ops']:>5} ops  {r['time_s'] * 1e3:9.4f} ms  "
+            lines.append(f"    kind {r['kind']:<14} {r['num_ops']:>5} ops  {r['time_s'] * 1e3:9.4f} ms  "
                          f"bound {r['lower_bound_s'] * 1e3:9.4f} ms  {r['ratio']:8.1f}x")
         for r in self.slow_ops[:max_ops]:
             lines.append(f"    op   {r['time_s'] * 1e3:9.4f} ms  bound {r['lower_bound_s'] * 1e3:9.4f} ms "

@@ -103,7 +103,7 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
             relayout_bytes=work.relayout_bytes, inter_chip_bytes=inter,
             hbm_bytes=sum(work.hbm_tensors.values()),
             hbm_delivered_bytes=hbm.unique_bytes if hbm else 0.0,
-            host_bytes=host.unique_bytes if host else 0.0,
+            host_in_bytes=host.unique_bytes if host else 0.0,
             host_out_bytes=sum(s.unique_bytes for s in work.stores),
             host_out_s=host_out_s, host_out_start_s=store[0] if store else 0.0,
             load_start_s=slot.load_start if work.loads else 0.0,
@@ -136,10 +136,10 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
                 load_iv.append(iv)
         if not regions or regions[-1]["program"] != work.program:
             regions.append({"name": work.region, "program": work.program,
-                            "start_s": slot.exec_start, "end_s": slot.exec_end, "ops": 0,
+                            "start_s": slot.exec_start, "end_s": slot.exec_end, "num_ops": 0,
                             "op_labels": []})
         regions[-1]["end_s"] = slot.exec_end
-        regions[-1]["ops"] += 1
+        regions[-1]["num_ops"] += 1
         regions[-1]["op_labels"].append(work.op.label or work.op.expr.kind)
         prev_end = slot.exec_end
 
@@ -169,13 +169,13 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
     hbm_delivered = sum(o.hbm_delivered_bytes for o in per_op)
     moved = sum(o.shift_bytes + o.relayout_bytes for o in per_op) + sum(
         l.delivered_bytes for w in works for l in w.loads) + sum(w.distributed_bytes for w in works)
-    utilization = {
-        "flops": flops / (total * hw.peak_matrix_flops) if total > 0 else 0.0,
-        # bytes received by cores over their links against every core receiving at full rate
-        "interconnect": moved / (total * hw.num_cores * hw.link_bandwidth) if total > 0 else 0.0,
-        # distinct bytes only: a copy read twice (once per chip) is not useful bandwidth
-        "hbm": hbm_bytes / (total * hw.hbm_bandwidth) if total > 0 and hw.hbm_bandwidth > 0 else 0.0,
-    }
+    flops_utilization = flops / (total * hw.peak_matrix_flops) if total > 0 else 0.0
+    # bytes received by cores over their links against every core receiving at full rate
+    link_bandwidth_utilization = (moved / (total * hw.num_cores * hw.link_bandwidth)
+                                  if total > 0 else 0.0)
+    # distinct bytes only: a copy read twice (once per chip) is not useful bandwidth
+    hbm_utilization = (hbm_bytes / (total * hw.hbm_bandwidth)
+                       if total > 0 and hw.hbm_bandwidth > 0 else 0.0)
     # links in use, hop latencies included (the share rule counts held bandwidth only, busy_s)
     link_time = transfer + sum(l.network.time_s for w in works for l in w.loads)
     link_capacity = total * (2 if design == IDEAL else 1)
@@ -187,9 +187,10 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
         "preload_only_s": preload_s - preload_overlap, "execute_only_s": exec_s - preload_overlap,
         "preload_overlap_s": preload_overlap, "interconnect_stall_s": exposed_total,
         "preload_stall_s": sum(o.preload_stall_s for o in per_op),
-        "hbm_utilization": utilization["hbm"],
+        "hbm_utilization": hbm_utilization,
         "interconnect_utilization": link_time / link_capacity if total > 0 else 0.0,
-        "flops_utilization": utilization["flops"],
+        "flops_utilization": flops_utilization,
+        "link_bandwidth_utilization": link_bandwidth_utilization,
         "achieved_flops": flops / total if total > 0 else 0.0,
         "preloaded_bytes": sum(o.preloaded_bytes for o in per_op),
         "distributed_bytes": sum(o.distributed_bytes for o in per_op),
@@ -203,7 +204,7 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
         stall_s=stall_total, host_s=sum(o.host_s + o.host_out_s for o in per_op),
         idle_s=max(0.0, total - compute - transfer), num_ops=len(per_op), num_regions=num_programs,
         hbm_bytes=hbm_bytes, hbm_delivered_bytes=hbm_delivered,
-        host_bytes=sum(o.host_bytes for o in per_op),
+        host_in_bytes=sum(o.host_in_bytes for o in per_op),
         host_out_bytes=sum(o.host_out_bytes for o in per_op),
         shift_bytes=sum(o.shift_bytes for o in per_op),
         rotation_bytes=sum(o.rotation_bytes for o in per_op),
@@ -212,7 +213,7 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
         inter_chip_bytes=sum(o.inter_chip_bytes for o in per_op),
         steps=sum(o.steps for o in per_op), peak_sram_bytes_per_core=peak,
         peak_sram_with_prefetch_bytes_per_core=peak_prefetch, flops=flops,
-        utilization=utilization, per_op=per_op, regions=regions, hw=hw, **bounds, **stream,
+        per_op=per_op, regions=regions, hw=hw, **bounds, **stream,
     )
 
 
@@ -239,14 +240,14 @@ def lower_bounds(per_op: list[OpTiming], hw: HardwareSpec) -> dict[str, Any]:
         terms = {
             "flops": op.flops / peak.get(unit, peak["vector"]),
             "hbm": op.hbm_bytes / hw.hbm_bandwidth if hw.hbm_bandwidth > 0 else 0.0,
-            "host": (op.host_bytes + op.host_out_bytes) / (hw.host_bandwidth * hw.num_chips),
+            "host": (op.host_in_bytes + op.host_out_bytes) / (hw.host_bandwidth * hw.num_chips),
             "sync": hw.sync_cycles / hw.clock_hz,
         }
         op.bound_by = max(terms, key=terms.get)
         op.lower_bound_s = terms[op.bound_by]
         spent = op.wait_s + op.duration_s
-        row = kinds.setdefault(op.kind, {"kind": op.kind, "ops": 0, "time_s": 0.0, "lower_bound_s": 0.0})
-        row["ops"] += 1
+        row = kinds.setdefault(op.kind, {"kind": op.kind, "num_ops": 0, "time_s": 0.0, "lower_bound_s": 0.0})
+        row["num_ops"] += 1
         row["time_s"] += spent
         row["lower_bound_s"] += op.lower_bound_s
         if op.lower_bound_s > 0 and spent > SLOW_FACTOR * op.lower_bound_s:

@@ -131,7 +131,7 @@ def timing_trace(report: Any) -> list[dict[str, Any]]:
         tb.complete(regions_pid, regions_tid,
                     region.get("label") or region_label([], index), region["start_s"],
                     region["end_s"] - region["start_s"], "region",
-                    {"ops": region["ops"], "symbol": region["name"]})
+                    {"num_ops": region["num_ops"], "symbol": region["name"]})
     for op in report.per_op:
         # event names show the operator's label; its generated name stays in args["op"]
         shown = _op_label(op)
@@ -193,7 +193,7 @@ def timing_trace(report: Any) -> list[dict[str, Any]]:
                         dict(key))
             for k in _chips_of(op, chips, cpc):
                 tb.complete(host_pid, host_tracks[k], _named("input", shown), op.host_start_s,
-                            op.host_s, "host", {**key, "bytes": op.host_bytes})
+                            op.host_s, "host", {**key, "bytes": op.host_in_bytes})
     return tb.events
 
 

@@ -18,6 +18,7 @@ default pipeline is routed there.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Callable
 
 import tvm
@@ -42,6 +43,8 @@ from tvm_icca.planning import CompileOptions, icca_model_passes
 __all__ = [
     "ICCA_KEY",
     "TARGET_TAG",
+    "check_target_name",
+    "icca_tags",
     "hardware_for_target",
     "icca_pipeline",
     "is_icca_target",
@@ -69,9 +72,31 @@ def register_targets() -> None:
         tvm.target.tag.register_tag(preset_tag(name), {**base, "model": name}, override=True)
 
 
+def icca_tags() -> list[str]:
+    """Every ICCA target tag: ``icca`` and ``icca-<preset>`` per hardware preset."""
+    return [TARGET_TAG] + [preset_tag(name) for name in PRESET_NAMES]
+
+
+def check_target_name(target: Any) -> None:
+    """Refuse a target string that reads as an ICCA tag but is none (``icca-ipu-mk3``) with
+    the known tags and a "did you mean", before TVM's generic "target kind not found"."""
+    if not isinstance(target, str):
+        return
+    name = target.split()[0] if target.strip() else target
+    if not name.lower().startswith(TARGET_TAG) or name in icca_tags():
+        return
+    if name.lower() in icca_tags():  # tags are case-sensitive in TVM; presets are not here
+        raise InvalidHardwareSpecError(f"unknown target '{name}'; did you mean '{name.lower()}'?")
+    close = difflib.get_close_matches(name.lower(), icca_tags(), n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise InvalidHardwareSpecError(f"unknown ICCA target '{name}'; {hint}known tags: "
+                                   f"{', '.join(icca_tags())}")
+
+
 def _as_target(target: Any) -> Target | None:
     if target is None or isinstance(target, Target):
         return target
+    check_target_name(target)
     return Target(target)
 
 
@@ -142,7 +167,7 @@ def icca_pipeline(
     ``base`` defaults to TVM's default build pipeline (the one ``tvm.compile`` uses for CPU
     targets); ``options`` are the model-level choices (:class:`~tvm_icca.planning.CompileOptions`),
     e.g. ``tvm.compile(mod, target="icca", relax_pipeline=icca_pipeline(
-    options=CompileOptions(state_on_chip=True)))``. Also registered as the named pipeline ``"icca"``, so
+    options=CompileOptions(state="chip")))``. Also registered as the named pipeline ``"icca"``, so
     ``tvm.compile(mod, target="llvm", relax_pipeline="icca")`` offloads as well.
     """
     target = _as_target(target)

@@ -13,11 +13,13 @@ import argparse
 import math
 import os
 
-from runtime_sim.contract.hardware import PRESET_NAMES
+from runtime_sim.contract.hardware import DEFAULT_PRESET, PRESET_NAMES
+from tvm_icca.planning.state_place import STATE_CHOICES
 
 __all__ = [
     "UsageError", "positive_int", "nonneg_int", "finite_float", "unit_float", "existing_file",
-    "writable_path", "shape_arg", "shape_dict", "hardware_help", "hardware_preset", "nonneg_float",
+    "writable_path", "shape_arg", "shape_dict", "hardware_help", "hardware_preset",
+    "add_hardware_argument", "add_state_argument", "nonneg_float",
     "tuning_records", "add_model_arguments",
 ]
 
@@ -151,9 +153,25 @@ def shape_dict(pairs: list[tuple[str, tuple[int, ...]]] | None) -> dict[str, tup
     return shapes
 
 
-def hardware_help(what: str, default: str) -> str:
+def hardware_help(what: str, default: str = DEFAULT_PRESET) -> str:
     """The help of a ``--hw`` option: what the chip is for, its default and every preset."""
     return f"{what} (default {default}; presets, any case: {', '.join(PRESET_NAMES)})"
+
+
+def add_hardware_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                          what: str) -> None:
+    """``--hw PRESET``: the chip, with the one default every command shares
+    (:data:`~runtime_sim.contract.hardware.DEFAULT_PRESET`, also the API's)."""
+    parser.add_argument("--hw", type=hardware_preset, default=DEFAULT_PRESET,
+                        help=hardware_help(what))
+
+
+def add_state_argument(parser: argparse.ArgumentParser) -> None:
+    """``--state``: where weights and KV caches live (:attr:`tvm_icca.CompileOptions.state`)."""
+    parser.add_argument("--state", default="auto", choices=STATE_CHOICES,
+                        help="where weights and KV caches live: chip (loaded once, kept in SRAM), "
+                        "hbm (preloaded every run), host (sent every run); auto (default): hbm "
+                        "on a chip with HBM, else chip when the model fits, else host")
 
 
 def hardware_preset(text: str) -> str:

@@ -28,9 +28,9 @@ from typing import Any
 
 from tvm_icca.cli.args import (
     UsageError,
+    add_hardware_argument,
+    add_state_argument,
     existing_file,
-    hardware_help,
-    hardware_preset,
     shape_arg,
     shape_dict,
     tuning_records,
@@ -55,8 +55,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", type=writable_path, default=None, metavar="LIB",
                         help="library to write (default: the model's name with .so, in the "
                         "current directory)")
-    parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
-                        help=hardware_help("chip to compile for", "ipu-mk2"))
+    add_hardware_argument(parser, "chip to compile for")
+    add_state_argument(parser)
     parser.add_argument("--design", default=None, choices=PRELOAD_CHOICES,
                         help="HBM preload design on a chip with HBM (Elk §6.1; default elk-full)")
     parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",
@@ -155,6 +155,13 @@ def _run(args: argparse.Namespace) -> int:
         partition_for_icca,
         partition_report,
     )
+    from tvm_icca.planning import (
+        CompileOptions,
+        icca_model_passes,
+        preload_summary_of,
+        state_placement_of,
+    )
+    from tvm_icca.planning.state_place import describe_setting
     from tvm_icca.records.apply import optional_database
 
     if args.design is not None and preset(args.hw).hbm_bandwidth <= 0:
@@ -171,9 +178,17 @@ def _run(args: argparse.Namespace) -> int:
     reason = nothing_on_chip(report)
     if reason is not None:  # a valid host-only library, but not what the user asked for
         print(f"tvm-icca: warning: {reason}", file=sys.stderr)
+    hw = preset(args.hw)
     with optional_database(args.database) as tuned:
-        executable = icca_compile(with_signature(partitioned, signature_of(mod, args.model, args.hw, shapes)),
-                                  args.hw, preload=args.design)
+        # planned here (tvm.compile skips a planned module) to say where the weights went
+        options = CompileOptions(state=args.state, preload=args.design)
+        planned = icca_model_passes(hw, options)(partitioned)
+        placement = state_placement_of(planned)
+        pre = preload_summary_of(planned)
+        print(describe_setting(hw.name, pre.design if pre is not None else None, placement))
+        signature = signature_of(mod, args.model, args.hw, shapes)
+        signature["state"] = placement.place if placement is not None else None
+        executable = icca_compile(with_signature(planned, signature), hw)
     if tuned is not None:
         print(tuned.report())
     executable.export_library(output)

@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 from importlib import resources
 
-from tvm_icca.cli.args import hardware_help, hardware_preset
+from tvm_icca.cli.args import add_hardware_argument
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("demo", help="compile and run the bundled ONNX encoder layer")
-    parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
-                        help=hardware_help("chip to run on", "ipu-mk2"))
+    add_hardware_argument(parser, "chip to run on")
     parser.set_defaults(func=_run)
     return parser
 

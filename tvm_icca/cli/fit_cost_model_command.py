@@ -22,7 +22,7 @@ import numpy as np
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from tvm_icca.cli.args import hardware_help, hardware_preset, positive_int, writable_path
+from tvm_icca.cli.args import add_hardware_argument, positive_int, writable_path
 from tvm_icca.plans.fitted import FEATURES, FittedCostModel, plan_features
 
 
@@ -124,8 +124,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "fit-cost-model", help="fit the linear cost model to timing-simulator profiles (JSON)")
     parser.add_argument("-o", "--output", type=writable_path, required=True,
                         help="where to write the fitted model (JSON)")
-    parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
-                        help=hardware_help("chip to profile", "ipu-mk2"))
+    add_hardware_argument(parser, "chip to profile")
     parser.add_argument("--samples", type=positive_int, default=200, help="profiled plans per op kind")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.set_defaults(func=_run)

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from tvm_icca.cli.args import hardware_help, hardware_preset, positive_int
+from tvm_icca.cli.args import add_hardware_argument, positive_int
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -23,8 +23,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--batch", type=positive_int, default=32, help="batch size for --ops (default 32)")
     parser.add_argument("--context", type=positive_int, default=2048,
                         help="LLM context / BERT sequence length for --ops (default 2048; BERT 512 max)")
-    parser.add_argument("--hw", type=hardware_preset, default="ipu-pod4-hbm",
-                        help=hardware_help("chip to partition for", "ipu-pod4-hbm"))
+    add_hardware_argument(parser, "chip to partition for")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=_run)
     return parser

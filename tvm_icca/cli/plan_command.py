@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any
 
-from tvm_icca.cli.args import hardware_help, hardware_preset, nonneg_int, positive_int, unit_float
+from tvm_icca.cli.args import add_hardware_argument, nonneg_int, positive_int, unit_float
 
 COST_MODELS = ("analytic", "t10-bench")
 
@@ -53,8 +53,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     model.add_argument("--layers", type=positive_int, default=None,
                        help="keep only the first N layers")
     model.add_argument("--tiny", action="store_true", help="the model's small test config")
-    model.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
-                       help=hardware_help("chip to plan for", "ipu-mk2"))
+    add_hardware_argument(model, "chip to plan for")
     model.add_argument("--simulate", action="store_true", help="also time the programs")
     model.add_argument("--json", action="store_true", help="print JSON instead of the table")
     model.set_defaults(func=_run_model)
@@ -73,7 +72,7 @@ def _run_model(args: argparse.Namespace) -> int:
         name = canonical_name(args.model)
         workload = get_workload(name, **workload_kwargs(name, args.batch, args.context,
                                                         args.layers, None, args.tiny))
-        compiled = compile_programs(workload, args.hw, state_on_chip=True)
+        compiled = compile_programs(workload, args.hw, state="chip")
         report = compiled.simulate() if args.simulate else None
     except (IccaError, KeyError) as err:
         print(f"tvm-icca: error: {err}", file=sys.stderr)
@@ -118,8 +117,7 @@ def _run_model(args: argparse.Namespace) -> int:
 
 def _common(parser: argparse.ArgumentParser, cost_models: tuple[str, ...] = COST_MODELS) -> None:
     parser.add_argument("--dtype", default="float16", choices=("float16", "float32"))
-    parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
-                        help=hardware_help("chip to plan for", "ipu-mk2"))
+    add_hardware_argument(parser, "chip to plan for")
     parser.add_argument("--cost-model", default="analytic", choices=cost_models)
     parser.add_argument("--budget", type=positive_int, default=None,
                         help="bytes per core for the operator (default: SRAM minus shift buffer)")

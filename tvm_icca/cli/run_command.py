@@ -22,6 +22,7 @@ import os
 from typing import Any, Sequence
 
 from tvm_icca.cli.args import UsageError, existing_file, nonneg_float, nonneg_int, writable_path
+from tvm_icca.planning.state_place import STATE_WORDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -195,7 +196,10 @@ def _run(args: argparse.Namespace) -> int:
         names = [f"output_{i}" for i in range(len(outputs))]
     source = f"'{args.inputs}'" if args.inputs else f"random, seed {args.seed}"
     hw = f" on '{signature['hardware']}'" if signature and signature.get("hardware") else ""
-    print(f"{args.library}{hw}: {len(arrays)} input(s) ({source}), {len(outputs)} output(s)")
+    state = (signature or {}).get("state")
+    weights = f", weights {STATE_WORDS[state]}" if state in STATE_WORDS else ""
+    print(f"{args.library}{hw}{weights}: {len(arrays)} input(s) ({source}), "
+          f"{len(outputs)} output(s)")
     for spec, array in zip(specs, arrays):
         print(f"  input  {spec['name']:<20} {str(list(array.shape)):<20} {array.dtype}")
     for name, array in zip(names, outputs):

@@ -24,15 +24,16 @@ from typing import Any
 
 from tvm_icca.cli.args import (
     UsageError,
+    add_hardware_argument,
     add_model_arguments,
-    hardware_help,
-    hardware_preset,
+    add_state_argument,
     nonneg_int,
     shape_dict,
     tuning_records,
     writable_path,
 )
 from tvm_icca.planning.planner import PRELOAD_CHOICES
+from tvm_icca.planning.state_place import describe_setting
 
 #: Keys ``--json`` always has at the top level.
 SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
@@ -47,8 +48,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "simulated chip.",
     )
     add_model_arguments(parser, "llama2-13b")
-    parser.add_argument("--hw", type=hardware_preset, default="ipu-pod4-hbm",
-                        help=hardware_help("chip to simulate", "ipu-pod4-hbm"))
+    add_hardware_argument(parser, "chip to simulate")
+    add_state_argument(parser)
     parser.add_argument("--design", default=None, choices=PRELOAD_CHOICES,
                         help="HBM preload design (Elk §6.1): basic, static, elk-dyn, elk-full "
                         "(default on a chip with HBM), ideal (the roofline), or off")
@@ -159,7 +160,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.design is not None and hw.hbm_bandwidth <= 0:
         raise UsageError(f"--design applies to chips with HBM; '{hw.name}' has none")
     with optional_database(args.database) as tuned:
-        compiled = compile_programs(model, hw, progress=progress, preload=args.design, **named)
+        compiled = compile_programs(model, hw, progress=progress, preload=args.design,
+                                    state=args.state, **named)
     start = time.perf_counter()
     report = compiled.simulate(trace=bool(args.trace), progress=progress)
     simulate_s = time.perf_counter() - start
@@ -179,12 +181,14 @@ def _run(args: argparse.Namespace) -> int:
 
     summary = compiled.summary()
     print(f"{description} on {hw.name}")
+    design = compiled.preload.design if compiled.preload is not None else None
+    print("  " + describe_setting(hw.name, design, compiled.state))
     print(f"  {summary['regions']} region calls ({summary['distinct_regions']} distinct), "
           f"{summary['device_ops']} device ops; Relax ops: {summary['offloaded_relax_ops']} "
           f"offloaded, {summary['host_relax_ops']} on the host")
     inputs = summary["input_bytes"]
     print("  program inputs: " + ", ".join(f"{src} {format_bytes(inputs.get(src, 0))}"
-                                           for src in ("hbm", "host", "chip")))
+                                           for src in ("hbm", "host", "chip", "resident")))
     cache = summary["plan_cache"]
     print(f"  compile {compiled.compile_s:.2f} s (plan cache: {cache.get('hits', 0)} hits, "
           f"{cache.get('misses', 0)} misses), simulate {simulate_s:.2f} s")

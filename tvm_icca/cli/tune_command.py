@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from tvm_icca.cli.args import add_model_arguments, hardware_help, hardware_preset, positive_int
+from tvm_icca.cli.args import add_hardware_argument, add_model_arguments, positive_int
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -30,8 +30,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="directory of the tuning records (created; resumed if present)")
     parser.add_argument("--trials", type=positive_int, default=32,
                         help="measurements per operator, earlier sessions' included (default 32)")
-    parser.add_argument("--hw", type=hardware_preset, default="ipu-mk2",
-                        help=hardware_help("chip to tune for", "ipu-mk2"))
+    add_hardware_argument(parser, "chip to tune for")
     parser.add_argument("--jobs", type=positive_int, default=1,
                         help="worker processes measuring plans (default 1)")
     parser.add_argument("--max-tasks", type=positive_int, default=None,

@@ -12,7 +12,7 @@ from typing import Collection, Mapping, Sequence
 import tvm
 from tvm.ir import IRModule
 
-from tvm_icca.backend.target import TARGET_TAG, icca_pipeline
+from tvm_icca.backend.target import TARGET_TAG, check_target_name, icca_pipeline
 from tvm_icca.frontend.onnx_loader import ModelSource, load_onnx
 from tvm_icca.hardware_choice import HardwareLike, use_hardware
 from tvm_icca.planning import CompileOptions
@@ -27,18 +27,21 @@ def compile(  # pylint: disable=redefined-builtin
     *,
     target: str = TARGET_TAG,
     execution: str = "t10",
-    state_on_chip: bool = False,
+    state: str | None = None,
     resident: Collection[str] | None = None,
     preload: str | None = None,
 ) -> tvm.runtime.Executable:
     """``tvm.compile(mod, target="icca")`` for the chip ``hw`` (default: the current choice),
     with the model-level choices of :class:`~tvm_icca.planning.CompileOptions` (``execution``
-    ``"t10"`` or ``"vgm"``, ``state_on_chip``, ``resident`` parameter names, ``preload``: the
+    ``"t10"`` or ``"vgm"``, ``state``: where weights and KV caches live, ``"chip"``, ``"hbm"``,
+    ``"host"`` or ``None``/``"auto"`` (HBM on a chip with HBM, else on chip when the model fits,
+    else the host), ``resident`` parameter names, ``preload``: the
     HBM preload design, default ``"elk-full"`` on a chip with HBM).
 
     Run the result with ``tvm.relax.VirtualMachine(executable, tvm.cpu())``.
     """
-    options = CompileOptions(execution=execution, state_on_chip=state_on_chip, resident=resident,
+    check_target_name(target)
+    options = CompileOptions(execution=execution, state=state, resident=resident,
                              preload=preload)
     pipeline = icca_pipeline(target, options=options)
     if hw is None:

@@ -38,12 +38,14 @@ from tvm_icca.planning import (
     model_plan_of,
     preload_summary_of,
     programs_in_call_order,
+    state_placement_of,
 )
 from tvm_icca.planning.calls import partitioned_op_counts
 from tvm_icca.planning.elk_pass import PreloadSummary
 from tvm_icca.planning.idle_active import ModelPlan
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.planning.planner import MODEL_NAME_ATTR
+from tvm_icca.planning.state_place import StatePlacement
 
 if TYPE_CHECKING:  # pragma: no cover
     from runtime_sim.timing import TimingReport
@@ -64,6 +66,7 @@ class CompiledModel:
     plan_cache: Mapping[str, int] = field(default_factory=dict)  # hits, misses
     model_plan: ModelPlan | None = None  # idle/active decisions when the model is kept on chip
     preload: PreloadSummary | None = None  # the Elk pass's decisions on a chip with HBM
+    state: StatePlacement | None = None  # where weights and KV caches lived, and why
     module: IRModule | None = field(default=None, repr=False)  # the planned module
 
     @property
@@ -96,12 +99,14 @@ class CompiledModel:
         return list(dict.fromkeys(op.name for p in self.programs for op in p.ops if op.tuned))
 
     def input_bytes(self) -> dict[str, int]:
-        """Bytes of program inputs per source (``host``, ``hbm``, ``chip``)."""
+        """Bytes of program inputs per source: ``host`` (sent every run), ``hbm`` (preloaded
+        every run), ``chip`` (an earlier region's result) and ``resident`` (model state kept
+        on chip, loaded once)."""
         totals: collections.Counter[str] = collections.Counter()
         for program in self.programs:
             for decl in program.inputs:
                 totals[decl.source] += decl.nbytes
-        return {s: totals.get(s, 0) for s in ("host", "hbm", "chip")}
+        return {s: totals.get(s, 0) for s in ("host", "hbm", "chip", "resident")}
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready facts about the compilation (no timing)."""
@@ -118,6 +123,8 @@ class CompiledModel:
             "compile_s": self.compile_s,
             "plan_cache": dict(self.plan_cache),
             "tuned_ops": self.tuned_ops,
+            "state": self.state.place if self.state is not None else None,
+            "state_reason": self.state.reason if self.state is not None else None,
             **({"preload": self.preload.to_dict()} if self.preload is not None else {}),
         }
 
@@ -143,7 +150,7 @@ def compile_programs(
     plan_cache: PlanCache | None = None,
     name: str | None = None,
     execution: str = "t10",
-    state_on_chip: bool = False,
+    state: str | None = None,
     preload: str | None = None,
 ) -> CompiledModel:
     """Partition ``model`` and plan its ICCA regions' device programs (no LLVM build).
@@ -162,8 +169,8 @@ def compile_programs(
         Show a tqdm progress bar over the regions.
     plan_cache : PlanCache, optional
         Share plans across calls (e.g. the same model at several batch sizes).
-    execution, state_on_chip
-        See :class:`tvm_icca.planning.CompileOptions`. With ``state_on_chip`` and compute-shift
+    execution, state
+        See :class:`tvm_icca.planning.CompileOptions`. With ``state="chip"`` and compute-shift
         plans, T10 Algorithm 1's decisions are in :attr:`CompiledModel.model_plan`.
     preload : str, optional
         The HBM preload design (Elk §6.1): ``"basic"``, ``"static"``, ``"elk-dyn"``,
@@ -173,7 +180,7 @@ def compile_programs(
     start = time.perf_counter()
     spec = resolve_hardware(hw)
     mod, resident_names, label = _unpack(model, resident)
-    options = CompileOptions(execution=execution, state_on_chip=state_on_chip,
+    options = CompileOptions(execution=execution, state=state,
                              resident=resident_names, preload=preload)
     model_name = name or label or "model"
     cache = plan_cache if plan_cache is not None else PlanCache()
@@ -191,6 +198,7 @@ def compile_programs(
         plan_cache={"hits": cache.hits - hits, "misses": cache.misses - misses},
         model_plan=model_plan_of(planned),
         preload=preload_summary_of(planned),
+        state=state_placement_of(planned),
         module=planned,
     )
 

@@ -14,8 +14,10 @@ It sees ``main`` and every region together (:mod:`tvm_icca.planning.calls`) and 
 decision that depends on the model rather than on one region:
 
 1. **input sources** of every region call: model state (weights, KV caches, constants) is
-   ``"hbm"`` on a chip with HBM, else ``"host"``; ``"resident"`` when the model is kept on
-   chip; an earlier region's result is ``"chip"``; anything else the host sends;
+   ``"resident"`` when the model is kept on chip, ``"hbm"`` when it lives in HBM, else
+   ``"host"`` (:attr:`CompileOptions.state`; by default HBM on a chip with HBM, else on chip
+   when the model fits, :mod:`tvm_icca.planning.state_place`); an earlier region's result is
+   ``"chip"``; anything else the host sends;
 2. **the execution model**, compute-shift (T10) or load-compute-store on a virtual global
    memory (the VGM baseline, T10 §2.2);
 3. **idle and active plans** of every operator when the model state stays on chip (T10
@@ -37,7 +39,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
 
 import tvm
@@ -77,7 +79,16 @@ from tvm_icca.planning.elk_pass import (
 from tvm_icca.planning.idle_active import ModelPlan, reconcile_regions
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.planning.region_plans import EXECUTION_MODELS, compile_region
+from tvm_icca.planning.state_place import (
+    STATE_ATTR,
+    STATE_CHOICES,
+    StatePlacement,
+    check_state,
+    state_candidates,
+    state_placement_of,
+)
 from tvm_icca.plans.plan_hook import compiled_with_hook
+from tvm_icca.progress import Progress, as_progress
 from tvm_icca.records.apply import database_scope
 
 __all__ = [
@@ -96,6 +107,10 @@ __all__ = [
     "plan_device_programs",
     "program_of",
     "programs_in_call_order",
+    "STATE_ATTR",
+    "STATE_CHOICES",
+    "StatePlacement",
+    "state_placement_of",
 ]
 
 #: Attribute of a region function holding its device program (``DeviceProgram.to_json()``).
@@ -118,14 +133,20 @@ class CompileOptions:
     """The model-level choices a user makes (everything else is searched).
 
     ``execution``: ``"t10"`` (compute-shift plans, the backend's own) or ``"vgm"`` (the
-    load-compute-store baseline, T10 §2.2). ``state_on_chip``: keep the whole model in the
-    chip's SRAM (T10 §4.3.2: only inputs and outputs cross the chip boundary).
+    load-compute-store baseline, T10 §2.2). ``state``: where model state lives,
+    ``"chip"`` (the whole model kept in the chip's SRAM, T10 §4.3.2: only inputs and outputs
+    cross the chip boundary), ``"hbm"`` or ``"host"``; ``None`` (or ``"auto"``): HBM on a
+    chip with HBM, else on chip when the model fits, else the host
+    (:mod:`tvm_icca.planning.state_place`).
     ``resident``: names of ``main`` parameters that are model state (weights, KV caches);
     ``None`` takes :func:`~tvm_icca.planning.calls.default_resident` (constants always are).
+    ``progress``: how the long phases report (:class:`tvm_icca.progress.Progress`; ``True`` or
+    ``None`` is the default, bars on a terminal once a phase has run two seconds, ``False``
+    none); it changes no decision, so options differing only in it compare equal.
     """
 
     execution: str = "t10"
-    state_on_chip: bool = False
+    state: str | None = None
     resident: frozenset[str] | None = None
     #: HBM preload design (Elk §6.1): one of :data:`PRELOAD_DESIGNS`, ``"off"`` (no preload
     #: schedule: the device's next-operator prefetch), or ``None``: ``"elk-full"`` on a chip
@@ -135,8 +156,10 @@ class CompileOptions:
     #: when the pass makes its own plan cache; ``None``: every CPU this process may use, ``1``:
     #: no workers (nothing is forked).
     jobs: int | None = None
+    progress: Progress = field(default_factory=Progress, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "progress", as_progress(self.progress))
         if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int)
                                       or self.jobs < 1):
             raise IccaError(f"jobs must be a positive number of processes, got {self.jobs!r}")
@@ -146,8 +169,9 @@ class CompileOptions:
         if self.execution not in EXECUTION_MODELS:
             raise IccaError(
                 f"unknown execution model {self.execution!r}; choose one of {EXECUTION_MODELS}")
-        if not isinstance(self.state_on_chip, bool):
-            raise IccaError(f"state_on_chip must be True or False, got {self.state_on_chip!r}")
+        if self.state is not None and not isinstance(self.state, str):
+            raise IccaError(f"state must be one of {STATE_CHOICES} or None, got {self.state!r}")
+        object.__setattr__(self, "state", check_state(self.state))
         if self.resident is not None:
             names = self.resident
             if isinstance(names, str) or not isinstance(names, Iterable):
@@ -165,22 +189,21 @@ def plan_device_programs(
     options: CompileOptions | None = None,
     *,
     plan_cache: PlanCache | None = None,
-    progress: bool = False,
 ) -> tvm.transform.Pass:
     """The model-level planning pass (see the module docstring).
 
     ``hw`` defaults to the chip the module was partitioned for; ``plan_cache`` shares plans
-    with other compilations (e.g. the same model at several batch sizes); ``progress`` shows
-    a progress bar over the regions. A module without ICCA regions, or already planned, is
-    returned unchanged.
+    with other compilations (e.g. the same model at several batch sizes); the long phases
+    (regions, Elk's preload schedule) report as :attr:`CompileOptions.progress` says. A module
+    without ICCA regions, or already planned, is returned unchanged.
     """
     # a bad chip fails here, not later
     return _planning_pass(resolve_hardware(hw) if hw is not None else None, options,
-                          plan_cache=plan_cache, progress=progress)
+                          plan_cache=plan_cache)
 
 
 def _planning_pass(spec: HardwareSpec | None, options: CompileOptions | None, *,
-                   plan_cache: PlanCache | None, progress: bool) -> tvm.transform.Pass:
+                   plan_cache: PlanCache | None) -> tvm.transform.Pass:
     """:func:`plan_device_programs` for a resolved chip (``None``: the module's own)."""
     opts = options if options is not None else CompileOptions()
 
@@ -194,9 +217,10 @@ def _planning_pass(spec: HardwareSpec | None, options: CompileOptions | None, *,
             order = region_call_order(mod)
             # inside meta_schedule's `with database:` its ICCA records apply (records.apply)
             with database_scope():
-                programs, model_plan, preloads = _decide(mod, order, chip, opts, cache, progress)
+                programs, model_plan, preloads, placement = _decide(mod, order, chip, opts, cache)
                 compiled_with_hook(programs)  # tell tuning which operators kept tuned plans
-            mod = _attach(mod, order, programs, model_plan)
+            mod = _attach(mod, order, programs, model_plan).with_attr(STATE_ATTR,
+                                                                       placement.to_json())
             if preloads is not None:
                 mod = mod.with_attr(PRELOAD_PLAN_ATTR, json.dumps(preloads.to_dict(), separators=(",", ":")))
             return mod
@@ -213,7 +237,6 @@ def icca_model_passes(
     options: CompileOptions | None = None,
     *,
     plan_cache: PlanCache | None = None,
-    progress: bool = False,
 ) -> tvm.transform.Pass:
     """Partition for ``hw`` (unless partitioned) and plan every region's device program: the
     passes ``tvm.compile(mod, target="icca")`` runs before ``RunCodegen``, and all the
@@ -233,7 +256,7 @@ def icca_model_passes(
             raise
 
     return tvm.transform.Sequential(
-        [_partition, _planning_pass(hw, options, plan_cache=plan_cache, progress=progress)],
+        [_partition, _planning_pass(hw, options, plan_cache=plan_cache)],
         name="IccaModelPasses")
 
 
@@ -285,32 +308,50 @@ def _module_hardware(mod: IRModule) -> HardwareSpec:
 
 
 def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: CompileOptions,
-            cache: PlanCache, progress: bool
-            ) -> tuple[list[DeviceProgram], ModelPlan | None, PreloadSummary | None]:
+            cache: PlanCache
+            ) -> tuple[list[DeviceProgram], ModelPlan | None, PreloadSummary | None, StatePlacement]:
     """Per region call of ``main``, in order, its device program (no module id yet), with the
     outputs the host reads after it (:func:`host_reads`; only ``main``'s result when every
-    region input is on chip, as host ops between regions then count as on-chip re-layouts)."""
-    programs, model_plan = _decide_sources(mod, order, spec, opts, cache, progress)
-    on_chip = opts.state_on_chip  # every region argument is "chip" or "resident" then
+    region input is on chip, as host ops between regions then count as on-chip re-layouts),
+    and where the model state went (the first of :func:`state_candidates` that fits)."""
+    candidates = state_candidates(spec, opts.state)
+    for k, placement in enumerate(candidates):
+        try:
+            programs, model_plan = _decide_sources(mod, order, spec, opts, cache, placement.place)
+            break
+        except PlanNotFoundError as err:
+            if k + 1 == len(candidates):
+                raise
+            # the next place is taken because of this failure: say which
+            nxt = candidates[k + 1]
+            candidates[k + 1] = dataclasses.replace(nxt, reason=f"{nxt.reason}: {_first_clause(err)}")
+    on_chip = placement.place == "chip"  # every region argument is "chip" or "resident" then
     reads = host_reads(mod, result_only=on_chip)
     programs = [_with_host_outputs(p, r) for p, r in zip(programs, reads, strict=True)]
-    design = preload_design(spec, opts)
+    design = preload_design(spec, opts, placement.place)
     summary = None
     if design is not None:
-        programs, summary = schedule_preloads(programs, spec, cache, design)
-    return programs, model_plan, summary
+        programs, summary = schedule_preloads(programs, spec, cache, design, opts.progress)
+    return programs, model_plan, summary, placement
 
 
-def preload_design(spec: HardwareSpec, opts: CompileOptions) -> str | None:
-    """The preload design the pass applies (None: no preload schedule)."""
+def _first_clause(err: Exception) -> str:
+    """The head of a capacity error, for the reason of the fallback it caused."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def preload_design(spec: HardwareSpec, opts: CompileOptions, place: str) -> str | None:
+    """The preload design the pass applies when model state is at ``place`` (None: no
+    preload schedule)."""
     if opts.preload == PRELOAD_OFF:
         return None
-    applies = spec.hbm_bandwidth > 0 and opts.execution == "t10" and not opts.state_on_chip
+    applies = spec.hbm_bandwidth > 0 and opts.execution == "t10" and place == "hbm"
     if opts.preload is None:
         return DEFAULT_HBM_DESIGN if applies else None
     if not applies:
         why = ("it has no HBM" if spec.hbm_bandwidth <= 0 else
-               "the model state is kept on chip" if opts.state_on_chip else
+               f"the model state is not in HBM (state={place!r})" if place != "hbm" else
                f"execution={opts.execution!r} programs load through the VGM")
         raise IccaError(f"preload design {opts.preload!r} cannot apply on chip '{spec.name}': {why}")
     return opts.preload
@@ -327,8 +368,9 @@ def _with_host_outputs(program: DeviceProgram, indices: frozenset[int]) -> Devic
 
 def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
                     opts: CompileOptions, cache: PlanCache,
-                    progress: bool) -> tuple[list[DeviceProgram], ModelPlan | None]:
-    """Per region call of ``main`` (``order``), its device program with its input sources."""
+                    place: str) -> tuple[list[DeviceProgram], ModelPlan | None]:
+    """Per region call of ``main`` (``order``), its device program with its input sources,
+    model state at ``place`` (:data:`~tvm_icca.planning.state_place.STATE_PLACES`)."""
     regions = icca_regions(mod)
     missing = sorted(set(regions) - set(order))
     if missing:
@@ -340,11 +382,11 @@ def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
         raise IccaError(f"resident names {unknown} are not parameters of main")
     origins = argument_origins(mod, resident)
     label = str(mod.attrs.get(MODEL_NAME_ATTR, "model")) if mod.attrs is not None else "model"
-    if not opts.state_on_chip:
-        state = model_state_source(spec.hbm_bandwidth > 0)
+    if place != "chip":
+        state = model_state_source(place == "hbm")
         sources = [tuple(state if o == STATE else o for o in row) for row in origins]
         return _compile_each(order, regions, spec, cache, opts.execution, None, sources,
-                             state, progress), None
+                             state, opts.progress), None
     margin = on_chip_reservation(mod, resident, spec.num_cores,
                                  include_state=opts.execution == "vgm")
     if margin >= spec.usable_sram_bytes:
@@ -358,46 +400,56 @@ def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
         # The VGM keeps everything in its region: weights and activations alike.
         sources = [tuple(CHIP for _ in row) for row in origins]
         return _compile_each(order, regions, spec, cache, "vgm", margin, sources, CHIP,
-                             progress), None
+                             opts.progress), None
     plan_hw = spec.with_overrides(sram_bytes_per_core=spec.sram_bytes_per_core - margin)
-    return _compile_reconciled(order, regions, plan_hw, cache, origins, progress, label)
+    return _compile_reconciled(order, regions, plan_hw, cache, origins, opts.progress, label)
 
 
 def _compile_each(order: Sequence[str], regions, hw: HardwareSpec, cache: PlanCache,
                   execution: str, region_bytes: int | None, sources: Sequence[tuple[str, ...]],
-                  constant_source: str, progress: bool) -> list[DeviceProgram]:
-    """Every region planned on its own (operators get the SRAM the region leaves them)."""
+                  constant_source: str, progress: Progress) -> list[DeviceProgram]:
+    """Every region planned on its own (operators get the SRAM the region leaves them); one
+    bar over the operators of every distinct region, each counted once extracted."""
     compiled: dict[str, DeviceProgram] = {}
     programs: list[DeviceProgram] = []
     hbm: dict[str, set[int]] = {}  # parameters read from HBM in some call of the region
     for region, row in zip(order, sources):
         hbm.setdefault(region, set()).update(i for i, s in enumerate(row) if s == "hbm")
-    for region in _progress(list(dict.fromkeys(order)), progress):
-        with _region_errors(region, hw):
-            compiled[region] = compile_region(regions[region], region, hw, plan_cache=cache,
-                                              execution=execution, vgm_region_bytes=region_bytes,
-                                              hbm_params=sorted(hbm[region]),
-                                              hbm_constants=constant_source == "hbm")
+    distinct = list(dict.fromkeys(order))
+    with progress.phase("planning operators", unit="op") as phase:
+        for k, region in enumerate(distinct):
+            if len(distinct) > 1:
+                phase.note(f"region {k + 1}/{len(distinct)}")
+            with _region_errors(region, hw):
+                compiled[region] = compile_region(
+                    regions[region], region, hw, plan_cache=cache, execution=execution,
+                    vgm_region_bytes=region_bytes, hbm_params=sorted(hbm[region]),
+                    hbm_constants=constant_source == "hbm", phase=phase)
     for region, row in zip(order, sources):
         programs.append(_with_sources(compiled[region], row, constant_source))
     return programs
 
 
 def _compile_reconciled(order: Sequence[str], regions, plan_hw: HardwareSpec, cache: PlanCache,
-                        origins: Sequence[tuple[str, ...]], progress: bool,
+                        origins: Sequence[tuple[str, ...]], progress: Progress,
                         label: str) -> tuple[list[DeviceProgram], ModelPlan]:
     """The model kept on chip: idle and active plans for all operators together (T10
     Algorithm 1). Model state is ``"resident"``, every other region input ``"chip"`` (the host
     only reshapes between regions, an on-chip re-layout)."""
     extracted = {}
-    for region in _progress(list(dict.fromkeys(order)), progress):
-        with _region_errors(region, plan_hw):
-            extracted[region] = extract_region(regions[region], region, plan_hw, cache.exprs)
+    distinct = list(dict.fromkeys(order))
+    with progress.phase("extracting regions", unit="region", total=len(distinct)) as phase:
+        for region in distinct:
+            with _region_errors(region, plan_hw):
+                extracted[region] = extract_region(regions[region], region, plan_hw, cache.exprs)
+            phase.step()
     state: dict[str, frozenset[str]] = {}
     for region, row in zip(order, origins):
         names = frozenset(d.name for d, o in zip(extracted[region].inputs, row) if o == STATE)
         state[region] = names if region not in state else state[region] & names
-    model_plan = reconcile_regions(extracted, order, state, plan_hw, cache, label)
+    with progress.phase("idle/active plans", unit="op") as phase:
+        model_plan = reconcile_regions(extracted, order, state, plan_hw, cache, label,
+                                       phase=phase)
     resident = model_state_source(plan_hw.hbm_bandwidth > 0, on_chip=True)
     programs = []
     for region in order:
@@ -515,11 +567,3 @@ class _RedirectCalls(relax.PyExprMutator):
                      .with_attr(PROGRAM_ATTR, self._programs[symbol]))
             target = self._added[symbol] = self.builder_.add_func(clone, symbol)
         return relax.Call(target, call.args, call.attrs, call.ty_args)
-
-
-def _progress(items: Sequence[str], enabled: bool) -> Iterable[str]:
-    if not enabled or len(items) < 2:
-        return items
-    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
-
-    return tqdm(items, desc="planning regions", unit="region")

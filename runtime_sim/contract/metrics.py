@@ -1,0 +1,191 @@
+"""The metric glossary: every number a run reports, with one name, one unit and one meaning.
+
+The functional device's counters (``last_run_stats()``), the timing simulator's report
+(``TimingReport.to_dict``, ``tvm-icca simulate --json``), its per-operator rows (the same
+names, for one operator) and the trace's ``args`` all use these names; a test checks that
+every key they emit is defined here, so a metric cannot quietly get a second spelling or a
+second meaning. The documentation's glossary page is generated from :data:`METRICS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["METRICS", "Metric", "metric"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One reported quantity: its unit (``s``, ``bytes``, ``ratio``, ``count``, ...), what it
+    means, and who reports it (``device``: the functional device's counters; ``timing``: the
+    timing simulator; ``both``: each, with the same meaning)."""
+
+    unit: str
+    meaning: str
+    source: str = "timing"
+
+
+def _m(unit: str, meaning: str, source: str = "timing") -> Metric:
+    return Metric(unit, meaning, source)
+
+
+#: Name -> definition. Times are seconds of simulated chip time unless the meaning says
+#: otherwise; byte counts are per run (one model invocation), summed over cores.
+METRICS: dict[str, Metric] = {
+    # -- what was run -------------------------------------------------------------------
+    "hardware": _m("name", "the chip (hardware preset or spec name) the run was timed on"),
+    "topology": _m("name", "the interconnect topology, with the chip count on multi-chip systems"),
+    "design": _m("name", "the Elk preload design of the program stream (Elk §6.1); empty "
+                 "without a preload schedule"),
+    "num_ops": _m("count", "device operators executed (in a row: of that region or kind)"),
+    "num_regions": _m("count", "region calls (device programs) executed"),
+    "regions_executed": _m("count", "region calls the functional device executed", "device"),
+    "cores_used": _m("count", "most cores any operator of the run used", "device"),
+    "steps": _m("count", "compute-shift steps (bulk-synchronous rounds: compute, then shift), "
+                "T10 §3", "both"),
+    "flops": _m("FLOP", "floating-point operations of the operators (a multiply-add is two)"),
+    "tuned_ops": _m("names", "operators whose plan came from tuning records", "device"),
+    # -- time ------------------------------------------------------------------------------
+    "total_s": _m("s", "makespan of the run on the chip: first load to last result returned"),
+    "simulated_s": _m("s", "``total_s`` of the timing simulator run over exactly the programs "
+                      "the functional device executed; None when nothing ran on the chip",
+                      "both"),
+    "compute_s": _m("s", "compute-array time of the operators: sub-tasks, per-step "
+                    "synchronization, reduction adds, epilogues"),
+    "transfer_s": _m("s", "interconnect time inside operator execution: re-layout, shifts, "
+                     "replica reduction, distribution"),
+    "idle_s": _m("s", "time the compute array waits (``total_s - compute_s - transfer_s``)"),
+    "stall_s": _m("s", "time lost to interconnect contention beyond the uncontended time"),
+    "hbm_s": _m("s", "time the HBM controllers are busy loading"),
+    "overlap_s": _m("s", "time HBM loading runs while an operator executes"),
+    "host_s": _m("s", "time the host links are busy, both directions"),
+    "simulation_s": _m("s (wall clock)", "host seconds the timing simulation itself took"),
+    "preload_s": _m("s", "time some off-chip load is in progress (Elk Fig. 18 'preload')"),
+    "preload_only_s": _m("s", "time loads run while nothing executes (non-overlapped preload)"),
+    "execute_only_s": _m("s", "time an operator executes while nothing loads"),
+    "preload_overlap_s": _m("s", "time loading and execution run together"),
+    "interconnect_stall_s": _m("s", "compute-array wait caused by loads sharing links with "
+                               "executions (Elk §6.2 'interconnect'; part of ``stall_s``)"),
+    "preload_stall_s": _m("s", "total delay of the loads from sharing links with executions, "
+                          "exposed or not"),
+    # -- bytes -------------------------------------------------------------------------------
+    "hbm_bytes": _m("bytes", "distinct bytes of the distinct HBM tensors read (one copy each)"),
+    "hbm_delivered_bytes": _m("bytes", "bytes the HBM controllers read: a copy per chip that "
+                              "needs a tensor"),
+    "host_in_bytes": _m("bytes", "bytes sent host -> chip over the host links (each tensor "
+                        "once per chip that needs it)"),
+    "host_out_bytes": _m("bytes", "bytes returned chip -> host over the host links"),
+    "host_placed_bytes": _m("bytes", "bytes the functional device wrote into cores' SRAM from "
+                            "host-side copies (inputs, host or HBM model state), once per "
+                            "replica: a tensor on 4 cores counts 4 times", "device"),
+    "input_bytes": _m("bytes", "bytes of region inputs handed to the device", "device"),
+    "output_bytes": _m("bytes", "bytes of region outputs handed back by the device", "device"),
+    "shift_bytes": _m("bytes", "bytes moved by rotations and replica reductions (T10 §3.2)",
+                      "both"),
+    "rotation_bytes": _m("bytes", "bytes moved by rotations alone", "both"),
+    "reduction_bytes": _m("bytes", "bytes moved by replica reductions alone", "both"),
+    "relayout_bytes": _m("bytes", "bytes moved placing on-chip intermediates into the next "
+                         "operator's layout (T10 §4.3.2 re-layout)", "both"),
+    "inter_chip_bytes": _m("bytes", "bytes that crossed a chip-to-chip link"),
+    "fetch_bytes": _m("bytes", "VGM operators: tile bytes loaded from home slices, epilogue "
+                      "inputs included (T10 §2.2 baseline)", "device"),
+    "store_bytes": _m("bytes", "VGM operators: output tile bytes stored to home slices",
+                      "device"),
+    "preloaded_bytes": _m("bytes", "bytes preloads wrote into preload space (Elk §4.5); "
+                          "without a stream, the bytes loads delivered to cores", "both"),
+    "distributed_bytes": _m("bytes", "bytes distribution phases moved between cores "
+                            "(preload state -> execute state, Elk §4.2)", "both"),
+    # -- memory ----------------------------------------------------------------------------
+    "peak_sram_bytes_per_core": _m("bytes", "peak SRAM a core held: execution space (shift "
+                                   "buffer included) plus preload space; the ideal design: "
+                                   "execution space alone", "both"),
+    "peak_sram_with_prefetch_bytes_per_core": _m("bytes", "peak SRAM a core held counting the "
+                                                 "next operator's prefetched inputs"),
+    "peak_preload_bytes_per_core": _m("bytes", "most preload space a core held", "both"),
+    "vgm_bytes_per_core": _m("bytes", "VGM runs: the per-core region holding every tensor"),
+    "fits": _m("bool", "VGM runs: whether the VGM region plus the largest working set fit SRAM"),
+    # -- counts of the preload stream ------------------------------------------------------
+    "preloads": _m("count", "preload instructions of the stream (Elk §4.5)", "both"),
+    "executes": _m("count", "execute instructions of the stream (one per operator)", "both"),
+    # -- tables (lists of rows whose keys are defined below or above) ----------------------
+    "per_op": _m("rows", "one row per operator executed, in start order"),
+    "simulated_ops": _m("rows", "``per_op`` of the timing run behind ``simulated_s``", "both"),
+    "regions": _m("rows", "one row per region call", "both"),
+    "op_kinds": _m("rows", "per operator kind: ops, time_s, lower_bound_s and their ratio"),
+    "slow_kinds": _m("rows", "the ``op_kinds`` rows over 10x their lower bound"),
+    "slow_ops": _m("rows", "operators over 10x their lower bound"),
+    # -- the command line's --json (compilation facts beside the report) --------------------
+    "model": _m("name", "the model that was compiled (zoo workload or ONNX file)"),
+    "config": _m("mapping", "the zoo workload's configuration (batch, context, layers, ...)"),
+    "compile": _m("mapping", "facts about the compilation (regions, ops, inputs per source, "
+                  "where the weights live)"),
+    "compile_s": _m("s (wall clock)", "host seconds the compilation took"),
+    "simulate_s": _m("s (wall clock)", "host seconds the simulation took, trace included"),
+    # -- utilizations (ratios in [0, 1]) ----------------------------------------------------
+    "flops_utilization": _m("ratio", "``flops`` / (``total_s`` x peak matrix FLOP/s)"),
+    "achieved_flops": _m("FLOP/s", "``flops`` / ``total_s``"),
+    "hbm_utilization": _m("ratio", "``hbm_bytes`` / (``total_s`` x HBM bandwidth)"),
+    "interconnect_utilization": _m("ratio", "link-busy time / ``total_s``: transfer phases of "
+                                   "executions plus every load's network delivery at full "
+                                   "rate (over 2 x ``total_s`` for the ideal design's two "
+                                   "interconnects)"),
+    "link_bandwidth_utilization": _m("ratio", "bytes cores received over links / (``total_s`` "
+                                     "x cores x link bandwidth): the share of every core's "
+                                     "receive bandwidth used"),
+}
+
+#: Per-operator rows (``per_op`` of the report, ``simulated_ops``) use the run-level names
+#: above for one operator, plus these.
+OP_METRICS: dict[str, Metric] = {
+    "name": _m("name", "the operator's generated key: region symbol plus ``.opN``"),
+    "label": _m("text", "the operator in the user's words: kind and output shape"),
+    "region": _m("name", "the region (device program) the operator belongs to"),
+    "kind": _m("name", "the operator kind (``runtime_sim.contract.op_kinds``)"),
+    "cores": _m("count", "cores the operator's plan uses"),
+    "chips": _m("indices", "the chips its cores are on"),
+    "start_s": _m("s", "when its execution on the compute array starts"),
+    "end_s": _m("s", "when its execution ends"),
+    "wait_s": _m("s", "compute-array idle time before it, waiting for its loads"),
+    "load_start_s": _m("s", "when its off-chip loads start"),
+    "load_end_s": _m("s", "when its off-chip loads end"),
+    "hbm_start_s": _m("s", "when its HBM load starts"),
+    "host_start_s": _m("s", "when its host-link load starts"),
+    "host_out_s": _m("s", "duration of returning its outputs to the host"),
+    "host_out_start_s": _m("s", "when that return starts"),
+    "prefetched": _m("bool", "its load started while the previous operator executed"),
+    "sram_bytes_per_core": _m("bytes", "peak SRAM on a core while it runs, shift buffer "
+                              "included"),
+    "relayout_s": _m("s", "its re-layout phase"),
+    "link_busy_s": _m("s", "how long its transfers hold link bandwidth (``transfer_s`` "
+                      "without hop latencies)"),
+    "steps_s": _m("s", "all its steps: sub-tasks, syncs and shifts"),
+    "shift_s": _m("s", "its shift phases"),
+    "reduction_s": _m("s", "its replica reduction: transfers and adds"),
+    "epilogue_s": _m("s", "its fused epilogue"),
+    "distribute_s": _m("s", "its distribution phase (preload state -> execute state)"),
+    "distinct_shift_phases": _m("count", "distinct shift patterns among its steps"),
+    "estimated": _m("bool", "a sampled estimate entered its shift or re-layout cost"),
+    "lower_bound_s": _m("s", "what no plan can avoid on this system: the largest of its FLOPs "
+                        "at peak, its HBM bytes at full bandwidth, its host bytes, one sync"),
+    "bound_by": _m("name", "which term gives ``lower_bound_s``: flops, hbm, host or sync"),
+    "preloaded": _m("bool", "the preload stream preloads it"),
+    "preload_start_s": _m("s", "when its preload starts"),
+    "preload_end_s": _m("s", "when its preload ends"),
+    "preload_space_bytes_per_core": _m("bytes", "preload space it holds on its busiest core"),
+    "time_s": _m("s", "time on the compute array (``wait_s`` + its execution)"),
+    "ops": _m("rows", "the device's ``regions`` rows: that region's per-operator counters",
+              "device"),
+    "ratio": _m("ratio", "``time_s`` / ``lower_bound_s`` (1 is the best any plan can do)"),
+    # load-compute-store (VGM) operators, T10 §2.2
+    "uncontended_transfer_s": _m("s", "VGM: its transfer if no home core were a hot spot"),
+    "bytes_moved": _m("bytes", "VGM: tile bytes it fetched and stored"),
+    "waves": _m("count", "VGM: rounds of tiles over the cores"),
+    "tiles": _m("count", "VGM: output tiles"),
+}
+
+
+def metric(name: str) -> Metric:
+    """The definition of ``name`` (run-level first, then per-operator); KeyError if none."""
+    if name in METRICS:
+        return METRICS[name]
+    return OP_METRICS[name]
