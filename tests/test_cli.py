@@ -3,6 +3,7 @@ arguments: one line on stderr, a non-zero exit, never a traceback, before any wo
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -179,14 +180,15 @@ def test_simulate_onnx_with_shape(models, capsys):
 
 def test_simulate_zoo_by_position_and_option(capsys):
     for argv in (["resnet18"], ["--model", "resnet18"]):
-        code, out, err = _main(capsys, "simulate", *argv, "--tiny", "--json", "--no-progress")
+        code, out, err = _main(capsys, "simulate", *argv, "--tiny", "--json", "--no-progress",
+                               "--hw", "ipu-pod4-hbm")
         assert code == 0, err
         assert json.loads(out)["model"] == "resnet18"
 
 
 def test_simulate_design_choice(capsys):
     code, out, err = _main(capsys, "simulate", "llama2-7b", "--tiny", "--context", "8",
-                           "--design", "basic", "--json", "--no-progress")
+                           "--design", "basic", "--json", "--no-progress", "--hw", "ipu-pod4-hbm")
     assert code == 0, err
     data = json.loads(out)
     assert data["design"] == "basic" and data["preloads"] > 0
@@ -205,12 +207,13 @@ def test_tune_then_simulate_and_compile_with_the_records(models, tmp_path, capsy
     tuned = int(out.split("operators compiled with tuned plans: ")[1].split()[0])
     # (the compiler's plan of this small matmul is already the best measured on ipu-mk2: the
     # positive case is tests/test_records_apply.py's, on a smaller chip; here the reports agree)
+    # records are per-operator plans: they apply with the weights sent by the host
     code, out, err = _main(capsys, "simulate", models["mlp"], "--hw", "ipu-mk2", "--database",
-                           work_dir, "--json", "--no-progress")
+                           work_dir, "--json", "--no-progress", "--state", "host")
     assert code == 0, err
     assert len(json.loads(out)["compile"]["tuned_ops"]) == tuned
     code, out, err = _main(capsys, "compile", models["mlp"], "--hw", "ipu-mk2", "--database",
-                           work_dir, "-o", str(tmp_path / "mlp.so"))
+                           work_dir, "-o", str(tmp_path / "mlp.so"), "--state", "host")
     assert code == 0, err
     assert f"operators compiled with tuned plans: {tuned}" in out
 
@@ -352,3 +355,59 @@ def test_a_file_that_is_no_onnx_model_is_a_usage_error(tmp_path, capsys):
     for command in ("compile", "simulate"):
         code, out, err = _main(capsys, command, garbage)
         assert code == 2 and "not a readable ONNX model" in err, (command, err)
+
+
+#: A short run of every long-running command (``plan`` twice: its operator and model forms).
+PROGRESS_RUNS = [
+    ["compile", "MLP", "-o", "OUT", "--hw", "ipu-mk2"],
+    ["simulate", "bert-large", "--tiny", "--layers", "1"],
+    ["run", "LIB"],
+    ["tune", "MLP", "--work-dir", "TMPDIR", "--trials", "2", "--max-tasks", "1"],
+    ["plan", "matmul", "--m", "64", "--k", "64", "--n", "64"],
+    ["plan", "model", "--model", "bert-large", "--tiny", "--layers", "1"],
+    ["demo"],
+]
+
+
+class _Terminal(io.StringIO):
+    """Standard error that says it is a terminal, where the default policy would draw bars."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _bars_at_once(monkeypatch) -> _Terminal:
+    """Standard error a terminal, and every phase's bar drawn without the two-second delay,
+    so that a short run would show the bars the flag must hide."""
+    import tvm_icca.progress
+
+    real = tvm_icca.progress.tqdm
+    monkeypatch.setattr(tvm_icca.progress, "tqdm", lambda *a, **k: real(*a, **{**k, "delay": 0}))
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    return terminal
+
+
+@pytest.mark.parametrize("argv", PROGRESS_RUNS, ids=[" ".join(a[:2]) for a in PROGRESS_RUNS])
+def test_no_progress_is_accepted_and_draws_no_bar(argv, models, built, tmp_path, capsys,
+                                                  monkeypatch):
+    paths = {"MLP": models["mlp"], "LIB": built["mlp"], "OUT": str(tmp_path / "out.so"),
+             "TMPDIR": str(tmp_path / "records")}
+    argv = [paths.get(a, a) for a in argv]
+    assert cli.build_parser().parse_args(argv).progress is True  # the default: bars
+    assert cli.build_parser().parse_args(argv + ["--no-progress"]).progress is False
+    terminal = _bars_at_once(monkeypatch)
+    assert cli.main(argv + ["--no-progress"]) == 0
+    err = terminal.getvalue()
+    assert "\r" not in err and "/s]" not in err, err
+
+
+def test_without_the_flag_a_terminal_gets_the_phases(capsys, monkeypatch):
+    """The control of the test above: the same short run draws its phases' bars."""
+    terminal = _bars_at_once(monkeypatch)
+    assert cli.main(["simulate", "bert-large", "--tiny", "--layers", "1"]) == 0
+    err = terminal.getvalue()
+    assert "\r" in err
+    # kept on chip (it fits): the regions are extracted, then T10 Algorithm 1 plans them
+    for phase in ("extracting regions", "idle/active plans", "timing"):
+        assert phase in err, err

@@ -130,7 +130,8 @@ def test_simulate_zoo_transformer_shows_labels(capsys, tmp_path) -> None:
 
 
 def test_simulate_zoo_cnn_calls_max_pool_pooling(capsys, tmp_path) -> None:
-    table, names = _simulate(capsys, tmp_path, "resnet50", "--tiny", "--layers", "1")
+    table, names = _simulate(capsys, tmp_path, "resnet50", "--tiny", "--layers", "1",
+                             "--hw", "ipu-pod4-hbm")
     assert any(n.startswith("max_pool2d [") for n in table)
     assert any(n.startswith("max_pool2d [") for n in names)
     assert not any(n.startswith("reduce") for n in table)
@@ -140,6 +141,7 @@ def test_simulate_zoo_cnn_calls_max_pool_pooling(capsys, tmp_path) -> None:
 def test_simulate_onnx_model_shows_labels(design, capsys, tmp_path) -> None:
     path = tmp_path / "cnn.onnx"
     onnx.save(residual_cnn().model, str(path))
-    table, names = _simulate(capsys, tmp_path, str(path), "--design", design)
+    table, names = _simulate(capsys, tmp_path, str(path), "--design", design,
+                             "--hw", "ipu-pod4-hbm")
     assert any(n.startswith("conv2d") for n in table)
     assert any(n.startswith("conv2d") for n in names)

@@ -40,11 +40,12 @@ def test_tuned_plan_is_compiled_and_exact(tuned_small_chip):
     work_dir, summary = tuned_small_chip
     [result] = summary.results
     assert result.best_s < result.untuned_s  # the simulator prefers another plan here
-    untuned = compile_programs(tiny_model(), hw)
+    untuned = compile_programs(tiny_model(), hw, state="host")
     with tvm_icca.use_database(work_dir) as tuned:
-        timed = compile_programs(tiny_model(), hw)
+        timed = compile_programs(tiny_model(), hw, state="host")
         with tvm_icca.use_hardware(hw):
-            ex = tvm.compile(tiny_model(), target="icca")
+            ex = tvm.compile(tiny_model(), target="icca", relax_pipeline=tvm_icca.icca_pipeline(
+                options=tvm_icca.CompileOptions(state="host")))
     assert tuned.applied and "tuned plans applied" in tuned.report()
     assert all(a.tuned_s < a.untuned_s for a in tuned.applied)
     assert timed.programs[0].ops[0].plan != untuned.programs[0].ops[0].plan
@@ -52,13 +53,21 @@ def test_tuned_plan_is_compiled_and_exact(tuned_small_chip):
     assert_exact_mlp(ex, seed=0)
 
 
+def test_records_do_not_apply_to_a_model_kept_on_chip_and_say_so(tuned_small_chip):
+    work_dir, _ = tuned_small_chip
+    with tvm_icca.use_database(work_dir) as tuned:
+        kept = compile_programs(tiny_model(), tvm_icca.small_chip())  # default: on chip
+    assert kept.state.place == "chip" and not kept.tuned_ops
+    assert "kept on chip" in tuned.report() and "--state host" in tuned.report()
+
+
 def test_record_of_another_chip_is_ignored(tmp_path):
     tvm_icca.tune(tiny_model(), str(tmp_path), tvm_icca.small_chip(), max_trials=8,
                   batch_size=4, progress=False)
     other = tvm_icca.small_chip(sram_bytes_per_core=32 * 1024)
-    plain = compile_programs(tiny_model(), other)
+    plain = compile_programs(tiny_model(), other, state="host")
     with tvm_icca.use_database(str(tmp_path)) as tuned:
-        compiled = compile_programs(tiny_model(), other)
+        compiled = compile_programs(tiny_model(), other, state="host")
     assert not tuned.applied
     assert any("ignored" in note for note in tuned.notes)
     assert compiled.programs[0].ops[0].plan == plain.programs[0].ops[0].plan
@@ -118,11 +127,11 @@ def test_meta_schedule_database_context_applies_records(tuned_small_chip):
     hw = tvm_icca.small_chip()
     work_dir, _ = tuned_small_chip
     with tvm_icca.use_database(work_dir):
-        expected = compile_programs(tiny_model(), hw)
+        expected = compile_programs(tiny_model(), hw, state="host")
     assert expected.tuned_ops
     for database in (database_class()(work_dir), ms.database.JSONDatabase(work_dir=work_dir)):
         with database:
-            compiled = compile_programs(tiny_model(), hw)
+            compiled = compile_programs(tiny_model(), hw, state="host")
         assert compiled.tuned_ops == expected.tuned_ops
         assert compiled.programs[0].ops[0].plan == expected.programs[0].ops[0].plan
-    assert not compile_programs(tiny_model(), hw).tuned_ops  # outside the block: untuned
+    assert not compile_programs(tiny_model(), hw, state="host").tuned_ops  # outside the block: untuned

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import argparse
 
-from tvm_icca.cli.args import add_hardware_argument, add_model_arguments, positive_int
+from tvm_icca.cli.args import (
+    add_hardware_argument,
+    add_model_arguments,
+    add_progress_argument,
+    positive_int,
+)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -35,7 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="worker processes measuring plans (default 1)")
     parser.add_argument("--max-tasks", type=positive_int, default=None,
                         help="tune only the N heaviest operators")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_argument(parser)
     parser.set_defaults(func=_run)
     return parser
 
@@ -47,21 +52,30 @@ def _run(args: argparse.Namespace) -> int:
     )
     from tvm_icca.hardware_choice import resolve_hardware  # pylint: disable=import-outside-toplevel
     from tvm_icca.records.apply import use_database  # pylint: disable=import-outside-toplevel
+    from tvm_icca.planning.state_place import (  # pylint: disable=import-outside-toplevel
+        StatePlacement,
+        per_operator_state,
+    )
     from tvm_icca.tuning import tune  # pylint: disable=import-outside-toplevel
 
     model_arg = _model_argument(args)
     hw = resolve_hardware(args.hw)
     model, name, description, _ = _load(args, model_arg)
     named = {} if hasattr(model, "config") else {"name": name}
-    progress = not args.no_progress
+    progress = args.progress
     summary = tune(model, args.work_dir, hw, max_trials=args.trials, jobs=args.jobs,
                    max_tasks=args.max_tasks, progress=progress)
+    # records are per operator: both sides of the comparison plan operator by operator
+    state = per_operator_state(hw)
     print(f"{description} on {hw.name}")
+    print("  " + StatePlacement(state, "tuning measures per-operator plans (a model kept on "
+                                       "chip is planned jointly, without records)").describe())
     print(summary.table())
-    untuned = compile_programs(model, hw, **named).simulate()
+    untuned = compile_programs(model, hw, progress=progress, state=state,
+                               **named).simulate(progress=progress)
     with use_database(args.work_dir) as tuned:
-        compiled = compile_programs(model, hw, **named)
-    report = compiled.simulate()
+        compiled = compile_programs(model, hw, progress=progress, state=state, **named)
+    report = compiled.simulate(progress=progress)
     print(tuned.report())
     print(f"simulated latency: untuned {untuned.total_s * 1e3:.4f} ms, tuned "
           f"{report.total_s * 1e3:.4f} ms ({untuned.total_s / report.total_s:.3f}x)")

@@ -218,7 +218,8 @@ def _planning_pass(spec: HardwareSpec | None, options: CompileOptions | None, *,
             # inside meta_schedule's `with database:` its ICCA records apply (records.apply)
             with database_scope():
                 programs, model_plan, preloads, placement = _decide(mod, order, chip, opts, cache)
-                compiled_with_hook(programs)  # tell tuning which operators kept tuned plans
+                # tell tuning which operators kept tuned plans
+                compiled_with_hook(programs, planned_jointly=placement.place == "chip")
             mod = _attach(mod, order, programs, model_plan).with_attr(STATE_ATTR,
                                                                        placement.to_json())
             if preloads is not None:

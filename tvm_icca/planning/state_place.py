@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from runtime_sim.contract.errors import IccaError
 from runtime_sim.contract.hardware import HardwareSpec
 
-__all__ = ["STATE_ATTR", "STATE_CHOICES", "STATE_PLACES", "STATE_WORDS", "StatePlacement", "describe_setting",
+__all__ = ["STATE_ATTR", "STATE_CHOICES", "STATE_PLACES", "STATE_WORDS", "StatePlacement", "describe_setting", "per_operator_state",
            "state_candidates", "state_placement_of"]
 
 #: The places model state can live in, in the vocabulary of the option.
@@ -90,6 +90,13 @@ def state_candidates(spec: HardwareSpec, requested: str | None) -> list[StatePla
     return [StatePlacement("chip", f"the default on a chip without HBM ('{spec.name}'), "
                                    "the model fits in SRAM"),
             StatePlacement("host", "the model does not fit in SRAM")]
+
+
+def per_operator_state(spec: HardwareSpec) -> str:
+    """The state place under which the planner plans operators one at a time (``"hbm"`` on a
+    chip with HBM, else ``"host"``): what tuning measures and its records apply to. A model
+    kept on chip is planned jointly (T10 Algorithm 1), not operator by operator."""
+    return "hbm" if spec.hbm_bandwidth > 0 else "host"
 
 
 def describe_setting(chip: str, design: str | None, placement: StatePlacement | None) -> str:

@@ -90,10 +90,12 @@ def measured_plans(expr: "TensorExpr", hw: "HardwareSpec") -> Sequence[tuple[flo
     return () if lookup is None else lookup(expr, hw)
 
 
-def compiled_with_hook(programs: Sequence["DeviceProgram"]) -> None:
+def compiled_with_hook(programs: Sequence["DeviceProgram"], planned_jointly: bool = False) -> None:
     """Tell the active hook the final device programs of a compilation (after the Elk pass,
-    which may choose other plans than the region planner did)."""
+    which may choose other plans than the region planner did); ``planned_jointly``: the model
+    is kept on chip and its plans were chosen together (T10 Algorithm 1), not requested one
+    operator at a time through the hook."""
     hook = _HOOK.get()
     done = getattr(hook, "compiled", None)
     if done is not None:
-        done(programs)
+        done(programs, planned_jointly)

@@ -132,9 +132,14 @@ class TunedPlans:
         measured = self._best.get((expr_digest(expr), hardware_digest(hw)), {})
         return sorted(measured.values(), key=lambda x: x[0])
 
-    def compiled(self, programs) -> None:
+    def compiled(self, programs, planned_jointly: bool = False) -> None:
         """The final programs of a compilation (:func:`.hook.compiled_with_hook`)."""
         self._compiled = True
+        if planned_jointly:
+            # plans of a model kept on chip are chosen together, not one request at a time
+            self._note("the model is kept on chip (state 'chip'): T10 Algorithm 1 chooses its "
+                       "operators' plans jointly and tuning records do not apply; compile "
+                       "with state 'host' (--state host) or on a chip with HBM to use them")
         seen = set(self.tuned_ops)
         for program in programs:
             for op in program.ops:

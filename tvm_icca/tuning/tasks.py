@@ -29,10 +29,12 @@ from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.stream import input_sources
 from tvm_icca.drivers.timing_only import compile_programs
+from tvm_icca.planning.state_place import per_operator_state
 from tvm_icca.ops.te_capture import compose_te
 from tvm_icca.partition.partitioner import icca_regions
 from tvm_icca.plans import PlannedOp
 from tvm_icca.plans.plan_hook import PlanRequest, plan_hook
+from tvm_icca.progress import ProgressLike
 from tvm_icca.records.keys import task_key, unmapped
 
 __all__ = ["Task", "extract_tasks", "operator_workload", "output_block"]
@@ -81,12 +83,14 @@ class _Recorder:
 
 
 def extract_tasks(model: Any, hw: HardwareSpec, *, preload: str | None = None,
-                  progress: bool = False) -> list[Task]:
+                  progress: ProgressLike = False) -> list[Task]:
     """The tasks of ``model`` (a Relax module or a zoo workload) on ``hw``, heaviest first
-    (weight x analytic time)."""
+    (weight x analytic time); ``progress``: the compile's bars (:mod:`tvm_icca.progress`)."""
     recorder = _Recorder()
     with plan_hook(recorder):
-        compiled = compile_programs(model, hw, preload=preload, progress=progress)
+        # records are per operator: tune the per-operator planner's choices
+        compiled = compile_programs(model, hw, preload=preload, progress=progress,
+                                    state=per_operator_state(hw))
     runs: collections.Counter[str] = collections.Counter()
     elk_hbm: dict[str, tuple[int, ...]] = {}
     for program in compiled.programs:
