@@ -103,3 +103,37 @@ def test_plan_model_command_prints_every_decision(capsys) -> None:
     table = capsys.readouterr().out
     assert "Algorithm 1" in table and "R0.op0" in table
     assert cli_main(["plan", "model", "--model", "gpt-9"]) == 1
+
+
+def test_tiny_conv_net_kept_on_chip_of_many_cores_is_planned() -> None:
+    """ResNet-18 with 8-32 channels on a 32x32 image, on ipu-mk2's 1,472 cores: its 3x3
+    convolutions have no plan meeting both T10 constraints (at least 90% of the cores they
+    can reach only with over 11% padding), so their candidates come from the padding-bound
+    space (:func:`tvm_icca.plans.pareto.relaxations`), not the complete one (1e8 plans per
+    convolution, minutes of scanning)."""
+    from runtime_sim.contract.hardware import preset
+    from runtime_sim.contract.layout import OpLayout
+    from tvm_icca.planning.plan_cache import PlanCache
+    from tvm_icca.plans.filters import PlanFilters
+    from tvm_icca.plans.scoring import candidate_partitions
+    from tvm_icca.plans.search_memo import plan_structure
+
+    hw = preset("ipu-mk2")
+    model = compile_programs(get_workload("resnet18", tiny=True), hw, state="chip",
+                             plan_cache=PlanCache(jobs=1))
+    plan = model.model_plan
+    assert plan is not None and math.isfinite(plan.estimated_time_s)
+    assert sum(d.calls for d in plan.decisions) == model.num_device_ops
+    convs = [op for p in model.programs for op in p.ops if op.expr.kind == "conv2d"]
+    assert convs
+    for op in convs:
+        layout = OpLayout(op.expr, op.plan)
+        layout.validate()
+        padded = math.prod(layout.F[a] * layout.xp[a] for a in layout.axes)
+        assert padded / math.prod(layout.extent.values()) <= 1 / 0.9 + 1e-9
+    # the path under test: some convolutions have no F_op row within both constraints
+    unfiltered = [op for op in convs if not len(candidate_partitions(
+        plan_structure(op.expr), hw.num_cores, PlanFilters.t10()))]
+    assert unfiltered
+    report = model.simulate()
+    assert report.peak_sram_bytes_per_core <= hw.sram_bytes_per_core

@@ -95,12 +95,42 @@ def test_filtered_frontier_obeys_the_constraints(exprs) -> None:
     assert plan_operator(expr, hw).time_s <= front[-1].time_s * (1 + 1e-12)
 
 
-def test_constraints_nothing_can_meet_fall_back_to_the_complete_space(exprs) -> None:
+def _padding_bound_front(expr, hw, budget: int) -> set[tuple[int, float]]:
+    """By brute force: the (bytes, time) frontier of every plan of every F_op row (any number
+    of cores) within T10's padding bound and ``budget``, under the analytic model."""
+    from tvm_icca.plans.batch_cost import AnalyticBatchModel
+
+    structure = plan_structure(expr)
+    batch = plans_for(structure, op_partitions(structure, hw.num_cores))
+    keep = np.flatnonzero((batch.padding() <= 1 / 0.9 + 1e-9) & (batch.memory() <= budget))
+    batch = batch.take(keep)
+    times, _ = AnalyticBatchModel(hw).times(batch)
+    memory = batch.memory()
+    return {(int(memory[i]), round(float(times[i]), 18)) for i in pareto_front(times, memory)}
+
+
+def test_constraints_nothing_can_meet_drop_the_parallelism_one_first(exprs) -> None:
+    """No plan meets both T10 constraints: the frontier is the exact one within the padding
+    bound on any number of cores (brute force); below every such plan's footprint, the
+    complete space's."""
     expr = exprs.matmul(7, 7, 7)  # 15+ of 16 cores only with > 11% padding
     hw = small_chip(16, 64 * 1024)
     assert pareto_plans(expr, hw, relax=False) == []
     relaxed = pareto_plans(expr, hw)
-    assert relaxed and relaxed == pareto_plans(expr, hw, filters=None)
+    loose = PlanFilters.t10().without_parallelism()
+    assert relaxed == pareto_plans(expr, hw, filters=loose, relax=False)
+    assert {(p.memory_bytes, round(p.time_s, 18)) for p in relaxed} == _padding_bound_front(
+        expr, hw, hw.usable_sram_bytes)
+    assert {p.cores for p in relaxed} <= {1, 7}  # 7 divides; any other split pads
+    # The complete space holds smaller plans (16 cores, padded); a budget only they fit
+    # leaves the padding bound too.
+    complete = pareto_plans(expr, hw, filters=None)
+    smallest = min(p.memory_bytes for p in relaxed)
+    assert min(p.memory_bytes for p in complete) < smallest
+    tight = smallest - 1
+    assert _padding_bound_front(expr, hw, tight) == set()
+    assert pareto_plans(expr, hw, budget_bytes=tight) == pareto_plans(
+        expr, hw, filters=None, budget_bytes=tight) != []
 
 
 def test_space_sizes_shrink_stage_by_stage(exprs) -> None:
@@ -134,3 +164,16 @@ def test_weight_frontier_and_joint_scan_match_brute_force(exprs) -> None:
              pareto_plans(expr, hw, filters=None, budget_bytes=budget, tensors=(1,))]
     for a, b in zip(joint, alone):
         assert [(p.time_s, p.memory_bytes) for p in a] == [(p.time_s, p.memory_bytes) for p in b]
+
+
+def test_an_expression_without_axes_has_its_one_plan() -> None:
+    """A 0-d elementwise op (Clip's bounds, a quantization scale) has one plan: one core, no
+    partition (the search's step caps used to stack an empty list of axes)."""
+    from runtime_sim.contract.expr import TensorAccess, TensorExpr, make_load
+
+    scalars = [TensorAccess(name, (), "float32", ()) for name in "ABC"]
+    body = {"op": "add", "args": [make_load(0, ()), make_load(1, ())]}
+    expr = TensorExpr("add", (), tuple(scalars[:2]), scalars[2], body)
+    (only,) = pareto_plans(expr, small_chip(16, 16 * 1024))
+    assert only.cores == 1 and only.plan.op_partition == {}
+    assert only.memory_bytes == 3 * 4  # two inputs and the result, float32

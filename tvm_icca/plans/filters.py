@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -38,3 +39,8 @@ class PlanFilters:
     def none(cls) -> "PlanFilters":
         """No search constraint: the complete space (only plans that fit SRAM)."""
         return cls()
+
+    def without_parallelism(self) -> "PlanFilters":
+        """These constraints less the parallelism one (padding and SRAM fit kept): the space
+        :func:`.pareto.pareto_plans` falls back to when no plan meets both (see there)."""
+        return dataclasses.replace(self, min_core_utilization=0.0, min_cores=1)
