@@ -196,7 +196,7 @@ def test_cli_plan_matmul() -> None:
     assert list(bench) == keys
     assert bench == solve(32, 5120, 15360).to_json_dict()
     analytic = _cli("plan", "matmul", "--m", "64", "--k", "256", "--n", "512", "--pareto")
-    assert list(analytic) == keys + ["pareto"]
+    assert list(analytic) == ["axes"] + keys + ["pareto"] and analytic["axes"] == ["m", "k", "n"]
     assert len(analytic["F_op"]) == 3 and analytic["cores"] == math.prod(analytic["F_op"])
     assert all(set(p) == set(keys) | {"memory_bytes"} for p in analytic["pareto"])
     conv = _cli("plan", "conv2d", "--channels", "8", "--height", "12", "--width", "12", "--filters", "8")

@@ -3,8 +3,8 @@
 ``tvm-icca plan matmul --m 32 --k 5120 --n 15360 --cost-model t10-bench`` answers the T10
 benchmark problem (:mod:`tvm_icca.plans.t10_bench`); ``--cost-model analytic`` (default)
 plans with the compiler's own model (:func:`tvm_icca.plans.plan_operator`). Matmul plans
-print ``F_op`` as ``[m, k, n]`` and the six temporal factors ``f_t_<tensor>_<axis>``, plus
-``time_s`` and ``cores``; ``--pareto`` adds the time/memory Pareto plans under ``pareto``.
+print ``F_op`` as ``[m, k, n]`` (the analytic answer names them first, ``axes``) and the six
+temporal factors ``f_t_<tensor>_<axis>``, plus ``time_s`` and ``cores``; ``--pareto`` adds the time/memory Pareto plans under ``pareto``.
 ``tvm-icca plan conv2d`` prints ``axes``, ``F_op`` in that order and the temporal factors of
 the rotatable (tensor, axis) pairs.
 
@@ -21,7 +21,13 @@ import json
 import sys
 from typing import Any
 
-from tvm_icca.cli.args import add_hardware_argument, nonneg_int, positive_int, unit_float
+from tvm_icca.cli.args import (
+    add_hardware_argument,
+    add_progress_argument,
+    nonneg_int,
+    positive_int,
+    unit_float,
+)
 
 COST_MODELS = ("analytic", "t10-bench")
 
@@ -56,6 +62,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_hardware_argument(model, "chip to plan for")
     model.add_argument("--simulate", action="store_true", help="also time the programs")
     model.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    add_progress_argument(model)
     model.set_defaults(func=_run_model)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
     return parser
@@ -72,8 +79,8 @@ def _run_model(args: argparse.Namespace) -> int:
         name = canonical_name(args.model)
         workload = get_workload(name, **workload_kwargs(name, args.batch, args.context,
                                                         args.layers, None, args.tiny))
-        compiled = compile_programs(workload, args.hw, state="chip")
-        report = compiled.simulate() if args.simulate else None
+        compiled = compile_programs(workload, args.hw, state="chip", progress=args.progress)
+        report = compiled.simulate(progress=args.progress) if args.simulate else None
     except (IccaError, KeyError) as err:
         print(f"tvm-icca: error: {err}", file=sys.stderr)
         return 1
@@ -128,6 +135,7 @@ def _common(parser: argparse.ArgumentParser, cost_models: tuple[str, ...] = COST
     parser.add_argument("--padding", type=unit_float, default=0.9,
                         help="padding constraint: least real/padded ratio (default 0.9)")
     parser.add_argument("--indent", type=nonneg_int, default=None, help="indent the JSON output")
+    add_progress_argument(parser)
 
 
 def _filters(args: argparse.Namespace):
@@ -175,7 +183,10 @@ def _run_matmul(args: argparse.Namespace) -> int:
 
     expr = bench_expr(args.m, args.k, args.n, args.dtype)
     planned = plan_operator(expr, hw, budget_bytes=args.budget, name="matmul")
-    payload = _matmul_keys(planned.plan, planned.time_s, planned.layout.num_cores)
+    # axes named first, as for every other operator; the t10-bench answer above keeps the
+    # benchmark's own format (F_op is [m, k, n] there by definition)
+    payload = {"axes": ["m", "k", "n"],
+               **_matmul_keys(planned.plan, planned.time_s, planned.layout.num_cores)}
     if args.pareto:
         payload["pareto"] = [
             dict(_matmul_keys(p.plan, p.time_s, p.cores), memory_bytes=p.memory_bytes)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
     import onnx
 
-__all__ = ["Dims", "format_dims", "graph_inputs", "listed_inputs", "shape_flags", "shape_problem",
-           "suggested_shapes", "unbound_inputs"]
+__all__ = ["Dims", "format_dims", "graph_input_dtypes", "graph_inputs", "listed_inputs",
+           "shape_flags", "shape_problem", "suggested_shapes", "unbound_inputs"]
 
 #: An input's dimensions as the graph declares them: a size, a symbol, or None (unknown).
 Dims = list[int | str | None]
@@ -36,12 +36,30 @@ def graph_inputs(graph: "onnx.GraphProto") -> dict[str, Dims]:
         dims: Dims = []
         for dim in value.type.tensor_type.shape.dim:
             kind = dim.WhichOneof("value")
-            if kind == "dim_value" and dim.dim_value > 0:
+            if kind == "dim_value" and dim.dim_value >= 0:  # set explicitly: 0 is an empty axis
                 dims.append(int(dim.dim_value))
             else:
                 dims.append(dim.dim_param if kind == "dim_param" and dim.dim_param else None)
         inputs[value.name] = dims
     return inputs
+
+
+def graph_input_dtypes(graph: "onnx.GraphProto") -> dict[str, str | None]:
+    """Input name -> numpy dtype name (``"float32"``), for the graph inputs that are not
+    initializers; None for an input of no tensor type (a sequence, an optional)."""
+    from onnx.helper import tensor_dtype_to_np_dtype  # pylint: disable=import-outside-toplevel
+
+    initializers = {init.name for init in graph.initializer}
+    dtypes: dict[str, str | None] = {}
+    for value in graph.input:
+        if value.name in initializers:
+            continue
+        elem = value.type.tensor_type.elem_type if value.type.HasField("tensor_type") else 0
+        try:
+            dtypes[value.name] = str(tensor_dtype_to_np_dtype(elem)) if elem else None
+        except KeyError:  # an element type numpy has no name for (a string)
+            dtypes[value.name] = None
+    return dtypes
 
 
 def format_dims(dims: Sequence[int | str | None]) -> str:

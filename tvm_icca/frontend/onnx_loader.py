@@ -283,9 +283,10 @@ def _checked_shapes(shape_dict: Any, label: str) -> dict[str, list[int]]:
     for name, shape in shape_dict.items():
         dims = list(shape) if isinstance(shape, (list, tuple)) else None
         if not isinstance(name, str) or dims is None or any(
-            isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in dims
+            isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0 for d in dims
         ):
+            # 0 is a size (an empty tensor, valid in ONNX); negative sizes are not
             raise ModelImportError(f"cannot import {label}: shape_dict[{name!r}] = {shape!r} is not a "
-                                   "list of positive integers")
+                                   "list of non-negative integers")
         out[name] = [int(d) for d in dims]
     return out
