@@ -156,6 +156,55 @@ def test_run_check_detects_a_different_model(models, built, tmp_path, capsys):
     assert "Traceback" not in out + err
 
 
+def _graph_model(path: pathlib.Path, inputs: list[tuple[str, int, list]]) -> str:
+    """A Relu of the sum of ``inputs`` (name, element type, dims), cast to float."""
+    nodes, names = [], []
+    for name, elem, _ in inputs:
+        nodes.append(helper.make_node("Cast", [name], [f"{name}_f"], to=TensorProto.FLOAT))
+        names.append(f"{name}_f")
+    nodes.append(helper.make_node("Sum", names, ["s"]))
+    nodes.append(helper.make_node("Relu", ["s"], ["out"]))
+    graph = helper.make_graph(nodes, path.stem,
+                              [helper.make_tensor_value_info(n, e, d) for n, e, d in inputs],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT,
+                                                             inputs[0][2])])
+    return _save(graph, path)
+
+
+F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
+
+
+@pytest.mark.parametrize("inputs,said", [
+    ([("x", F32, [1, 16, 64])], "input 'x' has shape [16, 64] in the library: 2 dimension(s), "
+                                "the input has 3 ([1, 16, 64])"),
+    ([("x", F32, [8, 64])], "input 'x' has shape [16, 64] in the library: dimension 0 is fixed "
+                            "to 8 in the model, got 16"),
+    ([("x", F16, [16, 64])], "input 'x' is float16 in the model, float32 in the library"),
+    ([("y", F32, [16, 64])], "its input 0 is 'y', the library's is 'x'"),
+    ([("x", F32, [16, 64]), ("y", F32, [16, 64])], "it takes 2 input(s) ('x' [16, 64], "
+                                                    "'y' [16, 64]), the library 1 ('x')"),
+], ids=["rank", "dimension", "dtype", "name", "count"])
+def test_run_check_with_another_model_is_a_usage_error_before_running(inputs, said, built,
+                                                                       tmp_path, capsys):
+    """A --check model whose inputs are not the library's is found before anything runs (it
+    used to run the library, then fail in TVM's VM with ``Check failed: (ptr->ndim ==
+    ndim)``): exit 2, one line naming the input."""
+    other = _graph_model(tmp_path / "other.onnx", inputs)
+    code, out, err = _main(capsys, "run", built["mlp"], "--check", other)
+    assert code == 2, out + err
+    assert out == ""  # nothing ran, nothing printed
+    assert err.count("\n") == 1 and said in err, err
+    assert f"is not the model '{built['mlp']}' was compiled from" in err
+
+
+def test_run_check_binds_a_dynamic_model_to_the_library_shapes(models, built, capsys):
+    """A model exported with a symbolic batch checks a library compiled at a fixed one: the
+    library's input shapes bind the model's."""
+    code, out, err = _main(capsys, "run", built["mlp"], "--check", models["dynamic"])
+    # same weights W, no bias: the outputs differ (exit 1), but the model imported and ran
+    assert code == 1 and "check FAILED" in out, out + err
+
+
 @pytest.mark.parametrize("name", ["mlp", "hosted"])
 def test_simulate_onnx_table_json_and_trace(name, models, tmp_path, capsys):
     code, out, err = _main(capsys, "simulate", models[name], "--hw", "ipu-mk2", "--no-progress")

@@ -373,3 +373,38 @@ def test_data_dependent_shapes_fall_back_to_the_host_with_a_reason(op_type) -> N
     vm = relax.VirtualMachine(tvm.compile(mod, target="icca"), tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x))
     np.testing.assert_array_equal(np.asarray(got.numpy()).ravel(), np.asarray(want).ravel())
+
+
+def test_control_flow_falls_back_to_the_host_with_a_reason() -> None:
+    """TVM's MergeCompositeFunctions has no visitor for relax.If (an InternalError from C++):
+    a model with an ONNX If is decided host-only before regions are formed, the report says
+    why for every op, and the model still computes both branches right."""
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Branchy:
+        @R.function
+        def main(x: R.Tensor((4, 8), "float32"), w: R.Tensor((8, 8), "float32"),
+                 cond: R.Tensor((), "bool")):
+            with R.dataflow():
+                y = R.matmul(x, w)
+                R.output(y)
+            if cond:
+                r = R.nn.relu(y)
+            else:
+                r = R.exp(y)
+            return r
+
+    partitioned = tvm_icca.partition_for_icca(Branchy)
+    report = tvm_icca.partition_report(partitioned)
+    assert report["regions"] == [] and "control flow" in report["notes"][0]
+    assert set(report["host_ops"]) == {"relax.matmul", "relax.nn.relu", "relax.exp"}
+    assert all("whole model stays on the host" in reasons[0]
+               for reasons in report["host_reasons"].values())
+    vm = relax.VirtualMachine(tvm.compile(Branchy, target="icca"), tvm.cpu())
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, 8), "float32"), rng.standard_normal((8, 8), "float32")
+    for cond, want in ((True, np.maximum(x @ w, 0)), (False, np.exp(x @ w))):
+        got = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w),
+                         tvm.runtime.tensor(np.array(cond)))
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)

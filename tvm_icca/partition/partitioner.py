@@ -73,6 +73,11 @@ _MATCH_CAST_NOTE = ("the model has data-dependent shapes (a match_cast after Non
                     "so the whole model runs on the host")
 
 
+_CONTROL_FLOW_NOTE = ("function '{where}' has control flow (an ONNX If, a relax.If), around "
+                      "which TVM's MergeCompositeFunctions cannot form regions, so the whole "
+                      "model runs on the host")
+
+
 def partition_for_icca(
     mod: IRModule,
     hw: HardwareLike | None = None,
@@ -133,6 +138,12 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
     mod = tvm.transform.Sequential(passes)(mod)
     unfused = mod
+    control_flow = _control_flow(mod)
+    if control_flow:
+        # TVM 0.27's MergeCompositeFunctions has no visitor for relax.If (an InternalError
+        # deep in C++): decided here, before any region is formed
+        mod = unfused.with_attr(HOST_NOTE_ATTR, _CONTROL_FLOW_NOTE.format(where=control_flow))
+        return _stamp_hardware(mod, spec)
     with checking_for(spec):
         mod = FuseOpsByPattern(
             get_icca_patterns(), bind_constants=bind_constants, annotate_codegen=False
@@ -149,6 +160,19 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     if logger.isEnabledFor(logging.INFO):
         logger.info("%s", format_report(partition_report(mod)))
     return mod
+
+
+def _control_flow(mod: IRModule) -> str | None:
+    """The first function of ``mod`` holding a ``relax.If`` (an ONNX ``If``), or None."""
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        found: list[relax.If] = []
+        relax.analysis.post_order_visit(
+            func, lambda node: found.append(node) if isinstance(node, relax.If) else None)
+        if found:
+            return gvar.name_hint
+    return None
 
 
 def _stamp_hardware(mod: IRModule, hw: HardwareSpec) -> IRModule:
@@ -265,6 +289,7 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
 
     host: collections.Counter[str] = collections.Counter()
     reasons: dict[str, list[str]] = {}
+    note = mod.attrs.get(HOST_NOTE_ATTR) if mod.attrs is not None else None
     for gvar, func in mod.functions_items():
         if not isinstance(func, relax.Function) or _is_icca_region(func):
             continue
@@ -273,10 +298,9 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
         for call in _op_calls(func.body):
             name = call.op.name
             host[name] += 1
-            reason = _host_reason(call, spec)
+            reason = _host_reason(call, spec, whole_model=note is not None)
             if reason not in reasons.setdefault(name, []):
                 reasons[name].append(reason)
-    note = mod.attrs.get(HOST_NOTE_ATTR) if mod.attrs is not None else None
     return {
         "hardware": spec.name,
         "regions": regions,
@@ -293,7 +317,7 @@ def _integer_result(call: relax.Call) -> bool:
                                                  or str(ty.dtype) == "bool")
 
 
-def _host_reason(call: relax.Call, hw: HardwareSpec) -> str:
+def _host_reason(call: relax.Call, hw: HardwareSpec, whole_model: bool = False) -> str:
     name = call.op.name
     if _integer_result(call):
         # ids, positions, shapes and masks are computed where the inputs come from; the
@@ -309,6 +333,8 @@ def _host_reason(call: relax.Call, hw: HardwareSpec) -> str:
         reason = f"cannot be analysed ({err})"
     if reason is not None:
         return reason
+    if whole_model:
+        return "the whole model stays on the host (see the note)"
     if name == "relax.permute_dims":
         return "a transpose is offloaded only as the transposed operand of a matmul"
     return "not matched by an ICCA pattern (outside a dataflow block, or an intermediate " \

@@ -590,8 +590,10 @@ class StepCaps:
         cap = np.full(F.shape, np.inf)
         if math.isfinite(max_padding) and len(F):
             base = F * c / E[None, :].astype(float)
+            # (n, 0) for an expression without axes (a 0-d elementwise op): nothing to cap
             others = np.stack([np.prod(np.delete(base, a, axis=1), axis=1)
-                               for a in range(structure.num_axes)], axis=1)
+                               for a in range(structure.num_axes)], axis=1) \
+                if structure.num_axes else np.ones((len(F), 0))
             limit = (max_padding + PADDING_SLACK) * E[None, :] / (F * others)
             cap = np.floor(limit * (1 + PADDING_SLACK))
         for a in np.flatnonzero(structure.exact):

@@ -101,10 +101,11 @@ def _run(program_json: str, tensors: Sequence[Any]) -> None:
                 f"output '{name}' of region '{short_name(program.region)}' has shape {tuple(array.shape)} "
                 f"on the device but {tuple(out.shape)} on the host"
             )
+        # np.asarray(order="C"), not np.ascontiguousarray, which makes a 0-d result 1-d
         if str(out.dtype) == "uint16" and array.dtype != np.uint16:  # bfloat16 bits (see above)
-            out.copyfrom(np.ascontiguousarray(array, dtype="bfloat16").view(np.uint16))
+            out.copyfrom(np.asarray(array, dtype="bfloat16", order="C").view(np.uint16))
         else:
-            out.copyfrom(np.ascontiguousarray(array, dtype=str(out.dtype)))
+            out.copyfrom(np.asarray(array, dtype=str(out.dtype), order="C"))
 
 
 def _as_declared(array: np.ndarray, dtype: str) -> np.ndarray:
