@@ -21,7 +21,7 @@ setup(
         # bfloat16 arrays for numpy; TVM and onnx already depend on it
         "ml_dtypes>=0.2",
         "numpy>=1.24",
-        "tqdm>=4.60",
+        "tqdm>=4.62",  # the delay= of tvm_icca.progress
         # tvm_icca.tune: the learned cost model and meta_schedule's runtime needs
         "xgboost-cpu>=2.0",
         "psutil>=5.9",

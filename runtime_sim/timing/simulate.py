@@ -23,7 +23,7 @@ module each:
 from __future__ import annotations
 
 import time as _time
-from typing import Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -46,14 +46,15 @@ def simulate_timing(
     hw: HardwareSpec | None = None,
     *,
     trace: bool = False,
-    progress: bool = False,
+    on_op: Callable[[], None] | None = None,
 ) -> TimingReport:
     """Time one model invocation: ``programs`` are its regions in execution order.
 
     Shapes only: constants need no ``data``. ``hw`` defaults to the hardware of the first
     program. ``trace=True`` fills :attr:`TimingReport.trace_events` (Chrome trace events;
-    :meth:`TimingReport.write_trace` builds them on demand otherwise). ``progress=True`` shows
-    a progress bar over the programs (needs ``tqdm``).
+    :meth:`TimingReport.write_trace` builds them on demand otherwise). ``on_op()`` is called
+    after each operator costed, of ``sum(len(p.ops) for p in programs)``, the bulk of the time
+    (a caller's progress bar: the device side has no policy of its own about showing one).
     """
     wall = _time.perf_counter()
     if isinstance(programs, DeviceProgram):
@@ -72,8 +73,8 @@ def simulate_timing(
     works: list[Work] = []
     peak = 0
     idle = builder.idle_state(programs)
-    for index, program in enumerate(_progress(programs, progress)):
-        region_works, region_peak = builder.program_work(program, index, idle, design)
+    for index, program in enumerate(programs):
+        region_works, region_peak = builder.program_work(program, index, idle, design, on_op)
         works.extend(region_works)
         peak = max(peak, region_peak)
 
@@ -98,15 +99,3 @@ def _design(programs: Sequence[DeviceProgram]) -> str:
         raise DeviceProgramError(f"the regions of one run carry different preload designs "
                                  f"{sorted(designs)}: compile the model with one design")
     return designs.pop()
-
-
-def _progress(programs: list[DeviceProgram], enabled: bool) -> Iterable[DeviceProgram]:
-    """``programs``, behind a tqdm progress bar when ``enabled`` and there are several."""
-    if not enabled or len(programs) < 2:
-        return programs
-    # imported here, not at the top: tqdm is an optional dependency, needed only for the bar
-    try:
-        from tqdm import tqdm
-    except ImportError:  # tqdm is optional: no bar then
-        return programs
-    return tqdm(programs, desc="timing regions", unit="region")

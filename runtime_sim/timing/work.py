@@ -54,7 +54,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -351,13 +351,15 @@ class WorkBuilder:
 
     def program_work(self, program: DeviceProgram, index: int = 0,
                      idle: np.ndarray | None = None,
-                     design: str | None = None) -> tuple[list[Work], int]:
+                     design: str | None = None,
+                     on_op: Callable[[], None] | None = None) -> tuple[list[Work], int]:
         """Work items of one region, and the region's peak SRAM per core (device accounting
         plus ``idle``, the resident state of the run, see :meth:`idle_state`).
 
         ``design`` (a preload stream run, Elk §4.5; ``None`` otherwise): off-chip inputs are
         loaded in their preload state (:meth:`preload`) and distributed when the operator
-        executes (:meth:`distribute`; in no time for :data:`IDEAL`, bytes still counted)."""
+        executes (:meth:`distribute`; in no time for :data:`IDEAL`, bytes still counted).
+        ``on_op()`` is called after each operator costed (a caller's progress report)."""
         hw = self.hw
         decls = {d.name: d for d in program.inputs}
         last_use = last_reads([op.input_names for op in program.ops], program.outputs)
@@ -464,6 +466,8 @@ class WorkBuilder:
                 hold[layout.physical[layout.owners()]] = layout.partition_bytes(out)
                 resident[op.output_name] = hold
                 used += hold
+            if on_op is not None:
+                on_op()
         if works:
             works[-1].resting = used + hw.shift_buffer_bytes
         return works, peak

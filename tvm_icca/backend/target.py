@@ -168,7 +168,9 @@ def icca_pipeline(
     targets); ``options`` are the model-level choices (:class:`~tvm_icca.planning.CompileOptions`),
     e.g. ``tvm.compile(mod, target="icca", relax_pipeline=icca_pipeline(
     options=CompileOptions(state="chip")))``. Also registered as the named pipeline ``"icca"``, so
-    ``tvm.compile(mod, target="llvm", relax_pipeline="icca")`` offloads as well.
+    ``tvm.compile(mod, target="llvm", relax_pipeline="icca")`` offloads as well. The long
+    phases show bars on a terminal after two seconds (:attr:`CompileOptions.progress
+    <tvm_icca.planning.CompileOptions>`); ``options=CompileOptions(progress=False)`` hides them.
     """
     target = _as_target(target)
     if base is None:

@@ -19,7 +19,7 @@ from tvm_icca.planning.state_place import STATE_CHOICES
 __all__ = [
     "UsageError", "positive_int", "nonneg_int", "finite_float", "unit_float", "existing_file",
     "writable_path", "shape_arg", "shape_dict", "hardware_help", "hardware_preset",
-    "add_hardware_argument", "add_state_argument", "nonneg_float",
+    "add_hardware_argument", "add_state_argument", "add_progress_argument", "nonneg_float",
     "tuning_records", "add_model_arguments",
 ]
 
@@ -172,6 +172,14 @@ def add_state_argument(parser: argparse.ArgumentParser) -> None:
                         help="where weights and KV caches live: chip (loaded once, kept in SRAM), "
                         "hbm (preloaded every run), host (sent every run); auto (default): hbm "
                         "on a chip with HBM, else chip when the model fits, else host")
+
+
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-progress``, read as ``args.progress``: ``True`` (the default policy of
+    :mod:`tvm_icca.progress`) or ``False``, what every ``progress=`` parameter takes."""
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bars (by default a phase that runs over two seconds "
+                        "shows one on standard error when it is a terminal)")
 
 
 def hardware_preset(text: str) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 from tvm_icca.cli.args import (
     UsageError,
     add_hardware_argument,
+    add_progress_argument,
     add_state_argument,
     existing_file,
     shape_arg,
@@ -64,6 +65,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--database", metavar="DIR", type=tuning_records, default=None,
                         help="tuning records (the --work-dir of `tvm-icca tune`): compile with "
                         "the best measured plan of every operator that has one")
+    add_progress_argument(parser)
     parser.set_defaults(func=_run)
     return parser
 
@@ -181,14 +183,14 @@ def _run(args: argparse.Namespace) -> int:
     hw = preset(args.hw)
     with optional_database(args.database) as tuned:
         # planned here (tvm.compile skips a planned module) to say where the weights went
-        options = CompileOptions(state=args.state, preload=args.design)
+        options = CompileOptions(state=args.state, preload=args.design, progress=args.progress)
         planned = icca_model_passes(hw, options)(partitioned)
         placement = state_placement_of(planned)
         pre = preload_summary_of(planned)
         print(describe_setting(hw.name, pre.design if pre is not None else None, placement))
         signature = signature_of(mod, args.model, args.hw, shapes)
         signature["state"] = placement.place if placement is not None else None
-        executable = icca_compile(with_signature(planned, signature), hw)
+        executable = icca_compile(with_signature(planned, signature), hw, progress=args.progress)
     if tuned is not None:
         print(tuned.report())
     executable.export_library(output)

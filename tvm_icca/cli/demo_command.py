@@ -13,27 +13,28 @@ from __future__ import annotations
 import argparse
 from importlib import resources
 
-from tvm_icca.cli.args import add_hardware_argument
+from tvm_icca.cli.args import add_hardware_argument, add_progress_argument
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("demo", help="compile and run the bundled ONNX encoder layer")
     add_hardware_argument(parser, "chip to run on")
+    add_progress_argument(parser)
     parser.set_defaults(func=_run)
     return parser
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_demo(args.hw)
+    return run_demo(args.hw, progress=args.progress)
 
 
 def demo_model_path() -> str:
     return str(resources.files("tvm_icca") / "data" / "encoder_layer.onnx")
 
 
-def run_demo(hw: str = "ipu-mk2") -> int:
+def run_demo(hw: str = "ipu-mk2", progress: bool = True) -> int:
     """Compile and run the bundled encoder layer on ``hw``; print the report; 0 if the output
-    matches TVM's CPU build."""
+    matches TVM's CPU build. ``progress``: :attr:`tvm_icca.CompileOptions.progress`."""
     # pylint: disable=import-outside-toplevel
     # Loaded here, not at import: `tvm-icca --help` must not load TVM (see main.py).
     import numpy as np
@@ -47,7 +48,9 @@ def run_demo(hw: str = "ipu-mk2") -> int:
 
     with tvm_icca.use_hardware(hw):
         partitioned = tvm_icca.partition_for_icca(mod)
-        executable = tvm.compile(partitioned, target="icca")
+        options = tvm_icca.CompileOptions(progress=progress)
+        pipeline = tvm_icca.icca_pipeline("icca", options=options)
+        executable = tvm.compile(partitioned, target="icca", relax_pipeline=pipeline)
     vm = relax.VirtualMachine(executable, tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x)).numpy()
     stats = tvm_icca.last_run_stats()

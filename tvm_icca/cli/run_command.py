@@ -22,7 +22,14 @@ import argparse
 import os
 from typing import Any, Sequence
 
-from tvm_icca.cli.args import UsageError, existing_file, nonneg_float, nonneg_int, writable_path
+from tvm_icca.cli.args import (
+    UsageError,
+    add_progress_argument,
+    existing_file,
+    nonneg_float,
+    nonneg_int,
+    writable_path,
+)
 from tvm_icca.cli.model_match import check_model_matches_library
 from tvm_icca.planning.state_place import STATE_WORDS
 
@@ -50,6 +57,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="write the inputs and outputs to an .npz")
     parser.add_argument("--trace", type=writable_path, metavar="PATH",
                         help="write the Chrome/Perfetto trace of the run's simulated timeline")
+    add_progress_argument(parser)
     parser.set_defaults(func=_run)
     return parser
 

@@ -26,6 +26,7 @@ from tvm_icca.cli.args import (
     UsageError,
     add_hardware_argument,
     add_model_arguments,
+    add_progress_argument,
     add_state_argument,
     nonneg_int,
     shape_dict,
@@ -61,7 +62,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--max-ops", type=nonneg_int, default=20,
                         help="slowest operators listed (default 20)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_argument(parser)
     parser.set_defaults(func=_run)
     return parser
 
@@ -153,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
 
     model_arg = _model_argument(args)
     hw = resolve_hardware(args.hw)
-    progress = not args.no_progress
+    progress = args.progress
     model, name, description, config = _load(args, model_arg)
     # an ONNX module has no label of its own: name it after the file (a workload keeps its label)
     named = {} if hasattr(model, "config") else {"name": name}

@@ -16,6 +16,7 @@ from tvm_icca.backend.target import TARGET_TAG, check_target_name, icca_pipeline
 from tvm_icca.frontend.onnx_loader import ModelSource, load_onnx
 from tvm_icca.hardware_choice import HardwareLike, use_hardware
 from tvm_icca.planning import CompileOptions
+from tvm_icca.progress import ProgressLike
 
 # ``compile`` shadows the builtin on purpose (``tvm_icca.compile``); star imports skip it.
 __all__ = ["compile_onnx"]
@@ -30,6 +31,7 @@ def compile(  # pylint: disable=redefined-builtin
     state: str | None = None,
     resident: Collection[str] | None = None,
     preload: str | None = None,
+    progress: ProgressLike = None,
 ) -> tvm.runtime.Executable:
     """``tvm.compile(mod, target="icca")`` for the chip ``hw`` (default: the current choice),
     with the model-level choices of :class:`~tvm_icca.planning.CompileOptions` (``execution``
@@ -38,11 +40,18 @@ def compile(  # pylint: disable=redefined-builtin
     else the host), ``resident`` parameter names, ``preload``: the
     HBM preload design, default ``"elk-full"`` on a chip with HBM).
 
+    ``progress``: how the long phases (planning the operators, Elk's preload schedule) report
+    on standard error; by default (``None`` or ``True``) a bar on a terminal once a phase has
+    run two seconds, nothing otherwise; ``False``: never; a
+    :class:`tvm_icca.progress.Progress` sets the stream and the delay. ``tvm.compile(mod,
+    target="icca")`` shows the same default bars; ``relax_pipeline=icca_pipeline(options=
+    CompileOptions(progress=False))`` turns them off there.
+
     Run the result with ``tvm.relax.VirtualMachine(executable, tvm.cpu())``.
     """
     check_target_name(target)
     options = CompileOptions(execution=execution, state=state, resident=resident,
-                             preload=preload)
+                             preload=preload, progress=progress)
     pipeline = icca_pipeline(target, options=options)
     if hw is None:
         return tvm.compile(mod, target=target, relax_pipeline=pipeline)

@@ -46,6 +46,7 @@ from tvm_icca.planning.idle_active import ModelPlan
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.planning.planner import MODEL_NAME_ATTR
 from tvm_icca.planning.state_place import StatePlacement
+from tvm_icca.progress import ProgressLike, as_progress
 
 if TYPE_CHECKING:  # pragma: no cover
     from runtime_sim.timing import TimingReport
@@ -128,8 +129,9 @@ class CompiledModel:
             **({"preload": self.preload.to_dict()} if self.preload is not None else {}),
         }
 
-    def simulate(self, *, trace: bool = False, progress: bool = False) -> "TimingReport":
-        """Time the programs with :func:`runtime_sim.timing.simulate_timing`.
+    def simulate(self, *, trace: bool = False, progress: ProgressLike = None) -> "TimingReport":
+        """Time the programs with :func:`runtime_sim.timing.simulate_timing`; ``progress``
+        as :func:`compile_programs` takes it (a bar over the operators costed).
 
         Raises :class:`~runtime_sim.contract.errors.IccaError` when nothing of the model runs
         on the chip (a 0 s result would read as a measurement), saying why."""
@@ -138,7 +140,9 @@ class CompiledModel:
             raise IccaError(reason or f"model '{self.name}' has no device program to time")
         from runtime_sim.timing import simulate_timing  # pylint: disable=import-outside-toplevel
 
-        return simulate_timing(self.programs, self.hw, trace=trace, progress=progress)
+        with as_progress(progress).phase("timing", unit="op",
+                                         total=self.num_device_ops) as phase:
+            return simulate_timing(self.programs, self.hw, trace=trace, on_op=phase.step)
 
 
 def compile_programs(
@@ -146,7 +150,7 @@ def compile_programs(
     hw: HardwareLike | None = None,
     *,
     resident: Collection[str] | None = None,
-    progress: bool = False,
+    progress: ProgressLike = None,
     plan_cache: PlanCache | None = None,
     name: str | None = None,
     execution: str = "t10",
@@ -165,8 +169,10 @@ def compile_programs(
     resident : names of ``main`` parameters, optional
         The parameters that are model state (weights, KV caches). By default: a workload's
         weights and caches; for a module, :func:`tvm_icca.planning.calls.default_resident`.
-    progress : bool
-        Show a tqdm progress bar over the regions.
+    progress : tvm_icca.progress.Progress, bool or None
+        How the long phases report (:attr:`tvm_icca.planning.CompileOptions.progress`): by
+        default (``None`` or ``True``) a bar on a terminal once a phase has run two seconds;
+        ``False``: none.
     plan_cache : PlanCache, optional
         Share plans across calls (e.g. the same model at several batch sizes).
     execution, state
@@ -181,12 +187,12 @@ def compile_programs(
     spec = resolve_hardware(hw)
     mod, resident_names, label = _unpack(model, resident)
     options = CompileOptions(execution=execution, state=state,
-                             resident=resident_names, preload=preload)
+                             resident=resident_names, preload=preload, progress=progress)
     model_name = name or label or "model"
     cache = plan_cache if plan_cache is not None else PlanCache()
     hits, misses = cache.hits, cache.misses
     mod = mod.with_attr(MODEL_NAME_ATTR, model_name)
-    planned = icca_model_passes(spec, options, plan_cache=cache, progress=progress)(mod)
+    planned = icca_model_passes(spec, options, plan_cache=cache)(mod)
     report = partition_report(planned, spec)
     return CompiledModel(
         name=model_name,

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from tvm_icca.elk import reorder
-from tvm_icca.elk.draft import Draft, finish_draft, schedule_at_points
+from tvm_icca.elk.draft import Draft, OnStep, finish_draft, schedule_at_points
 from tvm_icca.elk.inductive import InfeasibleError, early_members, min_horizons
 from tvm_icca.elk.inductive_draft import MAX_STRETCH, average_stretch, inductive_draft
 from tvm_icca.elk.refine import SCREEN_LAYERS, local_search, refine
@@ -142,17 +142,23 @@ def _best(cands: Sequence[ElkSchedule]) -> ElkSchedule:
     return min(cands, key=lambda s: s.total_s)     # first wins ties: candidates listed by preference
 
 
-def _try(ops, machine, design, draft_fn, stats) -> ElkSchedule | None:
+def _stage(on_step: OnStep, name: str) -> OnStep:
+    """``on_step`` told ``name`` as the stage of every schedule estimated."""
+    return None if on_step is None else lambda _inner=None: on_step(name)
+
+
+def _try(ops, machine, design, draft_fn, stats, on_step: OnStep = None) -> ElkSchedule | None:
     try:
-        return finish_draft(ops, machine, design, draft_fn(), stats)
+        return finish_draft(ops, machine, design, draft_fn(), stats, on_step)
     except (InfeasibleError, ValueError):
         return None
 
 
-def _plan_static(ops, machine, stats) -> ElkSchedule:
+def _plan_static(ops, machine, stats, on_step: OnStep = None) -> ElkSchedule:
+    step = _stage(on_step, "static sweep")
     cands = [s for d in _static_sweep(ops, machine)
-             if (s := _try(ops, machine, "static", lambda d=d: d, stats)) is not None]
-    basic = finish_draft(ops, machine, "static", _basic(ops, machine), stats)
+             if (s := _try(ops, machine, "static", lambda d=d: d, stats, step)) is not None]
+    basic = finish_draft(ops, machine, "static", _basic(ops, machine), stats, step)
     return _best(cands + [basic])
 
 
@@ -164,7 +170,7 @@ STRETCH_GRID = tuple(2.0 ** (k / 2) for k in range(int(2 * math.log2(MAX_STRETCH
 
 
 def _screened_stretch(ops, machine, memo, stats, rc: "_Reorder | None",
-                      perm: tuple[int, ...] | None) -> float | None:
+                      perm: tuple[int, ...] | None, on_step: OnStep = None) -> float | None:
     """The contention price (preload stretch) that schedules ``perm``'s order best on the
     model truncated to ``SCREEN_LAYERS`` layers (as the orders are screened, §4.4), among
     :data:`STRETCH_GRID`; ``None`` without repeated layers.
@@ -183,7 +189,8 @@ def _screened_stretch(ops, machine, memo, stats, rc: "_Reorder | None",
     for stretch in STRETCH_GRID:
         try:
             total = finish_draft(small, machine, "elk-dyn",
-                            inductive_draft(small, machine, order, memo, stretch), stats).total_s
+                            inductive_draft(small, machine, order, memo, stretch), stats,
+                            _stage(on_step, "screening contention prices")).total_s
         except (InfeasibleError, ValueError):
             continue
         if total < best_t:
@@ -191,17 +198,17 @@ def _screened_stretch(ops, machine, memo, stats, rc: "_Reorder | None",
     return best
 
 
-def _stretches(ops, machine, memo, stats, rc, perm) -> list[float | None]:
+def _stretches(ops, machine, memo, stats, rc, perm, on_step: OnStep = None) -> list[float | None]:
     """Contention prices tried on the whole model: none (contention inside the windows),
     the run's average stretch, and the screened one."""
     out = [None, average_stretch(ops)]
-    screened = _screened_stretch(ops, machine, memo, stats, rc, perm)
+    screened = _screened_stretch(ops, machine, memo, stats, rc, perm, on_step)
     if screened is not None and screened not in out:
         out.append(screened)
     return out
 
 
-def _plan_dyn(ops, machine, memo, stats) -> ElkSchedule:
+def _plan_dyn(ops, machine, memo, stats, on_step: OnStep = None) -> ElkSchedule:
     """§4.2 + §4.3 in execution order: the recurrence at each contention price, and Static's
     schedule, the best refined on the cut model (:func:`~tvm_icca.elk.refine.refine`), then
     once more on the whole model (:func:`~tvm_icca.elk.refine.local_search`): the cut model does
@@ -211,13 +218,15 @@ def _plan_dyn(ops, machine, memo, stats) -> ElkSchedule:
     order = tuple(i for i, o in enumerate(ops) if o.loads)
     cands = []
     rc = _reorder_candidates(ops, machine, with_perms=False)
-    for stretch in _stretches(ops, machine, memo, stats, rc, None):
+    for stretch in _stretches(ops, machine, memo, stats, rc, None, on_step):
         s = _try(ops, machine, "elk-dyn",
-                 lambda st=stretch: inductive_draft(ops, machine, order, memo, st), stats)
+                 lambda st=stretch: inductive_draft(ops, machine, order, memo, st), stats,
+                 _stage(on_step, "inductive schedules"))
         if s is not None:
             cands.append(s)
-    cands.append(replace(_plan_static(ops, machine, stats), design="elk-dyn"))
-    return local_search(ops, machine, refine(ops, machine, _best(cands)))
+    cands.append(replace(_plan_static(ops, machine, stats, on_step), design="elk-dyn"))
+    refining = _stage(on_step, "refining")
+    return local_search(ops, machine, refine(ops, machine, _best(cands), refining), refining)
 
 
 @dataclass(frozen=True)
@@ -240,7 +249,8 @@ def _reorder_candidates(ops, machine, with_perms: bool = True) -> _Reorder | Non
     return _Reorder(layers, groups, tuple(perms)) if perms else None
 
 
-def _screened(ops, machine, memo, stats) -> tuple[_Reorder | None, list[tuple[int, ...]]]:
+def _screened(ops, machine, memo, stats,
+              on_step: OnStep = None) -> tuple[_Reorder | None, list[tuple[int, ...]]]:
     """Elk-Full's candidate orders: every suffix-tree order, screened on a model truncated to
     ``SCREEN_LAYERS`` layers; the ``SCREEN_TOP`` best permutations (deterministic)."""
     rc = _reorder_candidates(ops, machine)
@@ -249,64 +259,71 @@ def _screened(ops, machine, memo, stats) -> tuple[_Reorder | None, list[tuple[in
     n_layers = min(rc.layers.count, SCREEN_LAYERS)
     small = reorder.truncate(ops, rc.layers, n_layers)
     scored = []
+    step = _stage(on_step, f"screening {len(rc.perms)} orders")
     for perm in rc.perms:
         order = reorder.build_order(small, rc.layers, rc.groups, perm, n_layers)
         try:
             draft = inductive_draft(small, machine, order, memo)
-            scored.append((finish_draft(small, machine, "elk-full", draft, stats).total_s, perm))
+            scored.append((finish_draft(small, machine, "elk-full", draft, stats, step).total_s,
+                           perm))
         except (InfeasibleError, ValueError):
             continue
     scored.sort(key=lambda x: x[0])
     return rc, [perm for _, perm in scored[:SCREEN_TOP]]
 
 
-def _reordered_points(ops, machine, rc: _Reorder, sched: ElkSchedule) -> list[ElkSchedule]:
+def _reordered_points(ops, machine, rc: _Reorder, sched: ElkSchedule,
+                      on_step: OnStep = None) -> list[ElkSchedule]:
     """Every suffix-tree order (§4.4) with ``sched``'s execute and preload points, preloads as
     early as memory allows; the fastest, refined, if it beats ``sched`` (else nothing).
 
     The orders were screened with the recurrence's unrefined points on a truncated model;
     the refined points can favour another order (the screen's third best ranks first)."""
     best = sched
+    step = _stage(on_step, "orders at the refined points")
     for perm in (tuple(range(len(rc.groups.groups))),) + rc.perms:
         order = reorder.build_order(ops, rc.layers, rc.groups, perm)
         if order == sched.preload_order:
             continue
         source = f"reordered {perm} at the refined points of {sched.stats.source}"
         s = schedule_at_points(ops, machine, sched.design, order, sched.exec_choice,
-                       sched.preload_choice, source, sched.stats)
+                       sched.preload_choice, source, sched.stats, step)
         if s is not None and s.total_s < best.total_s:
             best = replace(s, stats=replace(s.stats, avg_displacement=reorder.layer_displacement(perm),
                                             avg_position_displacement=reorder.order_displacement(order)))
-    return [] if best is sched else [refine(ops, machine, best)]
+    return [] if best is sched else [refine(ops, machine, best, _stage(on_step, "refining"))]
 
 
-def _plan_full(ops, machine, memo, stats) -> ElkSchedule:
-    dyn = _plan_dyn(ops, machine, memo, stats)
-    rc, top = _screened(ops, machine, memo, stats)
+def _plan_full(ops, machine, memo, stats, on_step: OnStep = None) -> ElkSchedule:
+    dyn = _plan_dyn(ops, machine, memo, stats, on_step)
+    rc, top = _screened(ops, machine, memo, stats, on_step)
     if rc is None:
         return replace(dyn, design="elk-full")
     refined = [replace(dyn, design="elk-full")]     # Elk-Dyn's (execution order), refined already
-    for perm in top:
+    for k, perm in enumerate(top):
         order = reorder.build_order(ops, rc.layers, rc.groups, perm)
         cands = []
-        for stretch in _stretches(ops, machine, memo, stats, rc, perm):
+        step = _stage(on_step, f"order {k + 1}/{len(top)}")
+        for stretch in _stretches(ops, machine, memo, stats, rc, perm, step):
             s = _try(ops, machine, "elk-full",
-                     lambda o=order, st=stretch: inductive_draft(ops, machine, o, memo, st), stats)
+                     lambda o=order, st=stretch: inductive_draft(ops, machine, o, memo, st), stats,
+                     step)
             if s is not None:
                 s = replace(s, stats=replace(s.stats, source=f"reordered {perm}, {s.stats.source}",
                                              avg_displacement=reorder.layer_displacement(perm),
                                              avg_position_displacement=reorder.order_displacement(order)))
                 cands.append(s)
         if cands:   # each order's best, refined: refinement reranks the orders
-            refined.append(refine(ops, machine, _best(cands)))
+            refined.append(refine(ops, machine, _best(cands), step))
     best = _best(refined)
     # then every order at the refined points: refinement can favour an order the screen missed
-    best = _best([best] + _reordered_points(ops, machine, rc, best))
-    best = local_search(ops, machine, best)    # once on the whole model (see _plan_dyn)
+    best = _best([best] + _reordered_points(ops, machine, rc, best, on_step))
+    # once on the whole model (see _plan_dyn)
+    best = local_search(ops, machine, best, _stage(on_step, "refining"))
     return replace(best, stats=replace(best.stats, orders_tried=1 + len(rc.perms)))
 
 
-def _plan_ideal(ops, machine, memo, stats) -> ElkSchedule:
+def _plan_ideal(ops, machine, memo, stats, on_step: OnStep = None) -> ElkSchedule:
     """Ideal on every order Elk-Full may choose (in order, and every suffix-tree order: Elk-Full
     may move its refined points to any of them), so that Ideal <= Elk-Full holds order by
     order."""
@@ -324,7 +341,8 @@ def _plan_ideal(ops, machine, memo, stats) -> ElkSchedule:
         hz = _capacity_horizons(n, order, space, machine.sram_bytes)
         if hz is not None:
             s = _try(ops, ideal_machine, "ideal",
-                     lambda o=order, h=hz: Draft(ex, pc, o, h, "ideal"), stats)
+                     lambda o=order, h=hz: Draft(ex, pc, o, h, "ideal"), stats,
+                     _stage(on_step, "orders"))
             if s is not None:
                 cands.append(s)
     if not cands:
@@ -333,21 +351,24 @@ def _plan_ideal(ops, machine, memo, stats) -> ElkSchedule:
     return replace(best, stats=replace(best.stats, orders_tried=len(orders)))
 
 
-def plan_preloads(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str) -> ElkSchedule:
-    """Plan the preloads and executions of ``ops`` (execution order) with one of ``DESIGNS``."""
+def plan_preloads(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, *,
+                  on_step: OnStep = None) -> ElkSchedule:
+    """Plan the preloads and executions of ``ops`` (execution order) with one of ``DESIGNS``;
+    ``on_step(stage)`` after every candidate schedule estimated (the search runs for tens of
+    seconds on a large LLM; :data:`~tvm_icca.elk.draft.OnStep`)."""
     if design not in DESIGNS:
         raise ValueError(f"unknown design {design!r}; one of {DESIGNS}")
     t0 = time.perf_counter()
     stats = PlanStats()
     memo: dict = {}     # window allocations, shared by every order tried in this call
     if design == "basic":
-        sched = finish_draft(ops, machine, design, _basic(ops, machine), stats)
+        sched = finish_draft(ops, machine, design, _basic(ops, machine), stats, on_step)
     elif design == "static":
-        sched = _plan_static(ops, machine, stats)
+        sched = _plan_static(ops, machine, stats, on_step)
     elif design == "elk-dyn":
-        sched = _plan_dyn(ops, machine, memo, stats)
+        sched = _plan_dyn(ops, machine, memo, stats, on_step)
     elif design == "elk-full":
-        sched = _plan_full(ops, machine, memo, stats)
+        sched = _plan_full(ops, machine, memo, stats, on_step)
     else:
-        sched = _plan_ideal(ops, machine, memo, stats)
+        sched = _plan_ideal(ops, machine, memo, stats, on_step)
     return replace(sched, stats=replace(sched.stats, planning_s=time.perf_counter() - t0))

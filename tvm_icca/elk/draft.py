@@ -12,8 +12,9 @@ gives the best horizons (every preload issued as early as SRAM allows) and
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Optional
 
 from tvm_icca.elk.inductive import InfeasibleError
 from tvm_icca.elk.overlap_model import window_bytes
@@ -26,6 +27,10 @@ from tvm_icca.elk.schedule import (
     prefix_sums,
 )
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
+
+#: Told of every candidate schedule estimated, with the stage of the search that made it (or
+#: None): how the planner shows a long search's progress (:mod:`tvm_icca.progress`).
+OnStep = Optional[Callable[[Optional[str]], None]]
 
 
 @dataclass
@@ -40,13 +45,18 @@ class Draft:
 
 
 def finish_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, draft: Draft,
-                 stats: PlanStats) -> ElkSchedule:
+                 stats: PlanStats, on_step: OnStep = None) -> ElkSchedule:
     """``draft`` as design ``design``'s schedule, with its estimated timeline and total (raises
-    ``ValueError`` if the draft's horizons are invalid or a window overflows SRAM)."""
+    ``ValueError`` if the draft's horizons are invalid or a window overflows SRAM); then
+    ``on_step(None)``."""
     sched = ElkSchedule(design, tuple(draft.exec_choice), tuple(draft.preload_choice), draft.order,
                         tuple(draft.horizon), Timeline((), (), (), (), (), (), (), 0.0), 0.0,
                         replace(stats, source=draft.source))
-    tl = estimate(ops, machine, sched)
+    try:
+        tl = estimate(ops, machine, sched)
+    finally:
+        if on_step is not None:
+            on_step(None)
     return replace(sched, timeline=tl, total_s=tl.total_s)
 
 
@@ -82,7 +92,7 @@ def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Seq
 def schedule_at_points(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str,
                        order: Sequence[int], exec_choice: Sequence[int],
                        preload_choice: Sequence[int], source: str,
-                       stats: PlanStats) -> ElkSchedule | None:
+                       stats: PlanStats, on_step: OnStep = None) -> ElkSchedule | None:
     """The schedule with these points and order, every preload issued as early as memory
     allows (:func:`fitting_horizons`), estimated; None if it does not fit."""
     hz = fitting_horizons(ops, machine, order, exec_choice, preload_choice)
@@ -91,6 +101,6 @@ def schedule_at_points(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: 
     try:
         return finish_draft(ops, machine, design,
                             Draft(list(exec_choice), list(preload_choice), order, hz, source),
-                            stats)
+                            stats, on_step)
     except (InfeasibleError, ValueError):
         return None

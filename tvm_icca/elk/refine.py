@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tvm_icca.elk import reorder
-from tvm_icca.elk.draft import schedule_at_points
+from tvm_icca.elk.draft import OnStep, schedule_at_points
 from tvm_icca.elk.schedule import ElkSchedule
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 
@@ -26,15 +26,17 @@ SCREEN_LAYERS = 3
 REFINE_SWEEPS = 3
 
 
-def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule) -> ElkSchedule:
+def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
+           on_step: OnStep = None) -> ElkSchedule:
     """:func:`local_search` of ``sched``, searched on the model cut to ``SCREEN_LAYERS``
     layers when it has more (as §4.4's orders are screened; the search prices a few hundred
     whole-model estimates). The class points the search changes are carried to every
     identical layer of the whole model, and the result is kept only if the whole model's
-    estimate improves, so it is never worse than ``sched``."""
+    estimate improves, so it is never worse than ``sched``. ``on_step``: told of every
+    schedule estimated (:data:`~tvm_icca.elk.draft.OnStep`)."""
     layers = reorder.detect_layers([o.key for o in ops])
     if layers is None or layers.count <= SCREEN_LAYERS:
-        return local_search(ops, machine, sched)
+        return local_search(ops, machine, sched, on_step)
     small = reorder.truncate(ops, layers, SCREEN_LAYERS)
     cut = layers.start + layers.period * SCREEN_LAYERS
     kept = [i for i in range(len(ops)) if i < cut or i >= layers.end]  # small index -> op
@@ -43,10 +45,10 @@ def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule) 
     ex = [sched.exec_choice[i] for i in kept]
     pc = [sched.preload_choice[i] for i in kept]
     start = schedule_at_points(small, machine, sched.design, order, ex, pc, sched.stats.source,
-                               sched.stats)
+                               sched.stats, on_step)
     if start is None:
-        return local_search(ops, machine, sched)
-    found = local_search(small, machine, start)
+        return local_search(ops, machine, sched, on_step)
+    found = local_search(small, machine, start, on_step)
     ex, pc = list(sched.exec_choice), list(sched.preload_choice)
     for j, i in enumerate(kept):
         if (found.exec_choice[j], found.preload_choice[j]) == (start.exec_choice[j],
@@ -60,12 +62,12 @@ def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule) 
         for m in members:
             ex[m], pc[m] = found.exec_choice[j], found.preload_choice[j]
     cand = schedule_at_points(ops, machine, sched.design, sched.preload_order, ex, pc,
-                              sched.stats.source + ", refined", sched.stats)
+                              sched.stats.source + ", refined", sched.stats, on_step)
     return cand if cand is not None and cand.total_s < sched.total_s * (1 - 1e-9) else sched
 
 
 def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
-                 sched: ElkSchedule) -> ElkSchedule:
+                 sched: ElkSchedule, on_step: OnStep = None) -> ElkSchedule:
     """Improve a schedule's execute/preload points against its whole-schedule estimate.
 
     The recurrence (§4.2) fixes each operator's execute point in its own window and each
@@ -79,7 +81,7 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
     change when the estimate improves. A class is one operator position of the repeated
     layer, applied to all identical layers as §4.4 applies one layer's order to all (an
     operator outside the repeated layers is its own class). The start is a candidate, so the
-    result is never worse on the estimate."""
+    result is never worse on the estimate. ``on_step``: told of every schedule estimated."""
     order = sched.preload_order
     layers = reorder.detect_layers([o.key for o in ops])
     classes: dict[tuple, list[int]] = {}
@@ -93,7 +95,8 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
         classes.setdefault(cls, []).append(i)
 
     def evaluate(ex: list[int], pc: list[int], source: str) -> ElkSchedule | None:
-        return schedule_at_points(ops, machine, sched.design, order, ex, pc, source, sched.stats)
+        return schedule_at_points(ops, machine, sched.design, order, ex, pc, source, sched.stats,
+                                  on_step)
 
     source = sched.stats.source
     best = evaluate(list(sched.exec_choice), list(sched.preload_choice), source)

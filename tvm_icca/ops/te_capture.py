@@ -35,6 +35,7 @@ from tvm import relax, te
 
 from runtime_sim.contract.errors import IccaError, UnsupportedOperatorError
 from tvm_icca.ops.relax_types import static_shape
+from tvm_icca.tvm_warnings import tvm_warnings_once
 
 __all__ = ["ComposedTE", "compose_te", "ffi_key", "function_label"]
 
@@ -56,9 +57,12 @@ def compose_te(func: relax.Function) -> ComposedTE:
     :class:`relax.BlockBuilder`, capture the TE function it passes to ``call_te`` and call
     that function again with the TE tensors of ``args`` (placeholders for params, earlier
     results otherwise). Nothing is re-derived by hand: the TE is exactly what
-    ``relax.transform.LegalizeOps`` would compile.
+    ``relax.transform.LegalizeOps`` would compile. The TE functions run twice per op here
+    (and the op was legalized once already when partitioning), so TVM's C++ warnings are said
+    once (:func:`tvm_icca.tvm_warnings.tvm_warnings_once`).
     """
-    return _Composer(func).run()
+    with tvm_warnings_once():
+        return _Composer(func).run()
 
 
 # ---------------------------------------------------------------------------------------------

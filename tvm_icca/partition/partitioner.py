@@ -46,6 +46,7 @@ from tvm_icca.partition.patterns import (
     get_icca_patterns,
     unsupported_reason,
 )
+from tvm_icca.tvm_warnings import tvm_warnings_once
 
 __all__ = [
     "HARDWARE_ATTR",
@@ -136,7 +137,10 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     # after folding: the importer computes Clip's bounds from constants
     passes += [RecognizeActivations(), RecognizeNorms()]
     passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
-    mod = tvm.transform.Sequential(passes)(mod)
+    # FoldConstant legalizes every op to try to fold it: TVM's warnings once, not per op and
+    # again when the regions are lowered (tvm_icca.tvm_warnings)
+    with tvm_warnings_once():
+        mod = tvm.transform.Sequential(passes)(mod)
     unfused = mod
     control_flow = _control_flow(mod)
     if control_flow:

@@ -33,6 +33,7 @@ from tvm_icca.elk.schedule import ElkSchedule
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.planning.tradeoff_tables import operator_tables
+from tvm_icca.progress import NO_PROGRESS, Progress
 
 __all__ = ["PRELOAD_DESIGNS", "DEFAULT_HBM_DESIGN", "PreloadSummary", "schedule_preloads"]
 
@@ -62,8 +63,11 @@ class PreloadSummary:
 
 
 def schedule_preloads(programs: Sequence[DeviceProgram], hw: HardwareSpec, cache: PlanCache,
-                      design: str) -> tuple[list[DeviceProgram], PreloadSummary]:
-    """``programs`` (one per region call, in order) with ``design``'s preload schedule."""
+                      design: str, progress: Progress = NO_PROGRESS
+                      ) -> tuple[list[DeviceProgram], PreloadSummary]:
+    """``programs`` (one per region call, in order) with ``design``'s preload schedule;
+    ``progress``: a phase for the trade-off tables (per operator), one for the design's search
+    (per candidate schedule estimated)."""
     if design not in PRELOAD_DESIGNS:
         raise IccaError(f"unknown preload design {design!r}; choose one of {PRELOAD_DESIGNS}")
     if hw.hbm_bandwidth <= 0:
@@ -71,9 +75,11 @@ def schedule_preloads(programs: Sequence[DeviceProgram], hw: HardwareSpec, cache
     if any(isinstance(op.plan, VgmPlan) for p in programs for op in p.ops):
         raise IccaError("HBM preload scheduling applies to compute-shift (t10) programs, not VGM ones")
     wall = time.perf_counter()
-    tables = operator_tables(programs, hw, cache)
+    with progress.phase("trade-off tables", unit="op") as phase:
+        tables = operator_tables(programs, hw, cache, phase)
     machine = ElkMachine(sram_bytes=hw.usable_sram_bytes, separate_interconnect=design == "ideal")
-    schedule = plan_preloads(tables, machine, design)
+    with progress.phase(f"preload schedule ({design})", unit="candidate") as phase:
+        schedule = plan_preloads(tables, machine, design, on_step=phase.step)
     out = _apply(programs, tables, schedule)
     summary = PreloadSummary(design=design, estimated_s=float(schedule.total_s),
                              planning_s=time.perf_counter() - wall, num_ops=len(tables),

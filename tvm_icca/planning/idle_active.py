@@ -43,6 +43,7 @@ from tvm_icca.plans.reconcile import (
     reconcile,
     transfer_setup,
 )
+from tvm_icca.progress import Phase
 
 __all__ = ["OperatorDecision", "ModelPlan", "reconcile_regions"]
 
@@ -108,13 +109,15 @@ def reconcile_regions(
     hw: HardwareSpec,
     plan_cache: PlanCache | None = None,
     label: str = "model",
+    phase: Phase | None = None,
 ) -> ModelPlan:
     """Idle and active plans of every operator of ``regions`` (called in ``order``).
 
     ``resident_inputs[region]`` names the region inputs that are model state kept on chip;
     ``hw`` is the chip as the plans see it (any activation margin already taken off its
     SRAM). Raises :class:`PlanNotFoundError` when the state and the smallest active plans
-    cannot share the chip.
+    cannot share the chip. ``phase`` counts the operators, then each one's options found
+    (:mod:`tvm_icca.progress`).
     """
     cache = plan_cache if plan_cache is not None else PlanCache()
     calls = collections.Counter(order)
@@ -126,6 +129,8 @@ def reconcile_regions(
         state = resident_inputs.get(region_name, frozenset())
         for op in regions[region_name].ops:
             requests.append((op.expr, _resident(op, state)))
+    if phase is not None:
+        phase.add(len(requests))
     cache.prefetch_options(requests, hw)
     for region_name in dict.fromkeys(order):
         region = regions[region_name]
@@ -137,6 +142,8 @@ def reconcile_regions(
             options = cache.options(op.expr, hw, resident)
             region_options.append(options)
             entries.append((region_name, len(region_options) - 1, resident))
+            if phase is not None:
+                phase.step()
             return _fastest_output_bytes(op, options, budget, hw, cache)
 
         budgets.extend(region_budgets(region, hw, fastest_within))

@@ -24,6 +24,7 @@ from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.plans import CostModel, plan_operator
 from tvm_icca.plans.plan_hook import PlanRequest, planned_with_hook
 from tvm_icca.plans.vgm import plan_vgm_operator
+from tvm_icca.progress import Phase
 
 #: Execution models a region can be compiled for.
 EXECUTION_MODELS = ("t10", "vgm")
@@ -39,6 +40,7 @@ def compile_region(
     vgm_region_bytes: int | None = None,
     hbm_params: Sequence[int] = (),
     hbm_constants: bool = False,
+    phase: Phase | None = None,
 ) -> DeviceProgram:
     """Plan every operator of ``func`` and return the region's device program.
 
@@ -49,16 +51,23 @@ def compile_region(
     with ``vgm_region_bytes`` reserved per core). ``hbm_params``: positions of the parameters
     the region reads from HBM (model state on a chip with HBM), and ``hbm_constants`` whether
     its constants come from there too: the mapping of plans to chips keeps them from being
-    read once per chip (:mod:`.plans.mapping`).
+    read once per chip (:mod:`.plans.mapping`). ``phase`` counts the region's operators,
+    then each one planned (:mod:`tvm_icca.progress`).
     """
     if execution not in EXECUTION_MODELS:
         raise IccaError(f"unknown execution model '{execution}'; choose one of {EXECUTION_MODELS}")
     region = extract_region(func, name, hw, plan_cache.exprs if plan_cache is not None else None)
+    if phase is not None:
+        phase.add(len(region.ops))
     if execution == "vgm":
-        ops = [_plan_vgm(op, hw, vgm_region_bytes) for op in region.ops]
+        ops = []
+        for op in region.ops:
+            ops.append(_plan_vgm(op, hw, vgm_region_bytes))
+            if phase is not None:
+                phase.step()
     else:
         hbm = {region.inputs[i].name for i in hbm_params} | (set(region.constants) if hbm_constants else set())
-        ops = plan_region(region, hw, cost_model, plan_cache, frozenset(hbm))[0]
+        ops = plan_region(region, hw, cost_model, plan_cache, frozenset(hbm), phase)[0]
     return region.program(hw, ops)
 
 
@@ -71,6 +80,7 @@ def _plan_vgm(op: PendingOp, hw: HardwareSpec, region_bytes: int | None) -> OpPr
 def plan_region(
     region: RegionOps, hw: HardwareSpec, cost_model: CostModel | None = None,
     plan_cache: PlanCache | None = None, hbm_names: frozenset[str] = frozenset(),
+    phase: Phase | None = None,
 ) -> tuple[list[OpProgram], list[int]]:
     """Plan the operators in order, leaving room for intermediates that stay on chip.
 
@@ -80,7 +90,8 @@ def plan_region(
     :func:`held_bytes`). Its plan gets the SRAM that remains: that budget is returned per
     operator, with the planned operators. ``hbm_names``: the region tensors read from HBM.
     Each operator's placement on the chips sees the layouts of the earlier operators whose
-    outputs it reads (:func:`.plans.mapping.choose_core_order`).
+    outputs it reads (:func:`.plans.mapping.choose_core_order`). ``phase``: a step per
+    operator planned.
     """
     ops: list[OpProgram] = []
     layouts: dict[str, OpLayout] = {}  # output name -> its producer's layout
@@ -100,6 +111,8 @@ def plan_region(
         layouts[op.output_name] = OpLayout(op.expr, planned.plan, hw.cores_per_chip)
         ops.append(OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
                              planned.time_s, label=op.label, tuned=planned is not own))
+        if phase is not None:
+            phase.step()
         return planned.layout.partition_bytes(len(op.expr.tensors) - 1)
 
     budgets = region_budgets(region, hw, plan_one)

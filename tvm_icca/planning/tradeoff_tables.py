@@ -95,6 +95,7 @@ from tvm_icca.plans.fit import fits
 from tvm_icca.plans.mapping import choose_core_order, rotation_inter_chip_bytes
 from tvm_icca.plans.plan_hook import measured_plans
 from tvm_icca.plans.structure import build_structure
+from tvm_icca.progress import Phase
 from tvm_icca.records.keys import plan_signature
 
 #: Budgets (fractions of the fastest plan's footprint) of the smaller execute-state plans.
@@ -117,8 +118,9 @@ class ExecChoice:
 
 
 def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
-                    cache: PlanCache) -> list[OpTradeoffs]:
-    """The trade-off table of every operator of the run, in execution order."""
+                    cache: PlanCache, phase: Phase | None = None) -> list[OpTradeoffs]:
+    """The trade-off table of every operator of the run, in execution order; ``phase``
+    counts the operators, then each one's table (:mod:`tvm_icca.progress`)."""
     has_hbm = hw.hbm_bandwidth > 0
     rows = []
     for program in programs:
@@ -139,6 +141,8 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
     for row in rows:    # the first of each, as the memo below builds it
         distinct.setdefault(row[-1], row)
     cache.prefetch_ladders([ladder_steps(op, hbm, hw) for op, hbm, *_ in distinct.values()], hw)
+    if phase is not None:
+        phase.add(len(rows))
     memo: dict[str, OpTradeoffs] = {}
     tables: list[OpTradeoffs] = []
     topo = make_topology(hw)
@@ -151,6 +155,8 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
         # region outputs live around them (each layer's KV-cache update stays on chip),
         # and a key with those bytes would hide the repeated layers from Elk §4.4
         tables.append(dataclasses.replace(table, key=points_key, live_bytes=int(held)))
+        if phase is not None:
+            phase.step()
     return tables
 
 

@@ -17,7 +17,8 @@ Per task (:mod:`.tasks`, heaviest first), a session
 4. stops at ``max_trials`` trials (counting earlier sessions'), when no candidate is left, or
    when the best time has not improved for ``patience`` batches.
 
-A progress bar per task shows the best time so far; :meth:`TuneSummary.table` is the
+A progress bar per task (:mod:`tvm_icca.progress`: on a terminal, once the task has run two
+seconds) shows the best time so far; :meth:`TuneSummary.table` is the
 summary (task, trials, the compiler's plan's time, the best measured, the gain).
 """
 
@@ -36,6 +37,7 @@ from tvm_icca.hardware_choice import HardwareLike, resolve_hardware
 from tvm_icca.planning.tradeoff_tables import ladder_budgets
 from tvm_icca.plans import SearchMemo, plan_operator
 from tvm_icca.plans.mapping import choose_core_order
+from tvm_icca.progress import Progress, ProgressLike, as_progress
 from tvm_icca.records.database import (
     PLAN_ANNOTATION,
     RecordStore,
@@ -121,7 +123,7 @@ def tune(
     patience: int = 3,
     max_tasks: int | None = None,
     seed: int = 0,
-    progress: bool = True,
+    progress: ProgressLike = True,
     preload: str | None = None,
 ) -> TuneSummary:
     """Tune the execution plans of ``mod``'s ICCA operators on ``hw`` (module docstring).
@@ -131,11 +133,14 @@ def tune(
     earlier sessions' included; ``jobs``: worker processes measuring; ``batch_size``: plans
     measured between two fits of the cost model; ``top_k``: analytic top-k candidates;
     ``patience``: batches without improvement before a task stops; ``max_tasks``: tune only
-    the heaviest tasks.
+    the heaviest tasks; ``progress``: the compile's bars and one per task
+    (:class:`tvm_icca.progress.Progress`; ``True`` or ``None``: on a terminal, after two
+    seconds; ``False``: none).
     """
     start = time.perf_counter()
     spec = resolve_hardware(hw)
-    tasks = extract_tasks(mod, spec, preload=preload)
+    progress = as_progress(progress)
+    tasks = extract_tasks(mod, spec, preload=preload, progress=progress)
     if max_tasks is not None:
         tasks = tasks[:max_tasks]
     database = database_class()(work_dir)
@@ -229,7 +234,7 @@ class _Session:
         self.committed += len(records)
 
     def tune_task(self, task: Task, measurer: Measurer, max_trials: int, batch_size: int,
-                  top_k: int, patience: int, progress: bool) -> TaskResult:
+                  top_k: int, patience: int, progress: Progress) -> TaskResult:
         self.store.refresh()  # another session may have measured some of it meanwhile
         measured = self.measured(task)
         seen = set(measured)
@@ -244,8 +249,9 @@ class _Session:
         start_trials, new = len(measured), 0
         best = min((s for s, _ in measured.values()), default=None)
         stale = 0
-        bar = _bar(task, max_trials, start_trials, progress)
-        try:
+        with progress.phase(task.label[:32], unit="trial", total=max_trials, leave=True) as bar:
+            if start_trials:
+                bar.step(units=min(start_trials, max_trials))
             while len(measured) < max_trials and stale < patience:
                 room = min(batch_size, max_trials - len(measured))
                 first = [p for p in pool if plan_signature(p) in priority
@@ -269,13 +275,7 @@ class _Session:
                     stale = 0 if improved or first else stale + 1
                 else:
                     stale += 1
-                if bar is not None:
-                    bar.update(len(batch))
-                    if best is not None:
-                        bar.set_postfix_str(f"best {best * 1e6:.3f} us")
-        finally:
-            if bar is not None:
-                bar.close()
+                bar.step(None if best is None else f"best {best * 1e6:.3f} us", units=len(batch))
         times = {sig: s for sig, (s, _) in measured.items() if s != float("inf")}
         untuned = min((times[b] for b in baseline if b in times), default=None)
         return TaskResult(f"{task.label} {task.name.rsplit('.', 1)[-1]}", task.weight,
@@ -315,12 +315,3 @@ def _workload_json(workload: Any) -> list:
     from tvm.s_tir.meta_schedule.database import Workload  # pylint: disable=import-outside-toplevel
 
     return Workload(workload).as_json()
-
-
-def _bar(task: Task, total: int, initial: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
-
-    return tqdm(total=total, initial=min(initial, total), desc=f"{task.label}"[:32], unit="trial",
-                leave=True)
