@@ -145,3 +145,14 @@ def test_simulate_onnx_model_shows_labels(design, capsys, tmp_path) -> None:
                              "--hw", "ipu-pod4-hbm")
     assert any(n.startswith("conv2d") for n in table)
     assert any(n.startswith("conv2d") for n in names)
+
+
+def test_op_kinds_group_operators_in_the_users_words() -> None:
+    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.workloads import get_workload
+
+    report = compile_programs(get_workload("resnet50", tiny=True, num_layers=1),
+                              "ipu-pod4-hbm").simulate()
+    kinds = {row["kind"] for row in report.op_kinds}
+    assert "max_pool2d" in kinds and "conv2d" in kinds and "reduce" not in kinds
+    assert sum(row["num_ops"] for row in report.op_kinds) == report.num_ops

@@ -246,7 +246,11 @@ def lower_bounds(per_op: list[OpTiming], hw: HardwareSpec) -> dict[str, Any]:
         op.bound_by = max(terms, key=terms.get)
         op.lower_bound_s = terms[op.bound_by]
         spent = op.wait_s + op.duration_s
-        row = kinds.setdefault(op.kind, {"kind": op.kind, "num_ops": 0, "time_s": 0.0, "lower_bound_s": 0.0})
+        # grouped by what the user calls the operator (its label's anchor: max_pool2d, not
+        # the device template "reduce"), else by its device kind
+        group = op.label.split(" [")[0].split("+")[0] if op.label else op.kind
+        row = kinds.setdefault(group, {"kind": group, "num_ops": 0, "time_s": 0.0,
+                                       "lower_bound_s": 0.0})
         row["num_ops"] += 1
         row["time_s"] += spent
         row["lower_bound_s"] += op.lower_bound_s
