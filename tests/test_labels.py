@@ -25,9 +25,15 @@ from runtime_sim.contract.labels import (
 from tvm_icca.cli import main as cli
 from tvm_icca.partition.partitioner import format_report
 from tvm_icca.partition.patterns import composite_label
+from tvm_icca.testing.export_corpus import CORPUS
 from tvm_icca.testing.onnx_models import residual_cnn
+from tvm_icca.workloads import list_workloads
 
 F32 = "float32"
+
+
+#: Every workload of the zoo (tvm-icca models).
+ZOO_MODELS = list_workloads()
 
 
 def test_operator_label_is_kind_and_output_shape() -> None:
@@ -156,3 +162,44 @@ def test_op_kinds_group_operators_in_the_users_words() -> None:
     kinds = {row["kind"] for row in report.op_kinds}
     assert "max_pool2d" in kinds and "conv2d" in kinds and "reduce" not in kinds
     assert sum(row["num_ops"] for row in report.op_kinds) == report.num_ops
+
+
+def _labels_in(data) -> list[str]:
+    """Every string a JSON report shows as a name: ``label``, ``op_labels``, ``kind`` values."""
+    found: list[str] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key in ("label", "kind") and isinstance(value, str):
+                found.append(value)
+            elif key == "op_labels":
+                found.extend(value)
+            else:
+                found.extend(_labels_in(value))
+    elif isinstance(data, list):
+        for item in data:
+            found.extend(_labels_in(item))
+    return found
+
+
+@pytest.mark.parametrize("model", ZOO_MODELS)
+def test_every_zoo_model_is_named_readably(model, capsys, tmp_path) -> None:
+    """simulate --json and the trace of every zoo model (tiny, one layer): no name longer
+    than 80 characters, no generated symbol."""
+    trace = tmp_path / "trace.json"
+    code = cli.main(["simulate", model, "--tiny", "--layers", "1", "--json", "--no-progress",
+                     "--hw", "ipu-pod4-hbm", "--trace", str(trace)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    _check_names(_labels_in(json.loads(out)))
+    _check_names(_trace_names(trace))
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_every_export_corpus_report_is_named_readably(name: str) -> None:
+    """The partition report of each export-shaped ONNX model names regions and host ops in
+    at most 80 characters, without generated symbols."""
+    model = tvm_icca.load_onnx(CORPUS[name]().model)
+    report = tvm_icca.partition_report(tvm_icca.partition_for_icca(model, tvm_icca.small_chip(64)))
+    lines = [line.strip() for line in format_report(report).splitlines()[1:] if line.strip()]
+    _check_names([r["label"] for r in report["regions"]])
+    assert all("fused_" not in line for line in lines)
