@@ -20,12 +20,16 @@ __all__ = ["kind_of"]
 # relu" is a conv2d). Ops not listed here (permute_dims, add, relu, ...) do not decide the
 # template; when no listed op fits, the structure decides (see _structural_kind).
 _KIND_RANK: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("conv2d", ("relax.nn.conv2d",)),
-    ("depthwise_conv2d", ("relax.nn.conv2d",)),
+    # a 1-D convolution is the same implicit GEMM (or per-channel window sum) with one
+    # spatial axis: the templates read the roles off the tensor expression, not the rank
+    ("conv2d", ("relax.nn.conv2d", "relax.nn.conv1d")),
+    ("depthwise_conv2d", ("relax.nn.conv2d", "relax.nn.conv1d")),
     ("matmul", ("relax.matmul",)),
     ("softmax", ("relax.nn.softmax", "relax.nn.log_softmax")),
-    ("layer_norm", ("relax.nn.layer_norm", "relax.nn.rms_norm")),
-    ("reduce", ("relax.sum", "relax.mean", "relax.max", "relax.min", "relax.variance",
+    # a variance reads its mean inside its sum: nested core-local statistics over whole
+    # rows, costed with hoisting like a layer norm's (instance and group norm)
+    ("layer_norm", ("relax.nn.layer_norm", "relax.nn.rms_norm", "relax.variance")),
+    ("reduce", ("relax.sum", "relax.mean", "relax.max", "relax.min",
                 "relax.std", "relax.nn.max_pool2d", "relax.nn.avg_pool2d",
                 "relax.nn.adaptive_avg_pool2d")),
 )

@@ -378,3 +378,105 @@ def test_batch_norm_after_a_conv_with_a_bias_folds_into_it(bias: bool) -> None:
         ex = tvm.compile(mod, target="icca")
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     tvm.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# -- conv1d ------------------------------------------------------------------------------------
+def np_conv1d(x, w, stride, pads, dilation, groups):
+    """``y[n, f, t] = sum_{c, k} xp[n, g*C/G + c, t*stride + k*dilation] * w[f, c, k]`` with
+    ``xp`` zero-padded by ``pads`` = (begin, end) and ``g = f // (F/G)`` (ONNX Conv)."""
+    n, c, _ = x.shape
+    f, cg, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), tuple(pads)))
+    out_len = (xp.shape[2] - dilation * (kw - 1) - 1) // stride + 1
+    fg = f // groups
+    out = np.zeros((n, f, out_len))
+    for g in range(groups):
+        for k in range(kw):
+            patch = xp[:, g * cg:(g + 1) * cg, k * dilation:k * dilation + stride * (out_len - 1) + 1:stride]
+            out[:, g * fg:(g + 1) * fg] += np.einsum("nct,fc->nft", patch, w[g * fg:(g + 1) * fg, :, k])
+    return out
+
+
+CONV1D_CASES = {  # name: (C, F, kernel, stride, pads, dilation, groups, bias, activation)
+    "strided_gelu": (1, 8, 10, 5, [0, 0], 1, 1, False, "Gelu"),  # wav2vec2's first layer
+    "strided_bias_relu": (4, 8, 3, 2, [1, 1], 1, 1, True, "Relu"),
+    "dilated_asymmetric": (4, 6, 3, 1, [3, 1], 2, 1, True, None),
+    "grouped": (6, 9, 3, 1, [1, 1], 1, 3, True, "Sigmoid"),
+    "depthwise": (6, 6, 3, 1, [1, 1], 1, 6, True, None),
+    "depthwise_multiplier_strided": (4, 8, 4, 3, [0, 2], 1, 4, False, "Relu"),
+}
+_ACTIVATION_SUFFIX = {"Gelu": "_gelu", "Relu": "_relu", "Sigmoid": "_sigmoid", None: ""}
+HW_CONV1D = small_chip(16, 16 * 1024)
+
+
+def conv1d_model(c, f, k, stride, pads, dilation, groups, bias, activation, length=23, batch=2):
+    rng = np.random.default_rng(c * 31 + f)
+    inits = [numpy_helper.from_array((rng.standard_normal((f, c // groups, k))
+                                      / np.sqrt(c // groups * k)).astype("float32"), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.uniform(-0.5, 0.5, f).astype("float32"), "b"))
+    out = (length + sum(pads) - dilation * (k - 1) - 1) // stride + 1
+    nodes = [helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["c" if activation else "y"],
+                              kernel_shape=[k], strides=[stride], pads=pads, dilations=[dilation],
+                              group=groups)]
+    if activation:
+        nodes.append(helper.make_node(activation, ["c"], ["y"]))
+    graph = helper.make_graph(nodes, "conv1d",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c, length])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, f, out])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])  # Gelu: opset 20
+
+
+@pytest.mark.parametrize("name", list(CONV1D_CASES))
+def test_conv1d_from_onnx_runs_on_the_chip(name: str) -> None:
+    """Strided, dilated, grouped and depthwise 1-D convolutions with asymmetric pads, bias and
+    activation epilogues: one fused operator on the chip, nothing on the host."""
+    c, f, k, stride, pads, dilation, groups, bias, activation = CONV1D_CASES[name]
+    model = conv1d_model(*CONV1D_CASES[name])
+    onnx.checker.check_model(model)
+    x = np.random.default_rng(5).standard_normal((2, c, 23)).astype("float32")
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+
+    mod = tvm_icca.load_onnx(model)
+    part = tvm_icca.partition_for_icca(mod, HW_CONV1D)
+    report = tvm_icca.partition_report(part)
+    assert report["host_ops"] == {}, report["host_reasons"]
+    composite = "icca.conv1d" + ("_bias" if bias else "") + _ACTIVATION_SUFFIX[activation]
+    assert [r["composites"] for r in report["regions"]] == [[composite]]
+    with tvm_icca.use_hardware(HW_CONV1D):
+        ex = tvm.compile(mod, target="icca")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    tvm.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert tvm_icca.last_run_stats()["regions_executed"] == 1
+
+
+def _conv1d_func(c, f, k, stride, pads, dilation, groups):
+    return relax_func([(2, c, 23), (f, c // groups, k)], lambda x, w: op.nn.conv1d(
+        x, w, strides=stride, padding=pads, dilation=dilation, groups=groups))
+
+
+BUILDERS["conv1d"] = _conv1d_func
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data(), name=st.sampled_from(list(CONV1D_CASES)), cores=st.sampled_from([4, 8, 16]))
+def test_conv1d_random_plans_match_numpy(data, name, cores) -> None:
+    c, f, k, stride, pads, dilation, groups, _, _ = CONV1D_CASES[name]
+    key = (c, f, k, stride, tuple(pads), dilation, groups)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    arrays = [rng.standard_normal((2, c, 23)).astype("float32"),
+              rng.standard_normal((f, c // groups, k)).astype("float32")]
+    got, _ = run_on_device(("conv1d", *key), arrays, lambda o: data.draw(st.sampled_from(list(o))), cores)
+    tvm.testing.assert_allclose(got, np_conv1d(*arrays, stride, pads, dilation, groups), rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_runs_on_the_conv_templates() -> None:
+    """A 1-D convolution is the conv2d implicit GEMM with one spatial axis; one filter per
+    channel (depthwise) runs on the vector unit, like a depthwise conv2d."""
+    grouped = extract_op(_conv1d_func(6, 9, 3, 1, (1, 1), 1, 3)).expr
+    assert grouped.kind == "conv2d"
+    assert [a.name for a in grouped.axes] == ["nn", "g", "f", "yy", "rc", "ry"]
+    assert str(grouped.inputs[0].indices[2]) == "yy + ry - 1"
+    depthwise = extract_op(_conv1d_func(6, 6, 3, 2, (0, 2), 2, 6)).expr
+    assert depthwise.kind == "depthwise_conv2d"
+    assert str(depthwise.inputs[0].indices[2]) == "yy*2 + ry*2"

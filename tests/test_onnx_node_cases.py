@@ -3,7 +3,8 @@ simulated device, with the operator really offloaded.
 
 ``onnx.backend.test.case.node.collect_testcases()`` builds the cases in memory (the onnx
 wheel does not ship their files). Inputs that TVM's importer needs as constants (reduction
-axes) are turned into initializers holding the same values, which keeps each case's meaning.
+axes, Pad's widths and its scalar value) are turned into initializers holding the same values,
+which keeps each case's meaning.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ CASES = {
     "global_avg_pool": ["test_globalaveragepool"],
     "batch_norm": ["test_batchnorm_example", "test_batchnorm_epsilon"],
     "gather": ["test_gather_0", "test_gather_1", "test_gather_2d_indices", "test_gather_negative_indices"],
+    # (test_edge_pad and test_reflect_pad pad int32 data; float edge and reflect pads are
+    # in tests/test_padding.py)
+    "pad": ["test_constant_pad", "test_constant_pad_axes", "test_constant_pad_negative_axes"],
+    "group_norm": ["test_group_normalization_epsilon", "test_group_normalization_example"],
+    "instance_norm": ["test_instancenorm_epsilon", "test_instancenorm_example"],
 }
 
 # Relax ops whose presence inside an ICCA region proves the case's op was offloaded.
@@ -73,6 +79,10 @@ OFFLOADED_OP = {
     "batch_norm": "relax.multiply",
     # an embedding lookup: the float table gathered by integer ids (tvm_icca.ops.gather)
     "gather": "relax.take",
+    # ONNX Pad is TVM's call_tir until tvm_icca.frontend.pad_rewrites gives it its Relax op
+    "pad": "relax.nn.pad",
+    # the statistics of the normalized view (tvm_icca.ops.normalization)
+    "group_norm": "relax.variance", "instance_norm": "relax.variance",
 }
 
 # A small chip keeps plans multi-core on these tiny tensors: 16 cores of 16 KiB.
@@ -87,12 +97,13 @@ def _all_cases() -> dict:
 
 
 def _constant_int_inputs(model: onnx.ModelProto, inputs: list[np.ndarray]):
-    """Turn integer graph inputs (axes, shapes) into initializers with the case's values."""
+    """Turn integer and scalar graph inputs (axes, shapes, a pad value) into initializers
+    with the case's values."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph
     kept, values = [], []
     for info, value in zip(list(graph.input), inputs):
-        if value.dtype.kind in "iu":
+        if value.dtype.kind in "iu" or value.ndim == 0:
             graph.initializer.append(numpy_helper.from_array(value, info.name))
         else:
             kept.append(info)

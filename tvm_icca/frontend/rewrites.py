@@ -46,7 +46,7 @@ from tvm.ir import IRModule
 from tvm.relax.dpl import DFPattern, is_const, is_op, rewrite_call, wildcard
 from tvm.s_tir.stmt import SBlock
 
-__all__ = ["RecognizeActivations", "RecognizeNorms", "constant_matches"]
+__all__ = ["RecognizeActivations", "RecognizeNorms", "constant_matches", "drop_unused_primfuncs"]
 
 #: 1e-6 relative admits a constant printed with 7 significant digits (1.414214 for sqrt 2).
 _MIN_RTOL = 1e-6
@@ -414,10 +414,10 @@ class RecognizeActivations:
             return mod
         for gvar, func in updates.items():
             mod[gvar] = func
-        return _drop_unused_primfuncs(mod)
+        return drop_unused_primfuncs(mod)
 
 
-def _drop_unused_primfuncs(mod: IRModule) -> IRModule:
+def drop_unused_primfuncs(mod: IRModule) -> IRModule:
     """Remove the private PrimFuncs that no function refers to any more."""
     used: set[str] = set()
 

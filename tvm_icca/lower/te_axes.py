@@ -160,6 +160,13 @@ class AxisSpace:
         if isinstance(e, tirx.Select) and isinstance(e.condition, tirx.IntImm):
             # topi's adaptive pooling writes its window end as Select(True, ...)
             return self.subst(e.true_value if int(e.condition.value) else e.false_value, env)
+        if isinstance(e, tirx.Select):
+            # a folded index (reflect padding's |i - b|): piecewise affine, see te_pieces
+            return tirx.Select(self.subst(e.condition, env), self.subst(e.true_value, env),
+                               self.subst(e.false_value, env))
+        compare = (tirx.GE, tirx.GT, tirx.LE, tirx.LT)
+        if isinstance(e, compare) and is_int(e.a) and is_int(e.b):
+            return type(e)(self.subst(e.a, env), self.subst(e.b, env))
         if is_tensor_load(e):
             raise UnsupportedOperatorError(
                 f"data-dependent index (reads tensor '{e.args[0].op.name}'): not affine"

@@ -5,8 +5,10 @@
 T10 §4.2): injective producers (transpose, broadcast, expand_dims, padding) are inlined into
 affine index maps over the axes of :class:`~tvm_icca.lower.te_axes.AxisSpace`, elementwise
 producers into the body, inner reductions into core-local ``reduce`` nodes; TIR arithmetic,
-comparisons, selects, casts and intrinsics become the matching ``Expr`` nodes, and a
-bounds-checked read (padding) becomes the plain read the device zero-fills. It builds one of
+comparisons, selects, casts and intrinsics become the matching ``Expr`` nodes, a
+bounds-checked read (padding) becomes the plain read the device zero-fills, and a read through
+a piecewise-affine index (edge and reflect padding) a select over its affine pieces
+(:mod:`tvm_icca.lower.te_pieces`). It builds one of
 three forms: (a) the result is itself a sum reduction (or a windowed max/min when asked for)
 whose axes are the top level; (b) a given sum reduction, read at the identity index, is the top
 level and the rest its ``epilogue``; (c) an elementwise result, every reduction inside it
@@ -46,6 +48,7 @@ from tvm_icca.lower.te_nodes import (
     same_tensor,
     tensor_shape,
 )
+from tvm_icca.lower.te_pieces import Piece, affine_pieces
 from tvm_icca.ops.te_capture import ffi_key as _key
 
 _UNARY_INTRINSICS = {
@@ -249,7 +252,13 @@ class TEConverter(AxisSpace):
             raise UnsupportedOperatorError(f"TE placeholder '{tensor.op.name}' is not a function input")
         if src.constant is not None and src.constant.size == 1:
             return _const(src.constant.reshape(()).item())
-        affine = [self.affine(i) for i in index]
+        try:
+            affine = [self.affine(i) for i in index]
+        except UnsupportedOperatorError:
+            pieces = affine_pieces(self, index)
+            if pieces is None:
+                raise
+            return self._piecewise_load(tensor, pieces)
         local = {a.name for a in self.local_axes}
         is_local = [bool(set(i.axes) & local) for i in affine]
         pos = None
@@ -271,6 +280,22 @@ class TEConverter(AxisSpace):
             pos = len(self.inputs) - 1
         self.inputs[pos].readers.add(self.region)
         return {"op": "load", "input": pos, "index": [i.to_dict() for i in affine]}
+
+    def _piecewise_load(self, tensor: te.Tensor, pieces: list[Piece]) -> Expr:
+        """A read through a piecewise-affine index (edge and reflect padding,
+        :mod:`tvm_icca.lower.te_pieces`): a select over the affine reads of its pieces, the
+        last one taken where no other piece's guards hold."""
+        node = self._load_input(tensor, list(pieces[-1].index))
+        for piece in reversed(pieces[:-1]):
+            if not piece.guards:  # holds everywhere: the pieces after it are never read
+                node = self._load_input(tensor, list(piece.index))
+                continue
+            guards = [{"op": "ge", "args": [self._int_tree(g), _const(0)]} for g in piece.guards]
+            cond = guards[0]
+            for g in guards[1:]:
+                cond = {"op": "and", "args": [cond, g]}
+            node = {"op": "select", "args": [cond, self._load_input(tensor, list(piece.index)), node]}
+        return node
 
     def _reduction(
         self, tensor: te.Tensor, body: tirx.Reduce, index: list[tirx.PrimExpr], env: dict

@@ -29,6 +29,8 @@ from tvm.relax.transform import (
 
 from runtime_sim.contract.labels import region_label
 from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm
+from tvm_icca.frontend.group_norm import DecomposeGroupNorm
+from tvm_icca.frontend.pad_rewrites import RecognizePad
 from tvm_icca.frontend.rewrites import RecognizeActivations, RecognizeNorms
 from tvm_icca.hardware_choice import (
     HardwareLike,
@@ -136,6 +138,8 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     passes.append(FoldInferenceBatchNorm)
     # after folding: the importer computes Clip's bounds from constants
     passes += [RecognizeActivations(), RecognizeNorms()]
+    passes.append(RecognizePad())  # ONNX Pad is an opaque call_tir of TVM's importer
+    passes.append(DecomposeGroupNorm())  # its TE reads channels through div/mod
     passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
     # FoldConstant legalizes every op to try to fold it: TVM's warnings once, not per op and
     # again when the regions are lowered (tvm_icca.tvm_warnings)

@@ -25,7 +25,11 @@ from typing import Callable, Iterator
 import tvm
 from tvm import relax
 from tvm.relax.backend.pattern_registry import Pattern, get_patterns_with_prefix, register_patterns
-from tvm.relax.backend.patterns import make_conv2d_pattern, make_matmul_pattern
+from tvm.relax.backend.patterns import (
+    make_conv2d_pattern,
+    make_fused_bias_activation_pattern,
+    make_matmul_pattern,
+)
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
@@ -40,6 +44,8 @@ from tvm_icca.ops.data_movement import (
     tensor_operands,
 )
 from tvm_icca.ops.gather import GATHER_OPS, take_pattern, take_reason
+from tvm_icca.ops.normalization import instance_norm_patterns
+from tvm_icca.ops.padding import PAD_OPS, pad_pattern, pad_reason
 from tvm_icca.ops.views import VIEW_OPS, view_reason
 
 __all__ = [
@@ -89,8 +95,9 @@ BINARY_OPS: dict[str, str] = {
 }
 # max/min reduce on the core that owns a row (a core-local "reduce" node of the tensor
 # expression, like softmax's running maximum): only sums are split across cores.
+# A variance is core-local too: its mean is read inside its sum (instance and group norm).
 REDUCE_OPS: dict[str, str] = {"sum": "relax.sum", "mean": "relax.mean", "max": "relax.max",
-                              "min": "relax.min"}
+                              "min": "relax.min", "variance": "relax.variance"}
 #: Pooling over spatial windows: pattern suffix -> Relax op. Max pooling is a core-local
 #: max over the window (padding reads -inf through a bounds select); average pooling is a
 #: window sum with the divisor in its epilogue (count_include_pad or the in-bounds count).
@@ -105,6 +112,8 @@ _OTHER_OPS: dict[str, str] = {
     "rms_norm": "relax.nn.rms_norm",
     "matmul": "relax.matmul",
     "conv2d": "relax.nn.conv2d",
+    # audio front ends (wav2vec2, Whisper): the same templates as conv2d, one spatial axis
+    "conv1d": "relax.nn.conv1d",
     "where": "relax.where",
 }
 
@@ -113,7 +122,7 @@ _OTHER_OPS: dict[str, str] = {
 OFFLOADABLE_OPS: frozenset[str] = frozenset(
     [*UNARY_OPS.values(), *BINARY_OPS.values(), *REDUCE_OPS.values(), *POOL_OPS.values(),
      *_OTHER_OPS.values(), *DATA_MOVEMENT_OPS.values(), *VIEW_OPS.values(),
-     *GATHER_OPS.values()]
+     *GATHER_OPS.values(), *PAD_OPS.values()]
 )
 
 # The chip the check functions judge against. Check functions are called back from C++ by
@@ -177,17 +186,27 @@ def _matmul_reason(call: relax.Call) -> str | None:
     return None
 
 
-def _conv2d_reason(call: relax.Call) -> str | None:
+#: The layouts offloaded per convolution op: (data, kernel); the output is laid out as the data.
+_CONV_LAYOUTS: dict[str, tuple[str, str]] = {
+    "relax.nn.conv2d": ("NCHW", "OIHW"),
+    "relax.nn.conv1d": ("NCW", "OIW"),
+}
+
+
+def _conv_reason(call: relax.Call) -> str | None:
     attrs = call.attrs
+    name = _op_name(call)
+    short = name.rsplit(".", 1)[-1]
+    data_layout, kernel_layout = _CONV_LAYOUTS[name]
     out_layout = attrs.out_layout or attrs.data_layout
-    if (attrs.data_layout, attrs.kernel_layout, out_layout) != ("NCHW", "OIHW", "NCHW"):
+    if (attrs.data_layout, attrs.kernel_layout, out_layout) != (data_layout, kernel_layout, data_layout):
         return (
-            f"conv2d layout {attrs.data_layout}/{attrs.kernel_layout}->{out_layout} "
-            "(only NCHW data, OIHW kernel and NCHW output are offloaded)"
+            f"{short} layout {attrs.data_layout}/{attrs.kernel_layout}->{out_layout} "
+            f"(only {data_layout} data, {kernel_layout} kernel and {data_layout} output are offloaded)"
         )
     data, weight = call.args
     if data.ty.dtype != weight.ty.dtype:
-        return f"conv2d operands have different dtypes ({data.ty.dtype}, {weight.ty.dtype})"
+        return f"{short} operands have different dtypes ({data.ty.dtype}, {weight.ty.dtype})"
     return None
 
 
@@ -236,10 +255,11 @@ _OP_REASONS: dict[str, Callable[[relax.Call], str | None]] = {
     "relax.where": _where_reason,
     **{name: _pool_reason for name in POOL_OPS.values()},
     "relax.matmul": _matmul_reason,
-    "relax.nn.conv2d": _conv2d_reason,
+    **{name: _conv_reason for name in _CONV_LAYOUTS},
     **{op: data_movement_reason for op in DATA_MOVEMENT_OPS.values()},
     **{op: view_reason for op in VIEW_OPS.values()},
     "relax.take": take_reason,
+    **{op: pad_reason for op in PAD_OPS.values()},
 }
 
 
@@ -360,13 +380,14 @@ def _rms_norm_pattern() -> Pattern:
 
 
 def _anchor_patterns(anchor: str) -> list[Pattern]:
-    """``anchor`` (matmul or conv2d) alone and with a transposed operand, bias and activation.
+    """``anchor`` (matmul, conv2d or conv1d) alone and with a transposed operand, bias and
+    activation.
 
     Ordered by the number of ops a pattern fuses, ascending: since later entries have higher
     priority for ``register_patterns``, a bigger match is always tried before its prefix.
     """
     sized: list[tuple[int, Pattern]] = []
-    variants = [("", False)] if anchor == "conv2d" else [("", False), ("_transposed", True)]
+    variants = [("", False)] if anchor != "matmul" else [("", False), ("_transposed", True)]
     for suffix, transposed in variants:
         for with_bias in (False, True):
             for act in (None, *ACTIVATIONS):
@@ -376,6 +397,8 @@ def _anchor_patterns(anchor: str) -> list[Pattern]:
                 act_op = ACTIVATIONS[act] if act else None
                 if anchor == "conv2d":
                     pattern, annotations = make_conv2d_pattern(with_bias)
+                elif anchor == "conv1d":
+                    pattern, annotations = make_fused_bias_activation_pattern(_OTHER_OPS[anchor], with_bias)
                 else:
                     pattern, annotations = make_matmul_pattern(with_bias, None, transposed)
                 if act_op is not None:
@@ -401,9 +424,11 @@ def _pattern_table() -> list[Pattern]:
     table.append(_where_pattern())
     table.append(_layer_norm_pattern())
     table.append(_rms_norm_pattern())
+    table += instance_norm_patterns(CODEGEN_NAME, _check_ops, _check_anchor_with_epilogue)
     table += data_movement_patterns(CODEGEN_NAME, _check_ops)
     table.append(take_pattern(CODEGEN_NAME, _check_ops))
-    for anchor in ("matmul", "conv2d"):
+    table.append(pad_pattern(CODEGEN_NAME, _check_ops))
+    for anchor in ("matmul", "conv2d", "conv1d"):
         table += _anchor_patterns(anchor)
     table.append(rotary_embedding_pattern(CODEGEN_NAME, _check_ops))  # before its slices, concat, products
     return table

@@ -5,7 +5,9 @@ split with ``Reshape``/``Transpose`` whose target shapes are computed by ``Shape
 ``Gather`` / ``Unsqueeze`` / ``Concat`` chains, GELU written out with ``Erf`` or with
 ``Pow``/``Tanh``, ReLU6 as ``Clip``, depthwise convolutions as ``Conv`` with ``group``,
 batch norm after every convolution, fused qkv projections cut by ``Split``, rotary
-embeddings built from ``Slice``/``Neg``/``Concat``, class tokens joined by ``Concat``.
+embeddings built from ``Slice``/``Neg``/``Concat``, class tokens joined by ``Concat``,
+strided 1-D convolutions over audio, ``GroupNorm`` through ``InstanceNormalization``,
+reflection padding as ``Pad``.
 Each builder here writes one such block with ``onnx.helper`` at the op patterns the
 exporters use (small sizes, random weights), and the reference is the ONNX project's own
 ``onnx.reference.ReferenceEvaluator``, which shares nothing with TVM or tvm_icca.
@@ -198,6 +200,28 @@ class _Graph:
 
     def relu6(self, x: str) -> str:
         return self.op("Clip", [x, self.constant(0.0), self.constant(6.0)])
+
+    def instance_norm(self, x: str, channels: int, prefix: str) -> str:
+        """``nn.InstanceNorm`` without affine parameters: ``InstanceNormalization`` with a
+        scale of ones and a bias of zeros, as torch exports it."""
+        return self.op("InstanceNormalization", [
+            x, self.init(f"{prefix}.ones", np.ones(channels, np.float32)),
+            self.init(f"{prefix}.zeros", np.zeros(channels, np.float32))], epsilon=1e-5)
+
+    def group_norm(self, x: str, shape: tuple[int, ...], groups: int, prefix: str) -> str:
+        """``nn.GroupNorm`` as torch exports it below opset 18: ``Reshape`` to
+        ``[N, G, -1]``, ``InstanceNormalization`` of the groups, ``Reshape`` back, then the
+        per-channel weight and bias (``Mul``, ``Add``)."""
+        grouped = self.op("Reshape", [x, self.constant([shape[0], groups, -1], np.int64)])
+        normed = self.instance_norm(grouped, groups, prefix)
+        back = self.op("Reshape", [normed, self.constant(list(shape), np.int64)])
+        per_channel = (shape[1],) + (1,) * (len(shape) - 2)
+        return self.op("Add", [self.op("Mul", [back, self.positive(f"{prefix}.weight", per_channel)]),
+                               self.weight(f"{prefix}.bias", per_channel, scale=0.1)])
+
+    def pad(self, x: str, pads: list[int], mode: str) -> str:
+        """``F.pad`` / ``nn.ReflectionPad2d``: ``Pad`` with its widths as a constant."""
+        return self.op("Pad", [x, self.constant(pads, np.int64)], mode=mode)
 
 
 # -- the corpus ----------------------------------------------------------------------------
@@ -410,6 +434,52 @@ def token_embedding(batch: int = 2, seq: int = 8, vocab: int = 50, d_model: int 
     return ExportCase("token_embedding", model, inputs, "token + position embeddings")
 
 
+def wav2vec2_feature_encoder(batch: int = 1, samples: int = 400, channels: int = 16,
+                             seed: int = 8) -> ExportCase:
+    """wav2vec2's feature encoder (and HuBERT's): strided ``Conv`` over the raw waveform
+    (kernel 10 stride 5, then 3/2 and 2/2, no bias), ``nn.GroupNorm`` with one group per
+    channel after the first conv, GELU written out with ``Erf`` after each, as
+    ``torch.onnx.export`` writes it at opset 17."""
+    g = _Graph(seed)
+    x, length, c_in = "input_values", samples, 1
+    for i, (k, stride) in enumerate(((10, 5), (3, 2), (2, 2))):
+        w = g.weight(f"conv{i}.weight", (channels, c_in, k))
+        x = g.op("Conv", [x, w], kernel_shape=[k], strides=[stride])
+        length = (length - k) // stride + 1
+        if i == 0:
+            x = g.group_norm(x, (batch, channels, length), channels, "norm0")
+        x, c_in = g.gelu_erf(x), channels
+    model = g.model("wav2vec2_feature_encoder", {"input_values": ((batch, 1, samples),
+                                                                  TensorProto.FLOAT)},
+                    {"output": x})
+    inputs = {"input_values": g.rng.standard_normal((batch, 1, samples)).astype(np.float32)}
+    return ExportCase("wav2vec2_feature_encoder", model, inputs, "wav2vec2 feature encoder")
+
+
+def cyclegan_resnet_block(batch: int = 1, channels: int = 8, size: int = 12,
+                          seed: int = 9) -> ExportCase:
+    """The ResNet generator of pix2pix / CycleGAN: ``ReflectionPad2d(3)``, 7x7 conv,
+    ``InstanceNorm2d``, ReLU, then a residual block of ``ReflectionPad2d(1)``, 3x3 conv,
+    instance norm (twice, ReLU between) and the residual ``Add``; the convs pad nothing
+    themselves. ``Pad`` has mode reflect, its widths a constant."""
+    g = _Graph(seed)
+    pads = lambda p: [0, 0, p, p, 0, 0, p, p]  # noqa: E731 -- ONNX order: begins, then ends
+
+    def conv_norm(x: str, c_in: int, k: int, prefix: str) -> str:
+        x = g.pad(x, pads(k // 2), "reflect")
+        w = g.weight(f"{prefix}.weight", (channels, c_in, k, k))
+        x = g.op("Conv", [x, w, g.weight(f"{prefix}.bias", (channels,), 0.1)], kernel_shape=[k, k])
+        return g.instance_norm(x, channels, prefix)
+
+    stem = g.op("Relu", [conv_norm("input", 3, 7, "stem")])
+    y = g.op("Relu", [conv_norm(stem, channels, 3, "block.0")])
+    out = g.op("Add", [stem, conv_norm(y, channels, 3, "block.1")])
+    model = g.model("cyclegan_resnet_block", {"input": ((batch, 3, size, size), TensorProto.FLOAT)},
+                    {"output": out})
+    inputs = {"input": g.rng.standard_normal((batch, 3, size, size)).astype(np.float32)}
+    return ExportCase("cyclegan_resnet_block", model, inputs, "CycleGAN ResNet generator block")
+
+
 #: Every builder, by case name.
 CORPUS: dict[str, Callable[[], ExportCase]] = {
     "bert_layer": bert_layer,
@@ -421,6 +491,8 @@ CORPUS: dict[str, Callable[[], ExportCase]] = {
     "resnet_stem_head": resnet_stem_head,
     "llama_block": llama_block,
     "token_embedding": token_embedding,
+    "wav2vec2_feature_encoder": wav2vec2_feature_encoder,
+    "cyclegan_resnet_block": cyclegan_resnet_block,
 }
 
 
