@@ -29,6 +29,7 @@ from tvm.relax.transform import (
 
 from runtime_sim.contract.labels import region_label
 from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm
+from tvm_icca.frontend.empty_reductions import FoldEmptyReductions
 from tvm_icca.frontend.group_norm import DecomposeGroupNorm
 from tvm_icca.frontend.pad_rewrites import RecognizePad
 from tvm_icca.frontend.rewrites import RecognizeActivations, RecognizeNorms
@@ -131,7 +132,9 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     if icca_regions(mod):
         logger.debug("module already has ICCA regions; not partitioning it again")
         return mod
-    passes: list[tvm.transform.Pass] = [ConvertToDataflow(min_size=1)]
+    # a reduction over nothing is its identity: TVM's build would read uninitialized memory,
+    # and FoldConstant's legalization of an empty mean divides by zero
+    passes: list[tvm.transform.Pass] = [ConvertToDataflow(min_size=1), FoldEmptyReductions()]
     if fold_constants:
         passes.append(FoldConstant())
     # batch norm in inference form becomes conv weights + bias or elementwise arithmetic
