@@ -408,3 +408,27 @@ def test_control_flow_falls_back_to_the_host_with_a_reason() -> None:
         got = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w),
                          tvm.runtime.tensor(np.array(cond)))
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_symbolic_dimension_used_as_a_value_falls_back_to_the_host_with_a_reason() -> None:
+    """``arange(0, n)`` over a symbolic dimension (TVM's importer writes it for ONNX Range or
+    Trilu; a 0-sized ONNX dimension is imported symbolic) failed MergeCompositeFunctions'
+    variable lookup in C++; such a model runs on the host, said so, and computes right."""
+    from tvm import tirx
+
+    n = tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((3, n), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            positions = bb.emit(relax.op.astype(relax.op.arange(0, n, 1, "int64"), "float32"))
+            out = bb.emit_output(bb.emit(relax.op.add(relax.op.exp(x), positions)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    report = tvm_icca.partition_report(tvm_icca.partition_for_icca(mod))
+    assert report["regions"] == [] and "symbolic dimension 'n' as a value" in report["notes"][0]
+    assert "relax.exp" in report["host_ops"]
+    vm = relax.VirtualMachine(tvm.compile(mod, target="icca"), tvm.cpu())
+    x_value = np.random.default_rng(0).standard_normal((3, 4), "float32")
+    got = vm["main"](tvm.runtime.tensor(x_value)).numpy()
+    np.testing.assert_allclose(got, np.exp(x_value) + np.arange(4, dtype="float32"), rtol=1e-5)

@@ -19,7 +19,7 @@ from typing import Any
 
 import tvm
 from tvm import relax
-from tvm.ir import IRModule
+from tvm.ir import IRModule, PrimType
 from tvm.relax.transform import (
     ConvertToDataflow,
     FoldConstant,
@@ -77,9 +77,8 @@ _MATCH_CAST_NOTE = ("the model has data-dependent shapes (a match_cast after Non
                     "so the whole model runs on the host")
 
 
-_CONTROL_FLOW_NOTE = ("function '{where}' has control flow (an ONNX If, a relax.If), around "
-                      "which TVM's MergeCompositeFunctions cannot form regions, so the whole "
-                      "model runs on the host")
+_UNMERGEABLE_NOTE = ("function '{where}' {what}, around which TVM's MergeCompositeFunctions "
+                     "cannot form regions, so the whole model runs on the host")
 
 
 def partition_for_icca(
@@ -149,40 +148,64 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     with tvm_warnings_once():
         mod = tvm.transform.Sequential(passes)(mod)
     unfused = mod
-    control_flow = _control_flow(mod)
-    if control_flow:
-        # TVM 0.27's MergeCompositeFunctions has no visitor for relax.If (an InternalError
-        # deep in C++): decided here, before any region is formed
-        mod = unfused.with_attr(HOST_NOTE_ATTR, _CONTROL_FLOW_NOTE.format(where=control_flow))
-        return _stamp_hardware(mod, spec)
-    with checking_for(spec):
-        mod = FuseOpsByPattern(
-            get_icca_patterns(), bind_constants=bind_constants, annotate_codegen=False
-        )(mod)
-        try:
-            mod = MergeCompositeFunctions()(mod)
-        except TypeError as err:
-            # TVM 0.27's MergeCompositeFunctions cannot visit a match_cast binding (the
-            # data-dependent shape of NonZero, Unique, ...): the model runs on the host, said so
-            if "MatchCast" not in str(err):
-                raise
-            mod = unfused.with_attr(HOST_NOTE_ATTR, _MATCH_CAST_NOTE)
+    blocker = _unmergeable(mod)
+    if blocker is not None:
+        # decided here, before any region is formed: TVM raises an InternalError from C++
+        mod = unfused.with_attr(HOST_NOTE_ATTR, blocker)
+    else:
+        with checking_for(spec):
+            mod = FuseOpsByPattern(
+                get_icca_patterns(), bind_constants=bind_constants, annotate_codegen=False
+            )(mod)
+            try:
+                mod = MergeCompositeFunctions()(mod)
+            except TypeError as err:
+                # TVM 0.27's MergeCompositeFunctions cannot visit a match_cast binding (the
+                # data-dependent shape of NonZero, Unique, ...): the model runs on the host
+                if "MatchCast" not in str(err):
+                    raise
+                mod = unfused.with_attr(HOST_NOTE_ATTR, _MATCH_CAST_NOTE)
     mod = _stamp_hardware(mod, spec)
     if logger.isEnabledFor(logging.INFO):
         logger.info("%s", format_report(partition_report(mod)))
     return mod
 
 
-def _control_flow(mod: IRModule) -> str | None:
-    """The first function of ``mod`` holding a ``relax.If`` (an ONNX ``If``), or None."""
+def _unmergeable(mod: IRModule) -> str | None:
+    """Why TVM 0.27's MergeCompositeFunctions cannot partition ``mod`` (None: it can).
+
+    It has no visitor for ``relax.If`` (an ONNX ``If``), and it looks up every variable a call
+    takes in the bindings it has seen, so a symbolic dimension passed as a value (TVM's
+    importer writes ``arange(0, n)`` for ONNX ``Range`` or ``Trilu`` over a dimension it left
+    symbolic) fails its lookup.
+    """
     for gvar, func in mod.functions_items():
         if not isinstance(func, relax.Function):
             continue
-        found: list[relax.If] = []
-        relax.analysis.post_order_visit(
-            func, lambda node: found.append(node) if isinstance(node, relax.If) else None)
-        if found:
-            return gvar.name_hint
+        branches: list[relax.If] = []
+        bound: list[relax.Var] = list(func.params)
+        values: list[relax.Var] = []
+
+        def visit(node: Any) -> None:
+            if isinstance(node, relax.If):
+                branches.append(node)
+            elif isinstance(node, relax.Function):
+                bound.extend(node.params)
+            elif isinstance(node, relax.SeqExpr):
+                bound.extend(b.var for block in node.blocks for b in block.bindings)
+            elif isinstance(node, relax.Call):
+                values.extend(a for a in node.args
+                              if isinstance(a, relax.Var) and isinstance(a.ty, PrimType))
+
+        relax.analysis.post_order_visit(func, visit)
+        if branches:
+            return _UNMERGEABLE_NOTE.format(where=gvar.name_hint,
+                                            what="has control flow (an ONNX If, a relax.If)")
+        free = [v for v in values if not any(v.same_as(b) for b in bound)]
+        if free:
+            return _UNMERGEABLE_NOTE.format(
+                where=gvar.name_hint,
+                what=f"computes with the symbolic dimension '{free[0]}' as a value")
     return None
 
 
