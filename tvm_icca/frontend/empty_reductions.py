@@ -29,7 +29,9 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir import IRModule
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
+
+from tvm_icca.frontend.rewrites import rewrite_functions
 
 __all__ = ["FoldEmptyReductions"]
 
@@ -100,12 +102,6 @@ class FoldEmptyReductions:
     def transform_module(self, mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         rewriters = [(is_op("relax.matmul")(wildcard(), wildcard()), _empty_matmul)]
         rewriters += [(is_op(name)(wildcard()), _empty_reduction) for name in _IDENTITY]
-        for gvar, func in list(mod.functions_items()):
-            if not isinstance(func, relax.Function):
-                continue
-            new = func
-            for pattern, rewrite in rewriters:
-                new = rewrite_call(pattern, rewrite, new)
-            if not new.same_as(func):
-                mod[gvar] = new
+        for gvar, func in rewrite_functions(mod, rewriters).items():
+            mod[gvar] = func
         return mod

@@ -46,7 +46,8 @@ from tvm.ir import IRModule
 from tvm.relax.dpl import DFPattern, is_const, is_op, rewrite_call, wildcard
 from tvm.s_tir.stmt import SBlock
 
-__all__ = ["RecognizeActivations", "RecognizeNorms", "constant_matches", "drop_unused_primfuncs"]
+__all__ = ["RecognizeActivations", "RecognizeNorms", "constant_matches", "drop_unused_primfuncs",
+           "rewrite_functions"]
 
 #: 1e-6 relative admits a constant printed with 7 significant digits (1.414214 for sqrt 2).
 _MIN_RTOL = 1e-6
@@ -371,7 +372,7 @@ def _layer_norm_rewriter() -> tuple[DFPattern, Callable]:
 
 
 # -- the passes -------------------------------------------------------------------------------
-def _rewrite_functions(mod: IRModule, rewriters: list[tuple[DFPattern, Callable]]) -> dict:
+def rewrite_functions(mod: IRModule, rewriters: list[tuple[DFPattern, Callable]]) -> dict:
     """Every Relax function of ``mod`` with ``rewriters`` applied, where that changed it."""
     updates = {}
     for gvar, func in mod.functions_items():
@@ -393,7 +394,7 @@ class RecognizeNorms:
     """
 
     def transform_module(self, mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
-        updates = _rewrite_functions(mod, [_layer_norm_rewriter(), _rms_norm_rewriter()])
+        updates = rewrite_functions(mod, [_layer_norm_rewriter(), _rms_norm_rewriter()])
         for gvar, func in updates.items():
             mod[gvar] = func
         return mod
@@ -409,7 +410,7 @@ class RecognizeActivations:
     def transform_module(self, mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         rewriters = [_minmax_rewriter(mod), _clip_rewriter(), _gelu_rewriter(False),
                      _gelu_rewriter(True), _silu_rewriter()]
-        updates = _rewrite_functions(mod, rewriters)
+        updates = rewrite_functions(mod, rewriters)
         if not updates:
             return mod
         for gvar, func in updates.items():
