@@ -36,6 +36,7 @@ from tvm import relax
 import tvm_icca
 from runtime_sim.contract.hardware import small_chip
 from tvm_icca.partition.patterns import CODEGEN_NAME
+from tvm_icca.testing.onnx_node_cases import inputs_as_initializers
 
 # A small chip keeps plans multi-core on the cases' tiny tensors: 16 cores of 16 KiB.
 HW = small_chip(16, 16 * 1024)
@@ -236,17 +237,7 @@ def _prepared(case: Any) -> tuple[onnx.ModelProto, list[np.ndarray], list[np.nda
     inputs, expected = _data(case)
     if all(a.dtype.kind in "iub" for a in inputs):
         return case.model, inputs, expected
-    model = onnx.ModelProto.FromString(case.model.SerializeToString())
-    graph = model.graph
-    kept, values = [], []
-    for info, value in zip(list(graph.input), inputs):
-        if value.dtype.kind in "iu":
-            graph.initializer.append(numpy_helper.from_array(value, info.name))
-        else:
-            kept.append(info)
-            values.append(value)
-    del graph.input[:]
-    graph.input.extend(kept)
+    model, values = inputs_as_initializers(case.model, inputs, lambda v: v.dtype.kind in "iu")
     return model, values, expected
 
 

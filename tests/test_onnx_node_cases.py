@@ -15,11 +15,11 @@ import numpy as np
 import onnx
 import pytest
 import tvm
-from onnx import numpy_helper
 from tvm import relax
 
 import tvm_icca
 from runtime_sim.contract.hardware import small_chip
+from tvm_icca.testing.onnx_node_cases import inputs_as_initializers
 
 # Op kind (issue list) -> ONNX node cases of that kind (float32 cases TVM's importer accepts).
 CASES = {
@@ -99,18 +99,7 @@ def _all_cases() -> dict:
 def _constant_int_inputs(model: onnx.ModelProto, inputs: list[np.ndarray]):
     """Turn integer and scalar graph inputs (axes, shapes, a pad value) into initializers
     with the case's values."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    graph = model.graph
-    kept, values = [], []
-    for info, value in zip(list(graph.input), inputs):
-        if value.dtype.kind in "iu" or value.ndim == 0:
-            graph.initializer.append(numpy_helper.from_array(value, info.name))
-        else:
-            kept.append(info)
-            values.append(value)
-    del graph.input[:]
-    graph.input.extend(kept)
-    return model, values
+    return inputs_as_initializers(model, inputs, lambda v: v.dtype.kind in "iu" or v.ndim == 0)
 
 
 def _offloaded_ops(mod: tvm.IRModule) -> set[str]:
