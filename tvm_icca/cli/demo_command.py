@@ -42,6 +42,9 @@ def run_demo(hw: str = "ipu-mk2", progress: bool = True) -> int:
     from tvm import relax
 
     import tvm_icca
+    from tvm_icca.hardware_choice import resolve_hardware
+    from tvm_icca.planning import icca_model_passes, preload_summary_of, state_placement_of
+    from tvm_icca.planning.state_place import describe_setting
 
     mod = tvm_icca.load_onnx(demo_model_path())
     x = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
@@ -50,7 +53,10 @@ def run_demo(hw: str = "ipu-mk2", progress: bool = True) -> int:
         partitioned = tvm_icca.partition_for_icca(mod)
         options = tvm_icca.CompileOptions(progress=progress)
         pipeline = tvm_icca.icca_pipeline("icca", options=options)
-        executable = tvm.compile(partitioned, target="icca", relax_pipeline=pipeline)
+        # planned here (tvm.compile keeps a planned module) to say where the weights went
+        planned = icca_model_passes(resolve_hardware(hw), options)(partitioned)
+        executable = tvm.compile(planned, target="icca", relax_pipeline=pipeline)
+    preload = preload_summary_of(planned)
     vm = relax.VirtualMachine(executable, tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x)).numpy()
     stats = tvm_icca.last_run_stats()
@@ -63,6 +69,8 @@ def run_demo(hw: str = "ipu-mk2", progress: bool = True) -> int:
     print(tvm_icca.format_report(tvm_icca.partition_report(partitioned)))
     print()
     print(f"simulated device run on '{hw}':")
+    print("  " + describe_setting(hw, preload.design if preload is not None else None,
+                                  state_placement_of(planned)))
     print(f"  regions executed        {stats['regions_executed']}")
     print(f"  cores used (max per op) {stats['cores_used']}")
     print(f"  peak SRAM per core      {stats['peak_sram_bytes_per_core']} bytes")
