@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: install demo test lint-imports wheel-check clean
+.PHONY: install demo test lint-imports wheel-check docs clean
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,5 +32,15 @@ wheel-check: $(STAMP)
 lint-imports: $(STAMP)
 	$(VENV)/bin/lint-imports
 
+$(DOCS_STAMP): $(STAMP) setup.py
+	$(VPY) -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+# the documentation site in docs/_build/html; it runs the tutorials, warnings are errors
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
+
+# the second line: what `make docs` generates (docs/conf.py, docs/_ext/results_pages.py)
 clean:
 	rm -rf $(VENV) build *.egg-info .import_linter_cache
+	rm -rf docs/_build docs/tutorials docs/results docs/sg_execution_times.rst

@@ -32,6 +32,11 @@ setup(
         # import-linter: `lint-imports` checks the layer rules of .importlinter (make test)
         "test": ["pytest>=7", "hypothesis>=6", "wheel>=0.38", "import-linter>=2.17"],
         "bench": ["matplotlib>=3.7"],
+        # docs: `make docs` (docs/conf.py); tutorials plot, so the gallery needs matplotlib;
+        # numpydoc-style docstrings are read by Sphinx's own napoleon extension; myst-parser
+        # includes the markdown tables of benchmarks/results/ in the Results page
+        "docs": ["sphinx>=7.2", "sphinx-gallery>=0.16", "furo>=2024.1", "myst-parser>=3.0",
+                 "sphinx-argparse>=0.5", "matplotlib>=3.7"],
     },
     entry_points={
         # TVM imports every entry point of this group at `import tvm` (tvm/__init__.py).
