@@ -202,3 +202,22 @@ def test_te_of_reflect_pad_is_numpy_reflect() -> None:
             outs.append(out.numpy())
         np.testing.assert_array_equal(outs[0], np.pad(data, (before, after), mode="reflect"))
         np.testing.assert_array_equal(outs[1], outs[0])
+
+
+@pytest.mark.parametrize("pad_width", [[0, 0, 0, 0, 0, 1], [0, 0, 0, 2, 0, 0], [0, 0, 1, 1, 0, 3]])
+def test_a_constant_pad_after_the_end_only_keeps_its_guard(pad_width) -> None:
+    """``i < n ? x[i] : 0`` read by a plain axis: exact, not an invalid program (the
+    expanded ONNX CenterCropPad cases pad one side only)."""
+    import tvm
+    from tvm import relax
+
+    import tvm_icca
+    from tvm_icca.testing.relax_functions import relax_function
+
+    func = relax_function([(3, 4, 8)], lambda x: relax.op.nn.pad(x, pad_width, pad_value=0.0))
+    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+    x = np.random.default_rng(3).standard_normal((3, 4, 8)).astype("float32")
+    ex = tvm_icca.compile(mod, tvm_icca.small_chip(16))
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    want = np.pad(x, [(pad_width[2 * i], pad_width[2 * i + 1]) for i in range(3)])
+    np.testing.assert_array_equal(got, want)

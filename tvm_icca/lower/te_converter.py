@@ -417,23 +417,29 @@ class TEConverter(AxisSpace):
         return {"op": "select", "args": [self._value(cond, env), then_e, other_e]}
 
     def _is_bounds_check(self, conjuncts: list, then_e: Expr, other_e: Expr, env: Mapping) -> bool:
-        """Is ``cond ? then : 0`` exactly ``then`` read with zero fill out of bounds?"""
+        """Is ``cond ? then : 0`` exactly ``then`` read with zero fill out of bounds?
+
+        Not when a checked dimension is read by a plain axis (a pad after the end only,
+        ``i < n ? x[i] : 0``): a plain axis longer than its dimension is what the program
+        validation refuses as a wrong extent, so that read keeps its guard (a guarded read,
+        as concat's, :func:`runtime_sim.contract.expr.guarded_inputs`)."""
         if then_e.get("op") != "load" or other_e.get("op") != "const" or other_e["value"] != 0:
             return False
         entry = self.inputs[then_e["input"]]
         index = [AffineIndex.from_dict(i) for i in then_e["index"]]
-        bounds = []
+        bounds = {}  # bound's key -> the dimension it checks
         for d, idx in enumerate(index):  # lower: idx >= 0, upper: shape-1-idx >= 0
-            bounds.append(_affine_key(idx.terms, idx.offset))
+            bounds[_affine_key(idx.terms, idx.offset)] = d
             neg = tuple((a, -c) for a, c in idx.terms)
-            bounds.append(_affine_key(neg, entry.source.shape[d] - 1 - idx.offset))
+            bounds[_affine_key(neg, entry.source.shape[d] - 1 - idx.offset)] = d
         for c in conjuncts:
             g = self.nonneg_form(c, env)
             if g is None:
                 return False
             if g == "true":
                 continue
-            if _affine_key(g.terms, g.offset) not in bounds:
+            d = bounds.get(_affine_key(g.terms, g.offset))
+            if d is None or index[d].is_simple:
                 return False
         return True
 
