@@ -412,7 +412,8 @@ def _preset_table() -> dict[str, dict[str, Any]]:
         # The T10 benchmark problem: a 16x16 systolic array (256 MAC = 512 FLOP per cycle).
         "ipu-mk2-systolic": dict(
             _IPU_MK2, name="ipu-mk2-systolic", matrix_flops_per_cycle=512.0,
-            notes="IPU Mk2 with a 16x16 systolic array per core (t10-benchmark-background)",
+            notes="IPU Mk2 with a 16x16 systolic array per core (the matmul problem of T10's "
+                  "artifact; tvm-icca plan matmul --cost-model t10-bench)",
         ),
         # IPU-POD4: 4 chips, 5,888 cores, 640 GB/s between chips (Elk §5).
         "ipu-pod4": dict(
