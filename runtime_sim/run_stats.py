@@ -35,16 +35,27 @@ _TIMED_LOCK = threading.Lock()
 
 
 def last_run_stats(*, timing: bool = True, device: SimulatedDevice | None = None) -> dict[str, Any]:
-    """Statistics of the current (latest) run of ``device`` (default: the process-wide
-    :func:`~runtime_sim.functional.device.get_device`), one model invocation.
+    """Statistics of the latest run (one model invocation) of a simulated device.
 
-    The counters are the device's
-    (:meth:`RunCounters.counters <runtime_sim.functional.run_counters.RunCounters.counters>`:
-    traffic, cores, SRAM and preload peaks, preload-stream counts, tuned operators and the
-    per-region details). With ``timing`` (the default), ``simulated_s`` is the time the run
-    takes on the chip and ``simulated_ops`` its per-operator breakdown: the timing simulator
-    run over exactly the programs that executed, in call order, with their input sources
-    (:func:`last_run_timing`); ``simulated_s`` is ``None`` when no region ran on the chip.
+    Parameters
+    ----------
+    timing : bool
+        Also run the timing simulator (Elk §5) over exactly the programs that executed, in
+        call order, with their input sources (:func:`last_run_timing`), and add its time.
+    device : SimulatedDevice, optional
+        The device; defaults to the process-wide
+        :func:`~runtime_sim.functional.device.get_device`.
+
+    Returns
+    -------
+    dict
+        The device's counters
+        (:meth:`RunCounters.counters <runtime_sim.functional.run_counters.RunCounters.counters>`:
+        traffic, cores, SRAM and preload peaks, preload-stream counts, tuned operators and
+        the per-region details) and, with ``timing``, ``simulated_s`` (the time the run takes
+        on the chip; ``None`` when no region ran on the chip) and ``simulated_ops`` (its
+        per-operator rows). Every key is defined once, with its unit, in the metric glossary
+        :mod:`runtime_sim.contract.metrics` (the documentation's glossary page).
     """
     device = get_device() if device is None else device
     last = device.last_run

@@ -14,6 +14,21 @@ Quick start::
 Importing the package (which ``import tvm`` does through the ``tvm.backends`` entry point)
 registers the ``icca`` / ``icca-<preset>`` target tags, the ``icca.*`` partition patterns, the
 codegen ``relax.ext.icca`` and the device entry ``icca.device.run``.
+
+Public API (``help(tvm_icca.<name>)`` documents each one):
+
+* hardware: ``HardwareSpec``, ``preset``, ``small_chip``, ``PRESET_NAMES``,
+  ``use_hardware``, ``current_hardware``, ``hardware_for_target``;
+* import and partition: ``load_onnx``, ``partition_for_icca``, ``partition_report``,
+  ``format_report``, ``host_ops``, ``icca_regions``, ``get_icca_patterns``;
+* compile: ``compile(mod, hw)`` (not in ``__all__``: ``from tvm_icca import *`` must not
+  shadow the builtin), ``compile_onnx``, ``CompileOptions``, ``PRELOAD_DESIGNS``,
+  ``icca_pipeline``, ``offload_to_icca``, ``is_icca_target``, ``plan_device_programs``,
+  ``icca_codegen``;
+* run statistics: ``last_run_stats`` (its keys: :mod:`runtime_sim.contract.metrics`),
+  ``write_last_run_trace``;
+* tuning: ``tune``, ``use_database``;
+* errors: ``IccaError`` and its subclasses (:mod:`runtime_sim.contract.errors`).
 """
 
 # The public API, stage by stage (the package's folders, in data-flow order). Importing these
@@ -39,7 +54,7 @@ from tvm_icca.partition.partitioner import (
     partition_for_icca,
     partition_report,
 )
-from tvm_icca.planning import CompileOptions, plan_device_programs
+from tvm_icca.planning import PRELOAD_DESIGNS, CompileOptions, plan_device_programs
 from tvm_icca.records.apply import use_database
 from tvm_icca.backend.codegen import icca_codegen
 from tvm_icca.backend.target import (
@@ -55,8 +70,11 @@ from tvm_icca.tuning import tune
 __version__ = "0.1.0"
 
 # ``compile`` is public (tvm_icca.compile) but kept out of __all__: a star import must not
-# shadow the builtin.
+# shadow the builtin. pydoc lists a package's functions from __all__ only, so the module
+# docstring's API list is where help(tvm_icca) shows it (tests/test_public_api.py checks that
+# list names every public name).
 __all__ = [
+    "PRELOAD_DESIGNS",
     "PRESET_NAMES",
     "CompileOptions",
     "HardwareSpec",

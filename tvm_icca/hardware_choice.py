@@ -74,7 +74,14 @@ def resolve_hardware(hw: HardwareLike | None = None) -> HardwareSpec:
 
 
 def current_hardware() -> HardwareSpec:
-    """The chip chosen by the innermost :func:`use_hardware`, else the default preset."""
+    """The chip chosen by the innermost :func:`use_hardware`, else the default preset.
+
+    Returns
+    -------
+    HardwareSpec
+        The chip ``tvm.compile(mod, target="icca")`` compiles for here (the default preset
+        is ``ipu-mk2``).
+    """
     spec = _CURRENT.get()
     return spec if spec is not None else preset(DEFAULT_PRESET)
 
@@ -94,7 +101,24 @@ def use_hardware(hw: HardwareLike) -> Iterator[HardwareSpec]:
             ex = tvm.compile(mod, target="icca")
 
     The spec is validated on entry; the previous choice is restored on exit, also when the
-    block raises.
+    block raises. The choice is a :mod:`contextvars` variable, so threads and asyncio tasks
+    each see their own.
+
+    Parameters
+    ----------
+    hw : HardwareSpec, preset name or dict
+        The chip: a spec, a preset name (:data:`PRESET_NAMES`, case-insensitive) or a
+        :meth:`HardwareSpec.to_dict` mapping.
+
+    Yields
+    ------
+    HardwareSpec
+        The resolved chip.
+
+    Raises
+    ------
+    InvalidHardwareSpecError
+        ``hw`` names no preset, or describes an impossible chip.
     """
     spec = resolve_hardware(hw)
     token = _CURRENT.set(spec)

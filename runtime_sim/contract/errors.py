@@ -72,8 +72,23 @@ class InvalidPlanError(IccaError, ValueError):
 class SramOverflowError(IccaError, MemoryError):
     """A core's private SRAM budget would be exceeded.
 
-    ``label`` (the operator kind, e.g. ``"conv2d + bias + relu"``), ``chip`` and ``tensors``
-    (the operator's tensors and shapes) are added to the message when given.
+    Parameters
+    ----------
+    op : str
+        The operator's program name.
+    core : int
+        The core whose budget is exceeded.
+    budget_bytes : int
+        The SRAM a core has for tensors.
+    needed_bytes : int
+        The SRAM the operator needs on that core.
+    label : str
+        The operator kind in the user's words (e.g. ``"conv2d + bias + relu"``), added to the
+        message when given.
+    chip : str
+        The chip's name, added to the message when given.
+    tensors : str
+        The operator's tensors and shapes, added to the message when given.
     """
 
     def __init__(self, op: str, core: int, budget_bytes: int, needed_bytes: int, *,
@@ -95,8 +110,11 @@ class DeviceProgramError(IccaError, ValueError):
 
 
 class InvalidWorkloadError(IccaError, ValueError):
-    """A workload of the zoo was asked for with impossible arguments (batch 0, a negative
-    context or layer count, a non-integer size, an unknown dtype)."""
+    """A workload of the zoo was asked for with impossible arguments.
+
+    For instance batch 0, a negative context or layer count, a non-integer size, or an
+    unknown dtype.
+    """
 
 
 class UnknownWorkloadError(InvalidWorkloadError, KeyError):

@@ -124,7 +124,62 @@ def check_dtype(dtype: str, where: str, hw: "HardwareSpec | None" = None, *,
 class HardwareSpec:
     """One ICCA system: chips of cores with private SRAM, links, optional HBM.
 
-    Bandwidths are in bytes per second, latencies in seconds, memory in bytes.
+    Bandwidths are in bytes per second, latencies in seconds, memory in bytes. Every field is
+    converted and checked on construction (:meth:`validate`); the presets (:func:`preset`)
+    cite a source for each number.
+
+    Parameters
+    ----------
+    name : str
+        The system's name (a preset name for the presets).
+    num_cores : int
+        Cores of the whole system (all chips).
+    sram_bytes_per_core : int
+        Private SRAM of each core (624 KiB on an IPU Mk2 core, T10 §2.1).
+    link_bandwidth : float
+        Bytes per second a core sends (and receives) over the on-chip interconnect.
+    clock_hz : float
+        Core clock.
+    matrix_flops_per_cycle : float
+        Matrix-unit FLOP per cycle per core (matmul and convolution sub-tasks).
+    vector_flops_per_cycle : float
+        Vector FLOP per cycle per core (element-wise work, reductions, epilogues).
+    matrix_tile : tuple of int
+        The matrix unit's tile ``(m, k, n)`` (the IPU's AMP unit works on 16): a matrix
+        sub-task's cycles are those of its shape padded up to it (T10 §4.3.1,
+        :class:`schedules.base.MatrixTemplate`).
+    link_latency_s : float
+        Latency of one chunk's hop over an on-chip link.
+    inter_chip_latency_s : float
+        Extra latency of a hop between chips (IPU-Link), paid per chunk on top of
+        ``link_latency_s`` (:func:`runtime_sim.machine.links.chunk_latency_seconds`).
+    sync_cycles : int
+        Cycles of the synchronization that ends every bulk-synchronous step (T10 §3).
+    shift_buffer_bytes : int
+        The per-core buffer transfers are cut into (T10 §5); reserved out of the SRAM.
+    topology : str
+        How cores connect: ``"all-to-all"`` (the IPU's exchange) or ``"mesh"`` (2-D).
+    num_chips : int
+        Chips of the system; ``num_cores`` must be a multiple of it.
+    inter_chip_bandwidth : float
+        Bytes per second between chips; 0 for a single chip.
+    hbm_bandwidth : float
+        Bytes per second of HBM over the whole system; 0 without HBM (Elk §6.1 models
+        16 TB/s for four chips).
+    hbm_controllers : int
+        HBM controllers of the whole system; positive when ``hbm_bandwidth`` is.
+    host_bandwidth : float
+        Host <-> chip bytes per second per chip: the IPU Mk2's off-chip bandwidth, 8 GB/s
+        (T10 Table 3).
+    dtypes : tuple of str
+        Element types the cores compute (a subset of :data:`SUPPORTED_DTYPES`).
+    notes : str
+        Where the numbers come from; not compared.
+
+    Raises
+    ------
+    InvalidHardwareSpecError
+        A field is impossible; the message names the first one and its allowed range.
     """
 
     name: str
@@ -136,8 +191,6 @@ class HardwareSpec:
     vector_flops_per_cycle: float
     matrix_tile: tuple[int, int, int] = (16, 16, 16)
     link_latency_s: float = 0.0
-    #: Extra latency of a hop between chips (IPU-Link), paid per chunk on top of the hop's
-    #: ``link_latency_s`` (:func:`runtime_sim.machine.links.chunk_latency_seconds`).
     inter_chip_latency_s: float = 0.0
     sync_cycles: int = 0
     shift_buffer_bytes: int = 8 * KIB
@@ -146,7 +199,6 @@ class HardwareSpec:
     inter_chip_bandwidth: float = 0.0
     hbm_bandwidth: float = 0.0
     hbm_controllers: int = 0
-    #: Host <-> chip bandwidth per chip: the IPU Mk2's off-chip bandwidth, 8 GB/s (T10 Table 3).
     host_bandwidth: float = 8e9
     dtypes: tuple[str, ...] = SUPPORTED_DTYPES
     notes: str = field(default="", compare=False)
@@ -439,8 +491,25 @@ PRESET_NAMES = tuple(_preset_table())
 def preset(preset_name: str, **overrides: Any) -> HardwareSpec:
     """Build a named preset (``ipu-mk2``, ``ipu-pod4``, ...), optionally overriding fields.
 
-    Names are case-insensitive (``IPU-Mk2`` is ``ipu-mk2``); an unknown name is an
-    :class:`InvalidHardwareSpecError` that suggests the closest preset and lists them all.
+    Example: ``preset("ipu-mk2", sram_bytes_per_core=256 * 1024)``.
+
+    Parameters
+    ----------
+    preset_name : str
+        One of :data:`PRESET_NAMES`, case-insensitive (``IPU-Mk2`` is ``ipu-mk2``).
+    **overrides : Any
+        :class:`HardwareSpec` fields to replace, validated like the rest.
+
+    Returns
+    -------
+    HardwareSpec
+        The preset's spec (its ``notes`` cite where the numbers come from).
+
+    Raises
+    ------
+    InvalidHardwareSpecError
+        An unknown name (the message suggests the closest preset and lists them all), an
+        unknown field or an impossible value.
     """
     table = _preset_table()
     key = preset_name.strip().lower() if isinstance(preset_name, str) else None
@@ -456,7 +525,27 @@ def preset(preset_name: str, **overrides: Any) -> HardwareSpec:
 
 
 def small_chip(num_cores: int = 16, sram_bytes_per_core: int = 64 * KIB, **overrides: Any) -> HardwareSpec:
-    """An IPU-like chip with few cores, for tests and quick experiments."""
+    """An IPU-like chip with few cores, for tests and quick experiments.
+
+    Parameters
+    ----------
+    num_cores : int
+        Cores of the chip; the spec is named ``icca-<num_cores>``.
+    sram_bytes_per_core : int
+        Private SRAM of each core.
+    **overrides : Any
+        Further :class:`HardwareSpec` fields to replace.
+
+    Returns
+    -------
+    HardwareSpec
+        The ``ipu-mk2`` preset (clock, links, compute per core) with these fields.
+
+    Raises
+    ------
+    InvalidHardwareSpecError
+        An impossible value or unknown field.
+    """
     fields = {"name": f"icca-{num_cores}", "num_cores": num_cores,
               "sram_bytes_per_core": sram_bytes_per_core, **overrides}
     return preset("ipu-mk2", **fields)

@@ -103,48 +103,35 @@ class OpTiming:
 
 @dataclass
 class TimingReport:
-    """Timing of a sequence of device programs (one model invocation) on one chip/system.
+    """Timing of a sequence of device programs (one model invocation) on one chip or system.
 
-    ``total_s`` is the makespan. ``compute_s`` and ``transfer_s`` add up the operators'
-    execution (they never overlap each other: steps are bulk-synchronous); ``hbm_s`` and
-    ``host_s`` are the time the HBM controllers and host links are busy; ``overlap_s`` is the
-    time HBM loading runs during execution; ``stall_s`` the time lost to interconnect
-    contention beyond the uncontended time; ``idle_s`` the time the compute array waits.
-    ``total_s = compute_s + transfer_s + idle_s``.
+    :func:`~runtime_sim.timing.simulate_timing` builds it; :meth:`to_dict` is what
+    ``tvm-icca simulate --json`` prints and :meth:`write_trace` writes the Perfetto trace.
 
-    ``hbm_bytes`` counts the distinct bytes of the distinct HBM tensors read per run (the
-    HBM utilization uses it); ``hbm_delivered_bytes`` what the HBM controllers read, a copy
-    per chip that needs a tensor. ``host_out_bytes`` are region outputs returned to the host.
-    ``op_kinds`` sums each operator kind's time and lower bound over the run;
-    ``slow_kinds`` and ``slow_ops`` are the kinds and operators more than
-    :data:`SLOW_FACTOR` times their lower bound (see :attr:`OpTiming.lower_bound_s`).
+    Every field except the two below is the metric of the same name, defined once with its
+    unit in the glossary :mod:`runtime_sim.contract.metrics` (the documentation's glossary
+    page): the times (``total_s``, ``compute_s``, ``transfer_s``, ``idle_s``, ``stall_s``,
+    ...), the bytes (``hbm_bytes``, ``shift_bytes``, ``preloaded_bytes``, ...), the SRAM
+    peaks, the utilizations, Elk's breakdown (``preload_s``, ``preload_only_s``,
+    ``execute_only_s``, ``preload_overlap_s``; Elk Fig. 18/20) and the row tables
+    (``per_op``, whose entries are :class:`OpTiming`; ``regions``, ``op_kinds``,
+    ``slow_kinds`` and ``slow_ops``, the last two over :data:`SLOW_FACTOR` times their lower
+    bound).
 
-    Elk's breakdown (Fig. 18/20), for every run: ``preload_s`` is the time off-chip data is
-    loading (some HBM or host-input load in progress: a preload of a stream run, a prefetch
-    otherwise); ``preload_only_s`` the part of it while nothing executes (the non-overlapped
-    preload), ``execute_only_s`` the time an operator executes while nothing loads,
-    ``preload_overlap_s`` both at once (``overlap_s`` counts HBM loading only), so
-    ``preload_only_s + execute_only_s + preload_overlap_s <= total_s`` (the rest: nothing
-    runs, e.g. returns to the host). ``interconnect_stall_s`` is the compute-array wait caused
-    by loads sharing links with executions (Elk's "interconnect" category; part of
-    ``stall_s``), ``preload_stall_s`` the loads' total delay from it (exposed or not).
+    Attributes
+    ----------
+    trace_events : list of dict
+        Chrome trace events of the timeline when simulated with ``trace=True``, else empty
+        (:meth:`write_trace` builds them on demand).
+    hw : HardwareSpec or None
+        The chip timed (for the trace's tracks); not part of :meth:`to_dict`.
 
-    Utilizations (each defined once, in :mod:`runtime_sim.contract.metrics`): ``hbm_utilization`` = distinct
-    HBM bytes / (``total_s`` x HBM bandwidth); ``interconnect_utilization`` = link-busy time
-    over ``total_s``: every execution's transfer phases (distribution, re-layout, shifts,
-    reduction) plus every load's network delivery at full rate (the time it would hold the
-    links alone); the ideal design has two interconnects, so there it is over ``2 x total_s``;
-    ``flops_utilization`` = FLOPs / (``total_s`` x peak matrix FLOP/s) and ``achieved_flops``
-    = FLOPs / ``total_s``; ``link_bandwidth_utilization`` = bytes cores received over links /
-    (``total_s`` x cores x link bandwidth), the share of every core's receive bandwidth used.
-
-    Stream runs (``design`` names the compiler's preload design, ``""`` without a stream):
-    ``preloads``/``executes`` count the instructions, ``preloaded_bytes`` what preloads wrote
-    (:func:`runtime_sim.contract.preload_chunks.delivered_bytes`, summed; without a stream, the bytes loads
-    delivered to cores), ``distributed_bytes`` what distribution phases moved
-    (:func:`runtime_sim.contract.preload_chunks.distribution` bytes); ``peak_sram_bytes_per_core`` is the
-    peak of the SRAM timeline (execution space + preload space; the ideal design: execution
-    space alone) and ``peak_preload_bytes_per_core`` the peak preload space held.
+    Notes
+    -----
+    How the times relate: compute and transfer never overlap (steps are bulk-synchronous),
+    so ``total_s = compute_s + transfer_s + idle_s``; ``preload_only_s + execute_only_s +
+    preload_overlap_s <= total_s`` (the rest: nothing runs, e.g. returns to the host);
+    ``interconnect_stall_s`` is part of ``stall_s``.
     """
 
     hardware: str

@@ -48,13 +48,35 @@ def simulate_timing(
     trace: bool = False,
     on_op: Callable[[], None] | None = None,
 ) -> TimingReport:
-    """Time one model invocation: ``programs`` are its regions in execution order.
+    """Time one model invocation of device programs on the event-driven simulator (Elk §5).
 
-    Shapes only: constants need no ``data``. ``hw`` defaults to the hardware of the first
-    program. ``trace=True`` fills :attr:`TimingReport.trace_events` (Chrome trace events;
-    :meth:`TimingReport.write_trace` builds them on demand otherwise). ``on_op()`` is called
-    after each operator costed, of ``sum(len(p.ops) for p in programs)``, the bulk of the time
-    (a caller's progress bar: the device side has no policy of its own about showing one).
+    Shapes only: constants need no ``data``. Every program is validated first, as the
+    functional device does (:func:`runtime_sim.contract.validation.validate_program`).
+
+    Parameters
+    ----------
+    programs : sequence of DeviceProgram (or their dicts), or one DeviceProgram
+        The regions of one invocation, in execution order.
+    hw : HardwareSpec, optional
+        The chip; defaults to the hardware of the first program.
+    trace : bool
+        Fill :attr:`TimingReport.trace_events` with Chrome trace events now;
+        :meth:`TimingReport.write_trace` builds them on demand otherwise.
+    on_op : callable, optional
+        Called without arguments after each operator costed, ``sum(len(p.ops) for p in
+        programs)`` times, the bulk of the time (a caller's progress bar: the device side has
+        no policy of its own about showing one).
+
+    Returns
+    -------
+    TimingReport
+        The run's makespan, its breakdown, traffic, SRAM peaks and per-operator rows.
+
+    Raises
+    ------
+    DeviceProgramError
+        No programs and no ``hw``, or a program that is malformed or does not run on ``hw``
+        (e.g. its plan needs more cores than the chip has).
     """
     wall = _time.perf_counter()
     if isinstance(programs, DeviceProgram):

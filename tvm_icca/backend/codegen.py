@@ -124,11 +124,35 @@ def build_device_stubs(regions: Sequence[relax.Function]) -> tvm.runtime.Module:
 def icca_codegen(
     functions: Sequence[relax.Function], options: Any, constant_names: Any
 ) -> list[tvm.runtime.Module]:
-    """``relax.ext.icca``: the stubs of a module's planned ICCA regions (module docstring).
+    """The BYOC codegen ``relax.ext.icca``: one LLVM stub per planned ICCA region.
 
-    ``options`` (from ``RunCodegen(target_options={"icca": ...})``) and ``constant_names`` are
-    unused: the programs carry every decision, and weights reach regions as parameters since
-    :func:`~tvm_icca.partition.partitioner.partition_for_icca` does not bind constants.
+    ``relax.transform.RunCodegen`` calls it (it is registered under that name); users rarely
+    call it directly. Each stub calls ``icca.device.run`` with its region's device program
+    (module docstring).
+
+    Parameters
+    ----------
+    functions : sequence of relax.Function
+        The region functions (``Codegen == "icca"``), each already planned
+        (:func:`~tvm_icca.planning.plan_device_programs`).
+    options : Any
+        ``RunCodegen(target_options={"icca": ...})``; unused, since the programs carry every
+        decision.
+    constant_names : Any
+        Names of constants bound into regions; unused, since weights reach regions as
+        parameters (:func:`~tvm_icca.partition.partitioner.partition_for_icca` does not bind
+        constants).
+
+    Returns
+    -------
+    list of tvm.runtime.Module
+        One LLVM module defining a function per region ``global_symbol`` (empty without
+        regions).
+
+    Raises
+    ------
+    IccaError
+        A region is not planned, or its program disagrees with its signature.
     """
     del options, constant_names
     try:

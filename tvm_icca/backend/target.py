@@ -101,7 +101,24 @@ def _as_target(target: Any) -> Target | None:
 
 
 def is_icca_target(target: Target | str | dict | None) -> bool:
-    """Whether ``target`` compiles for ICCA (its keys contain ``"icca"``)."""
+    """Whether ``target`` compiles for ICCA (its keys contain ``"icca"``).
+
+    Parameters
+    ----------
+    target : tvm.target.Target, str, dict or None
+        A target, a target tag (``"icca"``, ``"icca-ipu-pod4"``, ``"llvm"``) or a target
+        config; ``None`` is no target.
+
+    Returns
+    -------
+    bool
+        True for the ``icca`` and ``icca-<preset>`` tags and any target with the ``icca`` key.
+
+    Raises
+    ------
+    InvalidHardwareSpecError
+        An ``icca-*`` tag that names no preset (the message lists the known tags).
+    """
     target = _as_target(target)
     return target is not None and ICCA_KEY in list(target.keys)
 
@@ -113,6 +130,23 @@ def hardware_for_target(target: Target | str | dict | None = None) -> HardwareSp
     it with a spec of the same name (e.g. a preset with overridden link bandwidth), but naming
     a different chip is an error rather than a silent choice. Without a preset in the target,
     the :func:`~tvm_icca.use_hardware` choice or the default preset is used.
+
+    Parameters
+    ----------
+    target : tvm.target.Target, str, dict or None
+        The target (or its tag or config); ``None``: the current target
+        (``Target.current()``), if any.
+
+    Returns
+    -------
+    HardwareSpec
+        The chip compiled for.
+
+    Raises
+    ------
+    InvalidHardwareSpecError
+        The target's model is not a preset, or :func:`~tvm_icca.use_hardware` chose a
+        different chip than the target's tag names.
     """
     target = _as_target(target) if target is not None else Target.current(allow_none=True)
     explicit = explicit_hardware()
@@ -135,11 +169,25 @@ def hardware_for_target(target: Target | str | dict | None = None) -> HardwareSp
 def offload_to_icca(
     hw: HardwareLike | None = None, options: CompileOptions | None = None
 ) -> tvm.transform.Pass:
-    """Partition for ICCA (unless already partitioned), plan the device programs of the
-    whole model (:func:`~tvm_icca.planning.icca_model_passes`), then ``RunCodegen``.
+    """The offload pass: partition for ICCA, plan the whole model's device programs, run codegen.
 
-    The chip is ``hw``, else the one of the current target (:func:`hardware_for_target`);
-    ``options`` are the model-level choices (:class:`~tvm_icca.planning.CompileOptions`).
+    Partitioning (:func:`~tvm_icca.partition.partitioner.partition_for_icca`) is skipped for a
+    module already partitioned; planning is :func:`~tvm_icca.planning.plan_device_programs`
+    (through :func:`~tvm_icca.planning.icca_model_passes`); ``relax.transform.RunCodegen``
+    then replaces every region by a call of its device stub (:func:`icca_codegen`).
+
+    Parameters
+    ----------
+    hw : HardwareSpec, preset name or dict, optional
+        The chip; defaults to the one of the current target (:func:`hardware_for_target`).
+    options : CompileOptions, optional
+        The model-level choices (:class:`~tvm_icca.planning.CompileOptions`); defaults to
+        ``CompileOptions()``.
+
+    Returns
+    -------
+    tvm.transform.Pass
+        A module pass; errors keep their tvm_icca class when it runs inside ``tvm.compile``.
     """
 
     @tvm.transform.module_pass(opt_level=0, name="IccaOffload")
@@ -164,13 +212,31 @@ def icca_pipeline(
 ) -> tvm.transform.Pass:
     """The Relax pipeline for ICCA: :func:`offload_to_icca`, then the host pipeline ``base``.
 
-    ``base`` defaults to TVM's default build pipeline (the one ``tvm.compile`` uses for CPU
-    targets); ``options`` are the model-level choices (:class:`~tvm_icca.planning.CompileOptions`),
-    e.g. ``tvm.compile(mod, target="icca", relax_pipeline=icca_pipeline(
-    options=CompileOptions(state="chip")))``. Also registered as the named pipeline ``"icca"``, so
-    ``tvm.compile(mod, target="llvm", relax_pipeline="icca")`` offloads as well. The long
-    phases show bars on a terminal after two seconds (:attr:`CompileOptions.progress
-    <tvm_icca.planning.CompileOptions>`); ``options=CompileOptions(progress=False)`` hides them.
+    Example: ``tvm.compile(mod, target="icca", relax_pipeline=icca_pipeline(
+    options=CompileOptions(state="chip")))``. Also registered as the named pipeline ``"icca"``,
+    so ``tvm.compile(mod, target="llvm", relax_pipeline="icca")`` offloads as well. The long
+    phases show bars on a terminal after two seconds (``progress`` of
+    :class:`~tvm_icca.planning.CompileOptions`); ``options=CompileOptions(progress=False)``
+    hides them. Before the host pipeline, a check of the inputs' shapes and dtypes is added
+    to ``main`` (:class:`~runtime_sim.contract.errors.InputMismatchError` at call time).
+
+    Parameters
+    ----------
+    target : tvm.target.Target, str, dict or None
+        The target the pipeline runs under (tag or config accepted); ``None``: whatever
+        target ``tvm.compile`` sets.
+    hw : HardwareSpec, preset name or dict, optional
+        The chip; defaults to the one of the target (:func:`hardware_for_target`).
+    base : tvm.transform.Pass, optional
+        The host pipeline; defaults to TVM's default build pipeline (the one ``tvm.compile``
+        uses for CPU targets).
+    options : CompileOptions, optional
+        The model-level choices (:class:`~tvm_icca.planning.CompileOptions`).
+
+    Returns
+    -------
+    tvm.transform.Pass
+        The whole Relax pipeline, for ``tvm.compile(..., relax_pipeline=...)``.
     """
     target = _as_target(target)
     if base is None:

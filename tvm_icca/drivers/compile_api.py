@@ -33,21 +33,53 @@ def compile(  # pylint: disable=redefined-builtin
     preload: str | None = None,
     progress: ProgressLike = None,
 ) -> tvm.runtime.Executable:
-    """``tvm.compile(mod, target="icca")`` for the chip ``hw`` (default: the current choice),
-    with the model-level choices of :class:`~tvm_icca.planning.CompileOptions` (``execution``
-    ``"t10"`` or ``"vgm"``, ``state``: where weights and KV caches live, ``"chip"``, ``"hbm"``,
-    ``"host"`` or ``None``/``"auto"`` (HBM on a chip with HBM, else on chip when the model fits,
-    else the host), ``resident`` parameter names, ``preload``: the
-    HBM preload design, default ``"elk-full"`` on a chip with HBM).
+    """Compile a Relax model for an ICCA chip: ``tvm.compile(mod, target="icca")`` with choices.
 
-    ``progress``: how the long phases (planning the operators, Elk's preload schedule) report
-    on standard error; by default (``None`` or ``True``) a bar on a terminal once a phase has
-    run two seconds, nothing otherwise; ``False``: never; a
-    :class:`tvm_icca.progress.Progress` sets the stream and the delay. ``tvm.compile(mod,
-    target="icca")`` shows the same default bars; ``relax_pipeline=icca_pipeline(options=
-    CompileOptions(progress=False))`` turns them off there.
+    Example::
 
-    Run the result with ``tvm.relax.VirtualMachine(executable, tvm.cpu())``.
+        ex = tvm_icca.compile(mod, "ipu-pod4-hbm", preload="elk-dyn")
+        vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+        out = vm["main"](*inputs)
+
+    The model-level choices are those of :class:`~tvm_icca.planning.CompileOptions`, where
+    each is defined; ``tvm.compile(mod, target="icca")`` takes the defaults (or
+    ``relax_pipeline=icca_pipeline(options=CompileOptions(...))``).
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relax module whose entry is ``main`` (e.g. from :func:`tvm_icca.load_onnx`).
+    hw : HardwareSpec, preset name or dict, optional
+        The chip; defaults to the current choice (:func:`tvm_icca.use_hardware`).
+    target : str
+        ``"icca"`` or a preset tag ``"icca-<preset>"`` (which must agree with ``hw``).
+    execution : str
+        ``"t10"`` (compute-shift) or ``"vgm"`` (load-compute-store baseline, T10 §2.2).
+    state : str or None
+        Where weights and KV caches live: ``"chip"``, ``"hbm"``, ``"host"``, or
+        ``None``/``"auto"`` to decide from the chip and the model.
+    resident : collection of str, optional
+        Names of ``main`` parameters that are model state.
+    preload : str or None
+        The HBM preload design (Elk §6.1): one of :data:`~tvm_icca.PRELOAD_DESIGNS` or
+        ``"off"``; ``None``: ``"elk-full"`` on a chip with HBM.
+    progress : Progress, bool or None
+        How the long phases (planning the operators, Elk's preload schedule) report on
+        standard error: ``None`` or ``True``, a bar on a terminal once a phase has run two
+        seconds; ``False``, never; a :class:`tvm_icca.progress.Progress` sets the stream and
+        the delay.
+
+    Returns
+    -------
+    tvm.runtime.Executable
+        Run it with ``tvm.relax.VirtualMachine(executable, tvm.cpu())``; the offloaded
+        regions run on the simulated device (:func:`tvm_icca.last_run_stats`).
+
+    Raises
+    ------
+    IccaError
+        A bad chip, target or option (its subclass says which), or an operator that cannot
+        be planned on the chip (:class:`~runtime_sim.contract.errors.PlanNotFoundError`).
     """
     check_target_name(target)
     options = CompileOptions(execution=execution, state=state, resident=resident,
@@ -66,5 +98,30 @@ def compile_onnx(
     *,
     target: str = TARGET_TAG,
 ) -> tvm.runtime.Executable:
-    """:func:`load_onnx` then :func:`compile`."""
+    """Load an ONNX model and compile it for an ICCA chip: :func:`load_onnx` then :func:`compile`.
+
+    Parameters
+    ----------
+    source : path, bytes or onnx.ModelProto
+        The model.
+    shape_dict : dict, optional
+        Input name -> static shape, for models with symbolic input dimensions
+        (:func:`~tvm_icca.frontend.onnx_loader.load_onnx`).
+    hw : HardwareSpec, preset name or dict, optional
+        The chip; defaults to the current choice (:func:`tvm_icca.use_hardware`).
+    target : str
+        ``"icca"`` or a preset tag ``"icca-<preset>"``.
+
+    Returns
+    -------
+    tvm.runtime.Executable
+        Run it with ``tvm.relax.VirtualMachine(executable, tvm.cpu())``.
+
+    Raises
+    ------
+    ModelImportError
+        The model cannot be read or imported (:func:`~tvm_icca.frontend.onnx_loader.load_onnx`).
+    IccaError
+        As :func:`compile` raises.
+    """
     return compile(load_onnx(source, shape_dict), hw, target=target)

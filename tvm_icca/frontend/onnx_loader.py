@@ -176,6 +176,12 @@ def load_onnx(
         every op that touches them stays on the host; by default such a model is refused with
         the binding to pass (:mod:`tvm_icca.frontend.onnx_inputs`).
 
+    Returns
+    -------
+    tvm.IRModule
+        The Relax module, entry ``main``, ready for :func:`tvm_icca.compile` or
+        :func:`tvm_icca.partition_for_icca`.
+
     Raises
     ------
     ModelImportError

@@ -233,7 +233,18 @@ def _is_icca_region(func: Any) -> bool:
 
 
 def icca_regions(mod: IRModule) -> dict[str, relax.Function]:
-    """The offloaded region functions of ``mod`` by global symbol (or name)."""
+    """The offloaded region functions of a partitioned module.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A module partitioned by :func:`partition_for_icca` (any other module has none).
+
+    Returns
+    -------
+    dict of str to relax.Function
+        The ``Codegen == "icca"`` functions by global symbol (or name), sorted by name.
+    """
     regions = {}
     for gvar, func in mod.functions_items():
         if _is_icca_region(func):
@@ -292,19 +303,34 @@ def _region_contents(func: relax.Function) -> tuple[list[str], collections.Count
 def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str, Any]:
     """What runs on the chip and what stays on the host, in a partitioned module.
 
-    Returns a dict with
+    Print it with :func:`format_report`::
 
-    * ``hardware``: name of the chip partitioned for;
-    * ``regions``: per offloaded region, its ``name`` (the generated global symbol, a key for
-      machines), ``label`` (what a person reads, e.g. ``"region 0: conv2d+bias+relu,
-      max_pool2d (3 ops)"``, :func:`runtime_sim.contract.labels.region_label`),
-      ``composites`` (pattern names) and ``ops`` (Relax op -> count);
-    * ``offloaded_ops`` / ``host_ops``: Relax op -> count over the whole module;
-    * ``host_reasons``: for each op left on the host, the distinct reasons why (e.g.
-      ``"conv2d with groups=2 (only groups == 1 is offloaded)"``).
+        mod = tvm_icca.partition_for_icca(mod, "ipu-mk2")
+        print(tvm_icca.format_report(tvm_icca.partition_report(mod)))
 
-    ``hw`` is the chip used to explain host ops; by default the one stamped by
-    :func:`partition_for_icca`.
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A module partitioned by :func:`partition_for_icca`.
+    hw : HardwareSpec, preset name or dict, optional
+        The chip used to explain host ops; by default the one :func:`partition_for_icca`
+        stamped on the module, else the current choice (:func:`tvm_icca.use_hardware`).
+
+    Returns
+    -------
+    dict
+        A JSON-serializable dict with
+
+        * ``hardware``: name of the chip partitioned for;
+        * ``regions``: per offloaded region, its ``name`` (the generated global symbol, a key
+          for machines), ``label`` (what a person reads, e.g. ``"region 0: conv2d+bias+relu,
+          max_pool2d (3 ops)"``, :func:`runtime_sim.contract.labels.region_label`),
+          ``composites`` (pattern names) and ``ops`` (Relax op -> count);
+        * ``offloaded_ops`` / ``host_ops``: Relax op -> count over the whole module;
+        * ``host_reasons``: for each op left on the host, the distinct reasons why (e.g.
+          ``"conv2d with groups=2 (only groups == 1 is offloaded)"``);
+        * ``notes``: remarks about the whole model (e.g. why all of it stays on the host),
+          usually empty.
     """
     if hw is not None:
         spec = resolve_hardware(hw)
@@ -376,7 +402,19 @@ def _host_reason(call: relax.Call, hw: HardwareSpec, whole_model: bool = False) 
 
 
 def host_ops(mod: IRModule) -> dict[str, int]:
-    """Relax ops left on the host in a partitioned module, with their counts."""
+    """Relax ops left on the host in a partitioned module, with their counts.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A module partitioned by :func:`partition_for_icca`.
+
+    Returns
+    -------
+    dict of str to int
+        Relax op name (e.g. ``"relax.nn.softmax"``) -> calls left on the host: the
+        ``host_ops`` of :func:`partition_report`, whose ``host_reasons`` say why.
+    """
     return partition_report(mod)["host_ops"]
 
 
@@ -387,7 +425,19 @@ def _region_label(composites: list[str], index: int) -> str:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """A human-readable, multi-line rendering of :func:`partition_report`."""
+    """A human-readable, multi-line rendering of :func:`partition_report`.
+
+    Parameters
+    ----------
+    report : dict
+        What :func:`partition_report` returned (or the same dict read back from JSON).
+
+    Returns
+    -------
+    str
+        A headline (chip, regions, ops offloaded and left on the host), one line per region
+        (its label), one per host op kind with its count and reasons, then the notes.
+    """
     lines = [
         f"ICCA partition for '{report['hardware']}': {len(report['regions'])} region(s), "
         f"{sum(report['offloaded_ops'].values())} op(s) offloaded, "

@@ -446,7 +446,14 @@ def register_icca_patterns() -> None:
 
 
 def get_icca_patterns() -> list[FusionPattern]:
-    """The registered ICCA patterns, highest priority first (as FuseOpsByPattern wants)."""
+    """The registered ICCA partition patterns, highest priority first.
+
+    Returns
+    -------
+    list of tvm.relax.transform.FusionPattern
+        The ``icca.*`` patterns of TVM's pattern registry, in the order
+        ``relax.transform.FuseOpsByPattern`` wants them (a fused pattern before its parts).
+    """
     register_icca_patterns()
     return list(get_patterns_with_prefix(CODEGEN_NAME))
 

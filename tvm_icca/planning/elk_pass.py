@@ -37,7 +37,8 @@ from tvm_icca.progress import NO_PROGRESS, Progress
 
 __all__ = ["PRELOAD_DESIGNS", "DEFAULT_HBM_DESIGN", "PreloadSummary", "schedule_preloads"]
 
-#: The designs a user may choose (Elk §6.1).
+#: The designs a user may choose (Elk §6.1); what each one does:
+#: :class:`~tvm_icca.planning.CompileOptions` (``preload``) and :mod:`tvm_icca.elk.designs`.
 PRELOAD_DESIGNS: tuple[str, ...] = tuple(DESIGNS)
 #: The design used on a chip with HBM unless the user picks another (the issue's default).
 DEFAULT_HBM_DESIGN = "elk-full"

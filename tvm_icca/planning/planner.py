@@ -132,29 +132,55 @@ MODEL_NAME_ATTR = "icca.model_name"
 class CompileOptions:
     """The model-level choices a user makes (everything else is searched).
 
-    ``execution``: ``"t10"`` (compute-shift plans, the backend's own) or ``"vgm"`` (the
-    load-compute-store baseline, T10 §2.2). ``state``: where model state lives,
-    ``"chip"`` (the whole model kept in the chip's SRAM, T10 §4.3.2: only inputs and outputs
-    cross the chip boundary), ``"hbm"`` or ``"host"``; ``None`` (or ``"auto"``): HBM on a
-    chip with HBM, else on chip when the model fits, else the host
-    (:mod:`tvm_icca.planning.state_place`).
-    ``resident``: names of ``main`` parameters that are model state (weights, KV caches);
-    ``None`` takes :func:`~tvm_icca.planning.calls.default_resident` (constants always are).
-    ``progress``: how the long phases report (:class:`tvm_icca.progress.Progress`; ``True`` or
-    ``None`` is the default, bars on a terminal once a phase has run two seconds, ``False``
-    none); it changes no decision, so options differing only in it compare equal.
+    Parameters
+    ----------
+    execution : str
+        The execution model: ``"t10"`` (compute-shift plans, the backend's own, T10 §3) or
+        ``"vgm"`` (the load-compute-store baseline on a virtual global memory, T10 §2.2).
+    state : str or None
+        Where model state (weights, KV caches) lives: ``"chip"`` (the whole model kept in the
+        chip's SRAM, T10 §4.3.2: only inputs and outputs cross the chip boundary), ``"hbm"``
+        or ``"host"``; ``None`` (or ``"auto"``): HBM on a chip with HBM, else on chip when
+        the model fits, else the host (:mod:`tvm_icca.planning.state_place`).
+    resident : frozenset of str or None
+        Names of ``main`` parameters that are model state (any collection of names is
+        accepted); ``None`` takes :func:`~tvm_icca.planning.calls.default_resident`
+        (constants always are).
+    preload : str or None
+        The HBM preload design (Elk §6.1), one of :data:`PRELOAD_DESIGNS`:
+
+        * ``basic``: each operator at its fastest plan that fits; only the next operator's
+          preload overlaps an execution;
+        * ``static``: one split of SRAM between execution and preloads for the whole model;
+        * ``elk-dyn``: Elk's inductive scheduling (§4.2) with cost-aware memory allocation
+          (§4.3), in execution order;
+        * ``elk-full``: ``elk-dyn`` plus preload order permutation (§4.4);
+        * ``ideal``: a roofline with a separate interconnect and a second SRAM for preloads.
+
+        The algorithms are :mod:`tvm_icca.elk.designs`. ``"off"``: no preload schedule (the
+        device's next-operator prefetch); ``None``: ``"elk-full"`` on a chip with HBM
+        (compute-shift plans, state in HBM), nothing otherwise.
+    jobs : int or None
+        Worker processes for the operators' candidate scans (:mod:`tvm_icca.plans.option_pool`)
+        when the pass makes its own plan cache; ``None``: every CPU this process may use,
+        ``1``: no workers (nothing is forked).
+    progress : Progress, bool or None
+        How the long phases report (:class:`tvm_icca.progress.Progress`); ``True`` or ``None``
+        is the default, bars on standard error on a terminal once a phase has run two
+        seconds; ``False``: none. It changes no decision, so options differing only in it
+        compare equal.
+
+    Raises
+    ------
+    IccaError
+        An unknown execution model, state place or preload design, ``jobs`` that is not a
+        positive integer, or ``resident`` that is not a collection of names.
     """
 
     execution: str = "t10"
     state: str | None = None
     resident: frozenset[str] | None = None
-    #: HBM preload design (Elk §6.1): one of :data:`PRELOAD_DESIGNS`, ``"off"`` (no preload
-    #: schedule: the device's next-operator prefetch), or ``None``: ``"elk-full"`` on a chip
-    #: with HBM (compute-shift plans, state in HBM), nothing otherwise.
     preload: str | None = None
-    #: Worker processes for the operators' candidate scans (:mod:`tvm_icca.plans.option_pool`)
-    #: when the pass makes its own plan cache; ``None``: every CPU this process may use, ``1``:
-    #: no workers (nothing is forked).
     jobs: int | None = None
     progress: Progress = field(default_factory=Progress, compare=False)
 
@@ -190,12 +216,33 @@ def plan_device_programs(
     *,
     plan_cache: PlanCache | None = None,
 ) -> tvm.transform.Pass:
-    """The model-level planning pass (see the module docstring).
+    """The model-level planning pass: every ICCA region's device program, decided for the model.
 
-    ``hw`` defaults to the chip the module was partitioned for; ``plan_cache`` shares plans
-    with other compilations (e.g. the same model at several batch sizes); the long phases
-    (regions, Elk's preload schedule) report as :attr:`CompileOptions.progress` says. A module
-    without ICCA regions, or already planned, is returned unchanged.
+    It runs after :func:`~tvm_icca.partition.partitioner.partition_for_icca` and makes the
+    decisions that depend on the whole model (the module docstring lists them: input sources,
+    execution model, idle and active plans, T10 §4.3.2 Algorithm 1, and Elk's preload schedule,
+    Elk §4). A module without ICCA regions, or already planned, is returned unchanged.
+
+    Parameters
+    ----------
+    hw : HardwareSpec, preset name or dict, optional
+        The chip; defaults to the chip the module was partitioned for.
+    options : CompileOptions, optional
+        The model-level choices; defaults to ``CompileOptions()``. The long phases (regions,
+        Elk's preload schedule) report as its ``progress`` says.
+    plan_cache : PlanCache, optional
+        Plans shared with other compilations (e.g. the same model at several batch sizes);
+        by default the pass makes its own, with ``options.jobs`` workers.
+
+    Returns
+    -------
+    tvm.transform.Pass
+        A module pass that attaches each region's device program (:data:`PROGRAM_ATTR`).
+
+    Raises
+    ------
+    InvalidHardwareSpecError
+        ``hw`` names no chip, or an impossible one (raised here, not when the pass runs).
     """
     # a bad chip fails here, not later
     return _planning_pass(resolve_hardware(hw) if hw is not None else None, options,

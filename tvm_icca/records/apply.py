@@ -171,13 +171,29 @@ def _short(name: str, width: int = 48) -> str:
 
 @contextlib.contextmanager
 def use_database(work_dir: str) -> Iterator[TunedPlans]:
-    """Compile with the best records of ``work_dir`` inside the block (module docstring).
+    """Compile with the best tuning records of ``work_dir`` inside the ``with`` block.
 
     Example::
 
         with tvm_icca.use_database("tuning/") as tuned:
             ex = tvm.compile(mod, target="icca")
         print(tuned.report())
+
+    Each operator with records gets its fastest measured plan, and never one slower than
+    the compiler's own plan measured in the same session (the module docstring). A model
+    kept on chip is planned jointly (T10 §4.3.2, Algorithm 1), so per-operator records do
+    not apply to it; ``report()`` says so.
+
+    Parameters
+    ----------
+    work_dir : str
+        A directory written by :func:`tvm_icca.tune` (or ``tvm-icca tune``).
+
+    Yields
+    ------
+    TunedPlans
+        What the compilations inside the block took from the records; ``report()`` says
+        which operators used a tuned plan.
     """
     tuned = TunedPlans(RecordStore(work_dir))
     with plan_hook(tuned):

@@ -117,16 +117,51 @@ def _as_declared(array: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def last_run_stats(*, timing: bool = True) -> dict[str, Any]:
-    """Statistics of the last model run on the simulated device: traffic, cores, SRAM, and
-    (unless ``timing=False``) ``simulated_s`` and ``simulated_ops``, the timing simulator over
-    exactly the programs that ran, in call order
-    (:func:`runtime_sim.run_stats.last_run_stats`)."""
+    """Statistics of the last model run (one call of a compiled function) on the simulated device.
+
+    Example::
+
+        vm["main"](*inputs)
+        stats = tvm_icca.last_run_stats()
+        print(stats["simulated_s"], stats["shift_bytes"])
+
+    Parameters
+    ----------
+    timing : bool
+        Also time the run on the timing simulator (Elk §5): ``simulated_s`` and
+        ``simulated_ops``. ``False`` returns the functional device's counters only, without
+        the cost of a simulation.
+
+    Returns
+    -------
+    dict
+        Traffic, cores, SRAM, preload and per-region counters of the run and, with ``timing``,
+        ``simulated_s`` (``None`` when nothing ran on the chip) and ``simulated_ops``
+        (:func:`runtime_sim.run_stats.last_run_stats`). Every key is defined once, with its
+        unit, in the metric glossary :mod:`runtime_sim.contract.metrics` (the documentation's
+        glossary page).
+    """
     return _run_stats().last_run_stats(timing=timing)
 
 
 def write_last_run_trace(path: str) -> None:
-    """Write the Chrome/Perfetto trace of the last model run's simulated timeline (the format
-    of ``tvm-icca simulate --trace``)."""
+    """Write the Chrome/Perfetto trace of the last model run's simulated timeline.
+
+    The format is that of ``tvm-icca simulate --trace``: open it in https://ui.perfetto.dev
+    or ``chrome://tracing``.
+
+    Parameters
+    ----------
+    path : str
+        The JSON file to write.
+
+    Raises
+    ------
+    IccaError
+        The last run executed load-compute-store (VGM) programs, whose timing has no trace.
+    DeviceProgramError
+        No device program has run yet.
+    """
     report = _run_stats().last_run_timing()
     if not hasattr(report, "write_trace"):
         raise IccaError("the last run executed load-compute-store (VGM) programs, whose timing "

@@ -126,16 +126,60 @@ def tune(
     progress: ProgressLike = True,
     preload: str | None = None,
 ) -> TuneSummary:
-    """Tune the execution plans of ``mod``'s ICCA operators on ``hw`` (module docstring).
+    """Tune the execution plans of a model's ICCA operators on a chip, keeping every measurement.
 
-    ``mod``: a Relax module or a zoo workload; ``work_dir``: where records are kept (created
-    if missing; shared safely with concurrent sessions); ``max_trials``: measurements per task,
-    earlier sessions' included; ``jobs``: worker processes measuring; ``batch_size``: plans
-    measured between two fits of the cost model; ``top_k``: analytic top-k candidates;
-    ``patience``: batches without improvement before a task stops; ``max_tasks``: tune only
-    the heaviest tasks; ``progress``: the compile's bars and one per task
-    (:class:`tvm_icca.progress.Progress`; ``True`` or ``None``: on a terminal, after two
-    seconds; ``False``: none).
+    Each distinct operator is a task, heaviest first; per task, candidates from the operator's
+    complete T10 plan space (T10 §4.2) are ranked by a learned cost model and measured on the
+    timing simulator (the module docstring gives the loop). Compile with the records through
+    :func:`tvm_icca.use_database`.
+
+    Example::
+
+        summary = tvm_icca.tune(mod, "tuning/", hw="ipu-mk2", max_trials=64)
+        print(summary.table())
+
+    Parameters
+    ----------
+    mod : tvm.IRModule or tvm_icca.workloads.Workload
+        A Relax module whose entry is ``main``, or a workload of the zoo (which knows its
+        weights and KV caches).
+    work_dir : str
+        Where the records are kept (created if missing; shared safely with concurrent
+        sessions, which append under a file lock).
+    hw : HardwareSpec, preset name or dict, optional
+        The chip; defaults to the current choice (:func:`tvm_icca.use_hardware`).
+    max_trials : int
+        Measurements per task, earlier sessions' included (a session resumes).
+    jobs : int
+        Worker processes measuring candidates.
+    batch_size : int
+        Plans measured between two fits of the cost model.
+    top_k : int
+        Candidates taken from the analytic cost model's ranking (plus its Pareto points).
+    patience : int
+        Batches without improvement of the best time before a task stops.
+    max_tasks : int or None
+        Tune only this many of the heaviest tasks; ``None``: every task.
+    seed : int
+        Seed of the session's random choices (exploration picks, the cost model), so a
+        session is repeatable.
+    preload : str or None
+        The HBM preload design the tasks are extracted under (``preload`` of
+        :class:`~tvm_icca.planning.CompileOptions`); compile with the same design.
+    progress : Progress, bool or None
+        The compile's bars and one per task (:class:`tvm_icca.progress.Progress`); ``True``
+        or ``None``: on a terminal, after two seconds; ``False``: none.
+
+    Returns
+    -------
+    TuneSummary
+        Per task: trials, the compiler's own plan's measured time, the best time and the
+        gain; :meth:`TuneSummary.table` prints them.
+
+    Raises
+    ------
+    IccaError
+        A bad chip, model or preload design (as :func:`tvm_icca.compile` would raise).
     """
     start = time.perf_counter()
     spec = resolve_hardware(hw)
