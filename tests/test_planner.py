@@ -20,7 +20,7 @@ from tvm_icca.planning import (
     PROGRAM_ATTR,
     CompileOptions,
     plan_device_programs,
-    programs_in_call_order,
+    device_programs,
 )
 from tvm_icca.runtime import device_entry
 from tvm_icca.testing import onnx_models
@@ -152,7 +152,7 @@ def test_a_region_called_with_different_sources_becomes_variants(executed, tmp_p
     part = tvm_icca.partition_for_icca(SameLayerTwice, CHIP)
     assert len(tvm_icca.icca_regions(part)) == 1  # one region function, called four times
     planned = plan_device_programs(CHIP, CompileOptions(state="host"))(part)
-    programs = programs_in_call_order(planned)
+    programs = device_programs(planned)
     assert [[d.source for d in p.inputs] for p in programs] == [
         ["host", "host"], ["host", "host"], ["chip", "host"], ["chip", "host"]]
     # the host reads the first call's output (the cumulative sum) and the last one's (main's

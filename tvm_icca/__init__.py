@@ -24,7 +24,9 @@ Public API (``help(tvm_icca.<name>)`` documents each one):
 * compile: ``compile(mod, hw)`` (not in ``__all__``: ``from tvm_icca import *`` must not
   shadow the builtin), ``compile_onnx``, ``CompileOptions``, ``PRELOAD_DESIGNS``,
   ``icca_pipeline``, ``offload_to_icca``, ``is_icca_target``, ``plan_device_programs``,
-  ``icca_codegen``;
+  ``icca_codegen``, ``device_programs`` (what the pass planned);
+* timing without running: ``compile_programs`` (a model or a zoo workload to device programs,
+  then ``CompiledModel.simulate()``), ``get_workload``, ``list_workloads``, ``Workload``;
 * run statistics: ``last_run_stats`` (its keys: :mod:`runtime_sim.contract.metrics`),
   ``write_last_run_trace``;
 * tuning: ``tune``, ``use_database``;
@@ -54,7 +56,7 @@ from tvm_icca.partition.partitioner import (
     partition_for_icca,
     partition_report,
 )
-from tvm_icca.planning import PRELOAD_DESIGNS, CompileOptions, plan_device_programs
+from tvm_icca.planning import PRELOAD_DESIGNS, CompileOptions, device_programs, plan_device_programs
 from tvm_icca.records.apply import use_database
 from tvm_icca.backend.codegen import icca_codegen
 from tvm_icca.backend.target import (
@@ -66,6 +68,8 @@ from tvm_icca.backend.target import (
 from tvm_icca.runtime.device_entry import last_run_stats, write_last_run_trace
 from tvm_icca.drivers.compile_api import compile, compile_onnx  # noqa: F401  pylint: disable=redefined-builtin
 from tvm_icca.tuning import tune
+from tvm_icca.drivers.timing_only import CompiledModel, compile_programs
+from tvm_icca.workloads import Workload, get_workload, list_workloads
 
 __version__ = "0.1.0"
 
@@ -77,11 +81,16 @@ __all__ = [
     "PRELOAD_DESIGNS",
     "PRESET_NAMES",
     "CompileOptions",
+    "CompiledModel",
     "HardwareSpec",
+    "Workload",
     "compile_onnx",
+    "compile_programs",
     "current_hardware",
+    "device_programs",
     "format_report",
     "get_icca_patterns",
+    "get_workload",
     "hardware_for_target",
     "host_ops",
     "icca_codegen",
@@ -89,6 +98,7 @@ __all__ = [
     "icca_regions",
     "is_icca_target",
     "last_run_stats",
+    "list_workloads",
     "load_onnx",
     "offload_to_icca",
     "partition_for_icca",

@@ -37,7 +37,7 @@ from tvm_icca.planning import (
     icca_model_passes,
     model_plan_of,
     preload_summary_of,
-    programs_in_call_order,
+    device_programs,
     state_placement_of,
 )
 from tvm_icca.planning.calls import partitioned_op_counts
@@ -56,19 +56,47 @@ __all__ = ["CompiledModel", "compile_programs"]
 
 @dataclass
 class CompiledModel:
-    """The device programs of a model, in execution order, ready for the timing simulator."""
+    """The device programs of a model, in execution order, ready for the timing simulator.
+
+    Made by :func:`compile_programs`; :meth:`simulate` times it.
+
+    Attributes
+    ----------
+    name : str
+        The model's name (a workload's, or ``name=`` of :func:`compile_programs`).
+    hw : HardwareSpec
+        The chip it was compiled for.
+    programs : tuple of DeviceProgram
+        One device program per region call, in the order ``main`` runs them.
+    partition : Mapping[str, Any]
+        :func:`tvm_icca.partition_report` of the partitioned module.
+    op_counts : Mapping[str, Mapping[str, int]]
+        Relax operator counts: offloaded per region call and left on the host.
+    compile_s : float
+        Wall-clock seconds :func:`compile_programs` took.
+    plan_cache : Mapping[str, int]
+        Plan cache ``hits`` and ``misses`` of this compilation.
+    model_plan : ModelPlan or None
+        T10 Algorithm 1's idle/active decisions, when the model is kept on chip.
+    preload : PreloadSummary or None
+        The Elk pass's decisions (design, order, preload bytes) on a chip with HBM.
+    state : StatePlacement or None
+        Where weights and KV caches lived, and why.
+    module : tvm.IRModule or None
+        The planned module.
+    """
 
     name: str
     hw: HardwareSpec
     programs: tuple[DeviceProgram, ...]
-    partition: Mapping[str, Any]  # partition_report of the partitioned module
-    op_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # see partitioned_op_counts
+    partition: Mapping[str, Any]
+    op_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     compile_s: float = 0.0
-    plan_cache: Mapping[str, int] = field(default_factory=dict)  # hits, misses
-    model_plan: ModelPlan | None = None  # idle/active decisions when the model is kept on chip
-    preload: PreloadSummary | None = None  # the Elk pass's decisions on a chip with HBM
-    state: StatePlacement | None = None  # where weights and KV caches lived, and why
-    module: IRModule | None = field(default=None, repr=False)  # the planned module
+    plan_cache: Mapping[str, int] = field(default_factory=dict)
+    model_plan: ModelPlan | None = None
+    preload: PreloadSummary | None = None
+    state: StatePlacement | None = None
+    module: IRModule | None = field(default=None, repr=False)
 
     @property
     def num_regions(self) -> int:
@@ -175,13 +203,30 @@ def compile_programs(
         ``False``: none.
     plan_cache : PlanCache, optional
         Share plans across calls (e.g. the same model at several batch sizes).
-    execution, state
-        See :class:`tvm_icca.planning.CompileOptions`. With ``state="chip"`` and compute-shift
-        plans, T10 Algorithm 1's decisions are in :attr:`CompiledModel.model_plan`.
+    name : str, optional
+        The model's name in reports (default: the workload's, else ``"model"``).
+    execution : str
+        ``"t10"`` (compute-shift plans, the default) or ``"vgm"`` (the virtual global memory
+        baseline); see :class:`tvm_icca.CompileOptions`.
+    state : str, optional
+        Where weights and KV caches live: ``"chip"``, ``"hbm"``, ``"host"`` or ``"auto"``
+        (the default); see :class:`tvm_icca.CompileOptions`. With ``state="chip"`` and
+        compute-shift plans, T10 Algorithm 1's decisions are in :attr:`CompiledModel.model_plan`.
     preload : str, optional
         The HBM preload design (Elk §6.1): ``"basic"``, ``"static"``, ``"elk-dyn"``,
         ``"elk-full"`` (the default on a chip with HBM), ``"ideal"`` (the roofline), or
         ``"off"``; the Elk pass's summary is :attr:`CompiledModel.preload`.
+
+    Returns
+    -------
+    CompiledModel
+        The device programs in call order, the partition report and the planner's decisions;
+        ``.simulate()`` times them.
+
+    Raises
+    ------
+    IccaError
+        A bad chip, option or model, or an operator no plan fits (its subclasses name which).
     """
     start = time.perf_counter()
     spec = resolve_hardware(hw)
@@ -197,7 +242,7 @@ def compile_programs(
     return CompiledModel(
         name=model_name,
         hw=spec,
-        programs=tuple(programs_in_call_order(planned)),
+        programs=tuple(device_programs(planned)),
         partition=report,
         op_counts=partitioned_op_counts(planned, report),
         compile_s=time.perf_counter() - start,

@@ -106,7 +106,7 @@ __all__ = [
     "model_plan_of",
     "plan_device_programs",
     "program_of",
-    "programs_in_call_order",
+    "device_programs",
     "STATE_ATTR",
     "STATE_CHOICES",
     "StatePlacement",
@@ -326,8 +326,21 @@ def program_of(func: relax.Function) -> DeviceProgram:
     return DeviceProgram.from_json(str(func.attrs[PROGRAM_ATTR]))
 
 
-def programs_in_call_order(mod: IRModule) -> list[DeviceProgram]:
-    """The device programs of a planned module in the order ``main`` runs them."""
+def device_programs(mod: IRModule) -> list[DeviceProgram]:
+    """The device programs of a planned module, in the order ``main`` runs them.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A module after :func:`plan_device_programs` (or ``tvm_icca.compile_programs(...).module``).
+
+    Returns
+    -------
+    list of runtime_sim.contract.program.DeviceProgram
+        One program per region call (a region called once per layer appears once per call).
+        Each holds its operators (:class:`~runtime_sim.contract.program.OpProgram`: the tensor
+        expression ``expr`` and the chosen rTensor ``plan``) and where its inputs come from.
+    """
     regions = icca_regions(mod)
     order = region_call_order(mod)
     # a region of every layer is parsed once

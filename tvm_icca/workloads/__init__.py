@@ -163,7 +163,13 @@ ELK_TABLE2_OPS: dict[str, int] = {
 
 
 def list_workloads() -> list[str]:
-    """Names accepted by :func:`get_workload` (aliases excluded), in zoo order."""
+    """The names :func:`get_workload` accepts (aliases excluded), in zoo order.
+
+    Returns
+    -------
+    list of str
+        ``["bert-large", "vit-b16", ...]``; ``tvm-icca models`` prints them with their sizes.
+    """
     return list(_BUILDERS)
 
 
@@ -177,10 +183,30 @@ def canonical_name(name: str) -> str:
 
 
 def get_workload(name: str, **kwargs: Any) -> Workload:
-    """Build the workload ``name`` (see the module docstring for names and arguments).
+    """Build a model of the workload zoo as a Relax module (shapes only, nothing downloaded).
 
-    Size arguments a family does not have are rejected, except that ``context`` and
-    ``seq_len`` are accepted as synonyms where the family takes one of them.
+    Parameters
+    ----------
+    name : str
+        One of :func:`list_workloads` (case-insensitive; ``llama-2-13b`` and similar aliases
+        are accepted).
+    **kwargs : Any
+        The family's size arguments: ``batch``; ``context`` for decode steps of LLMs (the KV
+        cache length) or ``seq_len`` for BERT (either name is accepted where the family takes
+        one); ``image`` for ResNets; and for every family ``num_layers`` (keep the first N
+        layers), ``tiny=True`` (a small config of the same architecture) and ``dtype``.
+
+    Returns
+    -------
+    Workload
+        The module, its parameters (activations, weights, KV caches) and the config used.
+
+    Raises
+    ------
+    UnknownWorkloadError
+        ``name`` is not in the zoo (the message lists the names).
+    InvalidWorkloadError
+        A size argument the family does not take, or an impossible size.
     """
     key = canonical_name(name)
     if key in _SEQUENCE_ARG and "context" in kwargs:

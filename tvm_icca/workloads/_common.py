@@ -140,8 +140,22 @@ class TensorSpec:
 class Workload:
     """A model of the zoo, exported to Relax.
 
-    ``mod["main"]`` takes ``params`` in order: the activations first, then weights and KV
-    caches (``TensorSpec.kind``). ``config`` holds the hyper-parameters actually used.
+    Made by :func:`tvm_icca.get_workload`; :func:`tvm_icca.compile_programs` compiles it.
+
+    Attributes
+    ----------
+    name : str
+        The workload's name (``"llama2-13b"``).
+    mod : tvm.IRModule
+        The Relax module; ``mod["main"]`` takes ``params`` in order: the activations first,
+        then weights and KV caches.
+    params : tuple of TensorSpec
+        Every parameter of ``main``: name, shape, dtype and ``kind`` (``"input"``,
+        ``"weight"`` or ``"kv_cache"``).
+    config : Mapping[str, Any]
+        The hyper-parameters actually used (layers, batch, context, model width, ...).
+    description : str
+        One line naming the architecture and its source.
     """
 
     name: str
