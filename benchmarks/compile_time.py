@@ -34,6 +34,7 @@ from runtime_sim.contract.errors import IccaError
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.workloads import get_workload, list_workloads
+from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_MODELS = ("resnet18", "resnet50", "mobilenet-v2", "bert-large", "vit-b16")
@@ -130,7 +131,7 @@ def main() -> None:
     lines += [_row(r, before) for r in rows]
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_markdown(out.with_suffix(".md"), "\n".join(lines))
     out.with_suffix(".json").write_text(json.dumps({"hw": args.hw, "python": sys.version.split()[0],
                                                     "rows": rows}, indent=1) + "\n")
     print("\n".join(lines))

@@ -41,6 +41,7 @@ from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
 from tvm_icca.hardware_choice import resolve_hardware  # noqa: E402
 from tvm_icca.planning.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
+from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
 MODELS = ("llama2-13b", "gemma2-27b", "opt-30b", "llama2-70b")
@@ -225,7 +226,7 @@ def _render(path: pathlib.Path) -> int:
         lines += ["", f"## {titles.get(key, key)} (layers: {', '.join(layers)})", ""]
         lines += _summary(rows) + [""] + _table(rows)
     text = "\n".join(lines) + "\n"
-    path.with_suffix(".md").write_text(text)
+    write_markdown(path.with_suffix(".md"), text)
     print(text)
     return 0
 
@@ -305,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         out = _merged(json.loads(path.read_text()), out)
         path.write_text(json.dumps(out, indent=1) + "\n")
         return _render(path)
-    (RESULTS / f"{stem}.md").write_text(text)
+    write_markdown(RESULTS / f"{stem}.md", text)
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(text)
     return 0

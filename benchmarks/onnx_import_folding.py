@@ -21,6 +21,7 @@ import time
 import warnings
 
 import numpy as np
+from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -125,7 +126,7 @@ def main() -> None:
                   "before.", "", ", ".join(case.name for case in differing) or "none"]
     text = "\n".join(lines) + "\n"
     out = ROOT / "benchmarks" / "results" / "onnx_import_folding.md"
-    out.write_text(text)
+    write_markdown(out, text)
     print(text)
 
 

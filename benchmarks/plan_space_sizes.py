@@ -23,6 +23,7 @@ from tvm_icca.plans import SearchMemo, plan_operator, space_sizes
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.t10_bench import bench_expr, solve
 from tvm_icca.testing.exprs import matmul
+from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -76,7 +77,7 @@ def main() -> None:
     print(bench)
     print(detail)
     out = ROOT / "benchmarks" / "results" / "plan_space_sizes.md"
-    out.write_text("# Plan-space sizes on IPU Mk2 (fp16, 1,472 cores)\n\n" + "\n".join(lines)
+    write_markdown(out, "# Plan-space sizes on IPU Mk2 (fp16, 1,472 cores)\n\n" + "\n".join(lines)
                    + "\n\n## T10 benchmark: C[32,15360] += A[32,5120] * B[5120,15360]\n\n"
                    + f"    {bench}\n\n{detail}\n")
     print(f"wrote {out.relative_to(ROOT)}")

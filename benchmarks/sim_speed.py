@@ -25,7 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
+from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TARGETS_S = {1: 2.0, 40: 30.0}  # simulation wall-time targets
 
 
@@ -67,13 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"Llama 2 13B decode, batch {args.batch}, context {args.context}, on {args.hw}")
-    print(f"{'layers':>6s} {'build s':>8s} {'compile s':>10s} {'simulate s':>11s} {'target':>7s} "
-          f"{'regions':>8s} {'ops':>6s} {'sim. ms':>8s}")
+    lines = [f"Llama 2 13B decode, batch {args.batch}, context {args.context}, on `{args.hw}`: "
+             "wall seconds on this 2-core machine, timing-only (no LLVM build).", "",
+             "| layers | build s | compile s | simulate s | simulate target s | regions | device ops "
+             "| simulated ms |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        print(f"{r['layers']:>6d} {r['build_s']:>8.2f} {r['compile_s']:>10.2f} {r['simulate_s']:>11.2f} "
-              f"{r['simulate_target_s'] or float('nan'):>7.1f} {r['regions']:>8d} {r['device_ops']:>6d} "
-              f"{r['simulated_total_ms']:>8.3f}")
+        target = "-" if r["simulate_target_s"] is None else f"{r['simulate_target_s']:.0f}"
+        lines.append(f"| {r['layers']} | {r['build_s']:.2f} | {r['compile_s']:.2f} | "
+                     f"{r['simulate_s']:.2f} | {target} | {r['regions']} | {r['device_ops']} | "
+                     f"{r['simulated_total_ms']:.3f} |")
+    print("\n".join(lines))
+    write_markdown(os.path.join(RESULTS, "sim_speed.md"), "\n".join(lines))
     return 0
 
 

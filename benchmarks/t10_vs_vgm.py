@@ -29,6 +29,7 @@ from runtime_sim.timing.vgm_timing import simulate_vgm_timing  # noqa: E402
 from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
 from tvm_icca.planning.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
+from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"
@@ -151,7 +152,7 @@ def main() -> None:
         print(f"{name}: {time.perf_counter() - start:.0f} s for all batch sizes", flush=True)
     (OUT / "t10_vs_vgm.json").write_text(json.dumps(rows, indent=1))
     table = summarize(rows)
-    (OUT / "t10_vs_vgm.md").write_text(table + "\n")
+    write_markdown(OUT / "t10_vs_vgm.md", table)
     plot(rows)
     print(table)
 

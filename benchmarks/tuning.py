@@ -36,6 +36,7 @@ from tvm_icca.tuning.cost_model import ResidualBooster  # noqa: E402
 from tvm_icca.tuning.features import feature_matrix  # noqa: E402
 from tvm_icca.tuning.tasks import extract_tasks  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
+from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 SETTINGS = {
     "bert-large": ({"batch": 4}, "ipu-mk2"),
@@ -125,8 +126,7 @@ def main() -> None:
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "tuning.json")
     with open(out, "w") as f:
         json.dump({"command": command, "rows": rows}, f, indent=1)
-    lines = [f"Produced by `.venv/bin/python {command}` (simulated latencies; tune s is wall time "
-             "on a shared 2-core machine).", "",
+    lines = ["Simulated latencies; tune s is wall time on a shared 2-core machine.", "",
              "| model | chip | config | tasks | trials/task | tune s | untuned ms | tuned ms | speedup "
              "| tuned ops | top-1 learned/analytic | top-5 learned/analytic |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -139,8 +139,7 @@ def main() -> None:
             f"{r['speedup']:.3f}x | {r['tuned_ops']} | {fmt(r['learned_top1'])}/{fmt(r['analytic_top1'])} | "
             f"{fmt(r['learned_top5'])}/{fmt(r['analytic_top5'])} |")
     print("\n".join(lines))
-    with open(os.path.join(os.path.dirname(out), "tuning.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_markdown(os.path.join(os.path.dirname(out), "tuning.md"), "\n".join(lines))
     try:
         import matplotlib  # pylint: disable=import-outside-toplevel
 

@@ -15,6 +15,7 @@ import time
 
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.workloads import get_workload, list_workloads
+from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LLMS = ("opt-", "llama2-", "gemma2-")
@@ -43,7 +44,7 @@ def main() -> None:
         print(line, flush=True)
         lines.append(line)
     out = ROOT / "benchmarks" / "results" / "zoo_timing.md"
-    out.write_text("\n".join(lines) + "\n")
+    write_markdown(out, "\n".join(lines))
     print(f"written {out.relative_to(ROOT)}")
 
 
