@@ -22,6 +22,8 @@ setup(
         "ml_dtypes>=0.2",
         "numpy>=1.24",
         "tqdm>=4.62",  # the delay= of tvm_icca.progress
+        # tvm_icca.load_hardware reads .toml chip files; tomllib is stdlib from 3.11
+        'tomli>=1.1; python_version < "3.11"',
         # tvm_icca.tune: the learned cost model and meta_schedule's runtime needs
         "xgboost-cpu>=2.0",
         "psutil>=5.9",
@@ -30,7 +32,8 @@ setup(
     extras_require={
         # wheel: tests/test_packaging.py builds the wheel without build isolation
         # import-linter: `lint-imports` checks the layer rules of .importlinter (make test)
-        "test": ["pytest>=7", "hypothesis>=6", "wheel>=0.38", "import-linter>=2.17"],
+        # matplotlib: the tutorials plot, and tests/test_tutorials.py runs them
+        "test": ["pytest>=7", "hypothesis>=6", "wheel>=0.38", "import-linter>=2.17", "matplotlib>=3.7"],
         "bench": ["matplotlib>=3.7"],
         # docs: `make docs` (docs/conf.py); tutorials plot, so the gallery needs matplotlib;
         # numpydoc-style docstrings are read by Sphinx's own napoleon extension; myst-parser
