@@ -267,6 +267,32 @@ def test_tune_then_simulate_and_compile_with_the_records(models, tmp_path, capsy
     assert f"operators compiled with tuned plans: {tuned}" in out
 
 
+def test_hw_takes_a_hardware_file_in_every_command(models, tmp_path, capsys):
+    """``--hw`` reads a .json/.toml chip file wherever it takes a preset (one resolver,
+    tvm_icca.cli.args.hardware_arg), and the file's chip is the one simulated."""
+    chip = tmp_path / "mychip.toml"
+    chip.write_text('base = "ipu-mk2"\nnum_cores = 64\n')
+    code, out, err = _main(capsys, "simulate", models["mlp"], "--hw", chip, "--no-progress")
+    assert code == 0, err
+    assert "(ONNX) on mychip" in out
+    code, out, err = _main(capsys, "simulate", models["mlp"], "--hw", chip, "--json", "--no-progress")
+    assert code == 0, err
+    assert json.loads(out)["hardware"] == "mychip"
+    code, out, err = _main(capsys, "plan", "matmul", "--m", "64", "--k", "64", "--n", "64",
+                           "--hw", chip)
+    assert code == 0, err
+    assert json.loads(out.splitlines()[0])["cores"] <= 64
+    library = tmp_path / "mlp.so"
+    code, out, err = _main(capsys, "compile", models["mlp"], "-o", library, "--hw", chip)
+    assert code == 0, err
+    code, out, err = _main(capsys, "run", library)
+    assert code == 0, err
+    assert "on 'mychip'" in out
+    from tvm_icca.cli.args import hardware_help
+
+    assert ".json/.toml hardware file" in hardware_help("chip to simulate")
+
+
 # Every row: arguments (MLP = the ONNX file, LIB = its library, MISSING = a missing path,
 # NODIR = a path in a directory that does not exist), then a fragment of the message.
 BAD_ARGUMENTS = [
@@ -296,6 +322,8 @@ BAD_ARGUMENTS = [
     (["compile", "MLP", "-o", "NODIR"], "does not exist"),
     (["compile", "MLP", "-o", "MLP"], "overwrite"),
     (["compile", "MLP", "--hw", "nope"], "unknown hardware preset"),
+    (["compile", "MLP", "--hw", "MISSING.toml"], "missing.onnx.toml': no such file"),
+    (["simulate", "MLP", "--hw", "BADHW"], "did you mean 'num_cores'?"),
     (["compile", "MLP", "--shape", "x="], "0 dimension(s), the input has 2"),
     (["compile", "MLP", "--shape", "x=8,64"], "fixed to 16"),
     (["compile", "TMPDIR"], "is a directory"),
@@ -334,7 +362,9 @@ def test_bad_arguments_one_line_no_traceback(argv, fragment, models, built, tmp_
     np.savez(wrong, x=np.zeros((3, 3), np.float32))
     paths = {"MLP": models["mlp"], "LIB": built["mlp"], "MISSING": str(tmp_path / "missing.onnx"),
              "NODIR": str(tmp_path / "no" / "such" / "dir" / "out.json"), "WRONGSHAPE": str(wrong),
-             "TMPDIR": str(tmp_path), "NOTONNX": str(tmp_path / "garbage.onnx")}
+             "TMPDIR": str(tmp_path), "NOTONNX": str(tmp_path / "garbage.onnx"),
+             "MISSING.toml": str(tmp_path / "missing.onnx.toml"), "BADHW": str(tmp_path / "bad.toml")}
+    (tmp_path / "bad.toml").write_text('base = "ipu-mk2"\nnum_core = 4\n')
     (tmp_path / "garbage.onnx").write_bytes(b"\x00\xffnot a protobuf\x00" * 8)
     code, out, err = _main(capsys, *(paths.get(a, a) for a in argv))
     assert code != 0

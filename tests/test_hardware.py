@@ -1,9 +1,11 @@
 """HardwareSpec presets, overrides and validation of impossible specs."""
 
+import json
+
 import pytest
 
 from runtime_sim.contract.errors import IccaError, InvalidHardwareSpecError
-from runtime_sim.contract.hardware import PRESET_NAMES, HardwareSpec, preset, small_chip
+from runtime_sim.contract.hardware import PRESET_NAMES, HardwareSpec, load_hardware, preset, small_chip
 
 
 def test_ipu_mk2_preset_matches_sourced_figures():
@@ -74,3 +76,110 @@ def test_preset_names_are_case_insensitive_and_a_typo_gets_a_suggestion():
     assert preset("IPU-Mk2") == preset("ipu-mk2")
     with pytest.raises(InvalidHardwareSpecError, match="did you mean 'ipu-pod4-hbm'"):
         preset("ipu-pod4-hmb")
+
+
+# -- hardware description files (tvm_icca.load_hardware) ------------------------------------
+def _toml_value(value) -> str:
+    """One value in TOML (the test writes its own files: tomllib only reads)."""
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return repr(value)
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_hardware_file_round_trips_every_field(name, suffix, tmp_path):
+    hw = preset(name)
+    path = tmp_path / f"chip{suffix}"
+    data = hw.to_dict()
+    if suffix == ".json":
+        path.write_text(json.dumps(data, indent=2))
+    else:
+        path.write_text("".join(f"{key} = {_toml_value(value)}\n" for key, value in data.items()))
+    loaded = load_hardware(path)
+    assert loaded == hw and loaded.name == hw.name and loaded.notes == hw.notes
+    assert load_hardware(str(path)) == hw
+
+
+def test_hardware_file_base_and_overrides(tmp_path):
+    path = tmp_path / "wide_vector.toml"
+    path.write_text('base = "IPU-Mk2"\nvector_flops_per_cycle = 8\nmatrix_tile = [32, 16, 32]\n'
+                    'dtypes = ["float32"]\n')
+    hw = load_hardware(path)
+    assert hw.name == "wide_vector"  # the file's stem: it is not the preset any more
+    assert hw == preset("ipu-mk2", name="wide_vector", vector_flops_per_cycle=8.0,
+                        matrix_tile=(32, 16, 32), dtypes=("float32",))
+    assert "ipu-mk2" in hw.notes
+    named = tmp_path / "pod.json"
+    named.write_text(json.dumps({"base": "ipu-pod4-hbm", "name": "my-pod", "hbm_bandwidth": 8e12,
+                                 "notes": "half the HBM"}))
+    pod = load_hardware(named)
+    assert pod.name == "my-pod" and pod.hbm_bandwidth == 8e12 and pod.notes == "half the HBM"
+    assert pod.num_chips == 4 and pod.hbm_controllers == 16
+
+
+def test_a_chip_is_accepted_as_a_file_wherever_a_name_is(tmp_path):
+    from tvm_icca.hardware_choice import resolve_hardware, use_hardware
+
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps({"base": "ipu-mk2", "num_cores": 8}))
+    for given in (path, str(path)):
+        assert resolve_hardware(given).num_cores == 8
+    with use_hardware(str(path)) as hw:
+        assert hw.name == "tiny" and hw.num_cores == 8
+    # a string with another suffix is still a preset name
+    with pytest.raises(InvalidHardwareSpecError, match="unknown hardware preset"):
+        resolve_hardware(str(tmp_path / "tiny.yaml"))
+    # a file name that does not exist says so, not "unknown preset"
+    with pytest.raises(InvalidHardwareSpecError, match="tiny2.json': no such file"):
+        resolve_hardware(str(tmp_path / "tiny2.json"))
+
+
+@pytest.mark.parametrize("file_name,text,fragment", [
+    ("missing.toml", None, "no such file"),
+    ("chip.yaml", "base: ipu-mk2", "unknown format '.yaml'"),
+    ("syntax.toml", 'base = "ipu-mk2"\nnum_cores = \n', "invalid TOML: Invalid value (at line 2"),
+    ("syntax.json", '{"base": "ipu-mk2",\n "num_cores": 8', "invalid JSON at line 2, column 16"),
+    ("list.json", "[1, 2]", "one object of fields, not a list"),
+    ("typo.toml", 'base = "ipu-mk2"\nvector_flop_per_cycle = 8\n',
+     "unknown field 'vector_flop_per_cycle'; did you mean 'vector_flops_per_cycle'?"),
+    ("nobase.toml", 'bsae = "ipu-mk2"\n', "did you mean 'base'?"),
+    ("base.toml", 'base = "ipu-mk3"\n', "base: unknown hardware preset 'ipu-mk3'; did you mean 'ipu-mk2'?"),
+    ("basetype.json", '{"base": 3}', "base must be a preset name"),
+    ("incomplete.json", '{"num_cores": 8}', "missing sram_bytes_per_core"),
+    ("impossible.toml", 'base = "ipu-mk2"\nnum_cores = 0\n', "num_cores=0 must be an integer"),
+    ("dtype.toml", 'base = "ipu-mk2"\ndtypes = ["int8"]\n', "dtypes=['int8'] must be a non-empty subset"),
+    ("latin1.toml", b"name = '\xe9'\n", "is not UTF-8 text"),
+])
+def test_every_hardware_file_error_is_one_error_naming_the_file(file_name, text, fragment, tmp_path):
+    path = tmp_path / file_name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    elif text is not None:
+        path.write_text(text)
+    with pytest.raises(InvalidHardwareSpecError) as info:
+        load_hardware(path)
+    message = str(info.value)
+    assert message.startswith(f"hardware file '{path}': "), message
+    assert fragment in message, message
+    assert len(message.splitlines()) == 1  # the command line prints it as one line
+
+
+def test_hardware_file_path_must_be_a_path(tmp_path):
+    with pytest.raises(InvalidHardwareSpecError, match="not int"):
+        load_hardware(3)
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(InvalidHardwareSpecError, match="is a directory"):
+        load_hardware(tmp_path / "dir.json")
+
+
+def test_the_documented_example_file_loads():
+    import pathlib
+
+    example = pathlib.Path(__file__).parents[1] / "docs" / "examples" / "mk2_wide_vector.toml"
+    hw = load_hardware(example)
+    assert hw.name == "mk2-wide-vector" and hw.vector_flops_per_cycle == 16.0
+    assert hw.sram_bytes_per_core == 512 * 1024 and hw.dtypes == ("float32", "float16")
+    assert hw.num_cores == preset("ipu-mk2").num_cores

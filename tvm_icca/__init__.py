@@ -18,7 +18,8 @@ codegen ``relax.ext.icca`` and the device entry ``icca.device.run``.
 Public API (``help(tvm_icca.<name>)`` documents each one):
 
 * hardware: ``HardwareSpec``, ``preset``, ``small_chip``, ``PRESET_NAMES``,
-  ``use_hardware``, ``current_hardware``, ``hardware_for_target``;
+  ``load_hardware`` (a chip from a ``.json`` / ``.toml`` file), ``use_hardware``,
+  ``current_hardware``, ``hardware_for_target``;
 * import and partition: ``load_onnx``, ``partition_for_icca``, ``partition_report``,
   ``format_report``, ``host_ops``, ``icca_regions``, ``get_icca_patterns``;
 * compile: ``compile(mod, hw)`` (not in ``__all__``: ``from tvm_icca import *`` must not
@@ -43,6 +44,7 @@ from tvm_icca.hardware_choice import (
     PRESET_NAMES,
     HardwareSpec,
     current_hardware,
+    load_hardware,
     preset,
     small_chip,
     use_hardware,
@@ -99,6 +101,7 @@ __all__ = [
     "is_icca_target",
     "last_run_stats",
     "list_workloads",
+    "load_hardware",
     "load_onnx",
     "offload_to_icca",
     "partition_for_icca",

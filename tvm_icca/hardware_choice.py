@@ -9,6 +9,9 @@ of a chip:
 * ``tvm.compile(mod, target="icca-ipu-pod4")`` -- one target tag per preset
   (see :mod:`tvm_icca.backend.target`).
 
+Wherever a chip is accepted, it may be a spec, a preset name, a ``to_dict()`` mapping or the
+path of a hardware file (``.json`` / ``.toml``, :func:`load_hardware`).
+
 Nothing in here imports TVM, so the device side can use it too.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import os
 from typing import Any, Iterator, Mapping, Union
 
 from runtime_sim.contract.errors import InvalidHardwareSpecError
@@ -25,6 +29,8 @@ from runtime_sim.contract.hardware import (
     PRESET_NAMES,
     SUPPORTED_DTYPES,
     HardwareSpec,
+    is_hardware_file_name,
+    load_hardware,
     preset,
     small_chip,
 )
@@ -39,14 +45,17 @@ __all__ = [
     "explicit_hardware",
     "hardware_from_json",
     "hardware_to_json",
+    "load_hardware",
     "preset",
     "resolve_hardware",
     "small_chip",
     "use_hardware",
 ]
 
-#: Anything that names a chip: a spec, a preset name, or a ``HardwareSpec.to_dict()`` mapping.
-HardwareLike = Union[HardwareSpec, str, Mapping[str, Any]]
+#: Anything that names a chip: a spec, a preset name, the path of a hardware file (a string
+#: ending in ``.json`` or ``.toml``, or any ``os.PathLike``; :func:`load_hardware`), or a
+#: ``HardwareSpec.to_dict()`` mapping.
+HardwareLike = Union[HardwareSpec, str, os.PathLike, Mapping[str, Any]]
 
 _CURRENT: contextvars.ContextVar[HardwareSpec | None] = contextvars.ContextVar(
     "tvm_icca_hardware", default=None
@@ -57,19 +66,24 @@ def resolve_hardware(hw: HardwareLike | None = None) -> HardwareSpec:
     """Turn ``hw`` into a :class:`HardwareSpec`.
 
     ``None`` means the chip chosen by the innermost :func:`use_hardware`, else the default
-    preset (``ipu-mk2``).
+    preset (``ipu-mk2``). A path object, or a string ending in ``.json`` / ``.toml``, is read
+    with :func:`load_hardware` (no preset name has such a suffix); any other string is a
+    preset name.
     """
     if hw is None:
         return current_hardware()
     if isinstance(hw, HardwareSpec):
         return hw
+    if is_hardware_file_name(hw):
+        return load_hardware(hw)
     if isinstance(hw, str):
         return preset(hw)
     if isinstance(hw, Mapping):
         return HardwareSpec.from_dict(hw)
     raise InvalidHardwareSpecError(
         f"cannot use {type(hw).__name__} as hardware: pass a HardwareSpec, a preset name "
-        f"({', '.join(PRESET_NAMES)}) or a HardwareSpec.to_dict() mapping"
+        f"({', '.join(PRESET_NAMES)}), the path of a .json or .toml hardware file or a "
+        f"HardwareSpec.to_dict() mapping"
     )
 
 
@@ -106,8 +120,9 @@ def use_hardware(hw: HardwareLike) -> Iterator[HardwareSpec]:
 
     Parameters
     ----------
-    hw : HardwareSpec, preset name or dict
-        The chip: a spec, a preset name (:data:`PRESET_NAMES`, case-insensitive) or a
+    hw : HardwareSpec, str, os.PathLike or dict
+        The chip: a spec, a preset name (:data:`PRESET_NAMES`, case-insensitive), the path of
+        a hardware file (``.json`` or ``.toml``, :func:`load_hardware`) or a
         :meth:`HardwareSpec.to_dict` mapping.
 
     Yields
@@ -118,7 +133,8 @@ def use_hardware(hw: HardwareLike) -> Iterator[HardwareSpec]:
     Raises
     ------
     InvalidHardwareSpecError
-        ``hw`` names no preset, or describes an impossible chip.
+        ``hw`` names no preset, its hardware file cannot be read, or it describes an
+        impossible chip.
     """
     spec = resolve_hardware(hw)
     token = _CURRENT.set(spec)

@@ -13,12 +13,12 @@ import argparse
 import math
 import os
 
-from runtime_sim.contract.hardware import DEFAULT_PRESET, PRESET_NAMES
+from runtime_sim.contract.hardware import DEFAULT_PRESET, PRESET_NAMES, HardwareSpec
 from tvm_icca.planning.state_place import STATE_CHOICES
 
 __all__ = [
     "UsageError", "positive_int", "nonneg_int", "finite_float", "unit_float", "existing_file",
-    "writable_path", "shape_arg", "shape_dict", "hardware_help", "hardware_preset",
+    "writable_path", "shape_arg", "shape_dict", "hardware_help", "hardware_arg",
     "add_hardware_argument", "add_state_argument", "add_progress_argument", "nonneg_float",
     "tuning_records", "add_model_arguments",
 ]
@@ -154,15 +154,18 @@ def shape_dict(pairs: list[tuple[str, tuple[int, ...]]] | None) -> dict[str, tup
 
 
 def hardware_help(what: str, default: str = DEFAULT_PRESET) -> str:
-    """The help of a ``--hw`` option: what the chip is for, its default and every preset."""
-    return f"{what} (default {default}; presets, any case: {', '.join(PRESET_NAMES)})"
+    """The help of a ``--hw`` option: what the chip is for, its default, every preset and the
+    hardware files it also reads."""
+    return (f"{what}: a preset or the path of a .json/.toml hardware file (default {default}; "
+            f"presets, any case: {', '.join(PRESET_NAMES)})")
 
 
 def add_hardware_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
                           what: str) -> None:
-    """``--hw PRESET``: the chip, with the one default every command shares
-    (:data:`~runtime_sim.contract.hardware.DEFAULT_PRESET`, also the API's)."""
-    parser.add_argument("--hw", type=hardware_preset, default=DEFAULT_PRESET,
+    """``--hw PRESET|FILE``: the chip, with the one default every command shares
+    (:data:`~runtime_sim.contract.hardware.DEFAULT_PRESET`, also the API's). ``args.hw`` is
+    the resolved :class:`~runtime_sim.contract.hardware.HardwareSpec` (see :func:`hardware_arg`)."""
+    parser.add_argument("--hw", type=hardware_arg, default=DEFAULT_PRESET, metavar="PRESET|FILE",
                         help=hardware_help(what))
 
 
@@ -182,13 +185,17 @@ def add_progress_argument(parser: argparse.ArgumentParser) -> None:
                         "shows one on standard error when it is a terminal)")
 
 
-def hardware_preset(text: str) -> str:
-    """A hardware preset name (``tvm_icca.PRESET_NAMES``, any case); its canonical name is returned."""
-    from runtime_sim.contract.errors import IccaError  # pylint: disable=import-outside-toplevel
-    from tvm_icca.hardware_choice import preset  # pylint: disable=import-outside-toplevel
+def hardware_arg(text: str) -> HardwareSpec:
+    """The chip of ``--hw``: a preset name (``tvm_icca.PRESET_NAMES``, any case) or the path of a
+    ``.json`` / ``.toml`` hardware file (``tvm_icca.load_hardware``), resolved once, here, by
+    the API's own resolver, so every command accepts the same chips and a bad file is a usage
+    error before any work."""
+    # pylint: disable=import-outside-toplevel
+    from runtime_sim.contract.errors import IccaError
+    from tvm_icca.hardware_choice import resolve_hardware
 
     try:
-        return preset(text).name  # the canonical name: presets are case-insensitive
+        return resolve_hardware(text)
     except IccaError as err:
         raise argparse.ArgumentTypeError(str(err).splitlines()[0] if str(err) else text) from None
 

@@ -37,7 +37,6 @@ from tvm_icca.cli.args import (
     tuning_records,
     writable_path,
 )
-from tvm_icca.hardware_choice import preset
 from tvm_icca.planning.planner import PRELOAD_CHOICES
 
 #: Name of the Relax function that returns the library's signature (JSON).
@@ -166,21 +165,21 @@ def _run(args: argparse.Namespace) -> int:
     from tvm_icca.planning.state_place import describe_setting
     from tvm_icca.records.apply import optional_database
 
-    if args.design is not None and preset(args.hw).hbm_bandwidth <= 0:
-        raise UsageError(f"--design applies to chips with HBM; '{args.hw}' has none")
+    hw = args.hw  # resolved by --hw (tvm_icca.cli.args.hardware_arg)
+    if args.design is not None and hw.hbm_bandwidth <= 0:
+        raise UsageError(f"--design applies to chips with HBM; '{hw.name}' has none")
     output = args.output or default_output(args.model)
     if os.path.abspath(output) == os.path.abspath(args.model):
         raise UsageError(f"the output '{output}' would overwrite the model")
     shapes = shape_dict(args.shape)
     check_shape_names(args.model, shapes)
     mod = load_onnx(args.model, shapes)
-    partitioned = partition_for_icca(mod, args.hw)
-    report = partition_report(partitioned, args.hw)
+    partitioned = partition_for_icca(mod, hw)
+    report = partition_report(partitioned, hw)
     print(format_report(report))
     reason = nothing_on_chip(report)
     if reason is not None:  # a valid host-only library, but not what the user asked for
         print(f"tvm-icca: warning: {reason}", file=sys.stderr)
-    hw = preset(args.hw)
     with optional_database(args.database) as tuned:
         # planned here (tvm.compile skips a planned module) to say where the weights went
         options = CompileOptions(state=args.state, preload=args.design, progress=args.progress)
@@ -188,7 +187,7 @@ def _run(args: argparse.Namespace) -> int:
         placement = state_placement_of(planned)
         pre = preload_summary_of(planned)
         print(describe_setting(hw.name, pre.design if pre is not None else None, placement))
-        signature = signature_of(mod, args.model, args.hw, shapes)
+        signature = signature_of(mod, args.model, hw.name, shapes)
         signature["state"] = placement.place if placement is not None else None
         executable = icca_compile(with_signature(planned, signature), hw, progress=args.progress)
     if tuned is not None:

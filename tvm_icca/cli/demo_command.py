@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from importlib import resources
+from typing import Any
 
 from tvm_icca.cli.args import add_hardware_argument, add_progress_argument
 
@@ -32,9 +33,10 @@ def demo_model_path() -> str:
     return str(resources.files("tvm_icca") / "data" / "encoder_layer.onnx")
 
 
-def run_demo(hw: str = "ipu-mk2", progress: bool = True) -> int:
-    """Compile and run the bundled encoder layer on ``hw``; print the report; 0 if the output
-    matches TVM's CPU build. ``progress``: :attr:`tvm_icca.CompileOptions.progress`."""
+def run_demo(hw: Any = "ipu-mk2", progress: bool = True) -> int:
+    """Compile and run the bundled encoder layer on ``hw`` (anything
+    :func:`tvm_icca.use_hardware` takes); print the report; 0 if the output matches TVM's CPU
+    build. ``progress``: :attr:`tvm_icca.CompileOptions.progress`."""
     # pylint: disable=import-outside-toplevel
     # Loaded here, not at import: `tvm-icca --help` must not load TVM (see main.py).
     import numpy as np
@@ -42,19 +44,18 @@ def run_demo(hw: str = "ipu-mk2", progress: bool = True) -> int:
     from tvm import relax
 
     import tvm_icca
-    from tvm_icca.hardware_choice import resolve_hardware
     from tvm_icca.planning import icca_model_passes, preload_summary_of, state_placement_of
     from tvm_icca.planning.state_place import describe_setting
 
     mod = tvm_icca.load_onnx(demo_model_path())
     x = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
 
-    with tvm_icca.use_hardware(hw):
+    with tvm_icca.use_hardware(hw) as spec:
         partitioned = tvm_icca.partition_for_icca(mod)
         options = tvm_icca.CompileOptions(progress=progress)
         pipeline = tvm_icca.icca_pipeline("icca", options=options)
         # planned here (tvm.compile keeps a planned module) to say where the weights went
-        planned = icca_model_passes(resolve_hardware(hw), options)(partitioned)
+        planned = icca_model_passes(spec, options)(partitioned)
         executable = tvm.compile(planned, target="icca", relax_pipeline=pipeline)
     preload = preload_summary_of(planned)
     vm = relax.VirtualMachine(executable, tvm.cpu())
@@ -68,8 +69,8 @@ def run_demo(hw: str = "ipu-mk2", progress: bool = True) -> int:
 
     print(tvm_icca.format_report(tvm_icca.partition_report(partitioned)))
     print()
-    print(f"simulated device run on '{hw}':")
-    print("  " + describe_setting(hw, preload.design if preload is not None else None,
+    print(f"simulated device run on '{spec.name}':")
+    print("  " + describe_setting(spec.name, preload.design if preload is not None else None,
                                   state_placement_of(planned)))
     print(f"  regions executed        {stats['regions_executed']}")
     print(f"  cores used (max per op) {stats['cores_used']}")

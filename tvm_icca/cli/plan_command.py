@@ -161,9 +161,7 @@ def _matmul_keys(plan, time_s: float, cores: int) -> dict[str, Any]:
 
 
 def _run_matmul(args: argparse.Namespace) -> int:
-    from runtime_sim.contract.hardware import preset
-
-    hw = preset(args.hw)
+    hw = args.hw  # resolved by --hw (tvm_icca.cli.args.hardware_arg)
     if args.cost_model == "t10-bench":
         from tvm_icca.plans.t10_bench import T10BenchSpec, bench_pareto, solve
 
@@ -211,11 +209,10 @@ def _generic_keys(expr, plan, time_s: float, cores: int) -> dict[str, Any]:
 
 
 def _run_conv2d(args: argparse.Namespace) -> int:
-    from runtime_sim.contract.hardware import preset
     from tvm_icca.plans import plan_operator
     from tvm_icca.plans.pareto import pareto_plans
 
-    hw = preset(args.hw)
+    hw = args.hw  # resolved by --hw (tvm_icca.cli.args.hardware_arg)
     expr = conv2d_expr(args.batch, args.channels, args.height, args.width, args.filters,
                        args.kernel, args.stride, args.pad, args.dilation, args.dtype)
     planned = plan_operator(expr, hw, budget_bytes=args.budget, name="conv2d")
