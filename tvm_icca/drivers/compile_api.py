@@ -31,6 +31,7 @@ def compile(  # pylint: disable=redefined-builtin
     state: str | None = None,
     resident: Collection[str] | None = None,
     preload: str | None = None,
+    jobs: int | None = None,
     progress: ProgressLike = None,
 ) -> tvm.runtime.Executable:
     """Compile a Relax model for an ICCA chip: ``tvm.compile(mod, target="icca")`` with choices.
@@ -63,6 +64,9 @@ def compile(  # pylint: disable=redefined-builtin
     preload : str or None
         The HBM preload design (Elk §6.1): one of :data:`~tvm_icca.PRELOAD_DESIGNS` or
         ``"off"``; ``None``: ``"elk-full"`` on a chip with HBM.
+    jobs : int or None
+        Worker processes for the operators' plan searches; ``None``: every CPU this process
+        may use, ``1``: none (nothing is forked).
     progress : Progress, bool or None
         How the long phases (planning the operators, Elk's preload schedule) report on
         standard error: ``None`` or ``True``, a bar on a terminal once a phase has run two
@@ -83,7 +87,7 @@ def compile(  # pylint: disable=redefined-builtin
     """
     check_target_name(target)
     options = CompileOptions(execution=execution, state=state, resident=resident,
-                             preload=preload, progress=progress)
+                             preload=preload, jobs=jobs, progress=progress)
     pipeline = icca_pipeline(target, options=options)
     if hw is None:
         return tvm.compile(mod, target=target, relax_pipeline=pipeline)

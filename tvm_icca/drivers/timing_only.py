@@ -184,6 +184,7 @@ def compile_programs(
     execution: str = "t10",
     state: str | None = None,
     preload: str | None = None,
+    jobs: int | None = None,
 ) -> CompiledModel:
     """Partition ``model`` and plan its ICCA regions' device programs (no LLVM build).
 
@@ -216,6 +217,9 @@ def compile_programs(
         The HBM preload design (Elk §6.1): ``"basic"``, ``"static"``, ``"elk-dyn"``,
         ``"elk-full"`` (the default on a chip with HBM), ``"ideal"`` (the roofline), or
         ``"off"``; the Elk pass's summary is :attr:`CompiledModel.preload`.
+    jobs : int or None
+        Worker processes for the operators' plan searches when no ``plan_cache`` is given;
+        ``None``: every CPU this process may use, ``1``: none (nothing is forked).
 
     Returns
     -------
@@ -232,9 +236,10 @@ def compile_programs(
     spec = resolve_hardware(hw)
     mod, resident_names, label = _unpack(model, resident)
     options = CompileOptions(execution=execution, state=state,
-                             resident=resident_names, preload=preload, progress=progress)
+                             resident=resident_names, preload=preload, jobs=jobs,
+                             progress=progress)
     model_name = name or label or "model"
-    cache = plan_cache if plan_cache is not None else PlanCache()
+    cache = plan_cache if plan_cache is not None else PlanCache(jobs=jobs)
     hits, misses = cache.hits, cache.misses
     mod = mod.with_attr(MODEL_NAME_ATTR, model_name)
     planned = icca_model_passes(spec, options, plan_cache=cache)(mod)
