@@ -5,7 +5,13 @@ import json
 import pytest
 
 from runtime_sim.contract.errors import IccaError, InvalidHardwareSpecError
-from runtime_sim.contract.hardware import PRESET_NAMES, HardwareSpec, load_hardware, preset, small_chip
+from runtime_sim.contract.hardware import (
+    PRESET_NAMES,
+    HardwareSpec,
+    load_hardware,
+    preset,
+    small_chip,
+)
 
 
 def test_ipu_mk2_preset_matches_sourced_figures():
@@ -81,6 +87,8 @@ def test_preset_names_are_case_insensitive_and_a_typo_gets_a_suggestion():
 # -- hardware description files (tvm_icca.load_hardware) ------------------------------------
 def _toml_value(value) -> str:
     """One value in TOML (the test writes its own files: tomllib only reads)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, str):
         return json.dumps(value)  # a JSON string is a TOML basic string
     if isinstance(value, list):

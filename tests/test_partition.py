@@ -432,3 +432,67 @@ def test_a_symbolic_dimension_used_as_a_value_falls_back_to_the_host_with_a_reas
     x_value = np.random.default_rng(0).standard_normal((3, 4), "float32")
     got = vm["main"](tvm.runtime.tensor(x_value)).numpy()
     np.testing.assert_allclose(got, np.exp(x_value) + np.arange(4, dtype="float32"), rtol=1e-5)
+
+
+# -- patterns a user registers ----------------------------------------------------------------
+_USER_PATTERN_SCRIPT = r'''
+import json
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.backend.pattern_registry import register_patterns
+from tvm.relax.dpl.pattern import is_op, wildcard
+import tvm_icca
+
+seen = []
+
+def fits_the_chip(context):
+    call = context.matched_expr
+    hw = tvm_icca.current_hardware()  # the chip being partitioned for
+    seen.append(hw.name)
+    return str(call.ty.dtype) in hw.dtypes
+
+register_patterns([("icca.test_user_softplus", is_op("relax.nn.softplus")(wildcard()), {},
+                    fits_the_chip)])
+
+def softplus_mod(dtype):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((8, 24), dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.softplus(x)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+chip = tvm_icca.small_chip(16, dtypes=("float32",))
+part = tvm_icca.partition_for_icca(softplus_mod("float32"), chip)
+offloaded = tvm_icca.partition_report(part)
+with tvm_icca.use_hardware(chip):
+    vm = relax.VirtualMachine(tvm.compile(part, target="icca"), tvm.cpu())
+x = np.random.default_rng(0).standard_normal((8, 24)).astype("float32")
+error = float(np.abs(vm["main"](tvm.runtime.tensor(x)).numpy() - np.logaddexp(0, x)).max())
+refused = tvm_icca.partition_report(tvm_icca.partition_for_icca(softplus_mod("float16"), chip))
+print(json.dumps({"seen": seen, "offloaded": offloaded, "refused": refused, "error": error,
+                  "ran": tvm_icca.last_run_stats()["regions_executed"]}))
+'''
+
+
+def test_a_pattern_a_user_registers_offloads_its_op_and_the_report_explains_a_refusal() -> None:
+    """``icca.*`` patterns registered by a user are the partitioner's too: the op is offloaded
+    and computed exactly; the check sees the chip partitioned for as ``current_hardware()``;
+    an op the check refuses is reported with the pattern's name, not "no ICCA implementation".
+    (In a subprocess: TVM's pattern registry is process-global.)"""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _USER_PATTERN_SCRIPT], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["seen"] == ["icca-16", "icca-16"]
+    assert result["offloaded"]["offloaded_ops"] == {"relax.nn.softplus": 1}
+    assert result["offloaded"]["regions"][0]["composites"] == ["icca.test_user_softplus"]
+    assert result["ran"] == 1 and result["error"] < 1e-5
+    (reason,) = result["refused"]["host_reasons"]["relax.nn.softplus"]
+    assert reason.startswith("the check function of pattern 'icca.test_user_softplus' refused it")
+    assert "dtype float16" in reason and "icca-16" in reason

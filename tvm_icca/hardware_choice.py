@@ -90,6 +90,9 @@ def resolve_hardware(hw: HardwareLike | None = None) -> HardwareSpec:
 def current_hardware() -> HardwareSpec:
     """The chip chosen by the innermost :func:`use_hardware`, else the default preset.
 
+    While :func:`tvm_icca.partition_for_icca` runs, it is the chip being partitioned for: a
+    pattern's check function reads it to refuse what that chip cannot do.
+
     Returns
     -------
     HardwareSpec

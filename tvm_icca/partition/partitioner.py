@@ -47,7 +47,9 @@ from tvm_icca.partition.patterns import (
     checking_for,
     composite_label,
     get_icca_patterns,
+    tensors_reason,
     unsupported_reason,
+    user_patterns_matching,
 )
 from tvm_icca.tvm_warnings import tvm_warnings_once
 
@@ -328,7 +330,8 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
           ``composites`` (pattern names) and ``ops`` (Relax op -> count);
         * ``offloaded_ops`` / ``host_ops``: Relax op -> count over the whole module;
         * ``host_reasons``: for each op left on the host, the distinct reasons why (e.g.
-          ``"conv2d with groups=2 (only groups == 1 is offloaded)"``);
+          ``"conv2d with groups=2 (only groups == 1 is offloaded)"``; for an op matched by
+          an ``icca.*`` pattern a user registered, that its check function refused it);
         * ``notes``: remarks about the whole model (e.g. why all of it stays on the host),
           usually empty.
     """
@@ -355,10 +358,13 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
             continue
         if func.attrs is not None and "Composite" in func.attrs:
             continue  # a composite not merged into a region (only if partitioning failed)
+        var2val = None  # the function's bindings, read only for a user's pattern
         for call in _op_calls(func.body):
             name = call.op.name
             host[name] += 1
-            reason = _host_reason(call, spec, whole_model=note is not None)
+            if name not in OFFLOADABLE_OPS and var2val is None:
+                var2val = relax.analysis.get_var2val(func)
+            reason = _host_reason(call, spec, whole_model=note is not None, var2val=var2val)
             if reason not in reasons.setdefault(name, []):
                 reasons[name].append(reason)
     return {
@@ -377,7 +383,8 @@ def _integer_result(call: relax.Call) -> bool:
                                                  or str(ty.dtype) == "bool")
 
 
-def _host_reason(call: relax.Call, hw: HardwareSpec, whole_model: bool = False) -> str:
+def _host_reason(call: relax.Call, hw: HardwareSpec, whole_model: bool = False,
+                 var2val: dict | None = None) -> str:
     name = call.op.name
     if _integer_result(call):
         # ids, positions, shapes and masks are computed where the inputs come from; the
@@ -385,6 +392,9 @@ def _host_reason(call: relax.Call, hw: HardwareSpec, whole_model: bool = False) 
         return (f"integer or boolean result (dtype {call.ty.dtype}): index, position and mask "
                 "arithmetic stays on the host")
     if name not in OFFLOADABLE_OPS:
+        user = user_patterns_matching(call, var2val)
+        if user:
+            return _user_pattern_reason(call, user[0], hw, whole_model)
         return "no ICCA implementation"
     try:
         reason = unsupported_reason(call, hw)
@@ -399,6 +409,23 @@ def _host_reason(call: relax.Call, hw: HardwareSpec, whole_model: bool = False) 
         return "a transpose is offloaded only as the transposed operand of a matmul"
     return "not matched by an ICCA pattern (outside a dataflow block, or an intermediate " \
         "value of a fused pattern is used elsewhere)"
+
+
+def _user_pattern_reason(call: relax.Call, pattern: Any, hw: HardwareSpec, whole_model: bool) -> str:
+    """Why an op that a user's pattern matches stayed on the host. TVM's check functions
+    answer only yes or no, so the reason names the pattern and adds what the chip itself
+    cannot hold (a dtype, a dynamic shape), the usual cause of a refusal."""
+    if whole_model:
+        return "the whole model stays on the host (see the note)"
+    if pattern.check is None:
+        return (f"pattern '{pattern.name}' matches it but did not fuse it (outside a dataflow "
+                "block, or an intermediate value of the match is used elsewhere)")
+    try:
+        fact = tensors_reason(call, hw)
+    except Exception:  # pylint: disable=broad-except  (a report never fails on an odd call)
+        fact = None
+    return (f"the check function of pattern '{pattern.name}' refused it"
+            + (f": {fact}" if fact else ""))
 
 
 def host_ops(mod: IRModule) -> dict[str, int]:

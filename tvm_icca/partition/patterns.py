@@ -35,7 +35,7 @@ from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from runtime_sim.contract.errors import UnsupportedDtypeError
-from tvm_icca.hardware_choice import HardwareSpec, current_hardware
+from tvm_icca.hardware_choice import HardwareSpec, current_hardware, use_hardware
 from tvm_icca.ops.data_movement import (
     DATA_MOVEMENT_OPS,
     data_movement_patterns,
@@ -59,7 +59,9 @@ __all__ = [
     "VIEW_OPS",
     "checking_for",
     "get_icca_patterns",
+    "tensors_reason",
     "unsupported_reason",
+    "user_patterns_matching",
 ]
 
 #: Value of the ``Codegen`` attribute of offloaded regions, and the pattern name prefix.
@@ -135,10 +137,16 @@ _CHECK_HW: contextvars.ContextVar[HardwareSpec | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def checking_for(hw: HardwareSpec) -> Iterator[HardwareSpec]:
-    """Judge pattern matches against ``hw`` inside the ``with`` block."""
+    """Judge pattern matches against ``hw`` inside the ``with`` block.
+
+    :func:`tvm_icca.current_hardware` is ``hw`` there too, so the check function of a pattern
+    a user registers (``icca.<name>``, see :func:`user_patterns_matching`) sees the chip being
+    partitioned for, whichever way the caller named it.
+    """
     token = _CHECK_HW.set(hw)
     try:
-        yield hw
+        with use_hardware(hw):
+            yield hw
     finally:
         _CHECK_HW.reset(token)
 
@@ -171,6 +179,17 @@ def _tensor_reason(what: str, ty: relax.Type, hw: HardwareSpec, mask: bool = Fal
     except UnsupportedDtypeError as err:
         return str(err)
     return None
+
+
+def tensors_reason(call: relax.Call, hw: HardwareSpec) -> str | None:
+    """Why a tensor operand or the result of ``call`` cannot live on ``hw`` (a dtype the chip
+    lacks, a dynamic or empty shape), or ``None`` if all can; whatever the op."""
+    for i, arg in enumerate(call.args):
+        if isinstance(arg.ty, relax.TensorType):
+            reason = _tensor_reason(f"argument {i}", arg.ty, hw)
+            if reason is not None:
+                return reason
+    return _tensor_reason("the result", call.ty, hw)
 
 
 def _static_shape(expr: relax.Expr) -> tuple[int, ...]:
@@ -435,18 +454,27 @@ def _pattern_table() -> list[Pattern]:
 
 
 _REGISTERED = False
+#: The names of the patterns of :func:`_pattern_table`; any other ``icca.*`` pattern of TVM's
+#: registry was registered by a user.
+_BUILTIN_NAMES: frozenset[str] = frozenset()
 
 
 def register_icca_patterns() -> None:
     """Register the ICCA patterns with TVM's pattern registry (idempotent)."""
-    global _REGISTERED  # pylint: disable=global-statement
+    global _REGISTERED, _BUILTIN_NAMES  # pylint: disable=global-statement
     if not _REGISTERED:
-        register_patterns(_pattern_table())
+        table = _pattern_table()
+        _BUILTIN_NAMES = frozenset(p.name if isinstance(p, FusionPattern) else p[0] for p in table)
+        register_patterns(table)
         _REGISTERED = True
 
 
 def get_icca_patterns() -> list[FusionPattern]:
     """The registered ICCA partition patterns, highest priority first.
+
+    Every ``icca.*`` pattern of TVM's registry, including those a user registers with
+    ``tvm.relax.backend.pattern_registry.register_patterns`` (registered later, so tried
+    first): registering one is how a new operator is offloaded.
 
     Returns
     -------
@@ -459,6 +487,32 @@ def get_icca_patterns() -> list[FusionPattern]:
 
 
 register_icca_patterns()
+
+
+def user_patterns_matching(call: relax.Call, var2val: dict | None = None) -> list[FusionPattern]:
+    """The ``icca.*`` patterns registered by a user (not by this module) that match ``call``.
+
+    The partitioner reads every ``icca.*`` pattern of TVM's registry, so registering one
+    (``register_patterns([("icca.my_op", pattern, {}, check)])``) offloads an op this
+    backend has no pattern for. When such an op stays on the host, the report names the
+    pattern that matched it (:func:`tvm_icca.partition.partitioner.partition_report`).
+
+    Parameters
+    ----------
+    call : relax.Call
+        An op call of a (partitioned) function; it is the root of the matches looked for.
+    var2val : dict, optional
+        The function's variable bindings (``relax.analysis.get_var2val``), so that a pattern
+        of several ops matches through the bindings between them.
+
+    Returns
+    -------
+    list of tvm.relax.transform.FusionPattern
+        The matching user patterns, highest priority first.
+    """
+    register_icca_patterns()
+    return [p for p in get_patterns_with_prefix(CODEGEN_NAME)
+            if p.name not in _BUILTIN_NAMES and p.pattern.match(call, var2val)]
 
 
 def composite_label(composite: str) -> str:
