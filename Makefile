@@ -12,7 +12,7 @@ $(VPY):
 
 $(STAMP): $(VPY) setup.py
 	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet -e ".[test]"
+	$(VPY) -m pip install --quiet -e ".[test,dse]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -35,6 +35,8 @@ setup(
         # matplotlib: the tutorials plot, and tests/test_tutorials.py runs them
         "test": ["pytest>=7", "hypothesis>=6", "wheel>=0.38", "import-linter>=2.17", "matplotlib>=3.7"],
         "bench": ["matplotlib>=3.7"],
+        # dse: `tvm-icca dse --ray` (Ray tasks on a cluster), YAML specs, the report's plots
+        "dse": ["ray>=2.9", "pyyaml>=6", "matplotlib>=3.7"],
         # docs: `make docs` (docs/conf.py); tutorials plot, so the gallery needs matplotlib;
         # numpydoc-style docstrings are read by Sphinx's own napoleon extension; myst-parser
         # includes the markdown tables of benchmarks/results/ in the Results page

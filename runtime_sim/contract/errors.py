@@ -128,6 +128,15 @@ class InputMismatchError(IccaError, ValueError):
     """An argument of a compiled ICCA executable has the wrong shape, dtype or count."""
 
 
+class InvalidSpecError(IccaError, ValueError):
+    """A design-space exploration spec (``tvm-icca dse SPEC``) cannot be used.
+
+    The message names the spec file and the key: an unknown key (with the closest known
+    one), a value of the wrong type, an empty grid axis, an unknown hardware field, workload
+    argument or preload design.
+    """
+
+
 #: Every error class of this module, by name: what ``tvm_icca`` exports (users write
 #: ``except tvm_icca.IccaError`` without knowing where a class lives) and registers with tvm_ffi.
 ERROR_TYPES: dict[str, type[IccaError]] = {

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["METRICS", "Metric", "metric"]
+__all__ = ["DSE_METRICS", "METRICS", "Metric", "metric"]
 
 
 @dataclass(frozen=True)
 class Metric:
     """One reported quantity: its unit (``s``, ``bytes``, ``ratio``, ``count``, ...), what it
     means, and who reports it (``device``: the functional device's counters; ``timing``: the
-    timing simulator; ``both``: each, with the same meaning)."""
+    timing simulator; ``both``: each, with the same meaning; ``dse``: a design-space
+    exploration's results rows)."""
 
     unit: str
     meaning: str
@@ -132,6 +133,52 @@ METRICS: dict[str, Metric] = {
     "link_bandwidth_utilization": _m("ratio", "bytes cores received over links / (``total_s`` "
                                      "x cores x link bandwidth): the share of every core's "
                                      "receive bandwidth used"),
+    # -- what bounds the off-chip loads (runtime_sim.timing.work.Load.bound_by) --------------
+    "load_bound_by": _m("name", "the cut that bounds the off-chip loads (in a row: that "
+                        "operator's longest load): hbm or host (the source's bandwidth), edge "
+                        "ports, controller ports (links out of an HBM controller's NoC node), "
+                        "injection (a controller's injection cap), links (a mesh link, e.g. "
+                        "the bisection), ports (all-to-all core ports) or inter-chip; in a "
+                        "run: the cut with the most load time"),
+    "load_bound_s": _m("mapping", "per cut of ``load_bound_by``, the seconds of load time it "
+                       "bounds"),
+    # -- floors: what no schedule beats, one resource at a time (runtime_sim.timing.report.
+    #    resource_floors); a run is bound by the largest --------------------------------------
+    "link_bytes": _m("bytes", "bytes cores received over their links: shifts, re-layouts, "
+                     "distributions and every load's delivery to its cores"),
+    "hbm_floor_s": _m("s", "``hbm_bytes`` / HBM bandwidth (0 without HBM)"),
+    "compute_floor_s": _m("s", "``flops`` / the chip's peak matrix FLOP/s (every core)"),
+    "interconnect_floor_s": _m("s", "``link_bytes`` / (cores x link bandwidth): the bytes the "
+                               "links must carry, preload deliveries included, over the "
+                               "ports' aggregate bandwidth"),
+}
+
+#: The rows of a design-space exploration's results file (``tvm-icca dse``,
+#: :mod:`tvm_icca.dse.results`) use the run-level names above for what the timing report
+#: gives, these for the rest, and the names listed in their ``inputs`` for the point's inputs
+#: (:class:`~runtime_sim.contract.hardware.HardwareSpec` fields, workload arguments).
+DSE_METRICS: dict[str, Metric] = {
+    "key": _m("hex", "SHA-256 of the point's inputs (the whole chip, the workload and its "
+              "arguments, design, state, execution): one row per key", "dse"),
+    "spec": _m("name", "the study (the spec's ``name``)", "dse"),
+    "inputs": _m("names", "the row's input columns: the chip's fixed and swept fields, the "
+                 "workload and its arguments, design, state, execution", "dse"),
+    "workload": _m("name", "the workload: a zoo name or an ONNX file", "dse"),
+    "state": _m("name", "where weights and KV caches live (``auto``: decided by the compiler)",
+                "dse"),
+    "execution": _m("name", "the execution model: ``t10`` (compute-shift) or ``vgm``", "dse"),
+    "status": _m("name", "``ok``; ``does_not_fit`` (no plan fits the chip's SRAM); ``failed`` "
+                 "(another error): the point's timing columns are then absent", "dse"),
+    "reason": _m("text", "why the point did not fit or failed (the error's type and message)",
+                 "dse"),
+    "elk_planning_s": _m("s (wall clock)", "host seconds of the Elk pass (tables and schedule), "
+                         "part of ``compile_s``", "dse"),
+    "plan_cache_hits": _m("count", "operator plans the worker's plan cache answered", "dse"),
+    "plan_cache_misses": _m("count", "operator plans searched for this point", "dse"),
+    "tvm_icca_version": _m("version", "tvm_icca's version that computed the row", "dse"),
+    "tvm_version": _m("version", "Apache TVM's version that computed the row", "dse"),
+    "host": _m("name", "the machine that computed the row", "dse"),
+    "timestamp": _m("ISO 8601", "when the row was computed (UTC)", "dse"),
 }
 
 #: Per-operator rows (``per_op`` of the report, ``simulated_ops``) use the run-level names
@@ -185,7 +232,10 @@ OP_METRICS: dict[str, Metric] = {
 
 
 def metric(name: str) -> Metric:
-    """The definition of ``name`` (run-level first, then per-operator); KeyError if none."""
+    """The definition of ``name`` (run-level first, then per-operator, then design-space
+    exploration rows); KeyError if none."""
     if name in METRICS:
         return METRICS[name]
-    return OP_METRICS[name]
+    if name in OP_METRICS:
+        return OP_METRICS[name]
+    return DSE_METRICS[name]

@@ -71,6 +71,8 @@ class OpTiming:
     #: what no plan can avoid on this system (``runtime_sim.timing.summary.lower_bounds``)
     lower_bound_s: float = 0.0
     bound_by: str = ""  # "flops", "hbm", "host" or "sync"
+    #: the cut that bounds its longest off-chip load (``Load.bound_by``); "" without loads
+    load_bound_by: str = ""
     # -- preload stream runs (Elk §4.5); zero / False otherwise --
     preloaded: bool = False  # the stream preloads it
     preload_start_s: float = 0.0
@@ -182,6 +184,12 @@ class TimingReport:
     preloads: int = 0
     executes: int = 0
     peak_preload_bytes_per_core: int = 0
+    load_bound_by: str = ""
+    load_bound_s: dict[str, float] = field(default_factory=dict)
+    link_bytes: float = 0.0
+    hbm_floor_s: float = 0.0
+    compute_floor_s: float = 0.0
+    interconnect_floor_s: float = 0.0
     trace_events: list[dict[str, Any]] = field(default_factory=list)
     hw: HardwareSpec | None = field(default=None, repr=False)
 
@@ -195,12 +203,14 @@ class TimingReport:
         "design", "preload_s", "preload_only_s", "execute_only_s", "preload_overlap_s",
         "interconnect_stall_s", "preload_stall_s", "hbm_utilization", "interconnect_utilization",
         "link_bandwidth_utilization", "flops_utilization", "achieved_flops", "preloaded_bytes", "distributed_bytes",
-        "preloads", "executes", "peak_preload_bytes_per_core",
+        "preloads", "executes", "peak_preload_bytes_per_core", "load_bound_by", "load_bound_s",
+        "link_bytes", "hbm_floor_s", "compute_floor_s", "interconnect_floor_s",
     )
 
     def to_dict(self, per_op: bool = True) -> dict[str, Any]:
         """JSON-ready summary (and per-operator rows unless ``per_op=False``)."""
         data: dict[str, Any] = {k: getattr(self, k) for k in self._SUMMARY}
+        data["load_bound_s"] = dict(self.load_bound_s)
         data["regions"] = [dict(r) for r in self.regions]
         data["op_kinds"] = [dict(r) for r in self.op_kinds]
         data["slow_kinds"] = [dict(r) for r in self.slow_kinds]
@@ -238,6 +248,10 @@ class TimingReport:
             f"  utilization flops {self.flops_utilization:.1%}  interconnect busy "
             f"{self.interconnect_utilization:.1%}  link bandwidth "
             f"{self.link_bandwidth_utilization:.1%}  hbm {self.hbm_utilization:.1%}",
+            *([f"  loads     bound by {self.load_bound_by} ("
+               + ", ".join(f"{cut} {seconds * 1e3:.4f} ms" for cut, seconds in sorted(
+                   self.load_bound_s.items(), key=lambda kv: -kv[1])) + ")"]
+              if self.load_bound_s else []),
             "",
         ]
         # the operator's label goes last: it is up to 80 characters and would push the
@@ -280,6 +294,27 @@ class TimingReport:
         """Write a Chrome trace-event JSON file (open it in https://ui.perfetto.dev)."""
         events = self.trace_events or timing_trace(self)
         write_trace(path, events)
+
+
+def resource_floors(hw: HardwareSpec, hbm_bytes: float, flops: float,
+                    link_bytes: float) -> dict[str, float]:
+    """What no schedule can beat on ``hw``, one resource at a time (the one definition of the
+    floors a report, a design-space sweep and the benchmarks draw):
+
+    * ``hbm_floor_s``: the distinct HBM bytes over the HBM bandwidth (0 without HBM);
+    * ``compute_floor_s``: the FLOPs at the chip's peak matrix rate
+      (:attr:`HardwareSpec.peak_matrix_flops`, every core of every chip);
+    * ``interconnect_floor_s``: the bytes the links must carry, preload deliveries included
+      (``link_bytes``: received by cores over their links) over the ports' aggregate
+      bandwidth, every core receiving at ``link_bandwidth``.
+
+    A run is bound by the largest; ``total_s`` is at least each of them.
+    """
+    return {
+        "hbm_floor_s": hbm_bytes / hw.hbm_bandwidth if hw.hbm_bandwidth > 0 else 0.0,
+        "compute_floor_s": flops / hw.peak_matrix_flops,
+        "interconnect_floor_s": link_bytes / (hw.num_cores * hw.link_bandwidth),
+    }
 
 
 def _ms(seconds: float) -> str:

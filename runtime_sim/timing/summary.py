@@ -20,7 +20,7 @@ from typing import Any
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.labels import region_label
 from runtime_sim.machine.topology import Topology
-from runtime_sim.timing.report import SLOW_FACTOR, OpTiming, TimingReport
+from runtime_sim.timing.report import SLOW_FACTOR, OpTiming, TimingReport, resource_floors
 from runtime_sim.timing.schedule import PrefetchSchedule
 from runtime_sim.timing.stream_schedule import StreamSchedule
 from runtime_sim.timing.work import IDEAL, Work
@@ -125,6 +125,8 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
             distributed_bytes=work.distributed_bytes,
             preloaded_bytes=(work.preloaded_bytes if design is not None
                              else sum(l.delivered_bytes for l in work.loads)),
+            load_bound_by=(max(work.loads, key=lambda l: l.duration_s).bound_by
+                           if work.loads else ""),
             preload_space_bytes_per_core=(int(work.preload_space.max())
                                           if work.preload_space is not None else 0),
         ))
@@ -196,8 +198,17 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
         "distributed_bytes": sum(o.distributed_bytes for o in per_op),
         "preloads": len(schedule.pre) if design is not None else 0, "executes": len(per_op),
         "peak_preload_bytes_per_core": peak_preload,
+        "link_bytes": moved,
+        **resource_floors(hw, hbm_bytes, flops, moved),
     }
     bounds = lower_bounds(per_op, hw)
+    load_cuts: dict[str, float] = {}  # cut -> seconds of load time it bounds
+    for work in works:
+        for load in work.loads:
+            if load.duration_s > 0:
+                load_cuts[load.bound_by] = load_cuts.get(load.bound_by, 0.0) + load.duration_s
+    stream["load_bound_s"] = load_cuts
+    stream["load_bound_by"] = max(load_cuts, key=load_cuts.get) if load_cuts else ""
     return TimingReport(
         hardware=hw.name, topology=topo.kind if hw.num_chips == 1 else f"{topo.kind} x{hw.num_chips} chips",
         total_s=total, compute_s=compute, transfer_s=transfer, hbm_s=hbm_s, overlap_s=overlap,

@@ -1,0 +1,94 @@
+"""``tvm-icca dse``: a design-space exploration over chips, workloads and preload designs.
+
+Examples::
+
+    tvm-icca dse hbm-sweep.toml --dry-run          # the points, and which are done
+    tvm-icca dse hbm-sweep.toml --jobs 2           # compute the missing points locally
+    tvm-icca dse hbm-sweep.toml --ray auto         # ... on the Ray cluster (ray start)
+    tvm-icca dse report hbm-sweep.jsonl --out hbm  # tables and plots of the results
+
+The spec format is :mod:`tvm_icca.dse.spec`'s (and the documentation's DSE page). A sweep
+appends one row per point to its results file as points complete; run the same command again
+after an interruption and only the missing points are computed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from tvm_icca.cli.args import UsageError, add_progress_argument, existing_file, positive_int
+
+#: The word that makes ``tvm-icca dse`` report on a results file instead of running a spec.
+REPORT = "report"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "dse", help="design-space exploration: sweep chips, workloads and preload designs "
+        "(or `dse report RESULTS`)",
+        description="Compile and time every point of a study (a TOML or YAML spec: a base chip, "
+        "a grid of HardwareSpec fields, workloads, preload designs), appending one row per "
+        "point to a JSON-lines results file; points already in it are skipped, so an "
+        "interrupted sweep resumes. `tvm-icca dse report RESULTS [--out DIR]` writes the "
+        "markdown table and one plot per swept axis.",
+    )
+    parser.add_argument("spec", metavar="SPEC", help="the study's .toml/.yaml spec, or the word "
+                        "'report' followed by a results file")
+    parser.add_argument("report_results", nargs="?", metavar="RESULTS",
+                        help="with 'report': the results file (.jsonl) to tabulate and plot")
+    run = parser.add_argument_group("running a spec")
+    run.add_argument("--dry-run", action="store_true",
+                     help="list the points and which are done; compute nothing")
+    run.add_argument("--jobs", "-j", type=positive_int, default=None,
+                     help="points computed at once: local worker processes (default: the CPUs "
+                     "available) or Ray tasks in flight (default: the cluster's CPUs)")
+    run.add_argument("--ray", metavar="auto|local|ADDRESS", default=None,
+                     help="run the points as Ray tasks: 'auto' (this machine's cluster, see "
+                     "`ray start`), a cluster address, or 'local' (start Ray here); needs "
+                     "pip install 'tvm-icca[dse]'")
+    run.add_argument("--results", metavar="PATH", default=None,
+                     help="the results file (default: the spec's 'results', else "
+                     "<spec stem>.jsonl beside the spec)")
+    run.add_argument("--limit", type=positive_int, default=None,
+                     help="compute at most N of the missing points in this run")
+    add_progress_argument(run)
+    report = parser.add_argument_group("dse report")
+    report.add_argument("--out", metavar="DIR", default=None,
+                        help="directory of the report (default: <results stem>_report beside it)")
+    report.add_argument("--no-plots", dest="plots", action="store_false",
+                        help="write the markdown table only")
+    parser.set_defaults(func=_run)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    # pylint: disable=import-outside-toplevel
+    if args.spec == REPORT:
+        if args.report_results is None:
+            raise UsageError("dse report: give the results file (tvm-icca dse report RESULTS)")
+        from tvm_icca.dse.report import write_report
+
+        results = existing_file(args.report_results) if os.path.exists(args.report_results) else None
+        if results is None:
+            raise UsageError(f"dse report: no such file: '{args.report_results}'")
+        for path in write_report(results, args.out, plots=args.plots):
+            print(path)
+        return 0
+    if args.report_results is not None:
+        raise UsageError(f"dse: unexpected argument '{args.report_results}' (a results file "
+                         "goes after the word 'report': tvm-icca dse report RESULTS)")
+    if args.out is not None or not args.plots:
+        raise UsageError("dse: --out and --no-plots belong to `tvm-icca dse report`")
+    from tvm_icca.dse.run import run
+    from tvm_icca.dse.spec import load_spec
+
+    spec = load_spec(args.spec)
+    done = run(spec, jobs=args.jobs, ray=args.ray, dry_run=args.dry_run,
+               progress=args.progress, results=args.results, limit=args.limit)
+    if args.dry_run:
+        for point in done.points:
+            mark = "done" if point.key in done.done_before else "todo"
+            print(f"{point.index:>5}  {mark}  {point.key[:12]}  {point.label()}")
+    print(done.describe())
+    return 0

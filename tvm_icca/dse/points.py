@@ -1,0 +1,148 @@
+"""The points of a design-space exploration, each with a stable key, in a cache-friendly order.
+
+A point is one chip (the base chip with its overrides), one workload instance and one preload
+design. Its :attr:`DsePoint.key` is the SHA-256 of the canonical JSON of everything that
+determines its result: the whole chip (every field of the resolved :class:`HardwareSpec`, so
+the spec's fixed fields and base chip are in it), the workload and its arguments, the design,
+where the state lives and the execution model. The same point in a later run (or another spec)
+has the same key, which is how a results file knows what is done.
+
+The order groups points that share a workload and a chip up to its bandwidths
+(:data:`BANDWIDTH_SUFFIX`): a worker that runs a group's points one after another reuses its
+plan cache (operators planned for one chip answer the next design on that chip).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tvm_icca.dse.spec import DseSpec
+from tvm_icca.hardware_choice import HardwareSpec
+
+__all__ = ["DsePoint", "KEY_FORMAT", "expand", "point_key"]
+
+#: Part of every key: a change of what a key covers changes every key.
+KEY_FORMAT = 1
+#: HardwareSpec fields ending in this are rates that leave the operators' structure alone;
+#: points differing only in them are one group (see the module docstring).
+BANDWIDTH_SUFFIX = "_bandwidth"
+
+
+@dataclass(frozen=True)
+class DsePoint:
+    """One point of a study: a chip, a workload instance and a design.
+
+    Parameters
+    ----------
+    index : int
+        Its place in the study's order (:func:`expand`).
+    hardware : dict
+        The chip overrides of this point (the spec's grid and points fields).
+    workload : dict
+        ``workload`` (zoo name or ONNX path) and its arguments.
+    design : str
+        The preload design.
+    state : str or None
+        Where weights and KV caches live (``None``: decided by the compiler).
+    execution : str
+        ``"t10"`` or ``"vgm"``.
+    hw : HardwareSpec
+        The resolved chip.
+    group : str
+        Points of one group share a workload and a chip up to its bandwidths.
+    key : str
+        SHA-256 hex digest of the point's inputs (:func:`point_key`).
+    """
+
+    index: int
+    hardware: dict[str, Any]
+    workload: dict[str, Any]
+    design: str
+    state: str | None
+    execution: str
+    hw: HardwareSpec = field(repr=False, compare=False)
+    group: str = field(default="", repr=False)
+    key: str = ""
+
+    def inputs(self, spec: DseSpec) -> dict[str, Any]:
+        """The flat inputs of a results row: the base chip, its fixed and swept fields, the
+        workload and its arguments, the design, the state and the execution model."""
+        return {
+            "spec": spec.name,
+            "hardware": self.hw.name,
+            **spec.fixed,
+            **self.hardware,
+            **self.workload,
+            "design": self.design,
+            "state": self.state or "auto",
+            "execution": self.execution,
+        }
+
+    def label(self) -> str:
+        """A short description for listings and progress."""
+        args = ", ".join(f"{k}={v}" for k, v in self.workload.items() if k != "workload")
+        chip = ", ".join(f"{k}={_short(v)}" for k, v in self.hardware.items())
+        return (f"{self.workload['workload']}{f'({args})' if args else ''} on "
+                f"{self.hw.name}{f' [{chip}]' if chip else ''} {self.design}")
+
+
+def point_key(hw: HardwareSpec, workload: dict[str, Any], design: str, state: str | None,
+              execution: str) -> str:
+    """The stable key of a point: SHA-256 of the canonical JSON of its inputs (the whole chip
+    without its free-text ``notes``, the workload, the design, the state, the execution)."""
+    chip = hw.to_dict()
+    chip.pop("notes", None)
+    doc = {"format": KEY_FORMAT, "hardware": chip, "workload": workload, "design": design,
+           "state": state or "auto", "execution": execution}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def expand(spec: DseSpec) -> list[DsePoint]:
+    """Every point of ``spec``, in the order a sweep runs them.
+
+    Parameters
+    ----------
+    spec : DseSpec
+        The study.
+
+    Returns
+    -------
+    list of DsePoint
+        Workloads in spec order; within a workload, chips grouped by everything but their
+        bandwidths (groups in the order they first appear), then the chips of the grid's
+        product and the explicit points in spec order, designs innermost. Deterministic: the
+        same spec gives the same list.
+    """
+    chips = []
+    for overrides in spec.hardware_points():
+        hw = spec.hardware.with_overrides(**overrides) if overrides else spec.hardware
+        shape = hw.to_dict()
+        for name in list(shape):
+            if name.endswith(BANDWIDTH_SUFFIX) or name == "notes":
+                del shape[name]
+        chips.append((overrides, hw, json.dumps(shape, sort_keys=True, default=str)))
+    group_rank: dict[str, int] = {}
+    for _, _, shape in chips:
+        group_rank.setdefault(shape, len(group_rank))
+    order = sorted(range(len(chips)), key=lambda i: (group_rank[chips[i][2]], i))
+    points: list[DsePoint] = []
+    for w, workload in enumerate(spec.workloads):
+        for c in order:
+            overrides, hw, shape = chips[c]
+            group = hashlib.sha256(f"{w}|{shape}".encode()).hexdigest()[:16]
+            for design in spec.designs:
+                points.append(DsePoint(
+                    index=len(points), hardware=dict(overrides), workload=dict(workload),
+                    design=design, state=spec.state, execution=spec.execution, hw=hw,
+                    group=group, key=point_key(hw, workload, design, spec.state, spec.execution)))
+    return points
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

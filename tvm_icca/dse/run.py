@@ -1,0 +1,296 @@
+"""Run a design-space exploration: every point not yet in the results file, on a local process
+pool or as Ray tasks, one row appended per point as it completes.
+
+Resuming is the normal case: :func:`run` reads the results file first and skips every point
+whose key (:func:`tvm_icca.dse.points.point_key`) has a row, whatever its status. Only this
+process (the driver) appends, one whole line at a time (:func:`tvm_icca.dse.results.append_row`),
+so a sweep killed at any moment leaves only whole rows (at most a torn last line, cut off by the
+next append), and the same command run again computes exactly the missing points.
+
+Local runs use one single-worker :class:`concurrent.futures.ProcessPoolExecutor` per job
+(spawned processes: TVM does not survive ``fork``), so a worker can be given the next point of
+the group it has been working on (its plan cache answers it, :mod:`tvm_icca.dse.worker`). On
+Ray (``ray=``), points are ``ray.remote`` tasks with a bounded number in flight
+(``ray.wait``); the driver appends their rows.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import multiprocessing
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from runtime_sim.contract.errors import IccaError, InvalidSpecError
+from tvm_icca.dse.points import DsePoint, expand
+from tvm_icca.dse.results import append_row, read_rows
+from tvm_icca.dse.spec import DseSpec, load_spec
+from tvm_icca.dse.worker import DOES_NOT_FIT, FAILED, OK, evaluate
+from tvm_icca.progress import ProgressLike, as_progress
+
+__all__ = ["DseRun", "run", "RAY_EXTRA_HINT"]
+
+#: What to install for Ray (setup.py's ``dse`` extra).
+RAY_EXTRA_HINT = "pip install 'tvm-icca[dse]'"
+
+
+@dataclass
+class DseRun:
+    """What :func:`run` did: the study's points, which were done before, what this run added.
+
+    Parameters
+    ----------
+    spec : DseSpec
+        The study.
+    results : str
+        The results file.
+    points : list of DsePoint
+        Every point of the study, in run order.
+    done_before : set of str
+        Keys of the points the results file held when the run started.
+    counts : dict
+        Rows this run appended per status (``ok``, ``does_not_fit``, ``failed``) and ``lost``:
+        points whose worker died (no row; the next run retries them).
+    wall_s : float
+        Seconds the run took.
+    dry_run : bool
+        Nothing was computed (:func:`run` with ``dry_run=True``).
+    """
+
+    spec: DseSpec
+    results: str
+    points: list[DsePoint]
+    done_before: set[str]
+    counts: dict[str, int] = field(default_factory=lambda: collections.Counter())
+    wall_s: float = 0.0
+    dry_run: bool = False
+
+    @property
+    def pending(self) -> list[DsePoint]:
+        """The points that had no row when the run started."""
+        return [p for p in self.points if p.key not in self.done_before]
+
+    def describe(self) -> str:
+        """One line: points, done before, computed now by status, the results file."""
+        c = self.counts
+        now = (f"{c.get(OK, 0)} ok, {c.get(DOES_NOT_FIT, 0)} do not fit, {c.get(FAILED, 0)} failed"
+               + (f", {c['lost']} lost with their worker (run again to retry)" if c.get("lost") else ""))
+        done = sum(p.key in self.done_before for p in self.points)
+        action = "would compute" if self.dry_run else f"computed in {self.wall_s:.1f} s:"
+        todo = len(self.pending)
+        return (f"{self.spec.name}: {len(self.points)} points, {done} done before; {action} "
+                f"{todo if self.dry_run else now} -> {self.results}")
+
+
+def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
+        ray: str | None = None, dry_run: bool = False, progress: ProgressLike = True,
+        results: "str | os.PathLike[str] | None" = None, limit: int | None = None) -> DseRun:
+    """Compile and time every point of a study not yet in its results file.
+
+    Every point is compiled by the model-level compiler
+    (:func:`tvm_icca.compile_programs`, the passes of ``tvm.compile``) and timed by the timing
+    simulator; its row is appended to the results file as soon as it completes. A point no
+    plan fits is a ``does_not_fit`` row with the reason, another error a ``failed`` row, and
+    the sweep goes on. Run it again after an interruption: finished points are skipped.
+
+    Parameters
+    ----------
+    spec : DseSpec, str or os.PathLike
+        The study, or its TOML/YAML file (:func:`load_spec`).
+    jobs : int, optional
+        Points computed at once: worker processes of the local pool (default: the CPUs this
+        process may use, at most the pending points), or Ray tasks in flight (default: the
+        cluster's CPUs).
+    ray : str, optional
+        Run on Ray: ``"auto"`` (the cluster this machine is part of, ``ray start``), a
+        cluster address (``"10.0.0.1:6379"``, ``"ray://..."``) or ``"local"`` (start Ray here).
+        An already initialized Ray is used as it is. ``None``: a local process pool.
+    dry_run : bool
+        Compute nothing: the returned :class:`DseRun` lists the points and which are done.
+    progress : Progress, bool or None
+        A bar of points done, running and failed with an ETA on standard error
+        (:mod:`tvm_icca.progress`; ``True``: on a terminal).
+    results : str or os.PathLike, optional
+        The results file (default: the spec's ``results``).
+    limit : int, optional
+        Compute at most this many pending points in this run (the rest stay pending).
+
+    Returns
+    -------
+    DseRun
+        The points, what was done before and what this run added.
+
+    Raises
+    ------
+    InvalidSpecError
+        The spec cannot be used, or ``jobs`` / ``limit`` are not positive.
+    IccaError
+        Ray was asked for but is not installed, or the results file is not one.
+    """
+    if not isinstance(spec, DseSpec):
+        spec = load_spec(spec)
+    for name, value in (("jobs", jobs), ("limit", limit)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InvalidSpecError(f"{name} must be a positive integer, got {value!r}")
+    path = os.fspath(results) if results is not None else spec.results
+    points = expand(spec)
+    done = {str(r["key"]) for r in read_rows(path) if "key" in r}
+    summary = DseRun(spec=spec, results=path, points=points, done_before=done, dry_run=dry_run)
+    todo = summary.pending[:limit] if limit else summary.pending
+    if dry_run or not todo:
+        return summary
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    base_dir = os.path.dirname(os.path.abspath(spec.source)) if os.path.exists(spec.source) else os.getcwd()
+    tasks = [_task(spec, p, base_dir) for p in todo]
+    start = time.perf_counter()
+    with as_progress(progress).phase(f"dse {spec.name}", unit="point", total=len(tasks),
+                                     leave=True) as bar:
+        def on_row(row: dict[str, Any] | None, running: int) -> None:
+            if row is None:
+                summary.counts["lost"] += 1
+            else:
+                append_row(path, row)
+                summary.counts[row["status"]] += 1
+            c = summary.counts
+            bar.step(note=f"{running} running, {c.get(DOES_NOT_FIT, 0)} do not fit, "
+                     f"{c.get(FAILED, 0) + c.get('lost', 0)} failed")
+
+        if ray is None:
+            _run_local(tasks, jobs or min(_available_cpus(), len(tasks)), on_row)
+        else:
+            _run_ray(tasks, ray, jobs, on_row)
+    summary.wall_s = time.perf_counter() - start
+    return summary
+
+
+def _task(spec: DseSpec, point: DsePoint, base_dir: str) -> dict[str, Any]:
+    """A point as the plain data a worker process receives."""
+    return {"key": point.key, "group": point.group, "inputs": point.inputs(spec),
+            "hw": point.hw.to_dict(), "workload": point.workload, "design": point.design,
+            "state": point.state, "execution": point.execution, "base_dir": base_dir}
+
+
+def _available_cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover  (not Linux)
+        return max(1, os.cpu_count() or 1)
+
+
+# -- local: one single-worker pool per job, groups kept on their worker -----------------------
+class _Groups:
+    """The pending tasks by group, handed to slots so that a slot stays on one group."""
+
+    def __init__(self, tasks: Sequence[dict[str, Any]], slots: int) -> None:
+        self.queues: dict[str, collections.deque] = {}
+        for task in tasks:
+            self.queues.setdefault(task["group"], collections.deque()).append(task)
+        self.slot_group: list[str | None] = [None] * slots
+
+    def next_for(self, slot: int) -> dict[str, Any] | None:
+        mine = self.slot_group[slot]
+        if mine is not None and self.queues.get(mine):
+            return self.queues[mine].popleft()
+        busy = {g for s, g in enumerate(self.slot_group) if s != slot}
+        free = [g for g, q in self.queues.items() if q and g not in busy]
+        if not free:  # every group with work has a slot: help the one with the most left
+            free = sorted((g for g, q in self.queues.items() if q),
+                          key=lambda g: -len(self.queues[g]))
+        if not free:
+            return None
+        self.slot_group[slot] = free[0]
+        return self.queues[free[0]].popleft()
+
+
+def _run_local(tasks: Sequence[dict[str, Any]], jobs: int,
+               on_row: Callable[[dict[str, Any] | None, int], None]) -> None:
+    context = multiprocessing.get_context("spawn")
+    slots = max(1, min(jobs, len(tasks)))
+    pools = [concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)
+             for _ in range(slots)]
+    groups = _Groups(tasks, slots)
+    running: dict[concurrent.futures.Future, int] = {}
+
+    def submit(slot: int) -> None:
+        task = groups.next_for(slot)
+        if task is not None:
+            running[pools[slot].submit(evaluate, task)] = slot
+
+    clean = False
+    try:
+        for slot in range(slots):
+            submit(slot)
+        while running:
+            finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                slot = running.pop(future)
+                try:
+                    row = future.result()
+                except concurrent.futures.process.BrokenProcessPool:
+                    # the worker died (killed, out of memory): no row, the next run retries
+                    warnings.warn("a DSE worker process died; its point has no row (run the "
+                                  "sweep again to retry it)", RuntimeWarning, stacklevel=2)
+                    pools[slot].shutdown(wait=False, cancel_futures=True)
+                    pools[slot] = concurrent.futures.ProcessPoolExecutor(max_workers=1,
+                                                                         mp_context=context)
+                    row = None
+                submit(slot)
+                on_row(row, len(running))
+        clean = True
+    finally:
+        # interrupted: do not wait for the running points (their rows are not written)
+        for pool in pools:
+            pool.shutdown(wait=clean, cancel_futures=True)
+
+
+# -- Ray ------------------------------------------------------------------------------------
+def _import_ray() -> Any:
+    try:
+        import ray  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise IccaError(f"running a sweep on Ray needs Ray: {RAY_EXTRA_HINT}") from None
+    return ray
+
+
+def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
+             on_row: Callable[[dict[str, Any] | None, int], None]) -> None:
+    ray = _import_ray()
+    started = False
+    if not ray.is_initialized():
+        if not isinstance(address, str) or not address.strip():
+            raise IccaError(f"ray must be 'auto', 'local' or a cluster address, not {address!r}")
+        ray.init(address=None if address == "local" else address, log_to_driver=False)
+        started = True
+    try:
+        bound = jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        remote = ray.remote(num_cpus=1, max_retries=0)(evaluate)
+        pending: Iterator[dict[str, Any]] = iter(tasks)
+        in_flight: dict[Any, dict[str, Any]] = {}
+        exhausted = False
+        while True:
+            while not exhausted and len(in_flight) < bound:
+                task = next(pending, None)
+                if task is None:
+                    exhausted = True
+                else:
+                    in_flight[remote.remote(task)] = task
+            if not in_flight:
+                break
+            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            for ref in ready:
+                in_flight.pop(ref)
+                try:
+                    row = ray.get(ref)
+                except ray.exceptions.RayError as err:  # the worker or its node died
+                    warnings.warn(f"a Ray task of the sweep died ({type(err).__name__}); its "
+                                  "point has no row (run the sweep again to retry it)",
+                                  RuntimeWarning, stacklevel=2)
+                    row = None
+                on_row(row, len(in_flight))
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,136 @@
+"""What one worker process does for one point: compile, time, and describe it as a row.
+
+Run in the worker processes of a local pool and in Ray tasks alike (:func:`evaluate` takes
+and returns plain data, so it pickles). A worker keeps one
+:class:`~tvm_icca.planning.plan_cache.PlanCache` across its points (:func:`plan_cache_for`):
+points are sent in groups that share a workload and a chip up to its bandwidths
+(:mod:`tvm_icca.dse.points`), and every design of one chip reuses the operators' plans.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import platform
+import time
+from typing import Any
+
+from runtime_sim.contract.errors import IccaError, PlanNotFoundError, SramOverflowError
+from tvm_icca.hardware_choice import HardwareSpec
+from tvm_icca.planning.plan_cache import PlanCache
+
+__all__ = ["evaluate", "plan_cache_for", "DOES_NOT_FIT", "FAILED", "OK", "TIMING_KEYS"]
+
+OK, DOES_NOT_FIT, FAILED = "ok", "does_not_fit", "failed"
+
+#: Report keys a row leaves out: the chip's name and topology are inputs of the row, the
+#: design is the point's, and the tables are per operator (not one value per point).
+_SKIPPED = {"hardware", "topology", "design", "regions", "op_kinds", "slow_kinds", "slow_ops"}
+#: Columns that measure the host, not the chip: they differ between two runs of one point.
+TIMING_KEYS = ("compile_s", "simulate_s", "simulation_s", "elk_planning_s", "timestamp", "host",
+               "plan_cache_hits", "plan_cache_misses")
+
+# one plan cache per worker process, for the points of one group (see plan_cache_for)
+_CACHE: dict[str, Any] = {"group": None, "cache": None}
+_WORKLOAD: dict[str, Any] = {"key": None, "workload": None}
+
+
+def plan_cache_for(group: str) -> PlanCache:
+    """The worker's plan cache for a point of ``group``.
+
+    Kept while the worker's points stay in one group, replaced by an empty one when the group
+    changes (plans of another workload or chip shape would only hold memory). ``jobs=1``: the
+    worker is itself one of the sweep's processes, the plan search forks none of its own.
+    """
+    if _CACHE["group"] != group or _CACHE["cache"] is None:
+        _CACHE["group"], _CACHE["cache"] = group, PlanCache(jobs=1)
+    return _CACHE["cache"]
+
+
+def _workload(spec: dict[str, Any], base_dir: str) -> Any:
+    """The zoo workload or the ONNX module of a point (the last one is kept: the points of a
+    group share it)."""
+    key = repr(sorted(spec.items())) + base_dir
+    if _WORKLOAD["key"] == key:
+        return _WORKLOAD["workload"]
+    # pylint: disable=import-outside-toplevel
+    from tvm_icca.frontend.onnx_loader import load_onnx
+    from tvm_icca.workloads import get_workload
+
+    args = {k: v for k, v in spec.items() if k != "workload"}
+    name = spec["workload"]
+    if name.lower().endswith(".onnx"):
+        path = name if os.path.isabs(name) else os.path.join(base_dir, name)
+        shapes = {k: tuple(v) for k, v in (args.get("shape") or {}).items()} or None
+        model = load_onnx(path, shapes)
+    else:
+        model = get_workload(name, **args)
+    _WORKLOAD["key"], _WORKLOAD["workload"] = key, model
+    return model
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def evaluate(task: dict[str, Any]) -> dict[str, Any]:
+    """Compile and time one point; its row, whatever happens to it.
+
+    Parameters
+    ----------
+    task : dict
+        ``key``, ``group``, ``inputs`` (the row's input columns), ``hw``
+        (:meth:`HardwareSpec.to_dict`), ``workload``, ``design``, ``state``, ``execution`` and
+        ``base_dir`` (where relative ONNX paths are).
+
+    Returns
+    -------
+    dict
+        The row: the key, the inputs, ``status`` (``ok``, ``does_not_fit``: no plan fits the
+        chip, ``failed``: another error) and ``reason``; for ``ok`` the timing report's
+        summary (:meth:`runtime_sim.timing.TimingReport.to_dict`, floors included); compile
+        and simulation seconds, versions, host and time.
+    """
+    # pylint: disable=import-outside-toplevel
+    from tvm_icca.drivers.timing_only import compile_programs
+
+    row: dict[str, Any] = {"key": task["key"], "inputs": list(task["inputs"]), **task["inputs"]}
+    status, reason, metrics = OK, "", {}
+    compile_s = simulate_s = elk_s = 0.0
+    hits = misses = 0
+    start = time.perf_counter()
+    try:
+        hw = HardwareSpec.from_dict(task["hw"])
+        model = _workload(task["workload"], task["base_dir"])
+        cache = plan_cache_for(task["group"])
+        design = task["design"]
+        compiled = compile_programs(model, hw, plan_cache=cache, preload=design,
+                                    state=task["state"], execution=task["execution"],
+                                    progress=False, jobs=1)
+        compile_s = time.perf_counter() - start
+        hits, misses = compiled.plan_cache.get("hits", 0), compiled.plan_cache.get("misses", 0)
+        elk_s = compiled.preload.planning_s if compiled.preload is not None else 0.0
+        start = time.perf_counter()
+        report = compiled.simulate(progress=False)
+        simulate_s = time.perf_counter() - start
+        metrics = {k: v for k, v in report.to_dict(per_op=False).items() if k not in _SKIPPED}
+    except (PlanNotFoundError, SramOverflowError) as err:
+        status, reason = DOES_NOT_FIT, f"{type(err).__name__}: {err}"
+    except IccaError as err:
+        status, reason = FAILED, f"{type(err).__name__}: {err}"
+    except Exception as err:  # pylint: disable=broad-except
+        # a bug is recorded like any failure (the sweep goes on); its type says it is one
+        status, reason = FAILED, f"unexpected {type(err).__name__}: {err}"
+    if not compile_s:
+        compile_s = time.perf_counter() - start
+    row.update(status=status, reason=reason, **metrics)
+    row.update(compile_s=compile_s, simulate_s=simulate_s, elk_planning_s=elk_s,
+               plan_cache_hits=hits, plan_cache_misses=misses,
+               tvm_icca_version=_version("tvm-icca"), tvm_version=_version("apache-tvm"),
+               host=platform.node(),
+               timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    return row
