@@ -52,7 +52,19 @@ __all__ = ["AppliedPlan", "TunedPlans", "database_scope", "hook_for_database", "
 
 @dataclass(frozen=True)
 class AppliedPlan:
-    """An operator compiled with a tuned plan."""
+    """An operator compiled with a tuned plan.
+
+    Attributes
+    ----------
+    op : str
+        The operator's name (``"<region>.op<k>"``, as in :func:`tvm_icca.device_programs`).
+    kind : str
+        Its kind (``"matmul"``, ``"softmax"``, ...).
+    untuned_s : float
+        Measured time of the compiler's own plan, in seconds.
+    tuned_s : float
+        Measured time of the applied plan, in seconds.
+    """
 
     op: str
     kind: str
@@ -61,12 +73,24 @@ class AppliedPlan:
 
     @property
     def gain(self) -> float:
+        """``untuned_s / tuned_s``."""
         return self.untuned_s / self.tuned_s if self.tuned_s > 0 else 1.0
 
 
 @dataclass
 class TunedPlans:
-    """The plan hook of :func:`use_database` and what it did."""
+    """The plan hook of :func:`use_database` and what it did.
+
+    Attributes
+    ----------
+    applied : list of AppliedPlan
+        The operators the compilations in the ``with`` block planned with a tuned plan.
+    notes : list of str
+        Records that were not applied, and why (another chip, a plan that no longer fits,
+        a model planned jointly).
+    tuned_ops : list of str
+        Operators of the compiled programs whose final plan came from the records.
+    """
 
     store: "RecordStore | _DatabaseRecords"
     applied: list[AppliedPlan] = field(default_factory=list)
@@ -192,8 +216,9 @@ def use_database(work_dir: str) -> Iterator[TunedPlans]:
     Yields
     ------
     TunedPlans
-        What the compilations inside the block took from the records; ``report()`` says
-        which operators used a tuned plan.
+        What the compilations inside the block took from the records
+        (:class:`~tvm_icca.records.apply.TunedPlans`); ``report()`` says which operators
+        used a tuned plan.
     """
     tuned = TunedPlans(RecordStore(work_dir))
     with plan_hook(tuned):

@@ -63,7 +63,24 @@ MIN_IMPROVEMENT = 1e-3
 
 @dataclass
 class TaskResult:
-    """What a session found for one task."""
+    """What a session found for one task (a row of :meth:`TuneSummary.table`).
+
+    Attributes
+    ----------
+    task : str
+        The operator's kind and iteration extents, then the first operator of the model with
+        this structure, e.g. ``"matmul[32x64x128] op20"``.
+    weight : int
+        How often one call of the model runs the operator.
+    trials : int
+        Plans measured for the task, earlier sessions' included.
+    new_trials : int
+        Plans this session measured.
+    untuned_s : float or None
+        Measured time of the compiler's own plan, in seconds.
+    best_s : float or None
+        Measured time of the fastest plan, in seconds.
+    """
 
     task: str
     weight: int
@@ -74,6 +91,7 @@ class TaskResult:
 
     @property
     def gain(self) -> float:
+        """``untuned_s / best_s`` (1.0 when either is unknown)."""
         if not self.untuned_s or not self.best_s:
             return 1.0
         return self.untuned_s / self.best_s
@@ -81,7 +99,21 @@ class TaskResult:
 
 @dataclass
 class TuneSummary:
-    """The outcome of :func:`tune`."""
+    """The outcome of :func:`tune`: one :class:`TaskResult` per task, heaviest first.
+
+    Attributes
+    ----------
+    work_dir : str
+        The directory holding the records.
+    hw : str
+        The name of the chip tuned for.
+    results : list of TaskResult
+        Per task, what the session found.
+    committed : int
+        Records this session appended.
+    wall_s : float
+        Wall-clock seconds the session took.
+    """
 
     work_dir: str
     hw: str
@@ -96,6 +128,7 @@ class TuneSummary:
         return untuned, best
 
     def table(self) -> str:
+        """The results as a text table: a row per task, the weighted total, the records."""
         head = f"{'task':<34} {'runs':>4} {'trials':>6} {'untuned us':>11} {'best us':>10} {'gain':>6}"
         lines = [head, "-" * len(head)]
         for r in self.results:
@@ -173,8 +206,9 @@ def tune(
     Returns
     -------
     TuneSummary
-        Per task: trials, the compiler's own plan's measured time, the best time and the
-        gain; :meth:`TuneSummary.table` prints them.
+        Per task (:class:`~tvm_icca.tuning.session.TaskResult`): trials, the compiler's own
+        plan's measured time, the best time and the gain; :meth:`TuneSummary.table` prints
+        them.
 
     Raises
     ------
