@@ -115,6 +115,15 @@ class Measurer:
         futures = [self._pool.submit(_time_batch, hw_d, expr_d, [p.to_dict() for p in chunk])
                    for chunk in chunks]
         results: list[MeasureResult] = []
-        for future in futures:
-            results.extend(MeasureResult(s, e) for s, e in future.result())
+        try:
+            for future in futures:
+                results.extend(MeasureResult(s, e) for s, e in future.result())
+        except concurrent.futures.process.BrokenProcessPool as err:
+            # the usual cause: workers are spawned, so they import the caller's __main__ again,
+            # and a script that tunes at top level then tunes again inside every worker
+            raise IccaError(
+                f"the {self.jobs} worker processes measuring plans stopped before finishing. "
+                "When tuning with jobs > 1 from a script, call tvm_icca.tune under "
+                "`if __name__ == \"__main__\":` (workers start by importing the script), or "
+                "pass jobs=1") from err
         return results
