@@ -191,3 +191,67 @@ def test_the_documented_example_file_loads():
     assert hw.name == "mk2-wide-vector" and hw.vector_flops_per_cycle == 16.0
     assert hw.sram_bytes_per_core == 512 * 1024 and hw.dtypes == ("float32", "float16")
     assert hw.num_cores == preset("ipu-mk2").num_cores
+
+
+# -- mesh hardware as built (issue 27) ---------------------------------------------------------
+@pytest.mark.parametrize("overrides, field_name", [
+    (dict(hbm_placement="middle"), "hbm_placement"),
+    (dict(hbm_placement="columns:a"), "hbm_placement"),
+    (dict(hbm_placement="columns:1,1"), "hbm_placement"),
+    (dict(hbm_placement="rows:1"), "hbm_placement"),
+    (dict(hbm_placement="nodes:(0,1)"), "hbm_placement"),  # needs an explicit grid
+    (dict(hbm_placement="nodes:(0,1)", mesh_rows=4, mesh_cols=5), "hbm_placement"),  # 1 node, 4 controllers
+    (dict(hbm_placement="columns:9", mesh_rows=4, mesh_cols=5), "hbm_placement"),  # outside
+    (dict(hbm_placement=[[0, 1], [1]], mesh_rows=4, mesh_cols=5), "hbm_placement"),
+    (dict(mesh_rows=4), "mesh_rows"),  # without mesh_cols
+    (dict(mesh_rows=3, mesh_cols=5), "mesh_rows"),  # 15 nodes for 16 cores
+    (dict(mesh_reserved="rows:0"), "mesh_reserved"),  # needs an explicit grid
+    (dict(mesh_reserved="rows:7", mesh_rows=5, mesh_cols=5), "mesh_reserved"),
+    (dict(mesh_torus="yes"), "mesh_torus"),
+    (dict(mesh_torus=1), "mesh_torus"),
+    (dict(hbm_injection_bandwidth=-1.0), "hbm_injection_bandwidth"),
+])
+def test_bad_mesh_fields_are_named(overrides, field_name) -> None:
+    with pytest.raises(InvalidHardwareSpecError, match=f"{field_name}="):
+        small_chip(16, topology="mesh", hbm_bandwidth=1e11, hbm_controllers=4, **overrides)
+
+
+def test_mesh_fields_are_canonical_and_round_trip(tmp_path) -> None:
+    hw = small_chip(16, topology="mesh", hbm_bandwidth=1e11, hbm_controllers=4, mesh_rows=5,
+                    mesh_cols=5, hbm_placement=[[0, 0], [0, 4], [4, 0], [4, 4]],
+                    mesh_reserved=" columns:2 ", mesh_torus="true", hbm_injection_bandwidth="2e10")
+    assert hw.hbm_placement == "nodes:(0,0),(0,4),(4,0),(4,4)"
+    assert hw.mesh_reserved == "columns:2" and hw.mesh_torus is True
+    grid = hw.mesh_grid()
+    assert (grid.rows, grid.cols, grid.torus) == (5, 5, True)
+    assert len(grid.cores) == 16 and all(c != 2 for _, c in grid.cores)
+    assert grid.cores[0] == (0, 1)  # (0, 0) holds a controller
+    assert HardwareSpec.from_dict(hw.to_dict()) == hw
+    path = tmp_path / "torus.toml"
+    path.write_text('base = "ipu-mk2"\nnum_cores = 16\ntopology = "mesh"\nhbm_bandwidth = 1e11\n'
+                    'hbm_controllers = 2\nmesh_rows = 4\nmesh_cols = 5\n'
+                    'hbm_placement = [[0, 2], [3, 2]]\nmesh_torus = true\n')
+    loaded = load_hardware(path)
+    assert loaded.hbm_placement == "nodes:(0,2),(3,2)" and loaded.mesh_torus
+    # a columns placement widens the derived grid by its columns: 4 x 4 cores + 2 columns
+    wide = small_chip(16, topology="mesh", hbm_bandwidth=1e11, hbm_controllers=4,
+                      hbm_placement="columns:0,5")
+    assert (wide.mesh_grid().rows, wide.mesh_grid().cols) == (4, 6)
+    assert wide.mesh_grid().controllers == ((1, 0), (3, 0), (1, 5), (3, 5))
+
+
+def test_defaults_keep_every_existing_preset() -> None:
+    for name in ("ipu-mk2", "ipu-pod4-hbm-mesh"):
+        hw = preset(name)
+        assert (hw.hbm_placement, hw.mesh_torus, hw.mesh_rows, hw.mesh_cols) == ("edge", False, 0, 0)
+        assert hw.mesh_grid().controllers is None and (hw.mesh_grid().rows, hw.mesh_grid().cols) == (32, 46)
+
+
+def test_tenstorrent_presets_cite_their_sources() -> None:
+    wh, bh = preset("tt-wormhole"), preset("tt-blackhole")
+    assert (wh.num_cores, wh.clock_hz, wh.link_bandwidth, wh.hbm_bandwidth) == (80, 1e9, 32e9, 288e9)
+    assert (bh.num_cores, bh.clock_hz, bh.hbm_bandwidth) == (140, 1.35e9, 512e9)
+    assert bh.link_bandwidth == pytest.approx(64 * 1.35e9)
+    assert wh.hbm_controllers == 18 and bh.hbm_controllers == 24
+    assert wh.sram_bytes_per_core == bh.sram_bytes_per_core == 1499136
+    assert wh.mesh_torus and bh.mesh_torus and "tt-metal" in wh.notes and "tt-npe" in bh.notes

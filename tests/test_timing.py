@@ -262,6 +262,26 @@ def test_hbm_load_is_limited_by_controller_bandwidth(exprs) -> None:
     assert report.idle_s == pytest.approx(op.hbm_s) and report.overlap_s == 0
 
 
+def test_report_names_the_cut_that_bounds_the_loads(exprs) -> None:
+    """A mesh whose 4 controllers are NoC nodes in grid columns 0 and 5 (4 x 6 grid): with
+    slow HBM the controllers' read bandwidth bounds the load; with fast HBM and a 100 MB/s
+    injection cap, each controller's injection of its quarter of the bytes does."""
+    e = exprs.bias_add(256, 256)
+    plan = ExecutionPlan({"i": 4, "j": 4}, ({}, {}, {}))
+    nbytes = 256 * 256 * 4 + 256 * 4  # X: 16 distinct blocks; b: 4 column blocks, multicast
+    chip = dict(topology="mesh", hbm_controllers=4, hbm_placement="columns:0,5", sync_cycles=0)
+    slow = small_chip(16, 256 * 1024, hbm_bandwidth=1e9, **chip)
+    report = simulate_timing([single(e, plan, slow, sources={"X": "hbm", "b": "hbm"})])
+    assert report.load_bound_by == "hbm" and report.per_op[0].load_bound_by == "hbm"
+    assert report.per_op[0].hbm_s == pytest.approx(nbytes / 1e9, rel=0.01)
+    capped = small_chip(16, 256 * 1024, hbm_bandwidth=1e15, hbm_injection_bandwidth=1e8, **chip)
+    report = simulate_timing([single(e, plan, capped, sources={"X": "hbm", "b": "hbm"})])
+    assert report.load_bound_by == "injection" and list(report.load_bound_s) == ["injection"]
+    assert report.per_op[0].hbm_s == pytest.approx(nbytes / 4 / 1e8, rel=0.01)
+    assert "loads     bound by injection" in report.table()
+    assert json.loads(report.to_json())["load_bound_by"] == "injection"
+
+
 def test_replicated_hbm_data_is_read_once_per_chip(exprs) -> None:
     hw = small_chip(16, 256 * 1024, hbm_bandwidth=1e12, hbm_controllers=4)
     e = exprs.matmul(64, 64, 64)

@@ -388,3 +388,201 @@ def test_mesh_hbm_load_slices_tensors_in_proportion_to_edge_ports() -> None:
     net2, source2 = a.hbm_load(s2, d2, n2, None, unique)
     assert source2 == pytest.approx(total / 4 / (1e12 / 4))
     assert net2.time_s == pytest.approx(a.phase(s2, d2, n2).time_s)
+
+
+# -- mesh hardware as built (issue 27): controllers inside the grid, torus, injection cap -------
+def grid_mesh(cores: int, rows: int, cols: int, **kw) -> MeshTopology:
+    """A mesh with an explicit ``rows x cols`` NoC grid (cores fill the free nodes row-major)."""
+    return mesh(cores, mesh_rows=rows, mesh_cols=cols, **kw)
+
+
+def brute_force_loads(topo: MeshTopology, src, dst, nbytes) -> dict[str, np.ndarray]:
+    """Link loads by walking every route hop by hop: X then Y, on a torus the shorter way
+    round each ring (ties forward), link ids as MeshTopology.routes numbers them."""
+    out = {"east": np.zeros(topo.num_chips * topo.n_h), "west": np.zeros(topo.num_chips * topo.n_h),
+           "south": np.zeros(topo.num_chips * topo.n_v), "north": np.zeros(topo.num_chips * topo.n_v)}
+    for s, d, b in zip(src, dst, nbytes):
+        k, y, x = topo.position(s)
+        _, yd, xd = topo.position(d)
+        for axis, n, wrap in (("x", topo.cols, topo.wrap_x), ("y", topo.rows, topo.wrap_y)):
+            here, there = (x, xd) if axis == "x" else (y, yd)
+            step = 1 if there > here else -1
+            if wrap:
+                ahead = (there - here) % n
+                step = 1 if ahead <= n - ahead else -1
+            while here != there:
+                nxt = (here + step) % n
+                if axis == "x":
+                    name, link = ("east", here) if step == 1 else ("west", nxt)
+                    out[name][k * topo.n_h + y * topo.lh + link] += b
+                else:
+                    name, link = ("south", here) if step == 1 else ("north", nxt)
+                    out[name][k * topo.n_v + x * topo.lv + link] += b
+                here = nxt
+            if axis == "x":
+                x = here
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(3, 6), st.integers(3, 7), st.data())
+def test_torus_routes_match_brute_force(rows: int, cols: int, data) -> None:
+    topo = grid_mesh(rows * cols, rows, cols, mesh_torus=True)
+    assert topo.wrap_x and topo.wrap_y and (topo.lh, topo.lv) == (cols, rows)
+    n = rows * cols
+    src = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=20)))
+    dst = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=src.size, max_size=src.size)))
+    nbytes = np.arange(1, src.size + 1, dtype=float) * 100
+    got, want = link_loads(topo, src, dst, nbytes), brute_force_loads(topo, src, dst, nbytes)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], err_msg=name)
+
+
+def test_torus_route_takes_the_wrap_link_and_halves_the_distance() -> None:
+    B = 8 * KIB  # one chunk
+    line, ring = grid_mesh(32, 4, 8), grid_mesh(32, 4, 8, mesh_torus=True)
+    bw = line.hw.link_bandwidth
+    for topo, hops in ((line, 6), (ring, 2)):  # (0, 0) -> (0, 6): 6 hops east, or 2 west round the ring
+        cost = topo.phase([topo.core_at(0, 0, 0)], [topo.core_at(0, 0, 6)], [B])
+        assert cost.max_hops == hops
+        assert cost.time_s == pytest.approx(B / bw + hops * LAT)
+        assert cost.bound_by == "links"
+    # (0, 7) -> (0, 0) on the ring: one hop east over the wrap link, id y * cols + 7
+    loads = link_loads(ring, [ring.core_at(0, 0, 7)], [ring.core_at(0, 0, 0)], [B])
+    assert loads["east"][7] == B and loads["east"].sum() == B and loads["west"].sum() == 0
+    # the diameter: (rows - 1) + (cols - 1) on the mesh, rows / 2 + cols / 2 on the torus
+    every = np.arange(32)
+    src, dst = np.repeat(every, 32), np.tile(every, 32)
+    assert line.phase(src, dst, np.full(src.size, 1.0)).max_hops == 3 + 7
+    assert ring.phase(src, dst, np.full(src.size, 1.0)).max_hops == 2 + 4
+
+
+def test_torus_multicast_tree_goes_both_ways_round_the_ring() -> None:
+    B = 8 * KIB
+    # core (0, 0) multicasts B to the 7 other cores of its row of 8
+    for torus, east, west in ((False, 7, 0), (True, 4, 3)):
+        topo = grid_mesh(32, 4, 8, mesh_torus=torus)
+        dst = np.array([topo.core_at(0, 0, x) for x in range(1, 8)])
+        src = np.zeros(dst.size, np.int64)
+        cost = topo.phase(src, dst, np.full(dst.size, float(B)), multicast=np.zeros(dst.size, int))
+        # every link of the tree carries B once: east to x = 4 (the tie goes east), west to 5
+        assert cost.intra_busy_s == pytest.approx(B / topo.hw.link_bandwidth)
+        assert cost.max_hops == max(east, west)
+        assert cost.time_s == pytest.approx(B / topo.hw.link_bandwidth + max(east, west) * LAT)
+        legs = {name: float((w * (e - s)).sum()) for name, s, e, w, _ in topo.tree_routes(
+            topo.node_chip[dst], topo.core_y[src], topo.core_x[src], topo.core_y[dst],
+            topo.core_x[dst], np.full(dst.size, float(B)), np.zeros(dst.size, int))}
+        assert legs == {"east": east * B, "west": west * B, "south": 0.0, "north": 0.0}
+
+
+def test_interior_controller_feeds_its_column_through_its_node() -> None:
+    # an 8 x 4 grid with one HBM controller as the NoC node (0, 1); 31 cores around it
+    topo = grid_mesh(31, 8, 4, hbm_bandwidth=1e15, hbm_controllers=1, hbm_placement="nodes:(0,1)")
+    assert topo.interior and (topo.ctrl_y[0], topo.ctrl_x[0]) == (0, 1)
+    assert topo.io_ports()[0].size == 0  # no edge port
+    bw, b = topo.hw.link_bandwidth, 8 * KIB
+    for k in (1, 3, 7):  # b distinct bytes to each of the k cores below it on its column
+        dst = np.array([topo.core_at(0, y, 1) for y in range(1, k + 1)])
+        src, d, nb = topo.io_flows("hbm", dst, np.full(k, float(b)))
+        cost = topo.phase(src, d, nb)
+        # everything leaves through the controller's south link: k b bytes, the farthest k hops
+        assert cost.intra_busy_s == pytest.approx(k * b / bw)
+        assert cost.time_s == pytest.approx(k * b / bw + k * LAT)
+        assert cost.max_hops == k and cost.bound_by == "controller ports"
+        # the same b bytes for all k: one multicast down the column, each link once
+        cast = topo.phase(src, d, nb, multicast=np.zeros(k, int))
+        assert cast.intra_busy_s == pytest.approx(b / bw)
+        assert cast.time_s == pytest.approx(b / bw + k * LAT)
+
+
+def test_controller_injection_cap_binds() -> None:
+    b, k = 8 * KIB, 6
+    topo = grid_mesh(31, 8, 4, hbm_bandwidth=1e15, hbm_controllers=1, hbm_placement="nodes:(0,1)",
+                     hbm_injection_bandwidth=1e9)
+    bw = topo.hw.link_bandwidth
+    assert bw > 1e9  # 5.5 GB/s links: the 1 GB/s injection binds
+    # 6 cores around the controller: its west, east and south links share the bytes
+    dst = np.array([topo.core_at(0, 0, 0), topo.core_at(0, 0, 2), topo.core_at(0, 0, 3),
+                    topo.core_at(0, 1, 1), topo.core_at(0, 2, 1), topo.core_at(0, 1, 0)])
+    src, d, nb = topo.io_flows("hbm", dst, np.full(k, float(b)))
+    cost = topo.phase(src, d, nb)
+    assert cost.bound_by == "injection"
+    assert cost.intra_busy_s == pytest.approx(k * b / 1e9)
+    assert cost.time_s == pytest.approx(k * b / 1e9 + 2 * LAT)
+    assert cost.uncontended_s == pytest.approx(b / 1e9 + 2 * LAT)  # one flow alone, capped
+    # uncapped, the controller's links bind: 2 b each way (X first: (1, 0) goes west, then down)
+    free = grid_mesh(31, 8, 4, hbm_bandwidth=1e15, hbm_controllers=1, hbm_placement="nodes:(0,1)")
+    uncapped = free.phase(src, d, nb)
+    assert uncapped.intra_busy_s == pytest.approx(2 * b / bw)
+    assert uncapped.bound_by == "controller ports"
+
+
+@pytest.mark.parametrize("rows, cut", [(8, "controller ports"), (12, "links")])
+def test_whole_chip_load_from_two_controller_columns(rows: int, cut: str) -> None:
+    """Every core reads b distinct bytes, striped over 2 R controllers filling grid columns 1
+    and 6 of 8 (one per row each). XY routes leave a controller along its row: the link out
+    of column 1 eastward carries the stripes of the 5 core columns east of it, R x 5 cores
+    x b / 2R = 5 b / 2. Then down each core column: the south link below row y carries what
+    the 2 (y + 1) controllers above sent to the R - 1 - y cores below, (y + 1)(R - 1 - y) b /
+    R, at most R b / 4 in the middle: the column bisection. R = 8: the controller ports bind
+    (5 b / 2 > 2 b); R = 12: the bisection (3 b > 5 b / 2)."""
+    cores = rows * 6
+    H = 2 * rows
+    b = H * 8 * KIB  # one chunk per stripe
+    topo = grid_mesh(cores, rows, 8, hbm_bandwidth=1e15, hbm_controllers=H,
+                     hbm_placement="columns:1,6")
+    assert sorted(set(topo.core_x.tolist())) == [0, 2, 3, 4, 5, 7]
+    assert sorted(zip(topo.ctrl_y.tolist(), topo.ctrl_x.tolist())) == sorted(
+        [(y, 1) for y in range(rows)] + [(y, 6) for y in range(rows)])
+    bw = topo.hw.link_bandwidth
+    dst = np.arange(cores)
+    src, d, nb = topo.io_flows("hbm", dst, np.full(cores, float(b)))
+    net, source = topo.hbm_load(src, d, nb, None, np.array([float(b * cores)]))
+    busiest = max(5 * b / 2, rows * b / 4)
+    assert net.intra_busy_s == pytest.approx(busiest / bw)
+    assert net.bound_by == cut
+    # the farthest core: 6 columns and R - 1 rows from its controller
+    assert net.time_s == pytest.approx(busiest / bw + (rows + 5) * LAT)
+    assert source == pytest.approx(b * cores / 1e15)
+
+
+def test_explicit_defaults_reproduce_the_edge_mesh_exactly() -> None:
+    """Spelling out the derived grid, edge placement and no torus changes nothing: the phase
+    costs (and the controllers' edge ports) of a default mesh are those of today's model."""
+    rng = np.random.default_rng(3)
+    kw = dict(hbm_bandwidth=1e12, hbm_controllers=4)
+    default = mesh(32, **kw)
+    explicit = mesh(32, mesh_rows=4, mesh_cols=8, hbm_placement="edge", mesh_torus=False,
+                    mesh_reserved="", hbm_injection_bandwidth=0, **kw)
+    assert (explicit.rows, explicit.cols) == mesh_shape(32) and not explicit.interior
+    assert all((a == b).all() for a, b in zip(default.io_ports(), explicit.io_ports()))
+    for group in (None, rng.integers(0, 5, 60)):
+        src, dst = rng.integers(0, 32, 60), rng.integers(0, 32, 60)
+        nb = rng.integers(1, 20000, 60).astype(float)
+        assert default.phase(src, dst, nb, multicast=group) == explicit.phase(src, dst, nb, multicast=group)
+        flows = default.io_flows("hbm", dst, nb)
+        assert default.hbm_load(*flows, None, np.array([1e6])) == explicit.hbm_load(*flows, None, np.array([1e6]))
+    # the edge model's cut is named
+    dst = np.arange(32)
+    flows = default.io_flows("hbm", dst, np.full(32, 64.0 * KIB))
+    assert default.hbm_load(*flows, None, np.array([32 * 64.0 * KIB]))[0].bound_by == "edge ports"
+
+
+def test_tenstorrent_presets_place_cores_and_dram_as_the_soc_descriptors() -> None:
+    wh = make_topology(preset("tt-wormhole"))
+    assert (wh.rows, wh.cols) == (12, 10) and wh.wrap_x and wh.wrap_y
+    assert set(zip(wh.core_y.tolist(), wh.core_x.tolist())) == {
+        (y, x) for x in (1, 2, 3, 4, 6, 7, 8, 9) for y in (1, 2, 3, 4, 5, 7, 8, 9, 10, 11)}
+    assert sorted(set(wh.ctrl_x.tolist())) == [0, 5] and wh.num_controllers == 18
+    bh = make_topology(preset("tt-blackhole"))
+    assert (bh.rows, bh.cols) == (12, 17) and bh.num_cores == 140
+    assert set(bh.core_x.tolist()) == set(range(1, 8)) | set(range(10, 17))
+    assert set(bh.core_y.tolist()) == set(range(2, 12))
+    assert sorted(zip(bh.ctrl_y.tolist(), bh.ctrl_x.tolist())) == sorted(
+        [(y, 0) for y in range(12)] + [(y, 9) for y in range(12)])
+    # a whole-chip load on Wormhole: the 288 GB/s of GDDR6 bind, not the NoC
+    hw = wh.hw
+    b = 18 * 8 * KIB
+    src, d, nb = wh.io_flows("hbm", np.arange(80), np.full(80, float(b)))
+    net, source = wh.hbm_load(src, d, nb, None, np.array([80.0 * b]))
+    assert source == pytest.approx(80 * b / hw.hbm_bandwidth) and source > net.time_s

@@ -29,10 +29,17 @@ def _row(spec) -> list[str]:
     hbm = (f"{_si(spec.hbm_bandwidth, 'B/s')}, {spec.hbm_controllers} controllers"
            if spec.hbm_bandwidth else "none")
     inter_chip = _si(spec.inter_chip_bandwidth, "B/s") if spec.num_chips > 1 else "--"
+    topology = spec.topology
+    if topology == "mesh":  # the grid of one chip, its wrap links, where its controllers attach
+        grid = spec.mesh_grid()
+        topology = f"{'torus' if grid.torus else 'mesh'} {grid.rows} x {grid.cols}"
+        if spec.hbm_controllers:
+            topology += (", HBM on the edges" if grid.controllers is None
+                         else ", HBM controllers as NoC nodes")
     return [f"``{spec.name}``", str(spec.num_chips), f"{spec.num_cores:,}",
             f"{spec.sram_bytes_per_core / 1024:,.4g} KiB", _si(spec.clock_hz, "Hz"),
             _si(peak, "FLOP/s"), _si(spec.link_bandwidth, "B/s"), inter_chip, hbm,
-            _si(spec.host_bandwidth, "B/s"), spec.topology, spec.notes]
+            _si(spec.host_bandwidth, "B/s"), topology, spec.notes]
 
 
 class HardwarePresets(SphinxDirective):

@@ -29,6 +29,12 @@ else:  # pragma: no cover  (setup.py installs tomli there)
 #: Topologies the device knows how to connect cores with.
 TOPOLOGIES = ("all-to-all", "mesh")
 
+#: Where a mesh chip's HBM controllers attach (:attr:`HardwareSpec.hbm_placement`): on the
+#: edge ports of the grid (Elk §5; AMD's AI Engine arrays, Meta's MTIA v2), as NoC nodes filling
+#: whole grid columns (Tenstorrent Wormhole and Blackhole's DRAM tiles), or as NoC nodes at given
+#: ``(row, col)`` positions.
+HBM_PLACEMENTS = ("edge", "columns:<col>,<col>,...", "nodes:(<row>,<col>),...")
+
 #: Element types the simulated cores can store and compute with: the two IEEE types the IPU's
 #: AMP unit accepts (T10 §5) and bfloat16, the 16-bit format of TPUs and most LLM checkpoints
 #: (numpy stores it through ``ml_dtypes``, which TVM and onnx depend on). The 16-bit types
@@ -76,6 +82,9 @@ _INT_FIELDS: dict[str, tuple[int, int]] = {
     # 0 would divide every transfer into infinitely many chunks (T10 §5's shift buffer)
     "shift_buffer_bytes": (1, MAX_SRAM_BYTES),
     "hbm_controllers": (0, MAX_HBM_CONTROLLERS_PER_CHIP * MAX_CHIPS),
+    # 0: derived from the core count (:func:`mesh_shape`)
+    "mesh_rows": (0, MAX_CORES),
+    "mesh_cols": (0, MAX_CORES),
 }
 #: (lowest positive value, highest value, whether 0 is allowed) of every real-valued field.
 _FLOAT_FIELDS: dict[str, tuple[float, float, bool]] = {
@@ -88,6 +97,7 @@ _FLOAT_FIELDS: dict[str, tuple[float, float, bool]] = {
     "inter_chip_latency_s": (0.0, 1.0, True),
     "inter_chip_bandwidth": (1.0, MAX_BANDWIDTH, True),
     "hbm_bandwidth": (1.0, MAX_BANDWIDTH, True),
+    "hbm_injection_bandwidth": (1.0, MAX_BANDWIDTH, True),
 }
 _WHY = {
     "num_cores": "cores of the system; WSE-3 has 900,000",
@@ -105,6 +115,10 @@ _WHY = {
     "inter_chip_latency_s": "seconds per chip crossing, on top of link_latency_s",
     "inter_chip_bandwidth": "bytes per second, 0 for a single chip",
     "hbm_bandwidth": "bytes per second, 0 without HBM",
+    "hbm_injection_bandwidth": "bytes per second one controller injects into the NoC, 0 for "
+                               "no cap beyond its links",
+    "mesh_rows": "NoC grid rows per chip, 0 to derive them from the core count",
+    "mesh_cols": "NoC grid columns per chip, 0 to derive them from the core count",
 }
 _MISSING = object()
 
@@ -176,10 +190,35 @@ class HardwareSpec:
         Bytes per second of HBM over the whole system; 0 without HBM (Elk §6.1 models
         16 TB/s for four chips).
     hbm_controllers : int
-        HBM controllers of the whole system; positive when ``hbm_bandwidth`` is.
+        HBM controllers of the whole system; positive when ``hbm_bandwidth`` is. Each reads
+        ``hbm_bandwidth / hbm_controllers``; controller ``h`` serves chip ``h % num_chips``.
+        On a chip whose DRAM is reached through NoC nodes, count the nodes (Wormhole: 18 DRAM
+        tiles for 12 GDDR6 channels).
     host_bandwidth : float
         Host <-> chip bytes per second per chip: the IPU Mk2's off-chip bandwidth, 8 GB/s
         (T10 Table 3).
+    hbm_placement : str
+        Mesh only: where the controllers attach. ``"edge"`` (default, Elk §5): on the grid's
+        boundary ports, each controller wired to a span of them. ``"columns:0,5"``: those grid
+        columns hold no cores; each chip's controllers are NoC nodes spread evenly over their
+        rows. ``"nodes:(0,0),(1,0),..."``: one NoC node per controller of a chip, at ``(row,
+        col)`` (a list of ``[row, col]`` pairs is accepted too). An interior controller injects
+        from its node and its data routes XY from there.
+    hbm_injection_bandwidth : float
+        Mesh only: bytes per second one controller can inject into the NoC (its network
+        interface); 0 (default): no cap beyond the links it drives (its edge ports, or the up
+        to 4 links of its node).
+    mesh_rows, mesh_cols : int
+        Mesh only: the NoC grid of one chip. 0 and 0 (default): derived, the most square grid
+        of exactly ``cores_per_chip`` cores (:func:`mesh_shape`), widened by the controller
+        columns of a ``columns:`` placement. Grid positions that hold neither a controller nor
+        a reserved node take the cores in row-major order; spare positions are routers only.
+    mesh_reserved : str
+        Mesh only: grid nodes without a core (Ethernet, PCIe, management tiles: routers only),
+        e.g. ``"rows:0,6;columns:0"`` or ``"nodes:(0,3)"``; needs an explicit grid.
+    mesh_torus : bool
+        Mesh only: wrap-around links in both dimensions (a 2-D torus, as Tenstorrent's NoCs):
+        routes take the shorter way around each ring (dimension order X then Y).
     dtypes : tuple of str
         Element types the cores compute (a subset of :data:`SUPPORTED_DTYPES`).
     notes : str
@@ -209,6 +248,12 @@ class HardwareSpec:
     hbm_bandwidth: float = 0.0
     hbm_controllers: int = 0
     host_bandwidth: float = 8e9
+    hbm_placement: str = "edge"
+    hbm_injection_bandwidth: float = 0.0
+    mesh_rows: int = 0
+    mesh_cols: int = 0
+    mesh_reserved: str = ""
+    mesh_torus: bool = False
     dtypes: tuple[str, ...] = SUPPORTED_DTYPES
     notes: str = field(default="", compare=False)
 
@@ -292,7 +337,49 @@ class HardwareSpec:
             raise bad("hbm_controllers", f"exceeds {MAX_HBM_CONTROLLERS_PER_CHIP} per chip "
                       f"({_WHY['hbm_controllers']})")
 
+        torus = self.mesh_torus
+        if isinstance(torus, str) and torus.strip().lower() in ("true", "false"):
+            torus = torus.strip().lower() == "true"
+        if not isinstance(torus, bool):
+            raise bad("mesh_torus", "must be true or false")
+        put("mesh_torus", torus)
+        placement = self.hbm_placement
+        if isinstance(placement, (list, tuple)):  # [[row, col], ...] from JSON or TOML
+            pairs = [tuple(_as_int(v) for v in p) if isinstance(p, (list, tuple)) else (None,)
+                     for p in placement]
+            if any(len(p) != 2 or None in p for p in pairs):
+                raise bad("hbm_placement", "as a list must hold [row, col] pairs of integers")
+            placement = "nodes:" + ",".join(f"({r},{c})" for r, c in pairs)
+        if not isinstance(placement, str):
+            raise bad("hbm_placement", f"must be one of {', '.join(HBM_PLACEMENTS)}")
+        reserved = "" if self.mesh_reserved is None else self.mesh_reserved
+        if not isinstance(reserved, str):
+            raise bad("mesh_reserved", "must be a string such as 'rows:0,6;columns:0'")
+        try:
+            put("hbm_placement", _canonical_places(placement, ("columns", "nodes"), edge=True))
+        except ValueError as err:
+            raise bad("hbm_placement", f"{err}; one of {', '.join(HBM_PLACEMENTS)}") from None
+        try:
+            put("mesh_reserved", _canonical_places(reserved, ("rows", "columns", "nodes")))
+        except ValueError as err:
+            raise bad("mesh_reserved", f"{err}; e.g. 'rows:0,6;columns:0' or 'nodes:(0,3)'") from None
+        if (self.mesh_rows == 0) != (self.mesh_cols == 0):
+            raise bad("mesh_rows", f"and mesh_cols={self.mesh_cols} must both be 0 (derived) or "
+                      "both positive")
+        try:
+            grid = _mesh_grid(self)
+        except ValueError as err:
+            field_name, why = str(err).split(": ", 1)
+            raise bad(field_name, why) from None
+        object.__setattr__(self, "_grid", grid)
+
     # -- derived figures ----------------------------------------------------------------
+    def mesh_grid(self) -> "MeshGrid":
+        """Where everything sits on one chip's NoC grid when ``topology`` is ``"mesh"``
+        (computed and checked on construction; the one definition the topology model, the
+        plan cost and the Elk tables share through :class:`runtime_sim.machine.topology.MeshTopology`)."""
+        return self._grid  # type: ignore[attr-defined]
+
     @property
     def usable_sram_bytes(self) -> int:
         """SRAM per core left for tensor partitions once the shift buffer is reserved."""
@@ -394,6 +481,142 @@ def _as_float(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+# -- the mesh grid ---------------------------------------------------------------------------
+_PLACE_KINDS = ("rows", "columns", "nodes")
+
+
+def _parse_places(text: str) -> dict[str, list]:
+    """``"rows:0,6;columns:0;nodes:(2,3),(4,5)"`` as ``{kind: [index or (row, col), ...]}``;
+    ValueError naming what is wrong."""
+    out: dict[str, list] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        kind, sep, body = part.partition(":")
+        kind = kind.strip().lower()
+        if not sep or kind not in _PLACE_KINDS:
+            raise ValueError(f"cannot read '{part}' (a part is rows:..., columns:... or nodes:...)")
+        if kind in out:
+            raise ValueError(f"'{kind}' is given twice")
+        if kind == "nodes":
+            body = body.replace(" ", "")
+            items = [tuple(_as_int(v) for v in pair.split(",")) for pair in
+                     body.removeprefix("(").removesuffix(")").split("),(")] if body else []
+            if not items or any(len(p) != 2 or None in p or min(p) < 0 for p in items):
+                raise ValueError(f"cannot read nodes '{body}' (write (row,col),(row,col),...)")
+        else:
+            items = [_as_int(v) for v in body.split(",")]
+            if not items or any(v is None or v < 0 for v in items):
+                raise ValueError(f"cannot read {kind} '{body.strip()}' (write non-negative indices, "
+                                 "comma-separated)")
+        if len(set(items)) != len(items):
+            raise ValueError(f"{kind} lists a position twice")
+        out[kind] = items
+    return out
+
+
+def _canonical_places(text: str, kinds: tuple[str, ...], edge: bool = False) -> str:
+    """The one spelling of a placement string (so equal specs compare and hash equal)."""
+    if edge and text.strip().lower() in ("", "edge"):
+        return "edge"
+    places = _parse_places(text)
+    if edge and len(places) != 1:
+        raise ValueError(f"cannot read '{text}'")
+    unknown = [k for k in places if k not in kinds]
+    if unknown:
+        raise ValueError(f"'{unknown[0]}' is not a placement here")
+    parts = []
+    for kind in _PLACE_KINDS:
+        if kind in places:
+            items = places[kind]
+            body = (",".join(f"({r},{c})" for r, c in items) if kind == "nodes"
+                    else ",".join(str(v) for v in items))
+            parts.append(f"{kind}:{body}")
+    return ";".join(parts)
+
+
+def mesh_shape(cores: int) -> tuple[int, int]:
+    """``(rows, cols)`` of the most square grid with exactly ``cores`` cores (rows <= cols).
+
+    An exact factorization keeps every row full, so XY routes never pass through a missing
+    core; 1,472 IPU cores give 32 x 46. A prime count degenerates to a 1 x n line.
+    """
+    rows = max(r for r in range(1, math.isqrt(cores) + 1) if cores % r == 0)
+    return rows, cores // rows
+
+
+@dataclass(frozen=True)
+class MeshGrid:
+    """One chip's NoC grid (:meth:`HardwareSpec.mesh_grid`): its shape, whether its rings wrap,
+    the ``(row, col)`` of each of its cores (local index order) and of each of its HBM
+    controllers (``None``: on the edge ports)."""
+
+    rows: int
+    cols: int
+    torus: bool
+    cores: tuple[tuple[int, int], ...]
+    controllers: tuple[tuple[int, int], ...] | None
+
+
+def _mesh_grid(hw: "HardwareSpec") -> MeshGrid:
+    """The grid of ``hw`` (see :class:`HardwareSpec`); ValueError ``"<field>: <why>"``."""
+    cpc = hw.cores_per_chip
+    placement = _parse_places(hw.hbm_placement) if hw.hbm_placement != "edge" else {}
+    reserved = _parse_places(hw.mesh_reserved)
+    interior = bool(placement)
+    if interior and hw.hbm_controllers % hw.num_chips:
+        raise ValueError(f"hbm_controllers: must be a multiple of num_chips={hw.num_chips} "
+                         f"with controllers inside the grid ({hw.hbm_placement})")
+    per_chip = hw.hbm_controllers // hw.num_chips
+    ctrl_cols = placement.get("columns", [])
+    rows, cols = hw.mesh_rows, hw.mesh_cols
+    if rows == 0:
+        if "nodes" in placement or reserved:
+            which = "hbm_placement" if "nodes" in placement else "mesh_reserved"
+            raise ValueError(f"{which}: needs an explicit grid (mesh_rows and mesh_cols)")
+        rows, cols = mesh_shape(cpc)
+        cols += len(ctrl_cols)
+    if rows * cols > MAX_CORES:
+        raise ValueError(f"mesh_rows: with mesh_cols={cols} gives more than {MAX_CORES:,} grid "
+                         "nodes")
+    taken: set[tuple[int, int]] = set()
+    for kind, items in reserved.items():
+        for item in items:
+            if kind == "rows":
+                taken.update((item, c) for c in range(cols))
+            elif kind == "columns":
+                taken.update((r, item) for r in range(rows))
+            else:
+                taken.add(item)
+        bound = {"rows": rows, "columns": cols}.get(kind)
+        if any((v >= bound) if bound else (v[0] >= rows or v[1] >= cols) for v in items):
+            raise ValueError(f"mesh_reserved: lists {kind} outside the {rows} x {cols} grid")
+    controllers = None
+    if ctrl_cols:
+        if max(ctrl_cols) >= cols:
+            raise ValueError(f"hbm_placement: column {max(ctrl_cols)} is outside the {rows} x {cols} grid")
+        # a column's controllers spread evenly over its rows (the middle of equal bands)
+        counts = [per_chip // len(ctrl_cols) + (i < per_chip % len(ctrl_cols)) for i in range(len(ctrl_cols))]
+        if max(counts) > rows:
+            raise ValueError(f"hbm_placement: {max(counts)} controllers do not fit in a column of "
+                             f"{rows} rows")
+        controllers = tuple((((2 * j + 1) * rows) // (2 * n), col)
+                            for col, n in zip(ctrl_cols, counts) for j in range(n))
+        taken.update((r, col) for col in ctrl_cols for r in range(rows))
+    elif "nodes" in placement:
+        nodes = placement["nodes"]
+        if len(nodes) != per_chip:
+            raise ValueError(f"hbm_placement: lists {len(nodes)} nodes for {per_chip} controllers "
+                             "per chip")
+        if any(r >= rows or c >= cols for r, c in nodes):
+            raise ValueError(f"hbm_placement: lists a node outside the {rows} x {cols} grid")
+        controllers = tuple(nodes)
+        taken.update(nodes)
+    free = [(r, c) for r in range(rows) for c in range(cols) if (r, c) not in taken]
+    if len(free) < cpc:
+        raise ValueError(f"mesh_rows: {rows} x {cols} grid has {len(free)} nodes for cores, "
+                         f"fewer than the {cpc} cores per chip")
+    return MeshGrid(rows, cols, hw.mesh_torus, tuple(free[:cpc]), controllers)
+
+
 # -- presets ---------------------------------------------------------------------------------
 # IPU Mk2 (GC200): 1,472 cores x 624 KiB (T10 §2.1); 5.5 GB/s per core link (T10 §2.1);
 # 250 TFLOPS fp16 per chip (T10 Table 3) -> 250e12 / 1472 / 1.33e9 ~ 128 FLOP/cycle/core;
@@ -467,6 +690,97 @@ _POD4 = dict(num_cores=4 * 1472, num_chips=4, inter_chip_bandwidth=640e9,
              inter_chip_latency_s=_INTER_CHIP_LATENCY_S, sync_cycles=_multi_chip_sync_cycles(4))
 
 
+# Tenstorrent mesh chips (issue 27, "mesh hardware as built"): DRAM controllers inside the grid
+# as NoC nodes, two NoCs forming a 2-D torus. Every figure was read in Tenstorrent's public
+# sources, cited per line: the tt-metal SoC descriptors (tt_metal/soc_descriptors/
+# wormhole_b0_80_arch.yaml, blackhole_140_arch.yaml: NoC coordinates are x-y, i.e. column-row),
+# tt-metal's Blackhole NoC header (tt_metal/hw/inc/blackhole/noc/noc_parameters.h), the ISA
+# documentation (tenstorrent/tt-isa-documentation, WormholeB0/...), the NoC estimator tt-npe
+# (tt_npe/cpp/include/device_models/{wormhole_b0,blackhole}.hpp) and the Blackhole product
+# specifications (docs.tenstorrent.com, aibs/blackhole/specifications).
+#
+# How the model maps them: one bidirectional torus stands for the two unidirectional tori
+# (NoC 0 runs east and south, NoC 1 west and north, so each directed link is one NoC's link)
+# and a transfer takes the shorter way round, as software choosing the NoC would; one
+# "HBM controller" is one DRAM tile (a NoC endpoint), reading an equal share of the chip's
+# GDDR6 bandwidth (each channel pair is exposed on 3 tiles).
+_WORMHOLE_DRAM_TILES = (  # (row, col) = (y, x) of the 18 distinct DRAM tiles of the descriptor's
+    # dram list: x=0 at y=0,1,11,5,6,7 and x=5 at every y
+    (0, 0), (1, 0), (11, 0), (5, 0), (6, 0), (7, 0),
+    (0, 5), (1, 5), (11, 5), (2, 5), (9, 5), (10, 5), (3, 5), (4, 5), (8, 5), (5, 5), (6, 5), (7, 5),
+)
+_TT_WORMHOLE = dict(
+    name="tt-wormhole",
+    # 80 Tensix tiles (WormholeB0/README.md; functional_workers of the descriptor: x = 1-4, 6-9,
+    # y = 1-5, 7-11); products enable 64, 72 or 80 of them (README), this chip has all 80
+    num_cores=80,
+    sram_bytes_per_core=1499136,  # worker_l1_size of the descriptor (1464 KiB of L1 per Tensix)
+    # One flit of 256 bits (32 bytes) per cycle per NoC hop (WormholeB0/NoC/README.md,
+    # Performance; DRAMTile/README.md: "each hop ... can sustain 32 GB/s"); tt-npe models an
+    # effective 30 B/cycle for large transfers
+    link_bandwidth=32e9,
+    clock_hz=1e9,  # "Wormhole's standard 1 GHz clock rate" (TensixCoprocessor/MatrixUnit.md)
+    # MatrixUnit.md, Performance: MVMUL peaks at 4.096 TFLOP/s per Tensix with one fidelity
+    # phase, 2.048 with two; BF16 at "reasonable" precision takes phases 0 and 1 (SrcASrcB.md),
+    # so 2,048 FLOP/cycle (FP16 at reasonable precision needs four phases: 1,024)
+    matrix_flops_per_cycle=2048.0,
+    vector_flops_per_cycle=64.0,  # SFPMAD: 0.064 TFLOP/s per Vector Unit at FP32 (MatrixUnit.md)
+    matrix_tile=(8, 16, 16),  # MVMUL: an 8x16 SrcB times a 16x16 SrcA (MVMUL.md)
+    link_latency_s=9e-9,  # router to neighbouring router: 9 cycles (NoC/README.md)
+    # NOT verified: no source gives a chip-wide barrier. Estimated as tt-npe's worst NoC read
+    # latency (a request and its response across a row and a column): 270 cycles
+    sync_cycles=270,
+    # a NoC packet carries at most 256 data flits = 8 KiB (NoC/README.md): one staged chunk
+    shift_buffer_bytes=8 * KIB,
+    topology="mesh",
+    # twelve GDDR6 channels at 24 GB/s = 288 GB/s per ASIC (DRAMTile/README.md); 18 DRAM tiles
+    hbm_bandwidth=288e9, hbm_controllers=18,
+    hbm_placement="nodes:" + ",".join(f"({r},{c})" for r, c in _WORMHOLE_DRAM_TILES),
+    # a tile's NIU injects one flit per cycle per NoC (NoC/README.md), 2 NoCs; tt-npe measures
+    # 23.2 B/cycle from a DRAM tile, so its cap is conservatively 2 x 23.2 GB/s
+    hbm_injection_bandwidth=2 * 23.2e9,
+    mesh_rows=12, mesh_cols=10,  # grid x_size 10, y_size 12 (descriptor; tt-npe: 12 rows, 10 cols)
+    # no Tensix in rows 0 and 6 (Ethernet tiles) nor column 0 (ARC, PCIe, router-only, DRAM)
+    mesh_reserved="rows:0,6;columns:0",
+    mesh_torus=True,  # "The NoCs connect the various tiles to form a 2D torus" (README.md)
+    host_bandwidth=31.5e9,  # PCI Express 4.0 x16 (README.md): 16 GT/s x 16 lanes x 128/130 / 8
+    notes="Tenstorrent Wormhole B0-like: 10x12 NoC torus, 80 Tensix, 288 GB/s GDDR6 on 18 DRAM "
+          "tiles in columns 0 and 5 (tt-metal SoC descriptor, tt-isa-documentation, tt-npe)",
+)
+_TT_BLACKHOLE = dict(
+    name="tt-blackhole",
+    # 140 Tensix (descriptor functional_workers: x = 1-7, 10-16, y = 2-11; noc_parameters.h
+    # NUM_TENSIXES 140; p150 specification). Later p150 firmware enables 120 of them.
+    num_cores=140,
+    sram_bytes_per_core=1499136,  # worker_l1_size of the descriptor ("1.5 MB per Tensix Core", spec)
+    # 512-bit (64-byte) flits (noc_parameters.h NOC_PAYLOAD_WIDTH 512) at 1.35 GHz; one flit
+    # per cycle per hop is Wormhole's documented rate, assumed here (tt-npe models 60.9 B/cycle)
+    link_bandwidth=64 * 1.35e9,
+    clock_hz=1.35e9,  # AI clock "up to 1.35 GHz" (specification; tt-npe ai_clk_ghz = 1.35)
+    # Derived: Wormhole's matrix unit at two fidelity phases (see above); the 372 TFLOPS FP16
+    # Tenstorrent presented at Hot Chips 2024 for 140 cores give 372e12 / (140 x 1.35e9) ~ 1,968
+    matrix_flops_per_cycle=2048.0,
+    vector_flops_per_cycle=64.0,  # NOT verified for Blackhole: Wormhole's SFPMAD rate
+    matrix_tile=(8, 16, 16),  # NOT verified for Blackhole: Wormhole's MVMUL shape
+    link_latency_s=11 / 1.35e9,  # tt-npe: 11 cycles per hop ("~11.5")
+    sync_cycles=329,  # NOT verified: tt-npe's worst NoC read latency, as for Wormhole
+    shift_buffer_bytes=16 * KIB,  # NOC_MAX_BURST_SIZE: 256 flits x 64 bytes (noc_parameters.h)
+    topology="mesh",
+    # 32 GB GDDR6 at 16 GT/s on a 256-bit bus: 512 GB/s (p150 specification); 8 banks, each on
+    # 3 tiles: 24 DRAM tiles filling columns 0 and 9 (descriptor dram list, x = 0 and 9, y = 0-11)
+    hbm_bandwidth=512e9, hbm_controllers=24, hbm_placement="columns:0,9",
+    hbm_injection_bandwidth=2 * 54e9,  # tt-npe: a DRAM tile injects 54 GB/s per NoC, 2 NoCs
+    mesh_rows=12, mesh_cols=17,  # grid x_size 17, y_size 12 (descriptor)
+    # no Tensix in rows 0-1 (PCIe, ARC, router-only, Ethernet) nor column 8 (router-only)
+    mesh_reserved="rows:0,1;columns:8",
+    mesh_torus=True,  # tt-npe routes both Blackhole NoCs with wrap-around
+    host_bandwidth=63.0e9,  # PCI Express 5.0 x16 (specification): 32 GT/s x 16 x 128/130 / 8
+    notes="Tenstorrent Blackhole-like: 17x12 NoC torus, 140 Tensix, 512 GB/s GDDR6 on 24 DRAM "
+          "tiles in columns 0 and 9 (tt-metal SoC descriptor and NoC header, tt-npe, p150 "
+          "specification)",
+)
+
+
 def _preset_table() -> dict[str, dict[str, Any]]:
     return {
         "ipu-mk2": dict(_IPU_MK2, name="ipu-mk2", notes="Graphcore IPU Mk2 GC200 (T10 §2.1, Table 3)"),
@@ -491,6 +805,8 @@ def _preset_table() -> dict[str, dict[str, Any]]:
             link_latency_s=_LINK_LATENCY_CYCLES / _MESH_DIAMETER_HOPS / _CLOCK_HZ,
             topology="mesh", notes="IPU-POD4 with HBM on a 2D mesh (Elk §5, §6.1)",
         ),
+        "tt-wormhole": dict(_TT_WORMHOLE),
+        "tt-blackhole": dict(_TT_BLACKHOLE),
     }
 
 

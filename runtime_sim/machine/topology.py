@@ -65,6 +65,15 @@ Topologies:
   IPU-POD4 mesh (32 x 46 per chip, 5.5 GB/s links) that cut is 156 x 5.5 GB/s = 0.86 TB/s per
   chip, below the 4 TB/s of its HBM: a property of a mesh with IPU-rate links, not of the
   model (``MeshTopology.io_bandwidth`` widens the ports for experiments).
+* Mesh hardware as built (issue 27): the grid of a chip may be given
+  (:meth:`HardwareSpec.mesh_grid`: ``mesh_rows`` x ``mesh_cols``, nodes without cores), and
+  the HBM controllers may sit *inside* it as NoC nodes (``hbm_placement``, as Tenstorrent's
+  DRAM tiles): such a controller's data routes XY from its own node, so its up to 4 links
+  are its ports ("controller ports"), and ``hbm_injection_bandwidth`` caps what it pushes
+  into the NoC ("injection"). With ``mesh_torus`` every row and column is a ring with a
+  wrap link; a route goes the shorter way round each ring (ties forward: east, south) and a
+  multicast tree extends both ways from its root as far as its farthest destination each
+  way. Every phase names the cut that bounds it (:attr:`PhaseCost.bound_by`).
 * Multi-chip (both): traffic between chips shares one capped fabric of
   ``inter_chip_bandwidth`` bytes/s (Elk §5 tracks "in-flight inter-chip transfer events and
   cap[s] their total bandwidth"; 640 GB/s for IPU-POD4). On the mesh, a cross-chip flow first
@@ -80,14 +89,13 @@ cannot drift apart.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
 import numpy as np
 
-from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.hardware import HardwareSpec, mesh_shape
 from runtime_sim.contract.relayout import Relayout
 from runtime_sim.machine.links import chunk_latency_seconds
 
@@ -103,6 +111,12 @@ class PhaseCost:
     intra_busy_s: float  # load of the busiest on-chip port/link divided by its bandwidth
     inter_busy_s: float  # inter-chip bytes divided by the inter-chip cap
     max_hops: int = 0
+    #: The cut that bounds the phase (its busiest resource): ``"links"`` (a mesh link),
+    #: ``"controller ports"`` (a link out of an HBM controller's node inside the grid),
+    #: ``"edge ports"`` (an edge port of the mesh), ``"injection"`` (a controller's injection
+    #: cap), ``"ports"`` (a core's port to the all-to-all exchange), ``"inter-chip"``; "" when
+    #: nothing moved.
+    bound_by: str = ""
 
     @property
     def stall_s(self) -> float:
@@ -120,13 +134,14 @@ class PhaseCost:
         """The cost of ``count`` repetitions of this phase, one after another."""
         return PhaseCost(self.time_s * count, self.uncontended_s * count, self.intra_bytes * count,
                          self.inter_bytes * count, self.intra_busy_s * count,
-                         self.inter_busy_s * count, self.max_hops)
+                         self.inter_busy_s * count, self.max_hops, self.bound_by)
 
     def __add__(self, other: "PhaseCost") -> "PhaseCost":
         return PhaseCost(self.time_s + other.time_s, self.uncontended_s + other.uncontended_s,
                          self.intra_bytes + other.intra_bytes, self.inter_bytes + other.inter_bytes,
                          self.intra_busy_s + other.intra_busy_s,
-                         self.inter_busy_s + other.inter_busy_s, max(self.max_hops, other.max_hops))
+                         self.inter_busy_s + other.inter_busy_s, max(self.max_hops, other.max_hops),
+                         self.bound_by if self.busy_s >= other.busy_s else other.bound_by)
 
 
 NO_PHASE = PhaseCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
@@ -167,16 +182,6 @@ def relayout_pattern(rl: Relayout, on_sample: Callable[[], None] | None = None) 
 
     return MulticastPattern(rl.piece_src, rl.piece_bytes, rl.piece_receivers, rl.recv_bytes,
                             flows, rl.box_weight)
-
-
-def mesh_shape(cores: int) -> tuple[int, int]:
-    """``(rows, cols)`` of the most square grid with exactly ``cores`` cores (rows <= cols).
-
-    An exact factorization keeps every row full, so XY routes never pass through a missing
-    core; 1,472 IPU cores give 32 x 46. A prime count degenerates to a 1 x n line.
-    """
-    rows = max(r for r in range(1, math.isqrt(cores) + 1) if cores % r == 0)
-    return rows, cores // rows
 
 
 def perimeter(rows: int, cols: int) -> np.ndarray:
@@ -394,7 +399,7 @@ class AllToAllTopology(Topology):
         uncontended = float((self._flow_alone(b, cross) + latency).max())
         intra_s = port_bytes / bw
         return PhaseCost(max(intra_s, inter_s) + lat, uncontended, float(b.sum()) * w, inter_bytes,
-                         intra_s, inter_s, 1)
+                         intra_s, inter_s, 1, _bound_by([("ports", port_bytes)], intra_s, inter_s))
 
 
     def multicast_phase(self, pattern: MulticastPattern) -> PhaseCost:
@@ -424,36 +429,60 @@ class AllToAllTopology(Topology):
         uncontended = float((self._flow_alone(b, crosses) + latency).max())
         intra_s = max(float(recv.max()), float(sent.max())) / bw
         return PhaseCost(max(intra_s, inter_s) + float(latency.max()), uncontended,
-                         float(recv.sum()), inter_bytes, intra_s, inter_s, 1)
+                         float(recv.sum()), inter_bytes, intra_s, inter_s, 1,
+                         _bound_by([("ports", intra_s)], intra_s, inter_s))
 
 
 class MeshTopology(Topology):
-    """2D mesh per chip, XY routing, XY multicast trees, HBM controllers on the edges (Elk §5,
-    §6.1); see the module docstring."""
+    """2D mesh (or torus) per chip, XY routing, XY multicast trees, HBM controllers on the
+    edges (Elk §5, §6.1) or inside the grid as NoC nodes; see the module docstring."""
 
     kind = "mesh"
 
     def __init__(self, hw: HardwareSpec):
         super().__init__(hw)
-        self.rows, self.cols = mesh_shape(self.cores_per_chip)
+        grid = hw.mesh_grid()
+        self.rows, self.cols = grid.rows, grid.cols
         local = np.arange(self.num_cores) % self.cores_per_chip
-        self.core_y = local // self.cols
-        self.core_x = local % self.cols
-        self.n_h = self.rows * (self.cols - 1)  # east (or west) links per chip
-        self.n_v = self.cols * (self.rows - 1)  # south (or north) links per chip
+        pos = np.array(grid.cores, np.int64).reshape(-1, 2)
+        self.core_y = pos[local, 0]
+        self.core_x = pos[local, 1]
+        #: Wrap-around links (a torus): a ring of 3 or more nodes gets one; on 2 nodes the
+        #: wrap would only duplicate the one link, so such a ring stays a line.
+        self.wrap_x = grid.torus and self.cols > 2
+        self.wrap_y = grid.torus and self.rows > 2
+        self.lh = self.cols if self.wrap_x else self.cols - 1  # east (or west) links per row
+        self.lv = self.rows if self.wrap_y else self.rows - 1  # south (or north) links per column
+        self.n_h = self.rows * self.lh  # east (or west) links per chip
+        self.n_v = self.cols * self.lv  # south (or north) links per chip
         self.port_router, self.port_side = edge_ports(self.rows, self.cols)
         self.num_ports = self.port_router.size  # per chip: 2 * (rows + cols)
         #: Bandwidth of one edge port (an I/O node's link into an edge router): the link
         #: bandwidth, as every network link (Elk §6.1); an attribute for what-if studies.
         self.io_bandwidth = float(hw.link_bandwidth)
+        #: Controllers inside the grid (NoC nodes): the ``(y, x)`` of each (global index).
+        self.interior = grid.controllers is not None
+        if self.interior and self.num_controllers:
+            cpos = np.array(grid.controllers, np.int64).reshape(-1, 2)
+            rank = np.arange(self.num_controllers) // self.num_chips  # its index on its chip
+            self.ctrl_y, self.ctrl_x = cpos[rank, 0], cpos[rank, 1]
+        else:
+            self.ctrl_y = self.ctrl_x = np.zeros(self.num_controllers, np.int64)
+        self._core_index = np.full(self.rows * self.cols, -1, np.int64)  # grid position -> core
+        self._core_index[pos[:, 0] * self.cols + pos[:, 1]] = np.arange(self.cores_per_chip)
         self._entry_port: np.ndarray | None = None
+        self._ctrl_links: dict[str, np.ndarray] | None = None
 
     def position(self, core: int) -> tuple[int, int, int]:
         """``(chip, y, x)`` of a core."""
         return int(self.node_chip[core]), int(self.core_y[core]), int(self.core_x[core])
 
     def core_at(self, chip: int, y: int, x: int) -> int:
-        return chip * self.cores_per_chip + y * self.cols + x
+        """The core at grid position ``(y, x)`` of ``chip`` (ValueError if none sits there)."""
+        local = int(self._core_index[y * self.cols + x]) if 0 <= y < self.rows and 0 <= x < self.cols else -1
+        if local < 0:
+            raise ValueError(f"no core at ({y}, {x}) of the {self.rows} x {self.cols} grid")
+        return chip * self.cores_per_chip + local
 
     def io_ports(self) -> list[np.ndarray]:
         """Per I/O node (controllers, then host links): the edge ports (indices into
@@ -463,6 +492,7 @@ class MeshTopology(Topology):
         contiguous spans, one per controller (4 controllers: one side each), so that every
         core lies straight across from a port of every controller; otherwise the clockwise
         port ring is split into equal contiguous spans. A host link reaches every port.
+        Controllers inside the grid have no edge port (an empty array).
         """
         P = self.num_ports
         ring = np.arange(P)
@@ -470,6 +500,8 @@ class MeshTopology(Topology):
         ports: list[np.ndarray] = [np.empty(0, np.int64)] * (self.num_controllers + self.num_chips)
         for k in range(self.num_chips):
             ctrls = self.controllers_of_chip(k)
+            if self.interior:
+                break
             h = ctrls.size
             if h and h % 4 == 0:
                 spans = [span for side in sides for span in np.array_split(side, h // 4)]
@@ -485,7 +517,9 @@ class MeshTopology(Topology):
         """Per controller, the fraction of its chip's HBM bytes it holds when a share ``v`` of
         each tensor sits behind the top and bottom sides and ``1 - v`` behind the left and
         right ones (each side's controllers alike); ``None`` unless every controller is wired
-        to one side (a multiple of 4 controllers per chip, :meth:`io_ports`)."""
+        to one side (edge controllers, a multiple of 4 per chip, :meth:`io_ports`)."""
+        if self.interior:
+            return None
         shares = np.zeros(self.num_controllers)
         ports = self.io_ports()
         for k in range(self.num_chips):
@@ -507,7 +541,8 @@ class MeshTopology(Topology):
         the fastest of these, ``max(controller time, network time)``. For ``D`` distinct
         bytes spread evenly over a chip's cores that balances every edge port at
         ``D / (2 (rows + cols))``. (The weights a load reads are read by it alone, so their
-        placement in HBM can follow their reader.)"""
+        placement in HBM can follow their reader.) Controllers inside the grid are sliced
+        evenly."""
         even = self.phase(src, dst, nbytes, multicast=group), self._controller_seconds(unique_per_chip, None)
         if self.side_shares(0.5) is None:
             return even
@@ -539,21 +574,25 @@ class MeshTopology(Topology):
         return out
 
     def io_segments(self) -> list[np.ndarray]:
-        """Per I/O node: local indices of the edge cores (routers) its ports attach to."""
+        """Per I/O node: local indices of the edge routers its ports attach to (grid
+        positions ``y * cols + x``; none for a controller inside the grid)."""
         return [np.unique(self.port_router[p]) for p in self.io_ports()]
 
     @property
     def entry_port(self) -> np.ndarray:
         """``entry_port[j, l]``: the port where I/O node ``j`` injects data for destination
         local index ``l``: the nearest of its ports straight across from ``l`` (same column on
-        the top/bottom side, same row on the left/right side), else its nearest port."""
+        the top/bottom side, same row on the left/right side), else its nearest port (0 for
+        a controller inside the grid, which has none)."""
         if self._entry_port is None:
             cpc, cols = self.cores_per_chip, self.cols
-            ly, lx = np.arange(cpc) // cols, np.arange(cpc) % cols
+            ly, lx = self.core_y[:cpc], self.core_x[:cpc]
             py, px = self.port_router // cols, self.port_router % cols
-            table = np.empty((self.num_controllers + self.num_chips, cpc), np.int64)
+            table = np.zeros((self.num_controllers + self.num_chips, cpc), np.int64)
             big = 4 * (self.rows + cols)
             for j, ports in enumerate(self.io_ports()):
+                if ports.size == 0:
+                    continue
                 dist = np.abs(ly[:, None] - py[ports][None, :]) + np.abs(lx[:, None] - px[ports][None, :])
                 vertical = self.port_side[ports] % 2 == 0  # top, bottom: a column
                 straight = np.where(vertical[None, :], lx[:, None] == px[ports][None, :],
@@ -564,33 +603,71 @@ class MeshTopology(Topology):
 
     @property
     def entry(self) -> np.ndarray:
-        """``entry[j, l]``: the edge core (local index) where I/O node ``j`` enters the mesh
-        for destination local index ``l`` (the router of :attr:`entry_port`)."""
+        """``entry[j, l]``: the edge router (grid position ``y * cols + x``) where I/O node
+        ``j`` enters the mesh for destination local index ``l`` (the router of :attr:`entry_port`)."""
         return self.port_router[self.entry_port]
+
+    def hops(self, s: np.ndarray, d: np.ndarray, axis: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per flow, ``(forward, backward)`` hops from ``s`` to ``d`` along ``axis`` (``"x"``:
+        east/west, ``"y"``: south/north); one of the two is 0. On a mesh the sign of
+        ``d - s`` decides; on a torus ring the shorter way round (ties go forward)."""
+        size, wrap = (self.cols, self.wrap_x) if axis == "x" else (self.rows, self.wrap_y)
+        if not wrap:
+            diff = d - s
+            return np.maximum(diff, 0), np.maximum(-diff, 0)
+        fwd = (d - s) % size
+        back = (size - fwd) % size
+        ahead = fwd <= back
+        return np.where(ahead, fwd, 0), np.where(ahead, 0, back)
+
+    def _legs(self, kx, row, x0, east, west, bx, ky, col, y0, south, north, by):
+        """Link-id ranges of route legs, in the form of :meth:`routes`: X legs on ``row`` of
+        chip ``kx`` from column ``x0`` (``east`` or ``west`` hops, ``bx`` bytes), Y legs on
+        column ``col`` of chip ``ky`` from row ``y0``. A leg that crosses a wrap link is two
+        ranges (to the ring's end, then from its start)."""
+        nc = self.num_chips
+        row_base = kx * self.n_h + row * self.lh
+        col_base = ky * self.n_v + col * self.lv
+        legs = (
+            ("east", row_base, x0, east, bx, True, self.lh, nc * self.n_h),
+            ("west", row_base, x0, west, bx, False, self.lh, nc * self.n_h),
+            ("south", col_base, y0, south, by, True, self.lv, nc * self.n_v),
+            ("north", col_base, y0, north, by, False, self.lv, nc * self.n_v),
+        )
+        for name, base, start, count, weight, forward, ring, size in legs:
+            mask = count > 0
+            if not mask.any():
+                yield name, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), size
+                continue
+            base, start, count, weight = base[mask], start[mask], count[mask], weight[mask]
+            # forward link i goes i -> i + 1, backward link i goes i + 1 -> i (mod the ring)
+            lo = start if forward else start - count
+            hi = lo + count
+            wrapped = (lo < 0) | (hi > ring)
+            if not wrapped.any():
+                yield name, base + lo, base + hi, weight, size
+                continue
+            lo = lo % ring
+            hi = lo + count
+            over = hi > ring
+            yield (name, np.concatenate([base + lo, base[over]]),
+                   np.concatenate([base + np.minimum(hi, ring), base[over] + hi[over] - ring]),
+                   np.concatenate([weight, weight[over]]), size)
 
     def routes(self, k: np.ndarray, ys: np.ndarray, xs: np.ndarray, yd: np.ndarray, xd: np.ndarray,
                b: np.ndarray):
         """XY routes as link-id ranges: per direction ``(name, start, end, bytes, size)``.
 
         Links are numbered per chip: east link ``(y, x) -> (y, x+1)`` and west link
-        ``(y, x+1) -> (y, x)`` as ``y * (cols - 1) + x``; south ``(y, x) -> (y+1, x)`` and north
-        as ``x * (rows - 1) + y``. The X leg runs on the source row, the Y leg on the
-        destination column, so each leg is one contiguous range of ids.
+        ``(y, x+1) -> (y, x)`` as ``y * lh + x``; south ``(y, x) -> (y+1, x)`` and north as
+        ``x * lv + y``, where ``lh = cols - 1`` and ``lv = rows - 1`` on a mesh and ``cols``
+        and ``rows`` on a torus (the last link of a ring is its wrap link, ``x + 1`` taken
+        modulo ``cols``). The X leg runs on the source row, the Y leg on the destination
+        column, so each leg is one contiguous range of ids (two when it wraps).
         """
-        cols, rows = self.cols, self.rows
-        row_base = k * self.n_h + ys * (cols - 1)
-        col_base = k * self.n_v + xd * (rows - 1)
-        legs = (
-            ("east", xd > xs, row_base, xs, xd, self.num_chips * self.n_h),
-            ("west", xd < xs, row_base, xd, xs, self.num_chips * self.n_h),
-            ("south", yd > ys, col_base, ys, yd, self.num_chips * self.n_v),
-            ("north", yd < ys, col_base, yd, ys, self.num_chips * self.n_v),
-        )
-        for name, mask, base, lo, hi, size in legs:
-            if mask.any():
-                yield name, base[mask] + lo[mask], base[mask] + hi[mask], b[mask], size
-            else:
-                yield name, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), size
+        east, west = self.hops(xs, xd, "x")
+        south, north = self.hops(ys, yd, "y")
+        yield from self._legs(k, ys, xs, east, west, b, k, xd, ys, south, north, b)
 
     def tree_routes(self, k: np.ndarray, ys: np.ndarray, xs: np.ndarray, yd: np.ndarray,
                     xd: np.ndarray, b: np.ndarray, tree: np.ndarray):
@@ -598,68 +675,89 @@ class MeshTopology(Topology):
 
         Flows with the same ``tree`` id share a root ``(k, ys, xs)`` and carry the same bytes;
         the packet is replicated at the routers of the union of their XY routes, so each link
-        of that union carries it once: on the root row, east up to the easternmost destination
-        column and west down to the westernmost; on each destination column, south down to its
-        southernmost destination and north up to its northernmost. One X range per tree and
-        one Y range per (tree, destination column): the same difference-array sum as unicast.
+        of that union carries it once: on the root row, east as far as the farthest
+        destination reached eastward and west as far as the farthest reached westward (on a
+        torus each destination goes the shorter way round); on each destination column, south
+        and north as far as its farthest destination each way. One X range per tree and one Y
+        range per (tree, destination column): the same difference-array sum as unicast.
         """
         t, first, inv = np.unique(tree, return_index=True, return_inverse=True)
         inv = inv.reshape(-1)
         T = t.size
         tb = b[first]
         tk, tys, txs = k[first], ys[first], xs[first]
-        # X leg on the root row: to the extreme destination columns
-        xmax = np.full(T, -1, np.int64)
-        np.maximum.at(xmax, inv, xd)
-        xmin = np.full(T, self.cols, np.int64)
-        np.minimum.at(xmin, inv, xd)
-        east, west = np.maximum(xmax, txs), np.minimum(xmin, txs)
-        # Y legs: one per (tree, destination column), to its extreme destination rows
+        # X leg on the root row: to the farthest destination column each way
+        east, west = self.hops(xs, xd, "x")
+        E = np.zeros(T, np.int64)
+        np.maximum.at(E, inv, east)
+        W = np.zeros(T, np.int64)
+        np.maximum.at(W, inv, west)
+        # Y legs: one per (tree, destination column), to its farthest destination row each way
         col_key = inv * self.cols + xd
         c, cfirst, cinv = np.unique(col_key, return_index=True, return_inverse=True)
         cinv = cinv.reshape(-1)
-        ymax = np.full(c.size, -1, np.int64)
-        np.maximum.at(ymax, cinv, yd)
-        ymin = np.full(c.size, self.rows, np.int64)
-        np.minimum.at(ymin, cinv, yd)
+        south, north = self.hops(ys, yd, "y")
+        S = np.zeros(c.size, np.int64)
+        np.maximum.at(S, cinv, south)
+        N = np.zeros(c.size, np.int64)
+        np.maximum.at(N, cinv, north)
         ct = inv[cfirst]
-        cys, cx = tys[ct], xd[cfirst]
-        south, north = np.maximum(ymax, cys), np.minimum(ymin, cys)
-        # pseudo-flows: pure X (same row) and pure Y (same column) routes
-        K = np.concatenate([tk, tk, tk[ct], tk[ct]])
-        YS = np.concatenate([tys, tys, cys, cys])
-        XS = np.concatenate([txs, txs, cx, cx])
-        YD = np.concatenate([tys, tys, south, north])
-        XD = np.concatenate([east, west, cx, cx])
-        B = np.concatenate([tb, tb, tb[ct], tb[ct]])
-        yield from self.routes(K, YS, XS, YD, XD, B)
+        yield from self._legs(tk, tys, txs, E, W, tb, tk[ct], xd[cfirst], tys[ct], S, N, tb[ct])
+
+    def controller_links(self) -> dict[str, np.ndarray]:
+        """Per direction, which links (global ids, as :meth:`routes` numbers them) leave the
+        node of a controller inside the grid: its ports into the mesh."""
+        if self._ctrl_links is None:
+            nc, cols, rows = self.num_chips, self.cols, self.rows
+            out = {d: np.zeros(nc * self.n_h, bool) for d in ("east", "west")}
+            out.update({d: np.zeros(nc * self.n_v, bool) for d in ("south", "north")})
+            if self.interior:
+                k = self.node_chip[self.num_cores:self.num_cores + self.num_controllers]
+                y, x = self.ctrl_y, self.ctrl_x
+                for name, ok, link in (
+                        ("east", x < self.lh, k * self.n_h + y * self.lh + x),
+                        ("west", (x >= 1) | self.wrap_x, k * self.n_h + y * self.lh + (x - 1) % cols),
+                        ("south", y < self.lv, k * self.n_v + x * self.lv + y),
+                        ("north", (y >= 1) | self.wrap_y, k * self.n_v + x * self.lv + (y - 1) % rows)):
+                    out[name][link[ok]] = True
+            self._ctrl_links = out
+        return self._ctrl_links
 
     def _phase(self, src: np.ndarray, dst: np.ndarray, b: np.ndarray, w: float,
                group: np.ndarray | None) -> PhaseCost:
         n, cpc, cols = self.num_cores, self.cores_per_chip, self.cols
+        H, C, P = self.num_controllers, self.num_chips, self.num_ports
         k = self.node_chip[dst]
         yd, xd = self.core_y[dst], self.core_x[dst]
         io = src >= n
+        hbm = io & (src < n + H)  # from an HBM controller
+        ctrl = hbm if self.interior else np.zeros(src.size, bool)  # ... from inside the grid
+        edge = io & ~ctrl  # through an edge port
         ys = np.where(io, 0, self.core_y[np.minimum(src, n - 1)])
         xs = np.where(io, 0, self.core_x[np.minimum(src, n - 1)])
         cross = self.node_chip[src] != k
-        port = np.full(src.size, -1, np.int64)  # global port id of an I/O flow
-        if io.any():
-            j = src[io] - n
-            p = self.entry_port[j, dst[io] % cpc]
+        port = np.full(src.size, -1, np.int64)  # global port id of an edge I/O flow
+        if edge.any():
+            j = src[edge] - n
+            p = self.entry_port[j, dst[edge] % cpc]
             ent = self.port_router[p]
-            ys[io], xs[io] = ent // cols, ent % cols
-            port[io] = (j * self.num_chips + k[io]) * self.num_ports + p
+            ys[edge], xs[edge] = ent // cols, ent % cols
+            port[edge] = (j * C + k[edge]) * P + p
+        if ctrl.any():
+            h = src[ctrl] - n
+            ys[ctrl], xs[ctrl] = self.ctrl_y[h], self.ctrl_x[h]
         if group is None:
             tree = np.arange(src.size)  # unicast: every flow its own route
             scale = np.ones(src.size)
         else:
             # one tree per (data, destination chip, root): the data crosses the chip fabric
-            # once per destination chip and enters the mesh once per edge port it uses
-            root = np.where(io, n + port, src)
-            span = n + (self.num_controllers + self.num_chips) * self.num_chips * self.num_ports
+            # once per destination chip and enters the mesh once per edge port it uses (from
+            # its own node for a controller inside the grid)
+            ports_span = n + (H + C) * C * P
+            root = np.where(edge, n + port, np.where(ctrl, ports_span + src - n, src))
+            span = ports_span + H
             g = np.unique(group, return_inverse=True)[1].reshape(-1)
-            key = (g * self.num_chips + k) * span + root
+            key = (g * C + k) * span + root
             _, tree = np.unique(key, return_inverse=True)
             tree = tree.reshape(-1)
             scale = np.ones(src.size)
@@ -671,33 +769,62 @@ class MeshTopology(Topology):
                 scale = np.maximum(1.0, w / size[tree]) / w
         once = np.zeros(src.size, bool)
         once[np.unique(tree, return_index=True)[1]] = True
-        inj_load = 0.0
-        if io.any():
-            sel = io & once
-            inj = np.bincount(port[sel], weights=(b * scale)[sel]) * w
-            inj_load = float(inj.max()) * self.hw.link_bandwidth / self.io_bandwidth
         bw = self.hw.link_bandwidth
-        link_max = inj_load
+        # the loads of every resource, in bytes at link bandwidth, with the cut each one is
+        cuts: list[tuple[str, float]] = []
+        if edge.any():
+            sel = edge & once
+            inj = np.bincount(port[sel], weights=(b * scale)[sel]) * w
+            cuts.append(("edge ports", float(inj.max()) * bw / self.io_bandwidth))
+        cap = self.hw.hbm_injection_bandwidth
+        if cap > 0 and hbm.any():
+            sel = hbm & once
+            inj = np.bincount(src[sel] - n, weights=(b * scale)[sel]) * w
+            cuts.append(("injection", float(inj.max()) * bw / cap))
         legs = (self.routes(k, ys, xs, yd, xd, b) if group is None
                 else self.tree_routes(k, ys, xs, yd, xd, b * scale, tree))
-        for _, start, end, weight, size in legs:
-            link_max = max(link_max, _range_max(size, start, end, weight) * w)
+        ctrl_links = self.controller_links() if self.interior else None
+        for name, start, end, weight, size in legs:
+            load = _range_loads(size, start, end, weight)
+            if load is None:
+                continue
+            i = int(np.argmax(load))
+            on_ctrl = ctrl_links is not None and bool(ctrl_links[name][i])
+            cuts.append(("controller ports" if on_ctrl else "links", float(load[i]) * w))
+        link_max = max((v for _, v in cuts), default=0.0)
         inter_bytes, inter_s = self._inter(b * scale, cross & once, w)
-        hops = np.abs(xd - xs) + np.abs(yd - ys) + io + cross
+        hops = (*self.hops(xs, xd, "x"), *self.hops(ys, yd, "y"))
+        hops = hops[0] + hops[1] + hops[2] + hops[3] + edge + cross
         latency = chunk_latency_seconds(b, self.hw, hops, cross)
-        uncontended = float((self._flow_alone(b, cross) + latency).max())
+        alone = self._flow_alone(b, cross)
+        if cap > 0 and hbm.any():
+            alone[hbm] = np.maximum(alone[hbm], b[hbm] / cap)
+        uncontended = float((alone + latency).max())
         intra_s = link_max / bw
+        bound = _bound_by(cuts, intra_s, inter_s)
         return PhaseCost(max(intra_s, inter_s) + float(latency.max()), uncontended,
-                         float(b.sum()) * w, inter_bytes, intra_s, inter_s, int(hops.max()))
+                         float(b.sum()) * w, inter_bytes, intra_s, inter_s, int(hops.max()), bound)
 
 
-def _range_max(size: int, start: np.ndarray, end: np.ndarray, weight: np.ndarray) -> float:
-    """Max over ids of the sum of ``weight[i]`` over ranges ``[start[i], end[i])`` covering it."""
+def _bound_by(cuts: list[tuple[str, float]], intra_s: float, inter_s: float) -> str:
+    """The cut that bounds a phase: the inter-chip fabric when it is the slowest resource,
+    else the first on-chip resource with the largest load ("" when nothing moved)."""
+    if inter_s > intra_s:
+        return "inter-chip"
+    if intra_s <= 0 or not cuts:
+        return ""
+    top = max(v for _, v in cuts)
+    return next(name for name, v in cuts if v == top)
+
+
+def _range_loads(size: int, start: np.ndarray, end: np.ndarray, weight: np.ndarray) -> np.ndarray | None:
+    """Per id in ``[0, size)``, the sum of ``weight[i]`` over ranges ``[start[i], end[i])``
+    covering it (``None`` when there are no ranges)."""
     if start.size == 0 or size == 0:
-        return 0.0
+        return None
     diff = np.bincount(start, weights=weight, minlength=size + 1)
     diff -= np.bincount(end, weights=weight, minlength=size + 1)
-    return float(np.cumsum(diff[:size]).max())
+    return np.cumsum(diff[:size])
 
 
 def link_loads(topo: MeshTopology, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> dict[str, np.ndarray]:
@@ -709,9 +836,8 @@ def link_loads(topo: MeshTopology, src: np.ndarray, dst: np.ndarray, nbytes: np.
     out = {}
     for name, start, end, weight, size in topo.routes(
             k, topo.core_y[src], topo.core_x[src], topo.core_y[dst], topo.core_x[dst], b):
-        diff = np.bincount(start, weights=weight, minlength=size + 1)
-        diff -= np.bincount(end, weights=weight, minlength=size + 1)
-        out[name] = np.cumsum(diff[:size])
+        load = _range_loads(size, start, end, weight)
+        out[name] = np.zeros(size) if load is None else load
     return out
 
 

@@ -103,6 +103,17 @@ class Load:
     def duration_s(self) -> float:
         return max(self.source_s, self.network.time_s)
 
+    @property
+    def bound_by(self) -> str:
+        """The cut that bounds this load: its source (``"hbm"``: the controllers' read
+        bandwidth; ``"host"``: the host link) when that is the slower side, else the network's
+        (:attr:`~runtime_sim.machine.topology.PhaseCost.bound_by`: edge ports, controller
+        ports, injection, links, ports, inter-chip)."""
+        source = "hbm" if self.kind == "hbm" else "host"
+        if self.source_s >= self.network.time_s:
+            return source
+        return self.network.bound_by or source
+
 
 @dataclass
 class Work:
