@@ -639,6 +639,22 @@ def test_no_plan_error_names_the_operator_tensors_chip_and_budget():
                    "shift buffer is reserved")
 
 
+def test_no_plan_error_within_a_caller_budget_says_what_is_outside_it():
+    """A budget below the usable SRAM (a caller's ``budget_bytes`` or a region's live
+    tensors) is explained as bytes outside the operator's budget, true of both."""
+    from runtime_sim.contract.errors import PlanNotFoundError
+    from runtime_sim.contract.hardware import small_chip as chip
+    from tvm_icca.plans import plan_operator
+
+    hw = chip(16, 64 * 1024)
+    expr = builders.matmul(256, 256, 256)
+    budget = 20 * 1024  # each tensor fits the chip, no plan fits all three
+    with pytest.raises(PlanNotFoundError) as info:
+        plan_operator(expr, hw, budget_bytes=budget)
+    _in_user_words(info.value, f"budget is {budget} bytes per core",
+                   f"{hw.usable_sram_bytes - budget} more bytes are outside this operator's budget")
+
+
 def test_device_sram_overflow_names_the_operator_kind_its_tensors_and_the_chip():
     import dataclasses
 

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from runtime_sim.contract.errors import InvalidPlanError
+from runtime_sim.contract.errors import IccaError, InvalidPlanError
 from runtime_sim.contract.expr import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
 from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.contract.layout import OpLayout
@@ -35,7 +35,7 @@ from tvm_icca.plans.partitions import (
     temporal_assignments,
 )
 from tvm_icca.plans.search import candidate_partitions
-from tvm_icca.plans.search_memo import plan_structure
+from tvm_icca.plans.search_memo import SearchMemo, plan_structure
 from tvm_icca.plans.space_size import count_complete_space
 
 ax = AffineIndex.of_axis
@@ -157,6 +157,18 @@ def test_complete_count_matches_listing(exprs, build, cores) -> None:
         orders += sum(math.factorial(int(k)) for k in (batch.S > 1).sum(axis=1))
     counted = count_complete_space(structure, cores)
     assert (counted.complete_plans, counted.complete) == (plans, orders)
+
+
+def test_complete_count_takes_the_tensor_expression(exprs) -> None:
+    """The public entry point counts an operator's expression as it counts its structure,
+    and refuses anything else with an IccaError."""
+    expr = exprs.matmul(24, 16, 12)
+    assert count_complete_space(expr, 64) == count_complete_space(plan_structure(expr), 64)
+    assert count_complete_space(expr, 64, SearchMemo()) == count_complete_space(expr, 64)
+    with pytest.raises(IccaError, match="TensorExpr or a PlanStructure"):
+        count_complete_space("matmul", 64)
+    with pytest.raises(IccaError, match="positive number of cores"):
+        count_complete_space(expr, 0)
 
 
 def test_complete_space_of_a_large_operator_is_counted_not_listed(exprs) -> None:

@@ -65,7 +65,40 @@ class ShiftEvent:
 
 
 class OpLayout:
-    """The placement and step schedule of one operator under one execution plan."""
+    """The placement and step schedule of one operator under one execution plan.
+
+    Parameters
+    ----------
+    expr : TensorExpr
+        The operator's tensor expression.
+    plan : ExecutionPlan
+        Its compute-shift plan.
+    cores_per_chip : int, optional
+        Cores per chip, needed to place a plan spread over several chips.
+
+    Attributes
+    ----------
+    F : dict of str to int
+        F_op per axis: sub-operators along it.
+    S : dict of str to int
+        Temporal steps along each axis (the largest f_t of any tensor on it).
+    xp : dict of str to int
+        The padded length of each sub-operator along each axis.
+    rp : dict of str to int
+        The rotating pace: the sub-task length along each axis in one step (``xp / S``).
+    loop_axes : tuple of str
+        The axes that take steps, outermost loop first.
+    steps : int
+        Compute-shift steps: the product of ``S`` over the loop axes.
+    num_cores : int
+        Cores the plan uses: the product of F_op.
+
+    Raises
+    ------
+    InvalidPlanError
+        The plan names unknown axes, has an F_op out of range, or a loop or core order that
+        does not match the axes (:meth:`validate` checks the rest of T10's rules).
+    """
 
     def __init__(self, expr: TensorExpr, plan: ExecutionPlan, cores_per_chip: int | None = None):
         self.expr = expr
@@ -198,6 +231,7 @@ class OpLayout:
         return int(np.prod([self.plan.ft(t, a) for a in self.axes], dtype=np.int64))
 
     def replicas(self, t: int) -> int:
+        """Rotation rings of tensor ``t``: copies of each sub-tensor (``P_T / R_T``)."""
         return self.sharing(t) // self.ring_size(t)
 
     @cached_property
@@ -270,6 +304,7 @@ class OpLayout:
         return sum(abs(c) * (self.xp[a] - 1) for a, c in idx.terms) + 1
 
     def partition_bytes(self, t: int) -> int:
+        """Bytes of one partition of tensor ``t`` (what a core stores of it)."""
         access = self.expr.tensors[t]
         return int(np.prod(self.partition_shape(t), dtype=np.int64)) * dtype_bytes(access.dtype)
 

@@ -19,7 +19,25 @@ from runtime_sim.contract.json_fields import read_int, read_list, read_map, read
 
 @dataclass(frozen=True)
 class RotatingTensor:
-    """T10's rTensor (§4.1, Fig. 5): per tensor dimension, f_s, f_t and rp."""
+    """T10's rTensor (§4.1, Fig. 5, Table 1): how one tensor of an operator is partitioned,
+    placed and rotated under a plan, per tensor dimension.
+
+    Attributes
+    ----------
+    name : str
+        The tensor's name.
+    shape : tuple of int
+        Its full shape.
+    dtype : str
+        Its element type.
+    spatial_partition_factor : tuple of int
+        f_s: sub-tensors along each dimension (derived from the operator partition F_op).
+    temporal_partition_factor : tuple of int
+        f_t: partitions each sub-tensor is split into along each dimension; the cores that
+        share a sub-tensor pass them around rings of ``prod(f_t)`` cores (1: no rotation).
+    rotating_pace : tuple of int
+        rp: elements shifted per step along each dimension (0 where it does not rotate).
+    """
 
     name: str
     shape: tuple[int, ...]

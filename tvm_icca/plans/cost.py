@@ -22,7 +22,21 @@ from tvm_icca.plans.structure import PlanStructure, build_structure
 
 @dataclass(frozen=True)
 class PlanCost:
-    """Estimated time of one operator under one plan, by component, in seconds."""
+    """Estimated time of one operator under one plan, by component, in seconds.
+
+    Attributes
+    ----------
+    compute_s : float
+        The sub-tasks on the compute array, every step.
+    sync_s : float
+        The synchronization that ends each bulk-synchronous step.
+    shift_s : float
+        The rotations between steps (T10 §4.2).
+    reduction_s : float
+        Summing the output replicas of a split reduction axis after the last step.
+    epilogue_s : float
+        Fused elementwise epilogues (bias, activation).
+    """
 
     compute_s: float
     sync_s: float
@@ -32,6 +46,7 @@ class PlanCost:
 
     @property
     def time_s(self) -> float:
+        """The total: the sum of the components."""
         return self.compute_s + self.sync_s + self.shift_s + self.reduction_s + self.epilogue_s
 
 

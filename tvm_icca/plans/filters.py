@@ -22,7 +22,18 @@ class PlanFilters:
 
     :meth:`t10` gives the thresholds of the public Elk artifact (core utilization 0.9, padding
     0.9, i.e. at least 90% of the padded space is real; the constants of the public Elk MICRO'25
-    artifact's planner).
+    artifact's planner); :meth:`none` keeps the complete space.
+
+    Parameters
+    ----------
+    min_core_utilization : float
+        Least fraction of the most cores the operator can use that a plan must use.
+    min_cores : int
+        Least number of cores a plan must use.
+    max_padding_ratio : float
+        Largest padded-to-original iteration space ratio (``inf``: any padding).
+    fit_sram : bool
+        Whether plan-space counts (:func:`space_sizes`) drop plans over a core's usable SRAM.
     """
 
     min_core_utilization: float = 0.0

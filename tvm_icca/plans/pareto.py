@@ -151,7 +151,20 @@ def _objective(scored: ScoredPlans, tensors: Sequence[int] | None) -> np.ndarray
 
 @dataclass(frozen=True)
 class ParetoPlan:
-    """One Pareto-optimal plan of an operator."""
+    """One Pareto-optimal plan of an operator (T10 §4.3.1): no other plan is at least as fast
+    with at most as many bytes per core.
+
+    Attributes
+    ----------
+    plan : ExecutionPlan
+        The compute-shift plan (``OpLayout(expr, plan)`` gives its steps and partitions).
+    time_s : float
+        Its estimated execution time in seconds (the cost model's).
+    memory_bytes : int
+        Bytes of tensor partitions each core holds (the shift buffer not included).
+    cores : int
+        Cores it uses (the product of F_op).
+    """
 
     plan: ExecutionPlan
     time_s: float
@@ -163,15 +176,47 @@ def pareto_plans(expr: TensorExpr, hw: HardwareSpec, cost_model: BatchCostModel 
                  filters: PlanFilters | None = PlanFilters.t10(), budget_bytes: int | None = None,
                  relax: bool = True, tensors: Sequence[int] | None = None,
                  tolerance: float = 0.0, cache: SearchMemo | None = None) -> list[ParetoPlan]:
-    """Time/memory Pareto plans of ``expr`` on ``hw`` that fit the budget, fewest bytes first.
+    """The time/memory Pareto frontier of one operator's plans within a budget (T10 §4.3.1).
 
-    ``filters`` defaults to T10's search constraints with the Elk artifact's thresholds; when
-    no plan passes them within the budget and ``relax`` is set, the constraints are dropped
-    one at a time (:func:`relaxations`): first the parallelism one (an operator too small to
-    use 90% of the chip without padding), then the padding one (the complete space). With
-    ``tensors`` (indices into ``expr.tensors``) the memory axis is those tensors' partition
-    bytes (see :func:`pareto_scored`); ``memory_bytes`` is always the full footprint.
-    ``tolerance``: see :func:`pareto_scored` (0: the exact frontier).
+    A plan is on the frontier when no other plan is at least as fast with at most as many
+    bytes per core (one plan per distinct point). T10 computes these per operator, then picks
+    one per operator for the whole model (§4.3.2); the fastest frontier plan that fits a
+    budget is what :func:`plan_operator` returns for that budget when the frontier is that of
+    the complete space (``filters=PlanFilters.none()``).
+
+    Parameters
+    ----------
+    expr : TensorExpr
+        The operator's tensor expression.
+    hw : HardwareSpec
+        The chip.
+    cost_model : BatchCostModel, optional
+        The vectorized cost model; ``None`` is the analytic one (:class:`AnalyticBatchModel`).
+    filters : PlanFilters or None
+        The space searched. The default is T10's search constraints with the Elk artifact's
+        thresholds (``PlanFilters.t10()``, Fig. 17's "filtered" space); ``PlanFilters.none()``
+        or ``None``: the complete space.
+    budget_bytes : int, optional
+        Bytes per core a plan may hold; ``None`` is ``hw.usable_sram_bytes``. A budget above
+        the SRAM shows the frontier beyond what fits.
+    relax : bool
+        When no plan passes ``filters`` within the budget, drop the constraints one at a time
+        (:func:`relaxations`: the parallelism one, then the padding one).
+    tensors : sequence of int, optional
+        Indices into ``expr.tensors``: trade time for those tensors' partition bytes only
+        (e.g. the weights an operator keeps on chip while idle, T10 §4.3.2); every plan still
+        fits the budget in full and ``memory_bytes`` stays the full footprint.
+    tolerance : float
+        0 for the exact frontier; above 0, candidates that could beat the frontier by less
+        than that fraction of its time are skipped (an epsilon-Pareto set, faster).
+    cache : SearchMemo, optional
+        A memo shared with other searches of the same operator.
+
+    Returns
+    -------
+    list of ParetoPlan
+        The frontier, fewest bytes first (so times fall along the list); empty when nothing
+        fits the budget.
     """
     return _as_plans(_fronts(expr, hw, cost_model, filters, budget_bytes, relax, [tensors],
                              tolerance, cache)[0])

@@ -9,12 +9,24 @@ from runtime_sim.contract.plan import RotatingTensor
 
 
 def rotating_tensors(layout: OpLayout) -> list[RotatingTensor]:
-    """f_s, f_t and rp per dimension of every tensor of the operator.
+    """The rTensors of one planned operator: f_s, f_t and rp per dimension of each tensor
+    (T10 §4.1, Fig. 5, Table 1).
 
     ``f_s`` of a dimension is the number of distinct sub-tensor windows along it (the
     product of F_op over the axes that index it; compound dimensions overlap by a halo).
-    ``rp`` follows Fig. 6: the elements shifted per step along a rotating dimension, 0 where
-    the tensor does not rotate.
+    ``f_t`` splits each sub-tensor further into partitions that rotate among the cores
+    sharing it. ``rp`` follows Fig. 6: the elements shifted per step along a rotating
+    dimension, 0 where the tensor does not rotate.
+
+    Parameters
+    ----------
+    layout : OpLayout
+        The operator under its plan (``OpLayout(expr, plan)``, or ``PlannedOp.layout``).
+
+    Returns
+    -------
+    list of RotatingTensor
+        One per tensor of the expression: inputs in order, then the output.
     """
     result = []
     for t, access in enumerate(layout.expr.tensors):

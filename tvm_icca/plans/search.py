@@ -60,7 +60,23 @@ BOUND_SLACK = 1e-6
 
 @dataclass(frozen=True)
 class PlannedOp:
-    """The plan chosen for an operator, its layout and its estimated cost."""
+    """The plan :func:`plan_operator` chose for an operator, its layout and its estimated cost.
+
+    Attributes
+    ----------
+    expr : TensorExpr
+        The operator's tensor expression.
+    plan : ExecutionPlan
+        The chosen compute-shift plan: F_op, the tensors' temporal factors f_t, the loop order
+        (T10 §4.2).
+    layout : OpLayout
+        What the plan means on the cores: partitions, rotation rings, steps.
+    cost : PlanCost
+        The cost model's estimate, by component (compute, shifts, synchronization, ...).
+    memory_bytes_per_core : int
+        Bytes of tensor partitions each core holds while the operator runs (the shift buffer
+        not included).
+    """
 
     expr: TensorExpr
     plan: ExecutionPlan
@@ -70,6 +86,7 @@ class PlannedOp:
 
     @property
     def time_s(self) -> float:
+        """The estimated execution time in seconds (``cost.time_s``)."""
         return self.cost.time_s
 
 
@@ -196,21 +213,55 @@ def plan_operator(
     hbm_inputs: Sequence[int] = (),
     producers: Sequence[Producer] = (),
 ) -> PlannedOp:
-    """Fastest plan of ``expr`` whose per-core footprint fits ``budget_bytes``.
+    """The fastest plan of one operator whose per-core footprint fits a budget (T10 §4.3.1).
 
-    ``budget_bytes`` defaults to the SRAM per core left after the shift buffer. With the
-    default analytic cost model (or any :class:`BatchCostModel`) the result is the exact
-    optimum over every valid plan on up to ``hw.num_cores`` cores. Any other
-    :class:`CostModel` callable re-ranks the analytic model's time/memory Pareto plans
-    within the budget and its fastest fitting plans (it cannot be bounded, so the complete
-    space is not exhaustively scored with it). Raises :class:`PlanNotFoundError` naming the
-    operator, the smallest footprint and the budget when nothing fits. ``cache`` (owned by
-    the caller, e.g. the compiler's plan cache) memoizes structures, assignments and, for the
-    default model, the result. On a multi-chip system the plan's mapping to physical cores
-    (``core_order`` and ``chips``) is then chosen by :func:`.mapping.choose_core_order`, which
-    keeps the replicas of the ``hbm_inputs`` (indices in ``expr.inputs``) on one chip where
-    that is cheaper and places the plan near the data its ``producers`` (``(input index,
-    layout)`` of inputs produced earlier in the region) leave on chip.
+    This is the exact minimum-time plan under a memory budget: with the default analytic
+    cost model (or any :class:`BatchCostModel`) the branch-and-bound search returns what
+    scoring every valid plan of the complete space on up to ``hw.num_cores`` cores would
+    return (T10's search constraints, :class:`PlanFilters`, are not applied). Among equally
+    fast plans it takes the one with the least memory, then the fewest cores. It is the
+    fastest point of the operator's time/memory Pareto frontier (:func:`pareto_plans` with
+    ``filters=PlanFilters.none()``) that fits the budget.
+
+    Any other :class:`CostModel` callable re-ranks the analytic model's time/memory Pareto
+    plans within the budget and its fastest fitting plans (such a model cannot be bounded,
+    so the complete space is not scored with it). On a multi-chip system the plan's mapping
+    to physical cores (``core_order`` and ``chips``) is then chosen near the operator's HBM
+    inputs and producers (:func:`.mapping.choose_core_order`).
+
+    Parameters
+    ----------
+    expr : TensorExpr
+        The operator's tensor expression (``op.expr`` of a device program's operator,
+        :func:`tvm_icca.device_programs`).
+    hw : HardwareSpec
+        The chip: its cores, SRAM, compute and links.
+    cost_model : CostModel, optional
+        The cost model; ``None`` is the analytic model (:class:`AnalyticCostModel`).
+    budget_bytes : int, optional
+        Bytes of tensor partitions a core may hold; ``None`` is ``hw.usable_sram_bytes``,
+        the SRAM per core left after the shift buffer.
+    name : str, optional
+        The operator's name in error messages (default: its kind).
+    cache : SearchMemo, optional
+        A memo owned by the caller (e.g. the compiler's plan cache): it memoizes structures,
+        temporal-factor assignments and, for the default model, the result.
+    hbm_inputs : sequence of int
+        Indices into ``expr.inputs`` of inputs read from HBM (multi-chip placement only).
+    producers : sequence of (int, OpLayout)
+        ``(input index, layout)`` of inputs produced earlier in the region, whose data the
+        placement stays near (multi-chip placement only).
+
+    Returns
+    -------
+    PlannedOp
+        The plan, its layout, its estimated cost and its bytes per core.
+
+    Raises
+    ------
+    PlanNotFoundError
+        No plan fits the budget: the message names the operator, the smallest footprint any
+        plan needs and the budget.
     """
     budget = hw.usable_sram_bytes if budget_bytes is None else int(budget_bytes)
     label = name or expr.kind
@@ -368,7 +419,10 @@ def _budget_note(hw: HardwareSpec, budget: int) -> str:
     if budget >= hw.sram_bytes_per_core:
         return ""
     held = hw.usable_sram_bytes - budget
-    kept = f" and {held} bytes of tensors its region keeps live" if held > 0 else ""
+    # a budget below the usable SRAM comes from the compiler (tensors its region keeps
+    # live) or from the caller (budget_bytes): say what is true of both
+    kept = (f" and {held} more bytes are outside this operator's budget (other tensors, such "
+            "as those its region keeps live)") if held > 0 else ""
     return (f" (of {hw.sram_bytes_per_core} bytes of SRAM: the {hw.shift_buffer_bytes}-byte "
             f"shift buffer is reserved{kept})")
 

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from runtime_sim.contract.errors import IccaError
+from runtime_sim.contract.expr import TensorExpr
 from tvm_icca.plans.intmath import INT, factor_tuples, factorize, unique_rows
 from tvm_icca.plans.partitions import iter_plan_chunks, op_partitions, sharing_counts
-from tvm_icca.plans.structure import PlanStructure
+from tvm_icca.plans.structure import PlanStructure, build_structure
 
 if TYPE_CHECKING:
     from tvm_icca.plans.search_memo import SearchMemo
@@ -24,10 +26,20 @@ if TYPE_CHECKING:
 class SpaceSizes:
     """Plan-space sizes of one operator (T10 Fig. 17).
 
-    ``complete`` counts every valid (F_op, f_t, loop order) on up to ``max_cores`` cores;
-    ``complete_plans`` the same without loop orders. ``filtered`` is the number of (F_op,
-    f_t) plans that pass the search constraints (and fit SRAM if asked), ``pareto`` the
-    number of time/memory Pareto-optimal plans among them.
+    Attributes
+    ----------
+    complete : int
+        Valid plans counted with their loop orders: every (F_op, f_t, loop order) on up to
+        ``max_cores`` cores (T10 Fig. 17's "complete space").
+    complete_plans : int
+        The same without loop orders: distinct (F_op, f_t) pairs.
+    op_partitions : int
+        Operator partitions F_op using at most ``max_cores`` cores.
+    filtered : int or None
+        (F_op, f_t) plans that pass T10's search constraints (and fit SRAM if asked), when
+        counted (:func:`space_sizes`).
+    pareto : int or None
+        Time/memory Pareto-optimal plans among the filtered ones, when counted.
     """
 
     complete: int
@@ -114,9 +126,42 @@ def _weighted_count(structure: PlanStructure, key: Sequence[int]) -> tuple[int, 
     return plans, with_orders
 
 
-def count_complete_space(structure: PlanStructure, max_cores: int,
+def count_complete_space(structure: PlanStructure | TensorExpr, max_cores: int,
                          cache: "SearchMemo | None" = None) -> SpaceSizes:
-    """Count the complete plan space on up to ``max_cores`` cores without listing it."""
+    """Count the complete plan space of one operator without listing it (T10 Fig. 17).
+
+    The complete space holds every valid compute-shift plan (T10 §4.2): each operator
+    partition F_op on at most ``max_cores`` cores, each assignment of temporal factors f_t
+    to its tensors that T10's rules allow, and each order of the loops that take steps.
+
+    Parameters
+    ----------
+    structure : PlanStructure or TensorExpr
+        The operator: its tensor expression (e.g. ``op.expr`` of a device program's
+        operator) or the :class:`PlanStructure` built from it.
+    max_cores : int
+        The most cores a plan may use (``hw.num_cores``).
+    cache : SearchMemo, optional
+        A memo shared with other searches of the same operator.
+
+    Returns
+    -------
+    SpaceSizes
+        ``complete``, ``complete_plans`` and ``op_partitions`` (``filtered`` and ``pareto``
+        are left ``None``; :func:`space_sizes` counts those too).
+
+    Raises
+    ------
+    IccaError
+        ``structure`` is neither, or ``max_cores`` is not a positive integer.
+    """
+    if isinstance(max_cores, bool) or not isinstance(max_cores, (int, np.integer)) or max_cores < 1:
+        raise IccaError(f"max_cores must be a positive number of cores, got {max_cores!r}")
+    if isinstance(structure, TensorExpr):
+        structure = build_structure(structure) if cache is None else cache.structure(structure)
+    elif not isinstance(structure, PlanStructure):
+        raise IccaError("count_complete_space needs a TensorExpr or a PlanStructure, got "
+                        f"{type(structure).__name__}")
     F = op_partitions(structure, max_cores)
     if structure.exact.any() or structure.ring_risks:
         # These rules depend on F_op itself: count by listing (such operators are small).
