@@ -80,3 +80,13 @@ def test_every_definition_is_complete() -> None:
     assert metric("host_in_bytes").unit == "bytes"
     with pytest.raises(KeyError):
         metric("host_bytes")  # retired: it had two meanings
+
+
+def test_dse_row_names_are_defined_once() -> None:
+    from runtime_sim.contract.metrics import DSE_METRICS
+
+    for name, m in DSE_METRICS.items():
+        assert m.unit and m.meaning and m.source == "dse", name
+    assert not set(DSE_METRICS) & (set(METRICS) | set(OP_METRICS))
+    assert metric("status") is DSE_METRICS["status"]
+    assert {"hbm_floor_s", "compute_floor_s", "interconnect_floor_s", "link_bytes"} <= set(METRICS)

@@ -1,7 +1,8 @@
 """The ``metric-glossary`` directive: the tables of :mod:`runtime_sim.contract.metrics`.
 
 ``.. metric-glossary:: run`` lists ``METRICS`` (run-level), ``.. metric-glossary:: op`` lists
-``OP_METRICS`` (per-operator rows): name, unit, meaning and who reports it, read from the one
+``OP_METRICS`` (per-operator rows), ``.. metric-glossary:: dse`` lists ``DSE_METRICS`` (the
+rows of a design-space exploration's results file): name, unit, meaning and who reports it, read from the one
 definition the code and its tests use.
 """
 
@@ -14,14 +15,15 @@ from rst_table import parse_table
 
 
 class MetricGlossary(SphinxDirective):
-    """``.. metric-glossary:: run|op``."""
+    """``.. metric-glossary:: run|op|dse``."""
 
     required_arguments = 1
 
     def run(self):
-        from runtime_sim.contract.metrics import METRICS, OP_METRICS
+        from runtime_sim.contract.metrics import DSE_METRICS, METRICS, OP_METRICS
 
-        tables = {"run": ("Run-level metrics", METRICS), "op": ("Per-operator metrics", OP_METRICS)}
+        tables = {"run": ("Run-level metrics", METRICS), "op": ("Per-operator metrics", OP_METRICS),
+                  "dse": ("Design-space exploration rows", DSE_METRICS)}
         which = self.arguments[0]
         if which not in tables:
             raise self.error(f"metric-glossary takes one of {', '.join(tables)}, not {which!r}")

@@ -142,10 +142,17 @@ def _plot_axis(rows: Sequence[dict[str, Any]], axis: str, others: Sequence[str],
     nrows = math.ceil(len(panels) / ncols)
     fig = Figure(figsize=(5.0 * ncols, 3.8 * nrows), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False)
+    legend = False
     for index, (canon, fixed) in enumerate(panels):
         ax = axes[index // ncols][index % ncols]
         here = [r for r in rows if _canon([r.get(o) for o in others]) == canon]
         at = {_canon(x): i for i, x in enumerate(xs)}
+        ax.set_title(", ".join(f"{k}={_fmt(v)}" for k, v in fixed.items()) or axis, fontsize=9)
+        if not any(r.get("status") == OK for r in here):
+            ax.text(0.5, 0.5, "no point fits or ran\n(see the table)", ha="center",
+                    va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+            continue
         for design in designs:
             ys = [math.nan] * len(xs)
             for r in here:
@@ -167,10 +174,11 @@ def _plot_axis(rows: Sequence[dict[str, Any]], axis: str, others: Sequence[str],
             ax.set_xticks(positions, [_fmt(x) for x in xs], rotation=20)
         ax.set_xlabel(axis)
         ax.set_ylabel("time per run (ms)")
-        ax.set_title(", ".join(f"{k}={_fmt(v)}" for k, v in fixed.items()) or axis, fontsize=9)
+        ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        if index == 0:
+        if not legend:  # once: the designs and the floors are the same in every panel
             ax.legend(fontsize=8)
+            legend = True
     for index in range(len(panels), nrows * ncols):
         axes[index // ncols][index % ncols].set_visible(False)
     fig.suptitle(f"time against {axis}" + (f" ({len(combos) - len(panels)} more combinations "

@@ -351,7 +351,7 @@ class _Parser:
             raise
         except IccaError as err:
             raise self.bad("hardware", str(err)) from None
-        return spec, {k: _jsonable(getattr(spec, k)) for k in fields}
+        return spec, {k: _jsonable(getattr(spec, k)) for k in fields if k != "name"}
 
     def grid(self, base: HardwareSpec, value: Any) -> dict[str, tuple[Any, ...]]:
         if value is _ABSENT:
