@@ -142,3 +142,13 @@ def test_ray_gives_the_same_rows(reference, tmp_path):
     finally:
         ray.shutdown()
     assert _comparable(read_rows(done.results)) == _comparable(rows)
+
+
+def test_script_without_main_guard_gets_one_error(tmp_path):
+    path = _spec(tmp_path)
+    script = tmp_path / "sweep.py"
+    script.write_text(f"import tvm_icca.dse\ntvm_icca.dse.run({path!r}, jobs=1, progress=False)\n")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode != 0
+    assert 'if __name__ == "__main__":' in proc.stderr.splitlines()[-1]

@@ -214,6 +214,7 @@ def _run_local(tasks: Sequence[dict[str, Any]], jobs: int,
              for _ in range(slots)]
     groups = _Groups(tasks, slots)
     running: dict[concurrent.futures.Future, int] = {}
+    rows_of = [0] * slots  # rows each slot's current worker returned
 
     def submit(slot: int) -> None:
         task = groups.next_for(slot)
@@ -230,8 +231,19 @@ def _run_local(tasks: Sequence[dict[str, Any]], jobs: int,
                 slot = running.pop(future)
                 try:
                     row = future.result()
-                except concurrent.futures.process.BrokenProcessPool:
+                    rows_of[slot] += 1
+                except concurrent.futures.process.BrokenProcessPool as err:
+                    if not rows_of[slot]:
+                        # died before its first row: usually a script without a __main__
+                        # guard (spawned workers import it again and run the sweep in turn)
+                        raise IccaError(
+                            "a DSE worker process died before finishing its first point. From a "
+                            "script, call tvm_icca.dse.run under `if __name__ == \"__main__\":` "
+                            "(workers start by importing the script); otherwise the point may "
+                            "need more memory than this machine has (try fewer --jobs). Rows "
+                            "written so far are kept; run again to resume.") from err
                     # the worker died (killed, out of memory): no row, the next run retries
+                    rows_of[slot] = 0
                     warnings.warn("a DSE worker process died; its point has no row (run the "
                                   "sweep again to retry it)", RuntimeWarning, stacklevel=2)
                     pools[slot].shutdown(wait=False, cancel_futures=True)
