@@ -235,6 +235,25 @@ def test_simulate_zoo_by_position_and_option(capsys):
         assert json.loads(out)["model"] == "resnet18"
 
 
+def test_simulate_llm_phases_and_models_lists_them(capsys):
+    code, out, err = _main(capsys, "simulate", "llama2-13b", "--tiny", "--phase", "prefill",
+                           "--seq-len", "16", "--json", "--no-progress", "--hw", "ipu-pod4-hbm")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["config"]["phase"] == "prefill" and data["config"]["seq_len"] == 16
+    assert "context" not in data["config"] and data["flops"] > 0
+    code, out, err = _main(capsys, "simulate", "llama2-13b", "--tiny", "--seq-len", "16",
+                           "--json", "--no-progress", "--hw", "ipu-pod4-hbm")
+    assert code == 0, err  # a decode step: --seq-len is its context, as before
+    assert json.loads(out)["config"]["context"] == 16
+    code, out, err = _main(capsys, "models")
+    assert code == 0 and "llama2-13b" in out
+    assert "[phases: decode, prefill, train]" in next(l for l in out.splitlines() if "llama2-13b" in l)
+    assert "phases" not in next(l for l in out.splitlines() if "dit-xl2" in l)
+    code, out, err = _main(capsys, "models", "--json", "opt-13b", "resnet18")
+    assert [r["phases"] for r in json.loads(out)] == [["decode", "prefill", "train"], []]
+
+
 def test_simulate_design_choice(capsys):
     code, out, err = _main(capsys, "simulate", "llama2-7b", "--tiny", "--context", "8",
                            "--design", "basic", "--json", "--no-progress", "--hw", "ipu-pod4-hbm")
@@ -353,6 +372,10 @@ BAD_ARGUMENTS = [
     (["models", "--ops", "--batch", "-1"], "--batch"),
     (["nonsense"], "invalid choice"),
     (["simulate", "bert-large", "--no-such-flag"], "unrecognized"),
+    (["simulate", "bert-large", "--tiny", "--phase", "prefill"], "--phase applies to the LLMs"),
+    (["simulate", "llama2-7b", "--phase", "backward"], "invalid choice"),
+    (["simulate", "MLP", "--phase", "prefill"], "--phase"),
+    (["simulate", "opt-1.3b", "--tiny", "--phase", "train", "--seq-len", "4096"], "2,048 positions"),
 ]
 
 

@@ -215,8 +215,12 @@ def add_model_arguments(parser: argparse.ArgumentParser, example: str) -> None:
                         help="zoo: batch size (default: the model's, 1 for most, 4096 points "
                         "for NeRF)")
     parser.add_argument("--context", "--seq-len", dest="context", type=positive_int, default=None,
-                        help="zoo: KV-cache context of LLM decoding (default 2048) or sequence "
-                        "length of BERT (default 128); ignored by other models")
+                        help="zoo: KV-cache context of an LLM decode step (default 2048), tokens "
+                        "per sequence of an LLM prefill or training forward (default 2048) or "
+                        "sequence length of BERT (default 128); ignored by other models")
+    parser.add_argument("--phase", default=None, choices=("decode", "prefill", "train"),
+                        help="zoo LLMs: a decode step against a KV cache (default), the prefill "
+                        "of a prompt, or the forward pass of training over whole sequences")
     parser.add_argument("--layers", type=positive_int, default=None,
                         help="zoo: keep only the first N layers")
     parser.add_argument("--dtype", default=None, choices=("float16", "float32"),

@@ -81,7 +81,8 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps(rows, indent=1))
         else:
             for row in rows:
-                print(f"{row['name']:12s} {row['description']}")
+                phases = f" [phases: {', '.join(row['phases'])}]" if row["phases"] else ""
+                print(f"{row['name']:12s} {row['description']}{phases}")
         return 0
 
     hw = resolve_hardware(args.hw)

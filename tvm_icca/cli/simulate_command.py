@@ -4,6 +4,7 @@ The model is a workload of the zoo (``tvm-icca models``) or an ONNX file. Exampl
 §6.1's setting, then a user's model)::
 
     tvm-icca simulate llama2-13b --batch 32 --context 2048 --hw ipu-pod4-hbm
+    tvm-icca simulate llama2-13b --phase prefill --seq-len 2048 --layers 1 --hw ipu-pod4-hbm
     tvm-icca simulate --model llama2-70b --batch 32 --layers 2 --json
     tvm-icca simulate resnet50 --hw ipu-mk2 --trace resnet50.json
     tvm-icca simulate model.onnx --shape input=1,3,224,224 --hw ipu-mk2
@@ -68,15 +69,31 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def workload_kwargs(name: str, batch: int | None, context: int | None, layers: int | None,
-                    dtype: str | None, tiny: bool = False) -> dict[str, Any]:
+                    dtype: str | None, tiny: bool = False, phase: str | None = None
+                    ) -> dict[str, Any]:
     """Keyword arguments of :func:`tvm_icca.workloads.get_workload` for a command line
-    (``None`` leaves the model's default)."""
+    (``None`` leaves the model's default). ``context`` is the one length of the command
+    line (``--context``/``--seq-len``): an LLM decode step's KV cache, a prefill's or
+    training forward's tokens per sequence (``phase``), BERT's sequence length.
+
+    Raises
+    ------
+    UsageError
+        ``phase`` for a model that has none (only the LLMs do).
+    """
     from tvm_icca.workloads import workload_info  # pylint: disable=import-outside-toplevel
 
+    info = workload_info(name)
     kwargs: dict[str, Any] = {"tiny": tiny}
     if batch is not None:
         kwargs["batch"] = batch
-    seq_arg = workload_info(name)["sequence_arg"]
+    seq_arg = info["sequence_arg"]
+    if phase is not None:
+        if phase not in info["phases"]:
+            raise UsageError(f"--phase applies to the LLMs of the zoo; {name} has no phase")
+        kwargs["phase"] = phase
+        if phase != "decode":
+            seq_arg = "seq_len"
     if seq_arg is not None and context is not None:
         kwargs[seq_arg] = context
     if layers is not None:
@@ -88,7 +105,7 @@ def workload_kwargs(name: str, batch: int | None, context: int | None, layers: i
 
 #: Options that only mean something for a zoo workload.
 _ZOO_ONLY = (("batch", "--batch"), ("context", "--context"), ("layers", "--layers"),
-             ("dtype", "--dtype"), ("tiny", "--tiny"))
+             ("dtype", "--dtype"), ("tiny", "--tiny"), ("phase", "--phase"))
 
 
 def is_onnx_path(model: str) -> bool:
@@ -141,7 +158,7 @@ def _load(args: argparse.Namespace, model: str) -> tuple[Any, str, str, dict[str
     except KeyError as err:
         raise UsageError(err.args[0]) from None
     workload = get_workload(name, **workload_kwargs(name, args.batch, args.context, args.layers,
-                                                    args.dtype, args.tiny))
+                                                    args.dtype, args.tiny, args.phase))
     return workload, name, workload.description, dict(workload.config)
 
 

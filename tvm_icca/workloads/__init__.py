@@ -4,25 +4,41 @@ Each family is written with :mod:`tvm.relax.frontend.nn` in its own module and e
 ``export_tvm``; every weight (and every KV cache) is a parameter of ``main`` after the
 activations, so even Llama 2 70B is a few megabytes of IR.
 
-=================  ======================================  =================================
+=================  ======================================  ==========================================
 name               model                                   size arguments
-=================  ======================================  =================================
+=================  ======================================  ==========================================
 ``bert-large``     BERT-large encoder (Devlin et al. 2019)  batch, seq_len
 ``vit-b16``        ViT-Base/16, 224x224 (Dosovitskiy 2021)  batch
 ``resnet18/50``    ResNet-18 / 50, BN folded (He 2016)      batch, image
 ``nerf``           NeRF MLP (Mildenhall et al. 2020)       batch (points)
-``opt-*``          OPT 1.3B/6.7B/13B/30B decode step        batch, context
-``llama2-*``       Llama 2 7B/13B/70B decode step          batch, context
-``gemma2-27b``     Gemma 2 27B decode step                 batch, context
+``opt-*``          OPT 1.3B/6.7B/13B/30B                   batch, context (decode); phase, seq_len
+``llama2-*``       Llama 2 7B/13B/70B                      batch, context (decode); phase, seq_len
+``gemma2-27b``     Gemma 2 27B                             batch, context (decode); phase, seq_len
 ``dit-xl2``        DiT-XL/2 denoising step                 batch
-=================  ======================================  =================================
+=================  ======================================  ==========================================
 
 Every builder also takes ``num_layers`` (keep the first N layers/blocks), ``tiny=True`` (a
 small config of the same architecture for functional tests) and ``dtype`` (float16 by
 default as on the IPU, float32 when tiny).
 
-``get_workload("llama2-13b", batch=32, context=2048)`` returns a :class:`Workload`;
-``list_workloads()`` names them all.
+The LLMs take a ``phase`` (:data:`PHASES`; see :mod:`tvm_icca.workloads._llm`):
+
+* ``"decode"`` (default): one new token per sequence against a KV cache of ``context``
+  tokens (Elk §6.1); returns the logits and each layer's new key and value.
+* ``"prefill"``: a prompt of ``seq_len`` tokens per sequence through every layer, causal
+  self-attention over the prompt (``seq_len x seq_len`` scores, masked, softmax); returns the
+  last position's logits and every layer's keys and values in the cache layout (the KV cache
+  is written as outputs, not read).
+* ``"train"``: the training forward pass of Elk §6.4 (Fig. 24) over ``batch x seq_len``
+  tokens: the prefill computation, returning every position's logits and no keys or values.
+
+``context`` always means the KV-cache length of a decode step and ``seq_len`` the tokens of
+a sequence (a prompt, a training sample; BERT's input); for a decode step ``seq_len`` is
+still accepted as another name for ``context``.
+
+``get_workload("llama2-13b", batch=32, context=2048)`` is a decode step,
+``get_workload("llama2-13b", phase="prefill", seq_len=2048)`` a prefill; both return a
+:class:`Workload`. ``list_workloads()`` names them all.
 
 Operator counts and Elk's Table 2
 ---------------------------------
@@ -85,7 +101,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from runtime_sim.contract.errors import UnknownWorkloadError
+from runtime_sim.contract.errors import InvalidWorkloadError, UnknownWorkloadError
 from tvm_icca.workloads._common import (
     TENSOR_KINDS,
     TensorSpec,
@@ -93,6 +109,7 @@ from tvm_icca.workloads._common import (
     export_workload,
     relax_op_counts,
 )
+from tvm_icca.workloads._llm import PHASES
 from tvm_icca.workloads.bert import bert
 from tvm_icca.workloads.dit import dit
 from tvm_icca.workloads.gemma import gemma2
@@ -104,6 +121,7 @@ from tvm_icca.workloads.vit import vit
 
 __all__ = [
     "ELK_TABLE2_OPS",
+    "PHASES",
     "TENSOR_KINDS",
     "TensorSpec",
     "Workload",
@@ -138,14 +156,14 @@ _DESCRIPTIONS = {
     "resnet18": "ResNet-18, batch norm folded into convolutions (He et al. 2016)",
     "resnet50": "ResNet-50, batch norm folded into convolutions (He et al. 2016)",
     "nerf": "NeRF MLP: 8 x 256 ReLU layers with a skip, view-dependent RGB (Mildenhall et al. 2020)",
-    "opt-1.3b": "OPT-1.3B decode step: 24 layers, hidden 2048, 32 heads (Zhang et al. 2022)",
-    "opt-6.7b": "OPT-6.7B decode step: 32 layers, hidden 4096, 32 heads (Zhang et al. 2022)",
-    "opt-13b": "OPT-13B decode step: 40 layers, hidden 5120, 40 heads (Zhang et al. 2022)",
-    "opt-30b": "OPT-30B decode step: 48 layers, hidden 7168, 56 heads (Zhang et al. 2022)",
-    "llama2-7b": "Llama 2 7B decode step: 32 layers, hidden 4096, 32 heads (Touvron et al. 2023)",
-    "llama2-13b": "Llama 2 13B decode step: 40 layers, hidden 5120, 40 heads (Touvron et al. 2023)",
-    "llama2-70b": "Llama 2 70B decode step: 80 layers, hidden 8192, 64 heads, 8 KV heads (GQA)",
-    "gemma2-27b": "Gemma 2 27B decode step: 46 layers, hidden 4608, 32 heads, 16 KV heads (Gemma Team 2024)",
+    "opt-1.3b": "OPT-1.3B: 24 layers, hidden 2048, 32 heads (Zhang et al. 2022)",
+    "opt-6.7b": "OPT-6.7B: 32 layers, hidden 4096, 32 heads (Zhang et al. 2022)",
+    "opt-13b": "OPT-13B: 40 layers, hidden 5120, 40 heads (Zhang et al. 2022)",
+    "opt-30b": "OPT-30B: 48 layers, hidden 7168, 56 heads (Zhang et al. 2022)",
+    "llama2-7b": "Llama 2 7B: 32 layers, hidden 4096, 32 heads (Touvron et al. 2023)",
+    "llama2-13b": "Llama 2 13B: 40 layers, hidden 5120, 40 heads (Touvron et al. 2023)",
+    "llama2-70b": "Llama 2 70B: 80 layers, hidden 8192, 64 heads, 8 KV heads (GQA)",
+    "gemma2-27b": "Gemma 2 27B: 46 layers, hidden 4608, 32 heads, 16 KV heads (Gemma Team 2024)",
     "dit-xl2": "DiT-XL/2 denoising step: 28 layers, hidden 1152, 16 heads, 256 tokens (Peebles & Xie 2023)",
 }
 
@@ -191,10 +209,12 @@ def get_workload(name: str, **kwargs: Any) -> Workload:
         One of :func:`list_workloads` (case-insensitive; ``llama-2-13b`` and similar aliases
         are accepted).
     **kwargs : Any
-        The family's size arguments: ``batch``; ``context`` for decode steps of LLMs (the KV
-        cache length) or ``seq_len`` for BERT (either name is accepted where the family takes
-        one); ``image`` for ResNets; and for every family ``num_layers`` (keep the first N
-        layers), ``tiny=True`` (a small config of the same architecture) and ``dtype``.
+        The family's size arguments: ``batch``; for LLMs ``phase`` (``"decode"``, the default,
+        ``"prefill"`` or ``"train"``: :data:`PHASES`), ``context`` for a decode step (the KV
+        cache length) and ``seq_len`` for prefill and train (the tokens of each sequence);
+        ``seq_len`` for BERT (where a family takes one length, either name is accepted);
+        ``image`` for ResNets; and for every family ``num_layers`` (keep the first N layers),
+        ``tiny=True`` (a small config of the same architecture) and ``dtype``.
 
     Returns
     -------
@@ -206,23 +226,30 @@ def get_workload(name: str, **kwargs: Any) -> Workload:
     UnknownWorkloadError
         ``name`` is not in the zoo (the message lists the names).
     InvalidWorkloadError
-        A size argument the family does not take, or an impossible size.
+        A size argument the family does not take, an unknown phase, ``context`` for a prefill
+        (or ``seq_len`` and ``context`` for a decode step), or an impossible size.
     """
     key = canonical_name(name)
     if key in _SEQUENCE_ARG and "context" in kwargs:
         kwargs[_SEQUENCE_ARG[key]] = kwargs.pop("context")
-    if key in _CONTEXT_MODELS and "seq_len" in kwargs:
+    if key in _CONTEXT_MODELS and "seq_len" in kwargs and kwargs.get("phase", "decode") == "decode":
+        # a decode step's one length is its KV cache's: ``seq_len`` is another name for it
+        if "context" in kwargs:
+            raise InvalidWorkloadError(f"{key}: a decode step takes context or seq_len, not both")
         kwargs["context"] = kwargs.pop("seq_len")
     return _BUILDERS[key](**kwargs)
 
 
 def workload_info(name: str) -> dict[str, Any]:
     """A one-line description of ``name``, which size argument it takes (``context``,
-    ``seq_len`` or None) and Elk's Table 2 operator count if any (for the command line)."""
+    ``seq_len`` or None; an LLM's decode step), its phases (``["decode", "prefill",
+    "train"]`` for the LLMs, ``[]`` for the others) and Elk's Table 2 operator count if any
+    (for the command line)."""
     key = canonical_name(name)
     return {
         "name": key,
         "description": _DESCRIPTIONS[key],
         "sequence_arg": "context" if key in _CONTEXT_MODELS else _SEQUENCE_ARG.get(key),
+        "phases": list(PHASES) if key in _CONTEXT_MODELS else [],
         "elk_ops": ELK_TABLE2_OPS.get(key),
     }

@@ -49,7 +49,7 @@ _SIZE_ARGS = {"batch": 1, "context": 1, "seq_len": 1, "image": 1, "num_layers": 
 def check_workload_args(builder: str, args: Mapping[str, Any], sizes: Sequence[str] = ()) -> None:
     """Raise :class:`InvalidWorkloadError` unless every argument of a builder call is usable:
     ``size`` one of ``sizes``; ``batch``, ``context``, ``seq_len``, ``image`` and
-    ``num_layers`` integers >= 1 (``None`` where the builder defaults them); ``tiny`` a bool;
+    ``num_layers`` integers >= 1 (``None`` where the builder defaults them; never ``batch``); ``tiny`` a bool;
     ``dtype`` None or one the device computes. Called before anything is built."""
     if "size" in args and sizes and (not isinstance(args["size"], str) or args["size"] not in sizes):
         raise UnknownWorkloadError(
@@ -59,7 +59,7 @@ def check_workload_args(builder: str, args: Mapping[str, Any], sizes: Sequence[s
         if name not in args:
             continue
         value = args[name]
-        if value is None and name not in ("batch", "context"):
+        if value is None and name != "batch":
             continue
         high = MAX_LAYERS if name == "num_layers" else MAX_SIZE
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:

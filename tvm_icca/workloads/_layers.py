@@ -4,6 +4,8 @@
   of the encoders (BERT, ViT, DiT);
 * :func:`decode_attention` -- attention of one new token per sequence over a KV cache plus the
   token itself, for LLM decoding (Llama 2, Gemma 2, OPT);
+* :func:`causal_attention` / :func:`causal_mask_sampler` -- masked attention over a whole
+  prompt, for LLM prefill and the training forward pass;
 * :func:`rotary` / :func:`rope_sampler` -- rotary position embeddings (Su et al. 2021,
   RoFormer §3.4) in the "rotate half" form of the Hugging Face Llama/Gemma checkpoints.
 """
@@ -11,7 +13,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 from tvm.relax.frontend import nn
@@ -84,6 +86,48 @@ def decode_attention(
     return (op.matmul(e_cache, v_cache) + e_new * v_new) / denom
 
 
+def causal_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
+                     softcap: float | None = None) -> Tensor:
+    """``softmax(Q K^T + M) V`` over a whole sequence, ``M`` the additive causal mask.
+
+    ``q`` is ``[..., s, hd]`` (already scaled), ``k`` and ``v`` are ``[..., s, hd]`` with
+    leading axes that broadcast against ``q``'s (grouped-query attention passes ``q`` as
+    ``[b, kv_heads, g, s, hd]`` and ``k``/``v`` as ``[b, kv_heads, 1, s, hd]``, so that each
+    key and value is read once for its ``g`` query heads instead of being repeated), and
+    ``mask`` is ``[s, s]``: 0 where query ``i`` may see key ``j`` (``j <= i``, and inside the
+    window of a sliding-window layer), a large negative number elsewhere. Adding the mask to
+    the scores before the softmax is how the Hugging Face models apply it; the scores of the
+    ``s x s`` matrix above the diagonal are computed and then masked, as in every non-fused
+    implementation (Vaswani et al. 2017, §3.2.3).
+
+    ``softcap`` is Gemma 2's logit soft-capping, applied before the mask as in the reference.
+    """
+    scores = op.matmul(q, transpose_last(k))
+    if softcap is not None:
+        scores = op.tanh(scores * (1.0 / softcap)) * softcap
+    return op.matmul(op.softmax(scores + mask, axis=-1), v)
+
+
+def causal_mask_sampler(seq_len: int, dtype: str, window: int | None = None
+                        ) -> Callable[[np.random.Generator], np.ndarray]:
+    """The ``[seq_len, seq_len]`` additive mask of :func:`causal_attention`.
+
+    Query ``i`` sees key ``j`` when ``j <= i`` and, with a ``window`` (Gemma 2's local
+    layers), ``i - j < window``: the window counts the query's own token, like the
+    ``window - 1`` cached tokens plus the new one of a decode step. Masked entries hold half
+    the dtype's lowest value, so that adding a score never overflows to ``-inf``.
+    """
+
+    def sample(_: np.random.Generator) -> np.ndarray:
+        i = np.arange(seq_len)
+        visible = i[None, :] <= i[:, None]
+        if window is not None:
+            visible &= i[:, None] - i[None, :] < window
+        return np.where(visible, 0.0, np.finfo(dtype).min / 2).astype(dtype)
+
+    return sample
+
+
 def rotate_half(x: Tensor) -> Tensor:
     """``[x1, x2] -> [-x2, x1]`` on the last axis (the Hugging Face form of RoPE)."""
     x1, x2 = op.split(x, 2, axis=-1)
@@ -100,19 +144,21 @@ def rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def rope_sampler(
-    batch: int, position: int, head_dim: int, theta: float, which: str
+    batch: int, positions: Sequence[int], head_dim: int, theta: float, which: str
 ) -> Callable[[np.random.Generator], np.ndarray]:
-    """The ``[batch, 1, 1, head_dim]`` cos or sin table of the token at ``position``.
+    """The ``[batch, len(positions), 1, head_dim]`` cos or sin table of the tokens at
+    ``positions`` (one position for a decode step, ``0 .. s-1`` for a prompt).
 
     The host computes it per step, like the position input of TVM's own nn LLMs; every
-    sequence of the batch decodes at the same position here (Elk §6.1: fixed context).
+    sequence of the batch is at the same positions here (Elk §6.1: fixed context). The
+    unit axis broadcasts over the heads of ``[b, s, heads, head_dim]``.
     """
 
     def sample(_: np.random.Generator) -> np.ndarray:
         inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-        angles = position * np.concatenate([inv_freq, inv_freq])
+        angles = np.asarray(positions, dtype=np.float64)[:, None] * np.concatenate([inv_freq, inv_freq])
         table = np.cos(angles) if which == "cos" else np.sin(angles)
-        return np.broadcast_to(table, (batch, 1, 1, head_dim)).copy()
+        return np.broadcast_to(table[None, :, None, :], (batch, len(positions), 1, head_dim)).copy()
 
     return sample
 

@@ -1,4 +1,4 @@
-"""Gemma 2 27B (Gemma Team 2024, arXiv:2408.00118): one decode step with a KV cache.
+"""Gemma 2 27B (Gemma Team 2024, arXiv:2408.00118): a decode step, a prefill or a training forward.
 
 Architecture (paper §2, Table 1; Hugging Face ``modeling_gemma2``): RMSNorm both before and
 after the attention and the MLP blocks ("pre-norm and post-norm", §2), grouped-query attention
@@ -25,11 +25,13 @@ from tvm.relax.frontend.nn import Tensor, op
 from tvm_icca.workloads._common import Workload, workload_builder
 from tvm_icca.workloads._layers import gelu_tanh, transpose_last
 from tvm_icca.workloads._llm import (
-    DecodeAttention,
     DecoderConfig,
+    attention_class,
     build_decoder,
     cache_length,
     check_heads,
+    layer_mask,
+    model_outputs,
     softcap,
 )
 
@@ -53,44 +55,58 @@ class GemmaMLP(nn.Module):
 
 
 class GemmaLayer(nn.Module):
-    def __init__(self, cfg: DecoderConfig, batch: int, cached: int, dtype: str):
+    def __init__(self, cfg: DecoderConfig, batch: int, length: int, dtype: str, phase: str):
         def norm() -> nn.RMSNorm:
             return nn.RMSNorm(cfg.hidden, -1, cfg.norm_eps, bias=False, dtype=dtype)
 
         self.input_layernorm = norm()
-        self.self_attn = DecodeAttention(cfg, batch, cached, dtype, bias=False, use_rotary=True,
-                                         names=("q_proj", "k_proj", "v_proj", "o_proj"))
+        self.self_attn = attention_class(phase)(cfg, batch, length, dtype, bias=False, use_rotary=True,
+                                                names=("q_proj", "k_proj", "v_proj", "o_proj"))
         self.post_attention_layernorm = norm()
         self.pre_feedforward_layernorm = norm()
         self.mlp = GemmaMLP(cfg, dtype)
         self.post_feedforward_layernorm = norm()
 
-    def forward(self, h: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        attn, k, v = self.self_attn(self.input_layernorm(h), cos, sin)
+    def forward(self, h: Tensor, cos: Tensor, sin: Tensor,
+                mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        attn, k, v = self.self_attn(self.input_layernorm(h), cos, sin, mask)
         h = h + self.post_attention_layernorm(attn)
         mlp = self.mlp(self.pre_feedforward_layernorm(h))
         return h + self.post_feedforward_layernorm(mlp), k, v
 
 
-class GemmaDecode(nn.Module):
-    def __init__(self, cfg: DecoderConfig, batch: int, context: int, dtype: str):
+class GemmaModel(nn.Module):
+    """Scaled embedding, decoder layers, final RMSNorm, tied and soft-capped LM head.
+
+    A decode step's local layers cache at most ``window - 1`` tokens; a prompt's local layers
+    see the last ``window`` tokens through the ``sliding_mask`` input (only when the prompt is
+    longer than the window: otherwise it equals the causal mask and is not an input)."""
+
+    def __init__(self, cfg: DecoderConfig, batch: int, length: int, dtype: str, phase: str):
         check_heads(cfg)
-        self.cfg = cfg
+        self.cfg, self.phase = cfg, phase
         self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden, dtype=dtype)
         self.layers = nn.ModuleList([
-            GemmaLayer(cfg, batch, cache_length(cfg, i, context), dtype) for i in range(cfg.layers)
+            GemmaLayer(cfg, batch, cache_length(cfg, i, length) if phase == "decode" else length,
+                       dtype, phase)
+            for i in range(cfg.layers)
         ])
         self.norm = nn.RMSNorm(cfg.hidden, -1, cfg.norm_eps, bias=False, dtype=dtype)
 
-    def forward(self, input_ids: Tensor, rope_cos: Tensor, rope_sin: Tensor):
+    def forward(self, input_ids: Tensor, rope_cos: Tensor, rope_sin: Tensor,
+                causal_mask: Tensor | None = None, sliding_mask: Tensor | None = None):
         cfg = self.cfg
         h = self.embed_tokens(input_ids) * math.sqrt(cfg.hidden)
-        new_kv: list[Tensor] = []
-        for layer in self.layers:
-            h, k, v = layer(h, rope_cos, rope_sin)
-            new_kv += [k, v]
-        logits = op.matmul(self.norm(h), transpose_last(self.embed_tokens.weight))
-        return (softcap(logits, cfg.final_softcap), *new_kv)
+        kv: list[Tensor] = []
+        for i, layer in enumerate(self.layers):
+            h, k, v = layer(h, rope_cos, rope_sin, layer_mask(cfg, i, causal_mask, sliding_mask))
+            kv += [k, v]
+
+        def logits(x: Tensor) -> Tensor:
+            return softcap(op.matmul(self.norm(x), transpose_last(self.embed_tokens.weight)),
+                           cfg.final_softcap)
+
+        return model_outputs(self.phase, h, kv, logits)
 
 
 @workload_builder
@@ -98,15 +114,19 @@ def gemma2(
     size: str = "gemma2-27b",
     *,
     batch: int = 1,
-    context: int = 2048,
+    context: int | None = None,
+    seq_len: int | None = None,
+    phase: str = "decode",
     num_layers: int | None = None,
     tiny: bool = False,
     dtype: str | None = None,
 ) -> Workload:
-    """The decode step of Gemma 2 27B. Sliding-window layers cache at most 4,095 tokens."""
+    """Gemma 2 27B in ``phase`` (``"decode"`` with ``context``, ``"prefill"`` or ``"train"``
+    with ``seq_len``; see :func:`tvm_icca.workloads.llama.llama2`). Sliding-window layers
+    cache at most 4,095 tokens in decode and see the last 4,096 of a prompt."""
     cfg = CONFIGS[size]
     return build_decoder(
-        size, GemmaDecode, cfg, batch=batch, context=context, num_layers=num_layers, tiny=tiny,
-        dtype=dtype, rotary_inputs=True,
-        description=f"{size} decode step (Gemma Team 2024): batch {batch}, context {context}",
+        size, GemmaModel, cfg, batch=batch, context=context, seq_len=seq_len, phase=phase,
+        num_layers=num_layers, tiny=tiny, dtype=dtype, rotary_inputs=True,
+        description="Gemma Team 2024",
     )

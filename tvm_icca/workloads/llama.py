@@ -1,4 +1,4 @@
-"""Llama 2 (Touvron et al. 2023, arXiv:2307.09288): one decode step with a KV cache.
+"""Llama 2 (Touvron et al. 2023, arXiv:2307.09288): a decode step, a prefill or a training forward.
 
 Architecture (paper §2.2 and Table 1; Hugging Face ``modeling_llama``): pre-normalization with
 RMSNorm (Zhang & Sennrich 2019), rotary position embeddings (Su et al. 2021), SwiGLU MLP
@@ -16,7 +16,13 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import Tensor, op
 
 from tvm_icca.workloads._common import Workload, workload_builder
-from tvm_icca.workloads._llm import DecodeAttention, DecoderConfig, build_decoder, check_heads
+from tvm_icca.workloads._llm import (
+    DecoderConfig,
+    attention_class,
+    build_decoder,
+    check_heads,
+    model_outputs,
+)
 
 CONFIGS: dict[str, DecoderConfig] = {
     # hidden, layers, heads, kv heads, intermediate size: paper Table 1 / config.json
@@ -37,36 +43,40 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaLayer(nn.Module):
-    def __init__(self, cfg: DecoderConfig, batch: int, context: int, dtype: str):
+    def __init__(self, cfg: DecoderConfig, batch: int, length: int, dtype: str, phase: str):
         self.input_layernorm = nn.RMSNorm(cfg.hidden, -1, cfg.norm_eps, bias=False, dtype=dtype)
-        self.self_attn = DecodeAttention(cfg, batch, context, dtype, bias=False, use_rotary=True,
-                                         names=("q_proj", "k_proj", "v_proj", "o_proj"))
+        self.self_attn = attention_class(phase)(cfg, batch, length, dtype, bias=False, use_rotary=True,
+                                                names=("q_proj", "k_proj", "v_proj", "o_proj"))
         self.post_attention_layernorm = nn.RMSNorm(cfg.hidden, -1, cfg.norm_eps, bias=False, dtype=dtype)
         self.mlp = LlamaMLP(cfg, dtype)
 
-    def forward(self, h: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        attn, k, v = self.self_attn(self.input_layernorm(h), cos, sin)
+    def forward(self, h: Tensor, cos: Tensor, sin: Tensor,
+                mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        attn, k, v = self.self_attn(self.input_layernorm(h), cos, sin, mask)
         h = h + attn
         return h + self.mlp(self.post_attention_layernorm(h)), k, v
 
 
-class LlamaDecode(nn.Module):
-    """Embedding, ``layers`` decoder layers, final RMSNorm and the LM head."""
+class LlamaModel(nn.Module):
+    """Embedding, ``layers`` decoder layers, final RMSNorm and the LM head, in ``phase``."""
 
-    def __init__(self, cfg: DecoderConfig, batch: int, context: int, dtype: str):
+    def __init__(self, cfg: DecoderConfig, batch: int, length: int, dtype: str, phase: str):
         check_heads(cfg)
+        self.phase = phase
         self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden, dtype=dtype)
-        self.layers = nn.ModuleList([LlamaLayer(cfg, batch, context, dtype) for _ in range(cfg.layers)])
+        self.layers = nn.ModuleList([LlamaLayer(cfg, batch, length, dtype, phase)
+                                     for _ in range(cfg.layers)])
         self.norm = nn.RMSNorm(cfg.hidden, -1, cfg.norm_eps, bias=False, dtype=dtype)
         self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False, dtype=dtype)
 
-    def forward(self, input_ids: Tensor, rope_cos: Tensor, rope_sin: Tensor):
+    def forward(self, input_ids: Tensor, rope_cos: Tensor, rope_sin: Tensor,
+                causal_mask: Tensor | None = None):
         h = self.embed_tokens(input_ids)
-        new_kv: list[Tensor] = []
+        kv: list[Tensor] = []
         for layer in self.layers:
-            h, k, v = layer(h, rope_cos, rope_sin)
-            new_kv += [k, v]
-        return (self.lm_head(self.norm(h)), *new_kv)
+            h, k, v = layer(h, rope_cos, rope_sin, causal_mask)
+            kv += [k, v]
+        return model_outputs(self.phase, h, kv, lambda x: self.lm_head(self.norm(x)))
 
 
 @workload_builder
@@ -74,20 +84,24 @@ def llama2(
     size: str = "llama2-7b",
     *,
     batch: int = 1,
-    context: int = 2048,
+    context: int | None = None,
+    seq_len: int | None = None,
+    phase: str = "decode",
     num_layers: int | None = None,
     tiny: bool = False,
     dtype: str | None = None,
 ) -> Workload:
-    """The decode step of ``size`` (``llama2-7b``, ``llama2-13b``, ``llama2-70b``).
+    """``size`` (``llama2-7b``, ``llama2-13b``, ``llama2-70b``) in ``phase``.
 
-    ``context`` tokens are in each layer's KV cache; ``tiny`` swaps in a 2-layer, 64-wide
-    config of the same architecture (GQA kept for 70B); ``dtype`` defaults to float16
+    ``phase="decode"`` (default): one step, ``context`` tokens (default 2,048) in each layer's
+    KV cache. ``"prefill"`` / ``"train"``: ``seq_len`` tokens (default 2,048) per sequence
+    with causal attention (see :mod:`tvm_icca.workloads._llm`). ``tiny`` swaps in a 2-layer,
+    64-wide config of the same architecture (GQA kept for 70B); ``dtype`` defaults to float16
     (float32 when tiny, for exact comparisons).
     """
     cfg = CONFIGS[size]
     return build_decoder(
-        size, LlamaDecode, cfg, batch=batch, context=context, num_layers=num_layers, tiny=tiny,
-        dtype=dtype, rotary_inputs=True,
-        description=f"{size} decode step (Touvron et al. 2023): batch {batch}, context {context}",
+        size, LlamaModel, cfg, batch=batch, context=context, seq_len=seq_len, phase=phase,
+        num_layers=num_layers, tiny=tiny, dtype=dtype, rotary_inputs=True,
+        description="Touvron et al. 2023",
     )

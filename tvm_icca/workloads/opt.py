@@ -1,4 +1,4 @@
-"""OPT (Zhang et al. 2022, arXiv:2205.01068): one decode step with a KV cache.
+"""OPT (Zhang et al. 2022, arXiv:2205.01068): a decode step, a prefill or a training forward.
 
 Architecture (paper §2.1, Table 1; Hugging Face ``modeling_opt``): a GPT-style pre-LayerNorm
 decoder (``do_layer_norm_before = True`` for every size here), learned absolute positions with
@@ -18,7 +18,12 @@ from tvm.relax.frontend.nn import Tensor, op
 
 from tvm_icca.workloads._common import Workload, workload_builder
 from tvm_icca.workloads._layers import transpose_last
-from tvm_icca.workloads._llm import DecodeAttention, DecoderConfig, build_decoder
+from tvm_icca.workloads._llm import (
+    DecoderConfig,
+    attention_class,
+    build_decoder,
+    model_outputs,
+)
 
 #: OPT's learned position table has 2 extra rows (positions start at index 2).
 POSITION_OFFSET = 2
@@ -38,38 +43,42 @@ CONFIGS: dict[str, DecoderConfig] = {
 
 
 class OPTLayer(nn.Module):
-    def __init__(self, cfg: DecoderConfig, batch: int, context: int, dtype: str):
+    def __init__(self, cfg: DecoderConfig, batch: int, length: int, dtype: str, phase: str):
         self.self_attn_layer_norm = nn.LayerNorm(cfg.hidden, cfg.norm_eps, dtype=dtype)
-        self.self_attn = DecodeAttention(cfg, batch, context, dtype, bias=True, use_rotary=False,
-                                         names=("q_proj", "k_proj", "v_proj", "out_proj"))
+        self.self_attn = attention_class(phase)(cfg, batch, length, dtype, bias=True, use_rotary=False,
+                                                names=("q_proj", "k_proj", "v_proj", "out_proj"))
         self.final_layer_norm = nn.LayerNorm(cfg.hidden, cfg.norm_eps, dtype=dtype)
         self.fc1 = nn.Linear(cfg.hidden, cfg.ffn, bias=True, dtype=dtype)
         self.fc2 = nn.Linear(cfg.ffn, cfg.hidden, bias=True, dtype=dtype)
 
-    def forward(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        attn, k, v = self.self_attn(self.self_attn_layer_norm(h), None, None)
+    def forward(self, h: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        attn, k, v = self.self_attn(self.self_attn_layer_norm(h), None, None, mask)
         h = h + attn
         return h + self.fc2(op.relu(self.fc1(self.final_layer_norm(h)))), k, v
 
 
-class OPTDecode(nn.Module):
+class OPTModel(nn.Module):
     """Token + position embeddings, decoder layers, final LayerNorm, tied LM head."""
 
-    def __init__(self, cfg: DecoderConfig, batch: int, context: int, dtype: str):
+    def __init__(self, cfg: DecoderConfig, batch: int, length: int, dtype: str, phase: str):
+        self.phase = phase
         self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden, dtype=dtype)
         self.embed_positions = nn.Embedding(cfg.max_positions + POSITION_OFFSET, cfg.hidden, dtype=dtype)
-        self.layers = nn.ModuleList([OPTLayer(cfg, batch, context, dtype) for _ in range(cfg.layers)])
+        self.layers = nn.ModuleList([OPTLayer(cfg, batch, length, dtype, phase)
+                                     for _ in range(cfg.layers)])
         self.final_layer_norm = nn.LayerNorm(cfg.hidden, cfg.norm_eps, dtype=dtype)
 
-    def forward(self, input_ids: Tensor, position_ids: Tensor):
+    def forward(self, input_ids: Tensor, position_ids: Tensor, causal_mask: Tensor | None = None):
         h = self.embed_tokens(input_ids) + self.embed_positions(position_ids)
-        new_kv: list[Tensor] = []
+        kv: list[Tensor] = []
         for layer in self.layers:
-            h, k, v = layer(h)
-            new_kv += [k, v]
-        # Tied LM head: logits = h @ W_embed^T.
-        logits = op.matmul(self.final_layer_norm(h), transpose_last(self.embed_tokens.weight))
-        return (logits, *new_kv)
+            h, k, v = layer(h, causal_mask)
+            kv += [k, v]
+
+        def logits(x: Tensor) -> Tensor:  # tied LM head: logits = h @ W_embed^T
+            return op.matmul(self.final_layer_norm(x), transpose_last(self.embed_tokens.weight))
+
+        return model_outputs(self.phase, h, kv, logits)
 
 
 @workload_builder
@@ -77,19 +86,24 @@ def opt(
     size: str = "opt-1.3b",
     *,
     batch: int = 1,
-    context: int = 2048,
+    context: int | None = None,
+    seq_len: int | None = None,
+    phase: str = "decode",
     num_layers: int | None = None,
     tiny: bool = False,
     dtype: str | None = None,
 ) -> Workload:
-    """The decode step of ``size`` (``opt-1.3b``, ``opt-6.7b``, ``opt-13b``, ``opt-30b``).
+    """``size`` (``opt-1.3b``, ``opt-6.7b``, ``opt-13b``, ``opt-30b``) in ``phase``
+    (``"decode"`` with ``context``, ``"prefill"`` or ``"train"`` with ``seq_len``; see
+    :func:`tvm_icca.workloads.llama.llama2`).
 
-    ``position_ids`` is the new token's position plus OPT's offset of 2, as the host computes
-    it (clamped to the 2,048 learned positions when ``context`` reaches them).
+    ``position_ids`` are the tokens' positions plus OPT's offset of 2, as the host computes
+    them (a decode step's is clamped to the 2,048 learned positions when ``context`` reaches
+    them; a longer prompt than 2,048 is refused).
     """
     cfg = CONFIGS[size]
     return build_decoder(
-        size, OPTDecode, cfg, batch=batch, context=context, num_layers=num_layers, tiny=tiny,
-        dtype=dtype, rotary_inputs=False, position_offset=POSITION_OFFSET,
-        description=f"{size} decode step (Zhang et al. 2022): batch {batch}, context {context}",
+        size, OPTModel, cfg, batch=batch, context=context, seq_len=seq_len, phase=phase,
+        num_layers=num_layers, tiny=tiny, dtype=dtype, rotary_inputs=False,
+        position_offset=POSITION_OFFSET, description="Zhang et al. 2022",
     )
