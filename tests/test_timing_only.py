@@ -122,6 +122,21 @@ def test_plan_cache_gives_the_same_programs():
     assert cache.hits >= cache.misses > 0
 
 
+def test_public_plan_cache_shared_by_preload_designs():
+    """``tvm_icca.PlanCache`` shared by compilations under two preload designs (what the HBM
+    tutorial does): the second reuses the first's plans and compiles exactly what a cache of
+    its own gives."""
+    assert tvm_icca.PlanCache is PlanCache
+    workload = get_workload("llama2-13b", tiny=True, batch=2, context=8, num_layers=1)
+    cache = tvm_icca.PlanCache(jobs=1)
+    compile_programs(workload, HBM_CHIP, preload="basic", plan_cache=cache, progress=False)
+    shared = compile_programs(workload, HBM_CHIP, preload="static", plan_cache=cache,
+                              progress=False)
+    alone = compile_programs(workload, HBM_CHIP, preload="static",
+                             plan_cache=tvm_icca.PlanCache(jobs=1), progress=False)
+    assert shared.plan_cache["misses"] == 0 and shared.plan_cache["hits"] > 0
+    assert [p.to_dict() for p in shared.programs] == [p.to_dict() for p in alone.programs]
+
 def test_simulate_command_json(capsys, tmp_path):
     pytest.importorskip("runtime_sim.timing")
     trace = tmp_path / "trace.json"

@@ -27,7 +27,8 @@ Public API (``help(tvm_icca.<name>)`` documents each one):
   ``icca_pipeline``, ``offload_to_icca``, ``is_icca_target``, ``plan_device_programs``,
   ``icca_codegen``, ``device_programs`` (what the pass planned);
 * timing without running: ``compile_programs`` (a model or a zoo workload to device programs,
-  then ``CompiledModel.simulate()``), ``get_workload``, ``list_workloads``, ``Workload``;
+  then ``CompiledModel.simulate()``), ``PlanCache`` (plans shared by several compilations),
+  ``get_workload``, ``list_workloads``, ``Workload``;
 * run statistics: ``last_run_stats`` (its keys: :mod:`runtime_sim.contract.metrics`),
   ``write_last_run_trace``;
 * tuning: ``tune``, ``use_database``;
@@ -59,6 +60,7 @@ from tvm_icca.partition.partitioner import (
     partition_report,
 )
 from tvm_icca.planning import PRELOAD_DESIGNS, CompileOptions, device_programs, plan_device_programs
+from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.records.apply import use_database
 from tvm_icca.backend.codegen import icca_codegen
 from tvm_icca.backend.target import (
@@ -85,6 +87,7 @@ __all__ = [
     "CompileOptions",
     "CompiledModel",
     "HardwareSpec",
+    "PlanCache",
     "Workload",
     "compile_onnx",
     "compile_programs",

@@ -202,8 +202,9 @@ def compile_programs(
         How the long phases report (:attr:`tvm_icca.planning.CompileOptions.progress`): by
         default (``None`` or ``True``) a bar on a terminal once a phase has run two seconds;
         ``False``: none.
-    plan_cache : PlanCache, optional
-        Share plans across calls (e.g. the same model at several batch sizes).
+    plan_cache : tvm_icca.PlanCache, optional
+        Share plans across calls (the same model under several preload designs, or at
+        several batch sizes); by default each call plans with a cache of its own.
     name : str, optional
         The model's name in reports (default: the workload's, else ``"model"``).
     execution : str

@@ -35,6 +35,33 @@ class PlanCache:
     operator at hand. A plan that does not exist within a budget is remembered too (its
     search proves the smallest footprint, which costs more than a successful search): asking
     again raises the same :class:`PlanNotFoundError` at once.
+
+    Every compilation makes its own cache unless it is given one. Pass one cache to several
+    :func:`tvm_icca.compile_programs` calls (``plan_cache=``) to plan what they share once:
+    the same model under each preload design, or at several batch sizes. The chip is part of
+    every key, so a cache shared by different chips is correct, and only what is planned for
+    the same chip is reused.
+
+    Parameters
+    ----------
+    jobs : int or None
+        Worker processes for the operators' candidate scans (:mod:`tvm_icca.plans.option_pool`);
+        ``None``: every CPU this process may use, ``1``: no workers (nothing is forked).
+
+    Attributes
+    ----------
+    hits, misses : int
+        Plans answered from the cache, and plans searched, since it was made.
+
+    Examples
+    --------
+    ::
+
+        cache = tvm_icca.PlanCache()
+        workload = tvm_icca.get_workload("llama2-13b", num_layers=2)
+        for design in tvm_icca.PRELOAD_DESIGNS:
+            compiled = tvm_icca.compile_programs(workload, "ipu-pod4-hbm", preload=design,
+                                                 plan_cache=cache)
     """
 
     def __init__(self, jobs: int | None = None) -> None:
