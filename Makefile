@@ -23,7 +23,7 @@ demo: $(STAMP)
 # the layer rules (.importlinter) first: a broken layer fails in seconds
 test: $(STAMP)
 	$(VENV)/bin/lint-imports
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q --durations=15 tests
 
 # the wheel installed (not editable) in a fresh virtualenv runs `tvm-icca demo` (CI does this)
 wheel-check: $(STAMP)
