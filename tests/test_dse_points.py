@@ -65,3 +65,18 @@ def test_keys_are_stable():
 def test_duplicate_chips_are_one_point():
     spec = DseSpec.from_dict(dict(STUDY, points=[{"num_cores": 16, "hbm_bandwidth": 1e10}]))
     assert len(expand(spec)) == 2 * 4 * 2
+
+
+def test_explicit_point_has_every_swept_column():
+    """A point that sets one field still has a value for every field the grid or another
+    point sets (its chip's), so a report places it on every axis instead of at 'None'."""
+    spec = DseSpec.from_dict(dict(STUDY, points=[{"sram_bytes_per_core": 16384}]))
+    points = expand(spec)
+    rows = [p.inputs(spec) for p in points]
+    swept = ("hbm_bandwidth", "num_cores", "sram_bytes_per_core")
+    assert all(all(name in row for name in swept) for row in rows)
+    explicit = [r for r in rows if r["sram_bytes_per_core"] == 16384]
+    assert len(explicit) == 2 * 2  # two workloads, two designs
+    assert all(r["hbm_bandwidth"] == 1e11 and r["num_cores"] == 16 for r in explicit)  # the base's
+    grid = [r for r in rows if r["sram_bytes_per_core"] != 16384]
+    assert {r["sram_bytes_per_core"] for r in grid} == {65536}

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tvm_icca.dse.spec import DseSpec
+from tvm_icca.dse.spec import DseSpec, _jsonable
 from tvm_icca.hardware_choice import HardwareSpec
 
 __all__ = ["DsePoint", "KEY_FORMAT", "expand", "point_key"]
@@ -69,12 +69,19 @@ class DsePoint:
 
     def inputs(self, spec: DseSpec) -> dict[str, Any]:
         """The flat inputs of a results row: the base chip, its fixed and swept fields, the
-        workload and its arguments, the design, the state and the execution model."""
+        workload and its arguments, the design, the state and the execution model.
+
+        Every field the grid or any explicit point sets is a column of every row, with this
+        point's value (the base chip's where this point does not set it): an explicit point
+        that changes one field still has the grid's other columns, so tables and plots place
+        it on every axis.
+        """
+        swept = dict.fromkeys([*spec.grid, *(name for p in spec.points for name in p)])
         return {
             "spec": spec.name,
             "hardware": self.hw.name,
             **spec.fixed,
-            **self.hardware,
+            **{name: _jsonable(getattr(self.hw, name)) for name in swept},
             **self.workload,
             "design": self.design,
             "state": self.state or "auto",
