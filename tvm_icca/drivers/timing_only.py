@@ -31,7 +31,12 @@ from tvm.ir import IRModule
 from runtime_sim.contract.errors import IccaError
 from runtime_sim.contract.program import DeviceProgram
 from tvm_icca.hardware_choice import HardwareLike, HardwareSpec, resolve_hardware
-from tvm_icca.partition.partitioner import nothing_on_chip, partition_report
+from tvm_icca.partition.partitioner import (
+    is_partitioned,
+    nothing_on_chip,
+    partition_module,
+    partition_report,
+)
 from tvm_icca.planning import (
     CompileOptions,
     icca_model_passes,
@@ -40,7 +45,7 @@ from tvm_icca.planning import (
     device_programs,
     state_placement_of,
 )
-from tvm_icca.planning.calls import partitioned_op_counts
+from tvm_icca.planning.calls import main_function, partitioned_op_counts
 from tvm_icca.planning.elk_pass import PreloadSummary
 from tvm_icca.planning.idle_active import ModelPlan
 from tvm_icca.planning.plan_cache import PlanCache
@@ -243,6 +248,10 @@ def compile_programs(
     cache = plan_cache if plan_cache is not None else PlanCache(jobs=jobs)
     hits, misses = cache.hits, cache.misses
     mod = mod.with_attr(MODEL_NAME_ATTR, model_name)
+    if not is_partitioned(mod):
+        main_function(mod)  # a model is a module with a Relax "main"
+        # kept in the cache: a sweep over chips partitions each model once
+        mod = cache.partitioned(mod, spec, partition_module)
     planned = icca_model_passes(spec, options, plan_cache=cache)(mod)
     report = partition_report(planned, spec)
     return CompiledModel(

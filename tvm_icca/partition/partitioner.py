@@ -49,6 +49,7 @@ from tvm_icca.partition.patterns import (
     get_icca_patterns,
     tensors_reason,
     unsupported_reason,
+    user_pattern_names,
     user_patterns_matching,
 )
 from tvm_icca.tvm_warnings import tvm_warnings_once
@@ -209,6 +210,26 @@ def _unmergeable(mod: IRModule) -> str | None:
                 where=gvar.name_hint,
                 what=f"computes with the symbolic dimension '{free[0]}' as a value")
     return None
+
+
+def partition_key(hw: HardwareSpec) -> tuple:
+    """What :func:`partition_module` reads of ``hw``, for a memo of partitioned modules
+    (:meth:`tvm_icca.PlanCache.partitioned`): the element types the chip computes, which is
+    all the built-in patterns ask of it, and, when a user's ``icca.*`` pattern is
+    registered, its name and the whole chip (a user's check may read any field)."""
+    users = user_pattern_names()
+    if not users:
+        return ("dtypes", tuple(hw.dtypes))
+    return ("dtypes", tuple(hw.dtypes), "user patterns", users, hardware_to_json(hw))
+
+
+def stamp_hardware(mod: IRModule, hw: HardwareSpec) -> IRModule:
+    """``mod`` (partitioned) with its regions and itself stamped for ``hw`` (as
+    :func:`partition_module` leaves them); ``mod`` itself when it is already."""
+    stamped = mod.attrs.get(HARDWARE_ATTR) if mod.attrs is not None else None
+    if stamped is not None and str(stamped) == hardware_to_json(hw):
+        return mod
+    return _stamp_hardware(mod, hw)
 
 
 def _stamp_hardware(mod: IRModule, hw: HardwareSpec) -> IRModule:

@@ -489,6 +489,14 @@ def get_icca_patterns() -> list[FusionPattern]:
 register_icca_patterns()
 
 
+def user_pattern_names() -> tuple[str, ...]:
+    """The names of the ``icca.*`` patterns of TVM's registry that a user registered (not
+    this module), sorted."""
+    register_icca_patterns()
+    return tuple(sorted(p.name for p in get_patterns_with_prefix(CODEGEN_NAME)
+                        if p.name not in _BUILTIN_NAMES))
+
+
 def user_patterns_matching(call: relax.Call, var2val: dict | None = None) -> list[FusionPattern]:
     """The ``icca.*`` patterns registered by a user (not by this module) that match ``call``.
 

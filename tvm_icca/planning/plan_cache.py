@@ -6,13 +6,16 @@ and passed down; never a module global.
 
 from __future__ import annotations
 
-from typing import Sequence
+import os
+from typing import Any, Callable, Sequence
 
 from runtime_sim.contract.errors import PlanNotFoundError
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from tvm_icca.lower.expr_cache import ExprCache
+from tvm_icca.planning.plan_store import PlanStore, default_plan_cache_dir
 from tvm_icca.plans import CostModel, PlannedOp, SearchMemo, plan_operator
+from tvm_icca.plans.hw_fields import plan_key, search_key
 from tvm_icca.plans.mapping import Producer, producer_key
 from tvm_icca.plans.option_pool import available_jobs, map_in_workers, options_of_many
 from tvm_icca.plans.reconcile import PlanOption, operator_options
@@ -38,20 +41,34 @@ class PlanCache:
 
     Every compilation makes its own cache unless it is given one. Pass one cache to several
     :func:`tvm_icca.compile_programs` calls (``plan_cache=``) to plan what they share once:
-    the same model under each preload design, or at several batch sizes. The chip is part of
-    every key, so a cache shared by different chips is correct, and only what is planned for
-    the same chip is reused.
+    the same model under each preload design, at several batch sizes, or on chips that
+    differ in a few fields. Each result is keyed on exactly the chip's fields it depends on
+    (:mod:`tvm_icca.plans.hw_fields`): a plan search reads the cores, SRAM, compute rates and
+    links but no HBM or topology field, the choice of its placement on the chips reads the
+    HBM bandwidth only for an operator with HBM inputs. So a chip differing only in HBM
+    bandwidth reuses every search, and one differing in link bandwidth searches again. The
+    partitioned module is kept too (for the same module and element types), so a sweep over
+    chips partitions a model once.
+
+    With ``path`` (or :meth:`persistent`) searched plans, placements, failures and options
+    are also kept on disk (:class:`~tvm_icca.planning.plan_store.PlanStore`), under a
+    version: a new process, another worker of a sweep or a later run reads them instead of
+    searching. Safe with concurrent writers.
 
     Parameters
     ----------
     jobs : int or None
         Worker processes for the operators' candidate scans (:mod:`tvm_icca.plans.option_pool`);
         ``None``: every CPU this process may use, ``1``: no workers (nothing is forked).
+    path : str or os.PathLike, optional
+        A directory for the on-disk layer; ``None``: memory only.
 
     Attributes
     ----------
     hits, misses : int
         Plans answered from the cache, and plans searched, since it was made.
+    store : PlanStore or None
+        The on-disk layer, when there is one.
 
     Examples
     --------
@@ -64,19 +81,61 @@ class PlanCache:
                                                  plan_cache=cache)
     """
 
-    def __init__(self, jobs: int | None = None) -> None:
+    def __init__(self, jobs: int | None = None, path: "str | os.PathLike[str] | None" = None) -> None:
         #: worker processes for the operators' candidate scans (None: every available CPU)
         self.jobs = available_jobs() if jobs is None else max(1, int(jobs))
+        self.store = PlanStore(path) if path is not None else None
         self._plans: dict[tuple, PlannedOp] = {}
         self.exprs = ExprCache()  # tensor expressions of composite functions, by structure
         self._cost_models: list[CostModel] = []  # keeps id() keys valid
         self._options: dict[tuple, tuple[PlanOption, ...]] = {}
-        # key -> (the operator's description, the message of its PlanNotFoundError)
-        self._failures: dict[tuple, tuple[str, str]] = {}
+        # key -> (the operator's description, the chip's name, its PlanNotFoundError's message)
+        self._failures: dict[tuple, tuple[str, str, str]] = {}
         self._budgets: dict[tuple, list[tuple[int, PlannedOp]]] = {}  # key but budget -> plans
-        self.search = SearchMemo()  # plan structures and f_t assignments, shared
+        # partitioned modules: (structural hash, what partitioning reads) -> [(module, result)]
+        self._partitioned: dict[tuple, list[tuple[Any, Any]]] = {}
+        self.search = SearchMemo(store=self.store)  # plan structures and f_t assignments, shared
         self.hits = 0
         self.misses = 0
+
+    @classmethod
+    def persistent(cls, path: "str | os.PathLike[str] | None" = None,
+                   jobs: int | None = None) -> "PlanCache":
+        """A cache with an on-disk layer in ``path``.
+
+        Parameters
+        ----------
+        path : str or os.PathLike, optional
+            The directory; by default :func:`~tvm_icca.planning.plan_store.default_plan_cache_dir`
+            (``$TVM_ICCA_PLAN_CACHE``, else ``$XDG_CACHE_HOME/tvm_icca/plans``).
+        jobs : int or None
+            As for :class:`PlanCache`.
+
+        Returns
+        -------
+        PlanCache
+            The cache, reading and writing entries under ``path``.
+        """
+        return cls(jobs=jobs, path=path if path is not None else default_plan_cache_dir())
+
+    def partitioned(self, mod: Any, hw: HardwareSpec, partition: Callable[[Any, HardwareSpec], Any]) -> Any:
+        """``partition(mod, hw)``, kept for the next chip whose partitioning reads the same:
+        the element types it may compute (the built-in patterns' only question), or the whole
+        chip when a user's pattern is registered (its check may read any field). The result
+        is stamped for ``hw`` (:func:`~tvm_icca.partition.partitioner.stamp_hardware`)."""
+        # pylint: disable=import-outside-toplevel
+        import tvm_ffi
+
+        from tvm_icca.partition.partitioner import partition_key, stamp_hardware
+
+        key = (tvm_ffi.structural_hash(mod), partition_key(hw))
+        bucket = self._partitioned.setdefault(key, [])
+        for seen, result in bucket:
+            if seen.same_as(mod) or tvm_ffi.structural_equal(seen, mod):
+                return stamp_hardware(result, hw)
+        result = partition(mod, hw)
+        bucket.append((mod, result))
+        return result
 
     def plan(self, expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None,
              budget: int, name: str, hbm_inputs: tuple[int, ...] = (),
@@ -85,10 +144,16 @@ class PlanCache:
             self._cost_models.append(cost_model)
         key = self._key(expr, hw, cost_model, budget, hbm_inputs, producers)
         planned = self._plans.get(key)
+        if planned is None and cost_model is None and key not in self._failures and self.store is not None:
+            failure = self.store.get(("failure",) + key)
+            if failure is not None:
+                self._failures[key] = failure
         if planned is None and key in self._failures:
             self.hits += 1
-            first, message = self._failures[key]
-            raise PlanNotFoundError(message.replace(first, name))  # same structure, this name
+            first, chip, message = self._failures[key]
+            # same structure on a chip its search cannot tell apart: this operator, this chip
+            message = message.replace(first, name).replace(f"chip '{chip}'", f"chip '{hw.name}'")
+            raise PlanNotFoundError(message)
         if planned is None and cost_model is None:
             # identical layers of one region differ in budget (plans.search.optimum_within)
             planned = optimum_within(self._budgets.get(self._but_budget(key), ()), budget)
@@ -99,7 +164,7 @@ class PlanCache:
                                         name=name, cache=self.search, hbm_inputs=hbm_inputs,
                                         producers=producers)
             except PlanNotFoundError as err:
-                self._failures[key] = (name, str(err))
+                self._remember_failure(key, (name, hw.name, str(err)), cost_model is None)
                 raise
             self._remember(key, planned)
         else:
@@ -109,9 +174,17 @@ class PlanCache:
     @staticmethod
     def _key(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
              hbm_inputs: Sequence[int], producers: Sequence[Producer]) -> tuple:
-        # the placement depends on where the producers left the inputs
-        return (expr.structure_key(), hw, int(budget), None if cost_model is None else id(cost_model),
+        # the placement depends on where the producers left the inputs; the default model's
+        # plans on the chip's fields they read (plans.hw_fields), another model's on all
+        chip = plan_key(hw, tuple(hbm_inputs)) if cost_model is None else hw
+        return (expr.structure_key(), chip, int(budget), None if cost_model is None else id(cost_model),
                 tuple(hbm_inputs), producer_key(tuple(producers)))
+
+    def _remember_failure(self, key: tuple, failure: tuple[str, str, str], keep: bool) -> None:
+        """A search that proved no plan fits; ``keep``: also on disk (default model only)."""
+        self._failures[key] = failure
+        if keep and self.store is not None:
+            self.store.put(("failure",) + key, failure)
 
     @staticmethod
     def _but_budget(key: tuple) -> tuple:
@@ -162,7 +235,7 @@ class PlanCache:
                 if key in self._plans or key in self._failures:
                     continue
                 if planned is None:
-                    self._failures[key] = failure
+                    self._remember_failure(key, failure, True)
                 else:
                     self._remember(key, planned)
 
@@ -171,11 +244,15 @@ class PlanCache:
         within the whole SRAM, once per operator structure: the time/memory frontier within a
         smaller budget is the part of it that fits, so operators differing only in what their
         region holds around them share it (the caller keeps what fits its budget)."""
-        key = ("options", expr.structure_key(), hw, tuple(resident))
+        key = ("options", expr.structure_key(), search_key(hw), tuple(resident))
         found = self._options.get(key)
+        if found is None and self.store is not None:
+            found = self.store.get(key)
         if found is None:
-            found = self._options[key] = operator_options(expr, hw, resident, hw.usable_sram_bytes,
-                                                          cache=self.search)
+            found = operator_options(expr, hw, resident, hw.usable_sram_bytes, cache=self.search)
+            if self.store is not None:
+                self.store.put(key, found)
+        self._options[key] = found
         return found
 
     def prefetch_options(self, requests: Sequence[tuple[TensorExpr, Sequence[int]]],
@@ -184,8 +261,16 @@ class PlanCache:
         on up to :attr:`jobs` worker processes (:mod:`.plans.option_pool`)."""
         missing: dict[tuple, tuple[TensorExpr, tuple[int, ...]]] = {}
         for expr, resident in requests:
-            key = ("options", expr.structure_key(), hw, tuple(resident))
-            if key not in self._options and key not in missing:
+            key = ("options", expr.structure_key(), search_key(hw), tuple(resident))
+            if key in self._options or key in missing:
+                continue
+            stored = self.store.get(key) if self.store is not None else None
+            if stored is not None:
+                self._options[key] = stored
+            else:
                 missing[key] = (expr, tuple(resident))
         found = options_of_many(list(missing.values()), hw, self.jobs, cache=self.search)
         self._options.update(zip(missing, found))
+        if self.store is not None:
+            for key, options in zip(missing, found):
+                self.store.put(key, options)

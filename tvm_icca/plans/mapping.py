@@ -110,6 +110,16 @@ def mapping_cost(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int] =
     ``layout`` must know the chip (``OpLayout(expr, plan, hw.cores_per_chip)``) when its plan
     is spread; ``producers`` are the layouts of the inputs produced in the region.
     """
+    hbm_max, hbm_read, hbm_unique, inter = _mapping_bytes(layout, hw, hbm_inputs, producers)
+    hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs)
+    return MappingCost(hbm_s, inter_s, hbm_read, hbm_unique, inter)
+
+
+def _mapping_bytes(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int],
+                   producers: Sequence[Producer]) -> tuple[float, float, float, float]:
+    """The bytes of :func:`mapping_cost`: the most one chip reads from HBM, the HBM reads of
+    all chips, the distinct HBM bytes and the bytes crossing chips (no bandwidth is read:
+    :data:`.hw_fields.PLACEMENT_FIELDS`)."""
     chips = hw.num_chips
     n = layout.num_cores
     cpc = hw.cores_per_chip
@@ -136,11 +146,19 @@ def mapping_cost(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int] =
     out = len(expr.tensors) - 1
     owner = layout.output_owner_of()
     inter += int(np.count_nonzero(chip[owner] != chip)) * layout.partition_bytes(out)
+    return float(per_chip_hbm.max()), float(per_chip_hbm.sum()), hbm_unique, float(inter)
+
+
+def _mapping_seconds(hbm_max: float, inter: float, hw: HardwareSpec,
+                     hbm_inputs: Sequence[int]) -> tuple[float, float]:
+    """``(HBM seconds, inter-chip seconds)`` of a placement's bytes (:func:`_mapping_bytes`):
+    the busiest chip at its share of the HBM bandwidth, the crossings at the inter-chip
+    bandwidth (:func:`.hw_fields.placement_rates`)."""
     hbm_s = 0.0
-    if hbm and hw.hbm_bandwidth > 0:
-        hbm_s = float(per_chip_hbm.max()) / (hw.hbm_bandwidth / chips)
+    if len(hbm_inputs) and hw.hbm_bandwidth > 0:
+        hbm_s = hbm_max / (hw.hbm_bandwidth / hw.num_chips)
     inter_s = inter / hw.inter_chip_bandwidth if inter and hw.inter_chip_bandwidth > 0 else 0.0
-    return MappingCost(hbm_s, inter_s, float(per_chip_hbm.sum()), hbm_unique, float(inter))
+    return hbm_s, inter_s
 
 
 def rotation_inter_chip_bytes(layout: OpLayout, cores_per_chip: int) -> float:
@@ -190,6 +208,42 @@ def candidate_placements(layout: OpLayout, hw: HardwareSpec,
     return out
 
 
+#: One candidate placement of a plan (:func:`placement_bytes`): the plan with its
+#: ``core_order`` and ``chips``, the most bytes one chip reads from HBM, the bytes crossing chips.
+Placement = tuple[ExecutionPlan, float, float]
+
+
+def placement_bytes(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
+                    hbm_inputs: Sequence[int] = (),
+                    producers: Sequence[Producer] = ()) -> list[Placement]:
+    """Every candidate placement of ``plan`` (:func:`candidate_placements`) with its bytes
+    (:func:`mapping_cost`'s, before any bandwidth divides them): what
+    :func:`choose_core_order` chooses among, and what a plan cache keeps across chips that
+    differ only in their bandwidths (:data:`.hw_fields.PLACEMENT_FIELDS`)."""
+    cpc = hw.cores_per_chip
+    base = OpLayout(expr, replace(plan, core_order=(), chips=1), cpc)
+    out: list[Placement] = []
+    for order, chips in candidate_placements(base, hw, producers):
+        candidate = replace(plan, core_order=order, chips=chips)
+        layout = base if not order and chips == 1 else OpLayout(expr, candidate, cpc)
+        hbm_max, _, _, inter = _mapping_bytes(layout, hw, hbm_inputs, producers)
+        out.append((candidate, hbm_max, inter))
+    return out
+
+
+def pick_placement(plan: ExecutionPlan, placements: Sequence[Placement], hw: HardwareSpec,
+                   hbm_inputs: Sequence[int] = ()) -> ExecutionPlan:
+    """The cheapest of ``placements`` (:func:`placement_bytes` of ``plan``) on ``hw``'s
+    bandwidths; ties keep the earlier candidate (the expression's own order, contiguous)."""
+    best, best_s = plan, None
+    for candidate, hbm_max, inter in placements:
+        hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs)
+        cost = hbm_s + inter_s
+        if best_s is None or cost < best_s * (1 - 1e-9):
+            best, best_s = candidate, cost
+    return best
+
+
 def choose_core_order(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
                       hbm_inputs: Sequence[int] = (),
                       producers: Sequence[Producer] = ()) -> ExecutionPlan:
@@ -202,13 +256,6 @@ def choose_core_order(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
     """
     if hw.num_chips <= 1:
         return plan
-    cpc = hw.cores_per_chip
-    base = OpLayout(expr, replace(plan, core_order=(), chips=1), cpc)
-    best, best_s = plan, None
-    for order, chips in candidate_placements(base, hw, producers):
-        candidate = replace(plan, core_order=order, chips=chips)
-        layout = base if not order and chips == 1 else OpLayout(expr, candidate, cpc)
-        cost = mapping_cost(layout, hw, hbm_inputs, producers).time_s
-        if best_s is None or cost < best_s * (1 - 1e-9):
-            best, best_s = candidate, cost
-    return best
+    hbm_inputs = tuple(hbm_inputs)
+    return pick_placement(plan, placement_bytes(expr, plan, hw, hbm_inputs, producers), hw,
+                          hbm_inputs)

@@ -37,7 +37,8 @@ from tvm_icca.plans.batch_cost import AnalyticBatchModel, BatchCostModel
 from tvm_icca.plans.bounds import memory_lower_bound
 from tvm_icca.plans.cost import AnalyticCostModel, CostModel, PlanCost
 from tvm_icca.plans.filters import PlanFilters
-from tvm_icca.plans.mapping import Producer, choose_core_order, producer_key
+from tvm_icca.plans.hw_fields import placement_key, search_key
+from tvm_icca.plans.mapping import Producer, pick_placement, placement_bytes, producer_key
 from tvm_icca.plans.partitions import StepCaps, StepFilter, plans_for
 from tvm_icca.plans.scoring import (
     CHUNK_PLANS,
@@ -269,8 +270,10 @@ def plan_operator(
     default = cost_model is None or type(cost_model) is AnalyticCostModel
     hbm_inputs = tuple(sorted(int(t) for t in hbm_inputs))
     # the search does not depend on the chips; its result is kept without the mapping, which
-    # is chosen (and memoized) per context: HBM inputs and producers' layouts
-    key = ("search", expr.structure_key(), hw, budget) if default and cache is not None else None
+    # is chosen (and memoized) per context: HBM inputs and producers' layouts. Keyed on the
+    # fields the search reads (.hw_fields), so chips differing in others share it.
+    key = (("search", expr.structure_key(), search_key(hw), budget)
+           if default and cache is not None else None)
     result = None
     if key is not None:
         hit = cache.planned(key)
@@ -331,23 +334,24 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
 
 def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
             producers: Sequence[Producer], cache: SearchMemo | None) -> PlannedOp:
-    """``result`` with the placement :func:`.mapping.choose_core_order` picks (memoized in
-    ``cache`` on everything the choice depends on)."""
+    """``result`` with the placement :func:`.mapping.choose_core_order` picks. The candidate
+    placements and their bytes are memoized in ``cache`` on what they depend on (not on the
+    bandwidths, :data:`.hw_fields.PLACEMENT_FIELDS`); the choice among them is made for
+    ``hw``'s bandwidths each time."""
     if hw.num_chips <= 1:
         return result
     expr = result.expr
-    key = None
+    placements = None
     if cache is not None:
-        key = ("mapping", expr.structure_key(), json.dumps(result.plan.to_dict(), sort_keys=True),
-               hw, hbm_inputs, producer_key(producers))
-        hit = cache.planned(key)
-        if hit is not None:
-            plan = hit
-        else:
-            plan = choose_core_order(expr, result.plan, hw, hbm_inputs, producers)
-            cache.remember(key, plan)
+        key = ("placements", expr.structure_key(), json.dumps(result.plan.to_dict(), sort_keys=True),
+               placement_key(hw), hbm_inputs, producer_key(producers))
+        placements = cache.planned(key)
+        if placements is None:
+            placements = placement_bytes(expr, result.plan, hw, hbm_inputs, producers)
+            cache.remember(key, placements)
     else:
-        plan = choose_core_order(expr, result.plan, hw, hbm_inputs, producers)
+        placements = placement_bytes(expr, result.plan, hw, hbm_inputs, producers)
+    plan = pick_placement(result.plan, placements, hw, hbm_inputs)
     if plan == result.plan:
         return result
     return dataclasses.replace(result, plan=plan, layout=OpLayout(expr, plan, hw.cores_per_chip))

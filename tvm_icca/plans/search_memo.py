@@ -17,7 +17,11 @@ It memoizes three things:
   bounds, :class:`~.partitions.StepCaps`) are kept under the sharing tuple and the caps;
 * per rotation pattern and sharing tuple, the number of assignments (the searches' chunking
   needs it for rows whose assignments it may never build);
-* planned operators of the default analytic model (:func:`~.search.plan_operator`).
+* planned operators of the default analytic model (:func:`~.search.plan_operator`) and the
+  candidate placements of their plans, keyed on the chip's fields they read
+  (:mod:`~.hw_fields`). With a ``store`` (an object with ``get(key)`` and ``put(key, value)``,
+  such as :class:`tvm_icca.planning.plan_store.PlanStore`) these are also read from and
+  written to it: a memo that outlives the process.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ class SearchMemo:
     """LRU memo of plan structures, temporal-factor assignments and planned operators."""
 
     def __init__(self, max_structures: int = 256, max_plans: int = 512,
-                 max_assignment_bytes: int = 200_000_000):
+                 max_assignment_bytes: int = 200_000_000, store: Any = None):
+        #: where planned operators are also kept (``get(key)``, ``put(key, value)``), or None
+        self.store = store
         self.max_structures = max_structures
         self.max_plans = max_plans
         self.max_assignment_bytes = max_assignment_bytes
@@ -114,11 +120,18 @@ class SearchMemo:
         hit = self._plans.get(key)
         if hit is not None:
             self._plans.move_to_end(key)
+        elif self.store is not None:
+            hit = self.store.get(key)
+            if hit is not None:
+                self._plans[key] = hit
+                _trim(self._plans, self.max_plans)
         return hit
 
     def remember(self, key: Hashable, planned: Any) -> None:
         self._plans[key] = planned
         _trim(self._plans, self.max_plans)
+        if self.store is not None:
+            self.store.put(key, planned)
 
     def clear(self) -> None:
         self._structures.clear()
