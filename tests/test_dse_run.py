@@ -144,11 +144,21 @@ def test_ray_gives_the_same_rows(reference, tmp_path):
     assert _comparable(read_rows(done.results)) == _comparable(rows)
 
 
-def test_script_without_main_guard_gets_one_error(tmp_path):
+def test_script_without_main_guard(tmp_path):
+    """Worker processes import the calling script again: an unguarded script with a pool
+    gets one error naming the guard; with jobs=1 the sweep runs in the script's process."""
     path = _spec(tmp_path)
     script = tmp_path / "sweep.py"
-    script.write_text(f"import tvm_icca.dse\ntvm_icca.dse.run({path!r}, jobs=1, progress=False)\n")
+    script.write_text("import tvm_icca.dse\n"
+                      f"tvm_icca.dse.run({path!r}, jobs=2, limit=2, progress=False)\n")
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, check=False)
     assert proc.returncode != 0
     assert 'if __name__ == "__main__":' in proc.stderr.splitlines()[-1]
+    script.write_text("import tvm_icca.dse\n"
+                      f"done = tvm_icca.dse.run({path!r}, jobs=1, limit=1, progress=False)\n"
+                      "print(sum(done.counts.values()), 'computed')\n")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "1 computed" in proc.stdout

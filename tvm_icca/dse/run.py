@@ -104,7 +104,9 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     jobs : int, optional
         Points computed at once: worker processes of the local pool (default: the CPUs this
         process may use, at most the pending points), or Ray tasks in flight (default: the
-        cluster's CPUs).
+        cluster's CPUs). ``1`` without Ray: one point after another in this process (no
+        worker imports the calling script, so a notebook or a script without an
+        ``if __name__ == "__main__":`` guard can sweep).
     ray : str, optional
         Run on Ray: ``"auto"`` (the cluster this machine is part of, ``ray start``), a
         cluster address (``"10.0.0.1:6379"``, ``"ray://..."``) or ``"local"`` (start Ray here).
@@ -159,7 +161,12 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
             bar.step(note=f"{running} running, {c.get(DOES_NOT_FIT, 0)} do not fit, "
                      f"{c.get(FAILED, 0) + c.get('lost', 0)} failed")
 
-        if ray is None:
+        if ray is None and jobs == 1:
+            # one point at a time in this process: no worker imports the caller's script, so
+            # a notebook or an unguarded script can sweep (a crash, though, ends the caller)
+            for task in tasks:
+                on_row(evaluate(task), 0)
+        elif ray is None:
             _run_local(tasks, jobs or min(_available_cpus(), len(tasks)), on_row)
         else:
             _run_ray(tasks, ray, jobs, on_row)
