@@ -22,10 +22,13 @@ logger = logging.getLogger(__name__)
 TITLES = {
     "compile_time": "Compile time of the model zoo",
     "cost_model_accuracy": "Cost model accuracy",
+    "dse_point_cost": "Cost of a design-space sweep point",
     "elk_llm": "Elk preload designs on LLM decode",
+    "figures": "The pictures of the README's tour",
     "llm_audit": "LLM decode on multi-chip systems",
     "onnx_import_folding": "ONNX import and graph preparation",
     "plan_space_sizes": "Plan-space sizes and search time",
+    "sim_speed": "Simulation speed",
     "t10_vs_vgm": "T10 plans vs the virtual-global-memory baseline",
     "tuning": "Autotuning",
     "zoo_timing": "Simulated time of the model zoo",
