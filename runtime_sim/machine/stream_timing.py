@@ -59,7 +59,8 @@ def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[
                  exec_busy_s: Sequence[float],
                  preload_source_s: Mapping[int, float] | Sequence[float],
                  preload_network_s: Mapping[int, float] | Sequence[float],
-                 separate_interconnect: bool = False) -> StreamTimes:
+                 separate_interconnect: bool = False,
+                 stop_at: float = math.inf) -> StreamTimes | None:
     """The stream's timeline under the device's rules (see the module docstring).
 
     ``order`` lists the preloaded operators in preload order; ``horizon[i]`` is how many of
@@ -68,6 +69,16 @@ def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[
     holds its links' bandwidth; per preloaded operator ``j`` (indexed by operator):
     ``preload_source_s[j]`` the time its off-chip source needs and ``preload_network_s[j]``
     its network delivery alone. ``separate_interconnect``: preloads never share links.
+
+    ``stop_at``: a caller that only wants timelines shorter than this (a search comparing
+    candidates with its best) gets ``None`` as soon as the total is proven to be at least
+    ``stop_at``. Two lower bounds prove it. First, the same stream with every preload
+    delivered at the whole links (as with a separate interconnect): every start is the
+    latest of earlier ends, so shorter preloads end nothing later. Then, while the timeline
+    is computed, the time so far plus what either queue still has to run (executes run one
+    after another, and so do preloads, each at least its source time and its network
+    delivery at the whole links). A timeline that is returned is the same as without
+    ``stop_at``.
     """
     n, K = len(exec_s), len(order)
     pos = {j: k for k, j in enumerate(order)}
@@ -79,6 +90,28 @@ def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[
             issued += 1
     for k in range(issued, K):
         after[k] = n - 1
+    # the share of the links each execute leaves to a preload (constant while it runs;
+    # preload_link_share, inlined)
+    share = ([1.0] * n if separate_interconnect else
+             [1.0 if e <= 0 else 1.0 - (1.0 if b / e > 1.0 else b / e)
+              for b, e in zip(exec_busy_s, exec_s)])
+    preloaded = [i in pos for i in range(n)]
+    bounded = stop_at < math.inf
+    if bounded:
+        # what each queue still has to run from a position on; the bound keeps a relative
+        # margin far above the rounding of these sums in another order than the timeline's,
+        # and lets every preload's delivery end up to its residue (_DONE) early
+        limit = stop_at * (1.0 + 1e-10)
+        residue = _DONE * max(1.0, limit)
+        exec_left = [0.0] * (n + 1)
+        for i in range(n - 1, -1, -1):
+            exec_left[i] = exec_left[i + 1] + exec_s[i]
+        alone = [max(preload_source_s[j], preload_network_s[j]) - residue for j in order]
+        pre_left = [0.0] * (K + 1)
+        for k in range(K - 1, -1, -1):
+            pre_left[k] = pre_left[k + 1] + alone[k]
+        if _alone_total(n, K, pos, after, exec_s, alone) >= limit:
+            return None
     pre_s, pre_e = [math.nan] * K, [math.nan] * K
     ex_s, ex_e = [math.nan] * n, [math.nan] * n
     now = 0.0
@@ -90,7 +123,7 @@ def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[
         started = True
         while started:
             started = False
-            if running < 0 and i < n and (i not in pos or not math.isnan(pre_e[pos[i]])):
+            if running < 0 and i < n and (not preloaded[i] or not math.isnan(pre_e[pos[i]])):
                 running, ex_s[i] = i, now
                 ex_e[i] = now + exec_s[i]
                 i += 1
@@ -102,18 +135,23 @@ def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[
                 remaining, source_end = preload_network_s[j], now + preload_source_s[j]
                 k += 1
                 started = True
-        rate = 1.0
-        if running >= 0 and not separate_interconnect:
-            rate = preload_link_share(exec_busy_s[running], exec_s[running])
-        events = []
-        if running >= 0:
-            events.append(ex_e[running])
+        if bounded:
+            exec_free = ex_e[running] if running >= 0 else now
+            pre_free = max(source_end, now + remaining - residue) if active >= 0 else now
+            if exec_free + exec_left[i] >= limit or pre_free + pre_left[k] >= limit:
+                return None
+        rate = share[running] if running >= 0 else 1.0
         if active >= 0:
             net_end = now + remaining / rate if rate > 0 else (now if remaining <= 0 else math.inf)
-            events.append(max(source_end, net_end))
-        if not events:
+            end = net_end if net_end > source_end else source_end
+            if running >= 0 and ex_e[running] <= end:
+                t = ex_e[running]
+            else:
+                t = end
+        elif running >= 0:
+            t = ex_e[running]
+        else:
             raise ValueError("the stream cannot proceed: an execute waits for a preload never issued")
-        t = min(events)
         if active >= 0:
             remaining = max(0.0, remaining - rate * (t - now))
         now = t
@@ -123,3 +161,26 @@ def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[
             pre_e[active], active = now, -1
     total = max([now] + [e for e in ex_e if not math.isnan(e)])
     return StreamTimes(tuple(pre_s), tuple(pre_e), tuple(ex_s), tuple(ex_e), total)
+
+
+def _alone_total(n: int, K: int, pos: Mapping[int, int], after: Sequence[int],
+                 exec_s: Sequence[float], alone: Sequence[float]) -> float:
+    """The total of a stream whose preload at position ``k`` takes ``alone[k]`` (its time
+    with the whole links), by the same rules: a lower bound of :func:`stream_times`'s."""
+    pre_end = [0.0] * K
+    ex_end = [0.0] * n
+    last_pre = last_ex = 0.0
+    k = 0
+    for i in range(n + 1):
+        # the preloads issued after execute i - 1: once it and the preload before have ended
+        while k < K and after[k] == i - 1:
+            start = last_ex if last_ex > last_pre else last_pre
+            last_pre = pre_end[k] = start + alone[k]
+            k += 1
+        if i < n:
+            start = last_ex
+            p = pos.get(i)
+            if p is not None and pre_end[p] > start:
+                start = pre_end[p]
+            last_ex = ex_end[i] = start + exec_s[i]
+    return last_ex if last_ex > last_pre else last_pre

@@ -56,18 +56,47 @@ class WindowShrinker:
         self._fronts = [m.preloads[e] for m, e, _ in members]
         self._cap = machine.sram_bytes
         self._sep = machine.separate_interconnect
+        fronts, cur = self._fronts, [c for _, _, c in members]
+        # the members' sums, left to right (a window one member larger adds to them: extended)
+        self._sums0 = (sum(f[c].network_s for f, c in zip(fronts, cur)),
+                       sum(f[c].load_s for f, c in zip(fronts, cur)),
+                       sum(f[c].space for f, c in zip(fronts, cur)),
+                       sum(f[-1].space for f in fronts))
+        self._start(cur)
+
+    def _start(self, cur: list[int]) -> None:
+        """The trajectory's first state: every member at ``cur``, the op at its fastest point."""
+        op = self._op
+        net, load, space, smallest = self._sums0
+        self._cur0 = tuple(cur)
         self._e = 0
-        self._cur = [c for _, _, c in members]
-        fronts = self._fronts
-        self._net = sum(f[c].network_s for f, c in zip(fronts, self._cur))
-        self._load = sum(f[c].load_s for f, c in zip(fronts, self._cur))
+        self._cur = cur
+        self._net = net
+        self._load = load
         self._added = 0.0       # distribution time added by shrinking members here
         # bytes without live activations (window_bytes is additive in them)
-        self._space = window_bytes(op.execs[0].space, (f[c].space for f, c in zip(fronts, self._cur)), 0)
-        self._smallest = window_bytes(op.execs[-1].space, (f[-1].space for f in fronts), 0)
+        self._space = window_bytes(op.execs[0].space, (space,), 0)
+        self._smallest = window_bytes(op.execs[-1].space, (smallest,), 0)
         self._now = self._cost(self._e, self._net, self._load, self._added)
         self._states: list[tuple[int, int, tuple[int, ...], float]] = [
-            (self._space, self._e, tuple(self._cur), self._now)]
+            (self._space, self._e, self._cur0, self._now)]
+
+    def extended(self, member: tuple[OpTradeoffs, int, int]) -> "WindowShrinker":
+        """The shrinker of this window with one more member (op, exec choice, current preload
+        point) preloaded beside it: what ``WindowShrinker(op, members + [member], machine)``
+        is, without summing the members again (the sums run left to right either way)."""
+        m, e, c = member
+        front = m.preloads[e]
+        child = WindowShrinker.__new__(WindowShrinker)
+        child._op = self._op
+        child._fronts = self._fronts + [front]
+        child._cap = self._cap
+        child._sep = self._sep
+        net, load, space, smallest = self._sums0
+        child._sums0 = (net + front[c].network_s, load + front[c].load_s, space + front[c].space,
+                        smallest + front[-1].space)
+        child._start(list(self._cur0) + [c])
+        return child
 
     def plan(self, live_bytes: int) -> WindowPlan | None:
         """The window's allocation beside ``live_bytes`` of live activations per core."""

@@ -287,7 +287,7 @@ def _reordered_points(ops, machine, rc: _Reorder, sched: ElkSchedule,
             continue
         source = f"reordered {perm} at the refined points of {sched.stats.source}"
         s = schedule_at_points(ops, machine, sched.design, order, sched.exec_choice,
-                       sched.preload_choice, source, sched.stats, step)
+                       sched.preload_choice, source, sched.stats, step, stop_at=best.total_s)
         if s is not None and s.total_s < best.total_s:
             best = replace(s, stats=replace(s.stats, avg_displacement=reorder.layer_displacement(perm),
                                             avg_position_displacement=reorder.order_displacement(order)))

@@ -12,6 +12,7 @@ gives the best horizons (every preload issued as early as SRAM allows) and
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -45,19 +46,21 @@ class Draft:
 
 
 def finish_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, draft: Draft,
-                 stats: PlanStats, on_step: OnStep = None) -> ElkSchedule:
+                 stats: PlanStats, on_step: OnStep = None,
+                 stop_at: float = math.inf) -> ElkSchedule | None:
     """``draft`` as design ``design``'s schedule, with its estimated timeline and total (raises
     ``ValueError`` if the draft's horizons are invalid or a window overflows SRAM); then
-    ``on_step(None)``."""
+    ``on_step(None)``. ``None`` when its total is proven to be at least ``stop_at`` (a search
+    that keeps only faster schedules, :func:`~tvm_icca.elk.schedule.estimate`)."""
     sched = ElkSchedule(design, tuple(draft.exec_choice), tuple(draft.preload_choice), draft.order,
                         tuple(draft.horizon), Timeline((), (), (), (), (), (), (), 0.0), 0.0,
                         replace(stats, source=draft.source))
     try:
-        tl = estimate(ops, machine, sched)
+        tl = estimate(ops, machine, sched, stop_at)
     finally:
         if on_step is not None:
             on_step(None)
-    return replace(sched, timeline=tl, total_s=tl.total_s)
+    return None if tl is None else replace(sched, timeline=tl, total_s=tl.total_s)
 
 
 def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Sequence[int],
@@ -92,15 +95,17 @@ def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Seq
 def schedule_at_points(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str,
                        order: Sequence[int], exec_choice: Sequence[int],
                        preload_choice: Sequence[int], source: str,
-                       stats: PlanStats, on_step: OnStep = None) -> ElkSchedule | None:
+                       stats: PlanStats, on_step: OnStep = None,
+                       stop_at: float = math.inf) -> ElkSchedule | None:
     """The schedule with these points and order, every preload issued as early as memory
-    allows (:func:`fitting_horizons`), estimated; None if it does not fit."""
+    allows (:func:`fitting_horizons`), estimated; None if it does not fit (or, with
+    ``stop_at``, if its total is proven to be at least that: :func:`finish_draft`)."""
     hz = fitting_horizons(ops, machine, order, exec_choice, preload_choice)
     if hz is None:
         return None
     try:
         return finish_draft(ops, machine, design,
                             Draft(list(exec_choice), list(preload_choice), order, hz, source),
-                            stats, on_step)
+                            stats, on_step, stop_at)
     except (InfeasibleError, ValueError):
         return None

@@ -150,10 +150,12 @@ class Times:
     total_s: float
 
 
-def check_horizons(n_ops: int, order: Sequence[int], horizon: Sequence[int]) -> None:
+def check_horizons(n_ops: int, order: Sequence[int], horizon: Sequence[int],
+                   m: Sequence[int] | None = None) -> None:
     """Raise ValueError unless horizons are non-decreasing, within the order, and cover every op's
-    own preload (the schedule's validity)."""
-    m = min_horizons(n_ops, order)
+    own preload (the schedule's validity); ``m``: the order's :func:`min_horizons`, if known."""
+    if m is None:
+        m = min_horizons(n_ops, order)
     if len(horizon) != n_ops:
         raise ValueError("one horizon per operator")
     prev = 0

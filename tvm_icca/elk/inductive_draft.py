@@ -35,37 +35,48 @@ def inductive_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tupl
     ops, offset = _joint_starts(ops, _load_price(stretch))
     ex = [0] * n
     pc = {j: 0 for j in order}
-    tried: dict[int, tuple[tuple[int, ...], WindowPlan]] = {}
+    tried: dict[int, WindowPlan] = {}
     window_machine = machine if stretch is None else replace(machine, separate_interconnect=True)
 
-    scan: list = [None, []]     # the op being scanned, its members' (key, ex, pc) by position
+    # The window memo is a trie: from the executing operator (and the pricing) down through
+    # its members' (key, execute point, preload point), each node holding the window's greedy
+    # trajectory (one per window content, whatever the live bytes beside it). The recurrence
+    # scans h upwards for one i at a time, and ex / pc only change on commit, so each call
+    # steps one member down from the last one's node (and extends its trajectory's start).
+    scan: list = [None, None, 0]     # the op being scanned, its node, members below the node
+
+    def child(node: _Node, j: int) -> _Node:
+        item = (ops[j].key, ex[j], pc[j])
+        below = node.children.get(item)
+        if below is None:
+            below = node.children[item] = _Node(node.shrinker.extended((ops[j], ex[j], pc[j])))
+        return below
 
     def window_time(i: int, h: int) -> float | None:
-        # the recurrence scans h upwards for one i at a time, and ex / pc only change on commit
-        members = early[i] + order[m[i]:h]
-        if scan[0] != i:
-            scan[0], scan[1] = i, [(ops[j].key, ex[j], pc[j]) for j in early[i]]
-        items = scan[1]
-        for j in members[len(items):]:
-            items.append((ops[j].key, ex[j], pc[j]))
-        # one greedy trajectory per window content, whatever the live bytes beside it
-        key = (stretch is None, ops[i].key, tuple(items[:len(members)]))
-        shrinker = memo.get(key)
-        if shrinker is None:
-            shrinker = memo[key] = WindowShrinker(ops[i], [(ops[j], ex[j], pc[j]) for j in members],
-                                                  window_machine)
-        plan = shrinker.plan(ops[i].live_bytes)
+        if scan[0] != i or h < m[i] + scan[2]:
+            root = (stretch is None, ops[i].key)
+            node = memo.get(root)
+            if node is None:
+                node = memo[root] = _Node(WindowShrinker(ops[i], (), window_machine))
+            for j in early[i]:
+                node = child(node, j)
+            scan[0], scan[1], scan[2] = i, node, 0
+        node = scan[1]
+        for j in order[m[i] + scan[2]:h]:
+            node = child(node, j)
+        scan[1], scan[2] = node, h - m[i]
+        plan = node.shrinker.plan(ops[i].live_bytes)
         if plan is None:
             return None
-        tried[h] = (members, plan)
+        tried[h] = plan
         return plan.time_s
 
     def commit(i: int, h: int) -> None:
-        members, plan = tried[h]
+        plan = tried[h]
         ex[i] = plan.exec_choice
         if i in pc:     # i's execute point is fixed: its windows start at its fastest preload
             pc[i] = fastest_preload(ops[i].preloads[ex[i]], _load_price(stretch))
-        for j, c in zip(members, plan.preload_choices):
+        for j, c in zip(early[i] + order[m[i]:h], plan.preload_choices):
             pc[j] = c
         tried.clear()
         scan[0] = None
@@ -77,6 +88,17 @@ def inductive_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tupl
     source = "inductive" if stretch is None else f"inductive, preloads x{stretch:.2f}"
     return Draft([e + o for e, o in zip(ex, offset)], [pc.get(i, -1) for i in range(n)], order,
                  list(res.horizon), source)
+
+
+class _Node:
+    """A window of the memo's trie (:func:`inductive_draft`): its trajectory, and the windows
+    one member larger by that member's (key, execute point, preload point)."""
+
+    __slots__ = ("shrinker", "children")
+
+    def __init__(self, shrinker: WindowShrinker) -> None:
+        self.shrinker = shrinker
+        self.children: dict[tuple, _Node] = {}
 
 
 def _load_price(stretch: float | None) -> Callable[[PreloadPoint], float]:

@@ -61,9 +61,10 @@ def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
             members = (i,)
         for m in members:
             ex[m], pc[m] = found.exec_choice[j], found.preload_choice[j]
+    bar = sched.total_s * (1 - 1e-9)    # what the refined schedule must beat
     cand = schedule_at_points(ops, machine, sched.design, sched.preload_order, ex, pc,
-                              sched.stats.source + ", refined", sched.stats, on_step)
-    return cand if cand is not None and cand.total_s < sched.total_s * (1 - 1e-9) else sched
+                              sched.stats.source + ", refined", sched.stats, on_step, stop_at=bar)
+    return cand if cand is not None and cand.total_s < bar else sched
 
 
 def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
@@ -94,12 +95,13 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
             cls = ("op", i)
         classes.setdefault(cls, []).append(i)
 
-    def evaluate(ex: list[int], pc: list[int], source: str) -> ElkSchedule | None:
+    def evaluate(ex: list[int], pc: list[int], source: str, bar: float) -> ElkSchedule | None:
+        # a candidate only counts if it beats ``bar``: its estimate stops once it cannot
         return schedule_at_points(ops, machine, sched.design, order, ex, pc, source, sched.stats,
-                                  on_step)
+                                  on_step, stop_at=bar)
 
     source = sched.stats.source
-    best = evaluate(list(sched.exec_choice), list(sched.preload_choice), source)
+    best = evaluate(list(sched.exec_choice), list(sched.preload_choice), source, sched.total_s)
     if best is None or best.total_s >= sched.total_s:
         best = sched
     for _ in range(REFINE_SWEEPS):
@@ -114,8 +116,9 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
                 ex, pc = list(best.exec_choice), list(best.preload_choice)
                 for i in members:
                     ex[i], pc[i] = e, c
-                cand = evaluate(ex, pc, source + ", refined")
-                if cand is not None and cand.total_s < best.total_s * (1 - 1e-9):
+                bar = best.total_s * (1 - 1e-9)
+                cand = evaluate(ex, pc, source + ", refined", bar)
+                if cand is not None and cand.total_s < bar:
                     best, improved = cand, True
         if not improved:
             break

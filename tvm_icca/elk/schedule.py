@@ -75,16 +75,19 @@ def ideal_preload(op: OpTradeoffs) -> tuple[int, float]:
     return min(p.space for p in pts), min(p.load_s for p in pts)
 
 
-def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSchedule) -> Timeline:
+def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSchedule,
+             stop_at: float = math.inf) -> Timeline | None:
     """Forward (earliest-start) evaluation of a schedule under the memory/contention model.
 
-    Raises ValueError if the schedule is invalid or some window exceeds SRAM."""
+    Raises ValueError if the schedule is invalid or some window exceeds SRAM. ``stop_at``: a
+    search that keeps only schedules faster than this gets ``None`` once the total is proven
+    not to be (:func:`runtime_sim.machine.stream_timing.stream_times`)."""
     n = len(ops)
     order = schedule.preload_order
-    check_horizons(n, order, schedule.horizon)
+    m, early = order_structure(n, tuple(order))
+    check_horizons(n, order, schedule.horizon, m)
     ideal = schedule.design == "ideal"
     K = len(order)
-    m, early = order_structure(n, tuple(order))
     pts = {}
     for j in order:
         if not ops[j].loads or schedule.preload_choice[j] < 0:
@@ -103,7 +106,9 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
     for i, op in enumerate(ops):
         ep = op.execs[schedule.exec_choice[i]]
         h = schedule.horizon[i]
-        w_space = ps[h] - ps[m[i]] + sum(space[pos[j]] for j in early[i])
+        w_space = ps[h] - ps[m[i]]
+        if early[i]:    # (most operators have no early member: no sum to start)
+            w_space += sum(space[pos[j]] for j in early[i])
         if ideal:
             if ep.space + op.live_bytes > machine.sram_bytes or w_space > machine.sram_bytes:
                 raise ValueError(f"ideal: operator {i} exceeds SRAM")
@@ -121,7 +126,9 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
         wbytes.append(total)
     network_s = {j: 0.0 if ideal else pts[j].network_s for j in order}
     t = stream_times(order, schedule.horizon, exec_s, busy_s, load_s, network_s,
-                     separate_interconnect=ideal or machine.separate_interconnect)
+                     separate_interconnect=ideal or machine.separate_interconnect, stop_at=stop_at)
+    if t is None:
+        return None
     nan = math.nan
     pre_start = tuple(t.pre_start[pos[j]] if j in pos else nan for j in range(n))
     pre_end = tuple(t.pre_end[pos[j]] if j in pos else nan for j in range(n))
