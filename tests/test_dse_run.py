@@ -162,3 +162,24 @@ def test_script_without_main_guard(tmp_path):
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "1 computed" in proc.stdout
+
+
+def test_persistent_plan_cache(reference, tmp_path, monkeypatch):
+    """`--plan-cache DIR`: the workers keep their plans on disk; a sweep with a warm
+    directory (a later run, another worker) searches nothing and gives the same rows."""
+    from tvm_icca.dse import worker
+    from tvm_icca.plans import search as search_module
+
+    _, _, rows = reference
+    cache_dir = tmp_path / "plans"
+    path = _spec(tmp_path)
+    assert main(["dse", path, "--jobs", "1", "--no-progress", "--plan-cache", str(cache_dir)]) == 0
+    assert _comparable(read_rows(tmp_path / "tiny.jsonl")) == _comparable(rows)
+    assert any(cache_dir.rglob("*.pkl"))
+    searches = []
+    real = search_module._search  # pylint: disable=protected-access
+    monkeypatch.setattr(search_module, "_search", lambda *a, **k: searches.append(1) or real(*a, **k))
+    monkeypatch.setitem(worker._CACHE, "cache", None)  # pylint: disable=protected-access
+    again = run(path, jobs=1, progress=False, results=tmp_path / "again.jsonl", plan_cache=cache_dir)
+    assert sum(again.counts.values()) == 6 and not searches
+    assert _comparable(read_rows(tmp_path / "again.jsonl")) == _comparable(rows)

@@ -52,6 +52,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      "<spec stem>.jsonl beside the spec)")
     run.add_argument("--limit", type=positive_int, default=None,
                      help="compute at most N of the missing points in this run")
+    run.add_argument("--plan-cache", metavar="DIR", nargs="?", const=True, default=None,
+                     help="keep searched plans on disk in DIR (without DIR: $TVM_ICCA_PLAN_CACHE, "
+                     "else $XDG_CACHE_HOME/tvm_icca/plans), read by every worker and later runs; "
+                     "points differing only in bandwidths then reuse every plan search")
     add_progress_argument(run)
     report = parser.add_argument_group("dse report")
     report.add_argument("--out", metavar="DIR", default=None,
@@ -85,7 +89,8 @@ def _run(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     done = run(spec, jobs=args.jobs, ray=args.ray, dry_run=args.dry_run,
-               progress=args.progress, results=args.results, limit=args.limit)
+               progress=args.progress, results=args.results, limit=args.limit,
+               plan_cache=args.plan_cache)
     if args.dry_run:
         for point in done.points:
             mark = "done" if point.key in done.done_before else "todo"

@@ -30,6 +30,7 @@ from tvm_icca.dse.points import DsePoint, expand
 from tvm_icca.dse.results import append_row, read_rows
 from tvm_icca.dse.spec import DseSpec, load_spec
 from tvm_icca.dse.worker import DOES_NOT_FIT, FAILED, OK, evaluate
+from tvm_icca.planning.plan_store import default_plan_cache_dir
 from tvm_icca.progress import ProgressLike, as_progress
 
 __all__ = ["DseRun", "run", "RAY_EXTRA_HINT"]
@@ -88,7 +89,8 @@ class DseRun:
 
 def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
         ray: str | None = None, dry_run: bool = False, progress: ProgressLike = True,
-        results: "str | os.PathLike[str] | None" = None, limit: int | None = None) -> DseRun:
+        results: "str | os.PathLike[str] | None" = None, limit: int | None = None,
+        plan_cache: "str | os.PathLike[str] | bool | None" = None) -> DseRun:
     """Compile and time every point of a study not yet in its results file.
 
     Every point is compiled by the model-level compiler
@@ -120,6 +122,12 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
         The results file (default: the spec's ``results``).
     limit : int, optional
         Compute at most this many pending points in this run (the rest stay pending).
+    plan_cache : str, os.PathLike or bool, optional
+        A directory where the workers keep searched plans on disk
+        (:meth:`tvm_icca.PlanCache.persistent`; ``True``: the default directory,
+        ``$TVM_ICCA_PLAN_CACHE`` or ``$XDG_CACHE_HOME/tvm_icca/plans``). Every worker, later
+        runs and, on a shared file system, other machines read them instead of searching
+        again. ``None``: each worker keeps its plans in memory only.
 
     Returns
     -------
@@ -147,7 +155,12 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
         return summary
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     base_dir = os.path.dirname(os.path.abspath(spec.source)) if os.path.exists(spec.source) else os.getcwd()
-    tasks = [_task(spec, p, base_dir) for p in todo]
+    cache_dir = None
+    if plan_cache is True:
+        cache_dir = default_plan_cache_dir()
+    elif plan_cache not in (None, False):
+        cache_dir = os.path.abspath(os.fspath(plan_cache))
+    tasks = [dict(_task(spec, p, base_dir), plan_cache=cache_dir) for p in todo]
     start = time.perf_counter()
     with as_progress(progress).phase(f"dse {spec.name}", unit="point", total=len(tasks),
                                      leave=True) as bar:

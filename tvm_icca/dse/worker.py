@@ -4,7 +4,10 @@ Run in the worker processes of a local pool and in Ray tasks alike (:func:`evalu
 and returns plain data, so it pickles). A worker keeps one
 :class:`~tvm_icca.planning.plan_cache.PlanCache` across its points (:func:`plan_cache_for`):
 points are sent in groups that share a workload and a chip up to its bandwidths
-(:mod:`tvm_icca.dse.points`), and every design of one chip reuses the operators' plans.
+(:mod:`tvm_icca.dse.points`), and every design of one chip reuses the operators' plans; the
+plans are keyed on the chip fields they read, so the points of a bandwidth sweep reuse every
+search. With a plan cache directory (``tvm-icca dse --plan-cache DIR``) the cache has an
+on-disk layer that the other workers, later runs and other machines read too.
 """
 
 from __future__ import annotations
@@ -32,19 +35,22 @@ TIMING_KEYS = ("compile_s", "simulate_s", "simulation_s", "elk_planning_s", "tim
                "plan_cache_hits", "plan_cache_misses")
 
 # one plan cache per worker process, for the points of one group (see plan_cache_for)
-_CACHE: dict[str, Any] = {"group": None, "cache": None}
+_CACHE: dict[str, Any] = {"group": None, "path": None, "cache": None}
 _WORKLOAD: dict[str, Any] = {"key": None, "workload": None}
 
 
-def plan_cache_for(group: str) -> PlanCache:
-    """The worker's plan cache for a point of ``group``.
+def plan_cache_for(group: str, path: str | None = None) -> PlanCache:
+    """The worker's plan cache for a point of ``group``, with its on-disk layer in ``path``
+    (None: in memory only).
 
     Kept while the worker's points stay in one group, replaced by an empty one when the group
-    changes (plans of another workload or chip shape would only hold memory). ``jobs=1``: the
-    worker is itself one of the sweep's processes, the plan search forks none of its own.
+    changes (plans of another workload or chip shape would only hold memory; what is on disk
+    stays there). ``jobs=1``: the worker is itself one of the sweep's processes, the plan
+    search forks none of its own.
     """
-    if _CACHE["group"] != group or _CACHE["cache"] is None:
-        _CACHE["group"], _CACHE["cache"] = group, PlanCache(jobs=1)
+    if _CACHE["group"] != group or _CACHE["path"] != path or _CACHE["cache"] is None:
+        _CACHE["group"], _CACHE["path"] = group, path
+        _CACHE["cache"] = PlanCache(jobs=1, path=path)
     return _CACHE["cache"]
 
 
@@ -84,8 +90,9 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
     ----------
     task : dict
         ``key``, ``group``, ``inputs`` (the row's input columns), ``hw``
-        (:meth:`HardwareSpec.to_dict`), ``workload``, ``design``, ``state``, ``execution`` and
-        ``base_dir`` (where relative ONNX paths are).
+        (:meth:`HardwareSpec.to_dict`), ``workload``, ``design``, ``state``, ``execution``,
+        ``base_dir`` (where relative ONNX paths are) and optionally ``plan_cache`` (the plan
+        cache's directory, :func:`plan_cache_for`).
 
     Returns
     -------
@@ -106,7 +113,7 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
     try:
         hw = HardwareSpec.from_dict(task["hw"])
         model = _workload(task["workload"], task["base_dir"])
-        cache = plan_cache_for(task["group"])
+        cache = plan_cache_for(task["group"], task.get("plan_cache"))
         design = task["design"]
         compiled = compile_programs(model, hw, plan_cache=cache, preload=design,
                                     state=task["state"], execution=task["execution"],
