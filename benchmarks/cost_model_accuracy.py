@@ -20,13 +20,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from runtime_sim.contract.hardware import preset  # noqa: E402
-from tvm_icca.cli.fit_cost_model_command import (
-from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
+from tvm_icca.cli.fit_cost_model_command import (  # noqa: E402
     accuracy,
     fit_cost_model,
     profile_plans,
     random_op_builders,
 )
+
+from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
