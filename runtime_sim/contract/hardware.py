@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import math
 import numbers
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from runtime_sim.contract.errors import InvalidHardwareSpecError, UnsupportedDtypeError
+from runtime_sim.contract.text_files import parse_json, parse_toml, read_text
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover  (setup.py installs tomli there)
-    import tomli as tomllib
 
 #: Topologies the device knows how to connect cores with.
 TOPOLOGIES = ("all-to-all", "mesh")
@@ -940,30 +935,8 @@ def load_hardware(path: "str | os.PathLike[str]") -> HardwareSpec:
     if suffix not in HARDWARE_FILE_SUFFIXES:
         raise bad(f"unknown format '{suffix or '(no suffix)'}'; a hardware file ends in "
                   f"{' or '.join(HARDWARE_FILE_SUFFIXES)}")
-    try:
-        with open(where, encoding="utf-8") as file:
-            text = file.read()
-    except FileNotFoundError:
-        raise bad("no such file") from None
-    except IsADirectoryError:
-        raise bad("is a directory, not a file") from None
-    except PermissionError:
-        raise bad("cannot be read (permission denied)") from None
-    except UnicodeDecodeError as err:
-        raise bad(f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    except OSError as err:
-        raise bad(f"cannot be read ({err.strerror or err})") from None
-
-    if suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise bad(f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
-    else:
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as err:  # its message ends "(at line L, column C)"
-            raise bad(f"invalid TOML: {err}") from None
+    text = read_text(where, bad)
+    data = parse_json(text, bad) if suffix == ".json" else parse_toml(text, bad)
     if not isinstance(data, dict):
         raise bad(f"must hold one object of fields, not a {type(data).__name__}")
 

@@ -40,20 +40,16 @@ import difflib
 import itertools
 import json
 import os
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from runtime_sim.contract.errors import IccaError, InvalidSpecError
+from runtime_sim.contract.text_files import parse_toml, read_text
 from tvm_icca.hardware_choice import HardwareSpec, is_hardware_file_name, load_hardware, preset
 from tvm_icca.planning.planner import PRELOAD_CHOICES
 from tvm_icca.planning.region_plans import EXECUTION_MODELS
 from tvm_icca.planning.state_place import STATE_CHOICES
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover  (setup.py installs tomli there)
-    import tomli as tomllib
 
 __all__ = ["DseSpec", "SPEC_KEYS", "SPEC_SUFFIXES", "load_spec", "hardware_fields"]
 
@@ -213,24 +209,8 @@ def load_spec(path: "str | os.PathLike[str]") -> DseSpec:
     suffix = os.path.splitext(where)[1].lower()
     if suffix not in SPEC_SUFFIXES:
         raise bad(f"unknown format '{suffix or '(no suffix)'}'; a spec ends in {', '.join(SPEC_SUFFIXES)}")
-    try:
-        with open(where, encoding="utf-8") as file:
-            text = file.read()
-    except FileNotFoundError:
-        raise bad("no such file") from None
-    except IsADirectoryError:
-        raise bad("is a directory, not a file") from None
-    except UnicodeDecodeError as err:
-        raise bad(f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    except OSError as err:
-        raise bad(f"cannot be read ({err.strerror or err})") from None
-    if suffix == ".toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as err:
-            raise bad(f"invalid TOML: {err}") from None
-    else:
-        data = _load_yaml(text, bad)
+    text = read_text(where, bad)
+    data = parse_toml(text, bad) if suffix == ".toml" else _load_yaml(text, bad)
     if not isinstance(data, dict):
         raise bad(f"must hold one mapping of keys, not a {type(data).__name__}")
     directory = os.path.dirname(os.path.abspath(where))

@@ -53,7 +53,9 @@ def store_version() -> str:
     try:
         package = importlib.metadata.version("tvm-icca")
     except importlib.metadata.PackageNotFoundError:
-        from tvm_icca import __version__ as package  # pylint: disable=import-outside-toplevel
+        # a source tree on sys.path, not installed: no version to key entries by (importing
+        # the package root for its __version__ would break the stage layering)
+        package = "uninstalled"
     return f"v{PLAN_FORMAT}-{package}"
 
 
