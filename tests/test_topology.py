@@ -586,3 +586,13 @@ def test_tenstorrent_presets_place_cores_and_dram_as_the_soc_descriptors() -> No
     src, d, nb = wh.io_flows("hbm", np.arange(80), np.full(80, float(b)))
     net, source = wh.hbm_load(src, d, nb, None, np.array([80.0 * b]))
     assert source == pytest.approx(80 * b / hw.hbm_bandwidth) and source > net.time_s
+
+
+def test_reports_name_a_torus():
+    from runtime_sim.contract.hardware import preset as _preset
+    from runtime_sim.machine.topology import make_topology as _make
+
+    mesh = _preset("ipu-pod4-hbm-mesh", num_chips=1, num_cores=1472, hbm_controllers=4,
+                   inter_chip_bandwidth=0.0)
+    assert _make(mesh).kind == "mesh"
+    assert _make(mesh.with_overrides(mesh_torus=True)).kind == "torus"

@@ -451,6 +451,8 @@ class MeshTopology(Topology):
         #: wrap would only duplicate the one link, so such a ring stays a line.
         self.wrap_x = grid.torus and self.cols > 2
         self.wrap_y = grid.torus and self.rows > 2
+        if grid.torus:
+            self.kind = "torus"  # what reports name it (the routing is the mesh's, wrapped)
         self.lh = self.cols if self.wrap_x else self.cols - 1  # east (or west) links per row
         self.lv = self.rows if self.wrap_y else self.rows - 1  # south (or north) links per column
         self.n_h = self.rows * self.lh  # east (or west) links per chip
