@@ -95,6 +95,18 @@ class DecoderConfig:
         return dict(self.__dict__)
 
 
+def add_projections(module: nn.Module, cfg: DecoderConfig, names: tuple[str, str, str, str],
+                    bias: bool, dtype: str) -> None:
+    """The Q, K, V and output projections of an attention block, as attributes ``names``:
+    one definition for decode and prefill, so both phases of a model have the same weights."""
+    hd = cfg.hd
+    for name, (n_in, n_out) in zip(names, [(cfg.hidden, cfg.heads * hd),
+                                           (cfg.hidden, cfg.kv_heads * hd),
+                                           (cfg.hidden, cfg.kv_heads * hd),
+                                           (cfg.heads * hd, cfg.hidden)]):
+        setattr(module, name, nn.Linear(n_in, n_out, bias=bias, dtype=dtype))
+
+
 class DecodeAttention(nn.Module):
     """Self-attention of the new token; rotary or not, biases or not, GQA or not."""
 
@@ -102,11 +114,7 @@ class DecodeAttention(nn.Module):
                  bias: bool, use_rotary: bool, names: tuple[str, str, str, str]):
         self.cfg, self.batch, self.use_rotary, self.names = cfg, batch, use_rotary, names
         hd = cfg.hd
-        for name, (n_in, n_out) in zip(names, [(cfg.hidden, cfg.heads * hd),
-                                               (cfg.hidden, cfg.kv_heads * hd),
-                                               (cfg.hidden, cfg.kv_heads * hd),
-                                               (cfg.heads * hd, cfg.hidden)]):
-            setattr(self, name, nn.Linear(n_in, n_out, bias=bias, dtype=dtype))
+        add_projections(self, cfg, names, bias, dtype)
         self.k_cache = nn.Parameter((batch, cfg.kv_heads, context, hd), dtype)
         self.v_cache = nn.Parameter((batch, cfg.kv_heads, context, hd), dtype)
 
@@ -136,12 +144,7 @@ class PrefillAttention(nn.Module):
                  bias: bool, use_rotary: bool, names: tuple[str, str, str, str]):
         self.cfg, self.batch, self.seq_len, self.use_rotary, self.names = (
             cfg, batch, seq_len, use_rotary, names)
-        hd = cfg.hd
-        for name, (n_in, n_out) in zip(names, [(cfg.hidden, cfg.heads * hd),
-                                               (cfg.hidden, cfg.kv_heads * hd),
-                                               (cfg.hidden, cfg.kv_heads * hd),
-                                               (cfg.heads * hd, cfg.hidden)]):
-            setattr(self, name, nn.Linear(n_in, n_out, bias=bias, dtype=dtype))
+        add_projections(self, cfg, names, bias, dtype)
 
     def forward(self, x: Tensor, cos: Tensor | None, sin: Tensor | None,
                 mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
