@@ -34,26 +34,59 @@ def released(last: dict[str, int], held: Iterable[str], i: int) -> list[str]:
     return [name for name in held if not outlives(last, name, i)]
 
 
+class HeldBytes:
+    """Bytes per core of earlier outputs held on chip, operator by operator, as the outputs'
+    sizes become known (a planner learns operator ``j``'s output size only once ``j`` is
+    planned, and ``j``'s budget needs what ``0..j-1`` hold).
+
+    :meth:`held` for operator ``i`` needs the sizes of every operator before ``i``
+    (:meth:`add`, in order); the output of ``j`` counts while ``i`` runs when ``j < i`` and a
+    later operator (or the region's outputs) still reads it. Linear in the region's size.
+    """
+
+    def __init__(self, op_inputs: Sequence[Sequence[str]], op_outputs: Sequence[str],
+                 region_outputs: Iterable[str]) -> None:
+        self._last = last_reads(op_inputs, region_outputs)
+        self._outputs = list(op_outputs)
+        self._n = len(op_inputs)
+        # the output of j is held while j < i < last read: a difference array over i
+        self._change = [0] * (self._n + 1)
+        self._added = 0
+        self._at = 0        # operators whose held bytes were summed so far
+        self._total = 0
+
+    def add(self, output_bytes: int) -> None:
+        """The output partition bytes of the next operator (in region order)."""
+        j = self._added
+        end = min(self._last.get(self._outputs[j], -1), self._n)
+        if end > j + 1:
+            self._change[j + 1] += output_bytes
+            self._change[end] -= output_bytes
+        self._added += 1
+
+    def held(self, i: int) -> int:
+        """Bytes the operators added so far hold while operator ``i`` runs (``i`` no less
+        than any earlier call's: the sum runs forward)."""
+        if i < self._at - 1:
+            raise ValueError(f"held bytes of operator {i} asked after operator {self._at - 1}")
+        while self._at <= i:
+            self._total += self._change[self._at]
+            self._at += 1
+        return self._total
+
+
 def held_bytes(op_inputs: Sequence[Sequence[str]], op_outputs: Sequence[str],
                region_outputs: Iterable[str], output_bytes: Sequence[int]) -> list[int]:
     """Per operator ``i``, the bytes per core of earlier outputs still held while it runs.
 
     ``output_bytes[j]`` is the output partition bytes of operator ``j`` for the operators
     planned so far (it may be shorter than the region); the output of ``j < i`` counts while
-    ``i`` runs when a later operator (or the region's outputs) still reads it.
+    ``i`` runs when a later operator (or the region's outputs) still reads it
+    (:class:`HeldBytes`).
     """
-    last = last_reads(op_inputs, region_outputs)
     n = len(op_inputs)
-    # the output of j is held while j < i < last read: one sweep over a difference array
-    # (a region may hold a whole model's layers; a sum per (i, j) pair is cubic for the planner)
-    change = [0] * (n + 1)
-    for j, b in enumerate(output_bytes[:n]):
-        end = min(last.get(op_outputs[j], -1), n)
-        if end > j + 1:
-            change[j + 1] += b
-            change[end] -= b
-    held, total = [], 0
-    for i in range(n):
-        total += change[i]
-        held.append(total)
-    return held
+    tracker = HeldBytes(op_inputs, op_outputs, region_outputs)
+    for b in output_bytes[:n]:
+        tracker.add(b)
+    # operators past the planned ones see only what the planned ones hold
+    return [tracker.held(i) for i in range(n)]

@@ -52,6 +52,7 @@ from tvm_icca.partition.patterns import (
     user_pattern_names,
     user_patterns_matching,
 )
+from tvm_icca.partition.region_names import shorten_region_names
 from tvm_icca.tvm_warnings import tvm_warnings_once
 
 __all__ = [
@@ -161,7 +162,7 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
                 get_icca_patterns(), bind_constants=bind_constants, annotate_codegen=False
             )(mod)
             try:
-                mod = MergeCompositeFunctions()(mod)
+                mod = shorten_region_names(MergeCompositeFunctions()(mod), CODEGEN_NAME)
             except TypeError as err:
                 # TVM 0.27's MergeCompositeFunctions cannot visit a match_cast binding (the
                 # data-dependent shape of NonZero, Unique, ...): the model runs on the host

@@ -17,6 +17,7 @@ from tvm import relax
 from runtime_sim.contract.errors import IccaError, PlanNotFoundError
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.lifetimes import HeldBytes
 from runtime_sim.contract.lifetimes import held_bytes as lifetime_held_bytes
 from runtime_sim.contract.program import DeviceProgram, OpProgram
 from tvm_icca.lower.region import PendingOp, RegionOps, extract_region
@@ -126,16 +127,17 @@ def region_budgets(region: RegionOps, hw: HardwareSpec,
     budget)`` plans an operator within its budget and returns its output's partition bytes
     per core, which the later budgets then account for."""
     budgets: list[int] = []
-    out_bytes: list[int] = []
+    held = HeldBytes([op.input_names for op in region.ops], [op.output_name for op in region.ops],
+                     region.outputs)
     for i, op in enumerate(region.ops):
-        budget = hw.usable_sram_bytes - held_bytes(region, out_bytes)[i]
+        budget = hw.usable_sram_bytes - held.held(i)
         if budget <= 0:
             raise PlanNotFoundError(
                 f"{op.describe()} ({op.expr.tensor_summary()}): the intermediates its region "
                 f"holds already fill the {hw.usable_sram_bytes} usable bytes per core of chip "
                 f"'{hw.name}' ({hw.num_cores} cores)"
             )
-        out_bytes.append(plan_one(op, budget))
+        held.add(plan_one(op, budget))
         budgets.append(budget)
     return budgets
 
