@@ -90,3 +90,22 @@ def test_off_and_sram_only_chips_have_no_schedule():
         compile_programs(mod, sram_only, preload="elk-full")
     with pytest.raises(IccaError, match="unknown preload design"):
         compile_programs(mod, HBM_CHIP, preload="elk")
+
+
+def test_designs_of_one_chip_share_their_tradeoff_tables():
+    """A plan cache builds an operator's table once per chip (the designs of a sweep point
+    read the same tables); another chip's tables are built again, and a table built without
+    the cache is equal to the cached one."""
+    from tvm_icca.planning.tradeoff_tables import operator_tables
+
+    cache = PlanCache(jobs=1)
+    programs = list(compile_programs(_tiny_llama().mod, HBM_CHIP, plan_cache=cache,
+                                     state="hbm", preload="off").programs)
+    first = operator_tables(programs, HBM_CHIP, cache)
+    again = operator_tables(programs, HBM_CHIP, cache)
+    assert all(a.execs is b.execs and a.preloads is b.preloads for a, b in zip(first, again))
+    assert first == operator_tables(programs, HBM_CHIP, PlanCache(jobs=1))
+    slower = HBM_CHIP.with_overrides(hbm_bandwidth=HBM_CHIP.hbm_bandwidth / 1000)
+    other = operator_tables(programs, slower, cache)
+    assert any(a.preloads for a in first)
+    assert any(a.preloads != b.preloads for a, b in zip(first, other))

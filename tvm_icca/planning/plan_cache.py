@@ -7,7 +7,7 @@ and passed down; never a module global.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from runtime_sim.contract.errors import PlanNotFoundError
 from runtime_sim.contract.expr import TensorExpr
@@ -95,6 +95,7 @@ class PlanCache:
         # partitioned modules: (structural hash, what partitioning reads) -> [(module, result)]
         self._partitioned: dict[tuple, list[tuple[Any, Any]]] = {}
         self.search = SearchMemo(store=self.store)  # plan structures and f_t assignments, shared
+        self._tables: dict[tuple[Hashable, HardwareSpec], Any] = {}   # Elk trade-off tables
         self.hits = 0
         self.misses = 0
 
@@ -136,6 +137,18 @@ class PlanCache:
         result = partition(mod, hw)
         bucket.append((mod, result))
         return result
+
+    def tradeoff_table(self, key: Hashable, hw: HardwareSpec, build: Callable[[], Any]) -> Any:
+        """An operator's Elk trade-off table (:mod:`tvm_icca.planning.tradeoff_tables`;
+        ``key`` names its operator, plan and input sources), ``build()`` once per chip: the
+        preload designs of one chip (a sweep point's five) read the same tables. Keyed on
+        the whole chip, since a table reads its bandwidths and topology as well as what plans
+        read; in memory only."""
+        full = (key, hw)
+        table = self._tables.get(full)
+        if table is None:
+            table = self._tables[full] = build()
+        return table
 
     def plan(self, expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None,
              budget: int, name: str, hbm_inputs: tuple[int, ...] = (),

@@ -149,8 +149,14 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
     for op, hbm, host, arriving, held, producer_of, points_key in rows:
         table = memo.get(points_key)
         if table is None:
-            grids = [(t, _source_grid(op, t, producer_of, hw)) for t, _ in arriving]
-            table = memo[points_key] = _table(op, hbm, host, held, hw, cache, points_key, grids, topo)
+            def build(op=op, hbm=hbm, host=host, held=held, producer_of=producer_of,
+                      arriving=arriving, points_key=points_key) -> OpTradeoffs:
+                grids = [(t, _source_grid(op, t, producer_of, hw)) for t, _ in arriving]
+                return _table(op, hbm, host, held, hw, cache, points_key, grids, topo)
+
+            # tuning records in scope change the points: such a table is this compile's only
+            table = memo[points_key] = (build() if measured_plans(op.expr, hw)
+                                        else cache.tradeoff_table((points_key, op.tuned), hw, build))
         # the key names the points only: identical layers of one region differ in the
         # region outputs live around them (each layer's KV-cache update stays on chip),
         # and a key with those bytes would hide the repeated layers from Elk §4.4
