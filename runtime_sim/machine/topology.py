@@ -91,7 +91,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -229,6 +229,11 @@ class Topology:
         chip[n + h:] = np.arange(c)
         self.node_chip = chip
         self._home = [self._home_controllers(k) for k in range(c)]
+        #: Core-to-core phases already costed on this network, by what they depend on (the
+        #: timing simulator's re-layouts and distributions, keyed by operator structure, plan
+        #: and chunk counts): :func:`make_topology` keeps one network per chip, so the
+        #: designs of a sweep point, timed one after another, cost each phase once.
+        self.phase_memo: dict[tuple, Any] = {}
 
     def home_controllers(self, chip: int) -> np.ndarray:
         """Controllers (0-based indices) that serve the HBM data of ``chip``'s cores."""

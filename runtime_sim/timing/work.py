@@ -188,7 +188,9 @@ class WorkBuilder:
     def __init__(self, hw: HardwareSpec, topo: Topology):
         self.hw = hw
         self.topo = topo
-        self.c = _Caches()
+        # re-layout and distribution phases depend on the network, not on the programs'
+        # other operators: shared with every run on this network (Topology.phase_memo)
+        self.c = _Caches(relayouts=topo.phase_memo)
 
     def layout(self, key: str, op: OpProgram) -> OpLayout:
         layout = self.c.layouts.get(key)
