@@ -616,7 +616,8 @@ def test_capacity_error_names_the_composite_its_tensor_the_chip_and_the_budget(e
     mod = _conv_stack(4)
     hw = small_chip(4, 16 * 1024)
     (region,) = tvm_icca.icca_regions(tvm_icca.partition_for_icca(mod, hw))
-    assert len(region) > 150  # what the message must not quote
+    # TVM names the region after its 12 composites; partitioning shortens it
+    assert len(region) <= 60
     with pytest.raises(PlanNotFoundError) as info:
         tvm_icca.compile(mod, hw, execution=execution)
     text = _in_user_words(info.value, "conv2d + bias + relu", "[1, 64, 56, 56] float32",

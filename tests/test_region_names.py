@@ -24,6 +24,8 @@ def test_short_symbols_are_kept_and_long_ones_cut_to_a_unique_digest():
     assert a.startswith("fused_relax_matmul") and a != b
     assert short_region_symbol(long_a, set()) == a          # the same on every run
     assert short_region_symbol(long_a, {a}) != a             # never a taken name
+    kept = short_region_symbol(long_a + "_icca", set(), "_icca")
+    assert kept.endswith("_icca") and len(kept) <= REGION_NAME_CHARS
 
 
 def _module_with_long_region():

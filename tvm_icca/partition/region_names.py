@@ -30,19 +30,21 @@ REGION_NAME_CHARS = MAX_NAME_CHARS
 _DIGEST_CHARS = 8   # hex digits of SHA-1 appended to a shortened symbol
 
 
-def short_region_symbol(symbol: str, taken: set[str]) -> str:
-    """``symbol`` itself when short enough, else its head cut at an underscore and the first
-    :data:`_DIGEST_CHARS` hex digits of its SHA-1, not in ``taken``."""
+def short_region_symbol(symbol: str, taken: set[str], suffix: str = "") -> str:
+    """``symbol`` itself when short enough, else its head cut at an underscore, the first
+    :data:`_DIGEST_CHARS` hex digits of its SHA-1 and ``suffix`` when the symbol ends with it
+    (TVM ends a region's symbol with its codegen's name), not in ``taken``."""
     if len(symbol) <= REGION_NAME_CHARS:
         return symbol
-    digest = hashlib.sha1(symbol.encode()).hexdigest()
-    head = symbol[: REGION_NAME_CHARS - _DIGEST_CHARS - 1]
+    tail = suffix if suffix and symbol.endswith(suffix) else ""
+    digest = hashlib.sha1(symbol.encode()).hexdigest()[:_DIGEST_CHARS]
+    head = symbol[: REGION_NAME_CHARS - _DIGEST_CHARS - 1 - len(tail)]
     if "_" in head[1:]:
         head = head[: head.rindex("_")]
-    name, k = f"{head}_{digest[:_DIGEST_CHARS]}", 0
+    name, k = f"{head}_{digest}{tail}", 0
     while name in taken:    # a 32-bit digest collision: keep the name unique anyway
         k += 1
-        name = f"{head}_{digest[:_DIGEST_CHARS]}_{k}"
+        name = f"{head}_{digest}_{k}{tail}"
     return name
 
 
@@ -56,7 +58,7 @@ def shorten_region_names(mod: IRModule, codegen: str) -> IRModule:
         if (isinstance(func, relax.Function) and func.attrs is not None
                 and func.attrs.get("Codegen") == codegen):
             symbol = str(func.attrs.get("global_symbol", gvar.name_hint))
-            short = short_region_symbol(symbol, taken)
+            short = short_region_symbol(symbol, taken, f"_{codegen}")
             if short != symbol:
                 taken.add(short)
                 renames[gvar] = short
