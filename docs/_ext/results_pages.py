@@ -23,6 +23,7 @@ TITLES = {
     "compile_time": "Compile time of the model zoo",
     "cost_model_accuracy": "Cost model accuracy",
     "dse_point_cost": "Cost of a design-space sweep point",
+    "elk_dse": "Elk §6.4 design-space studies at full size",
     "elk_llm": "Elk preload designs on LLM decode",
     "figures": "The pictures of the README's tour",
     "llm_audit": "LLM decode on multi-chip systems",
