@@ -596,3 +596,25 @@ def test_reports_name_a_torus():
                    inter_chip_bandwidth=0.0)
     assert _make(mesh).kind == "mesh"
     assert _make(mesh.with_overrides(mesh_torus=True)).kind == "torus"
+
+
+def test_phase_memo_is_shared_by_chips_differing_in_source_bandwidths_only():
+    """A phase is routed over links and ports: chips that differ in HBM or host bandwidth
+    share the memo, chips with other links do not; a memoized load equals one costed afresh
+    and its source time follows the asking chip's HBM bandwidth."""
+    from runtime_sim.machine.topology import make_topology
+
+    base = preset("ipu-pod4-hbm-mesh")
+    faster = base.with_overrides(hbm_bandwidth=2 * base.hbm_bandwidth, host_bandwidth=1e10)
+    other_links = base.with_overrides(link_bandwidth=2 * base.link_bandwidth)
+    a, b, c = make_topology(base), make_topology(faster), make_topology(other_links)
+    assert a is not b and a.phase_memo is b.phase_memo and a.phase_memo is not c.phase_memo
+    dst = np.arange(0, base.num_cores, 7)
+    src, dsts, nbytes, group = a.io_flows("hbm", dst, np.full(dst.size, 4096.0), np.arange(dst.size) % 5)
+    unique = np.full(base.num_chips, 1e6)
+    net_a, src_a = a.hbm_load(src, dsts, nbytes, group, unique)
+    net_b, src_b = b.hbm_load(src, dsts, nbytes, group, unique)
+    assert src_b == pytest.approx(src_a / 2)
+    fresh = type(a)(base)
+    fresh.phase_memo = {}
+    assert fresh.hbm_load(src, dsts, nbytes, group, unique) == (net_a, src_a)

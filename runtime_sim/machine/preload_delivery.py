@@ -11,6 +11,7 @@ preload-state point with the same functions, so the two cannot disagree.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,8 +141,13 @@ def distribution_phase(topo: Topology, layout: OpLayout,
     :func:`distribution_pattern` costed as one phase
     (:meth:`~runtime_sim.machine.topology.Topology.multicast_phase`). Returns the phase and its bytes
     (summed over receivers)."""
-    pattern = distribution_pattern(topo, layout, chunked)
-    total = float(pattern.recv_bytes.sum())
-    if total <= 0:
-        return NO_PHASE, 0.0
-    return topo.multicast_phase(pattern), total
+    # costed once per network (Topology.phase_memo): the layout is its expression and plan
+    key = ("distribution", layout.expr.structure_key(),
+           json.dumps(layout.plan.to_dict(), sort_keys=True), layout.cores_per_chip, tuple(chunked))
+    hit = topo.phase_memo.get(key)
+    if hit is None:
+        pattern = distribution_pattern(topo, layout, chunked)
+        total = float(pattern.recv_bytes.sum())
+        hit = topo.phase_memo[key] = ((NO_PHASE, 0.0) if total <= 0
+                                      else (topo.multicast_phase(pattern), total))
+    return hit

@@ -89,6 +89,8 @@ cannot drift apart.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
@@ -229,11 +231,13 @@ class Topology:
         chip[n + h:] = np.arange(c)
         self.node_chip = chip
         self._home = [self._home_controllers(k) for k in range(c)]
-        #: Core-to-core phases already costed on this network, by what they depend on (the
-        #: timing simulator's re-layouts and distributions, keyed by operator structure, plan
-        #: and chunk counts): :func:`make_topology` keeps one network per chip, so the
-        #: designs of a sweep point, timed one after another, cost each phase once.
-        self.phase_memo: dict[tuple, Any] = {}
+        #: Phases already costed on this network, by what they depend on: re-layouts and
+        #: distributions by operator structure, plan and chunk counts, loads by their flows
+        #: (:meth:`memo_phase`). A phase is routed over links and ports only, so chips that
+        #: differ in their HBM or host bandwidth alone share one memo (:func:`_network_memo`):
+        #: the designs of a sweep point, and its points along an HBM-bandwidth axis, cost
+        #: each phase once.
+        self.phase_memo: dict[tuple, Any] = _network_memo(_network_key(hw))
 
     def home_controllers(self, chip: int) -> np.ndarray:
         """Controllers (0-based indices) that serve the HBM data of ``chip``'s cores."""
@@ -288,13 +292,28 @@ class Topology:
         flows = (np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes))
         return flows if group is None else flows + (np.concatenate(ids),)
 
+    def memo_phase(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                   multicast: np.ndarray | None = None) -> PhaseCost:
+        """:meth:`phase` of these flows, costed once per network (:attr:`phase_memo`, keyed
+        by a digest of the flows)."""
+        digest = hashlib.blake2b(digest_size=16)
+        for a in (src, dst, nbytes) + (() if multicast is None else (multicast,)):
+            a = np.ascontiguousarray(a)
+            digest.update(f"{a.dtype}{a.shape}".encode())
+            digest.update(a.data)
+        key = ("phase", digest.hexdigest())
+        hit = self.phase_memo.get(key)
+        if hit is None:
+            hit = self.phase_memo[key] = self.phase(src, dst, nbytes, multicast=multicast)
+        return hit
+
     def hbm_load(self, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, group: np.ndarray | None,
                  unique_per_chip: np.ndarray) -> tuple[PhaseCost, float]:
         """An HBM load: ``(network delivery, controller time)`` of the :meth:`io_flows`
         ``src, dst, nbytes, group`` when chip ``k``'s HBM reads ``unique_per_chip[k]`` distinct
         bytes. Each chip's bytes are striped evenly over its home controllers (Elk §5), each
         reading at ``hbm_bandwidth / hbm_controllers``."""
-        network = self.phase(src, dst, nbytes, multicast=group)
+        network = self.memo_phase(src, dst, nbytes, multicast=group)
         return network, self._controller_seconds(unique_per_chip, None)
 
     def io_load(self, kind: str, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
@@ -306,7 +325,7 @@ class Topology:
             return self.hbm_load(src, dst, nbytes, group, unique_per_chip)
         if kind != "host":
             raise ValueError(f"unknown I/O kind {kind!r}")
-        network = self.phase(src, dst, nbytes, multicast=group)
+        network = self.memo_phase(src, dst, nbytes, multicast=group)
         return network, float(np.max(unique_per_chip)) / self.hw.host_bandwidth
 
     def _controller_seconds(self, unique_per_chip: np.ndarray, shares: np.ndarray | None) -> float:
@@ -550,7 +569,8 @@ class MeshTopology(Topology):
         ``D / (2 (rows + cols))``. (The weights a load reads are read by it alone, so their
         placement in HBM can follow their reader.) Controllers inside the grid are sliced
         evenly."""
-        even = self.phase(src, dst, nbytes, multicast=group), self._controller_seconds(unique_per_chip, None)
+        even = (self.memo_phase(src, dst, nbytes, multicast=group),
+                self._controller_seconds(unique_per_chip, None))
         if self.side_shares(0.5) is None:
             return even
         n = self.num_cores
@@ -561,7 +581,7 @@ class MeshTopology(Topology):
             shares = self.side_shares(v)
             scale = np.ones(src.size)
             scale[io] = shares[src[io] - n] * h[src[io] - n]
-            net = self.phase(src, dst, nbytes * scale, multicast=group)
+            net = self.memo_phase(src, dst, nbytes * scale, multicast=group)
             return net, self._controller_seconds(unique_per_chip, shares)
 
         vert, hori = with_split(1.0), with_split(0.0)
@@ -846,6 +866,22 @@ def link_loads(topo: MeshTopology, src: np.ndarray, dst: np.ndarray, nbytes: np.
         load = _range_loads(size, start, end, weight)
         out[name] = np.zeros(size) if load is None else load
     return out
+
+
+def _network_key(hw: HardwareSpec) -> str:
+    """``hw`` as far as its phases depend on it: every field but its name, notes and the
+    HBM and host bandwidths (which time the sources of a load, not its network delivery)."""
+    fields = hw.to_dict()
+    for name in ("name", "notes", "hbm_bandwidth", "host_bandwidth"):
+        fields.pop(name, None)
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+@lru_cache(maxsize=16)
+def _network_memo(key: str) -> dict[tuple, Any]:
+    """The phase memo of one network (:attr:`Topology.phase_memo`), shared by its chips."""
+    del key  # the cache's key: one memo per network
+    return {}
 
 
 @lru_cache(maxsize=16)
