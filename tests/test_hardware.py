@@ -49,6 +49,8 @@ def test_overrides_without_editing_code():
         ("topology", "torus"),
         ("shift_buffer_bytes", 10**9),
         ("dtypes", ("int8",)),
+        ("hbm_bytes_per_chip", -1),
+        ("hbm_bytes_per_chip", 2**30),  # a chip without HBM bandwidth has no HBM capacity
     ],
 )
 def test_invalid_specs_raise_one_clear_error(field, value):
@@ -255,3 +257,15 @@ def test_tenstorrent_presets_cite_their_sources() -> None:
     assert wh.hbm_controllers == 18 and bh.hbm_controllers == 24
     assert wh.sram_bytes_per_core == bh.sram_bytes_per_core == 1499136
     assert wh.mesh_torus and bh.mesh_torus and "tt-metal" in wh.notes and "tt-npe" in bh.notes
+
+
+def test_hbm_capacity_of_the_presets() -> None:
+    """Elk §6.1's four HBM3E stacks per chip at 24 GB each; the Tenstorrent boards' GDDR6."""
+    pod = preset("ipu-pod4-hbm")
+    assert pod.hbm_bytes_per_chip == 4 * 24 * 2**30 == preset("ipu-pod4-hbm-mesh").hbm_bytes_per_chip
+    assert pod.hbm_capacity_bytes == 4 * pod.hbm_bytes_per_chip
+    assert preset("tt-wormhole").hbm_capacity_bytes == 12 * 2**30
+    assert preset("tt-blackhole").hbm_capacity_bytes == 32 * 2**30
+    assert preset("ipu-mk2").hbm_capacity_bytes == 0  # no HBM
+    # not modelled unless given: a chip file that predates the field keeps working
+    assert small_chip(4, hbm_bandwidth=1e11, hbm_controllers=2).hbm_capacity_bytes == 0

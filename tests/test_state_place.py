@@ -127,3 +127,26 @@ def test_every_command_has_the_same_default_chip(capsys) -> None:
         text = " ".join(capsys.readouterr().out.split())
         if "--hw" in text:
             assert f"default {DEFAULT_PRESET}" in text, command
+
+
+def test_model_state_must_fit_in_the_hbm_it_is_kept_in() -> None:
+    """The weights kept in HBM (w1: 16 KiB, w2: 8 KiB float32) against the chip's HBM
+    capacity: exactly enough compiles; a byte less is one HbmCapacityError naming the
+    largest tensor and the capacity, for the default placement and for state='hbm'; the
+    host and the chip are not limited by it, nor is a chip whose capacity is not modelled."""
+    from runtime_sim.contract.errors import HbmCapacityError
+
+    state = 64 * 64 * 4 + 64 * 32 * 4
+    exact = _hbm_chip().with_overrides(hbm_bytes_per_chip=state)
+    assert compile_programs(_mlp(), exact, resident=["w1", "w2"]).state.place == "hbm"
+    short = _hbm_chip().with_overrides(hbm_bytes_per_chip=state - 1)
+    for requested in (None, "hbm"):
+        with pytest.raises(HbmCapacityError) as info:
+            compile_programs(_mlp(), short, resident=["w1", "w2"], state=requested)
+        text = str(info.value)
+        assert "'w1' [64, 64] float32" in text and "2 tensors" in text
+        assert f"chip '{short.name}'" in text and "state='host'" in text
+    assert compile_programs(_mlp(), short, resident=["w1", "w2"], state="host").state.place == "host"
+    assert compile_programs(_mlp(), _hbm_chip(), resident=["w1", "w2"]).state.place == "hbm"
+    with pytest.raises(HbmCapacityError):   # tvm.compile says it in the same words
+        tvm_icca.compile(_mlp(), short, resident=["w1", "w2"])

@@ -28,6 +28,8 @@ def _row(spec) -> list[str]:
     peak = spec.num_cores * spec.matrix_flops_per_cycle * spec.clock_hz
     hbm = (f"{_si(spec.hbm_bandwidth, 'B/s')}, {spec.hbm_controllers} controllers"
            if spec.hbm_bandwidth else "none")
+    if spec.hbm_bytes_per_chip:
+        hbm += f", {spec.hbm_bytes_per_chip / 2**30:,.4g} GiB per chip"
     inter_chip = _si(spec.inter_chip_bandwidth, "B/s") if spec.num_chips > 1 else "--"
     topology = spec.topology
     if topology == "mesh":  # the grid of one chip, its wrap links, where its controllers attach

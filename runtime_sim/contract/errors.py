@@ -105,6 +105,14 @@ class SramOverflowError(IccaError, MemoryError):
         )
 
 
+class HbmCapacityError(IccaError, MemoryError):
+    """The model state kept in HBM (weights, KV caches) exceeds the chip's HBM.
+
+    The capacity is :attr:`~runtime_sim.contract.hardware.HardwareSpec.hbm_bytes_per_chip`
+    on every chip of the system.
+    """
+
+
 class DeviceProgramError(IccaError, ValueError):
     """A device program is malformed or of an unknown format version."""
 

@@ -47,6 +47,7 @@ MASK_DTYPES = ("bool",)
 INDEX_DTYPES = ("int32", "int64")
 
 KIB = 1024
+GIB = 1024**3
 
 # -- bounds of every field -------------------------------------------------------------------
 # Sizes are bounded so that an absurd spec fails in validation, not later in ``np.zeros`` of
@@ -69,6 +70,9 @@ MAX_MATRIX_TILE = 4096
 #: Rates: 1e18 B/s is 60,000x Elk's 16 TB/s of HBM for 4 chips; 1e12 Hz is 1 THz. The lower
 #: bounds (1 B/s, 1 Hz, 1e-6 FLOP/cycle) keep times finite: ``bytes / rate`` never overflows.
 MAX_BANDWIDTH = 1e18
+#: 1 PiB of HBM per chip: NVIDIA's B300 carries 288 GB in 8 stacks; 3,500x that is not a
+#: memory attached to one chip.
+MAX_HBM_BYTES_PER_CHIP = 2**50
 _INT_FIELDS: dict[str, tuple[int, int]] = {
     "num_cores": (1, MAX_CORES),
     "sram_bytes_per_core": (1, MAX_SRAM_BYTES),
@@ -77,6 +81,8 @@ _INT_FIELDS: dict[str, tuple[int, int]] = {
     # 0 would divide every transfer into infinitely many chunks (T10 §5's shift buffer)
     "shift_buffer_bytes": (1, MAX_SRAM_BYTES),
     "hbm_controllers": (0, MAX_HBM_CONTROLLERS_PER_CHIP * MAX_CHIPS),
+    # 0: not modelled (no capacity check)
+    "hbm_bytes_per_chip": (0, MAX_HBM_BYTES_PER_CHIP),
     # 0: derived from the core count (:func:`mesh_shape`)
     "mesh_rows": (0, MAX_CORES),
     "mesh_cols": (0, MAX_CORES),
@@ -101,6 +107,8 @@ _WHY = {
     "sync_cycles": "cycles of synchronization per step",
     "shift_buffer_bytes": "the per-core buffer transfers are cut into; 0 would divide by zero",
     "hbm_controllers": "HBM3 gives at most 8 stacks x 32 pseudo-channels per chip",
+    "hbm_bytes_per_chip": "bytes of HBM attached to each chip, 0 when the capacity is not "
+                          "modelled",
     "link_bandwidth": "bytes per second",
     "clock_hz": "Hz",
     "matrix_flops_per_cycle": "FLOP per cycle per core",
@@ -189,6 +197,10 @@ class HardwareSpec:
         ``hbm_bandwidth / hbm_controllers``; controller ``h`` serves chip ``h % num_chips``.
         On a chip whose DRAM is reached through NoC nodes, count the nodes (Wormhole: 18 DRAM
         tiles for 12 GDDR6 channels).
+    hbm_bytes_per_chip : int
+        HBM capacity of each chip, in bytes; the model state kept in HBM (weights, KV
+        caches) must fit in ``hbm_bytes_per_chip x num_chips``, which the compiler checks.
+        0 (default): the capacity is not modelled and not checked. Needs ``hbm_bandwidth``.
     host_bandwidth : float
         Host <-> chip bytes per second per chip: the IPU Mk2's off-chip bandwidth, 8 GB/s
         (T10 Table 3).
@@ -242,6 +254,7 @@ class HardwareSpec:
     inter_chip_bandwidth: float = 0.0
     hbm_bandwidth: float = 0.0
     hbm_controllers: int = 0
+    hbm_bytes_per_chip: int = 0
     host_bandwidth: float = 8e9
     hbm_placement: str = "edge"
     hbm_injection_bandwidth: float = 0.0
@@ -328,6 +341,9 @@ class HardwareSpec:
             raise bad("inter_chip_bandwidth", "must be positive for a multi-chip system")
         if self.hbm_bandwidth > 0 and self.hbm_controllers <= 0:
             raise bad("hbm_controllers", "must be positive when hbm_bandwidth is set")
+        if self.hbm_bytes_per_chip > 0 and self.hbm_bandwidth <= 0:
+            raise bad("hbm_bytes_per_chip", "needs hbm_bandwidth: a chip without HBM has no "
+                      "HBM capacity")
         if self.hbm_controllers > MAX_HBM_CONTROLLERS_PER_CHIP * self.num_chips:
             raise bad("hbm_controllers", f"exceeds {MAX_HBM_CONTROLLERS_PER_CHIP} per chip "
                       f"({_WHY['hbm_controllers']})")
@@ -383,6 +399,11 @@ class HardwareSpec:
     @property
     def cores_per_chip(self) -> int:
         return self.num_cores // self.num_chips
+
+    @property
+    def hbm_capacity_bytes(self) -> int:
+        """HBM of the whole system (``hbm_bytes_per_chip x num_chips``; 0: not modelled)."""
+        return self.hbm_bytes_per_chip * self.num_chips
 
     @property
     def peak_matrix_flops(self) -> float:
@@ -679,6 +700,11 @@ _IPU_MK2 = dict(
     shift_buffer_bytes=8 * KIB,
     topology="all-to-all",
 )
+#: Elk §6.1 emulates 4 HBM3E modules per chip. An 8-high HBM3E stack holds 24 GB (eight 24 Gb
+#: dies; Micron's HBM3E 8-high, also the capacity its 12-high 36 GB part raises by 50%), at
+#: about 1.2 TB/s per stack (Micron): four stacks are 96 GB per chip.
+_HBM3E_STACKS_PER_CHIP = 4
+_HBM3E_STACK_BYTES = 24 * GIB
 #: What the 4-chip presets add: 640 GB/s between chips (Elk §5), the IPU-Link latency and the
 #: multi-chip barrier (see above).
 _POD4 = dict(num_cores=4 * 1472, num_chips=4, inter_chip_bandwidth=640e9,
@@ -730,6 +756,7 @@ _TT_WORMHOLE = dict(
     topology="mesh",
     # twelve GDDR6 channels at 24 GB/s = 288 GB/s per ASIC (DRAMTile/README.md); 18 DRAM tiles
     hbm_bandwidth=288e9, hbm_controllers=18,
+    hbm_bytes_per_chip=12 * GIB,  # the n150's 12 GB of GDDR6 in 6 banks (README.md)
     hbm_placement="nodes:" + ",".join(f"({r},{c})" for r, c in _WORMHOLE_DRAM_TILES),
     # a tile's NIU injects one flit per cycle per NoC (NoC/README.md), 2 NoCs; tt-npe measures
     # 23.2 B/cycle from a DRAM tile, so its cap is conservatively 2 x 23.2 GB/s
@@ -764,6 +791,7 @@ _TT_BLACKHOLE = dict(
     # 32 GB GDDR6 at 16 GT/s on a 256-bit bus: 512 GB/s (p150 specification); 8 banks, each on
     # 3 tiles: 24 DRAM tiles filling columns 0 and 9 (descriptor dram list, x = 0 and 9, y = 0-11)
     hbm_bandwidth=512e9, hbm_controllers=24, hbm_placement="columns:0,9",
+    hbm_bytes_per_chip=32 * GIB,  # the p150's 32 GB of GDDR6 (specification)
     hbm_injection_bandwidth=2 * 54e9,  # tt-npe: a DRAM tile injects 54 GB/s per NoC, 2 NoCs
     mesh_rows=12, mesh_cols=17,  # grid x_size 17, y_size 12 (descriptor)
     # no Tensix in rows 0-1 (PCIe, ARC, router-only, Ethernet) nor column 8 (router-only)
@@ -792,11 +820,13 @@ def _preset_table() -> dict[str, dict[str, Any]]:
         # Elk's HBM setting: 4 HBM3E modules per chip, 16 TB/s across 4 chips (Elk §6.1).
         "ipu-pod4-hbm": dict(
             _IPU_MK2, **_POD4, name="ipu-pod4-hbm", hbm_bandwidth=16e12, hbm_controllers=16,
-            notes="IPU-POD4 with 16 TB/s of HBM (Elk §6.1)",
+            hbm_bytes_per_chip=_HBM3E_STACKS_PER_CHIP * _HBM3E_STACK_BYTES,
+            notes="IPU-POD4 with 16 TB/s of HBM (Elk §6.1), 4 x 24 GB HBM3E per chip",
         ),
         # Mesh variant: 2D mesh, HBM controllers on the edges (Elk §5, §6.1).
         "ipu-pod4-hbm-mesh": dict(
             _IPU_MK2, **_POD4, name="ipu-pod4-hbm-mesh", hbm_bandwidth=16e12, hbm_controllers=16,
+            hbm_bytes_per_chip=_HBM3E_STACKS_PER_CHIP * _HBM3E_STACK_BYTES,
             link_latency_s=_LINK_LATENCY_CYCLES / _MESH_DIAMETER_HOPS / _CLOCK_HZ,
             topology="mesh", notes="IPU-POD4 with HBM on a 2D mesh (Elk §5, §6.1)",
         ),

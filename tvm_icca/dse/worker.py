@@ -19,7 +19,12 @@ import platform
 import time
 from typing import Any
 
-from runtime_sim.contract.errors import IccaError, PlanNotFoundError, SramOverflowError
+from runtime_sim.contract.errors import (
+    HbmCapacityError,
+    IccaError,
+    PlanNotFoundError,
+    SramOverflowError,
+)
 from tvm_icca.hardware_choice import HardwareSpec
 from tvm_icca.planning.plan_cache import PlanCache
 
@@ -125,7 +130,7 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
         report = compiled.simulate(progress=False)
         simulate_s = time.perf_counter() - start
         metrics = {k: v for k, v in report.to_dict(per_op=False).items() if k not in _SKIPPED}
-    except (PlanNotFoundError, SramOverflowError) as err:
+    except (PlanNotFoundError, SramOverflowError, HbmCapacityError) as err:
         status, reason = DOES_NOT_FIT, f"{type(err).__name__}: {err}"
     except IccaError as err:
         status, reason = FAILED, f"{type(err).__name__}: {err}"

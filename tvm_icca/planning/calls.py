@@ -23,7 +23,7 @@ from tvm_icca.partition.patterns import composite_label
 
 __all__ = [
     "CHIP", "HOST", "STATE", "VIEW_OPS", "argument_origins", "default_resident", "host_reads", "main_function",
-    "largest_activations", "on_chip_reservation", "partitioned_op_counts", "region_call_order", "region_gvars",
+    "largest_activations", "model_state_tensors", "on_chip_reservation", "partitioned_op_counts", "region_call_order", "region_gvars",
     "state_read_by_regions",
 ]
 
@@ -173,16 +173,24 @@ def on_chip_reservation(mod: IRModule, resident: Collection[str], num_cores: int
     plans place the state themselves, :mod:`tvm_icca.planning.idle_active`), plus the largest
     input/output pair of any binding of ``main`` (the live activations while it runs)."""
     main = main_function(mod)
-    state = sum(static_bytes(p.ty) for p in main.params if str(p.name) in resident)
-    largest = 0
+    state = sum(nbytes for _, nbytes in model_state_tensors(mod, resident))
+    largest = max((_activation_bytes(b, resident) for b in _bindings(main)), default=0)
+    return -(-((state if include_state else 0) + largest) // num_cores)
+
+
+def model_state_tensors(mod: IRModule, resident: Collection[str]) -> list[tuple[str, int]]:
+    """The model state of ``mod`` (the ``resident`` parameters of ``main``: weights, KV
+    caches; and the constants its calls read), as ``(description, bytes)`` pairs, largest
+    first; a description is the tensor's name (or ``constant``), shape and element type."""
+    main = main_function(mod)
+    out = [(f"'{p.name}' {_shape_text(p.ty)}", static_bytes(p.ty)) for p in main.params
+           if str(p.name) in resident]
     for binding in _bindings(main):
         value = binding.value
         if isinstance(value, relax.Call):
-            for arg in value.args:
-                if isinstance(arg, tvm.ir.GenericConst):
-                    state += static_bytes(arg.ty)
-        largest = max(largest, _activation_bytes(binding, resident))
-    return -(-((state if include_state else 0) + largest) // num_cores)
+            out += [(f"a constant {_shape_text(arg.ty)}", static_bytes(arg.ty)) for arg in value.args
+                    if isinstance(arg, tvm.ir.GenericConst)]
+    return sorted(out, key=lambda t: -t[1])
 
 
 def largest_activations(mod: IRModule, resident: Collection[str]) -> str:

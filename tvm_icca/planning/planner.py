@@ -40,13 +40,13 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from typing import Collection, Iterable, Iterator, Sequence
 
 import tvm
 from tvm import relax
 from tvm.ir import IRModule
 
-from runtime_sim.contract.errors import IccaError, PlanNotFoundError, short_name
+from runtime_sim.contract.errors import HbmCapacityError, IccaError, PlanNotFoundError, short_name
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.program import DeviceProgram, model_state_source
 from tvm_icca.ffi_errors import raise_through_ffi
@@ -65,6 +65,7 @@ from tvm_icca.planning.calls import (
     default_resident,
     host_reads,
     largest_activations,
+    model_state_tensors,
     main_function,
     on_chip_reservation,
     region_call_order,
@@ -377,6 +378,9 @@ def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: Compi
     and where the model state went (the first of :func:`state_candidates` that fits)."""
     candidates = state_candidates(spec, opts.state)
     for k, placement in enumerate(candidates):
+        if placement.place == "hbm":
+            resident = opts.resident if opts.resident is not None else default_resident(mod)
+            check_hbm_capacity(mod, resident, spec)
         try:
             programs, model_plan = _decide_sources(mod, order, spec, opts, cache, placement.place)
             break
@@ -394,6 +398,36 @@ def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: Compi
     if design is not None:
         programs, summary = schedule_preloads(programs, spec, cache, design, opts.progress)
     return programs, model_plan, summary, placement
+
+
+#: Largest model-state tensors an HBM capacity error names.
+_NAMED_TENSORS = 3
+
+
+def check_hbm_capacity(mod: IRModule, resident: Collection[str], spec: HardwareSpec) -> None:
+    """Raise :class:`HbmCapacityError` when the model state of ``mod`` (weights, KV caches,
+    constants: :func:`model_state_tensors`) does not fit in ``spec``'s HBM
+    (:attr:`HardwareSpec.hbm_capacity_bytes`; a capacity of 0 is not modelled: no check),
+    naming the largest tensors and the capacity."""
+    capacity = spec.hbm_capacity_bytes
+    if capacity <= 0:
+        return
+    tensors = model_state_tensors(mod, resident)
+    total = sum(nbytes for _, nbytes in tensors)
+    if total <= capacity:
+        return
+    label = str(mod.attrs.get(MODEL_NAME_ATTR, "model")) if mod.attrs is not None else "model"
+    largest = ", ".join(f"{what} ({_gb(nbytes)})" for what, nbytes in tensors[:_NAMED_TENSORS])
+    raise HbmCapacityError(
+        f"model '{short_name(label)}' keeps {_gb(total)} of state in HBM (weights, KV caches: "
+        f"{len(tensors)} tensors), "
+        f"but chip '{spec.name}' has {_gb(capacity)} of HBM ({_gb(spec.hbm_bytes_per_chip)} on "
+        f"each of {spec.num_chips} chip(s)); the largest: {largest}. Use a chip with more HBM "
+        f"(hbm_bytes_per_chip) or more chips, a smaller batch or context, or state='host'")
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f} GiB"
 
 
 def _first_clause(err: Exception) -> str:
