@@ -174,6 +174,16 @@ def fig19(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
                for w in LLMS if (w, "mesh", hi, "elk-full") in at and (w, "all-to-all", hi, "elk-full") in at]
         cells.append(f"{_geomean(rel):.2f}x" if rel else "")
         lines.append(f"| {lo / 1e12:g} -> {hi / 1e12:g} | " + " | ".join(cells) + " |")
+    lines += ["", "The designs against each other (geometric means over the LLMs and HBM bandwidths):", "",
+              "| topology | Elk-Full over Basic | over Static | over Elk-Dyn | Elk-Full % of Ideal |",
+              "|---|---:|---:|---:|---:|"]
+    for topo in TOPOLOGIES:
+        def ratio(d: str, topo: str = topo) -> float:
+            return _geomean([at[(w, topo, b, d)]["total_s"] / at[(w, topo, b, "elk-full")]["total_s"]
+                             for w in LLMS for b in hbms
+                             if (w, topo, b, d) in at and (w, topo, b, "elk-full") in at])
+        lines.append(f"| {topo} | {ratio('basic'):.2f}x | {ratio('static'):.2f}x | "
+                     f"{ratio('elk-dyn'):.3f}x | {ratio('ideal'):.1%} |")
     lines.append("")
 
     fig = Figure(figsize=(16, 7), layout="constrained")
@@ -203,27 +213,27 @@ def fig19(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
     fig.suptitle("Elk Fig. 19 on tvm_icca: decode latency vs HBM bandwidth (IPU-POD4 with HBM)")
     fig.savefig(out / "elk_dse_fig19.png", dpi=100)
 
-    # Fig. 20: Elk-Full's breakdown; Fig. 21: interconnect utilization
+    # Fig. 20: the time executions wait for the links a preload holds (interconnect stall);
+    # Fig. 21: interconnect utilization
     fig = Figure(figsize=(16, 7), layout="constrained")
     axes = fig.subplots(2, 4, squeeze=False)
-    parts = (("preload_only_s", "preload only"), ("preload_overlap_s", "preload + execute"),
-             ("execute_only_s", "execute only"))
     for row, topo in enumerate(TOPOLOGIES):
         for col, w in enumerate(LLMS):
             ax = axes[row][col]
-            here = [at[(w, topo, b, "elk-full")] for b in hbms if (w, topo, b, "elk-full") in at]
-            xs = list(range(len(here)))
-            bottom = [0.0] * len(here)
-            for key, label in parts:
-                ys = [r.get(key, 0.0) * 1e3 for r in here]
-                ax.bar(xs, ys, bottom=bottom, label=label)
-                bottom = [a + b for a, b in zip(bottom, ys)]
-            ax.set_xticks(xs, [f"{r['hbm_bandwidth'] / 1e12:g}" for r in here])
-            ax.set_title(f"{w}, {topo}, Elk-Full", fontsize=10)
+            for d in DESIGNS:
+                pts = [(b / 1e12, at[(w, topo, b, d)]["interconnect_stall_s"] * 1e3)
+                       for b in hbms if (w, topo, b, d) in at]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", markersize=3, label=d)
+            _tb_axis(ax, hbms)
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"{w}, {topo}", fontsize=10)
             ax.set_xlabel("HBM bandwidth (TB/s)")
-            ax.set_ylabel("ms per token")
+            ax.set_ylabel("interconnect stall (ms per token)")
+            ax.grid(True, alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("Elk Fig. 20 on tvm_icca: where Elk-Full's time goes")
+    fig.suptitle("Elk Fig. 20 on tvm_icca: time lost to interconnect contention "
+                 "(executions waiting for links that preloads hold)")
     fig.savefig(out / "elk_dse_fig20.png", dpi=100)
 
     fig = Figure(figsize=(16, 7), layout="constrained")
@@ -247,7 +257,19 @@ def fig19(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
                  "over their links / their aggregate receive bandwidth)")
     fig.savefig(out / "elk_dse_fig21.png", dpi=100)
 
-    lines += ["## Fig. 20-21: Elk-Full's breakdown and interconnect utilization", "",
+    lines += ["## Fig. 20-21: contention, Elk-Full's breakdown and interconnect utilization", "",
+              "Interconnect stall per design (the time executions wait for links held by "
+              "preloads, `interconnect_stall_s`), milliseconds per token:", "",
+              "| model | topology | HBM TB/s | " + " | ".join(DESIGNS) + " |",
+              "|---|---|---:|" + "---:|" * len(DESIGNS)]
+    for w in LLMS:
+        for topo in TOPOLOGIES:
+            for b in hbms:
+                got = [at.get((w, topo, b, d)) for d in DESIGNS]
+                if any(got):
+                    lines.append(f"| {w} | {topo} | {b / 1e12:g} | " + " | ".join(
+                        _ms(g["interconnect_stall_s"]) if g else "" for g in got) + " |")
+    lines += ["", "Elk-Full's time by what runs:", "",
               "Link bandwidth utilization: the bytes the cores received over their links, preload "
               "deliveries included, over every core receiving at its link bandwidth for the whole "
               "run (`link_bandwidth_utilization`).", "",
