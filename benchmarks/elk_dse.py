@@ -390,8 +390,9 @@ def fig24(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
     panels = sorted({(r["hbm_bandwidth"], r["link_bandwidth"]) for r in rows})
     lines = head + ["Achieved TFLOPS = the pass's FLOPs over its simulated time.", "",
                     "| topology | HBM GB/s | link GB/s | available TFLOPS | " + " | ".join(
-                        d for d in DESIGNS if any(r["design"] == d for r in rows)) + " | bound by (Elk-Full) |",
-                    "|---|---:|---:|---:|" + "---:|" * (1 + sum(any(r["design"] == d for r in rows)
+                        d for d in DESIGNS if any(r["design"] == d for r in rows))
+                    + " | Elk-Full % of peak | Elk-Full's floors: compute / HBM / interconnect ms | time ms |",
+                    "|---|---:|---:|---:|" + "---:|" * (3 + sum(any(r["design"] == d for r in rows)
                                                                 for d in DESIGNS))]
     designs = [d for d in DESIGNS if any(r["design"] == d for r in rows)]
     at = _by(rows, "topology", "hbm_bandwidth", "link_bandwidth", "matrix_flops_per_cycle", "design")
@@ -403,9 +404,13 @@ def fig24(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
                     continue
                 peak = next(g for g in got if g)["peak_tflops"]
                 full = at.get((topo, hbm, link, f, "elk-full"))
+                floors = (" / ".join(_ms(full[k]) for k in ("compute_floor_s", "hbm_floor_s",
+                                                             "interconnect_floor_s"))
+                          if full else "")
+                share = f"{full['flops_utilization']:.0%}" if full else ""
                 lines.append(f"| {topo} | {hbm / 1e9:g} | {link / 1e9:g} | {peak:,.0f} | " + " | ".join(
                     f"{g['achieved_flops'] / 1e12:,.0f}" if g else "" for g in got)
-                    + f" | {full.get('load_bound_by', '') if full else ''} |")
+                    + f" | {share} | {floors} | {_ms(full['total_s']) if full else ''} |")
     lines.append("")
     fig = Figure(figsize=(4 * len(panels), 4), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
