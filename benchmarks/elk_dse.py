@@ -349,16 +349,16 @@ def fig23(llm_rows: list[dict[str, Any]], dit_rows: list[dict[str, Any]], out: p
                 full, basic, static = (at.get((w, topo, n, d)) for d in ("elk-full", "basic", "static"))
                 vb = basic["total_s"] / full["total_s"] if full and basic else None
                 vs = static["total_s"] / full["total_s"] if full and static else None
-                group = "dit" if w == "dit-xl2" else "llm"
+                group = ("dit " if w == "dit-xl2" else "LLMs ") + topo
                 if vb:
                     over_basic[group].append(vb)
                 if vs:
                     over_static[group].append(vs)
                 lines.append(f"| {w} | {topo} | {n} | " + " | ".join(_ms(g["total_s"]) if g else "" for g in got)
                              + f" | {f'{vb:.2f}x' if vb else ''} | {f'{vs:.2f}x' if vs else ''} |")
-    lines += ["", "Elk-Full over Basic / Static, geometric mean over core counts and topologies: "
-              + "; ".join(f"{'LLMs' if g == 'llm' else 'DiT-XL'} {_geomean(over_basic[g]):.2f}x / "
-                          f"{_geomean(over_static[g]):.2f}x" for g in ("llm", "dit") if over_basic[g]), ""]
+    lines += ["", "Elk-Full over Basic / Static, geometric mean over core counts (and models): "
+              + "; ".join(f"{g.replace('dit', 'DiT-XL')} {_geomean(over_basic[g]):.2f}x / "
+                          f"{_geomean(over_static[g]):.2f}x" for g in sorted(over_basic)), ""]
     fig = Figure(figsize=(4 * len(models), 7), layout="constrained")
     axes = fig.subplots(2, len(models), squeeze=False)
     for row, topo in enumerate(TOPOLOGIES):
