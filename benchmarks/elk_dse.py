@@ -135,6 +135,38 @@ def _geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
 
+def _design_grid(at: dict[tuple, dict[str, Any]], hbms: list[float], value: Any, ylabel: str,
+                 title: str, path: pathlib.Path, extra: Any = None, log_y: bool = False,
+                 designs: tuple[str, ...] = DESIGNS) -> None:
+    """One panel per (topology, LLM) of Fig. 19-21: ``value(row)`` against HBM bandwidth, one
+    line per design; ``extra(ax, workload, topology)`` adds to a panel."""
+    fig = Figure(figsize=(16, 7), layout="constrained")
+    axes = fig.subplots(2, 4, squeeze=False)
+    for row, topo in enumerate(TOPOLOGIES):
+        for col, w in enumerate(LLMS):
+            ax = axes[row][col]
+            for d in designs:
+                pts = [(b / 1e12, value(at[(w, topo, b, d)])) for b in hbms if (w, topo, b, d) in at]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", markersize=3, label=d)
+            _tb_axis(ax, hbms)
+            if log_y:
+                ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(ScalarFormatter())
+                ax.yaxis.set_minor_formatter(NullFormatter())
+            else:
+                ax.set_ylim(bottom=0)
+            if extra is not None:
+                extra(ax, w, topo)
+            ax.set_title(f"{w}, {topo}", fontsize=10)
+            ax.set_xlabel("HBM bandwidth (TB/s)")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=100)
+
+
 def fig19(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
     rows = _ok(rows)
     if not rows:
@@ -186,76 +218,27 @@ def fig19(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
                      f"{ratio('elk-dyn'):.3f}x | {ratio('ideal'):.1%} |")
     lines.append("")
 
-    fig = Figure(figsize=(16, 7), layout="constrained")
-    axes = fig.subplots(2, 4, squeeze=False)
-    for row, topo in enumerate(TOPOLOGIES):
-        for col, w in enumerate(LLMS):
-            ax = axes[row][col]
-            for d in DESIGNS:
-                pts = [(b / 1e12, at[(w, topo, b, d)]["total_s"] * 1e3) for b in hbms if (w, topo, b, d) in at]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", markersize=3, label=d)
-            floor = [(b / 1e12, min(r["hbm_floor_s"] for r in rows if r["workload"] == w
-                                    and r["topology"] == topo and r["hbm_bandwidth"] == b) * 1e3)
-                     for b in hbms if any(r["workload"] == w and r["topology"] == topo
-                                          and r["hbm_bandwidth"] == b for r in rows)]
-            if floor:
-                ax.plot(*zip(*floor), "k--", linewidth=1, label="HBM floor")
-            _tb_axis(ax, hbms)
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(ScalarFormatter())
-            ax.yaxis.set_minor_formatter(NullFormatter())
-            ax.set_title(f"{w}, {topo}", fontsize=10)
-            ax.set_xlabel("HBM bandwidth (TB/s)")
-            ax.set_ylabel("ms per token")
-            ax.grid(True, alpha=0.3, which="both")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("Elk Fig. 19 on tvm_icca: decode latency vs HBM bandwidth (IPU-POD4 with HBM)")
-    fig.savefig(out / "elk_dse_fig19.png", dpi=100)
+    def floor_line(ax: Any, w: str, topo: str) -> None:
+        floor = [(b / 1e12, min(r["hbm_floor_s"] for r in rows if r["workload"] == w
+                                and r["topology"] == topo and r["hbm_bandwidth"] == b) * 1e3)
+                 for b in hbms if any(r["workload"] == w and r["topology"] == topo
+                                      and r["hbm_bandwidth"] == b for r in rows)]
+        if floor:
+            ax.plot(*zip(*floor), "k--", linewidth=1, label="HBM floor")
 
-    # Fig. 20: the time executions wait for the links a preload holds (interconnect stall);
-    # Fig. 21: interconnect utilization
-    fig = Figure(figsize=(16, 7), layout="constrained")
-    axes = fig.subplots(2, 4, squeeze=False)
-    for row, topo in enumerate(TOPOLOGIES):
-        for col, w in enumerate(LLMS):
-            ax = axes[row][col]
-            for d in DESIGNS:
-                pts = [(b / 1e12, at[(w, topo, b, d)]["interconnect_stall_s"] * 1e3)
-                       for b in hbms if (w, topo, b, d) in at]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", markersize=3, label=d)
-            _tb_axis(ax, hbms)
-            ax.set_ylim(bottom=0)
-            ax.set_title(f"{w}, {topo}", fontsize=10)
-            ax.set_xlabel("HBM bandwidth (TB/s)")
-            ax.set_ylabel("interconnect stall (ms per token)")
-            ax.grid(True, alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("Elk Fig. 20 on tvm_icca: time lost to interconnect contention "
-                 "(executions waiting for links that preloads hold)")
-    fig.savefig(out / "elk_dse_fig20.png", dpi=100)
-
-    fig = Figure(figsize=(16, 7), layout="constrained")
-    axes = fig.subplots(2, 4, squeeze=False)
-    for row, topo in enumerate(TOPOLOGIES):
-        for col, w in enumerate(LLMS):
-            ax = axes[row][col]
-            for d in DESIGNS:
-                pts = [(b / 1e12, at[(w, topo, b, d)]["link_bandwidth_utilization"] * 100)
-                       for b in hbms if (w, topo, b, d) in at]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", markersize=3, label=d)
-            _tb_axis(ax, hbms)
-            ax.set_ylim(0, 100)
-            ax.set_title(f"{w}, {topo}", fontsize=10)
-            ax.set_xlabel("HBM bandwidth (TB/s)")
-            ax.set_ylabel("link bandwidth utilization (%)")
-            ax.grid(True, alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("Elk Fig. 21 on tvm_icca: interconnect utilization (bytes the cores received "
-                 "over their links / their aggregate receive bandwidth)")
-    fig.savefig(out / "elk_dse_fig21.png", dpi=100)
+    _design_grid(at, hbms, lambda r: r["total_s"] * 1e3, "ms per token",
+                 "Elk Fig. 19 on tvm_icca: decode latency vs HBM bandwidth (IPU-POD4 with HBM)",
+                 out / "elk_dse_fig19.png", floor_line, log_y=True)
+    _design_grid(at, hbms, lambda r: r["interconnect_stall_s"] * 1e3,
+                 "interconnect stall (ms per token)",
+                 "Elk Fig. 20 on tvm_icca: time lost to interconnect contention "
+                 "(executions waiting for links that preloads hold)", out / "elk_dse_fig20.png")
+    _design_grid(at, hbms, lambda r: r["link_bandwidth_utilization"] * 100,
+                 "link bandwidth utilization (%)",
+                 "Elk Fig. 21 on tvm_icca: interconnect utilization (bytes the cores received "
+                 "over their links / their aggregate receive bandwidth; Ideal, with an "
+                 "interconnect of its own for preloads, left out)", out / "elk_dse_fig21.png",
+                 lambda ax, w, topo: ax.set_ylim(0, 100), designs=DESIGNS[:-1])
 
     lines += ["## Fig. 20-21: contention, Elk-Full's breakdown and interconnect utilization", "",
               "Interconnect stall per design (the time executions wait for links held by "
