@@ -404,7 +404,8 @@ def fig24(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
                              if r["topology"] == topo and r["design"] == d
                              and r["hbm_bandwidth"] == hbm and r["link_bandwidth"] == link)
                 if pts:
-                    ax.plot(*zip(*pts), style, marker="o", markersize=3, label=f"{d} ({topo})")
+                    ax.plot(*zip(*pts), style, marker="o", markersize=3, label=f"{d} ({topo})",
+                            color=f"C{DESIGNS.index(d)}")
         ax.set_title(f"HBM {hbm / 1e9:g} GB/s, link {link / 1e9:g} GB/s", fontsize=10)
         ax.set_xlabel("available TFLOPS")
         ax.set_ylabel("achieved TFLOPS")
