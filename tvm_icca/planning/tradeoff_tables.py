@@ -125,9 +125,9 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
     rows = []
     for program in programs:
         sources = input_sources(program, has_hbm)
-        live = _live_bytes(program, hw)
         producer_of = {op.output_name: op for op in program.ops}
-        for op, row, held in zip(program.ops, sources, live):
+        for op, row in zip(program.ops, sources):
+            held = 0    # set below, once every operator's execute-state points are known
             hbm = tuple(t for t, s in enumerate(row) if s == "hbm")
             host = tuple(t for t, s in enumerate(row) if s == "host")
             arriving = tuple((t, producer_of[op.input_names[t]].plan.to_dict() if s == PRODUCED else None)
@@ -160,20 +160,43 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
         # the key names the points only: identical layers of one region differ in the
         # region outputs live around them (each layer's KV-cache update stays on chip),
         # and a key with those bytes would hide the repeated layers from Elk §4.4
-        tables.append(dataclasses.replace(table, key=points_key, live_bytes=int(held)))
+        tables.append(dataclasses.replace(table, key=points_key))
         if phase is not None:
             phase.step()
-    return tables
+    return _with_live_bytes(programs, tables, hw)
 
 
-def _live_bytes(program: DeviceProgram, hw: HardwareSpec) -> list[int]:
-    """Per operator, bytes per core of the region's other intermediates live while it runs."""
-    out_bytes = []
-    for op in program.ops:
-        layout = OpLayout(op.expr, op.plan, hw.cores_per_chip)
-        out_bytes.append(layout.partition_bytes(len(op.expr.tensors) - 1))
-    return held_bytes([op.input_names for op in program.ops], [op.output_name for op in program.ops],
-                      program.outputs, out_bytes)
+def _with_live_bytes(programs: Sequence[DeviceProgram], tables: list[OpTradeoffs],
+                     hw: HardwareSpec) -> list[OpTradeoffs]:
+    """``tables`` (in execution order) with their ``live_bytes``: per operator, the bytes per
+    core of the region's earlier outputs still held while it runs
+    (:func:`runtime_sim.contract.lifetimes.held_bytes`), each output counted at the largest
+    partition any of its producer's execute-state points gives it.
+
+    The Elk pass may run a producer at any point of its table, and a point of a tighter
+    budget can hold a larger output partition per core (fewer cores split the output): a
+    Llama2-13B training forward whose attention scores' producer moved to such a point held
+    65 KB more per core than the region planner's plan, and the simulated device found the
+    next operator overflowing SRAM. Counting the largest keeps every window the Elk pass
+    checks an upper bound of what the device holds."""
+    largest: dict[str, int] = {}    # by table key: the operator's largest output partition
+    out, flat = [], 0
+    for program in programs:
+        out_bytes = []
+        for op in program.ops:
+            table = tables[flat + len(out_bytes)]
+            size = largest.get(table.key)
+            if size is None:
+                t = len(op.expr.tensors) - 1
+                plans = [op.plan] + [p.plan.plan for p in table.execs]
+                size = largest[table.key] = max(
+                    OpLayout(op.expr, plan, hw.cores_per_chip).partition_bytes(t) for plan in plans)
+            out_bytes.append(size)
+        held = held_bytes([op.input_names for op in program.ops],
+                          [op.output_name for op in program.ops], program.outputs, out_bytes)
+        out += [dataclasses.replace(tables[flat + k], live_bytes=int(h)) for k, h in enumerate(held)]
+        flat += len(program.ops)
+    return out
 
 
 def _source_grid(op: OpProgram, t: int, producer_of: dict[str, OpProgram], hw: HardwareSpec) -> BlockGrid:
