@@ -28,6 +28,7 @@ The construction generalizes T10 §4.2 and §4.4 ("Sub-tensor placement"):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterator, Mapping
@@ -52,6 +53,13 @@ from runtime_sim.contract.plan_rules import (
     split_reductions,
 )
 from runtime_sim.contract.program import OpProgram
+
+
+def cost_key(expr: TensorExpr, plan: ExecutionPlan) -> str:
+    """What an operator's layout, and so every cost of it, depends on: its expression's
+    structure and its plan, not its tensors' names (the same layer repeated in a model is
+    costed once)."""
+    return json.dumps([expr.structure_key(), plan.to_dict()], sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,12 @@ preload-state point with the same functions, so the two cannot disagree.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
 
 from runtime_sim.contract.expr import dtype_bytes
-from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.layout import OpLayout, cost_key
 from runtime_sim.contract.preload_chunks import (
     check_chunks,
     chip_read_bytes,
@@ -142,8 +141,8 @@ def distribution_phase(topo: Topology, layout: OpLayout,
     (:meth:`~runtime_sim.machine.topology.Topology.multicast_phase`). Returns the phase and its bytes
     (summed over receivers)."""
     # costed once per network (Topology.phase_memo): the layout is its expression and plan
-    key = ("distribution", layout.expr.structure_key(),
-           json.dumps(layout.plan.to_dict(), sort_keys=True), layout.cores_per_chip, tuple(chunked))
+    key = ("distribution", cost_key(layout.expr, layout.plan), layout.cores_per_chip,
+           tuple(chunked))
     hit = topo.phase_memo.get(key)
     if hit is None:
         pattern = distribution_pattern(topo, layout, chunked)

@@ -52,7 +52,6 @@ handed all inputs as arguments, does not hold); a program that would overflow ra
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -61,7 +60,7 @@ import numpy as np
 from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError, short_name
 from runtime_sim.contract.expr import dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.layout import OpLayout, check_op_inputs, checked_layout
+from runtime_sim.contract.layout import OpLayout, check_op_inputs, checked_layout, cost_key
 from runtime_sim.contract.lifetimes import last_reads, outlives, released
 from runtime_sim.contract.plan import IDLE_SPREAD
 from runtime_sim.contract.program import DeviceProgram, OpProgram
@@ -174,9 +173,8 @@ class _Caches:
 
 
 def _op_key(op: OpProgram) -> str:
-    """What an operator's timing depends on: its expression and plan, not its tensors' names
-    (the same layer repeated in a model costs once)."""
-    return json.dumps([op.expr.structure_key(), op.plan.to_dict()], sort_keys=True, separators=(",", ":"))
+    """What an operator's timing depends on (:func:`runtime_sim.contract.layout.cost_key`)."""
+    return cost_key(op.expr, op.plan)
 
 
 class WorkBuilder:
@@ -279,12 +277,7 @@ class WorkBuilder:
     def distribute(self, key: str, layout: OpLayout, chunked: tuple[tuple[int, int], ...]) -> tuple[PhaseCost, float]:
         """The distribution phase of an operator's chunked inputs
         (:func:`runtime_sim.machine.preload_delivery.distribution_phase`) and its bytes."""
-        cache_key = ("distribute", key, chunked)
-        hit = self.c.relayouts.get(cache_key)
-        if hit is None:
-            phase, total = distribution_phase(self.topo, layout, chunked)
-            hit = self.c.relayouts[cache_key] = (phase, total, False)
-        return hit[0], hit[1]
+        return distribution_phase(self.topo, layout, chunked)  # costed once per network
 
     def store(self, key: str, layout: OpLayout) -> Load:
         """The chip -> host return of an operator's output: the cores holding it (ring 0) send

@@ -377,12 +377,13 @@ def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: Compi
     region input is on chip, as host ops between regions then count as on-chip re-layouts),
     and where the model state went (the first of :func:`state_candidates` that fits)."""
     candidates = state_candidates(spec, opts.state)
+    resident = _resident(mod, opts)
     for k, placement in enumerate(candidates):
         if placement.place == "hbm":
-            resident = opts.resident if opts.resident is not None else default_resident(mod)
             check_hbm_capacity(mod, resident, spec)
         try:
-            programs, model_plan = _decide_sources(mod, order, spec, opts, cache, placement.place)
+            programs, model_plan = _decide_sources(mod, order, spec, opts, cache, placement.place,
+                                                   resident)
             break
         except PlanNotFoundError as err:
             if k + 1 == len(candidates):
@@ -461,20 +462,27 @@ def _with_host_outputs(program: DeviceProgram, indices: frozenset[int]) -> Devic
     return dataclasses.replace(program, host_outputs=tuple(dict.fromkeys(names)))
 
 
-def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
-                    opts: CompileOptions, cache: PlanCache,
-                    place: str) -> tuple[list[DeviceProgram], ModelPlan | None]:
-    """Per region call of ``main`` (``order``), its device program with its input sources,
-    model state at ``place`` (:data:`~tvm_icca.planning.state_place.STATE_PLACES`)."""
-    regions = icca_regions(mod)
-    missing = sorted(set(regions) - set(order))
-    if missing:
-        raise IccaError(f"ICCA regions not called from main: {', '.join(missing)}")
+def _resident(mod: IRModule, opts: CompileOptions) -> Collection[str]:
+    """The ``main`` parameters that are model state: the options', else the default rule
+    (:func:`default_resident`); raises :class:`IccaError` for a name ``main`` does not have."""
     resident = opts.resident if opts.resident is not None else default_resident(mod)
     params = {str(p.name) for p in main_function(mod).params}
     unknown = sorted(set(resident) - params)
     if unknown:
         raise IccaError(f"resident names {unknown} are not parameters of main")
+    return resident
+
+
+def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
+                    opts: CompileOptions, cache: PlanCache, place: str,
+                    resident: Collection[str]) -> tuple[list[DeviceProgram], ModelPlan | None]:
+    """Per region call of ``main`` (``order``), its device program with its input sources,
+    model state at ``place`` (:data:`~tvm_icca.planning.state_place.STATE_PLACES`) and in the
+    ``resident`` parameters (:func:`_resident`)."""
+    regions = icca_regions(mod)
+    missing = sorted(set(regions) - set(order))
+    if missing:
+        raise IccaError(f"ICCA regions not called from main: {', '.join(missing)}")
     origins = argument_origins(mod, resident)
     label = str(mod.attrs.get(MODEL_NAME_ATTR, "model")) if mod.attrs is not None else "model"
     if place != "chip":

@@ -127,14 +127,13 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
         sources = input_sources(program, has_hbm)
         producer_of = {op.output_name: op for op in program.ops}
         for op, row in zip(program.ops, sources):
-            held = 0    # set below, once every operator's execute-state points are known
             hbm = tuple(t for t, s in enumerate(row) if s == "hbm")
             host = tuple(t for t, s in enumerate(row) if s == "host")
             arriving = tuple((t, producer_of[op.input_names[t]].plan.to_dict() if s == PRODUCED else None)
                              for t, s in enumerate(row) if s in (PRODUCED, "chip"))
             points_key = json.dumps([op.expr.structure_key(), op.plan.to_dict(), hbm, host, arriving],
                                     separators=(",", ":"))
-            rows.append((op, hbm, host, arriving, held, producer_of, points_key))
+            rows.append((op, hbm, host, arriving, producer_of, points_key))
     # the points depend on the operator, its plan and its sources, not on what else is live
     # (identical layers of one region hold different region outputs around them)
     distinct: dict[str, tuple] = {}
@@ -146,13 +145,13 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
     memo: dict[str, OpTradeoffs] = {}
     tables: list[OpTradeoffs] = []
     topo = make_topology(hw)
-    for op, hbm, host, arriving, held, producer_of, points_key in rows:
+    for op, hbm, host, arriving, producer_of, points_key in rows:
         table = memo.get(points_key)
         if table is None:
-            def build(op=op, hbm=hbm, host=host, held=held, producer_of=producer_of,
+            def build(op=op, hbm=hbm, host=host, producer_of=producer_of,
                       arriving=arriving, points_key=points_key) -> OpTradeoffs:
                 grids = [(t, _source_grid(op, t, producer_of, hw)) for t, _ in arriving]
-                return _table(op, hbm, host, held, hw, cache, points_key, grids, topo)
+                return _table(op, hbm, host, hw, cache, points_key, grids, topo)
 
             # tuning records in scope change the points: such a table is this compile's only
             table = memo[points_key] = (build() if measured_plans(op.expr, hw)
@@ -224,7 +223,7 @@ def arrival_seconds(layout: OpLayout, grids: Sequence[tuple[int, BlockGrid]],
     return time_s, busy_s
 
 
-def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int,
+def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...],
            hw: HardwareSpec, cache: PlanCache, key: str,
            grids: Sequence[tuple[int, BlockGrid]], topo: Topology) -> OpTradeoffs:
     offchip = tuple(sorted(hbm + host))
@@ -250,8 +249,9 @@ def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...], held: int
         if offchip:
             preloads.append(_preload_points(layout, offchip, hbm, host, hw, topo))
     offchip_bytes = float(sum(op.expr.inputs[t].nbytes for t in offchip))
+    # what the region holds around it depends on the other operators' points (_with_live_bytes)
     return OpTradeoffs(key=key, execs=tuple(execs), preloads=tuple(preloads),
-                       hbm_bytes=offchip_bytes, live_bytes=int(held))
+                       hbm_bytes=offchip_bytes, live_bytes=0)
 
 
 def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
