@@ -130,6 +130,15 @@ def _tb_axis(ax: Any, values: list[float]) -> None:
     ax.minorticks_off()
 
 
+def _label(ax: Any, title: str, xlabel: str, ylabel: str) -> None:
+    """A panel's title and axis labels, its y axis from 0, a light grid."""
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+
+
 def _geomean(xs: list[float]) -> float:
     xs = [x for x in xs if x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
@@ -300,11 +309,7 @@ def fig22(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
                    if (topo, l, b, "elk-full") in at]
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=f"HBM {b / 1e12:g} TB/s")
-        ax.set_title(f"Llama2-70B, {topo}, Elk-Full", fontsize=10)
-        ax.set_xlabel("link bandwidth per core (GB/s)")
-        ax.set_ylabel("ms per token")
-        ax.set_ylim(bottom=0)
-        ax.grid(True, alpha=0.3)
+        _label(ax, f"Llama2-70B, {topo}, Elk-Full", "link bandwidth per core (GB/s)", "ms per token")
         ax.legend(fontsize=7)
     fig.suptitle("Elk Fig. 22 on tvm_icca: interconnect and HBM bandwidth together")
     fig.savefig(out / "elk_dse_fig22.png", dpi=100)
@@ -352,11 +357,7 @@ def fig23(llm_rows: list[dict[str, Any]], dit_rows: list[dict[str, Any]], out: p
                 pts = [(n, at[(w, topo, n, d)]["total_s"] * 1e3) for n in cores if (w, topo, n, d) in at]
                 if pts:
                     ax.plot(*zip(*pts), marker="o", markersize=3, label=d)
-            ax.set_title(f"{w}, {topo}", fontsize=10)
-            ax.set_xlabel("cores")
-            ax.set_ylabel("ms per run")
-            ax.set_ylim(bottom=0)
-            ax.grid(True, alpha=0.3)
+            _label(ax, f"{w}, {topo}", "cores", "ms per run")
     axes[0][0].legend(fontsize=7)
     fig.suptitle("Elk Fig. 23 on tvm_icca: scaling the core count (and HBM with it)")
     fig.savefig(out / "elk_dse_fig23.png", dpi=100)
@@ -406,11 +407,8 @@ def fig24(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
                 if pts:
                     ax.plot(*zip(*pts), style, marker="o", markersize=3, label=f"{d} ({topo})",
                             color=f"C{DESIGNS.index(d)}")
-        ax.set_title(f"HBM {hbm / 1e9:g} GB/s, link {link / 1e9:g} GB/s", fontsize=10)
-        ax.set_xlabel("available TFLOPS")
-        ax.set_ylabel("achieved TFLOPS")
-        ax.set_ylim(bottom=0)
-        ax.grid(True, alpha=0.3)
+        _label(ax, f"HBM {hbm / 1e9:g} GB/s, link {link / 1e9:g} GB/s", "available TFLOPS",
+               "achieved TFLOPS")
     axes[0].legend(fontsize=6)
     fig.suptitle("Elk Fig. 24 on tvm_icca: Llama2-13B training forward pass")
     fig.savefig(out / "elk_dse_fig24.png", dpi=100)
@@ -449,11 +447,8 @@ def mesh(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=p)
         ax.set_xscale("log", base=2)
-        ax.set_title(f"Llama2-13B, Elk-Full, {'torus' if torus else 'mesh'}", fontsize=10)
-        ax.set_xlabel("link bandwidth per core (GB/s)")
-        ax.set_ylabel("ms per token")
-        ax.set_ylim(bottom=0)
-        ax.grid(True, alpha=0.3)
+        _label(ax, f"Llama2-13B, Elk-Full, {'torus' if torus else 'mesh'}",
+               "link bandwidth per core (GB/s)", "ms per token")
         ax.legend(fontsize=7, title="HBM controllers")
     fig.suptitle("Mesh chip design: where the HBM controllers sit, and how fast the links are")
     fig.savefig(out / "elk_dse_mesh.png", dpi=100)
