@@ -154,6 +154,33 @@ def gather_rows(ids: Any, n: int, mode: str) -> Any:
 
 
 @dataclass(frozen=True)
+class TensorView:
+    """An input read as a block of a larger region tensor, in place (no copy).
+
+    The operator sees a tensor of its access's ``shape``; it is the block
+    ``[start[d], start[d] + shape[d])`` of the region tensor of shape ``base_shape``. An
+    operator split into sub-operators (long context: a slice of the KV cache per piece) reads
+    its share of an HBM tensor this way; the device places and counts the block's bytes only.
+    """
+
+    start: tuple[int, ...]
+    base_shape: tuple[int, ...]
+
+    def slices(self, shape: Sequence[int]) -> tuple[slice, ...]:
+        """The numpy index of the block of ``shape`` in the base tensor."""
+        return tuple(slice(s, s + int(n)) for s, n in zip(self.start, shape))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": list(self.start), "base_shape": list(self.base_shape)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TensorView":
+        return cls(tuple(read_int(v, "view start") for v in read_list(d["start"], "view start")),
+                   tuple(read_int(v, "view base shape")
+                         for v in read_list(d["base_shape"], "view base_shape")))
+
+
+@dataclass(frozen=True)
 class TensorAccess:
     """A tensor of an operator and how each of its dimensions is indexed.
 
@@ -169,6 +196,17 @@ class TensorAccess:
     indices: tuple[AffineIndex, ...]
     #: a data-dependent dimension (an embedding lookup): ``indices`` index the gathered view
     gather: Gather | None = None
+    #: an input read in place as a block of a larger region tensor (:class:`TensorView`)
+    view: TensorView | None = None
+
+    @property
+    def tensor_shape(self) -> tuple[int, ...]:
+        """The shape of the region tensor this access names: its view's base, else its own."""
+        return tuple(self.view.base_shape) if self.view is not None else tuple(self.shape)
+
+    def block_of(self, arr: Any) -> Any:
+        """What the operator reads of the region tensor ``arr``: the view's block, or ``arr``."""
+        return arr if self.view is None else arr[self.view.slices(self.shape)]
 
     @property
     def axes(self) -> tuple[str, ...]:
@@ -192,6 +230,8 @@ class TensorAccess:
         }
         if self.gather is not None:  # only when set: other programs keep their bytes
             out["gather"] = self.gather.to_dict()
+        if self.view is not None:
+            out["view"] = self.view.to_dict()
         return out
 
     @classmethod
@@ -202,6 +242,7 @@ class TensorAccess:
             read_name(d["dtype"], "dtype"),
             tuple(AffineIndex.from_dict(read_map(i, "index")) for i in read_list(d["indices"], "indices")),
             None if d.get("gather") is None else Gather.from_dict(read_map(d["gather"], "gather")),
+            None if d.get("view") is None else TensorView.from_dict(read_map(d["view"], "view")),
         )
 
 
@@ -320,13 +361,20 @@ class TensorExpr:
         ins = ", ".join(f"'{short_name(t.name)}' {list(t.shape)} {t.dtype}" for t in self.inputs)
         return f"inputs {ins}; output {list(self.output.shape)} {self.output.dtype}"
 
-    def structure_key(self) -> str:
+    def structure_key(self, views: bool = True) -> str:
         """The identity of this expression up to its tensors' names: canonical JSON of
         :meth:`to_dict` with every input and output name blanked. Two operators with equal
-        keys plan, compute and cost the same (the same layer repeated in a model)."""
+        keys plan, compute and cost the same (the same layer repeated in a model).
+
+        ``views=False`` also blanks where viewed inputs sit in their region tensors
+        (:class:`TensorView`): the sub-operators of one split read equal blocks at different
+        places, and plan alike (the compiler's key); where a block sits changes only which
+        cores hold its bytes before it is read (the device's key keeps it)."""
         data = self.to_dict()
         for access in (*data["inputs"], data["output"]):
             access["name"] = ""
+            if not views:
+                access.pop("view", None)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def __str__(self) -> str:

@@ -58,15 +58,18 @@ from runtime_sim.contract.plan import IDLE_SPREAD, ExecutionPlan, VgmPlan, plan_
 
 PROGRAM_FORMAT = "icca-device-program"
 #: Version 2 added ``run_order`` (the regions of one model invocation, in call order).
-PROGRAM_VERSION = 4
+PROGRAM_VERSION = 5
 #: Versions this device reads. Version 3 added the preload schedule (Elk §4.5:
 #: :class:`PreloadSchedule`, :attr:`OpProgram.preload_chunks`); a version-2 program has none
 #: and runs exactly as before. Version 4 added gathered accesses (:class:`Gather`); a
 #: program that uses one must say version 4, so that an older device refuses it rather than
-#: reading the view indices as the tensor's.
-READABLE_VERSIONS = (2, 3, 4)
+#: reading the view indices as the tensor's. Version 5 added inputs read as blocks of larger
+#: tensors (:class:`~runtime_sim.contract.expr.TensorView`, split operators), on the same rule.
+READABLE_VERSIONS = (2, 3, 4, 5)
 #: The first version with :class:`Gather`.
 GATHER_VERSION = 4
+#: The first version with :class:`~runtime_sim.contract.expr.TensorView`.
+VIEW_VERSION = 5
 
 
 @dataclass(frozen=True)

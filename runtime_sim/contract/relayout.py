@@ -179,7 +179,8 @@ def input_boxes(layout: OpLayout, t: int) -> Boxes:
     For a gathered input (:class:`~runtime_sim.contract.expr.Gather`) the box is in the gathered
     view: its bytes are the table rows the core receives, whatever the ids (an off-chip
     source reads only those rows, not the whole table); :func:`gather_relayout` says where
-    they come from on chip."""
+    they come from on chip. A viewed input's boxes are in its region tensor's coordinates
+    (:class:`~runtime_sim.contract.expr.TensorView`): where its block sits there."""
     access = layout.expr.tensors[t]
     shape = tuple(int(s) for s in layout.expr.access_shape(t))
     n = layout.num_cores
@@ -192,8 +193,12 @@ def input_boxes(layout: OpLayout, t: int) -> Boxes:
     length = np.asarray(pshape, np.int64)[None, :]
     limit = np.asarray(shape, np.int64)[None, :]
     lo = np.clip(start, 0, limit)
-    hi = np.clip(start + length, 0, limit)
-    return Boxes(lo, np.maximum(hi, lo), shape, dtype_bytes(access.dtype))
+    hi = np.maximum(np.clip(start + length, 0, limit), lo)
+    view = getattr(access, "view", None)
+    if view is not None:  # a block of a larger tensor: boxes in the region tensor's coordinates
+        origin = np.asarray(view.start, np.int64)[None, :]
+        return Boxes(lo + origin, hi + origin, tuple(view.base_shape), dtype_bytes(access.dtype))
+    return Boxes(lo, hi, shape, dtype_bytes(access.dtype))
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from runtime_sim.contract.expr import (
     Gather,
     TensorAccess,
     TensorExpr,
+    TensorView,
     gathered_shape,
     guarded_inputs,
     merged_axes,
@@ -40,6 +41,7 @@ from runtime_sim.contract.plan_rules import local_splits
 from runtime_sim.contract.program import (
     EXECUTE,
     GATHER_VERSION,
+    VIEW_VERSION,
     INPUT_SOURCES,
     PRELOAD,
     PROGRAM_FORMAT,
@@ -168,6 +170,10 @@ def _check_header(program: DeviceProgram, fail: _Fail) -> None:
             getattr(acc, "gather", None) is not None for op in program.ops
             for acc in getattr(getattr(op, "expr", None), "inputs", ())):
         raise fail(f"a gathered access needs program version {GATHER_VERSION}")
+    if program.version < VIEW_VERSION and any(
+            getattr(acc, "view", None) is not None for op in program.ops
+            for acc in getattr(getattr(op, "expr", None), "inputs", ())):
+        raise fail(f"an input read as a view needs program version {VIEW_VERSION}")
     try:
         read_name(program.region, "region name")
         read_name(program.module, "module", empty=True)
@@ -367,6 +373,8 @@ def _check_access(s: _OpScope, acc: Any, what: str, mask: bool, piecewise: bool 
     s.program.dtype(acc.dtype, f"{s.where}, {what} '{acc.name}'", mask, index)
     if acc.gather is not None:
         shape = _check_gather(s, acc, what, shape)
+    if acc.view is not None:
+        _check_view(s, acc, what, mask, shape)
     if len(acc.indices) != len(shape):
         raise s.bad(f"{what} '{acc.name}' has {len(shape)} dimensions but {len(acc.indices)} indices")
     for d, ix in enumerate(acc.indices):
@@ -374,6 +382,28 @@ def _check_access(s: _OpScope, acc: Any, what: str, mask: bool, piecewise: bool 
         if ix.is_simple and s.extents[ix.terms[0][0]] > shape[d] and not piecewise:
             raise s.bad(f"axis '{ix.terms[0][0]}' (extent {s.extents[ix.terms[0][0]]}) indexes "
                         f"dimension {d} of {what} '{acc.name}', which has {shape[d]} elements")
+
+
+def _check_view(s: _OpScope, acc: TensorAccess, what: str, is_input: bool,
+                shape: tuple[int, ...]) -> None:
+    """A viewed input is a block inside its region tensor (see :class:`TensorView`)."""
+    view = acc.view
+    if not isinstance(view, TensorView):
+        raise s.bad(f"{what} '{acc.name}': view is not a TensorView")
+    if not is_input:
+        raise s.bad(f"{what} '{acc.name}': only inputs are read through a view")
+    if acc.gather is not None:
+        raise s.bad(f"{what} '{acc.name}': a gathered input cannot also be a view")
+    if not isinstance(s.op.plan, ExecutionPlan):
+        raise s.bad(f"{what} '{acc.name}': views are read by compute-shift plans only")
+    base = s.program.shape(view.base_shape, f"{s.where}, {what} '{acc.name}' view base")
+    if len(view.start) != len(shape) or len(base) != len(shape):
+        raise s.bad(f"{what} '{acc.name}': a view needs one start and one base dimension per "
+                    f"dimension of its {len(shape)}")
+    for d, (lo, n, full) in enumerate(zip(view.start, shape, base)):
+        if not _is_int(lo) or lo < 0 or lo + n > full:
+            raise s.bad(f"{what} '{acc.name}': view [{lo}, {lo} + {n}) of dimension {d} is "
+                        f"outside the tensor's {full} elements")
 
 
 def _check_gather(s: _OpScope, acc: TensorAccess, what: str, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -622,8 +652,8 @@ def _check_reads(s: _OpScope, tensors: _Tensors) -> None:
             raise s.bad(f"reads unknown tensor {quoted(tname)} (not an input, constant or earlier output)")
         shape, dtype = tensors[tname]
         acc = s.expr.inputs[t]
-        if tuple(shape) != tuple(acc.shape) or dtype != acc.dtype:
-            raise s.bad(f"reads '{tname}' as {acc.dtype}{list(acc.shape)}, it is {dtype}{list(shape)}")
+        if tuple(shape) != acc.tensor_shape or dtype != acc.dtype:
+            raise s.bad(f"reads '{tname}' as {acc.dtype}{list(acc.tensor_shape)}, it is {dtype}{list(shape)}")
     if not isinstance(op.output_name, str) or not op.output_name:
         raise s.bad("the output name must be a non-empty string")
     if op.output_name in tensors:

@@ -185,10 +185,10 @@ class Cores:
         if tensor >= len(layout.expr.inputs):
             raise DeviceProgramError(f"tensor {tensor} of '{short_name(op_name)}' is not an input")
         arr = np.asarray(array)
-        if tuple(arr.shape) != tuple(access.shape):
+        if tuple(arr.shape) != access.tensor_shape:
             raise DeviceProgramError(
                 f"operator '{short_name(op_name)}': input '{access.name}' has shape {list(arr.shape)}, "
-                f"expected {list(access.shape)}"
+                f"expected {list(access.tensor_shape)}"
             )
         alloc.buffers[tensor] = partitions(layout, tensor, arr,
                                            gathered_rows(layout, tensor, arr, ids, op_name))

@@ -27,6 +27,7 @@ def partitions(layout: OpLayout, tensor: int, arr: np.ndarray,
     view: the core's block of view positions, each reading row ``rows[ids position]`` of
     ``arr`` (``rows``: the call's ids resolved by :func:`~runtime_sim.contract.expr.gather_rows`)."""
     access = layout.expr.tensors[tensor]
+    arr = access.block_of(arr)  # a viewed input: its block of the region tensor, in place
     p0 = layout.partition(tensor, layout.chunk({}))
     starts = layout.partition_start(tensor, p0)
     pshape = layout.partition_shape(tensor)

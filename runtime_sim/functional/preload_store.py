@@ -99,11 +99,11 @@ class PreloadStore(Mapping[str, Preloaded]):
             check_dtype(hw, access.name, access.dtype, f"operator '{short_name(op_name)}'", mask=True,
                         index=t in layout.expr.gather_ids)
             arr = np.asarray(value)
-            if tuple(arr.shape) != tuple(access.shape) or str(arr.dtype) != access.dtype:
+            if tuple(arr.shape) != access.tensor_shape or str(arr.dtype) != access.dtype:
                 raise DeviceProgramError(
                     f"operator '{short_name(op_name)}': input '{access.name}' is "
                     f"{arr.dtype}{list(arr.shape)} "
-                    f"in HBM, expected {access.dtype}{list(access.shape)}")
+                    f"in HBM, expected {access.dtype}{list(access.tensor_shape)}")
             arrays[t] = arr
         rows = {}
         for t, arr in arrays.items():

@@ -313,12 +313,12 @@ class WorkBuilder:
         setup re-layout)."""
         idle = self.idle_layout(op)
         access = op.expr.inputs[t]
-        grid_key = f"{idle[0]}#{t}" if idle is not None else f"spread#{access.shape}#{access.dtype}"
+        grid_key = f"{idle[0]}#{t}" if idle is not None else f"spread#{access.tensor_shape}#{access.dtype}"
         grid = self.c.grids.get(grid_key)
         if grid is None:
             grid = placement_grid(idle[1], t) if idle is not None else None
             if grid is None:  # spread, or not block-aligned: near-even blocks over all cores
-                grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), self.hw.num_cores)
+                grid = canonical_grid(access.tensor_shape, dtype_bytes(access.dtype), self.hw.num_cores)
             self.c.grids[grid_key] = grid
         return grid_key, grid
 
@@ -414,8 +414,8 @@ class WorkBuilder:
                     phase, nbytes, est = self.relayout(("op", pkey), grid, key, layout, t)
                 elif src_kind == "chip":
                     access = op.expr.inputs[t]
-                    grid = canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), hw.num_cores)
-                    phase, nbytes, est = self.relayout(("chip", access.shape, access.dtype), grid,
+                    grid = canonical_grid(access.tensor_shape, dtype_bytes(access.dtype), hw.num_cores)
+                    phase, nbytes, est = self.relayout(("chip", access.tensor_shape, access.dtype), grid,
                                                        key, layout, t)
                 elif src_kind == RESIDENT and name in decls:
                     if op.idle_plan is None and not rests_spread(op.expr, t):
@@ -461,7 +461,7 @@ class WorkBuilder:
             for load, inputs in zip(loads, [v for v in by_kind.values() if v]):
                 if load.kind == "hbm":
                     for t, nbytes in zip(inputs, load.distinct_bytes):
-                        name = op.input_names[t]
+                        name = _block_name(op.input_names[t], op.expr.inputs[t])
                         works[-1].hbm_tensors[name] = max(works[-1].hbm_tensors.get(name, 0.0), nbytes)
             if op.output_name in host_out:
                 works[-1].stores.append(self.store(key, layout))
@@ -494,3 +494,11 @@ def _grid_bytes(grid: BlockGrid, num_cores: int) -> np.ndarray:
     np.add.at(held, grid.owner[owned], size)
     return held
 
+
+def _block_name(name: str, access: TensorAccess) -> str:
+    """What an HBM read's distinct bytes are counted under: the tensor, or for a viewed input
+    (a split operator's share, :class:`~runtime_sim.contract.expr.TensorView`) the tensor's block,
+    so that the blocks of one tensor read by several sub-operators add up."""
+    if access.view is None:
+        return name
+    return f"{name}@{','.join(map(str, access.view.start))}+{','.join(map(str, access.shape))}"

@@ -190,7 +190,7 @@ class PlanCache:
         # the placement depends on where the producers left the inputs; the default model's
         # plans on the chip's fields they read (plans.hw_fields), another model's on all
         chip = plan_key(hw, tuple(hbm_inputs)) if cost_model is None else hw
-        return (expr.structure_key(), chip, int(budget), None if cost_model is None else id(cost_model),
+        return (expr.structure_key(views=False), chip, int(budget), None if cost_model is None else id(cost_model),
                 tuple(hbm_inputs), producer_key(tuple(producers)))
 
     def _remember_failure(self, key: tuple, failure: tuple[str, str, str], keep: bool) -> None:
@@ -223,7 +223,7 @@ class PlanCache:
         for ladder in ladders:
             for step in ladder:
                 expr, budget, _, hbm = step
-                climbs.setdefault((expr.structure_key(), tuple(hbm)), {}).setdefault(int(budget), step)
+                climbs.setdefault((expr.structure_key(views=False), tuple(hbm)), {}).setdefault(int(budget), step)
         chains = [[steps[b] for b in sorted(steps, reverse=True)] for steps in climbs.values()]
 
         def climb(chain: Sequence[LadderStep]) -> list[tuple[tuple, PlannedOp | None, tuple]]:
@@ -257,7 +257,7 @@ class PlanCache:
         within the whole SRAM, once per operator structure: the time/memory frontier within a
         smaller budget is the part of it that fits, so operators differing only in what their
         region holds around them share it (the caller keeps what fits its budget)."""
-        key = ("options", expr.structure_key(), search_key(hw), tuple(resident))
+        key = ("options", expr.structure_key(views=False), search_key(hw), tuple(resident))
         found = self._options.get(key)
         if found is None and self.store is not None:
             found = self.store.get(key)
@@ -274,7 +274,7 @@ class PlanCache:
         on up to :attr:`jobs` worker processes (:mod:`.plans.option_pool`)."""
         missing: dict[tuple, tuple[TensorExpr, tuple[int, ...]]] = {}
         for expr, resident in requests:
-            key = ("options", expr.structure_key(), search_key(hw), tuple(resident))
+            key = ("options", expr.structure_key(views=False), search_key(hw), tuple(resident))
             if key in self._options or key in missing:
                 continue
             stored = self.store.get(key) if self.store is not None else None

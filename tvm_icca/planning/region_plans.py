@@ -14,7 +14,8 @@ from typing import Callable, Sequence
 
 from tvm import relax
 
-from runtime_sim.contract.errors import IccaError, PlanNotFoundError
+from runtime_sim.contract.errors import IccaError, PlanNotFoundError, short_name
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.lifetimes import HeldBytes
@@ -26,6 +27,7 @@ from tvm_icca.plans import CostModel, plan_operator
 from tvm_icca.plans.plan_hook import PlanRequest, planned_with_hook
 from tvm_icca.plans.vgm import plan_vgm_operator
 from tvm_icca.progress import Phase
+from tvm_icca.split import choose_splits, original_operator, split_region
 
 #: Execution models a region can be compiled for.
 EXECUTION_MODELS = ("t10", "vgm")
@@ -68,7 +70,7 @@ def compile_region(
                 phase.step()
     else:
         hbm = {region.inputs[i].name for i in hbm_params} | (set(region.constants) if hbm_constants else set())
-        ops = plan_region(region, hw, cost_model, plan_cache, frozenset(hbm), phase)[0]
+        region, ops = plan_split_region(region, hw, cost_model, plan_cache, frozenset(hbm), phase)
     return region.program(hw, ops)
 
 
@@ -76,6 +78,46 @@ def _plan_vgm(op: PendingOp, hw: HardwareSpec, region_bytes: int | None) -> OpPr
     planned = plan_vgm_operator(op.expr, hw, vgm_region_bytes=region_bytes, name=op.describe())
     return OpProgram(op.name, op.expr, planned.plan, op.input_names, op.output_name,
                      planned.estimated_time_s, label=op.label)
+
+
+#: Rounds of splitting and planning a region: each round splits, or splits finer, an
+#: operator the previous round found no plan for.
+MAX_SPLIT_ROUNDS = 6
+
+
+def plan_split_region(
+    region: RegionOps, hw: HardwareSpec, cost_model: CostModel | None = None,
+    plan_cache: PlanCache | None = None, hbm_names: frozenset[str] = frozenset(),
+    phase: Phase | None = None,
+) -> tuple[RegionOps, list[OpProgram]]:
+    """Split the operators that cannot fit the chip (:mod:`tvm_icca.split`), then plan the
+    region (:func:`plan_region`); returns the region as split and its planned operators.
+
+    An operator the planner finds no plan for is split (or split finer) and the region
+    planned again, up to :data:`MAX_SPLIT_ROUNDS` times; then the planner's error stands.
+    """
+    def plan_piece(expr: TensorExpr, budget: int, name: str) -> float:
+        if plan_cache is not None:
+            return plan_cache.plan(expr, hw, cost_model, budget, name).time_s
+        return plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget, name=name).time_s
+
+    index = {op.name: i for i, op in enumerate(region.ops)}
+    forced: dict[int, int] = {}
+    for _ in range(MAX_SPLIT_ROUNDS):
+        choices = choose_splits(region, hw, plan_piece, forced)
+        split = split_region(region, choices)
+        if phase is not None and len(split.ops) != len(region.ops):
+            phase.add(len(split.ops) - len(region.ops))
+        try:
+            return split, plan_region(split, hw, cost_model, plan_cache, hbm_names, phase)[0]
+        except PlanNotFoundError as err:
+            failed = index.get(original_operator(getattr(err, "operator", "")))
+            pieces = next((c.pieces for c in choices if c.op == failed), 1)
+            if failed is None or forced.get(failed, 0) > pieces:
+                raise  # nothing left to split: the first error is the answer
+            forced[failed] = pieces * 2
+    raise PlanNotFoundError(f"region '{short_name(region.name)}': no plan after "
+                            f"{MAX_SPLIT_ROUNDS} rounds of splitting its operators")
 
 
 def plan_region(
@@ -101,11 +143,15 @@ def plan_region(
         hbm = tuple(t for t, n in enumerate(op.input_names) if n in hbm_names)
         producers = tuple((t, layouts[n]) for t, n in enumerate(op.input_names)
                           if n in layouts and t not in hbm)
-        if plan_cache is not None:
-            planned = plan_cache.plan(op.expr, hw, cost_model, budget, op.describe(), hbm, producers)
-        else:
-            planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget,
-                                    name=op.describe(), hbm_inputs=hbm, producers=producers)
+        try:
+            if plan_cache is not None:
+                planned = plan_cache.plan(op.expr, hw, cost_model, budget, op.describe(), hbm, producers)
+            else:
+                planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget,
+                                        name=op.describe(), hbm_inputs=hbm, producers=producers)
+        except PlanNotFoundError as err:
+            err.operator = op.name  # which operator: plan_split_region splits it and tries again
+            raise
         # tuning records (tvm_icca.use_database) may replace the plan; no-op otherwise
         own = planned
         planned = planned_with_hook(PlanRequest(op.name, op.expr, hw, budget, hbm, producers), planned)

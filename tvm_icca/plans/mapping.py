@@ -190,7 +190,7 @@ def relayout_inter_chip_bytes(producer: OpLayout, layout: OpLayout, t: int, hw: 
 
 def producer_key(producers: Sequence[Producer]) -> tuple[Hashable, ...]:
     """What the mapping of a consumer depends on in its producers (for cache keys)."""
-    return tuple((int(t), p.expr.structure_key(),
+    return tuple((int(t), p.expr.structure_key(views=False),
                   json.dumps(p.plan.to_dict(), sort_keys=True, separators=(",", ":")))
                  for t, p in sorted(producers, key=lambda x: x[0]))
 

@@ -272,7 +272,7 @@ def plan_operator(
     # the search does not depend on the chips; its result is kept without the mapping, which
     # is chosen (and memoized) per context: HBM inputs and producers' layouts. Keyed on the
     # fields the search reads (.hw_fields), so chips differing in others share it.
-    key = (("search", expr.structure_key(), search_key(hw), budget)
+    key = (("search", expr.structure_key(views=False), search_key(hw), budget)
            if default and cache is not None else None)
     result = None
     if key is not None:
@@ -343,7 +343,7 @@ def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
     expr = result.expr
     placements = None
     if cache is not None:
-        key = ("placements", expr.structure_key(), json.dumps(result.plan.to_dict(), sort_keys=True),
+        key = ("placements", expr.structure_key(views=False), json.dumps(result.plan.to_dict(), sort_keys=True),
                placement_key(hw), hbm_inputs, producer_key(producers))
         placements = cache.planned(key)
         if placements is None:

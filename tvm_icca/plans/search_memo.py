@@ -52,7 +52,7 @@ class SearchMemo:
 
     def structure(self, expr: TensorExpr) -> PlanStructure:
         """The memoized :class:`PlanStructure` of ``expr``."""
-        key = expr.structure_key()
+        key = expr.structure_key(views=False)
         hit = self._structures.get(key)
         if hit is not None:
             self._structures.move_to_end(key)

@@ -37,7 +37,7 @@ class PlanStructure:
     ring_risks: tuple[tuple[int, int, int, np.ndarray], ...]  # (axis, t, u, shared free mask)
     dims: tuple[tuple[tuple, ...], ...]  # per tensor, per dimension: how its length derives
     elem_bytes: np.ndarray  # (T,)
-    key: str = ""  # expr.structure_key(): equal for operators that differ only in tensor names
+    key: str = ""  # expr.structure_key(views=False): equal for operators that differ only in tensor names
     #: axes that core-local reductions follow (runtime_sim.contract.plan_rules.local_splits): splitting one
     #: splits those reductions across cores
     row_axes: tuple[int, ...] = ()
@@ -121,7 +121,7 @@ def build_structure(expr: TensorExpr) -> PlanStructure:
         ring_risks=tuple(risks),
         dims=tuple(dims),
         elem_bytes=np.array([dtype_bytes(t.dtype) for t in expr.tensors], INT),
-        key=expr.structure_key(),
+        key=expr.structure_key(views=False),
         row_axes=tuple(sorted(index[a] for a in rows)),
         split_stats=tuple((level, tuple(sorted(index[a] for a in free)))
                           for level, free in split_reductions(expr, follow).values()),

@@ -1,0 +1,17 @@
+"""Operator splitting: operators larger than the chip run as sub-operators (long context).
+
+The stage between lowering (:mod:`tvm_icca.lower`) and planning (:mod:`tvm_icca.planning`):
+an operator whose tensors cannot all be on the chip at once is cut along one axis into
+sub-operators that each fit, reading their blocks of HBM tensors in place, with exact
+combine operators where the cut runs along a reduction (:mod:`.pieces`); readers of the
+pieces are cut the same way so that a chain is joined only once (:mod:`.rewrite`); the axis
+and the number of pieces are chosen with the plan search's cost model (:mod:`.choose`).
+The pieces are ordinary operators: the Elk pass schedules and preloads them like any other,
+and both executors run them.
+"""
+
+from tvm_icca.split.choose import best_split, choose_splits, needs_split
+from tvm_icca.split.rewrite import SplitChoice, original_operator, split_region
+
+__all__ = ["SplitChoice", "best_split", "choose_splits", "needs_split", "original_operator",
+           "split_region"]

@@ -1,0 +1,116 @@
+"""Which operators to split, along which axis, into how many pieces.
+
+An rTensor plan keeps every tensor of an operator on the cores at once (T10 §4.2: each core
+holds one partition of each), so an operator whose tensors add up to more than the chip's
+SRAM has no plan at all (Elk §2.2 executes each operator from on-chip memory). Such an
+operator -- a long KV cache read by decode attention, prefill's ``seq x seq`` scores -- is
+split into sub-operators that each fit (:mod:`tvm_icca.split.rewrite`).
+
+:func:`choose_splits` picks the operators whose tensors cannot fit even perfectly spread
+(or that the planner reported unplannable, ``forced``), and for each searches the axis and
+the number of pieces with the plan search itself: every candidate's first (largest) piece is
+planned by :class:`~tvm_icca.planning.plan_cache.PlanCache`'s search under the same cost
+model, and the candidate with the least estimated time for all its pieces wins (fewer pieces
+on a tie: each piece costs a synchronization and a launch).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Sequence
+
+from runtime_sim.contract.errors import PlanNotFoundError
+from runtime_sim.contract.expr import TensorExpr, tensor_bytes
+from runtime_sim.contract.hardware import HardwareSpec
+from tvm_icca.lower.region import RegionOps
+from tvm_icca.split.pieces import split_blocks, split_dims, sub_expression, why_not_splittable
+from tvm_icca.split.rewrite import SplitChoice
+
+#: Share of a core's usable SRAM a piece's tensors may fill when perfectly spread. A plan
+#: needs more than the perfect spread (partitions are padded to the grid; replicas of a
+#: sub-tensor, T10 §4.2) and the region holds earlier outputs beside it
+#: (:func:`~tvm_icca.planning.region_plans.region_budgets`): half leaves room for both.
+PIECE_FILL = 0.5
+#: Piece counts tried per axis: the smallest that fits, and this many doublings of it.
+DOUBLINGS = 2
+
+#: Plans one piece: ``(expression, budget bytes per core, name) -> estimated seconds``,
+#: raising :class:`PlanNotFoundError` when it has no plan.
+PlanPiece = Callable[[TensorExpr, int, str], float]
+
+
+def spread_bytes_per_core(expr: TensorExpr, num_cores: int) -> float:
+    """Bytes per core of all the operator's tensors spread perfectly over the cores: the
+    least any plan of it holds (a viewed input counts its block)."""
+    total = sum(tensor_bytes(expr.access_shape(t), a.dtype) for t, a in enumerate(expr.tensors))
+    return total / num_cores
+
+
+def needs_split(expr: TensorExpr, hw: HardwareSpec) -> bool:
+    """Whether the operator cannot fit the chip even with its tensors perfectly spread."""
+    return spread_bytes_per_core(expr, hw.num_cores) > hw.usable_sram_bytes
+
+
+def split_axes(expr: TensorExpr) -> list[str]:
+    """Axes the operator can be cut along that cut its largest tensor (cutting another axis
+    leaves the tensor that does not fit whole)."""
+    largest = max(range(len(expr.tensors)),
+                  key=lambda t: tensor_bytes(expr.access_shape(t), expr.tensors[t].dtype))
+    access = expr.tensors[largest]
+    return [a.name for a in expr.axes
+            if a.extent > 1 and split_dims(access, a.name) and why_not_splittable(expr, a.name) is None]
+
+
+def choose_splits(region: RegionOps, hw: HardwareSpec, plan_piece: PlanPiece,
+                  forced: Mapping[int, int] = {}) -> list[SplitChoice]:
+    """The operators of ``region`` to split and how (see the module docstring).
+
+    ``forced`` maps operators the planner found no plan for to the least number of pieces
+    to try (1: whatever fits); the others are split only when :func:`needs_split`.
+    """
+    choices = []
+    for i, op in enumerate(region.ops):
+        at_least = forced.get(i, 0)
+        if not at_least and not needs_split(op.expr, hw):
+            continue
+        choice = best_split(op.expr, hw, plan_piece, op.describe(), i, max(at_least, 2))
+        if choice is not None:
+            choices.append(choice)
+    return choices
+
+
+def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: str, index: int,
+               at_least: int = 2) -> SplitChoice | None:
+    """The fastest ``(axis, pieces)`` for one operator by the plan search's estimates, or
+    ``None`` when no axis can be cut or no candidate has a plan."""
+    budget = int(hw.usable_sram_bytes * PIECE_FILL)
+    fewest = max(at_least, math.ceil(spread_bytes_per_core(expr, hw.num_cores) / budget))
+    best: SplitChoice | None = None
+    for axis in split_axes(expr):
+        extent = expr.extent(axis)
+        for pieces in _candidates(extent, fewest):
+            start, length = split_blocks(extent, pieces)[0]
+            piece = sub_expression(expr, axis, start, length, expr.output.name)
+            try:
+                seconds = plan_piece(piece, budget, f"{name} (part 1/{pieces})")
+            except PlanNotFoundError:
+                continue
+            total = seconds * pieces
+            if best is None or total < best.estimated_time_s * (1 - 1e-9):
+                best = SplitChoice(index, axis, pieces, total)
+    return best
+
+
+def _candidates(extent: int, fewest: int) -> Sequence[int]:
+    """Piece counts to try along an axis of ``extent``: the smallest divisor of the extent
+    from ``fewest`` on (equal pieces share one plan), then its doublings, within the extent."""
+    if fewest > extent:
+        return ()
+    first = next((n for n in range(fewest, extent + 1) if extent % n == 0), extent)
+    counts = [first]
+    for _ in range(DOUBLINGS):
+        nxt = next((n for n in range(counts[-1] * 2, extent + 1) if extent % n == 0), None)
+        if nxt is None:
+            break
+        counts.append(nxt)
+    return counts

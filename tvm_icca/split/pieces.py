@@ -1,0 +1,193 @@
+"""Sub-operators and combines as ordinary tensor expressions.
+
+An operator split along one of its axes (:mod:`tvm_icca.split`) becomes sub-operators, each
+the same expression over a block ``[start, start + length)`` of that axis
+(:func:`sub_expression`), plus at most one operator that joins their results:
+
+* along a **spatial** axis the pieces are independent and each writes a block of the output;
+  a reader that cannot take the pieces one by one reads them joined by :func:`concat_expression`
+  (piecewise reads, the same expression ``relax.concat`` lowers to);
+* along a top-level **reduction** axis each piece writes a partial result over its block of the
+  reduction, and :func:`combine_expression` reduces the partials with the operator's own
+  combiner (sum, max or min, which are associative: the result is the operator's) and applies
+  the operator's epilogue once, to the combined value (a bias is added once, not per piece).
+
+A piece reads every input indexed by the split axis through a
+:class:`~runtime_sim.contract.expr.TensorView` of its block (an HBM tensor is not copied), or
+reads the corresponding piece of a split producer directly. Nothing here plans or costs: the
+pieces are planned like any other operator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping, Sequence
+
+from runtime_sim.contract.expr import (
+    AffineIndex,
+    Axis,
+    Expr,
+    TensorAccess,
+    TensorExpr,
+    TensorView,
+    make_load,
+    walk_expr,
+)
+
+#: The elementwise combinator of each reduction combiner (:data:`REDUCE_COMBINERS`).
+COMBINE_OPS = {"sum": "add", "max": "max", "min": "min"}
+
+
+def split_blocks(extent: int, pieces: int) -> tuple[tuple[int, int], ...]:
+    """``pieces`` near-equal ``(start, length)`` blocks covering ``[0, extent)``, longer first."""
+    base, extra = divmod(int(extent), int(pieces))
+    blocks, start = [], 0
+    for k in range(int(pieces)):
+        length = base + (1 if k < extra else 0)
+        blocks.append((start, length))
+        start += length
+    return tuple(blocks)
+
+
+def split_dims(access: TensorAccess, axis: str) -> tuple[int, ...] | None:
+    """The dimensions of ``access`` indexed by ``axis``; ``None`` unless each is exactly
+    ``axis`` (coefficient 1, no offset): a compound index (a convolution window, a concat's
+    shifted read) cannot be cut into blocks of the axis."""
+    dims = []
+    for d, index in enumerate(access.indices):
+        if axis in index.axes:
+            if not index.is_simple:
+                return None
+            dims.append(d)
+    return tuple(dims)
+
+
+def why_not_splittable(expr: TensorExpr, axis: str) -> str | None:
+    """Why ``expr`` cannot be cut along ``axis`` into sub-operators, or ``None`` if it can."""
+    top = {a.name: a for a in expr.axes}
+    if axis not in top:
+        return f"'{axis}' is not a top-level axis (a core-local reduction keeps whole rows)"
+    if axis in expr.merged_inner_axes or any(len(ix.terms) > 1 and axis in ix.axes
+                                             for ix in expr.output.indices):
+        return f"'{axis}' is merged into an output dimension"
+    for root in (expr.body, expr.epilogue):
+        if root is not None and any(n.get("op") == "axis" and n.get("axis") == axis
+                                    for n in walk_expr(root)):
+            return f"the body reads the value of '{axis}'"
+    for t, access in enumerate(expr.inputs):
+        dims = split_dims(access, axis)
+        if dims is None:
+            return f"input '{access.name}' is read through a compound index of '{axis}'"
+        if dims and access.gather is not None:
+            return f"gathered input '{access.name}' is indexed by '{axis}'"
+        for root in (expr.body, expr.epilogue):
+            for node in walk_expr(root) if root is not None else ():
+                if node.get("op") == "load" and node.get("input") == t:
+                    read = [AffineIndex.from_dict(i) for i in node["index"]]
+                    if any(axis in read[d].axes and not read[d].is_simple for d in range(len(read))) \
+                            or any(axis not in read[d].axes for d in dims):
+                        return f"input '{access.name}' is read at another index of '{axis}'"
+    if top[axis].reduce and expr.combiner not in COMBINE_OPS:
+        return f"its reduction combines with '{expr.combiner}'"
+    return None
+
+
+def sub_expression(expr: TensorExpr, axis: str, start: int, length: int, output_name: str,
+                   piece_inputs: Mapping[int, str] = {}) -> TensorExpr:
+    """``expr`` over the block ``[start, start + length)`` of ``axis``.
+
+    Inputs indexed by ``axis`` are read through a view of that block (composed with a view
+    they already had), except those in ``piece_inputs`` (input -> tensor name), which are
+    already the block: a split producer's piece. Along a reduction axis the output is the
+    partial reduction: the epilogue and the inputs only it reads are left to
+    :func:`combine_expression`. Call :func:`why_not_splittable` first.
+    """
+    top = {a.name: a for a in expr.axes}
+    reduce = top[axis].reduce
+    inputs = []
+    for t, access in enumerate(expr.inputs):
+        dims = split_dims(access, axis) or ()
+        if not dims:
+            inputs.append(access)
+            continue
+        shape = tuple(length if d in dims else n for d, n in enumerate(access.shape))
+        if t in piece_inputs:
+            inputs.append(replace(access, name=piece_inputs[t], shape=shape, view=None))
+            continue
+        base = access.view
+        origin = base.start if base is not None else (0,) * len(access.shape)
+        view = TensorView(tuple(o + (start if d in dims else 0) for d, o in enumerate(origin)),
+                          access.tensor_shape)
+        inputs.append(replace(access, shape=shape, view=view))
+    axes = tuple(replace(a, extent=length) if a.name == axis else a for a in expr.axes)
+    out_dims = split_dims(expr.output, axis) or ()
+    out_shape = tuple(length if d in out_dims else n for d, n in enumerate(expr.output.shape))
+    output = replace(expr.output, name=output_name, shape=out_shape)
+    piece = replace(expr, axes=axes, inputs=tuple(inputs), output=output)
+    if not reduce or expr.epilogue is None:
+        return piece
+    kept = [t for t in range(len(inputs)) if t not in expr.epilogue_inputs]
+    renumber = {old: new for new, old in enumerate(kept)}
+    kept_inputs = tuple(inputs[t] if inputs[t].gather is None else
+                        replace(inputs[t], gather=replace(inputs[t].gather, ids=renumber[inputs[t].gather.ids]))
+                        for t in kept)
+    return replace(piece, inputs=kept_inputs, epilogue=None, epilogue_inputs=(),
+                   body=_renumber_loads(expr.body, renumber))
+
+
+def combine_expression(expr: TensorExpr, partials: Sequence[str]) -> TensorExpr:
+    """The operator that joins the partial results of ``expr`` split along a reduction
+    axis: the combiner over ``partials`` (tensors of the output's shape), then ``expr``'s
+    epilogue, reading its epilogue inputs as ``expr`` does. An elementwise operator over the
+    output's axes."""
+    out = expr.output
+    spatial = tuple(a for a in expr.axes if not a.reduce)
+    part_accesses = tuple(replace(out, name=name) for name in partials)
+    loads = [make_load(k, out.indices) for k in range(len(partials))]
+    joined = loads[0]
+    for nxt in loads[1:]:
+        joined = {"op": COMBINE_OPS[expr.combiner], "args": [joined, nxt]}
+    epi_inputs = tuple(expr.inputs[t] for t in expr.epilogue_inputs)
+    body = joined
+    if expr.epilogue is not None:
+        renumber = {t: len(partials) + k for k, t in enumerate(expr.epilogue_inputs)}
+        body = _replace_result(_renumber_loads(expr.epilogue, renumber), joined)
+    return TensorExpr("elementwise", spatial, part_accesses + epi_inputs, out, body)
+
+
+def concat_expression(output: TensorAccess, dim: int, pieces: Sequence[tuple[str, int, int]]
+                      ) -> TensorExpr:
+    """The operator that writes ``output`` from ``pieces`` (name, start, length) that cover
+    its dimension ``dim``: piece ``k`` is read at ``axis - start_k`` where the axis is in its
+    block (a piecewise read: the device reads nothing outside a piece's block)."""
+    names = [f"c{d}" for d in range(len(output.shape))]
+    axes = tuple(Axis(n, int(s)) for n, s in zip(names, output.shape))
+    out = replace(output, indices=tuple(AffineIndex.of_axis(n) for n in names), view=None)
+    accesses, loads = [], []
+    for name, start, length in pieces:
+        index = tuple(AffineIndex(((n, 1),), -start if d == dim else 0) for d, n in enumerate(names))
+        shape = tuple(length if d == dim else s for d, s in enumerate(output.shape))
+        accesses.append(TensorAccess(name, shape, output.dtype, index))
+        loads.append(make_load(len(loads), index))
+    body = loads[-1]
+    for k in range(len(pieces) - 2, -1, -1):
+        end = pieces[k][1] + pieces[k][2]
+        cond = {"op": "lt", "args": [{"op": "axis", "axis": names[dim]}, {"op": "const", "value": end}]}
+        body = {"op": "select", "args": [cond, loads[k], body]}
+    return TensorExpr("elementwise", axes, tuple(accesses), out, body)
+
+
+def _renumber_loads(node: Expr, renumber: Mapping[int, int]) -> Expr:
+    if node.get("op") == "load":
+        return {**node, "input": renumber[int(node["input"])]}
+    if "args" not in node:
+        return dict(node)
+    return {**node, "args": [_renumber_loads(a, renumber) for a in node["args"]]}
+
+
+def _replace_result(node: Expr, value: Expr) -> Expr:
+    if node.get("op") == "result":
+        return value
+    if "args" not in node:
+        return dict(node)
+    return {**node, "args": [_replace_result(a, value) for a in node["args"]]}

@@ -1,0 +1,192 @@
+"""Rewrite a region's operator list so that chosen operators run as sub-operators.
+
+:func:`split_region` takes the choices of :mod:`tvm_icca.split.choose` (operator, axis,
+number of pieces) and returns the region with each chosen operator replaced by its pieces
+(:func:`~tvm_icca.split.pieces.sub_expression`). A split does not stop at its operator: a
+reader of the pieces whose own axis runs along the split dimension is split the same way and
+reads the pieces one by one (a chain such as attention's scores, maximum, exponent, sum and
+``P V`` is cut along the context once), so pieces are joined only where they must be:
+
+* a reader that splits along one of its reductions writes partial results, joined by a
+  combine operator (:func:`~tvm_icca.split.pieces.combine_expression`);
+* a reader that cannot take pieces (the split dimension is core-local to it, read through a
+  compound index, or it would re-read a large off-chip tensor once per piece), and a region
+  output, read the pieces joined by a concat operator
+  (:func:`~tvm_icca.split.pieces.concat_expression`).
+
+The new list runs each chain piece by piece (all operators of piece 0, then of piece 1, ...)
+where the dependencies allow: a piece's intermediates are dead before the next piece starts,
+which is what lets a chain too large for the chip (prefill attention's scores) run on it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from tvm_icca.lower.region import PendingOp, RegionOps
+from tvm_icca.split.pieces import (
+    combine_expression,
+    concat_expression,
+    split_blocks,
+    split_dims,
+    sub_expression,
+    why_not_splittable,
+)
+
+
+@dataclass(frozen=True)
+class SplitChoice:
+    """Operator ``op`` (its index in the region) runs as ``pieces`` sub-operators along
+    ``axis``; ``estimated_time_s`` is what the choice was expected to take (reports)."""
+
+    op: int
+    axis: str
+    pieces: int
+    estimated_time_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """A tensor that exists as pieces along dimension ``dim``."""
+
+    dim: int
+    blocks: tuple[tuple[int, int], ...]
+    names: tuple[str, ...]
+    chain: int  # the index of the operator whose split started the chain
+
+
+def piece_name(name: str, k: int) -> str:
+    """The name of piece ``k`` of operator or tensor ``name``."""
+    return f"{name}.p{k}"
+
+
+def original_operator(name: str) -> str:
+    """The operator of the unsplit region a (sub-, combine or concat) operator comes from."""
+    for suffix in (".combine", ".concat"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    head, _, tail = name.rpartition(".p")
+    return head if head and tail.isdigit() else name
+
+
+def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps:
+    """``region`` with the chosen operators split (see the module docstring)."""
+    if not choices:
+        return region
+    chosen = {c.op: c for c in choices}
+    offchip = {d.name for d in region.inputs} | set(region.constants)
+    pieced: dict[str, _Pieces] = {}
+    joined: set[str] = set()
+    out: list[tuple[tuple, PendingOp]] = []
+
+    def join(name: str, before: int) -> None:
+        if name in joined:
+            return
+        p = pieced[name]
+        src = next(op for op in region.ops if op.output_name == name)
+        parts = tuple((n, s, length) for n, (s, length) in zip(p.names, p.blocks))
+        expr = concat_expression(src.expr.output, p.dim, parts)
+        out.append(((before, -1, before, -1),
+                     PendingOp(f"{src.name}.concat", expr, p.names, name, _label(src, "joined"))))
+        joined.add(name)
+
+    for j, op in enumerate(region.ops):
+        reads = [t for t, n in enumerate(op.input_names) if n in pieced and n not in joined]
+        # a reader of pieces follows their split when it can; a chosen operator also needs
+        # at least as many pieces as it was chosen with
+        plan = _follow(op, reads, pieced, offchip) if reads else None
+        if j in chosen and (plan is None or len(plan[1]) < chosen[j].pieces):
+            c, plan = chosen[j], None
+            for t in reads:
+                join(op.input_names[t], j)
+            plan = (c.axis, split_blocks(op.expr.extent(c.axis), c.pieces), {}, j)
+        elif reads and plan is None:
+            for t in reads:
+                join(op.input_names[t], j)
+        if plan is None:
+            out.append(((j, -1, j, 0), op))
+            continue
+        axis, blocks, piece_inputs, chain = plan
+        reduce = any(a.name == axis and a.reduce for a in op.expr.axes)
+        kept = [t for t in range(len(op.input_names))
+                if not (reduce and op.expr.epilogue is not None and t in op.expr.epilogue_inputs)]
+        names = []
+        for k, (start, length) in enumerate(blocks):
+            out_name = piece_name(op.output_name, k)
+            expr = sub_expression(op.expr, axis, start, length, out_name,
+                                  {t: ns[k] for t, ns in piece_inputs.items()})
+            inputs = tuple(piece_inputs[t][k] if t in piece_inputs else op.input_names[t] for t in kept)
+            out.append(((chain, k, j, 0), PendingOp(piece_name(op.name, k), expr, inputs, out_name,
+                                                    _label(op, f"part {k + 1}/{len(blocks)}"))))
+            names.append(out_name)
+        if reduce:
+            combine = combine_expression(op.expr, names)
+            extra = tuple(op.input_names[t] for t in op.expr.epilogue_inputs if op.expr.epilogue is not None)
+            out.append(((chain, len(blocks), j, 0),
+                        PendingOp(f"{op.name}.combine", combine, tuple(names) + extra, op.output_name,
+                                  _label(op, f"{len(blocks)} partials combined"))))
+        else:
+            dim = (split_dims(op.expr.output, axis) or (None,))[0]
+            pieced[op.output_name] = _Pieces(dim, blocks, tuple(names), chain)
+    for name in region.outputs:
+        if name in pieced:
+            join(name, len(region.ops))
+    return replace(region, ops=tuple(_in_dependency_order(out)))
+
+
+def _follow(op: PendingOp, reads: list[int], pieced: dict[str, _Pieces], offchip: set[str]):
+    """How ``op`` splits to read the pieces it reads one by one, or ``None`` if it cannot:
+    ``(axis, blocks, {input: piece names}, chain)``."""
+    axis, first = None, None
+    for t in reads:
+        p = pieced[op.input_names[t]]
+        index = op.expr.inputs[t].indices[p.dim]
+        if not index.is_simple or (axis is not None and index.terms[0][0] != axis):
+            return None
+        if first is not None and p.blocks != first.blocks:
+            return None
+        axis, first = index.terms[0][0], p
+        if op.expr.inputs[t].view is not None or op.expr.extent(axis) != sum(n for _, n in p.blocks):
+            return None
+    if why_not_splittable(op.expr, axis) is not None:
+        return None
+    # reading an off-chip tensor the split does not cut once per piece costs (pieces - 1)
+    # extra reads of it: worth it only while that is less than joining the pieces
+    whole = sum(a.nbytes for t, a in enumerate(op.expr.inputs)
+                if op.input_names[t] in offchip and not split_dims(a, axis))
+    joined = sum(op.expr.inputs[t].nbytes for t in reads)
+    if whole * (len(first.blocks) - 1) > joined:
+        return None
+    return axis, first.blocks, {t: pieced[op.input_names[t]].names for t in reads}, first.chain
+
+
+def _label(op: PendingOp, what: str) -> str:
+    return f"{op.label or op.expr.kind} ({what})"
+
+
+def _in_dependency_order(items: list[tuple[tuple, PendingOp]]) -> list[PendingOp]:
+    """The operators in dependency order, smallest key first among those ready: the keys
+    ``(chain, piece, op, sub)`` put each piece of a chain before the next piece."""
+    producer = {op.output_name: i for i, (_, op) in enumerate(items)}
+    waiting = [0] * len(items)
+    readers: list[list[int]] = [[] for _ in items]
+    for i, (_, op) in enumerate(items):
+        for name in set(op.input_names):
+            if name in producer:
+                waiting[i] += 1
+                readers[producer[name]].append(i)
+    ready = [(key, i) for i, (key, _) in enumerate(items) if not waiting[i]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(items[i][1])
+        for r in readers[i]:
+            waiting[r] -= 1
+            if not waiting[r]:
+                heapq.heappush(ready, (items[r][0], r))
+    assert len(order) == len(items), "split rewrite made a cycle"
+    return order
+
