@@ -27,7 +27,7 @@ from tvm_icca.plans import CostModel, plan_operator
 from tvm_icca.plans.plan_hook import PlanRequest, planned_with_hook
 from tvm_icca.plans.vgm import plan_vgm_operator
 from tvm_icca.progress import Phase
-from tvm_icca.split import choose_splits, original_operator, split_region
+from tvm_icca.split import choose_splits, is_join, original_operator, split_region
 
 #: Execution models a region can be compiled for.
 EXECUTION_MODELS = ("t10", "vgm")
@@ -103,6 +103,7 @@ def plan_split_region(
 
     index = {op.name: i for i, op in enumerate(region.ops)}
     forced: dict[int, int] = {}
+    last: PlanNotFoundError | None = None
     for _ in range(MAX_SPLIT_ROUNDS):
         choices = choose_splits(region, hw, plan_piece, forced)
         split = split_region(region, choices)
@@ -111,13 +112,15 @@ def plan_split_region(
         try:
             return split, plan_region(split, hw, cost_model, plan_cache, hbm_names, phase)[0]
         except PlanNotFoundError as err:
-            failed = index.get(original_operator(getattr(err, "operator", "")))
+            name = getattr(err, "operator", "")
+            failed = index.get(original_operator(name))
             pieces = next((c.pieces for c in choices if c.op == failed), 1)
-            if failed is None or forced.get(failed, 0) > pieces:
+            if failed is None or is_join(name) or forced.get(failed, 0) > pieces:
                 raise  # nothing left to split: the first error is the answer
             forced[failed] = pieces * 2
-    raise PlanNotFoundError(f"region '{short_name(region.name)}': no plan after "
-                            f"{MAX_SPLIT_ROUNDS} rounds of splitting its operators")
+            last = err
+    raise PlanNotFoundError(f"{last} (and still after splitting operators of region "
+                            f"'{short_name(region.name)}' {MAX_SPLIT_ROUNDS} times)")
 
 
 def plan_region(

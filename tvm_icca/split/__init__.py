@@ -4,14 +4,14 @@ The stage between lowering (:mod:`tvm_icca.lower`) and planning (:mod:`tvm_icca.
 an operator whose tensors cannot all be on the chip at once is cut along one axis into
 sub-operators that each fit, reading their blocks of HBM tensors in place, with exact
 combine operators where the cut runs along a reduction (:mod:`.pieces`); readers of the
-pieces are cut the same way so that a chain is joined only once (:mod:`.rewrite`); the axis
-and the number of pieces are chosen with the plan search's cost model (:mod:`.choose`).
+pieces are cut the same way so that a chain is joined only once (:mod:`.region_split`); the axis
+and the number of pieces are chosen with the plan search's cost model (:mod:`.split_choice`).
 The pieces are ordinary operators: the Elk pass schedules and preloads them like any other,
 and both executors run them.
 """
 
-from tvm_icca.split.choose import best_split, choose_splits, needs_split
-from tvm_icca.split.rewrite import SplitChoice, original_operator, split_region
+from tvm_icca.split.split_choice import best_split, choose_splits, needs_split
+from tvm_icca.split.region_split import SplitChoice, is_join, original_operator, split_region
 
-__all__ = ["SplitChoice", "best_split", "choose_splits", "needs_split", "original_operator",
+__all__ = ["SplitChoice", "best_split", "choose_splits", "is_join", "needs_split", "original_operator",
            "split_region"]

@@ -1,6 +1,6 @@
 """Rewrite a region's operator list so that chosen operators run as sub-operators.
 
-:func:`split_region` takes the choices of :mod:`tvm_icca.split.choose` (operator, axis,
+:func:`split_region` takes the choices of :mod:`tvm_icca.split.split_choice` (operator, axis,
 number of pieces) and returns the region with each chosen operator replaced by its pieces
 (:func:`~tvm_icca.split.pieces.sub_expression`). A split does not stop at its operator: a
 reader of the pieces whose own axis runs along the split dimension is split the same way and
@@ -36,6 +36,12 @@ from tvm_icca.split.pieces import (
 )
 
 
+#: Pieces one concat operator joins: a concat holds, per core, one block of the output per
+#: input beside the output's own (its piecewise reads are partitioned like the output), so
+#: many pieces are joined by a tree of concats.
+JOIN_FAN_IN = 4
+
+
 @dataclass(frozen=True)
 class SplitChoice:
     """Operator ``op`` (its index in the region) runs as ``pieces`` sub-operators along
@@ -62,11 +68,16 @@ def piece_name(name: str, k: int) -> str:
     return f"{name}.p{k}"
 
 
+def is_join(name: str) -> bool:
+    """Whether operator ``name`` joins pieces (a concat or a combine)."""
+    return ".combine" in name or ".concat" in name
+
+
 def original_operator(name: str) -> str:
     """The operator of the unsplit region a (sub-, combine or concat) operator comes from."""
     for suffix in (".combine", ".concat"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
+        if suffix in name:
+            return name[: name.index(suffix)]
     head, _, tail = name.rpartition(".p")
     return head if head and tail.isdigit() else name
 
@@ -86,10 +97,24 @@ def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps
             return
         p = pieced[name]
         src = next(op for op in region.ops if op.output_name == name)
-        parts = tuple((n, s, length) for n, (s, length) in zip(p.names, p.blocks))
-        expr = concat_expression(src.expr.output, p.dim, parts)
-        out.append(((before, -1, before, -1),
-                     PendingOp(f"{src.name}.concat", expr, p.names, name, _label(src, "joined"))))
+        parts = [(n, s, length) for n, (s, length) in zip(p.names, p.blocks)]
+        level = 0
+        while len(parts) > 1:  # a tree of concats: each reads at most JOIN_FAN_IN pieces
+            groups = [parts[g:g + JOIN_FAN_IN] for g in range(0, len(parts), JOIN_FAN_IN)]
+            last = len(groups) == 1
+            parts = []
+            for g, group in enumerate(groups):
+                start = group[0][1]
+                length = sum(n for _, _, n in group)
+                shape = tuple(length if d == p.dim else n for d, n in enumerate(src.expr.output.shape))
+                tag = "" if last else f".j{level}.{g}"
+                target = replace(src.expr.output, name=name + tag, shape=shape)
+                expr = concat_expression(target, p.dim, [(n, s - start, k) for n, s, k in group])
+                out.append(((before, -1, before, -1 - level), PendingOp(
+                    f"{src.name}.concat{tag}", expr, tuple(n for n, _, _ in group), name + tag,
+                    _label(src, "joined"))))
+                parts.append((name + tag, start, length))
+            level += 1
         joined.add(name)
 
     for j, op in enumerate(region.ops):

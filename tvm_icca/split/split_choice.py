@@ -4,7 +4,7 @@ An rTensor plan keeps every tensor of an operator on the cores at once (T10 §4.
 holds one partition of each), so an operator whose tensors add up to more than the chip's
 SRAM has no plan at all (Elk §2.2 executes each operator from on-chip memory). Such an
 operator -- a long KV cache read by decode attention, prefill's ``seq x seq`` scores -- is
-split into sub-operators that each fit (:mod:`tvm_icca.split.rewrite`).
+split into sub-operators that each fit (:mod:`tvm_icca.split.region_split`).
 
 :func:`choose_splits` picks the operators whose tensors cannot fit even perfectly spread
 (or that the planner reported unplannable, ``forced``), and for each searches the axis and
@@ -24,7 +24,7 @@ from runtime_sim.contract.expr import TensorExpr, tensor_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from tvm_icca.lower.region import RegionOps
 from tvm_icca.split.pieces import split_blocks, split_dims, sub_expression, why_not_splittable
-from tvm_icca.split.rewrite import SplitChoice
+from tvm_icca.split.region_split import SplitChoice
 
 #: Share of a core's usable SRAM a piece's tensors may fill when perfectly spread. A plan
 #: needs more than the perfect spread (partitions are padded to the grid; replicas of a
