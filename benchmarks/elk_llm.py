@@ -36,7 +36,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runtime_sim.contract.errors import PlanNotFoundError, SramOverflowError  # noqa: E402
+from runtime_sim.contract.errors import HbmCapacityError, PlanNotFoundError, SramOverflowError  # noqa: E402
 from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
 from tvm_icca.hardware_choice import resolve_hardware  # noqa: E402
 from tvm_icca.planning.plan_cache import PlanCache  # noqa: E402
@@ -50,12 +50,14 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | None,
              overrides: dict[str, float] | None = None,
-             designs: tuple[str, ...] = DESIGNS) -> list[dict[str, Any]]:
-    """Compile and time one model/chip configuration under every design."""
+             designs: tuple[str, ...] = DESIGNS,
+             workload_args: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Compile and time one model/chip configuration under every design (``workload_args``:
+    more arguments of the zoo's builder, e.g. ``phase`` and ``seq_len``)."""
     hw = resolve_hardware(hw_name)
     if overrides:
         hw = hw.with_overrides(**overrides)
-    kwargs: dict[str, Any] = {"batch": batch, "context": context}
+    kwargs: dict[str, Any] = {"batch": batch, "context": context, **(workload_args or {})}
     if layers:
         kwargs["num_layers"] = layers
     workload = get_workload(model, **kwargs)
@@ -68,7 +70,7 @@ def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | N
         start = time.perf_counter()
         try:
             compiled = compile_programs(workload, hw, plan_cache=cache, preload=design)
-        except (PlanNotFoundError, SramOverflowError) as err:
+        except (PlanNotFoundError, SramOverflowError, HbmCapacityError) as err:
             # a configuration the compiler cannot fit on the chip (e.g. one layer's KV cache
             # larger than all its SRAM): recorded, and the sweep goes on
             rows.append({**case, "total_ms": None, "error": f"{type(err).__name__}: {err}"})

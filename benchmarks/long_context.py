@@ -1,0 +1,132 @@
+"""Long context on ``ipu-pod4-hbm``: decode latency against context length, prefill time
+against prompt length, with operators larger than the chip split (``tvm_icca.split``).
+
+Every case is compiled by the one compiler under each preload design and timed by the timing
+simulator (:func:`elk_llm.run_case`, the same runner as the Elk tables). A case whose model
+state exceeds the chips' HBM (``HbmCapacityError``) is listed as not fitting; no case may fail
+for lack of SRAM, which is what splitting is for. Columns: per-token (decode) or per-prompt
+(prefill) time, its ratio to the HBM floor (distinct bytes / HBM bandwidth) and to the compute
+floor, the FLOPS utilization, and the compile time.
+
+    .venv/bin/python benchmarks/long_context.py                       # the full matrix
+    .venv/bin/python benchmarks/long_context.py --models llama2-13b --contexts 8192 16384 \\
+        --designs elk-full --prefill 8192 --layers 4
+
+Writes ``benchmarks/results/long_context.{md,json,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from elk_llm import DESIGNS, MODELS, RESULTS, run_case  # noqa: E402
+from result_files import write_markdown  # noqa: E402
+
+HARDWARE = "ipu-pod4-hbm"
+#: Decode contexts (the issue's 8K-128K) and the batch of the table.
+CONTEXTS = (8192, 16384, 32768, 65536, 131072)
+DECODE_BATCH = 16
+#: Prompt lengths of the prefill rows (Llama2-13B, batch 1).
+PREFILL = (8192, 16384, 32768)
+#: The cases named by the issue's goals, beside the matrix.
+GOAL_CASES = (("opt-30b", 64, 4096), ("llama2-13b", 16, 32768), ("llama2-13b", 8, 32768))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--contexts", nargs="+", type=int, default=list(CONTEXTS))
+    parser.add_argument("--batch", type=int, default=DECODE_BATCH)
+    parser.add_argument("--designs", nargs="+", default=list(DESIGNS))
+    parser.add_argument("--prefill", nargs="*", type=int, default=list(PREFILL))
+    parser.add_argument("--no-goals", action="store_true", help="skip the goal cases")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="only the first LAYERS layers (default: all)")
+    args = parser.parse_args(argv)
+    designs = tuple(args.designs)
+    rows: list[dict[str, Any]] = []
+    for model in args.models:
+        for context in args.contexts:
+            rows += _tagged(run_case(model, HARDWARE, args.batch, context, args.layers,
+                                     designs=designs), "decode", context)
+    if not args.no_goals:
+        for model, batch, context in GOAL_CASES:
+            if model in args.models and not (batch == args.batch and context in args.contexts):
+                rows += _tagged(run_case(model, HARDWARE, batch, context, args.layers,
+                                         designs=designs), "decode", context)
+    for seq in args.prefill:
+        rows += _tagged(run_case("llama2-13b", HARDWARE, 1, seq, args.layers, designs=designs,
+                                 workload_args={"phase": "prefill", "seq_len": seq}), "prefill", seq)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "long_context.json").write_text(json.dumps(rows, indent=1))
+    write_markdown(RESULTS / "long_context.md", "\n".join(
+        ["# Long context: split operators streamed from HBM", "",
+         f"`{HARDWARE}`; decode at batch {args.batch} unless the row says otherwise; "
+         f"layers: {args.layers or 'all'}.", ""] + _table(rows)))
+    _plot(rows)
+    return 0
+
+
+def _tagged(rows: list[dict[str, Any]], phase: str, length: int) -> list[dict[str, Any]]:
+    for r in rows:
+        r["phase"], r["length"] = phase, length
+    return rows
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["| model | phase | batch | tokens | design | ms | x HBM floor | x compute floor | "
+             "FLOPS util | HBM util | compile s |",
+             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        head = f"| {r['model']} | {r['phase']} | {r['batch']} | {r['length']} | {r['design']} |"
+        if r["total_ms"] is None:
+            why = "does not fit in HBM" if "HbmCapacityError" in r["error"] else r["error"].split(":")[0]
+            lines.append(f"{head} {why} | | | | | |")
+            continue
+        lines.append(
+            f"{head} {r['total_ms']:.3f} | {r['total_ms'] / r['hbm_floor_ms']:.3f} | "
+            f"{r['total_ms'] / r['compute_floor_ms']:.2f} | {r.get('flops_utilization', 0):.1%} | "
+            f"{r.get('hbm_utilization', 0):.1%} | {r['compile_s']:.1f} |")
+    return lines
+
+
+def _plot(rows: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    decode = [r for r in rows if r["phase"] == "decode" and r["total_ms"] is not None
+              and r["batch"] == DECODE_BATCH]
+    if not decode:
+        return
+    models = sorted({r["model"] for r in decode})
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        mine = [r for r in decode if r["model"] == model]
+        for design in DESIGNS:
+            pts = sorted((r["length"], r["total_ms"]) for r in mine if r["design"] == design)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=design)
+        floor = sorted({(r["length"], r["hbm_floor_ms"]) for r in mine})
+        ax.plot(*zip(*floor), "k--", label="HBM floor")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{model}, batch {DECODE_BATCH}")
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("ms per token")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "long_context.png", dpi=120)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
