@@ -105,7 +105,7 @@ def plan_split_region(
     forced: dict[int, int] = {}
     last: PlanNotFoundError | None = None
     for _ in range(MAX_SPLIT_ROUNDS):
-        choices = choose_splits(region, hw, plan_piece, forced)
+        choices = choose_splits(region, hw, plan_piece, forced, hbm_names)
         split = split_region(region, choices)
         if phase is not None and len(split.ops) != len(region.ops):
             phase.add(len(split.ops) - len(region.ops))

@@ -7,7 +7,8 @@ operator -- a long KV cache read by decode attention, prefill's ``seq x seq`` sc
 split into sub-operators that each fit (:mod:`tvm_icca.split.region_split`).
 
 :func:`choose_splits` picks the operators whose tensors cannot fit even perfectly spread
-(or that the planner reported unplannable, ``forced``), and for each searches the axis and
+(or that the planner reported unplannable, ``forced``), and those that read HBM and fill so
+much of the SRAM that Elk cannot preload beside them (:data:`OVERLAP_SHARE`), and for each searches the axis and
 the number of pieces with the plan search itself: every candidate's first (largest) piece is
 planned by :class:`~tvm_icca.planning.plan_cache.PlanCache`'s search under the same cost
 model, and the candidate with the least estimated time for all its pieces wins (fewer pieces
@@ -31,6 +32,12 @@ from tvm_icca.split.region_split import SplitChoice
 #: sub-tensor, T10 §4.2) and the region holds earlier outputs beside it
 #: (:func:`~tvm_icca.planning.region_plans.region_budgets`): half leaves room for both.
 PIECE_FILL = 0.5
+#: Share of the usable SRAM above which an operator that reads HBM is split although it
+#: fits: Elk preloads an operator's inputs while the operator before it executes, into SRAM
+#: the executing operator leaves free (Elk §4.2-4.3); an operator filling more than half the
+#: SRAM can neither be preloaded beside its predecessor nor leave room for its successor's
+#: preload, so its HBM reads serialize with execution. Its pieces overlap one another's reads.
+OVERLAP_SHARE = 0.5
 #: Piece counts tried per axis: the smallest that fits, and this many doublings of it.
 DOUBLINGS = 2
 
@@ -46,9 +53,11 @@ def spread_bytes_per_core(expr: TensorExpr, num_cores: int) -> float:
     return total / num_cores
 
 
-def needs_split(expr: TensorExpr, hw: HardwareSpec) -> bool:
-    """Whether the operator cannot fit the chip even with its tensors perfectly spread."""
-    return spread_bytes_per_core(expr, hw.num_cores) > hw.usable_sram_bytes
+def needs_split(expr: TensorExpr, hw: HardwareSpec, preloaded: bool = False) -> bool:
+    """Whether the operator cannot fit the chip even with its tensors perfectly spread, or,
+    when it is ``preloaded`` (reads HBM), fills more than :data:`OVERLAP_SHARE` of it."""
+    share = OVERLAP_SHARE if preloaded else 1.0
+    return spread_bytes_per_core(expr, hw.num_cores) > hw.usable_sram_bytes * share
 
 
 def split_axes(expr: TensorExpr) -> list[str]:
@@ -62,16 +71,19 @@ def split_axes(expr: TensorExpr) -> list[str]:
 
 
 def choose_splits(region: RegionOps, hw: HardwareSpec, plan_piece: PlanPiece,
-                  forced: Mapping[int, int] = {}) -> list[SplitChoice]:
+                  forced: Mapping[int, int] = {},
+                  hbm_names: frozenset[str] = frozenset()) -> list[SplitChoice]:
     """The operators of ``region`` to split and how (see the module docstring).
 
     ``forced`` maps operators the planner found no plan for to the least number of pieces
-    to try (1: whatever fits); the others are split only when :func:`needs_split`.
+    to try; the others are split when :func:`needs_split` (``hbm_names``: the region tensors
+    read from HBM, whose readers are preloaded).
     """
     choices = []
     for i, op in enumerate(region.ops):
         at_least = forced.get(i, 0)
-        if not at_least and not needs_split(op.expr, hw):
+        preloaded = any(n in hbm_names for n in op.input_names)
+        if not at_least and not needs_split(op.expr, hw, preloaded):
             continue
         choice = best_split(op.expr, hw, plan_piece, op.describe(), i, max(at_least, 2))
         if choice is not None:
