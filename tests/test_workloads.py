@@ -207,8 +207,10 @@ def test_prefill_and_train_signatures_llama2_70b():
     assert w.config["phase"] == "prefill" and w.config["seq_len"] == 2048 and "context" not in w.config
     assert not [p for p in w.params if p.kind == "kv_cache"]  # nothing to read: the cache is written
     assert [(p.name, p.shape) for p in w.inputs] == [
-        ("input_ids", (2, 2048)), ("rope_cos", (2, 2048, 1, 128)), ("rope_sin", (2, 2048, 1, 128)),
-        ("causal_mask", (2048, 2048))]
+        ("input_ids", (2, 2048)), ("rope_cos", (2, 2048, 1, 128)), ("rope_sin", (2, 2048, 1, 128))]
+    # the mask of the prompt length is kept on the device with the model state
+    assert [(p.name, p.shape) for p in w.params if p.kind == "mask"] == [("causal_mask", (2048, 2048))]
+    assert "causal_mask" in w.resident_names
     ret = w.mod["main"].ret_ty
     assert len(ret.fields) == 1 + 2 * 80
     assert [int(d) for d in ret.fields[0].shape.values] == [2, 1, 32000]  # the last position
@@ -218,6 +220,11 @@ def test_prefill_and_train_signatures_llama2_70b():
     train = get_workload("llama2-70b", phase="train", seq_len=2048, batch=2, num_layers=1)
     assert [int(d) for d in train.mod["main"].ret_ty.shape.values] == [2, 2048, 32000]
     assert "training forward" in train.description
+
+
+def test_rotary_models_take_prompts_longer_than_their_training_length():
+    w = get_workload("llama2-13b", phase="prefill", seq_len=8192, num_layers=1)
+    assert w.config["seq_len"] == 8192 > w.config["max_positions"]
 
 
 def test_phase_arguments_keep_one_meaning():
@@ -236,9 +243,10 @@ def test_phase_arguments_keep_one_meaning():
 
 def test_gemma2_prompt_past_the_window_masks_local_layers():
     short = get_workload("gemma2-27b", phase="prefill", seq_len=2048, num_layers=2)
-    assert [p.name for p in short.inputs][-1] == "causal_mask"  # the window holds the prompt
+    masks = [p.name for p in short.params if p.kind == "mask"]
+    assert masks == ["causal_mask"]  # the window holds the prompt
     w = get_workload("gemma2-27b", tiny=True, phase="prefill", seq_len=12)  # tiny window: 8
-    mask = {p.name: p for p in w.inputs}["sliding_mask"].sample(np.random.default_rng(0))
+    mask = {p.name: p for p in w.params}["sliding_mask"].sample(np.random.default_rng(0))
     assert (mask[11, 4:12] == 0).all() and (mask[11, :4] < -1e30).all()
 
 

@@ -80,21 +80,29 @@ def choose_splits(region: RegionOps, hw: HardwareSpec, plan_piece: PlanPiece,
     read from HBM, whose readers are preloaded).
     """
     choices = []
+    produced = {op.output_name for op in region.ops}
     for i, op in enumerate(region.ops):
         at_least = forced.get(i, 0)
         preloaded = any(n in hbm_names for n in op.input_names)
         if not at_least and not needs_split(op.expr, hw, preloaded):
             continue
-        choice = best_split(op.expr, hw, plan_piece, op.describe(), i, max(at_least, 2))
+        offchip = {t: _read_rate(hw, n in hbm_names) for t, n in enumerate(op.input_names)
+                   if n not in produced}
+        choice = best_split(op.expr, hw, plan_piece, op.describe(), i, max(at_least, 2), offchip)
         if choice is not None:
             choices.append(choice)
     return choices
 
 
 def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: str, index: int,
-               at_least: int = 2) -> SplitChoice | None:
+               at_least: int = 2, offchip: Mapping[int, float] = {}) -> SplitChoice | None:
     """The fastest ``(axis, pieces)`` for one operator by the plan search's estimates, or
-    ``None`` when no axis can be cut or no candidate has a plan."""
+    ``None`` when no axis can be cut or no candidate has a plan.
+
+    ``offchip`` maps the inputs read from off the chip to their read rate (bytes per second):
+    every piece reads its own block of each, so an input the axis does not cut is read once
+    per piece, and that time is added to the pieces' (a causal mask read by every head's
+    piece of prefill attention costs far more than the rows' pieces that cut it)."""
     budget = int(hw.usable_sram_bytes * PIECE_FILL)
     fewest = max(at_least, math.ceil(spread_bytes_per_core(expr, hw.num_cores) / budget))
     best: SplitChoice | None = None
@@ -107,10 +115,19 @@ def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: 
                 seconds = plan_piece(piece, budget, f"{name} (part 1/{pieces})")
             except PlanNotFoundError:
                 continue
-            total = seconds * pieces
+            reads = sum(tensor_bytes(piece.access_shape(t), piece.inputs[t].dtype) / rate
+                        for t, rate in offchip.items())
+            total = (seconds + reads) * pieces
             if best is None or total < best.estimated_time_s * (1 - 1e-9):
                 best = SplitChoice(index, axis, pieces, total)
     return best
+
+
+def _read_rate(hw: HardwareSpec, hbm: bool) -> float:
+    """Bytes per second the chips read an off-chip input at: HBM, or the host links."""
+    if hbm and hw.hbm_bandwidth > 0:
+        return float(hw.hbm_bandwidth)
+    return float(hw.host_bandwidth) * hw.num_chips
 
 
 def _candidates(extent: int, fewest: int) -> Sequence[int]:

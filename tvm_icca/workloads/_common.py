@@ -103,7 +103,11 @@ def _short(value: Any) -> str:
 
 #: Kinds of ``main`` parameters. ``weight`` and ``kv_cache`` are model state that lives in
 #: off-chip memory (HBM) on a chip that has it; ``input`` is an activation sent by the host.
-TENSOR_KINDS = ("input", "weight", "kv_cache")
+#: ``mask`` is an attention mask of a prompt length (prefill, training): built once for that
+#: length and kept in the device's memory beside the model state, as inference engines keep
+#: theirs on the device; sending ``seq x seq`` values from the host with every prompt would
+#: make a long prompt host-bound (134 MB at 8K tokens in float16, per layer that reads it).
+TENSOR_KINDS = ("input", "weight", "kv_cache", "mask")
 
 Sampler = Callable[[np.random.Generator], np.ndarray]
 
@@ -132,7 +136,7 @@ class TensorSpec:
 
     @property
     def resident(self) -> bool:
-        """Model state (weights, KV caches) rather than a per-call activation."""
+        """Model state (weights, KV caches, masks) rather than a per-call activation."""
         return self.kind != "input"
 
 

@@ -77,6 +77,10 @@ class DecoderConfig:
     attn_softcap: float | None = None
     final_softcap: float | None = None
     query_scale: float | None = None  # multiplies q; default head_dim ** -0.5
+    #: positions are a learned table of ``max_positions`` rows (OPT), not rotary: a prompt
+    #: cannot be longer. Rotary models take longer prompts (the host computes their tables
+    #: for any position), as long-context fine-tunes of them do.
+    learned_positions: bool = False
 
     @property
     def hd(self) -> int:
@@ -234,10 +238,10 @@ def decoder_inputs(cfg: DecoderConfig, batch: int, context: int, rotary_inputs: 
 
         specs.append(TensorSpec("position_ids", (batch, tokens), "int32", "input", sample))
     if phase != "decode":
-        specs.append(TensorSpec("causal_mask", (tokens, tokens), dtype, "input",
+        specs.append(TensorSpec("causal_mask", (tokens, tokens), dtype, "mask",
                                 causal_mask_sampler(tokens, dtype)))
         if needs_sliding_mask(cfg, tokens):
-            specs.append(TensorSpec("sliding_mask", (tokens, tokens), dtype, "input",
+            specs.append(TensorSpec("sliding_mask", (tokens, tokens), dtype, "mask",
                                     causal_mask_sampler(tokens, dtype, cfg.sliding_window)))
     return specs
 
@@ -265,7 +269,7 @@ def build_decoder(
         cfg = cfg.tiny()
     if num_layers is not None:
         cfg = replace(cfg, layers=int(num_layers))
-    if phase != "decode" and length > cfg.max_positions:
+    if phase != "decode" and cfg.learned_positions and length > cfg.max_positions:
         raise InvalidWorkloadError(
             f"{name}: seq_len={length:,} is longer than the model's {cfg.max_positions:,} positions")
     dtype = default_dtype(dtype, tiny)

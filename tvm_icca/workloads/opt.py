@@ -31,7 +31,7 @@ POSITION_OFFSET = 2
 
 def _opt(hidden: int, layers: int, heads: int) -> DecoderConfig:
     return DecoderConfig(hidden=hidden, layers=layers, heads=heads, kv_heads=heads, ffn=4 * hidden,
-                         vocab=50272, max_positions=2048)
+                         vocab=50272, max_positions=2048, learned_positions=True)
 
 
 CONFIGS: dict[str, DecoderConfig] = {
