@@ -27,6 +27,7 @@ TITLES = {
     "elk_llm": "Elk preload designs on LLM decode",
     "figures": "The pictures of the README's tour",
     "llm_audit": "LLM decode on multi-chip systems",
+    "long_context": "Long context: split operators streamed from HBM",
     "onnx_import_folding": "ONNX import and graph preparation",
     "plan_space_sizes": "Plan-space sizes and search time",
     "sim_speed": "Simulation speed",
