@@ -57,7 +57,10 @@ def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | N
     hw = resolve_hardware(hw_name)
     if overrides:
         hw = hw.with_overrides(**overrides)
-    kwargs: dict[str, Any] = {"batch": batch, "context": context, **(workload_args or {})}
+    extra = dict(workload_args or {})
+    # a prefill or training case is sized by seq_len; context is the decode KV length
+    kwargs: dict[str, Any] = {"batch": batch, **({} if "seq_len" in extra else {"context": context}),
+                              **extra}
     if layers:
         kwargs["num_layers"] = layers
     workload = get_workload(model, **kwargs)

@@ -1,8 +1,8 @@
 """Long context on ``ipu-pod4-hbm``: decode latency against context length, prefill time
 against prompt length, with operators larger than the chip split (``tvm_icca.split``).
 
-Every case is compiled by the one compiler under each preload design and timed by the timing
-simulator (:func:`elk_llm.run_case`, the same runner as the Elk tables). A case whose model
+Every decode case is compiled by the one compiler under each preload design (prompts under
+``--prompt-designs``) and timed by the timing simulator (:func:`elk_llm.run_case`, the same runner as the Elk tables). A case whose model
 state exceeds the chips' HBM (``HbmCapacityError``) is listed as not fitting; no case may fail
 for lack of SRAM, which is what splitting is for. Columns: per-token (decode) or per-prompt
 (prefill) time, its ratio to the HBM floor (distinct bytes / HBM bandwidth) and to the compute
@@ -33,7 +33,10 @@ HARDWARE = "ipu-pod4-hbm"
 #: Decode contexts (the issue's 8K-128K) and the batch of the table.
 CONTEXTS = (8192, 16384, 32768, 65536, 131072)
 DECODE_BATCH = 16
-#: Prompt lengths of the prefill rows (Llama2-13B, batch 1).
+#: Prompt lengths of the prefill and training-forward rows (Llama2-13B, batch 1). A prefill
+#: returns every layer's keys and values, which stay on chip until the region ends, so its
+#: rows run ``--prefill-layers`` layers; the training forward returns only the logits and
+#: runs whole.
 PREFILL = (8192, 16384, 32768)
 #: The cases the long-context work set out to run, beside the matrix. The first two keep
 #: more state than the 384 GiB of HBM of ``ipu-pod4-hbm`` (392 and 424 GiB), so they run at
@@ -55,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the first LAYERS layers (default: all)")
     parser.add_argument("--goal-layers", type=int, default=8,
                         help="layers of the goal cases whose state exceeds the HBM")
+    parser.add_argument("--prefill-layers", type=int, default=4,
+                        help="layers of the prefill rows (their keys and values stay on chip "
+                             "until the region ends)")
+    parser.add_argument("--prompt-designs", nargs="+", default=["elk-full", "ideal"],
+                        help="designs of the prefill and training rows")
     args = parser.parse_args(argv)
     designs = tuple(args.designs)
     rows: list[dict[str, Any]] = []
@@ -68,11 +76,14 @@ def main(argv: list[str] | None = None) -> int:
                 layers = args.goal_layers if short else args.layers
                 rows += _tagged(run_case(model, HARDWARE, batch, context, layers,
                                          designs=designs), "decode", context)
+    long_prompt = tuple(d for d in args.prompt_designs if d in designs) or designs
     for seq in args.prefill:
-        rows += _tagged(run_case("llama2-13b", HARDWARE, 1, seq, args.layers, designs=designs,
-                                 workload_args={"phase": "prefill", "seq_len": seq}), "prefill", seq)
+        for phase, layers in (("prefill", args.prefill_layers), ("train", args.layers)):
+            rows += _tagged(run_case("llama2-13b", HARDWARE, 1, seq, layers, designs=long_prompt,
+                                     workload_args={"phase": phase, "seq_len": seq}), phase, seq)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "long_context.json").write_text(json.dumps(rows, indent=1))
+    (RESULTS / "long_context.partial.jsonl").unlink(missing_ok=True)
     write_markdown(RESULTS / "long_context.md", "\n".join(
         ["# Long context: split operators streamed from HBM", "",
          f"`{HARDWARE}`; decode at batch {args.batch} unless the row says otherwise; "
@@ -84,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
 def _tagged(rows: list[dict[str, Any]], phase: str, length: int) -> list[dict[str, Any]]:
     for r in rows:
         r["phase"], r["length"] = phase, length
+    # each case as it ends: a long run that stops keeps what it measured
+    partial = RESULTS / "long_context.partial.jsonl"
+    with partial.open("a", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
     return rows
 
 
