@@ -62,7 +62,12 @@ class ModelImportError(IccaError):
 
 
 class PlanNotFoundError(IccaError):
-    """No compute-shift execution plan of an operator fits the chip."""
+    """No compute-shift execution plan of an operator fits the chip.
+
+    ``operator`` names the device operator when the region planner raised it (the split
+    stage then cuts that operator, or cuts it finer, and plans the region again)."""
+
+    operator: str = ""
 
 
 class InvalidPlanError(IccaError, ValueError):

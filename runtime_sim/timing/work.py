@@ -58,7 +58,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError, short_name
-from runtime_sim.contract.expr import dtype_bytes
+from runtime_sim.contract.expr import TensorAccess, dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout, check_op_inputs, checked_layout, cost_key
 from runtime_sim.contract.lifetimes import last_reads, outlives, released

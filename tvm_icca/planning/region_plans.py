@@ -112,7 +112,7 @@ def plan_split_region(
         try:
             return split, plan_region(split, hw, cost_model, plan_cache, hbm_names, phase)[0]
         except PlanNotFoundError as err:
-            name = getattr(err, "operator", "")
+            name = err.operator
             failed = index.get(original_operator(name))
             pieces = next((c.pieces for c in choices if c.op == failed), 1)
             if failed is None or is_join(name) or forced.get(failed, 0) > pieces:

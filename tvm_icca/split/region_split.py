@@ -83,7 +83,22 @@ def original_operator(name: str) -> str:
 
 
 def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps:
-    """``region`` with the chosen operators split (see the module docstring)."""
+    """``region`` with the chosen operators split (see the module docstring).
+
+    Parameters
+    ----------
+    region : RegionOps
+        The region's operators as lowered.
+    choices : sequence of SplitChoice
+        The operators to split, from :func:`~tvm_icca.split.split_choice.choose_splits`.
+
+    Returns
+    -------
+    RegionOps
+        The same region (inputs, outputs, constants) whose operator list has the pieces,
+        their combines and concats, and the readers of the pieces cut alike, in dependency
+        order, piece by piece where the dependencies allow.
+    """
     if not choices:
         return region
     chosen = {c.op: c for c in choices}

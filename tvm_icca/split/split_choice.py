@@ -75,9 +75,26 @@ def choose_splits(region: RegionOps, hw: HardwareSpec, plan_piece: PlanPiece,
                   hbm_names: frozenset[str] = frozenset()) -> list[SplitChoice]:
     """The operators of ``region`` to split and how (see the module docstring).
 
-    ``forced`` maps operators the planner found no plan for to the least number of pieces
-    to try; the others are split when :func:`needs_split` (``hbm_names``: the region tensors
-    read from HBM, whose readers are preloaded).
+    Parameters
+    ----------
+    region : RegionOps
+        The region's operators as lowered, before planning.
+    hw : HardwareSpec
+        The chip.
+    plan_piece : PlanPiece
+        Plans one piece within a budget and returns its estimated seconds (the planner's
+        search and cost model); raises :class:`PlanNotFoundError` when it has no plan.
+    forced : Mapping[int, int]
+        Operators the planner found no plan for (their index) and the least number of pieces
+        to try; the others are split when :func:`needs_split`.
+    hbm_names : frozenset of str
+        The region tensors read from HBM: their readers are preloaded.
+
+    Returns
+    -------
+    list of SplitChoice
+        One choice per operator to split, in region order; operators with no axis that can
+        be cut, or no candidate with a plan, are left out.
     """
     choices = []
     produced = {op.output_name for op in region.ops}
@@ -96,13 +113,34 @@ def choose_splits(region: RegionOps, hw: HardwareSpec, plan_piece: PlanPiece,
 
 def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: str, index: int,
                at_least: int = 2, offchip: Mapping[int, float] = {}) -> SplitChoice | None:
-    """The fastest ``(axis, pieces)`` for one operator by the plan search's estimates, or
-    ``None`` when no axis can be cut or no candidate has a plan.
+    """The fastest ``(axis, pieces)`` for one operator by the plan search's estimates.
 
-    ``offchip`` maps the inputs read from off the chip to their read rate (bytes per second):
-    every piece reads its own block of each, so an input the axis does not cut is read once
-    per piece, and that time is added to the pieces' (a causal mask read by every head's
-    piece of prefill attention costs far more than the rows' pieces that cut it)."""
+    Parameters
+    ----------
+    expr : TensorExpr
+        The operator.
+    hw : HardwareSpec
+        The chip.
+    plan_piece : PlanPiece
+        Plans one piece (see :func:`choose_splits`).
+    name : str
+        The operator as messages name it.
+    index : int
+        Its position in the region (kept in the choice).
+    at_least : int
+        The fewest pieces to try.
+    offchip : Mapping[int, float]
+        Inputs read from off the chip and their read rate (bytes per second). Every piece
+        reads its own block of each, so an input the axis does not cut is read once per
+        piece, and that time is added to the pieces' (a causal mask read by every head's
+        piece of prefill attention costs far more than the rows' pieces that cut it).
+
+    Returns
+    -------
+    SplitChoice or None
+        The candidate with the least estimated time (fewer pieces on a tie); ``None`` when no
+        axis can be cut or no candidate has a plan.
+    """
     budget = int(hw.usable_sram_bytes * PIECE_FILL)
     fewest = max(at_least, math.ceil(spread_bytes_per_core(expr, hw.num_cores) / budget))
     best: SplitChoice | None = None
