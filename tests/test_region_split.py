@@ -44,6 +44,8 @@ def test_split_llm_runs_exactly_and_executors_agree(cores, kwargs):
     model = compile_programs(workload.mod, chip, preload="elk-full")
     pieces = _split_ops(model)
     assert pieces, "the case must need a split"
+    summary = model.summary()
+    assert 0 < summary["split_ops"] < summary["split_pieces"] <= len(pieces)
     assert any(a.view is not None for op in pieces for a in op.expr.inputs), \
         "pieces read their blocks of larger tensors as views"
     args = [tvm.runtime.tensor(a) for a in workload.random_args(seed=3)]

@@ -204,6 +204,9 @@ def _run(args: argparse.Namespace) -> int:
     print(f"  {summary['regions']} region calls ({summary['distinct_regions']} distinct), "
           f"{summary['device_ops']} device ops; Relax ops: {summary['offloaded_relax_ops']} "
           f"offloaded, {summary['host_relax_ops']} on the host")
+    if summary["split_ops"]:
+        print(f"  {summary['split_ops']} operators too large for the chip run as "
+              f"{summary['split_pieces']} sub-operators (tvm_icca.split)")
     inputs = summary["input_bytes"]
     print("  program inputs: " + ", ".join(f"{src} {format_bytes(inputs.get(src, 0))}"
                                            for src in ("hbm", "host", "chip", "resident")))

@@ -52,6 +52,7 @@ from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.planning.planner import MODEL_NAME_ATTR
 from tvm_icca.planning.state_place import StatePlacement
 from tvm_icca.progress import ProgressLike, as_progress
+from tvm_icca.split import is_join, original_operator
 
 if TYPE_CHECKING:  # pragma: no cover
     from runtime_sim.timing import TimingReport
@@ -132,6 +133,17 @@ class CompiledModel:
         meta_schedule's ``with database:``), each once, in execution order."""
         return list(dict.fromkeys(op.name for p in self.programs for op in p.ops if op.tuned))
 
+    def split_ops(self) -> dict[str, int]:
+        """Operators too large for the chip that run as sub-operators (:mod:`tvm_icca.split`):
+        each one's name and its number of pieces, once per distinct region."""
+        pieces: dict[str, set[str]] = {}
+        for program in {p.region: p for p in self.programs}.values():
+            for op in program.ops:
+                origin = original_operator(op.name)
+                if origin != op.name and not is_join(op.name):
+                    pieces.setdefault(origin, set()).add(op.name)
+        return {origin: len(names) for origin, names in pieces.items()}
+
     def input_bytes(self) -> dict[str, int]:
         """Bytes of program inputs per source: ``host`` (sent every run), ``hbm`` (preloaded
         every run), ``chip`` (an earlier region's result) and ``resident`` (model state kept
@@ -157,6 +169,8 @@ class CompiledModel:
             "compile_s": self.compile_s,
             "plan_cache": dict(self.plan_cache),
             "tuned_ops": self.tuned_ops,
+            "split_ops": len(self.split_ops()),
+            "split_pieces": sum(self.split_ops().values()),
             "state": self.state.place if self.state is not None else None,
             "state_reason": self.state.reason if self.state is not None else None,
             **({"preload": self.preload.to_dict()} if self.preload is not None else {}),
