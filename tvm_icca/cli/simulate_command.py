@@ -205,8 +205,8 @@ def _run(args: argparse.Namespace) -> int:
           f"{summary['device_ops']} device ops; Relax ops: {summary['offloaded_relax_ops']} "
           f"offloaded, {summary['host_relax_ops']} on the host")
     if summary["split_ops"]:
-        print(f"  {summary['split_ops']} operators too large for the chip run as "
-              f"{summary['split_pieces']} sub-operators (tvm_icca.split)")
+        print(f"  {summary['split_ops']} operators run as {summary['split_pieces']} "
+              "sub-operators: those too large for the chip and their readers (tvm_icca.split)")
     inputs = summary["input_bytes"]
     print("  program inputs: " + ", ".join(f"{src} {format_bytes(inputs.get(src, 0))}"
                                            for src in ("hbm", "host", "chip", "resident")))

@@ -134,8 +134,9 @@ class CompiledModel:
         return list(dict.fromkeys(op.name for p in self.programs for op in p.ops if op.tuned))
 
     def split_ops(self) -> dict[str, int]:
-        """Operators too large for the chip that run as sub-operators (:mod:`tvm_icca.split`):
-        each one's name and its number of pieces, once per distinct region."""
+        """Operators that run as sub-operators (:mod:`tvm_icca.split`: those too large for the
+        chip and the readers of their pieces cut alike): each one's name and its number of
+        pieces, once per distinct region."""
         pieces: dict[str, set[str]] = {}
         for program in {p.region: p for p in self.programs}.values():
             for op in program.ops:
