@@ -90,6 +90,8 @@ def test_attention_split_along_the_context_matches_numpy():
     chip = _chip(16)
     model = compile_programs(mod, chip, resident=["k_cache", "v_cache"], preload="elk-full")
     assert _split_ops(model)
+    # the pieces' blocks of the caches add up to the caches: each HBM byte counted once
+    assert model.simulate().hbm_bytes == 2 * ctx * dim * 4
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal(s).astype(np.float32)
                for s in ((1, 1, 1, dim), (1, 1, ctx, dim), (1, 1, ctx, dim)))
