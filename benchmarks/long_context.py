@@ -63,9 +63,16 @@ def main(argv: list[str] | None = None) -> int:
                              "until the region ends)")
     parser.add_argument("--prompt-designs", nargs="+", default=["elk-full", "ideal"],
                         help="designs of the prefill and training rows")
+    parser.add_argument("--render", metavar="JSONL",
+                        help="write the table and plot from the rows a run kept as its cases "
+                             "ended (long_context.partial.jsonl) instead of running")
     args = parser.parse_args(argv)
     designs = tuple(args.designs)
     rows: list[dict[str, Any]] = []
+    if args.render:
+        rows = [json.loads(line) for line in pathlib.Path(args.render).read_text().splitlines() if line]
+        _write(rows, args)
+        return 0
     for model in args.models:
         for context in args.contexts:
             rows += _tagged(run_case(model, HARDWARE, args.batch, context, args.layers,
@@ -81,15 +88,19 @@ def main(argv: list[str] | None = None) -> int:
         for phase, layers in (("prefill", args.prefill_layers), ("train", args.layers)):
             rows += _tagged(run_case("llama2-13b", HARDWARE, 1, seq, layers, designs=long_prompt,
                                      workload_args={"phase": phase, "seq_len": seq}), phase, seq)
+    (RESULTS / "long_context.partial.jsonl").unlink(missing_ok=True)
+    _write(rows, args)
+    return 0
+
+
+def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "long_context.json").write_text(json.dumps(rows, indent=1))
-    (RESULTS / "long_context.partial.jsonl").unlink(missing_ok=True)
     write_markdown(RESULTS / "long_context.md", "\n".join(
         ["# Long context: split operators streamed from HBM", "",
-         f"`{HARDWARE}`; decode at batch {args.batch} unless the row says otherwise; "
-         f"layers: {args.layers or 'all'}.", ""] + _table(rows)))
+         f"`{HARDWARE}`; decode at batch {args.batch} unless the row says otherwise; the "
+         "layers column says how many layers ran.", ""] + _table(rows)))
     _plot(rows)
-    return 0
 
 
 def _tagged(rows: list[dict[str, Any]], phase: str, length: int) -> list[dict[str, Any]]:
