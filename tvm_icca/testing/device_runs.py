@@ -1,0 +1,41 @@
+"""A workload run on the functional device against TVM's CPU build, with both executors'
+counts of the same run (``tvm_icca.last_run_stats`` and the timing report)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+import tvm_icca
+from runtime_sim.run_stats import last_run_timing
+
+#: TVM's CPU build without optimizations: the independent reference of a device run.
+REFERENCE_TARGET = {"kind": "llvm", "opt-level": 0}
+
+
+def run_outputs(executable: Any, args: list[Any]) -> list[Any]:
+    """``main``'s outputs of ``executable`` on ``args``, as a list."""
+    out = relax.VirtualMachine(executable, tvm.cpu())["main"](*args)
+    return [out] if hasattr(out, "numpy") else list(out)
+
+
+def run_against_llvm(workload: Any, chip: Any, preload: str, seed: int = 3,
+                     tol: float = 1e-4) -> tuple[dict[str, Any], Any]:
+    """Compile ``workload`` for ``chip`` with ``preload``, run it on random arguments, assert
+    that every output matches TVM's CPU build (``tol``) and that both executors counted the
+    same executes, preloaded bytes (some) and distributed bytes; returns the functional
+    device's run statistics and the timing report of the same run."""
+    args = [tvm.runtime.tensor(a) for a in workload.random_args(seed=seed)]
+    got = run_outputs(tvm_icca.compile(workload.mod, chip, preload=preload), args)
+    stats = tvm_icca.last_run_stats()
+    want = run_outputs(tvm.compile(workload.mod, target=tvm.target.Target(REFERENCE_TARGET)), args)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=tol, atol=tol)
+    report = last_run_timing()
+    assert stats["executes"] == report.executes == report.num_ops
+    assert stats["preloaded_bytes"] == report.preloaded_bytes > 0
+    assert stats["distributed_bytes"] == report.distributed_bytes
+    return stats, report
