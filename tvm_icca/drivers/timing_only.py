@@ -157,6 +157,7 @@ class CompiledModel:
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready facts about the compilation (no timing)."""
+        split = self.split_ops()
         return {
             "model": self.name,
             "hardware": self.hw.name,
@@ -170,8 +171,8 @@ class CompiledModel:
             "compile_s": self.compile_s,
             "plan_cache": dict(self.plan_cache),
             "tuned_ops": self.tuned_ops,
-            "split_ops": len(self.split_ops()),
-            "split_pieces": sum(self.split_ops().values()),
+            "split_ops": len(split),
+            "split_pieces": sum(split.values()),
             "state": self.state.place if self.state is not None else None,
             "state_reason": self.state.reason if self.state is not None else None,
             **({"preload": self.preload.to_dict()} if self.preload is not None else {}),

@@ -23,7 +23,7 @@ from runtime_sim.contract.lifetimes import held_bytes as lifetime_held_bytes
 from runtime_sim.contract.program import DeviceProgram, OpProgram
 from tvm_icca.lower.region import PendingOp, RegionOps, extract_region
 from tvm_icca.planning.plan_cache import PlanCache
-from tvm_icca.plans import CostModel, plan_operator
+from tvm_icca.plans import CostModel, PlannedOp, plan_operator
 from tvm_icca.plans.plan_hook import PlanRequest, planned_with_hook
 from tvm_icca.plans.vgm import plan_vgm_operator
 from tvm_icca.progress import Phase
@@ -97,18 +97,18 @@ def plan_split_region(
     planned again, up to :data:`MAX_SPLIT_ROUNDS` times; then the planner's error stands.
     """
     def plan_piece(expr: TensorExpr, budget: int, name: str) -> float:
-        if plan_cache is not None:
-            return plan_cache.plan(expr, hw, cost_model, budget, name).time_s
-        return plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget, name=name).time_s
+        return _search(expr, hw, cost_model, plan_cache, budget, name).time_s
 
     index = {op.name: i for i, op in enumerate(region.ops)}
     forced: dict[int, int] = {}
     last: PlanNotFoundError | None = None
+    counted = len(region.ops)  # operators the progress phase was told of
     for _ in range(MAX_SPLIT_ROUNDS):
         choices = choose_splits(region, hw, plan_piece, forced, hbm_names)
         split = split_region(region, choices)
-        if phase is not None and len(split.ops) != len(region.ops):
-            phase.add(len(split.ops) - len(region.ops))
+        if phase is not None and len(split.ops) > counted:
+            phase.add(len(split.ops) - counted)
+            counted = len(split.ops)
         try:
             return split, plan_region(split, hw, cost_model, plan_cache, hbm_names, phase)[0]
         except PlanNotFoundError as err:
@@ -147,11 +147,7 @@ def plan_region(
         producers = tuple((t, layouts[n]) for t, n in enumerate(op.input_names)
                           if n in layouts and t not in hbm)
         try:
-            if plan_cache is not None:
-                planned = plan_cache.plan(op.expr, hw, cost_model, budget, op.describe(), hbm, producers)
-            else:
-                planned = plan_operator(op.expr, hw, cost_model=cost_model, budget_bytes=budget,
-                                        name=op.describe(), hbm_inputs=hbm, producers=producers)
+            planned = _search(op.expr, hw, cost_model, plan_cache, budget, op.describe(), hbm, producers)
         except PlanNotFoundError as err:
             err.operator = op.name  # which operator: plan_split_region splits it and tries again
             raise
@@ -167,6 +163,16 @@ def plan_region(
 
     budgets = region_budgets(region, hw, plan_one)
     return ops, budgets
+
+
+def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None,
+            plan_cache: PlanCache | None, budget: int, name: str, hbm: tuple[int, ...] = (),
+            producers: tuple = ()) -> PlannedOp:
+    """One operator's plan search within ``budget``: through the plan cache when there is one."""
+    if plan_cache is not None:
+        return plan_cache.plan(expr, hw, cost_model, budget, name, hbm, producers)
+    return plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget, name=name,
+                         hbm_inputs=hbm, producers=producers)
 
 
 def region_budgets(region: RegionOps, hw: HardwareSpec,

@@ -138,7 +138,7 @@ def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps
         # at least as many pieces as it was chosen with
         plan = _follow(op, reads, pieced, offchip) if reads else None
         if j in chosen and (plan is None or len(plan[1]) < chosen[j].pieces):
-            c, plan = chosen[j], None
+            c = chosen[j]
             for t in reads:
                 join(op.input_names[t], j)
             plan = (c.axis, split_blocks(op.expr.extent(c.axis), c.pieces), {}, j)
