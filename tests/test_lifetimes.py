@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from runtime_sim.contract.hardware import small_chip
-from runtime_sim.contract.lifetimes import held_bytes, last_reads, outlives, released
+from runtime_sim.contract.lifetimes import held_bytes, last_reads, outlives, released, staying_outputs
 from runtime_sim.machine.links import (
     chunk_latency_seconds,
     link_transfer_seconds,
@@ -135,3 +135,14 @@ def test_held_bytes_incremental_matches_the_whole_region_rule():
     tracker.held(2)
     with pytest.raises(ValueError):
         tracker.held(0)
+
+
+def test_host_outputs_leave_the_chip_as_they_are_produced():
+    """A region output the host reads is not held to the region's end: only the others
+    stay (a prefill's keys and values of every layer would otherwise pile up on chip)."""
+    assert staying_outputs(["a", "b", "c"], ["b"]) == ("a", "c")
+    assert staying_outputs(["a"], []) == ("a",)
+    ops, outs = [[], [], ["b"]], ["a", "b", "c"]
+    # no operator reads "a": held to the end as a staying output, gone once produced if it leaves
+    assert held_bytes(ops, outs, staying_outputs(["a", "c"], []), [100, 10, 1]) == [0, 100, 100]
+    assert held_bytes(ops, outs, staying_outputs(["a", "c"], ["a"]), [100, 10, 1]) == [0, 0, 0]

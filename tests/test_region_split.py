@@ -13,13 +13,14 @@ import tvm_icca
 from runtime_sim.contract.hardware import small_chip
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.split.region_split import JOIN_FAN_IN, original_operator, piece_name
+from tvm_icca.split.split_choice import needs_split
 from tvm_icca.testing.device_runs import run_against_llvm, run_outputs
 from tvm_icca.testing.relax_functions import relax_function
 from tvm_icca.workloads import get_workload
 
 
-def _chip(cores: int):
-    return small_chip(cores, 32 * 1024).with_overrides(name=f"hbm-{cores}", hbm_bandwidth=1e11,
+def _chip(cores: int, sram_kib: int = 32):
+    return small_chip(cores, sram_kib * 1024).with_overrides(name=f"hbm-{cores}", hbm_bandwidth=1e11,
                                                        hbm_controllers=2)
 
 
@@ -93,3 +94,44 @@ def test_piece_names_lead_back_to_their_operator():
     assert original_operator("r.op3.concat.j0.2") == "r.op3"
     assert original_operator("r.op3") == "r.op3"
     assert JOIN_FAN_IN >= 2
+
+
+def _mlp(tokens: int, dim: int, hidden: int) -> tvm.IRModule:
+    """A Llama MLP block over a long prompt: ``x + down(silu(gate(n)) * up(n))``, ``n`` the
+    RMS-normed ``x``."""
+    def body(x, w_gate, w_up, w_down):
+        n = relax.op.nn.rms_norm(x, relax.const(np.ones(dim, "float32")), axes=[-1])
+        g = relax.op.nn.silu(relax.op.matmul(n, w_gate))
+        return relax.op.add(x, relax.op.matmul(relax.op.multiply(g, relax.op.matmul(n, w_up)), w_down))
+
+    func = relax_function(((tokens, dim), (dim, hidden), (dim, hidden), (hidden, dim)), body,
+                          names=["x", "w_gate", "w_up", "w_down"])
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def test_mlp_chain_is_cut_when_its_intermediates_fill_the_chip():
+    """Every operator of the MLP fits alone, but the gate's output held while the up
+    projection runs leaves it no room: the chain from the norm that feeds both is cut along
+    the tokens and runs piece by piece (split_choice.pressure_root), exactly."""
+    tokens, dim, hidden = 1024, 32, 128
+    mod, chip = _mlp(tokens, dim, hidden), _chip(16, 48)
+    resident = ["w_gate", "w_up", "w_down"]
+    model = compile_programs(mod, chip, resident=resident, preload="elk-full")
+    ops = model.programs[0].ops
+    norm = ops[0]
+    assert norm.label.startswith("rms norm (part 1/") and not needs_split(norm.expr, chip), \
+        "the norm fits alone: it is cut for what its readers hold"
+    # piece by piece: the second norm piece runs after the first piece's down projection
+    kinds = [op.label.split(" (")[0] for op in ops]
+    second = next(i for i, op in enumerate(ops) if op.label.startswith("rms norm (part 2/"))
+    assert kinds[:second] == ["rms norm", "matmul + silu", "matmul", "multiply", "matmul + bias"]
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((tokens, dim)).astype(np.float32)
+    wg, wu = (rng.standard_normal((dim, hidden)).astype(np.float32) / 4 for _ in range(2))
+    wd = rng.standard_normal((hidden, dim)).astype(np.float32) / 8
+    n = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5)
+    g = n @ wg
+    want = x + ((g / (1 + np.exp(-g))) * (n @ wu)) @ wd
+    ex = tvm_icca.compile(mod, chip, resident=resident, preload="elk-full")
+    got = run_outputs(ex, [tvm.runtime.tensor(a) for a in (x, wg, wu, wd)])[0].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -57,3 +57,16 @@ def test_piece_counts_divide_the_extent():
     assert list(_candidates(40, 3)) == [4, 8, 20]
     assert list(_candidates(7, 3)) == [7]
     assert list(_candidates(4, 5)) == []
+
+
+def test_an_epilogue_input_is_read_once_when_the_cut_runs_along_the_reduction():
+    """A cut along k leaves the bias to the combine: the pieces do not read it, so an
+    off-chip bias adds no repeated read (and pricing it must not look for it among the
+    pieces' inputs, which are renumbered without it)."""
+    expr = exprs.matmul_bias_relu(64, 512, 64)  # B [512, 64] is the largest: cut along k
+    free = best_split(expr, CHIP, _plan_time, "mm", 0)
+    bias_offchip = best_split(expr, CHIP, _plan_time, "mm", 0, offchip={2: 1e9})
+    assert free.axis == bias_offchip.axis == "k"
+    assert bias_offchip.estimated_time_s == free.estimated_time_s
+    b_offchip = best_split(expr, CHIP, _plan_time, "mm", 0, offchip={1: 1e9})
+    assert b_offchip.estimated_time_s > free.estimated_time_s

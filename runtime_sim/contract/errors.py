@@ -65,9 +65,12 @@ class PlanNotFoundError(IccaError):
     """No compute-shift execution plan of an operator fits the chip.
 
     ``operator`` names the device operator when the region planner raised it (the split
-    stage then cuts that operator, or cuts it finer, and plans the region again)."""
+    stage then cuts that operator, or cuts it finer, and plans the region again), and
+    ``budget_bytes`` the SRAM per core the region left it (0 when unknown): a small budget
+    means the intermediates its region holds, not the operator, fill the chip."""
 
     operator: str = ""
+    budget_bytes: int = 0
 
 
 class InvalidPlanError(IccaError, ValueError):

@@ -1,7 +1,9 @@
 """Tensor lifetimes in a region and the SRAM they hold per core: the one definition.
 
 The device keeps an operator's output on the cores that own it (ring 0 of its plan) until
-its last reader has run; a region's outputs stay until the region ends. A tensor read for the
+its last reader has run; a region's outputs stay until the region ends, except those the host
+reads (``DeviceProgram.host_outputs``): they travel to the host as their producer ends
+(:func:`staying_outputs`), so a prefill's keys and values do not pile up on chip. A tensor read for the
 last time by operator ``i`` is released before ``i`` runs (it moves into ``i``'s partitions).
 The compiler budgets plans with it (:func:`held_bytes`), the functional device and the timing
 simulator account SRAM with it (:func:`last_reads`, :func:`released`, :func:`outlives`).
@@ -12,9 +14,17 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 
+def staying_outputs(outputs: Iterable[str], host_outputs: Iterable[str]) -> tuple[str, ...]:
+    """The region outputs held on chip until the region ends: all but those the host reads,
+    which leave the chip as they are produced (or after their last reader in the region)."""
+    leaving = set(host_outputs)
+    return tuple(name for name in outputs if name not in leaving)
+
+
 def last_reads(op_inputs: Sequence[Sequence[str]], region_outputs: Iterable[str]) -> dict[str, int]:
-    """Tensor name -> index of the last operator reading it (``len(op_inputs)`` for region
-    outputs, which stay on chip until the region ends). Tensors never read are absent."""
+    """Tensor name -> index of the last operator reading it (``len(op_inputs)`` for
+    ``region_outputs``, the :func:`staying_outputs`, which stay on chip until the region
+    ends). Tensors never read are absent."""
     last: dict[str, int] = {}
     for i, names in enumerate(op_inputs):
         for name in names:

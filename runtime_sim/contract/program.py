@@ -54,6 +54,7 @@ from runtime_sim.contract.json_fields import (
     read_name,
 )
 from runtime_sim.contract.labels import operator_label
+from runtime_sim.contract.lifetimes import staying_outputs
 from runtime_sim.contract.plan import IDLE_SPREAD, ExecutionPlan, VgmPlan, plan_from_dict
 
 PROGRAM_FORMAT = "icca-device-program"
@@ -283,6 +284,12 @@ class DeviceProgram:
     preload_schedule: PreloadSchedule | None = None
     format: str = PROGRAM_FORMAT
     version: int = PROGRAM_VERSION
+
+    @property
+    def staying_outputs(self) -> tuple[str, ...]:
+        """The outputs held on chip until the region ends (the host's leave as produced,
+        :func:`runtime_sim.contract.lifetimes.staying_outputs`)."""
+        return staying_outputs(self.outputs, self.host_outputs)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -174,7 +174,7 @@ class Interpreter:
         hw = cores.hw
         ops = program.ops
         sram.labels = {op.name: op.label or op.expr.kind for op in ops}
-        last_use = last_reads([op.input_names for op in ops], program.outputs)
+        last_use = last_reads([op.input_names for op in ops], program.staying_outputs)
         produced: set[str] = set()
         op_stats: list[dict[str, Any] | None] = [None] * len(ops)
         stream = instructions is not None

@@ -368,7 +368,7 @@ class WorkBuilder:
         ``on_op()`` is called after each operator costed (a caller's progress report)."""
         hw = self.hw
         decls = {d.name: d for d in program.inputs}
-        last_use = last_reads([op.input_names for op in program.ops], program.outputs)
+        last_use = last_reads([op.input_names for op in program.ops], program.staying_outputs)
         # the last write of a tensor is what the host reads (a region writes each name once)
         host_out = set(getattr(program, "host_outputs", ()))
         produced: dict[str, str] = {}  # tensor -> producer op key

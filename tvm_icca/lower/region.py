@@ -12,7 +12,8 @@ compiles regions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Collection
 
 import numpy as np
 import tvm
@@ -22,6 +23,7 @@ from runtime_sim.contract.constants import encode_constant
 from runtime_sim.contract.errors import IccaError, describe_operator, short_name
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.lifetimes import staying_outputs
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from tvm_icca.lower.expr_cache import ExprCache
 from tvm_icca.lower.te_to_expr import extract_op
@@ -55,18 +57,34 @@ class PendingOp:
 
 @dataclass(frozen=True)
 class RegionOps:
-    """A region's operators extracted from Relax, not yet planned."""
+    """A region's operators extracted from Relax, not yet planned.
+
+    ``host_outputs``: the outputs the host reads after every call of the region; they leave
+    the chip as they are produced (``DeviceProgram.host_outputs``), so planning does not hold
+    them to the region's end."""
 
     name: str
     inputs: tuple[TensorDecl, ...]
     ops: tuple[PendingOp, ...]
     outputs: tuple[str, ...]
     constants: dict
+    host_outputs: tuple[str, ...] = ()
+
+    @property
+    def staying_outputs(self) -> tuple[str, ...]:
+        """The outputs held on chip until the region ends (:func:`staying_outputs`)."""
+        return staying_outputs(self.outputs, self.host_outputs)
+
+    def with_host_reads(self, indices: Collection[int]) -> "RegionOps":
+        """This region with its outputs at ``indices`` (-1: all of them) read by the host."""
+        names = tuple(o for k, o in enumerate(self.outputs) if -1 in indices or k in indices)
+        return replace(self, host_outputs=tuple(dict.fromkeys(names)))
 
     def program(self, hw: HardwareSpec, ops: list[OpProgram]) -> DeviceProgram:
         """The device program of the region with these planned operators."""
         return DeviceProgram(region=self.name, hardware=hw.to_dict(), inputs=self.inputs,
-                             outputs=self.outputs, ops=tuple(ops), constants=self.constants)
+                             outputs=self.outputs, ops=tuple(ops), constants=self.constants,
+                             host_outputs=self.host_outputs)
 
 
 def extract_region(func: relax.Function, name: str, hw: HardwareSpec,

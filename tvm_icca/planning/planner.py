@@ -381,9 +381,10 @@ def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: Compi
     for k, placement in enumerate(candidates):
         if placement.place == "hbm":
             check_hbm_capacity(mod, resident, spec)
+        reads = host_reads(mod, result_only=placement.place == "chip")
         try:
             programs, model_plan = _decide_sources(mod, order, spec, opts, cache, placement.place,
-                                                   resident)
+                                                   resident, _read_in_every_call(order, reads))
             break
         except PlanNotFoundError as err:
             if k + 1 == len(candidates):
@@ -391,8 +392,6 @@ def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: Compi
             # the next place is taken because of this failure: say which
             nxt = candidates[k + 1]
             candidates[k + 1] = dataclasses.replace(nxt, reason=f"{nxt.reason}: {_first_clause(err)}")
-    on_chip = placement.place == "chip"  # every region argument is "chip" or "resident" then
-    reads = host_reads(mod, result_only=on_chip)
     programs = [_with_host_outputs(p, r) for p, r in zip(programs, reads, strict=True)]
     design = preload_design(spec, opts, placement.place)
     summary = None
@@ -453,6 +452,20 @@ def preload_design(spec: HardwareSpec, opts: CompileOptions, place: str) -> str 
     return opts.preload
 
 
+def _read_in_every_call(order: Sequence[str], reads: Sequence[frozenset[int]]
+                        ) -> dict[str, frozenset[int]]:
+    """Per distinct region, the indices of the outputs the host reads after every call of it
+    (-1: all of them): those leave the chip as produced in every call, so its plans need not
+    hold them (``RegionOps.host_outputs``)."""
+    common: dict[str, frozenset[int]] = {}
+    for region, indices in zip(order, reads, strict=True):
+        if region not in common or -1 in common[region]:
+            common[region] = frozenset(indices)
+        elif -1 not in indices:
+            common[region] &= indices
+    return common
+
+
 def _with_host_outputs(program: DeviceProgram, indices: frozenset[int]) -> DeviceProgram:
     """``program`` naming the outputs at ``indices`` (-1: all of them) as read by the host."""
     if not indices:
@@ -475,10 +488,12 @@ def _resident(mod: IRModule, opts: CompileOptions) -> Collection[str]:
 
 def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
                     opts: CompileOptions, cache: PlanCache, place: str,
-                    resident: Collection[str]) -> tuple[list[DeviceProgram], ModelPlan | None]:
+                    resident: Collection[str], host_read: dict[str, frozenset[int]]
+                    ) -> tuple[list[DeviceProgram], ModelPlan | None]:
     """Per region call of ``main`` (``order``), its device program with its input sources,
     model state at ``place`` (:data:`~tvm_icca.planning.state_place.STATE_PLACES`) and in the
-    ``resident`` parameters (:func:`_resident`)."""
+    ``resident`` parameters (:func:`_resident`); ``host_read``: per region, the outputs the
+    host reads after every call (:func:`_read_in_every_call`)."""
     regions = icca_regions(mod)
     missing = sorted(set(regions) - set(order))
     if missing:
@@ -489,7 +504,7 @@ def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
         state = model_state_source(place == "hbm")
         sources = [tuple(state if o == STATE else o for o in row) for row in origins]
         return _compile_each(order, regions, spec, cache, opts.execution, None, sources,
-                             state, opts.progress), None
+                             state, opts.progress, host_read), None
     margin = on_chip_reservation(mod, resident, spec.num_cores,
                                  include_state=opts.execution == "vgm")
     if margin >= spec.usable_sram_bytes:
@@ -503,14 +518,16 @@ def _decide_sources(mod: IRModule, order: Sequence[str], spec: HardwareSpec,
         # The VGM keeps everything in its region: weights and activations alike.
         sources = [tuple(CHIP for _ in row) for row in origins]
         return _compile_each(order, regions, spec, cache, "vgm", margin, sources, CHIP,
-                             opts.progress), None
+                             opts.progress, host_read), None
     plan_hw = spec.with_overrides(sram_bytes_per_core=spec.sram_bytes_per_core - margin)
-    return _compile_reconciled(order, regions, plan_hw, cache, origins, opts.progress, label)
+    return _compile_reconciled(order, regions, plan_hw, cache, origins, opts.progress, label,
+                               host_read)
 
 
 def _compile_each(order: Sequence[str], regions, hw: HardwareSpec, cache: PlanCache,
                   execution: str, region_bytes: int | None, sources: Sequence[tuple[str, ...]],
-                  constant_source: str, progress: Progress) -> list[DeviceProgram]:
+                  constant_source: str, progress: Progress,
+                  host_read: dict[str, frozenset[int]]) -> list[DeviceProgram]:
     """Every region planned on its own (operators get the SRAM the region leaves them); one
     bar over the operators of every distinct region, each counted once extracted."""
     compiled: dict[str, DeviceProgram] = {}
@@ -527,7 +544,8 @@ def _compile_each(order: Sequence[str], regions, hw: HardwareSpec, cache: PlanCa
                 compiled[region] = compile_region(
                     regions[region], region, hw, plan_cache=cache, execution=execution,
                     vgm_region_bytes=region_bytes, hbm_params=sorted(hbm[region]),
-                    hbm_constants=constant_source == "hbm", phase=phase)
+                    hbm_constants=constant_source == "hbm", host_reads=host_read[region],
+                    phase=phase)
     for region, row in zip(order, sources):
         programs.append(_with_sources(compiled[region], row, constant_source))
     return programs
@@ -535,7 +553,8 @@ def _compile_each(order: Sequence[str], regions, hw: HardwareSpec, cache: PlanCa
 
 def _compile_reconciled(order: Sequence[str], regions, plan_hw: HardwareSpec, cache: PlanCache,
                         origins: Sequence[tuple[str, ...]], progress: Progress,
-                        label: str) -> tuple[list[DeviceProgram], ModelPlan]:
+                        label: str, host_read: dict[str, frozenset[int]]
+                        ) -> tuple[list[DeviceProgram], ModelPlan]:
     """The model kept on chip: idle and active plans for all operators together (T10
     Algorithm 1). Model state is ``"resident"``, every other region input ``"chip"`` (the host
     only reshapes between regions, an on-chip re-layout)."""
@@ -544,7 +563,8 @@ def _compile_reconciled(order: Sequence[str], regions, plan_hw: HardwareSpec, ca
     with progress.phase("extracting regions", unit="region", total=len(distinct)) as phase:
         for region in distinct:
             with _region_errors(region, plan_hw):
-                extracted[region] = extract_region(regions[region], region, plan_hw, cache.exprs)
+                extracted[region] = extract_region(regions[region], region, plan_hw,
+                                                   cache.exprs).with_host_reads(host_read[region])
             phase.step()
     state: dict[str, frozenset[str]] = {}
     for region, row in zip(order, origins):

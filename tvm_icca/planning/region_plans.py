@@ -10,7 +10,7 @@ model; nothing else compiles regions.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from tvm import relax
 
@@ -27,7 +27,7 @@ from tvm_icca.plans import CostModel, PlannedOp, plan_operator
 from tvm_icca.plans.plan_hook import PlanRequest, planned_with_hook
 from tvm_icca.plans.vgm import plan_vgm_operator
 from tvm_icca.progress import Phase
-from tvm_icca.split import choose_splits, is_join, original_operator, split_region
+from tvm_icca.split import PIECE_FILL, choose_splits, is_join, original_operator, pressure_root, split_region
 
 #: Execution models a region can be compiled for.
 EXECUTION_MODELS = ("t10", "vgm")
@@ -43,6 +43,7 @@ def compile_region(
     vgm_region_bytes: int | None = None,
     hbm_params: Sequence[int] = (),
     hbm_constants: bool = False,
+    host_reads: Collection[int] = (),
     phase: Phase | None = None,
 ) -> DeviceProgram:
     """Plan every operator of ``func`` and return the region's device program.
@@ -54,12 +55,14 @@ def compile_region(
     with ``vgm_region_bytes`` reserved per core). ``hbm_params``: positions of the parameters
     the region reads from HBM (model state on a chip with HBM), and ``hbm_constants`` whether
     its constants come from there too: the mapping of plans to chips keeps them from being
-    read once per chip (:mod:`.plans.mapping`). ``phase`` counts the region's operators,
-    then each one planned (:mod:`tvm_icca.progress`).
+    read once per chip (:mod:`.plans.mapping`). ``host_reads``: the indices of the outputs
+    the host reads after every call (-1: all), which leave the chip as they are produced.
+    ``phase`` counts the region's operators, then each one planned (:mod:`tvm_icca.progress`).
     """
     if execution not in EXECUTION_MODELS:
         raise IccaError(f"unknown execution model '{execution}'; choose one of {EXECUTION_MODELS}")
-    region = extract_region(func, name, hw, plan_cache.exprs if plan_cache is not None else None)
+    region = extract_region(func, name, hw, plan_cache.exprs if plan_cache is not None else None
+                            ).with_host_reads(host_reads)
     if phase is not None:
         phase.add(len(region.ops))
     if execution == "vgm":
@@ -95,16 +98,21 @@ def plan_split_region(
 
     An operator the planner finds no plan for is split (or split finer) and the region
     planned again, up to :data:`MAX_SPLIT_ROUNDS` times; then the planner's error stands.
+    When an operator already split fails again with less than :data:`PIECE_FILL` of the SRAM
+    left by the region's intermediates, the operator is not the problem: the chain that holds
+    them is cut instead (:func:`~tvm_icca.split.pressure_root`), in twice as many pieces each
+    time it fails again.
     """
     def plan_piece(expr: TensorExpr, budget: int, name: str) -> float:
         return _search(expr, hw, cost_model, plan_cache, budget, name).time_s
 
     index = {op.name: i for i, op in enumerate(region.ops)}
     forced: dict[int, int] = {}
+    pressure: dict[int, tuple[str, int]] = {}
     last: PlanNotFoundError | None = None
     counted = len(region.ops)  # operators the progress phase was told of
     for _ in range(MAX_SPLIT_ROUNDS):
-        choices = choose_splits(region, hw, plan_piece, forced, hbm_names)
+        choices = choose_splits(region, hw, plan_piece, forced, hbm_names, pressure)
         split = split_region(region, choices)
         if phase is not None and len(split.ops) > counted:
             phase.add(len(split.ops) - counted)
@@ -114,13 +122,42 @@ def plan_split_region(
         except PlanNotFoundError as err:
             name = err.operator
             failed = index.get(original_operator(name))
+            last = err
+            # cutting the operator finer did not help, and the region's intermediates leave it
+            # little: cut the chain that holds them; a piece of that chain that fails cuts
+            # the chain finer
+            squeezed = (failed in forced or bool(pressure)) and \
+                0 < err.budget_bytes < hw.usable_sram_bytes * PIECE_FILL
+            root = pressure_root(region, failed) if squeezed else None
+            if root is None and failed is not None:
+                root = _chain_of(split, name, failed, pressure)
+            if root is not None:
+                op, axis = root
+                pieces = pressure[op][1] * 2 if op in pressure else 2
+                if pieces <= region.ops[op].expr.extent(axis):
+                    pressure[op] = (axis, pieces)
+                    # the operators cut finer for their own sake would not follow the chain
+                    forced.clear()
+                    continue
             pieces = next((c.pieces for c in choices if c.op == failed), 1)
             if failed is None or is_join(name) or forced.get(failed, 0) > pieces:
                 raise  # nothing left to split: the first error is the answer
             forced[failed] = pieces * 2
-            last = err
     raise PlanNotFoundError(f"{last} (and still after splitting operators of region "
                             f"'{short_name(region.name)}' {MAX_SPLIT_ROUNDS} times)")
+
+
+def _chain_of(split: RegionOps, name: str, failed: int,
+              pressure: dict[int, tuple[str, int]]) -> tuple[int, str] | None:
+    """The memory-pressure cut (root, axis) whose chain the failed piece ``name`` (of the
+    region's operator ``failed``) follows: one at or before it with as many pieces."""
+    original = original_operator(name)
+    if original == name:
+        return None
+    pieces = sum(1 for op in split.ops if original_operator(op.name) == original
+                 and not is_join(op.name))
+    return next(((op, axis) for op, (axis, n) in sorted(pressure.items(), reverse=True)
+                 if op <= failed and n == pieces), None)
 
 
 def plan_region(
@@ -149,7 +186,9 @@ def plan_region(
         try:
             planned = _search(op.expr, hw, cost_model, plan_cache, budget, op.describe(), hbm, producers)
         except PlanNotFoundError as err:
-            err.operator = op.name  # which operator: plan_split_region splits it and tries again
+            # which operator, and what its region left it: plan_split_region splits it, or the
+            # producers of what the region holds, and tries again
+            err.operator, err.budget_bytes = op.name, budget
             raise
         # tuning records (tvm_icca.use_database) may replace the plan; no-op otherwise
         own = planned
@@ -183,7 +222,7 @@ def region_budgets(region: RegionOps, hw: HardwareSpec,
     per core, which the later budgets then account for."""
     budgets: list[int] = []
     held = HeldBytes([op.input_names for op in region.ops], [op.output_name for op in region.ops],
-                     region.outputs)
+                     region.staying_outputs)
     for i, op in enumerate(region.ops):
         budget = hw.usable_sram_bytes - held.held(i)
         if budget <= 0:
@@ -202,4 +241,4 @@ def held_bytes(region: RegionOps, output_bytes: list[int]) -> list[int]:
     while it runs, given the output partition bytes of the operators planned so far
     (:func:`runtime_sim.contract.lifetimes.held_bytes`, the device's own lifetime rule)."""
     return lifetime_held_bytes([op.input_names for op in region.ops],
-                               [op.output_name for op in region.ops], region.outputs, output_bytes)
+                               [op.output_name for op in region.ops], region.staying_outputs, output_bytes)

@@ -192,7 +192,7 @@ def _with_live_bytes(programs: Sequence[DeviceProgram], tables: list[OpTradeoffs
                     OpLayout(op.expr, plan, hw.cores_per_chip).partition_bytes(t) for plan in plans)
             out_bytes.append(size)
         held = held_bytes([op.input_names for op in program.ops],
-                          [op.output_name for op in program.ops], program.outputs, out_bytes)
+                          [op.output_name for op in program.ops], program.staying_outputs, out_bytes)
         out += [dataclasses.replace(tables[flat + k], live_bytes=int(h)) for k, h in enumerate(held)]
         flat += len(program.ops)
     return out

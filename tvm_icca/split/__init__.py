@@ -10,8 +10,8 @@ The pieces are ordinary operators: the Elk pass schedules and preloads them like
 and both executors run them.
 """
 
-from tvm_icca.split.split_choice import best_split, choose_splits, needs_split
+from tvm_icca.split.split_choice import PIECE_FILL, best_split, choose_splits, needs_split, pressure_root
 from tvm_icca.split.region_split import SplitChoice, is_join, original_operator, split_region
 
-__all__ = ["SplitChoice", "best_split", "choose_splits", "is_join", "needs_split", "original_operator",
-           "split_region"]
+__all__ = ["PIECE_FILL", "SplitChoice", "best_split", "choose_splits", "is_join", "needs_split",
+           "original_operator", "pressure_root", "split_region"]

@@ -62,6 +62,16 @@ def split_dims(access: TensorAccess, axis: str) -> tuple[int, ...] | None:
     return tuple(dims)
 
 
+def piece_inputs_of(expr: TensorExpr, axis: str) -> dict[int, int]:
+    """Which inputs of ``expr`` a piece along ``axis`` reads: input index -> the piece's
+    input index. A cut along a reduction leaves the epilogue to the combine, so the pieces do
+    not read the epilogue's inputs; any other cut keeps every input in place."""
+    reduce = any(a.name == axis and a.reduce for a in expr.axes)
+    dropped = set(expr.epilogue_inputs) if reduce and expr.epilogue is not None else set()
+    kept = [t for t in range(len(expr.inputs)) if t not in dropped]
+    return {old: new for new, old in enumerate(kept)}
+
+
 def why_not_splittable(expr: TensorExpr, axis: str) -> str | None:
     """Why ``expr`` cannot be cut along ``axis`` into sub-operators, or ``None`` if it can."""
     top = {a.name: a for a in expr.axes}
@@ -126,11 +136,10 @@ def sub_expression(expr: TensorExpr, axis: str, start: int, length: int, output_
     piece = replace(expr, axes=axes, inputs=tuple(inputs), output=output)
     if not reduce or expr.epilogue is None:
         return piece
-    kept = [t for t in range(len(inputs)) if t not in expr.epilogue_inputs]
-    renumber = {old: new for new, old in enumerate(kept)}
+    renumber = piece_inputs_of(expr, axis)
     kept_inputs = tuple(inputs[t] if inputs[t].gather is None else
                         replace(inputs[t], gather=replace(inputs[t].gather, ids=renumber[inputs[t].gather.ids]))
-                        for t in kept)
+                        for t in renumber)
     return replace(piece, inputs=kept_inputs, epilogue=None, epilogue_inputs=(),
                    body=_renumber_loads(expr.body, renumber))
 

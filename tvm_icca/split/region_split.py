@@ -29,6 +29,7 @@ from tvm_icca.lower.region import PendingOp, RegionOps
 from tvm_icca.split.pieces import (
     combine_expression,
     concat_expression,
+    piece_inputs_of,
     split_blocks,
     split_dims,
     sub_expression,
@@ -45,12 +46,18 @@ JOIN_FAN_IN = 4
 @dataclass(frozen=True)
 class SplitChoice:
     """Operator ``op`` (its index in the region) runs as ``pieces`` sub-operators along
-    ``axis``; ``estimated_time_s`` is what the choice was expected to take (reports)."""
+    ``axis``; ``estimated_time_s`` is what the choice was expected to take (reports).
+
+    ``follow_always``: readers of the pieces follow the split even when each piece re-reads
+    an off-chip tensor the split does not cut (a split made to relieve the SRAM the region's
+    intermediates hold, :func:`~tvm_icca.split.split_choice.pressure_root`: joining them
+    again would hold what the split was for)."""
 
     op: int
     axis: str
     pieces: int
     estimated_time_s: float = 0.0
+    follow_always: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ class _Pieces:
     blocks: tuple[tuple[int, int], ...]
     names: tuple[str, ...]
     chain: int  # the index of the operator whose split started the chain
+    follow_always: bool = False  # the chain's SplitChoice.follow_always
 
 
 def piece_name(name: str, k: int) -> str:
@@ -141,17 +149,16 @@ def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps
             c = chosen[j]
             for t in reads:
                 join(op.input_names[t], j)
-            plan = (c.axis, split_blocks(op.expr.extent(c.axis), c.pieces), {}, j)
+            plan = (c.axis, split_blocks(op.expr.extent(c.axis), c.pieces), {}, j, c.follow_always)
         elif reads and plan is None:
             for t in reads:
                 join(op.input_names[t], j)
         if plan is None:
             out.append(((j, -1, j, 0), op))
             continue
-        axis, blocks, piece_inputs, chain = plan
+        axis, blocks, piece_inputs, chain, follow_always = plan
         reduce = any(a.name == axis and a.reduce for a in op.expr.axes)
-        kept = [t for t in range(len(op.input_names))
-                if not (reduce and op.expr.epilogue is not None and t in op.expr.epilogue_inputs)]
+        kept = list(piece_inputs_of(op.expr, axis))
         names = []
         for k, (start, length) in enumerate(blocks):
             out_name = piece_name(op.output_name, k)
@@ -169,7 +176,7 @@ def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps
                                   _label(op, f"{len(blocks)} partials combined"))))
         else:
             dim = (split_dims(op.expr.output, axis) or (None,))[0]
-            pieced[op.output_name] = _Pieces(dim, blocks, tuple(names), chain)
+            pieced[op.output_name] = _Pieces(dim, blocks, tuple(names), chain, follow_always)
     for name in region.outputs:
         if name in pieced:
             join(name, len(region.ops))
@@ -178,7 +185,7 @@ def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps
 
 def _follow(op: PendingOp, reads: list[int], pieced: dict[str, _Pieces], offchip: set[str]):
     """How ``op`` splits to read the pieces it reads one by one, or ``None`` if it cannot:
-    ``(axis, blocks, {input: piece names}, chain)``."""
+    ``(axis, blocks, {input: piece names}, chain, follow_always)``."""
     axis, first = None, None
     for t in reads:
         p = pieced[op.input_names[t]]
@@ -193,13 +200,16 @@ def _follow(op: PendingOp, reads: list[int], pieced: dict[str, _Pieces], offchip
     if why_not_splittable(op.expr, axis) is not None:
         return None
     # reading an off-chip tensor the split does not cut once per piece costs (pieces - 1)
-    # extra reads of it: worth it only while that is less than joining the pieces
+    # extra reads of it: worth it only while that is less than joining the pieces, unless
+    # the joined tensor is what the chip has no room for
+    always = all(pieced[op.input_names[t]].follow_always for t in reads)
     whole = sum(a.nbytes for t, a in enumerate(op.expr.inputs)
                 if op.input_names[t] in offchip and not split_dims(a, axis))
     joined = sum(op.expr.inputs[t].nbytes for t in reads)
-    if whole * (len(first.blocks) - 1) > joined:
+    if not always and whole * (len(first.blocks) - 1) > joined:
         return None
-    return axis, first.blocks, {t: pieced[op.input_names[t]].names for t in reads}, first.chain
+    return (axis, first.blocks, {t: pieced[op.input_names[t]].names for t in reads},
+            first.chain, always)
 
 
 def _label(op: PendingOp, what: str) -> str:

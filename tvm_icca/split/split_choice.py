@@ -13,6 +13,13 @@ the number of pieces with the plan search itself: every candidate's first (large
 planned by :class:`~tvm_icca.planning.plan_cache.PlanCache`'s search under the same cost
 model, and the candidate with the least estimated time for all its pieces wins (fewer pieces
 on a tie: each piece costs a synchronization and a launch).
+
+An operator can also fail to plan because the intermediates its region holds beside it fill
+the SRAM (a 32K-token prompt's MLP holds the ``[32K, 13824]`` gate output while the up
+projection runs). Cutting that operator finer does not help; :func:`pressure_root` finds the
+operator to cut instead: the producer of the largest tensor held, or, where that producer
+and the failed operator read a common tensor, that tensor's producer, so that the whole chain
+follows one split and runs piece by piece (the chunked prefill of serving systems).
 """
 
 from __future__ import annotations
@@ -23,8 +30,15 @@ from typing import Callable, Mapping, Sequence
 from runtime_sim.contract.errors import PlanNotFoundError
 from runtime_sim.contract.expr import TensorExpr, tensor_bytes
 from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.lifetimes import last_reads, outlives
 from tvm_icca.lower.region import RegionOps
-from tvm_icca.split.pieces import split_blocks, split_dims, sub_expression, why_not_splittable
+from tvm_icca.split.pieces import (
+    piece_inputs_of,
+    split_blocks,
+    split_dims,
+    sub_expression,
+    why_not_splittable,
+)
 from tvm_icca.split.region_split import SplitChoice
 
 #: Share of a core's usable SRAM a piece's tensors may fill when perfectly spread. A plan
@@ -72,7 +86,8 @@ def split_axes(expr: TensorExpr) -> list[str]:
 
 def choose_splits(region: RegionOps, hw: HardwareSpec, plan_piece: PlanPiece,
                   forced: Mapping[int, int] = {},
-                  hbm_names: frozenset[str] = frozenset()) -> list[SplitChoice]:
+                  hbm_names: frozenset[str] = frozenset(),
+                  pressure: Mapping[int, tuple[str, int]] = {}) -> list[SplitChoice]:
     """The operators of ``region`` to split and how (see the module docstring).
 
     Parameters
@@ -89,6 +104,10 @@ def choose_splits(region: RegionOps, hw: HardwareSpec, plan_piece: PlanPiece,
         to try; the others are split when :func:`needs_split`.
     hbm_names : frozenset of str
         The region tensors read from HBM: their readers are preloaded.
+    pressure : Mapping[int, tuple[str, int]]
+        Operators to cut to relieve the SRAM their region's intermediates hold
+        (:func:`pressure_root`): index -> (axis, pieces), taken as given; their readers
+        follow the split (``SplitChoice.follow_always``).
 
     Returns
     -------
@@ -99,6 +118,10 @@ def choose_splits(region: RegionOps, hw: HardwareSpec, plan_piece: PlanPiece,
     choices = []
     produced = {op.output_name for op in region.ops}
     for i, op in enumerate(region.ops):
+        if i in pressure:
+            axis, pieces = pressure[i]
+            choices.append(SplitChoice(i, axis, pieces, follow_always=True))
+            continue
         at_least = forced.get(i, 0)
         preloaded = any(n in hbm_names for n in op.input_names)
         if not at_least and not needs_split(op.expr, hw, preloaded):
@@ -146,6 +169,7 @@ def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: 
     best: SplitChoice | None = None
     for axis in split_axes(expr):
         extent = expr.extent(axis)
+        position = piece_inputs_of(expr, axis)
         for pieces in _candidates(extent, fewest):
             start, length = split_blocks(extent, pieces)[0]
             piece = sub_expression(expr, axis, start, length, expr.output.name)
@@ -153,8 +177,9 @@ def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: 
                 seconds = plan_piece(piece, budget, f"{name} (part 1/{pieces})")
             except PlanNotFoundError:
                 continue
-            reads = sum(tensor_bytes(piece.access_shape(t), piece.inputs[t].dtype) / rate
-                        for t, rate in offchip.items())
+            # an input only the combine reads (a cut reduction's epilogue) is read once
+            reads = sum(tensor_bytes(piece.access_shape(k), piece.inputs[k].dtype) / offchip[t]
+                        for t, k in position.items() if t in offchip)
             total = (seconds + reads) * pieces
             if best is None or total < best.estimated_time_s * (1 - 1e-9):
                 best = SplitChoice(index, axis, pieces, total)
@@ -181,3 +206,59 @@ def _candidates(extent: int, fewest: int) -> Sequence[int]:
             break
         counts.append(nxt)
     return counts
+
+
+def pressure_root(region: RegionOps, failed: int) -> tuple[int, str] | None:
+    """The operator to cut, and its axis, when operator ``failed`` of ``region`` has no plan
+    because the intermediates held beside it fill the SRAM; ``None`` if none can be cut.
+
+    The tensors held while ``failed`` runs are those of the one lifetime rule
+    (:mod:`runtime_sim.contract.lifetimes`), less the region outputs that stay on chip to its
+    end (they are held whole however they are cut). From the largest whose producer can be cut along
+    its longest output axis, the walk goes up through the input that axis cuts while that
+    input is also read by another operator no later than ``failed`` (a fork such as the norm
+    feeding an MLP's gate and up projections): cutting the fork's producer makes both
+    branches follow one split, so neither branch's output is held whole beside the other.
+    """
+    ops = region.ops
+    staying = set(region.staying_outputs)
+    last = last_reads([op.input_names for op in ops], staying)
+    producer = {op.output_name: j for j, op in enumerate(ops)}
+    # an output that stays on chip to the region's end is held whole however it is cut
+    held = [j for j in range(min(failed, len(ops)))
+            if outlives(last, ops[j].output_name, failed) and ops[j].output_name not in staying]
+    for j in sorted(held, key=lambda j: -ops[j].expr.output.nbytes):
+        axis = _longest_output_axis(ops[j].expr)
+        if axis is None:
+            continue
+        root = (j, axis)
+        while (up := _fork_above(region, *root, failed, producer)) is not None:
+            root = up
+        return root
+    return None
+
+
+def _longest_output_axis(expr: TensorExpr) -> str | None:
+    """The longest spatial axis that cuts ``expr``'s output and along which it can be cut."""
+    axes = [a for a in expr.axes if not a.reduce and a.extent > 1 and split_dims(expr.output, a.name)
+            and why_not_splittable(expr, a.name) is None]
+    return max(axes, key=lambda a: a.extent).name if axes else None
+
+
+def _fork_above(region: RegionOps, op: int, axis: str, failed: int,
+                producer: Mapping[str, int]) -> tuple[int, str] | None:
+    """The producer of an input of ``op`` cut by ``axis`` that another operator no later
+    than ``failed`` reads too, with the axis that cuts the same dimension of its output."""
+    expr = region.ops[op].expr
+    for t, name in enumerate(region.ops[op].input_names):
+        dims = split_dims(expr.inputs[t], axis)
+        if not dims or name not in producer:
+            continue
+        readers = [k for k, o in enumerate(region.ops) if k <= failed and name in o.input_names]
+        if len(readers) < 2:
+            continue
+        q = region.ops[producer[name]].expr
+        index = q.output.indices[dims[0]]
+        if index.is_simple and why_not_splittable(q, index.terms[0][0]) is None:
+            return producer[name], index.terms[0][0]
+    return None
