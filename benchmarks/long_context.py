@@ -27,16 +27,16 @@ ROOT = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from elk_llm import DESIGNS, MODELS, RESULTS, run_case  # noqa: E402
-from result_files import write_markdown  # noqa: E402
+from result_files import provenance_line, write_markdown  # noqa: E402
 
 HARDWARE = "ipu-pod4-hbm"
 #: Decode contexts (the issue's 8K-128K) and the batch of the table.
 CONTEXTS = (8192, 16384, 32768, 65536, 131072)
 DECODE_BATCH = 16
 #: Prompt lengths of the prefill and training-forward rows (Llama2-13B, batch 1). A prefill
-#: returns every layer's keys and values, which stay on chip until the region ends, so its
-#: rows run ``--prefill-layers`` layers; the training forward returns only the logits and
-#: runs whole.
+#: returns every layer's keys and values; they leave the chip as they are produced
+#: (``runtime_sim.contract.lifetimes.staying_outputs``), so both run whole unless
+#: ``--prefill-layers`` says otherwise.
 PREFILL = (8192, 16384, 32768)
 #: The cases the long-context work set out to run, beside the matrix. The first two keep
 #: more state than the 384 GiB of HBM of ``ipu-pod4-hbm`` (392 and 424 GiB), so they run at
@@ -49,7 +49,7 @@ GOAL_CASES = (("opt-30b", 64, 4096, "goal"), ("llama2-13b", 16, 32768, "goal"),
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--contexts", nargs="+", type=int, default=list(CONTEXTS))
+    parser.add_argument("--contexts", nargs="*", type=int, default=list(CONTEXTS))
     parser.add_argument("--batch", type=int, default=DECODE_BATCH)
     parser.add_argument("--designs", nargs="+", default=list(DESIGNS))
     parser.add_argument("--prefill", nargs="*", type=int, default=list(PREFILL))
@@ -58,11 +58,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the first LAYERS layers (default: all)")
     parser.add_argument("--goal-layers", type=int, default=8,
                         help="layers of the goal cases whose state exceeds the HBM")
-    parser.add_argument("--prefill-layers", type=int, default=4,
-                        help="layers of the prefill rows (their keys and values stay on chip "
-                             "until the region ends)")
+    parser.add_argument("--prefill-layers", type=int, default=None,
+                        help="only the first N layers in the prefill rows (default: all)")
     parser.add_argument("--prompt-designs", nargs="+", default=["elk-full", "ideal"],
                         help="designs of the prefill and training rows")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the rows of the committed results this run does not remake "
+                             "(each row names the commit it was made on)")
     parser.add_argument("--render", metavar="JSONL",
                         help="write the table and plot from the rows a run kept as its cases "
                              "ended (long_context.partial.jsonl) instead of running")
@@ -89,8 +91,35 @@ def main(argv: list[str] | None = None) -> int:
             rows += _tagged(run_case("llama2-13b", HARDWARE, 1, seq, layers, designs=long_prompt,
                                      workload_args={"phase": phase, "seq_len": seq}), phase, seq)
     (RESULTS / "long_context.partial.jsonl").unlink(missing_ok=True)
+    if args.merge:
+        rows = _merged(_committed_rows(), rows)
     _write(rows, args)
     return 0
+
+
+def _case(r: dict[str, Any]) -> tuple:
+    return tuple(r.get(k) for k in ("model", "phase", "batch", "length", "design"))
+
+
+def _committed_rows() -> list[dict[str, Any]]:
+    """The rows of the committed results, each with the commit it was made on (rows written
+    before rows named their commit take the one of the file's provenance line)."""
+    path = RESULTS / "long_context.json"
+    if not path.exists():
+        return []
+    md = RESULTS / "long_context.md"
+    first = md.read_text().splitlines()[0] if md.exists() else ""
+    made_on = first.split(" on commit ")[1].split(" ")[0] if " on commit " in first else "unknown"
+    return [{"commit": made_on, **r} for r in json.loads(path.read_text())]
+
+
+def _merged(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``old``'s rows in order, each replaced by the ``new`` row of the same case if there is
+    one (a case with a different number of layers is the same case remade); then the new
+    cases."""
+    fresh = {_case(r): r for r in new}
+    out = [fresh.pop(_case(r), r) for r in old]
+    return out + [r for r in new if _case(r) in fresh]
 
 
 def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
@@ -99,19 +128,34 @@ def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     write_markdown(RESULTS / "long_context.md", "\n".join(
         ["# Long context: split operators streamed from HBM", "",
          f"`{HARDWARE}`; decode at batch {args.batch} unless the row says otherwise; the "
-         "layers column says how many layers ran.", ""] + _table(rows)))
+         "layers column says how many layers ran.", ""] + _made_on(rows) + _table(rows)))
     _plot(rows)
 
 
 def _tagged(rows: list[dict[str, Any]], phase: str, length: int) -> list[dict[str, Any]]:
+    commit = provenance_line().split(" on commit ")[1].split(" ")[0]
     for r in rows:
-        r["phase"], r["length"] = phase, length
+        r["phase"], r["length"], r["commit"] = phase, length, commit
     # each case as it ends: a long run that stops keeps what it measured
     partial = RESULTS / "long_context.partial.jsonl"
     with partial.open("a", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
     return rows
+
+
+def _made_on(rows: list[dict[str, Any]]) -> list[str]:
+    """A line naming the commits the rows were made on, when a merged run mixes them."""
+    commits: dict[str, list[str]] = {}
+    for r in rows:
+        commits.setdefault(r.get("commit", "this run's"), [])
+        phase = r["phase"]
+        if phase not in commits[r.get("commit", "this run's")]:
+            commits[r.get("commit", "this run's")].append(phase)
+    if len(commits) < 2:
+        return []
+    parts = [f"{', '.join(phases)} rows on commit {c}" for c, phases in commits.items()]
+    return ["Merged from runs on several commits (`--merge`): " + "; ".join(parts) + ".", ""]
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
