@@ -135,3 +135,39 @@ def test_mlp_chain_is_cut_when_its_intermediates_fill_the_chip():
     ex = tvm_icca.compile(mod, chip, resident=resident, preload="elk-full")
     got = run_outputs(ex, [tvm.runtime.tensor(a) for a in (x, wg, wu, wd)])[0].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _softmax_attention(heads: int, ctx: int, dim: int) -> tvm.IRModule:
+    """Decode attention as exported models write it: ``softmax(q K^T + mask) V``."""
+    def body(q, k, v, mask):
+        s = relax.op.add(relax.op.matmul(q, relax.op.permute_dims(k, [0, 1, 3, 2])), mask)
+        return relax.op.matmul(relax.op.nn.softmax(s, axis=-1), v)
+
+    func = relax_function(((1, heads, 1, dim), (1, heads, ctx, dim), (1, heads, ctx, dim),
+                           (1, 1, 1, ctx)), body, names=["q", "k_cache", "v_cache", "mask"])
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def test_softmax_over_keys_cut_into_blocks_uses_the_online_combine():
+    """The scores of a cache too long for the chip are cut along the keys; the softmax then
+    runs per block (maximum, shifted exponent, sum, partial ``P V``) and one operator
+    rescales the blocks to their common maximum (split.online_softmax), exactly."""
+    heads, ctx, dim = 2, 4096, 32
+    mod, chip = _softmax_attention(heads, ctx, dim), _chip(16)
+    resident = ["k_cache", "v_cache"]
+    model = compile_programs(mod, chip, resident=resident, preload="elk-full")
+    labels = [op.label for p in model.programs for op in p.ops]
+    blocks = sum("(online, block" in label and label.endswith("maximum") for label in labels)
+    assert blocks >= 2, labels
+    assert any("online softmax of" in label for label in labels)
+    assert not any("joined" in label for label in labels), "no whole row is put back together"
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal(s).astype(np.float32)
+               for s in ((1, heads, 1, dim), (1, heads, ctx, dim), (1, heads, ctx, dim)))
+    mask = np.where(rng.random((1, 1, 1, ctx)) < 0.1, -1e9, 0).astype(np.float32)
+    s = q @ k.transpose(0, 1, 3, 2) + mask
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ v
+    ex = tvm_icca.compile(mod, chip, resident=resident, preload="elk-full")
+    got = run_outputs(ex, [tvm.runtime.tensor(a) for a in (q, k, v, mask)])[0].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

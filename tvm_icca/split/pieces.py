@@ -156,12 +156,19 @@ def combine_expression(expr: TensorExpr, partials: Sequence[str]) -> TensorExpr:
     joined = loads[0]
     for nxt in loads[1:]:
         joined = {"op": COMBINE_OPS[expr.combiner], "args": [joined, nxt]}
-    epi_inputs = tuple(expr.inputs[t] for t in expr.epilogue_inputs)
-    body = joined
-    if expr.epilogue is not None:
-        renumber = {t: len(partials) + k for k, t in enumerate(expr.epilogue_inputs)}
-        body = _replace_result(_renumber_loads(expr.epilogue, renumber), joined)
+    epi_inputs, body = renumbered_epilogue(expr, joined, len(partials))
     return TensorExpr("elementwise", spatial, part_accesses + epi_inputs, out, body)
+
+
+def renumbered_epilogue(expr: TensorExpr, value: Expr, first: int) -> tuple[tuple[TensorAccess, ...], Expr]:
+    """``expr``'s epilogue applied to ``value`` in an operator whose inputs before ``first``
+    are others: the epilogue's inputs (to append at ``first``) and the body. Without an
+    epilogue, no inputs and ``value`` itself."""
+    if expr.epilogue is None:
+        return (), value
+    renumber = {t: first + k for k, t in enumerate(expr.epilogue_inputs)}
+    return (tuple(expr.inputs[t] for t in expr.epilogue_inputs),
+            _replace_result(_renumber_loads(expr.epilogue, renumber), value))
 
 
 def concat_expression(output: TensorAccess, dim: int, pieces: Sequence[tuple[str, int, int]]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from tvm_icca.lower.region import PendingOp, RegionOps
+from tvm_icca.split.online_softmax import online_softmax
 from tvm_icca.split.pieces import (
     combine_expression,
     concat_expression,
@@ -82,8 +83,9 @@ def is_join(name: str) -> bool:
 
 
 def original_operator(name: str) -> str:
-    """The operator of the unsplit region a (sub-, combine or concat) operator comes from."""
-    for suffix in (".combine", ".concat"):
+    """The operator of the unsplit region a (sub-, combine, concat or online-softmax)
+    operator comes from."""
+    for suffix in (".combine", ".concat", ".online"):
         if suffix in name:
             return name[: name.index(suffix)]
     head, _, tail = name.rpartition(".p")
@@ -140,11 +142,25 @@ def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps
             level += 1
         joined.add(name)
 
+    readers: dict[str, list[int]] = {}
     for j, op in enumerate(region.ops):
+        for name in set(op.input_names):
+            readers.setdefault(name, []).append(j)
+    replaced: set[int] = set()  # readers whose output an online softmax computes
+    for j, op in enumerate(region.ops):
+        if j in replaced:
+            continue
         reads = [t for t, n in enumerate(op.input_names) if n in pieced and n not in joined]
         # a reader of pieces follows their split when it can; a chosen operator also needs
         # at least as many pieces as it was chosen with
         plan = _follow(op, reads, pieced, offchip) if reads else None
+        if plan is None and reads:
+            online = _online_softmax(region, j, reads, pieced, readers)
+            if online is not None:
+                reader, chain, items = online
+                out += items
+                replaced.add(reader)
+                continue
         if j in chosen and (plan is None or len(plan[1]) < chosen[j].pieces):
             c = chosen[j]
             for t in reads:
@@ -210,6 +226,33 @@ def _follow(op: PendingOp, reads: list[int], pieced: dict[str, _Pieces], offchip
         return None
     return (axis, first.blocks, {t: pieced[op.input_names[t]].names for t in reads},
             first.chain, always)
+
+
+def _online_softmax(region: RegionOps, j: int, reads: list[int], pieced: dict[str, _Pieces],
+                    readers: dict[str, list[int]]):
+    """Softmax ``j`` over score pieces cut along its row, and its one reader ``P V``, as
+    per-block statistics and partial products plus the online-softmax combine
+    (:mod:`.online_softmax`): ``(reader index, chain, keyed operators)``, or ``None``."""
+    op = region.ops[j]
+    if len(reads) != 1 or op.output_name in region.outputs:
+        return None
+    p = pieced[op.input_names[reads[0]]]
+    if p.dim != len(op.expr.inputs[reads[0]].shape) - 1 or len(readers.get(op.output_name, ())) != 1:
+        return None
+    jp = readers[op.output_name][0]
+    pv = region.ops[jp]
+    values: dict[int, tuple[int, tuple[str, ...]]] = {}
+    for t, name in enumerate(pv.input_names):
+        if name in pieced and name != op.output_name:
+            other = pieced[name]
+            if other.blocks != p.blocks:
+                return None
+            values[t] = (other.dim, other.names)
+    online = online_softmax(op, pv, p.names, p.blocks, values)
+    if online is None:
+        return None
+    items = [((p.chain, k, (j, jp)[which], sub), item) for (k, which, sub), item in online.ops]
+    return jp, p.chain, items
 
 
 def _label(op: PendingOp, what: str) -> str:
