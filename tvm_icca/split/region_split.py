@@ -121,7 +121,7 @@ def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps
         if name in joined:
             return
         p = pieced[name]
-        src = next(op for op in region.ops if op.output_name == name)
+        at, src = next((i, op) for i, op in enumerate(region.ops) if op.output_name == name)
         parts = [(n, s, length) for n, (s, length) in zip(p.names, p.blocks)]
         level = 0
         while len(parts) > 1:  # a tree of concats: each reads at most JOIN_FAN_IN pieces
@@ -129,13 +129,19 @@ def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps
             last = len(groups) == 1
             parts = []
             for g, group in enumerate(groups):
+                # a chain cut for the region's memory joins each group as soon as its last
+                # piece exists: the concat holds the group in its own (spread) layout rather
+                # than each piece staying on the cores its plan wrote it to
+                done = min((g + 1) * JOIN_FAN_IN ** (level + 1), len(p.blocks)) - 1
+                key = ((p.chain, done, at, 1 + level) if p.follow_always
+                       else (before, -1, before, -1 - level))
                 start = group[0][1]
                 length = sum(n for _, _, n in group)
                 shape = tuple(length if d == p.dim else n for d, n in enumerate(src.expr.output.shape))
                 tag = "" if last else f".j{level}.{g}"
                 target = replace(src.expr.output, name=name + tag, shape=shape)
                 expr = concat_expression(target, p.dim, [(n, s - start, k) for n, s, k in group])
-                out.append(((before, -1, before, -1 - level), PendingOp(
+                out.append((key, PendingOp(
                     f"{src.name}.concat{tag}", expr, tuple(n for n, _, _ in group), name + tag,
                     _label(src, "joined"))))
                 parts.append((name + tag, start, length))
