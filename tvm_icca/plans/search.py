@@ -33,7 +33,7 @@ from runtime_sim.contract.expr import TensorExpr, dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
-from tvm_icca.plans.batch_cost import AnalyticBatchModel, BatchCostModel
+from tvm_icca.plans.batch_cost import AnalyticBatchModel, ArrivalCostModel, BatchCostModel
 from tvm_icca.plans.bounds import memory_lower_bound
 from tvm_icca.plans.cost import AnalyticCostModel, CostModel, PlanCost
 from tvm_icca.plans.filters import PlanFilters
@@ -251,7 +251,10 @@ def plan_operator(
         Indices into ``expr.inputs`` of inputs read from HBM (multi-chip placement only).
     producers : sequence of (int, OpLayout)
         ``(input index, layout)`` of inputs produced earlier in the region, whose data the
-        placement stays near (multi-chip placement only).
+        placement stays near (multi-chip placement). With the default model the search also
+        prices their arrival in the plan's partitions (``partition bytes / link bandwidth``,
+        :class:`.batch_cost.ArrivalCostModel`, as T10 §4.3.2's reconciliation does for
+        activations), so that replicating a produced tensor onto many cores is not free.
 
     Returns
     -------
@@ -269,10 +272,13 @@ def plan_operator(
     _check_fits_chip(expr, hw, budget, label)
     default = cost_model is None or type(cost_model) is AnalyticCostModel
     hbm_inputs = tuple(sorted(int(t) for t in hbm_inputs))
+    # an input an earlier operator produced sits in that operator's layout: every core must
+    # receive its partition before the first step, so a plan that replicates it pays for it
+    arriving = tuple(sorted({int(t) for t, _ in producers}))
     # the search does not depend on the chips; its result is kept without the mapping, which
     # is chosen (and memoized) per context: HBM inputs and producers' layouts. Keyed on the
     # fields the search reads (.hw_fields), so chips differing in others share it.
-    key = (("search", expr.structure_key(views=False), search_key(hw), budget)
+    key = (("search", expr.structure_key(views=False), search_key(hw), arriving, budget)
            if default and cache is not None else None)
     result = None
     if key is not None:
@@ -283,7 +289,7 @@ def plan_operator(
             result = hit if hit.expr == expr else dataclasses.replace(
                 hit, expr=expr, layout=OpLayout(expr, hit.plan))
     if result is None:
-        result = _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default)
+        result = _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default, arriving)
         if key is not None:
             cache.remember(key, result)
             budgets = cache.planned(key[:-1]) or ()
@@ -317,11 +323,15 @@ def _within_budget(cache: SearchMemo, key: tuple, budget: int) -> PlannedOp | No
 
 
 def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
-            label: str, cache: SearchMemo, default: bool) -> PlannedOp:
-    """The plan of :func:`plan_operator` before its mapping to physical cores."""
+            label: str, cache: SearchMemo, default: bool, arriving: tuple[int, ...] = ()) -> PlannedOp:
+    """The plan of :func:`plan_operator` before its mapping to physical cores; with the
+    default model, ``arriving`` inputs are priced as they arrive in the plan's partitions
+    (:class:`.batch_cost.ArrivalCostModel`), its reported time stays the operator's own."""
     structure = plan_structure(expr, cache)
     if default or _is_batch_model(cost_model):
         model = AnalyticBatchModel(hw) if default else cost_model
+        if default and arriving:
+            model = ArrivalCostModel(model, arriving, hw, device_reduction=False)
         best = best_plan(structure, model, budget, hw.num_cores, cache=cache)
         if best is None:
             _raise_nothing_fits(structure, hw, budget, label, cache)
