@@ -29,16 +29,26 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from runtime_sim.contract.errors import PlanNotFoundError, operator_subject, short_name
-from runtime_sim.contract.expr import TensorExpr, dtype_bytes
+from runtime_sim.contract.expr import TensorExpr, dtype_bytes, tensor_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
-from tvm_icca.plans.batch_cost import AnalyticBatchModel, ArrivalCostModel, BatchCostModel
+from schedules import template_for
+from tvm_icca.plans.batch_cost import (
+    AnalyticBatchModel,
+    ArrivalCostModel,
+    BatchCostModel,
+)
 from tvm_icca.plans.bounds import memory_lower_bound
 from tvm_icca.plans.cost import AnalyticCostModel, CostModel, PlanCost
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.hw_fields import placement_key, search_key
-from tvm_icca.plans.mapping import Producer, pick_placement, placement_bytes, producer_key
+from tvm_icca.plans.mapping import (
+    Producer,
+    pick_placement,
+    placement_bytes,
+    producer_key,
+)
 from tvm_icca.plans.partitions import StepCaps, StepFilter, plans_for
 from tvm_icca.plans.scoring import (
     CHUNK_PLANS,
@@ -272,9 +282,7 @@ def plan_operator(
     _check_fits_chip(expr, hw, budget, label)
     default = cost_model is None or type(cost_model) is AnalyticCostModel
     hbm_inputs = tuple(sorted(int(t) for t in hbm_inputs))
-    # an input an earlier operator produced sits in that operator's layout: every core must
-    # receive its partition before the first step, so a plan that replicates it pays for it
-    arriving = tuple(sorted({int(t) for t, _ in producers}))
+    arriving = arriving_inputs(expr, hw, hbm_inputs, producers)
     # the search does not depend on the chips; its result is kept without the mapping, which
     # is chosen (and memoized) per context: HBM inputs and producers' layouts. Keyed on the
     # fields the search reads (.hw_fields), so chips differing in others share it.
@@ -295,6 +303,26 @@ def plan_operator(
             budgets = cache.planned(key[:-1]) or ()
             cache.remember(key[:-1], (*budgets[-MAX_BUDGETS_KEPT + 1:], (budget, result)))
     return _mapped(result, hw, hbm_inputs, producers, cache)
+
+
+def arriving_inputs(expr: TensorExpr, hw: HardwareSpec, hbm_inputs: Sequence[int],
+                    producers: Sequence[Producer]) -> tuple[int, ...]:
+    """The inputs whose arrival in a plan's partitions the search prices
+    (:class:`.batch_cost.ArrivalCostModel`): those an earlier operator produced, as they sit
+    in that operator's layout and every core must receive its partition before the first
+    step. Only when the operator's compute outlasts its HBM reads: Elk overlaps an
+    HBM-bound operator's execution, re-layouts included, with its loads (Elk §4.2), so there
+    the arrival is hidden, and pricing it would trade hidden time for real loads."""
+    produced = tuple(sorted({int(t) for t, _ in producers}))
+    if not produced or not hbm_inputs or hw.hbm_bandwidth <= 0:
+        return produced
+    template = template_for(expr.kind)
+    peak = (hw.peak_matrix_flops if template.unit == "matrix"
+            else hw.num_cores * hw.vector_flops_per_cycle * hw.clock_hz)
+    compute_s = template.flops(expr, {}) / peak
+    reads_s = sum(tensor_bytes(expr.access_shape(t), expr.inputs[t].dtype) for t in hbm_inputs) \
+        / hw.hbm_bandwidth
+    return produced if compute_s > reads_s else ()
 
 
 #: Budgets remembered per operator structure for :func:`_within_budget`.
