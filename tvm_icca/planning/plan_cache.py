@@ -152,10 +152,10 @@ class PlanCache:
 
     def plan(self, expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None,
              budget: int, name: str, hbm_inputs: tuple[int, ...] = (),
-             producers: tuple[Producer, ...] = ()) -> PlannedOp:
+             producers: tuple[Producer, ...] = (), arriving: tuple[int, ...] = ()) -> PlannedOp:
         if cost_model is not None and all(m is not cost_model for m in self._cost_models):
             self._cost_models.append(cost_model)
-        key = self._key(expr, hw, cost_model, budget, hbm_inputs, producers)
+        key = self._key(expr, hw, cost_model, budget, hbm_inputs, producers) + (tuple(arriving),)
         planned = self._plans.get(key)
         if planned is None and cost_model is None and key not in self._failures and self.store is not None:
             failure = self.store.get(("failure",) + key)
@@ -175,7 +175,7 @@ class PlanCache:
             try:
                 planned = plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget,
                                         name=name, cache=self.search, hbm_inputs=hbm_inputs,
-                                        producers=producers)
+                                        producers=producers, arriving=arriving)
             except PlanNotFoundError as err:
                 self._remember_failure(key, (name, hw.name, str(err)), cost_model is None)
                 raise

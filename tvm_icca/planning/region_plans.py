@@ -15,19 +15,27 @@ from typing import Callable, Collection, Sequence
 from tvm import relax
 
 from runtime_sim.contract.errors import IccaError, PlanNotFoundError, short_name
-from runtime_sim.contract.expr import TensorExpr
+from runtime_sim.contract.expr import TensorExpr, tensor_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.lifetimes import HeldBytes
 from runtime_sim.contract.lifetimes import held_bytes as lifetime_held_bytes
 from runtime_sim.contract.program import DeviceProgram, OpProgram
+from schedules import template_for
 from tvm_icca.lower.region import PendingOp, RegionOps, extract_region
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.plans import CostModel, PlannedOp, plan_operator
 from tvm_icca.plans.plan_hook import PlanRequest, planned_with_hook
 from tvm_icca.plans.vgm import plan_vgm_operator
 from tvm_icca.progress import Phase
-from tvm_icca.split import PIECE_FILL, choose_splits, is_join, original_operator, pressure_root, split_region
+from tvm_icca.split import (
+    PIECE_FILL,
+    choose_splits,
+    is_join,
+    original_operator,
+    pressure_root,
+    split_region,
+)
 
 #: Execution models a region can be compiled for.
 EXECUTION_MODELS = ("t10", "vgm")
@@ -178,13 +186,16 @@ def plan_region(
     """
     ops: list[OpProgram] = []
     layouts: dict[str, OpLayout] = {}  # output name -> its producer's layout
+    priced = compute_bound(region, hw, hbm_names)
 
     def plan_one(op: PendingOp, budget: int) -> int:
         hbm = tuple(t for t, n in enumerate(op.input_names) if n in hbm_names)
         producers = tuple((t, layouts[n]) for t, n in enumerate(op.input_names)
                           if n in layouts and t not in hbm)
+        arriving = tuple(t for t, _ in producers) if priced else ()
         try:
-            planned = _search(op.expr, hw, cost_model, plan_cache, budget, op.describe(), hbm, producers)
+            planned = _search(op.expr, hw, cost_model, plan_cache, budget, op.describe(), hbm,
+                              producers, arriving)
         except PlanNotFoundError as err:
             # which operator, and what its region left it: plan_split_region splits it, or the
             # producers of what the region holds, and tries again
@@ -206,12 +217,37 @@ def plan_region(
 
 def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None,
             plan_cache: PlanCache | None, budget: int, name: str, hbm: tuple[int, ...] = (),
-            producers: tuple = ()) -> PlannedOp:
+            producers: tuple = (), arriving: tuple[int, ...] = ()) -> PlannedOp:
     """One operator's plan search within ``budget``: through the plan cache when there is one."""
     if plan_cache is not None:
-        return plan_cache.plan(expr, hw, cost_model, budget, name, hbm, producers)
+        return plan_cache.plan(expr, hw, cost_model, budget, name, hbm, producers, arriving)
     return plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget, name=name,
-                         hbm_inputs=hbm, producers=producers)
+                         hbm_inputs=hbm, producers=producers, arriving=arriving)
+
+
+def compute_bound(region: RegionOps, hw: HardwareSpec, hbm_names: frozenset[str]) -> bool:
+    """Whether the region's compute at peak outlasts reading its HBM tensors once: then the
+    planner prices the arrival of every input an earlier operator produced in the plan's
+    partitions (``plan_operator(arriving=...)``). In an HBM-bound region (a decode step)
+    Elk overlaps execution, re-layouts included, with the loads (Elk §4.2): the arrival is
+    hidden, and pricing it would trade hidden time for loads. On a chip without HBM the
+    state is on chip (planned by the reconciliation, which prices arrivals itself) or
+    streams from the host, which bounds the region: ``False``."""
+    if hw.hbm_bandwidth <= 0:
+        return False
+    compute_s = 0.0
+    for op in region.ops:
+        template = template_for(op.expr.kind)
+        peak = (hw.peak_matrix_flops if template.unit == "matrix"
+                else hw.num_cores * hw.vector_flops_per_cycle * hw.clock_hz)
+        compute_s += template.flops(op.expr, {}) / peak
+    hbm_bytes: dict[str, int] = {}
+    for op in region.ops:
+        for t, name in enumerate(op.input_names):
+            if name in hbm_names:
+                access = op.expr.inputs[t]
+                hbm_bytes[name] = tensor_bytes(access.tensor_shape, access.dtype)
+    return compute_s > sum(hbm_bytes.values()) / hw.hbm_bandwidth
 
 
 def region_budgets(region: RegionOps, hw: HardwareSpec,

@@ -29,11 +29,10 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from runtime_sim.contract.errors import PlanNotFoundError, operator_subject, short_name
-from runtime_sim.contract.expr import TensorExpr, dtype_bytes, tensor_bytes
+from runtime_sim.contract.expr import TensorExpr, dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
-from schedules import template_for
 from tvm_icca.plans.batch_cost import (
     AnalyticBatchModel,
     ArrivalCostModel,
@@ -223,6 +222,7 @@ def plan_operator(
     cache: SearchMemo | None = None,
     hbm_inputs: Sequence[int] = (),
     producers: Sequence[Producer] = (),
+    arriving: Sequence[int] = (),
 ) -> PlannedOp:
     """The fastest plan of one operator whose per-core footprint fits a budget (T10 §4.3.1).
 
@@ -261,10 +261,13 @@ def plan_operator(
         Indices into ``expr.inputs`` of inputs read from HBM (multi-chip placement only).
     producers : sequence of (int, OpLayout)
         ``(input index, layout)`` of inputs produced earlier in the region, whose data the
-        placement stays near (multi-chip placement). With the default model the search also
-        prices their arrival in the plan's partitions (``partition bytes / link bandwidth``,
+        placement stays near (multi-chip placement only).
+    arriving : sequence of int
+        Indices into ``expr.inputs`` whose arrival in the plan's partitions the search prices
+        with the default model (``partition bytes / link bandwidth``,
         :class:`.batch_cost.ArrivalCostModel`, as T10 §4.3.2's reconciliation does for
-        activations), so that replicating a produced tensor onto many cores is not free.
+        activations): inputs an earlier operator produced, so that replicating one onto
+        many cores is not free. The reported time stays the operator's own.
 
     Returns
     -------
@@ -282,7 +285,7 @@ def plan_operator(
     _check_fits_chip(expr, hw, budget, label)
     default = cost_model is None or type(cost_model) is AnalyticCostModel
     hbm_inputs = tuple(sorted(int(t) for t in hbm_inputs))
-    arriving = arriving_inputs(expr, hw, hbm_inputs, producers)
+    arriving = tuple(sorted({int(t) for t in arriving}))
     # the search does not depend on the chips; its result is kept without the mapping, which
     # is chosen (and memoized) per context: HBM inputs and producers' layouts. Keyed on the
     # fields the search reads (.hw_fields), so chips differing in others share it.
@@ -303,26 +306,6 @@ def plan_operator(
             budgets = cache.planned(key[:-1]) or ()
             cache.remember(key[:-1], (*budgets[-MAX_BUDGETS_KEPT + 1:], (budget, result)))
     return _mapped(result, hw, hbm_inputs, producers, cache)
-
-
-def arriving_inputs(expr: TensorExpr, hw: HardwareSpec, hbm_inputs: Sequence[int],
-                    producers: Sequence[Producer]) -> tuple[int, ...]:
-    """The inputs whose arrival in a plan's partitions the search prices
-    (:class:`.batch_cost.ArrivalCostModel`): those an earlier operator produced, as they sit
-    in that operator's layout and every core must receive its partition before the first
-    step. Only when the operator's compute outlasts its HBM reads: Elk overlaps an
-    HBM-bound operator's execution, re-layouts included, with its loads (Elk §4.2), so there
-    the arrival is hidden, and pricing it would trade hidden time for real loads."""
-    produced = tuple(sorted({int(t) for t, _ in producers}))
-    if not produced or not hbm_inputs or hw.hbm_bandwidth <= 0:
-        return produced
-    template = template_for(expr.kind)
-    peak = (hw.peak_matrix_flops if template.unit == "matrix"
-            else hw.num_cores * hw.vector_flops_per_cycle * hw.clock_hz)
-    compute_s = template.flops(expr, {}) / peak
-    reads_s = sum(tensor_bytes(expr.access_shape(t), expr.inputs[t].dtype) for t in hbm_inputs) \
-        / hw.hbm_bandwidth
-    return produced if compute_s > reads_s else ()
 
 
 #: Budgets remembered per operator structure for :func:`_within_budget`.
