@@ -155,7 +155,7 @@ class PlanCache:
              producers: tuple[Producer, ...] = (), arriving: tuple[int, ...] = ()) -> PlannedOp:
         if cost_model is not None and all(m is not cost_model for m in self._cost_models):
             self._cost_models.append(cost_model)
-        key = self._key(expr, hw, cost_model, budget, hbm_inputs, producers) + (tuple(arriving),)
+        key = self._key(expr, hw, cost_model, budget, hbm_inputs, producers, arriving)
         planned = self._plans.get(key)
         if planned is None and cost_model is None and key not in self._failures and self.store is not None:
             failure = self.store.get(("failure",) + key)
@@ -186,12 +186,13 @@ class PlanCache:
 
     @staticmethod
     def _key(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
-             hbm_inputs: Sequence[int], producers: Sequence[Producer]) -> tuple:
+             hbm_inputs: Sequence[int], producers: Sequence[Producer],
+             arriving: Sequence[int] = ()) -> tuple:
         # the placement depends on where the producers left the inputs; the default model's
         # plans on the chip's fields they read (plans.hw_fields), another model's on all
         chip = plan_key(hw, tuple(hbm_inputs)) if cost_model is None else hw
         return (expr.structure_key(views=False), chip, int(budget), None if cost_model is None else id(cost_model),
-                tuple(hbm_inputs), producer_key(tuple(producers)))
+                tuple(hbm_inputs), producer_key(tuple(producers)), tuple(arriving))
 
     def _remember_failure(self, key: tuple, failure: tuple[str, str, str], keep: bool) -> None:
         """A search that proved no plan fits; ``keep``: also on disk (default model only)."""
