@@ -335,14 +335,17 @@ def _within_budget(cache: SearchMemo, key: tuple, budget: int) -> PlannedOp | No
 
 def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
             label: str, cache: SearchMemo, default: bool, arriving: tuple[int, ...] = ()) -> PlannedOp:
-    """The plan of :func:`plan_operator` before its mapping to physical cores; with the
-    default model, ``arriving`` inputs are priced as they arrive in the plan's partitions
-    (:class:`.batch_cost.ArrivalCostModel`), its reported time stays the operator's own."""
+    """The plan of :func:`plan_operator` before its mapping to physical cores. With the
+    default model and ``arriving`` inputs, the search uses :class:`.batch_cost.ArrivalCostModel`
+    as the reconciliation does: the inputs priced as they arrive in the plan's partitions,
+    and the replica reduction as the device schedules it (T10's ring term under-estimates
+    many replicas of small partitions: prefill's ``P V`` summed over 8K keys); the reported
+    time stays the analytic model's."""
     structure = plan_structure(expr, cache)
     if default or _is_batch_model(cost_model):
         model = AnalyticBatchModel(hw) if default else cost_model
         if default and arriving:
-            model = ArrivalCostModel(model, arriving, hw, device_reduction=False)
+            model = ArrivalCostModel(model, arriving, hw)
         best = best_plan(structure, model, budget, hw.num_cores, cache=cache)
         if best is None:
             _raise_nothing_fits(structure, hw, budget, label, cache)
