@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="layers of the goal cases whose state exceeds the HBM")
     parser.add_argument("--prefill-layers", type=int, default=None,
                         help="only the first N layers in the prefill rows (default: all)")
+    parser.add_argument("--phases", nargs="+", default=["prefill", "train"],
+                        choices=["prefill", "train"], help="phases of the prompt rows")
     parser.add_argument("--prompt-designs", nargs="+", default=["elk-full", "ideal"],
                         help="designs of the prefill and training rows")
     parser.add_argument("--merge", action="store_true",
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     long_prompt = tuple(d for d in args.prompt_designs if d in designs) or designs
     for seq in args.prefill:
         for phase, layers in (("prefill", args.prefill_layers), ("train", args.layers)):
+            if phase not in args.phases:
+                continue
             rows += _tagged(run_case("llama2-13b", HARDWARE, 1, seq, layers, designs=long_prompt,
                                      workload_args={"phase": phase, "seq_len": seq}), phase, seq)
     (RESULTS / "long_context.partial.jsonl").unlink(missing_ok=True)
