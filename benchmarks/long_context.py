@@ -149,34 +149,31 @@ def _tagged(rows: list[dict[str, Any]], phase: str, length: int) -> list[dict[st
 
 
 def _made_on(rows: list[dict[str, Any]]) -> list[str]:
-    """A line naming the commits the rows were made on, when a merged run mixes them."""
-    commits: dict[str, list[str]] = {}
-    for r in rows:
-        commits.setdefault(r.get("commit", "this run's"), [])
-        phase = r["phase"]
-        if phase not in commits[r.get("commit", "this run's")]:
-            commits[r.get("commit", "this run's")].append(phase)
-    if len(commits) < 2:
+    """A line saying that the rows come from several runs, when a merged run mixes them (the
+    table then names each row's commit)."""
+    if len({r.get("commit") for r in rows}) < 2:
         return []
-    parts = [f"{', '.join(phases)} rows on commit {c}" for c, phases in commits.items()]
-    return ["Merged from runs on several commits (`--merge`): " + "; ".join(parts) + ".", ""]
+    return ["Merged from runs on several commits (`--merge`): the last column names the "
+            "commit each row was made on.", ""]
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
+    merged = len({r.get("commit") for r in rows}) > 1
     lines = ["| model | phase | batch | tokens | layers | design | ms | x HBM floor | "
-             "x compute floor | FLOPS util | HBM util | compile s |",
-             "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "x compute floor | FLOPS util | HBM util | compile s |" + (" commit |" if merged else ""),
+             "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|" + ("---|" if merged else "")]
     for r in rows:
         head = (f"| {r['model']} | {r['phase']} | {r['batch']} | {r['length']} | {r['layers']} | "
                 f"{r['design']} |")
+        tail = f" {r.get('commit', '')} |" if merged else ""
         if r["total_ms"] is None:
             why = "does not fit in HBM" if "HbmCapacityError" in r["error"] else r["error"].split(":")[0]
-            lines.append(f"{head} {why} | | | | | |")
+            lines.append(f"{head} {why} | | | | | |{tail}")
             continue
         lines.append(
             f"{head} {r['total_ms']:.3f} | {r['total_ms'] / r['hbm_floor_ms']:.3f} | "
             f"{r['total_ms'] / r['compute_floor_ms']:.2f} | {r.get('flops_utilization', 0):.1%} | "
-            f"{r.get('hbm_utilization', 0):.1%} | {r['compile_s']:.1f} |")
+            f"{r.get('hbm_utilization', 0):.1%} | {r['compile_s']:.1f} |{tail}")
     return lines
 
 
