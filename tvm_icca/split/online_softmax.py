@@ -167,9 +167,11 @@ def _combine(softmax: PendingOp, pv: PendingOp, m_names: list[str], l_names: lis
 
     expr = pv.expr
     result = expr.output
-    as_pv = lambda name: TensorAccess(name, stat_shape, dtype, pv_stat_index)  # noqa: E731
-    accesses = ([as_pv(top.name)] + [as_pv(m) for m in m_names] + [as_pv(s) for s in l_names]
-                + [replace(result, name=o) for o in o_names])
+    def statistic(name: str) -> TensorAccess:  # a row statistic as the product's rows read it
+        return TensorAccess(name, stat_shape, dtype, pv_stat_index)
+
+    accesses = ([statistic(top.name)] + [statistic(m) for m in m_names]
+                + [statistic(s) for s in l_names] + [replace(result, name=o) for o in o_names])
 
     def scale(k: int) -> Expr:  # exp(m_k - M)
         return {"op": "exp", "args": [{"op": "sub", "args": [make_load(1 + k, pv_stat_index),
