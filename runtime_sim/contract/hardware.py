@@ -407,7 +407,12 @@ class HardwareSpec:
 
     @property
     def peak_matrix_flops(self) -> float:
-        return self.num_cores * self.matrix_flops_per_cycle * self.clock_hz
+        return self.peak_flops("matrix")
+
+    def peak_flops(self, unit: str) -> float:
+        """FLOP/s of the ``"matrix"`` unit of every core, or of its vector unit otherwise."""
+        per_cycle = self.matrix_flops_per_cycle if unit == "matrix" else self.vector_flops_per_cycle
+        return self.num_cores * per_cycle * self.clock_hz
 
     def supports_dtype(self, dtype: str) -> bool:
         return str(dtype) in self.dtypes

@@ -242,14 +242,12 @@ def lower_bounds(per_op: list[OpTiming], hw: HardwareSpec) -> dict[str, Any]:
     * ``host``: its host bytes, both directions, over all chips' host links;
     * ``sync``: one bulk-synchronous step, ``sync_cycles`` (every operator runs at least one).
     """
-    peak = {"matrix": hw.num_cores * hw.matrix_flops_per_cycle * hw.clock_hz,
-            "vector": hw.num_cores * hw.vector_flops_per_cycle * hw.clock_hz}
     kinds: dict[str, dict[str, Any]] = {}
     slow_ops = []
     for op in per_op:
         unit = getattr(template_for(op.kind), "unit", "vector")
         terms = {
-            "flops": op.flops / peak.get(unit, peak["vector"]),
+            "flops": op.flops / hw.peak_flops(unit),
             "hbm": op.hbm_bytes / hw.hbm_bandwidth if hw.hbm_bandwidth > 0 else 0.0,
             "host": (op.host_in_bytes + op.host_out_bytes) / (hw.host_bandwidth * hw.num_chips),
             "sync": hw.sync_cycles / hw.clock_hz,

@@ -13,7 +13,7 @@ compiles regions.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Collection
+from typing import Collection, Sequence
 
 import numpy as np
 import tvm
@@ -55,6 +55,11 @@ class PendingOp:
         return describe_operator(self.name, self.label or self.expr.kind)
 
 
+def outputs_at(outputs: Sequence[str], indices: Collection[int]) -> tuple[str, ...]:
+    """The distinct names of ``outputs`` at ``indices`` (-1: all of them), in order."""
+    return tuple(dict.fromkeys(o for k, o in enumerate(outputs) if -1 in indices or k in indices))
+
+
 @dataclass(frozen=True)
 class RegionOps:
     """A region's operators extracted from Relax, not yet planned.
@@ -77,8 +82,7 @@ class RegionOps:
 
     def with_host_reads(self, indices: Collection[int]) -> "RegionOps":
         """This region with its outputs at ``indices`` (-1: all of them) read by the host."""
-        names = tuple(o for k, o in enumerate(self.outputs) if -1 in indices or k in indices)
-        return replace(self, host_outputs=tuple(dict.fromkeys(names)))
+        return replace(self, host_outputs=outputs_at(self.outputs, indices))
 
     def program(self, hw: HardwareSpec, ops: list[OpProgram]) -> DeviceProgram:
         """The device program of the region with these planned operators."""

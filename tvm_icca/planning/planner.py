@@ -51,7 +51,7 @@ from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.program import DeviceProgram, model_state_source
 from tvm_icca.ffi_errors import raise_through_ffi
 from tvm_icca.hardware_choice import HardwareLike, hardware_from_json, resolve_hardware
-from tvm_icca.lower.region import extract_region
+from tvm_icca.lower.region import extract_region, outputs_at
 from tvm_icca.partition.partitioner import (
     HARDWARE_ATTR,
     icca_regions,
@@ -470,9 +470,7 @@ def _with_host_outputs(program: DeviceProgram, indices: frozenset[int]) -> Devic
     """``program`` naming the outputs at ``indices`` (-1: all of them) as read by the host."""
     if not indices:
         return program
-    outs = program.outputs
-    names = tuple(o for k, o in enumerate(outs) if -1 in indices or k in indices)
-    return dataclasses.replace(program, host_outputs=tuple(dict.fromkeys(names)))
+    return dataclasses.replace(program, host_outputs=outputs_at(program.outputs, indices))
 
 
 def _resident(mod: IRModule, opts: CompileOptions) -> Collection[str]:

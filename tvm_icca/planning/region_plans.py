@@ -238,9 +238,7 @@ def compute_bound(region: RegionOps, hw: HardwareSpec, hbm_names: frozenset[str]
     compute_s = 0.0
     for op in region.ops:
         template = template_for(op.expr.kind)
-        peak = (hw.peak_matrix_flops if template.unit == "matrix"
-                else hw.num_cores * hw.vector_flops_per_cycle * hw.clock_hz)
-        compute_s += template.flops(op.expr, {}) / peak
+        compute_s += template.flops(op.expr, {}) / hw.peak_flops(template.unit)
     hbm_bytes: dict[str, int] = {}
     for op in region.ops:
         for t, name in enumerate(op.input_names):

@@ -26,6 +26,7 @@ from typing import Sequence
 from runtime_sim.contract.expr import AffineIndex, Axis, Expr, TensorAccess, TensorExpr, make_load
 from tvm_icca.lower.region import PendingOp
 from tvm_icca.split.pieces import (
+    fold,
     piece_inputs_of,
     renumbered_epilogue,
     split_dims,
@@ -156,10 +157,7 @@ def _combine(softmax: PendingOp, pv: PendingOp, m_names: list[str], l_names: lis
     rescaled to ``M``, then ``pv``'s epilogue."""
     spatial = softmax.expr.axes[:-1]
     top = TensorAccess(f"{softmax.output_name}.max", stat_shape, dtype, stat_index)
-    loads = [make_load(k, stat_index) for k in range(n)]
-    body = loads[0]
-    for nxt in loads[1:]:
-        body = {"op": "max", "args": [body, nxt]}
+    body = fold("max", [make_load(k, stat_index) for k in range(n)])
     stats = tuple(TensorAccess(name, stat_shape, dtype, stat_index) for name in m_names)
     out: list[tuple[tuple[int, int, int], PendingOp]] = [((n, 1, 0), PendingOp(
         f"{softmax.name}.online.max", TensorExpr("elementwise", spatial, stats, top, body),
@@ -167,6 +165,7 @@ def _combine(softmax: PendingOp, pv: PendingOp, m_names: list[str], l_names: lis
 
     expr = pv.expr
     result = expr.output
+
     def statistic(name: str) -> TensorAccess:  # a row statistic as the product's rows read it
         return TensorAccess(name, stat_shape, dtype, pv_stat_index)
 
@@ -177,15 +176,9 @@ def _combine(softmax: PendingOp, pv: PendingOp, m_names: list[str], l_names: lis
         return {"op": "exp", "args": [{"op": "sub", "args": [make_load(1 + k, pv_stat_index),
                                                                make_load(0, pv_stat_index)]}]}
 
-    def total(terms: list[Expr]) -> Expr:
-        acc = terms[0]
-        for t in terms[1:]:
-            acc = {"op": "add", "args": [acc, t]}
-        return acc
-
-    num = total([{"op": "mul", "args": [scale(k), make_load(1 + 2 * n + k, result.indices)]}
+    num = fold("add", [{"op": "mul", "args": [scale(k), make_load(1 + 2 * n + k, result.indices)]}
                  for k in range(n)])
-    den = total([{"op": "mul", "args": [scale(k), make_load(1 + n + k, pv_stat_index)]}
+    den = fold("add", [{"op": "mul", "args": [scale(k), make_load(1 + n + k, pv_stat_index)]}
                  for k in range(n)])
     value = {"op": "div", "args": [num, den]}
     epi_inputs, value = renumbered_epilogue(expr, value, len(accesses))

@@ -152,12 +152,17 @@ def combine_expression(expr: TensorExpr, partials: Sequence[str]) -> TensorExpr:
     out = expr.output
     spatial = tuple(a for a in expr.axes if not a.reduce)
     part_accesses = tuple(replace(out, name=name) for name in partials)
-    loads = [make_load(k, out.indices) for k in range(len(partials))]
-    joined = loads[0]
-    for nxt in loads[1:]:
-        joined = {"op": COMBINE_OPS[expr.combiner], "args": [joined, nxt]}
+    joined = fold(COMBINE_OPS[expr.combiner], [make_load(k, out.indices) for k in range(len(partials))])
     epi_inputs, body = renumbered_epilogue(expr, joined, len(partials))
     return TensorExpr("elementwise", spatial, part_accesses + epi_inputs, out, body)
+
+
+def fold(op: str, terms: Sequence[Expr]) -> Expr:
+    """``terms`` joined left to right by the binary ``op`` (``((t0 op t1) op t2) ...``)."""
+    acc = terms[0]
+    for term in terms[1:]:
+        acc = {"op": op, "args": [acc, term]}
+    return acc
 
 
 def renumbered_epilogue(expr: TensorExpr, value: Expr, first: int) -> tuple[tuple[TensorAccess, ...], Expr]:
