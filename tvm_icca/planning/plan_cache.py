@@ -152,10 +152,11 @@ class PlanCache:
 
     def plan(self, expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None,
              budget: int, name: str, hbm_inputs: tuple[int, ...] = (),
-             producers: tuple[Producer, ...] = (), arriving: tuple[int, ...] = ()) -> PlannedOp:
+             producers: tuple[Producer, ...] = (), arriving: tuple[int, ...] = (),
+             output_cap: int | None = None) -> PlannedOp:
         if cost_model is not None and all(m is not cost_model for m in self._cost_models):
             self._cost_models.append(cost_model)
-        key = self._key(expr, hw, cost_model, budget, hbm_inputs, producers, arriving)
+        key = self._key(expr, hw, cost_model, budget, hbm_inputs, producers, arriving, output_cap)
         planned = self._plans.get(key)
         if planned is None and cost_model is None and key not in self._failures and self.store is not None:
             failure = self.store.get(("failure",) + key)
@@ -175,7 +176,8 @@ class PlanCache:
             try:
                 planned = plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget,
                                         name=name, cache=self.search, hbm_inputs=hbm_inputs,
-                                        producers=producers, arriving=arriving)
+                                        producers=producers, arriving=arriving,
+                                        output_cap=output_cap)
             except PlanNotFoundError as err:
                 self._remember_failure(key, (name, hw.name, str(err)), cost_model is None)
                 raise
@@ -187,12 +189,13 @@ class PlanCache:
     @staticmethod
     def _key(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
              hbm_inputs: Sequence[int], producers: Sequence[Producer],
-             arriving: Sequence[int] = ()) -> tuple:
+             arriving: Sequence[int] = (), output_cap: int | None = None) -> tuple:
         # the placement depends on where the producers left the inputs; the default model's
         # plans on the chip's fields they read (plans.hw_fields), another model's on all
         chip = plan_key(hw, tuple(hbm_inputs)) if cost_model is None else hw
         return (expr.structure_key(views=False), chip, int(budget), None if cost_model is None else id(cost_model),
-                tuple(hbm_inputs), producer_key(tuple(producers)), tuple(arriving))
+                tuple(hbm_inputs), producer_key(tuple(producers)), tuple(arriving),
+                None if output_cap is None else int(output_cap))
 
     def _remember_failure(self, key: tuple, failure: tuple[str, str, str], keep: bool) -> None:
         """A search that proved no plan fits; ``keep``: also on disk (default model only)."""

@@ -18,7 +18,7 @@ from runtime_sim.contract.errors import IccaError, PlanNotFoundError, short_name
 from runtime_sim.contract.expr import TensorExpr, tensor_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.lifetimes import HeldBytes
+from runtime_sim.contract.lifetimes import HeldBytes, last_reads, outlives
 from runtime_sim.contract.lifetimes import held_bytes as lifetime_held_bytes
 from runtime_sim.contract.program import DeviceProgram, OpProgram
 from schedules import template_for
@@ -36,6 +36,7 @@ from tvm_icca.split import (
     pressure_root,
     split_region,
 )
+from tvm_icca.split.twins import twin_groups
 
 #: Execution models a region can be compiled for.
 EXECUTION_MODELS = ("t10", "vgm")
@@ -92,8 +93,16 @@ def _plan_vgm(op: PendingOp, hw: HardwareSpec, region_bytes: int | None) -> OpPr
 
 
 #: Rounds of splitting and planning a region: each round splits, or splits finer, an
-#: operator the previous round found no plan for.
-MAX_SPLIT_ROUNDS = 6
+#: operator the previous round found no plan for (and its twins in the other layers,
+#: :mod:`tvm_icca.split.twins`), or spreads the outputs the region holds.
+MAX_SPLIT_ROUNDS = 8
+
+#: How many times its even spread over the chip's cores an output may take per core while
+#: the region holds it beside later operators, once a region is planned with its held
+#: outputs spread (:func:`plan_split_region`). A plan partitions the output on a grid of
+#: cores whose sides divide its dimensions only roughly (5,888 cores = 2^8 x 23 on
+#: ``ipu-pod4-hbm``), so the exact spread is rarely a plan; twice it leaves the grid room.
+HELD_SPREAD = 2
 
 
 def plan_split_region(
@@ -106,15 +115,23 @@ def plan_split_region(
 
     An operator the planner finds no plan for is split (or split finer) and the region
     planned again, up to :data:`MAX_SPLIT_ROUNDS` times; then the planner's error stands.
-    When an operator already split fails again with less than :data:`PIECE_FILL` of the SRAM
-    left by the region's intermediates, the operator is not the problem: the chain that holds
-    them is cut instead (:func:`~tvm_icca.split.pressure_root`), in twice as many pieces each
-    time it fails again.
+    Each decision reaches the operator's twins in the region's other layers
+    (:func:`~tvm_icca.split.twins.twin_groups`).
+
+    When an operator fails with less than :data:`PIECE_FILL` of the SRAM left by the
+    region's intermediates, the region is first planned again with those intermediates
+    spread over the cores (``plan_region(spread_held=True)``: a plan that writes a
+    long-lived output onto few cores in large partitions takes that SRAM from every operator
+    it outlives). When an operator already split still fails so, the operator is not the
+    problem: the chain that holds the intermediates is cut instead
+    (:func:`~tvm_icca.split.pressure_root`), in twice as many pieces each time it fails again.
     """
     def plan_piece(expr: TensorExpr, budget: int, name: str) -> float:
         return _search(expr, hw, cost_model, plan_cache, budget, name).time_s
 
     index = {op.name: i for i, op in enumerate(region.ops)}
+    twins = twin_groups(region)
+    spread = False
     forced: dict[int, int] = {}
     pressure: dict[int, tuple[str, int]] = {}
     last: PlanNotFoundError | None = None
@@ -126,16 +143,20 @@ def plan_split_region(
             phase.add(len(split.ops) - counted)
             counted = len(split.ops)
         try:
-            return split, plan_region(split, hw, cost_model, plan_cache, hbm_names, phase)[0]
+            return split, plan_region(split, hw, cost_model, plan_cache, hbm_names, phase,
+                                      spread_held=spread)[0]
         except PlanNotFoundError as err:
             name = err.operator
             failed = index.get(original_operator(name))
             last = err
+            squeezed = 0 < err.budget_bytes < hw.usable_sram_bytes * PIECE_FILL
+            if squeezed and not spread:
+                spread = True  # first let the held intermediates take less of every core
+                continue
             # cutting the operator finer did not help, and the region's intermediates leave it
             # little: cut the chain that holds them; a piece of that chain that fails cuts
             # the chain finer
-            squeezed = (failed in forced or bool(pressure)) and \
-                0 < err.budget_bytes < hw.usable_sram_bytes * PIECE_FILL
+            squeezed = squeezed and (failed in forced or bool(pressure))
             root = pressure_root(region, failed) if squeezed else None
             if root is None and failed is not None:
                 root = _chain_of(split, name, failed, pressure)
@@ -143,14 +164,16 @@ def plan_split_region(
                 op, axis = root
                 pieces = pressure[op][1] * 2 if op in pressure else 2
                 if pieces <= region.ops[op].expr.extent(axis):
-                    pressure[op] = (axis, pieces)
+                    for twin in twins[op]:
+                        pressure[twin] = (axis, pieces)
                     # the operators cut finer for their own sake would not follow the chain
                     forced.clear()
                     continue
             pieces = next((c.pieces for c in choices if c.op == failed), 1)
             if failed is None or is_join(name) or forced.get(failed, 0) > pieces:
                 raise  # nothing left to split: the first error is the answer
-            forced[failed] = pieces * 2
+            for twin in twins[failed]:
+                forced[twin] = pieces * 2
     raise PlanNotFoundError(f"{last} (and still after splitting operators of region "
                             f"'{short_name(region.name)}' {MAX_SPLIT_ROUNDS} times)")
 
@@ -171,7 +194,7 @@ def _chain_of(split: RegionOps, name: str, failed: int,
 def plan_region(
     region: RegionOps, hw: HardwareSpec, cost_model: CostModel | None = None,
     plan_cache: PlanCache | None = None, hbm_names: frozenset[str] = frozenset(),
-    phase: Phase | None = None,
+    phase: Phase | None = None, spread_held: bool = False,
 ) -> tuple[list[OpProgram], list[int]]:
     """Plan the operators in order, leaving room for intermediates that stay on chip.
 
@@ -182,11 +205,13 @@ def plan_region(
     operator, with the planned operators. ``hbm_names``: the region tensors read from HBM.
     Each operator's placement on the chips sees the layouts of the earlier operators whose
     outputs it reads (:func:`.plans.mapping.choose_core_order`). ``phase``: a step per
-    operator planned.
+    operator planned. ``spread_held``: an output held while later operators run may take at
+    most :data:`HELD_SPREAD` times its even spread over the cores.
     """
     ops: list[OpProgram] = []
     layouts: dict[str, OpLayout] = {}  # output name -> its producer's layout
     priced = compute_bound(region, hw, hbm_names)
+    caps = held_output_caps(region, hw) if spread_held else {}
 
     def plan_one(op: PendingOp, budget: int) -> int:
         hbm = tuple(t for t, n in enumerate(op.input_names) if n in hbm_names)
@@ -194,8 +219,15 @@ def plan_region(
                           if n in layouts and t not in hbm)
         arriving = tuple(t for t, _ in producers) if priced else ()
         try:
-            planned = _search(op.expr, hw, cost_model, plan_cache, budget, op.describe(), hbm,
-                              producers, arriving)
+            try:
+                planned = _search(op.expr, hw, cost_model, plan_cache, budget, op.describe(), hbm,
+                                  producers, arriving, caps.get(op.name))
+            except PlanNotFoundError:
+                if op.name not in caps:
+                    raise
+                # an output too small to spread over the cores keeps the plans it has
+                planned = _search(op.expr, hw, cost_model, plan_cache, budget, op.describe(), hbm,
+                                  producers, arriving)
         except PlanNotFoundError as err:
             # which operator, and what its region left it: plan_split_region splits it, or the
             # producers of what the region holds, and tries again
@@ -217,12 +249,29 @@ def plan_region(
 
 def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None,
             plan_cache: PlanCache | None, budget: int, name: str, hbm: tuple[int, ...] = (),
-            producers: tuple = (), arriving: tuple[int, ...] = ()) -> PlannedOp:
+            producers: tuple = (), arriving: tuple[int, ...] = (),
+            output_cap: int | None = None) -> PlannedOp:
     """One operator's plan search within ``budget``: through the plan cache when there is one."""
     if plan_cache is not None:
-        return plan_cache.plan(expr, hw, cost_model, budget, name, hbm, producers, arriving)
+        return plan_cache.plan(expr, hw, cost_model, budget, name, hbm, producers, arriving,
+                               output_cap)
     return plan_operator(expr, hw, cost_model=cost_model, budget_bytes=budget, name=name,
-                         hbm_inputs=hbm, producers=producers, arriving=arriving)
+                         hbm_inputs=hbm, producers=producers, arriving=arriving,
+                         output_cap=output_cap)
+
+
+def held_output_caps(region: RegionOps, hw: HardwareSpec) -> dict[str, int]:
+    """Operator name -> the most bytes per core its output may take when the region holds it
+    while later operators run (:data:`HELD_SPREAD` times its even spread over the cores;
+    the lifetimes of :mod:`runtime_sim.contract.lifetimes`). An output read only by the next
+    operator is not held beside any other and gets no cap."""
+    last = last_reads([op.input_names for op in region.ops], region.staying_outputs)
+    caps = {}
+    for i, op in enumerate(region.ops):
+        if outlives(last, op.output_name, i + 1):
+            out = op.expr.output
+            caps[op.name] = HELD_SPREAD * -(-tensor_bytes(out.shape, out.dtype) // hw.num_cores)
+    return caps
 
 
 def compute_bound(region: RegionOps, hw: HardwareSpec, hbm_names: frozenset[str]) -> bool:

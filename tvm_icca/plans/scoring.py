@@ -98,10 +98,14 @@ def max_padding(filters: PlanFilters | None) -> float:
 
 
 def score(batch: PlanBatch, model: BatchCostModel, budget: float,
-          filters: PlanFilters | None = None) -> ScoredPlans:
-    """Plans of ``batch`` that fit ``budget`` (and pass ``filters``), with their times."""
-    memory = batch.memory()
+          filters: PlanFilters | None = None, output_cap: float = math.inf) -> ScoredPlans:
+    """Plans of ``batch`` that fit ``budget`` (and pass ``filters``), with their times;
+    ``output_cap``: the most bytes per core the output's partition may take."""
+    partitions = batch.partition_bytes()
+    memory = partitions.sum(axis=1)
     keep = memory <= budget
+    if math.isfinite(output_cap):
+        keep &= partitions[:, -1] <= output_cap
     if filters is not None and math.isfinite(filters.max_padding_ratio):
         keep &= batch.padding() <= filters.max_padding_ratio + PADDING_SLACK
     rows = np.flatnonzero(keep)

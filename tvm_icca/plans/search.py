@@ -38,7 +38,7 @@ from tvm_icca.plans.batch_cost import (
     ArrivalCostModel,
     BatchCostModel,
 )
-from tvm_icca.plans.bounds import memory_lower_bound
+from tvm_icca.plans.bounds import memory_lower_bound, partition_lower_bounds
 from tvm_icca.plans.cost import AnalyticCostModel, CostModel, PlanCost
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.hw_fields import placement_key, search_key
@@ -103,10 +103,13 @@ class PlannedOp:
 # -- exact searches --------------------------------------------------------------------------
 def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, max_cores: int,
               filters: PlanFilters | None = None,
-              cache: SearchMemo | None = None) -> ScoredPlans | None:
-    """The minimum-time plan fitting ``budget`` bytes per core (exact), or None."""
+              cache: SearchMemo | None = None, output_cap: float = math.inf) -> ScoredPlans | None:
+    """The minimum-time plan fitting ``budget`` bytes per core (exact), or None;
+    ``output_cap``: the most bytes per core its output's partition may take."""
     cache = cache_or_new(cache)
     F = candidate_partitions(structure, max_cores, filters)
+    if math.isfinite(output_cap) and len(F):
+        F = F[partition_lower_bounds(structure, F)[:, -1] <= output_cap]
     if not len(F):
         return None
     bound = model.time_lower_bound(structure, F)
@@ -121,7 +124,7 @@ def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, ma
         if not len(rows):
             break
         rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
-        found = _argmin(score(unrotated(structure, F[rows]), model, budget, filters))
+        found = _argmin(score(unrotated(structure, F[rows]), model, budget, filters, output_cap))
         if found is not None and (best is None or _better(found, best)):
             best, best_time = found, float(found.time[0])
     # Rotating plans: only rows whose (weaker) bound beats the incumbent can hold better ones.
@@ -140,7 +143,7 @@ def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, ma
             break
         batch = plans_for(structure, F[group], True, max_padding(filters), cache,
                           keep_steps=steps_within(model, structure, best_time), caps=caps)
-        found = _argmin(score(batch, model, budget, filters))
+        found = _argmin(score(batch, model, budget, filters, output_cap))
         if found is not None and (best is None or _better(found, best)):
             best, best_time = found, float(found.time[0])
     return best
@@ -201,15 +204,16 @@ def min_memory_plan(structure: PlanStructure, model: BatchCostModel, max_cores: 
 
 def scan(structure: PlanStructure, model: BatchCostModel, max_cores: int,
          filters: PlanFilters | None, budget: float,
-         cache: SearchMemo | None = None) -> Iterator[ScoredPlans]:
-    """Every plan of the (filtered) space that fits ``budget``, scored, in batches."""
+         cache: SearchMemo | None = None, output_cap: float = math.inf) -> Iterator[ScoredPlans]:
+    """Every plan of the (filtered) space that fits ``budget`` (and ``output_cap``), scored,
+    in batches."""
     cache = cache_or_new(cache)
     F = candidate_partitions(structure, max_cores, filters)
     F = F[memory_lower_bound(structure, F) <= budget]
     rows = np.arange(len(F))
     for group in plan_chunks(structure, F, rows, cache):
         yield score(plans_for(structure, F[group], max_padding=max_padding(filters), cache=cache),
-                    model, budget, filters)
+                    model, budget, filters, output_cap)
 
 
 # -- plan_operator ---------------------------------------------------------------------------
@@ -223,6 +227,7 @@ def plan_operator(
     hbm_inputs: Sequence[int] = (),
     producers: Sequence[Producer] = (),
     arriving: Sequence[int] = (),
+    output_cap: int | None = None,
 ) -> PlannedOp:
     """The fastest plan of one operator whose per-core footprint fits a budget (T10 §4.3.1).
 
@@ -268,6 +273,10 @@ def plan_operator(
         :class:`.batch_cost.ArrivalCostModel`, as T10 §4.3.2's reconciliation does for
         activations): inputs an earlier operator produced, so that replicating one onto
         many cores is not free. The reported time stays the operator's own.
+    output_cap : int, optional
+        The most bytes per core the output's partition may take: an output the region holds
+        while later operators run is budgeted against all of them (see
+        :func:`tvm_icca.planning.region_plans.plan_region`). ``None``: no cap.
 
     Returns
     -------
@@ -289,7 +298,8 @@ def plan_operator(
     # the search does not depend on the chips; its result is kept without the mapping, which
     # is chosen (and memoized) per context: HBM inputs and producers' layouts. Keyed on the
     # fields the search reads (.hw_fields), so chips differing in others share it.
-    key = (("search", expr.structure_key(views=False), search_key(hw), arriving, budget)
+    cap = math.inf if output_cap is None else int(output_cap)
+    key = (("search", expr.structure_key(views=False), search_key(hw), arriving, cap, budget)
            if default and cache is not None else None)
     result = None
     if key is not None:
@@ -300,7 +310,8 @@ def plan_operator(
             result = hit if hit.expr == expr else dataclasses.replace(
                 hit, expr=expr, layout=OpLayout(expr, hit.plan))
     if result is None:
-        result = _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default, arriving)
+        result = _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default, arriving,
+                         cap)
         if key is not None:
             cache.remember(key, result)
             budgets = cache.planned(key[:-1]) or ()
@@ -334,7 +345,8 @@ def _within_budget(cache: SearchMemo, key: tuple, budget: int) -> PlannedOp | No
 
 
 def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
-            label: str, cache: SearchMemo, default: bool, arriving: tuple[int, ...] = ()) -> PlannedOp:
+            label: str, cache: SearchMemo, default: bool, arriving: tuple[int, ...] = (),
+            output_cap: float = math.inf) -> PlannedOp:
     """The plan of :func:`plan_operator` before its mapping to physical cores. With the
     default model and ``arriving`` inputs, the search uses :class:`.batch_cost.ArrivalCostModel`
     as the reconciliation does: the inputs priced as they arrive in the plan's partitions,
@@ -350,14 +362,14 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
             # under-estimates; its bound prunes a convolution's far larger plan space too
             # weakly (ResNet-18 tiny on 5,888 cores: 4.6 s -> minutes), so only matmuls
             model = ArrivalCostModel(model, arriving, hw, device_reduction=expr.kind == "matmul")
-        best = best_plan(structure, model, budget, hw.num_cores, cache=cache)
+        best = best_plan(structure, model, budget, hw.num_cores, cache=cache, output_cap=output_cap)
         if best is None:
-            _raise_nothing_fits(structure, hw, budget, label, cache)
+            _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
         plan = best.plan(0)
         layout = OpLayout(expr, plan)
         cost = (cost_model or AnalyticCostModel())(layout, hw) if default else _batch_cost(model, best)
         return PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
-    return _rerank(structure, hw, cost_model, budget, label, cache)
+    return _rerank(structure, hw, cost_model, budget, label, cache, output_cap)
 
 
 def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
@@ -398,20 +410,22 @@ def _batch_cost(model: BatchCostModel, best: ScoredPlans) -> PlanCost:
 
 
 def _rerank(structure: PlanStructure, hw: HardwareSpec, cost_model: CostModel, budget: int,
-            label: str, cache: SearchMemo, keep_fastest: int = 32) -> PlannedOp:
+            label: str, cache: SearchMemo, output_cap: float = math.inf,
+            keep_fastest: int = 32) -> PlannedOp:
     """Score a shortlist with ``cost_model``: the exact analytic optimum, the analytic
     Pareto plans of the filtered space within the budget and its fastest fitting plans,
     each under every loop order (up to 24)."""
     analytic = AnalyticBatchModel(hw)
     front: list[ScoredPlans] = []
     fastest: list[ScoredPlans] = []
-    for scored in scan(structure, analytic, hw.num_cores, PlanFilters.t10(), budget, cache):
+    for scored in scan(structure, analytic, hw.num_cores, PlanFilters.t10(), budget, cache,
+                       output_cap):
         if len(scored):
             front.append(scored.take(pareto_front(scored.time, scored.memory)))
             fastest.append(scored.take(np.argsort(scored.time, kind="stable")[:keep_fastest]))
-    exact = best_plan(structure, analytic, budget, hw.num_cores, cache=cache)
+    exact = best_plan(structure, analytic, budget, hw.num_cores, cache=cache, output_cap=output_cap)
     if exact is None:
-        _raise_nothing_fits(structure, hw, budget, label, cache)
+        _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
     pool = ScoredPlans.concat([exact] + front + fastest, structure)
     expr = structure.expr
     best: PlannedOp | None = None
@@ -436,13 +450,15 @@ def _rerank(structure: PlanStructure, hw: HardwareSpec, cost_model: CostModel, b
 
 
 def _raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int, label: str,
-                        cache: SearchMemo | None = None):
+                        cache: SearchMemo | None = None, output_cap: float = math.inf):
     smallest = min_memory_plan(structure, AnalyticBatchModel(hw), hw.num_cores, cache=cache)
     need = int(smallest.memory[0]) if smallest is not None else -1
+    capped = (f", with at most {int(output_cap)} bytes per core of its output"
+              if math.isfinite(output_cap) else "")
     raise PlanNotFoundError(
         f"{operator_subject(label)} ({structure.expr.tensor_summary()}) has no execution plan that "
         f"fits chip '{hw.name}': the smallest needs {need} bytes per core, the budget is "
-        f"{budget} bytes per core on {hw.num_cores} cores{_budget_note(hw, budget)}"
+        f"{budget} bytes per core on {hw.num_cores} cores{capped}{_budget_note(hw, budget)}"
     )
 
 
