@@ -157,3 +157,34 @@ def test_chooser_spreads_a_small_consumer_next_to_its_producer(exprs) -> None:
     fed = plan_operator(cons, hw, budget_bytes=budget, cache=cache, producers=((0, prod),))
     assert fed.plan.op_partition == alone.plan.op_partition
     assert mapping_cost(fed.layout, hw, producers=((0, prod),)).inter_chip_bytes == 0
+
+
+@pytest.mark.parametrize("cap_share", [0.5, 0.25])
+def test_output_cap_is_the_fastest_plan_within_it(exprs, cap_share) -> None:
+    """``output_cap`` bounds the output's partition, and the plan is still the exact optimum
+    among the plans that meet it (checked against scoring the whole space)."""
+    import numpy as np
+
+    from tvm_icca.plans.batch_cost import AnalyticBatchModel
+    from tvm_icca.plans.search import scan
+
+    hw = small_chip(64, 64 * 1024)
+    expr = exprs.matmul(32, 256, 64)  # its fastest plan cuts the reduction 8 ways
+    free = plan_operator(expr, hw)
+    out = len(expr.tensors) - 1
+    cap = int(free.layout.partition_bytes(out) * cap_share)
+    capped = plan_operator(expr, hw, output_cap=cap)
+    assert capped.layout.partition_bytes(out) <= cap < free.layout.partition_bytes(out)
+    best = math.inf
+    for scored in scan(plan_structure(expr), AnalyticBatchModel(hw), hw.num_cores, None,
+                       hw.usable_sram_bytes):
+        fits = scored.batch.partition_bytes()[:, out] <= cap
+        if fits.any():
+            best = min(best, float(np.min(scored.time[fits])))
+    assert capped.time_s == pytest.approx(best, rel=1e-9)
+    assert capped.time_s >= free.time_s
+
+
+def test_output_cap_below_every_plan_is_a_clear_error(exprs) -> None:
+    with pytest.raises(PlanNotFoundError, match="at most 1 bytes per core of its output"):
+        plan_operator(exprs.matmul(64, 48, 40), small_chip(4, 64 * 1024), output_cap=1)
