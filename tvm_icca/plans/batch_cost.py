@@ -26,6 +26,7 @@ real plan's time.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -414,6 +415,19 @@ def replica_reduction_array(replicas: np.ndarray, partition_bytes: np.ndarray, e
     return times[inverse.reshape(-1)].reshape(R.shape)
 
 
+@dataclass(frozen=True)
+class InPlace:
+    """An arriving input whose producer left it as contiguous blocks: block ``k`` (row-major
+    over ``counts`` blocks of ``block`` elements per dimension) on numbered core ``k``. A
+    plan that partitions the input into exactly these blocks, unreplicated and unrotated,
+    numbers its cores the same way and finds its partitions already in place: the
+    re-layout moves nothing (:mod:`runtime_sim.contract.relayout`)."""
+
+    tensor: int
+    block: tuple[int, ...]
+    counts: tuple[int, ...]
+
+
 class ArrivalCostModel:
     """The analytic batch model as the whole-model reconciliation needs it (T10 §4.3.2).
 
@@ -428,19 +442,56 @@ class ArrivalCostModel:
     partitions. Lower bounds add the
     arrival of the partitions' lower bounds and no reduction, so they stay valid and the
     exact searches stay exact for this model.
+
+    ``in_place``: arriving inputs whose producers left them in contiguous blocks
+    (:class:`InPlace`); a plan that reads such an input in the same blocks pays no arrival
+    for it. Without this, the three operators of an attention piece (scores, softmax,
+    ``P V``) each re-laid out the ``heads x rows x keys`` scores although one partition of
+    them suits all three.
     """
 
     def __init__(self, base: AnalyticBatchModel, tensors: tuple[int, ...], hw: HardwareSpec,
-                 device_reduction: bool = True):
+                 device_reduction: bool = True, in_place: tuple[InPlace, ...] = ()):
         self.base = base
         self.tensors = tuple(int(t) for t in tensors)
         self.hw = hw
         self.device_reduction = device_reduction
+        self.in_place = tuple(p for p in in_place if p.tensor in self.tensors)
 
-    def _arrival(self, parts: np.ndarray) -> np.ndarray:
+    def _arrival(self, parts: np.ndarray, structure: PlanStructure | None = None,
+                 F: np.ndarray | None = None, xp: np.ndarray | None = None,
+                 ft: np.ndarray | None = None) -> np.ndarray:
+        """Arrival seconds per row: ``parts`` bytes of the arriving tensors over a link, less
+        the inputs found in place (``F`` given: rows that may find them so, further narrowed
+        by the padded extents ``xp`` and the temporal factors ``ft`` when given)."""
         if not self.tensors:
             return np.zeros(len(parts))
-        return parts[:, list(self.tensors)].sum(axis=1) / self.hw.link_bandwidth
+        total = parts[:, list(self.tensors)].sum(axis=1)
+        if F is not None:
+            for p in self.in_place:
+                total = total - np.where(self._aligned(p, structure, F, xp, ft), parts[:, p.tensor], 0)
+        return total / self.hw.link_bandwidth
+
+    @staticmethod
+    def _aligned(p: InPlace, structure: PlanStructure, F: np.ndarray, xp: np.ndarray | None,
+                 ft: np.ndarray | None) -> np.ndarray:
+        """Rows whose partitions of ``p.tensor`` are its producer's blocks on the same cores."""
+        dims = structure.dims[p.tensor]
+        ok = np.ones(len(F), bool)
+        if len(dims) != len(p.block) or any(d[0] != "simple" for d in dims):
+            return ~ok
+        axes = [d[1] for d in dims]
+        if axes != sorted(set(axes)):
+            return ~ok  # numbered row-major over the axes in order: dimensions must follow them
+        # unreplicated: every axis the tensor lacks is not split
+        ok &= sharing_counts(structure, F)[:, p.tensor] == 1
+        for d, a in enumerate(axes):
+            ok &= F[:, a] == p.counts[d]
+            if xp is not None:
+                ok &= xp[:, a] == p.block[d]
+            if ft is not None:
+                ok &= ft[:, p.tensor, a] == 1
+        return ok
 
     @property
     def _swaps_reduction(self) -> bool:
@@ -457,11 +508,11 @@ class ArrivalCostModel:
                         // np.prod(batch.ft[:, out], axis=1)).astype(float)
             time = time - terms["reduction_s"] + replica_reduction_array(
                 replicas, parts[:, out], int(structure.elem_bytes[out]), self.hw)
-        return time + self._arrival(parts), order
+        return time + self._arrival(parts, batch.structure, batch.F, batch.xp, batch.ft), order
 
     def time_lower_bound(self, structure: PlanStructure, F: np.ndarray) -> np.ndarray:
         return (self.base.time_lower_bound(structure, F)
-                + self._arrival(partition_lower_bounds(structure, F)))
+                + self._arrival(partition_lower_bounds(structure, F), structure, F))
 
     def step_lower_bound(self, structure: PlanStructure, F: np.ndarray, S: np.ndarray,
                          xp: np.ndarray, parts: np.ndarray | None = None) -> np.ndarray:
@@ -475,9 +526,9 @@ class ArrivalCostModel:
         base = self.base.step_lower_bound(structure, F, S, xp, parts)
         if self._swaps_reduction:
             base = base + step_replica_reduction_bound(structure, F, S, parts, self.hw)
-        return (base + self._arrival(parts)) * (1.0 - SHIFT_BOUND_MARGIN)
+        return (base + self._arrival(parts, structure, F, xp)) * (1.0 - SHIFT_BOUND_MARGIN)
 
     def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
                              budget: float = math.inf) -> np.ndarray:
         return (self.base.rotating_lower_bound(structure, F, budget)
-                + self._arrival(partition_lower_bounds(structure, F)))
+                + self._arrival(partition_lower_bounds(structure, F), structure, F))

@@ -33,10 +33,12 @@ from runtime_sim.contract.expr import TensorExpr, dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.relayout import producer_grid
 from tvm_icca.plans.batch_cost import (
     AnalyticBatchModel,
     ArrivalCostModel,
     BatchCostModel,
+    InPlace,
 )
 from tvm_icca.plans.bounds import memory_lower_bound, partition_lower_bounds
 from tvm_icca.plans.cost import AnalyticCostModel, CostModel, PlanCost
@@ -299,7 +301,8 @@ def plan_operator(
     # is chosen (and memoized) per context: HBM inputs and producers' layouts. Keyed on the
     # fields the search reads (.hw_fields), so chips differing in others share it.
     cap = math.inf if output_cap is None else int(output_cap)
-    key = (("search", expr.structure_key(views=False), search_key(hw), arriving, cap, budget)
+    in_place = in_place_inputs(producers, arriving)
+    key = (("search", expr.structure_key(views=False), search_key(hw), arriving, in_place, cap, budget)
            if default and cache is not None else None)
     result = None
     if key is not None:
@@ -311,7 +314,7 @@ def plan_operator(
                 hit, expr=expr, layout=OpLayout(expr, hit.plan))
     if result is None:
         result = _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default, arriving,
-                         cap)
+                         cap, in_place)
         if key is not None:
             cache.remember(key, result)
             budgets = cache.planned(key[:-1]) or ()
@@ -346,7 +349,7 @@ def _within_budget(cache: SearchMemo, key: tuple, budget: int) -> PlannedOp | No
 
 def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
             label: str, cache: SearchMemo, default: bool, arriving: tuple[int, ...] = (),
-            output_cap: float = math.inf) -> PlannedOp:
+            output_cap: float = math.inf, in_place: tuple[InPlace, ...] = ()) -> PlannedOp:
     """The plan of :func:`plan_operator` before its mapping to physical cores. With the
     default model and ``arriving`` inputs, the search uses :class:`.batch_cost.ArrivalCostModel`
     as the reconciliation does: the inputs priced as they arrive in the plan's partitions,
@@ -361,7 +364,8 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
             # small partitions (prefill's P V over 8K keys) that T10's ring term
             # under-estimates; its bound prunes a convolution's far larger plan space too
             # weakly (ResNet-18 tiny on 5,888 cores: 4.6 s -> minutes), so only matmuls
-            model = ArrivalCostModel(model, arriving, hw, device_reduction=expr.kind == "matmul")
+            model = ArrivalCostModel(model, arriving, hw, device_reduction=expr.kind == "matmul",
+                                     in_place=in_place)
         best = best_plan(structure, model, budget, hw.num_cores, cache=cache, output_cap=output_cap)
         if best is None:
             _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
@@ -370,6 +374,22 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
         cost = (cost_model or AnalyticCostModel())(layout, hw) if default else _batch_cost(model, best)
         return PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
     return _rerank(structure, hw, cost_model, budget, label, cache, output_cap)
+
+
+def in_place_inputs(producers: Sequence[Producer], arriving: Sequence[int]) -> tuple[InPlace, ...]:
+    """The ``arriving`` inputs whose producers left them as contiguous blocks, block ``k`` on
+    the producer's numbered core ``k`` (:class:`.batch_cost.InPlace`): a plan that reads one
+    in the same blocks on as many cores finds it in place."""
+    found = []
+    for t, layout in producers:
+        if t not in arriving:
+            continue
+        grid = producer_grid(layout)
+        n = math.prod(grid.counts)
+        if n <= layout.num_cores and np.array_equal(grid.owner, layout.physical[:n]):
+            found.append(InPlace(int(t), tuple(int(b) for b in grid.block),
+                                 tuple(int(c) for c in grid.counts)))
+    return tuple(sorted(found, key=lambda p: p.tensor))
 
 
 def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
