@@ -374,3 +374,36 @@ def test_replica_reduction_bound_holds_for_more_replicas_and_bytes() -> None:
         larger = (RR >= RR[i]) & (PP >= PP[i])
         assert bound[i] <= actual[larger].min()
     assert (bound[RR > 1] > 0.5 * actual[RR > 1]).mean() > 0.5  # not a vacuous bound
+
+
+def test_input_in_place_arrives_free_and_moves_nothing(exprs) -> None:
+    """An input its producer left as contiguous blocks (InPlace) costs no arrival in a plan
+    that reads it in the same blocks, exactly when the device's re-layout moves nothing for
+    it; the bounds stay below every plan and the exact search stays exact."""
+    from runtime_sim.contract.relayout import input_relayout, producer_grid
+    from tvm_icca.plans.batch_cost import ArrivalCostModel
+    from tvm_icca.plans.search import best_plan, in_place_inputs
+
+    cores = 8
+    hw = small_chip(cores, 1024 * 1024)
+    producer = plan_operator(exprs.matmul(16, 8, 12), hw).layout
+    consumer = exprs.softmax(16, 12)
+    assert producer.expr.output.shape == consumer.inputs[0].shape
+    in_place = in_place_inputs([(0, producer)], (0,))
+    assert in_place, "the producer's output sits in contiguous blocks"
+    structure = plan_structure(consumer)
+    plain = ArrivalCostModel(AnalyticBatchModel(hw), (0,), hw)
+    model = ArrivalCostModel(AnalyticBatchModel(hw), (0,), hw, in_place=in_place)
+    batch = plans_for(structure, op_partitions(structure, cores))
+    times, _ = model.times(batch)
+    full, _ = plain.times(batch)
+    free = times < full
+    assert free.any()
+    grid = producer_grid(producer)
+    for i in range(len(batch)):
+        layout = OpLayout(consumer, batch.plan(i))
+        moved = input_relayout(grid, layout, 0, np.zeros(cores, np.int64), 1).moved_bytes
+        assert (moved == 0) == bool(free[i]), batch.plan(i)
+    assert (model.time_lower_bound(structure, batch.F) <= times * (1 + 1e-12)).all()
+    found = best_plan(structure, model, math.inf, cores)
+    assert float(found.time[0]) == pytest.approx(float(times.min()), rel=1e-12)
