@@ -389,7 +389,7 @@ def test_input_in_place_arrives_free_and_moves_nothing(exprs) -> None:
     producer = plan_operator(exprs.matmul(16, 8, 12), hw).layout
     consumer = exprs.softmax(16, 12)
     assert producer.expr.output.shape == consumer.inputs[0].shape
-    in_place = in_place_inputs([(0, producer)], (0,))
+    in_place = in_place_inputs([(0, producer)], (0,), mapped=False)
     assert in_place, "the producer's output sits in contiguous blocks"
     structure = plan_structure(consumer)
     plain = ArrivalCostModel(AnalyticBatchModel(hw), (0,), hw)
@@ -407,3 +407,26 @@ def test_input_in_place_arrives_free_and_moves_nothing(exprs) -> None:
     assert (model.time_lower_bound(structure, batch.F) <= times * (1 + 1e-12)).all()
     found = best_plan(structure, model, math.inf, cores)
     assert float(found.time[0]) == pytest.approx(float(times.min()), rel=1e-12)
+
+
+def test_reader_of_a_spread_producer_is_mapped_onto_its_blocks(exprs) -> None:
+    """On two chips, a producer spread over both with its columns outermost; its reader (a
+    bias add),
+    planned with the arrival priced, reads the output in the producer's blocks and is
+    mapped as the producer (mapping.candidate_placements), so nothing is re-laid out."""
+    import dataclasses
+
+    from runtime_sim.contract.plan import ExecutionPlan
+    from runtime_sim.contract.relayout import input_relayout, producer_grid
+    from tvm_icca.plans.mapping import producer_numbering
+
+    hw = small_chip(8, 1024 * 1024).with_overrides(num_chips=2, inter_chip_bandwidth=1e10)
+    plan = ExecutionPlan({"m": 2, "n": 4, "k": 1}, ({}, {}, {}), (),
+                         core_order=("n", "m", "k"), chips=2)
+    producer = OpLayout(exprs.matmul(16, 8, 64), plan, hw.cores_per_chip)
+    assert producer_numbering(producer) == ((1, 0), 2)
+    reader = plan_operator(exprs.bias_add(16, 64), hw, producers=[(0, producer)], arriving=(0,))
+    layout = reader.layout
+    chip_of = np.arange(hw.num_cores) // hw.cores_per_chip
+    moved = input_relayout(producer_grid(producer), layout, 0, chip_of, hw.num_chips).moved_bytes
+    assert moved == 0, (reader.plan, dataclasses.asdict(reader.cost))

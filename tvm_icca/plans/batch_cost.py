@@ -417,15 +417,19 @@ def replica_reduction_array(replicas: np.ndarray, partition_bytes: np.ndarray, e
 
 @dataclass(frozen=True)
 class InPlace:
-    """An arriving input whose producer left it as contiguous blocks: block ``k`` (row-major
-    over ``counts`` blocks of ``block`` elements per dimension) on numbered core ``k``. A
-    plan that partitions the input into exactly these blocks, unreplicated and unrotated,
-    numbers its cores the same way and finds its partitions already in place: the
-    re-layout moves nothing (:mod:`runtime_sim.contract.relayout`)."""
+    """An arriving input whose producer left it as ``counts`` blocks of ``block`` elements
+    per dimension, one per core (:func:`.mapping.producer_numbering`). A plan that
+    partitions the input into exactly these blocks, unreplicated and unrotated, and is
+    mapped to the cores as its producer (:func:`.mapping.candidate_placements`) finds its
+    partitions in place: the re-layout moves nothing (:mod:`runtime_sim.contract.relayout`)."""
 
     tensor: int
     block: tuple[int, ...]
     counts: tuple[int, ...]
+    #: the dimensions in the producer's numbering, outermost first, when the reader's plan is
+    #: not mapped afterwards (one chip): its own numbering, row-major over its axes, must
+    #: follow them; ``None`` when the mapping places the reader as the producer
+    order: tuple[int, ...] | None = None
 
 
 class ArrivalCostModel:
@@ -481,8 +485,10 @@ class ArrivalCostModel:
         if len(dims) != len(p.block) or any(d[0] != "simple" for d in dims):
             return ~ok
         axes = [d[1] for d in dims]
-        if axes != sorted(set(axes)):
-            return ~ok  # numbered row-major over the axes in order: dimensions must follow them
+        if len(set(axes)) < len(axes):
+            return ~ok  # a diagonal read: its partitions are not the producer's blocks
+        if p.order is not None and [axes[d] for d in p.order] != sorted(axes):
+            return ~ok  # numbered row-major over the axes in order, not as the producer
         # unreplicated: every axis the tensor lacks is not split
         ok &= sharing_counts(structure, F)[:, p.tensor] == 1
         for d, a in enumerate(axes):

@@ -199,13 +199,49 @@ def candidate_placements(layout: OpLayout, hw: HardwareSpec,
                          producers: Sequence[Producer] = ()) -> list[tuple[tuple[str, ...], int]]:
     """``(core_order, chips)`` candidates: contiguous first, then spread over all chips
     (orders of :func:`candidate_core_orders`, with the split axes outermost when some input
-    comes from a producer)."""
+    comes from a producer), then, per produced input, the placement that numbers the cores
+    as its producer left it (:func:`producer_numbering`), where the plan reads it in the
+    producer's blocks."""
     orders = candidate_core_orders(layout, outermost=bool(producers))
     n, cpc, k = layout.num_cores, hw.cores_per_chip, hw.num_chips
     out = [(o, 1) for o in (orders if n > cpc else orders[:1])]
     if k > 1 and n % k == 0 and n // k <= cpc and n >= k:
         out += [(o, k) for o in orders]
+    for t, source in producers:
+        numbering = producer_numbering(source)
+        dims = [a.terms[0][0] if a.is_simple else None for a in layout.expr.inputs[t].indices]
+        if numbering is None or None in dims or len(set(dims)) < len(dims):
+            continue
+        dim_order, chips = numbering
+        split = [a for a in layout.axes if layout.F[a] > 1]
+        order = tuple([dims[d] for d in dim_order] + [a for a in layout.axes if a not in dims])
+        if set(split) <= set(dims) and (order, chips) not in out and n == source.num_cores:
+            out.append((order, chips))
     return out
+
+
+def producer_numbering(layout: OpLayout) -> tuple[tuple[int, ...], int] | None:
+    """How ``layout`` numbers the cores that own its output, when it owns it as contiguous
+    blocks: ``(dims, chips)`` such that block ``b`` (per output dimension) sits on the
+    physical core a plan spread over ``chips`` chips numbers ``b`` row-major over ``dims``
+    (outermost first), one block per core. A reader that splits the tensor into the same
+    blocks, unreplicated and unrotated, and numbers its cores this way finds every block
+    in place. ``None`` when no such numbering exists (a split reduction, replicas, a merged
+    output dimension)."""
+    grid = producer_grid(layout)
+    n = int(np.prod(grid.counts))
+    out = layout.expr.output
+    if n != layout.num_cores or not all(i.is_simple for i in out.indices):
+        return None
+    axes = [i.terms[0][0] for i in out.indices]
+    order = layout.core_order
+    dims = tuple(sorted(range(len(axes)), key=lambda d: order.index(axes[d])))
+    blocks = np.indices(grid.counts).reshape(len(grid.counts), -1)
+    numbered = np.ravel_multi_index(tuple(blocks[d] for d in dims),
+                                    tuple(grid.counts[d] for d in dims))
+    if not np.array_equal(grid.owner, layout.physical[numbered]):
+        return None
+    return dims, layout.chips
 
 
 #: One candidate placement of a plan (:func:`placement_bytes`): the plan with its

@@ -49,6 +49,7 @@ from tvm_icca.plans.mapping import (
     pick_placement,
     placement_bytes,
     producer_key,
+    producer_numbering,
 )
 from tvm_icca.plans.partitions import StepCaps, StepFilter, plans_for
 from tvm_icca.plans.scoring import (
@@ -301,7 +302,7 @@ def plan_operator(
     # is chosen (and memoized) per context: HBM inputs and producers' layouts. Keyed on the
     # fields the search reads (.hw_fields), so chips differing in others share it.
     cap = math.inf if output_cap is None else int(output_cap)
-    in_place = in_place_inputs(producers, arriving)
+    in_place = in_place_inputs(producers, arriving, mapped=hw.num_chips > 1)
     key = (("search", expr.structure_key(views=False), search_key(hw), arriving, in_place, cap, budget)
            if default and cache is not None else None)
     result = None
@@ -376,19 +377,22 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
     return _rerank(structure, hw, cost_model, budget, label, cache, output_cap)
 
 
-def in_place_inputs(producers: Sequence[Producer], arriving: Sequence[int]) -> tuple[InPlace, ...]:
-    """The ``arriving`` inputs whose producers left them as contiguous blocks, block ``k`` on
-    the producer's numbered core ``k`` (:class:`.batch_cost.InPlace`): a plan that reads one
-    in the same blocks on as many cores finds it in place."""
+def in_place_inputs(producers: Sequence[Producer], arriving: Sequence[int],
+                    mapped: bool = True) -> tuple[InPlace, ...]:
+    """The ``arriving`` inputs whose producers left them as blocks one per core
+    (:func:`.mapping.producer_numbering`, :class:`.batch_cost.InPlace`): a plan that reads
+    one in the same blocks finds it in place once mapped as its producer
+    (:func:`.mapping.candidate_placements`); unless ``mapped`` (a plan on one chip, which
+    keeps its own numbering), only if its own numbering is the producer's."""
     found = []
     for t, layout in producers:
-        if t not in arriving:
+        numbering = producer_numbering(layout)
+        if t not in arriving or numbering is None:
             continue
         grid = producer_grid(layout)
-        n = math.prod(grid.counts)
-        if n <= layout.num_cores and np.array_equal(grid.owner, layout.physical[:n]):
-            found.append(InPlace(int(t), tuple(int(b) for b in grid.block),
-                                 tuple(int(c) for c in grid.counts)))
+        found.append(InPlace(int(t), tuple(int(b) for b in grid.block),
+                             tuple(int(c) for c in grid.counts),
+                             None if mapped else numbering[0]))
     return tuple(sorted(found, key=lambda p: p.tensor))
 
 
