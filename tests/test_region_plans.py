@@ -44,3 +44,23 @@ def test_a_priced_arrival_steers_the_plan_away_from_replicating_its_inputs():
     assert priced.time_s >= free.time_s  # its own steps are no faster...
     assert priced.time_s + arrival(priced) < free.time_s + arrival(free)  # ...its total is
     assert arrival(priced) < arrival(free)
+
+
+def test_only_outputs_held_beside_later_operators_are_capped_to_their_spread():
+    """``held_output_caps``: an output read only by the next operator is not capped; one a
+    later operator reads (or the region keeps) may take HELD_SPREAD times its even spread."""
+    from tvm_icca.planning.region_plans import HELD_SPREAD, held_output_caps
+
+    ops = (PendingOp("r.op0", exprs.matmul(64, 32, 32), ("x", "w0"), "a"),
+           PendingOp("r.op1", exprs.matmul(64, 32, 32), ("a", "w1"), "b"),
+           PendingOp("r.op2", exprs.matmul(64, 32, 32), ("b", "w2"), "c"),
+           PendingOp("r.op3", exprs.bias_add(64, 32), ("a", "c"), "d"))
+    region = RegionOps("r", (), ops, ("d",), {})
+    caps = held_output_caps(region, HBM_CHIP)
+    spread = -(-64 * 32 * 4 // HBM_CHIP.num_cores)
+    # a: read again by op3 (held beside op1 and op2); b, c: read by the next operator only;
+    # d: the region keeps it, but no operator runs after it
+    assert caps == {"r.op0": HELD_SPREAD * spread}
+    kept = RegionOps("r", (), ops, ("b", "d"), {})
+    assert held_output_caps(kept, HBM_CHIP) == {"r.op0": HELD_SPREAD * spread,
+                                                "r.op1": HELD_SPREAD * spread}
