@@ -196,19 +196,20 @@ def producer_key(producers: Sequence[Producer]) -> tuple[Hashable, ...]:
 
 
 def candidate_placements(layout: OpLayout, hw: HardwareSpec,
-                         producers: Sequence[Producer] = ()) -> list[tuple[tuple[str, ...], int]]:
+                         producers: Sequence[Producer] = (),
+                         in_place: Sequence[int] = ()) -> list[tuple[tuple[str, ...], int]]:
     """``(core_order, chips)`` candidates: contiguous first, then spread over all chips
     (orders of :func:`candidate_core_orders`, with the split axes outermost when some input
-    comes from a producer), then, per produced input, the placement that numbers the cores
-    as its producer left it (:func:`producer_numbering`), where the plan reads it in the
-    producer's blocks."""
+    comes from a producer), then, per produced input in ``in_place`` (those the plan search
+    priced as found in place, :class:`.batch_cost.InPlace`), the placement that numbers the
+    cores as its producer left it (:func:`producer_numbering`)."""
     orders = candidate_core_orders(layout, outermost=bool(producers))
     n, cpc, k = layout.num_cores, hw.cores_per_chip, hw.num_chips
     out = [(o, 1) for o in (orders if n > cpc else orders[:1])]
     if k > 1 and n % k == 0 and n // k <= cpc and n >= k:
         out += [(o, k) for o in orders]
     for t, source in producers:
-        numbering = producer_numbering(source)
+        numbering = producer_numbering(source) if t in in_place else None
         dims = [a.terms[0][0] if a.is_simple else None for a in layout.expr.inputs[t].indices]
         if numbering is None or None in dims or len(set(dims)) < len(dims):
             continue
@@ -251,7 +252,8 @@ Placement = tuple[ExecutionPlan, float, float]
 
 def placement_bytes(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
                     hbm_inputs: Sequence[int] = (),
-                    producers: Sequence[Producer] = ()) -> list[Placement]:
+                    producers: Sequence[Producer] = (),
+                    in_place: Sequence[int] = ()) -> list[Placement]:
     """Every candidate placement of ``plan`` (:func:`candidate_placements`) with its bytes
     (:func:`mapping_cost`'s, before any bandwidth divides them): what
     :func:`choose_core_order` chooses among, and what a plan cache keeps across chips that
@@ -259,7 +261,7 @@ def placement_bytes(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
     cpc = hw.cores_per_chip
     base = OpLayout(expr, replace(plan, core_order=(), chips=1), cpc)
     out: list[Placement] = []
-    for order, chips in candidate_placements(base, hw, producers):
+    for order, chips in candidate_placements(base, hw, producers, in_place):
         candidate = replace(plan, core_order=order, chips=chips)
         layout = base if not order and chips == 1 else OpLayout(expr, candidate, cpc)
         hbm_max, _, _, inter = _mapping_bytes(layout, hw, hbm_inputs, producers)

@@ -320,7 +320,8 @@ def plan_operator(
             cache.remember(key, result)
             budgets = cache.planned(key[:-1]) or ()
             cache.remember(key[:-1], (*budgets[-MAX_BUDGETS_KEPT + 1:], (budget, result)))
-    return _mapped(result, hw, hbm_inputs, producers, cache)
+    return _mapped(result, hw, hbm_inputs, producers, cache,
+                   tuple(p.tensor for p in in_place) if default and arriving else ())
 
 
 #: Budgets remembered per operator structure for :func:`_within_budget`.
@@ -397,7 +398,8 @@ def in_place_inputs(producers: Sequence[Producer], arriving: Sequence[int],
 
 
 def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
-            producers: Sequence[Producer], cache: SearchMemo | None) -> PlannedOp:
+            producers: Sequence[Producer], cache: SearchMemo | None,
+            in_place: tuple[int, ...] = ()) -> PlannedOp:
     """``result`` with the placement :func:`.mapping.choose_core_order` picks. The candidate
     placements and their bytes are memoized in ``cache`` on what they depend on (not on the
     bandwidths, :data:`.hw_fields.PLACEMENT_FIELDS`); the choice among them is made for
@@ -408,13 +410,13 @@ def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
     placements = None
     if cache is not None:
         key = ("placements", expr.structure_key(views=False), json.dumps(result.plan.to_dict(), sort_keys=True),
-               placement_key(hw), hbm_inputs, producer_key(producers))
+               placement_key(hw), hbm_inputs, producer_key(producers), in_place)
         placements = cache.planned(key)
         if placements is None:
-            placements = placement_bytes(expr, result.plan, hw, hbm_inputs, producers)
+            placements = placement_bytes(expr, result.plan, hw, hbm_inputs, producers, in_place)
             cache.remember(key, placements)
     else:
-        placements = placement_bytes(expr, result.plan, hw, hbm_inputs, producers)
+        placements = placement_bytes(expr, result.plan, hw, hbm_inputs, producers, in_place)
     plan = pick_placement(result.plan, placements, hw, hbm_inputs)
     if plan == result.plan:
         return result
