@@ -135,9 +135,6 @@ def plan_split_region(
     forced: dict[int, int] = {}
     pressure: dict[int, tuple[str, int]] = {}
     last: PlanNotFoundError | None = None
-    best: tuple[float, RegionOps, list[OpProgram]] | None = None
-    trial: tuple[int, str] | None = None  # the chain cut for speed, not for lack of SRAM
-    priced = compute_bound(region, hw, hbm_names)
     counted = len(region.ops)  # operators the progress phase was told of
     for _ in range(MAX_SPLIT_ROUNDS):
         choices = choose_splits(region, hw, plan_piece, forced, hbm_names, pressure)
@@ -146,11 +143,9 @@ def plan_split_region(
             phase.add(len(split.ops) - counted)
             counted = len(split.ops)
         try:
-            ops = plan_region(split, hw, cost_model, plan_cache, hbm_names, phase,
-                              spread_held=spread)[0]
+            return split, plan_region(split, hw, cost_model, plan_cache, hbm_names, phase,
+                                      spread_held=spread)[0]
         except PlanNotFoundError as err:
-            if best is not None:
-                return best[1], best[2]  # a finer cut for speed found no plan: keep the last
             name = err.operator
             failed = index.get(original_operator(name))
             last = err
@@ -179,58 +174,8 @@ def plan_split_region(
                 raise  # nothing left to split: the first error is the answer
             for twin in twins[failed]:
                 forced[twin] = pieces * 2
-            continue
-        total = sum(op.estimated_time_s for op in ops)
-        if best is not None and total >= best[0]:
-            return best[1], best[2]  # the last cut for speed made the region no faster
-        best = (total, split, ops)
-        # a compute-bound region may run faster with a chain cut that it does not need
-        trial = _faster_cut(region, ops, plan_piece, trial, hw) if priced else None
-        if trial is None:
-            break
-        op, axis = trial
-        pieces = pressure[op][1] * 2 if op in pressure else 2
-        if pieces > region.ops[op].expr.extent(axis):
-            break
-        for twin in twins[op]:
-            pressure[twin] = (axis, pieces)
-    if best is not None:
-        return best[1], best[2]
     raise PlanNotFoundError(f"{last} (and still after splitting operators of region "
                             f"'{short_name(region.name)}' {MAX_SPLIT_ROUNDS} times)")
-
-
-#: How much slower than with the whole SRAM an operator must run within what its region
-#: leaves it before :func:`plan_split_region` tries cutting the chain that holds the region's
-#: intermediates for speed (a bound on compile time: each try plans the region again, and
-#: the cut is kept only if the region's estimated time falls).
-SQUEEZE_SLOWDOWN = 1.2
-
-
-def _faster_cut(region: RegionOps, ops: list[OpProgram],
-                plan_piece: Callable[[TensorExpr, int, str], float],
-                trial: tuple[int, str] | None, hw: HardwareSpec) -> tuple[int, str] | None:
-    """The chain to cut (again, finer) so that the region may run faster: the last ``trial``
-    if there is one (it made the region faster), else the :func:`~tvm_icca.split.pressure_root`
-    of the uncut operator that loses the most time to the SRAM its region holds (more than
-    :data:`SQUEEZE_SLOWDOWN` times its time with the whole SRAM), or ``None``.
-
-    A long prompt's MLP fits whole, but its up projection, planned beside the gate's held
-    ``[tokens, 13824]`` output, rotates its tensors in hundreds of steps; cut along the tokens
-    from its norm, each piece has the SRAM to run at the matrix units' pace (the chunked
-    prefill of serving systems)."""
-    if trial is not None:
-        return trial
-    index = {op.name: i for i, op in enumerate(region.ops)}
-    worst, loss = None, 0.0
-    for op in ops:
-        i = index.get(op.name)
-        if i is None:  # a piece or a join: its chain is already cut
-            continue
-        free = plan_piece(op.expr, hw.usable_sram_bytes, op.name)
-        if op.estimated_time_s > SQUEEZE_SLOWDOWN * free and op.estimated_time_s - free > loss:
-            worst, loss = i, op.estimated_time_s - free
-    return None if worst is None else pressure_root(region, worst)
 
 
 def _chain_of(split: RegionOps, name: str, failed: int,
