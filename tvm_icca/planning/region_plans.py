@@ -35,8 +35,8 @@ from tvm_icca.split import (
     original_operator,
     pressure_root,
     split_region,
+    twin_groups,
 )
-from tvm_icca.split.twins import twin_groups
 
 #: Execution models a region can be compiled for.
 EXECUTION_MODELS = ("t10", "vgm")
