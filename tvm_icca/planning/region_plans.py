@@ -218,16 +218,19 @@ def plan_region(
         producers = tuple((t, layouts[n]) for t, n in enumerate(op.input_names)
                           if n in layouts and t not in hbm)
         arriving = tuple(t for t, _ in producers) if priced else ()
+
+        def search(cap: int | None) -> PlannedOp:
+            return _search(op.expr, hw, cost_model, plan_cache, budget, op.describe(), hbm,
+                           producers, arriving, cap)
+
+        cap = caps.get(op.name)
         try:
             try:
-                planned = _search(op.expr, hw, cost_model, plan_cache, budget, op.describe(), hbm,
-                                  producers, arriving, caps.get(op.name))
+                planned = search(cap)
             except PlanNotFoundError:
-                if op.name not in caps:
+                if cap is None:
                     raise
-                # an output too small to spread over the cores keeps the plans it has
-                planned = _search(op.expr, hw, cost_model, plan_cache, budget, op.describe(), hbm,
-                                  producers, arriving)
+                planned = search(None)  # an output too small to spread keeps the plans it has
         except PlanNotFoundError as err:
             # which operator, and what its region left it: plan_split_region splits it, or the
             # producers of what the region holds, and tries again

@@ -56,7 +56,7 @@ from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
-from runtime_sim.contract.relayout import input_boxes, input_relayout, producer_grid
+from runtime_sim.contract.relayout import BlockGrid, input_boxes, input_relayout, producer_grid
 
 #: An input produced by an earlier operator of the region: (index in ``expr.inputs``, the
 #: producer's layout).
@@ -208,28 +208,31 @@ def candidate_placements(layout: OpLayout, hw: HardwareSpec,
     out = [(o, 1) for o in (orders if n > cpc else orders[:1])]
     if k > 1 and n % k == 0 and n // k <= cpc and n >= k:
         out += [(o, k) for o in orders]
+    split = {a for a in layout.axes if layout.F[a] > 1}
     for t, source in producers:
-        numbering = producer_numbering(source) if t in in_place else None
+        if t not in in_place or source.num_cores != n:
+            continue
         dims = [a.terms[0][0] if a.is_simple else None for a in layout.expr.inputs[t].indices]
-        if numbering is None or None in dims or len(set(dims)) < len(dims):
+        numbering = producer_numbering(source)
+        if numbering is None or None in dims or len(set(dims)) < len(dims) or not split <= set(dims):
             continue
         dim_order, chips = numbering
-        split = [a for a in layout.axes if layout.F[a] > 1]
         order = tuple([dims[d] for d in dim_order] + [a for a in layout.axes if a not in dims])
-        if set(split) <= set(dims) and (order, chips) not in out and n == source.num_cores:
+        if (order, chips) not in out:
             out.append((order, chips))
     return out
 
 
-def producer_numbering(layout: OpLayout) -> tuple[tuple[int, ...], int] | None:
+def producer_numbering(layout: OpLayout,
+                       grid: BlockGrid | None = None) -> tuple[tuple[int, ...], int] | None:
     """How ``layout`` numbers the cores that own its output, when it owns it as contiguous
     blocks: ``(dims, chips)`` such that block ``b`` (per output dimension) sits on the
     physical core a plan spread over ``chips`` chips numbers ``b`` row-major over ``dims``
     (outermost first), one block per core. A reader that splits the tensor into the same
     blocks, unreplicated and unrotated, and numbers its cores this way finds every block
     in place. ``None`` when no such numbering exists (a split reduction, replicas, a merged
-    output dimension)."""
-    grid = producer_grid(layout)
+    output dimension). ``grid``: the layout's :func:`producer_grid`, when the caller has it."""
+    grid = producer_grid(layout) if grid is None else grid
     n = int(np.prod(grid.counts))
     out = layout.expr.output
     if n != layout.num_cores or not all(i.is_simple for i in out.indices):

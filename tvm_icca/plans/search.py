@@ -387,10 +387,12 @@ def in_place_inputs(producers: Sequence[Producer], arriving: Sequence[int],
     keeps its own numbering), only if its own numbering is the producer's."""
     found = []
     for t, layout in producers:
-        numbering = producer_numbering(layout)
-        if t not in arriving or numbering is None:
+        if t not in arriving:
             continue
         grid = producer_grid(layout)
+        numbering = producer_numbering(layout, grid)
+        if numbering is None:
+            continue
         found.append(InPlace(int(t), tuple(int(b) for b in grid.block),
                              tuple(int(c) for c in grid.counts),
                              None if mapped else numbering[0]))
