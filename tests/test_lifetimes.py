@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from runtime_sim.contract.hardware import small_chip
-from runtime_sim.contract.lifetimes import held_bytes, last_reads, outlives, released, staying_outputs
+from runtime_sim.contract.lifetimes import (
+    held_beside_later,
+    held_bytes,
+    last_reads,
+    outlives,
+    released,
+    staying_outputs,
+)
 from runtime_sim.machine.links import (
     chunk_latency_seconds,
     link_transfer_seconds,
@@ -47,6 +54,21 @@ def test_held_bytes_is_the_definition_on_random_regions():
         last = last_reads(ops, region_out)
         want = [sum(b for j, b in enumerate(sizes[:i]) if outlives(last, outs[j], i)) for i in range(n)]
         assert held_bytes(ops, outs, region_out, sizes) == want
+
+
+def test_held_beside_later_are_the_outputs_that_take_sram_from_other_operators():
+    # the outputs held beside a later operator are those whose size changes some other
+    # operator's held bytes: checked against held_bytes itself on random regions
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        n = int(rng.integers(1, 12))
+        outs = [f"t{i}" for i in range(n)]
+        ops = [tuple(outs[j] for j in range(i) if rng.random() < 0.4) for i in range(n)]
+        region_out = [o for o in outs if rng.random() < 0.2]
+        base = held_bytes(ops, outs, region_out, [1] * n)
+        moving = [j for j in range(n)
+                  if held_bytes(ops, outs, region_out, [1] * j + [2] + [1] * (n - j - 1)) != base]
+        assert held_beside_later(ops, outs, region_out) == moving
 
 
 def test_link_transfer_closed_form():

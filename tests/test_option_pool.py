@@ -65,14 +65,14 @@ def test_ladders_prefetched_on_workers_plan_as_asked_one_by_one():
 
     expr = exprs.matmul(16, 64, 48)
     fast = PlanCache(jobs=1).plan(expr, CHIP, None, CHIP.usable_sram_bytes, "mm").memory_bytes_per_core
-    ladders = [[(expr, int(fast * f), "mm", ()) for f in (0.7, 0.4, 0.05)],
-               [(expr, int(fast * f), "mm", ()) for f in (0.6, 0.3, 0.02)]]
+    ladders = [[(expr, int(fast * f), "mm", (), None) for f in (0.7, 0.4, 0.05)],
+               [(expr, int(fast * f), "mm", (), None) for f in (0.6, 0.3, 0.02)]]
     prefetched = PlanCache(jobs=2)
     prefetched.prefetch_ladders(ladders, CHIP)
     alone = PlanCache(jobs=1)
     failed = 0
     for ladder in ladders:
-        for expr_, budget, name, hbm in ladder:
+        for expr_, budget, name, hbm, _ in ladder:
             try:
                 want = alone.plan(expr_, CHIP, None, budget, name, hbm)
             except PlanNotFoundError:

@@ -299,7 +299,6 @@ class OpLayout:
         return tuple(self._dim_length(t, d, idx) for d, idx in enumerate(access.indices))
 
     def _dim_length(self, t: int, d: int, idx: AffineIndex) -> int:
-        access = self.expr.tensors[t]
         if any(a in self.local_extent for a in idx.axes):
             if idx.is_simple and idx.terms[0][0] in self.local_follow:
                 return self.local_extent[idx.terms[0][0]]

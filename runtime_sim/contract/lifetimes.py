@@ -39,6 +39,15 @@ def outlives(last: dict[str, int], name: str, i: int) -> bool:
     return last.get(name, -1) > i
 
 
+def held_beside_later(op_inputs: Sequence[Sequence[str]], op_outputs: Sequence[str],
+                      region_outputs: Iterable[str]) -> list[int]:
+    """The operators whose output is held while a later operator other than the next one
+    runs (read after the next operator, or a region output kept on chip): the outputs whose
+    partition takes SRAM from the plans of other operators (:class:`HeldBytes`)."""
+    last = last_reads(op_inputs, region_outputs)
+    return [i for i, name in enumerate(op_outputs) if outlives(last, name, i + 1)]
+
+
 def released(last: dict[str, int], held: Iterable[str], i: int) -> list[str]:
     """The ``held`` tensors to release before operator ``i`` runs (last read at ``i`` or before)."""
     return [name for name in held if not outlives(last, name, i)]

@@ -413,7 +413,6 @@ def gather_relayout(grid: BlockGrid, boxes: Boxes, axis: int, chip_of_core: np.n
     need = boxes.nbytes.astype(np.float64)
     cores = np.flatnonzero(need > 0)
     chip = chip_of_core[:n]
-    V = len(boxes.shape)
     box_of_core, lo, hi = _distinct_boxes(boxes, cores)
     U = len(lo)
     block = np.asarray(grid.block, np.int64)

@@ -22,8 +22,9 @@ from tvm_icca.plans.reconcile import PlanOption, operator_options
 from tvm_icca.plans.search import optimum_within
 
 #: One rung of an operator's budget ladder (:meth:`PlanCache.prefetch_ladders`): its
-#: expression, the SRAM budget, its name (for errors) and its inputs read from HBM.
-LadderStep = tuple[TensorExpr, int, str, tuple[int, ...]]
+#: expression, the SRAM budget, its name (for errors), its inputs read from HBM and the most
+#: bytes per core its output partition may take (``None``: any).
+LadderStep = tuple[TensorExpr, int, str, tuple[int, ...], "int | None"]
 
 
 class PlanCache:
@@ -226,17 +227,18 @@ class PlanCache:
         climbs: dict[tuple, dict[int, LadderStep]] = {}
         for ladder in ladders:
             for step in ladder:
-                expr, budget, _, hbm = step
-                climbs.setdefault((expr.structure_key(views=False), tuple(hbm)), {}).setdefault(int(budget), step)
+                expr, budget, _, hbm, cap = step
+                climbs.setdefault((expr.structure_key(views=False), tuple(hbm), cap), {}
+                                  ).setdefault(int(budget), step)
         chains = [[steps[b] for b in sorted(steps, reverse=True)] for steps in climbs.values()]
 
         def climb(chain: Sequence[LadderStep]) -> list[tuple[tuple, PlannedOp | None, tuple]]:
             found = []
-            for expr, budget, name, hbm in chain:
-                key = self._key(expr, hw, None, budget, hbm, ())
+            for expr, budget, name, hbm, cap in chain:
+                key = self._key(expr, hw, None, budget, hbm, (), output_cap=cap)
                 misses = self.misses
                 try:
-                    planned = self.plan(expr, hw, None, budget, name, hbm)
+                    planned = self.plan(expr, hw, None, budget, name, hbm, output_cap=cap)
                 except PlanNotFoundError:
                     found.append((key, None, self._failures[key]))
                     break

@@ -18,7 +18,7 @@ from runtime_sim.contract.errors import IccaError, PlanNotFoundError, short_name
 from runtime_sim.contract.expr import TensorExpr, tensor_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.lifetimes import HeldBytes, last_reads, outlives
+from runtime_sim.contract.lifetimes import HeldBytes, held_beside_later
 from runtime_sim.contract.lifetimes import held_bytes as lifetime_held_bytes
 from runtime_sim.contract.program import DeviceProgram, OpProgram
 from schedules import template_for
@@ -268,12 +268,11 @@ def held_output_caps(region: RegionOps, hw: HardwareSpec) -> dict[str, int]:
     while later operators run (:data:`HELD_SPREAD` times its even spread over the cores;
     the lifetimes of :mod:`runtime_sim.contract.lifetimes`). An output read only by the next
     operator is not held beside any other and gets no cap."""
-    last = last_reads([op.input_names for op in region.ops], region.staying_outputs)
     caps = {}
-    for i, op in enumerate(region.ops):
-        if outlives(last, op.output_name, i + 1):
-            out = op.expr.output
-            caps[op.name] = HELD_SPREAD * -(-tensor_bytes(out.shape, out.dtype) // hw.num_cores)
+    for i in held_beside_later([op.input_names for op in region.ops],
+                               [op.output_name for op in region.ops], region.staying_outputs):
+        out = region.ops[i].expr.output
+        caps[region.ops[i].name] = HELD_SPREAD * -(-tensor_bytes(out.shape, out.dtype) // hw.num_cores)
     return caps
 
 

@@ -68,7 +68,7 @@ from runtime_sim.contract.errors import PlanNotFoundError
 from runtime_sim.contract.expr import dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.lifetimes import held_bytes
+from runtime_sim.contract.lifetimes import held_beside_later, held_bytes
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.preload_chunks import chip_read_bytes, chunk_options, preload_bytes
 from runtime_sim.contract.program import DeviceProgram, OpProgram
@@ -126,32 +126,34 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
     for program in programs:
         sources = input_sources(program, has_hbm)
         producer_of = {op.output_name: op for op in program.ops}
-        for op, row in zip(program.ops, sources):
+        caps = held_output_caps(program, hw)
+        for j, (op, row) in enumerate(zip(program.ops, sources)):
             hbm = tuple(t for t, s in enumerate(row) if s == "hbm")
             host = tuple(t for t, s in enumerate(row) if s == "host")
             arriving = tuple((t, producer_of[op.input_names[t]].plan.to_dict() if s == PRODUCED else None)
                              for t, s in enumerate(row) if s in (PRODUCED, "chip"))
-            points_key = json.dumps([op.expr.structure_key(), op.plan.to_dict(), hbm, host, arriving],
+            cap = caps.get(j)
+            points_key = json.dumps([op.expr.structure_key(), op.plan.to_dict(), hbm, host, arriving, cap],
                                     separators=(",", ":"))
-            rows.append((op, hbm, host, arriving, producer_of, points_key))
+            rows.append((op, hbm, host, arriving, producer_of, cap, points_key))
     # the points depend on the operator, its plan and its sources, not on what else is live
     # (identical layers of one region hold different region outputs around them)
     distinct: dict[str, tuple] = {}
     for row in rows:    # the first of each, as the memo below builds it
         distinct.setdefault(row[-1], row)
-    cache.prefetch_ladders([ladder_steps(op, hbm, hw) for op, hbm, *_ in distinct.values()], hw)
+    cache.prefetch_ladders([ladder_steps(op, hbm, hw, row[-2]) for op, hbm, *row in distinct.values()], hw)
     if phase is not None:
         phase.add(len(rows))
     memo: dict[str, OpTradeoffs] = {}
     tables: list[OpTradeoffs] = []
     topo = make_topology(hw)
-    for op, hbm, host, arriving, producer_of, points_key in rows:
+    for op, hbm, host, arriving, producer_of, cap, points_key in rows:
         table = memo.get(points_key)
         if table is None:
             def build(op=op, hbm=hbm, host=host, producer_of=producer_of,
-                      arriving=arriving, points_key=points_key) -> OpTradeoffs:
+                      arriving=arriving, cap=cap, points_key=points_key) -> OpTradeoffs:
                 grids = [(t, _source_grid(op, t, producer_of, hw)) for t, _ in arriving]
-                return _table(op, hbm, host, hw, cache, points_key, grids, topo)
+                return _table(op, hbm, host, hw, cache, points_key, grids, topo, cap)
 
             # tuning records in scope change the points: such a table is this compile's only
             table = memo[points_key] = (build() if measured_plans(op.expr, hw)
@@ -225,12 +227,12 @@ def arrival_seconds(layout: OpLayout, grids: Sequence[tuple[int, BlockGrid]],
 
 def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...],
            hw: HardwareSpec, cache: PlanCache, key: str,
-           grids: Sequence[tuple[int, BlockGrid]], topo: Topology) -> OpTradeoffs:
+           grids: Sequence[tuple[int, BlockGrid]], topo: Topology, cap: int | None) -> OpTradeoffs:
     offchip = tuple(sorted(hbm + host))
     execs: list[ExecPoint] = []
     preloads: list[tuple[PreloadPoint, ...]] = []
     points = [(plan, time_s, traffic_s, op.tuned and k == 0)
-              for k, (plan, time_s, traffic_s) in enumerate(_exec_ladder(op, hbm, hw, cache))]
+              for k, (plan, time_s, traffic_s) in enumerate(_exec_ladder(op, hbm, hw, cache, cap))]
     measured = measured_plans(op.expr, hw)
     if measured:
         points = _with_records(op, hbm, hw, points, measured)
@@ -255,16 +257,17 @@ def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...],
 
 
 def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
-                 cache: PlanCache) -> list[tuple[ExecutionPlan, float, float]]:
+                 cache: PlanCache, cap: int | None) -> list[tuple[ExecutionPlan, float, float]]:
     """(plan, time, traffic time) from the fastest (the region planner's plan) down the
-    budget ladder."""
+    budget ladder; ``cap``: the most bytes per core a point's output partition may take
+    (:func:`held_output_caps`)."""
     first = OpLayout(op.expr, op.plan, hw.cores_per_chip)
     cost = AnalyticCostModel()(first, hw)  # what the region planner estimated for it
     extra, traffic = _device_correction(first, cost, hw)
     points = [(op.plan, (op.estimated_time_s or cost.time_s) + extra, traffic)]
-    for expr, budget, name, hbm_inputs in ladder_steps(op, hbm, hw):
+    for expr, budget, name, hbm_inputs, output_cap in ladder_steps(op, hbm, hw, cap):
         try:
-            planned = cache.plan(expr, hw, None, budget, name, hbm_inputs)
+            planned = cache.plan(expr, hw, None, budget, name, hbm_inputs, output_cap=output_cap)
         except PlanNotFoundError:
             break
         extra, traffic = _device_correction(OpLayout(op.expr, planned.plan, hw.cores_per_chip),
@@ -325,10 +328,30 @@ def _device_correction(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tu
     return terms["reduction_s"] - cost.reduction_s + excess, float(busy)
 
 
-def ladder_steps(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec) -> list[LadderStep]:
-    """The plan searches of ``op``'s smaller execute-state points, largest budget first."""
+def ladder_steps(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
+                 cap: int | None = None) -> list[LadderStep]:
+    """The plan searches of ``op``'s smaller execute-state points, largest budget first, each
+    with an output partition of at most ``cap`` bytes per core (``None``: any)."""
     fastest = OpLayout(op.expr, op.plan, hw.cores_per_chip).memory_bytes_per_core()
-    return [(op.expr, budget, op.name, hbm) for budget in ladder_budgets(fastest, hw)]
+    return [(op.expr, budget, op.name, hbm, cap) for budget in ladder_budgets(fastest, hw)]
+
+
+def held_output_caps(program: DeviceProgram, hw: HardwareSpec) -> dict[int, int]:
+    """Operator index -> the most bytes per core the output partition of its smaller
+    execute-state points may take: the partition of the region planner's plan, for an
+    output the region holds while later operators run
+    (:func:`runtime_sim.contract.lifetimes.held_beside_later`).
+
+    The region planner gave those later operators the SRAM that partition leaves; a point
+    writing the output onto fewer cores would take more of every core the output outlives, and
+    the live bytes the Elk pass reserves count each output at its largest point
+    (:func:`_with_live_bytes`). Uncapped, a 32K-token Llama2-13B prefill's gate projection had
+    a point holding its ``[32768, 13824]`` output 47 KB per core larger, so the up projection
+    beside it lost its planned plan (5.8 ms) to one of 420 rotation steps (11.0 ms)."""
+    held = held_beside_later([op.input_names for op in program.ops],
+                             [op.output_name for op in program.ops], program.staying_outputs)
+    return {j: OpLayout(program.ops[j].expr, program.ops[j].plan, hw.cores_per_chip)
+            .partition_bytes(len(program.ops[j].expr.tensors) - 1) for j in held}
 
 
 def ladder_budgets(fastest_bytes: int, hw: HardwareSpec) -> list[int]:
