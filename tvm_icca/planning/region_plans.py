@@ -276,12 +276,14 @@ def held_output_caps(region: RegionOps, hw: HardwareSpec) -> dict[str, int]:
     return caps
 
 
-def compute_bound(region: RegionOps, hw: HardwareSpec, hbm_names: frozenset[str]) -> bool:
+def compute_bound(region: RegionOps | DeviceProgram, hw: HardwareSpec, hbm_names: frozenset[str]) -> bool:
     """Whether the region's compute at peak outlasts reading its HBM tensors once: then the
     planner prices the arrival of every input an earlier operator produced in the plan's
     partitions (``plan_operator(arriving=...)``). In an HBM-bound region (a decode step)
     Elk overlaps execution, re-layouts included, with the loads (Elk §4.2): the arrival is
-    hidden, and pricing it would trade hidden time for loads. On a chip without HBM the
+    hidden, and pricing it would trade hidden time for loads. (The Elk pass's trade-off
+    tables keep the held outputs of compute-bound regions within the planned partitions by
+    the same test: :func:`~tvm_icca.planning.tradeoff_tables.held_output_caps`.) On a chip without HBM the
     state is on chip (planned by the reconciliation, which prices arrivals itself) or
     streams from the host, which bounds the region: ``False``."""
     if hw.hbm_bandwidth <= 0:

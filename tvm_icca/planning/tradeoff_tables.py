@@ -89,6 +89,7 @@ from runtime_sim.machine.preload_delivery import distribution_phase, preload_del
 from runtime_sim.machine.topology import Topology, make_topology, relayout_pattern
 from tvm_icca.elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
 from tvm_icca.planning.plan_cache import LadderStep, PlanCache
+from tvm_icca.planning.region_plans import compute_bound
 from tvm_icca.plans.batch_cost import AnalyticBatchModel
 from tvm_icca.plans.cost import AnalyticCostModel, PlanCost
 from tvm_icca.plans.fit import fits
@@ -126,7 +127,9 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
     for program in programs:
         sources = input_sources(program, has_hbm)
         producer_of = {op.output_name: op for op in program.ops}
-        caps = held_output_caps(program, hw)
+        hbm_names = frozenset(n for op, row in zip(program.ops, sources)
+                              for n, s in zip(op.input_names, row) if s == "hbm")
+        caps = held_output_caps(program, hw) if compute_bound(program, hw, hbm_names) else {}
         for j, (op, row) in enumerate(zip(program.ops, sources)):
             hbm = tuple(t for t, s in enumerate(row) if s == "hbm")
             host = tuple(t for t, s in enumerate(row) if s == "host")
@@ -340,7 +343,12 @@ def held_output_caps(program: DeviceProgram, hw: HardwareSpec) -> dict[int, int]
     """Operator index -> the most bytes per core the output partition of its smaller
     execute-state points may take: the partition of the region planner's plan, for an
     output the region holds while later operators run
-    (:func:`runtime_sim.contract.lifetimes.held_beside_later`).
+    (:func:`runtime_sim.contract.lifetimes.held_beside_later`). :func:`operator_tables` caps
+    the points of compute-bound regions only (:func:`~tvm_icca.planning.region_plans.compute_bound`):
+    there the planned plans are what the region's time is made of, while in an HBM-bound
+    region (a decode step) the Elk pass trades execution space for preloads, and a point that
+    holds its output on fewer cores is one more such trade (on the decode table of
+    ``benchmarks/elk_llm.py`` capping every region moved Elk-Full by -2.3% to +0.6%).
 
     The region planner gave those later operators the SRAM that partition leaves; a point
     writing the output onto fewer cores would take more of every core the output outlives, and
