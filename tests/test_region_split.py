@@ -4,6 +4,8 @@ and both executors agree on the bytes preloaded, distributed and executed."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tvm
@@ -171,3 +173,48 @@ def test_softmax_over_keys_cut_into_blocks_uses_the_online_combine():
     ex = tvm_icca.compile(mod, chip, resident=resident, preload="elk-full")
     got = run_outputs(ex, [tvm.runtime.tensor(a) for a in (q, k, v, mask)])[0].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _lm_head(tokens: int, dim: int, vocab: int) -> tvm.IRModule:
+    """A training forward's last operator: the logits of every position, the model's result."""
+    func = relax_function(((tokens, dim), (dim, vocab)), lambda x, w: relax.op.matmul(x, w),
+                          names=["x", "w_head"])
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def test_host_output_in_pieces_is_joined_by_the_host():
+    """Logits too large for the chip are cut; only the host reads them, so each piece leaves
+    the chip as it is produced and the host concatenates them (``DeviceProgram.host_joins``):
+    no concat operator holds the whole tensor on chip. Exact against numpy; the timing
+    simulator returns exactly the output's bytes to the host."""
+    from runtime_sim.contract.errors import DeviceProgramError
+    from runtime_sim.contract.program import DeviceProgram, HostJoin
+    from runtime_sim.contract.validation import validate_program
+
+    tokens, dim, vocab = 512, 32, 1024
+    mod, chip = _lm_head(tokens, dim, vocab), _chip(16)
+    model = compile_programs(mod, chip, resident=["w_head"], preload="elk-full")
+    program = model.programs[0]
+    (name, join), = program.host_joins.items()
+    assert program.outputs == (name,) and name in program.host_outputs
+    assert len(join.pieces) > 1 and not any(".concat" in op.name for op in program.ops)
+    assert DeviceProgram.from_json(program.to_json()) == program
+    report = model.simulate()
+    assert sum(op.host_out_bytes for op in report.per_op) == tokens * vocab * 4
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((tokens, dim)).astype(np.float32)
+    w = rng.standard_normal((dim, vocab)).astype(np.float32)
+    ex = tvm_icca.compile(mod, chip, resident=["w_head"], preload="elk-full")
+    got = run_outputs(ex, [tvm.runtime.tensor(a) for a in (x, w)])[0].numpy()
+    np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)
+    # a join the device cannot trust is refused before anything runs
+    bad = [HostJoin(join.dim, join.pieces + ("missing",)),
+           HostJoin(join.dim + 5, join.pieces),
+           HostJoin(join.dim, join.pieces[:1] + join.pieces),
+           HostJoin(join.dim, ())]
+    for wrong in bad:
+        with pytest.raises(DeviceProgramError):
+            validate_program(dataclasses.replace(program, host_joins={name: wrong}), chip)
+    for changes in ({"version": 5}, {"host_outputs": ()}):
+        with pytest.raises(DeviceProgramError):
+            validate_program(dataclasses.replace(program, **changes), chip)

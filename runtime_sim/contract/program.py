@@ -59,18 +59,21 @@ from runtime_sim.contract.plan import IDLE_SPREAD, ExecutionPlan, VgmPlan, plan_
 
 PROGRAM_FORMAT = "icca-device-program"
 #: Version 2 added ``run_order`` (the regions of one model invocation, in call order).
-PROGRAM_VERSION = 5
+PROGRAM_VERSION = 6
 #: Versions this device reads. Version 3 added the preload schedule (Elk §4.5:
 #: :class:`PreloadSchedule`, :attr:`OpProgram.preload_chunks`); a version-2 program has none
 #: and runs exactly as before. Version 4 added gathered accesses (:class:`Gather`); a
 #: program that uses one must say version 4, so that an older device refuses it rather than
 #: reading the view indices as the tensor's. Version 5 added inputs read as blocks of larger
 #: tensors (:class:`~runtime_sim.contract.expr.TensorView`, split operators), on the same rule.
-READABLE_VERSIONS = (2, 3, 4, 5)
+#: Version 6 added host outputs the host joins from pieces (:attr:`DeviceProgram.host_joins`).
+READABLE_VERSIONS = (2, 3, 4, 5, 6)
 #: The first version with :class:`Gather`.
 GATHER_VERSION = 4
 #: The first version with :class:`~runtime_sim.contract.expr.TensorView`.
 VIEW_VERSION = 5
+#: The first version with :attr:`DeviceProgram.host_joins`.
+HOST_JOIN_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,28 @@ class PreloadSchedule:
 
 
 @dataclass(frozen=True)
+class HostJoin:
+    """A host output the host puts together: the operator outputs ``pieces``, in order,
+    concatenated along dimension ``dim``.
+
+    A split operator's output that only the host reads (a training forward's logits of
+    every position) need not be joined on chip, where the joined tensor would have to fit
+    beside the concat's inputs: each piece leaves the chip as its producer ends, like any
+    host output, and the host concatenates them."""
+
+    dim: int
+    pieces: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dim": self.dim, "pieces": list(self.pieces)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HostJoin":
+        return cls(read_int(d["dim"], "host join dim"),
+                   tuple(read_name(p, "host join piece") for p in read_list(d["pieces"], "host join pieces")))
+
+
+@dataclass(frozen=True)
 class DeviceProgram:
     """Everything the device needs to run one offloaded region.
 
@@ -266,6 +291,8 @@ class DeviceProgram:
     ``data``. ``outputs`` are the region results in order; ``host_outputs`` names those the
     host reads after the region (a host operator or ``main``'s result consumes them), which
     travel chip -> host over the host link; the others stay on chip for later regions.
+    ``host_joins``: the host outputs no operator computes whole, which the host concatenates
+    from pieces (:class:`HostJoin`); each piece leaves the chip as a host output does.
     """
 
     region: str
@@ -279,6 +306,7 @@ class DeviceProgram:
     #: tells the device where a model run ends, even when a region runs several times.
     run_order: tuple[str, ...] = ()
     host_outputs: tuple[str, ...] = ()
+    host_joins: Mapping[str, HostJoin] = field(default_factory=dict)
     #: Elk's preload/execute stream segment of this call (``None``: operators fetch their
     #: off-chip inputs with the default next-operator prefetch).
     preload_schedule: PreloadSchedule | None = None
@@ -290,6 +318,13 @@ class DeviceProgram:
         """The outputs held on chip until the region ends (the host's leave as produced,
         :func:`runtime_sim.contract.lifetimes.staying_outputs`)."""
         return staying_outputs(self.outputs, self.host_outputs)
+
+    @property
+    def leaving_tensors(self) -> tuple[str, ...]:
+        """The tensors that travel chip -> host as their producer ends: the host outputs an
+        operator computes, and the pieces of those the host joins (:attr:`host_joins`)."""
+        joined = [p for join in self.host_joins.values() for p in join.pieces]
+        return tuple(n for n in self.host_outputs if n not in self.host_joins) + tuple(joined)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -305,6 +340,8 @@ class DeviceProgram:
             "run_order": list(self.run_order),
             # written only when set: programs without host reads keep their JSON
             **({"host_outputs": list(self.host_outputs)} if self.host_outputs else {}),
+            **({"host_joins": {n: j.to_dict() for n, j in self.host_joins.items()}}
+               if self.host_joins else {}),
             **({"preload_schedule": self.preload_schedule.to_dict()}
                if self.preload_schedule is not None else {}),
         }
@@ -343,6 +380,8 @@ class DeviceProgram:
                 run_order=tuple(read_name(r, "region name") for r in read_list(d.get("run_order", ()), "run_order")),
                 host_outputs=tuple(read_name(o, "host output name")
                                    for o in read_list(d.get("host_outputs", ()), "host_outputs")),
+                host_joins={read_name(n, "host join"): HostJoin.from_dict(read_map(j, "host join"))
+                            for n, j in read_map(d.get("host_joins", {}), "host_joins").items()},
                 preload_schedule=(PreloadSchedule.from_dict(read_map(d["preload_schedule"], "preload_schedule"))
                                   if d.get("preload_schedule") is not None else None),
                 version=version,

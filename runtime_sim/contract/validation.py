@@ -41,12 +41,14 @@ from runtime_sim.contract.plan_rules import local_splits
 from runtime_sim.contract.program import (
     EXECUTE,
     GATHER_VERSION,
-    VIEW_VERSION,
+    HOST_JOIN_VERSION,
     INPUT_SOURCES,
     PRELOAD,
     PROGRAM_FORMAT,
     READABLE_VERSIONS,
+    VIEW_VERSION,
     DeviceProgram,
+    HostJoin,
     OpProgram,
     PreloadSchedule,
     TensorDecl,
@@ -170,6 +172,8 @@ def _check_header(program: DeviceProgram, fail: _Fail) -> None:
             getattr(acc, "gather", None) is not None for op in program.ops
             for acc in getattr(getattr(op, "expr", None), "inputs", ())):
         raise fail(f"a gathered access needs program version {GATHER_VERSION}")
+    if program.version < HOST_JOIN_VERSION and getattr(program, "host_joins", None):
+        raise fail(f"host outputs joined by the host need program version {HOST_JOIN_VERSION}")
     if program.version < VIEW_VERSION and any(
             getattr(acc, "view", None) is not None for op in program.ops
             for acc in getattr(getattr(op, "expr", None), "inputs", ())):
@@ -215,19 +219,54 @@ def _declared_tensors(program: DeviceProgram, scope: _ProgramScope) -> _Tensors:
 
 
 def _check_outputs(program: DeviceProgram, tensors: _Tensors, fail: _Fail) -> None:
-    """Every region output is computed; every host output is a region output."""
+    """Every region output is computed, or joined by the host from computed pieces that
+    line up along one dimension; every host output is a region output."""
     if not isinstance(program.outputs, (tuple, list)):
         raise fail("outputs must be a list of tensor names")
-    for name in program.outputs:
-        if name not in tensors:
-            raise fail(f"output {quoted(name)} is never computed (no operator writes it and it is "
-                       "no input or constant)")
     host_outputs = getattr(program, "host_outputs", ())
     if not isinstance(host_outputs, (tuple, list)):
         raise fail("host_outputs must be a list of tensor names")
+    joins = getattr(program, "host_joins", {})
+    if not isinstance(joins, Mapping):
+        raise fail("host_joins must map output names to joins")
+    for name, join in joins.items():
+        _check_host_join(name, join, program, tensors, fail)
+    for name in program.outputs:
+        if name not in tensors and name not in joins:
+            raise fail(f"output {quoted(name)} is never computed (no operator writes it and it is "
+                       "no input or constant)")
     for name in host_outputs:
         if name not in program.outputs:
             raise fail(f"host output {quoted(name)} is not an output of the region")
+
+
+def _check_host_join(name: str, join: HostJoin, program: DeviceProgram, tensors: _Tensors,
+                     fail: _Fail) -> None:
+    """A host join names a host output no operator writes, and computed pieces of one dtype
+    whose shapes agree but along ``dim``."""
+    what = f"host join {quoted(name)}"
+    if not isinstance(join, HostJoin) or not join.pieces:
+        raise fail(f"{what} must list the pieces it joins")
+    if name not in program.host_outputs:
+        raise fail(f"{what} is not a host output of the region")
+    if name in tensors:
+        raise fail(f"{what}: an operator or input already writes {quoted(name)}")
+    if len(set(join.pieces)) != len(join.pieces):
+        raise fail(f"{what} lists a piece twice")
+    produced = {op.output_name for op in program.ops}
+    shapes = []
+    for piece in join.pieces:
+        if piece not in produced:
+            raise fail(f"{what}: piece {quoted(piece)} is not an operator's output")
+        shapes.append(tensors[piece])
+    rank = len(shapes[0][0])
+    if not 0 <= join.dim < rank:
+        raise fail(f"{what}: dimension {join.dim} is out of range for rank {rank}")
+    for shape, dtype in shapes:
+        same = len(shape) == rank and all(a == b for d, (a, b) in enumerate(zip(shape, shapes[0][0]))
+                                          if d != join.dim)
+        if not same or dtype != shapes[0][1]:
+            raise fail(f"{what}: the pieces' shapes or dtypes do not line up along dimension {join.dim}")
 
 
 def _check_preload_schedule(program: DeviceProgram, fail: _Fail) -> None:

@@ -29,7 +29,8 @@ Data sources of an operator input (``TensorDecl.source``, program format):
   HBM tensors read per run (per region call and tensor name, the most any operator reads);
 * ``"host"`` -> over the chip's host link at ``hw.host_bandwidth`` (8 GB/s, T10 Table 3);
   the other leg of such a round trip, a region output the host reads
-  (:attr:`~runtime_sim.contract.program.DeviceProgram.host_outputs`), goes back chip -> host over the
+  (:attr:`~runtime_sim.contract.program.DeviceProgram.leaving_tensors`: a host output, or a piece of one
+  the host joins), goes back chip -> host over the
   same links when its producer ends: each chip's bytes of it at ``host_bandwidth``, gathered
   from the cores that hold it (the delivery's network cost, mirrored). Host links serve their
   transfers in order, so a later host input (which may depend on it) starts after it, and an
@@ -370,7 +371,7 @@ class WorkBuilder:
         decls = {d.name: d for d in program.inputs}
         last_use = last_reads([op.input_names for op in program.ops], program.staying_outputs)
         # the last write of a tensor is what the host reads (a region writes each name once)
-        host_out = set(getattr(program, "host_outputs", ()))
+        host_out = set(program.leaving_tensors)
         produced: dict[str, str] = {}  # tensor -> producer op key
         resident: dict[str, np.ndarray] = {}
         used = np.zeros(hw.num_cores, np.int64) if idle is None else idle.astype(np.int64)

@@ -12,8 +12,8 @@ compiles regions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Collection, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Collection, Mapping, Sequence
 
 import numpy as np
 import tvm
@@ -24,7 +24,7 @@ from runtime_sim.contract.errors import IccaError, describe_operator, short_name
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.lifetimes import staying_outputs
-from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+from runtime_sim.contract.program import DeviceProgram, HostJoin, OpProgram, TensorDecl
 from tvm_icca.lower.expr_cache import ExprCache
 from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.ops.relax_types import static_shape
@@ -66,7 +66,8 @@ class RegionOps:
 
     ``host_outputs``: the outputs the host reads after every call of the region; they leave
     the chip as they are produced (``DeviceProgram.host_outputs``), so planning does not hold
-    them to the region's end."""
+    them to the region's end. ``host_joins``: those of them a split left in pieces, which
+    the host concatenates (``DeviceProgram.host_joins``)."""
 
     name: str
     inputs: tuple[TensorDecl, ...]
@@ -74,6 +75,7 @@ class RegionOps:
     outputs: tuple[str, ...]
     constants: dict
     host_outputs: tuple[str, ...] = ()
+    host_joins: Mapping[str, HostJoin] = field(default_factory=dict)
 
     @property
     def staying_outputs(self) -> tuple[str, ...]:
@@ -88,7 +90,7 @@ class RegionOps:
         """The device program of the region with these planned operators."""
         return DeviceProgram(region=self.name, hardware=hw.to_dict(), inputs=self.inputs,
                              outputs=self.outputs, ops=tuple(ops), constants=self.constants,
-                             host_outputs=self.host_outputs)
+                             host_outputs=self.host_outputs, host_joins=dict(self.host_joins))
 
 
 def extract_region(func: relax.Function, name: str, hw: HardwareSpec,

@@ -11,8 +11,12 @@ reads the pieces one by one (a chain such as attention's scores, maximum, expone
   combine operator (:func:`~tvm_icca.split.pieces.combine_expression`);
 * a reader that cannot take pieces (the split dimension is core-local to it, read through a
   compound index, or it would re-read a large off-chip tensor once per piece), and a region
-  output, read the pieces joined by a concat operator
-  (:func:`~tvm_icca.split.pieces.concat_expression`).
+  output kept on chip, read the pieces joined by a concat operator
+  (:func:`~tvm_icca.split.pieces.concat_expression`);
+* a region output only the host reads is joined by the host
+  (:class:`~runtime_sim.contract.program.HostJoin`): each piece leaves the chip as it is
+  produced, and the joined tensor never has to fit on the chip (a 32K-token training
+  forward's logits, ``[32768, 32000]`` in float16, are 2.1 GB).
 
 The new list runs each chain piece by piece (all operators of piece 0, then of piece 1, ...)
 where the dependencies allow: a piece's intermediates are dead before the next piece starts,
@@ -25,6 +29,7 @@ import heapq
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from runtime_sim.contract.program import HostJoin
 from tvm_icca.lower.region import PendingOp, RegionOps
 from tvm_icca.split.online_softmax import online_softmax
 from tvm_icca.split.pieces import (
@@ -199,10 +204,17 @@ def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps
         else:
             dim = (split_dims(op.expr.output, axis) or (None,))[0]
             pieced[op.output_name] = _Pieces(dim, blocks, tuple(names), chain, follow_always)
+    host_joins = dict(region.host_joins)
     for name in region.outputs:
-        if name in pieced:
+        if name not in pieced or name in joined:
+            continue
+        p = pieced[name]
+        if name in region.host_outputs and p.dim is not None:
+            # only the host reads it: its pieces leave as they are produced, the host joins them
+            host_joins[name] = HostJoin(p.dim, p.names)
+        else:
             join(name, len(region.ops))
-    return replace(region, ops=tuple(_in_dependency_order(out)))
+    return replace(region, ops=tuple(_in_dependency_order(out)), host_joins=host_joins)
 
 
 def _follow(op: PendingOp, reads: list[int], pieced: dict[str, _Pieces], offchip: set[str]):
