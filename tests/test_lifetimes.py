@@ -43,13 +43,19 @@ def test_held_bytes_counts_earlier_outputs_still_read():
     assert held_bytes(ops, outs, [], []) == [0, 0, 0]
 
 
+def _random_region(rng: np.random.Generator) -> tuple[list[tuple[str, ...]], list[str], list[str]]:
+    """Operator inputs, operator outputs and region outputs of a random region."""
+    n = int(rng.integers(1, 12))
+    outs = [f"t{i}" for i in range(n)]
+    ops = [tuple(outs[j] for j in range(i) if rng.random() < 0.4) for i in range(n)]
+    return ops, outs, [o for o in outs if rng.random() < 0.2]
+
+
 def test_held_bytes_is_the_definition_on_random_regions():
     rng = np.random.default_rng(3)
     for _ in range(50):
-        n = int(rng.integers(1, 12))
-        outs = [f"t{i}" for i in range(n)]
-        ops = [tuple(outs[j] for j in range(i) if rng.random() < 0.4) for i in range(n)]
-        region_out = [o for o in outs if rng.random() < 0.2]
+        ops, outs, region_out = _random_region(rng)
+        n = len(ops)
         sizes = [int(b) for b in rng.integers(1, 100, int(rng.integers(0, n + 1)))]
         last = last_reads(ops, region_out)
         want = [sum(b for j, b in enumerate(sizes[:i]) if outlives(last, outs[j], i)) for i in range(n)]
@@ -61,10 +67,8 @@ def test_held_beside_later_are_the_outputs_that_take_sram_from_other_operators()
     # operator's held bytes: checked against held_bytes itself on random regions
     rng = np.random.default_rng(5)
     for _ in range(50):
-        n = int(rng.integers(1, 12))
-        outs = [f"t{i}" for i in range(n)]
-        ops = [tuple(outs[j] for j in range(i) if rng.random() < 0.4) for i in range(n)]
-        region_out = [o for o in outs if rng.random() < 0.2]
+        ops, outs, region_out = _random_region(rng)
+        n = len(ops)
         base = held_bytes(ops, outs, region_out, [1] * n)
         moving = [j for j in range(n)
                   if held_bytes(ops, outs, region_out, [1] * j + [2] + [1] * (n - j - 1)) != base]
