@@ -191,14 +191,14 @@ def test_live_bytes_bound_every_choice_of_execute_points():
     whichever execute-state points the Elk pass picks for their producers: checked against
     the device's lifetime rule for random choices on a tiny Llama training forward. A held
     output's smaller points never take a larger partition than the region planner's plan
-    (``held_output_caps``), so no choice holds more than the planner budgeted around, and
+    (``ladder_output_caps``), so no choice holds more than the planner budgeted around, and
     ``live_bytes`` is exactly what the planner's plans hold."""
     import random
 
     from runtime_sim.contract.lifetimes import held_bytes
     from tvm_icca.drivers.timing_only import compile_programs
     from tvm_icca.planning.plan_cache import PlanCache
-    from tvm_icca.planning.tradeoff_tables import held_output_caps, operator_tables
+    from tvm_icca.planning.tradeoff_tables import ladder_output_caps, operator_tables
     from tvm_icca.workloads import get_workload
 
     # small enough SRAM that tighter execute points would split some outputs over fewer cores
@@ -209,7 +209,7 @@ def test_live_bytes_bound_every_choice_of_execute_points():
                                      preload="off").programs)
     tables = operator_tables(programs, chip, cache)
     assert any(len(t.execs) > 1 for t in tables)
-    assert any(held_output_caps(program, chip) for program in programs)
+    assert any(ladder_output_caps(program, chip) for program in programs)
     rng = random.Random(0)
     for _ in range(40):
         flat = 0

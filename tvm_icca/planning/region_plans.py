@@ -283,7 +283,7 @@ def compute_bound(region: RegionOps | DeviceProgram, hw: HardwareSpec, hbm_names
     Elk overlaps execution, re-layouts included, with the loads (Elk §4.2): the arrival is
     hidden, and pricing it would trade hidden time for loads. (The Elk pass's trade-off
     tables keep the held outputs of compute-bound regions within the planned partitions by
-    the same test: :func:`~tvm_icca.planning.tradeoff_tables.held_output_caps`.) On a chip without HBM the
+    the same test: :func:`~tvm_icca.planning.tradeoff_tables.ladder_output_caps`.) On a chip without HBM the
     state is on chip (planned by the reconciliation, which prices arrivals itself) or
     streams from the host, which bounds the region: ``False``."""
     if hw.hbm_bandwidth <= 0:

@@ -129,7 +129,7 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
         producer_of = {op.output_name: op for op in program.ops}
         hbm_names = frozenset(n for op, row in zip(program.ops, sources)
                               for n, s in zip(op.input_names, row) if s == "hbm")
-        caps = held_output_caps(program, hw) if compute_bound(program, hw, hbm_names) else {}
+        caps = ladder_output_caps(program, hw) if compute_bound(program, hw, hbm_names) else {}
         for j, (op, row) in enumerate(zip(program.ops, sources)):
             hbm = tuple(t for t, s in enumerate(row) if s == "hbm")
             host = tuple(t for t, s in enumerate(row) if s == "host")
@@ -263,7 +263,7 @@ def _exec_ladder(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
                  cache: PlanCache, cap: int | None) -> list[tuple[ExecutionPlan, float, float]]:
     """(plan, time, traffic time) from the fastest (the region planner's plan) down the
     budget ladder; ``cap``: the most bytes per core a point's output partition may take
-    (:func:`held_output_caps`)."""
+    (:func:`ladder_output_caps`)."""
     first = OpLayout(op.expr, op.plan, hw.cores_per_chip)
     cost = AnalyticCostModel()(first, hw)  # what the region planner estimated for it
     extra, traffic = _device_correction(first, cost, hw)
@@ -339,7 +339,7 @@ def ladder_steps(op: OpProgram, hbm: tuple[int, ...], hw: HardwareSpec,
     return [(op.expr, budget, op.name, hbm, cap) for budget in ladder_budgets(fastest, hw)]
 
 
-def held_output_caps(program: DeviceProgram, hw: HardwareSpec) -> dict[int, int]:
+def ladder_output_caps(program: DeviceProgram, hw: HardwareSpec) -> dict[int, int]:
     """Operator index -> the most bytes per core the output partition of its smaller
     execute-state points may take: the partition of the region planner's plan, for an
     output the region holds while later operators run
