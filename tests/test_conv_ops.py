@@ -20,7 +20,7 @@ tvm = pytest.importorskip("tvm")
 import functools  # noqa: E402
 
 import onnx  # noqa: E402
-import tvm.testing  # noqa: E402
+import tvm.testing  # noqa: E402,F811  (loads the submodule of the tvm imported above)
 import tvm_ffi  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
