@@ -144,7 +144,8 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
     distinct: dict[str, tuple] = {}
     for row in rows:    # the first of each, as the memo below builds it
         distinct.setdefault(row[-1], row)
-    cache.prefetch_ladders([ladder_steps(op, hbm, hw, row[-2]) for op, hbm, *row in distinct.values()], hw)
+    cache.prefetch_ladders([ladder_steps(op, hbm, hw, cap)
+                            for op, hbm, _, _, _, cap, _ in distinct.values()], hw)
     if phase is not None:
         phase.add(len(rows))
     memo: dict[str, OpTradeoffs] = {}
