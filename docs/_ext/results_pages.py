@@ -29,6 +29,7 @@ TITLES = {
     "llm_audit": "LLM decode on multi-chip systems",
     "long_context": "Long context: split operators streamed from HBM",
     "onnx_import_folding": "ONNX import and graph preparation",
+    "paper_results": "The T10 and Elk papers' results beside ours",
     "plan_space_sizes": "Plan-space sizes and search time",
     "sim_speed": "Simulation speed",
     "t10_vs_vgm": "T10 plans vs the virtual-global-memory baseline",
