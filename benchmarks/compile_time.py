@@ -34,7 +34,7 @@ from runtime_sim.contract.errors import IccaError
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.workloads import get_workload, list_workloads
-from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
+from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_MODELS = ("resnet18", "resnet50", "mobilenet-v2", "bert-large", "vit-b16")
@@ -132,8 +132,8 @@ def main() -> None:
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_markdown(out.with_suffix(".md"), "\n".join(lines))
-    out.with_suffix(".json").write_text(json.dumps({"hw": args.hw, "python": sys.version.split()[0],
-                                                    "rows": rows}, indent=1) + "\n")
+    write_json(out.with_suffix(".json"), {"hw": args.hw, "python": sys.version.split()[0],
+                                          "rows": rows})
     print("\n".join(lines))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import pathlib
 
 import matplotlib
@@ -27,7 +28,7 @@ from tvm_icca.cli.fit_cost_model_command import (  # noqa: E402
     random_op_builders,
 )
 
-from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
+from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -40,7 +41,9 @@ def main() -> None:
     profiles = profile_plans(random_op_builders(), hw, args.samples, seed=0)
     train, test = profiles[::2], profiles[1::2]
     model = fit_cost_model(train, hw.name)
-    model.save(ROOT / "benchmarks" / "results" / f"cost_model_{hw.name}.json")
+    saved = ROOT / "benchmarks" / "results" / f"cost_model_{hw.name}.json"
+    model.save(saved)
+    write_json(saved, json.loads(saved.read_text()))  # the model's file, with its provenance
 
     by_kind = collections.defaultdict(list)
     for p in test:

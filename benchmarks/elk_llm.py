@@ -41,7 +41,7 @@ from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
 from tvm_icca.hardware_choice import resolve_hardware  # noqa: E402
 from tvm_icca.planning.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
-from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
+from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
 MODELS = ("llama2-13b", "gemma2-27b", "opt-30b", "llama2-70b")
@@ -312,10 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     path = RESULTS / f"{stem}.json"
     if args.append and path.exists():
         out = _merged(json.loads(path.read_text()), out)
-        path.write_text(json.dumps(out, indent=1) + "\n")
+        write_json(path, out)
         return _render(path)
     write_markdown(RESULTS / f"{stem}.md", text)
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    write_json(path, out)
     print(text)
     return 0
 

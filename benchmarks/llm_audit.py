@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
 from tvm_icca.planning.calls import state_read_by_regions  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
-from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
+from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 TOPOLOGIES = ("ipu-pod4-hbm", "ipu-pod4-hbm-mesh")
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines) + "\n"
     out = ROOT / "benchmarks" / "results"
     write_markdown(out / "llm_audit.md", text)
-    (out / "llm_audit.json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_json(out / "llm_audit.json", rows)
     print(json.dumps(rows, indent=1) if args.json else text)
     return 0
 

@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from elk_llm import DESIGNS, MODELS, RESULTS, run_case  # noqa: E402
-from result_files import provenance_line, write_markdown  # noqa: E402
+from result_files import provenance_line, write_json, write_markdown  # noqa: E402
 
 HARDWARE = "ipu-pod4-hbm"
 #: Decode contexts (the issue's 8K-128K) and the batch of the table.
@@ -128,7 +128,7 @@ def _merged(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[s
 
 def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "long_context.json").write_text(json.dumps(rows, indent=1))
+    write_json(RESULTS / "long_context.json", rows)
     write_markdown(RESULTS / "long_context.md", "\n".join(
         ["# Long context: split operators streamed from HBM", "",
          f"`{HARDWARE}`; decode at batch {args.batch} unless the row says otherwise; the "

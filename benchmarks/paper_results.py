@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from result_files import write_markdown  # benchmarks/, beside this script
+from result_files import write_json, write_markdown  # benchmarks/, beside this script
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -371,7 +371,7 @@ def main() -> None:
     text = render(rows)
     print(text)
     write_markdown(RESULTS / "paper_results.md", text)
-    (RESULTS / "paper_results.json").write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+    write_json(RESULTS / "paper_results.json", {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from runtime_sim.timing.vgm_timing import simulate_vgm_timing  # noqa: E402
 from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
 from tvm_icca.planning.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
-from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
+from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"
@@ -150,7 +150,7 @@ def main() -> None:
         start = time.perf_counter()
         rows.extend(run_model(name, args.max_batch))
         print(f"{name}: {time.perf_counter() - start:.0f} s for all batch sizes", flush=True)
-    (OUT / "t10_vs_vgm.json").write_text(json.dumps(rows, indent=1))
+    write_json(OUT / "t10_vs_vgm.json", rows)
     table = summarize(rows)
     write_markdown(OUT / "t10_vs_vgm.md", table)
     plot(rows)

@@ -21,7 +21,6 @@ Writes ``benchmarks/results/tuning.json`` (rows, convergence curves) and, with m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -38,7 +37,7 @@ from tvm_icca.tuning.cost_model import ResidualBooster  # noqa: E402
 from tvm_icca.tuning.features import feature_matrix  # noqa: E402
 from tvm_icca.tuning.tasks import extract_tasks  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
-from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
+from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 SETTINGS = {
     "bert-large": ({"batch": 4}, "ipu-mk2"),
@@ -130,8 +129,7 @@ def main() -> None:
     command = "benchmarks/tuning.py " + " ".join(sys.argv[1:])
     rows = [run(m, args.trials, args.max_tasks, args.jobs, args.layers) for m in args.models]
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "tuning.json")
-    with open(out, "w") as f:
-        json.dump({"command": command, "rows": rows}, f, indent=1)
+    write_json(out, {"command": command, "rows": rows})
     lines = ["Simulated latencies; tune s is wall time on a shared 2-core machine.", "",
              "| model | chip | config | tasks | trials/task | tune s | untuned ms | tuned ms | speedup "
              "| tuned ops | top-1 learned/analytic | top-5 learned/analytic |",
