@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from runtime_sim.contract.expr import Expr, TensorExpr, walk_expr
-from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.expr import DTYPE_BYTES, Expr, TensorExpr, walk_expr
+from runtime_sim.contract.hardware import SUPPORTED_DTYPES, HardwareSpec
 from runtime_sim.contract.plan_rules import local_splits
 
 #: Expression nodes that cost no arithmetic on a core (data access and constants).
@@ -64,6 +64,30 @@ def contraction_roles(expr: TensorExpr) -> ContractionRoles:
 
 def round_up(value: int, multiple: int) -> int:
     return multiple * math.ceil(value / multiple)
+
+
+def compute_dtype(expr: TensorExpr) -> str:
+    """The element type an operator's sub-tasks compute in: the widest floating-point dtype
+    among the inputs its body reads (a mixed-precision product runs in its wider operand's
+    format), else its output's. Masks, index tensors and epilogue-only inputs do not count.
+
+    The matrix unit runs at this dtype's rate
+    (:meth:`~runtime_sim.contract.hardware.HardwareSpec.matrix_flops_per_cycle_for`); a
+    float16 matmul on an IPU Mk2 at its FP16 peak, a float32 one at a quarter of it.
+    """
+    ids = expr.gather_ids
+    floats = [t.dtype for i, t in enumerate(expr.inputs)
+              if i not in expr.epilogue_inputs and i not in ids and t.dtype in SUPPORTED_DTYPES]
+    if not floats:
+        return expr.output.dtype
+    return max(floats, key=lambda d: (DTYPE_BYTES[d], -floats.index(d)))
+
+
+def matrix_flops_per_cycle(expr: TensorExpr, hw: HardwareSpec) -> float:
+    """Matrix-unit FLOP per cycle per core for ``expr``'s sub-tasks on ``hw``: the rate of its
+    :func:`compute_dtype`. The one lookup the templates and the compiler's batched cost model
+    (:class:`tvm_icca.plans.batch_cost.TemplateCycles`) share."""
+    return hw.matrix_flops_per_cycle_for(compute_dtype(expr))
 
 
 class ComputeTemplate:
@@ -154,7 +178,8 @@ class LocalReductionTemplate(ComputeTemplate):
 
 
 class MatrixTemplate(ComputeTemplate):
-    """A sum of products on the matrix unit, padded to its tile shape (T10 §4.3.1 padding)."""
+    """A sum of products on the matrix unit, padded to its tile shape (T10 §4.3.1 padding), at
+    the rate of the operands' dtype (:func:`matrix_flops_per_cycle`)."""
 
     unit = "matrix"
 
@@ -164,7 +189,7 @@ class MatrixTemplate(ComputeTemplate):
                 for r, axes in (("b", roles.batch), ("m", roles.m), ("n", roles.n), ("k", roles.k))}
         tm, tk, tn = hw.matrix_tile
         macs = size["b"] * round_up(size["m"], tm) * round_up(size["k"], tk) * round_up(size["n"], tn)
-        return 2 * macs / hw.matrix_flops_per_cycle
+        return 2 * macs / matrix_flops_per_cycle(expr, hw)
 
     def flops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
         return 2 * self.points(expr, chunk)

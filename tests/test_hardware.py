@@ -95,6 +95,8 @@ def _toml_value(value) -> str:
         return json.dumps(value)  # a JSON string is a TOML basic string
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
     return repr(value)
 
 
@@ -110,6 +112,7 @@ def test_hardware_file_round_trips_every_field(name, suffix, tmp_path):
         path.write_text("".join(f"{key} = {_toml_value(value)}\n" for key, value in data.items()))
     loaded = load_hardware(path)
     assert loaded == hw and loaded.name == hw.name and loaded.notes == hw.notes
+    assert loaded.assumed == hw.assumed and loaded.to_dict() == data
     assert load_hardware(str(path)) == hw
 
 
@@ -251,8 +254,8 @@ def test_defaults_keep_every_existing_preset() -> None:
 
 def test_tenstorrent_presets_cite_their_sources() -> None:
     wh, bh = preset("tt-wormhole"), preset("tt-blackhole")
-    assert (wh.num_cores, wh.clock_hz, wh.link_bandwidth, wh.hbm_bandwidth) == (80, 1e9, 32e9, 288e9)
-    assert (bh.num_cores, bh.clock_hz, bh.hbm_bandwidth) == (140, 1.35e9, 512e9)
+    assert (wh.num_cores, wh.clock_hz, wh.link_bandwidth, wh.hbm_bandwidth) == (72, 1e9, 32e9, 288e9)
+    assert (bh.num_cores, bh.clock_hz, bh.hbm_bandwidth) == (120, 1.35e9, 512e9)
     assert bh.link_bandwidth == pytest.approx(64 * 1.35e9)
     assert wh.hbm_controllers == 18 and bh.hbm_controllers == 24
     assert wh.sram_bytes_per_core == bh.sram_bytes_per_core == 1499136
@@ -269,3 +272,129 @@ def test_hbm_capacity_of_the_presets() -> None:
     assert preset("ipu-mk2").hbm_capacity_bytes == 0  # no HBM
     # not modelled unless given: a chip file that predates the field keeps working
     assert small_chip(4, hbm_bandwidth=1e11, hbm_controllers=2).hbm_capacity_bytes == 0
+
+
+# -- presets as sold: rates per dtype, cores enabled, assumed fields (issue 38) ---------------
+def test_wormhole_is_the_n150_as_sold() -> None:
+    """The n150 specifications: 72 Tensix at 1 GHz, 74 TFLOPS FP16 and 148 TFLOPS BLOCKFP8
+    (bfloat16 runs at BLOCKFP8's two fidelity phases); peaks computed from the fields."""
+    wh = preset("tt-wormhole")
+    assert wh.num_cores == 72 == len(wh.mesh_grid().cores)
+    fp16 = wh.num_cores * wh.matrix_flops_per_cycle_for("float16") * wh.clock_hz
+    assert fp16 == wh.peak_matrix_flops_for("float16") == wh.peak_matrix_flops
+    assert fp16 == pytest.approx(74e12, rel=0.01)
+    assert wh.peak_matrix_flops_for("bfloat16") == pytest.approx(148e12, rel=0.01)
+    assert wh.peak_matrix_flops_for("float32") == fp16  # TF32 at four fidelity phases
+    # one Tensix row (8 cores) of the 80 is fused off: no core in grid row 11
+    rows = {r for r, _ in wh.mesh_grid().cores}
+    assert 11 not in rows and len(rows) == 9
+    bh = preset("tt-blackhole")
+    assert bh.num_cores == 120 == len(bh.mesh_grid().cores)
+    assert {c for _, c in bh.mesh_grid().cores} == set(range(1, 8)) | set(range(10, 15))
+
+
+def test_ipu_peaks_per_dtype_are_graphcores() -> None:
+    """IPU-POD128 datasheet: 31.955 PFLOPS FP16.16 and 7.989 PFLOPS FP32 for 128 GC200s."""
+    hw = preset("ipu-mk2")
+    assert hw.peak_matrix_flops_for("float16") == pytest.approx(31.955e15 / 128, rel=0.01)
+    assert hw.peak_matrix_flops_for("float32") == pytest.approx(7.989e15 / 128, rel=0.01)
+    assert hw.peak_matrix_flops_for("bfloat16") == hw.peak_matrix_flops_for("float16")
+    assert "bfloat16" in hw.assumed_fields["dtypes"]  # no IPU format: printed as assumed
+    pod = preset("ipu-pod4")
+    assert pod.peak_matrix_flops_for("float32") == pytest.approx(4 * hw.peak_matrix_flops_for("float32"))
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_assumed_marks_name_real_fields(name) -> None:
+    hw = preset(name)
+    fields = {f for f in HardwareSpec.__dataclass_fields__} - {"name", "notes", "assumed"}
+    assert set(hw.assumed_fields) <= fields
+    assert all(isinstance(why, str) and why.strip() for why in hw.assumed_fields.values())
+    # a field the caller sets is the caller's, no longer assumed; the others keep their mark
+    marked = next(iter(hw.assumed_fields), None)
+    if marked is not None:
+        value = hw.to_dict()[marked]
+        again = hw.with_overrides(**{marked: value})
+        assert marked not in again.assumed_fields
+        assert set(again.assumed_fields) == set(hw.assumed_fields) - {marked}
+        assert preset(name, **{marked: value}).assumed_fields == again.assumed_fields
+
+
+def test_a_chip_file_marks_its_own_assumptions(tmp_path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text('base = "tt-wormhole"\nsync_cycles = 300\n'
+                    '[assumed]\nlink_latency_s = "guessed from a simulator"\n')
+    hw = load_hardware(path)
+    assert hw.assumed_fields == {"link_latency_s": "guessed from a simulator"}
+    based = tmp_path / "based.toml"
+    based.write_text('base = "tt-wormhole"\nsync_cycles = 300\n')
+    assert load_hardware(based).assumed_fields == {
+        "mesh_reserved": preset("tt-wormhole").assumed_fields["mesh_reserved"]}
+    for bad in ({"clock": "x"}, {"sync_cycles": " "}, {"name": "why"}, ["sync_cycles"]):
+        with pytest.raises(InvalidHardwareSpecError, match="assumed"):
+            small_chip(4, assumed=bad)
+
+
+def test_matrix_rates_per_dtype_in_chip_files(tmp_path) -> None:
+    """An old file's one ``matrix_flops_per_cycle`` is every dtype's rate; a table overrides
+    the dtypes it lists."""
+    old = tmp_path / "old.json"
+    data = preset("ipu-mk2").to_dict()
+    for key in ("matrix_flops_per_cycle_by_dtype", "assumed", "notes"):
+        del data[key]
+    old.write_text(json.dumps({**data, "matrix_flops_per_cycle": 100.0}))
+    hw = load_hardware(old)
+    assert {d: hw.matrix_flops_per_cycle_for(d) for d in hw.dtypes} == dict.fromkeys(hw.dtypes, 100.0)
+    new = tmp_path / "new.toml"
+    new.write_text('base = "ipu-mk2"\nmatrix_flops_per_cycle = 256\n'
+                   '[matrix_flops_per_cycle_by_dtype]\nfloat32 = 64\nbfloat16 = 128\n')
+    hw = load_hardware(new)
+    assert [hw.matrix_flops_per_cycle_for(d) for d in ("float16", "bfloat16", "float32")] == [256, 128, 64]
+    assert hw.matrix_flops_per_cycle_by_dtype == (("float32", 64.0), ("bfloat16", 128.0))
+    assert hw.peak_matrix_flops_for("float32") == hw.num_cores * 64 * hw.clock_hz
+    for bad, match in (({"int8": 4.0}, "must map dtypes"), ({"float16": 0.0}, "gives float16 0.0"),
+                       ({"float16": float("nan")}, "gives float16"), ("fast", "must map dtypes")):
+        with pytest.raises(InvalidHardwareSpecError, match=match):
+            small_chip(4, matrix_flops_per_cycle_by_dtype=bad)
+
+
+def test_a_model_is_timed_at_its_dtype_rate(exprs) -> None:
+    """The same matmul in float16 and float32 on a chip whose float32 rate is a quarter of
+    its float16 rate: compute time 2 M K N / (cores x rate x clock) each, ratio 4, in the
+    timing simulator and in the compiler's plan cost."""
+    from runtime_sim.contract.plan import ExecutionPlan
+    from runtime_sim.contract.program import DeviceProgram, OpProgram
+    from runtime_sim.timing import simulate_timing
+    from tvm_icca.plans import plan_operator
+
+    rates = {"float16": 64.0, "float32": 16.0}
+    hw = small_chip(16, 1024 * 1024, sync_cycles=0, matrix_flops_per_cycle=rates["float16"],
+                    matrix_flops_per_cycle_by_dtype={"float32": rates["float32"]})
+    compute = {}
+    for dtype, rate in rates.items():
+        e = exprs.matmul(128, 128, 128, dtype=dtype)
+        consts = {t.name: {"dtype": t.dtype, "shape": list(t.shape), "source": "resident"}
+                  for t in e.inputs}
+        op = OpProgram("op0", e, ExecutionPlan({"m": 4, "n": 4}, ({}, {}, {})),
+                       tuple(t.name for t in e.inputs), e.output.name)
+        prog = DeviceProgram("r0", hw.to_dict(), (), (e.output.name,), (op,), constants=consts)
+        report = simulate_timing([prog])
+        compute[dtype] = report.compute_s
+        assert report.compute_s == pytest.approx(2 * 128**3 / (16 * rate * hw.clock_hz))
+        one = hw.with_overrides(num_cores=1, sync_cycles=118)
+        one_core = plan_operator(exprs.matmul(32, 32, 32, dtype=dtype), one)
+        assert one_core.time_s == pytest.approx(2 * 32**3 / rate / one.clock_hz
+                                                + one.sync_cycles / one.clock_hz)
+    assert compute["float32"] / compute["float16"] == pytest.approx(rates["float16"] / rates["float32"])
+
+
+def test_simulate_prints_the_assumed_fields(capsys) -> None:
+    from tvm_icca.cli.main import main
+
+    hw = preset("tt-wormhole")
+    assert main(["simulate", "nerf", "--tiny", "--no-progress", "--hw", "tt-wormhole"]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    (line,) = [line for line in lines if line.startswith("assumed (not sourced): ")]
+    assert all(f"{name} ({why})" in line for name, why in hw.assumed)
+    assert main(["simulate", "nerf", "--tiny", "--no-progress", "--hw", "tt-wormhole", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["assumed_fields"] == hw.assumed_fields

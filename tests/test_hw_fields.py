@@ -42,7 +42,7 @@ CHIP = small_chip(64, 256 * KIB, num_chips=2, hbm_bandwidth=1e11, hbm_controller
 OTHER_THAN_SEARCH = [
     dict(hbm_bandwidth=3e12, hbm_controllers=4, host_bandwidth=1e9, hbm_injection_bandwidth=7e9),
     dict(topology="mesh", mesh_rows=4, mesh_cols=8, mesh_torus=True),
-    dict(name="another", notes="poisoned"),
+    dict(name="another", notes="poisoned", assumed={"sync_cycles": "poisoned"}),
     dict(inter_chip_bandwidth=1e9),
     dict(hbm_bandwidth=0.0, hbm_controllers=0),
 ]
@@ -50,6 +50,7 @@ OTHER_THAN_SEARCH = [
 OTHER_THAN_PLACEMENT = OTHER_THAN_SEARCH + [
     dict(link_bandwidth=1e9, link_latency_s=1e-6, inter_chip_latency_s=3e-6, sync_cycles=9),
     dict(clock_hz=1e9, matrix_flops_per_cycle=64.0, vector_flops_per_cycle=2.0, matrix_tile=(8, 8, 8)),
+    dict(matrix_flops_per_cycle_by_dtype={"float16": 32.0, "float32": 8.0}),
     dict(sram_bytes_per_core=512 * KIB, shift_buffer_bytes=4 * KIB),
 ]
 
@@ -118,6 +119,8 @@ def test_search_reads_only_search_fields(exprs):
         read = _reads(lambda hw: _search(expr, hw, budget))
         assert read <= set(SEARCH_FIELDS), read - set(SEARCH_FIELDS)
         assert {"link_bandwidth", "num_cores", "clock_hz"} <= read  # the recorder works
+        if expr.kind == "matmul":  # a matrix sub-task reads the rate of its dtype
+            assert "matrix_flops_per_cycle_by_dtype" in read
 
 
 def test_failed_search_reads_search_fields_and_the_name(exprs):

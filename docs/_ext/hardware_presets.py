@@ -12,8 +12,9 @@ from sphinx.util.docutils import SphinxDirective
 
 from rst_table import parse_table
 
-_HEADER = ("preset", "chips", "cores", "SRAM per core", "clock", "peak matrix compute",
-           "core link", "chip-to-chip", "HBM", "host link per chip", "topology", "source")
+_HEADER = ("preset", "chips", "cores", "SRAM per core", "clock", "peak matrix compute per dtype",
+           "core link", "chip-to-chip", "HBM", "host link per chip", "topology", "source",
+           "assumed (not sourced)")
 
 
 def _si(value: float, unit: str) -> str:
@@ -24,8 +25,9 @@ def _si(value: float, unit: str) -> str:
 
 
 def _row(spec) -> list[str]:
-    # peak: every core's matrix unit busy every cycle (what the compiler's cost model assumes)
-    peak = spec.num_cores * spec.matrix_flops_per_cycle * spec.clock_hz
+    # peak: every core's matrix unit busy every cycle (what the compiler's cost model assumes),
+    # at each dtype's rate
+    peak = ", ".join(f"{d} {_si(spec.peak_matrix_flops_for(d), 'FLOP/s')}" for d in spec.dtypes)
     hbm = (f"{_si(spec.hbm_bandwidth, 'B/s')}, {spec.hbm_controllers} controllers"
            if spec.hbm_bandwidth else "none")
     if spec.hbm_bytes_per_chip:
@@ -40,8 +42,9 @@ def _row(spec) -> list[str]:
                          else ", HBM controllers as NoC nodes")
     return [f"``{spec.name}``", str(spec.num_chips), f"{spec.num_cores:,}",
             f"{spec.sram_bytes_per_core / 1024:,.4g} KiB", _si(spec.clock_hz, "Hz"),
-            _si(peak, "FLOP/s"), _si(spec.link_bandwidth, "B/s"), inter_chip, hbm,
-            _si(spec.host_bandwidth, "B/s"), topology, spec.notes]
+            peak, _si(spec.link_bandwidth, "B/s"), inter_chip, hbm,
+            _si(spec.host_bandwidth, "B/s"), topology, spec.notes,
+            "; ".join(f"``{name}``: {why}" for name, why in spec.assumed) or "--"]
 
 
 class HardwarePresets(SphinxDirective):

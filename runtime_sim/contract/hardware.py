@@ -124,6 +124,26 @@ _WHY = {
     "mesh_cols": "NoC grid columns per chip, 0 to derive them from the core count",
 }
 _MISSING = object()
+#: Fields that describe a spec rather than define the chip: never marked assumed.
+_UNMARKED_FIELDS = ("name", "notes", "assumed")
+
+
+def _pairs(value: Any) -> list[tuple[Any, Any]] | None:
+    """A mapping field given as a mapping (JSON object, TOML table) or as ``(key, value)``
+    pairs (its stored form), as a list of pairs with distinct string keys; None otherwise."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, (list, tuple)) and all(
+            isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        items = [tuple(p) for p in value]
+    else:
+        return None
+    keys = [k for k, _ in items]
+    if any(not isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
+        return None
+    return items
 
 
 def check_dtype(dtype: str, where: str, hw: "HardwareSpec | None" = None, *,
@@ -167,9 +187,13 @@ class HardwareSpec:
     clock_hz : float
         Core clock.
     matrix_flops_per_cycle : float
-        Matrix-unit FLOP per cycle per core (matmul and convolution sub-tasks).
+        Matrix-unit FLOP per cycle per core (matmul and convolution sub-tasks) at every dtype
+        ``matrix_flops_per_cycle_by_dtype`` does not list: a chip file that gives only this
+        number runs every dtype at it. On the presets it is the float16 rate.
     vector_flops_per_cycle : float
-        Vector FLOP per cycle per core (element-wise work, reductions, epilogues).
+        Vector FLOP per cycle per core (element-wise work, reductions, epilogues), one rate for
+        every dtype: the vector units of the presets compute every format in float32 lanes
+        (Tenstorrent's SFPU) or have one published figure (the IPU, Elk §6.3).
     matrix_tile : tuple of int
         The matrix unit's tile ``(m, k, n)`` (the IPU's AMP unit works on 16): a matrix
         sub-task's cycles are those of its shape padded up to it (T10 §4.3.1,
@@ -228,8 +252,19 @@ class HardwareSpec:
         routes take the shorter way around each ring (dimension order X then Y).
     dtypes : tuple of str
         Element types the cores compute (a subset of :data:`SUPPORTED_DTYPES`).
+    matrix_flops_per_cycle_by_dtype : mapping of str to float
+        Matrix-unit FLOP per cycle per core of the dtypes whose rate differs from
+        ``matrix_flops_per_cycle`` (``{"float32": 32.0}`` on the IPU Mk2, whose FP32 peak is a
+        quarter of its FP16 peak). A matrix sub-task runs at the rate of its operands' dtype
+        (:func:`schedules.base.compute_dtype`, :meth:`matrix_flops_per_cycle_for`). Stored as
+        sorted ``(dtype, rate)`` pairs; :meth:`to_dict` gives a mapping.
     notes : str
         Where the numbers come from; not compared.
+    assumed : mapping of str to str
+        Fields whose value no cited document gives, each with why it is what it is (``{
+        "sync_cycles": "estimated from ..."}``): ``tvm-icca simulate`` prints them. Not
+        compared. :meth:`with_overrides`, :func:`preset` overrides and a hardware file's
+        ``base`` drop the mark of every field they set.
 
     Raises
     ------
@@ -263,7 +298,9 @@ class HardwareSpec:
     mesh_reserved: str = ""
     mesh_torus: bool = False
     dtypes: tuple[str, ...] = SUPPORTED_DTYPES
+    matrix_flops_per_cycle_by_dtype: tuple[tuple[str, float], ...] = ()
     notes: str = field(default="", compare=False)
+    assumed: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -332,6 +369,30 @@ class HardwareSpec:
         ):
             raise bad("dtypes", f"must be a non-empty subset of {SUPPORTED_DTYPES}")
         put("dtypes", tuple(dict.fromkeys(dtypes)))
+
+        low, high, _ = _FLOAT_FIELDS["matrix_flops_per_cycle"]
+        rates = _pairs(self.matrix_flops_per_cycle_by_dtype)
+        if rates is None or any(d not in SUPPORTED_DTYPES for d, _ in rates):
+            raise bad("matrix_flops_per_cycle_by_dtype", "must map dtypes of "
+                      f"{SUPPORTED_DTYPES} to FLOP per cycle per core")
+        checked = {}
+        for dtype, rate in rates:
+            value = _as_float(rate)
+            if value is None or not low <= value <= high:
+                raise bad("matrix_flops_per_cycle_by_dtype", f"gives {dtype} {rate!r}; a rate is "
+                          f"a finite number in [{low:g}, {high:g}] (FLOP per cycle per core)")
+            checked[dtype] = value
+        put("matrix_flops_per_cycle_by_dtype",
+            tuple((d, checked[d]) for d in SUPPORTED_DTYPES if d in checked))
+
+        marks = _pairs(self.assumed)
+        markable = [f.name for f in dataclasses.fields(self) if f.name not in _UNMARKED_FIELDS]
+        if marks is None or any(name not in markable or not isinstance(why, str) or not why.strip()
+                                for name, why in marks):
+            raise bad("assumed", f"must map fields ({', '.join(markable)}) to why their value "
+                      "is assumed (a non-empty string)")
+        marked = dict(marks)
+        put("assumed", tuple((name, marked[name].strip()) for name in markable if name in marked))
 
         if self.shift_buffer_bytes >= self.sram_bytes_per_core:
             raise bad("shift_buffer_bytes", "leaves no SRAM for tensors")
@@ -407,12 +468,38 @@ class HardwareSpec:
 
     @property
     def peak_matrix_flops(self) -> float:
+        """FLOP/s of every core's matrix unit at ``matrix_flops_per_cycle``, the rate of the
+        dtypes ``matrix_flops_per_cycle_by_dtype`` does not list (float16 on the presets); a
+        run's own dtype: :meth:`peak_matrix_flops_for`."""
         return self.peak_flops("matrix")
 
-    def peak_flops(self, unit: str) -> float:
-        """FLOP/s of the ``"matrix"`` unit of every core, or of its vector unit otherwise."""
-        per_cycle = self.matrix_flops_per_cycle if unit == "matrix" else self.vector_flops_per_cycle
+    def peak_matrix_flops_for(self, dtype: str) -> float:
+        """FLOP/s of every core's matrix unit on operands of ``dtype``
+        (:meth:`matrix_flops_per_cycle_for`)."""
+        return self.peak_flops("matrix", dtype)
+
+    def matrix_flops_per_cycle_for(self, dtype: str | None) -> float:
+        """Matrix-unit FLOP per cycle per core on operands of ``dtype``: its entry of
+        ``matrix_flops_per_cycle_by_dtype``, else ``matrix_flops_per_cycle`` (also for
+        ``None``). The one lookup of the matrix rate: the per-core templates
+        (:mod:`schedules.base`), the compiler's batched cost model and the floors use it."""
+        for listed, rate in self.matrix_flops_per_cycle_by_dtype:
+            if listed == dtype:
+                return rate
+        return self.matrix_flops_per_cycle
+
+    def peak_flops(self, unit: str, dtype: str | None = None) -> float:
+        """FLOP/s of the ``"matrix"`` unit of every core on operands of ``dtype`` (``None``:
+        at ``matrix_flops_per_cycle``), or of its vector unit otherwise (one rate for every
+        dtype)."""
+        per_cycle = (self.matrix_flops_per_cycle_for(dtype) if unit == "matrix"
+                     else self.vector_flops_per_cycle)
         return self.num_cores * per_cycle * self.clock_hz
+
+    @property
+    def assumed_fields(self) -> dict[str, str]:
+        """``{field: why}`` of the fields no cited document gives (:attr:`assumed`)."""
+        return dict(self.assumed)
 
     def supports_dtype(self, dtype: str) -> bool:
         return str(dtype) in self.dtypes
@@ -430,6 +517,8 @@ class HardwareSpec:
         data = dataclasses.asdict(self)
         data["matrix_tile"] = list(self.matrix_tile)
         data["dtypes"] = list(self.dtypes)
+        data["matrix_flops_per_cycle_by_dtype"] = dict(self.matrix_flops_per_cycle_by_dtype)
+        data["assumed"] = dict(self.assumed)
         return data
 
     @classmethod
@@ -455,10 +544,19 @@ class HardwareSpec:
         return cls(**dict(data))  # every field is converted and checked in validate()
 
     def with_overrides(self, **overrides: Any) -> "HardwareSpec":
-        """A copy with some fields replaced (validated again; unknown names are refused)."""
-        data = self.to_dict()
-        data.update(overrides)
-        return HardwareSpec.from_dict(data)
+        """A copy with some fields replaced (validated again; unknown names are refused). A
+        field it sets is no longer marked :attr:`assumed`: its value is the caller's."""
+        return HardwareSpec.from_dict(_overridden(self.to_dict(), overrides))
+
+
+def _overridden(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` (a :meth:`HardwareSpec.to_dict` mapping) with ``overrides``, without the
+    :attr:`~HardwareSpec.assumed` marks of the fields they set (unless they set the marks)."""
+    out = {**data, **overrides}
+    if "assumed" not in overrides:
+        marks = _pairs(data.get("assumed")) or []
+        out["assumed"] = {name: why for name, why in marks if name not in overrides}
+    return out
 
 
 def _as_int(value: Any) -> int | None:
@@ -639,10 +737,23 @@ def _mesh_grid(hw: "HardwareSpec") -> MeshGrid:
 
 
 # -- presets ---------------------------------------------------------------------------------
+# Every field of a preset is either cited in a comment beside it or named, with the reason, in
+# the preset's ``assumed`` mapping (printed by ``tvm-icca simulate``; tests/test_hardware.py
+# checks that each names a real field).
+#
 # IPU Mk2 (GC200): 1,472 cores x 624 KiB (T10 §2.1); 5.5 GB/s per core link (T10 §2.1);
-# 250 TFLOPS fp16 per chip (T10 Table 3) -> 250e12 / 1472 / 1.33e9 ~ 128 FLOP/cycle/core;
-# other ops 31.2 TFLOPS on 4 chips (Elk §6.3) -> ~4 FLOP/cycle/core; 118 cycles of
-# synchronization per step and an 8 KiB shift buffer (Elk artifact figures, T10 §5).
+# clock 1.325 GHz in the Elk artifact, rounded to 1.33 GHz; 118 cycles of synchronization per
+# step (Elk artifact, measured) and an 8 KiB shift buffer (T10 §5).
+# Matrix rates per dtype, from Graphcore's figures per chip:
+# * float16: 250 TFLOPS FP16 (T10 Table 3; Graphcore's IPU-POD128 datasheet: 31.955 PFLOPS
+#   FP16.16 for 128 GC200 IPUs, 249.6 TFLOPS each) -> 250e12 / 1472 / 1.33e9 ~ 128 FLOP/cycle;
+# * float32: the same datasheet's 7.989 PFLOPS FP32 for 128 IPUs, 62.4 TFLOPS each, a quarter
+#   of FP16 -> 32 FLOP/cycle;
+# * bfloat16: not an IPU format (Graphcore's IPU Programmer's Guide §2: arithmetic in IEEE
+#   single or half precision); modelled at the float16 rate so that bfloat16 models still run
+#   (marked assumed).
+# Vector: other ops 31.2 TFLOPS on 4 chips (Elk §6.3) -> ~4 FLOP/cycle/core; Elk's emulator
+# gives one figure, so every dtype runs at it (marked assumed).
 #
 # Latencies (issue 9, item 4). What was looked for and what was found:
 # * Jia, Tillman, Maggioni, Scarpazza, "Dissecting the Graphcore IPU architecture via
@@ -692,18 +803,31 @@ def _multi_chip_sync_cycles(chips: int) -> int:
     return _SYNC_CYCLES + math.ceil(_INTER_CHIP_LATENCY_S * _CLOCK_HZ * hops * 2)
 
 
+_IPU_MK2_ASSUMED = {
+    "dtypes": "bfloat16 is not an IPU Mk2 format (Graphcore: IEEE single and half precision); "
+              "kept so that bfloat16 models run, at the float16 matrix rate",
+    "vector_flops_per_cycle": "Elk §6.3's emulator figure (31.2 TFLOPS for non-MatMul ops on 4 "
+                              "chips), one rate for every dtype; no per-dtype Graphcore figure",
+    "matrix_tile": "the AMP unit's shape is not published; padded to 16 as the 16x16 array of "
+                   "T10's benchmark problem",
+    "link_latency_s": "126 cycles: Poplar's max IPU sync delay as a third-party cost model quotes "
+                      "it, used as a chunk's per-hop start latency",
+}
 _IPU_MK2 = dict(
     num_cores=1472,
     sram_bytes_per_core=624 * KIB,
     link_bandwidth=5.5e9,
     clock_hz=_CLOCK_HZ,
-    matrix_flops_per_cycle=128.0,
+    matrix_flops_per_cycle=128.0,  # float16 (and bfloat16, assumed)
+    matrix_flops_per_cycle_by_dtype={"float32": 32.0},
     vector_flops_per_cycle=4.0,
     matrix_tile=(16, 16, 16),
     link_latency_s=_LINK_LATENCY_CYCLES / _CLOCK_HZ,
     sync_cycles=_SYNC_CYCLES,
     shift_buffer_bytes=8 * KIB,
     topology="all-to-all",
+    host_bandwidth=8e9,  # the IPU's off-chip bandwidth (T10 Table 3)
+    assumed=_IPU_MK2_ASSUMED,
 )
 #: Elk §6.1 emulates 4 HBM3E modules per chip. An 8-high HBM3E stack holds 24 GB (eight 24 Gb
 #: dies; Micron's HBM3E 8-high, also the capacity its 12-high 36 GB part raises by 50%), at
@@ -713,7 +837,21 @@ _HBM3E_STACK_BYTES = 24 * GIB
 #: What the 4-chip presets add: 640 GB/s between chips (Elk §5), the IPU-Link latency and the
 #: multi-chip barrier (see above).
 _POD4 = dict(num_cores=4 * 1472, num_chips=4, inter_chip_bandwidth=640e9,
-             inter_chip_latency_s=_INTER_CHIP_LATENCY_S, sync_cycles=_multi_chip_sync_cycles(4))
+             inter_chip_latency_s=_INTER_CHIP_LATENCY_S, sync_cycles=_multi_chip_sync_cycles(4),
+             assumed={**_IPU_MK2_ASSUMED, "inter_chip_latency_s": (
+                 "15 ns per IPU-Link crossing: poplibs' sync latency per hop, used for data")})
+#: What Elk's HBM setting leaves open: the capacity of its HBM3E modules.
+_HBM_CAPACITY_ASSUMED = {"hbm_bytes_per_chip": "Elk §6.1 gives 4 HBM3E modules per chip, not "
+                         "their capacity; 8-high 24 GB stacks (Micron) assumed"}
+#: What Elk's mesh (§5) leaves open: no grid, link or router figure is given.
+_ELK_MESH_ASSUMED = {
+    "link_bandwidth": "Elk gives no mesh link figure; the IPU's 5.5 GB/s core link per mesh link",
+    "link_latency_s": "no source gives a router hop: a corner-to-corner route of the 32 x 46 grid "
+                      "costs one all-to-all exchange transfer (126 cycles)",
+    "mesh_rows": "Elk gives no grid; the most square grid of 1,472 cores (32 x 46)",
+    "mesh_cols": "Elk gives no grid; the most square grid of 1,472 cores (32 x 46)",
+    "hbm_injection_bandwidth": "Elk gives no controller figure: no cap beyond the edge links",
+}
 
 
 # Tenstorrent mesh chips (issue 27, "mesh hardware as built"): DRAM controllers inside the grid
@@ -722,8 +860,9 @@ _POD4 = dict(num_cores=4 * 1472, num_chips=4, inter_chip_bandwidth=640e9,
 # wormhole_b0_80_arch.yaml, blackhole_140_arch.yaml: NoC coordinates are x-y, i.e. column-row),
 # tt-metal's Blackhole NoC header (tt_metal/hw/inc/blackhole/noc/noc_parameters.h), the ISA
 # documentation (tenstorrent/tt-isa-documentation, WormholeB0/...), the NoC estimator tt-npe
-# (tt_npe/cpp/include/device_models/{wormhole_b0,blackhole}.hpp) and the Blackhole product
-# specifications (docs.tenstorrent.com, aibs/blackhole/specifications).
+# (tt_npe/cpp/include/device_models/{wormhole_b0,blackhole}.hpp) and the boards' product
+# specifications (docs.tenstorrent.com, aibs/wormhole/specifications and
+# aibs/blackhole/specifications).
 #
 # How the model maps them: one bidirectional torus stands for the two unidirectional tori
 # (NoC 0 runs east and south, NoC 1 west and north, so each directed link is one NoC's link)
@@ -735,62 +874,90 @@ _WORMHOLE_DRAM_TILES = (  # (row, col) = (y, x) of the 18 distinct DRAM tiles of
     (0, 0), (1, 0), (11, 0), (5, 0), (6, 0), (7, 0),
     (0, 5), (1, 5), (11, 5), (2, 5), (9, 5), (10, 5), (3, 5), (4, 5), (8, 5), (5, 5), (6, 5), (7, 5),
 )
+# Matrix rates per dtype (WormholeB0/TensixTile/TensixCoprocessor/MatrixUnit.md, Performance:
+# MVMUL peaks at 4.096 TFLOP/s per Tensix with one fidelity phase, 2.048 with two, 1.024 with
+# four; SrcASrcB.md, "Fidelity phases": "reasonable" precision takes phases 0 and 1 for BF16,
+# all four for FP16 and TF32; FP32 operands enter SrcA/SrcB as TF32, the low 13 mantissa bits
+# dropped). BFP8 and FP8 (the product pages' other figures) are formats no dtype of ours maps to.
+_TT_FP16_PER_CYCLE = 1024.0  # four phases
+_TT_BF16_PER_CYCLE = 2048.0  # two phases
 _TT_WORMHOLE = dict(
     name="tt-wormhole",
-    # 80 Tensix tiles (WormholeB0/README.md; functional_workers of the descriptor: x = 1-4, 6-9,
-    # y = 1-5, 7-11); products enable 64, 72 or 80 of them (README), this chip has all 80
-    num_cores=80,
+    # The n150 board as sold: 72 Tensix ("Tensix Cores 72", docs.tenstorrent.com/aibs/wormhole/
+    # specifications; MatrixUnit.md: "an n150 board will have 1 ASIC with 72 tiles") of the
+    # ASIC's 80 (functional_workers of the descriptor: x = 1-4, 6-9, y = 1-5, 7-11). Harvesting
+    # fuses off whole Tensix rows (tt-umd wormhole_coordinate_manager.cpp: the harvesting mask
+    # has a bit per row), which row depends on the die: the last one (y = 11) is reserved here
+    num_cores=72,
     sram_bytes_per_core=1499136,  # worker_l1_size of the descriptor (1464 KiB of L1 per Tensix)
     # One flit of 256 bits (32 bytes) per cycle per NoC hop (WormholeB0/NoC/README.md,
     # Performance; DRAMTile/README.md: "each hop ... can sustain 32 GB/s"); tt-npe models an
     # effective 30 B/cycle for large transfers
     link_bandwidth=32e9,
-    clock_hz=1e9,  # "Wormhole's standard 1 GHz clock rate" (TensixCoprocessor/MatrixUnit.md)
-    # MatrixUnit.md, Performance: MVMUL peaks at 4.096 TFLOP/s per Tensix with one fidelity
-    # phase, 2.048 with two; BF16 at "reasonable" precision takes phases 0 and 1 (SrcASrcB.md),
-    # so 2,048 FLOP/cycle (FP16 at reasonable precision needs four phases: 1,024)
-    matrix_flops_per_cycle=2048.0,
-    vector_flops_per_cycle=64.0,  # SFPMAD: 0.064 TFLOP/s per Vector Unit at FP32 (MatrixUnit.md)
+    clock_hz=1e9,  # "AI Clock 1 GHz" (n150 specifications; MatrixUnit.md's standard clock)
+    # float16: 72 x 1,024 x 1 GHz = 73.7 TFLOPS, the specifications' "TeraFLOPS (FP16) 74"
+    matrix_flops_per_cycle=_TT_FP16_PER_CYCLE,
+    # bfloat16: 72 x 2,048 x 1 GHz = 147 TFLOPS, the specifications' BLOCKFP8 figure (148), whose
+    # full precision is the same two phases; float32 as TF32 at four phases: 73.7 TFLOPS
+    matrix_flops_per_cycle_by_dtype={"bfloat16": _TT_BF16_PER_CYCLE, "float32": _TT_FP16_PER_CYCLE},
+    # SFPMAD: 0.064 TFLOP/s per Vector Unit at FP32 (MatrixUnit.md); the SFPU is 32 lanes of
+    # 32 bits (VectorUnit.md), so every dtype is computed at this one rate
+    vector_flops_per_cycle=64.0,
     matrix_tile=(8, 16, 16),  # MVMUL: an 8x16 SrcB times a 16x16 SrcA (MVMUL.md)
     link_latency_s=9e-9,  # router to neighbouring router: 9 cycles (NoC/README.md)
-    # NOT verified: no source gives a chip-wide barrier. Estimated as tt-npe's worst NoC read
-    # latency (a request and its response across a row and a column): 270 cycles
-    sync_cycles=270,
+    sync_cycles=270,  # assumed (below): tt-npe's worst NoC read latency
     # a NoC packet carries at most 256 data flits = 8 KiB (NoC/README.md): one staged chunk
     shift_buffer_bytes=8 * KIB,
     topology="mesh",
-    # twelve GDDR6 channels at 24 GB/s = 288 GB/s per ASIC (DRAMTile/README.md); 18 DRAM tiles
+    # twelve GDDR6 channels at 24 GB/s = 288 GB/s per ASIC (DRAMTile/README.md; n150
+    # specifications: 288 GB/sec); 18 DRAM tiles
     hbm_bandwidth=288e9, hbm_controllers=18,
-    hbm_bytes_per_chip=12 * GIB,  # the n150's 12 GB of GDDR6 in 6 banks (README.md)
+    hbm_bytes_per_chip=12 * GIB,  # the n150's 12 GB of GDDR6 in 6 banks (README.md, specifications)
     hbm_placement="nodes:" + ",".join(f"({r},{c})" for r, c in _WORMHOLE_DRAM_TILES),
     # a tile's NIU injects one flit per cycle per NoC (NoC/README.md), 2 NoCs; tt-npe measures
     # 23.2 B/cycle from a DRAM tile, so its cap is conservatively 2 x 23.2 GB/s
     hbm_injection_bandwidth=2 * 23.2e9,
     mesh_rows=12, mesh_cols=10,  # grid x_size 10, y_size 12 (descriptor; tt-npe: 12 rows, 10 cols)
-    # no Tensix in rows 0 and 6 (Ethernet tiles) nor column 0 (ARC, PCIe, router-only, DRAM)
-    mesh_reserved="rows:0,6;columns:0",
+    # no Tensix in rows 0 and 6 (Ethernet tiles) nor column 0 (ARC, PCIe, router-only, DRAM);
+    # row 11's Tensix are the harvested ones (see num_cores): routers only
+    mesh_reserved="rows:0,6,11;columns:0",
     mesh_torus=True,  # "The NoCs connect the various tiles to form a 2D torus" (README.md)
     host_bandwidth=31.5e9,  # PCI Express 4.0 x16 (README.md): 16 GT/s x 16 lanes x 128/130 / 8
-    notes="Tenstorrent Wormhole B0-like: 10x12 NoC torus, 80 Tensix, 288 GB/s GDDR6 on 18 DRAM "
-          "tiles in columns 0 and 5 (tt-metal SoC descriptor, tt-isa-documentation, tt-npe)",
+    assumed={
+        "sync_cycles": "no source gives a chip-wide barrier: tt-npe's worst NoC read latency (a "
+                       "request and its response across a row and a column), 270 cycles",
+        "mesh_reserved": "which Tensix row of the 80 is fused off depends on the die; the last "
+                         "(y = 11) is chosen",
+    },
+    notes="Tenstorrent Wormhole n150: one Wormhole B0, 72 of 80 Tensix on a 10x12 NoC torus, "
+          "288 GB/s GDDR6 on 18 DRAM tiles in columns 0 and 5 (n150 specifications, tt-metal "
+          "SoC descriptor, tt-isa-documentation, tt-npe)",
 )
 _TT_BLACKHOLE = dict(
     name="tt-blackhole",
-    # 140 Tensix (descriptor functional_workers: x = 1-7, 10-16, y = 2-11; noc_parameters.h
-    # NUM_TENSIXES 140; p150 specification). Later p150 firmware enables 120 of them.
-    num_cores=140,
+    # The p150 as sold: 120 Tensix of the ASIC's 140 (descriptor functional_workers: x = 1-7,
+    # 10-16, y = 2-11; noc_parameters.h NUM_TENSIXES 140). Tenstorrent's specifications first
+    # listed 140 for the p150a/p150b (120 for the p100a); firmware 19.5.0 enables 120 on every
+    # p150 (BLOCKFP8 774 -> 664 TFLOPS, reported 2026-02-07) and docs.tenstorrent.com's
+    # QuietBox 2 guide has "120 ... enabled (two columns are harvested)". Blackhole harvests
+    # whole Tensix columns (tt-umd blackhole_coordinate_manager.cpp); which two depends on the
+    # die: the last two (x = 15, 16) are reserved here
+    num_cores=120,
     sram_bytes_per_core=1499136,  # worker_l1_size of the descriptor ("1.5 MB per Tensix Core", spec)
     # 512-bit (64-byte) flits (noc_parameters.h NOC_PAYLOAD_WIDTH 512) at 1.35 GHz; one flit
-    # per cycle per hop is Wormhole's documented rate, assumed here (tt-npe models 60.9 B/cycle)
+    # per cycle per hop is Wormhole's documented rate (tt-npe models 60.9 B/cycle)
     link_bandwidth=64 * 1.35e9,
     clock_hz=1.35e9,  # AI clock "up to 1.35 GHz" (specification; tt-npe ai_clk_ghz = 1.35)
-    # Derived: Wormhole's matrix unit at two fidelity phases (see above); the 372 TFLOPS FP16
-    # Tenstorrent presented at Hot Chips 2024 for 140 cores give 372e12 / (140 x 1.35e9) ~ 1,968
-    matrix_flops_per_cycle=2048.0,
-    vector_flops_per_cycle=64.0,  # NOT verified for Blackhole: Wormhole's SFPMAD rate
-    matrix_tile=(8, 16, 16),  # NOT verified for Blackhole: Wormhole's MVMUL shape
+    # Wormhole's fidelity phases (above), assumed for Blackhole's matrix unit; consistent with
+    # the figures Tenstorrent gives: 120 x 4,096 x 1.35 GHz = 664 TFLOPS, the BLOCKFP8 figure
+    # at one phase; the 372 TFLOPS "16-bit" of Hot Chips 2024 for 140 Tensix is 1,968 FLOP per
+    # cycle, two phases' 2,048 (bfloat16) within 4%
+    matrix_flops_per_cycle=_TT_FP16_PER_CYCLE,
+    matrix_flops_per_cycle_by_dtype={"bfloat16": _TT_BF16_PER_CYCLE, "float32": _TT_FP16_PER_CYCLE},
+    vector_flops_per_cycle=64.0,  # assumed (below): Wormhole's SFPMAD rate
+    matrix_tile=(8, 16, 16),  # assumed (below): Wormhole's MVMUL shape
     link_latency_s=11 / 1.35e9,  # tt-npe: 11 cycles per hop ("~11.5")
-    sync_cycles=329,  # NOT verified: tt-npe's worst NoC read latency, as for Wormhole
+    sync_cycles=329,  # assumed (below): tt-npe's worst NoC read latency, as for Wormhole
     shift_buffer_bytes=16 * KIB,  # NOC_MAX_BURST_SIZE: 256 flits x 64 bytes (noc_parameters.h)
     topology="mesh",
     # 32 GB GDDR6 at 16 GT/s on a 256-bit bus: 512 GB/s (p150 specification); 8 banks, each on
@@ -799,13 +966,28 @@ _TT_BLACKHOLE = dict(
     hbm_bytes_per_chip=32 * GIB,  # the p150's 32 GB of GDDR6 (specification)
     hbm_injection_bandwidth=2 * 54e9,  # tt-npe: a DRAM tile injects 54 GB/s per NoC, 2 NoCs
     mesh_rows=12, mesh_cols=17,  # grid x_size 17, y_size 12 (descriptor)
-    # no Tensix in rows 0-1 (PCIe, ARC, router-only, Ethernet) nor column 8 (router-only)
-    mesh_reserved="rows:0,1;columns:8",
+    # no Tensix in rows 0-1 (PCIe, ARC, router-only, Ethernet) nor column 8 (router-only);
+    # columns 15 and 16 hold the harvested Tensix (see num_cores): routers only
+    mesh_reserved="rows:0,1;columns:8,15,16",
     mesh_torus=True,  # tt-npe routes both Blackhole NoCs with wrap-around
     host_bandwidth=63.0e9,  # PCI Express 5.0 x16 (specification): 32 GT/s x 16 x 128/130 / 8
-    notes="Tenstorrent Blackhole-like: 17x12 NoC torus, 140 Tensix, 512 GB/s GDDR6 on 24 DRAM "
-          "tiles in columns 0 and 9 (tt-metal SoC descriptor and NoC header, tt-npe, p150 "
-          "specification)",
+    assumed={
+        "link_bandwidth": "one 64-byte flit per cycle per hop, Wormhole's documented rate",
+        "matrix_flops_per_cycle": "float16 at four fidelity phases, Wormhole's rule (no Blackhole "
+                                  "FP16 figure found)",
+        "matrix_flops_per_cycle_by_dtype": "bfloat16 at two phases and float32 (TF32) at four, "
+                                           "Wormhole's rule; bfloat16 matches Hot Chips 2024's "
+                                           "16-bit figure within 4%",
+        "vector_flops_per_cycle": "Wormhole's SFPMAD rate (32 FP32 lanes)",
+        "matrix_tile": "Wormhole's MVMUL shape",
+        "sync_cycles": "no source gives a chip-wide barrier: tt-npe's worst NoC read latency, 329 "
+                       "cycles",
+        "mesh_reserved": "which two Tensix columns are fused off depends on the die; the last two "
+                         "(x = 15, 16) are chosen",
+    },
+    notes="Tenstorrent Blackhole p150: 120 of 140 Tensix on a 17x12 NoC torus, 512 GB/s GDDR6 "
+          "on 24 DRAM tiles in columns 0 and 9 (p150 specification, tt-metal SoC descriptor and "
+          "NoC header, tt-npe)",
 )
 
 
@@ -815,6 +997,10 @@ def _preset_table() -> dict[str, dict[str, Any]]:
         # The T10 benchmark problem: a 16x16 systolic array (256 MAC = 512 FLOP per cycle).
         "ipu-mk2-systolic": dict(
             _IPU_MK2, name="ipu-mk2-systolic", matrix_flops_per_cycle=512.0,
+            matrix_flops_per_cycle_by_dtype={},
+            assumed={**_IPU_MK2_ASSUMED, "matrix_flops_per_cycle_by_dtype": (
+                "T10's benchmark problem gives one 16x16 array and FP16 tensors; every dtype runs "
+                "at its rate")},
             notes="IPU Mk2 with a 16x16 systolic array per core (the matmul problem of T10's "
                   "artifact; tvm-icca plan matmul --cost-model t10-bench)",
         ),
@@ -823,16 +1009,18 @@ def _preset_table() -> dict[str, dict[str, Any]]:
             _IPU_MK2, **_POD4, name="ipu-pod4", notes="4 x IPU Mk2 (Elk §5)",
         ),
         # Elk's HBM setting: 4 HBM3E modules per chip, 16 TB/s across 4 chips (Elk §6.1).
-        "ipu-pod4-hbm": dict(
-            _IPU_MK2, **_POD4, name="ipu-pod4-hbm", hbm_bandwidth=16e12, hbm_controllers=16,
+        "ipu-pod4-hbm": dict(_IPU_MK2, **_POD4) | dict(
+            name="ipu-pod4-hbm", hbm_bandwidth=16e12, hbm_controllers=16,
             hbm_bytes_per_chip=_HBM3E_STACKS_PER_CHIP * _HBM3E_STACK_BYTES,
+            assumed={**_POD4["assumed"], **_HBM_CAPACITY_ASSUMED},
             notes="IPU-POD4 with 16 TB/s of HBM (Elk §6.1), 4 x 24 GB HBM3E per chip",
         ),
         # Mesh variant: 2D mesh, HBM controllers on the edges (Elk §5, §6.1).
-        "ipu-pod4-hbm-mesh": dict(
-            _IPU_MK2, **_POD4, name="ipu-pod4-hbm-mesh", hbm_bandwidth=16e12, hbm_controllers=16,
+        "ipu-pod4-hbm-mesh": dict(_IPU_MK2, **_POD4) | dict(
+            name="ipu-pod4-hbm-mesh", hbm_bandwidth=16e12, hbm_controllers=16,
             hbm_bytes_per_chip=_HBM3E_STACKS_PER_CHIP * _HBM3E_STACK_BYTES,
             link_latency_s=_LINK_LATENCY_CYCLES / _MESH_DIAMETER_HOPS / _CLOCK_HZ,
+            assumed={**_POD4["assumed"], **_HBM_CAPACITY_ASSUMED, **_ELK_MESH_ASSUMED},
             topology="mesh", notes="IPU-POD4 with HBM on a 2D mesh (Elk §5, §6.1)",
         ),
         "tt-wormhole": dict(_TT_WORMHOLE),
@@ -874,9 +1062,7 @@ def preset(preset_name: str, **overrides: Any) -> HardwareSpec:
         raise InvalidHardwareSpecError(
             f"unknown hardware preset '{preset_name}'; {hint}known presets: {', '.join(table)}"
         )
-    data = table[key]
-    data.update(overrides)
-    return HardwareSpec.from_dict(data)
+    return HardwareSpec.from_dict(_overridden(table[key], overrides))
 
 
 def small_chip(num_cores: int = 16, sram_bytes_per_core: int = 64 * KIB, **overrides: Any) -> HardwareSpec:
@@ -894,7 +1080,9 @@ def small_chip(num_cores: int = 16, sram_bytes_per_core: int = 64 * KIB, **overr
     Returns
     -------
     HardwareSpec
-        The ``ipu-mk2`` preset (clock, links, compute per core) with these fields.
+        The ``ipu-mk2`` preset (clock, links, compute per core) with these fields, and one
+        matrix rate for every dtype (its float16 rate: no ``matrix_flops_per_cycle_by_dtype``
+        unless given), so that a test's closed form does not depend on its operands' dtype.
 
     Raises
     ------
@@ -902,7 +1090,8 @@ def small_chip(num_cores: int = 16, sram_bytes_per_core: int = 64 * KIB, **overr
         An impossible value or unknown field.
     """
     fields = {"name": f"icca-{num_cores}", "num_cores": num_cores,
-              "sram_bytes_per_core": sram_bytes_per_core, **overrides}
+              "sram_bytes_per_core": sram_bytes_per_core, "matrix_flops_per_cycle_by_dtype": {},
+              **overrides}
     return preset("ipu-mk2", **fields)
 
 
@@ -992,8 +1181,8 @@ def load_hardware(path: "str | os.PathLike[str]") -> HardwareSpec:
             base_spec = preset(base)
         except InvalidHardwareSpecError as err:
             raise bad(f"base: {err}") from None
-        fields = {**base_spec.to_dict(), "notes": f"{base_spec.name} with the fields of "
-                  f"{os.path.basename(where)}", "name": None, **fields}
+        fields = _overridden({**base_spec.to_dict(), "notes": f"{base_spec.name} with the "
+                              f"fields of {os.path.basename(where)}", "name": None}, fields)
     if fields.get("name") is None:
         fields["name"] = os.path.splitext(os.path.basename(where))[0]
     try:

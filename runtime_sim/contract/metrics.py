@@ -35,6 +35,9 @@ def _m(unit: str, meaning: str, source: str = "timing") -> Metric:
 METRICS: dict[str, Metric] = {
     # -- what was run -------------------------------------------------------------------
     "hardware": _m("name", "the chip (hardware preset or spec name) the run was timed on"),
+    "assumed_fields": _m("mapping", "field -> why, for the fields of the chip that no cited "
+                         "document gives (HardwareSpec.assumed); empty when every field is "
+                         "sourced"),
     "topology": _m("name", "the interconnect topology, with the chip count on multi-chip systems"),
     "design": _m("name", "the Elk preload design of the program stream (Elk §6.1); empty "
                  "without a preload schedule"),

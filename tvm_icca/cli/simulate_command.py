@@ -190,7 +190,8 @@ def _run(args: argparse.Namespace) -> int:
         data = report.to_dict(per_op=False)
         data.update(model=name, config=config, compile=compiled.summary(),
                     compile_s=compiled.compile_s, simulate_s=simulate_s,
-                    design=compiled.preload.design if compiled.preload is not None else "off")
+                    design=compiled.preload.design if compiled.preload is not None else "off",
+                    assumed_fields=hw.assumed_fields)
         missing = [k for k in SUMMARY_KEYS if k not in data]
         if missing:  # the contract of --json: never silently drop a summary key
             raise KeyError(f"timing report lacks {missing}")
@@ -201,6 +202,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{description} on {hw.name}")
     design = compiled.preload.design if compiled.preload is not None else None
     print("  " + describe_setting(hw.name, design, compiled.state))
+    if hw.assumed:
+        print("  " + assumed_line(hw))
     print(f"  {summary['regions']} region calls ({summary['distinct_regions']} distinct), "
           f"{summary['device_ops']} device ops; Relax ops: {summary['offloaded_relax_ops']} "
           f"offloaded, {summary['host_relax_ops']} on the host")
@@ -223,6 +226,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.trace:
         print(f"trace written to {args.trace}")
     return 0
+
+
+def assumed_line(hw: Any) -> str:
+    """``assumed (not sourced): sync_cycles (why), ...``: the fields of ``hw`` no cited
+    document gives (:attr:`~runtime_sim.contract.hardware.HardwareSpec.assumed`)."""
+    return "assumed (not sourced): " + "; ".join(f"{name} ({why})" for name, why in hw.assumed)
 
 
 def _json_default(value: Any) -> Any:

@@ -22,6 +22,7 @@ from runtime_sim.contract.lifetimes import HeldBytes, held_beside_later
 from runtime_sim.contract.lifetimes import held_bytes as lifetime_held_bytes
 from runtime_sim.contract.program import DeviceProgram, OpProgram
 from schedules import template_for
+from schedules.base import compute_dtype
 from tvm_icca.lower.region import PendingOp, RegionOps, extract_region
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.plans import CostModel, PlannedOp, plan_operator
@@ -291,7 +292,7 @@ def compute_bound(region: RegionOps | DeviceProgram, hw: HardwareSpec, hbm_names
     compute_s = 0.0
     for op in region.ops:
         template = template_for(op.expr.kind)
-        compute_s += template.flops(op.expr, {}) / hw.peak_flops(template.unit)
+        compute_s += template.flops(op.expr, {}) / hw.peak_flops(template.unit, compute_dtype(op.expr))
     hbm_bytes: dict[str, int] = {}
     for op in region.ops:
         for t, name in enumerate(op.input_names):

@@ -41,7 +41,13 @@ from runtime_sim.machine.links import (
     split_combine_seconds,
 )
 from schedules import template_for
-from schedules.base import ComputeTemplate, MatrixTemplate, arithmetic_nodes, contraction_roles
+from schedules.base import (
+    ComputeTemplate,
+    MatrixTemplate,
+    arithmetic_nodes,
+    contraction_roles,
+    matrix_flops_per_cycle,
+)
 from tvm_icca.plans.bounds import (
     partition_lower_bounds,
     step_partition_lower_bounds,
@@ -117,6 +123,7 @@ class TemplateCycles:
             roles = contraction_roles(expr)
             idx = {a: i for i, a in enumerate(structure.axes)}
             self.roles = [[idx[a] for a in axes] for axes in (roles.batch, roles.m, roles.k, roles.n)]
+            self.matrix_rate = matrix_flops_per_cycle(expr, hw)  # the operands' dtype's rate
         elif not _overrides(t, "subtask_cycles", ComputeTemplate):
             self.kind = "vector"
         else:
@@ -143,7 +150,7 @@ class TemplateCycles:
             b, m, k, n = (np.prod(chunk[:, r], axis=1).astype(float) for r in self.roles)
             tm, tk, tn = hw.matrix_tile
             macs = b * (ceil_div(m, tm) * tm) * (ceil_div(k, tk) * tk) * (ceil_div(n, tn) * tn)
-            return 2 * macs / hw.matrix_flops_per_cycle
+            return 2 * macs / self.matrix_rate
         if self.kind == "vector":
             points = np.prod(chunk.astype(float), axis=1) * self.local_fixed
             for a in self.local_rows:

@@ -35,12 +35,15 @@ __all__ = ["SEARCH_FIELDS", "PLACEMENT_FIELDS", "search_key", "placement_key", "
 
 #: Fields the plan search and the idle/active options read. ``link_latency_s`` and
 #: ``inter_chip_latency_s`` enter every transfer's hop latency
-#: (:func:`runtime_sim.machine.links.hop_latency_seconds`); ``dtypes`` bounds the element
-#: types a plan may hold (the search never reads it, listed to be safe).
+#: (:func:`runtime_sim.machine.links.hop_latency_seconds`); a matrix sub-task runs at the rate
+#: of its dtype (``matrix_flops_per_cycle_by_dtype``, :func:`schedules.base.compute_dtype`);
+#: ``dtypes`` bounds the element types a plan may hold (the search never reads it, listed to
+#: be safe).
 SEARCH_FIELDS: tuple[str, ...] = (
     "num_cores", "num_chips", "sram_bytes_per_core", "shift_buffer_bytes", "clock_hz",
-    "matrix_flops_per_cycle", "vector_flops_per_cycle", "matrix_tile", "sync_cycles",
-    "link_bandwidth", "link_latency_s", "inter_chip_latency_s", "dtypes",
+    "matrix_flops_per_cycle", "matrix_flops_per_cycle_by_dtype", "vector_flops_per_cycle",
+    "matrix_tile", "sync_cycles", "link_bandwidth", "link_latency_s", "inter_chip_latency_s",
+    "dtypes",
 )
 
 #: Fields the candidate placements of a plan and their bytes read (the chips' shape).
