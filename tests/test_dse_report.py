@@ -46,8 +46,15 @@ def test_table(results):
     assert sum(line.startswith("|") for line in text.splitlines()) == 1 + 1 + 13  # header, rule, rows
     assert "PlanNotFoundError: too big" in text and "13 points; 12 ok, 1 does_not_fit" in text
     assert bound_by(rows[0]) == "hbm" and bound_by(rows[-1]) == ""
+    # a row written before runs reported their bound: the largest of the floors it has
     assert bound_by({"hbm_floor_s": 1e-4, "compute_floor_s": 2e-4, "interconnect_floor_s": 3e-4}) \
         == "interconnect"
+    # a row that names its bound is read as it is (the cut no old floor knew)
+    row = dict(rows[0], run_bound_by="edge ports", floor_s=4e-3, edge_ports_floor_s=4e-3,
+               total_s=8e-3, remainder={"load wait": 3e-3, "link transfer": 4e-3, "sync": 1e-3})
+    assert bound_by(row) == "edge ports"
+    line = markdown_table([row]).splitlines()[-1]
+    assert "| 4 | edge ports | 2.00x | link transfer 50%, load wait 38% |" in line
 
 
 def test_plots_one_per_axis(results, tmp_path):

@@ -129,13 +129,22 @@ METRICS: dict[str, Metric] = {
     "flops_utilization": _m("ratio", "``flops`` / (``total_s`` x peak matrix FLOP/s)"),
     "achieved_flops": _m("FLOP/s", "``flops`` / ``total_s``"),
     "hbm_utilization": _m("ratio", "``hbm_bytes`` / (``total_s`` x HBM bandwidth)"),
-    "interconnect_utilization": _m("ratio", "link-busy time / ``total_s``: transfer phases of "
-                                   "executions plus every load's network delivery at full "
-                                   "rate (over 2 x ``total_s`` for the ideal design's two "
-                                   "interconnects)"),
-    "link_bandwidth_utilization": _m("ratio", "bytes cores received over links / (``total_s`` "
-                                     "x cores x link bandwidth): the share of every core's "
-                                     "receive bandwidth used"),
+    "interconnect_utilization": _m("ratio", "share of ``total_s`` the links hold bandwidth: "
+                                   "the measure of the union of busy time (executions' "
+                                   "transfers, loads' and returns' deliveries, each spread "
+                                   "over its interval, bytes over bandwidth, hop latency "
+                                   "excluded), an instant counted once per interconnect, over "
+                                   "``total_s`` (over 2 x ``total_s`` for the ideal design's "
+                                   "two interconnects); in [0, 1] by construction "
+                                   "(runtime_sim.timing.floors.busy_fraction)"),
+    "link_bandwidth_utilization": _m("ratio", "bytes cores received over links that cost time "
+                                     "(``link_bytes`` without the ideal design's free "
+                                     "distributions) / (``total_s`` x the cores' aggregate "
+                                     "receive rate x interconnects): every core receiving on "
+                                     "every link it has (one port on the all-to-all exchange; "
+                                     "up to 4 neighbour links and its edge ports on a mesh, "
+                                     "plus the inter-chip cap); at most 1 since every phase "
+                                     "lasts at least its busiest port's bytes over bandwidth"),
     # -- what bounds the off-chip loads (runtime_sim.timing.work.Load.bound_by) --------------
     "load_bound_by": _m("name", "the cut that bounds the off-chip loads (in a row: that "
                         "operator's longest load): hbm or host (the source's bandwidth), edge "
@@ -145,15 +154,50 @@ METRICS: dict[str, Metric] = {
                         "run: the cut with the most load time"),
     "load_bound_s": _m("mapping", "per cut of ``load_bound_by``, the seconds of load time it "
                        "bounds"),
-    # -- floors: what no schedule beats, one resource at a time (runtime_sim.timing.report.
+    # -- floors: what no schedule beats, one resource at a time (runtime_sim.timing.floors.
     #    resource_floors); a run is bound by the largest --------------------------------------
     "link_bytes": _m("bytes", "bytes cores received over their links: shifts, re-layouts, "
                      "distributions and every load's delivery to its cores"),
     "hbm_floor_s": _m("s", "``hbm_bytes`` / HBM bandwidth (0 without HBM)"),
     "compute_floor_s": _m("s", "``flops`` / the chip's peak matrix FLOP/s (every core)"),
-    "interconnect_floor_s": _m("s", "``link_bytes`` / (cores x link bandwidth): the bytes the "
-                               "links must carry, preload deliveries included, over the "
-                               "ports' aggregate bandwidth"),
+    "compute_units_floor_s": _m("s", "sum over operators of its ``flops`` / the peak FLOP/s of "
+                                "the unit that runs it (matrix or vector, every core): at "
+                                "least ``compute_floor_s``"),
+    "host_floor_s": _m("s", "(``host_in_bytes`` + ``host_out_bytes``) / (host bandwidth x "
+                       "chips)"),
+    "interconnect_floor_s": _m("s", "bytes cores receive over links (``link_bytes``; on the "
+                               "ideal design the larger of executions' and loads', "
+                               "distributions excluded) / the cores' aggregate receive rate: "
+                               "cores x link bandwidth on the all-to-all exchange (one port "
+                               "each); on a mesh every link into a core, every edge port on a "
+                               "core's router and the inter-chip cap"),
+    "edge_ports_floor_s": _m("s", "mesh with HBM on its edges: ``hbm_delivered_bytes`` / (the "
+                             "HBM controllers' edge ports, 2 x (rows + cols) per chip, x their "
+                             "bandwidth): every byte read enters the mesh through one; 0 "
+                             "otherwise"),
+    "controller_ports_floor_s": _m("s", "mesh with HBM controllers inside the grid: "
+                                   "``hbm_delivered_bytes`` / (the links leaving the "
+                                   "controllers' nodes, up to 4 each, x link bandwidth); 0 "
+                                   "otherwise"),
+    "injection_floor_s": _m("s", "``hbm_delivered_bytes`` / (controllers x "
+                            "``hbm_injection_bandwidth``); 0 without an injection cap"),
+    "bisection_floor_s": _m("s", "mesh: the most bytes any direction carries across the "
+                            "middle cut of the chips' grids (between the column halves or the "
+                            "row halves, XY routing, every transfer and load delivery) / the "
+                            "links crossing it that way x link bandwidth; 0 on all-to-all"),
+    "inter_chip_floor_s": _m("s", "bytes that crossed chips (every phase, loads included) / "
+                             "the inter-chip bandwidth; 0 on one chip"),
+    "floor_s": _m("s", "the largest of the ``*_floor_s``: no schedule of the run's programs "
+                  "beats it, ``total_s >= floor_s``"),
+    "run_bound_by": _m("name", "the resource whose floor is ``floor_s``: compute, compute "
+                       "units, hbm, host, interconnect, edge ports, controller ports, "
+                       "injection, bisection or inter-chip (the floor's name without "
+                       "``_floor_s``); run-level, unlike an operator's ``bound_by``"),
+    "remainder": _m("mapping", "when ``total_s`` > 1.5 x ``floor_s`` (else empty): where the "
+                    "run's time goes, seconds per part, adding up to ``total_s``: compute at "
+                    "peak, compute below peak, sync, link transfer, hop latency, load wait, "
+                    "contention wait, host return (runtime_sim.timing.floors.time_parts); a "
+                    "part's share is seconds / ``total_s``"),
 }
 
 #: The rows of a design-space exploration's results file (``tvm-icca dse``,
@@ -182,6 +226,26 @@ DSE_METRICS: dict[str, Metric] = {
     "tvm_version": _m("version", "Apache TVM's version that computed the row", "dse"),
     "host": _m("name", "the machine that computed the row", "dse"),
     "timestamp": _m("ISO 8601", "when the row was computed (UTC)", "dse"),
+    # provenance (issue 38): what the row was computed from, by which code, at what cost
+    "point_id": _m("hex", "SHA-256 of the point's place in its study (the spec's name, the "
+                   "point's own chip overrides, the workload, design, state, execution), "
+                   "unchanged when a preset changes: a later row of the same ``point_id`` "
+                   "supersedes it", "dse"),
+    "chip_digest": _m("hex", "SHA-256 of the resolved chip's fields (its descriptive ones, "
+                      "``notes``, left out); the whole chip is in the results' provenance file "
+                      "(``<stem>.provenance.jsonl``)", "dse"),
+    "workload_args": _m("mapping", "the workload's arguments as ``get_workload`` (or the ONNX "
+                        "loader's ``shape``) took them", "dse"),
+    "wall_s": _m("s (wall clock)", "host seconds the worker spent on the point: loading the "
+                 "workload, compiling, simulating (``compile_s`` + ``simulate_s`` and the "
+                 "rest)", "dse"),
+    "cpu_s": _m("s (CPU)", "CPU seconds of the worker process over the same span as "
+                "``wall_s`` (below it when the machine is shared)", "dse"),
+    "commit": _m("hex", "the git commit of the code that computed the row (``unknown`` outside "
+                 "a checkout)", "dse"),
+    "dirty": _m("bool", "tracked source files had uncommitted changes when the worker started "
+                "(null: unknown, outside a checkout)", "dse"),
+    "python_version": _m("version", "the Python that computed the row", "dse"),
 }
 
 #: Per-operator rows (``per_op`` of the report, ``simulated_ops``) use the run-level names
@@ -217,7 +281,8 @@ OP_METRICS: dict[str, Metric] = {
     "estimated": _m("bool", "a sampled estimate entered its shift or re-layout cost"),
     "lower_bound_s": _m("s", "what no plan can avoid on this system: the largest of its FLOPs "
                         "at peak, its HBM bytes at full bandwidth, its host bytes, one sync"),
-    "bound_by": _m("name", "which term gives ``lower_bound_s``: flops, hbm, host or sync"),
+    "bound_by": _m("name", "which term gives the operator's ``lower_bound_s``: flops, hbm, "
+                   "host or sync (the run's resource is ``run_bound_by``)"),
     "preloaded": _m("bool", "the preload stream preloads it"),
     "preload_start_s": _m("s", "when its preload starts"),
     "preload_end_s": _m("s", "when its preload ends"),

@@ -119,6 +119,13 @@ class PhaseCost:
     #: cap), ``"ports"`` (a core's port to the all-to-all exchange), ``"inter-chip"``; "" when
     #: nothing moved.
     bound_by: str = ""
+    #: Bytes that crossed the middle cuts of the chips' meshes, by direction: left -> right,
+    #: right -> left (the cut between columns ``cols // 2 - 1`` and ``cols // 2``, wrap
+    #: links included), top -> bottom, bottom -> top (between rows ``rows // 2 - 1`` and
+    #: ``rows // 2``), summed over chips, under the mesh's XY routing; zeros on the
+    #: all-to-all exchange. The bisection floor of a run divides them by the cut's links
+    #: (:mod:`runtime_sim.timing.floors`).
+    cut_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
     @property
     def stall_s(self) -> float:
@@ -136,14 +143,16 @@ class PhaseCost:
         """The cost of ``count`` repetitions of this phase, one after another."""
         return PhaseCost(self.time_s * count, self.uncontended_s * count, self.intra_bytes * count,
                          self.inter_bytes * count, self.intra_busy_s * count,
-                         self.inter_busy_s * count, self.max_hops, self.bound_by)
+                         self.inter_busy_s * count, self.max_hops, self.bound_by,
+                         tuple(v * count for v in self.cut_bytes))
 
     def __add__(self, other: "PhaseCost") -> "PhaseCost":
         return PhaseCost(self.time_s + other.time_s, self.uncontended_s + other.uncontended_s,
                          self.intra_bytes + other.intra_bytes, self.inter_bytes + other.inter_bytes,
                          self.intra_busy_s + other.intra_busy_s,
                          self.inter_busy_s + other.inter_busy_s, max(self.max_hops, other.max_hops),
-                         self.bound_by if self.busy_s >= other.busy_s else other.bound_by)
+                         self.bound_by if self.busy_s >= other.busy_s else other.bound_by,
+                         tuple(a + b for a, b in zip(self.cut_bytes, other.cut_bytes)))
 
 
 NO_PHASE = PhaseCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
@@ -811,6 +820,7 @@ class MeshTopology(Topology):
         legs = (self.routes(k, ys, xs, yd, xd, b) if group is None
                 else self.tree_routes(k, ys, xs, yd, xd, b * scale, tree))
         ctrl_links = self.controller_links() if self.interior else None
+        crossed = [0.0, 0.0, 0.0, 0.0]  # PhaseCost.cut_bytes
         for name, start, end, weight, size in legs:
             load = _range_loads(size, start, end, weight)
             if load is None:
@@ -818,6 +828,7 @@ class MeshTopology(Topology):
             i = int(np.argmax(load))
             on_ctrl = ctrl_links is not None and bool(ctrl_links[name][i])
             cuts.append(("controller ports" if on_ctrl else "links", float(load[i]) * w))
+            self._add_cut_bytes(crossed, name, load, w)
         link_max = max((v for _, v in cuts), default=0.0)
         inter_bytes, inter_s = self._inter(b * scale, cross & once, w)
         hops = (*self.hops(xs, xd, "x"), *self.hops(ys, yd, "y"))
@@ -830,7 +841,26 @@ class MeshTopology(Topology):
         intra_s = link_max / bw
         bound = _bound_by(cuts, intra_s, inter_s)
         return PhaseCost(max(intra_s, inter_s) + float(latency.max()), uncontended,
-                         float(b.sum()) * w, inter_bytes, intra_s, inter_s, int(hops.max()), bound)
+                         float(b.sum()) * w, inter_bytes, intra_s, inter_s, int(hops.max()), bound,
+                         tuple(crossed))
+
+    def _add_cut_bytes(self, crossed: list[float], name: str, load: np.ndarray, w: float) -> None:
+        """Add to ``crossed`` (:attr:`PhaseCost.cut_bytes`) the bytes of the ``name`` links'
+        ``load`` (as :meth:`routes` numbers them) that cross a middle cut: the forward link
+        out of the last column (row) of the first half goes first half -> second half, its
+        backward twin the other way; on a torus the wrap link crosses too, the other way."""
+        horizontal = name in ("east", "west")
+        size, ring, wrap = ((self.cols, self.lh, self.wrap_x) if horizontal
+                            else (self.rows, self.lv, self.wrap_y))
+        if size < 2:
+            return
+        per_line = load.reshape(-1, ring)  # (chip x row, link) or (chip x column, link)
+        middle = float(per_line[:, size // 2 - 1].sum()) * w
+        around = float(per_line[:, size - 1].sum()) * w if wrap else 0.0
+        forward = name in ("east", "south")
+        first = 0 if horizontal else 2  # index of "first half -> second half"
+        crossed[first + (0 if forward else 1)] += middle
+        crossed[first + (1 if forward else 0)] += around
 
 
 def _bound_by(cuts: list[tuple[str, float]], intra_s: float, inter_s: float) -> str:

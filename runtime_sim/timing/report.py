@@ -8,6 +8,7 @@ from typing import Any
 
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.labels import display_name
+from runtime_sim.timing.floors import FLOOR_KEYS, bound_name, shares
 from runtime_sim.timing.trace import timing_trace, write_trace
 
 #: An operator (or operator kind, summed over the run) is reported as slow when its time is
@@ -190,6 +191,16 @@ class TimingReport:
     hbm_floor_s: float = 0.0
     compute_floor_s: float = 0.0
     interconnect_floor_s: float = 0.0
+    compute_units_floor_s: float = 0.0
+    host_floor_s: float = 0.0
+    edge_ports_floor_s: float = 0.0
+    controller_ports_floor_s: float = 0.0
+    injection_floor_s: float = 0.0
+    bisection_floor_s: float = 0.0
+    inter_chip_floor_s: float = 0.0
+    run_bound_by: str = ""
+    floor_s: float = 0.0
+    remainder: dict[str, float] = field(default_factory=dict)
     trace_events: list[dict[str, Any]] = field(default_factory=list)
     hw: HardwareSpec | None = field(default=None, repr=False)
 
@@ -204,13 +215,14 @@ class TimingReport:
         "interconnect_stall_s", "preload_stall_s", "hbm_utilization", "interconnect_utilization",
         "link_bandwidth_utilization", "flops_utilization", "achieved_flops", "preloaded_bytes", "distributed_bytes",
         "preloads", "executes", "peak_preload_bytes_per_core", "load_bound_by", "load_bound_s",
-        "link_bytes", "hbm_floor_s", "compute_floor_s", "interconnect_floor_s",
+        "link_bytes", *FLOOR_KEYS, "run_bound_by", "floor_s", "remainder",
     )
 
     def to_dict(self, per_op: bool = True) -> dict[str, Any]:
         """JSON-ready summary (and per-operator rows unless ``per_op=False``)."""
         data: dict[str, Any] = {k: getattr(self, k) for k in self._SUMMARY}
         data["load_bound_s"] = dict(self.load_bound_s)
+        data["remainder"] = dict(self.remainder)
         data["regions"] = [dict(r) for r in self.regions]
         data["op_kinds"] = [dict(r) for r in self.op_kinds]
         data["slow_kinds"] = [dict(r) for r in self.slow_kinds]
@@ -252,6 +264,7 @@ class TimingReport:
                + ", ".join(f"{cut} {seconds * 1e3:.4f} ms" for cut, seconds in sorted(
                    self.load_bound_s.items(), key=lambda kv: -kv[1])) + ")"]
               if self.load_bound_s else []),
+            *self.floor_lines(),
             "",
         ]
         # the operator's label goes last: it is up to 80 characters and would push the
@@ -271,6 +284,24 @@ class TimingReport:
             lines.append(f"  ... {len(ops) - len(shown)} faster ops not shown")
         lines.extend(self.slow_table())
         return "\n".join(lines)
+
+    def floor_lines(self) -> list[str]:
+        """Lines naming the floors (every one over 0), the resource the run is bound by and,
+        when the run takes more than 1.5x its largest floor, where its time goes
+        (:mod:`runtime_sim.timing.floors`)."""
+        floors = [(bound_name(k), getattr(self, k)) for k in FLOOR_KEYS if getattr(self, k) > 0]
+        if not floors:
+            return []
+        lines = ["  floors    " + "  ".join(f"{name} {seconds * 1e3:.4f} ms" for name, seconds in
+                                            sorted(floors, key=lambda kv: -kv[1]))]
+        ratio = self.total_s / self.floor_s if self.floor_s > 0 else 0.0
+        lines.append(f"  bound by  {self.run_bound_by}: floor {self.floor_s * 1e3:.4f} ms, "
+                     f"time {ratio:.2f}x the floor")
+        if self.remainder:
+            lines.append("  remainder " + "  ".join(
+                f"{part} {seconds * 1e3:.4f} ms ({share:.1%})"
+                for part, seconds, share in shares(self.remainder, self.total_s)))
+        return lines
 
     def slow_table(self, max_ops: int = 10) -> list[str]:
         """Lines naming the operator kinds and operators more than :data:`SLOW_FACTOR` times
@@ -294,27 +325,6 @@ class TimingReport:
         """Write a Chrome trace-event JSON file (open it in https://ui.perfetto.dev)."""
         events = self.trace_events or timing_trace(self)
         write_trace(path, events)
-
-
-def resource_floors(hw: HardwareSpec, hbm_bytes: float, flops: float,
-                    link_bytes: float) -> dict[str, float]:
-    """What no schedule can beat on ``hw``, one resource at a time (the one definition of the
-    floors a report, a design-space sweep and the benchmarks draw):
-
-    * ``hbm_floor_s``: the distinct HBM bytes over the HBM bandwidth (0 without HBM);
-    * ``compute_floor_s``: the FLOPs at the chip's peak matrix rate
-      (:attr:`HardwareSpec.peak_matrix_flops`, every core of every chip);
-    * ``interconnect_floor_s``: the bytes the links must carry, preload deliveries included
-      (``link_bytes``: received by cores over their links) over the ports' aggregate
-      bandwidth, every core receiving at ``link_bandwidth``.
-
-    A run is bound by the largest; ``total_s`` is at least each of them.
-    """
-    return {
-        "hbm_floor_s": hbm_bytes / hw.hbm_bandwidth if hw.hbm_bandwidth > 0 else 0.0,
-        "compute_floor_s": flops / hw.peak_matrix_flops,
-        "interconnect_floor_s": link_bytes / (hw.num_cores * hw.link_bandwidth),
-    }
 
 
 def _ms(seconds: float) -> str:

@@ -20,11 +20,21 @@ from typing import Any
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.labels import region_label
 from runtime_sim.machine.topology import Topology
-from runtime_sim.timing.report import SLOW_FACTOR, OpTiming, TimingReport, resource_floors
+from runtime_sim.timing.floors import (
+    busy_fraction,
+    interconnect_windows,
+    peak_seconds,
+    receive_capacity,
+    remainder,
+    resource_floors,
+    run_bound,
+    run_traffic,
+    time_parts,
+)
+from runtime_sim.timing.report import SLOW_FACTOR, OpTiming, TimingReport
 from runtime_sim.timing.schedule import PrefetchSchedule
 from runtime_sim.timing.stream_schedule import StreamSchedule
 from runtime_sim.timing.work import IDEAL, Work
-from schedules import template_for
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -172,15 +182,31 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
     moved = sum(o.shift_bytes + o.relayout_bytes for o in per_op) + sum(
         l.delivered_bytes for w in works for l in w.loads) + sum(w.distributed_bytes for w in works)
     flops_utilization = flops / (total * hw.peak_matrix_flops) if total > 0 else 0.0
-    # bytes received by cores over their links against every core receiving at full rate
-    link_bandwidth_utilization = (moved / (total * hw.num_cores * hw.link_bandwidth)
+    ideal = design == IDEAL
+    traffic = run_traffic(works, per_op, hbm_bytes, hw, ideal)
+    floors = resource_floors(hw, traffic, topo)
+    bound_by, floor_s = run_bound(floors)
+    # bytes received by cores over links that cost time, against every core receiving at
+    # full rate on every link it has, on each interconnect (two for the ideal design)
+    networks = 2 if ideal else 1
+    link_bandwidth_utilization = ((traffic.exec_link_bytes - traffic.free_bytes + traffic.load_link_bytes)
+                                  / (total * receive_capacity(hw, topo) * networks)
                                   if total > 0 else 0.0)
     # distinct bytes only: a copy read twice (once per chip) is not useful bandwidth
     hbm_utilization = (hbm_bytes / (total * hw.hbm_bandwidth)
                        if total > 0 and hw.hbm_bandwidth > 0 else 0.0)
-    # links in use, hop latencies included (the share rule counts held bandwidth only, busy_s)
-    link_time = transfer + sum(l.network.time_s for w in works for l in w.loads)
-    link_capacity = total * (2 if design == IDEAL else 1)
+    # links holding bandwidth (hop latency excluded), each instant counted once per
+    # interconnect: the preloads have their own on the ideal design
+    exec_windows, load_windows = interconnect_windows(works, schedule.slots)
+    if ideal:
+        link_busy = (busy_fraction(total, exec_windows) + busy_fraction(total, load_windows)) / 2
+    else:
+        link_busy = busy_fraction(total, exec_windows + load_windows)
+    parts = time_parts(
+        total_s=total, compute_s=compute, transfer_s=transfer, unit_s=traffic.unit_s,
+        sync_s=sum(o.steps for o in per_op) * hw.sync_cycles / hw.clock_hz,
+        link_busy_s=sum(o.link_busy_s for o in per_op), wait_s=sum(o.wait_s for o in per_op),
+        contention_wait_s=exposed_total, last_end_s=prev_end)
     if design is not None:  # the SRAM timeline (the ideal design: execution space alone)
         peak = peak_prefetch = schedule.peak
         peak_preload = schedule.peak_preload
@@ -190,7 +216,7 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
         "preload_overlap_s": preload_overlap, "interconnect_stall_s": exposed_total,
         "preload_stall_s": sum(o.preload_stall_s for o in per_op),
         "hbm_utilization": hbm_utilization,
-        "interconnect_utilization": link_time / link_capacity if total > 0 else 0.0,
+        "interconnect_utilization": link_busy,
         "flops_utilization": flops_utilization,
         "link_bandwidth_utilization": link_bandwidth_utilization,
         "achieved_flops": flops / total if total > 0 else 0.0,
@@ -199,7 +225,8 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
         "preloads": len(schedule.pre) if design is not None else 0, "executes": len(per_op),
         "peak_preload_bytes_per_core": peak_preload,
         "link_bytes": moved,
-        **resource_floors(hw, hbm_bytes, flops, moved),
+        **floors, "run_bound_by": bound_by, "floor_s": floor_s,
+        "remainder": remainder(total, floor_s, parts),
     }
     bounds = lower_bounds(per_op, hw)
     load_cuts: dict[str, float] = {}  # cut -> seconds of load time it bounds
@@ -245,9 +272,8 @@ def lower_bounds(per_op: list[OpTiming], hw: HardwareSpec) -> dict[str, Any]:
     kinds: dict[str, dict[str, Any]] = {}
     slow_ops = []
     for op in per_op:
-        unit = getattr(template_for(op.kind), "unit", "vector")
         terms = {
-            "flops": op.flops / hw.peak_flops(unit),
+            "flops": peak_seconds(op.flops, op.kind, hw),
             "hbm": op.hbm_bytes / hw.hbm_bandwidth if hw.hbm_bandwidth > 0 else 0.0,
             "host": (op.host_in_bytes + op.host_out_bytes) / (hw.host_bandwidth * hw.num_chips),
             "sync": hw.sync_cycles / hw.clock_hz,

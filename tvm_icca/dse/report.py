@@ -3,11 +3,13 @@
 :func:`write_report` writes into a directory:
 
 * ``report.md``: the fixed inputs, then one table row per point (its varying inputs, design,
-  status, time, the three floors and which is the largest, Elk's breakdown, utilizations);
+  status, time, its largest floor and the resource it names (``run_bound_by``), the time over
+  that floor and, past 1.5x, the largest parts of the rest (``remainder``), Elk's breakdown,
+  utilizations);
 * ``<axis>.png`` for every swept input (an input with more than one value, the design
   excepted): time against that axis, one line per design, one panel per combination of the
-  other swept inputs, with the HBM, compute and interconnect floors dashed
-  (:func:`runtime_sim.timing.report.resource_floors`), so a reader sees which resource bounds
+  other swept inputs, with every floor that bounds a point of the panel dashed
+  (:func:`runtime_sim.timing.floors.resource_floors`), so a reader sees which resource bounds
   each point.
 """
 
@@ -20,15 +22,19 @@ import re
 from typing import Any, Sequence
 
 from runtime_sim.contract.errors import IccaError
+from runtime_sim.timing.floors import FLOOR_KEYS, bound_name, shares
 from tvm_icca.dse.results import read_rows
 from tvm_icca.dse.worker import OK
 
 __all__ = ["FLOORS", "write_report", "markdown_table"]
 
-#: The floors a report draws: row key, label, line colour.
-FLOORS = (("hbm_floor_s", "HBM floor", "tab:red"),
-          ("compute_floor_s", "compute floor", "tab:green"),
-          ("interconnect_floor_s", "interconnect floor", "tab:purple"))
+#: The floors a report draws: row key, label, line colour (a plot draws those that bound a
+#: point of its panel).
+FLOORS = tuple((key, f"{bound_name(key)} floor", colour) for key, colour in zip(FLOOR_KEYS, (
+    "tab:olive", "tab:green", "tab:red", "tab:brown", "tab:purple", "tab:orange", "tab:pink",
+    "tab:gray", "tab:cyan", "tab:blue")))
+#: Parts of a row's ``remainder`` the table names (the largest).
+REMAINDER_PARTS = 2
 #: Inputs that are never an axis of a plot: the study's name, and the design (the lines).
 _NOT_AXES = ("spec", "design")
 #: Most panels of one figure; a larger product of the other axes is cut (the table has all).
@@ -69,10 +75,33 @@ def _varying(rows: Sequence[dict[str, Any]], names: Sequence[str]) -> list[str]:
 
 
 def bound_by(row: dict[str, Any]) -> str:
-    """The floor that is largest for a row (``hbm``, ``compute`` or ``interconnect``), or ''."""
-    floors = {key.split("_")[0]: row.get(key) for key, _, _ in FLOORS}
-    floors = {k: v for k, v in floors.items() if isinstance(v, (int, float))}
+    """The resource a row is bound by: its ``run_bound_by``; for a row written before runs
+    reported one, the largest of whatever floors it has (``hbm``, ``compute``,
+    ``interconnect``); '' without floors."""
+    if "run_bound_by" in row:
+        return str(row["run_bound_by"])
+    floors = {bound_name(key): value for key, value in row.items()
+              if key.endswith("_floor_s") and isinstance(value, (int, float))}
     return max(floors, key=floors.get) if floors and max(floors.values()) > 0 else ""
+
+
+def largest_floor(row: dict[str, Any]) -> float | None:
+    """A row's ``floor_s``, or the largest of its floors for an older row (None: none)."""
+    if isinstance(row.get("floor_s"), (int, float)):
+        return float(row["floor_s"])
+    floors = [v for k, v in row.items() if k.endswith("_floor_s") and isinstance(v, (int, float))]
+    return max(floors) if floors else None
+
+
+def _beyond_floor(row: dict[str, Any]) -> tuple[str, str]:
+    """The table's "time / floor" and "remainder" cells of a row."""
+    floor, total = largest_floor(row), row.get("total_s")
+    if not floor or not isinstance(total, (int, float)):
+        return "", ""
+    parts = row.get("remainder") or {}
+    named = ", ".join(f"{part} {share:.0%}" for part, _, share in
+                      shares(parts, total)[:REMAINDER_PARTS]) if isinstance(parts, dict) else ""
+    return f"{total / floor:.2f}x", named
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -96,7 +125,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
                  f"{sum(r.get('status') == s for r in rows)} {s}" for s in ("ok", "does_not_fit", "failed")),
              "", "Fixed inputs: " + ", ".join(f"`{n}` = {_fmt(rows[0].get(n))}" for n in fixed), ""]
     columns = [*[n for n in varying if n != "design"], "design", "status", "total ms",
-               "HBM floor ms", "compute floor ms", "interconnect floor ms", "bound by",
+               "floor ms", "bound by", "time / floor", "remainder", "HBM floor ms",
                "preload-only ms", "execute-only ms", "overlapped ms", "interconnect stall ms",
                "HBM util", "interconnect util", "FLOPS util", "compile s"]
     lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -104,14 +133,16 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
         cells = [_fmt(row.get(n)) for n in varying if n != "design"]
         cells += [str(row.get("design", "")), str(row.get("status", ""))]
         if row.get("status") == OK:
-            cells += [_ms(row, "total_s"), _ms(row, "hbm_floor_s"), _ms(row, "compute_floor_s"),
-                      _ms(row, "interconnect_floor_s"), bound_by(row), _ms(row, "preload_only_s"),
+            floor = largest_floor(row)
+            cells += [_ms(row, "total_s"), "" if floor is None else f"{floor * 1e3:.4g}",
+                      bound_by(row), *_beyond_floor(row), _ms(row, "hbm_floor_s"),
+                      _ms(row, "preload_only_s"),
                       _ms(row, "execute_only_s"), _ms(row, "preload_overlap_s"),
                       _ms(row, "interconnect_stall_s"), _pct(row, "hbm_utilization"),
                       _pct(row, "interconnect_utilization"), _pct(row, "flops_utilization")]
         else:
             reason = str(row.get("reason", "")).replace("|", "/").splitlines()
-            cells += [reason[0][:120] if reason else ""] + [""] * 11
+            cells += [reason[0][:120] if reason else ""] + [""] * 12
         cells.append(f"{row.get('compile_s', 0.0):.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -159,7 +190,10 @@ def _plot_axis(rows: Sequence[dict[str, Any]], axis: str, others: Sequence[str],
                 if str(r.get("design")) == design and r.get("status") == OK:
                     ys[at[_canon(r.get(axis))]] = r["total_s"] * 1e3
             ax.plot(positions, ys, marker="o", label=design)
+        binding = {bound_by(r) for r in here if r.get("status") == OK}
         for key, label, colour in FLOORS:
+            if bound_name(key) not in binding:
+                continue
             floor = [math.nan] * len(xs)
             for r in here:  # the least over designs: what the best schedule could reach
                 value = r.get(key)
