@@ -7,7 +7,13 @@ import random
 
 import pytest
 
-from tvm_icca.elk.designs import DESIGNS, plan_preloads
+from tvm_icca.elk.designs import (
+    DESIGNS,
+    STATIC_SPLITS,
+    STATIC_STEP_BYTES,
+    plan_preloads,
+    static_reservations,
+)
 from tvm_icca.elk.draft import finish_draft
 from tvm_icca.elk.inductive import InfeasibleError, backward_total, check_horizons, min_horizons
 from tvm_icca.elk.inductive_draft import inductive_draft
@@ -258,3 +264,17 @@ def test_refinement_on_a_deep_model_is_searched_on_its_screen_and_never_worse():
             points = {(refined.exec_choice[i], refined.preload_choice[i]) for i in members}
             before = {(start.exec_choice[i], start.preload_choice[i]) for i in members}
             assert points == before or len(points) == 1
+
+
+@pytest.mark.parametrize("sram", [500, 23 * 1024, 616 * 1024, 1464 * 1024])
+def test_static_sweeps_every_10_kib_or_finer(sram):
+    """Static's split is the best of a sweep (Elk §6.1) at least as fine as the Elk artifact's
+    10 KiB steps of execution space, and never coarser than 1/24 of SRAM on a small chip."""
+    got = static_reservations(sram)
+    assert got[0] == 0 and got[-1] < sram and got == sorted(set(got))
+    gaps = [b - a for a, b in zip(got, got[1:])] + [sram - got[-1]]
+    assert max(gaps) <= min(STATIC_STEP_BYTES, -(-sram // STATIC_SPLITS))
+    # no finer than needed: as many sizes as 10 KiB steps, or 24
+    assert len(got) <= max(STATIC_SPLITS, -(-sram // STATIC_STEP_BYTES))
+    if sram == 616 * 1024:      # an IPU core's SRAM less the 8 KiB shift buffer
+        assert len(got) == 62

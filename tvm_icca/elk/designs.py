@@ -3,8 +3,9 @@
 * ``basic``: each op its fastest execute point that fits; only the next preload may overlap an
   execution, at MaxPreload if it fits beside it, else at the largest preload point that fits, else
   not at all.
-* ``static``: one preload/execution split for the whole model, swept over ``STATIC_SPLITS``
-  fractions of SRAM reserved for preloads; each op its fastest execute point that fits the rest;
+* ``static``: one preload/execution split for the whole model, swept over the SRAM reserved for
+  preloads in steps of ``STATIC_STEP_BYTES`` (or ``1/STATIC_SPLITS`` of SRAM if finer,
+  :func:`static_reservations`); each op its fastest execute point that fits the rest;
   operators preloaded in order while they fit the reserved space; all preload points MaxPreload or
   all MinPreload, whichever is faster. Basic is the sweep's degenerate end point and a candidate.
 * ``elk-dyn``: the inductive scheduling (§4.2) with the cost-aware allocation (§4.3), execution
@@ -53,7 +54,10 @@ from tvm_icca.elk.schedule import ElkSchedule, PlanStats, ideal_preload, prefix_
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
-STATIC_SPLITS = 24          # reserved preload fractions 0, 1/24, ..., 23/24 of SRAM
+STATIC_SPLITS = 24          # at least 24 reserved preload sizes: 0, 1/24, ..., 23/24 of SRAM
+#: Static's sweep step: the public Elk artifact sweeps the execution space in 10 KiB steps
+#: (Elk §6.1: "the best static preload and execution space sizes for the entire DL model").
+STATIC_STEP_BYTES = 10 * 1024
 SCREEN_TOP = 3              # candidates planned on the whole model
 MAX_SHIFT = 4               # Elk §4.4: each group moves at most 4 slots
 MAX_ORDERS = 256            # cap on the suffix tree's leaves
@@ -120,12 +124,19 @@ def _capacity_horizons(n: int, order: Sequence[int], space_of: dict[int, int], c
     return hz
 
 
+def static_reservations(sram_bytes: int) -> list[int]:
+    """The preload reservations Static tries (Elk §6.1), smallest first: every
+    ``STATIC_STEP_BYTES`` of SRAM, or ``STATIC_SPLITS`` even fractions of it if that is finer
+    (a small chip), from 0 (Basic's split) to below the whole SRAM."""
+    splits = max(STATIC_SPLITS, -(-sram_bytes // STATIC_STEP_BYTES))
+    return sorted({sram_bytes * k // splits for k in range(splits)})
+
+
 def _static_sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> list[Draft]:
     n = len(ops)
     order = tuple(i for i, o in enumerate(ops) if o.loads)
     drafts = []
-    for k in range(STATIC_SPLITS):
-        reserved = machine.sram_bytes * k // STATIC_SPLITS
+    for reserved in static_reservations(machine.sram_bytes):
         ex = [_fastest_fitting(op, machine.sram_bytes - reserved) for op in ops]
         if any(e is None for e in ex):
             break       # larger reservations leave even less execution space
@@ -135,7 +146,7 @@ def _static_sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> list[Draft
             space = {j: ops[j].preloads[ex[j]][pc[j]].space for j in order}
             hz = _capacity_horizons(n, order, space, reserved)
             if hz is not None:
-                drafts.append(Draft(list(ex), pc, order, hz, f"static {k}/{STATIC_SPLITS} {name}"))
+                drafts.append(Draft(list(ex), pc, order, hz, f"static {reserved} B {name}"))
     return drafts
 
 def _best(cands: Sequence[ElkSchedule]) -> ElkSchedule:
