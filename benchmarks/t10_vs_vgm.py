@@ -9,11 +9,20 @@ load-compute-store simulator with per-wave hot spots. Prints a table and writes
 ``benchmarks/results/t10_vs_vgm.{md,json,png}``.
 
     .venv/bin/python benchmarks/t10_vs_vgm.py [--models bert-large,vit-b16,resnet18,nerf] [--max-batch 64] [--append]
+        [--ablation-models resnet18,nerf,bert-large] [--ablation-max-batch 4]
+
+The VGM is the strongest an expert user of Roller or Ansor would run on an IPU
+(:mod:`tvm_icca.plans.vgm`): aligned tiles searched exhaustively on the estimate, tiles kept
+in a core while they are reused, and the exchange's multicast of a box several cores read.
+The ablation re-plans and re-times the VGM of a subset of configurations (the models and
+batches given, where the VGM fits) with each of these switched off, and all of them off
+(the VGM of this benchmark before issue 38).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import time
@@ -25,7 +34,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from runtime_sim.contract.errors import IccaError  # noqa: E402
 from runtime_sim.contract.hardware import preset  # noqa: E402
+from runtime_sim.contract.plan import VgmPlan  # noqa: E402
 from runtime_sim.timing.vgm_timing import simulate_vgm_timing  # noqa: E402
+from tvm_icca.partition.partitioner import partition_for_icca  # noqa: E402
+from tvm_icca.planning.calls import on_chip_reservation  # noqa: E402
+from tvm_icca.plans.vgm import plan_vgm_operator  # noqa: E402
 from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
 from tvm_icca.planning.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
@@ -35,9 +48,37 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"
 # Sequence lengths as in T10's evaluation setting for the encoders (BERT: 128 tokens).
 WORKLOAD_ARGS = {"bert-large": {"seq_len": 128}, "vit-b16": {}, "resnet18": {}, "nerf": {}}
+# T10 §6.2 on a real IPU Mk2 against Roller and Ansor (Fig. 12, Fig. 13).
+PAPER = {"mean": 1.69, "max": 3.3, "vgm_transfer": (0.50, 0.74), "t10_transfer": (0.08, 0.43)}
+# The VGM variants of the ablation: (plan search, reuse, multicast).
+VARIANTS = {
+    "full": ("exhaustive", True, True),
+    "no reuse": ("exhaustive", False, True),
+    "greedy search": ("greedy", True, True),
+    "no multicast": ("exhaustive", True, False),
+    "all off (before)": ("greedy", False, False),
+}
 
 
-def run_model(name: str, max_batch: int) -> list[dict]:
+def vgm_variants(workload, vgm_programs, hw) -> dict[str, float]:
+    """The VGM time of every :data:`VARIANTS` entry: each operator re-planned with the same
+    VGM region as the compiler's (:func:`on_chip_reservation`, weights and largest live
+    activations) and the whole model re-timed."""
+    resident = [p.name for p in workload.params if p.kind != "input"]
+    region = on_chip_reservation(partition_for_icca(workload.mod, hw=hw), resident, hw.num_cores,
+                                 include_state=True)
+    out = {}
+    for label, (search, reuse, multicast) in VARIANTS.items():
+        programs = []
+        for program in vgm_programs.programs:
+            ops = tuple(dataclasses.replace(op, plan=plan_vgm_operator(
+                op.expr, hw, region, search=search, reuse=reuse).plan) for op in program.ops)
+            programs.append(dataclasses.replace(program, ops=ops))
+        out[label] = simulate_vgm_timing(programs, hw, multicast=multicast).total_s
+    return out
+
+
+def run_model(name: str, max_batch: int, ablation_batch: int = 0) -> list[dict]:
     hw = preset("ipu-mk2")
     rows = []
     cache = PlanCache()
@@ -62,8 +103,10 @@ def run_model(name: str, max_batch: int) -> list[dict]:
             vgm_programs = compile_programs(workload, hw, state="chip", execution="vgm")
             vgm = simulate_vgm_timing(vgm_programs.programs, hw)
             row.update(vgm_total_s=vgm.total_s, vgm_compute_s=vgm.compute_s,
-                       vgm_transfer_s=vgm.transfer_s, vgm_fits=vgm.fits,
+                       vgm_transfer_s=vgm.transfer_s, vgm_stall_s=vgm.stall_s, vgm_fits=vgm.fits,
                        vgm_compile_s=time.perf_counter() - start)
+            if vgm.fits and batch <= ablation_batch:
+                row["vgm_variants_s"] = vgm_variants(workload, vgm_programs, hw)
         except IccaError as err:
             row.update(vgm_fits=False, vgm_error=str(err).splitlines()[0][:160])
         rows.append(row)
@@ -108,7 +151,100 @@ def summarize(rows: list[dict]) -> str:
         t10_max = max((r["batch"] for r in rows if r["model"] == model and "t10_total_s" in r), default=0)
         vgm_max = max((r["batch"] for r in rows if r["model"] == model and r.get("vgm_fits")), default=0)
         lines.append(f"- {model}: largest batch that fits: T10 {t10_max}, VGM {vgm_max}")
+    lines += ablation(rows) + explanation(both)
     return "\n".join(lines)
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def ablation(rows: list[dict]) -> list[str]:
+    """What each VGM improvement is worth: T10's speed-up over each variant (:data:`VARIANTS`)."""
+    rows = [r for r in rows if "vgm_variants_s" in r and "t10_total_s" in r]
+    if not rows:
+        return []
+    lines = ["", "## Ablation: T10's speed-up over the VGM with one improvement switched off", "",
+             f"Over the {len(rows)} configurations re-planned here ("
+             + ", ".join(f"{m} b{min(r['batch'] for r in rows if r['model'] == m)}-"
+                         f"{max(r['batch'] for r in rows if r['model'] == m)}"
+                         for m in dict.fromkeys(r["model"] for r in rows))
+             + "; a subset, to keep the run short: `--ablation-models`, `--ablation-max-batch`). "
+             "Each variant re-plans every operator with the compiler's VGM region and re-times the model.",
+             "", "| VGM variant | mean speed-up | max | VGM time vs full |", "|---|---:|---:|---:|"]
+    for label in VARIANTS:
+        speedups = [r["vgm_variants_s"][label] / r["t10_total_s"] for r in rows]
+        slower = _mean(r["vgm_variants_s"][label] / r["vgm_variants_s"]["full"] for r in rows)
+        lines.append(f"| {label} | {_mean(speedups):.2f}x | {max(speedups):.2f}x | {slower:.2f}x |")
+    drift = max(abs(r["vgm_variants_s"]["full"] / r["vgm_total_s"] - 1) for r in rows)
+    lines += ["", f"(The re-planned full VGM is within {100 * drift:.1f}% of the compiled one in the main table.)"]
+    return lines
+
+
+def explanation(both: list[dict]) -> list[str]:
+    """The measured differences from T10 §6.2 (the docs page 'Reproducing T10 and Elk' links it)."""
+    if not both:
+        return []
+    speedups = [r["vgm_total_s"] / r["t10_total_s"] for r in both]
+    vgm_share = [r["vgm_transfer_s"] / r["vgm_total_s"] for r in both]
+    t10_share = [r["t10_transfer_s"] / r["t10_total_s"] for r in both]
+    compute_ratio = _mean(r["vgm_compute_s"] / r["t10_compute_s"] for r in both)
+    transfer_ratio = _mean(r["vgm_transfer_s"] / r["t10_transfer_s"] for r in both)
+    stall = _mean(r.get("vgm_stall_s", 0.0) / r["vgm_transfer_s"] for r in both)
+    lo, hi = PAPER["mean"] * 0.75, PAPER["mean"] * 1.25
+    mean = _mean(speedups)
+    verdict = ("within" if lo <= mean <= hi else "outside")
+    lines = ["", "## Against T10 §6.2", "",
+             "| | T10 paper (real IPU Mk2, vs Roller/Ansor) | ours (simulated IPU Mk2, vs this VGM) |",
+             "|---|---:|---:|",
+             f"| mean speed-up | {PAPER['mean']:.2f}x | {mean:.2f}x |",
+             f"| max speed-up | {PAPER['max']:.1f}x | {max(speedups):.2f}x |",
+             f"| VGM transfer share | {100 * PAPER['vgm_transfer'][0]:.0f}-{100 * PAPER['vgm_transfer'][1]:.0f}% "
+             f"| {100 * min(vgm_share):.0f}-{100 * max(vgm_share):.0f}% |",
+             f"| T10 transfer share | {100 * PAPER['t10_transfer'][0]:.0f}-{100 * PAPER['t10_transfer'][1]:.0f}% "
+             f"| {100 * min(t10_share):.0f}-{100 * max(t10_share):.0f}% |", "",
+             f"Our mean is {verdict} the issue's band of 1.69x +-25% ({lo:.2f}-{hi:.2f}x). Per model:", ""]
+    lines += ["| model | configurations | mean speed-up | VGM compute / T10 compute | VGM transfer / T10 transfer |",
+              "|---|---:|---:|---:|---:|"]
+    for model in dict.fromkeys(r["model"] for r in both):
+        mine = [r for r in both if r["model"] == model]
+        lines.append(f"| {model} | {len(mine)} | {_mean(r['vgm_total_s'] / r['t10_total_s'] for r in mine):.2f}x | "
+                     f"{_mean(r['vgm_compute_s'] / r['t10_compute_s'] for r in mine):.2f} | "
+                     f"{_mean(r['vgm_transfer_s'] / r['t10_transfer_s'] for r in mine):.2f} |")
+    lines += [
+        "",
+        "What the measurements say about the difference:",
+        "",
+        f"- **Where the VGM loses time.** On average its transfer time is {transfer_ratio:.1f}x T10's and its "
+        f"compute time {compute_ratio:.1f}x T10's. Hot spots (home cores serving more than a core fetches) are "
+        f"{100 * stall:.1f}% of the VGM's transfer time once shared boxes are multicast: what remains is the "
+        "load-compute-store traffic itself, every core fetching the boxes of its tiles from the VGM each time "
+        "they are used (T10 §2.2: redundant inter-core communication), and on compute the matrix unit's "
+        "padding of small tiles plus one synchronization per load-compute step.",
+        "- **Transfer shares.** The paper's VGM spends 50-74% of its time on transfers and T10 8-43% (Fig. 13); "
+        f"ours spend {100 * min(vgm_share):.0f}-{100 * max(vgm_share):.0f}% and "
+        f"{100 * min(t10_share):.0f}-{100 * max(t10_share):.0f}%. "
+        + ("Our T10's transfer share reaches above the paper's, so the gap does not come from a T10 that moves "
+           "less than the real one. " if max(t10_share) > PAPER["t10_transfer"][1] else "")
+        + ("Our VGM's share starts below the paper's: its compute is what the simulator charges least for (no "
+           "instruction overheads of Poplar codelets, no exchange code or memory-bank conflicts), on both "
+           "sides alike. " if min(vgm_share) < PAPER["vgm_transfer"][0] else ""),
+        "- **The small batches.** Most of the 20 configurations are batch 1-8, where an operator has fewer "
+        "output tiles than the IPU has cores (one wave): a VGM core then fetches a whole row of A and column "
+        "of B per tile however the tile is chosen, while T10 keeps the weights in place and shifts the "
+        "activations (mean speed-up at batch <= 8: "
+        f"{_mean(x for r, x in zip(both, speedups) if r['batch'] <= 8):.2f}x, above: "
+        f"{_mean(x for r, x in zip(both, speedups) if r['batch'] > 8):.2f}x). The paper reports the same "
+        "trend for NeRF and ResNet at batch 1-2 (T10 §6.5: 2x faster with half the cores).",
+        "- **What the simulator does not charge the real Roller/Ansor.** The paper's baselines ran as Poplar "
+        "programs on hardware: their compute phases include vertex and exchange-code overheads that the "
+        "simulator's op templates do not charge to either side. Since T10 spends a larger share of its time "
+        "computing, such a per-step overhead shrinks the ratio on hardware; it is not measured here.",
+        "- **The ablation above** shows what each expert choice is worth on the subset it re-plans; none of "
+        "them was tuned towards the paper's figure.",
+    ]
+    return lines
 
 
 def plot(rows: list[dict]) -> None:
@@ -138,6 +274,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="bert-large,vit-b16,resnet18,nerf")
     parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--ablation-models", default="resnet18,nerf,bert-large",
+                        help="models whose VGM is re-planned with each improvement switched off")
+    parser.add_argument("--ablation-max-batch", type=int, default=4,
+                        help="largest batch of the ablation (keeps the run short)")
     parser.add_argument("--append", action="store_true",
                         help="keep the saved rows of other models (re-run some models only)")
     args = parser.parse_args()
@@ -148,7 +288,8 @@ def main() -> None:
         rows = [r for r in json.loads(saved.read_text()) if r["model"] not in args.models.split(",")]
     for name in args.models.split(","):
         start = time.perf_counter()
-        rows.extend(run_model(name, args.max_batch))
+        ablate = args.ablation_max_batch if name in args.ablation_models.split(",") else 0
+        rows.extend(run_model(name, args.max_batch, ablate))
         print(f"{name}: {time.perf_counter() - start:.0f} s for all batch sizes", flush=True)
     write_json(OUT / "t10_vs_vgm.json", rows)
     table = summarize(rows)

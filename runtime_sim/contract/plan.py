@@ -120,22 +120,42 @@ class VgmPlan:
 
     Every tensor has a home slice spread linearly over all cores; the operator is cut into
     output tiles of ``tiles[a]`` elements per spatial axis and processes reduction axes in
-    chunks of ``tiles[a]``; tiles go round-robin to cores, each core fetching its input
-    pieces from their home cores, computing, and storing its output tile home (Roller-style
-    rTiles aligned to the matrix unit).
+    chunks of ``tiles[a]``; each core fetches its input pieces from their home cores,
+    computes, and stores its output tile home (Roller-style rTiles aligned to the matrix unit,
+    Roller §3.1).
+
+    ``order`` numbers the tiles row-major over the spatial axes it lists, outermost first
+    (empty: the expression's own order). ``reuse`` picks how tiles go to cores: ``False``
+    round-robin (tile ``i`` on core ``i mod cores``, every box fetched for every chunk);
+    ``True`` blocked, so that each core runs consecutive tiles of ``order`` and does not fetch
+    again an input box it already holds (Roller §3.2: an rTile stays in the faster memory
+    while the tiles that reuse it run; the tiles along the innermost axis of ``order`` share
+    the boxes of every input that does not depend on it).
     """
 
     tiles: Mapping[str, int]
+    order: tuple[str, ...] = ()
+    reuse: bool = False
 
     def tile(self, axis: str, extent: int) -> int:
         return min(int(self.tiles.get(axis, extent)), extent)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"execution": "vgm", "tiles": {a: int(t) for a, t in self.tiles.items()}}
+        d: dict[str, Any] = {"execution": "vgm", "tiles": {a: int(t) for a, t in self.tiles.items()}}
+        if self.order:  # only when not the default, so existing programs keep their bytes
+            d["order"] = list(self.order)
+        if self.reuse:
+            d["reuse"] = True
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "VgmPlan":
-        return cls({read_name(a, "axis"): read_int(t, "tile") for a, t in read_map(d["tiles"], "tiles").items()})
+        reuse = d.get("reuse", False)
+        if not isinstance(reuse, bool):
+            raise DeviceProgramError(f"VGM plan: reuse must be true or false, not {reuse!r}")
+        return cls({read_name(a, "axis"): read_int(t, "tile") for a, t in read_map(d["tiles"], "tiles").items()},
+                   tuple(read_name(a, "tile order axis") for a in read_list(d.get("order", ()), "order")),
+                   reuse)
 
 
 def plan_from_dict(d: Mapping[str, Any]) -> "ExecutionPlan | VgmPlan":

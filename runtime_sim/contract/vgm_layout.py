@@ -17,6 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
+from runtime_sim.contract.errors import DeviceProgramError
 from runtime_sim.contract.expr import AffineIndex, TensorExpr, dtype_bytes
 from runtime_sim.contract.plan import VgmPlan
 
@@ -37,6 +38,11 @@ class VgmLayout:
         self.waves = math.ceil(self.num_tiles / self.num_cores)
         self.extent = {a.name: a.extent for a in expr.axes}
         self.local_extent = {a.name: a.extent for a in expr.local_axes}
+        self.order = tuple(plan.order) or self.spatial
+        if sorted(self.order) != sorted(self.spatial):
+            raise DeviceProgramError(f"VGM plan: tile order {list(self.order)} is not an order of the "
+                                     f"spatial axes {list(self.spatial)}")
+        self.reuse = bool(plan.reuse)
 
     # -- memory -------------------------------------------------------------------------
     def home_slice_bytes(self, t: int) -> int:
@@ -71,14 +77,44 @@ class VgmLayout:
 
     # -- traffic ------------------------------------------------------------------------
     def tile_origins(self, wave: int) -> dict[str, np.ndarray]:
-        """Origins, per spatial axis, of the tiles of ``wave`` (tile i runs on core i mod cores)."""
-        first = wave * self.num_cores
-        last = min(self.num_tiles, first + self.num_cores)
-        shape = [self.count[a] for a in self.spatial]
-        idx = np.unravel_index(np.arange(first, last), shape) if shape else ()
-        origins = {a: np.asarray(j, np.int64) * self.tile[a] for a, j in zip(self.spatial, idx)}
-        origins["_n"] = np.arange(last - first)
+        """Origins, per spatial axis, of the tiles of ``wave``; the ``n``-th runs on core ``n``.
+
+        Tiles are numbered row-major over :attr:`order`. Round-robin (``reuse`` off): wave
+        ``w`` runs tiles ``w * cores ...``, one per core. Blocked (``reuse`` on): core ``c``
+        runs tiles ``c * waves + w`` in turn, so consecutive waves of a core are neighbours
+        along the innermost axis of the order (and share the boxes of the inputs that do not
+        depend on it, Roller §3.2).
+        """
+        if self.reuse:
+            tiles = wave + self.waves * np.arange(self.num_cores, dtype=np.int64)
+            tiles = tiles[tiles < self.num_tiles]
+        else:
+            first = wave * self.num_cores
+            tiles = np.arange(first, min(self.num_tiles, first + self.num_cores), dtype=np.int64)
+        shape = [self.count[a] for a in self.order]
+        idx = np.unravel_index(tiles, shape) if shape else ()
+        origins = {a: np.asarray(j, np.int64) * self.tile[a] for a, j in zip(self.order, idx)}
+        origins["_n"] = np.arange(tiles.size)
         return origins
+
+    def reuse_run(self, t: int) -> int:
+        """Consecutive tiles of one core (blocked assignment) that read the same box of input
+        ``t``: the product of the tile counts of the innermost axes of :attr:`order` that no
+        index of ``t`` uses (1 when ``reuse`` is off)."""
+        if not self.reuse:
+            return 1
+        used = {a for idx in self.expr.tensors[t].indices for a in idx.axes}
+        run = 1
+        for a in reversed(self.order):
+            if a in used:
+                break
+            run *= self.count[a]
+        return run
+
+    def chunk_dependent(self, t: int) -> bool:
+        """Whether the box of tensor ``t`` changes from one reduction chunk to the next."""
+        used = {a for idx in self.expr.tensors[t].indices for a in idx.axes}
+        return any(self.count[a] > 1 and a not in self.local_extent for a in self.reduce if a in used)
 
     def chunk_origins(self) -> Iterator[dict[str, int]]:
         shape = [self.count[a] for a in self.reduce]
@@ -86,11 +122,19 @@ class VgmLayout:
             idx = np.unravel_index(i, shape) if shape else ()
             yield {a: int(j) * self.tile[a] for a, j in zip(self.reduce, idx)}
 
-    def traffic(self, tensors: list[int], origins: dict[str, np.ndarray], chunk: dict[str, int]):
+    def traffic(self, tensors: list[int], origins: dict[str, np.ndarray], chunk: dict[str, int],
+                held: dict[int, np.ndarray] | None = None, multicast: bool = False):
         """Bytes each core moves for one chunk of one wave: (per tile core, per home core).
 
+        ``held`` (plans with ``reuse``): per input, the box each core holds from its previous
+        fetch (``[cores, 2 * dims]``, starts then ends; updated here). A core whose box is the
+        one it holds fetches nothing for that input. ``multicast``: a home core sends a box
+        that several cores read in the same phase once (the IPU's exchange delivers one send
+        to every receiving core; the all-to-all topology of :mod:`runtime_sim.machine.topology`
+        charges broadcasts the same way); otherwise once per reader.
+
         Tiles are handled as arrays; the per-home-core split is computed once per distinct
-        box a wave reads, weighted by how many tiles read it.
+        box a wave reads, weighted by how many tiles read it (1 with ``multicast``).
         """
         n = origins["_n"].size
         tile_bytes = np.zeros(self.num_cores, np.int64)
@@ -104,15 +148,29 @@ class VgmLayout:
             slice_elems = math.ceil(math.prod(access.shape) / self.num_cores)
             ranges = [index_ranges(idx, lo, hi, self.local_extent, access.shape[d], n)
                       for d, idx in enumerate(access.indices)]
-            if not ranges:  # a scalar: every tile reads its one element from core 0
-                tile_bytes[:n] += item
-                home_bytes[0] += n * item
-                continue
-            starts = np.stack([r[0] for r in ranges], axis=1)
-            ends = np.stack([r[1] for r in ranges], axis=1)
-            tile_bytes[:n] += np.prod(np.maximum(ends - starts, 0), axis=1) * item
-            boxes, readers = np.unique(np.concatenate([starts, ends], axis=1), axis=0, return_counts=True)
             dims = len(ranges)
+            starts = np.stack([r[0] for r in ranges], axis=1) if ranges else np.zeros((n, 0), np.int64)
+            ends = np.stack([r[1] for r in ranges], axis=1) if ranges else np.zeros((n, 0), np.int64)
+            fetch = np.ones(n, bool)
+            if held is not None:
+                box = np.concatenate([starts, ends], axis=1)
+                prev = held.get(t)
+                if prev is None:
+                    prev = held[t] = np.full((self.num_cores, 2 * dims), -1, np.int64)
+                else:
+                    fetch = np.any(prev[:n] != box, axis=1)
+                prev[:n][fetch] = box[fetch]
+            if not ranges:  # a scalar: every tile reads its one element from core 0
+                tile_bytes[:n] += item * fetch
+                home_bytes[0] += item * (min(int(fetch.sum()), 1) if multicast else int(fetch.sum()))
+                continue
+            tile_bytes[:n] += np.prod(np.maximum(ends - starts, 0), axis=1) * item * fetch
+            if not fetch.any():
+                continue
+            boxes, readers = np.unique(np.concatenate([starts[fetch], ends[fetch]], axis=1), axis=0,
+                                       return_counts=True)
+            if multicast:
+                readers = np.ones_like(readers)
             home_bytes += item * home_counts_many(boxes[:, :dims], boxes[:, dims:], readers,
                                                   access.shape, slice_elems, self.num_cores)
         return tile_bytes, home_bytes

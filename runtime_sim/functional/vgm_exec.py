@@ -259,6 +259,8 @@ class _OpRun:
                                          "not a plain axis or axes merged row-major")
             self.out_axes.extend(digits)
         self.out_sizes = [extent[a] for a in self.out_axes]
+        # reuse plans: per input, the box and buffer each core holds from its last fetch
+        self.held: dict[int, dict[int, tuple]] | None = {} if layout.reuse else None
         if sorted(self.out_axes) != sorted(layout.spatial):
             raise DeviceProgramError(
                 f"operator '{short_name(op.name)}': output axes {self.out_axes} are not its spatial axes "
@@ -304,7 +306,10 @@ class _OpRun:
             in_bytes = np.zeros(n, np.int64)
             for t in self.main:
                 starts, ends = self._boxes(t, c_lo, c_hi, n)
-                buffers[t], nbytes = region._fetch(self.names[t], expr.tensors[t].shape, starts, ends)
+                if self.held is None:
+                    buffers[t], nbytes = region._fetch(self.names[t], expr.tensors[t].shape, starts, ends)
+                else:
+                    buffers[t], nbytes = self._fetch_or_keep(t, idx, starts, ends)
                 fetched += nbytes
                 in_bytes += np.prod(np.maximum(ends - starts, 0), axis=1) * dtype_bytes(expr.tensors[t].dtype)
             tile_bytes = max(tile_bytes, int(in_bytes.max(initial=0)) + epi_bytes + out_tile_bytes)
@@ -354,6 +359,32 @@ class _OpRun:
             home[core, offset] = result.reshape(-1).astype(out.dtype)
         np.add.at(written, flat, 1)
         return fetched, n * out_tile_bytes, tile_bytes
+
+    def _fetch_or_keep(self, t: int, cores: np.ndarray, starts: np.ndarray,
+                       ends: np.ndarray) -> tuple[_TileBuffers, int]:
+        """Tile buffers of input ``t`` under a ``reuse`` plan: a core (the ``n``-th tile of a
+        wave runs on core ``n``) whose previous box of ``t`` is this one keeps its buffer;
+        the others fetch from the home cores (:meth:`VgmRegion._fetch`). Returns the buffers
+        and the bytes fetched, as :meth:`VgmLayout.traffic` counts them."""
+        held = self.held.setdefault(t, {})
+        n, nd = starts.shape
+        lengths = np.maximum(ends - starts, 0)
+        need = np.array([not (int(c) in held and np.array_equal(held[int(c)][0], starts[i])
+                              and np.array_equal(held[int(c)][1], ends[i]))
+                         for i, c in enumerate(cores)], bool)
+        box = [int(lengths[:, d].max(initial=0)) for d in range(nd)]
+        data = np.zeros([n] + box, self.region.homes[self.names[t]].dtype)
+        nbytes = 0
+        if need.any():
+            got, nbytes = self.region._fetch(self.names[t], self.expr.tensors[t].shape,
+                                             starts[need], ends[need])
+            for j, i in enumerate(np.flatnonzero(need)):
+                piece = got.data[(j, *[slice(0, int(length)) for length in lengths[i]])]
+                held[int(cores[i])] = (starts[i].copy(), ends[i].copy(), piece.copy())
+        for i in range(n):
+            piece = held[int(cores[i])][2]
+            data[(i, *[slice(0, s) for s in piece.shape])] = piece
+        return _TileBuffers(data, starts, ends), nbytes
 
     def _hi(self, lo: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
         layout = self.layout

@@ -55,14 +55,20 @@ class VgmTiming:
         return self.transfer_s - self.uncontended_transfer_s
 
 
-def vgm_op_timing(expr: TensorExpr, plan: VgmPlan, hw: HardwareSpec) -> VgmTiming:
+def vgm_op_timing(expr: TensorExpr, plan: VgmPlan, hw: HardwareSpec,
+                  multicast: bool = True) -> VgmTiming:
     """Simulate one VGM operator wave by wave and chunk by chunk on an all-to-all chip.
 
     Per chunk, every core fetches its input pieces and every home core serves its readers;
     a core's link serializes both directions' transfers (Elk §2.1), so the chunk's transfer
-    takes the busiest link's bytes over the link bandwidth. Compute uses the op template
+    takes the busiest link's bytes over the link bandwidth. A box several cores read in the
+    same chunk is sent once by its home core when ``multicast`` (the IPU's exchange, as the
+    all-to-all topology charges broadcasts); a core keeps the input boxes it already holds
+    when the plan has ``reuse`` (:meth:`VgmLayout.traffic`). Compute uses the op template
     (matrix unit padded to its tile, T10 §4.3.1). After the last chunk each output tile goes
-    home. Load, compute and store do not overlap (the load-compute-store paradigm, T10 §2.2).
+    home. Load, compute and store do not overlap: the load-compute-store paradigm (T10 §2.2)
+    on a bulk-synchronous chip, where a core's exchange and compute phases alternate (the
+    IPU's BSP model; the compute-shift steps are timed the same way).
     """
     layout = VgmLayout(expr, plan, hw.num_cores)
     template = template_for(expr.kind)
@@ -72,16 +78,18 @@ def vgm_op_timing(expr: TensorExpr, plan: VgmPlan, hw: HardwareSpec) -> VgmTimin
     step_s = (template.subtask_cycles(expr, chunk_len, hw) + hw.sync_cycles) / hw.clock_hz
     compute_s = transfer_s = balanced_s = 0.0
     moved = 0
+    held: dict[int, np.ndarray] | None = {} if layout.reuse else None
     for wave in range(layout.waves):
         origins = layout.tile_origins(wave)
         for chunk in layout.chunk_origins():
-            fetched, served = layout.traffic(main_inputs, origins, chunk)
+            fetched, served = layout.traffic(main_inputs, origins, chunk, held, multicast)
             transfer_s += _link_time(fetched, served, hw)
             balanced_s += _own_link_time(fetched, hw)
             moved += int(fetched.sum())
             compute_s += step_s
         reduce_zero = {a: 0 for a in layout.reduce}
-        stored, homed = layout.traffic([out] + list(expr.epilogue_inputs), origins, reduce_zero)
+        stored, homed = layout.traffic([out] + list(expr.epilogue_inputs), origins, reduce_zero,
+                                       multicast=multicast)
         transfer_s += _link_time(stored, homed, hw)
         balanced_s += _own_link_time(stored, hw)
         moved += int(stored.sum())
@@ -124,8 +132,9 @@ class VgmReport:
         }
 
 
-def simulate_vgm_timing(programs, hw: HardwareSpec | None = None) -> VgmReport:
-    """Time every VGM operator of ``programs`` (regions in execution order), one after another.
+def simulate_vgm_timing(programs, hw: HardwareSpec | None = None, multicast: bool = True) -> VgmReport:
+    """Time every VGM operator of ``programs`` (regions in execution order), one after another
+    (``multicast``: see :func:`vgm_op_timing`).
 
     Each operator's inputs are in the VGM when it starts and its output is stored there, so
     operators do not overlap; ``fits`` says whether the VGM region plus the largest working set
@@ -145,7 +154,7 @@ def simulate_vgm_timing(programs, hw: HardwareSpec | None = None) -> VgmReport:
             if not isinstance(op.plan, VgmPlan):
                 raise DeviceProgramError(f"operator '{short_name(op.name)}' has a compute-shift "
                                          "plan, not a VGM plan")
-            timing = vgm_op_timing(op.expr, op.plan, hw)
+            timing = vgm_op_timing(op.expr, op.plan, hw, multicast)
             layout = VgmLayout(op.expr, op.plan, hw.num_cores)
             peak = max(peak, region + layout.working_bytes_per_core() + hw.shift_buffer_bytes)
             per_op.append((op.name, timing))
