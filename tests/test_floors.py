@@ -269,3 +269,21 @@ def test_busy_fraction_counts_an_instant_once():
     assert busy_fraction(1.0, [(0.0, 1.0, 1.0), (0.0, 1.0, 1.0)]) == 1.0
     assert busy_fraction(2.0, [(1.0, 1.0, 0.5)]) == pytest.approx(0.25)
     assert busy_fraction(0.0, windows) == 0.0
+
+
+@pytest.mark.parametrize("torus", [False, True])
+def test_cut_bytes_follow_the_routes(torus):
+    """One flow across the middle of a 4 x 4 grid each way: on a mesh it crosses the middle
+    link; on a torus the shorter way round is the wrap link, which crosses the same cut."""
+    hw = small_chip(16, topology="mesh", mesh_torus=torus)
+    topo = make_topology(hw)
+    west, east = topo.core_at(0, 0, 0), topo.core_at(0, 0, 3)
+    top, bottom = topo.core_at(0, 0, 1), topo.core_at(0, 3, 1)
+    flows = ((west, east, (1.0, 0.0, 0.0, 0.0)), (east, west, (0.0, 1.0, 0.0, 0.0)),
+             (top, bottom, (0.0, 0.0, 1.0, 0.0)), (bottom, top, (0.0, 0.0, 0.0, 1.0)))
+    for src, dst, crossed in flows:
+        phase = topo.phase(np.array([src]), np.array([dst]), np.array([64.0]))
+        assert phase.cut_bytes == tuple(64.0 * c for c in crossed)
+        assert phase.scaled(3).cut_bytes == tuple(192.0 * c for c in crossed)
+    # a flow that stays in its half crosses nothing
+    assert topo.phase(np.array([west]), np.array([top]), np.array([64.0])).cut_bytes == (0.0,) * 4

@@ -7,9 +7,9 @@ floor says where the rest of its time goes (:func:`time_parts`, the report's ``r
 The floors (seconds; 0 where the resource does not exist on the chip):
 
 * ``compute_floor_s = flops / peak_matrix_flops``: all FLOPs at every core's matrix peak;
-* ``compute_units_floor_s = sum_op flops_op / peak_flops(unit_op)``: each operator's FLOPs at
-  the peak of the unit that runs it (matrix unit for sums of products, vector unit otherwise,
-  ``schedules`` templates); operators run one after another on the compute array, so this
+* ``compute_units_floor_s = sum_op flops_op / peak_flops(unit_op, dtype_op)``: each operator's
+  FLOPs at the peak of the unit that runs it (matrix unit for sums of products, vector unit
+  otherwise, ``schedules`` templates) at the rate of its dtype; operators run one after another on the compute array, so this
   tighter form is a floor too (and ``>= compute_floor_s``);
 * ``hbm_floor_s = hbm_bytes / hbm_bandwidth``: the distinct HBM bytes at the full HBM
   bandwidth;
@@ -60,11 +60,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.machine.topology import MeshTopology, PhaseCost, Topology, make_topology
 from runtime_sim.timing.events import Slot
 from runtime_sim.timing.work import Work
 from schedules import template_for
+from schedules.base import compute_dtype
 
 __all__ = ["FLOOR_KEYS", "RunTraffic", "bound_name", "busy_fraction", "interconnect_windows",
            "peak_seconds", "receive_capacity", "remainder", "resource_floors", "run_bound",
@@ -86,12 +88,13 @@ def bound_name(key: str) -> str:
     return "inter-chip" if name == "inter_chip" else name.replace("_", " ")
 
 
-def peak_seconds(flops: float, kind: str, hw: HardwareSpec) -> float:
-    """Seconds ``flops`` of an operator of ``kind`` take at the peak of the unit that runs it
-    on every core of ``hw`` (the per-operator ``flops`` lower bound and the compute-units
-    floor)."""
-    unit = getattr(template_for(kind), "unit", "vector")
-    return flops / hw.peak_flops(unit)
+def peak_seconds(flops: float, expr: TensorExpr, hw: HardwareSpec) -> float:
+    """Seconds ``flops`` of the operator ``expr`` take at the peak of the unit that runs it on
+    every core of ``hw``, at the rate of the dtype it computes in
+    (:func:`schedules.base.compute_dtype`): the per-operator ``flops`` lower bound and the
+    compute-units floor."""
+    unit = getattr(template_for(expr.kind), "unit", "vector")
+    return flops / hw.peak_flops(unit, compute_dtype(expr))
 
 
 @dataclass
@@ -155,7 +158,7 @@ def run_traffic(works: Sequence[Work], per_op: Sequence[Any], hbm_bytes: float,
     traffic = RunTraffic(hbm_bytes=hbm_bytes, ideal=ideal)
     for work, op in zip(works, per_op):
         traffic.flops += op.flops
-        traffic.unit_s += peak_seconds(op.flops, op.kind, hw)
+        traffic.unit_s += peak_seconds(op.flops, work.op.expr, hw)
         traffic.hbm_sent_bytes += op.hbm_delivered_bytes
         traffic.host_bytes += op.host_in_bytes + op.host_out_bytes
         traffic.exec_link_bytes += op.shift_bytes + op.relayout_bytes + op.distributed_bytes

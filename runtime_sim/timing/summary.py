@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.labels import region_label
 from runtime_sim.machine.topology import Topology
@@ -228,7 +229,7 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
         **floors, "run_bound_by": bound_by, "floor_s": floor_s,
         "remainder": remainder(total, floor_s, parts),
     }
-    bounds = lower_bounds(per_op, hw)
+    bounds = lower_bounds(per_op, hw, [work.op.expr for work in works])
     load_cuts: dict[str, float] = {}  # cut -> seconds of load time it bounds
     for work in works:
         for load in work.loads:
@@ -255,7 +256,7 @@ def timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule
     )
 
 
-def lower_bounds(per_op: list[OpTiming], hw: HardwareSpec) -> dict[str, Any]:
+def lower_bounds(per_op: list[OpTiming], hw: HardwareSpec, exprs: list[TensorExpr]) -> dict[str, Any]:
     """Fill every operator's :attr:`OpTiming.lower_bound_s` and name the operators and kinds
     whose time is more than :data:`SLOW_FACTOR` times their lower bound.
 
@@ -264,16 +265,18 @@ def lower_bounds(per_op: list[OpTiming], hw: HardwareSpec) -> dict[str, Any]:
     host). Its lower bound is the largest of what no plan can avoid on this system:
 
     * ``flops``: its FLOPs on every core of the system at the peak of the unit that runs it
-      (matrix unit for sums of products, vector unit otherwise, ``schedules`` templates);
+      (matrix unit for sums of products, vector unit otherwise, ``schedules`` templates) at
+      the rate of its dtype (``exprs``: each operator's expression,
+      :func:`runtime_sim.timing.floors.peak_seconds`);
     * ``hbm``: its distinct HBM bytes at the full HBM bandwidth;
     * ``host``: its host bytes, both directions, over all chips' host links;
     * ``sync``: one bulk-synchronous step, ``sync_cycles`` (every operator runs at least one).
     """
     kinds: dict[str, dict[str, Any]] = {}
     slow_ops = []
-    for op in per_op:
+    for op, expr in zip(per_op, exprs):
         terms = {
-            "flops": peak_seconds(op.flops, op.kind, hw),
+            "flops": peak_seconds(op.flops, expr, hw),
             "hbm": op.hbm_bytes / hw.hbm_bandwidth if hw.hbm_bandwidth > 0 else 0.0,
             "host": (op.host_in_bytes + op.host_out_bytes) / (hw.host_bandwidth * hw.num_chips),
             "sync": hw.sync_cycles / hw.clock_hz,
