@@ -26,6 +26,7 @@ from runtime_sim.contract.program import DeviceProgram, OpProgram, PreloadSchedu
 from runtime_sim.contract.stream import offchip_inputs, run_stream
 from runtime_sim.functional.device import SimulatedDevice
 from tvm_icca.testing.exprs import matmul
+from tvm_icca.testing.relayout_reference import received_bytes
 
 RNG = np.random.default_rng(7)
 HW = small_chip(16, hbm_bandwidth=1e12, hbm_controllers=4)
@@ -117,9 +118,13 @@ def test_stream_less_program_counts_no_preloads() -> None:
     (c,) = dev.run(program, [a, b])
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
     stats = dev.last_run_stats(timing=False)
-    assert stats["preloads"] == stats["executes"] == stats["preloaded_bytes"] == 0
+    assert stats["preloads"] == stats["executes"] == 0
     assert stats["distributed_bytes"] == stats["peak_preload_bytes_per_core"] == 0
     assert stats["host_placed_bytes"] > 0
+    # without a stream, preloaded_bytes are the bytes the loads delivered: A (12 x 12) in row
+    # blocks of 3 on 4 cores, B (12 x 6) whole on each of them (float32)
+    assert stats["preloaded_bytes"] == 4 * (3 * 12 * 4) + 4 * (12 * 6 * 4)
+    assert stats["preloaded_bytes"] == run_stats.last_run_timing(dev).preloaded_bytes
 
 
 def test_on_chip_input_is_placed_offchip_is_preloaded() -> None:
@@ -206,7 +211,7 @@ def test_two_operators_one_region_stream_order() -> None:
     assert stats["peak_sram_bytes_per_core"] == max(
         exec1, l2.memory_bytes_per_core() + l1.partition_bytes(2) + HW.shift_buffer_bytes)
     assert stats["peak_preload_bytes_per_core"] == i1.space_bytes_per_core + i2.space_bytes_per_core
-    assert stats["regions"][0]["ops"][1]["relayout_bytes"] == l2.num_cores * l2.partition_bytes(0)
+    assert stats["regions"][0]["ops"][1]["relayout_bytes"] == received_bytes(l1, l2, 0)
 
 
 def _two_calls(stream0, stream1, hw=HW, design="elk-full"):

@@ -86,7 +86,9 @@ def test_preloading_ahead_overlaps_and_one_ahead_serializes(exprs) -> None:
         assert r.interconnect_stall_s == 0  # HBM-bound: link sharing delays nothing
     # more SRAM is held while preloading ahead: W1's preload space beside op 0
     assert ahead.peak_sram_bytes_per_core == behind.peak_sram_bytes_per_core + WBYTES // 4
-    assert ahead.peak_preload_bytes_per_core == WBYTES // 4
+    # both preload spaces are reserved once both preloads are issued, before execute 0
+    # (runtime_sim.contract.resting.stream_sram_peaks, Elk §4.2's window)
+    assert ahead.peak_preload_bytes_per_core == 2 * WBYTES // 4
 
 
 def test_preload_waits_for_the_execute_issued_before_it(exprs) -> None:
@@ -173,7 +175,7 @@ def test_distribution_completes_chunked_preloads(exprs, s) -> None:
         assert b.preload_space_bytes_per_core == preload_bytes(layout, 1, s) == WBYTES // 4 // s
         assert b.hbm_s == pytest.approx(a.hbm_s)  # HBM still reads every distinct byte once
     assert cut.distributed_bytes == 2 * d.total_bytes
-    assert cut.peak_preload_bytes_per_core == WBYTES // 4 // s
+    assert cut.peak_preload_bytes_per_core == 2 * WBYTES // 4 // s  # both issued before X(0)
     # the ideal design distributes in no time, bytes still counted
     ideal = simulate_timing([chain(exprs, hw, [P(0), P(1), X(0), X(1)], chunks=((1, s),),
                                    design="ideal")])
@@ -215,7 +217,7 @@ def test_preloading_too_far_ahead_overflows_sram(exprs) -> None:
     assert err.value.op == "mm2" and err.value.budget_bytes == budget
     assert err.value.needed_bytes == budget + space
     ideal = simulate_timing([chain(exprs, hw, two_ahead, n_ops=3, design="ideal")])
-    assert ideal.peak_preload_bytes_per_core == 2 * space
+    assert ideal.peak_preload_bytes_per_core == 3 * space  # all three issued before X(0)
     assert ideal.peak_sram_bytes_per_core == budget - space  # execution space alone
     # preload space alone beyond the SRAM overflows even there: seven operators ahead
     all_ahead = [P(j) for j in range(8)] + [X(j) for j in range(8)]
@@ -229,7 +231,9 @@ def test_run_without_stream_keeps_todays_schedule(exprs) -> None:
     hw = small_chip(16, 256 * 1024, **SLOW_HBM)
     r = simulate_timing([chain(exprs, hw)])
     op0, op1 = r.per_op
-    assert r.design == "" and r.preloads == 0 and r.executes == 2 and r.distributed_bytes == 0
+    # no stream: no stream instructions (executes count the stream's, not the operators)
+    assert r.design == "" and r.preloads == r.executes == 0 and r.num_ops == 2
+    assert r.distributed_bytes == 0
     assert not op0.preloaded and op1.prefetched  # next-operator prefetch
     assert r.total_s == pytest.approx(op0.hbm_s + max(op0.duration_s, op1.hbm_s) + op1.duration_s,
                                       rel=1e-12)

@@ -95,13 +95,16 @@ class Cores:
             raise DeviceProgramError(f"operator '{short_name(op_name)}' is not allocated") from None
 
     # -- T10 §4.4: allocate -------------------------------------------------------------
-    def allocate(self, op_name: str, layout: OpLayout) -> None:
+    def allocate(self, op_name: str, layout: OpLayout, in_place: int = 0) -> None:
         """Reserve one partition of every tensor of ``op_name`` on each of its cores.
 
         Raises :class:`SramOverflowError` naming the operator and the first core whose
         partitions, plus tensors already held on it, plus the shift buffer (T10 §5
         "multi-copy shift with buffer"), exceed ``hw.sram_bytes_per_core``. A preloaded
-        operator's preload space becomes part of its execution space.
+        operator's preload space becomes part of its execution space. ``in_place``: bytes
+        per core of its partitions already held as resident state (model state idling in
+        this very placement, :func:`runtime_sim.contract.resting.in_place_bytes`), not
+        reserved twice.
         """
         hw = self.hw
         if op_name in self._allocs:
@@ -115,7 +118,7 @@ class Cores:
         for t, access in enumerate(layout.expr.tensors):
             check_dtype(hw, access.name, access.dtype, f"operator '{short_name(op_name)}'",
                         mask=t < len(layout.expr.inputs), index=t in ids_inputs)
-        per_core = layout.memory_bytes_per_core()
+        per_core = layout.memory_bytes_per_core() - in_place
         used = self._sram.used.copy()
         if layout.span > hw.num_cores:
             raise InvalidPlanError(
@@ -126,7 +129,7 @@ class Cores:
         # a preloaded operator's preload space becomes part of its execution space (its
         # chunks sit where its partitions go): it is not counted twice
         preload = self._preloads.absorbed_space(op_name, layout)
-        peak = self._sram.check(op_name, used, preload, layout)
+        peak = self._sram.check(op_name, used, preload, layout, executing=True)
         self._preloads.absorb(op_name, preload)
         n = layout.num_cores
         out = len(layout.expr.tensors) - 1

@@ -35,9 +35,26 @@ from runtime_sim.contract.lifetimes import last_reads, outlives, released
 from runtime_sim.contract.plan import VgmPlan
 from runtime_sim.contract.preload_chunks import op_preload
 from runtime_sim.contract.program import EXECUTE, PRELOAD, DeviceProgram, OpProgram
-from runtime_sim.contract.relayout import BlockGrid, canonical_grid, input_relayout, producer_grid
+from runtime_sim.contract.relayout import (
+    BlockGrid,
+    canonical_grid,
+    input_boxes,
+    input_relayout,
+    producer_grid,
+)
+from runtime_sim.contract.resting import (
+    FROM_CHIP,
+    FROM_IDLE,
+    FROM_PRODUCER,
+    RESIDENT,
+    idle_op,
+    in_place_bytes,
+    relayout_origin,
+    resident_grid,
+    resident_state,
+)
 from runtime_sim.contract.stream import (
-    PRODUCED,
+    OFFCHIP_SOURCES,
     Instruction,
     call_segment,
     has_stream,
@@ -48,7 +65,7 @@ from runtime_sim.contract.validation import validate_program
 from runtime_sim.functional.cores import Cores
 from runtime_sim.functional.placement import check_dtype
 from runtime_sim.functional.preload_store import PreloadStore
-from runtime_sim.functional.run_counters import RunCounters
+from runtime_sim.functional.run_counters import RegionSram, RunCounters
 from runtime_sim.functional.sram import SramLedger
 from runtime_sim.functional.vgm_exec import VgmRegion
 
@@ -109,7 +126,16 @@ class Interpreter:
                 instructions, later = call_segment(program, call, len(program.run_order) or None,
                                                    carried, hw.hbm_bandwidth > 0)
             env, input_bytes = self._region_inputs(program, inputs)
-            stats = self._execute(program, env, instructions)
+            # model state kept on chip all run long, this region's and the earlier ones' of
+            # the run (the SRAM checks count it; the run's statistics add the whole run's)
+            resting = resident_state([program], hw)
+            before = run.resting() if continuing else np.zeros(0, np.int64)
+            if before.size == resting.size:
+                resting_so_far = before + resting
+            else:
+                resting_so_far = resting  # the first region of the run
+            stats, sram = self._execute(program, env, instructions, resting_so_far)
+            sram.resting = resting
             stats["input_bytes"] = input_bytes
             outputs = []
             for name in program.outputs:
@@ -122,7 +148,7 @@ class Interpreter:
                                              f"computes output '{short_name(name)}'")
                 outputs.append(env[name])
             stats["output_bytes"] = int(sum(o.nbytes for o in outputs))
-            self._counters.record(program, stats, continuing)
+            self._counters.record(program, stats, continuing, sram)
             for ins in later:
                 self._counters.run.pending.setdefault(ins.call, []).append(ins.op)
             return outputs
@@ -158,7 +184,8 @@ class Interpreter:
         return env, nbytes
 
     def _execute(self, program: DeviceProgram, env: dict[str, np.ndarray],
-                 instructions: Sequence[Instruction] | None = None) -> dict[str, Any]:
+                 instructions: Sequence[Instruction] | None = None,
+                 resting: np.ndarray | None = None) -> tuple[dict[str, Any], RegionSram]:
         """Run a region's operators in program order, or, with ``instructions`` (this call's
         checked preload stream, :func:`runtime_sim.contract.stream.call_segment`), exactly in stream
         order: ``preload`` moves the operator's off-chip inputs from the HBM store into the
@@ -173,6 +200,10 @@ class Interpreter:
         does not exist on the device before this call starts; the functional device performs
         them here, before the call's first instruction (and counts their preload space from
         here), while the timing simulator times them where the stream issues them.
+
+        ``resting``: the run's resident state so far, per core (held besides everything,
+        :func:`runtime_sim.contract.resting.resident_state`). Returns the region's statistics
+        and its SRAM needs without the resident state (:class:`RegionSram`).
         """
         cores, sram = self._cores, self._sram
         hw = cores.hw
@@ -198,7 +229,10 @@ class Interpreter:
         self._env = env  # gather ids of preloaded inputs are read from the call's tensors
         order = instructions if stream else [Instruction(EXECUTE, 0, i) for i in range(len(ops))]
         sram.ideal = stream and program.preload_schedule.design == "ideal"
-        sram.peaks = [0, 0]
+        sram.start_region(np.zeros(hw.num_cores, np.int64) if resting is None else resting)
+        resident_names = {d.name for d in program.inputs if d.source == RESIDENT}
+        rest_after: dict[str, np.ndarray] = {}
+        preload_space: dict[str, np.ndarray] = {}
         # load-compute-store operators (T10 §2.2) keep every tensor in a VGM region, reserved
         # on every core for the whole region
         vgm = VgmRegion(program, hw) if any(isinstance(op.plan, VgmPlan) for op in ops) else None
@@ -221,13 +255,18 @@ class Interpreter:
                 layout = layouts[i] if i in layouts else checked_layout(op, hw)
                 space = self._preloads[op.name].info.space_bytes_per_core if i in preloaded else 0
                 op_stats[i] = self._execute_op(op, layout, env, produced,
-                                               offchip[i] if i in preloaded else [], sources[i])
+                                               offchip[i] if i in preloaded else [], sources[i],
+                                               resident_names, stream)
                 if i in preloaded:
                     op_stats[i]["preloaded_bytes"] = preloaded[i]
                     op_stats[i]["preload_bytes_per_core"] = space
+                    preload_space[op.name] = np.zeros(hw.num_cores, np.int64)
+                    preload_space[op.name][layout.physical] = space
                 if outlives(last_use, op.output_name, i):
                     out = len(op.expr.tensors) - 1
                     sram.hold(op.output_name, layout.physical[layout.owners()], layout.partition_bytes(out))
+                # what it leaves until the next one starts (the stream's SRAM peaks)
+                rest_after[op.name] = sram.used + hw.shift_buffer_bytes
         finally:  # leave the chip as this region found it, even after an error
             for name in {op.name for op in ops} & set(cores.allocated()):
                 cores.free(name)
@@ -239,8 +278,14 @@ class Interpreter:
             self._env = {}
             self._grids = {}
             sram.ideal = False
+            region_sram = RegionSram(sram.peak_need, sram.op_need, sram.peak_preload,
+                                     rest_after=rest_after, preload_space=preload_space)
+            sram.start_region(np.zeros(hw.num_cores, np.int64))
         op_stats = [s for s in op_stats if s is not None]
-        peak = max([s["sram_bytes_per_core"] for s in op_stats] + [sram.peaks[0]])
+        # VGM operators' peaks are whole (the VGM region is on every core)
+        region_sram.vgm_peak = max((s["sram_bytes_per_core"] for s in op_stats
+                                    if s.get("execution") == "vgm"),
+                                   default=0)
         return {
             "region": program.region,
             "ops": op_stats,
@@ -257,10 +302,11 @@ class Interpreter:
             "distributed_bytes": sum(s.get("distributed_bytes", 0) for s in op_stats),
             "preloads": sum(1 for ins in order if ins.kind == PRELOAD) if stream else 0,
             "executes": len(ops) if stream else 0,
-            "peak_sram_bytes_per_core": peak if op_stats else 0,
-            "peak_preload_bytes_per_core": sram.peaks[1],
+            # the run's statistics complete it with the whole run's resident state
+            "peak_sram_bytes_per_core": 0,
+            "peak_preload_bytes_per_core": region_sram.peak_preload,
             "sram_bytes_per_core_budget": hw.sram_bytes_per_core,
-        }
+        }, region_sram
 
     def _preload_op(self, index: int, op: OpProgram, layout: OpLayout, inputs: Sequence[int],
                     preloaded: dict[int, int]) -> None:
@@ -287,22 +333,32 @@ class Interpreter:
 
     def _execute_op(self, op: OpProgram, layout: OpLayout, env: dict[str, np.ndarray],
                     produced: set[str], distributed: Sequence[int],
-                    sources: Sequence[str] = ()) -> dict[str, Any]:
+                    sources: Sequence[str] = (), resident: set[str] | frozenset[str] = frozenset(),
+                    stream: bool = False) -> dict[str, Any]:
         """``execute`` of one compute-shift operator: allocate; distribute its preloaded
         inputs (``distributed``, when it was preloaded) and place the others; compute.
 
+        Its on-chip inputs (``sources``: produced in the region, another region's result, or
+        ``resident`` model state) are re-laid out from where they wait: the bytes its cores
+        receive from other cores are ``relayout_bytes``, counted by the contract's one rule
+        (:mod:`runtime_sim.contract.resting`), as the timing simulator prices them. Without a
+        preload stream, its off-chip inputs (host, HBM) are loaded: ``preloaded_bytes`` are
+        the bytes delivered to its cores (each core's box of real data, replicas included).
+
         A gathered input (an embedding lookup) is placed from the rows its ids pick; when the
-        table is on chip (``sources``: produced in the region, or a ``"chip"`` or
-        ``"resident"`` region input, which rests spread), the rows each core receives from
-        the cores holding them are counted exactly from the call's ids
-        (:func:`~runtime_sim.contract.relayout.gather_relayout`): ``gather_bytes`` moved between cores,
-        ``gather_local_bytes`` already in place."""
+        table is on chip, ``relayout_bytes`` counts the rows moved under uniformly random ids
+        (the program's expectation, which the timing simulator computes too), and the rows
+        each core receives from the cores holding them are counted exactly from the call's
+        ids (:func:`~runtime_sim.contract.relayout.gather_relayout`): ``gather_bytes`` moved
+        between cores, ``gather_local_bytes`` already in place."""
         cores = self._cores
         hw = cores.hw
-        cores.allocate(op.name, layout)
+        cores.allocate(op.name, layout, in_place_bytes(op, layout, resident))
         moved = cores.distribute(op.name) if op.name in self._preloads else 0
-        relayout = host = 0
+        relayout = 0.0
+        host = loaded = 0
         gather_moved = gather_local = 0.0
+        chips = np.arange(hw.num_cores) // hw.cores_per_chip
         for t, name in enumerate(op.input_names):
             if name not in env:
                 raise DeviceProgramError(f"operator '{short_name(op.name)}' reads unknown "
@@ -315,21 +371,23 @@ class Interpreter:
                 )
             if t in distributed:
                 continue
+            source = sources[t] if t < len(sources) else "host"
             gather = access.gather
             ids = env.get(op.input_names[gather.ids]) if gather is not None else None
             written = cores.place(op.name, t, env[name], ids)
-            if name in produced:
-                relayout += written
-            else:
+            if name not in produced:
                 host += written
+            if source in OFFCHIP_SOURCES and not stream:
+                loaded += int(input_boxes(layout, t).nbytes.sum())
+            grid = self._origin_grid(op, t, relayout_origin(op, t, source, name in resident))
+            if grid is None:
+                continue
+            relayout += input_relayout(grid, layout, t, chips, hw.num_chips).moved_bytes
             if gather is not None:
-                grid = self._table_grid(name, access, sources[t] if t < len(sources) else "host")
-                if grid is not None:
-                    rows = gather_rows(ids, access.shape[gather.axis], gather.mode)
-                    chips = np.arange(hw.num_cores) // hw.cores_per_chip
-                    rl = input_relayout(grid, layout, t, chips, hw.num_chips, rows)
-                    gather_moved += rl.moved_bytes
-                    gather_local += rl.local_bytes
+                rows = gather_rows(ids, access.shape[gather.axis], gather.mode)
+                rl = input_relayout(grid, layout, t, chips, hw.num_chips, rows)
+                gather_moved += rl.moved_bytes
+                gather_local += rl.local_bytes
         cores.run_steps(op.name)
         cores.reduce_outputs(op.name)
         result = cores.read_output(op.name)
@@ -348,6 +406,8 @@ class Interpreter:
         }
         if distributed:
             stats["distributed_bytes"] = moved
+        if loaded:
+            stats["preloaded_bytes"] = loaded
         if any(a.gather is not None for a in op.expr.inputs):
             stats["gather_bytes"] = gather_moved
             stats["gather_local_bytes"] = gather_local
@@ -357,12 +417,19 @@ class Interpreter:
         produced.add(op.output_name)
         return stats
 
-    def _table_grid(self, name: str, access: Any, source: str) -> BlockGrid | None:
-        """Where a gathered table sits on the cores before its operator runs (``None``: off
-        chip, and only the picked rows are sent): its producer's output blocks, or spread
-        over the chip for a region input already there (:func:`~runtime_sim.contract.relayout.rests_spread`)."""
-        if source == PRODUCED:
-            return self._grids.get(name)
-        if source in ("chip", "resident"):
-            return canonical_grid(tuple(access.shape), dtype_bytes(access.dtype), self._cores.hw.num_cores)
+    def _origin_grid(self, op: OpProgram, t: int, origin: str | None) -> BlockGrid | None:
+        """Where input ``t`` of ``op`` waits on the cores before it runs, as blocks
+        (:func:`runtime_sim.contract.resting.relayout_origin`; ``None``: nothing moves between
+        cores): its producer's output blocks, near-even blocks over the chip for another
+        region's result, or its idle placement for resident model state."""
+        hw = self._cores.hw
+        access = op.expr.inputs[t]
+        if origin == FROM_PRODUCER:
+            return self._grids[op.input_names[t]]
+        if origin == FROM_CHIP:
+            return canonical_grid(access.tensor_shape, dtype_bytes(access.dtype), hw.num_cores)
+        if origin == FROM_IDLE:
+            resting = idle_op(op)
+            idle = checked_layout(resting, hw) if resting is not None else None
+            return resident_grid(idle, access, t, hw.num_cores)
         return None

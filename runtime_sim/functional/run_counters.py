@@ -13,7 +13,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.program import DeviceProgram
+from runtime_sim.contract.resting import stream_sram_peaks
+from runtime_sim.contract.stream import run_stream
+
+
+@dataclass
+class RegionSram:
+    """What one region call needed of every core's SRAM, without the run's resident state
+    (known once the run's last region ran): the elementwise peak over its checks, each
+    operator's execution side (:class:`~runtime_sim.functional.sram.SramLedger`), its own
+    resident state (:func:`runtime_sim.contract.resting.resident_state`) and the peak of its
+    load-compute-store (VGM) operators, whose VGM region spans every core."""
+
+    peak_need: np.ndarray
+    op_need: dict[str, np.ndarray]
+    peak_preload: int = 0
+    resting: np.ndarray | None = None
+    vgm_peak: int = 0
+    #: per operator executed, SRAM per core it leaves until the next one starts
+    rest_after: dict[str, np.ndarray] = field(default_factory=dict)
+    #: per preloaded operator, its preload space per core
+    preload_space: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -36,6 +60,14 @@ class Run:
     #: call index -> operator indices, in issue order (performed when that call starts)
     pending: dict[int, list[int]] = field(default_factory=dict)
     failed: bool = False  # a call of this run raised: the run is over
+    #: per region call, its SRAM needs (:class:`RegionSram`)
+    sram: list[RegionSram] = field(default_factory=list)
+
+    def resting(self) -> np.ndarray:
+        """The resident state per core of the regions recorded so far (their ``"resident"``
+        inputs in their idle placements, T10 §4.3.2), held all run long."""
+        parts = [r.resting for r in self.sram if r.resting is not None]
+        return np.sum(parts, axis=0, dtype=np.int64) if parts else np.zeros(0, np.int64)
 
     def continues_with(self, program: DeviceProgram) -> bool:
         """Whether ``program`` is the next region of this run (else it starts a new one)."""
@@ -72,8 +104,10 @@ class RunCounters:
     def __init__(self) -> None:
         self.run = Run()
 
-    def record(self, program: DeviceProgram, stats: dict[str, Any], continuing: bool) -> None:
-        """Add a region's statistics to the run it continues, or start a new run with it."""
+    def record(self, program: DeviceProgram, stats: dict[str, Any], continuing: bool,
+               sram: RegionSram | None = None) -> None:
+        """Add a region's statistics (and its SRAM needs) to the run it continues, or start a
+        new run with it."""
         if continuing:
             self.run.failed = False
         else:
@@ -81,6 +115,8 @@ class RunCounters:
         self.run.region_names.add(program.region)
         self.run.regions.append(stats)
         self.run.programs.append(program)
+        if sram is not None:
+            self.run.sram.append(sram)
 
     def reset(self) -> None:
         """Start a new run: the next region executed is the first of a fresh run."""
@@ -113,12 +149,19 @@ class RunCounters:
         execution side alone. All are 0 without a stream.
         """
         regions = [dict(r) for r in self.run.regions]
+        self._sram_peaks(regions)
         total = lambda key: int(sum(r[key] for r in regions))  # noqa: E731
         peak = lambda key: int(max((r[key] for r in regions), default=0))  # noqa: E731
+        stream_peaks = self._stream_peaks()
+        if stream_peaks is not None:
+            for row in regions:  # the run's peaks below; a region's own are not defined
+                row.pop("peak_sram_bytes_per_core", None)
+                row.pop("peak_preload_bytes_per_core", None)
         return {
             "regions_executed": len(regions),
             "cores_used": peak("cores_used"),
-            "peak_sram_bytes_per_core": peak("peak_sram_bytes_per_core"),
+            "peak_sram_bytes_per_core": (stream_peaks[0] if stream_peaks is not None
+                                         else peak("peak_sram_bytes_per_core")),
             "shift_bytes": total("shift_bytes"),
             "rotation_bytes": total("rotation_bytes"),
             "reduction_bytes": total("reduction_bytes"),
@@ -133,9 +176,63 @@ class RunCounters:
             "distributed_bytes": total("distributed_bytes"),
             "preloads": total("preloads"),
             "executes": total("executes"),
-            "peak_preload_bytes_per_core": peak("peak_preload_bytes_per_core"),
+            "peak_preload_bytes_per_core": (stream_peaks[1] if stream_peaks is not None
+                                            else peak("peak_preload_bytes_per_core")),
             # operators whose plan came from tuning records (OpProgram.tuned), once each
             "tuned_ops": list(dict.fromkeys(op.name for p in self.run.programs for op in p.ops
                                             if op.tuned)),
             "regions": regions,
         }
+
+    def _sram_peaks(self, regions: list[dict[str, Any]]) -> None:
+        """Fill the SRAM peaks of the region rows (copies) and their operator rows with the
+        whole run's resident state, which every core holds all run long: a region's peak is
+        its elementwise peak need plus that state (the timing simulator's accounting)."""
+        records = self.run.sram
+        if len(records) != len(regions):
+            return  # regions recorded without their SRAM needs (hand-made statistics)
+        resting = self.run.resting()
+        for row, rec in zip(regions, records):
+            base = resting if resting.size == rec.peak_need.size else 0
+            checked = bool(rec.op_need) or bool(rec.peak_need.any())
+            row["peak_sram_bytes_per_core"] = max(int((rec.peak_need + base).max()) if checked else 0,
+                                                  rec.vgm_peak)
+            row["ops"] = [dict(op) for op in row["ops"]]
+            for op in row["ops"]:
+                need = rec.op_need.get(op.get("op", ""))
+                if need is not None and op.get("execution") != "vgm":
+                    op["sram_bytes_per_core"] = int((need + base).max())
+
+    def _stream_peaks(self) -> tuple[int, int] | None:
+        """Peak SRAM and preload space per core of a preload stream run, in the stream's
+        memory model (:func:`runtime_sim.contract.resting.stream_sram_peaks`: a preload's
+        space held from its issue, as the timing simulator reports it), with the whole run's
+        resident state; ``None`` without a stream or without every operator's needs.
+
+        The device performs the preloads an earlier call issued for a later call's operators
+        when that call starts (it has their data only then), but they were issued, and their
+        space reserved, where the stream says."""
+        run = self.run
+        if not run.programs or run.programs[0].preload_schedule is None:
+            return None
+        if len(run.sram) != len(run.programs):
+            return None
+        hw = HardwareSpec.from_dict(run.programs[0].hardware)
+        stream = run_stream(run.programs, hw.hbm_bandwidth > 0)
+        resting = run.resting()
+        if resting.size != hw.num_cores:
+            resting = np.zeros(hw.num_cores, np.int64)
+        executing, after, space, index = [], [], {}, {}
+        for call, (program, rec) in enumerate(zip(run.programs, run.sram)):
+            for i, op in enumerate(program.ops):
+                if op.name not in rec.op_need or op.name not in rec.rest_after:
+                    return None  # the call failed before it
+                index[(call, i)] = len(executing)
+                executing.append(rec.op_need[op.name] + resting)
+                after.append(rec.rest_after[op.name] + resting)
+                if op.name in rec.preload_space:
+                    space[len(executing) - 1] = rec.preload_space[op.name]
+        order = [(ins.kind, index[(ins.call, ins.op)]) for ins in stream]
+        ideal = run.programs[0].preload_schedule.design == "ideal"
+        return stream_sram_peaks(order, executing, after, space,
+                                 resting + hw.shift_buffer_bytes, ideal)

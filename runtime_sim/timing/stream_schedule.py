@@ -59,6 +59,7 @@ import numpy as np
 from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.program import PRELOAD, OpProgram
+from runtime_sim.contract.resting import stream_sram_peaks
 from runtime_sim.contract.stream import Instruction
 from runtime_sim.machine.stream_timing import preload_link_share
 from runtime_sim.timing.events import Events, Slot
@@ -133,6 +134,14 @@ class StreamSchedule(Events):
         self._advance()
         self.drain()
         self.lags()
+        # the reported peaks follow the stream's memory model, a preload's space held from its
+        # issue (the timeline checks above hold it from its start): as the device reports them
+        self.peak, self.peak_preload = stream_sram_peaks(
+            self.stream, [w.used for w in self.works],
+            [w.resting if w.resting is not None else w.used for w in self.works],
+            {i: w.preload_space for i, w in enumerate(self.works)
+             if self.slots[i].preloaded and w.preload_space is not None},
+            self.base, self.ideal)
 
     # -- issue -------------------------------------------------------------------------------
     def _advance(self) -> None:

@@ -63,7 +63,6 @@ from runtime_sim.contract.expr import TensorAccess, dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout, check_op_inputs, checked_layout, cost_key
 from runtime_sim.contract.lifetimes import last_reads, outlives, released
-from runtime_sim.contract.plan import IDLE_SPREAD
 from runtime_sim.contract.program import DeviceProgram, OpProgram
 from runtime_sim.contract.relayout import (
     BlockGrid,
@@ -71,17 +70,25 @@ from runtime_sim.contract.relayout import (
     canonical_grid,
     input_boxes,
     input_relayout,
-    placement_grid,
     producer_grid,
-    rests_spread,
 )
-from runtime_sim.contract.stream import PRODUCED, input_sources
+from runtime_sim.contract.resting import (
+    FROM_CHIP,
+    FROM_IDLE,
+    FROM_PRODUCER,
+    RESIDENT,
+    idle_bytes,
+    idle_op,
+    in_place_bytes,
+    relayout_origin,
+    resident_grid,
+    resident_state,
+)
+from runtime_sim.contract.stream import input_sources
 from runtime_sim.machine.preload_delivery import distribution_phase, preload_delivery
 from runtime_sim.machine.topology import NO_PHASE, PhaseCost, Topology, relayout_pattern
 from runtime_sim.timing.opcost import OpCost, op_cost
 
-#: Source of a constant kept on chip in its operator's placement: it moves nowhere (T10 §4.3.2).
-RESIDENT = "resident"
 #: The roofline design of a preload stream (Elk §6.1): preloads on their own interconnect and
 #: in their own SRAM, distribution in no time.
 IDEAL = "ideal"
@@ -301,60 +308,37 @@ class WorkBuilder:
         return load
 
     def idle_layout(self, op: OpProgram) -> tuple[str, OpLayout] | None:
-        """Key and layout of the plan that ``op``'s resident inputs rest in between runs:
-        its own plan when ``idle_plan`` is ``None``; ``None`` for :data:`IDLE_SPREAD`."""
-        if op.idle_plan == IDLE_SPREAD:
+        """Key and layout of the plan that ``op``'s resident inputs rest in between runs
+        (:func:`runtime_sim.contract.resting.idle_op`); ``None`` for :data:`IDLE_SPREAD`."""
+        idle_op_ = idle_op(op)
+        if idle_op_ is None:
             return None
-        idle_op = op if op.idle_plan is None else dataclasses.replace(op, plan=op.idle_plan, idle_plan=None)
-        idle_key = _op_key(idle_op)
-        return idle_key, self.layout(idle_key, idle_op)
+        idle_key = _op_key(idle_op_)
+        return idle_key, self.layout(idle_key, idle_op_)
 
     def idle_grid(self, op: OpProgram, t: int) -> tuple[str, BlockGrid]:
         """Where resident input ``t`` of ``op`` idles, as blocks on cores (the source of its
-        setup re-layout)."""
+        setup re-layout, :func:`runtime_sim.contract.resting.resident_grid`)."""
         idle = self.idle_layout(op)
         access = op.expr.inputs[t]
         grid_key = f"{idle[0]}#{t}" if idle is not None else f"spread#{access.tensor_shape}#{access.dtype}"
         grid = self.c.grids.get(grid_key)
         if grid is None:
-            grid = placement_grid(idle[1], t) if idle is not None else None
-            if grid is None:  # spread, or not block-aligned: near-even blocks over all cores
-                grid = canonical_grid(access.tensor_shape, dtype_bytes(access.dtype), self.hw.num_cores)
-            self.c.grids[grid_key] = grid
+            grid = self.c.grids[grid_key] = resident_grid(idle[1] if idle is not None else None,
+                                                          access, t, self.hw.num_cores)
         return grid_key, grid
 
     def idle_bytes(self, op: OpProgram, t: int) -> np.ndarray:
-        """Bytes per core resident input ``t`` of ``op`` occupies while idle: one partition on
-        every core of its idle plan (replicas included), or its spread blocks."""
+        """Bytes per core resident input ``t`` of ``op`` occupies while idle
+        (:func:`runtime_sim.contract.resting.idle_bytes`)."""
         idle = self.idle_layout(op)
-        if idle is None or rests_spread(op.expr, t):
-            return _grid_bytes(self.idle_grid(op, t)[1], self.hw.num_cores)
-        held = np.zeros(self.hw.num_cores, np.int64)
-        held[idle[1].physical] = idle[1].partition_bytes(t)
-        return held
+        return idle_bytes(op, t, idle[1] if idle is not None else None, self.hw.num_cores,
+                          self.idle_grid(op, t)[1])
 
     def idle_state(self, programs: Sequence[DeviceProgram]) -> np.ndarray:
-        """Bytes per core that ``"resident"`` inputs occupy all run long: each in the idle
-        placement of the first operator of its region that reads it (T10 §4.3.2)."""
-        total = np.zeros(self.hw.num_cores, np.int64)
-        per_program: dict[tuple, np.ndarray] = {}
-        for program in programs:
-            names = tuple(d.name for d in program.inputs if d.source == RESIDENT)
-            if not names:
-                continue
-            cache_key = (id(program.ops), names)
-            held = per_program.get(cache_key)
-            if held is None:
-                held = np.zeros(self.hw.num_cores, np.int64)
-                seen: set[str] = set()
-                for op in program.ops:
-                    for t, name in enumerate(op.input_names):
-                        if name in names and name not in seen:
-                            seen.add(name)
-                            held += self.idle_bytes(op, t)
-                per_program[cache_key] = held
-            total += held
-        return total
+        """Bytes per core that ``"resident"`` inputs occupy all run long
+        (:func:`runtime_sim.contract.resting.resident_state`, as the functional device counts)."""
+        return resident_state(programs, self.hw, self.idle_bytes)
 
     def program_work(self, program: DeviceProgram, index: int = 0,
                      idle: np.ndarray | None = None,
@@ -368,7 +352,7 @@ class WorkBuilder:
         executes (:meth:`distribute`; in no time for :data:`IDEAL`, bytes still counted).
         ``on_op()`` is called after each operator costed (a caller's progress report)."""
         hw = self.hw
-        decls = {d.name: d for d in program.inputs}
+        resident_names = {d.name for d in program.inputs if d.source == RESIDENT}
         last_use = last_reads([op.input_names for op in program.ops], program.staying_outputs)
         # the last write of a tensor is what the host reads (a region writes each name once)
         host_out = set(program.leaving_tensors)
@@ -383,17 +367,16 @@ class WorkBuilder:
             check_op_inputs(op)  # per operator: the layout cache key ignores tensor names
             layout = self.layout(key, op)
             cost = self.cost(key, layout)
+            if works:  # what the previous operator leaves once it ended: the tensors this
+                # one reads last are still held until it starts (as the functional device)
+                works[-1].resting = used + hw.shift_buffer_bytes
             for name in released(last_use, resident, i):
                 used -= resident.pop(name)
-            if works:  # what the previous operator leaves once it ended
-                works[-1].resting = used + hw.shift_buffer_bytes
             running = used.copy()
             running[layout.physical] += cost.footprint_bytes
-            if op.idle_plan is None and idle is not None:
+            if idle is not None:
                 # resident inputs idling in this very plan are already counted in ``idle``
-                for t, name in enumerate(op.input_names):
-                    if name in decls and decls[name].source == RESIDENT and not rests_spread(op.expr, t):
-                        running[layout.physical] -= layout.partition_bytes(t)
+                running[layout.physical] -= in_place_bytes(op, layout, resident_names)
             running += hw.shift_buffer_bytes
             over = np.flatnonzero(running > hw.sram_bytes_per_core)
             if over.size:
@@ -407,20 +390,20 @@ class WorkBuilder:
             by_kind: dict[str, list[int]] = {"hbm": [], "host": []}
             for t, name in enumerate(op.input_names):
                 src_kind = sources[i][t]
-                if src_kind == PRODUCED:
+                # where it waits (runtime_sim.contract.resting, as the functional device counts)
+                origin = relayout_origin(op, t, src_kind, name in resident_names)
+                if origin == FROM_PRODUCER:
                     pkey = produced[name]
                     grid = self.c.grids.get(pkey)
                     if grid is None:
                         grid = self.c.grids[pkey] = producer_grid(self.c.layouts[pkey])
                     phase, nbytes, est = self.relayout(("op", pkey), grid, key, layout, t)
-                elif src_kind == "chip":
+                elif origin == FROM_CHIP:
                     access = op.expr.inputs[t]
                     grid = canonical_grid(access.tensor_shape, dtype_bytes(access.dtype), hw.num_cores)
                     phase, nbytes, est = self.relayout(("chip", access.tensor_shape, access.dtype), grid,
                                                        key, layout, t)
-                elif src_kind == RESIDENT and name in decls:
-                    if op.idle_plan is None and not rests_spread(op.expr, t):
-                        continue  # idle in the active placement: no setup
+                elif origin == FROM_IDLE:
                     grid_key, grid = self.idle_grid(op, t)
                     phase, nbytes, est = self.relayout(("idle", grid_key), grid, key, layout, t)
                 elif src_kind in by_kind:
@@ -431,7 +414,7 @@ class WorkBuilder:
                         )
                     by_kind[src_kind].append(t)
                     continue
-                else:  # resident constant
+                else:  # a resident constant, or resident state idling in this placement
                     continue
                 # inputs of one operator are re-laid out one after another (each a phase)
                 relayout = relayout + phase
@@ -479,21 +462,6 @@ class WorkBuilder:
             works[-1].resting = used + hw.shift_buffer_bytes
         return works, peak
 
-
-
-def _grid_bytes(grid: BlockGrid, num_cores: int) -> np.ndarray:
-    """Bytes each core holds of a block grid (edge blocks clipped to the tensor)."""
-    held = np.zeros(num_cores, np.int64)
-    owned = np.flatnonzero(grid.owner >= 0)
-    if not grid.shape:
-        held[grid.owner[owned]] += grid.itemsize
-        return held
-    ks = np.unravel_index(owned, grid.counts)
-    size = np.full(owned.size, grid.itemsize, np.int64)
-    for d, (extent, block) in enumerate(zip(grid.shape, grid.block)):
-        size *= np.minimum((ks[d] + 1) * block, extent) - ks[d] * block
-    np.add.at(held, grid.owner[owned], size)
-    return held
 
 
 def _block_name(name: str, access: TensorAccess) -> str:
