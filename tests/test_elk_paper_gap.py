@@ -1,0 +1,87 @@
+"""benchmarks/elk_paper_gap.py: the Elk artifact's cost constants turned into chip overrides
+(closed-form checks), the preset's peaks against Elk §6.3's emulator, and the summary arithmetic
+on rows made up here (no compiling)."""
+
+import math
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import elk_paper_gap as gap  # noqa: E402
+from runtime_sim.contract.hardware import preset  # noqa: E402
+
+
+def test_artifact_constants_as_rates():
+    # 2 bytes per 0.56 cycles at 1.325 GHz, slowed 1.25x across chips
+    assert gap.artifact_link_bandwidth() == pytest.approx(2 / 0.56 * 1.325e9 / 1.25)
+    assert 3.7e9 < gap.artifact_link_bandwidth() < 3.9e9
+    assert gap.artifact_sync_cycles() == 295            # 118 x 2 x 1.25
+    # 32 rows x 16 x 16 block, 2 FLOP per MAC, in 24 * ceil(32 / 6) + 514 = 658 cycles
+    assert gap.artifact_decode_matmul_flops_per_cycle(32) == pytest.approx(16384 / 658)
+    # the fixed 514 cycles per block dominate: more rows, better rate, never the peak of 128
+    rates = [gap.artifact_decode_matmul_flops_per_cycle(b) for b in (1, 8, 32, 128, 1024)]
+    assert rates == sorted(rates) and rates[-1] < 128
+
+
+def test_preset_peaks_are_the_elk_emulators():
+    """Elk §6.3: 1000 TFLOPS for MatMul, 31.2 TFLOPS for other operations on 4 chips."""
+    hw = preset(gap.HW)
+    assert hw.peak_flops("matrix") == pytest.approx(1000e12, rel=0.01)
+    assert hw.peak_flops("vector") == pytest.approx(31.2e12, rel=0.01)
+    assert hw.hbm_bandwidth == 16e12 and hw.num_cores == 5888
+
+
+def test_every_setting_is_a_valid_chip():
+    for s in gap.settings().values():
+        hw = preset(gap.HW, **s.overrides)
+        for key, value in s.overrides.items():
+            got = getattr(hw, key)
+            assert (tuple(got) if isinstance(got, tuple) else got) == pytest.approx(value)
+    both = gap.settings()["artifact-both"].overrides
+    assert both == {**gap.settings()["artifact-transfer"].overrides,
+                    **gap.settings()["artifact-matmul"].overrides}
+
+
+def _rows(ms, hbm_floor=2.0):
+    return [{"design": d, "total_ms": t, "layers": "all", "hbm_floor_ms": hbm_floor,
+             "compute_floor_ms": 1.0, "hbm_utilization": hbm_floor / t,
+             "interconnect_utilization": 0.5, "achieved_flops": 1e12 / t,
+             "execute_only_s": 0.001, "preload_overlap_s": 0.002}
+            for d, t in zip(gap.DESIGNS, ms)]
+
+
+def test_case_summary_arithmetic():
+    c = gap.case_summary(_rows([8.0, 5.0, 4.5, 4.0, 3.0]))
+    assert c["over_basic"] == 2.0 and c["over_static"] == 1.25
+    assert c["pct_ideal"] == 75.0
+    assert c["hbm"]["ideal"] == pytest.approx(100 * 2.0 / 3.0)
+    # Ideal executes 1 + 2 = 3 ms against a 2 ms HBM floor: bound by execution
+    assert c["ideal_exec_over_hbm"] == pytest.approx(1.5)
+    assert c["ideal_over_hbm_floor"] == 1.5
+    rows = _rows([8.0, 5.0, 4.5, 4.0, 3.0])
+    rows[0]["total_ms"] = None      # a design that does not fit: no ratios
+    assert gap.case_summary(rows) is None
+
+
+def test_summary_table_averages_models_and_ends_with_the_paper():
+    results = {"preset": {"a": _rows([8.0, 5.0, 4.5, 4.0, 3.0]), "b": _rows([4.0, 5.0, 4.5, 4.0, 3.0])}}
+    lines = gap.summary_table(results)
+    row = lines[2].split("|")
+    assert row[1].strip() == "preset" and row[2].strip() == "2"
+    assert row[3].strip() == "1.50x"       # mean of 2.0 and 1.0
+    assert lines[-1].startswith("| **Elk paper**") and "1.87x" in lines[-1]
+    assert f"{100 / 64.38:.2f}" in lines[-1]
+    assert not math.isnan(float(row[5].strip().rstrip("%")))
+
+
+def test_explanation_quotes_this_runs_numbers_and_says_what_was_not_run():
+    results = {"preset": {"a": _rows([8.0, 5.0, 4.5, 4.0, 3.0])}}
+    text = "\n".join(gap.explanation(results, batch=16, context=4096))
+    assert "`preset`: 2.00x over Basic, 1.25x over Static, 75.0% of Ideal" in text
+    assert "`artifact-matmul`: not run" in text
+    assert "batch 16, context 4,096" in text
+    assert "1000 TFLOPS" in text or "1002 TFLOPS" in text
