@@ -88,8 +88,12 @@ METRICS: dict[str, Metric] = {
                       "both"),
     "rotation_bytes": _m("bytes", "bytes moved by rotations alone", "both"),
     "reduction_bytes": _m("bytes", "bytes moved by replica reductions alone", "both"),
-    "relayout_bytes": _m("bytes", "bytes moved placing on-chip intermediates into the next "
-                         "operator's layout (T10 §4.3.2 re-layout)", "both"),
+    "relayout_bytes": _m("bytes", "bytes cores receive from other cores placing on-chip "
+                         "inputs into an operator's layout (T10 §4.3.2 re-layout): "
+                         "intermediates, other regions' results and resident model state "
+                         "from its idle placement; what a core already holds does not count; "
+                         "a gathered input counts its expectation under uniform ids "
+                         "(runtime_sim.contract.resting)", "both"),
     "inter_chip_bytes": _m("bytes", "bytes that crossed a chip-to-chip link"),
     "fetch_bytes": _m("bytes", "VGM operators: tile bytes loaded from home slices, epilogue "
                       "inputs included (T10 §2.2 baseline)", "device"),
@@ -101,16 +105,20 @@ METRICS: dict[str, Metric] = {
                             "(preload state -> execute state, Elk §4.2)", "both"),
     # -- memory ----------------------------------------------------------------------------
     "peak_sram_bytes_per_core": _m("bytes", "peak SRAM a core held: execution space (shift "
-                                   "buffer included) plus preload space; the ideal design: "
-                                   "execution space alone", "both"),
+                                   "buffer and the run's resident model state included) plus "
+                                   "preload space, held from the preload's issue in the stream "
+                                   "(Elk §4.2); the ideal design: execution space alone",
+                                   "both"),
     "peak_sram_with_prefetch_bytes_per_core": _m("bytes", "peak SRAM a core held counting the "
                                                  "next operator's prefetched inputs"),
-    "peak_preload_bytes_per_core": _m("bytes", "most preload space a core held", "both"),
+    "peak_preload_bytes_per_core": _m("bytes", "most preload space a core held, each preload's "
+                                      "from its issue in the stream to its execute", "both"),
     "vgm_bytes_per_core": _m("bytes", "VGM runs: the per-core region holding every tensor"),
     "fits": _m("bool", "VGM runs: whether the VGM region plus the largest working set fit SRAM"),
     # -- counts of the preload stream ------------------------------------------------------
     "preloads": _m("count", "preload instructions of the stream (Elk §4.5)", "both"),
-    "executes": _m("count", "execute instructions of the stream (one per operator)", "both"),
+    "executes": _m("count", "execute instructions of the stream (one per operator); 0 "
+                   "without a stream (``num_ops`` counts operators)", "both"),
     # -- tables (lists of rows whose keys are defined below or above) ----------------------
     "per_op": _m("rows", "one row per operator executed, in start order"),
     "simulated_ops": _m("rows", "``per_op`` of the timing run behind ``simulated_s``", "both"),
@@ -267,8 +275,9 @@ OP_METRICS: dict[str, Metric] = {
     "host_out_s": _m("s", "duration of returning its outputs to the host"),
     "host_out_start_s": _m("s", "when that return starts"),
     "prefetched": _m("bool", "its load started while the previous operator executed"),
-    "sram_bytes_per_core": _m("bytes", "peak SRAM on a core while it runs, shift buffer "
-                              "included"),
+    "sram_bytes_per_core": _m("bytes", "peak SRAM on a core while it runs: its execution "
+                              "space, shift buffer and resident model state included, other "
+                              "operators' preload space excluded"),
     "relayout_s": _m("s", "its re-layout phase"),
     "link_busy_s": _m("s", "how long its transfers hold link bandwidth (``transfer_s`` "
                       "without hop latencies)"),
