@@ -39,7 +39,10 @@ Preload stream (runs whose programs carry a
   operator's cores) of every operator whose preload has started and whose execute has not;
   an operator's own preload space becomes part of its execution space when it starts.
   Overflow raises :class:`SramOverflowError` naming the operator being preloaded or
-  executed at that instant. The report's peak SRAM is the peak of this timeline.
+  executed at that instant. The report's peaks (SRAM, preload space) follow the stream's
+  memory model instead, the one the Elk pass budgets with and the functional device reports:
+  a preload's space is held from its issue in the stream, not only from its start on this
+  timeline (:func:`runtime_sim.contract.resting.stream_sram_peaks`, Elk §4.2).
 * The ``"ideal"`` design (Elk §6.1 roofline): preloads have their own interconnect (no
   contention), distribution takes no time (its bytes still count), and the preload space
   and the execution space are each checked against the whole SRAM.

@@ -44,10 +44,11 @@ instead, and their distribution phase is part of the operator's execution (see
 :mod:`runtime_sim.timing.stream_schedule`).
 
 SRAM: per core, partitions of the running operator plus on-chip intermediates still needed
-plus the shift buffer, exactly as :class:`runtime_sim.functional.device.SimulatedDevice` counts it, plus
-the idle placements of every ``"resident"`` input of the run (which the functional device,
-handed all inputs as arguments, does not hold); a program that would overflow raises
-:class:`SramOverflowError` as the device does.
+plus the shift buffer plus the idle placements of every ``"resident"`` input of the run
+(:func:`runtime_sim.contract.resting.resident_state`), exactly as
+:class:`runtime_sim.functional.device.SimulatedDevice` counts it; a program that would
+overflow raises :class:`SramOverflowError` as the device does. Re-layout bytes follow the
+same contract rule as the device's count (:mod:`runtime_sim.contract.resting`).
 """
 
 from __future__ import annotations
