@@ -96,7 +96,8 @@ METRICS: dict[str, Metric] = {
                          "(runtime_sim.contract.resting)", "both"),
     "inter_chip_bytes": _m("bytes", "bytes that crossed a chip-to-chip link"),
     "fetch_bytes": _m("bytes", "VGM operators: tile bytes loaded from home slices, epilogue "
-                      "inputs included (T10 §2.2 baseline)", "device"),
+                      "inputs included (T10 §2.2 baseline); a box the core already holds "
+                      "(VgmPlan.reuse) is not loaded again", "device"),
     "store_bytes": _m("bytes", "VGM operators: output tile bytes stored to home slices",
                       "device"),
     "preloaded_bytes": _m("bytes", "bytes preloads wrote into preload space (Elk §4.5); "
@@ -242,6 +243,9 @@ DSE_METRICS: dict[str, Metric] = {
     "chip_digest": _m("hex", "SHA-256 of the resolved chip's fields (its descriptive ones, "
                       "``notes``, left out); the whole chip is in the results' provenance file "
                       "(``<stem>.provenance.jsonl``)", "dse"),
+    "supersedes": _m("hex", "the key of the row this one replaces: the same point computed "
+                     "earlier on a chip that has changed since (a resumed sweep computed it "
+                     "again)", "dse"),
     "workload_args": _m("mapping", "the workload's arguments as ``get_workload`` (or the ONNX "
                         "loader's ``shape``) took them", "dse"),
     "wall_s": _m("s (wall clock)", "host seconds the worker spent on the point: loading the "
