@@ -3,7 +3,8 @@
 Reads the results files the studies of ``benchmarks/dse/`` wrote (``tvm-icca dse SPEC``, see
 ``docs/dse_elk.md`` for the commands) and writes to ``benchmarks/results/``:
 
-* ``elk_dse.md``: what each study cost here (points, outcomes, worker seconds, wall time), then
+* ``elk_dse.md``: what each study cost here (points, outcomes, the points' own seconds summed,
+  the measured wall time), then
   per figure the table behind it and the numbers §6.4's observations (1)-(4) are checked with;
 * ``elk_dse_fig19.png`` (per-token latency vs HBM bandwidth), ``elk_dse_fig20.png`` (Elk-Full's
   time breakdown), ``elk_dse_fig21.png`` (interconnect utilization), ``elk_dse_fig22.png``
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import pathlib
 from collections import defaultdict
@@ -32,6 +32,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
+from tvm_icca.dse.results import read_rows, read_runs  # noqa: E402
 from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -47,16 +48,9 @@ ARTIFACT_COST = "more than 30 hours on 64 cores (Elk artifact, Fig. 17-24)"
 
 
 def read(path: pathlib.Path) -> list[dict[str, Any]]:
-    """The rows of a results file (a torn last line is skipped, as the sweep itself does)."""
-    rows = []
-    if not path.exists():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    """The current rows of a results file, as the sweep reads them (a torn last line skipped;
+    a row superseded by its point's row on a changed chip left out)."""
+    return read_rows(path)
 
 
 def _ok(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -67,10 +61,25 @@ def _ts(row: dict[str, Any]) -> datetime.datetime:
     return datetime.datetime.fromisoformat(row["timestamp"])
 
 
+def _point_s(row: dict[str, Any]) -> float:
+    """Wall seconds the point took on its worker: ``wall_s``, or (rows older than it) its
+    compile and simulation seconds."""
+    if row.get("wall_s") is not None:
+        return row["wall_s"]
+    return row.get("compile_s", 0.0) + row.get("simulate_s", 0.0)
+
+
 def _spans(rows: list[dict[str, Any]]) -> list[tuple[datetime.datetime, datetime.datetime]]:
-    """When each row's point ran: its timestamp minus its compile and simulation seconds."""
-    return [(_ts(r) - datetime.timedelta(seconds=r.get("compile_s", 0.0) + r.get("simulate_s", 0.0)),
-             _ts(r)) for r in rows if r.get("timestamp")]
+    """When each row's point ran: its timestamp (its end) minus its own seconds."""
+    return [(_ts(r) - datetime.timedelta(seconds=_point_s(r)), _ts(r))
+            for r in rows if r.get("timestamp")]
+
+
+def _run_spans(runs: list[dict[str, Any]]) -> list[tuple[datetime.datetime, datetime.datetime]]:
+    """When each recorded run of a sweep ran: its start (``timestamp``) plus its measured
+    ``wall_s`` (:func:`tvm_icca.dse.results.read_runs`)."""
+    return [(_ts(r), _ts(r) + datetime.timedelta(seconds=r["wall_s"])) for r in runs
+            if r.get("timestamp") and r.get("wall_s") is not None]
 
 
 def busy_seconds(spans: list[tuple[datetime.datetime, datetime.datetime]]) -> float:
@@ -87,31 +96,47 @@ def busy_seconds(spans: list[tuple[datetime.datetime, datetime.datetime]]) -> fl
     return total
 
 
-def cost_table(studies: dict[str, list[dict[str, Any]]]) -> list[str]:
+def cost_table(studies: dict[str, list[dict[str, Any]]],
+               runs: dict[str, list[dict[str, Any]]] | None = None) -> list[str]:
+    """What each study cost: the points' own seconds summed, and the measured wall time.
+
+    The wall time is measured, never derived from the points' sum: the runs' own clock where
+    the results' provenance file records the runs (``runs``), else the union of the points'
+    running intervals from the rows' timestamps (each row's end, minus its own seconds).
+    """
+    runs = runs or {}
     lines = ["## What each study cost here", "",
-             "Worker seconds: the compile and simulation seconds of every point, summed (what one "
-             "worker process spends; two workers share them). Wall time: the time the study's "
-             "points were running, from the rows' timestamps (resumed runs counted while they "
-             "ran). Both on this 2-core machine, with other work beside it.", "",
-             "| study | points | ok | does not fit | failed | worker s | mean s per point "
-             "| wall time |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "Point s: the wall seconds each point took on its worker, summed (`wall_s`; for rows "
+             "older than it, compile plus simulation seconds): what one worker alone would "
+             "spend. CPU s: the worker's CPU seconds, summed, where the rows record them. Wall "
+             "time: measured, by the runs' own clock where the results record their runs, else "
+             "the time any of the study's points was running, from the rows' timestamps "
+             "(resumed runs counted while they ran). On this 2-core machine, shared with other "
+             "work.", "",
+             "| study | points | ok | does not fit | failed | point s | CPU s | mean s per point "
+             "| wall time | wall time from |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     all_spans: list[tuple[datetime.datetime, datetime.datetime]] = []
-    total_worker = 0.0
+    total_points = 0.0
     for name, rows in studies.items():
         if not rows:
-            lines.append(f"| `{name}` | 0 | | | | | | not run |")
+            lines.append(f"| `{name}` | 0 | | | | | | | not run | |")
             continue
-        worker = sum(r.get("compile_s", 0.0) + r.get("simulate_s", 0.0) for r in rows)
-        total_worker += worker
-        spans = _spans(rows)
+        points = sum(_point_s(r) for r in rows)
+        total_points += points
+        cpu = [r["cpu_s"] for r in rows if r.get("cpu_s") is not None]
+        run_spans = _run_spans(runs.get(name, []))
+        spans, source = (run_spans, "runs' clock") if run_spans else (_spans(rows), "rows' timestamps")
         all_spans += spans
         wall = busy_seconds(spans)
         counts = [sum(r.get("status") == s for r in rows) for s in ("ok", "does_not_fit", "failed")]
+        cpu_text = (f"{sum(cpu):,.0f}" + ("" if len(cpu) == len(rows) else f" ({len(cpu)} rows)")
+                    if cpu else "not recorded")
         lines.append(f"| `{name}` | {len(rows)} | {counts[0]} | {counts[1]} | {counts[2]} "
-                     f"| {worker:,.0f} | {worker / len(rows):.1f} | {wall / 3600:.2f} h |")
-    lines += ["", f"All studies: {total_worker / 3600:.2f} worker hours, so "
-              f"{total_worker / 7200:.2f} h on two workers; wall time while any study ran: "
-              f"{busy_seconds(all_spans) / 3600:.2f} h. The published artifact: {ARTIFACT_COST}.", ""]
+                     f"| {points:,.0f} | {cpu_text} | {points / len(rows):.1f} "
+                     f"| {wall / 3600:.2f} h | {source} |")
+    lines += ["", f"All studies: {total_points / 3600:.2f} hours of the points' own time, summed; "
+              f"measured wall time while any study ran: {busy_seconds(all_spans) / 3600:.2f} h. "
+              f"The published artifact: {ARTIFACT_COST}.", ""]
     return lines
 
 
@@ -462,12 +487,13 @@ def main() -> None:
     args = parser.parse_args()
     src = pathlib.Path(args.results_dir)
     studies = {name: read(src / f"{name}.jsonl") for name in STUDIES}
+    runs = {name: read_runs(src / f"{name}.jsonl") for name in STUDIES}
     RESULTS.mkdir(parents=True, exist_ok=True)
     lines = ["# Elk §6.4 on tvm_icca: the full-size design-space studies", "",
              "From the results files of `benchmarks/dse/*.toml` (one `tvm-icca dse` run each, all "
              "layers of every model); the figures beside this table are drawn from the same rows.",
              ""]
-    lines += cost_table(studies)
+    lines += cost_table(studies, runs)
     lines += fig19(studies["elk_fig19_21_hbm"], RESULTS)
     lines += fig22(studies["elk_fig22_noc"], RESULTS)
     lines += fig23(studies["elk_fig23_cores"], studies["elk_fig23_dit"], RESULTS)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import pathlib
 
 import tvm
@@ -25,7 +24,7 @@ from tvm import relax
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.workloads import get_workload
-from result_files import write_markdown  # benchmarks/, beside this script
+from result_files import write_json, write_markdown  # benchmarks/, beside this script
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"
@@ -90,7 +89,7 @@ def main() -> None:
     text = render(rows)
     print(text)
     write_markdown(OUT / "op_granularity.md", text)
-    (OUT / "op_granularity.json").write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+    write_json(OUT / "op_granularity.json", {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -16,9 +16,12 @@ import shlex
 import sys
 from typing import Any
 
-from tvm_icca.provenance import Provenance, current
+from tvm_icca.provenance import Provenance, current, process_checkout_state
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# the commit a script records is the checkout's when it started (imported this module): the
+# code it runs, even if commits land in the checkout while it runs for hours
+process_checkout_state()
 
 #: The first words of every provenance line (the docs and the test look for them).
 PROVENANCE_PREFIX = "Made by `"

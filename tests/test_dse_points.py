@@ -80,3 +80,31 @@ def test_explicit_point_has_every_swept_column():
     assert all(r["hbm_bandwidth"] == 1e11 and r["num_cores"] == 16 for r in explicit)  # the base's
     grid = [r for r in rows if r["sram_bytes_per_core"] != 16384]
     assert {r["sram_bytes_per_core"] for r in grid} == {65536}
+
+
+def test_point_id_survives_a_chip_change_and_chip_changes_names_fields():
+    """A preset or fixed-field change changes every key but no point_id; chip_changes says how."""
+    import json
+
+    from tvm_icca.dse.points import chip_changes, chip_digest
+
+    before = expand(DseSpec.from_dict(STUDY))
+    edited = dict(STUDY, hardware={**STUDY["hardware"], "sync_cycles": 777})
+    after = expand(DseSpec.from_dict(edited))
+    assert [p.point_id for p in before] == [p.point_id for p in after]
+    assert len({p.point_id for p in before}) == len(before)
+    assert not {p.key for p in before} & {p.key for p in after}
+    old = json.loads(json.dumps(before[0].hw.to_dict()))  # as the provenance file holds it
+    assert chip_digest(old) == chip_digest(before[0].hw) != chip_digest(after[0].hw)
+    assert chip_changes(old, after[0].hw.to_dict()) == [
+        f"sync_cycles {before[0].hw.sync_cycles} -> 777"]
+    assert chip_changes(old, before[0].hw.to_dict()) == []
+    # a field added by a later version, and one it dropped
+    grown = dict(after[0].hw.to_dict(), new_field=3)
+    del grown["num_cores"]
+    changes = chip_changes(old, grown)
+    assert "num_cores 16 -> (absent)" in changes and "new_field (absent) -> 3" in changes
+    assert chip_changes(None, grown)[0].startswith("the earlier chip was not recorded")
+    # the notes describe the chip: neither its digest nor a change
+    noted = dict(old, notes="a different description")
+    assert chip_digest(noted) == chip_digest(old) and chip_changes(old, noted) == []

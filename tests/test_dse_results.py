@@ -67,3 +67,31 @@ def test_repeated_keys_and_bad_files(tmp_path):
     bad.write_text("not json\n{}\n")
     with pytest.raises(tvm_icca.IccaError, match="line 1"):
         read_rows(bad)
+
+
+def test_provenance_file_and_superseded_rows(tmp_path):
+    """Chips and runs go to <stem>.provenance.jsonl; a later row of a point (a changed chip)
+    supersedes the earlier; a chip changed back to an earlier one gets its row again."""
+    from tvm_icca.dse.results import (append_chip, append_run, provenance_path, read_chips,
+                                      read_runs)
+
+    path = tmp_path / "r.jsonl"
+    assert provenance_path(path) == str(tmp_path / "r.provenance.jsonl")
+    assert provenance_path("x.out") == "x.out.provenance.jsonl"
+    append_chip(path, "d1", {"num_cores": 80})
+    append_chip(path, "d2", {"num_cores": 72})
+    append_chip(path, "d1", {"num_cores": 80})  # two writers recording one chip: harmless
+    append_run(path, {"wall_s": 1.5})
+    assert read_chips(path) == {"d1": {"num_cores": 80}, "d2": {"num_cores": 72}}
+    assert read_runs(path) == [{"wall_s": 1.5}]
+    assert read_rows(path) == [] and read_chips(tmp_path / "none.jsonl") == {}
+    append_row(path, {"key": "k1", "point_id": "p", "n": 1})
+    append_row(path, {"key": "q1", "point_id": "q", "n": 2})
+    append_row(path, {"key": "k2", "point_id": "p", "n": 3})  # p on a changed chip
+    assert [r["n"] for r in read_rows(path)] == [2, 3]
+    assert [r["n"] for r in read_rows(path, superseded=True)] == [1, 2, 3]
+    append_row(path, {"key": "k1", "point_id": "p", "n": 4})  # p's chip changed back
+    assert [r["n"] for r in read_rows(path)] == [2, 4]
+    with pytest.warns(RuntimeWarning, match="repeats point"):
+        append_row(path, {"key": "k1", "point_id": "p", "n": 5})  # a true repeat
+        assert [r["n"] for r in read_rows(path)] == [2, 4]

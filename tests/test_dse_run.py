@@ -6,7 +6,9 @@ designs, plus a chip whose cores are too small for any plan (two ``does_not_fit`
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +20,12 @@ import pytest
 from runtime_sim.contract.metrics import DSE_METRICS, METRICS
 from tvm_icca.cli.main import main
 from tvm_icca.dse import expand, load_spec, read_rows, run
-from tvm_icca.dse.worker import TIMING_KEYS
+from tvm_icca.dse.points import chip_digest
+from tvm_icca.dse.results import provenance_path, read_chips, read_runs
+from tvm_icca.dse.run import ChipChangedWarning
+from tvm_icca.dse.worker import PROVENANCE_KEYS, TIMING_KEYS
+from tvm_icca.hardware_choice import HardwareSpec
+from tvm_icca.provenance import current
 
 SPEC = """
 name = "tiny"
@@ -50,8 +57,10 @@ def _spec(directory) -> str:
 
 
 def _comparable(rows):
-    """Rows by key without what measures the host (times, host name, cache counters)."""
-    return {r["key"]: {k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows}
+    """Rows by key without what measures the host (times, host name, cache counters) or names
+    the code (others commit to the checkout while the tests run)."""
+    return {r["key"]: {k: v for k, v in r.items() if k not in TIMING_KEYS + PROVENANCE_KEYS}
+            for r in rows}
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +94,26 @@ def test_sweep_rows(reference):
         assert sorted(k for k in row if k not in METRICS and k not in DSE_METRICS
                       and k not in row["inputs"]) == []
         assert row["tvm_icca_version"] and row["tvm_version"] and row["timestamp"]
+    # where each row came from: the code, the chip (stored once beside the results), the
+    # workload's arguments, and what the point cost
+    chips = read_chips(done.results)
+    origin = current()
+    for row in rows:
+        assert row["commit"] == origin.commit and row["dirty"] is origin.dirty
+        assert chip_digest(chips[row["chip_digest"]]) == row["chip_digest"]
+        hw = HardwareSpec.from_dict(chips[row["chip_digest"]])
+        assert (hw.hbm_bandwidth, hw.sram_bytes_per_core) == (row["hbm_bandwidth"],
+                                                             row["sram_bytes_per_core"])
+        assert row["workload_args"] == {"tiny": True, "context": 64}
+        assert row["wall_s"] >= row["compile_s"] + row["simulate_s"] > 0
+        assert 0 < row["cpu_s"]
+    assert len(chips) == 3 and len({r["point_id"] for r in rows}) == 6
+    (record,) = read_runs(done.results)  # one run computed them all
+    assert record["commit"] == origin.commit and record["spec"] == "tiny"
+    assert record["counts"] == {"ok": 4, "does_not_fit": 2} and record["pending"] == 6
+    assert record["wall_s"] >= record["points_wall_s"] == pytest.approx(
+        sum(r["wall_s"] for r in rows))
+    assert done.wall_s == record["wall_s"]
     # a second run finds everything done
     again = run(spec, jobs=1, progress=False)
     assert again.pending == [] and not again.counts and len(read_rows(done.results)) == 6
@@ -141,7 +170,9 @@ def test_ray_gives_the_same_rows(reference, tmp_path):
         done = run(_spec(tmp_path), ray="auto", progress=False)
     finally:
         ray.shutdown()
-    assert _comparable(read_rows(done.results)) == _comparable(rows)
+    ray_rows = read_rows(done.results)
+    assert _comparable(ray_rows) == _comparable(rows)
+    assert all(r["wall_s"] > 0 and r["cpu_s"] > 0 for r in ray_rows)  # measured on the workers
 
 
 def test_script_without_main_guard(tmp_path):
@@ -186,3 +217,100 @@ def test_persistent_plan_cache(reference, tmp_path, monkeypatch):
     again = run(path, jobs=1, progress=False, results=tmp_path / "again.jsonl", plan_cache=cache_dir)
     assert sum(again.counts.values()) == 6 and not searches
     assert _comparable(read_rows(tmp_path / "again.jsonl")) == _comparable(rows)
+
+
+def _copy_results(reference, directory):
+    """The reference sweep's results and provenance file, copied into ``directory``."""
+    _, done, _ = reference
+    target = os.path.join(directory, "tiny.jsonl")
+    shutil.copy(done.results, target)
+    shutil.copy(provenance_path(done.results), provenance_path(target))
+    return target
+
+
+def test_rerun_reproduces_and_reports_a_difference(reference, tmp_path, capsys):
+    """`dse rerun` computes rows again from what they stored: identical totals exit 0; a stored
+    total edited by 1% is found (exit 1); bad selections are usage errors (exit 2)."""
+    _, _, rows = reference
+    path = _copy_results(reference, tmp_path)
+    ok = next(i for i, r in enumerate(rows) if r["status"] == "ok")
+    no = next(i for i, r in enumerate(rows) if r["status"] == "does_not_fit")
+    assert main(["dse", "rerun", path, "--rows", f"{ok},{rows[no]['key'][:12]}"]) == 0
+    out = capsys.readouterr().out
+    assert "2 row(s) re-run" in out and "all reproduce" in out
+    assert f"{rows[ok]['total_s']:.6g}" in out
+    edited = [dict(r, total_s=r["total_s"] * 1.01) if i == ok else r for i, r in enumerate(rows)]
+    with open(path, "w", encoding="utf-8") as file:
+        file.writelines(json.dumps(r) + "\n" for r in edited)
+    assert main(["dse", "rerun", path, "--rows", str(ok)]) == 1
+    out = capsys.readouterr().out
+    line = next(li for li in out.splitlines() if li.startswith(f"{ok} "))
+    assert f"{1 - 1 / 1.01:.2e}" in line and "1 do not reproduce" in out
+    assert main(["dse", "rerun", path, "--rows", "99"]) == 2
+    assert main(["dse", "rerun", path, "--rows", "ffffffffff"]) == 2
+    assert main(["dse", _spec(tmp_path), "--rows", "1"]) == 2
+    capsys.readouterr()
+    # a row of a file without its provenance file cannot be re-run: it does not reproduce
+    os.remove(provenance_path(path))
+    assert main(["dse", "rerun", path, "--rows", str(no)]) == 1
+    assert "not re-run" in capsys.readouterr().out
+
+
+def test_resume_after_a_chip_change_names_the_fields(reference, tmp_path, capsys):
+    """The spec's chip changes under a finished sweep (here a fixed field; a preset edit is the
+    same): the resumed run says which points and fields, computes them again, and the file's
+    current rows are the new ones; changed back, the old chip's rows come back."""
+    _, _, rows = reference
+    path = _copy_results(reference, tmp_path)
+    original = _spec(tmp_path)
+    old_sync = HardwareSpec.from_dict(read_chips(path)[rows[0]["chip_digest"]]).sync_cycles
+    edited = tmp_path / "edited.toml"
+    edited.write_text(textwrap.dedent(SPEC).replace(
+        "hbm_controllers = 2", "hbm_controllers = 2\nsync_cycles = 777").replace(
+        'name = "tiny"', 'name = "tiny"\nresults = "tiny.jsonl"'))
+    assert main(["dse", str(edited), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert "6 point(s) have rows computed on a different chip" in captured.err
+    assert f"sync_cycles {old_sync} -> 777" in captured.err
+    assert captured.out.count("  redo  ") == 6
+    with pytest.warns(ChipChangedWarning, match=f"sync_cycles {old_sync} -> 777"):
+        done = run(str(edited), jobs=1, limit=1, progress=False)
+    assert len(done.changed) == 6 and sum(done.counts.values()) == 1
+    current_rows = read_rows(path)
+    assert len(current_rows) == 6 and len(read_rows(path, superseded=True)) == 7
+    (new,) = [r for r in current_rows if r["key"] not in {r0["key"] for r0 in rows}]
+    assert read_chips(path)[new["chip_digest"]]["sync_cycles"] == 777
+    # the original spec again: the recomputed point's chip changed back
+    with pytest.warns(ChipChangedWarning, match=f"sync_cycles 777 -> {old_sync}"):
+        back = run(original, jobs=1, progress=False)
+    assert sum(back.counts.values()) == 1
+    now = read_rows(path)
+    (again,) = [r for r in now if r.get("supersedes")]
+    assert again["supersedes"] == new["key"] and again["key"] != new["key"]
+    assert _comparable(dict(r, supersedes=None) for r in now) == _comparable(
+        dict(r, supersedes=None) for r in rows)
+
+
+def test_resume_matches_rows_older_than_point_ids(reference, tmp_path, capsys):
+    """Rows written before rows named their point and chip (the committed results of earlier
+    versions) are matched on what they recorded; the fields they recorded are compared."""
+    _, _, rows = reference
+    path = _copy_results(reference, tmp_path)
+    os.remove(provenance_path(path))
+    drop = ("point_id", "chip_digest", "workload_args", "supersedes")
+    with open(path, "w", encoding="utf-8") as file:
+        file.writelines(json.dumps({k: v for k, v in r.items() if k not in drop}) + "\n"
+                        for r in rows)
+    edited = tmp_path / "edited.toml"
+    edited.write_text(textwrap.dedent(SPEC).replace("hbm_controllers = 2", "hbm_controllers = 4")
+                      .replace('name = "tiny"', 'name = "tiny"\nresults = "tiny.jsonl"'))
+    assert main(["dse", str(edited), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "6 point(s) have rows computed on a different chip" in err
+    assert "hbm_controllers 2 -> 4, the other chip fields the row did not record" in err
+    with pytest.warns(ChipChangedWarning):
+        run(str(edited), jobs=1, limit=1, progress=False)
+    current_rows = read_rows(path)
+    assert len(current_rows) == 6 and len(read_rows(path, superseded=True)) == 7
+    (new,) = [r for r in current_rows if r.get("point_id")]
+    assert new["supersedes"] in {r["key"] for r in rows} and new["hbm_controllers"] == 4

@@ -24,7 +24,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Provenance", "SOURCE_PATHS", "UNKNOWN", "checkout_state", "current", "package_root"]
+__all__ = ["Provenance", "SOURCE_PATHS", "UNKNOWN", "checkout_state", "current", "package_root",
+           "process_checkout_state"]
 
 #: What an unknown commit or version is recorded as.
 UNKNOWN = "unknown"
@@ -130,9 +131,13 @@ def checkout_state(root: str | None = None) -> tuple[str, bool | None]:
 
 
 @functools.lru_cache(maxsize=None)
-def _process_checkout_state() -> tuple[str, bool | None]:
-    # Once per process: the code a process runs is the code it imported, so the state when it
-    # first asks is the right one (and a sweep's points do not each run git).
+def process_checkout_state() -> tuple[str, bool | None]:
+    """:func:`checkout_state` of :func:`package_root`, asked once per process.
+
+    The code a process runs is the code it imported, so the state when it first asks is the
+    right one even if the checkout moves on while it runs (others commit; a sweep's points do
+    not each run git). A script that runs long calls it when it starts.
+    """
     return checkout_state()
 
 
@@ -151,15 +156,15 @@ def current(command: str = "", *, fresh: bool = False) -> Provenance:
     command : str
         The command that makes the result (recorded as given).
     fresh : bool
-        Ask git again instead of reusing this process's first answer (a long-lived process
-        whose checkout changed; the code it imported did not).
+        Ask git again instead of reusing this process's first answer
+        (:func:`process_checkout_state`).
 
     Returns
     -------
     Provenance
         The record; never raises for a missing checkout or git.
     """
-    commit, dirty = checkout_state() if fresh else _process_checkout_state()
+    commit, dirty = checkout_state() if fresh else process_checkout_state()
     return Provenance(
         commit=commit, dirty=dirty, tvm_icca_version=_version("tvm-icca"),
         tvm_version=_version("apache-tvm"), python_version=sys.version.split()[0],

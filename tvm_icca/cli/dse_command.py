@@ -6,37 +6,48 @@ Examples::
     tvm-icca dse hbm-sweep.toml --jobs 2           # compute the missing points locally
     tvm-icca dse hbm-sweep.toml --ray auto         # ... on the Ray cluster (ray start)
     tvm-icca dse report hbm-sweep.jsonl --out hbm  # tables and plots of the results
+    tvm-icca dse rerun hbm-sweep.jsonl --rows 0,5  # re-run rows from what they stored
 
 The spec format is :mod:`tvm_icca.dse.spec`'s (and the documentation's DSE page). A sweep
 appends one row per point to its results file as points complete; run the same command again
-after an interruption and only the missing points are computed.
+after an interruption and only the missing points are computed; points whose chip changed
+since their rows were written (a preset edited) are named with the fields that changed, then
+computed again. ``dse rerun`` exits 0 when every re-run row reproduces its stored row, 1 when
+one does not (or cannot be re-run), 2 on a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import warnings
 
+from runtime_sim.contract.errors import InvalidSpecError
 from tvm_icca.cli.args import UsageError, add_progress_argument, existing_file, positive_int
 
 #: The word that makes ``tvm-icca dse`` report on a results file instead of running a spec.
 REPORT = "report"
+#: The word that makes ``tvm-icca dse`` re-run rows of a results file and compare them.
+RERUN = "rerun"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "dse", help="design-space exploration: sweep chips, workloads and preload designs "
-        "(or `dse report RESULTS`)",
+        "(or `dse report RESULTS`, `dse rerun RESULTS`)",
         description="Compile and time every point of a study (a TOML or YAML spec: a base chip, "
         "a grid of HardwareSpec fields, workloads, preload designs), appending one row per "
         "point to a JSON-lines results file; points already in it are skipped, so an "
         "interrupted sweep resumes. `tvm-icca dse report RESULTS [--out DIR]` writes the "
-        "markdown table and one plot per swept axis.",
+        "markdown table and one plot per swept axis. `tvm-icca dse rerun RESULTS [--rows ...]` "
+        "computes rows again from what they stored (chip, workload, design) and prints stored "
+        "vs new; it exits 0 when all reproduce, 1 otherwise.",
     )
     parser.add_argument("spec", metavar="SPEC", help="the study's .toml/.yaml spec, or the word "
-                        "'report' followed by a results file")
+                        "'report' or 'rerun' followed by a results file")
     parser.add_argument("report_results", nargs="?", metavar="RESULTS",
-                        help="with 'report': the results file (.jsonl) to tabulate and plot")
+                        help="with 'report' or 'rerun': the results file (.jsonl)")
     run = parser.add_argument_group("running a spec")
     run.add_argument("--dry-run", action="store_true",
                      help="list the points and which are done; compute nothing")
@@ -62,12 +73,45 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="directory of the report (default: <results stem>_report beside it)")
     report.add_argument("--no-plots", dest="plots", action="store_false",
                         help="write the markdown table only")
+    again = parser.add_argument_group("dse rerun")
+    again.add_argument("--rows", metavar="LIST", default=None,
+                       help="rows to re-run: comma-separated 0-based indices (the file's order), "
+                       "ranges 3-7, or key prefixes (8+ hex digits); default: all")
+    again.add_argument("--sample", type=positive_int, default=None, metavar="N",
+                       help="re-run N of the chosen rows, spread evenly through them")
+    again.add_argument("--tolerance", type=float, default=None, metavar="REL",
+                       help="relative difference under which a number reproduces (default 1e-9)")
     parser.set_defaults(func=_run)
     return parser
 
 
+def _rerun(args: argparse.Namespace) -> int:
+    # pylint: disable=import-outside-toplevel
+    from tvm_icca.dse.rerun import DEFAULT_TOLERANCE, rerun
+
+    if args.report_results is None:
+        raise UsageError("dse rerun: give the results file (tvm-icca dse rerun RESULTS)")
+    if not os.path.isfile(args.report_results):
+        raise UsageError(f"dse rerun: no such file: '{args.report_results}'")
+    tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+    if not tolerance >= 0:
+        raise UsageError(f"dse rerun: --tolerance must be a non-negative number, not {tolerance}")
+    try:
+        done = rerun(args.report_results, args.rows, sample=args.sample, tolerance=tolerance)
+    except InvalidSpecError as err:
+        raise UsageError(f"dse rerun: {err}") from None
+    print(done.table())
+    return 0 if done.agrees else 1
+
+
 def _run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
+    rerun_only = ("--rows", "--sample", "--tolerance")
+    given = [n for n, v in zip(rerun_only, (args.rows, args.sample, args.tolerance)) if v is not None]
+    if args.spec == RERUN:
+        return _rerun(args)
+    if given:
+        raise UsageError(f"dse: {', '.join(given)} belong to `tvm-icca dse rerun`")
     if args.spec == REPORT:
         if args.report_results is None:
             raise UsageError("dse report: give the results file (tvm-icca dse report RESULTS)")
@@ -84,16 +128,24 @@ def _run(args: argparse.Namespace) -> int:
                          "goes after the word 'report': tvm-icca dse report RESULTS)")
     if args.out is not None or not args.plots:
         raise UsageError("dse: --out and --no-plots belong to `tvm-icca dse report`")
-    from tvm_icca.dse.run import run
+    from tvm_icca.dse.run import ChipChangedWarning, describe_changes, run
     from tvm_icca.dse.spec import load_spec
 
     spec = load_spec(args.spec)
-    done = run(spec, jobs=args.jobs, ray=args.ray, dry_run=args.dry_run,
-               progress=args.progress, results=args.results, limit=args.limit,
-               plan_cache=args.plan_cache)
+    with warnings.catch_warnings():
+        # said here, before the sweep starts, instead of as a warning from inside it
+        warnings.simplefilter("ignore", ChipChangedWarning)
+        plan = run(spec, dry_run=True, results=args.results)
+        if plan.changed:
+            print(f"tvm-icca: note: {describe_changes(plan.changed)}", file=sys.stderr, flush=True)
+        done = plan if args.dry_run else run(
+            spec, jobs=args.jobs, ray=args.ray, progress=args.progress, results=args.results,
+            limit=args.limit, plan_cache=args.plan_cache)
     if args.dry_run:
+        changed = {c.point.key for c in done.changed}
         for point in done.points:
-            mark = "done" if point.key in done.done_before else "todo"
+            mark = ("done" if point.key in done.done_before else
+                    "redo" if point.key in changed else "todo")
             print(f"{point.index:>5}  {mark}  {point.key[:12]}  {point.label()}")
     print(done.describe())
     return 0

@@ -6,7 +6,10 @@ ONNX files with their sizes, and Elk preload designs. :func:`run` compiles every
 the model-level compiler (:func:`tvm_icca.compile_programs`), times it with the timing
 simulator, and appends one row per point to a JSON-lines results file; a sweep that is
 interrupted resumes where it stopped. ``tvm-icca dse SPEC`` is the command line, ``tvm-icca
-dse report RESULTS`` makes its tables and plots (:func:`write_report`).
+dse report RESULTS`` makes its tables and plots (:func:`write_report`), ``tvm-icca dse rerun
+RESULTS`` computes rows again from what they recorded and compares (:func:`rerun`). Every row
+says where it came from: its chip (stored once beside the results, :func:`read_chips`), the
+code's commit, its wall and CPU time (:mod:`tvm_icca.provenance`).
 
 Example::
 
@@ -18,14 +21,17 @@ Example::
 
 Modules: :mod:`~tvm_icca.dse.spec` (the spec), :mod:`~tvm_icca.dse.points` (points and keys),
 :mod:`~tvm_icca.dse.results` (the results file), :mod:`~tvm_icca.dse.worker` (one point),
-:mod:`~tvm_icca.dse.run` (the sweep), :mod:`~tvm_icca.dse.report` (tables and plots).
+:mod:`~tvm_icca.dse.run` (the sweep), :mod:`~tvm_icca.dse.report` (tables and plots),
+:mod:`~tvm_icca.dse.rerun` (re-running rows).
 """
 
 from tvm_icca.dse.points import DsePoint, expand
 from tvm_icca.dse.report import write_report
-from tvm_icca.dse.results import append_row, done_keys, read_rows
-from tvm_icca.dse.run import DseRun, run
+from tvm_icca.dse.rerun import RerunResult, rerun
+from tvm_icca.dse.results import append_row, done_keys, read_chips, read_rows, read_runs
+from tvm_icca.dse.run import ChipChangedWarning, DseRun, run
 from tvm_icca.dse.spec import DseSpec, load_spec
 
-__all__ = ["DsePoint", "DseRun", "DseSpec", "append_row", "done_keys", "expand", "load_spec",
-           "read_rows", "run", "write_report"]
+__all__ = ["ChipChangedWarning", "DsePoint", "DseRun", "DseSpec", "RerunResult", "append_row",
+           "done_keys", "expand", "load_spec", "read_chips", "read_rows", "read_runs", "rerun",
+           "run", "write_report"]

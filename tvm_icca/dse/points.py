@@ -7,6 +7,13 @@ the spec's fixed fields and base chip are in it), the workload and its arguments
 where the state lives and the execution model. The same point in a later run (or another spec)
 has the same key, which is how a results file knows what is done.
 
+Two more digests make a row traceable (issue 38): :func:`chip_digest` names the resolved chip
+(its whole spec is stored once beside the results, :mod:`tvm_icca.dse.results`), and
+:attr:`DsePoint.point_id` names the point within its study whatever its chip resolves to (the
+spec's name, the point's own chip overrides, the workload, the design, state and execution): a
+resumed sweep whose preset or fixed fields changed finds the rows of the same points computed
+on the old chip and says what changed (:func:`chip_changes`).
+
 The order groups points that share a workload and a chip up to its bandwidths
 (:data:`BANDWIDTH_SUFFIX`): a worker that runs a group's points one after another reuses its
 plan cache (operators planned for one chip answer the next design on that chip).
@@ -14,6 +21,7 @@ plan cache (operators planned for one chip answer the next design on that chip).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -22,7 +30,8 @@ from typing import Any
 from tvm_icca.dse.spec import DseSpec, _jsonable
 from tvm_icca.hardware_choice import HardwareSpec
 
-__all__ = ["DsePoint", "KEY_FORMAT", "expand", "point_key"]
+__all__ = ["DsePoint", "KEY_FORMAT", "chip_changes", "chip_digest", "chip_document", "expand",
+           "point_id", "point_key"]
 
 #: Part of every key: a change of what a key covers changes every key.
 KEY_FORMAT = 1
@@ -55,6 +64,8 @@ class DsePoint:
         Points of one group share a workload and a chip up to its bandwidths.
     key : str
         SHA-256 hex digest of the point's inputs (:func:`point_key`).
+    point_id : str
+        SHA-256 hex digest of the point's place in its study (:func:`point_id`).
     """
 
     index: int
@@ -66,6 +77,7 @@ class DsePoint:
     hw: HardwareSpec = field(repr=False, compare=False)
     group: str = field(default="", repr=False)
     key: str = ""
+    point_id: str = field(default="", repr=False)
 
     def inputs(self, spec: DseSpec) -> dict[str, Any]:
         """The flat inputs of a results row: the base chip, its fixed and swept fields, the
@@ -96,16 +108,72 @@ class DsePoint:
                 f"{self.hw.name}{f' [{chip}]' if chip else ''} {self.design}")
 
 
+def _digest(doc: Any) -> str:
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+#: HardwareSpec fields that describe a chip without defining it (its ``notes``, and the fields
+#: the dataclass leaves out of its equality, e.g. why a value is assumed): no part of a key.
+_DESCRIPTIVE = frozenset({"notes"} | {f.name for f in dataclasses.fields(HardwareSpec)
+                                      if not f.compare})
+
+
+def chip_document(hw: "HardwareSpec | dict[str, Any]") -> dict[str, Any]:
+    """What of a chip determines results: every field but the descriptive ones (``notes``)."""
+    chip = dict(hw) if isinstance(hw, dict) else hw.to_dict()
+    for name in _DESCRIPTIVE:
+        chip.pop(name, None)
+    return chip
+
+
+def chip_digest(hw: "HardwareSpec | dict[str, Any]") -> str:
+    """SHA-256 hex digest of a resolved chip (:func:`chip_document`, canonical JSON)."""
+    return _digest(chip_document(hw))
+
+
 def point_key(hw: HardwareSpec, workload: dict[str, Any], design: str, state: str | None,
               execution: str) -> str:
     """The stable key of a point: SHA-256 of the canonical JSON of its inputs (the whole chip
-    without its free-text ``notes``, the workload, the design, the state, the execution)."""
-    chip = hw.to_dict()
-    chip.pop("notes", None)
-    doc = {"format": KEY_FORMAT, "hardware": chip, "workload": workload, "design": design,
-           "state": state or "auto", "execution": execution}
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    without its descriptive fields, :func:`chip_document`; the workload, the design, the
+    state, the execution)."""
+    return _digest({"format": KEY_FORMAT, "hardware": chip_document(hw), "workload": workload,
+                    "design": design, "state": state or "auto", "execution": execution})
+
+
+def point_id(spec_name: str, overrides: dict[str, Any], workload: dict[str, Any], design: str,
+             state: str | None, execution: str) -> str:
+    """The point's place in its study: SHA-256 of the spec's name, the point's chip overrides
+    (its grid values or explicit point, not the chip they resolve to), the workload, the
+    design, the state and the execution. Unchanged when a preset or the spec's fixed fields
+    change; two rows of one ``point_id`` and different keys were computed on different chips."""
+    return _digest({"spec": spec_name, "overrides": overrides, "workload": workload,
+                    "design": design, "state": state or "auto", "execution": execution})
+
+
+def chip_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """The fields two chips (:meth:`HardwareSpec.to_dict` mappings) differ in, as
+    ``"num_cores 80 -> 72"`` (``"(absent)"`` for a field one of them lacks), ``notes`` left
+    out; ``old`` None (not recorded): one entry saying so."""
+    if old is None:
+        return ["the earlier chip was not recorded (a row written before rows stored their chip)"]
+    # through JSON: a stored chip holds lists where a live one holds tuples
+    old, new = (json.loads(json.dumps(chip_document(c), default=str)) for c in (old, new))
+    out = []
+    for name in [*old, *(n for n in new if n not in old)]:
+        a, b = old.get(name, _ABSENT), new.get(name, _ABSENT)
+        if a != b:
+            out.append(f"{name} {_shown(a)} -> {_shown(b)}")
+    return out
+
+
+_ABSENT = object()
+
+
+def _shown(value: Any) -> str:
+    if value is _ABSENT:
+        return "(absent)"
+    return _short(value) if not isinstance(value, str) else repr(value)
 
 
 def expand(spec: DseSpec) -> list[DsePoint]:
@@ -145,7 +213,9 @@ def expand(spec: DseSpec) -> list[DsePoint]:
                 points.append(DsePoint(
                     index=len(points), hardware=dict(overrides), workload=dict(workload),
                     design=design, state=spec.state, execution=spec.execution, hw=hw,
-                    group=group, key=point_key(hw, workload, design, spec.state, spec.execution)))
+                    group=group, key=point_key(hw, workload, design, spec.state, spec.execution),
+                    point_id=point_id(spec.name, overrides, workload, design, spec.state,
+                                      spec.execution)))
     return points
 
 

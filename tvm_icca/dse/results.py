@@ -6,6 +6,17 @@ it with ``O_APPEND``, writes the whole line with one ``write`` and ``fsync``\\s 
 lets go. A writer killed in the middle of its ``write`` leaves at most one torn last line;
 :func:`read_rows` ignores it (with a warning) and the next :func:`append_row` cuts it off
 before it writes, so a torn line never glues itself to a whole one.
+
+Beside the results file, its *provenance file* (:func:`provenance_path`: ``<stem>.provenance.jsonl``,
+JSON lines, appended the same way) holds what would repeat in every row: each resolved chip
+once (``{"chip": digest, "hardware": HardwareSpec.to_dict()}``; rows name it by their
+``chip_digest``), and one record per run of the sweep (its provenance, measured wall time and
+counts). A row stays small (a sweep has thousands) and the file of rows keeps one kind of line,
+so every reader of rows is unchanged; :func:`read_chips` and :func:`read_runs` read the rest.
+
+A sweep resumed after a chip changed (a preset edited) computes the changed points again
+(:mod:`tvm_icca.dse.run`); their earlier rows stay in the file but :func:`read_rows` returns
+only the newest row of each point (``point_id``), so tables and plots show one chip per point.
 """
 
 from __future__ import annotations
@@ -19,10 +30,16 @@ from typing import Any, Iterable
 
 from runtime_sim.contract.errors import IccaError
 
-__all__ = ["append_row", "done_keys", "read_rows"]
+__all__ = ["append_chip", "append_row", "clean_row", "append_run", "done_keys", "provenance_path",
+           "read_chips", "read_rows", "read_runs"]
 
 #: Bytes read at a time when looking back for the end of the last whole line.
 _CHUNK = 1 << 16
+
+
+def clean_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` as a results file holds it (JSON types; NaN and infinities as ``None``)."""
+    return json.loads(json.dumps(_clean(row), allow_nan=False, default=str))
 
 
 def _clean(value: Any) -> Any:
@@ -94,16 +111,21 @@ def _cut_torn_tail(fd: int, where: str) -> None:
     os.ftruncate(fd, end)
 
 
-def read_rows(path: "str | os.PathLike[str]") -> list[dict[str, Any]]:
+def read_rows(path: "str | os.PathLike[str]", *, superseded: bool = False) -> list[dict[str, Any]]:
     """The rows of a results file, in the order they were written.
 
     A torn last line (a writer killed mid-row) is ignored with a warning; so is a later row of
-    a key already read (two sweeps that ran the same point at once), keeping the first.
+    a key already read (two sweeps that ran the same point at once), keeping the first. A row
+    superseded by a later row of the same point (``point_id``) computed on a changed chip is
+    left out unless ``superseded``.
 
     Parameters
     ----------
     path : str or os.PathLike
         The results file; a missing file has no rows.
+    superseded : bool
+        Also return the rows later rows of their point replaced (the file's whole history): a
+        later row of the same ``point_id``, or one whose ``supersedes`` names the row's key.
 
     Returns
     -------
@@ -124,6 +146,7 @@ def read_rows(path: "str | os.PathLike[str]") -> list[dict[str, Any]]:
     lines = data.split(b"\n")
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
+    point_key: dict[str, str] = {}  # point_id -> the key of its newest row
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -139,15 +162,63 @@ def read_rows(path: "str | os.PathLike[str]") -> list[dict[str, Any]]:
                 continue
             raise IccaError(f"results file '{where}', line {number}: not a results row "
                             f"({err})") from None
-        key = row.get("key")
-        if key is not None and key in seen:
+        key, point = row.get("key"), row.get("point_id")
+        # a point whose chip changed back to one computed before has a new row of an old key
+        back = point is not None and point_key.get(point, key) != key
+        if key is not None and key in seen and not back:
             warnings.warn(f"results file '{where}': line {number} repeats point {str(key)[:12]}; "
                           "keeping the first row", RuntimeWarning, stacklevel=2)
             continue
         if key is not None:
             seen.add(key)
+            if point is not None:
+                point_key[point] = key
         rows.append(row)
-    return rows
+    if superseded:
+        return rows
+    newest = {r["point_id"]: i for i, r in enumerate(rows) if r.get("point_id")}
+    # a row older than point_id is replaced by the later row that names it
+    replaced = {str(r["supersedes"]): i for i, r in enumerate(rows) if r.get("supersedes")}
+    return [r for i, r in enumerate(rows) if newest.get(r.get("point_id"), i) == i
+            and replaced.get(str(r.get("key")), -1) < i]
+
+
+def provenance_path(results: "str | os.PathLike[str]") -> str:
+    """The provenance file beside a results file: ``x.jsonl`` -> ``x.provenance.jsonl``."""
+    where = os.fspath(results)
+    stem = where[:-len(".jsonl")] if where.endswith(".jsonl") else where
+    return stem + ".provenance.jsonl"
+
+
+def append_chip(results: "str | os.PathLike[str]", digest: str, hardware: dict[str, Any]) -> None:
+    """Record a resolved chip (:meth:`HardwareSpec.to_dict`) under its digest
+    (:func:`tvm_icca.dse.points.chip_digest`) in the results' provenance file."""
+    append_row(provenance_path(results), {"chip": digest, "hardware": hardware})
+
+
+def append_run(results: "str | os.PathLike[str]", record: dict[str, Any]) -> None:
+    """Record one run of a sweep (its provenance, wall time, counts) in the provenance file."""
+    append_row(provenance_path(results), {"run": record})
+
+
+def _sidecar(results: "str | os.PathLike[str]") -> list[dict[str, Any]]:
+    return read_rows(provenance_path(results), superseded=True)
+
+
+def read_chips(results: "str | os.PathLike[str]") -> dict[str, dict[str, Any]]:
+    """Digest -> the chip's :meth:`HardwareSpec.to_dict` mapping, of every chip the results'
+    provenance file records (the first record of a digest; empty without the file)."""
+    chips: dict[str, dict[str, Any]] = {}
+    for entry in _sidecar(results):
+        if "chip" in entry and isinstance(entry.get("hardware"), dict):
+            chips.setdefault(str(entry["chip"]), entry["hardware"])
+    return chips
+
+
+def read_runs(results: "str | os.PathLike[str]") -> list[dict[str, Any]]:
+    """The records of every run of the sweep on this results file, in order (see
+    :func:`tvm_icca.dse.run.run`: provenance, ``wall_s``, ``cpu_s``, counts)."""
+    return [entry["run"] for entry in _sidecar(results) if isinstance(entry.get("run"), dict)]
 
 
 def done_keys(rows_or_path: "Iterable[dict[str, Any]] | str | os.PathLike[str]") -> set[str]:

@@ -12,31 +12,87 @@ Local runs use one single-worker :class:`concurrent.futures.ProcessPoolExecutor`
 the group it has been working on (its plan cache answers it, :mod:`tvm_icca.dse.worker`). On
 Ray (``ray=``), points are ``ray.remote`` tasks with a bounded number in flight
 (``ray.wait``); the driver appends their rows.
+
+What a row was computed from is recorded with it (issue 38): the driver writes each resolved
+chip once to the results' provenance file before its points run, and one record of every run
+(provenance, the run's measured wall time, the points' summed wall and CPU seconds, counts)
+when it ends, interrupted or not. A point of the study whose newest row was computed on a
+different chip (a preset or a fixed field changed since) is computed again, after a
+:class:`ChipChangedWarning` naming the points and the fields that changed
+(:func:`describe_changes`); its old row stays in the file, superseded
+(:func:`tvm_icca.dse.results.read_rows`).
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
+import json
 import multiprocessing
 import os
+import shlex
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from runtime_sim.contract.errors import IccaError, InvalidSpecError
-from tvm_icca.dse.points import DsePoint, expand
-from tvm_icca.dse.results import append_row, read_rows
-from tvm_icca.dse.spec import DseSpec, load_spec
+from tvm_icca.dse.points import DsePoint, chip_changes, chip_digest, expand
+from tvm_icca.dse.results import append_chip, append_row, append_run, read_chips, read_rows
+from tvm_icca.dse.spec import DseSpec, hardware_fields, load_spec
 from tvm_icca.dse.worker import DOES_NOT_FIT, FAILED, OK, evaluate
 from tvm_icca.planning.plan_store import default_plan_cache_dir
 from tvm_icca.progress import ProgressLike, as_progress
+from tvm_icca.provenance import current
 
-__all__ = ["DseRun", "run", "RAY_EXTRA_HINT"]
+__all__ = ["ChipChange", "ChipChangedWarning", "DseRun", "describe_changes", "run",
+           "RAY_EXTRA_HINT"]
 
 #: What to install for Ray (setup.py's ``dse`` extra).
 RAY_EXTRA_HINT = "pip install 'tvm-icca[dse]'"
+
+
+class ChipChangedWarning(UserWarning):
+    """A resumed sweep found points computed on a chip that differs from what the spec
+    resolves to now; they are computed again (:func:`describe_changes` says how)."""
+
+
+@dataclass(frozen=True)
+class ChipChange:
+    """A point of the study whose newest row was computed on a different chip.
+
+    Parameters
+    ----------
+    point : DsePoint
+        The point, as the spec resolves it now.
+    old_key : str
+        The key of its newest row.
+    fields : tuple of str
+        How the chip changed, ``"num_cores 80 -> 72"`` (:func:`tvm_icca.dse.points.chip_changes`).
+    """
+
+    point: DsePoint
+    old_key: str
+    fields: tuple[str, ...]
+
+
+def describe_changes(changes: Sequence[ChipChange], shown: int = 3) -> str:
+    """Lines naming the changed points, grouped by how their chip changed (``shown`` points
+    of each group listed)."""
+    groups: dict[tuple[str, ...], list[ChipChange]] = {}
+    for change in changes:
+        groups.setdefault(change.fields, []).append(change)
+    lines = [f"{len(changes)} point(s) have rows computed on a different chip than the spec "
+             "resolves to now; they are computed again (their old rows stay in the file, "
+             "superseded):"]
+    for fields, members in groups.items():
+        what = ", ".join(fields) or "same chip fields (the key's format changed)"
+        names = "; ".join(f"{c.point.label()} (was {c.old_key[:12]})" for c in members[:shown])
+        more = f"; and {len(members) - shown} more" if len(members) > shown else ""
+        lines.append(f"  {len(members)} point(s): {what}")
+        lines.append(f"    {names}{more}")
+    return "\n".join(lines)
 
 
 @dataclass
@@ -60,6 +116,8 @@ class DseRun:
         Seconds the run took.
     dry_run : bool
         Nothing was computed (:func:`run` with ``dry_run=True``).
+    changed : list of ChipChange
+        Pending points whose newest row was computed on a different chip.
     """
 
     spec: DseSpec
@@ -69,6 +127,7 @@ class DseRun:
     counts: dict[str, int] = field(default_factory=lambda: collections.Counter())
     wall_s: float = 0.0
     dry_run: bool = False
+    changed: list[ChipChange] = field(default_factory=list)
 
     @property
     def pending(self) -> list[DsePoint]:
@@ -81,10 +140,12 @@ class DseRun:
         now = (f"{c.get(OK, 0)} ok, {c.get(DOES_NOT_FIT, 0)} do not fit, {c.get(FAILED, 0)} failed"
                + (f", {c['lost']} lost with their worker (run again to retry)" if c.get("lost") else ""))
         done = sum(p.key in self.done_before for p in self.points)
-        action = "would compute" if self.dry_run else f"computed in {self.wall_s:.1f} s:"
+        action = ("would compute" if self.dry_run else
+                  f"computed in {self.wall_s:.1f} s of measured wall time:")
         todo = len(self.pending)
+        changed = f" ({len(self.changed)} pending on a changed chip)" if self.changed else ""
         return (f"{self.spec.name}: {len(self.points)} points, {done} done before; {action} "
-                f"{todo if self.dry_run else now} -> {self.results}")
+                f"{todo if self.dry_run else now}{changed} -> {self.results}")
 
 
 def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
@@ -148,8 +209,12 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
             raise InvalidSpecError(f"{name} must be a positive integer, got {value!r}")
     path = os.fspath(results) if results is not None else spec.results
     points = expand(spec)
-    done = {str(r["key"]) for r in read_rows(path) if "key" in r}
+    newest = read_rows(path)  # a point's superseded rows (an earlier chip) are not done
+    done = {str(r["key"]) for r in newest if "key" in r}
     summary = DseRun(spec=spec, results=path, points=points, done_before=done, dry_run=dry_run)
+    summary.changed = _chip_changes(spec, summary.pending, newest, path)
+    if summary.changed:
+        warnings.warn(describe_changes(summary.changed), ChipChangedWarning, stacklevel=2)
     todo = summary.pending[:limit] if limit else summary.pending
     if dry_run or not todo:
         return summary
@@ -161,7 +226,34 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     elif plan_cache not in (None, False):
         cache_dir = os.path.abspath(os.fspath(plan_cache))
     tasks = [dict(_task(spec, p, base_dir), plan_cache=cache_dir) for p in todo]
+    replaced = {c.point.key: c.old_key for c in summary.changed}
+    for task in tasks:  # the row says which it replaces (a row older than point_id has none)
+        if task["key"] in replaced:
+            task["trace"]["supersedes"] = replaced[task["key"]]
+    recorded = read_chips(path)
+    for point in todo:  # each chip once, before any row names it
+        digest = chip_digest(point.hw)
+        if digest not in recorded:
+            append_chip(path, digest, point.hw.to_dict())
+            recorded[digest] = point.hw.to_dict()
+    origin = current(shlex.join(sys.argv))
+    points_s = {"wall_s": 0.0, "cpu_s": 0.0}
     start = time.perf_counter()
+    try:
+        _compute(spec, tasks, path, summary, points_s, progress, ray, jobs)
+    finally:  # an interrupted run is recorded too: its rows are in the file
+        summary.wall_s = time.perf_counter() - start
+        append_run(path, {**origin.to_dict(), "spec": spec.name, "wall_s": summary.wall_s,
+                          "points_wall_s": points_s["wall_s"], "points_cpu_s": points_s["cpu_s"],
+                          "counts": dict(summary.counts), "pending": len(tasks),
+                          "jobs": jobs, "ray": ray})
+    return summary
+
+
+def _compute(spec: DseSpec, tasks: list[dict[str, Any]], path: str, summary: DseRun,
+             points_s: dict[str, float], progress: ProgressLike, ray: str | None,
+             jobs: int | None) -> None:
+    """Compute ``tasks`` and append their rows to ``path`` as they complete."""
     with as_progress(progress).phase(f"dse {spec.name}", unit="point", total=len(tasks),
                                      leave=True) as bar:
         def on_row(row: dict[str, Any] | None, running: int) -> None:
@@ -170,6 +262,8 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
             else:
                 append_row(path, row)
                 summary.counts[row["status"]] += 1
+                points_s["wall_s"] += row.get("wall_s") or 0.0
+                points_s["cpu_s"] += row.get("cpu_s") or 0.0
             c = summary.counts
             bar.step(note=f"{running} running, {c.get(DOES_NOT_FIT, 0)} do not fit, "
                      f"{c.get(FAILED, 0) + c.get('lost', 0)} failed")
@@ -183,15 +277,104 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
             _run_local(tasks, jobs or min(_available_cpus(), len(tasks)), on_row)
         else:
             _run_ray(tasks, ray, jobs, on_row)
-    summary.wall_s = time.perf_counter() - start
-    return summary
+
+
+#: Input columns of a row that are neither chip fields nor workload arguments.
+_POINT_COLUMNS = frozenset({"spec", "hardware", "workload", "design", "state", "execution"})
+
+
+def _chip_changes(spec: DseSpec, pending: Sequence[DsePoint], newest: Sequence[dict[str, Any]],
+                  path: str) -> list[ChipChange]:
+    """The pending points of the study that have a row computed on another chip.
+
+    A row with a ``point_id`` is the point's when the ids match; its chip is in the provenance
+    file, so every changed field is named. A row written before rows named their point and
+    chip is matched on what it recorded (the spec's name, the workload and its arguments, the
+    design, state and execution, the point's own chip overrides) and compared on the chip
+    fields it recorded (the spec's fixed and swept ones).
+    """
+    by_point = {r["point_id"]: r for r in newest if r.get("point_id")}
+    legacy: dict[str, list[dict[str, Any]]] = {}
+    for row in newest:
+        if not row.get("point_id") and isinstance(row.get("inputs"), list) and "key" in row:
+            legacy.setdefault(_case(row.get("spec"), _row_workload(row), row.get("design"),
+                                    row.get("state"), row.get("execution")), []).append(row)
+    chips = read_chips(path) if by_point else {}
+    claimed: set[str] = set()
+    changes = []
+    for point in pending:
+        row = by_point.get(point.point_id)
+        if row is not None:
+            fields = chip_changes(chips.get(str(row.get("chip_digest"))), point.hw.to_dict())
+        else:
+            row = _legacy_row(spec, point, legacy, claimed)
+            if row is None:
+                continue
+            fields = _recorded_changes(row, point)
+        claimed.add(str(row["key"]))
+        changes.append(ChipChange(point=point, old_key=str(row["key"]), fields=tuple(fields)))
+    return changes
+
+
+def _case(spec_name: Any, workload: dict[str, Any], design: Any, state: Any, execution: Any) -> str:
+    return json.dumps([spec_name, workload, design, state or "auto", execution], sort_keys=True,
+                      default=str)
+
+
+def _row_workload(row: dict[str, Any]) -> dict[str, Any]:
+    """The workload and its arguments a row recorded (``workload_args``, or for an older row
+    its input columns that are no chip field)."""
+    if isinstance(row.get("workload_args"), dict):
+        return {"workload": row.get("workload"), **row["workload_args"]}
+    chip = set(hardware_fields())
+    return {"workload": row.get("workload"),
+            **{k: row.get(k) for k in row["inputs"] if k not in chip and k not in _POINT_COLUMNS}}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def _legacy_row(spec: DseSpec, point: DsePoint, legacy: dict[str, list[dict[str, Any]]],
+                claimed: set[str]) -> dict[str, Any] | None:
+    """The older row of the same point: same case and the point's own overrides; among several,
+    the one agreeing on the most swept columns."""
+    rows = legacy.get(_case(spec.name, point.workload, point.design, point.state,
+                            point.execution), [])
+    rows = [r for r in rows if str(r["key"]) not in claimed
+            and all(_same(r.get(f), v) for f, v in point.hardware.items())]
+    if not rows:
+        return None
+    inputs = point.inputs(spec)
+    return max(rows, key=lambda r: sum(_same(r.get(a), inputs.get(a)) for a in spec.axes))
+
+
+def _recorded_changes(row: dict[str, Any], point: DsePoint) -> list[str]:
+    """How the chip fields an older row recorded differ from the point's chip, and a note that
+    the rest was not recorded."""
+    chip = json.loads(json.dumps(point.hw.to_dict(), default=str))
+    out = [] if _same(row.get("hardware"), point.hw.name) else [
+        f"name {row.get('hardware')!r} -> {point.hw.name!r}"]
+    for name in row["inputs"]:
+        if name in chip and name not in _POINT_COLUMNS and not _same(row.get(name), chip[name]):
+            out.append(f"{name} {row.get(name)} -> {chip[name]}")
+    out.append(f"{'the' if not out else 'the other'} chip fields the row did not record (it "
+               "was written before rows stored their chip)")
+    return out
+
+
+def task_for(point: DsePoint, inputs: dict[str, Any], base_dir: str) -> dict[str, Any]:
+    """A point as the plain data a worker process receives (:func:`tvm_icca.dse.worker.evaluate`)."""
+    return {"key": point.key, "group": point.group, "inputs": inputs,
+            "hw": point.hw.to_dict(), "workload": point.workload, "design": point.design,
+            "state": point.state, "execution": point.execution, "base_dir": base_dir,
+            "trace": {"point_id": point.point_id, "chip_digest": chip_digest(point.hw),
+                      "workload_args": {k: v for k, v in point.workload.items()
+                                        if k != "workload"}}}
 
 
 def _task(spec: DseSpec, point: DsePoint, base_dir: str) -> dict[str, Any]:
-    """A point as the plain data a worker process receives."""
-    return {"key": point.key, "group": point.group, "inputs": point.inputs(spec),
-            "hw": point.hw.to_dict(), "workload": point.workload, "design": point.design,
-            "state": point.state, "execution": point.execution, "base_dir": base_dir}
+    return task_for(point, point.inputs(spec), base_dir)
 
 
 def _available_cpus() -> int:

@@ -12,18 +12,17 @@ on-disk layer that the other workers, later runs and other machines read too.
 
 from __future__ import annotations
 
-import datetime
-import importlib.metadata
 import os
-import platform
 import time
 from typing import Any
 
 from runtime_sim.contract.errors import HbmCapacityError, IccaError, PlanNotFoundError
 from tvm_icca.hardware_choice import HardwareSpec
 from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.provenance import current
 
-__all__ = ["evaluate", "plan_cache_for", "DOES_NOT_FIT", "FAILED", "OK", "TIMING_KEYS"]
+__all__ = ["evaluate", "plan_cache_for", "DOES_NOT_FIT", "FAILED", "OK", "PROVENANCE_KEYS",
+           "TIMING_KEYS"]
 
 OK, DOES_NOT_FIT, FAILED = "ok", "does_not_fit", "failed"
 
@@ -32,7 +31,10 @@ OK, DOES_NOT_FIT, FAILED = "ok", "does_not_fit", "failed"
 _SKIPPED = {"hardware", "topology", "design", "regions", "op_kinds", "slow_kinds", "slow_ops"}
 #: Columns that measure the host, not the chip: they differ between two runs of one point.
 TIMING_KEYS = ("compile_s", "simulate_s", "simulation_s", "elk_planning_s", "timestamp", "host",
-               "plan_cache_hits", "plan_cache_misses")
+               "plan_cache_hits", "plan_cache_misses", "wall_s", "cpu_s")
+#: Columns naming the code that computed the row (:mod:`tvm_icca.provenance`): two runs of one
+#: point on different commits differ in them, not in the result.
+PROVENANCE_KEYS = ("commit", "dirty", "tvm_icca_version", "tvm_version", "python_version")
 
 # one plan cache per worker process, for the points of one group (see plan_cache_for)
 _CACHE: dict[str, Any] = {"group": None, "path": None, "cache": None}
@@ -76,13 +78,6 @@ def _workload(spec: dict[str, Any], base_dir: str) -> Any:
     return model
 
 
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def evaluate(task: dict[str, Any]) -> dict[str, Any]:
     """Compile and time one point; its row, whatever happens to it.
 
@@ -92,7 +87,8 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
         ``key``, ``group``, ``inputs`` (the row's input columns), ``hw``
         (:meth:`HardwareSpec.to_dict`), ``workload``, ``design``, ``state``, ``execution``,
         ``base_dir`` (where relative ONNX paths are) and optionally ``plan_cache`` (the plan
-        cache's directory, :func:`plan_cache_for`).
+        cache's directory, :func:`plan_cache_for`) and ``trace`` (columns naming the point
+        and its chip: ``point_id``, ``chip_digest``, ``workload_args``).
 
     Returns
     -------
@@ -100,12 +96,15 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
         The row: the key, the inputs, ``status`` (``ok``, ``does_not_fit``: no plan fits the
         chip or its HBM, ``failed``: another error) and ``reason``; for ``ok`` the timing report's
         summary (:meth:`runtime_sim.timing.TimingReport.to_dict`, floors included); compile
-        and simulation seconds, versions, host and time.
+        and simulation seconds; the point's wall and CPU seconds in this process; the code
+        (:mod:`tvm_icca.provenance`: commit, uncommitted changes, versions), host and time.
     """
     # pylint: disable=import-outside-toplevel
     from tvm_icca.drivers.timing_only import compile_programs
 
-    row: dict[str, Any] = {"key": task["key"], "inputs": list(task["inputs"]), **task["inputs"]}
+    wall_start, cpu_start = time.perf_counter(), time.process_time()
+    row: dict[str, Any] = {"key": task["key"], **task.get("trace", {}),
+                           "inputs": list(task["inputs"]), **task["inputs"]}
     status, reason, metrics = OK, "", {}
     compile_s = simulate_s = elk_s = 0.0
     hits = misses = 0
@@ -137,9 +136,12 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
     if not compile_s:
         compile_s = time.perf_counter() - start
     row.update(status=status, reason=reason, **metrics)
+    origin = current()
     row.update(compile_s=compile_s, simulate_s=simulate_s, elk_planning_s=elk_s,
                plan_cache_hits=hits, plan_cache_misses=misses,
-               tvm_icca_version=_version("tvm-icca"), tvm_version=_version("apache-tvm"),
-               host=platform.node(),
-               timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+               wall_s=time.perf_counter() - wall_start, cpu_s=time.process_time() - cpu_start,
+               commit=origin.commit, dirty=origin.dirty,
+               tvm_icca_version=origin.tvm_icca_version, tvm_version=origin.tvm_version,
+               python_version=origin.python_version, host=origin.host,
+               timestamp=origin.timestamp)
     return row
