@@ -235,6 +235,7 @@ def test_inter_chip(exprs):
     (dict(topology="mesh", hbm_placement="columns:0,5"), "static"),
     (dict(topology="mesh"), "ideal"),
     (dict(num_chips=2, inter_chip_bandwidth=20e9), "elk-full"),
+    (dict(topology="mesh", mesh_torus=True, num_chips=2, inter_chip_bandwidth=20e9), "basic"),
 ])
 def test_every_floor_bounds_a_model(chip, design):
     """A tiny Llama decode on mesh chips, HBM inside the grid, two chips: every floor at most

@@ -70,7 +70,7 @@ from schedules.base import compute_dtype
 
 __all__ = ["FLOOR_KEYS", "RunTraffic", "bound_name", "busy_fraction", "interconnect_windows",
            "peak_seconds", "receive_capacity", "remainder", "resource_floors", "run_bound",
-           "run_traffic", "time_parts"]
+           "run_traffic", "shares", "time_parts"]
 
 #: The floors, in the order ties are broken (the first largest names the bound).
 FLOOR_KEYS = ("compute_floor_s", "compute_units_floor_s", "hbm_floor_s", "host_floor_s",
@@ -309,11 +309,6 @@ def busy_fraction(total_s: float, windows: Iterable[tuple[float, float, float]])
             last = t
         rate += delta
     return min(1.0, measure / total_s)
-
-
-#: The parts of a run's time (:func:`time_parts`), in the order tables show them.
-TIME_PARTS = ("compute at peak", "compute below peak", "sync", "link transfer", "hop latency",
-              "load wait", "contention wait", "host return")
 
 
 def time_parts(*, total_s: float, compute_s: float, transfer_s: float, unit_s: float,
