@@ -247,6 +247,14 @@ def test_two_calls_preload_of_a_later_call() -> None:
     assert stats["preloaded_bytes"] == total
     assert stats["regions"][1]["ops"][0]["preloaded_bytes"] == \
         op_preload(l2, [1], op=p1.ops[0]).preloaded_bytes
+    # the timing simulator of the same run agrees, the later call's preload space counted
+    # from its issue in call 0 on both sides (runtime_sim.contract.resting.stream_sram_peaks)
+    report = run_stats.last_run_timing(dev)
+    for key in ("peak_sram_bytes_per_core", "peak_preload_bytes_per_core", "preloads",
+                "executes", "preloaded_bytes", "distributed_bytes", "relayout_bytes", "steps"):
+        assert stats[key] == getattr(report, key), key
+    assert stats["peak_preload_bytes_per_core"] == (op_preload(l1, [0, 1], op=p0.ops[0]).space_bytes_per_core
+                                                    + op_preload(l2, [1], op=p1.ops[0]).space_bytes_per_core)
     # call 1 alone (a new run): nobody preloaded its weight
     with pytest.raises(DeviceProgramError, match="never preloads"):
         SimulatedDevice().run(p1, [y, w2])
