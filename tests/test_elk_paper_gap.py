@@ -85,3 +85,22 @@ def test_explanation_quotes_this_runs_numbers_and_says_what_was_not_run():
     assert "`artifact-matmul`: not run" in text
     assert "batch 16, context 4,096" in text
     assert "1000 TFLOPS" in text or "1002 TFLOPS" in text
+
+
+def test_append_merges_by_setting_and_model_and_explains_on_common_models():
+    def tagged(setting, model, ms):
+        return [dict(r, setting=setting, model=model) for r in _rows(ms)]
+    old = {"artifact-both": tagged("artifact-both", "a", [8.0, 5.0, 4.5, 4.0, 3.0]),
+           "preset": tagged("preset", "a", [6.0, 5.0, 4.5, 4.0, 3.0])}
+    new = {"preset": {"b": tagged("preset", "b", [4.0, 4.0, 4.0, 4.0, 4.0])},
+           "artifact-both": {"a": tagged("artifact-both", "a", [12.0, 5.0, 4.5, 4.0, 3.0])}}
+    out = gap.merged(old, new)
+    assert list(out) == ["preset", "artifact-both"]         # the settings' own order
+    assert sorted(out["preset"]) == ["a", "b"]
+    assert out["artifact-both"]["a"][0]["total_ms"] == 12.0   # run again: replaced
+    text = "\n".join(gap.explanation(out))
+    # numbers on the common model "a"; preset's two-model average named separately
+    assert "on a (the models every setting ran)" in text
+    assert "`preset`: 1.50x over Basic" in text               # a alone: 6 / 4
+    assert "`preset`: 1.25x over Basic, 1.12x over Static" in text and "over its 2 models" in text
+    assert "`artifact-both`: 3.00x over Basic" in text
