@@ -3,7 +3,9 @@
 Compilers that mimic a shared memory on an ICCA chip reserve part of every core's SRAM as a
 *virtual global memory*: every tensor is spread linearly over all cores (its home slices),
 the running operator is cut into tiles, and each core loads its tiles' inputs from their
-home cores, computes, and stores its output tile home. :class:`VgmLayout` is that geometry
+home cores, computes, and stores its output tile home (keeping the boxes it already holds
+under a ``reuse`` plan; a box several cores read in one phase can be multicast by its home
+core). :class:`VgmLayout` is that geometry
 for one operator and :class:`~runtime_sim.contract.plan.VgmPlan`; the functions below size
 the home slices of a region. The functional device executes it
 (:mod:`runtime_sim.functional.vgm_exec`) and the timing simulator times it

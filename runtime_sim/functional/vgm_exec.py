@@ -10,7 +10,9 @@ program computes the same numbers as its compute-shift twin:
 * per wave, tile ``i`` of the operator runs on core ``i mod cores``
   (:meth:`runtime_sim.contract.vgm_layout.VgmLayout.tile_origins`); per reduction chunk, every tile core
   copies the box of each input its tile reads from the home cores into a local tile buffer
-  (*load*), evaluates the tensor expression on that buffer only (*compute*,
+  (*load*; under a ``reuse`` plan a core whose previous box of an input is the same keeps
+  its own buffer instead, :meth:`_OpRun._fetch_or_keep`), evaluates the tensor expression on
+  that buffer only (*compute*,
   :mod:`runtime_sim.functional.expr_eval`) and accumulates into its output tile;
 * after the last chunk the epilogue is applied once to the full sum (its inputs are fetched
   then, as the timing model charges them) and the output tile is rounded to the output dtype
