@@ -22,8 +22,12 @@ def test_artifact_constants_as_rates():
     assert gap.artifact_sync_cycles() == 295            # 118 x 2 x 1.25
     # 32 rows x 16 x 16 block, 2 FLOP per MAC, in 24 * ceil(32 / 6) + 514 = 658 cycles
     assert gap.artifact_decode_matmul_flops_per_cycle(32) == pytest.approx(16384 / 658)
-    # the fixed 514 cycles per block dominate: more rows, better rate, never the peak of 128
-    rates = [gap.artifact_decode_matmul_flops_per_cycle(b) for b in (1, 8, 32, 128, 1024)]
+    assert gap.artifact_decode_matmul_flops_per_cycle(32, 32) == pytest.approx(16384 / 658)
+    # 128 columns: m = 128 (the longer side), two 16-wide blocks of the 32 rows per 16 of k:
+    # 2 * (24 * ceil(128 / 6) + 514) = 2084 cycles for 2 * 32 * 16 * 128 FLOP
+    assert gap.artifact_decode_matmul_flops_per_cycle(32, 128) == pytest.approx(131072 / 2084)
+    # the fixed 514 cycles per block dominate: wider tiles amortize them, never beyond 128
+    rates = [gap.artifact_decode_matmul_flops_per_cycle(32, c) for c in (32, 64, 128, 256, 4096)]
     assert rates == sorted(rates) and rates[-1] < 128
 
 
