@@ -98,25 +98,34 @@ assert abs(report.total_s - (report.compute_s + report.transfer_s + report.idle_
 # %%
 # Floors
 # ------
-# Three numbers bound any schedule of these operators on this chip from below, one resource
-# at a time (the report computes them; a run is bound by the largest):
+# The report bounds any schedule of these operators on this chip from below, one resource
+# at a time (``runtime_sim.timing.floors`` defines each; the glossary lists them):
 #
 # * ``hbm_floor_s``: the distinct bytes read from HBM (``hbm_bytes``: each weight and
 #   KV-cache byte once) at the full HBM bandwidth;
-# * ``compute_floor_s``: the FLOPs at the peak of every core's matrix unit;
+# * ``compute_floor_s``: the FLOPs at the peak of every core's matrix unit
+#   (``compute_units_floor_s``: each operator at the peak of the unit that runs it);
 # * ``interconnect_floor_s``: the bytes the cores must receive over their links (shifts,
 #   re-layouts, distributions and the delivery of every load), every core receiving at its
-#   full link bandwidth.
+#   full link bandwidth;
+# * ``host_floor_s`` and ``inter_chip_floor_s``: the host links and the links between chips;
+# * on a mesh, the cuts a load must cross: ``edge_ports_floor_s`` (HBM controllers on the
+#   edges), ``controller_ports_floor_s`` and ``injection_floor_s`` (controllers inside the
+#   grid), ``bisection_floor_s`` (the middle of the grid).
 #
-# A decode step multiplies every weight with a few activations, so it sits far above its
-# compute floor. ``hbm_utilization`` is exactly the HBM floor over the total time.
-floors = {name: data[name] for name in ("hbm_floor_s", "compute_floor_s", "interconnect_floor_s")}
-for name, value in floors.items():
-    print(f"{name:<22} {value * 1e6:9.2f} us  {value / report.total_s:6.1%} of total_s")
-binding = max(floors, key=floors.get)
-print(f"total_s                {report.total_s * 1e6:9.2f} us = "
-      f"{report.total_s / floors[binding]:.2f}x the largest floor, {binding}")
+# ``run_bound_by`` names the largest and ``floor_s`` is its value; a run more than 1.5x its
+# largest floor also says where the rest of its time goes (``remainder``). A decode step
+# multiplies every weight with a few activations, so it sits far above its compute floor.
+# ``hbm_utilization`` is exactly the HBM floor over the total time.
+floors = {name: value for name, value in data.items() if name.endswith("_floor_s") and value > 0}
+for name, value in sorted(floors.items(), key=lambda kv: -kv[1]):
+    print(f"{name:<26} {value * 1e6:9.2f} us  {value / report.total_s:6.1%} of total_s")
+print(f"total_s                    {report.total_s * 1e6:9.2f} us = "
+      f"{report.total_s / report.floor_s:.2f}x the largest floor, {report.run_bound_by}")
+for part, seconds in (report.remainder or {}).items():
+    print(f"  remainder: {part:<22} {seconds * 1e6:9.2f} us")
 assert all(report.total_s >= value for value in floors.values())
+assert report.floor_s == max(floors.values())
 assert abs(report.hbm_utilization - report.hbm_floor_s / report.total_s) <= 1e-9
 
 # %%
