@@ -262,9 +262,10 @@ _T10_VGM = ("T10's compute-shift plans beat our VGM by more than the paper's: th
             "reuse, multicast and an exhaustive tile search (the ablation in `t10_vs_vgm.md`); "
             "Poplar's per-step overheads on hardware, which would shrink the ratio, are not "
             "modelled (`t10_vs_vgm.md`, against T10 §6.2).")
-_T10_SHARE = ("Transfer shares depend on what compute costs: ours charges no Poplar vertex "
-              "overhead to either side, so compute is shorter and transfers a larger share for "
-              "T10 (`t10_vs_vgm.md`, against T10 §6.2).")
+_T10_SHARE = ("Not measured yet. Our T10 moves less than our VGM ({vgm_transfer_x}x less transfer "
+              "time), but a share also depends on compute time, and the simulator charges "
+              "neither side Poplar's per-step vertex overhead, which would lengthen compute on "
+              "hardware; that overhead is not modelled (`t10_vs_vgm.md`, against T10 §6.2).")
 _ELK_DECODE = ("Our cores run a decode matmul tile (32 rows) at the matrix unit's peak, so "
                "execution is faster than loading and every good design sits at the HBM floor "
                "(Ideal at {ideal_over_floor}x the HBM floor; the paper's Ideal at 1.55x). Under "
