@@ -232,8 +232,8 @@ assert [r["key"] for r in rows_again] == [r["key"] for r in rows]
 # ``tvm-icca dse report llama-decode.jsonl`` (:func:`tvm_icca.dse.write_report` in Python)
 # writes ``report.md``, the table of every point with Elk's breakdown and the utilizations,
 # and one plot per swept input: time against that input, one line per design, one panel
-# per combination of the other swept inputs, with the three floors dashed. The floor lines
-# are the least over the designs at each point, what the best schedule would have to beat.
+# per combination of the other swept inputs, with every floor that bounds a point dashed. The
+# floor lines are the least over the designs at each point, what the best schedule would have to beat.
 report_dir = os.path.join(workdir, "report")
 written = tvm_icca.dse.write_report(results, report_dir)
 for path in written:
