@@ -71,7 +71,9 @@ class Claim:
 
     ``ours`` computes our figure from :class:`Sources` (``None`` when the results file does
     not have it yet); ``cause`` is the measured reason for a difference beyond
-    :data:`TOLERANCE`, naming the results file or section that shows the measurement."""
+    :data:`TOLERANCE`, naming the results file or section that shows the measurement: a
+    template :func:`compare` fills with :func:`facts` and the claim's values under the Elk
+    artifact's costs (``{narrow}``, ``{wide}``)."""
 
     key: str
     where: str  # paper and section / figure
@@ -169,12 +171,18 @@ def _hbm_bound_until(src: Sources, model: str = "llama2-70b", slack: float = 1.1
     return None
 
 
+def _fig22_elk_full(src: Sources, hbm: float = 8e12) -> list[dict[str, Any]]:
+    """Llama2-70B's Elk-Full rows of Fig. 22 at ``hbm`` B/s of HBM, all-to-all, by link
+    bandwidth."""
+    return sorted((r for r in src.jsonl("elk_fig22_noc") if r["design"] == "elk-full"
+                   and r["topology"] == "all-to-all" and r["hbm_bandwidth"] == hbm),
+                  key=lambda r: r["link_bandwidth"])
+
+
 def _noc_saturates(src: Sources, hbm: float = 8e12, gain: float = 0.02) -> float | None:
     """The aggregate interconnect bandwidth (TB/s) beyond which Llama2-70B's Elk-Full time
     improves by less than ``gain`` at 8 TB/s of HBM, all-to-all (Elk §6.4 (2), Fig. 22)."""
-    rows = sorted((r for r in src.jsonl("elk_fig22_noc") if r["design"] == "elk-full"
-                   and r["topology"] == "all-to-all" and r["hbm_bandwidth"] == hbm),
-                  key=lambda r: r["link_bandwidth"])
+    rows = _fig22_elk_full(src, hbm)
     for lo, hi in zip(rows, rows[1:]):
         if lo["total_s"] / hi["total_s"] - 1.0 < gain:
             return lo["link_bandwidth"] * lo.get("num_cores", 5888) / 1e12
@@ -224,7 +232,7 @@ def facts(src: Sources) -> dict[str, str]:
     def put(name: str, fn: Callable[[], float | None], fmt: str) -> None:
         try:
             v = fn()
-        except (KeyError, TypeError, ZeroDivisionError, ValueError, StopIteration):
+        except (KeyError, TypeError, ZeroDivisionError, ValueError, StopIteration, IndexError):
             v = None
         out[name] = "?" if v is None else format(v, fmt)
 
@@ -242,10 +250,8 @@ def facts(src: Sources) -> dict[str, str]:
                                         for r in rows if r["design"] == "basic"]), ".0f")
     put("exposed_opt", lambda: next(100 * r["preload_only_s"] / (r["total_ms"] / 1e3) for r in rows
                                     if r["design"] == "elk-full" and r["model"] == "opt-30b"), ".1f")
-    fig22 = [r for r in src.jsonl("elk_fig22_noc") if r["design"] == "elk-full"
-             and r["topology"] == "all-to-all" and r["hbm_bandwidth"] == 8e12]
-    put("fig22_low", lambda: min(fig22, key=lambda r: r["link_bandwidth"])["total_s"]
-        / min(fig22, key=lambda r: r["link_bandwidth"])["hbm_floor_s"], ".3f")
+    fig22 = _fig22_elk_full(src)
+    put("fig22_low", lambda: fig22[0]["total_s"] / fig22[0]["hbm_floor_s"], ".3f")
     compile_rows = (src.json("elk_llm_compile.json") or {}).get("compile", [])
     put("orders_70b", lambda: next(r["orders_tried"] for r in compile_rows
                                    if r["model"] == "llama2-70b"), "d")
