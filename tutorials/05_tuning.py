@@ -79,6 +79,14 @@ print(f"{sum(g > 1 for g in gains)} of {len(gains)} tasks have a faster plan tha
       f"compiler's; the largest gain is {max(gains):.2f}x")
 assert all(r.best_s <= r.untuned_s for r in summary.results)
 
+# %%
+# Whether tuning finds anything depends on the chip and the session. On the IPU Mk2 preset,
+# whose cores run float32 at a quarter of their float16 rate, the compiler's analytic choice
+# has been the fastest plan measured for every task of this model; on the 16-core chip of
+# the small size, one matmul runs 1.5x faster with a measured plan. Where no task gained,
+# the records below still describe every measurement, and compiling with them changes no
+# operator: the sections that follow then show an empty list and a 1.00x change.
+
 fig, ax = plt.subplots(figsize=(8, 4))
 order = np.arange(len(summary.results))
 ax.bar(order - 0.2, [r.untuned_s * 1e6 for r in summary.results], 0.4, label="compiler's plan")
@@ -244,7 +252,12 @@ change = untuned["simulated_s"] / tuned_stats["simulated_s"]
 print(f"tuning: {change:.3f}x on the whole call; the tuned operators alone: "
       f"{sum(a.untuned_s for a in tuned.applied) * 1e6:.3f} us -> "
       f"{sum(a.tuned_s for a in tuned.applied) * 1e6:.3f} us")
-assert tuned.applied and change < max(a.gain for a in tuned.applied)
+if tuned.applied:
+    # the tuned operators are part of the call: the call gains less than its best operator
+    assert 1.0 < change < max(a.gain for a in tuned.applied)
+else:
+    # no record beat the compiler's plan, so the two compilations are the same program
+    assert change == 1.0
 assert untuned_timing.host_s > untuned_timing.compute_s + untuned_timing.transfer_s
 assert default_stats["simulated_s"] < tuned_stats["simulated_s"]
 
