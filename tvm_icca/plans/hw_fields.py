@@ -20,7 +20,7 @@ on-disk layer) key each result on exactly the fields its computation reads:
 ``tests/test_hw_fields.py`` runs the search, the placement and the options on a spec whose
 undeclared fields are changed and on a spec that records every field read, and fails if any
 computation reads a field these lists leave out. A field a new cost term reads must be added
-here (and :data:`tvm_icca.planning.plan_cache.PLAN_FORMAT` bumped, so that plans kept on disk
+here (and :data:`tvm_icca.planning.plan_store.PLAN_FORMAT` bumped, so that plans kept on disk
 under the old keys are not read).
 """
 
