@@ -11,26 +11,40 @@ the public API (``tvm_icca.*``), as a user would.
 from __future__ import annotations
 
 import argparse
+import shutil
 from importlib import resources
 from typing import Any
 
-from tvm_icca.cli.args import add_hardware_argument, add_progress_argument
+from tvm_icca.cli.args import add_hardware_argument, add_progress_argument, writable_path
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("demo", help="compile and run the bundled ONNX encoder layer")
     add_hardware_argument(parser, "chip to run on")
     add_progress_argument(parser)
+    parser.add_argument("--write-model", metavar="PATH", type=writable_path, default=None,
+                        help="only write the bundled model (input x: float32 [32, 64]) to PATH, "
+                             "e.g. model.onnx, to try the other commands on")
     parser.set_defaults(func=_run)
     return parser
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.write_model is not None:
+        return write_demo_model(args.write_model)
     return run_demo(args.hw, progress=args.progress)
 
 
 def demo_model_path() -> str:
+    """Where the bundled encoder layer (the demo's model) is installed."""
     return str(resources.files("tvm_icca") / "data" / "encoder_layer.onnx")
+
+
+def write_demo_model(path: str) -> int:
+    """Copy the bundled model to ``path`` (get_started's first step); 0."""
+    shutil.copyfile(demo_model_path(), path)
+    print(f"wrote {path}: the bundled ONNX encoder layer (input x: float32 [32, 64])")
+    return 0
 
 
 def run_demo(hw: Any = "ipu-mk2", progress: bool = True) -> int:
