@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from runtime_sim.contract.hardware import preset  # noqa: E402
+from runtime_sim.contract.presets import preset  # noqa: E402
 from tvm_icca.cli.fit_cost_model_command import (  # noqa: E402
     accuracy,
     fit_cost_model,

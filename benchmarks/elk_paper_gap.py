@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from elk_llm import DESIGNS, run_case  # noqa: E402  (benchmarks/, beside this script)
 from result_files import write_json, write_markdown  # noqa: E402
-from runtime_sim.contract.hardware import preset  # noqa: E402
+from runtime_sim.contract.presets import preset  # noqa: E402
 from tvm_icca.elk.designs import STATIC_STEP_BYTES  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -17,7 +17,7 @@ import json
 import pathlib
 import time
 
-from runtime_sim.contract.hardware import preset
+from runtime_sim.contract.presets import preset
 from tvm_icca.cli.plan_command import conv2d_expr
 from tvm_icca.plans import SearchMemo, plan_operator, space_sizes
 from tvm_icca.plans.filters import PlanFilters

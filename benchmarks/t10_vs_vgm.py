@@ -33,7 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from runtime_sim.contract.errors import IccaError  # noqa: E402
-from runtime_sim.contract.hardware import preset  # noqa: E402
+from runtime_sim.contract.presets import preset  # noqa: E402
 from runtime_sim.contract.plan import VgmPlan  # noqa: E402
 from runtime_sim.timing.vgm_timing import simulate_vgm_timing  # noqa: E402
 from tvm_icca.partition.partitioner import partition_for_icca  # noqa: E402

@@ -25,8 +25,10 @@ from runtime_sim.contract.errors import (
     InvalidPlanError,
     UnsupportedDtypeError,
 )
-from runtime_sim.contract.hardware import MAX_CORES, PRESET_NAMES, HardwareSpec, preset, small_chip
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.hardware_limits import MAX_CORES
 from runtime_sim.contract.plan import ExecutionPlan, VgmPlan
+from runtime_sim.contract.presets import PRESET_NAMES, preset, small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing import simulate_timing
@@ -627,7 +629,7 @@ def test_capacity_error_names_the_composite_its_tensor_the_chip_and_the_budget(e
 
 def test_no_plan_error_names_the_operator_tensors_chip_and_budget():
     from runtime_sim.contract.errors import PlanNotFoundError
-    from runtime_sim.contract.hardware import small_chip as chip
+    from runtime_sim.contract.presets import small_chip as chip
     from tvm_icca.plans import plan_operator
 
     hw = chip(4, 16 * 1024)
@@ -644,7 +646,7 @@ def test_no_plan_error_within_a_caller_budget_says_what_is_outside_it():
     """A budget below the usable SRAM (a caller's ``budget_bytes`` or a region's live
     tensors) is explained as bytes outside the operator's budget, true of both."""
     from runtime_sim.contract.errors import PlanNotFoundError
-    from runtime_sim.contract.hardware import small_chip as chip
+    from runtime_sim.contract.presets import small_chip as chip
     from tvm_icca.plans import plan_operator
 
     hw = chip(16, 64 * 1024)

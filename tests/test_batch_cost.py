@@ -19,7 +19,7 @@ import pytest
 
 from runtime_sim.contract.errors import PlanNotFoundError
 from runtime_sim.contract.expr import Axis, TensorAccess, TensorExpr
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.plans import plan_operator, rotation_cover
 from tvm_icca.plans.batch_cost import rotation_shift_bound
 from tvm_icca.plans.bounds import partition_lower_bounds, subtensor_lower_bounds

@@ -28,10 +28,10 @@ from tvm import relax  # noqa: E402
 
 import tvm_icca  # noqa: E402
 from runtime_sim.contract.expr import TensorExpr  # noqa: E402
-from runtime_sim.contract.hardware import preset, small_chip  # noqa: E402
 from runtime_sim.contract.layout import OpLayout  # noqa: E402
 from runtime_sim.contract.plan import ExecutionPlan  # noqa: E402
 from runtime_sim.contract.plan_rules import pinned_axes  # noqa: E402
+from runtime_sim.contract.presets import preset, small_chip  # noqa: E402
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl  # noqa: E402
 from runtime_sim.functional.device import SimulatedDevice  # noqa: E402
 from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm  # noqa: E402

@@ -18,9 +18,9 @@ from runtime_sim.contract.errors import (
     UnsupportedDtypeError,
 )
 from runtime_sim.contract.expr import Axis, TensorAccess, TensorExpr
-from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.contract.layout import OpLayout, ShiftEvent
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import preset, small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.contract.validation import validate_program
 from runtime_sim.functional.device import SimulatedDevice, get_device

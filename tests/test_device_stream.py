@@ -12,7 +12,6 @@ import pytest
 
 from runtime_sim import run_stats
 from runtime_sim.contract.errors import DeviceProgramError, InvalidPlanError, SramOverflowError
-from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.layout import OpLayout, checked_layout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.preload_chunks import (
@@ -22,6 +21,7 @@ from runtime_sim.contract.preload_chunks import (
     held_chunk,
     op_preload,
 )
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, PreloadSchedule, TensorDecl
 from runtime_sim.contract.stream import offchip_inputs, run_stream
 from runtime_sim.functional.device import SimulatedDevice

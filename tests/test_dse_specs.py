@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from runtime_sim.contract.hardware import preset
+from runtime_sim.contract.presets import preset
 from tvm_icca.dse import expand, load_spec
 
 SPEC_DIR = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "dse"

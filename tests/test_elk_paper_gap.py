@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import elk_paper_gap as gap  # noqa: E402
-from runtime_sim.contract.hardware import preset  # noqa: E402
+from runtime_sim.contract.presets import preset  # noqa: E402
 
 
 def test_artifact_constants_as_rates():

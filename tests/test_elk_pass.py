@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runtime_sim.contract.errors import IccaError
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.stream import offchip_inputs, run_stream
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning import PRELOAD_DESIGNS

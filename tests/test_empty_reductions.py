@@ -11,7 +11,7 @@ from onnx.reference import ReferenceEvaluator
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.frontend.empty_reductions import FoldEmptyReductions
 from tvm_icca.testing.relax_functions import relax_function
 

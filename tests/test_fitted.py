@@ -2,7 +2,7 @@
 
 import pytest
 
-from runtime_sim.contract.hardware import preset, small_chip
+from runtime_sim.contract.presets import preset, small_chip
 from tvm_icca.cli.fit_cost_model_command import (
     accuracy,
     fit_cost_model,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram
 from runtime_sim.machine.topology import make_topology
 from runtime_sim.timing import simulate_timing

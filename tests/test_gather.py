@@ -25,9 +25,9 @@ from tvm import relax
 import tvm_icca
 from runtime_sim.contract.errors import DeviceProgramError
 from runtime_sim.contract.expr import Gather, gather_rows
-from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.contract.relayout import canonical_grid, gather_relayout, input_boxes
 from runtime_sim.contract.validation import validate_program

@@ -19,7 +19,7 @@ from onnx.reference import ReferenceEvaluator
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.frontend.group_norm import DecomposeGroupNorm
 from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.testing.relax_functions import relax_function

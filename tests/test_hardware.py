@@ -5,13 +5,9 @@ import json
 import pytest
 
 from runtime_sim.contract.errors import IccaError, InvalidHardwareSpecError
-from runtime_sim.contract.hardware import (
-    PRESET_NAMES,
-    HardwareSpec,
-    load_hardware,
-    preset,
-    small_chip,
-)
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.hardware_files import load_hardware
+from runtime_sim.contract.presets import PRESET_NAMES, preset, small_chip
 
 
 def test_ipu_mk2_preset_matches_sourced_figures():

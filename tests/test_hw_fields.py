@@ -14,9 +14,10 @@ import sys
 
 import pytest
 
-from runtime_sim.contract.hardware import KIB, HardwareSpec, small_chip
+from runtime_sim.contract.hardware import KIB, HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.plans import SearchMemo
 from tvm_icca.plans import search as search_module
 from tvm_icca.plans.hw_fields import (

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from runtime_sim.contract.errors import PlanNotFoundError
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.workloads import get_workload
 
@@ -111,8 +111,8 @@ def test_tiny_conv_net_kept_on_chip_of_many_cores_is_planned() -> None:
     can reach only with over 11% padding), so their candidates come from the padding-bound
     space (:func:`tvm_icca.plans.pareto.relaxations`), not the complete one (1e8 plans per
     convolution, minutes of scanning)."""
-    from runtime_sim.contract.hardware import preset
     from runtime_sim.contract.layout import OpLayout
+    from runtime_sim.contract.presets import preset
     from tvm_icca.planning.plan_cache import PlanCache
     from tvm_icca.plans.filters import PlanFilters
     from tvm_icca.plans.scoring import candidate_partitions

@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 
-from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.lifetimes import (
     held_beside_later,
     held_bytes,
@@ -14,6 +13,7 @@ from runtime_sim.contract.lifetimes import (
     released,
     staying_outputs,
 )
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.machine.links import (
     chunk_latency_seconds,
     link_transfer_seconds,

@@ -19,8 +19,8 @@ import pytest
 
 import tvm_icca
 from runtime_sim import run_stats
-from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.contract.metrics import METRICS
+from runtime_sim.contract.presets import preset, small_chip
 from runtime_sim.contract.program import PRELOAD
 from runtime_sim.contract.stream import run_stream
 from runtime_sim.functional.device import SimulatedDevice

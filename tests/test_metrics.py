@@ -11,8 +11,8 @@ import tvm
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.metrics import METRICS, OP_METRICS, metric
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.timing.report import OpTiming, TimingReport
 from tvm_icca.cli.main import main
 from tvm_icca.testing.relax_functions import relax_function

@@ -6,7 +6,7 @@ import tvm
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.hardware import preset, small_chip
+from runtime_sim.contract.presets import preset, small_chip
 from tvm_icca.testing import mlp, residual_cnn, transformer_encoder_layer
 
 MODELS = {

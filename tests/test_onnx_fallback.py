@@ -34,7 +34,7 @@ from onnx import numpy_helper
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.partition.patterns import CODEGEN_NAME
 from tvm_icca.testing.onnx_node_cases import inputs_as_initializers
 

@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.testing.onnx_node_cases import inputs_as_initializers
 
 # Op kind (issue list) -> ONNX node cases of that kind (float32 cases TVM's importer accepts).

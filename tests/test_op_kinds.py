@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from runtime_sim.contract.errors import DeviceProgramError
-from runtime_sim.contract.hardware import preset
 from runtime_sim.contract.op_kinds import OP_KINDS
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import preset
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.contract.validation import validate_program
 from tvm_icca.testing import exprs as builders

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.plans.option_pool import available_jobs, map_in_workers, options_of_many

@@ -18,7 +18,7 @@ from tvm import relax, te, tirx, topi
 from tvm.sym import Analyzer
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.functional.device import SimulatedDevice
 from tvm_icca.frontend.pad_rewrites import RecognizePad, recognize_pad

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import preset, small_chip
 from tvm_icca.plans import AnalyticCostModel, plan_operator
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.pareto import pareto_front, pareto_plans, space_sizes

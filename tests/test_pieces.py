@@ -11,7 +11,7 @@ import pytest
 
 from runtime_sim.contract.errors import DeviceProgramError
 from runtime_sim.contract.expr import TensorView
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.contract.validation import validate_program
 from runtime_sim.functional.device import SimulatedDevice

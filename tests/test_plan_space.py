@@ -16,9 +16,9 @@ import pytest
 
 from runtime_sim.contract.errors import IccaError, InvalidPlanError
 from runtime_sim.contract.expr import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
-from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import preset, small_chip
 from tvm_icca.plans import AnalyticCostModel, plan_operator
 from tvm_icca.plans.batch_cost import (
     AnalyticBatchModel,

@@ -11,7 +11,8 @@ import pytest
 
 import tvm_icca
 from runtime_sim.contract.errors import PlanNotFoundError
-from runtime_sim.contract.hardware import KIB, small_chip
+from runtime_sim.contract.hardware import KIB
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning import plan_store
 from tvm_icca.planning.plan_cache import PlanCache

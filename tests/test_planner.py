@@ -14,7 +14,7 @@ from tvm import relax
 from tvm.script import relax as R
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning import (
     PROGRAM_ATTR,

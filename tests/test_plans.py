@@ -5,9 +5,9 @@ import math
 import pytest
 
 from runtime_sim.contract.errors import PlanNotFoundError
-from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import preset, small_chip
 from tvm_icca.plans import AnalyticCostModel, plan_operator, rotating_tensors
 from tvm_icca.plans.intmath import divisors
 from tvm_icca.plans.partitions import axis_values

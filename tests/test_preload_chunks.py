@@ -94,7 +94,7 @@ def test_delivered_plus_distributed_is_every_partition() -> None:
 def test_whole_partition_preload_is_the_plain_load(topology, kind) -> None:
     # with one chunk per partition the preload state is the execute state: its delivery must
     # cost what the simulator's plain load (replica groups from the input boxes) costs
-    from runtime_sim.contract.hardware import small_chip
+    from runtime_sim.contract.presets import small_chip
     from runtime_sim.machine.preload_delivery import preload_delivery
     from runtime_sim.machine.topology import make_topology
     from runtime_sim.timing.work import WorkBuilder
@@ -119,7 +119,7 @@ def test_whole_partition_preload_is_the_plain_load(topology, kind) -> None:
 def test_distribution_pattern_costs_its_explicit_flows(chips) -> None:
     # the per-block multicast pattern (O(cores)) must cost exactly what its explicit flows cost
     # on the all-to-all exchange: receive ports, one send per chunk, one fabric copy per chip
-    from runtime_sim.contract.hardware import small_chip
+    from runtime_sim.contract.presets import small_chip
     from runtime_sim.machine.preload_delivery import distribution_pattern
     from runtime_sim.machine.topology import make_topology
 

@@ -20,7 +20,7 @@ from tvm import relax
 
 import tvm_icca
 from runtime_sim import run_stats
-from runtime_sim.contract import hardware
+from runtime_sim.contract import hardware, presets
 from runtime_sim.contract.metrics import METRICS
 from runtime_sim.timing import TimingReport, simulate_timing
 from tvm_icca.testing.relax_functions import relax_function
@@ -32,8 +32,8 @@ RUNTIME_SIM_ENTRY_POINTS = {
     "runtime_sim.timing.simulate_timing": simulate_timing,
     "runtime_sim.timing.TimingReport": TimingReport,
     "runtime_sim.contract.hardware.HardwareSpec": hardware.HardwareSpec,
-    "runtime_sim.contract.hardware.preset": hardware.preset,
-    "runtime_sim.contract.hardware.small_chip": hardware.small_chip,
+    "runtime_sim.contract.presets.preset": presets.preset,
+    "runtime_sim.contract.presets.small_chip": presets.small_chip,
     "runtime_sim.run_stats.last_run_stats": run_stats.last_run_stats,
 }
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.plans.pareto import pareto_plans
 from tvm_icca.plans.reconcile import (
     OpOptions,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.lower.region import PendingOp, RegionOps
 from tvm_icca.planning.region_plans import compute_bound
 from tvm_icca.plans import plan_operator

@@ -12,7 +12,7 @@ import tvm
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.split.region_split import JOIN_FAN_IN, original_operator, piece_name
 from tvm_icca.split.split_choice import needs_split

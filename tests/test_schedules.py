@@ -9,8 +9,8 @@ from runtime_sim.contract.expr import (
     TensorExpr,
     make_load,
 )
-from runtime_sim.contract.hardware import preset
 from runtime_sim.contract.op_kinds import OP_KINDS
+from runtime_sim.contract.presets import preset
 from schedules import (
     ComputeTemplate,
     _registry,

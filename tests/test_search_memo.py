@@ -8,7 +8,7 @@ import pytest
 import tvm_icca.plans.partitions as partitions
 import tvm_icca.plans.search as search
 import tvm_icca.plans.structure as structure
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.plans import SearchMemo, plan_operator, space_sizes
 from tvm_icca.plans.filters import PlanFilters
 from tvm_icca.plans.partitions import op_partitions, plans_for

@@ -11,7 +11,7 @@ import tvm
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.cli.main import main
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning import CompileOptions
@@ -117,7 +117,7 @@ def test_simulate_names_chip_design_and_weights_first(capsys) -> None:
 
 
 def test_every_command_has_the_same_default_chip(capsys) -> None:
-    from runtime_sim.contract.hardware import DEFAULT_PRESET
+    from runtime_sim.contract.presets import DEFAULT_PRESET
 
     for command in ("compile", "simulate", "run", "tune", "plan", "demo", "models"):
         try:

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from runtime_sim.contract.constants import encode_constant
 from runtime_sim.contract.errors import SramOverflowError
-from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import preset, small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.contract.validation import validate_program
 from runtime_sim.functional.device import SimulatedDevice

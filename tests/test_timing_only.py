@@ -9,7 +9,7 @@ import re
 import pytest
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.cli.main import main as cli_main
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.ops.data_movement import split_to_slices

@@ -7,8 +7,8 @@ import math
 import pytest
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.metrics import METRICS
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.timing.floors import FLOOR_KEYS, RunTraffic, resource_floors
 
 

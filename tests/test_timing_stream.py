@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError
-from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.preload_chunks import delivered_bytes, distribution, preload_bytes
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, PreloadSchedule, TensorDecl
 from runtime_sim.machine.topology import make_topology
 from runtime_sim.timing import simulate_timing

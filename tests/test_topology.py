@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime_sim.contract.hardware import preset, small_chip
+from runtime_sim.contract.presets import preset, small_chip
 from runtime_sim.machine.topology import (
     AllToAllTopology,
     MeshTopology,
@@ -589,7 +589,7 @@ def test_tenstorrent_presets_place_cores_and_dram_as_the_soc_descriptors() -> No
 
 
 def test_reports_name_a_torus():
-    from runtime_sim.contract.hardware import preset as _preset
+    from runtime_sim.contract.presets import preset as _preset
     from runtime_sim.machine.topology import make_topology as _make
 
     mesh = _preset("ipu-pod4-hbm-mesh", num_chips=1, num_cores=1472, hbm_controllers=4,

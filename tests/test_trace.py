@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from runtime_sim.contract.hardware import preset
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import preset
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.timing import simulate_timing
 from runtime_sim.timing.trace import TraceBuilder, timing_trace, trace_document, write_trace

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.relayout import canonical_grid, producer_grid
 from runtime_sim.machine.topology import make_topology
 from tvm_icca.planning.tradeoff_tables import arrival_seconds

@@ -9,7 +9,7 @@ import tvm
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
+from runtime_sim.contract.presets import small_chip
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning import region_plans
 from tvm_icca.split.twins import twin_groups

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from runtime_sim.contract.hardware import preset, small_chip
 from runtime_sim.contract.plan import VgmPlan, plan_from_dict
+from runtime_sim.contract.presets import preset, small_chip
 from runtime_sim.contract.vgm_layout import VgmLayout, home_counts_many
 from runtime_sim.timing.vgm_timing import vgm_op_timing
 from tvm_icca.plans import plan_operator

@@ -13,9 +13,9 @@ import pytest
 
 from runtime_sim.contract.constants import decode_constant
 from runtime_sim.contract.errors import SramOverflowError
-from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.plan import VgmPlan
 from runtime_sim.contract.plan_rules import pinned_axes
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.contract.vgm_layout import VgmLayout
 from runtime_sim.functional import vgm_exec

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from tvm import relax
 
 import tvm_icca
-from runtime_sim.contract.hardware import small_chip
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing import simulate_timing

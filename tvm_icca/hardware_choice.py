@@ -1,8 +1,9 @@
 """Hardware descriptions, and which chip ``tvm.compile`` compiles for.
 
-:class:`HardwareSpec` and its presets are defined in :mod:`runtime_sim.contract.hardware` (they are half
-of the compiler/device contract); this module re-exports them and adds the compile-time choice
-of a chip:
+:class:`HardwareSpec` is defined in :mod:`runtime_sim.contract.hardware`, its presets in
+:mod:`runtime_sim.contract.presets` and hardware files are read by
+:mod:`runtime_sim.contract.hardware_files` (half of the compiler/device contract); this module
+re-exports them and adds the compile-time choice of a chip:
 
 * ``with tvm_icca.use_hardware("ipu-pod4"): tvm.compile(mod, target="icca")`` -- a context
   manager based on :mod:`contextvars`, so it is thread- and asyncio-safe;
@@ -24,16 +25,9 @@ import os
 from typing import Any, Iterator, Mapping, Union
 
 from runtime_sim.contract.errors import InvalidHardwareSpecError
-from runtime_sim.contract.hardware import (
-    DEFAULT_PRESET,
-    PRESET_NAMES,
-    SUPPORTED_DTYPES,
-    HardwareSpec,
-    is_hardware_file_name,
-    load_hardware,
-    preset,
-    small_chip,
-)
+from runtime_sim.contract.hardware import SUPPORTED_DTYPES, HardwareSpec
+from runtime_sim.contract.hardware_files import is_hardware_file_name, load_hardware
+from runtime_sim.contract.presets import DEFAULT_PRESET, PRESET_NAMES, preset, small_chip
 
 __all__ = [
     "DEFAULT_PRESET",

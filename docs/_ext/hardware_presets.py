@@ -1,4 +1,4 @@
-"""The ``hardware-presets`` directive: a table of every preset of :mod:`runtime_sim.contract.hardware`.
+"""The ``hardware-presets`` directive: a table of every preset of :mod:`runtime_sim.contract.presets`.
 
 Built from the presets themselves when the documentation is built, so the page never repeats a
 number by hand; each row's source is the preset's own ``notes`` (the paper or vendor document
@@ -51,10 +51,10 @@ class HardwarePresets(SphinxDirective):
     """``.. hardware-presets::`` -- one row per name of ``PRESET_NAMES``."""
 
     def run(self):
-        from runtime_sim.contract.hardware import PRESET_NAMES, preset
+        from runtime_sim.contract.presets import PRESET_NAMES, preset
 
         rows = [_row(preset(name)) for name in PRESET_NAMES]
-        return parse_table(self, "The presets of runtime_sim.contract.hardware", _HEADER, rows)
+        return parse_table(self, "The presets of runtime_sim.contract.presets", _HEADER, rows)
 
 
 def setup(app: Sphinx) -> dict:

@@ -7,7 +7,10 @@ nothing else of the project and not TVM.
   :mod:`.program` (the versioned JSON device program), :mod:`.constants` (baked tensors),
   :mod:`.op_kinds` (the op kinds a program may hold);
 * validation: :mod:`.validation` (the one check every executor runs), :mod:`.json_fields`;
-* hardware: :mod:`.hardware` (:class:`HardwareSpec` and its sourced presets);
+* hardware: :mod:`.hardware` (:class:`HardwareSpec` and its validation), :mod:`.presets` (the
+  named chips, each number with its source), :mod:`.hardware_files` (a chip from a JSON or
+  TOML file), :mod:`.hardware_limits` (the bounds of every field), :mod:`.mesh_grid`
+  (placements and the NoC grid of a mesh chip), :mod:`.field_values` (reading a field's value);
 * semantics: :mod:`.layout` (what a plan means on the cores, ``OpLayout``), :mod:`.relayout`
   (re-layout geometry), :mod:`.vgm_layout` (the VGM baseline's home slices and tiles),
   :mod:`.preload_chunks` (what a preload leaves on the cores, Elk §4.3), :mod:`.stream`

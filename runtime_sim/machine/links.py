@@ -9,7 +9,7 @@ the timing simulator), so it depends on :class:`~runtime_sim.contract.hardware.H
   on top of contended bandwidth, :func:`chunk_latency_seconds`). A transfer between chips also
   pays ``inter_chip_latency_s`` per chunk for every chip boundary it crosses, on top of the
   per-hop latency (``chip_hops``; the IPU-Link leg of an IPU-POD, see
-  :mod:`runtime_sim.contract.hardware`).
+  :mod:`runtime_sim.contract.presets`).
 * Output replicas are summed into ring 0 by the faster of two schedules, as collective
   libraries pick per message size (:func:`replica_reduction_schedule`): a gather tree, in
   each round of which a receiving core takes up to ``radix - 1`` partitions through its port,

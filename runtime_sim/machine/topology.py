@@ -97,7 +97,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from runtime_sim.contract.hardware import HardwareSpec, mesh_shape
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.mesh_grid import mesh_shape
 from runtime_sim.contract.relayout import Relayout
 from runtime_sim.machine.links import chunk_latency_seconds
 

@@ -13,7 +13,8 @@ import argparse
 import math
 import os
 
-from runtime_sim.contract.hardware import DEFAULT_PRESET, PRESET_NAMES, HardwareSpec
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.presets import DEFAULT_PRESET, PRESET_NAMES
 from tvm_icca.planning.state_place import STATE_CHOICES
 
 __all__ = [
