@@ -150,3 +150,16 @@ def test_docs_name_the_boundary(path, heading):
         assert re.search(rf"(?<![\w.]){re.escape(package)}(?!\w)", dotted), (path, package)
     assert "machine/links.py" in section, path
     assert "only runtime_sim/contract" not in section and "import only this" not in section
+
+
+def test_readme_names_files_that_exist():
+    """The README's first files to read (the compiler's entry, the IR) and every folder it
+    names in "How it is built" exist, so a rename cannot leave the newcomer a dead path."""
+    section = _section(ROOT / "README.md", "## How it is built")
+    paths = set(re.findall(r"`((?:tvm_icca|runtime_sim|schedules)/[\w/]*(?:\.py)?)`", section))
+    assert {"tvm_icca/backend/target.py", "runtime_sim/contract/program.py"} <= paths
+    missing = sorted(p for p in paths if not (ROOT / p).exists())
+    assert not missing, missing
+    # The IR's definition is named beside the words a newcomer looks for.
+    assert re.search(r"runtime_sim/contract/program\.py`: the device program format \(the IR\)",
+                     section)
