@@ -7,16 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runtime_sim.contract.mesh_grid import mesh_shape
 from runtime_sim.contract.presets import preset, small_chip
-from runtime_sim.machine.topology import (
-    AllToAllTopology,
-    MeshTopology,
-    MulticastPattern,
-    link_loads,
-    make_topology,
-    mesh_shape,
-    perimeter,
-)
+from runtime_sim.machine.all_to_all import AllToAllTopology
+from runtime_sim.machine.mesh_io import perimeter
+from runtime_sim.machine.mesh_topology import MeshTopology, link_loads
+from runtime_sim.machine.phase_cost import MulticastPattern
+from runtime_sim.machine.topology import make_topology
 
 LAT = 1e-7  # 100 ns per hop and chunk: large enough to show in every closed form below
 KIB = 1024

@@ -86,8 +86,8 @@ class HardwareSpec:
     """One ICCA system: chips of cores with private SRAM, links, optional HBM.
 
     Bandwidths are in bytes per second, latencies in seconds, memory in bytes. Every field is
-    converted and checked on construction (:meth:`validate`); the presets (:func:`~runtime_sim.contract.presets.preset`)
-    cite a source for each number.
+    converted and checked on construction (:meth:`validate`); the presets
+    (:func:`~runtime_sim.contract.presets.preset`) cite a source for each number.
 
     Parameters
     ----------
@@ -156,9 +156,10 @@ class HardwareSpec:
         to 4 links of its node).
     mesh_rows, mesh_cols : int
         Mesh only: the NoC grid of one chip. 0 and 0 (default): derived, the most square grid
-        of exactly ``cores_per_chip`` cores (:func:`~runtime_sim.contract.mesh_grid.mesh_shape`), widened by the controller
-        columns of a ``columns:`` placement. Grid positions that hold neither a controller nor
-        a reserved node take the cores in row-major order; spare positions are routers only.
+        of exactly ``cores_per_chip`` cores (:func:`~runtime_sim.contract.mesh_grid.mesh_shape`),
+        widened by the controller columns of a ``columns:`` placement. Grid positions that hold
+        neither a controller nor a reserved node take the cores in row-major order; spare
+        positions are routers only.
     mesh_reserved : str
         Mesh only: grid nodes without a core (Ethernet, PCIe, management tiles: routers only),
         e.g. ``"rows:0,6;columns:0"`` or ``"nodes:(0,3)"``; needs an explicit grid.
@@ -178,8 +179,8 @@ class HardwareSpec:
     assumed : mapping of str to str
         Fields whose value no cited document gives, each with why it is what it is (``{
         "sync_cycles": "estimated from ..."}``): ``tvm-icca simulate`` prints them. Not
-        compared. :meth:`with_overrides`, :func:`~runtime_sim.contract.presets.preset` overrides and a hardware file's
-        ``base`` drop the mark of every field they set.
+        compared. :meth:`with_overrides`, :func:`~runtime_sim.contract.presets.preset` overrides
+        and a hardware file's ``base`` drop the mark of every field they set.
 
     Raises
     ------
@@ -364,7 +365,7 @@ class HardwareSpec:
     def mesh_grid(self) -> MeshGrid:
         """Where everything sits on one chip's NoC grid when ``topology`` is ``"mesh"``
         (computed and checked on construction; the one definition the topology model, the
-        plan cost and the Elk tables share through :class:`runtime_sim.machine.topology.MeshTopology`)."""
+        plan cost and the Elk tables share through :class:`runtime_sim.machine.mesh_topology.MeshTopology`)."""
         return self._grid  # type: ignore[attr-defined]
 
     @property

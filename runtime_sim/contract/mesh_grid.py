@@ -3,7 +3,7 @@
 :attr:`~runtime_sim.contract.hardware.HardwareSpec.mesh_reserved`, read and spelled one way,
 and the grid they give (:class:`MeshGrid`, built once when a spec is validated).
 
-The device's mesh model (:class:`runtime_sim.machine.topology.MeshTopology`), the plan cost and
+The device's mesh model (:class:`runtime_sim.machine.mesh_topology.MeshTopology`), the plan cost and
 the Elk tables all read the grid through :meth:`~runtime_sim.contract.hardware.HardwareSpec.mesh_grid`.
 """
 
@@ -16,9 +16,10 @@ from typing import Any
 from runtime_sim.contract.field_values import as_int
 from runtime_sim.contract.hardware_limits import MAX_CORES
 
-#: Where a mesh chip's HBM controllers attach (:attr:`~runtime_sim.contract.hardware.HardwareSpec.hbm_placement`): on the
-#: edge ports of the grid (Elk §5; AMD's AI Engine arrays, Meta's MTIA v2), as NoC nodes filling
-#: whole grid columns (Tenstorrent Wormhole and Blackhole's DRAM tiles), or as NoC nodes at given
+#: Where a mesh chip's HBM controllers attach
+#: (:attr:`~runtime_sim.contract.hardware.HardwareSpec.hbm_placement`): on the edge ports of
+#: the grid (Elk §5; AMD's AI Engine arrays, Meta's MTIA v2), as NoC nodes filling whole grid
+#: columns (Tenstorrent Wormhole and Blackhole's DRAM tiles), or as NoC nodes at given
 #: ``(row, col)`` positions.
 HBM_PLACEMENTS = ("edge", "columns:<col>,<col>,...", "nodes:(<row>,<col>),...")
 #: The kinds of position a placement string lists, in the order its one spelling gives them.
@@ -85,9 +86,9 @@ def mesh_shape(cores: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class MeshGrid:
-    """One chip's NoC grid (:meth:`~runtime_sim.contract.hardware.HardwareSpec.mesh_grid`): its shape, whether its rings wrap,
-    the ``(row, col)`` of each of its cores (local index order) and of each of its HBM
-    controllers (``None``: on the edge ports)."""
+    """One chip's NoC grid (:meth:`~runtime_sim.contract.hardware.HardwareSpec.mesh_grid`): its
+    shape, whether its rings wrap, the ``(row, col)`` of each of its cores (local index order)
+    and of each of its HBM controllers (``None``: on the edge ports)."""
 
     rows: int
     cols: int

@@ -225,7 +225,7 @@ def replica_reduction_busy_seconds(replicas, partition_bytes, partition_elements
     """How long the faster schedule of :func:`replica_reduction_seconds` holds link bandwidth:
     the partitions its busiest core receives over its link (a tree's root takes its fan-in, a
     chain's ranks one each), hop latencies and the chain's fill excluded, as
-    :attr:`runtime_sim.machine.topology.PhaseCost.busy_s` counts the routed schedule. 0 where there
+    :attr:`runtime_sim.machine.phase_cost.PhaseCost.busy_s` counts the routed schedule. 0 where there
     is one replica."""
     R, s, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
         replicas, partition_bytes, partition_elements, hw)
@@ -237,7 +237,7 @@ def replica_reduction_busy_seconds(replicas, partition_bytes, partition_elements
 def bandwidth_view(hw: HardwareSpec) -> HardwareSpec:
     """``hw`` with free hops and synchronizations: a transfer costed on it in closed form
     takes the time its bytes hold link bandwidth and no more (what
-    :attr:`runtime_sim.machine.topology.PhaseCost.busy_s` is for a routed phase), the link time a
+    :attr:`runtime_sim.machine.phase_cost.PhaseCost.busy_s` is for a routed phase), the link time a
     preload streaming meanwhile cannot use (:mod:`runtime_sim.machine.stream_timing`)."""
     return hw.with_overrides(link_latency_s=0.0, inter_chip_latency_s=0.0, sync_cycles=0)
 

@@ -2,7 +2,7 @@
 
 The chunks a preload leaves on the cores are the contract's
 (:mod:`runtime_sim.contract.preload_chunks`); this module prices their delivery on a
-:class:`~runtime_sim.machine.topology.Topology`: the off-chip leg through the HBM
+:class:`~runtime_sim.machine.topology_base.Topology`: the off-chip leg through the HBM
 controllers or the host links (:meth:`Topology.io_load`), and the distribution phase in
 which the cores that received a chunk multicast it to the replicas that hold it. The timing
 simulator runs exactly these phases, and the compiler's Elk trade-off tables price every
@@ -28,7 +28,8 @@ from runtime_sim.contract.preload_chunks import (
     replica_ranks,
 )
 from runtime_sim.contract.relayout import Boxes, input_boxes
-from runtime_sim.machine.topology import NO_PHASE, MulticastPattern, PhaseCost, Topology
+from runtime_sim.machine.phase_cost import NO_PHASE, MulticastPattern, PhaseCost
+from runtime_sim.machine.topology_base import Topology
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,9 @@ def preload_delivery(topo: Topology, kind: str, layout: OpLayout, inputs: "tuple
 
     The source reads :func:`chip_read_bytes` per chip; the network delivers each core its
     chunk (:func:`delivered_bytes`) from the home controllers or host link of the core's chip
-    (:meth:`~runtime_sim.machine.topology.Topology.io_flows`), every group of cores holding the same
+    (:meth:`~runtime_sim.machine.topology_base.Topology.io_flows`), every group of cores holding the same
     chunk served by one multicast, all inputs in one phase
-    (:meth:`~runtime_sim.machine.topology.Topology.io_load`). ``boxes``: the inputs'
+    (:meth:`~runtime_sim.machine.topology_base.Topology.io_load`). ``boxes``: the inputs'
     :func:`~runtime_sim.contract.relayout.input_boxes` if the caller has them."""
     n = layout.num_cores
     cores = layout.physical  # numbered core -> physical core
@@ -87,7 +88,7 @@ def preload_delivery(topo: Topology, kind: str, layout: OpLayout, inputs: "tuple
 def distribution_pattern(topo: Topology, layout: OpLayout,
                          chunked: "tuple[tuple[int, int], ...]") -> MulticastPattern:
     """The distribution of an operator's chunked inputs (``(input, s)``; ``s <= 1``: not
-    chunked) as a :class:`~runtime_sim.machine.topology.MulticastPattern` on physical cores: every
+    chunked) as a :class:`~runtime_sim.machine.phase_cost.MulticastPattern` on physical cores: every
     core multicasts the one chunk it holds of each input to the other members of its block,
     and receives the chunks it lacks (:func:`distribution`). The pieces are counted per block
     in O(cores); the explicit flows (for a network without multicast) are built on demand."""
@@ -138,7 +139,7 @@ def distribution_phase(topo: Topology, layout: OpLayout,
                        chunked: "tuple[tuple[int, int], ...]") -> tuple[PhaseCost, float]:
     """The distribution phase of an operator's chunked inputs (Elk §4.5 ``distribute_data``):
     :func:`distribution_pattern` costed as one phase
-    (:meth:`~runtime_sim.machine.topology.Topology.multicast_phase`). Returns the phase and its bytes
+    (:meth:`~runtime_sim.machine.topology_base.Topology.multicast_phase`). Returns the phase and its bytes
     (summed over receivers)."""
     # costed once per network (Topology.phase_memo): the layout is its expression and plan
     key = ("distribution", cost_key(layout.expr, layout.plan), layout.cores_per_chip,

@@ -11,7 +11,7 @@ take when they overlap, and they are the device's, written here once:
   :func:`preload_link_share`, ``1 - busy_s / duration_s`` of that execute (its links are
   busy for ``busy_s`` of its ``duration_s``: its transfers' bytes over bandwidth; the hop
   latency a chunk spends in flight holds no bandwidth and is not in it, see
-  :attr:`runtime_sim.machine.topology.PhaseCost.busy_s`), the whole links when nothing executes or the
+  :attr:`runtime_sim.machine.phase_cost.PhaseCost.busy_s`), the whole links when nothing executes or the
   preload has its own interconnect (Elk's Ideal). The off-chip source (HBM) is not shared, so a
   preload ends when both its source time and its network delivery are done.
 
@@ -38,7 +38,7 @@ _DONE = 1e-12
 def preload_link_share(busy_s: float, duration_s: float) -> float:
     """Share of its links a running execute of ``duration_s`` seconds leaves to a preload's
     network delivery, when its own traffic holds their bandwidth for ``busy_s`` of that time
-    (:attr:`runtime_sim.machine.topology.PhaseCost.busy_s`, not the transfers' time with latency)."""
+    (:attr:`runtime_sim.machine.phase_cost.PhaseCost.busy_s`, not the transfers' time with latency)."""
     if duration_s <= 0:
         return 1.0
     return 1.0 - min(1.0, busy_s / duration_s)

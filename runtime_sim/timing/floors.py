@@ -20,7 +20,7 @@ The floors (seconds; 0 where the resource does not exist on the chip):
   can receive. On the all-to-all exchange a core has one port (Elk §2.1): ``cores x
   link_bandwidth``. On a mesh a core receives on each of its up to 4 neighbour links at once
   (Elk §6.1) and an edge router also on its free edge ports (each I/O node's own span,
-  :meth:`~runtime_sim.machine.topology.MeshTopology.io_ports`), and a flow from another chip
+  :meth:`~runtime_sim.machine.mesh_topology.MeshTopology.io_ports`), and a flow from another chip
   lands on the core at its source's grid position (the inter-chip cap is added);
 * ``edge_ports_floor_s = hbm_sent / (sum_j |ports_j| x io_bandwidth)`` (a mesh with its HBM
   controllers on the edges, Elk §5): every byte a chip reads from HBM enters its mesh through
@@ -35,7 +35,7 @@ The floors (seconds; 0 where the resource does not exist on the chip):
   columns or rows): ``crossed_d`` the bytes every transfer phase and load delivery carries
   across the middle cut of the chips' grids in direction ``d`` (left -> right, right -> left,
   top -> bottom, bottom -> top) under the chip's XY routing
-  (:attr:`~runtime_sim.machine.topology.PhaseCost.cut_bytes`), ``links_d`` the links that cross
+  (:attr:`~runtime_sim.machine.phase_cost.PhaseCost.cut_bytes`), ``links_d`` the links that cross
   it that way (one per row or column and chip, two on a torus ring);
 * ``inter_chip_floor_s = inter-chip bytes / inter_chip_bandwidth`` (several chips): every phase's
   bytes that cross chips, loads included, on the capped fabric (Elk §5).
@@ -62,7 +62,10 @@ import numpy as np
 
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.machine.topology import MeshTopology, PhaseCost, Topology, make_topology
+from runtime_sim.machine.mesh_topology import MeshTopology
+from runtime_sim.machine.phase_cost import PhaseCost
+from runtime_sim.machine.topology import make_topology
+from runtime_sim.machine.topology_base import Topology
 from runtime_sim.timing.events import Slot
 from runtime_sim.timing.work import Work
 from schedules import template_for

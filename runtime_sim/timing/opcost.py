@@ -41,7 +41,8 @@ from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan_rules import STAT_BYTES
 from runtime_sim.machine.links import combine_radix, gather_fan_ins, replica_reduction_schedule
-from runtime_sim.machine.topology import NO_PHASE, PhaseCost, Topology
+from runtime_sim.machine.phase_cost import NO_PHASE, PhaseCost
+from runtime_sim.machine.topology_base import Topology
 from schedules import template_for
 
 #: Distinct shift phases costed exactly per operator; beyond this many (a tensor rotating on

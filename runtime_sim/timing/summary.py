@@ -20,7 +20,7 @@ from typing import Any
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.labels import region_label
-from runtime_sim.machine.topology import Topology
+from runtime_sim.machine.topology_base import Topology
 from runtime_sim.timing.floors import (
     busy_fraction,
     interconnect_windows,

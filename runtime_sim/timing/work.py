@@ -86,8 +86,9 @@ from runtime_sim.contract.resting import (
     resident_state,
 )
 from runtime_sim.contract.stream import input_sources
+from runtime_sim.machine.phase_cost import NO_PHASE, PhaseCost, relayout_pattern
 from runtime_sim.machine.preload_delivery import distribution_phase, preload_delivery
-from runtime_sim.machine.topology import NO_PHASE, PhaseCost, Topology, relayout_pattern
+from runtime_sim.machine.topology_base import Topology
 from runtime_sim.timing.opcost import OpCost, op_cost
 
 #: The roofline design of a preload stream (Elk §6.1): preloads on their own interconnect and
@@ -115,7 +116,7 @@ class Load:
     def bound_by(self) -> str:
         """The cut that bounds this load: its source (``"hbm"``: the controllers' read
         bandwidth; ``"host"``: the host link) when that is the slower side, else the network's
-        (:attr:`~runtime_sim.machine.topology.PhaseCost.bound_by`: edge ports, controller
+        (:attr:`~runtime_sim.machine.phase_cost.PhaseCost.bound_by`: edge ports, controller
         ports, injection, links, ports, inter-chip)."""
         source = "hbm" if self.kind == "hbm" else "host"
         if self.source_s >= self.network.time_s:

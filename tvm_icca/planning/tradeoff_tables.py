@@ -23,9 +23,9 @@ Every execute-state point also pays the arrival of its on-chip inputs
 (:func:`arrival_seconds`): the re-layout from where the producer's compiled plan leaves them
 (or a region input's canonical blocks) onto the point's cores, exact box overlaps as the device
 moves them (:func:`runtime_sim.contract.relayout.input_relayout`), one phase per input costed by the
-device's own network model (:meth:`runtime_sim.machine.topology.Topology.multicast_phase`: the
+device's own network model (:meth:`runtime_sim.machine.topology_base.Topology.multicast_phase`: the
 busiest receive *or send* port, the inter-chip fabric, the hop latency). Its link-busy part
-(:attr:`~runtime_sim.machine.topology.PhaseCost.busy_s`) counts as the point's traffic too. Costing
+(:attr:`~runtime_sim.machine.phase_cost.PhaseCost.busy_s`) counts as the point's traffic too. Costing
 only the busiest receiver missed hot senders: on Llama2-70B the residual add after attention
 receives at most 312 B per core but one producer core sends 5,952 B (1.1 us, priced 0.06
 us), and the estimate then gave the preloads beside such operators less link share than the
@@ -85,8 +85,10 @@ from runtime_sim.machine.links import (
     replica_reduction_busy_seconds,
     replica_reduction_seconds,
 )
+from runtime_sim.machine.phase_cost import relayout_pattern
 from runtime_sim.machine.preload_delivery import distribution_phase, preload_delivery
-from runtime_sim.machine.topology import Topology, make_topology, relayout_pattern
+from runtime_sim.machine.topology import make_topology
+from runtime_sim.machine.topology_base import Topology
 from tvm_icca.elk.tradeoffs import ExecPoint, OpTradeoffs, PreloadPoint
 from tvm_icca.planning.plan_cache import LadderStep, PlanCache
 from tvm_icca.planning.region_plans import compute_bound
@@ -301,14 +303,14 @@ def _device_correction(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tu
     Fig. 12), or every window looks shorter than the preloads beside it and the schedule
     estimate sits on the HBM floor, where no candidate can be told from another.
     The link time is how long the plan's transfers hold link bandwidth, as the device counts
-    it for the preload beside it (:attr:`runtime_sim.machine.topology.PhaseCost.busy_s`): shifts and
+    it for the preload beside it (:attr:`runtime_sim.machine.phase_cost.PhaseCost.busy_s`): shifts and
     split combines costed on :func:`~runtime_sim.machine.links.bandwidth_view` (no hop latency, no
     synchronization) and the replica reduction's received partitions
     (:func:`~runtime_sim.machine.links.replica_reduction_busy_seconds`).
 
     The plan search is chip-unaware (:mod:`tvm_icca.plans.mapping` only places its result),
     but a shift phase lasts as long as the busier of its ports and the inter-chip fabric
-    (:attr:`runtime_sim.machine.topology.PhaseCost.busy_s`): where the rotations' bytes crossing
+    (:attr:`runtime_sim.machine.phase_cost.PhaseCost.busy_s`): where the rotations' bytes crossing
     chips (:func:`~tvm_icca.plans.mapping.rotation_inter_chip_bytes`) take the fabric longer
     than the ports take the shifts, the excess is added to both. A Llama2-13B ``o_proj`` point
     at batch 16 rotating its input 4 times over 5,832 cores sends 296 of every phase's
