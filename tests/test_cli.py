@@ -98,7 +98,7 @@ def test_compile_prints_the_partition_report(models, tmp_path, capsys):
     code, out, err = _main(capsys, "compile", models["hosted"], "-o", lib)
     assert code == 0, err
     assert "region(s)" in out and "op(s) offloaded" in out
-    assert "host: relax.nn.max_pool1d" in out  # the host op and its reason
+    assert "host: MaxPool x1 (relax.nn.max_pool1d: " in out  # the ONNX op, its Relax op, why
     assert str(lib) in out and lib.exists()
 
 
@@ -513,3 +513,27 @@ def test_without_the_flag_a_terminal_gets_the_phases(capsys, monkeypatch):
     # kept on chip (it fits): the regions are extracted, then T10 Algorithm 1 plans them
     for phase in ("extracting regions", "idle/active plans", "timing"):
         assert phase in err, err
+
+
+def test_host_ops_are_named_by_their_onnx_op_with_the_reason(tmp_path, capsys):
+    """An Einsum (TVM lowers it to a TIR function, relax.call_tir) shows as ``Einsum`` with why
+    it stays on the host, in compile, run and simulate, beside what the simulated time omits."""
+    graph = helper.make_graph(
+        [helper.make_node("Einsum", ["x", "W"], ["e"], equation="ij,jk->ik"),
+         helper.make_node("Relu", ["e"], ["out"])],
+        "einsum", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 64])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [16, 32])],
+        [numpy_helper.from_array(W, "W")])
+    model = _save(graph, tmp_path / "einsum.onnx")
+    lib = tmp_path / "einsum.so"
+    want = "host: Einsum x1 (relax.call_tir: TVM's importer lowered it to the TIR function"
+    omitted = "the 1 op(s) left on the host CPU are not timed"
+    code, out, err = _main(capsys, "compile", model, "-o", lib, "--hw", "ipu-mk2")
+    assert code == 0, err
+    assert want in out and omitted in out and "host: relax.call_tir" not in out
+    code, out, err = _main(capsys, "run", lib, "--check", model)
+    assert code == 0, err
+    assert want in out and omitted in out and "check passed" in out
+    code, out, err = _main(capsys, "simulate", model, "--hw", "ipu-mk2")
+    assert code == 0, err
+    assert want in out and omitted in out

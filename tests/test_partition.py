@@ -496,3 +496,34 @@ def test_a_pattern_a_user_registers_offloads_its_op_and_the_report_explains_a_re
     (reason,) = result["refused"]["host_reasons"]["relax.nn.softplus"]
     assert reason.startswith("the check function of pattern 'icca.test_user_softplus' refused it")
     assert "dtype float16" in reason and "icca-16" in reason
+
+
+def test_host_ops_are_named_by_their_source_op() -> None:
+    """``source_op``: the ONNX op type the model names (Einsum, for the TIR function TVM's
+    importer emitted), else the lowered function's or the Relax op's name."""
+    from tvm_icca.partition.partitioner import host_op_lines, source_op
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    w = relax.Var("w", relax.TensorType((8, 8), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            e = bb.emit_te(tvm.topi.einsum, "ij,jk->ik", x, w)
+            c = bb.emit(relax.op.cumsum(e, axis=0))
+            out = bb.emit_output(c)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    calls = [b.value for b in mod["main"].body.blocks[0].bindings]
+    assert source_op(calls[0]) == "einsum"
+    assert source_op(calls[0], {"einsum": "Einsum"}) == "Einsum"
+    assert source_op(calls[1]) == "relax.cumsum"
+    assert source_op(calls[1], {"cumsum": "CumSum"}) == "CumSum"
+
+    onnx_like = mod.with_attr("icca.onnx_op_types", ["CumSum", "Einsum"])
+    report = tvm_icca.partition_report(tvm_icca.partition_for_icca(onnx_like, "ipu-mk2"))
+    assert {(e["op"], e["relax_op"], e["count"]) for e in report["host_sources"]} == {
+        ("Einsum", "relax.call_tir", 1), ("CumSum", "relax.cumsum", 1)}
+    lines = host_op_lines(report)
+    assert any(line.startswith("host: Einsum x1 (relax.call_tir: ") and "'einsum'" in line
+               for line in lines), lines
+    assert "host: CumSum x1 (relax.cumsum: no ICCA implementation)" in lines

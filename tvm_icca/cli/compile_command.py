@@ -152,6 +152,8 @@ def _run(args: argparse.Namespace) -> int:
     from tvm_icca.frontend.onnx_loader import load_onnx
     from tvm_icca.partition.partitioner import (
         format_report,
+        host_op_lines,
+        host_time_note,
         nothing_on_chip,
         partition_for_icca,
         partition_report,
@@ -177,6 +179,9 @@ def _run(args: argparse.Namespace) -> int:
     partitioned = partition_for_icca(mod, hw)
     report = partition_report(partitioned, hw)
     print(format_report(report))
+    host_note = host_time_note(report)
+    if host_note is not None and report["regions"]:
+        print(f"  note: {host_note}")
     reason = nothing_on_chip(report)
     if reason is not None:  # a valid host-only library, but not what the user asked for
         print(f"tvm-icca: warning: {reason}", file=sys.stderr)
@@ -189,6 +194,9 @@ def _run(args: argparse.Namespace) -> int:
         print(describe_setting(hw.name, pre.design if pre is not None else None, placement))
         signature = signature_of(mod, args.model, hw.name, shapes)
         signature["state"] = placement.place if placement is not None else None
+        # for `tvm-icca run` to name what ran on the host CPU and why
+        signature["host_ops"] = host_op_lines(report)
+        signature["host_note"] = host_note if report["regions"] else None
         executable = icca_compile(with_signature(planned, signature), hw, progress=args.progress)
     if tuned is not None:
         print(tuned.report())

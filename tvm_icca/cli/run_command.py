@@ -223,6 +223,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"simulated time on the chip: {format_seconds(float(stats['simulated_s']))}")
     elif "simulated_s" in stats:
         print("nothing ran on the chip (see the partition report of `tvm-icca compile`)")
+    host = (signature or {}).get("host_ops") or []
+    if host:
+        print(f"on the host CPU ({len(host)} op kind(s)):")
+        for line in host:
+            print(f"  {line}")
+        if signature.get("host_note") and stats.get("simulated_s") is not None:
+            print(f"  note: {signature['host_note']}")
     if args.trace:
         print(f"trace written to {args.trace}")
     if args.save:

@@ -167,6 +167,10 @@ def _run(args: argparse.Namespace) -> int:
         compile_programs,
     )
     from tvm_icca.hardware_choice import resolve_hardware  # pylint: disable=import-outside-toplevel
+    from tvm_icca.partition.partitioner import (  # pylint: disable=import-outside-toplevel
+        host_op_lines,
+        host_time_note,
+    )
     from tvm_icca.records.apply import optional_database  # pylint: disable=import-outside-toplevel
 
     model_arg = _model_argument(args)
@@ -207,6 +211,11 @@ def _run(args: argparse.Namespace) -> int:
     print(f"  {summary['regions']} region calls ({summary['distinct_regions']} distinct), "
           f"{summary['device_ops']} device ops; Relax ops: {summary['offloaded_relax_ops']} "
           f"offloaded, {summary['host_relax_ops']} on the host")
+    for line in host_op_lines(compiled.partition):
+        print(f"    {line}")
+    host_note = host_time_note(compiled.partition)
+    if host_note is not None:
+        print(f"    note: {host_note}")
     if summary["split_ops"]:
         print(f"  {summary['split_ops']} operators run as {summary['split_pieces']} "
               "sub-operators: those too large for the chip and their readers (tvm_icca.split)")

@@ -30,6 +30,10 @@ from tvm_icca.frontend.onnx_inputs import (
 )
 from tvm_icca.frontend.onnx_prepare import prepare_onnx
 
+#: Module attribute :func:`load_onnx` stamps: the model's ONNX op types, with which the
+#: partition report names a host op as the model does (``Einsum``, not ``relax.call_tir``).
+ONNX_OPS_ATTR = "icca.onnx_op_types"
+
 if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
     import onnx
 
@@ -230,7 +234,7 @@ def load_onnx(
             # from_onnx re-runs the checker and only warns (we already checked), and prints
             # the Relax inputs of a node it fails on (the error below names the node).
             warnings.simplefilter("ignore")
-            return from_onnx(model, **kwargs)
+            mod = from_onnx(model, **kwargs)
     except tvm.error.OpNotImplemented as err:
         detail = _first_line(err)
         ops = detail.rsplit(":", 1)[-1].strip() if ":" in detail else detail
@@ -244,6 +248,8 @@ def load_onnx(
             f"cannot import {label}: TVM's ONNX importer failed{where} with "
             f"{type(err).__name__}: {_first_line(err)}"
         ) from None
+    # the op types, for the partition report to name host ops as the model does (Einsum)
+    return mod.with_attr(ONNX_OPS_ATTR, sorted({node.op_type for node in model.graph.node}))
 
 
 def _failing_node(err: BaseException) -> "onnx.NodeProto | None":

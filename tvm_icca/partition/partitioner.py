@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 from typing import Any
 
 import tvm
@@ -31,6 +32,7 @@ from runtime_sim.contract.labels import region_label
 from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm
 from tvm_icca.frontend.empty_reductions import FoldEmptyReductions
 from tvm_icca.frontend.group_norm import DecomposeGroupNorm
+from tvm_icca.frontend.onnx_loader import ONNX_OPS_ATTR
 from tvm_icca.frontend.pad_rewrites import RecognizePad
 from tvm_icca.frontend.rewrites import RecognizeActivations, RecognizeNorms
 from tvm_icca.hardware_choice import (
@@ -58,7 +60,9 @@ from tvm_icca.tvm_warnings import tvm_warnings_once
 __all__ = [
     "HARDWARE_ATTR",
     "format_report",
+    "host_op_lines",
     "host_ops",
+    "host_time_note",
     "icca_regions",
     "is_partitioned",
     "partition_for_icca",
@@ -75,6 +79,11 @@ HARDWARE_ATTR = "icca.hardware"
 
 #: Module attribute: why nothing of the module was partitioned (shown by the partition report).
 HOST_NOTE_ATTR = "icca.host_note"
+
+#: Relax ops that call a lowered function (TIR or packed) rather than name an operator: TVM's
+#: importers emit these for ONNX ops they lower straight to TE (Einsum, TopK, ...).
+_CALL_OPS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad",
+             "relax.call_dps_packed")
 
 _MATCH_CAST_NOTE = ("the model has data-dependent shapes (a match_cast after NonZero, Unique or "
                     "similar), around which TVM's MergeCompositeFunctions cannot form regions, "
@@ -374,7 +383,10 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
 
     host: collections.Counter[str] = collections.Counter()
     reasons: dict[str, list[str]] = {}
+    sources: dict[tuple[str, str], dict[str, Any]] = {}
     note = mod.attrs.get(HOST_NOTE_ATTR) if mod.attrs is not None else None
+    onnx_ops = ({_op_key(str(t)): str(t) for t in mod.attrs[ONNX_OPS_ATTR]}
+                if mod.attrs is not None and ONNX_OPS_ATTR in mod.attrs else {})
     for gvar, func in mod.functions_items():
         if not isinstance(func, relax.Function) or _is_icca_region(func):
             continue
@@ -389,14 +401,53 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
             reason = _host_reason(call, spec, whole_model=note is not None, var2val=var2val)
             if reason not in reasons.setdefault(name, []):
                 reasons[name].append(reason)
+            source = source_op(call, onnx_ops)
+            entry = sources.setdefault((source, name), {"op": source, "relax_op": name,
+                                                        "count": 0, "reasons": []})
+            entry["count"] += 1
+            if reason not in entry["reasons"]:
+                entry["reasons"].append(reason)
     return {
         "hardware": spec.name,
         "regions": regions,
         "offloaded_ops": dict(sorted(offloaded.items())),
         "host_ops": dict(sorted(host.items())),
         "host_reasons": dict(sorted(reasons.items())),
+        "host_sources": sorted(sources.values(), key=lambda e: (-e["count"], e["op"])),
         "notes": [str(note)] if note is not None else [],
     }
+
+
+def _op_key(name: str) -> str:
+    """How an op name is compared across ONNX and Relax: ``Einsum``, ``einsum``, ``einsum1``
+    (a second TIR function of the same name), ``nn.max_pool1d`` and ``nn.softmax`` ->
+    ``einsum``, ``maxpool``, ``softmax``."""
+    name = name.rsplit(".", 1)[-1]
+    # a numbered duplicate (einsum1) and Relax's rank suffix (max_pool1d: ONNX MaxPool) drop
+    return re.sub(r"_?\d+d?$", "", name).replace("_", "").lower()
+
+
+def _called_function(call: relax.Call) -> str | None:
+    """The name of the TIR or packed function a ``call_tir``-like call runs."""
+    if call.op.name not in _CALL_OPS or not call.args:
+        return None
+    callee = call.args[0]
+    if isinstance(callee, tvm.ir.GlobalVar):
+        return str(callee.name_hint)
+    if isinstance(callee, relax.ExternFunc):
+        return str(callee.global_symbol)
+    return None
+
+
+def source_op(call: relax.Call, onnx_ops: dict[str, str] | None = None) -> str:
+    """The operator a host call stands for, as the user knows it: the ONNX op type when the
+    model came from :func:`tvm_icca.load_onnx` and one of its op types has this op's name
+    (``Einsum`` for ``call_tir(einsum, ...)``, ``MatMul`` for ``relax.matmul``), else the
+    lowered function's name for a ``call_tir`` (``einsum``), else the Relax op's name
+    (``relax.nn.softmax``)."""
+    called = _called_function(call)
+    name = called if called is not None else call.op.name
+    return (onnx_ops or {}).get(_op_key(name), name)
 
 
 def _integer_result(call: relax.Call) -> bool:
@@ -417,6 +468,10 @@ def _host_reason(call: relax.Call, hw: HardwareSpec, whole_model: bool = False,
         user = user_patterns_matching(call, var2val)
         if user:
             return _user_pattern_reason(call, user[0], hw, whole_model)
+        called = _called_function(call)
+        if called is not None:
+            return (f"TVM's importer lowered it to the TIR function '{called}', and the chip "
+                    "offloads Relax operators only")
         return "no ICCA implementation"
     try:
         reason = unsupported_reason(call, hw)
@@ -495,14 +550,41 @@ def format_report(report: dict[str, Any]) -> str:
     for index, region in enumerate(report["regions"]):
         # the region symbol (hundreds of characters) stays in the report's "name" field
         lines.append(f"  {region.get('label') or _region_label(region['composites'], index)}")
-    for name, count in report["host_ops"].items():
-        why = "; ".join(report["host_reasons"].get(name, []))
-        lines.append(f"  host: {name} x{count} ({why})")
+    lines += ["  " + line for line in host_op_lines(report)]
     for note in report.get("notes", []):
         lines.append(f"  note: {note}")
     if not report["regions"]:
         lines.append("  nothing runs on the chip: the model runs on the host CPU only")
     return "\n".join(lines)
+
+
+def host_op_lines(report: dict[str, Any]) -> list[str]:
+    """One line per operator left on the host, by its source op (:func:`source_op`), with
+    its count, the Relax op it became and why it stays there: ``host: Einsum x1
+    (relax.call_tir: TVM's importer lowered it ...)``.
+    A report without ``host_sources`` (read back from an older JSON) falls back to the
+    Relax op names."""
+    entries = report.get("host_sources")
+    if entries is None:
+        entries = [{"op": name, "relax_op": name, "count": count,
+                    "reasons": report["host_reasons"].get(name, [])}
+                   for name, count in report["host_ops"].items()]
+    lines = []
+    for entry in entries:
+        relax_name = "" if entry["relax_op"] == entry["op"] else f"{entry['relax_op']}: "
+        why = "; ".join(entry["reasons"]) or "no pattern"
+        lines.append(f"host: {entry['op']} x{entry['count']} ({relax_name}{why})")
+    return lines
+
+
+def host_time_note(report: dict[str, Any]) -> str | None:
+    """What the simulated time leaves out when ops stay on the host (None when none do):
+    the chip is simulated, the host CPU is not, so their compute time is not in it."""
+    count = sum(report["host_ops"].values())
+    if not count:
+        return None
+    return (f"the simulated time covers the chip and its host link only: the {count} op(s) "
+            "left on the host CPU are not timed (their share of the run is not estimated)")
 
 
 def nothing_on_chip(report: dict[str, Any]) -> str | None:
