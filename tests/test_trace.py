@@ -7,10 +7,11 @@ import json
 import pytest
 
 from runtime_sim.contract.plan import ExecutionPlan
-from runtime_sim.contract.presets import preset
+from runtime_sim.contract.presets import preset, small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.timing import simulate_timing
 from runtime_sim.timing.trace import TraceBuilder, timing_trace, trace_document, write_trace
+from tvm_icca.testing.timing_programs import producer_consumer_program, two_weight_program
 
 
 def test_builder_names_tracks_with_metadata_and_uses_microseconds(tmp_path) -> None:
@@ -95,3 +96,52 @@ def test_timing_trace_tracks(exprs) -> None:
     phases = [e for e in x if e["pid"] == span["pid"] and e["tid"] == span["tid"] and e["cat"] == "phase"
               and span["ts"] - 1e-9 <= e["ts"] < span["ts"] + span["dur"]]
     assert sum(e["dur"] for e in phases) == pytest.approx(span["dur"])
+
+
+def test_trace_opens_as_chrome_trace(tmp_path) -> None:
+    hw = small_chip(16, 256 * 1024, hbm_bandwidth=2e9, hbm_controllers=2, num_chips=2,
+                    inter_chip_bandwidth=50e9)
+    prog, _ = two_weight_program(hw)
+    r = simulate_timing([prog], trace=True)
+    assert r.trace_events
+    path = tmp_path / "t.json"
+    r.write_trace(str(path))
+    doc = json.loads(path.read_text())
+    events = doc["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {"chip 0 (cores 0-7)", "chip 1 (cores 8-15)", "interconnect", "HBM", "host"} <= names
+    threads = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"controller 0 (chip 0)", "controller 1 (chip 1)", "inter-chip links"} <= threads
+    complete = [e for e in events if e["ph"] == "X"]
+    assert all(e["dur"] >= 0 and "pid" in e and "tid" in e for e in complete)
+    assert {"mm0", "mm1"} <= {e.get("args", {}).get("op") for e in complete}
+    assert all(e["name"].startswith("matmul [") for e in complete if e["cat"] == "op")
+    # complete events on one track nest or follow each other (what Perfetto needs)
+    by_track: dict = {}
+    for e in complete:
+        by_track.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_track.values():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        stack: list = []
+        for s, t in spans:
+            while stack and stack[-1] <= s + 1e-9:
+                stack.pop()
+            assert not stack or t <= stack[-1] + 1e-9
+            stack.append(t)
+    # without trace=True the events are built on demand
+    r2 = simulate_timing([prog])
+    assert not r2.trace_events
+    r2.write_trace(str(tmp_path / "t2.json"))
+    assert json.loads((tmp_path / "t2.json").read_text())["traceEvents"]
+
+
+def test_trace_draws_a_spread_operator_on_every_chip_it_uses() -> None:
+    hw = small_chip(16, 256 * 1024, num_chips=4, inter_chip_bandwidth=1e9)
+    for chips, expected in ((1, [(0,)]), (4, [(0, 1, 2, 3)])):
+        report = simulate_timing([producer_consumer_program(hw, chips)])
+        consumer = report.per_op[1]
+        assert [consumer.chips] == expected
+        drawn = {e["pid"] for e in timing_trace(report)
+                 if e.get("ph") == "X" and e.get("cat") == "op"
+                 and e["args"]["op"] == consumer.name and e["name"] == consumer.label}
+        assert len(drawn) == len(expected[0])  # one "cores" span per chip it runs on
