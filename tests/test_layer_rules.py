@@ -163,3 +163,21 @@ def test_readme_names_files_that_exist():
     # The IR's definition is named beside the words a newcomer looks for.
     assert re.search(r"runtime_sim/contract/program\.py`: the device program format \(the IR\)",
                      section)
+
+
+# -- units of one job each (issue 39, item 3) ---------------------------------------------------
+#: A source file longer than this holds more than one job: split it by job (as
+#: runtime_sim/contract/hardware.py and runtime_sim/machine/topology.py were).
+MAX_SOURCE_LINES = 800
+SOURCE_ROOTS = ("tvm_icca", "runtime_sim", "schedules", "benchmarks", "tests")
+
+
+def test_no_source_file_exceeds_the_line_limit():
+    """No Python file of the packages, the benchmarks or the tests is over 800 lines."""
+    files = [path for root in SOURCE_ROOTS for path in (ROOT / root).rglob("*.py")
+             if "__pycache__" not in path.parts]
+    assert len(files) > 200  # the walk found the tree, not an empty folder
+    lengths = {path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+               for path in files}
+    too_long = {path: n for path, n in sorted(lengths.items()) if n > MAX_SOURCE_LINES}
+    assert not too_long, f"over {MAX_SOURCE_LINES} lines, split by job: {too_long}"

@@ -1,5 +1,4 @@
-"""Small device programs the timing simulator's tests share, and the functional device's counts
-of a program to compare its report with.
+"""Small device programs the timing simulator's tests share.
 
 Each builder returns a hand-written :class:`~runtime_sim.contract.program.DeviceProgram` whose
 costs have a closed form (``tests/test_timing*.py``, ``tests/test_trace.py``).
@@ -7,16 +6,13 @@ costs have a closed form (``tests/test_timing*.py``, ``tests/test_trace.py``).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
-
-import numpy as np
+from typing import Iterable, Mapping
 
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
-from runtime_sim.functional.device import SimulatedDevice
 from tvm_icca.testing import exprs as builders
 
 
@@ -36,16 +32,6 @@ def one_op_program(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
                   for t in expr.inputs if t.name not in constants)
     op = OpProgram(name, expr, plan, tuple(t.name for t in expr.inputs), expr.output.name)
     return DeviceProgram(region, hw.to_dict(), decls, (expr.output.name,), (op,), constants=consts)
-
-
-def device_run_stats(program: DeviceProgram, seed: int = 7) -> dict[str, Any]:
-    """The functional device's run statistics of ``program`` on random inputs (its counts do
-    not depend on the values)."""
-    rng = np.random.default_rng(seed)
-    dev = SimulatedDevice()
-    args = [rng.standard_normal(d.shape).astype(d.dtype) for d in program.inputs]
-    dev.run(program, args)
-    return dev.last_run_stats()
 
 
 def chain_program(hw: HardwareSpec) -> DeviceProgram:
