@@ -11,7 +11,8 @@ nothing else of the project and not TVM.
   named chips, each number with its source), :mod:`.hardware_files` (a chip from a JSON or
   TOML file), :mod:`.hardware_limits` (the bounds of every field), :mod:`.mesh_grid`
   (placements and the NoC grid of a mesh chip), :mod:`.field_values` (reading a field's value);
-* semantics: :mod:`.layout` (what a plan means on the cores, ``OpLayout``), :mod:`.relayout`
+* semantics: :mod:`.layout` (what a plan means on the cores, ``OpLayout``; T10's rules on
+  it: :mod:`.layout_checks`), :mod:`.relayout`
   (re-layout geometry), :mod:`.vgm_layout` (the VGM baseline's home slices and tiles),
   :mod:`.preload_chunks` (what a preload leaves on the cores, Elk §4.3), :mod:`.stream`
   (a run's preload/execute instruction stream, Elk §4.5), :mod:`.lifetimes` (tensor lifetimes);

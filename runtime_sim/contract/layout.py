@@ -20,7 +20,8 @@ The construction generalizes T10 §4.2 and §4.4 ("Sub-tensor placement"):
   of every tensor, exactly the partition that contains its current chunk
   (``p_a = q_a div (S_a / f_t^T_a)``); when the loop on ``a`` advances, a tensor whose ``p_a``
   changes receives the partition of the ring member that is one partition ahead: a circular
-  shift within the ring. :meth:`OpLayout.validate` checks these invariants for every core.
+  shift within the ring. :meth:`OpLayout.validate` checks these invariants for every core
+  (:mod:`runtime_sim.contract.layout_checks`).
 * Every loop wraps around at its end (the final wrap included), so every tensor is back in its
   initial placement after the last step. Output replicas of different rings are then summed
   into ring 0 (the partial sums of a split reduction axis).
@@ -42,13 +43,12 @@ from runtime_sim.contract.expr import (
     dtype_bytes,
 )
 from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout_checks import check_layout
 from runtime_sim.contract.plan import ExecutionPlan, VgmPlan
 from runtime_sim.contract.plan_rules import (
     STAT_BYTES,
     local_splits,
     padded_extent,
-    padding_safe_reduce,
-    pinned_axes,
     reduce_key,
     split_reductions,
 )
@@ -402,7 +402,7 @@ class OpLayout:
                 continue
             p0 = self.partition(t, q0)
             radices = [self.plan.ft(t, a) for a in temporal]
-            group = self._group_key(t)
+            group = self.ring_group_key(t)
             for a in temporal:
                 ahead = dict(p0)
                 ahead[a] = (p0[a] + 1) % self.plan.ft(t, a)
@@ -418,7 +418,7 @@ class OpLayout:
         shifts on ``a`` (each core shifts :meth:`shift_count_per_core` times)."""
         return self._shift_sources[(t, a)]
 
-    def _group_key(self, t: int) -> np.ndarray:
+    def ring_group_key(self, t: int) -> np.ndarray:
         """A number identifying (sub-tensor, ring) of tensor ``t`` on every core."""
         rings = self._rings[t]
         return rings["subtensor"] * max(self.replicas(t), 1) + rings["ring"]
@@ -536,74 +536,9 @@ class OpLayout:
 
     # -- validity -----------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise :class:`InvalidPlanError` unless the plan obeys every T10 rule (§4.2)."""
-        expr = self.expr
-        pinned = pinned_axes(expr)
-        rows = set(local_splits(expr).values()) if any(self.F[a] > 1 for a in pinned) else set()
-        for a in pinned:
-            if self.S[a] != 1 or (self.F[a] != 1 and a not in rows):
-                why = ("lies inside a merged output dimension" if a in expr.merged_inner_axes
-                       else "shares a dimension with a core-local axis")
-                raise InvalidPlanError(f"axis '{a}' {why} and cannot be split")
-            if self.extent[a] % self.F[a]:
-                raise InvalidPlanError(
-                    f"axis '{a}' splits core-local reductions: F_op[{a}]={self.F[a]} must divide {self.extent[a]}"
-                )
-        if not padding_safe_reduce(expr):
-            for a in expr.reduce_axes:
-                if self.F[a] * self.xp[a] != self.extent[a]:
-                    raise InvalidPlanError(f"reduction axis '{a}' of this body cannot be padded")
-        for t, access in enumerate(expr.tensors):
-            own = self.tensor_axes(t)
-            for a, f in self.plan.temporal[t].items():
-                if int(f) < 1:
-                    raise InvalidPlanError(f"temporal factor of {access.name} on '{a}' is {f}")
-                if int(f) == 1:
-                    continue
-                if a not in own:
-                    raise InvalidPlanError(f"{access.name} has no axis '{a}' to partition temporally")
-                dims = [i for i in access.indices if a in i.axes]
-                if len(dims) != 1 or not dims[0].is_simple:
-                    raise InvalidPlanError(
-                        f"{access.name} is indexed by '{a}' through a compound index; it cannot rotate on it"
-                    )
-                if t in expr.epilogue_inputs:
-                    raise InvalidPlanError(f"epilogue input {access.name} cannot rotate")
-            if self.sharing(t) % self.ring_size(t):
-                raise InvalidPlanError(
-                    f"prod f_t of {access.name} ({self.ring_size(t)}) does not divide the "
-                    f"{self.sharing(t)} cores that share each of its sub-tensors"
-                )
-        for a in self.axes:
-            factors = sorted({self.plan.ft(t, a) for t in range(len(expr.tensors))})
-            for lo, hi in zip(factors, factors[1:]):
-                if hi % lo:
-                    raise InvalidPlanError(
-                        f"temporal factors on axis '{a}' ({factors}) are not pairwise factor/multiple"
-                    )
-        self._check_rings()
-
-    def _check_rings(self) -> None:
-        q0 = self.chunk({})
-        for t in range(len(self.expr.tensors)):
-            temporal = self.temporal_axes(t)
-            if not temporal:
-                continue
-            key = self.partition_key(t) * max(self.replicas(t), 1) + self.ring_id(t)
-            if np.unique(key).size != self.num_cores:
-                raise InvalidPlanError(
-                    f"rotation rings of {self.expr.tensors[t].name} do not hold each partition once"
-                )
-            group = self._group_key(t)
-            for a in temporal:
-                phase = q0[a] % (self.S[a] // self.plan.ft(t, a))
-                order = np.argsort(group, kind="stable")
-                g_sorted, ph_sorted = group[order], phase[order]
-                same = g_sorted[1:] == g_sorted[:-1]
-                if np.any(same & (ph_sorted[1:] != ph_sorted[:-1])):
-                    raise InvalidPlanError(
-                        f"ring members of {self.expr.tensors[t].name} would shift on '{a}' at different steps"
-                    )
+        """Raise :class:`InvalidPlanError` unless the plan obeys every T10 rule (§4.2)
+        (:func:`runtime_sim.contract.layout_checks.check_layout`)."""
+        check_layout(self)
 
 
 def _ravel(indices: list[np.ndarray], radices: list[int], n: int) -> np.ndarray:

@@ -17,7 +17,7 @@ candidates:
 * ``prod f_t`` of a tensor divides ``P_T``, the number of cores sharing each sub-tensor;
 * on every axis the temporal factors of all tensors are pairwise factor/multiple;
 * reduction axes of bodies that zero padding would corrupt are never padded;
-* rotation rings must hold each partition once and shift in step (``_check_rings``). That
+* rotation rings must hold each partition once and shift in step (:func:`check_rings`). That
   check can only fail when two tensors rotating on one axis are both missing an axis with
   ``F > 1`` (otherwise the other tensor's skew is constant along the ring); such candidates,
   rare in practice, are checked one by one with :class:`OpLayout` itself.
@@ -44,6 +44,7 @@ import numpy as np
 
 from runtime_sim.contract.errors import InvalidPlanError
 from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.layout_checks import check_rings
 from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plans.intmath import INT, ceil_div, divisors, factor_tuples, rank_values, unique_rows
 from tvm_icca.plans.search_memo import SearchMemo, cache_or_new
@@ -633,7 +634,7 @@ def _drop_invalid(batch: PlanBatch) -> PlanBatch:
             risky |= (batch.ft[:, t, a] > 1) & (batch.ft[:, u, a] > 1) & spread
         for i in np.flatnonzero(risky & keep):
             try:
-                OpLayout(structure.expr, batch.plan(int(i)))._check_rings()
+                check_rings(OpLayout(structure.expr, batch.plan(int(i))))
             except InvalidPlanError:
                 keep[i] = False
     return batch if keep.all() else batch.take(np.flatnonzero(keep))

@@ -1,0 +1,94 @@
+"""T10's rules checked on a layout: whether a plan is valid for its operator (T10 §4.2).
+
+:meth:`OpLayout.validate <runtime_sim.contract.layout.OpLayout.validate>` runs
+:func:`check_layout`; the compiler's batched plan space runs :func:`check_rings` alone on the
+rare candidates its array checks cannot decide (:mod:`tvm_icca.plans.partitions`). The rules
+an expression imposes before any plan exists are in :mod:`runtime_sim.contract.plan_rules`.
+The layout is typed ``Any``: :mod:`runtime_sim.contract.layout` imports this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from runtime_sim.contract.errors import InvalidPlanError
+from runtime_sim.contract.plan_rules import local_splits, padding_safe_reduce, pinned_axes
+
+
+def check_layout(layout: Any) -> None:
+    """Raise :class:`InvalidPlanError` unless the plan of ``layout`` (an
+    :class:`~runtime_sim.contract.layout.OpLayout`) obeys every T10 rule (§4.2): what may be
+    split and rotated, ring sizes that divide the cores sharing a sub-tensor, pairwise
+    factor/multiple temporal factors, and rings that hold each partition once and shift in
+    step (:func:`check_rings`)."""
+    expr = layout.expr
+    pinned = pinned_axes(expr)
+    rows = set(local_splits(expr).values()) if any(layout.F[a] > 1 for a in pinned) else set()
+    for a in pinned:
+        if layout.S[a] != 1 or (layout.F[a] != 1 and a not in rows):
+            why = ("lies inside a merged output dimension" if a in expr.merged_inner_axes
+                   else "shares a dimension with a core-local axis")
+            raise InvalidPlanError(f"axis '{a}' {why} and cannot be split")
+        if layout.extent[a] % layout.F[a]:
+            raise InvalidPlanError(
+                f"axis '{a}' splits core-local reductions: F_op[{a}]={layout.F[a]} must divide {layout.extent[a]}"
+            )
+    if not padding_safe_reduce(expr):
+        for a in expr.reduce_axes:
+            if layout.F[a] * layout.xp[a] != layout.extent[a]:
+                raise InvalidPlanError(f"reduction axis '{a}' of this body cannot be padded")
+    for t, access in enumerate(expr.tensors):
+        own = layout.tensor_axes(t)
+        for a, f in layout.plan.temporal[t].items():
+            if int(f) < 1:
+                raise InvalidPlanError(f"temporal factor of {access.name} on '{a}' is {f}")
+            if int(f) == 1:
+                continue
+            if a not in own:
+                raise InvalidPlanError(f"{access.name} has no axis '{a}' to partition temporally")
+            dims = [i for i in access.indices if a in i.axes]
+            if len(dims) != 1 or not dims[0].is_simple:
+                raise InvalidPlanError(
+                    f"{access.name} is indexed by '{a}' through a compound index; it cannot rotate on it"
+                )
+            if t in expr.epilogue_inputs:
+                raise InvalidPlanError(f"epilogue input {access.name} cannot rotate")
+        if layout.sharing(t) % layout.ring_size(t):
+            raise InvalidPlanError(
+                f"prod f_t of {access.name} ({layout.ring_size(t)}) does not divide the "
+                f"{layout.sharing(t)} cores that share each of its sub-tensors"
+            )
+    for a in layout.axes:
+        factors = sorted({layout.plan.ft(t, a) for t in range(len(expr.tensors))})
+        for lo, hi in zip(factors, factors[1:]):
+            if hi % lo:
+                raise InvalidPlanError(
+                    f"temporal factors on axis '{a}' ({factors}) are not pairwise factor/multiple"
+                )
+    check_rings(layout)
+
+def check_rings(layout: Any) -> None:
+    """Raise :class:`InvalidPlanError` unless every rotation ring of ``layout`` holds each
+    partition once and its members shift on every axis at the same steps (T10 §4.2)."""
+    q0 = layout.chunk({})
+    for t in range(len(layout.expr.tensors)):
+        temporal = layout.temporal_axes(t)
+        if not temporal:
+            continue
+        key = layout.partition_key(t) * max(layout.replicas(t), 1) + layout.ring_id(t)
+        if np.unique(key).size != layout.num_cores:
+            raise InvalidPlanError(
+                f"rotation rings of {layout.expr.tensors[t].name} do not hold each partition once"
+            )
+        group = layout.ring_group_key(t)
+        for a in temporal:
+            phase = q0[a] % (layout.S[a] // layout.plan.ft(t, a))
+            order = np.argsort(group, kind="stable")
+            g_sorted, ph_sorted = group[order], phase[order]
+            same = g_sorted[1:] == g_sorted[:-1]
+            if np.any(same & (ph_sorted[1:] != ph_sorted[:-1])):
+                raise InvalidPlanError(
+                    f"ring members of {layout.expr.tensors[t].name} would shift on '{a}' at different steps"
+                )
