@@ -444,11 +444,22 @@ def test_nothing_on_the_chip_is_said_never_timed_as_zero(models, capsys, tmp_pat
     assert "nothing ran on the chip" in out and "simulated time" not in out
 
 
-def test_byte_counts_are_printed_in_a_unit_that_shows_them():
-    from tvm_icca.cli.simulate_command import format_bytes
+def test_run_and_simulate_print_one_time_in_the_same_unit(built, models, capsys):
+    """The same run read "9.695 us" (run) and "0.0097 ms" (simulate): both now print times
+    with :mod:`runtime_sim.contract.units`, in the unit the total reads best in."""
+    import re
 
-    assert [format_bytes(b) for b in (0, 999, 20_480, 1_200_000, 79.39e9)] == \
-        ["0 B", "999 B", "20.5 KB", "1.2 MB", "79.4 GB"]
+    code, out_run, err = _main(capsys, "run", built["mlp"])
+    assert code == 0, err
+    code, out_sim, err = _main(capsys, "simulate", models["mlp"], "--hw", "ipu-mk2")
+    assert code == 0, err
+    run_time = re.search(r"simulated time on the chip: ([\d.]+) (\w+)", out_run)
+    sim_time = re.search(r"  total\s+([\d.]+) (\w+)", out_sim)
+    assert run_time and sim_time, (out_run, out_sim)
+    assert run_time[2] == sim_time[2]
+    assert float(run_time[1]) == pytest.approx(float(sim_time[1]), rel=1e-3)
+    assert " MB" not in out_sim and " KB" not in out_sim  # binary units (KiB, MiB)
+    assert "1 region calls" not in out_sim and "in 1 regions" not in out_sim
 
 
 def test_a_file_that_is_no_onnx_model_is_a_usage_error(tmp_path, capsys):

@@ -8,6 +8,7 @@ from typing import Any
 
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.labels import display_name
+from runtime_sim.contract.units import format_bytes, in_unit, time_unit
 from runtime_sim.timing.floors import FLOOR_KEYS, bound_name, shares
 from runtime_sim.timing.trace import timing_trace, write_trace
 
@@ -235,33 +236,39 @@ class TimingReport:
         return json.dumps(self.to_dict(per_op), indent=1)
 
     def table(self, max_ops: int | None = 40) -> str:
-        """A readable breakdown: totals, utilization, then the slowest operators."""
+        """A readable breakdown: totals, utilization, then the slowest operators. Every time
+        is in one unit, the one the total reads best in (:mod:`runtime_sim.contract.units`),
+        so that the rows line up and compare."""
+        unit = time_unit(self.total_s)
+        _t = self._time_text
+        _b = format_bytes
         lines = [
-            f"ICCA timing on {self.hardware} ({self.topology}): {self.num_ops} ops in "
-            f"{self.num_regions} regions, {self.steps} steps",
-            f"  total     {_ms(self.total_s)}",
-            f"  compute   {_ms(self.compute_s)}   transfer {_ms(self.transfer_s)}   "
-            f"idle {_ms(self.idle_s)}",
-            f"  hbm       {_ms(self.hbm_s)}   overlap  {_ms(self.overlap_s)}   "
-            f"host {_ms(self.host_s)}   stall {_ms(self.stall_s)}",
-            f"  bytes     shift {_mb(self.shift_bytes)}  relayout {_mb(self.relayout_bytes)}  "
-            f"hbm {_mb(self.hbm_bytes)} distinct, {_mb(self.hbm_delivered_bytes)} delivered  "
-            f"host {_mb(self.host_in_bytes)} in, {_mb(self.host_out_bytes)} out  "
-            f"inter-chip {_mb(self.inter_chip_bytes)}",
-            f"  peak SRAM {self.peak_sram_bytes_per_core} B/core "
-            f"({self.peak_sram_with_prefetch_bytes_per_core} with prefetch)",
+            f"ICCA timing on {self.hardware} ({self.topology}): {_count(self.num_ops, 'op')} in "
+            f"{_count(self.num_regions, 'region')}, {_count(self.steps, 'step')}",
+            f"  total     {_t(self.total_s, unit)}",
+            f"  compute   {_t(self.compute_s, unit)}   transfer {_t(self.transfer_s, unit)}   "
+            f"idle {_t(self.idle_s, unit)}",
+            f"  hbm       {_t(self.hbm_s, unit)}   overlap  {_t(self.overlap_s, unit)}   "
+            f"host {_t(self.host_s, unit)}   stall {_t(self.stall_s, unit)}",
+            f"  bytes     shift {_b(self.shift_bytes)}  relayout {_b(self.relayout_bytes)}  "
+            f"hbm {_b(self.hbm_bytes)} distinct, {_b(self.hbm_delivered_bytes)} delivered  "
+            f"host {_b(self.host_in_bytes)} in, {_b(self.host_out_bytes)} out  "
+            f"inter-chip {_b(self.inter_chip_bytes)}",
+            f"  peak SRAM {_b(self.peak_sram_bytes_per_core)}/core "
+            f"({_b(self.peak_sram_with_prefetch_bytes_per_core)} with prefetch)",
             *([f"  stream    design {self.design}: {self.preloads} preloads, "
-               f"{self.executes} executes  preload-only {_ms(self.preload_only_s)}  "
-               f"execute-only {_ms(self.execute_only_s)}  overlapped {_ms(self.preload_overlap_s)}  "
-               f"interconnect stall {_ms(self.interconnect_stall_s)}",
-               f"            preloaded {_mb(self.preloaded_bytes)}  distributed "
-               f"{_mb(self.distributed_bytes)}  peak preload space "
-               f"{self.peak_preload_bytes_per_core} B/core"] if self.design or self.preloads else []),
+               f"{self.executes} executes  preload-only {_t(self.preload_only_s, unit)}  "
+               f"execute-only {_t(self.execute_only_s, unit)}  overlapped "
+               f"{_t(self.preload_overlap_s, unit)}  "
+               f"interconnect stall {_t(self.interconnect_stall_s, unit)}",
+               f"            preloaded {_b(self.preloaded_bytes)}  distributed "
+               f"{_b(self.distributed_bytes)}  peak preload space "
+               f"{_b(self.peak_preload_bytes_per_core)}/core"] if self.design or self.preloads else []),
             f"  utilization flops {self.flops_utilization:.1%}  interconnect busy "
             f"{self.interconnect_utilization:.1%}  link bandwidth "
             f"{self.link_bandwidth_utilization:.1%}  hbm {self.hbm_utilization:.1%}",
             *([f"  loads     bound by {self.load_bound_by} ("
-               + ", ".join(f"{cut} {seconds * 1e3:.4f} ms" for cut, seconds in sorted(
+               + ", ".join(f"{cut} {_t(seconds, unit, 0)}" for cut, seconds in sorted(
                    self.load_bound_s.items(), key=lambda kv: -kv[1])) + ")"]
               if self.load_bound_s else []),
             *self.floor_lines(),
@@ -269,52 +276,62 @@ class TimingReport:
         ]
         # the operator's label goes last: it is up to 80 characters and would push the
         # number columns out of line anywhere else
-        header = (f"  {'cores':>5} {'start ms':>10} {'dur ms':>9} "
+        name = unit[0]
+        header = (f"  {'cores':>5} {'start ' + name:>10} {'dur ' + name:>9} "
                   f"{'compute':>9} {'transfer':>9} {'hbm':>9} {'stall':>9} {'steps':>6}  op")
         lines.append(header)
         ops = sorted(self.per_op, key=lambda o: -o.duration_s)
         shown = ops if max_ops is None else ops[:max_ops]
         for op in sorted(shown, key=lambda o: o.start_s):
             lines.append(
-                f"  {op.cores:>5} {op.start_s * 1e3:>10.4f} "
-                f"{op.duration_s * 1e3:>9.4f} {op.compute_s * 1e3:>9.4f} {op.transfer_s * 1e3:>9.4f} "
-                f"{op.hbm_s * 1e3:>9.4f} {op.stall_s * 1e3:>9.4f} {op.steps:>6}  {op.display}"
+                f"  {op.cores:>5} {in_unit(op.start_s, unit, 10)} "
+                f"{in_unit(op.duration_s, unit, 9)} {in_unit(op.compute_s, unit, 9)} "
+                f"{in_unit(op.transfer_s, unit, 9)} {in_unit(op.hbm_s, unit, 9)} "
+                f"{in_unit(op.stall_s, unit, 9)} {op.steps:>6}  {op.display}"
             )
         if len(shown) < len(ops):
             lines.append(f"  ... {len(ops) - len(shown)} faster ops not shown")
         lines.extend(self.slow_table())
         return "\n".join(lines)
 
+    @staticmethod
+    def _time_text(seconds: float, unit: tuple[str, float], width: int = 10) -> str:
+        return f"{in_unit(seconds, unit, width)} {unit[0]}"
+
     def floor_lines(self) -> list[str]:
         """Lines naming the floors (every one over 0), the resource the run is bound by and,
         when the run takes more than 1.5x its largest floor, where its time goes
-        (:mod:`runtime_sim.timing.floors`)."""
+        (:mod:`runtime_sim.timing.floors`); in the unit of the total."""
         floors = [(bound_name(k), getattr(self, k)) for k in FLOOR_KEYS if getattr(self, k) > 0]
         if not floors:
             return []
-        lines = ["  floors    " + "  ".join(f"{name} {seconds * 1e3:.4f} ms" for name, seconds in
+        unit = time_unit(self.total_s)
+        lines = ["  floors    " + "  ".join(f"{name} {self._time_text(seconds, unit, 0)}"
+                                            for name, seconds in
                                             sorted(floors, key=lambda kv: -kv[1]))]
         ratio = self.total_s / self.floor_s if self.floor_s > 0 else 0.0
-        lines.append(f"  bound by  {self.run_bound_by}: floor {self.floor_s * 1e3:.4f} ms, "
-                     f"time {ratio:.2f}x the floor")
+        lines.append(f"  bound by  {self.run_bound_by}: floor "
+                     f"{self._time_text(self.floor_s, unit, 0)}, time {ratio:.2f}x the floor")
         if self.remainder:
             lines.append("  remainder " + "  ".join(
-                f"{part} {seconds * 1e3:.4f} ms ({share:.1%})"
+                f"{part} {self._time_text(seconds, unit, 0)} ({share:.1%})"
                 for part, seconds, share in shares(self.remainder, self.total_s)))
         return lines
 
     def slow_table(self, max_ops: int = 10) -> list[str]:
         """Lines naming the operator kinds and operators more than :data:`SLOW_FACTOR` times
-        their lower bound (empty when there are none)."""
+        their lower bound (empty when there are none); in the unit of the total."""
         if not self.slow_kinds and not self.slow_ops:
             return []
+        unit = time_unit(self.total_s)
+        _t = self._time_text
         lines = ["", f"  more than {SLOW_FACTOR:g}x their lower bound (time = wait + execution; "
                      "bound = max of FLOPs at peak, distinct HBM bytes, host bytes, one sync):"]
         for r in self.slow_kinds:
-            lines.append(f"    kind {r['kind']:<14} {r['num_ops']:>5} ops  {r['time_s'] * 1e3:9.4f} ms  "
-                         f"bound {r['lower_bound_s'] * 1e3:9.4f} ms  {r['ratio']:8.1f}x")
+            lines.append(f"    kind {r['kind']:<14} {r['num_ops']:>5} ops  {_t(r['time_s'], unit, 9)}  "
+                         f"bound {_t(r['lower_bound_s'], unit, 9)}  {r['ratio']:8.1f}x")
         for r in self.slow_ops[:max_ops]:
-            lines.append(f"    op   {r['time_s'] * 1e3:9.4f} ms  bound {r['lower_bound_s'] * 1e3:9.4f} ms "
+            lines.append(f"    op   {_t(r['time_s'], unit, 9)}  bound {_t(r['lower_bound_s'], unit, 9)} "
                          f"({r['bound_by']})  {r['ratio']:8.1f}x  "
                          f"{r.get('label') or display_name(r['name'])}")
         if len(self.slow_ops) > max_ops:
@@ -327,9 +344,6 @@ class TimingReport:
         write_trace(path, events)
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:10.4f} ms"
-
-
-def _mb(nbytes: float) -> str:
-    return f"{nbytes / 1e6:.3f} MB"
+def _count(n: int, noun: str) -> str:
+    """``1 region``, ``22 regions``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -15,6 +15,7 @@ import shutil
 from importlib import resources
 from typing import Any
 
+from runtime_sim.contract.units import format_bytes, format_seconds
 from tvm_icca.cli.args import add_hardware_argument, add_progress_argument, writable_path
 
 
@@ -88,10 +89,10 @@ def run_demo(hw: Any = "ipu-mk2", progress: bool = True) -> int:
                                   state_placement_of(planned)))
     print(f"  regions executed        {stats['regions_executed']}")
     print(f"  cores used (max per op) {stats['cores_used']}")
-    print(f"  peak SRAM per core      {stats['peak_sram_bytes_per_core']} bytes")
-    print(f"  bytes shifted           {stats['shift_bytes']}")
+    print(f"  peak SRAM per core      {format_bytes(stats['peak_sram_bytes_per_core'])}")
+    print(f"  bytes shifted           {format_bytes(stats['shift_bytes'])}")
     print(f"  compute-shift steps     {stats['steps']}")
-    print(f"  simulated time          {stats['simulated_s'] * 1e6:.2f} us")
+    print(f"  simulated time          {format_seconds(stats['simulated_s'])}")
     print()
     print(f"output {list(got.shape)} vs TVM CPU reference: max abs error {error:.2e} -> "
           f"{'OK' if ok else 'MISMATCH'}")

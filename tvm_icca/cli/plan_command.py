@@ -21,6 +21,7 @@ import json
 import sys
 from typing import Any
 
+from runtime_sim.contract.units import format_bytes, format_seconds
 from tvm_icca.cli.args import (
     add_hardware_argument,
     add_progress_argument,
@@ -102,8 +103,9 @@ def _run_model(args: argparse.Namespace) -> int:
         return 0
     print(f"{compiled.name} on {compiled.hw.name}: {len(plan.decisions)} operators "
           f"({sum(d.calls for d in plan.decisions)} calls), compiled in {compiled.compile_s:.1f} s")
-    print(f"idle memory {plan.reconciliation.idle_bytes} of {plan.capacity_bytes} bytes per core, "
-          f"estimated {plan.estimated_time_s * 1e3:.3f} ms after {payload['search_steps']} "
+    print(f"idle memory {format_bytes(plan.reconciliation.idle_bytes)} of "
+          f"{format_bytes(plan.capacity_bytes)} per core, "
+          f"estimated {format_seconds(plan.estimated_time_s)} after {payload['search_steps']} "
           f"Algorithm 1 steps")
     # region names are long fused-op names: number them in call order (``--json`` has them)
     regions = list(dict.fromkeys(d.name.rsplit(".", 1)[0] for d in plan.decisions))
@@ -116,9 +118,9 @@ def _run_model(args: argparse.Namespace) -> int:
               f"{d.active_bytes:>8} {d.time_s * 1e6:>8.2f} {d.setup_s * 1e6:>8.2f}  "
               f"{'yes' if d.in_place else 'no'}")
     if report is not None:
-        print(f"simulated: {report.total_s * 1e3:.3f} ms, transfer "
+        print(f"simulated: {format_seconds(report.total_s)}, transfer "
               f"{100 * report.transfer_s / report.total_s:.0f}%, peak SRAM "
-              f"{report.peak_sram_bytes_per_core} bytes per core")
+              f"{format_bytes(report.peak_sram_bytes_per_core)} per core")
     return 0
 
 

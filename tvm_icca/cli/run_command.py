@@ -30,6 +30,7 @@ from tvm_icca.cli.args import (
     nonneg_int,
     writable_path,
 )
+from runtime_sim.contract.units import format_bytes, format_seconds
 from tvm_icca.cli.model_match import check_model_matches_library
 from tvm_icca.planning.state_place import STATE_WORDS
 
@@ -176,14 +177,6 @@ def reference_outputs(onnx_path: str, signature: dict[str, Any] | None,
     return run_vm(reference, arrays)
 
 
-def format_seconds(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3f} us"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds:.3f} s"
-
-
 def _run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     import numpy as np
@@ -218,7 +211,10 @@ def _run(args: argparse.Namespace) -> int:
     print("device run statistics:")
     for key, value in stats.items():
         if isinstance(value, (bool, int, float, str)) and key != "simulated_s":
-            print(f"  {key:<28} {value}")
+            # the exact count (the glossary's value), and for bytes the size a person reads
+            readable = (f"  ({format_bytes(value)})" if "_bytes" in key and value >= 1024
+                        and not isinstance(value, bool) else "")
+            print(f"  {key:<28} {value}{readable}")
     if stats.get("simulated_s") is not None:
         print(f"simulated time on the chip: {format_seconds(float(stats['simulated_s']))}")
     elif "simulated_s" in stats:

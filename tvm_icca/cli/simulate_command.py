@@ -23,6 +23,7 @@ import os
 import time
 from typing import Any
 
+from runtime_sim.contract.units import format_bytes, format_seconds
 from tvm_icca.cli.args import (
     UsageError,
     add_hardware_argument,
@@ -208,9 +209,9 @@ def _run(args: argparse.Namespace) -> int:
     print("  " + describe_setting(hw.name, design, compiled.state))
     if hw.assumed:
         print("  " + assumed_line(hw))
-    print(f"  {summary['regions']} region calls ({summary['distinct_regions']} distinct), "
-          f"{summary['device_ops']} device ops; Relax ops: {summary['offloaded_relax_ops']} "
-          f"offloaded, {summary['host_relax_ops']} on the host")
+    print(f"  {_count(summary['regions'], 'region call')} ({summary['distinct_regions']} "
+          f"distinct), {_count(summary['device_ops'], 'device op')}; Relax ops: "
+          f"{summary['offloaded_relax_ops']} offloaded, {summary['host_relax_ops']} on the host")
     for line in host_op_lines(compiled.partition):
         print(f"    {line}")
     host_note = host_time_note(compiled.partition)
@@ -228,7 +229,7 @@ def _run(args: argparse.Namespace) -> int:
     if compiled.preload is not None:
         pre = compiled.preload
         print(f"  preload design {pre.design}: planned in {pre.planning_s:.2f} s, "
-              f"{pre.preloads} preloads, compiler estimate {pre.estimated_s * 1e3:.3f} ms")
+              f"{pre.preloads} preloads, compiler estimate {format_seconds(pre.estimated_s)}")
     if tuned is not None:
         print("  " + tuned.report().replace("\n", "\n  "))
     print(report.table(max_ops=args.max_ops))
@@ -251,9 +252,6 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def format_bytes(count: float) -> str:
-    """``20.5 KB``, ``1.2 GB``: decimal units, three significant figures (0 B when none)."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if count >= size:
-            return f"{count / size:.3g} {unit}"
-    return f"{int(count)} B"
+def _count(n: int, noun: str) -> str:
+    """``1 region call``, ``2 region calls``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from runtime_sim.contract.units import format_seconds
 from tvm_icca.cli.args import (
     add_hardware_argument,
     add_model_arguments,
@@ -77,6 +78,6 @@ def _run(args: argparse.Namespace) -> int:
         compiled = compile_programs(model, hw, progress=progress, state=state, **named)
     report = compiled.simulate(progress=progress)
     print(tuned.report())
-    print(f"simulated latency: untuned {untuned.total_s * 1e3:.4f} ms, tuned "
-          f"{report.total_s * 1e3:.4f} ms ({untuned.total_s / report.total_s:.3f}x)")
+    print(f"simulated latency: untuned {format_seconds(untuned.total_s)}, tuned "
+          f"{format_seconds(report.total_s)} ({untuned.total_s / report.total_s:.3f}x)")
     return 0

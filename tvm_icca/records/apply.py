@@ -39,6 +39,7 @@ from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.units import format_seconds
 from tvm_icca.plans import AnalyticCostModel, PlannedOp
 from tvm_icca.plans.fit import fits
 from tvm_icca.plans.mapping import choose_core_order
@@ -180,7 +181,8 @@ class TunedPlans:
         dropped = [a.op for a in self.applied if a.op not in set(self.tuned_ops)]
         if self._compiled and dropped:
             lines[0] += f"; {len(dropped)} replaced by the HBM preload schedule"
-        lines += [f"  {_short(a.op)} ({a.kind}): {a.untuned_s * 1e6:.3f} us -> {a.tuned_s * 1e6:.3f} us "
+        lines += [f"  {_short(a.op)} ({a.kind}): {format_seconds(a.untuned_s)} -> "
+                  f"{format_seconds(a.tuned_s)} "
                   f"({a.gain:.2f}x)" for a in self.applied]
         if self._compiled:
             lines.append(f"operators compiled with tuned plans: {len(self.tuned_ops)}")
