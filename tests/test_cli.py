@@ -298,7 +298,7 @@ def test_hw_takes_a_hardware_file_in_every_command(models, tmp_path, capsys):
     assert code == 0, err
     assert json.loads(out)["hardware"] == "mychip"
     code, out, err = _main(capsys, "plan", "matmul", "--m", "64", "--k", "64", "--n", "64",
-                           "--hw", chip)
+                           "--hw", chip, "--json")
     assert code == 0, err
     assert json.loads(out.splitlines()[0])["cores"] <= 64
     library = tmp_path / "mlp.so"
@@ -548,3 +548,25 @@ def test_host_ops_are_named_by_their_onnx_op_with_the_reason(tmp_path, capsys):
     code, out, err = _main(capsys, "simulate", model, "--hw", "ipu-mk2")
     assert code == 0, err
     assert want in out and omitted in out
+
+
+def test_plan_pareto_is_a_table_and_json_with_the_flag(capsys):
+    """``plan --pareto`` printed one line of raw JSON; now a table (one row per Pareto plan,
+    fastest first, adaptive units), and ``--json`` the same plans as JSON."""
+    import re
+
+    args = ["plan", "matmul", "--m", "256", "--k", "256", "--n", "512", "--hw", "ipu-mk2",
+            "--pareto"]
+    code, out, err = _main(capsys, *args, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    code, out, err = _main(capsys, *args)
+    assert code == 0, err
+    assert not out.lstrip().startswith("{")
+    assert f"chosen plan: F_op [m, k, n] = {data['F_op']} on {data['cores']} cores" in out
+    rows = [line for line in out.splitlines() if re.match(r"\s+[\d.]+ [nu]?s\s+[\d.]+ (K|M)?i?B\s", line)]
+    assert len(rows) == len(data["pareto"]) > 1
+    want = sorted(data["pareto"], key=lambda p: (p["time_s"], p["memory_bytes"]))
+    for row, plan in zip(rows, want):  # the rows are the JSON's plans, fastest first
+        assert str(plan["F_op"]) in row and f" {plan['cores']} " in row
+    assert "e-0" not in out  # no raw floats

@@ -2,9 +2,11 @@
 
 ``tvm-icca plan matmul --m 32 --k 5120 --n 15360 --cost-model t10-bench`` answers the T10
 benchmark problem (:mod:`tvm_icca.plans.t10_bench`); ``--cost-model analytic`` (default)
-plans with the compiler's own model (:func:`tvm_icca.plans.plan_operator`). Matmul plans
-print ``F_op`` as ``[m, k, n]`` (the analytic answer names them first, ``axes``) and the six
-temporal factors ``f_t_<tensor>_<axis>``, plus ``time_s`` and ``cores``; ``--pareto`` adds the time/memory Pareto plans under ``pareto``.
+plans with the compiler's own model (:func:`tvm_icca.plans.plan_operator`). It prints the
+chosen plan and, with ``--pareto``, a table of the time/memory Pareto plans, fastest first.
+``--json`` prints the same as JSON: matmul plans give ``F_op`` as ``[m, k, n]`` (the analytic
+answer names them first, ``axes``) and the six temporal factors ``f_t_<tensor>_<axis>``, plus
+``time_s`` and ``cores``; ``--pareto`` adds the Pareto plans under ``pareto``.
 ``tvm-icca plan conv2d`` prints ``axes``, ``F_op`` in that order and the temporal factors of
 the rotatable (tensor, axis) pairs.
 
@@ -136,7 +138,10 @@ def _common(parser: argparse.ArgumentParser, cost_models: tuple[str, ...] = COST
                         help="parallelism constraint of the Pareto search (default 0.9)")
     parser.add_argument("--padding", type=unit_float, default=0.9,
                         help="padding constraint: least real/padded ratio (default 0.9)")
-    parser.add_argument("--indent", type=nonneg_int, default=None, help="indent the JSON output")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON (seconds and bytes as plain numbers) instead of the table")
+    parser.add_argument("--indent", type=nonneg_int, default=None,
+                        help="indent the JSON output (with --json)")
     add_progress_argument(parser)
 
 
@@ -147,9 +152,54 @@ def _filters(args: argparse.Namespace):
 
 
 def _emit(payload: dict[str, Any], args: argparse.Namespace) -> int:
-    json.dump(payload, sys.stdout, indent=args.indent)
-    sys.stdout.write("\n")
+    if args.json:
+        json.dump(payload, sys.stdout, indent=args.indent)
+        sys.stdout.write("\n")
+    else:
+        print("\n".join(plan_table(payload, _title(args))))
     return 0
+
+
+def _title(args: argparse.Namespace) -> str:
+    if args.op == "matmul":
+        shape = f"m={args.m} k={args.k} n={args.n}"
+    else:
+        shape = (f"batch={args.batch} channels={args.channels} {args.height}x{args.width} "
+                 f"filters={args.filters} kernel={args.kernel} stride={args.stride} "
+                 f"pad={args.pad} dilation={args.dilation}")
+    return f"{args.op} {shape} ({args.dtype}) on {args.hw.name}, {args.cost_model} cost model"
+
+
+def _temporal(plan: dict[str, Any]) -> str:
+    """The temporal factors over 1 (``A_k=4 C_m=2``; ``-`` when nothing rotates)."""
+    factors = [f"{key[len('f_t_'):]}={value}" for key, value in plan.items()
+               if key.startswith("f_t_") and value != 1]
+    return " ".join(factors) or "-"
+
+
+def plan_table(payload: dict[str, Any], title: str) -> list[str]:
+    """``tvm-icca plan matmul|conv2d`` as a person reads it: the chosen plan, then the
+    Pareto plans (``--pareto``) one per row, fastest first, times and bytes in adaptive units
+    (:mod:`runtime_sim.contract.units`); ``--json`` prints ``payload`` itself."""
+    axes = payload.get("axes") or ["m", "k", "n"]
+    f_op = f"F_op [{', '.join(axes)}]"
+    lines = [title,
+             f"chosen plan: {f_op} = {payload['F_op']} on {payload['cores']} cores, "
+             f"estimated {format_seconds(payload['time_s'])}",
+             f"  temporal factors (tensor_axis=f_t, those over 1): {_temporal(payload)}"]
+    if payload.get("loop_order"):
+        lines.append(f"  loop order: {' '.join(payload['loop_order'])}")
+    pareto = payload.get("pareto")
+    if pareto is None:
+        return lines
+    rows = sorted(pareto, key=lambda p: (p["time_s"], p["memory_bytes"]))
+    lines += ["", f"{len(rows)} Pareto plans (time vs memory per core, T10 §4.3.1), fastest first:",
+              f"  {'time':>10}  {'memory/core':>11}  {'cores':>5}  {f_op:<{max(16, len(f_op))}}  "
+              "temporal factors (over 1)"]
+    for p in rows:
+        lines.append(f"  {format_seconds(p['time_s']):>10}  {format_bytes(p['memory_bytes']):>11}  "
+                     f"{p['cores']:>5}  {str(p['F_op']):<{max(16, len(f_op))}}  {_temporal(p)}")
+    return lines
 
 
 def _matmul_keys(plan, time_s: float, cores: int) -> dict[str, Any]:
