@@ -33,7 +33,7 @@ def _run_phase(progress: Progress, steps: int = 3) -> None:
 
 
 def test_defaults_and_coercion() -> None:
-    assert Progress().show is None and Progress().delay_s == DEFAULT_DELAY_S == 2.0
+    assert Progress().show is None and Progress().delay_s == DEFAULT_DELAY_S == 1.0
     assert as_progress(None) == Progress() and as_progress(True) == Progress()
     assert as_progress(False) is NO_PROGRESS and NO_PROGRESS.show is False
     custom = Progress(show=True, delay_s=0.5)
@@ -52,6 +52,26 @@ def test_shown_at_once_without_delay() -> None:
     _run_phase(Progress(show=True, delay_s=0.0, file=out))
     text = out.getvalue()
     assert text.startswith("\rworking:") and "op" in text
+
+
+def test_a_long_first_unit_shows_the_phase_once_the_delay_has_passed() -> None:
+    """A phase whose first unit has not completed yet still shows its line after the delay
+    (tqdm's own delay waited for the first completed unit), and redraws it while it runs."""
+    import threading
+
+    out = io.StringIO()
+    shown = threading.Event()
+    with Progress(show=True, delay_s=0.05, file=out).phase("planning", unit="op",
+                                                           total=3) as phase:
+        for _ in range(200):  # up to 10 s on a loaded machine; no unit completes meanwhile
+            if "planning:" in out.getvalue():
+                shown.set()
+                break
+            shown.wait(0.05)
+        assert shown.is_set() and phase.done == 0
+        assert "0/3" in out.getvalue()
+        phase.step()
+    assert "planning:" in out.getvalue()
 
 
 def test_nothing_before_the_delay() -> None:

@@ -182,7 +182,7 @@ def add_progress_argument(parser: argparse.ArgumentParser) -> None:
     """``--no-progress``, read as ``args.progress``: ``True`` (the default policy of
     :mod:`tvm_icca.progress`) or ``False``, what every ``progress=`` parameter takes."""
     parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bars (by default a phase that runs over two seconds "
+                        help="no progress bars (by default a phase that runs over a second "
                         "shows one on standard error when it is a terminal)")
 
 
