@@ -54,6 +54,7 @@ from tvm_icca.partition.patterns import (
     user_pattern_names,
     user_patterns_matching,
 )
+from tvm_icca.partition.prefilter import may_fold, patterns_that_may_match
 from tvm_icca.partition.region_names import shorten_region_names
 from tvm_icca.tvm_warnings import tvm_warnings_once
 
@@ -146,9 +147,8 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
         return mod
     # a reduction over nothing is its identity: TVM's build would read uninitialized memory,
     # and FoldConstant's legalization of an empty mean divides by zero
-    passes: list[tvm.transform.Pass] = [ConvertToDataflow(min_size=1), FoldEmptyReductions()]
-    if fold_constants:
-        passes.append(FoldConstant())
+    first = tvm.transform.Sequential([ConvertToDataflow(min_size=1), FoldEmptyReductions()])
+    passes: list[tvm.transform.Pass] = []
     # batch norm in inference form becomes conv weights + bias or elementwise arithmetic
     passes.append(FoldInferenceBatchNorm)
     # after folding: the importer computes Clip's bounds from constants
@@ -159,7 +159,10 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     # FoldConstant legalizes every op to try to fold it: TVM's warnings once, not per op and
     # again when the regions are lowered (tvm_icca.tvm_warnings)
     with tvm_warnings_once():
-        mod = tvm.transform.Sequential(passes)(mod)
+        mod = first(mod)
+        # where no call can fold it would legalize every op for nothing (prefilter)
+        fold = [FoldConstant()] if fold_constants and may_fold(mod) else []
+        mod = tvm.transform.Sequential(fold + passes)(mod)
     unfused = mod
     blocker = _unmergeable(mod)
     if blocker is not None:
@@ -167,8 +170,10 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
         mod = unfused.with_attr(HOST_NOTE_ATTR, blocker)
     else:
         with checking_for(spec):
+            # a pattern of an operator the model never calls costs a pass over it (prefilter)
             mod = FuseOpsByPattern(
-                get_icca_patterns(), bind_constants=bind_constants, annotate_codegen=False
+                patterns_that_may_match(get_icca_patterns(), mod), bind_constants=bind_constants,
+                annotate_codegen=False
             )(mod)
             try:
                 mod = shorten_region_names(MergeCompositeFunctions()(mod), CODEGEN_NAME)
