@@ -278,3 +278,92 @@ def test_static_sweeps_every_10_kib_or_finer(sram):
     assert len(got) <= max(STATIC_SPLITS, -(-sram // STATIC_STEP_BYTES))
     if sram == 616 * 1024:      # an IPU core's SRAM less the 8 KiB shift buffer
         assert len(got) == 62
+
+
+def test_static_pruned_by_the_best_so_far_is_the_best_of_every_candidate():
+    """Static's sweep stops a candidate's estimate once it cannot beat the best so far
+    (issue 40): the result is the best of all its candidates estimated in full, the first on
+    ties (the candidates and their order: ``_static_sweep`` then Basic)."""
+    from tvm_icca.elk import designs  # pylint: disable=import-outside-toplevel
+
+    for ops, machine in _cases(4):
+        stats = PlanStats()
+        full = []
+        for draft in designs._static_sweep(ops, machine) + [designs._basic(ops, machine)]:
+            try:
+                full.append(finish_draft(ops, machine, "static", draft, stats))
+            except (InfeasibleError, ValueError):
+                continue
+        want = min(full, key=lambda s: s.total_s)
+        got = plan_preloads(ops, machine, "static")
+        assert (got.exec_choice, got.preload_choice, got.preload_order, got.horizon) == \
+            (want.exec_choice, want.preload_choice, want.preload_order, want.horizon)
+        assert got.total_s == want.total_s
+
+
+def test_local_search_reuses_only_what_it_would_find_again(monkeypatch):
+    """The local search remembers candidates it estimated against the same best: it ends on
+    the schedule the search without that memo ends on, estimating fewer schedules."""
+    import tvm_icca.elk.refine as refine_module  # pylint: disable=import-outside-toplevel
+
+    calls = []
+    original = refine_module.schedule_at_points
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    reference_calls = []
+
+    def reference(*args, **kwargs):
+        reference_calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(refine_module, "schedule_at_points", counted)
+    totals = []
+    for ops, machine in _cases(3):
+        start = plan_preloads(ops, machine, "static")
+        calls.clear()
+        got = refine_module.local_search(ops, machine, start)
+        with_memo = len(calls)
+        # the reference: the same search, every candidate estimated (no memo)
+        best = start
+        classes = {}
+        layers = refine_module.reorder.detect_layers([o.key for o in ops])
+        for i, op in enumerate(ops):
+            if sum(len(f) for f in op.preloads) + (0 if op.loads else len(op.execs)) <= 1:
+                continue
+            inside = layers is not None and layers.start <= i < layers.end
+            classes.setdefault(("layer", (i - layers.start) % layers.period) if inside else ("op", i),
+                               []).append(i)
+        first = reference(ops, machine, start.design, start.preload_order, list(start.exec_choice),
+                         list(start.preload_choice), start.stats.source, start.stats,
+                         stop_at=start.total_s)
+        if first is not None and first.total_s < start.total_s:
+            best = first
+        for _ in range(refine_module.REFINE_SWEEPS):
+            improved = False
+            for members in classes.values():
+                op = ops[members[0]]
+                alts = ([(e, c) for e in range(len(op.execs)) for c in range(len(op.preloads[e]))]
+                        if op.loads else [(e, -1) for e in range(len(op.execs))])
+                for e, c in alts:
+                    if all(best.exec_choice[i] == e and best.preload_choice[i] == c for i in members):
+                        continue
+                    ex, pc = list(best.exec_choice), list(best.preload_choice)
+                    for i in members:
+                        ex[i], pc[i] = e, c
+                    bar = best.total_s * (1 - 1e-9)
+                    cand = reference(ops, machine, start.design, start.preload_order, ex, pc,
+                                    start.stats.source + ", refined", start.stats, stop_at=bar)
+                    if cand is not None and cand.total_s < bar:
+                        best, improved = cand, True
+            if not improved:
+                break
+        assert (got.exec_choice, got.preload_choice, got.horizon, got.total_s) == \
+            (best.exec_choice, best.preload_choice, best.horizon, best.total_s)
+        assert with_memo <= len(reference_calls)
+        totals.append((with_memo, len(reference_calls)))
+        reference_calls.clear()
+    # the sweep that confirms the last improvement is where it saves
+    assert sum(m for m, _ in totals) < sum(r for _, r in totals)

@@ -95,10 +95,19 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
             cls = ("op", i)
         classes.setdefault(cls, []).append(i)
 
+    # A sweep after the last improvement of the one before re-tries, against the same best,
+    # the candidates that sweep tried after it: the same points and bar give the same answer.
+    seen: dict[tuple, tuple[float, ElkSchedule | None]] = {}
+
     def evaluate(ex: list[int], pc: list[int], source: str, bar: float) -> ElkSchedule | None:
         # a candidate only counts if it beats ``bar``: its estimate stops once it cannot
-        return schedule_at_points(ops, machine, sched.design, order, ex, pc, source, sched.stats,
-                                  on_step, stop_at=bar)
+        key = (tuple(ex), tuple(pc), source)
+        if key in seen and seen[key][0] == bar:
+            return seen[key][1]
+        found = schedule_at_points(ops, machine, sched.design, order, ex, pc, source, sched.stats,
+                                   on_step, stop_at=bar)
+        seen[key] = (bar, found)
+        return found
 
     source = sched.stats.source
     best = evaluate(list(sched.exec_choice), list(sched.preload_choice), source, sched.total_s)

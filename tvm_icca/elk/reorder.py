@@ -20,6 +20,7 @@ orders that still do not fit). The identity order is not a candidate (it is Elk-
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -43,7 +44,15 @@ class LayerStructure:
 
 
 def detect_layers(keys: Sequence[str]) -> LayerStructure | None:
-    """The repeated block covering the most operators (ties: the shortest period), or None."""
+    """The repeated block covering the most operators (ties: the shortest period), or None.
+
+    Every period up to half the operators is tried (quadratic in them), and the designs ask
+    again for the same operators at each stage: the answer is kept per key sequence."""
+    return _detect_layers(tuple(keys))
+
+
+@functools.lru_cache(maxsize=8)
+def _detect_layers(keys: tuple[str, ...]) -> LayerStructure | None:
     n = len(keys)
     if n < 2:
         return None
