@@ -215,3 +215,61 @@ def test_bad_options_are_one_clear_error():
         compile_programs(tvm.IRModule(), CHIP)
     with pytest.raises(tvm_icca.InvalidHardwareSpecError, match="unknown hardware preset"):
         plan_device_programs("no-such-chip")  # when the pass is made, not when it runs
+
+
+# -- the capacity check before planning (issue 39: refused in seconds, naming the numbers) --
+
+def _state_bytes(workload) -> list[int]:
+    """The workload's state tensors' bytes, from its parameter specs (independent of the
+    planner's reading of the module)."""
+    return sorted((int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
+                   for p in workload.params if p.resident), reverse=True)
+
+
+def test_a_state_tensor_larger_than_the_whole_chip_is_refused_before_planning() -> None:
+    import time
+
+    chip = small_chip(16)  # 16 x 64 KiB of SRAM, no HBM
+    # a KV cache of 2**22 tokens: 64 MiB per cache tensor, 64 times the chip's 1 MiB
+    workload = get_workload("llama2-7b", tiny=True, num_layers=1, context=2**22)
+    sizes = _state_bytes(workload)
+    sram = chip.usable_sram_bytes * chip.num_cores
+    assert sizes[0] > sram
+    for state in (None, "host"):  # the default falls back to the host at once, then refuses
+        start = time.process_time()
+        with pytest.raises(tvm_icca.StateCapacityError) as info:
+            compile_programs(workload, chip, state=state, progress=False)
+        assert time.process_time() - start < 5.0
+        err = info.value
+        assert (err.needed_bytes, err.available_bytes) == (sizes[0], sram)
+        assert f"({sizes[0]} bytes)" in str(err) and f"({sram} bytes)" in str(err)
+        assert "k_cache" in str(err) or "v_cache" in str(err)
+        assert isinstance(err, tvm_icca.PlanNotFoundError)  # no plan fits
+
+
+def test_the_capacity_check_bounds_each_state_tensor_by_sram_plus_hbm() -> None:
+    """The bound is the chip's SRAM (less the shift buffers) plus its HBM: a tensor of
+    exactly that size passes, one more byte's worth is refused."""
+    from tvm_icca.planning.planner import check_state_capacity
+
+    workload = get_workload("llama2-7b", tiny=True, num_layers=1, context=2**11)
+    largest = _state_bytes(workload)[0]
+    for hbm in (0, largest // 2):
+        fits = small_chip(16, hbm_bytes_per_chip=hbm, hbm_bandwidth=1e12 if hbm else 0.0, hbm_controllers=1 if hbm else 0,
+                          sram_bytes_per_core=(largest - hbm) // 16 + 8192)
+        assert fits.usable_sram_bytes * 16 + hbm >= largest
+        check_state_capacity(workload.mod, workload.resident_names, fits)
+        tight = small_chip(16, hbm_bytes_per_chip=hbm, hbm_bandwidth=1e12 if hbm else 0.0, hbm_controllers=1 if hbm else 0,
+                           sram_bytes_per_core=(largest - hbm) // 16 + 8192 - 64)
+        with pytest.raises(tvm_icca.StateCapacityError) as info:
+            check_state_capacity(workload.mod, workload.resident_names, tight)
+        assert info.value.available_bytes == tight.usable_sram_bytes * 16 + hbm < largest
+        assert ("of HBM" in str(info.value)) == bool(hbm)
+
+
+def test_a_model_that_fits_passes_the_capacity_check_unchanged() -> None:
+    from tvm_icca.planning.planner import check_state_capacity
+
+    workload = get_workload("llama2-7b", tiny=True, num_layers=1)
+    for chip in (small_chip(64), tvm_icca.preset("ipu-pod4-hbm")):
+        check_state_capacity(workload.mod, workload.resident_names, chip)  # no error

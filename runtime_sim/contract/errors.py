@@ -121,6 +121,28 @@ class HbmCapacityError(IccaError, MemoryError):
     """
 
 
+class StateCapacityError(PlanNotFoundError, MemoryError):
+    """A model's state tensor cannot fit the chip's memory (SRAM plus HBM), found before planning.
+
+    Raised by :func:`tvm_icca.planning.planner.check_state_capacity`: no plan can fit, so it
+    is a :class:`PlanNotFoundError` found without searching.
+
+    Parameters
+    ----------
+    message : str
+        What does not fit, in words.
+    needed_bytes : int
+        The bytes of state the chip would hold.
+    available_bytes : int
+        The bytes the chip has for them (SRAM of every core, less the shift buffers, plus HBM).
+    """
+
+    def __init__(self, message: str, needed_bytes: int = 0, available_bytes: int = 0):
+        self.needed_bytes = needed_bytes
+        self.available_bytes = available_bytes
+        super().__init__(message)
+
+
 class DeviceProgramError(IccaError, ValueError):
     """A device program is malformed or of an unknown format version."""
 

@@ -368,6 +368,9 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
         * ``host_reasons``: for each op left on the host, the distinct reasons why (e.g.
           ``"conv2d with groups=2 (only groups == 1 is offloaded)"``; for an op matched by
           an ``icca.*`` pattern a user registered, that its check function refused it);
+        * ``host_sources``: per operator left on the host, as the model names it
+          (:func:`source_op`: ``Einsum``, not ``relax.call_tir``), its ``op``, ``relax_op``,
+          ``count`` and ``reasons``, most frequent first (:func:`host_op_lines` prints them);
         * ``notes``: remarks about the whole model (e.g. why all of it stays on the host),
           usually empty.
     """

@@ -46,9 +46,16 @@ import tvm
 from tvm import relax
 from tvm.ir import IRModule
 
-from runtime_sim.contract.errors import HbmCapacityError, IccaError, PlanNotFoundError, short_name
+from runtime_sim.contract.errors import (
+    HbmCapacityError,
+    IccaError,
+    PlanNotFoundError,
+    StateCapacityError,
+    short_name,
+)
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.program import DeviceProgram, model_state_source
+from runtime_sim.contract.units import format_bytes
 from tvm_icca.ffi_errors import raise_through_ffi
 from tvm_icca.hardware_choice import HardwareLike, hardware_from_json, resolve_hardware
 from tvm_icca.lower.region import extract_region, outputs_at
@@ -378,6 +385,7 @@ def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: Compi
     and where the model state went (the first of :func:`state_candidates` that fits)."""
     candidates = state_candidates(spec, opts.state)
     resident = _resident(mod, opts)
+    check_state_capacity(mod, resident, spec)
     for k, placement in enumerate(candidates):
         if placement.place == "hbm":
             check_hbm_capacity(mod, resident, spec)
@@ -402,6 +410,45 @@ def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: Compi
 
 #: Largest model-state tensors an HBM capacity error names.
 _NAMED_TENSORS = 3
+
+
+def check_state_capacity(mod: IRModule, resident: Collection[str], spec: HardwareSpec) -> None:
+    """Refuse, before any plan search, a model one of whose state tensors (weights, KV caches,
+    constants: :func:`model_state_tensors`) is larger than the whole chip's memory, the SRAM
+    of every core less its shift buffer plus the HBM: :class:`StateCapacityError`, naming the
+    tensor and the bytes needed and available.
+
+    Such a tensor fits no placement: kept on chip or in HBM the whole state is larger still,
+    and sent from the host it could only stream through the chip in pieces every run (a
+    16 TB KV cache ran minutes of operator splitting before its error, issue 39). The whole
+    state is checked by each placement's own rule: in SRAM by the planner's idle footprint
+    (T10 Algorithm 1), in HBM by :func:`check_hbm_capacity`; state sent from the host every
+    run has no total bound. A chip whose HBM capacity is not modelled (0 with HBM bandwidth)
+    is not checked."""
+    if spec.hbm_bandwidth > 0 and spec.hbm_capacity_bytes <= 0:
+        return
+    tensors = model_state_tensors(mod, resident)
+    if not tensors:
+        return
+    what, needed = tensors[0]
+    sram = spec.usable_sram_bytes * spec.num_cores
+    available = sram + spec.hbm_capacity_bytes
+    if needed <= available:
+        return
+    label = str(mod.attrs.get(MODEL_NAME_ATTR, "model")) if mod.attrs is not None else "model"
+    hbm = (f" plus {_bytes(spec.hbm_capacity_bytes)} of HBM: {_bytes(available)} in all"
+           if spec.hbm_capacity_bytes else "")
+    raise StateCapacityError(
+        f"model '{short_name(label)}' cannot run on chip '{spec.name}': its state tensor {what} "
+        f"alone needs {_bytes(needed)}, and the chip has {_bytes(sram)} of SRAM "
+        f"({spec.num_cores} cores x {format_bytes(spec.usable_sram_bytes)} less the shift "
+        f"buffer){hbm}. Use a chip with more memory, a smaller batch or context, or fewer "
+        "layers", needed, available)
+
+
+def _bytes(nbytes: int) -> str:
+    """Exact bytes for the record beside the readable size: ``16 TiB (17592186044416 bytes)``."""
+    return f"{format_bytes(nbytes)} ({nbytes} bytes)"
 
 
 def check_hbm_capacity(mod: IRModule, resident: Collection[str], spec: HardwareSpec) -> None:
