@@ -230,7 +230,12 @@ DSE_METRICS: dict[str, Metric] = {
     "elk_planning_s": _m("s (wall clock)", "host seconds of the Elk pass (tables and schedule), "
                          "part of ``compile_s``", "dse"),
     "plan_cache_hits": _m("count", "operator plans the worker's plan cache answered", "dse"),
-    "plan_cache_misses": _m("count", "operator plans searched for this point", "dse"),
+    "plan_cache_misses": _m("count", "operator plans the worker's plan cache did not hold "
+                            "planned for this point's chip (found in the search memo or on disk "
+                            "and mapped again, or searched: ``plan_searches``)", "dse"),
+    "plan_searches": _m("count", "operator plan searches the point ran itself: those no plan "
+                        "cache answered, in memory or on disk (a point after the first of its "
+                        "plan group runs few or none)", "dse"),
     "tvm_icca_version": _m("version", "tvm_icca's version that computed the row", "dse"),
     "tvm_version": _m("version", "Apache TVM's version that computed the row", "dse"),
     "host": _m("name", "the machine that computed the row", "dse"),

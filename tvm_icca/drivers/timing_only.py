@@ -81,7 +81,8 @@ class CompiledModel:
     compile_s : float
         Wall-clock seconds :func:`compile_programs` took.
     plan_cache : Mapping[str, int]
-        Plan cache ``hits`` and ``misses`` of this compilation.
+        Plan cache ``hits`` and ``misses`` of this compilation, and its plan ``searches``
+        (the misses no memo or on-disk entry answered).
     model_plan : ModelPlan or None
         T10 Algorithm 1's idle/active decisions, when the model is kept on chip.
     preload : PreloadSummary or None
@@ -262,7 +263,7 @@ def compile_programs(
                              progress=progress)
     model_name = name or label or "model"
     cache = plan_cache if plan_cache is not None else PlanCache(jobs=jobs)
-    hits, misses = cache.hits, cache.misses
+    hits, misses, searches = cache.hits, cache.misses, cache.search.searches
     mod = mod.with_attr(MODEL_NAME_ATTR, model_name)
     if not is_partitioned(mod):
         main_function(mod)  # a model is a module with a Relax "main"
@@ -277,7 +278,8 @@ def compile_programs(
         partition=report,
         op_counts=partitioned_op_counts(planned, report),
         compile_s=time.perf_counter() - start,
-        plan_cache={"hits": cache.hits - hits, "misses": cache.misses - misses},
+        plan_cache={"hits": cache.hits - hits, "misses": cache.misses - misses,
+                    "searches": cache.search.searches - searches},
         model_plan=model_plan_of(planned),
         preload=preload_summary_of(planned),
         state=state_placement_of(planned),

@@ -14,9 +14,12 @@ spec's name, the point's own chip overrides, the workload, the design, state and
 resumed sweep whose preset or fixed fields changed finds the rows of the same points computed
 on the old chip and says what changed (:func:`chip_changes`).
 
-The order groups points that share a workload and a chip up to its bandwidths
-(:data:`BANDWIDTH_SUFFIX`): a worker that runs a group's points one after another reuses its
-plan cache (operators planned for one chip answer the next design on that chip).
+The order groups points that share a workload and the part of the chip the plan search reads
+(:func:`plan_group`: the fields of :func:`tvm_icca.plans.hw_fields.search_key`, so points
+differing in HBM bandwidth, topology or host fields are one group, points differing in cores,
+SRAM or link bandwidth are not): the first point of a group searches its operators' plans, and
+every other point of the group finds them in the plan cache. A parallel sweep runs a group's
+first point alone before its other points (:mod:`tvm_icca.dse.run`).
 """
 
 from __future__ import annotations
@@ -29,15 +32,13 @@ from typing import Any
 
 from tvm_icca.dse.spec import DseSpec, _jsonable
 from tvm_icca.hardware_choice import HardwareSpec
+from tvm_icca.plans.hw_fields import search_key
 
 __all__ = ["DsePoint", "KEY_FORMAT", "chip_changes", "chip_digest", "chip_document", "expand",
-           "point_id", "point_key"]
+           "plan_group", "point_id", "point_key"]
 
 #: Part of every key: a change of what a key covers changes every key.
 KEY_FORMAT = 1
-#: HardwareSpec fields ending in this are rates that leave the operators' structure alone;
-#: points differing only in them are one group (see the module docstring).
-BANDWIDTH_SUFFIX = "_bandwidth"
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,8 @@ class DsePoint:
     hw : HardwareSpec
         The resolved chip.
     group : str
-        Points of one group share a workload and a chip up to its bandwidths.
+        Points of one group share a workload, state, execution model and the chip fields the
+        plan search reads (:func:`plan_group`): they ask for the same operator plans.
     key : str
         SHA-256 hex digest of the point's inputs (:func:`point_key`).
     point_id : str
@@ -141,6 +143,21 @@ def point_key(hw: HardwareSpec, workload: dict[str, Any], design: str, state: st
                     "design": design, "state": state or "auto", "execution": execution})
 
 
+def plan_group(hw: HardwareSpec, workload: dict[str, Any], state: str | None,
+               execution: str) -> str:
+    """The group of points that ask for the same operator plans: a digest of the workload, the
+    state, the execution model and the chip as far as the plan search reads it
+    (:func:`tvm_icca.plans.hw_fields.search_key`, the one declaration of those fields).
+
+    The preload design is not part of it: the designs of one chip plan the same operators
+    (they differ in the budgets of a few), so the first point of a group searches most of what
+    the others need. HBM and inter-chip bandwidths are not either: on several chips they only
+    pick among a plan's searched placements (:func:`tvm_icca.plans.hw_fields.placement_rates`),
+    which costs no search."""
+    return _digest({"workload": workload, "state": state or "auto", "execution": execution,
+                    "chip": search_key(hw)})[:16]
+
+
 def point_id(spec_name: str, overrides: dict[str, Any], workload: dict[str, Any], design: str,
              state: str | None, execution: str) -> str:
     """The point's place in its study: SHA-256 of the spec's name, the point's chip overrides
@@ -187,28 +204,24 @@ def expand(spec: DseSpec) -> list[DsePoint]:
     Returns
     -------
     list of DsePoint
-        Workloads in spec order; within a workload, chips grouped by everything but their
-        bandwidths (groups in the order they first appear), then the chips of the grid's
-        product and the explicit points in spec order, designs innermost. Deterministic: the
-        same spec gives the same list.
+        Workloads in spec order; within a workload, chips grouped by the fields the plan
+        search reads (:func:`plan_group`; groups in the order they first appear), then the
+        chips of the grid's product and the explicit points in spec order, designs innermost.
+        Deterministic: the same spec gives the same list.
     """
     chips = []
     for overrides in spec.hardware_points():
         hw = spec.hardware.with_overrides(**overrides) if overrides else spec.hardware
-        shape = hw.to_dict()
-        for name in list(shape):
-            if name.endswith(BANDWIDTH_SUFFIX) or name == "notes":
-                del shape[name]
-        chips.append((overrides, hw, json.dumps(shape, sort_keys=True, default=str)))
+        chips.append((overrides, hw, json.dumps(search_key(hw), default=str)))
     group_rank: dict[str, int] = {}
     for _, _, shape in chips:
         group_rank.setdefault(shape, len(group_rank))
     order = sorted(range(len(chips)), key=lambda i: (group_rank[chips[i][2]], i))
     points: list[DsePoint] = []
-    for w, workload in enumerate(spec.workloads):
+    for workload in spec.workloads:
         for c in order:
-            overrides, hw, shape = chips[c]
-            group = hashlib.sha256(f"{w}|{shape}".encode()).hexdigest()[:16]
+            overrides, hw, _ = chips[c]
+            group = plan_group(hw, workload, spec.state, spec.execution)
             for design in spec.designs:
                 points.append(DsePoint(
                     index=len(points), hardware=dict(overrides), workload=dict(workload),

@@ -8,10 +8,17 @@ so a sweep killed at any moment leaves only whole rows (at most a torn last line
 next append), and the same command run again computes exactly the missing points.
 
 Local runs use one single-worker :class:`concurrent.futures.ProcessPoolExecutor` per job
-(spawned processes: TVM does not survive ``fork``), so a worker can be given the next point of
-the group it has been working on (its plan cache answers it, :mod:`tvm_icca.dse.worker`). On
-Ray (``ray=``), points are ``ray.remote`` tasks with a bounded number in flight
-(``ray.wait``); the driver appends their rows.
+(spawned processes: TVM does not survive ``fork``). On Ray (``ray=``), points are
+``ray.remote`` tasks with a bounded number in flight (``ray.wait``); the driver appends their
+rows.
+
+Workers share their plan searches (:class:`_Schedule`): the points of one group ask for the same
+operator plans (:func:`tvm_icca.dse.points.plan_group`), so a group's first point runs alone
+and searches them, and its other points are handed out, to any worker, only once it is done:
+they read its plans from the plan cache on disk. Without ``plan_cache=`` a parallel run keeps
+one in a temporary directory for the run's duration. While a group's first point runs, the
+other workers run first points of other groups, or points of groups already searched, and wait
+when there are none: two workers never search one group's plans at the same time.
 
 What a row was computed from is recorded with it (issue 38): the driver writes each resolved
 chip once to the results' provenance file before its points run, and one record of every run
@@ -31,11 +38,13 @@ import json
 import multiprocessing
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from runtime_sim.contract.errors import IccaError, InvalidSpecError
 from tvm_icca.dse.points import DsePoint, chip_changes, chip_digest, expand
@@ -188,7 +197,9 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
         (:meth:`tvm_icca.PlanCache.persistent`; ``True``: the default directory,
         ``$TVM_ICCA_PLAN_CACHE`` or ``$XDG_CACHE_HOME/tvm_icca/plans``). Every worker, later
         runs and, on a shared file system, other machines read them instead of searching
-        again. ``None``: each worker keeps its plans in memory only.
+        again. ``None``: a parallel run on this machine keeps them in a temporary directory
+        deleted when it ends (the workers share them, later runs do not); on a Ray cluster
+        of several machines, or ``jobs=1``, each worker keeps its plans in memory only.
 
     Returns
     -------
@@ -225,6 +236,9 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
         cache_dir = default_plan_cache_dir()
     elif plan_cache not in (None, False):
         cache_dir = os.path.abspath(os.fspath(plan_cache))
+    scratch = None  # the run's own plan cache directory, shared by its workers
+    if cache_dir is None and plan_cache is None and _parallel(ray, jobs, len(todo)):
+        scratch = cache_dir = tempfile.mkdtemp(prefix="tvm_icca-dse-plans-")
     tasks = [dict(_task(spec, p, base_dir), plan_cache=cache_dir) for p in todo]
     replaced = {c.point.key: c.old_key for c in summary.changed}
     for task in tasks:  # the row says which it replaces (a row older than point_id has none)
@@ -240,9 +254,11 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     points_s = {"wall_s": 0.0, "cpu_s": 0.0}
     start = time.perf_counter()
     try:
-        _compute(spec, tasks, path, summary, points_s, progress, ray, jobs)
+        _compute(spec, tasks, path, summary, points_s, progress, ray, jobs, scratch)
     finally:  # an interrupted run is recorded too: its rows are in the file
         summary.wall_s = time.perf_counter() - start
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         append_run(path, {**origin.to_dict(), "spec": spec.name, "wall_s": summary.wall_s,
                           "points_wall_s": points_s["wall_s"], "points_cpu_s": points_s["cpu_s"],
                           "counts": dict(summary.counts), "pending": len(tasks),
@@ -250,9 +266,17 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     return summary
 
 
+def _parallel(ray: str | None, jobs: int | None, pending: int) -> bool:
+    """Whether a run's points may run in several processes (on Ray: whether the cluster is
+    one machine is known once connected, :func:`_run_ray`)."""
+    if ray is None:
+        return pending > 1 and (jobs or _available_cpus()) > 1
+    return pending > 1
+
+
 def _compute(spec: DseSpec, tasks: list[dict[str, Any]], path: str, summary: DseRun,
              points_s: dict[str, float], progress: ProgressLike, ray: str | None,
-             jobs: int | None) -> None:
+             jobs: int | None, scratch: str | None = None) -> None:
     """Compute ``tasks`` and append their rows to ``path`` as they complete."""
     with as_progress(progress).phase(f"dse {spec.name}", unit="point", total=len(tasks),
                                      leave=True) as bar:
@@ -276,7 +300,7 @@ def _compute(spec: DseSpec, tasks: list[dict[str, Any]], path: str, summary: Dse
         elif ray is None:
             _run_local(tasks, jobs or min(_available_cpus(), len(tasks)), on_row)
         else:
-            _run_ray(tasks, ray, jobs, on_row)
+            _run_ray(tasks, ray, jobs, on_row, scratch)
 
 
 #: Input columns of a row that are neither chip fields nor workload arguments.
@@ -384,54 +408,105 @@ def _available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-# -- local: one single-worker pool per job, groups kept on their worker -----------------------
-class _Groups:
-    """The pending tasks by group, handed to slots so that a slot stays on one group."""
+# -- scheduling: a group's plans searched once ------------------------------------------------
+class _Schedule:
+    """The pending tasks by group (:func:`tvm_icca.dse.points.plan_group`), handed to free
+    workers so that no two search one group's plans at the same time.
 
-    def __init__(self, tasks: Sequence[dict[str, Any]], slots: int) -> None:
+    A group's first task runs alone; its other tasks are handed out once it has finished
+    (:meth:`finished`), when its searches are in the plan cache. A free worker is given, in
+    this order: the first task of a group not started (the longest tasks, started early), a
+    task of the group it ran last (its in-memory caches hold that group's workload and
+    trade-off tables), a task of the searched group with the most left; or nothing, when every
+    group left is still running its first task.
+    """
+
+    def __init__(self, tasks: Sequence[dict[str, Any]]) -> None:
         self.queues: dict[str, collections.deque] = {}
         for task in tasks:
             self.queues.setdefault(task["group"], collections.deque()).append(task)
-        self.slot_group: list[str | None] = [None] * slots
+        self.searching: dict[str, int] = {}  # group -> id() of its first task, while it runs
+        self.searched: set[str] = set()
 
-    def next_for(self, slot: int) -> dict[str, Any] | None:
-        mine = self.slot_group[slot]
-        if mine is not None and self.queues.get(mine):
-            return self.queues[mine].popleft()
-        busy = {g for s, g in enumerate(self.slot_group) if s != slot}
-        free = [g for g, q in self.queues.items() if q and g not in busy]
-        if not free:  # every group with work has a slot: help the one with the most left
-            free = sorted((g for g, q in self.queues.items() if q),
-                          key=lambda g: -len(self.queues[g]))
-        if not free:
+    def next_for(self, last_group: str | None = None) -> dict[str, Any] | None:
+        """The task a free worker runs next (``last_group``: of its previous task), or None."""
+        for group, queue in self.queues.items():
+            if queue and group not in self.searched and group not in self.searching:
+                task = queue.popleft()
+                self.searching[group] = id(task)
+                return task
+        if last_group in self.searched and self.queues.get(last_group):
+            return self.queues[last_group].popleft()
+        ready = [g for g, q in self.queues.items() if q and g in self.searched]
+        if not ready:
             return None
-        self.slot_group[slot] = free[0]
-        return self.queues[free[0]].popleft()
+        return self.queues[max(ready, key=lambda g: len(self.queues[g]))].popleft()
+
+    def finished(self, task: dict[str, Any]) -> None:
+        """``task`` is done, with a row or without (its worker died): if it was its group's
+        first, the group's other tasks may run (a group whose first task failed has its
+        failure on record, or is retried by the next run)."""
+        group = task["group"]
+        if self.searching.get(group) == id(task):
+            del self.searching[group]
+            self.searched.add(group)
+
+    def __bool__(self) -> bool:
+        """Whether tasks are left to hand out."""
+        return any(self.queues.values())
 
 
+def _start_worker() -> None:
+    """Import what a point needs, so that a worker's start overlaps the first points."""
+    # pylint: disable=import-outside-toplevel,unused-import
+    from tvm_icca.drivers.timing_only import compile_programs  # noqa: F401
+
+
+def _died_early() -> IccaError:
+    return IccaError(
+        "a DSE worker process died before finishing its first point. From a script, call "
+        "tvm_icca.dse.run under `if __name__ == \"__main__\":` (workers start by importing the "
+        "script); otherwise the point may need more memory than this machine has (try fewer "
+        "--jobs). Rows written so far are kept; run again to resume.")
+
+
+# -- local: one single-worker pool per job ----------------------------------------------------
 def _run_local(tasks: Sequence[dict[str, Any]], jobs: int,
                on_row: Callable[[dict[str, Any] | None, int], None]) -> None:
     context = multiprocessing.get_context("spawn")
     slots = max(1, min(jobs, len(tasks)))
     pools = [concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)
              for _ in range(slots)]
-    groups = _Groups(tasks, slots)
-    running: dict[concurrent.futures.Future, int] = {}
+    schedule = _Schedule(tasks)
+    running: dict[concurrent.futures.Future, tuple[int, dict[str, Any]]] = {}
+    last_group: list[str | None] = [None] * slots
     rows_of = [0] * slots  # rows each slot's current worker returned
 
-    def submit(slot: int) -> None:
-        task = groups.next_for(slot)
-        if task is not None:
-            running[pools[slot].submit(evaluate, task)] = slot
+    def fill() -> None:
+        busy = {slot for slot, _ in running.values()}
+        for slot in range(slots):
+            if slot not in busy:
+                task = schedule.next_for(last_group[slot])
+                if task is None:
+                    return  # nothing runnable until a group's first point finishes
+                last_group[slot] = task["group"]
+                try:
+                    running[pools[slot].submit(evaluate, task)] = (slot, task)
+                except concurrent.futures.process.BrokenProcessPool as err:
+                    # its worker died starting (_start_worker), before any point
+                    raise _died_early() from err
 
     clean = False
     try:
-        for slot in range(slots):
-            submit(slot)
+        for pool in pools[1:]:  # the workers idle at first start now, not when given a point
+            pool.submit(_start_worker)
+        fill()
         while running:
             finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            done = []
             for future in finished:
-                slot = running.pop(future)
+                slot, task = running.pop(future)
+                schedule.finished(task)
                 try:
                     row = future.result()
                     rows_of[slot] += 1
@@ -439,12 +514,7 @@ def _run_local(tasks: Sequence[dict[str, Any]], jobs: int,
                     if not rows_of[slot]:
                         # died before its first row: usually a script without a __main__
                         # guard (spawned workers import it again and run the sweep in turn)
-                        raise IccaError(
-                            "a DSE worker process died before finishing its first point. From a "
-                            "script, call tvm_icca.dse.run under `if __name__ == \"__main__\":` "
-                            "(workers start by importing the script); otherwise the point may "
-                            "need more memory than this machine has (try fewer --jobs). Rows "
-                            "written so far are kept; run again to resume.") from err
+                        raise _died_early() from err
                     # the worker died (killed, out of memory): no row, the next run retries
                     rows_of[slot] = 0
                     warnings.warn("a DSE worker process died; its point has no row (run the "
@@ -452,8 +522,11 @@ def _run_local(tasks: Sequence[dict[str, Any]], jobs: int,
                     pools[slot].shutdown(wait=False, cancel_futures=True)
                     pools[slot] = concurrent.futures.ProcessPoolExecutor(max_workers=1,
                                                                          mp_context=context)
+                    last_group[slot] = None
                     row = None
-                submit(slot)
+                done.append(row)
+            fill()
+            for row in done:
                 on_row(row, len(running))
         clean = True
     finally:
@@ -472,7 +545,8 @@ def _import_ray() -> Any:
 
 
 def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
-             on_row: Callable[[dict[str, Any] | None, int], None]) -> None:
+             on_row: Callable[[dict[str, Any] | None, int], None],
+             scratch: str | None = None) -> None:
     ray = _import_ray()
     started = False
     if not ray.is_initialized():
@@ -481,23 +555,25 @@ def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
         ray.init(address=None if address == "local" else address, log_to_driver=False)
         started = True
     try:
+        if scratch is not None and sum(1 for n in ray.nodes() if n.get("Alive")) > 1:
+            # the run's temporary directory is on this machine only: no shared plan cache
+            for task in tasks:
+                task["plan_cache"] = None
         bound = jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(num_cpus=1, max_retries=0)(evaluate)
-        pending: Iterator[dict[str, Any]] = iter(tasks)
+        schedule = _Schedule(tasks)
         in_flight: dict[Any, dict[str, Any]] = {}
-        exhausted = False
         while True:
-            while not exhausted and len(in_flight) < bound:
-                task = next(pending, None)
+            while len(in_flight) < bound:
+                task = schedule.next_for()
                 if task is None:
-                    exhausted = True
-                else:
-                    in_flight[remote.remote(task)] = task
+                    break
+                in_flight[remote.remote(task)] = task
             if not in_flight:
                 break
             ready, _ = ray.wait(list(in_flight), num_returns=1)
             for ref in ready:
-                in_flight.pop(ref)
+                schedule.finished(in_flight.pop(ref))
                 try:
                     row = ray.get(ref)
                 except ray.exceptions.RayError as err:  # the worker or its node died

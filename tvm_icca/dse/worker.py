@@ -3,11 +3,11 @@
 Run in the worker processes of a local pool and in Ray tasks alike (:func:`evaluate` takes
 and returns plain data, so it pickles). A worker keeps one
 :class:`~tvm_icca.planning.plan_cache.PlanCache` across its points (:func:`plan_cache_for`):
-points are sent in groups that share a workload and a chip up to its bandwidths
-(:mod:`tvm_icca.dse.points`), and every design of one chip reuses the operators' plans; the
-plans are keyed on the chip fields they read, so the points of a bandwidth sweep reuse every
-search. With a plan cache directory (``tvm-icca dse --plan-cache DIR``) the cache has an
-on-disk layer that the other workers, later runs and other machines read too.
+points of one group ask for the same operator plans (:func:`tvm_icca.dse.points.plan_group`),
+and every design of one chip reuses them; the plans are keyed on the chip fields they read, so
+the points of a bandwidth sweep reuse every search. With a plan cache directory
+(``tvm-icca dse --plan-cache DIR``, or the run's temporary one) the cache has an on-disk
+layer that the other workers, later runs and other machines read too.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ OK, DOES_NOT_FIT, FAILED = "ok", "does_not_fit", "failed"
 _SKIPPED = {"hardware", "topology", "design", "regions", "op_kinds", "slow_kinds", "slow_ops"}
 #: Columns that measure the host, not the chip: they differ between two runs of one point.
 TIMING_KEYS = ("compile_s", "simulate_s", "simulation_s", "elk_planning_s", "timestamp", "host",
-               "plan_cache_hits", "plan_cache_misses", "wall_s", "cpu_s")
+               "plan_cache_hits", "plan_cache_misses", "plan_searches", "wall_s", "cpu_s")
 #: Columns naming the code that computed the row (:mod:`tvm_icca.provenance`): two runs of one
 #: point on different commits differ in them, not in the result.
 PROVENANCE_KEYS = ("commit", "dirty", "tvm_icca_version", "tvm_version", "python_version")
@@ -107,7 +107,7 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
                            "inputs": list(task["inputs"]), **task["inputs"]}
     status, reason, metrics = OK, "", {}
     compile_s = simulate_s = elk_s = 0.0
-    hits = misses = 0
+    hits = misses = searches = 0
     start = time.perf_counter()
     try:
         hw = HardwareSpec.from_dict(task["hw"])
@@ -119,6 +119,7 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
                                     progress=False, jobs=1)
         compile_s = time.perf_counter() - start
         hits, misses = compiled.plan_cache.get("hits", 0), compiled.plan_cache.get("misses", 0)
+        searches = compiled.plan_cache.get("searches", 0)
         elk_s = compiled.preload.planning_s if compiled.preload is not None else 0.0
         start = time.perf_counter()
         report = compiled.simulate(progress=False)
@@ -138,7 +139,7 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
     row.update(status=status, reason=reason, **metrics)
     origin = current()
     row.update(compile_s=compile_s, simulate_s=simulate_s, elk_planning_s=elk_s,
-               plan_cache_hits=hits, plan_cache_misses=misses,
+               plan_cache_hits=hits, plan_cache_misses=misses, plan_searches=searches,
                wall_s=time.perf_counter() - wall_start, cpu_s=time.process_time() - cpu_start,
                commit=origin.commit, dirty=origin.dirty,
                tvm_icca_version=origin.tvm_icca_version, tvm_version=origin.tvm_version,

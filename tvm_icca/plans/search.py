@@ -316,6 +316,8 @@ def plan_operator(
     if result is None:
         result = _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default, arriving,
                          cap, in_place)
+        if cache is not None:
+            cache.searches += 1
         if key is not None:
             cache.remember(key, result)
             budgets = cache.planned(key[:-1]) or ()

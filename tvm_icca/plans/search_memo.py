@@ -49,6 +49,9 @@ class SearchMemo:
         self._assignments: OrderedDict[str, tuple[OrderedDict, list[int]]] = OrderedDict()
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
         self._counts: dict[tuple, dict[tuple[int, ...], int]] = {}  # numbers: no bound needed
+        #: plan searches run with this memo (:func:`~.search.plan_operator` calls that no
+        #: memo, in memory or in the store, answered)
+        self.searches = 0
 
     def structure(self, expr: TensorExpr) -> PlanStructure:
         """The memoized :class:`PlanStructure` of ``expr``."""
