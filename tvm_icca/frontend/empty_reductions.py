@@ -19,6 +19,13 @@ reduction over nothing    value
 ``min``                   ``+inf`` (highest value of an integer dtype)
 ``mean``                  ``nan`` (0 / 0)
 ========================  ==============
+
+Any other call that reads a tensor with an empty axis and writes a non-empty one (an
+``argmax``, a ``variance``, a convolution over zero channels, an ONNX ``Einsum`` that TVM's
+importer lowered to a TIR function) would compute a reduction over nothing the same way, so
+:func:`refuse_empty_reductions` refuses it with one clear error before anything is built:
+never a wrong answer. Ops that write every output element without reducing over the empty
+axis (:data:`EMPTY_INPUT_SAFE`: a concatenation with an empty piece, a pad, a scatter) pass.
 """
 
 from __future__ import annotations
@@ -31,9 +38,10 @@ from tvm import relax
 from tvm.ir import IRModule
 from tvm.relax.dpl import is_op, wildcard
 
+from runtime_sim.contract.errors import UnsupportedOperatorError
 from tvm_icca.frontend.rewrites import rewrite_functions
 
-__all__ = ["FoldEmptyReductions"]
+__all__ = ["EMPTY_INPUT_SAFE", "FoldEmptyReductions", "refuse_empty_reductions"]
 
 #: Relax reduction op -> the value of that reduction over the empty set (float dtypes).
 _IDENTITY = {
@@ -105,3 +113,58 @@ class FoldEmptyReductions:
         for gvar, func in rewrite_functions(mod, rewriters).items():
             mod[gvar] = func
         return mod
+
+
+#: Relax ops that may read an empty tensor and write a non-empty one correctly: each output
+#: element is copied or set, none reduced over the empty axis.
+EMPTY_INPUT_SAFE = frozenset({"relax.concat", "relax.nn.pad", "relax.scatter_elements",
+                              "relax.scatter_nd"})
+
+#: Relax ops that call a lowered function: their tensors are the fields of argument 1.
+_CALL_OPS = frozenset({"relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed"})
+
+
+def _call_inputs(call: relax.Call) -> list[relax.Expr]:
+    if call.op.name in _CALL_OPS and len(call.args) > 1:
+        args = call.args[1]
+        return list(args.fields) if isinstance(args, relax.Tuple) else [args]
+    return list(call.args)
+
+
+def _call_name(call: relax.Call) -> str:
+    if call.op.name in _CALL_OPS and call.args and isinstance(call.args[0], tvm.ir.GlobalVar):
+        return f"the TIR function '{call.args[0].name_hint}' ({call.op.name})"
+    return call.op.name
+
+
+def refuse_empty_reductions(mod: IRModule) -> None:
+    """Raise :class:`UnsupportedOperatorError` for the first call of ``mod`` that reads a
+    tensor with a zero-length axis and writes a non-empty tensor, unless
+    :class:`FoldEmptyReductions` folded it or its op is in :data:`EMPTY_INPUT_SAFE` (module
+    docstring). Run after :class:`FoldEmptyReductions`, before anything folds constants."""
+    found: list[str] = []
+
+    def visit(node: relax.Expr) -> None:
+        if found or not isinstance(node, relax.Call) or not isinstance(node.op, tvm.ir.Op):
+            return
+        if node.op.name in EMPTY_INPUT_SAFE:
+            return
+        out = _static_shape(node)
+        if out is None or 0 in out:
+            return
+        for arg in _call_inputs(node):
+            shape = _static_shape(arg)
+            if shape is not None and 0 in shape:
+                found.append(
+                    f"{_call_name(node)} reads a tensor of shape {list(shape)} (an axis of length "
+                    f"0) and writes one of shape {list(out)}: a reduction over nothing, which "
+                    "TVM builds to return uninitialized memory. tvm_icca gives the empty "
+                    "matmul, sum, prod, max, min and mean their identity; remove the empty "
+                    "axis from the model for this op")
+                return
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+            if found:
+                raise UnsupportedOperatorError(found[0])

@@ -221,6 +221,14 @@ def load_onnx(
     unbound = unbound_inputs(inputs, shapes)
     if unbound and not allow_symbolic:
         raise ModelImportError(_symbolic_message(label, unbound, shapes))
+    # TVM's importer reads a dimension of 0 as "not given" and makes it a symbol, so an input
+    # with an empty axis ([2, 0, 3]) came in as [2, v, 3]: its reductions were then neither
+    # folded to their identity (FoldEmptyReductions needs static shapes) nor correct on the
+    # host (garbage read from an uninitialized accumulator). Its declared shape is bound.
+    empty = {name: list(dims) for name, dims in inputs.items()
+             if name not in (shapes or {}) and 0 in dims and all(isinstance(d, int) for d in dims)}
+    if empty:
+        shapes = kwargs["shape_dict"] = {**(shapes or {}), **empty}
     if dtype_dict is not None:
         if not isinstance(dtype_dict, (str, Mapping)):
             raise ModelImportError(f"cannot import {label}: dtype_dict must be a dtype or a mapping "

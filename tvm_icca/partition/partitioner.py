@@ -30,7 +30,7 @@ from tvm.relax.transform import (
 
 from runtime_sim.contract.labels import region_label
 from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm
-from tvm_icca.frontend.empty_reductions import FoldEmptyReductions
+from tvm_icca.frontend.empty_reductions import FoldEmptyReductions, refuse_empty_reductions
 from tvm_icca.frontend.group_norm import DecomposeGroupNorm
 from tvm_icca.frontend.onnx_loader import ONNX_OPS_ATTR
 from tvm_icca.frontend.pad_rewrites import RecognizePad
@@ -160,6 +160,7 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     # again when the regions are lowered (tvm_icca.tvm_warnings)
     with tvm_warnings_once():
         mod = first(mod)
+        refuse_empty_reductions(mod)  # before FoldConstant could build one with garbage
         # where no call can fold it would legalize every op for nothing (prefilter)
         fold = [FoldConstant()] if fold_constants and may_fold(mod) else []
         mod = tvm.transform.Sequential(fold + passes)(mod)
