@@ -1,14 +1,18 @@
 """Results pages, generated from ``benchmarks/results/`` when the documentation is built.
 
-One page per benchmark script (``benchmarks/<script>.py``) that wrote results: its markdown
-tables, as written, and its plots. A result file belongs to the script whose name is the
-longest prefix of the file's name (``elk_llm_sweeps.md`` -> ``elk_llm.py``). The pages are
-written to ``docs/results/`` (not tracked; rewritten only when they change, so an unchanged
-result is not rebuilt) and read by myst-parser.
+One page per benchmark script (``benchmarks/<script>.py``) that wrote results: a title
+(:data:`TITLES`), a sentence saying what the page shows (the script docstring's first
+paragraph), the command that remakes it (the docstring's first command line naming the
+script), then its markdown tables, as written, and its plots. A result file belongs to the
+script whose name is the longest prefix of the file's name (``elk_llm_sweeps.md`` ->
+``elk_llm.py``), or that :data:`FILE_OWNERS` names. The pages are written to
+``docs/results/`` (not tracked; rewritten only when they change, so an unchanged result is not
+rebuilt) and read by myst-parser.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 from pathlib import Path
@@ -24,11 +28,14 @@ TITLES = {
     "cost_model_accuracy": "Cost model accuracy",
     "dse_point_cost": "Cost of a design-space sweep point",
     "elk_dse": "Elk §6.4 design-space studies at full size",
+    "elk_algo_speed": "Speed of the Elk scheduling algorithms",
     "elk_llm": "Elk preload designs on LLM decode",
+    "elk_paper_gap": "Why our Elk ratios differ from the Elk paper's",
     "figures": "The pictures of the README's tour",
     "llm_audit": "LLM decode on multi-chip systems",
     "long_context": "Long context: split operators streamed from HBM",
     "onnx_import_folding": "ONNX import and graph preparation",
+    "op_granularity": "Operators per decoder layer, before and after fusion",
     "paper_results": "The T10 and Elk papers' results beside ours",
     "plan_space_sizes": "Plan-space sizes and search time",
     "sim_speed": "Simulation speed",
@@ -36,13 +43,38 @@ TITLES = {
     "tuning": "Autotuning",
     "zoo_timing": "Simulated time of the model zoo",
 }
+#: Result files whose name does not start with their script's: file-name prefix -> script.
+#: (``figures.py`` names its pictures ``figure_*.png``, the names the README links.)
+FILE_OWNERS = {"figure_": "figures"}
+
 _HEADING = re.compile(r"^(#+)(\s)", re.MULTILINE)
 _OUT = "results"  # under the documentation source directory
+#: Sphinx roles and literals of a docstring, as markdown: ``x`` and :func:`x` -> `x`.
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 
 
 def _owner(stem: str, scripts: list[str]) -> str:
+    for prefix, script in FILE_OWNERS.items():
+        if stem.startswith(prefix):
+            return script
     owners = [s for s in scripts if stem == s or stem.startswith(s + "_")]
     return max(owners, key=len) if owners else stem
+
+
+def script_summary(path: Path) -> tuple[str, str]:
+    """What a benchmark script's results show and how to remake them: the first paragraph of
+    its docstring, as one markdown line, and the first command line of the docstring that
+    runs it (its trailing comment dropped), else ``.venv/bin/python benchmarks/<script>.py``."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    paragraph = " ".join(line.strip() for line in doc.split("\n\n", 1)[0].splitlines())
+    sentence = _ROLE.sub(r"`\1`", paragraph).replace("``", "`")
+    command = f".venv/bin/python benchmarks/{path.name}"
+    for line in doc.splitlines():
+        if f"benchmarks/{path.name}" in line:
+            text = line.strip().removeprefix("Run:").strip().strip("`")
+            command = re.split(r"\s+#", text, maxsplit=1)[0].strip()
+            break
+    return sentence, command
 
 
 def _shift_headings(text: str, top: int) -> str:
@@ -54,11 +86,14 @@ def _shift_headings(text: str, top: int) -> str:
     return _HEADING.sub(lambda m: "#" * (len(m.group(1)) + shift) + m.group(2), text)
 
 
-def _page(script: str, files: list[Path], has_script: bool) -> str:
+def _page(script: str, files: list[Path], source: Path | None) -> str:
     title = TITLES.get(script, script)
-    made = (f"Made by `benchmarks/{script}.py` (each table below says how it was run)."
-            if has_script else "")
-    parts = [f"# {title}", "", made, ""]
+    parts = [f"# {title}", ""]
+    if source is not None:
+        sentence, command = script_summary(source)
+        parts += [sentence, "", f"Made by `benchmarks/{script}.py` (each table below says how it "
+                  "was run); to make it again, from the repository's root:", "", "```sh",
+                  command, "```", ""]
     tables = [f for f in files if f.suffix == ".md"]
     for md in tables:
         text = md.read_text(encoding="utf-8").strip()
@@ -76,23 +111,32 @@ def _write_if_changed(path: Path, data: bytes) -> None:
         path.write_bytes(data)
 
 
+def result_pages(root: Path) -> dict[str, tuple[str, list[Path]]]:
+    """The Results pages of the repository at ``root``: page file name -> (markdown text,
+    the result files it shows)."""
+    results = root / "benchmarks" / "results"
+    scripts = sorted(p.stem for p in (root / "benchmarks").glob("*.py"))
+    groups: dict[str, list[Path]] = {}
+    for f in sorted(results.glob("*")):
+        if f.suffix in (".md", ".png"):
+            groups.setdefault(_owner(f.stem, scripts), []).append(f)
+    return {f"{script}.md": (_page(script, files, root / "benchmarks" / f"{script}.py"
+                                   if script in scripts else None), files)
+            for script, files in groups.items()}
+
+
 def generate(app: Sphinx) -> None:
     """Write one page per benchmark script into ``<srcdir>/results/``; drop stale pages."""
     root = Path(app.srcdir).parent
-    results = root / "benchmarks" / "results"
     out = Path(app.srcdir) / _OUT
     out.mkdir(exist_ok=True)
-    scripts = sorted(p.stem for p in (root / "benchmarks").glob("*.py"))
-    pages: dict[str, list[Path]] = {}
-    for f in sorted(results.glob("*")):
-        if f.suffix in (".md", ".png"):
-            pages.setdefault(_owner(f.stem, scripts), []).append(f)
+    pages = result_pages(root)
     if not pages:
-        logger.warning("no results in %s: the Results section is empty", results)
+        logger.warning("no results in %s: the Results section is empty",
+                       root / "benchmarks" / "results")
     keep = set()
-    for script, files in pages.items():
-        name = f"{script}.md"
-        _write_if_changed(out / name, _page(script, files, script in scripts).encode("utf-8"))
+    for name, (text, files) in pages.items():
+        _write_if_changed(out / name, text.encode("utf-8"))
         keep.add(name)
         for png in (f for f in files if f.suffix == ".png"):
             _write_if_changed(out / png.name, png.read_bytes())
