@@ -527,3 +527,17 @@ def test_host_ops_are_named_by_their_source_op() -> None:
     assert any(line.startswith("host: Einsum x1 (relax.call_tir: ") and "'einsum'" in line
                for line in lines), lines
     assert "host: CumSum x1 (relax.cumsum: no ICCA implementation)" in lines
+
+
+def test_the_headline_says_relax_ops_were_fused_into_fewer_device_ops() -> None:
+    """"29 op(s) offloaded" beside "(22 ops)" read as a loss: the headline counts Relax ops,
+    the region labels fused device ops, and it now says so."""
+    mod = make_mod(
+        {"x": ((4, 8), F32), "w": ((8, 16), F32), "b": ((16,), F32)},
+        lambda bb, x, w, b: bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), b)))),
+    )
+    text = tvm_icca.format_report(tvm_icca.partition_report(tvm_icca.partition_for_icca(mod)))
+    assert "3 Relax op(s) offloaded (fused into 1 device op(s)" in text and "(1 op)" in text
+    alone = make_mod({"x": ((4, 8), F32)}, lambda bb, x: bb.emit(relax.op.nn.relu(x)))
+    text = tvm_icca.format_report(tvm_icca.partition_report(tvm_icca.partition_for_icca(alone)))
+    assert "1 Relax op(s) offloaded, 0 op(s) on the host" in text  # nothing fused: no remark
