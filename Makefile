@@ -20,10 +20,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VPY) -m tvm_icca.cli demo
 
-# the layer rules (.importlinter) first: a broken layer fails in seconds
+# the layer rules (.importlinter) first: a broken layer fails in seconds; then the suite on
+# one pytest-xdist worker per core (tests sharing a costly fixture stay on one worker: loadgroup;
+# tests marked slow first, in tests/conftest.py's order: no-loadscope-reorder)
 test: $(STAMP)
 	$(VENV)/bin/lint-imports
-	$(VPY) -m pytest -q --durations=15 tests
+	$(VPY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=15 tests
 
 # the wheel installed (not editable) in a fresh virtualenv runs `tvm-icca demo` (CI does this)
 wheel-check: $(STAMP)

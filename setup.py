@@ -33,7 +33,9 @@ setup(
         # wheel: tests/test_packaging.py builds the wheel without build isolation
         # import-linter: `lint-imports` checks the layer rules of .importlinter (make test)
         # matplotlib: the tutorials plot, and tests/test_tutorials.py runs them
-        "test": ["pytest>=7", "hypothesis>=6", "wheel>=0.38", "import-linter>=2.17", "matplotlib>=3.7"],
+        # pytest-xdist: `make test` runs the suite on every core (-n auto, --dist loadgroup)
+        "test": ["pytest>=7", "pytest-xdist>=3.5", "hypothesis>=6", "wheel>=0.38",
+                 "import-linter>=2.17", "matplotlib>=3.7"],
         "bench": ["matplotlib>=3.7"],
         # dse: `tvm-icca dse --ray` (Ray tasks on a cluster), YAML specs, the report's plots
         "dse": ["ray>=2.9", "pyyaml>=6", "matplotlib>=3.7"],

@@ -2,6 +2,11 @@
 
 They are offered through the ``exprs`` fixture (a namespace of builder functions from
 :mod:`tvm_icca.testing.exprs`) so test modules need no import path tricks.
+
+The suite runs in parallel (``make test``: pytest-xdist, one worker per core). A test module
+whose tests share an expensive module- or session-scoped fixture marks itself
+``pytest.mark.xdist_group(<module>)``, so that one worker builds the fixture once; the tests
+marked ``slow`` are handed out first.
 """
 
 from __future__ import annotations
@@ -18,6 +23,18 @@ def _random_plan(draw, expr, max_cores, core_order=False):
     """:func:`tvm_icca.testing.exprs.random_plan` driven by a hypothesis ``data.draw``."""
     return builders.random_plan(lambda options: draw(st.sampled_from(list(options))), expr, max_cores,
                                 core_order)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: takes 10 s or more on one core; runs first (see pytest_collection_modifyitems)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests first, each group in collection order: `make test` runs on several
+    pytest-xdist workers (``--dist loadgroup --no-loadscope-reorder`` hands tests out in this
+    order), and a long test handed out last would run alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,9 @@ from tvm_icca.dse.worker import PROVENANCE_KEYS, TIMING_KEYS
 from tvm_icca.hardware_choice import HardwareSpec
 from tvm_icca.provenance import current
 
+# one worker builds the module's shared fixture once (make test runs on several)
+pytestmark = [pytest.mark.xdist_group("dse_run"), pytest.mark.slow]
+
 SPEC = """
 name = "tiny"
 designs = ["static", "elk-full"]

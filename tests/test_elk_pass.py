@@ -14,6 +14,9 @@ from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.testing.device_runs import run_against_llvm
 from tvm_icca.workloads import get_workload
 
+# one worker builds the module's shared fixture once (make test runs on several)
+pytestmark = pytest.mark.xdist_group("elk_pass")
+
 HBM_CHIP = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
                                                     hbm_controllers=2)
 

@@ -12,6 +12,9 @@ from tvm_icca.cli.fit_cost_model_command import (
 from tvm_icca.plans import plan_operator
 from tvm_icca.plans.fitted import FEATURES, FittedCostModel
 
+# one worker builds the module's shared fixture once (make test runs on several)
+pytestmark = pytest.mark.xdist_group("fitted")
+
 
 @pytest.fixture(scope="module")
 def profiles():

@@ -11,6 +11,9 @@ from runtime_sim.contract.presets import small_chip
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.workloads import get_workload
 
+# one worker builds the module's shared fixture once (make test runs on several)
+pytestmark = pytest.mark.xdist_group("idle_active")
+
 CHIP = small_chip(64, 48 * 1024)
 
 

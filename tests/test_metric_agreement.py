@@ -29,6 +29,9 @@ from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.workloads import get_workload, list_workloads
 
+# one worker builds the module's shared fixture once (make test runs on several)
+pytestmark = [pytest.mark.xdist_group("metric_agreement"), pytest.mark.slow]
+
 #: run-level metrics both executors produce; the tables are compared row by row below
 BOTH = sorted(k for k, m in METRICS.items()
               if m.source == "both" and k not in ("simulated_s", "simulated_ops", "regions"))

@@ -305,6 +305,7 @@ _WORD = re.compile(r"[A-Za-z]{2,}")
 
 
 # -- the table --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_table_is_the_rule():
     """REPRESENTATIVE is what the rule picks from the installed onnx's cases, and every op
     type listed as failing in TVM is one of them, in one list."""

@@ -17,6 +17,9 @@ import zipfile
 
 import pytest
 
+# one worker builds the module's shared fixture once (make test runs on several)
+pytestmark = pytest.mark.xdist_group("packaging")
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE_ROOTS = ("tvm_icca", "schedules", "runtime_sim")
 #: Top-level files the build reads.

@@ -14,6 +14,9 @@ from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.drivers.timing_only import compile_programs
 from tvm_icca.planning.plan_cache import PlanCache
 
+# one worker builds the module's shared fixture once (make test runs on several)
+pytestmark = pytest.mark.xdist_group("records_apply")
+
 
 def assert_exact_mlp(ex, seed: int) -> None:
     """The compiled relu(x @ w + b) against numpy on random data."""

@@ -1,6 +1,7 @@
 """Region symbols shortened after MergeCompositeFunctions (tvm_icca.partition.region_names)."""
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax
 from tvm.script import ir as I
@@ -69,6 +70,7 @@ def test_renamed_region_is_called_by_its_new_name():
     assert shorten_region_names(out, "icca").same_as(out)
 
 
+@pytest.mark.slow
 def test_a_whole_model_region_has_a_short_name_and_still_runs():
     """A zoo model merged into one region: its symbol and its operators' names stay short,
     and the compiled model computes what TVM's CPU build does."""

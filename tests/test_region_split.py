@@ -30,6 +30,7 @@ def _split_ops(model):
     return [op for p in model.programs for op in p.ops if original_operator(op.name) != op.name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cores, kwargs", [
     (16, {"context": 1024}),                       # decode: the KV cache does not fit
     (64, {"phase": "prefill", "seq_len": 256}),    # prefill: the scores do not fit

@@ -19,6 +19,9 @@ from tvm_icca.planning.region_plans import compile_region
 from tvm_icca.workloads import get_workload
 from tvm_icca.workloads._common import relax_op_counts
 
+# one worker builds the module's shared fixture once (make test runs on several)
+pytestmark = pytest.mark.xdist_group("timing_only")
+
 HBM_CHIP = small_chip(64, 64 * 1024, hbm_bandwidth=64e9, hbm_controllers=4)
 PLAIN_CHIP = small_chip(64, 64 * 1024)
 

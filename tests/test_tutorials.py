@@ -15,6 +15,7 @@ import pytest
 TUTORIALS = sorted((pathlib.Path(__file__).parent.parent / "tutorials").glob("*.py"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
 def test_tutorial_runs(path, tmp_path):
     env = dict(os.environ, TVM_ICCA_TUTORIAL_SIZE="small", MPLBACKEND="Agg")
