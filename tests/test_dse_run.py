@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -220,6 +221,85 @@ def test_persistent_plan_cache(reference, tmp_path, monkeypatch):
     again = run(path, jobs=1, progress=False, results=tmp_path / "again.jsonl", plan_cache=cache_dir)
     assert sum(again.counts.values()) == 6 and not searches
     assert _comparable(read_rows(tmp_path / "again.jsonl")) == _comparable(rows)
+
+
+def test_parallel_sweep_searches_each_plan_once(reference, tmp_path):
+    """Two workers on a study of one plan group (its chips differ in HBM bandwidth only): every
+    plan is searched once, by one of them (the searches the rows count are the searched plans
+    the cache holds, one entry each; the two first points share the searches, each waiting
+    for those the other runs); the rows are the one-worker sweep's, and the cache directory
+    holds only whole entries."""
+    from tvm_icca.planning import plan_store
+    from tvm_icca.plans import PlannedOp
+
+    _, _, rows = reference
+    path = tmp_path / "tiny.toml"
+    path.write_text(textwrap.dedent(SPEC).replace("[[points]]\nsram_bytes_per_core = 9000\n", ""))
+    spec = load_spec(str(path))
+    points = expand(spec)
+    assert len(points) == 4 and len({p.group for p in points}) == 1
+    cache_dir = tmp_path / "plans"
+    done = run(spec, jobs=2, progress=False, plan_cache=cache_dir)
+    assert done.counts == {"ok": 4}
+    parallel = {r["key"]: r for r in read_rows(done.results)}
+    assert _comparable(parallel.values()) == {k: r for k, r in _comparable(rows).items()
+                                              if k in parallel}
+    directory = plan_store.PlanStore(cache_dir).directory
+    names = os.listdir(directory)
+    assert names and not [n for n in names if n.startswith(".tmp")]
+    searched = 0
+    for name in names:  # every entry whole: its header, then a pickle that loads
+        data = (cache_dir / directory / name).read_bytes()
+        assert data.startswith(plan_store._MAGIC)  # pylint: disable=protected-access
+        end = data.index(b"\n", len(plan_store._MAGIC))  # pylint: disable=protected-access
+        assert json.loads(data[len(plan_store._MAGIC):end])["version"] == plan_store.store_version()
+        searched += isinstance(pickle.loads(data[end + 1:]), PlannedOp)
+    searches = [parallel[p.key]["plan_searches"] for p in points]
+    # a plan searched by both workers would be counted twice and held once
+    assert sum(searches) == searched > 0
+
+
+@pytest.mark.parametrize("follow", [False, True])
+@pytest.mark.parametrize("sizes,slots", [((4,), 2), ((1, 3, 2), 2), ((5, 1, 1, 2), 3), ((2, 2), 1)])
+def test_schedule_starts_each_group_once(sizes, slots, follow):
+    """The driver's schedule, run against simulated workers with random durations: every
+    task runs once and every group's first task starts before any group's second. Without a
+    shared plan cache (``follow`` false) no task of a group starts before its first has
+    finished, and a worker idles only while every group with tasks left is running its
+    first; with one, no worker idles while tasks are left, and one follows a group still being
+    searched only when no searched group has tasks left."""
+    import random
+
+    schedule_type = sys.modules["tvm_icca.dse.run"]._Schedule  # pylint: disable=protected-access
+    rng = random.Random(sum(sizes) * 10 + slots)
+    tasks = [{"group": f"g{g}", "n": i} for g, size in enumerate(sizes) for i in range(size)]
+    schedule = schedule_type(tasks, follow=follow)
+    clock, running, started, finished = 0.0, [], [], set()
+    while True:
+        while len(running) < slots:
+            task = schedule.next_for(started[-1]["group"] if started else None)
+            left = {t["group"] for t in tasks if t not in started}
+            if task is None:
+                assert not follow or not left
+                assert all(any(r["group"] == g and r["n"] == 0 for _, r in running) for g in left)
+                break
+            searched = {g for g, n in finished if n == 0}
+            if not follow:
+                assert task["n"] == 0 or task["group"] in searched
+            elif task["n"] and task["group"] not in searched:
+                assert not left & searched - {task["group"]}
+            started.append(task)
+            running.append((clock + rng.uniform(1, 10) * (5 if task["n"] == 0 else 1), task))
+        if not running:
+            break
+        running.sort(key=lambda entry: entry[0])
+        clock, task = running.pop(0)
+        schedule.finished(task)
+        finished.add((task["group"], task["n"]))
+    assert sorted(map(id, started)) == sorted(map(id, tasks)) and not schedule
+    firsts = [i for i, t in enumerate(started) if t["n"] == 0]
+    assert len(firsts) == len(sizes)
+    assert max(firsts) < min((i for i, t in enumerate(started) if t["n"] == 1), default=len(started))
 
 
 def _copy_results(reference, directory):

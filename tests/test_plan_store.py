@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 
 import pytest
 
@@ -18,6 +19,7 @@ from tvm_icca.planning import plan_store
 from tvm_icca.planning.plan_cache import PlanCache
 from tvm_icca.planning.plan_store import PlanStore, default_plan_cache_dir
 from tvm_icca.plans import search as search_module
+from tvm_icca.plans.search_memo import SearchMemo
 from tvm_icca.workloads import get_workload
 
 #: Two chips with HBM, so that plans are placed on chips near their HBM inputs.
@@ -171,6 +173,42 @@ def test_concurrent_writers(tmp_path):
     assert store.corrupt == 0
     assert not [n for n in os.listdir(store.directory) if n.startswith(".tmp")]
     assert len(store) == 5 + 2 * 60
+
+
+def _holder(path, ready):
+    """Holds a key's lock, says so, and writes the key's entry a second later."""
+    store = PlanStore(path)
+    with store.lock(("held",)):
+        with open(ready, "w", encoding="utf-8"):
+            pass
+        time.sleep(1.0)
+        store.put(("held",), "computed by the holder")
+
+
+def test_a_key_is_computed_by_one_process_at_a_time(tmp_path):
+    """A process computing a key holds its lock; another asking for the key meanwhile waits
+    and reads the first one's entry instead of computing it (the sweep's workers share their
+    searches this way); a key nobody holds is computed at once."""
+    ready = tmp_path / "ready"
+    holder = multiprocessing.get_context("spawn").Process(target=_holder,
+                                                          args=(str(tmp_path), str(ready)))
+    holder.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready.exists(), "the holder never took the lock"
+        memo = SearchMemo(store=PlanStore(tmp_path))
+        computed = []
+        start = time.monotonic()
+        value = memo.planned_once(("held",), lambda: computed.append(1) or "computed here")
+        assert value == "computed by the holder" and not computed
+        assert time.monotonic() - start > 0.3  # it waited for the holder
+        assert memo.planned_once(("free",), lambda: computed.append(1) or 7) == 7 and computed
+        assert PlanStore(tmp_path).get(("free",)) == 7
+    finally:
+        holder.join(120)
+    assert holder.exitcode == 0
 
 
 def test_warm_compile_gives_identical_programs(tmp_path, monkeypatch):

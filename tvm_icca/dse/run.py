@@ -12,13 +12,17 @@ Local runs use one single-worker :class:`concurrent.futures.ProcessPoolExecutor`
 ``ray.remote`` tasks with a bounded number in flight (``ray.wait``); the driver appends their
 rows.
 
-Workers share their plan searches (:class:`_Schedule`): the points of one group ask for the same
-operator plans (:func:`tvm_icca.dse.points.plan_group`), so a group's first point runs alone
-and searches them, and its other points are handed out, to any worker, only once it is done:
-they read its plans from the plan cache on disk. Without ``plan_cache=`` a parallel run keeps
-one in a temporary directory for the run's duration. While a group's first point runs, the
-other workers run first points of other groups, or points of groups already searched, and wait
-when there are none: two workers never search one group's plans at the same time.
+Workers share their plan searches. The points of one group ask for the same operator plans
+(:func:`tvm_icca.dse.points.plan_group`), so :class:`_Schedule` starts the first point of every
+group before any group's second, and a free worker takes a point of a group already searched
+before one of a group whose first point still runs. Through the plan cache on disk (without
+``plan_cache=``, a temporary directory for the run's duration) a worker reads what another has
+searched, and a worker about to search an operator holds that search's lock
+(:meth:`tvm_icca.planning.plan_store.PlanStore.lock`): a second worker asking for it meanwhile
+waits and reads the first's result. So no plan is searched twice, and a second worker on a
+group still being searched follows the first, doing its point's own work (the Elk schedule, the
+simulation) beside it. Without a shared directory (a Ray cluster of several machines and no
+``plan_cache=``) a group's other points wait until its first is done.
 
 What a row was computed from is recorded with it (issue 38): the driver writes each resolved
 chip once to the results' provenance file before its points run, and one record of every run
@@ -411,20 +415,21 @@ def _available_cpus() -> int:
 # -- scheduling: a group's plans searched once ------------------------------------------------
 class _Schedule:
     """The pending tasks by group (:func:`tvm_icca.dse.points.plan_group`), handed to free
-    workers so that no two search one group's plans at the same time.
+    workers so that a group's plans are searched once.
 
-    A group's first task runs alone; its other tasks are handed out once it has finished
-    (:meth:`finished`), when its searches are in the plan cache. A free worker is given, in
-    this order: the first task of a group not started (the longest tasks, started early), a
-    task of the group it ran last (its in-memory caches hold that group's workload and
-    trade-off tables), a task of the searched group with the most left; or nothing, when every
-    group left is still running its first task.
+    A free worker is given, in this order: the first task of a group not started (the longest
+    tasks, started early); a task of the group it ran last, once that group's first task has
+    finished (:meth:`finished`; the worker's in-memory caches hold the group's workload and
+    trade-off tables); a task of the searched group with the most left; with ``follow``, a
+    task of a group whose first task still runs (the workers share a locking plan cache on
+    disk, so this one waits for each search the first is running and reads it); else nothing.
     """
 
-    def __init__(self, tasks: Sequence[dict[str, Any]]) -> None:
+    def __init__(self, tasks: Sequence[dict[str, Any]], follow: bool = False) -> None:
         self.queues: dict[str, collections.deque] = {}
         for task in tasks:
             self.queues.setdefault(task["group"], collections.deque()).append(task)
+        self.follow = follow
         self.searching: dict[str, int] = {}  # group -> id() of its first task, while it runs
         self.searched: set[str] = set()
 
@@ -437,10 +442,12 @@ class _Schedule:
                 return task
         if last_group in self.searched and self.queues.get(last_group):
             return self.queues[last_group].popleft()
-        ready = [g for g, q in self.queues.items() if q and g in self.searched]
+        ready = [g for g, q in self.queues.items() if q and (g in self.searched or self.follow)]
         if not ready:
             return None
-        return self.queues[max(ready, key=lambda g: len(self.queues[g]))].popleft()
+        # searched groups first, then the one with the most left
+        best = max(ready, key=lambda g: (g in self.searched, len(self.queues[g])))
+        return self.queues[best].popleft()
 
     def finished(self, task: dict[str, Any]) -> None:
         """``task`` is done, with a row or without (its worker died): if it was its group's
@@ -477,7 +484,7 @@ def _run_local(tasks: Sequence[dict[str, Any]], jobs: int,
     slots = max(1, min(jobs, len(tasks)))
     pools = [concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)
              for _ in range(slots)]
-    schedule = _Schedule(tasks)
+    schedule = _Schedule(tasks, follow=all(t.get("plan_cache") for t in tasks))
     running: dict[concurrent.futures.Future, tuple[int, dict[str, Any]]] = {}
     last_group: list[str | None] = [None] * slots
     rows_of = [0] * slots  # rows each slot's current worker returned
@@ -488,7 +495,7 @@ def _run_local(tasks: Sequence[dict[str, Any]], jobs: int,
             if slot not in busy:
                 task = schedule.next_for(last_group[slot])
                 if task is None:
-                    return  # nothing runnable until a group's first point finishes
+                    return  # nothing to run until a group's first point finishes
                 last_group[slot] = task["group"]
                 try:
                     running[pools[slot].submit(evaluate, task)] = (slot, task)
@@ -561,7 +568,7 @@ def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
                 task["plan_cache"] = None
         bound = jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(num_cpus=1, max_retries=0)(evaluate)
-        schedule = _Schedule(tasks)
+        schedule = _Schedule(tasks, follow=all(t.get("plan_cache") for t in tasks))
         in_flight: dict[Any, dict[str, Any]] = {}
         while True:
             while len(in_flight) < bound:

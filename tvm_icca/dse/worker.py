@@ -108,18 +108,19 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
     status, reason, metrics = OK, "", {}
     compile_s = simulate_s = elk_s = 0.0
     hits = misses = searches = 0
+    cache = None
     start = time.perf_counter()
     try:
         hw = HardwareSpec.from_dict(task["hw"])
         model = _workload(task["workload"], task["base_dir"])
         cache = plan_cache_for(task["group"], task.get("plan_cache"))
+        searches = -cache.search.searches  # a point that does not fit searched too
         design = task["design"]
         compiled = compile_programs(model, hw, plan_cache=cache, preload=design,
                                     state=task["state"], execution=task["execution"],
                                     progress=False, jobs=1)
         compile_s = time.perf_counter() - start
         hits, misses = compiled.plan_cache.get("hits", 0), compiled.plan_cache.get("misses", 0)
-        searches = compiled.plan_cache.get("searches", 0)
         elk_s = compiled.preload.planning_s if compiled.preload is not None else 0.0
         start = time.perf_counter()
         report = compiled.simulate(progress=False)
@@ -136,6 +137,7 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
         status, reason = FAILED, f"unexpected {type(err).__name__}: {err}"
     if not compile_s:
         compile_s = time.perf_counter() - start
+    searches = searches + cache.search.searches if cache is not None else 0
     row.update(status=status, reason=reason, **metrics)
     origin = current()
     row.update(compile_s=compile_s, simulate_s=simulate_s, elk_planning_s=elk_s,

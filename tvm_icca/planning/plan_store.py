@@ -21,12 +21,18 @@ searching again.
   one or none. Two writers of one key write the same value.
 * **Readers tolerate** a missing, truncated or otherwise unreadable entry: it is a miss, and
   the caller computes the value again (and writes it back).
+* **One computation per key at a time**: a caller about to compute a missing entry holds the
+  key's lock (:meth:`PlanStore.lock`, an exclusive ``fcntl.flock`` on a file in the cache
+  directory's ``.locks``), reads the entry again, and computes it only if it is still missing; a second
+  process asking for the same key meanwhile waits, then reads it. The workers of a parallel
+  sweep so never search one plan twice at the same time. A lock dies with its process.
 
 Entries are pickles: read only a cache directory you trust, as with any pickle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -34,7 +40,12 @@ import logging
 import os
 import pickle
 import tempfile
-from typing import Any, Hashable
+from typing import Any, Hashable, Iterator
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover  (not POSIX: entries are computed without a lock)
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["PLAN_FORMAT", "PlanStore", "default_plan_cache_dir", "store_version"]
 
@@ -146,6 +157,30 @@ class PlanStore:
                                self.directory, type(err).__name__, err)
             return
         self.writes += 1
+
+    @contextlib.contextmanager
+    def lock(self, key: Hashable) -> Iterator[None]:
+        """Hold ``key``'s lock while computing its entry: another process holding it is waited
+        for (then read the entry again: it has computed it). Without ``fcntl``, or when the
+        lock file cannot be made, no lock is held (the value may then be computed twice)."""
+        fd = None
+        if fcntl is not None:
+            name = hashlib.sha256(repr(key).encode()).hexdigest()
+            try:
+                # beside the versions' directories, which hold only entries
+                locks = os.path.join(self.root, ".locks")
+                os.makedirs(locks, exist_ok=True)
+                fd = os.open(os.path.join(locks, name), os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                if fd is not None:
+                    os.close(fd)
+                fd = None
+        try:
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)  # releases the lock
 
     def __len__(self) -> int:
         """Entries of this version in the directory."""

@@ -305,25 +305,37 @@ def plan_operator(
     in_place = in_place_inputs(producers, arriving, mapped=hw.num_chips > 1)
     key = (("search", expr.structure_key(views=False), search_key(hw), arriving, in_place, cap, budget)
            if default and cache is not None else None)
-    result = None
-    if key is not None:
-        hit = cache.planned(key)
-        if hit is None:
-            hit = _within_budget(cache, key, budget)
-        if hit is not None:  # same structure: this operator's tensor names
-            result = hit if hit.expr == expr else dataclasses.replace(
-                hit, expr=expr, layout=OpLayout(expr, hit.plan))
-    if result is None:
-        result = _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default, arriving,
-                         cap, in_place)
-        if cache is not None:
+
+    def search() -> PlannedOp:
+        if cache is not None:  # counted before: a search proving no plan fits is one too
             cache.searches += 1
-        if key is not None:
-            cache.remember(key, result)
-            budgets = cache.planned(key[:-1]) or ()
-            cache.remember(key[:-1], (*budgets[-MAX_BUDGETS_KEPT + 1:], (budget, result)))
+        return _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default,
+                       arriving, cap, in_place)
+
+    if key is None:
+        result = search()
+    else:
+        result = _searched(cache, key, budget)
+        if result is None:
+            # one process at a time per key (a sweep's workers on one chip): another that
+            # searched it meanwhile has left it in the store
+            with cache.claim(key):
+                result = _searched(cache, key, budget)
+                if result is None:
+                    result = search()
+                    cache.remember(key, result)
+                    budgets = cache.planned(key[:-1]) or ()
+                    cache.remember(key[:-1], (*budgets[-MAX_BUDGETS_KEPT + 1:], (budget, result)))
+        if result.expr != expr:  # same structure: this operator's tensor names
+            result = dataclasses.replace(result, expr=expr, layout=OpLayout(expr, result.plan))
     return _mapped(result, hw, hbm_inputs, producers, cache,
                    tuple(p.tensor for p in in_place) if default and arriving else ())
+
+
+def _searched(cache: SearchMemo, key: tuple, budget: int) -> PlannedOp | None:
+    """The search of ``key`` a memo holds, or the optimum an earlier budget's proves."""
+    hit = cache.planned(key)
+    return hit if hit is not None else _within_budget(cache, key, budget)
 
 
 #: Budgets remembered per operator structure for :func:`_within_budget`.
@@ -415,10 +427,8 @@ def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
     if cache is not None:
         key = ("placements", expr.structure_key(views=False), json.dumps(result.plan.to_dict(), sort_keys=True),
                placement_key(hw), hbm_inputs, producer_key(producers), in_place)
-        placements = cache.planned(key)
-        if placements is None:
-            placements = placement_bytes(expr, result.plan, hw, hbm_inputs, producers, in_place)
-            cache.remember(key, placements)
+        placements = cache.planned_once(key, lambda: placement_bytes(
+            expr, result.plan, hw, hbm_inputs, producers, in_place))
     else:
         placements = placement_bytes(expr, result.plan, hw, hbm_inputs, producers, in_place)
     plan = pick_placement(result.plan, placements, hw, hbm_inputs)

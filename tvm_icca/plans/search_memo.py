@@ -26,9 +26,10 @@ It memoizes three things:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import OrderedDict
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, ContextManager, Hashable, Sequence
 
 from runtime_sim.contract.expr import TensorExpr
 from tvm_icca.plans.structure import PlanStructure, build_structure
@@ -135,6 +136,25 @@ class SearchMemo:
         _trim(self._plans, self.max_plans)
         if self.store is not None:
             self.store.put(key, planned)
+
+    def claim(self, key: Hashable) -> ContextManager[None]:
+        """Hold ``key`` while computing what :meth:`remember` will keep under it: with a store
+        that locks (:meth:`tvm_icca.planning.plan_store.PlanStore.lock`) another process
+        computing the same key is waited for; ask :meth:`planned` again inside."""
+        lock = getattr(self.store, "lock", None)
+        return lock(key) if lock is not None else contextlib.nullcontext()
+
+    def planned_once(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """The value under ``key``, computed by ``compute()`` and remembered if no memo holds
+        it, by one process at a time (:meth:`claim`)."""
+        hit = self.planned(key)
+        if hit is None:
+            with self.claim(key):
+                hit = self.planned(key)
+                if hit is None:
+                    hit = compute()
+                    self.remember(key, hit)
+        return hit
 
     def clear(self) -> None:
         self._structures.clear()
