@@ -573,3 +573,53 @@ def test_plan_pareto_is_a_table_and_json_with_the_flag(capsys):
     for row, plan in zip(rows, want):  # the rows are the JSON's plans, fastest first
         assert str(plan["F_op"]) in row and f" {plan['cores']} " in row
     assert "e-0" not in out  # no raw floats
+
+
+def _cli_options() -> list[tuple[str, "argparse.Action"]]:
+    """(command, action) of every option and argument of every (sub)command of ``tvm-icca``."""
+    import argparse
+
+    found: list[tuple[str, argparse.Action]] = []
+
+    def walk(parser: argparse.ArgumentParser, command: str) -> None:
+        for action in parser._actions:  # pylint: disable=protected-access
+            if isinstance(action, argparse._SubParsersAction):  # pylint: disable=protected-access
+                for name, sub in action.choices.items():
+                    walk(sub, f"{command} {name}".strip())
+            elif not isinstance(action, argparse._HelpAction):  # pylint: disable=protected-access
+                found.append((command, action))
+
+    walk(cli.build_parser(), "")
+    return found
+
+
+def test_every_option_says_what_it_does_and_its_default_in_words():
+    """The CLI reference prints each option's help alone (its "Default:" lines read the Python
+    value: "True" for --no-progress), so a default that is a value is named in the help."""
+    options = _cli_options()
+    flags = [(c, a) for c, a in options if a.option_strings and a.nargs == 0]
+    assert {"--no-progress", "--json", "--tiny", "--no-plots", "--dry-run"} <= {
+        a.option_strings[0] for _, a in flags}
+    for command, action in options:
+        where = (command, action.option_strings or action.dest)
+        assert action.help and action.help.strip(), where
+        if action.option_strings and action.nargs != 0 and action.default is not None:
+            assert "default" in action.help, where
+
+
+def test_cli_reference_shows_no_python_default(tmp_path):
+    """docs/cli.rst rendered as the docs build renders it (sphinx-argparse): --no-progress
+    reads as what it does, and no option shows a "Default:" line ("True", "None", ...)."""
+    pytest.importorskip("sphinxarg", reason="the docs extra (sphinx-argparse) is not installed")
+    from sphinx.cmd.build import build_main
+
+    source = tmp_path / "src"
+    source.mkdir()
+    rst = pathlib.Path(__file__).resolve().parents[1] / "docs" / "cli.rst"
+    (source / "index.rst").write_text(rst.read_text())
+    (source / "conf.py").write_text('extensions = ["sphinxarg.ext"]\n')
+    assert build_main(["-b", "text", "-q", "-W", str(source), str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "index.txt").read_text()
+    assert "--no-progress\n\nno progress bars" in text
+    assert "simulate" in text and "--cost-model" in text  # every command, nested ones too
+    assert "Default:" not in text

@@ -125,7 +125,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", type=writable_path, required=True,
                         help="where to write the fitted model (JSON)")
     add_hardware_argument(parser, "chip to profile")
-    parser.add_argument("--samples", type=positive_int, default=200, help="profiled plans per op kind")
+    parser.add_argument("--samples", type=positive_int, default=200,
+                        help="profiled plans per op kind (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.set_defaults(func=_run)
     return parser

@@ -40,23 +40,29 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     ops = parser.add_subparsers(dest="op", metavar="OP")
 
     mm = ops.add_parser("matmul", help="C[m,n] += A[m,k] * B[k,n]")
-    mm.add_argument("--m", type=positive_int, required=True)
-    mm.add_argument("--k", type=positive_int, required=True)
-    mm.add_argument("--n", type=positive_int, required=True)
+    for axis, what in (("m", "rows of A and C"), ("k", "the reduced axis: columns of A, rows "
+                                                     "of B"), ("n", "columns of B and C")):
+        mm.add_argument(f"--{axis}", type=positive_int, required=True, help=what)
     _common(mm)
     mm.set_defaults(func=_run_matmul)
 
     conv = ops.add_parser("conv2d", help="NCHW convolution O[b,o,y,x] += I[b,c,..] * W[o,c,kh,kw]")
-    for name, default in (("batch", 1), ("channels", None), ("height", None), ("width", None),
-                          ("filters", None), ("kernel", 3), ("stride", 1), ("pad", 0), ("dilation", 1)):
+    for name, default, what in (
+            ("batch", 1, "images b"), ("channels", None, "input channels c"),
+            ("height", None, "input height"), ("width", None, "input width"),
+            ("filters", None, "output channels o"), ("kernel", 3, "kernel height and width"),
+            ("stride", 1, "stride of both spatial axes"), ("pad", 0, "zero padding on each side"),
+            ("dilation", 1, "dilation of the kernel")):
         conv.add_argument(f"--{name}", type=nonneg_int if name == "pad" else positive_int,
-                          required=default is None, default=default)
+                          required=default is None, default=default,
+                          help=what if default is None else f"{what} (default {default})")
     _common(conv, cost_models=("analytic",))
     conv.set_defaults(func=_run_conv2d)
     model = ops.add_parser("model", help="idle/active plans of every operator of a zoo model "
                            "kept on chip (T10 Algorithm 1)")
     model.add_argument("--model", required=True, help="workload name, e.g. bert-large")
-    model.add_argument("--batch", type=positive_int, default=None)
+    model.add_argument("--batch", type=positive_int, default=None,
+                       help="batch size (default: the model's)")
     model.add_argument("--seq-len", "--context", dest="context", type=positive_int, default=None,
                        help="sequence length (BERT) or KV-cache context (LLMs)")
     model.add_argument("--layers", type=positive_int, default=None,
@@ -127,9 +133,13 @@ def _run_model(args: argparse.Namespace) -> int:
 
 
 def _common(parser: argparse.ArgumentParser, cost_models: tuple[str, ...] = COST_MODELS) -> None:
-    parser.add_argument("--dtype", default="float16", choices=("float16", "float32"))
+    parser.add_argument("--dtype", default="float16", choices=("float16", "float32"),
+                        help="element type of every tensor (default float16)")
     add_hardware_argument(parser, "chip to plan for")
-    parser.add_argument("--cost-model", default="analytic", choices=cost_models)
+    bench = ("; t10-bench: the T10 benchmark problem, modelled exactly"
+             if "t10-bench" in cost_models else "")
+    parser.add_argument("--cost-model", default="analytic", choices=cost_models,
+                        help=f"analytic (default): the compiler's own cost model{bench}")
     parser.add_argument("--budget", type=positive_int, default=None,
                         help="bytes per core for the operator (default: SRAM minus shift buffer)")
     parser.add_argument("--pareto", action="store_true",
