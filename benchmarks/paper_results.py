@@ -141,6 +141,56 @@ def _removed_contention(src: Sources) -> float | None:
     return max(0.0, 100.0 * (1.0 - full / dyn)) if dyn > 0 else None
 
 
+#: The Elk artifact's breakdown figures (``benchmark_scripts/overlap_calc.py``, run with
+#: ``mod=True`` by ``draw_exec_breakdown_groupings.py``) adjust each design's four categories
+#: after measuring them: Basic gains (its load-only cycles) ** 0.9 cycles of overlap, taken from
+#: its execute-only time; every design but Elk-Full gains 2 x 0.9 times its interconnect time
+#: as more interconnect time, taken from its overlap (Basic: from its execute-only time).
+ARTIFACT_FIGURE_CLOCK_HZ = 1.325e9
+ARTIFACT_FIGURE_LOAD_EXPONENT = 0.9
+ARTIFACT_FIGURE_NOC_FACTOR = 2 * 0.9
+
+
+def breakdown(row: dict[str, Any]) -> dict[str, float]:
+    """A run's time in Elk Fig. 18a's four categories (seconds): preload only, execute only,
+    overlapped, and interconnect (the rest of the total, as the artifact defines it)."""
+    total = row["total_ms"] / 1e3
+    parts = {"preload": row["preload_only_s"], "execute": row["execute_only_s"],
+             "overlap": row["preload_overlap_s"]}
+    return {**parts, "interconnect": max(0.0, total - sum(parts.values()))}
+
+
+def artifact_figure_breakdown(parts: dict[str, float], design: str) -> dict[str, float]:
+    """``parts`` (:func:`breakdown`) as the Elk artifact's breakdown figures would draw them for
+    ``design``: the adjustments of :data:`ARTIFACT_FIGURE_NOC_FACTOR` and
+    :data:`ARTIFACT_FIGURE_LOAD_EXPONENT`, applied in cycles at the artifact's clock."""
+    cyc = {k: v * ARTIFACT_FIGURE_CLOCK_HZ for k, v in parts.items()}
+    if design == "basic":
+        moved = cyc["preload"] ** ARTIFACT_FIGURE_LOAD_EXPONENT
+        cyc["execute"] -= moved
+        cyc["overlap"] += moved
+    if design != "elk-full":
+        moved = ARTIFACT_FIGURE_NOC_FACTOR * cyc["interconnect"]
+        cyc["execute" if design == "basic" else "overlap"] -= moved
+        cyc["interconnect"] += moved
+    return {k: v / ARTIFACT_FIGURE_CLOCK_HZ for k, v in cyc.items()}
+
+
+def _figure_accounting(src: Sources, design: str, better: str, category: str) -> list[float]:
+    """Per LLM: ``design``'s ``category`` over ``better``'s, both under the artifact's figure
+    accounting."""
+    rows = src.elk_llm()
+    out = []
+    for m in LLMS:
+        a, b = _design(rows, m, design), _design(rows, m, better)
+        if a and b:
+            x = artifact_figure_breakdown(breakdown(a), design)[category]
+            y = artifact_figure_breakdown(breakdown(b), better)[category]
+            if y > 0:
+                out.append(x / y)
+    return out
+
+
 def _non_overlapped(src: Sources) -> float | None:
     rows = [r for r in src.elk_llm() if r["design"] == "elk-full"]
     return _mean([100.0 * r["preload_only_s"] / (r["total_ms"] / 1e3) for r in rows])
@@ -246,6 +296,21 @@ def facts(src: Sources) -> dict[str, str]:
                                  for r in rows if r["design"] == "elk-dyn"), ".2f")
     put("ideal_over_floor", lambda: _mean([r["total_ms"] / r["hbm_floor_ms"] for r in rows
                                            if r["design"] == "ideal"]), ".2f")
+    def removed() -> list[float]:
+        return [100.0 * (1.0 - x)
+                for x in _figure_accounting(src, "elk-full", "elk-dyn", "interconnect")]
+
+    def overlap() -> list[float]:
+        return _figure_accounting(src, "static", "basic", "overlap")
+
+    put("acct_removed_low", lambda: min(removed()), ".0f")
+    put("acct_removed_high", lambda: max(removed()), ".0f")
+    if out["acct_removed_low"] == out["acct_removed_high"]:
+        out["acct_removed"] = out["acct_removed_low"]
+    else:
+        out["acct_removed"] = f"{out['acct_removed_low']}-{out['acct_removed_high']}"
+    put("acct_overlap_low", lambda: min(overlap()), ".2f")
+    put("acct_overlap_high", lambda: max(overlap()), ".2f")
     put("basic_overlap", lambda: _mean([100 * r["preload_overlap_s"] / (r["total_ms"] / 1e3)
                                         for r in rows if r["design"] == "basic"]), ".0f")
     put("exposed_opt", lambda: next(100 * r["preload_only_s"] / (r["total_ms"] / 1e3) for r in rows
@@ -314,15 +379,24 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("static_overlap_gain", "Elk §6.2, Fig. 18a", "Static's overlapped preload/execute time "
           "over Basic's", 11.26, "x", "elk_llm.json",
           lambda s: _ratio_of_sums(s, "preload_overlap_s", "static", "basic"),
-          "Not explained yet. Our Basic already overlaps {basic_overlap}% of its time "
-          "(`elk_llm.json`), and the artifact's costs do not move the ratio ({narrow}-{wide}, "
-          "`elk_paper_gap.md`); the artifact caps Basic's and Static's preload delivery at 70% "
-          "of the links, which we read in its code but did not model."),
+          "Not explained. Our Basic already overlaps {basic_overlap}% of its time "
+          "(`elk_llm.json`); the artifact's costs do not move the ratio ({narrow}-{wide}, "
+          "`elk_paper_gap.md`), and the artifact's figure accounting (next row) lowers it to "
+          "{acct_overlap_low}x-{acct_overlap_high}x. Two of the artifact's rules remain "
+          "unmodelled: its breakdown weights each interval's overlap by the share of the load "
+          "spent at HBM and of the execution spent computing, which needs per-operator "
+          "intervals our rows do not keep, and it caps Basic's and Static's preload delivery "
+          "at 70% of the links."),
     Claim("full_removes_contention", "Elk §6.2, Fig. 18a", "interconnect contention Elk-Full "
           "removes over Elk-Dyn", 87.65, "%", "elk_llm.json", _removed_contention,
-          "Our Elk-Dyn leaves at most {dyn_stall}% of the time to interconnect contention "
-          "(`elk_llm.json`), so preload reordering has nothing to remove; under the artifact's "
-          "costs too ({narrow}-{wide}, `elk_paper_gap.md`)."),
+          "Mostly how the figure is drawn: the Elk artifact's breakdown script "
+          "(`overlap_calc.py` with `mod=True`) adds 1.8x the interconnect time of every design "
+          "but Elk-Full to that design's interconnect bar, taking it from its overlap. Applied "
+          "to our rows (`elk_llm.json`), where Elk-Dyn and Elk-Full have the same contention, "
+          "that accounting alone shows Elk-Full removing {acct_removed}% "
+          "of Elk-Dyn's. Measured without it, our Elk-Dyn leaves at most {dyn_stall}% of the "
+          "time to contention, so reordering has nothing to remove; under the artifact's costs "
+          "too ({narrow}-{wide}, `elk_paper_gap.md`)."),
     Claim("full_non_overlapped", "Elk §6.2, Fig. 18a", "Elk-Full's non-overlapped preload, share "
           "of the time", 0.037, "%", "elk_llm.json", _non_overlapped,
           "An HBM-bound decode leaves loads exposed: OPT-30B alone has {exposed_opt}% "
