@@ -352,7 +352,13 @@ BAD_ARGUMENTS = [
     (["compile", "NOTONNX"], "not a readable ONNX model"),
     (["simulate", "NOTONNX"], "not a readable ONNX model"),
     (["run", "MISSING"], "no such file"),
-    (["run", "MLP"], "cannot load"),
+    (["run", "MLP"], "by its name, an ONNX model; expected a library built by `tvm-icca compile`"),
+    (["run", "GARBAGE"], "is not a shared library (no ELF header)"),
+    (["run", "EMPTY"], "is empty; expected a library"),
+    (["run", "TMPDIR"], "is a directory"),
+    (["simulate", "TMPDIR"], "is a directory, not an ONNX file"),
+    (["simulate", "EMPTY.onnx"], "it is empty"),
+    (["compile", "EMPTY.onnx"], "it is empty"),
     (["run", "LIB", "--inputs", "MISSING"], "no such file"),
     (["run", "LIB", "--inputs", "MLP"], "cannot read inputs"),
     (["run", "LIB", "--inputs", "WRONGSHAPE"], "has shape"),
@@ -389,7 +395,12 @@ def test_bad_arguments_one_line_no_traceback(argv, fragment, models, built, tmp_
     paths = {"MLP": models["mlp"], "LIB": built["mlp"], "MISSING": str(tmp_path / "missing.onnx"),
              "NODIR": str(tmp_path / "no" / "such" / "dir" / "out.json"), "WRONGSHAPE": str(wrong),
              "TMPDIR": str(tmp_path), "NOTONNX": str(tmp_path / "garbage.onnx"),
-             "MISSING.toml": str(tmp_path / "missing.onnx.toml"), "BADHW": str(tmp_path / "bad.toml")}
+             "MISSING.toml": str(tmp_path / "missing.onnx.toml"), "BADHW": str(tmp_path / "bad.toml"),
+             "GARBAGE": str(tmp_path / "garbage.so"), "EMPTY": str(tmp_path / "empty.so"),
+             "EMPTY.onnx": str(tmp_path / "empty.onnx")}
+    (tmp_path / "garbage.so").write_bytes(b"\x00\xffnot a library\x00" * 8)
+    (tmp_path / "empty.so").write_bytes(b"")
+    (tmp_path / "empty.onnx").write_bytes(b"")
     (tmp_path / "bad.toml").write_text('base = "ipu-mk2"\nnum_core = 4\n')
     (tmp_path / "garbage.onnx").write_bytes(b"\x00\xffnot a protobuf\x00" * 8)
     code, out, err = _main(capsys, *(paths.get(a, a) for a in argv))
@@ -471,6 +482,52 @@ def test_a_file_that_is_no_onnx_model_is_a_usage_error(tmp_path, capsys):
     for command in ("compile", "simulate"):
         code, out, err = _main(capsys, command, garbage)
         assert code == 2 and "not a readable ONNX model" in err, (command, err)
+
+
+def test_a_truncated_library_is_refused_before_the_loader_sees_it(built, tmp_path):
+    """The dynamic loader maps a library's segments: a copy cut short killed ``tvm-icca run``
+    with SIGBUS (exit 135, no message). Every cut of a real library is refused, naming the
+    file and what was expected; the whole file passes."""
+    from runtime_sim.contract.errors import LibraryLoadError
+    from tvm_icca.cli.library_file import check_library_file
+
+    data = pathlib.Path(built["mlp"]).read_bytes()
+    check_library_file(built["mlp"])
+    cut = tmp_path / "cut.so"
+    sizes = sorted({1, 4, 63, 64, 65, *range(1000, len(data), len(data) // 97), len(data) - 1})
+    for size in sizes:
+        cut.write_bytes(data[:size])
+        with pytest.raises(LibraryLoadError, match="expected a library built by") as info:
+            check_library_file(str(cut))
+        assert str(cut) in str(info.value) and ("truncated" in str(info.value)
+                                                or "invalid header" in str(info.value)), size
+    cut.write_bytes(data[:len(data) // 2])  # the whole command, in a process of its own
+    script = pathlib.Path(sys.executable).with_name("tvm-icca")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "tvm_icca.cli.main"]
+    proc = subprocess.run(command + ["run", str(cut)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 2, proc
+    assert proc.stderr.splitlines() == [
+        f"tvm-icca: error: '{cut}' is truncated: {len(data) // 2} bytes, its ELF header tables "
+        f"end at byte {len(data)}; expected a library built by `tvm-icca compile` (a shared "
+        "library, .so)"]
+
+
+def test_a_library_that_holds_no_relax_executable_is_refused(tmp_path, capsys):
+    """A TVM library of a TIR function alone (no Relax VM): one line naming the file."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((4,), "float32", name="a")
+    add_one = te.create_prim_func([a, te.compute((4,), lambda i: a[i] + 1.0, name="b")])
+    library = tmp_path / "add_one.so"
+    tvm.compile(add_one, target="llvm").export_library(str(library))
+    code, out, err = _main(capsys, "run", library)
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        f"tvm-icca: error: '{library}' is a shared library but holds no TVM Relax executable "
+        "(Module has no function 'vm_load_executable'); expected a library built by "
+        "`tvm-icca compile` (a shared library, .so)"]
 
 
 #: A short run of every long-running command (``plan`` twice: its operator and model forms).

@@ -166,6 +166,15 @@ class InputMismatchError(IccaError, ValueError):
     """An argument of a compiled ICCA executable has the wrong shape, dtype or count."""
 
 
+class LibraryLoadError(IccaError, ValueError):
+    """A file given as a compiled library (``tvm-icca run``) is not one.
+
+    For instance an ONNX model, an empty or truncated file, a shared library of another
+    machine, or one that holds no TVM Relax executable. The message names the file and what
+    was expected.
+    """
+
+
 class InvalidSpecError(IccaError, ValueError):
     """A design-space exploration spec (``tvm-icca dse SPEC``) cannot be used.
 

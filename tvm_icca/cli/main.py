@@ -6,9 +6,10 @@ the parsed arguments and returning an exit code). Argument types shared by the c
 :mod:`tvm_icca.cli.args`.
 
 Exit status: 0 success; 1 a failure of the work (a ``tvm_icca`` error, a failed ``--check``,
-a file that cannot be written); 2 bad arguments (argparse prints the usage and one line);
-130 interrupted. Every error is one ``tvm-icca: error: ...`` line on stderr, never a traceback
-(set ``TVM_ICCA_TRACEBACK=1`` to see the traceback of an unexpected error).
+a file that cannot be written); 2 bad arguments (argparse prints the usage and one line; also
+a file that is not an ONNX model, or not a library: ``LibraryLoadError``); 130 interrupted.
+Every error is one ``tvm-icca: error: ...`` line on stderr, never a traceback (set
+``TVM_ICCA_TRACEBACK=1`` to see the traceback of an unexpected error).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import pkgutil
 import sys
 
-from runtime_sim.contract.errors import IccaError
+from runtime_sim.contract.errors import IccaError, LibraryLoadError
 from tvm_icca.cli.args import UsageError
 
 #: Module name suffix of a subcommand (``compile_command`` is ``tvm-icca compile``).
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tvm-icca: interrupted", file=sys.stderr)
         return 130
-    except UsageError as err:
+    except (UsageError, LibraryLoadError) as err:  # a file that is not what it should be
         _error(str(err))
         return 2
     except IccaError as err:

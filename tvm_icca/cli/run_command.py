@@ -30,7 +30,9 @@ from tvm_icca.cli.args import (
     nonneg_int,
     writable_path,
 )
+from runtime_sim.contract.errors import LibraryLoadError
 from runtime_sim.contract.units import format_bytes, format_seconds
+from tvm_icca.cli.library_file import EXPECTED, check_library_file
 from tvm_icca.cli.model_match import check_model_matches_library
 from tvm_icca.planning.state_place import STATE_WORDS
 
@@ -64,17 +66,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _load_vm(path: str) -> Any:
+    """The Relax VM of the library at ``path``; anything else is one
+    :class:`~runtime_sim.contract.errors.LibraryLoadError` naming the file and what was expected."""
     # pylint: disable=import-outside-toplevel
     import tvm
     from tvm import relax
 
+    check_library_file(path)  # before the loader: a truncated library would crash it
     try:
         lib = tvm.runtime.load_module(os.path.abspath(path))
+    except Exception as err:  # pylint: disable=broad-except
+        raise LibraryLoadError(f"cannot load '{path}' ({_first_line(err)}); expected "
+                               f"{EXPECTED}") from None
+    try:
         return relax.VirtualMachine(lib, tvm.cpu())
     except Exception as err:  # pylint: disable=broad-except
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UsageError(f"cannot load '{path}' as a TVM library built by `tvm-icca compile`: "
-                         f"{first}") from None
+        raise LibraryLoadError(f"'{path}' is a shared library but holds no TVM Relax executable "
+                               f"({_first_line(err)}); expected {EXPECTED}") from None
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of a foreign error (TVM's carry a C++ backtrace)."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _input_specs(vm: Any, signature: dict[str, Any] | None) -> list[dict[str, Any]]:

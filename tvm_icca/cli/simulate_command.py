@@ -137,6 +137,8 @@ def _load(args: argparse.Namespace, model: str) -> tuple[Any, str, str, dict[str
         if given:
             raise UsageError(f"{', '.join(given)}: apply only to zoo models; give an ONNX "
                              "model's input shapes with --shape NAME=D1,D2,...")
+        if os.path.isdir(model):
+            raise UsageError(f"'{model}' is a directory, not an ONNX file")
         if not os.path.isfile(model):
             raise UsageError(f"no such ONNX file: '{model}'")
         shapes = shape_dict(args.shape)
