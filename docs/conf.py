@@ -86,5 +86,7 @@ sphinx_gallery_conf = {
 # -- HTML ------------------------------------------------------------------------------------
 html_theme = "furo"
 html_title = f"tvm_icca {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+# wide tables scroll inside the content column (the Results and Elk pages)
+html_css_files = ["tables.css"]
 myst_heading_anchors = 3
