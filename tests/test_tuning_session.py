@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import re
 
 import numpy as np
 import tvm
@@ -11,6 +12,7 @@ from tvm.script import relax as R
 
 import tvm_icca
 from tvm_icca.records.database import RecordStore
+from tvm_icca.tuning.session import TaskResult, TuneSummary
 
 
 def tiny_model() -> tvm.IRModule:
@@ -42,7 +44,7 @@ def test_session_measures_untuned_plan_and_resumes(tmp_path):
     [result] = first.results
     assert result.trials == result.new_trials == 8 and first.committed == 8
     assert result.untuned_s is not None and result.best_s <= result.untuned_s
-    assert "untuned us" in first.table()
+    assert re.search(r"untuned (ns|us|ms|s) ", first.table())
     second = _session(str(tmp_path), 12, 0)
     [again] = second.results
     assert again.trials == 12 and again.new_trials == 4  # continues from the 8 on disk
@@ -68,3 +70,21 @@ def test_two_sessions_at_once_keep_every_record(tmp_path):
     assert len(store) == sum(committed) and store.skipped == 0
     assert len(store.workloads) == 1
     assert np.isfinite([r.seconds for r in store.records]).all()
+
+
+def test_summary_table_reads_in_the_unit_of_its_largest_time():
+    """The table's time columns were fixed at "us" (a 2 ms operator read 2000.000 us): one
+    unit for the table, the one its largest time (the weighted total) reads best in."""
+    def summary(untuned: float, best: float) -> TuneSummary:
+        return TuneSummary("records", "ipu-mk2", [
+            TaskResult("matmul op0", 3, 8, 8, untuned, best),
+            TaskResult("softmax op1", 1, 4, 4, untuned / 10, None)], committed=12)
+
+    lines = summary(2.5e-3, 2e-3).table().splitlines()  # weighted: 7.75 ms untuned, 6.25 best
+    assert lines[0].split()[-5:] == ["untuned", "ms", "best", "ms", "gain"]
+    assert lines[2].split()[-3:] == ["2.500", "2.000", "1.25x"]
+    assert lines[3].split()[-3:] == ["0.250", "-", "1.00x"]
+    assert lines[4].split()[-3:] == ["7.750", "6.250", "1.24x"]
+    table = summary(40e-9, 30e-9).table()  # weighted: 124 ns untuned
+    assert "untuned ns" in table and "40.000" in table and "124.000" in table
+    assert "untuned s " in summary(0.5, 0.25).table()  # weighted 1.55 s

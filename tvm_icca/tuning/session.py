@@ -33,6 +33,7 @@ from typing import Any, Sequence
 from runtime_sim.contract.errors import PlanNotFoundError
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.units import format_seconds, in_unit, time_unit
 from tvm_icca.hardware_choice import HardwareLike, resolve_hardware
 from tvm_icca.planning.tradeoff_tables import ladder_budgets
 from tvm_icca.plans import SearchMemo, plan_operator
@@ -128,18 +129,23 @@ class TuneSummary:
         return untuned, best
 
     def table(self) -> str:
-        """The results as a text table: a row per task, the weighted total, the records."""
-        head = f"{'task':<34} {'runs':>4} {'trials':>6} {'untuned us':>11} {'best us':>10} {'gain':>6}"
+        """The results as a text table: a row per task, the weighted total, the records. Every
+        time is in one unit, the one the table's largest time reads best in
+        (:mod:`runtime_sim.contract.units`, as every command prints times)."""
+        untuned, best = self.weighted()
+        times = [t for r in self.results for t in (r.untuned_s, r.best_s) if t] + [untuned]
+        unit = time_unit(max(times))
+        head = (f"{'task':<34} {'runs':>4} {'trials':>6} {'untuned ' + unit[0]:>11} "
+                f"{'best ' + unit[0]:>10} {'gain':>6}")
         lines = [head, "-" * len(head)]
         for r in self.results:
-            u = f"{r.untuned_s * 1e6:.3f}" if r.untuned_s else "-"
-            b = f"{r.best_s * 1e6:.3f}" if r.best_s else "-"
+            u = in_unit(r.untuned_s, unit) if r.untuned_s else "-"
+            b = in_unit(r.best_s, unit) if r.best_s else "-"
             lines.append(f"{r.task[:34]:<34} {r.weight:>4} {r.trials:>6} {u:>11} {b:>10} {r.gain:>5.2f}x")
-        untuned, best = self.weighted()
         if best > 0:
             lines.append(f"{'all operators, one run (weighted)':<34} {'':>4} "
-                         f"{sum(r.trials for r in self.results):>6} {untuned * 1e6:>11.3f} "
-                         f"{best * 1e6:>10.3f} {untuned / best:>5.2f}x")
+                         f"{sum(r.trials for r in self.results):>6} {in_unit(untuned, unit, 11)} "
+                         f"{in_unit(best, unit, 10)} {untuned / best:>5.2f}x")
         lines.append(f"{self.committed} new records in {self.work_dir} ({self.wall_s:.1f} s, chip {self.hw})")
         return "\n".join(lines)
 
@@ -353,7 +359,7 @@ class _Session:
                     stale = 0 if improved or first else stale + 1
                 else:
                     stale += 1
-                bar.step(None if best is None else f"best {best * 1e6:.3f} us", units=len(batch))
+                bar.step(None if best is None else f"best {format_seconds(best)}", units=len(batch))
         times = {sig: s for sig, (s, _) in measured.items() if s != float("inf")}
         untuned = min((times[b] for b in baseline if b in times), default=None)
         return TaskResult(f"{task.label} {task.name.rsplit('.', 1)[-1]}", task.weight,
