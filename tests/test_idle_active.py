@@ -105,6 +105,15 @@ def test_plan_model_command_prints_every_decision(capsys) -> None:
     assert cli_main(["plan", "model", "--model", "nerf", "--tiny"]) == 0
     table = capsys.readouterr().out
     assert "Algorithm 1" in table and "R0.op0" in table
+    # times in the unit of the table's largest (was a fixed "exec us" column)
+    lines = table.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("operator"))
+    unit = lines[head].split()[9]  # operator kind calls options idle B active B exec <unit>
+    scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
+    largest = max(max(o["time_s"], o["setup_s"]) for o in payload["operators"])
+    assert 1 <= largest / scale < 1000
+    for line, op in zip(lines[head + 1:], payload["operators"]):
+        assert float(line.split()[6]) == pytest.approx(op["time_s"] / scale, abs=0.006)
     assert cli_main(["plan", "model", "--model", "gpt-9"]) == 1
 
 

@@ -23,7 +23,7 @@ import json
 import sys
 from typing import Any
 
-from runtime_sim.contract.units import format_bytes, format_seconds
+from runtime_sim.contract.units import format_bytes, format_seconds, in_unit, time_unit
 from tvm_icca.cli.args import (
     add_hardware_argument,
     add_progress_argument,
@@ -117,14 +117,16 @@ def _run_model(args: argparse.Namespace) -> int:
           f"Algorithm 1 steps")
     # region names are long fused-op names: number them in call order (``--json`` has them)
     regions = list(dict.fromkeys(d.name.rsplit(".", 1)[0] for d in plan.decisions))
+    # one time unit for the table, the one its largest time reads best in
+    unit = time_unit(max((t for d in plan.decisions for t in (d.time_s, d.setup_s)), default=0.0))
     print(f"{'operator':<10} {'kind':<12} {'calls':>5} {'options':>7} {'idle B':>8} "
-          f"{'active B':>8} {'exec us':>8} {'setup us':>8}  in place")
+          f"{'active B':>8} {'exec ' + unit[0]:>8} {'setup ' + unit[0]:>8}  in place")
     for d in plan.decisions:
         region, op = d.name.rsplit(".", 1)
         short = f"R{regions.index(region)}.{op}"
         print(f"{short:<10} {d.kind:<12} {d.calls:>5} {d.options:>7} {d.idle_bytes:>8} "
-              f"{d.active_bytes:>8} {d.time_s * 1e6:>8.2f} {d.setup_s * 1e6:>8.2f}  "
-              f"{'yes' if d.in_place else 'no'}")
+              f"{d.active_bytes:>8} {in_unit(d.time_s, unit, 8, 2)} "
+              f"{in_unit(d.setup_s, unit, 8, 2)}  {'yes' if d.in_place else 'no'}")
     if report is not None:
         print(f"simulated: {format_seconds(report.total_s)}, transfer "
               f"{100 * report.transfer_s / report.total_s:.0f}%, peak SRAM "
