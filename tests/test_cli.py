@@ -680,3 +680,39 @@ def test_cli_reference_shows_no_python_default(tmp_path):
     assert "--no-progress\n\nno progress bars" in text
     assert "simulate" in text and "--cost-model" in text  # every command, nested ones too
     assert "Default:" not in text
+
+
+#: Commands whose output a reader may cut short (``tvm-icca plan ... | head``).
+PIPED = [
+    ["models"],
+    ["models", "--json"],
+    ["plan", "matmul", "--m", "256", "--k", "256", "--n", "512", "--pareto", "--no-progress"],
+    ["run", "LIB", "--no-progress"],
+]
+
+
+@pytest.mark.parametrize("argv", PIPED, ids=[" ".join(a[:2]) for a in PIPED])
+def test_a_reader_that_closes_early_stops_the_command_quietly(argv, built):
+    """``tvm-icca plan ... | head`` printed "tvm-icca: error: Broken pipe": the command now
+    stops without a word, with the status a shell gives a Unix tool stopped by SIGPIPE."""
+    script = pathlib.Path(sys.executable).with_name("tvm-icca")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "tvm_icca.cli.main"]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line: every write fails
+    try:
+        proc = subprocess.run(command + [built["mlp"] if a == "LIB" else a for a in argv],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300,
+                              check=False)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (cli.EXIT_BROKEN_PIPE, "")
+
+
+def test_a_broken_pipe_in_process_returns_the_status(capsys, monkeypatch):
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert cli.main(["models"]) == cli.EXIT_BROKEN_PIPE == 141
+    assert capsys.readouterr().err == ""

@@ -7,7 +7,8 @@ the parsed arguments and returning an exit code). Argument types shared by the c
 
 Exit status: 0 success; 1 a failure of the work (a ``tvm_icca`` error, a failed ``--check``,
 a file that cannot be written); 2 bad arguments (argparse prints the usage and one line; also
-a file that is not an ONNX model, or not a library: ``LibraryLoadError``); 130 interrupted.
+a file that is not an ONNX model, or not a library: ``LibraryLoadError``); 130 interrupted;
+141 when the reader of standard output went away (``| head``), silently, as Unix tools stop.
 Every error is one ``tvm-icca: error: ...`` line on stderr, never a traceback (set
 ``TVM_ICCA_TRACEBACK=1`` to see the traceback of an unexpected error).
 """
@@ -25,6 +26,9 @@ from tvm_icca.cli.args import UsageError
 
 #: Module name suffix of a subcommand (``compile_command`` is ``tvm-icca compile``).
 COMMAND_SUFFIX = "_command"
+#: Exit status when the reader of standard output went away (``tvm-icca ... | head``): 128 +
+#: SIGPIPE (13), what a shell reports for a Unix tool stopped the same way.
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,6 +68,19 @@ def _error(message: str, first_line_only: bool = False) -> None:
     print(f"tvm-icca: error: {' '.join(lines) if lines else 'unknown error'}", file=sys.stderr)
 
 
+def _discard_stdout() -> None:
+    """Point standard output at the null device, so that what is still buffered for the pipe
+    that closed is not written again, and reported, when the interpreter exits (the pattern
+    of the Python documentation, ``signal`` module, "Note on SIGPIPE")."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's captured output)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
@@ -74,7 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe raises here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:  # `tvm-icca plan ... | head`: the reader has all it wanted
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print("tvm-icca: interrupted", file=sys.stderr)
         return 130
