@@ -53,7 +53,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="list the points and which are done; compute nothing")
     run.add_argument("--jobs", "-j", type=positive_int, default=None,
                      help="points computed at once: local worker processes (default: the CPUs "
-                     "available) or Ray tasks in flight (default: the cluster's CPUs)")
+                     "available) or Ray tasks in flight (default: the cluster's CPUs). Points "
+                     "are grouped by the workload and the chip fields the plan search reads; "
+                     "the workers share a plan cache on disk (a temporary one without "
+                     "--plan-cache) and never search one plan twice")
     run.add_argument("--ray", metavar="auto|local|ADDRESS", default=None,
                      help="run the points as Ray tasks: 'auto' (this machine's cluster, see "
                      "`ray start`), a cluster address, or 'local' (start Ray here); needs "
@@ -66,7 +69,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     run.add_argument("--plan-cache", metavar="DIR", nargs="?", const=True, default=None,
                      help="keep searched plans on disk in DIR (without DIR: $TVM_ICCA_PLAN_CACHE, "
                      "else $XDG_CACHE_HOME/tvm_icca/plans), read by every worker and later runs; "
-                     "points differing only in bandwidths then reuse every plan search")
+                     "points differing only in HBM bandwidth, topology or host fields then reuse "
+                     "every plan search")
     add_progress_argument(run)
     report = parser.add_argument_group("dse report")
     report.add_argument("--out", metavar="DIR", default=None,
