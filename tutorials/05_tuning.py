@@ -69,10 +69,10 @@ print(summary.table())
 # %%
 # One row per task: its kind and iteration extents, and the first operator of the model with
 # that structure (``op13`` is the 14th operator of the region); ``runs``, how often the
-# model runs it; ``trials``, the plans measured; ``untuned us``, the measured time of the
-# compiler's own plan; ``best us``, the fastest plan measured; ``gain``, their ratio. The
-# last line weighs each task by its runs: the operator time of one model call, before and
-# after. A gain of 1.00x means the compiler's analytic choice was already the fastest plan
+# model runs it; ``trials``, the plans measured; ``untuned``, the measured time of the
+# compiler's own plan; ``best``, the fastest plan measured (both in the unit the table's
+# largest time reads best in, named in the header); ``gain``, their ratio. The last line
+# weighs each task by its runs: the operator time of one model call, before and after. A gain of 1.00x means the compiler's analytic choice was already the fastest plan
 # the session found.
 gains = [r.gain for r in summary.results]
 print(f"{sum(g > 1 for g in gains)} of {len(gains)} tasks have a faster plan than the "
