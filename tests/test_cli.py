@@ -359,6 +359,10 @@ BAD_ARGUMENTS = [
     (["simulate", "TMPDIR"], "is a directory, not an ONNX file"),
     (["simulate", "EMPTY.onnx"], "it is empty"),
     (["compile", "EMPTY.onnx"], "it is empty"),
+    (["compile", "TRUNC.onnx"], "not a readable ONNX model"),
+    (["simulate", "TRUNC.onnx"], "not a readable ONNX model"),
+    (["tune", "TRUNC.onnx", "--work-dir", "TMPDIR"], "not a readable ONNX model"),
+    (["run", "LIB", "--check", "TRUNC.onnx"], "not a readable ONNX model"),
     (["run", "LIB", "--inputs", "MISSING"], "no such file"),
     (["run", "LIB", "--inputs", "MLP"], "cannot read inputs"),
     (["run", "LIB", "--inputs", "WRONGSHAPE"], "has shape"),
@@ -397,7 +401,9 @@ def test_bad_arguments_one_line_no_traceback(argv, fragment, models, built, tmp_
              "TMPDIR": str(tmp_path), "NOTONNX": str(tmp_path / "garbage.onnx"),
              "MISSING.toml": str(tmp_path / "missing.onnx.toml"), "BADHW": str(tmp_path / "bad.toml"),
              "GARBAGE": str(tmp_path / "garbage.so"), "EMPTY": str(tmp_path / "empty.so"),
-             "EMPTY.onnx": str(tmp_path / "empty.onnx")}
+             "EMPTY.onnx": str(tmp_path / "empty.onnx"), "TRUNC.onnx": str(tmp_path / "trunc.onnx")}
+    whole = pathlib.Path(models["mlp"]).read_bytes()
+    (tmp_path / "trunc.onnx").write_bytes(whole[:len(whole) // 2])
     (tmp_path / "garbage.so").write_bytes(b"\x00\xffnot a library\x00" * 8)
     (tmp_path / "empty.so").write_bytes(b"")
     (tmp_path / "empty.onnx").write_bytes(b"")
