@@ -41,9 +41,10 @@ setup(
         "dse": ["ray>=2.9", "pyyaml>=6", "matplotlib>=3.7"],
         # docs: `make docs` (docs/conf.py); tutorials plot, so the gallery needs matplotlib;
         # numpydoc-style docstrings are read by Sphinx's own napoleon extension; myst-parser
-        # includes the markdown tables of benchmarks/results/ in the Results page
-        "docs": ["sphinx>=7.2", "sphinx-gallery>=0.16", "furo>=2024.1", "myst-parser>=3.0",
-                 "sphinx-argparse>=0.5", "matplotlib>=3.7"],
+        # includes the markdown tables of benchmarks/results/ in the Results page; joblib runs
+        # the tutorials in parallel (sphinx-gallery's "parallel", 0.17 and later)
+        "docs": ["sphinx>=7.2", "sphinx-gallery>=0.17", "furo>=2024.1", "myst-parser>=3.0",
+                 "sphinx-argparse>=0.5", "matplotlib>=3.7", "joblib>=1.3"],
     },
     entry_points={
         # TVM imports every entry point of this group at `import tvm` (tvm/__init__.py).

@@ -81,6 +81,10 @@ sphinx_gallery_conf = {
     # a tutorial that raises fails the build
     "abort_on_example_error": True,
     "show_memory": False,
+    # the tutorials run side by side, one per core (joblib, the docs extra); each runs in its
+    # own worker process, as it would in a user's interpreter
+    "parallel": (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                 else os.cpu_count() or 1),
 }
 
 # -- HTML ------------------------------------------------------------------------------------
