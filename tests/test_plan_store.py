@@ -146,6 +146,19 @@ def test_failure_is_kept_and_names_the_asking_chip(tmp_path, exprs, monkeypatch)
     with pytest.raises(PlanNotFoundError, match="operator 'second'.*chip 'renamed'"):
         PlanCache(jobs=1, path=tmp_path).plan(expr, other, None, 4 * KIB, "second")
     assert searches.count == 0
+    # reading an input from HBM, its placement depends on the HBM bandwidth; the search that
+    # proves no plan fits does not: a sweep's next HBM bandwidth does not run it again
+    small = exprs.matmul(32, 256, 256, "float16")  # fits the chip, no plan within 2 KiB
+    cache = PlanCache(jobs=1, path=tmp_path)
+    with pytest.raises(PlanNotFoundError, match="no execution plan"):
+        cache.plan(small, CHIP, None, 2 * KIB, "first", (1,))
+    assert searches.count == 1
+    for chip in (other, CHIP.with_overrides(hbm_bandwidth=3e12)):
+        with pytest.raises(PlanNotFoundError, match="operator 'third'.*no execution plan"):
+            PlanCache(jobs=1, path=tmp_path).plan(small, chip, None, 2 * KIB, "third", (1,))
+        with pytest.raises(PlanNotFoundError, match="operator 'third'.*no execution plan"):
+            cache.plan(small, chip, None, 2 * KIB, "third", (1,))
+    assert searches.count == 1
 
 
 def _writer(path: str, worker: int, rounds: int) -> None:

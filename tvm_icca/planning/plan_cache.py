@@ -15,7 +15,7 @@ from runtime_sim.contract.hardware import HardwareSpec
 from tvm_icca.lower.expr_cache import ExprCache
 from tvm_icca.planning.plan_store import PlanStore, default_plan_cache_dir
 from tvm_icca.plans import CostModel, PlannedOp, SearchMemo, plan_operator
-from tvm_icca.plans.hw_fields import plan_key, search_key
+from tvm_icca.plans.hw_fields import SEARCH_FIELDS, plan_key, search_key
 from tvm_icca.plans.mapping import Producer, producer_key
 from tvm_icca.plans.option_pool import available_jobs, map_in_workers, options_of_many
 from tvm_icca.plans.reconcile import PlanOption, operator_options
@@ -159,13 +159,14 @@ class PlanCache:
             self._cost_models.append(cost_model)
         key = self._key(expr, hw, cost_model, budget, hbm_inputs, producers, arriving, output_cap)
         planned = self._plans.get(key)
-        if planned is None and cost_model is None and key not in self._failures and self.store is not None:
-            failure = self.store.get(("failure",) + key)
+        failed = self._failed(key)
+        if planned is None and cost_model is None and failed not in self._failures and self.store is not None:
+            failure = self.store.get(("failure",) + failed)
             if failure is not None:
-                self._failures[key] = failure
-        if planned is None and key in self._failures:
+                self._failures[failed] = failure
+        if planned is None and failed in self._failures:
             self.hits += 1
-            first, chip, message = self._failures[key]
+            first, chip, message = self._failures[failed]
             # same structure on a chip its search cannot tell apart: this operator, this chip
             message = message.replace(first, name).replace(f"chip '{chip}'", f"chip '{hw.name}'")
             raise PlanNotFoundError(message)
@@ -198,11 +199,21 @@ class PlanCache:
                 tuple(hbm_inputs), producer_key(tuple(producers)), tuple(arriving),
                 None if output_cap is None else int(output_cap))
 
+    @staticmethod
+    def _failed(key: tuple) -> tuple:
+        """Where a :meth:`_key`'s failure is kept: a default-model key's chip cut to the fields
+        the search reads (:func:`~tvm_icca.plans.hw_fields.search_key`, the head of
+        :func:`~tvm_icca.plans.hw_fields.plan_key`). The proof that no plan fits, and its
+        message, read no placement rate: chips differing in HBM bandwidth share it."""
+        if key[3] is not None:
+            return key
+        return (key[0], key[1][:len(SEARCH_FIELDS)]) + key[2:]
+
     def _remember_failure(self, key: tuple, failure: tuple[str, str, str], keep: bool) -> None:
         """A search that proved no plan fits; ``keep``: also on disk (default model only)."""
-        self._failures[key] = failure
+        self._failures[self._failed(key)] = failure
         if keep and self.store is not None:
-            self.store.put(("failure",) + key, failure)
+            self.store.put(("failure",) + self._failed(key), failure)
 
     @staticmethod
     def _but_budget(key: tuple) -> tuple:
@@ -240,7 +251,7 @@ class PlanCache:
                 try:
                     planned = self.plan(expr, hw, None, budget, name, hbm, output_cap=cap)
                 except PlanNotFoundError:
-                    found.append((key, None, self._failures[key]))
+                    found.append((key, None, self._failures[self._failed(key)]))
                     break
                 if self.misses > misses:
                     found.append((key, planned, ()))
@@ -251,7 +262,7 @@ class PlanCache:
                 climb(chain)
                 continue
             for key, planned, failure in searched:
-                if key in self._plans or key in self._failures:
+                if key in self._plans or self._failed(key) in self._failures:
                     continue
                 if planned is None:
                     self._remember_failure(key, failure, True)
