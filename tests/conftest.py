@@ -30,10 +30,32 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "slow: takes 10 s or more on one core; runs first (see pytest_collection_modifyitems)")
 
 
+def _xdist_group_suffix(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each ``xdist_group`` test the ``@<group>`` nodeid suffix ``--dist loadgroup``
+    schedules by, where pytest-xdist's own suffix did not take.
+
+    pytest-xdist 3.8 writes the suffix to ``item._nodeid``; pytest 9.2 derives ``nodeid`` from
+    ``item._id`` instead, so the suffix is lost and every group's tests are spread over all
+    workers (test_metric_agreement's session fixture was built on both). A no-op where
+    pytest-xdist's suffix is in place, and outside ``--dist loadgroup`` workers."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId  # pylint: disable=import-outside-toplevel
+
+    for item in items:
+        names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                        for mark in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)  # pylint: disable=protected-access
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own suffix (see _xdist_group_suffix)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Slow tests first, each group in collection order: `make test` runs on several
     pytest-xdist workers (``--dist loadgroup --no-loadscope-reorder`` hands tests out in this
     order), and a long test handed out last would run alone at the end."""
+    _xdist_group_suffix(config, items)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
