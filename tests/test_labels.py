@@ -35,6 +35,19 @@ F32 = "float32"
 #: Every workload of the zoo (tvm-icca models).
 ZOO_MODELS = list_workloads()
 
+#: One chip with HBM, as ``--hw`` file: a name does not depend on the chip's size, and tiny
+#: models plan for it in half the time of ``ipu-pod4-hbm`` (the pod's inter-chip trace
+#: events keep one test, test_simulate_zoo_cnn_calls_max_pool_pooling)
+HBM_CHIP_TOML = 'base = "ipu-mk2"\nnum_cores = 64\nhbm_bandwidth = 1e12\nhbm_controllers = 4\n'
+
+
+@pytest.fixture(scope="module")
+def hbm_chip(tmp_path_factory) -> pathlib.Path:
+    """The file of a 64-core chip with HBM (elk-full is the default on a chip with HBM)."""
+    path = tmp_path_factory.mktemp("chip") / "hbm_chip.toml"
+    path.write_text(HBM_CHIP_TOML)
+    return path
+
 
 def test_operator_label_is_kind_and_output_shape() -> None:
     assert operator_label("conv2d + bias + relu", (1, 64, 56, 56)) == "conv2d+bias+relu [1x64x56x56]"
@@ -144,21 +157,22 @@ def test_simulate_zoo_cnn_calls_max_pool_pooling(capsys, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("design", ["off", "elk-full"])
-def test_simulate_onnx_model_shows_labels(design, capsys, tmp_path) -> None:
+def test_simulate_onnx_model_shows_labels(design, hbm_chip, capsys, tmp_path) -> None:
     path = tmp_path / "cnn.onnx"
     onnx.save(residual_cnn().model, str(path))
     table, names = _simulate(capsys, tmp_path, str(path), "--design", design,
-                             "--hw", "ipu-pod4-hbm")
+                             "--hw", str(hbm_chip))
     assert any(n.startswith("conv2d") for n in table)
     assert any(n.startswith("conv2d") for n in names)
 
 
-def test_op_kinds_group_operators_in_the_users_words() -> None:
+def test_op_kinds_group_operators_in_the_users_words(hbm_chip) -> None:
+    from runtime_sim.contract.hardware_files import load_hardware
     from tvm_icca.drivers.timing_only import compile_programs
     from tvm_icca.workloads import get_workload
 
     report = compile_programs(get_workload("resnet50", tiny=True, num_layers=1),
-                              "ipu-pod4-hbm").simulate()
+                              load_hardware(hbm_chip)).simulate()
     kinds = {row["kind"] for row in report.op_kinds}
     assert "max_pool2d" in kinds and "conv2d" in kinds and "reduce" not in kinds
     assert sum(row["num_ops"] for row in report.op_kinds) == report.num_ops
@@ -182,12 +196,12 @@ def _labels_in(data) -> list[str]:
 
 
 @pytest.mark.parametrize("model", ZOO_MODELS)
-def test_every_zoo_model_is_named_readably(model, capsys, tmp_path) -> None:
+def test_every_zoo_model_is_named_readably(model, hbm_chip, capsys, tmp_path) -> None:
     """simulate --json and the trace of every zoo model (tiny, one layer): no name longer
     than 80 characters, no generated symbol."""
     trace = tmp_path / "trace.json"
     code = cli.main(["simulate", model, "--tiny", "--layers", "1", "--json", "--no-progress",
-                     "--hw", "ipu-pod4-hbm", "--trace", str(trace)])
+                     "--hw", str(hbm_chip), "--trace", str(trace)])
     out, err = capsys.readouterr()
     assert code == 0, err
     _check_names(_labels_in(json.loads(out)))
