@@ -1,6 +1,10 @@
 """Split regions (tvm_icca.split.region_split) run exactly: tiny LLMs on small chips whose
 attention cannot fit whole are split, run on the functional device against TVM's CPU build,
-and both executors agree on the bytes preloaded, distributed and executed."""
+and both executors agree on the bytes preloaded, distributed and executed.
+
+Each test plans once: the device run builds ``compile_programs``' planned module
+(``CompiledModel.module``), so the programs it checks are the ones that run;
+tests/test_workloads.py checks that ``tvm_icca.compile`` plans the same programs."""
 
 from __future__ import annotations
 
@@ -45,7 +49,8 @@ def test_split_llm_runs_exactly_and_executors_agree(cores, kwargs):
     assert 0 < summary["split_ops"] < summary["split_pieces"] <= len(pieces)
     assert any(a.view is not None for op in pieces for a in op.expr.inputs), \
         "pieces read their blocks of larger tensors as views"
-    _, report = run_against_llvm(workload, chip, "elk-full")
+    # the programs checked above are the ones run (not planned a second time)
+    _, report = run_against_llvm(workload, chip, "elk-full", planned=model.module)
     assert report.peak_sram_bytes_per_core <= chip.sram_bytes_per_core
 
 
@@ -86,7 +91,7 @@ def test_attention_split_along_the_context_matches_numpy():
     s = q @ k.transpose(0, 1, 3, 2)
     p = np.exp(s - s.max(-1, keepdims=True))
     want = (p / p.sum(-1, keepdims=True)) @ v
-    ex = tvm_icca.compile(mod, chip, resident=["k_cache", "v_cache"], preload="elk-full")
+    ex = tvm_icca.compile(model.module, chip, resident=["k_cache", "v_cache"], preload="elk-full")
     got = run_outputs(ex, [tvm.runtime.tensor(a) for a in (q, k, v)])[0].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
@@ -135,7 +140,7 @@ def test_mlp_chain_is_cut_when_its_intermediates_fill_the_chip():
     n = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5)
     g = n @ wg
     want = x + ((g / (1 + np.exp(-g))) * (n @ wu)) @ wd
-    ex = tvm_icca.compile(mod, chip, resident=resident, preload="elk-full")
+    ex = tvm_icca.compile(model.module, chip, resident=resident, preload="elk-full")
     got = run_outputs(ex, [tvm.runtime.tensor(a) for a in (x, wg, wu, wd)])[0].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -171,7 +176,7 @@ def test_softmax_over_keys_cut_into_blocks_uses_the_online_combine():
     s = q @ k.transpose(0, 1, 3, 2) + mask
     p = np.exp(s - s.max(-1, keepdims=True))
     want = (p / p.sum(-1, keepdims=True)) @ v
-    ex = tvm_icca.compile(mod, chip, resident=resident, preload="elk-full")
+    ex = tvm_icca.compile(model.module, chip, resident=resident, preload="elk-full")
     got = run_outputs(ex, [tvm.runtime.tensor(a) for a in (q, k, v, mask)])[0].numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
@@ -205,7 +210,7 @@ def test_host_output_in_pieces_is_joined_by_the_host():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((tokens, dim)).astype(np.float32)
     w = rng.standard_normal((dim, vocab)).astype(np.float32)
-    ex = tvm_icca.compile(mod, chip, resident=["w_head"], preload="elk-full")
+    ex = tvm_icca.compile(model.module, chip, resident=["w_head"], preload="elk-full")
     got = run_outputs(ex, [tvm.runtime.tensor(a) for a in (x, w)])[0].numpy()
     np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)
     # a join the device cannot trust is refused before anything runs

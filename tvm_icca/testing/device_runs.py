@@ -23,13 +23,19 @@ def run_outputs(executable: Any, args: list[Any]) -> list[Any]:
 
 
 def run_against_llvm(workload: Any, chip: Any, preload: str, seed: int = 3,
-                     tol: float = 1e-4) -> tuple[dict[str, Any], Any]:
+                     tol: float = 1e-4, planned: Any = None) -> tuple[dict[str, Any], Any]:
     """Compile ``workload`` for ``chip`` with ``preload``, run it on random arguments, assert
     that every output matches TVM's CPU build (``tol``) and that both executors counted the
     same executes, preloaded bytes (some) and distributed bytes; returns the functional
-    device's run statistics and the timing report of the same run."""
+    device's run statistics and the timing report of the same run.
+
+    ``planned``, a module ``compile_programs`` already planned for ``chip`` and ``preload``
+    (``CompiledModel.module``), is built in place of ``workload.mod`` without planning it
+    again (the planning pass leaves a planned module alone); the reference is still
+    ``workload.mod``."""
     args = [tvm.runtime.tensor(a) for a in workload.random_args(seed=seed)]
-    got = run_outputs(tvm_icca.compile(workload.mod, chip, preload=preload), args)
+    mod = planned if planned is not None else workload.mod
+    got = run_outputs(tvm_icca.compile(mod, chip, preload=preload), args)
     stats = tvm_icca.last_run_stats()
     want = run_outputs(tvm.compile(workload.mod, target=tvm.target.Target(REFERENCE_TARGET)), args)
     for g, w in zip(got, want, strict=True):
