@@ -75,6 +75,15 @@ def models(tmp_path_factory) -> dict[str, str]:
             "host_only": _save(host_only, tmp / "host_only.onnx")}
 
 
+@pytest.fixture(scope="module")
+def hbm_chip(tmp_path_factory) -> str:
+    """A 64-core chip with HBM, as a ``--hw`` file: for tests of arguments and reported
+    choices on tiny models, which plan for it far sooner than for ``ipu-pod4-hbm``."""
+    path = tmp_path_factory.mktemp("chip") / "hbm_chip.toml"
+    path.write_text('base = "ipu-mk2"\nnum_cores = 64\nhbm_bandwidth = 1e12\nhbm_controllers = 4\n')
+    return str(path)
+
+
 def _main(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli.main([str(a) for a in argv])
     out, err = capsys.readouterr()
@@ -238,15 +247,15 @@ def test_simulate_zoo_by_position_and_option(capsys, tmp_path):
         assert json.loads(out)["model"] == "resnet18"
 
 
-def test_simulate_llm_phases_and_models_lists_them(capsys):
+def test_simulate_llm_phases_and_models_lists_them(capsys, hbm_chip):
     code, out, err = _main(capsys, "simulate", "llama2-13b", "--tiny", "--phase", "prefill",
-                           "--seq-len", "16", "--json", "--no-progress", "--hw", "ipu-pod4-hbm")
+                           "--seq-len", "16", "--json", "--no-progress", "--hw", hbm_chip)
     assert code == 0, err
     data = json.loads(out)
     assert data["config"]["phase"] == "prefill" and data["config"]["seq_len"] == 16
     assert "context" not in data["config"] and data["flops"] > 0
     code, out, err = _main(capsys, "simulate", "llama2-13b", "--tiny", "--seq-len", "16",
-                           "--json", "--no-progress", "--hw", "ipu-pod4-hbm")
+                           "--json", "--no-progress", "--hw", hbm_chip)
     assert code == 0, err  # a decode step: --seq-len is its context, as before
     assert json.loads(out)["config"]["context"] == 16
     code, out, err = _main(capsys, "models")
@@ -257,9 +266,9 @@ def test_simulate_llm_phases_and_models_lists_them(capsys):
     assert [r["phases"] for r in json.loads(out)] == [["decode", "prefill", "train"], []]
 
 
-def test_simulate_design_choice(capsys):
+def test_simulate_design_choice(capsys, hbm_chip):
     code, out, err = _main(capsys, "simulate", "llama2-7b", "--tiny", "--context", "8",
-                           "--design", "basic", "--json", "--no-progress", "--hw", "ipu-pod4-hbm")
+                           "--design", "basic", "--json", "--no-progress", "--hw", hbm_chip)
     assert code == 0, err
     data = json.loads(out)
     assert data["design"] == "basic" and data["preloads"] > 0
