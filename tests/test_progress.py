@@ -9,6 +9,7 @@ import io
 import pytest
 
 from runtime_sim.contract.errors import IccaError
+from runtime_sim.contract.presets import preset
 from tvm_icca.elk.designs import plan_preloads
 from tvm_icca.elk.synthetic import SRAM, synthetic_llm
 from tvm_icca.elk.tradeoffs import ElkMachine
@@ -133,7 +134,9 @@ def test_compile_and_simulate_phases_reach_the_stream() -> None:
 
     out = io.StringIO()
     shown = Progress(show=True, delay_s=0.0, file=out)
-    model = compile_programs(get_workload("llama2-13b", tiny=True, num_layers=2), "ipu-pod4-hbm",
+    # one chip with HBM: the phases are those of any chip with HBM, planned sooner than a pod's
+    chip = preset("ipu-mk2", num_cores=64, hbm_bandwidth=1e12, hbm_controllers=4)
+    model = compile_programs(get_workload("llama2-13b", tiny=True, num_layers=2), chip,
                              progress=shown)
     report = model.simulate(progress=shown)
     text = out.getvalue()
@@ -141,7 +144,7 @@ def test_compile_and_simulate_phases_reach_the_stream() -> None:
                   "timing"):
         assert phase in text, phase
     silent = io.StringIO()
-    again = compile_programs(get_workload("llama2-13b", tiny=True, num_layers=2), "ipu-pod4-hbm",
+    again = compile_programs(get_workload("llama2-13b", tiny=True, num_layers=2), chip,
                              progress=Progress(show=True, delay_s=HOUR, file=silent))
     assert silent.getvalue() == ""
     assert again.simulate(progress=False).total_s == report.total_s
