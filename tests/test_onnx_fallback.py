@@ -38,6 +38,11 @@ from runtime_sim.contract.presets import small_chip
 from tvm_icca.partition.patterns import CODEGEN_NAME
 from tvm_icca.testing.onnx_node_cases import inputs_as_initializers
 
+# onnx's collect_testcases() builds every node case once per process (~11 s of CPU): the
+# tests that read it (this module's, test_onnx_node_cases' and test_padding's center-crop
+# cases) are one xdist group, so that one worker builds it
+pytestmark = pytest.mark.xdist_group("onnx_node_cases")
+
 # A small chip keeps plans multi-core on the cases' tiny tensors: 16 cores of 16 KiB.
 HW = small_chip(16, 16 * 1024)
 

@@ -21,6 +21,11 @@ import tvm_icca
 from runtime_sim.contract.presets import small_chip
 from tvm_icca.testing.onnx_node_cases import inputs_as_initializers
 
+# onnx's collect_testcases() builds every node case once per process (~11 s of CPU): the
+# tests that read it (this module's, test_onnx_fallback's and test_padding's center-crop
+# cases) are one xdist group, so that one worker builds it
+pytestmark = pytest.mark.xdist_group("onnx_node_cases")
+
 # Op kind (issue list) -> ONNX node cases of that kind (float32 cases TVM's importer accepts).
 CASES = {
     "matmul": ["test_matmul_2d", "test_matmul_3d", "test_matmul_4d", "test_matmul_bcast"],

@@ -229,6 +229,9 @@ CENTER_CROP_PAD_CASES = ["test_center_crop_pad_crop_axes_chw_expanded",
                          "test_center_crop_pad_crop_negative_axes_hwc_expanded"]
 
 
+# with test_onnx_fallback and test_onnx_node_cases on one worker: onnx's collect_testcases()
+# builds every node case once per process (~11 s of CPU)
+@pytest.mark.xdist_group("onnx_node_cases")
 @pytest.mark.parametrize("name", CENTER_CROP_PAD_CASES)
 def test_expanded_center_crop_pad_runs_on_the_chip_exactly(name: str) -> None:
     """The ONNX node cases whose pad (after the end of an axis only) and crop share one
