@@ -99,6 +99,9 @@ def _run(ex, args):
     return [out] if hasattr(out, "numpy") else list(out)
 
 
+# one worker: the tiny configs that are one module (the four OPTs, Llama2-7B/13B) are verified
+# once per process (_VERIFIED), so spread over workers they were compiled on each
+@pytest.mark.xdist_group("tiny_zoo_on_icca")
 @pytest.mark.parametrize("name", ZOO)
 def test_tiny_config_on_icca_matches_llvm(name):
     _check_on_icca_against_llvm(_tiny(name))
