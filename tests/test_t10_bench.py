@@ -185,7 +185,7 @@ def test_pareto_plans_trade_memory_for_time() -> None:
 def _cli(*argv: str) -> dict:
     out = io.StringIO()
     with redirect_stdout(out):
-        assert cli_main(list(argv)) == 0
+        assert cli_main([*argv, "--json"]) == 0
     return json.loads(out.getvalue())
 
 
