@@ -54,7 +54,7 @@ from tvm_icca.partition.patterns import (
     user_pattern_names,
     user_patterns_matching,
 )
-from tvm_icca.partition.prefilter import may_fold, patterns_that_may_match
+from tvm_icca.partition.prefilter import may_fold, op_calls, patterns_that_may_match
 from tvm_icca.partition.region_names import shorten_region_names
 from tvm_icca.tvm_warnings import tvm_warnings_once
 
@@ -303,17 +303,6 @@ def region_hardware(func: relax.Function) -> HardwareSpec | None:
     return hardware_from_json(str(func.attrs[HARDWARE_ATTR]))
 
 
-def _op_calls(expr: relax.Expr) -> list[relax.Call]:
-    calls: list[relax.Call] = []
-
-    def visit(node: Any) -> None:
-        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op):
-            calls.append(node)
-
-    relax.analysis.post_order_visit(expr, visit)
-    return calls
-
-
 def _region_contents(func: relax.Function) -> tuple[list[str], collections.Counter[str]]:
     """Composite names (one per call, in order) and op counts of a region.
 
@@ -333,9 +322,9 @@ def _region_contents(func: relax.Function) -> tuple[list[str], collections.Count
             elif isinstance(value, relax.Call) and value.op in local_funcs:
                 callee = local_funcs[value.op]
                 composites.append(str((callee.attrs or {}).get("Composite", "?")))
-                ops.update(call.op.name for call in _op_calls(callee.body))
+                ops.update(call.op.name for call in op_calls(callee.body))
             else:
-                ops.update(call.op.name for call in _op_calls(value))
+                ops.update(call.op.name for call in op_calls(value))
     return composites, ops
 
 
@@ -402,7 +391,7 @@ def partition_report(mod: IRModule, hw: HardwareLike | None = None) -> dict[str,
         if func.attrs is not None and "Composite" in func.attrs:
             continue  # a composite not merged into a region (only if partitioning failed)
         var2val = None  # the function's bindings, read only for a user's pattern
-        for call in _op_calls(func.body):
+        for call in op_calls(func.body):
             name = call.op.name
             host[name] += 1
             if name not in OFFLOADABLE_OPS and var2val is None:

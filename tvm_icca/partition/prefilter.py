@@ -3,7 +3,7 @@
 Partitioning an LLM of 40 or 80 layers runs TVM 0.27's ``FuseOpsByPattern`` once per pattern of
 the table (more than a hundred), and each run visits every binding of ``main`` and rebuilds the
 module, in time that grows faster than the bindings (8 layers of Llama2-13B decode: 2.0 s,
-24 layers: 10.1 s on this project's 2-core machine). Most patterns name an operator the model
+24 layers: 10.1 s on 2 cores). Most patterns name an operator the model
 never calls (a convolution in a decoder): such a pattern cannot match, and leaving it out
 changes nothing. Likewise ``FoldConstant`` legalizes every operator to see whether it folds
 (6 s for Llama2-13B's 40 layers); in a model whose every operator reads a variable, nothing
@@ -25,21 +25,25 @@ from tvm.ir import IRModule
 from tvm.relax.dpl import pattern as dpl
 from tvm.relax.transform import FusionPattern
 
-__all__ = ["called_ops", "may_fold", "may_match", "patterns_that_may_match"]
+__all__ = ["called_ops", "may_fold", "may_match", "op_calls", "patterns_that_may_match"]
+
+
+def op_calls(expr: relax.Expr) -> list[relax.Call]:
+    """Every call of a Relax operator (not of a function) inside ``expr``, in post order."""
+    calls: list[relax.Call] = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op):
+            calls.append(node)
+
+    relax.analysis.post_order_visit(expr, visit)
+    return calls
 
 
 def called_ops(mod: IRModule) -> frozenset[str]:
     """Names of the Relax operators any Relax function of ``mod`` calls."""
-    names: set[str] = set()
-
-    def visit(node: object) -> None:
-        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op):
-            names.add(node.op.name)
-
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return frozenset(names)
+    return frozenset(call.op.name for _, func in mod.functions_items()
+                     if isinstance(func, relax.Function) for call in op_calls(func))
 
 
 def may_match(pattern: dpl.DFPattern, ops: frozenset[str]) -> bool:
