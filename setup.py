@@ -8,7 +8,7 @@ setup(
     description="TVM backend for inter-core connected AI chips (T10 compute-shift plans) "
     "with a simulated ICCA device",
     python_requires=">=3.10",
-    # every subpackage (tvm_icca.plans, .cli, .workloads, .testing, runtime_sim.timing, ...)
+    # every subpackage (tvm_icca.plan_search, .cli, .workloads, .testing, runtime_sim.timing, ...)
     packages=find_packages(include=["tvm_icca", "tvm_icca.*", "schedules", "schedules.*",
                                     "runtime_sim", "runtime_sim.*"]),
     # every data file the code loads at run time (tests/test_packaging.py checks the wheel)

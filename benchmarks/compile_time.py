@@ -1,5 +1,5 @@
 """Compile time of the zoo kept on chip: T10 planning (idle/active plans, Algorithm 1) per
-model and batch size, timing-only (:func:`tvm_icca.drivers.timing_only.compile_programs`, no LLVM build).
+model and batch size, timing-only (:func:`tvm_icca.drivers.device_programs.compile_programs`, no LLVM build).
 
 Every (model, batch) pair is compiled cold, with a fresh plan cache, the way
 ``tvm-icca plan model --model resnet50 --batch 8 --hw ipu-mk2`` compiles it. The machine is
@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 from runtime_sim.contract.errors import IccaError
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.workloads import get_workload, list_workloads
 from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 

@@ -41,7 +41,7 @@ MODEL, HW, DESIGN = "llama2-13b", "ipu-pod4-hbm", "elk-full"
 def point(workload: Any, hw: Any, cache: Any, label: str) -> dict[str, Any]:
     """Compile and time one point; its costs."""
     # pylint: disable=import-outside-toplevel
-    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.drivers.device_programs import compile_programs
 
     wall, cpu = time.perf_counter(), time.process_time()
     compiled = compile_programs(workload, hw, plan_cache=cache, preload=DESIGN, progress=False, jobs=1)
@@ -66,7 +66,7 @@ def run_points(layers: int | None, cache_dir: str, which: str) -> list[dict[str,
     """``which``: ``sweep`` (points 1-3 in this process) or ``warm`` (point 1 again)."""
     # pylint: disable=import-outside-toplevel
     from tvm_icca.hardware_choice import resolve_hardware
-    from tvm_icca.planning.plan_cache import PlanCache
+    from tvm_icca.model_pass.plan_cache import PlanCache
     from tvm_icca.workloads import get_workload
 
     kwargs: dict[str, Any] = {"batch": 32, "context": 2048}

@@ -2,7 +2,7 @@
 
 Reproduces the shape of Elk's evaluation (MICRO'25, §6.2-§6.4, Fig. 17-22) on the timing
 simulator: every model is compiled once per design by the one compiler
-(:func:`tvm_icca.drivers.timing_only.compile_programs` with ``preload=DESIGN``) and the resulting
+(:func:`tvm_icca.drivers.device_programs.compile_programs` with ``preload=DESIGN``) and the resulting
 programs are timed by :func:`runtime_sim.timing.simulate_timing` -- the same programs the
 functional device would run.
 
@@ -37,9 +37,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from runtime_sim.contract.errors import HbmCapacityError, PlanNotFoundError, SramOverflowError  # noqa: E402
-from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
+from tvm_icca.drivers.device_programs import compile_programs  # noqa: E402
 from tvm_icca.hardware_choice import resolve_hardware  # noqa: E402
-from tvm_icca.planning.plan_cache import PlanCache  # noqa: E402
+from tvm_icca.model_pass.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
 from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
@@ -90,7 +90,7 @@ def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | N
             "elk_planning_s": compiled.preload.planning_s if compiled.preload else 0.0,
             "estimated_ms": compiled.preload.estimated_s * 1e3 if compiled.preload else 0.0,
             "hbm_bytes": float(report.hbm_bytes),
-            # the floors of runtime_sim.timing.report.resource_floors (one definition)
+            # the floors of runtime_sim.timing.timing_report.resource_floors (one definition)
             "hbm_floor_ms": report.hbm_floor_s * 1e3,
             "compute_floor_ms": report.compute_floor_s * 1e3,
             "interconnect_floor_ms": report.interconnect_floor_s * 1e3,

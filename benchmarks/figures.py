@@ -30,7 +30,7 @@ from tvm import relax  # noqa: E402
 
 import tvm_icca  # noqa: E402
 from runtime_sim.contract.layout import OpLayout  # noqa: E402
-from tvm_icca import plans  # noqa: E402
+from tvm_icca import plan_search as plans  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")

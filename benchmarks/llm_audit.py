@@ -27,8 +27,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
-from tvm_icca.planning.calls import state_read_by_regions  # noqa: E402
+from tvm_icca.drivers.device_programs import compile_programs  # noqa: E402
+from tvm_icca.model_pass.calls import state_read_by_regions  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
 from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 

@@ -21,8 +21,8 @@ import pathlib
 import tvm
 from tvm import relax
 
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.workloads import get_workload
 from result_files import write_json, write_markdown  # benchmarks/, beside this script
 

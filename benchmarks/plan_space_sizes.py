@@ -19,9 +19,9 @@ import time
 
 from runtime_sim.contract.presets import preset
 from tvm_icca.cli.plan_command import conv2d_expr
-from tvm_icca.plans import SearchMemo, plan_operator, space_sizes
-from tvm_icca.plans.filters import PlanFilters
-from tvm_icca.plans.t10_bench import bench_expr, solve
+from tvm_icca.plan_search import SearchMemo, plan_operator, space_sizes
+from tvm_icca.plan_search.filters import PlanFilters
+from tvm_icca.plan_search.t10_bench import bench_expr, solve
 from tvm_icca.testing.exprs import matmul
 from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 

@@ -6,7 +6,7 @@ Elk's evaluation setting (Elk §6.1, Table 2). Two runs, each in a fresh plan ca
 * the full 40-layer model.
 
 For each: wall time to build the Relax module (``tvm_icca.workloads``), to compile it to device
-programs (:func:`tvm_icca.drivers.timing_only.compile_programs`: partition, tensor expressions, plan
+programs (:func:`tvm_icca.drivers.device_programs.compile_programs`: partition, tensor expressions, plan
 search; no LLVM) and to simulate it (:func:`runtime_sim.timing.simulate_timing`). Targets:
 simulation under 2 s for a layer and under 30 s for the model.
 
@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
+from tvm_icca.drivers.device_programs import compile_programs  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
 from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 

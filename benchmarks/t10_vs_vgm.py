@@ -12,7 +12,7 @@ load-compute-store simulator with per-wave hot spots. Prints a table and writes
         [--ablation-models resnet18,nerf,bert-large] [--ablation-max-batch 4]
 
 The VGM is the strongest an expert user of Roller or Ansor would run on an IPU
-(:mod:`tvm_icca.plans.vgm`): aligned tiles searched exhaustively on the estimate, tiles kept
+(:mod:`tvm_icca.plan_search.vgm`): aligned tiles searched exhaustively on the estimate, tiles kept
 in a core while they are reused, and the exchange's multicast of a box several cores read.
 The ablation re-plans and re-times the VGM of a subset of configurations (the models and
 batches given, where the VGM fits) with each of these switched off, and all of them off
@@ -37,10 +37,10 @@ from runtime_sim.contract.presets import preset  # noqa: E402
 from runtime_sim.contract.plan import VgmPlan  # noqa: E402
 from runtime_sim.timing.vgm_timing import simulate_vgm_timing  # noqa: E402
 from tvm_icca.partition.partitioner import partition_for_icca  # noqa: E402
-from tvm_icca.planning.calls import on_chip_reservation  # noqa: E402
-from tvm_icca.plans.vgm import plan_vgm_operator  # noqa: E402
-from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
-from tvm_icca.planning.plan_cache import PlanCache  # noqa: E402
+from tvm_icca.model_pass.calls import on_chip_reservation  # noqa: E402
+from tvm_icca.plan_search.vgm import plan_vgm_operator  # noqa: E402
+from tvm_icca.drivers.device_programs import compile_programs  # noqa: E402
+from tvm_icca.model_pass.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
 from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 

@@ -8,7 +8,7 @@ candidates, the learned model trained on the *other* tasks' records only (held o
 
 Full setting (issue 12): ``bert-large`` batch 4 and ``resnet18`` batch 1 on ``ipu-mk2``,
 ``llama2-13b`` decode on ``ipu-pod4-hbm`` (where the Elk pass trades off execute-state points
-with measured times, see tvm_icca/planning/tradeoff_tables.py). The weights come from HBM on a chip
+with measured times, see tvm_icca/model_pass/tradeoff_tables.py). The weights come from HBM on a chip
 with HBM and from the host otherwise (``state``): tuning records are per-operator plans, which a
 model kept on chip does not use. Small variant (minutes)::
 
@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tvm_icca  # noqa: E402
-from tvm_icca.drivers.timing_only import compile_programs  # noqa: E402
+from tvm_icca.drivers.device_programs import compile_programs  # noqa: E402
 from tvm_icca.records.database import RecordStore  # noqa: E402
 from tvm_icca.tuning.cost_model import ResidualBooster  # noqa: E402
 from tvm_icca.tuning.features import feature_matrix  # noqa: E402

@@ -13,7 +13,7 @@ import argparse
 import pathlib
 import time
 
-from tvm_icca.drivers.timing_only import compile_programs
+from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.workloads import get_workload, list_workloads
 from result_files import write_markdown  # noqa: E402  (benchmarks/, beside this script)
 

@@ -630,7 +630,7 @@ def test_capacity_error_names_the_composite_its_tensor_the_chip_and_the_budget(e
 def test_no_plan_error_names_the_operator_tensors_chip_and_budget():
     from runtime_sim.contract.errors import PlanNotFoundError
     from runtime_sim.contract.presets import small_chip as chip
-    from tvm_icca.plans import plan_operator
+    from tvm_icca.plan_search import plan_operator
 
     hw = chip(4, 16 * 1024)
     expr = builders.matmul(64, 64, 64)  # 16 KiB a tensor: the chip holds each, no plan all three
@@ -647,7 +647,7 @@ def test_no_plan_error_within_a_caller_budget_says_what_is_outside_it():
     tensors) is explained as bytes outside the operator's budget, true of both."""
     from runtime_sim.contract.errors import PlanNotFoundError
     from runtime_sim.contract.presets import small_chip as chip
-    from tvm_icca.plans import plan_operator
+    from tvm_icca.plan_search import plan_operator
 
     hw = chip(16, 64 * 1024)
     expr = builders.matmul(256, 256, 256)

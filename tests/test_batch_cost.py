@@ -1,5 +1,5 @@
-"""The rotation bound of the batch cost model (tvm_icca.plans.batch_cost.rotation_shift_bound)
-and the covering problem under it (tvm_icca.plans.rotation_cover), against brute force.
+"""The rotation bound of the batch cost model (tvm_icca.plan_search.batch_cost.rotation_shift_bound)
+and the covering problem under it (tvm_icca.plan_search.rotation_cover), against brute force.
 
 References: every non-empty set of tensors enumerated with itertools (the integer optimum),
 the linear relaxation's optimum from its basic solutions (at most one fractional tensor), a
@@ -20,12 +20,12 @@ import pytest
 from runtime_sim.contract.errors import PlanNotFoundError
 from runtime_sim.contract.expr import Axis, TensorAccess, TensorExpr
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.plans import plan_operator, rotation_cover
-from tvm_icca.plans.batch_cost import rotation_shift_bound
-from tvm_icca.plans.bounds import partition_lower_bounds, subtensor_lower_bounds
-from tvm_icca.plans.partitions import op_partitions, sharing_counts
-from tvm_icca.plans.rotation_cover import least_rotation_bytes, rotation_bound_is_exact
-from tvm_icca.plans.search_memo import plan_structure
+from tvm_icca.plan_search import plan_operator, rotation_cover
+from tvm_icca.plan_search.batch_cost import rotation_shift_bound
+from tvm_icca.plan_search.bounds import partition_lower_bounds, subtensor_lower_bounds
+from tvm_icca.plan_search.plan_space import op_partitions, sharing_counts
+from tvm_icca.plan_search.rotation_cover import least_rotation_bytes, rotation_bound_is_exact
+from tvm_icca.plan_search.search_memo import plan_structure
 from tvm_icca.testing.exprs import ax, load, op
 
 

@@ -24,8 +24,8 @@ from tvm.script import relax as R
 import tvm_icca
 from runtime_sim import run_stats
 from runtime_sim.contract.program import DeviceProgram, TensorDecl
-from tvm_icca.planning import planner
-from tvm_icca.runtime import device_entry
+from tvm_icca.model_pass import planner
+from tvm_icca.device_call import device_entry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,7 +101,7 @@ class FakeBackend:
         self.device_error: BaseException | None = None
         self.stats = {"runs": 0}
 
-    # -- tvm_icca.planning.region_plans.compile_region, as the planning pass calls it -----------------------
+    # -- tvm_icca.model_pass.region_plans.compile_region, as the planning pass calls it -----------------------
     def compile_region(self, func: relax.Function, name: str, hw: tvm_icca.HardwareSpec,
                        **_options: Any) -> DeviceProgram:
         if self.compile_error is not None:
@@ -116,7 +116,7 @@ class FakeBackend:
         return DeviceProgram(region=name, hardware=hw.to_dict(), inputs=inputs,
                              outputs=tuple(f"out{i}" for i in range(n_out)), ops=())
 
-    # -- the device and runtime_sim.run_stats, as tvm_icca.runtime.device_entry calls them -----------
+    # -- the device and runtime_sim.run_stats, as tvm_icca.device_call.device_entry calls them -----------
     def get_device(self) -> "FakeBackend":
         return self
 
@@ -261,7 +261,7 @@ def test_device_result_shape_is_checked(fake_backend: FakeBackend, monkeypatch: 
 _FAKE_DEVICE_IN_SUBPROCESS = """
 import types
 import numpy as np
-from tvm_icca.runtime import device_entry
+from tvm_icca.device_call import device_entry
 # The region of the exported model computes relu(x @ w) and returns (x @ w, relu(x @ w)).
 def run(program, inputs):
     y = inputs[0] @ inputs[1]

@@ -36,7 +36,7 @@ from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl  #
 from runtime_sim.functional.device import SimulatedDevice  # noqa: E402
 from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm  # noqa: E402
 from tvm_icca.lower.te_to_expr import extract_op  # noqa: E402
-from tvm_icca.plans.search import plan_operator  # noqa: E402
+from tvm_icca.plan_search.search import plan_operator  # noqa: E402
 from tvm_icca.testing.exprs import random_plan  # noqa: E402
 from tvm_icca.testing.relax_functions import relax_function  # noqa: E402
 
@@ -336,7 +336,7 @@ def test_cnn_block_from_onnx(name: str) -> None:
 def test_grouped_conv_and_pool_regions_run_as_vgm_too() -> None:
     """The load-compute-store baseline stores a g*k + f output channel like a (G, k) pair."""
     from runtime_sim.functional import vgm_exec
-    from tvm_icca.planning.region_plans import compile_region
+    from tvm_icca.model_pass.region_plans import compile_region
 
     g = _Graph(5)
     y = g.node("Relu", [g.conv_bn("x", 8, 12, 3, 1, groups=4)])

@@ -416,7 +416,7 @@ from tvm import relax
 import tvm_icca
 from runtime_sim.contract.presets import small_chip
 from tvm_icca.lower.te_to_expr import extract_op
-from tvm_icca.plans import plan_operator
+from tvm_icca.plan_search import plan_operator
 from tvm_icca.testing.relax_functions import relax_function
 
 def peak():

@@ -206,7 +206,7 @@ def test_persistent_plan_cache(reference, tmp_path, monkeypatch):
     """`--plan-cache DIR`: the workers keep their plans on disk; a sweep with a warm
     directory (a later run, another worker) searches nothing and gives the same rows."""
     from tvm_icca.dse import worker
-    from tvm_icca.plans import search as search_module
+    from tvm_icca.plan_search import search as search_module
 
     _, _, rows = reference
     cache_dir = tmp_path / "plans"
@@ -229,8 +229,8 @@ def test_parallel_sweep_searches_each_plan_once(reference, tmp_path):
     the cache holds, one entry each; the two first points share the searches, each waiting
     for those the other runs); the rows are the one-worker sweep's, and the cache directory
     holds only whole entries."""
-    from tvm_icca.planning import plan_store
-    from tvm_icca.plans import PlannedOp
+    from tvm_icca.model_pass import plan_store
+    from tvm_icca.plan_search import PlannedOp
 
     _, _, rows = reference
     path = tmp_path / "tiny.toml"

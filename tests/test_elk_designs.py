@@ -18,7 +18,7 @@ from tvm_icca.elk.draft import finish_draft
 from tvm_icca.elk.inductive import InfeasibleError, backward_total, check_horizons, min_horizons
 from tvm_icca.elk.inductive_draft import inductive_draft
 from tvm_icca.elk.refine import refine
-from tvm_icca.elk.schedule import PlanStats, estimate
+from tvm_icca.elk.elk_schedule import PlanStats, estimate
 from tvm_icca.elk.synthetic import SRAM, synthetic_llm
 from tvm_icca.elk.tradeoffs import ElkMachine, ExecPoint, OpTradeoffs, PreloadPoint
 

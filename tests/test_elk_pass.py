@@ -1,4 +1,4 @@
-"""The Elk pass of the model planner (tvm_icca.planning.elk_pass): every design's schedule is a
+"""The Elk pass of the model planner (tvm_icca.model_pass.elk_pass): every design's schedule is a
 valid stream, runs exactly on the functional device, and both executors agree on what moved."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 from runtime_sim.contract.errors import IccaError
 from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.stream import offchip_inputs, run_stream
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning import PRELOAD_DESIGNS
-from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.model_pass import PRELOAD_DESIGNS
+from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.testing.device_runs import run_against_llvm
 from tvm_icca.workloads import get_workload
 
@@ -79,7 +79,7 @@ def test_designs_of_one_chip_share_their_tradeoff_tables():
     """A plan cache builds an operator's table once per chip (the designs of a sweep point
     read the same tables); another chip's tables are built again, and a table built without
     the cache is equal to the cached one."""
-    from tvm_icca.planning.tradeoff_tables import operator_tables
+    from tvm_icca.model_pass.tradeoff_tables import operator_tables
 
     cache = PlanCache(jobs=1)
     programs = list(compile_programs(_tiny_llama().mod, HBM_CHIP, plan_cache=cache,

@@ -9,8 +9,8 @@ from tvm_icca.cli.fit_cost_model_command import (
     profile_plans,
     random_op_builders,
 )
-from tvm_icca.plans import plan_operator
-from tvm_icca.plans.fitted import FEATURES, FittedCostModel
+from tvm_icca.plan_search import plan_operator
+from tvm_icca.plan_search.fitted import FEATURES, FittedCostModel
 
 # one worker builds the module's shared fixture once (make test runs on several)
 pytestmark = pytest.mark.xdist_group("fitted")

@@ -361,7 +361,7 @@ def test_a_model_is_timed_at_its_dtype_rate(exprs) -> None:
     from runtime_sim.contract.plan import ExecutionPlan
     from runtime_sim.contract.program import DeviceProgram, OpProgram
     from runtime_sim.timing import simulate_timing
-    from tvm_icca.plans import plan_operator
+    from tvm_icca.plan_search import plan_operator
 
     rates = {"float16": 64.0, "float32": 16.0}
     hw = small_chip(16, 1024 * 1024, sync_cycles=0, matrix_flops_per_cycle=rates["float16"],

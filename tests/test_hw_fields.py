@@ -1,4 +1,4 @@
-"""The hardware fields each plan depends on (tvm_icca.plans.hw_fields) are all it reads.
+"""The hardware fields each plan depends on (tvm_icca.plan_search.hw_fields) are all it reads.
 
 Two checks per computation (the plan search, the candidate placements and their bytes, the
 choice among them, the idle/active options): it gives identical results on chips whose
@@ -18,9 +18,9 @@ from runtime_sim.contract.hardware import KIB, HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.plans import SearchMemo
-from tvm_icca.plans import search as search_module
-from tvm_icca.plans.hw_fields import (
+from tvm_icca.plan_search import SearchMemo
+from tvm_icca.plan_search import search as search_module
+from tvm_icca.plan_search.hw_fields import (
     PLACEMENT_FIELDS,
     SEARCH_FIELDS,
     placement_key,
@@ -28,8 +28,8 @@ from tvm_icca.plans.hw_fields import (
     plan_key,
     search_key,
 )
-from tvm_icca.plans.mapping import pick_placement, placement_bytes
-from tvm_icca.plans.reconcile import operator_options
+from tvm_icca.plan_search.mapping import pick_placement, placement_bytes
+from tvm_icca.plan_search.reconcile import operator_options
 
 FIELDS = tuple(f.name for f in dataclasses.fields(HardwareSpec))
 RATE_FIELDS = ("inter_chip_bandwidth", "hbm_bandwidth")

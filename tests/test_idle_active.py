@@ -1,4 +1,4 @@
-"""T10 Algorithm 1 applied to whole models kept on chip (tvm_icca.planning.idle_active)."""
+"""T10 Algorithm 1 applied to whole models kept on chip (tvm_icca.model_pass.idle_active)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from runtime_sim.contract.errors import PlanNotFoundError
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.drivers.timing_only import compile_programs
+from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.workloads import get_workload
 
 # one worker builds the module's shared fixture once (make test runs on several)
@@ -121,14 +121,14 @@ def test_tiny_conv_net_kept_on_chip_of_many_cores_is_planned() -> None:
     """ResNet-18 with 8-32 channels on a 32x32 image, on ipu-mk2's 1,472 cores: its 3x3
     convolutions have no plan meeting both T10 constraints (at least 90% of the cores they
     can reach only with over 11% padding), so their candidates come from the padding-bound
-    space (:func:`tvm_icca.plans.pareto.relaxations`), not the complete one (1e8 plans per
+    space (:func:`tvm_icca.plan_search.pareto.relaxations`), not the complete one (1e8 plans per
     convolution, minutes of scanning)."""
     from runtime_sim.contract.layout import OpLayout
     from runtime_sim.contract.presets import preset
-    from tvm_icca.planning.plan_cache import PlanCache
-    from tvm_icca.plans.filters import PlanFilters
-    from tvm_icca.plans.scoring import candidate_partitions
-    from tvm_icca.plans.search_memo import plan_structure
+    from tvm_icca.model_pass.plan_cache import PlanCache
+    from tvm_icca.plan_search.filters import PlanFilters
+    from tvm_icca.plan_search.scoring import candidate_partitions
+    from tvm_icca.plan_search.search_memo import plan_structure
 
     hw = preset("ipu-mk2")
     model = compile_programs(get_workload("resnet18", tiny=True), hw, state="chip",

@@ -1,11 +1,11 @@
-"""Integer helpers of the plan space (tvm_icca.plans.intmath) against numpy's own."""
+"""Integer helpers of the plan space (tvm_icca.plan_search.intmath) against numpy's own."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tvm_icca.plans.intmath import factor_tuples, rank_values, unique_rows
+from tvm_icca.plan_search.intmath import factor_tuples, rank_values, unique_rows
 
 
 @pytest.mark.parametrize("high", [2, 40, 3000, 10**9])

@@ -168,7 +168,7 @@ def test_simulate_onnx_model_shows_labels(design, hbm_chip, capsys, tmp_path) ->
 
 def test_op_kinds_group_operators_in_the_users_words(hbm_chip) -> None:
     from runtime_sim.contract.hardware_files import load_hardware
-    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.drivers.device_programs import compile_programs
     from tvm_icca.workloads import get_workload
 
     report = compile_programs(get_workload("resnet50", tiny=True, num_layers=1),

@@ -105,7 +105,7 @@ def test_compiler_imports_exactly_the_allowed_packages():
     assert set(imported) == _allowed(), imported
     # The reason given for the machine model: the plan search, the Elk tables and Elk use it.
     users = imported["runtime_sim.machine"]
-    for stage in ("tvm_icca.plans", "tvm_icca.planning", "tvm_icca.elk"):
+    for stage in ("tvm_icca.plan_search", "tvm_icca.model_pass", "tvm_icca.elk"):
         assert any(u.startswith(stage + ".") for u in users), (stage, users)
 
 
@@ -116,7 +116,7 @@ def test_host_tools_are_what_imports_the_executors():
     # Otherwise the contract would forbid nothing anyone wants, and the docs' sentence on the
     # host-side tools would be stale.
     assert forbidden <= set(imported), imported
-    assert imported["runtime_sim.functional"] == {"tvm_icca.runtime.device_entry"}
+    assert imported["runtime_sim.functional"] == {"tvm_icca.device_call.device_entry"}
 
 
 def _section(path: Path, heading: str) -> str:

@@ -25,8 +25,8 @@ from runtime_sim.contract.program import PRELOAD
 from runtime_sim.contract.stream import run_stream
 from runtime_sim.functional.device import SimulatedDevice
 from tvm_icca.cli.demo_command import demo_model_path
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.workloads import get_workload, list_workloads
 
 # one worker builds the module's shared fixture once (make test runs on several)

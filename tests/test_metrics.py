@@ -13,7 +13,7 @@ from tvm import relax
 import tvm_icca
 from runtime_sim.contract.metrics import METRICS, OP_METRICS, metric
 from runtime_sim.contract.presets import small_chip
-from runtime_sim.timing.report import OpTiming, TimingReport
+from runtime_sim.timing.timing_report import OpTiming, TimingReport
 from tvm_icca.cli.main import main
 from tvm_icca.testing.relax_functions import relax_function
 
@@ -51,7 +51,7 @@ def test_run_statistics_use_only_defined_names(state: str) -> None:
 
 def test_timing_report_uses_only_defined_names() -> None:
     # a chip with HBM: the preload stream's metrics are all there
-    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.drivers.device_programs import compile_programs
 
     hw = small_chip(16).with_overrides(hbm_bandwidth=1e11, hbm_controllers=2)
     report = compile_programs(_mlp(), hw, resident=["w1", "w2"]).simulate()

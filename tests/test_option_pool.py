@@ -1,4 +1,4 @@
-"""Candidate scans on worker processes (tvm_icca.plans.option_pool): the same candidates as in
+"""Candidate scans on worker processes (tvm_icca.plan_search.option_pool): the same candidates as in
 process, whatever the number of workers."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning.plan_cache import PlanCache
-from tvm_icca.plans.option_pool import available_jobs, map_in_workers, options_of_many
-from tvm_icca.plans.reconcile import operator_options
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.model_pass.plan_cache import PlanCache
+from tvm_icca.plan_search.option_pool import available_jobs, map_in_workers, options_of_many
+from tvm_icca.plan_search.reconcile import operator_options
 from tvm_icca.testing import exprs
 from tvm_icca.workloads import get_workload
 

@@ -1,4 +1,4 @@
-"""Per-operator time/memory Pareto frontiers (tvm_icca.plans.pareto, T10 §4.3.1, Fig. 16-17)."""
+"""Per-operator time/memory Pareto frontiers (tvm_icca.plan_search.pareto, T10 §4.3.1, Fig. 16-17)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.presets import preset, small_chip
-from tvm_icca.plans import AnalyticCostModel, plan_operator
-from tvm_icca.plans.filters import PlanFilters
-from tvm_icca.plans.pareto import pareto_front, pareto_plans, space_sizes
-from tvm_icca.plans.partitions import op_partitions, plans_for
-from tvm_icca.plans.search_memo import plan_structure
+from tvm_icca.plan_search import AnalyticCostModel, plan_operator
+from tvm_icca.plan_search.filters import PlanFilters
+from tvm_icca.plan_search.pareto import pareto_front, pareto_plans, space_sizes
+from tvm_icca.plan_search.plan_space import op_partitions, plans_for
+from tvm_icca.plan_search.search_memo import plan_structure
 
 
 def _brute_front(points: list[tuple[float, float]]) -> set[tuple[float, float]]:
@@ -98,7 +98,7 @@ def test_filtered_frontier_obeys_the_constraints(exprs) -> None:
 def _padding_bound_front(expr, hw, budget: int) -> set[tuple[int, float]]:
     """By brute force: the (bytes, time) frontier of every plan of every F_op row (any number
     of cores) within T10's padding bound and ``budget``, under the analytic model."""
-    from tvm_icca.plans.batch_cost import AnalyticBatchModel
+    from tvm_icca.plan_search.batch_cost import AnalyticBatchModel
 
     structure = plan_structure(expr)
     batch = plans_for(structure, op_partitions(structure, hw.num_cores))
@@ -143,8 +143,8 @@ def test_space_sizes_shrink_stage_by_stage(exprs) -> None:
 def test_weight_frontier_and_joint_scan_match_brute_force(exprs) -> None:
     """The time vs weight-bytes frontier (T10 §4.3.2's idle side) equals the frontier of every
     plan fitting the budget, and one joint scan returns both frontiers unchanged."""
-    from tvm_icca.plans.batch_cost import AnalyticBatchModel
-    from tvm_icca.plans.pareto import pareto_plan_sets
+    from tvm_icca.plan_search.batch_cost import AnalyticBatchModel
+    from tvm_icca.plan_search.pareto import pareto_plan_sets
 
     hw = small_chip(8, 1024 * 1024)
     expr = exprs.matmul(12, 16, 10)

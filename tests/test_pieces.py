@@ -15,7 +15,7 @@ from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.contract.validation import validate_program
 from runtime_sim.functional.device import SimulatedDevice
-from tvm_icca.plans import plan_operator
+from tvm_icca.plan_search import plan_operator
 from tvm_icca.split.pieces import (
     combine_expression,
     concat_expression,

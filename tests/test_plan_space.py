@@ -1,4 +1,4 @@
-"""The complete plan space (tvm_icca.plans.partitions, space_size) and the exact search (plan_operator).
+"""The complete plan space (tvm_icca.plan_search.plan_space, space_size) and the exact search (plan_operator).
 
 The references here are independent of the vectorized code: plain loops over every factor
 tuple, judged by ``OpLayout.validate`` (the one definition of plan validity) and scored by
@@ -19,24 +19,24 @@ from runtime_sim.contract.expr import AffineIndex, Axis, TensorAccess, TensorExp
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.presets import preset, small_chip
-from tvm_icca.plans import AnalyticCostModel, plan_operator
-from tvm_icca.plans.batch_cost import (
+from tvm_icca.plan_search import AnalyticCostModel, plan_operator
+from tvm_icca.plan_search.batch_cost import (
     AnalyticBatchModel,
     ArrivalCostModel,
     best_loop_order,
     replica_reduction_array,
     replica_reduction_lower_bound,
 )
-from tvm_icca.plans.filters import PlanFilters
-from tvm_icca.plans.partitions import (
+from tvm_icca.plan_search.filters import PlanFilters
+from tvm_icca.plan_search.plan_space import (
     iter_plan_chunks,
     op_partitions,
     plans_for,
     temporal_assignments,
 )
-from tvm_icca.plans.search import candidate_partitions
-from tvm_icca.plans.search_memo import SearchMemo, plan_structure
-from tvm_icca.plans.space_size import count_complete_space
+from tvm_icca.plan_search.search import candidate_partitions
+from tvm_icca.plan_search.search_memo import SearchMemo, plan_structure
+from tvm_icca.plan_search.space_size import count_complete_space
 
 ax = AffineIndex.of_axis
 
@@ -293,8 +293,8 @@ def test_custom_cost_model_reranks_a_shortlist(exprs) -> None:
 def test_arrival_aware_search_is_exact(exprs, build, cores, arriving) -> None:
     """With the arrival of some inputs charged (ArrivalCostModel), the exact search still
     finds the brute-force optimum of that model, and its bounds never exceed a plan."""
-    from tvm_icca.plans.batch_cost import ArrivalCostModel
-    from tvm_icca.plans.search import best_plan
+    from tvm_icca.plan_search.batch_cost import ArrivalCostModel
+    from tvm_icca.plan_search.search import best_plan
 
     expr = build(exprs)
     hw = small_chip(cores, 1024 * 1024)
@@ -331,7 +331,7 @@ def test_arrival_aware_search_is_exact(exprs, build, cores, arriving) -> None:
 def test_step_bounds_never_exceed_a_plan(exprs, case) -> None:
     """The (F_op, steps) bounds the Pareto scan prunes with hold for every plan of the
     complete space: partition bytes, and time (compute, sync and the least shifts)."""
-    from tvm_icca.plans.bounds import step_partition_lower_bounds
+    from tvm_icca.plan_search.bounds import step_partition_lower_bounds
 
     build, cores = CASES[case]
     structure = plan_structure(build(exprs))
@@ -381,8 +381,8 @@ def test_input_in_place_arrives_free_and_moves_nothing(exprs) -> None:
     that reads it in the same blocks, exactly when the device's re-layout moves nothing for
     it; the bounds stay below every plan and the exact search stays exact."""
     from runtime_sim.contract.relayout import input_relayout, producer_grid
-    from tvm_icca.plans.batch_cost import ArrivalCostModel
-    from tvm_icca.plans.search import best_plan, in_place_inputs
+    from tvm_icca.plan_search.batch_cost import ArrivalCostModel
+    from tvm_icca.plan_search.search import best_plan, in_place_inputs
 
     cores = 8
     hw = small_chip(cores, 1024 * 1024)
@@ -418,7 +418,7 @@ def test_reader_of_a_spread_producer_is_mapped_onto_its_blocks(exprs) -> None:
 
     from runtime_sim.contract.plan import ExecutionPlan
     from runtime_sim.contract.relayout import input_relayout, producer_grid
-    from tvm_icca.plans.mapping import producer_numbering
+    from tvm_icca.plan_search.mapping import producer_numbering
 
     hw = small_chip(8, 1024 * 1024).with_overrides(num_chips=2, inter_chip_bandwidth=1e10)
     plan = ExecutionPlan({"m": 2, "n": 4, "k": 1}, ({}, {}, {}), (),

@@ -1,5 +1,5 @@
 """The plan cache across chips and processes: keys on the fields a plan reads, the on-disk
-layer (tvm_icca.planning.plan_store), its versions, concurrent writers and torn entries, and
+layer (tvm_icca.model_pass.plan_store), its versions, concurrent writers and torn entries, and
 compilations from a warm cache identical to cold ones."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import tvm_icca
 from runtime_sim.contract.errors import PlanNotFoundError
 from runtime_sim.contract.hardware import KIB
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning import plan_store
-from tvm_icca.planning.plan_cache import PlanCache
-from tvm_icca.planning.plan_store import PlanStore, default_plan_cache_dir
-from tvm_icca.plans import search as search_module
-from tvm_icca.plans.search_memo import SearchMemo
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.model_pass import plan_store
+from tvm_icca.model_pass.plan_cache import PlanCache
+from tvm_icca.model_pass.plan_store import PlanStore, default_plan_cache_dir
+from tvm_icca.plan_search import search as search_module
+from tvm_icca.plan_search.search_memo import SearchMemo
 from tvm_icca.workloads import get_workload
 
 #: Two chips with HBM, so that plans are placed on chips near their HBM inputs.
@@ -128,7 +128,7 @@ def test_keys_hold_only_the_fields_a_plan_reads(exprs, monkeypatch):
     assert cache.hits == hits + 1  # nothing of it reads the HBM
     placed = cache.plan(expr, faster_hbm, None, 32 * KIB, "mm", (1,))
     assert searches.count == 1  # placed again for these rates, not searched
-    assert placed.plan == tvm_icca.plans.plan_operator(expr, faster_hbm, budget_bytes=32 * KIB,
+    assert placed.plan == tvm_icca.plan_search.plan_operator(expr, faster_hbm, budget_bytes=32 * KIB,
                                                        hbm_inputs=(1,)).plan
     searches.count = 1  # (less the reference's search, without a cache)
     cache.plan(expr, CHIP.with_overrides(topology="mesh"), None, 32 * KIB, "mm", (1,))

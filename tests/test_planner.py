@@ -1,4 +1,4 @@
-"""The one model-level pass (tvm_icca.planning.planner): ``tvm.compile`` runs exactly the device
+"""The one model-level pass (tvm_icca.model_pass.planner): ``tvm.compile`` runs exactly the device
 programs the timing-only path times, and an executable reports the simulated time of its run."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from tvm.script import relax as R
 
 import tvm_icca
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning import (
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.model_pass import (
     PROGRAM_ATTR,
     CompileOptions,
     plan_device_programs,
     device_programs,
 )
-from tvm_icca.runtime import device_entry
+from tvm_icca.device_call import device_entry
 from tvm_icca.testing import onnx_models
 from tvm_icca.workloads import get_workload
 
@@ -250,7 +250,7 @@ def test_a_state_tensor_larger_than_the_whole_chip_is_refused_before_planning() 
 def test_the_capacity_check_bounds_each_state_tensor_by_sram_plus_hbm() -> None:
     """The bound is the chip's SRAM (less the shift buffers) plus its HBM: a tensor of
     exactly that size passes, one more byte's worth is refused."""
-    from tvm_icca.planning.planner import check_state_capacity
+    from tvm_icca.model_pass.planner import check_state_capacity
 
     workload = get_workload("llama2-7b", tiny=True, num_layers=1, context=2**11)
     largest = _state_bytes(workload)[0]
@@ -268,7 +268,7 @@ def test_the_capacity_check_bounds_each_state_tensor_by_sram_plus_hbm() -> None:
 
 
 def test_a_model_that_fits_passes_the_capacity_check_unchanged() -> None:
-    from tvm_icca.planning.planner import check_state_capacity
+    from tvm_icca.model_pass.planner import check_state_capacity
 
     workload = get_workload("llama2-7b", tiny=True, num_layers=1)
     for chip in (small_chip(64), tvm_icca.preset("ipu-pod4-hbm")):

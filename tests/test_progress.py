@@ -13,7 +13,7 @@ from runtime_sim.contract.presets import preset
 from tvm_icca.elk.designs import plan_preloads
 from tvm_icca.elk.synthetic import SRAM, synthetic_llm
 from tvm_icca.elk.tradeoffs import ElkMachine
-from tvm_icca.planning import CompileOptions
+from tvm_icca.model_pass import CompileOptions
 from tvm_icca.progress import DEFAULT_DELAY_S, NO_PROGRESS, Progress, as_progress
 
 HOUR = 3600.0
@@ -130,7 +130,7 @@ def test_elk_search_reports_every_candidate_and_decides_the_same() -> None:
 
 
 def test_compile_and_simulate_phases_reach_the_stream() -> None:
-    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.drivers.device_programs import compile_programs
     from tvm_icca.workloads import get_workload
 
     out = io.StringIO()

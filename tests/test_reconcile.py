@@ -1,4 +1,4 @@
-"""Inter-operator memory reconciliation, T10 Algorithm 1 (tvm_icca.plans.reconcile)."""
+"""Inter-operator memory reconciliation, T10 Algorithm 1 (tvm_icca.plan_search.reconcile)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.plans.pareto import pareto_plans
-from tvm_icca.plans.reconcile import (
+from tvm_icca.plan_search.pareto import pareto_plans
+from tvm_icca.plan_search.reconcile import (
     OpOptions,
     PlanOption,
     evaluate,
@@ -183,7 +183,7 @@ def test_count_multiplies_idle_memory() -> None:
 def test_operator_options_include_fast_in_place_plans(exprs) -> None:
     """The candidates of a weighted matmul hold both frontiers: the fastest plan overall and,
     for every weight footprint, the fastest plan keeping the weights that small."""
-    from tvm_icca.plans.reconcile import operator_options
+    from tvm_icca.plan_search.reconcile import operator_options
 
     hw = small_chip(16, 24 * 1024)
     expr = exprs.matmul(16, 64, 48)

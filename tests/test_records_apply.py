@@ -11,8 +11,8 @@ from tvm import relax
 
 import tvm_icca
 from runtime_sim.contract.plan import ExecutionPlan
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.model_pass.plan_cache import PlanCache
 
 # one worker builds the module's shared fixture once (make test runs on several)
 pytestmark = pytest.mark.xdist_group("records_apply")
@@ -81,7 +81,7 @@ HBM_CHIP = dict(num_cores=64, sram_bytes_per_core=64 * 1024, hbm_bandwidth=64e9,
 
 def test_hbm_elk_schedule_uses_measured_points_and_stays_exact(tmp_path):
     """On a chip with HBM the Elk pass trades off measured execute-state points."""
-    from tvm_icca.planning import tradeoff_tables as preload_tables
+    from tvm_icca.model_pass import tradeoff_tables as preload_tables
     from tvm_icca.records.database import RecordStore
     from tvm_icca.records.keys import plan_signature
 

@@ -14,7 +14,7 @@ from tvm import relax
 import tvm_icca
 from runtime_sim.contract.errors import IccaError, UnsupportedDtypeError
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.planning.region_plans import compile_region
+from tvm_icca.model_pass.region_plans import compile_region
 from tvm_icca.testing.onnx_models import conv2d_reference
 
 CHIPS = st.sampled_from([4, 8, 16, 32, 64])

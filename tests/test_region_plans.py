@@ -1,12 +1,12 @@
 """The region planner's choices that are not the plan search's own
-(tvm_icca.planning.region_plans): which regions price the arrival of produced inputs."""
+(tvm_icca.model_pass.region_plans): which regions price the arrival of produced inputs."""
 
 from __future__ import annotations
 
 from runtime_sim.contract.presets import small_chip
 from tvm_icca.lower.region import PendingOp, RegionOps
-from tvm_icca.planning.region_plans import compute_bound
-from tvm_icca.plans import plan_operator
+from tvm_icca.model_pass.region_plans import compute_bound
+from tvm_icca.plan_search import plan_operator
 from tvm_icca.testing import exprs
 
 HBM_CHIP = small_chip(64, 256 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
@@ -49,7 +49,7 @@ def test_a_priced_arrival_steers_the_plan_away_from_replicating_its_inputs():
 def test_only_outputs_held_beside_later_operators_are_capped_to_their_spread():
     """``held_output_caps``: an output read only by the next operator is not capped; one a
     later operator reads (or the region keeps) may take HELD_SPREAD times its even spread."""
-    from tvm_icca.planning.region_plans import HELD_SPREAD, held_output_caps
+    from tvm_icca.model_pass.region_plans import HELD_SPREAD, held_output_caps
 
     ops = (PendingOp("r.op0", exprs.matmul(64, 32, 32), ("x", "w0"), "a"),
            PendingOp("r.op1", exprs.matmul(64, 32, 32), ("a", "w1"), "b"),

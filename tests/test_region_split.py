@@ -17,7 +17,7 @@ from tvm import relax
 
 import tvm_icca
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.drivers.timing_only import compile_programs
+from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.split.region_split import JOIN_FAN_IN, original_operator, piece_name
 from tvm_icca.split.split_choice import needs_split
 from tvm_icca.testing.device_runs import run_against_llvm, run_outputs

@@ -5,14 +5,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-import tvm_icca.plans.partitions as partitions
-import tvm_icca.plans.search as search
-import tvm_icca.plans.structure as structure
+import tvm_icca.plan_search.plan_space as partitions
+import tvm_icca.plan_search.search as search
+import tvm_icca.plan_search.structure as structure
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.plans import SearchMemo, plan_operator, space_sizes
-from tvm_icca.plans.filters import PlanFilters
-from tvm_icca.plans.partitions import op_partitions, plans_for
-from tvm_icca.plans.search_memo import plan_structure
+from tvm_icca.plan_search import SearchMemo, plan_operator, space_sizes
+from tvm_icca.plan_search.filters import PlanFilters
+from tvm_icca.plan_search.plan_space import op_partitions, plans_for
+from tvm_icca.plan_search.search_memo import plan_structure
 
 
 def _renamed(expr, suffix):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.plans import plan_operator
+from tvm_icca.plan_search import plan_operator
 from tvm_icca.split.split_choice import (
     OVERLAP_SHARE,
     _candidates,

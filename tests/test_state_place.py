@@ -1,4 +1,4 @@
-"""Where model state lives (tvm_icca.planning.state_place): one option, a default that keeps a
+"""Where model state lives (tvm_icca.model_pass.state_place): one option, a default that keeps a
 model on a chip without HBM when it fits, and outputs that say which setting was timed."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from tvm import relax
 import tvm_icca
 from runtime_sim.contract.presets import small_chip
 from tvm_icca.cli.main import main
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning import CompileOptions
-from tvm_icca.planning.state_place import STATE_WORDS, state_candidates
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.model_pass import CompileOptions
+from tvm_icca.model_pass.state_place import STATE_WORDS, state_candidates
 from tvm_icca.testing.relax_functions import relax_function
 
 SHAPES = ((8, 64), (64, 64), (64, 32))

@@ -1,4 +1,4 @@
-"""The T10 benchmark model (tvm_icca.plans.t10_bench): exact optimum, semantics, CLI.
+"""The T10 benchmark model (tvm_icca.plan_search.t10_bench): exact optimum, semantics, CLI.
 
 The reference optimum is the problem statement written as plain nested loops, sharing no
 code with the vectorized search.
@@ -19,9 +19,9 @@ import pytest
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.cli.main import main as cli_main
-from tvm_icca.plans.partitions import op_partitions, plans_for
-from tvm_icca.plans.search_memo import plan_structure
-from tvm_icca.plans.t10_bench import (
+from tvm_icca.plan_search.plan_space import op_partitions, plans_for
+from tvm_icca.plan_search.search_memo import plan_structure
+from tvm_icca.plan_search.t10_bench import (
     T10BenchModel,
     T10BenchSpec,
     bench_cost,

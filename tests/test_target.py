@@ -16,7 +16,7 @@ from tvm.script import relax as R
 from tvm.target import Target
 
 import tvm_icca
-from tvm_icca.planning import planner
+from tvm_icca.model_pass import planner
 
 REPO = Path(__file__).resolve().parents[1]
 

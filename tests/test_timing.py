@@ -74,7 +74,7 @@ def test_region_with_intermediates_matches_device() -> None:
 
 @pytest.mark.parametrize("kind", ["matmul", "conv", "softmax", "bias_relu", "mean"])
 def test_planned_programs_match_device(exprs, kind) -> None:
-    from tvm_icca.plans import plan_operator
+    from tvm_icca.plan_search import plan_operator
 
     hw = small_chip(32, 32 * 1024, link_latency_s=LAT)
     e = {"matmul": lambda: exprs.matmul(48, 64, 40),

@@ -1,4 +1,4 @@
-"""runtime_sim.timing.report: the resource floors, defined once and reported with every run."""
+"""runtime_sim.timing.timing_report: the resource floors, defined once and reported with every run."""
 
 from __future__ import annotations
 

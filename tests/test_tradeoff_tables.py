@@ -1,4 +1,4 @@
-"""Elk trade-off tables (tvm_icca.planning.tradeoff_tables): the arrival of on-chip inputs."""
+"""Elk trade-off tables (tvm_icca.model_pass.tradeoff_tables): the arrival of on-chip inputs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.relayout import canonical_grid, producer_grid
 from runtime_sim.machine.topology import make_topology
-from tvm_icca.planning.tradeoff_tables import arrival_seconds
+from tvm_icca.model_pass.tradeoff_tables import arrival_seconds
 from tvm_icca.testing import exprs
 
 CHIP = small_chip(4, 64 * 1024)
@@ -60,8 +60,8 @@ def test_k_split_point_costs_the_device_replica_reduction(k_split):
     # timing simulator charges for the same plan's steps and reduction (Elk §4.3, Fig. 12)
     from runtime_sim.machine.topology import make_topology
     from runtime_sim.timing.opcost import op_cost
-    from tvm_icca.planning.tradeoff_tables import _device_correction
-    from tvm_icca.plans.cost import AnalyticCostModel
+    from tvm_icca.model_pass.tradeoff_tables import _device_correction
+    from tvm_icca.plan_search.cost import AnalyticCostModel
 
     hw = small_chip(64, 64 * 1024)
     layout = OpLayout(exprs.matmul(4, 4096, 64), ExecutionPlan({"k": k_split, "n": 4}, ({}, {}, {})))
@@ -83,8 +83,8 @@ def test_rotation_across_chips_costs_the_fabric():
     # as the device does (A's ring of 8 cores has two links crossing chips: 256 B per phase
     # over 1 GB/s against 128 B per port over 5.5 GB/s)
     from runtime_sim.timing.opcost import op_cost
-    from tvm_icca.planning.tradeoff_tables import _device_correction
-    from tvm_icca.plans.cost import AnalyticCostModel
+    from tvm_icca.model_pass.tradeoff_tables import _device_correction
+    from tvm_icca.plan_search.cost import AnalyticCostModel
 
     hw = small_chip(8, 64 * 1024, num_chips=2, inter_chip_bandwidth=1e9)
     layout = OpLayout(exprs.matmul(4, 64, 8), ExecutionPlan({"n": 8}, ({"k": 8}, {}, {}), ("k",)),
@@ -106,10 +106,10 @@ def test_layers_of_one_region_share_their_table_keys():
     # or Elk §4.4 finds no repeated layer to reorder
     import dataclasses
 
-    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.drivers.device_programs import compile_programs
     from tvm_icca.elk import reorder
-    from tvm_icca.planning.plan_cache import PlanCache
-    from tvm_icca.planning.tradeoff_tables import operator_tables
+    from tvm_icca.model_pass.plan_cache import PlanCache
+    from tvm_icca.model_pass.tradeoff_tables import operator_tables
     from tvm_icca.workloads import get_workload
 
     hw = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
@@ -132,8 +132,8 @@ def test_unmeasured_points_scale_by_the_device_priced_ratio():
     # with the device's replica reduction) is scaled by measured / device-priced analytic,
     # not by measured / ring-priced analytic, which would count the reduction twice
     from runtime_sim.contract.program import OpProgram
-    from tvm_icca.planning.tradeoff_tables import _device_time, _with_records
-    from tvm_icca.plans.cost import AnalyticCostModel
+    from tvm_icca.model_pass.tradeoff_tables import _device_time, _with_records
+    from tvm_icca.plan_search.cost import AnalyticCostModel
 
     hw = small_chip(64, 64 * 1024)
     expr = exprs.matmul(4, 4096, 64)
@@ -162,7 +162,7 @@ def test_preload_points_are_priced_as_the_device_delivers_them(topology):
     # charges for that preload (its delivery through the controllers, the mesh's edge ports
     # and multicast trees; its distribution phase), whatever the topology (Elk §4.3, §5)
     from runtime_sim.timing.work import WorkBuilder
-    from tvm_icca.planning.tradeoff_tables import _preload_points
+    from tvm_icca.model_pass.tradeoff_tables import _preload_points
 
     hw = small_chip(64, 64 * 1024, topology=topology, hbm_bandwidth=1e12, hbm_controllers=4)
     topo = make_topology(hw)
@@ -196,9 +196,9 @@ def test_live_bytes_bound_every_choice_of_execute_points():
     import random
 
     from runtime_sim.contract.lifetimes import held_bytes
-    from tvm_icca.drivers.timing_only import compile_programs
-    from tvm_icca.planning.plan_cache import PlanCache
-    from tvm_icca.planning.tradeoff_tables import ladder_output_caps, operator_tables
+    from tvm_icca.drivers.device_programs import compile_programs
+    from tvm_icca.model_pass.plan_cache import PlanCache
+    from tvm_icca.model_pass.tradeoff_tables import ladder_output_caps, operator_tables
     from tvm_icca.workloads import get_workload
 
     # small enough SRAM that tighter execute points would split some outputs over fewer cores

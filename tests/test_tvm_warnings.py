@@ -49,7 +49,7 @@ def test_meaningless_warnings_are_dropped_and_others_kept(capsys) -> None:
 
 
 def test_an_llm_with_an_embedding_prints_no_tvm_warning(capfd) -> None:
-    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.drivers.device_programs import compile_programs
     from tvm_icca.workloads import get_workload
 
     with warnings.catch_warnings(record=True) as seen:

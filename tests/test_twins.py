@@ -10,8 +10,8 @@ from tvm import relax
 
 import tvm_icca
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning import region_plans
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.model_pass import region_plans
 from tvm_icca.split.twins import twin_groups
 from tvm_icca.testing.device_runs import run_outputs
 from tvm_icca.testing.relax_functions import relax_function

@@ -10,9 +10,9 @@ from runtime_sim.contract.plan import VgmPlan, plan_from_dict
 from runtime_sim.contract.presets import preset, small_chip
 from runtime_sim.contract.vgm_layout import VgmLayout, home_counts_many
 from runtime_sim.timing.vgm_timing import vgm_op_timing
-from tvm_icca.plans import plan_operator
-from tvm_icca.plans import vgm as vgm_plans
-from tvm_icca.plans.vgm import candidate_tiles, estimate_vgm_time, fetches_per_core, plan_vgm_operator
+from tvm_icca.plan_search import plan_operator
+from tvm_icca.plan_search import vgm as vgm_plans
+from tvm_icca.plan_search.vgm import candidate_tiles, estimate_vgm_time, fetches_per_core, plan_vgm_operator
 
 
 # A second, box-at-a-time computation of home counts: the reference home_counts_many is
@@ -204,7 +204,7 @@ def test_same_region_compiles_either_way_and_runs_on_the_device_either_way():
     from runtime_sim.functional.device import SimulatedDevice
     from runtime_sim.timing import simulate_timing
     from runtime_sim.timing.vgm_timing import simulate_vgm_timing
-    from tvm_icca.planning.region_plans import compile_region
+    from tvm_icca.model_pass.region_plans import compile_region
 
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((64, 128), "float16"))

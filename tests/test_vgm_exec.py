@@ -1,6 +1,6 @@
 """VGM programs on data: load-compute-store over home slices (T10 §2.2, Fig. 2a).
 
-Operators planned with :func:`tvm_icca.plans.vgm.plan_vgm_operator` (and hand-picked small
+Operators planned with :func:`tvm_icca.plan_search.vgm.plan_vgm_operator` (and hand-picked small
 tiles, for edge tiles, several waves and chunked reductions) run on the functional device and
 must match numpy; whole regions compiled with ``execution="vgm"`` must match their compute-shift
 twins; and corrupting where the tiles fetch from must break the result.
@@ -21,7 +21,7 @@ from runtime_sim.contract.vgm_layout import VgmLayout
 from runtime_sim.functional import vgm_exec
 from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing.vgm_timing import vgm_op_timing
-from tvm_icca.plans.vgm import plan_vgm_operator
+from tvm_icca.plan_search.vgm import plan_vgm_operator
 from tvm_icca.testing.onnx_models import conv2d_reference
 
 
@@ -205,7 +205,7 @@ def _region_arguments(part, region, inputs):
 
 
 def _both_ways(func, name, hw):
-    from tvm_icca.planning.region_plans import compile_region
+    from tvm_icca.model_pass.region_plans import compile_region
 
     t10 = compile_region(func, name, hw)
     region = vgm_exec.region_bytes_per_core(t10, hw.num_cores)

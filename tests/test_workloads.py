@@ -12,8 +12,8 @@ from tvm import relax
 import tvm_icca
 from runtime_sim.contract.errors import InvalidWorkloadError
 from runtime_sim.contract.presets import small_chip
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.runtime import device_entry
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.device_call import device_entry
 from tvm_icca.workloads import ELK_TABLE2_OPS, PHASES, get_workload, list_workloads
 
 ZOO = [

@@ -31,7 +31,7 @@ from tvm import relax
 
 import tvm_icca
 from runtime_sim.contract.layout import OpLayout
-from tvm_icca.plans import (
+from tvm_icca.plan_search import (
     PlanFilters,
     count_complete_space,
     pareto_plans,

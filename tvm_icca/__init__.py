@@ -59,8 +59,8 @@ from tvm_icca.partition.partitioner import (
     partition_for_icca,
     partition_report,
 )
-from tvm_icca.planning import PRELOAD_DESIGNS, CompileOptions, device_programs, plan_device_programs
-from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.model_pass import PRELOAD_DESIGNS, CompileOptions, device_programs, plan_device_programs
+from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.records.apply import use_database
 from tvm_icca.backend.codegen import icca_codegen
 from tvm_icca.backend.target import (
@@ -69,10 +69,10 @@ from tvm_icca.backend.target import (
     is_icca_target,
     offload_to_icca,
 )
-from tvm_icca.runtime.device_entry import last_run_stats, write_last_run_trace
+from tvm_icca.device_call.device_entry import last_run_stats, write_last_run_trace
 from tvm_icca.drivers.compile_api import compile, compile_onnx  # pylint: disable=redefined-builtin
 from tvm_icca.tuning import tune
-from tvm_icca.drivers.timing_only import CompiledModel, compile_programs
+from tvm_icca.drivers.device_programs import CompiledModel, compile_programs
 from tvm_icca.workloads import Workload, get_workload, list_workloads
 
 __version__ = "0.1.0"

@@ -124,7 +124,7 @@ class HbmCapacityError(IccaError, MemoryError):
 class StateCapacityError(PlanNotFoundError, MemoryError):
     """A model's state tensor cannot fit the chip's memory (SRAM plus HBM), found before planning.
 
-    Raised by :func:`tvm_icca.planning.planner.check_state_capacity`: no plan can fit, so it
+    Raised by :func:`tvm_icca.model_pass.planner.check_state_capacity`: no plan can fit, so it
     is a :class:`PlanNotFoundError` found without searching.
 
     Parameters

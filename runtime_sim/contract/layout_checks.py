@@ -2,7 +2,7 @@
 
 :meth:`OpLayout.validate <runtime_sim.contract.layout.OpLayout.validate>` runs
 :func:`check_layout`; the compiler's batched plan space runs :func:`check_rings` alone on the
-rare candidates its array checks cannot decide (:mod:`tvm_icca.plans.partitions`). The rules
+rare candidates its array checks cannot decide (:mod:`tvm_icca.plan_search.plan_space`). The rules
 an expression imposes before any plan exists are in :mod:`runtime_sim.contract.plan_rules`.
 The layout is typed ``Any``: :mod:`runtime_sim.contract.layout` imports this module.
 """

@@ -11,7 +11,7 @@ T10 §4.2 and §5 constrain plans by the operator's structure, before any plan e
 * :func:`padded_extent` -- the padded sub-operator extent of an axis.
 
 :class:`~runtime_sim.contract.layout.OpLayout` (what a plan means on the cores), the compiler's
-plan space (:mod:`tvm_icca.plans.structure`) and the validation read these, so the rules exist
+plan space (:mod:`tvm_icca.plan_search.structure`) and the validation read these, so the rules exist
 once.
 """
 

@@ -11,7 +11,7 @@
 * :mod:`.stream_timing` -- when the instructions of a preload/execute stream run (Elk §4.5);
 * :mod:`.preload_delivery` -- how a preload reaches its cores (off-chip leg + distribution).
 
-The compiler's cost models (:mod:`tvm_icca.plans`, :mod:`tvm_icca.planning.tradeoff_tables`) and
+The compiler's cost models (:mod:`tvm_icca.plan_search`, :mod:`tvm_icca.model_pass.tradeoff_tables`) and
 the timing simulator (:mod:`runtime_sim.timing`) price the same things with these functions, so
 they cannot disagree. Imports only :mod:`runtime_sim.contract`. Start at :mod:`.topology`.
 """

@@ -15,11 +15,11 @@ take when they overlap, and they are the device's, written here once:
   preload has its own interconnect (Elk's Ideal). The off-chip source (HBM) is not shared, so a
   preload ends when both its source time and its network delivery are done.
 
-The timing simulator (:mod:`runtime_sim.timing.stream_schedule`) applies these rules on its event
+The timing simulator (:mod:`runtime_sim.timing.preload_stream_scheduler`) applies these rules on its event
 timeline with every detail of a real run (an HBM and a host leg per preload, SRAM checks,
 returns to the host). :func:`stream_times` applies the same rules to a stream whose preloads
 have one leg each, which is what the compiler's Elk pass needs to estimate a schedule
-(:func:`tvm_icca.elk.schedule.estimate`) before any program exists.
+(:func:`tvm_icca.elk.elk_schedule.estimate`) before any program exists.
 """
 
 from __future__ import annotations

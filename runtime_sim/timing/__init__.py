@@ -6,11 +6,11 @@ shared op templates (:mod:`schedules`), inter-core shifts, replica reductions an
 the chip's topology (:mod:`runtime_sim.machine.topology`), HBM and host loads with a simple prefetch
 policy, or, when the programs carry one, Elk's preload/execute stream (§4.5: preloads in
 their preload state, distribution, link sharing and the SRAM timeline). It never needs tensor data, and it is independent of the compiler's cost model
-(:mod:`tvm_icca.plans.cost`): both use only the per-sub-task cycles of the templates.
+(:mod:`tvm_icca.plan_search.cost`): both use only the per-sub-task cycles of the templates.
 
 Modules: :mod:`.simulate` (the entry point), :mod:`.work` (work items and their costing),
-:mod:`.opcost` (one operator's phases), :mod:`.events`, :mod:`.schedule` (the prefetch
-scheduler), :mod:`.stream_schedule` (Elk §4.5 streams), :mod:`.summary` and :mod:`.report`
+:mod:`.opcost` (one operator's phases), :mod:`.events`, :mod:`.prefetch_scheduler` (the prefetch
+scheduler), :mod:`.preload_stream_scheduler` (Elk §4.5 streams), :mod:`.report_builder` and :mod:`.timing_report`
 (the report), :mod:`.trace` (Perfetto traces), :mod:`.vgm_timing` (the VGM baseline). May import
 :mod:`runtime_sim.contract`, :mod:`runtime_sim.machine` and :mod:`schedules`; never the
 functional device. Start at :mod:`.simulate`.
@@ -28,7 +28,7 @@ from runtime_sim.contract.relayout import (
     relayout_flows,
 )
 from runtime_sim.timing.opcost import OpCost, ShiftPhase, op_cost, phase_flows, shift_schedule
-from runtime_sim.timing.report import OpTiming, TimingReport
+from runtime_sim.timing.timing_report import OpTiming, TimingReport
 from runtime_sim.timing.simulate import simulate_timing
 
 __all__ = [

@@ -4,8 +4,8 @@ Elk §5 ("Simulation framework") describes an event-driven ICCA simulator; this 
 event-driven at operator and transfer granularity. :class:`Events` runs callbacks in
 simulated-time order; :class:`Slot` records where one operator instance landed (its
 execution, its loads or preload, its return to the host, its delays). The prefetch scheduler
-(:mod:`runtime_sim.timing.schedule`) and the preload stream scheduler
-(:mod:`runtime_sim.timing.stream_schedule`) fill the slots; :mod:`runtime_sim.timing.summary`
+(:mod:`runtime_sim.timing.prefetch_scheduler`) and the preload stream scheduler
+(:mod:`runtime_sim.timing.preload_stream_scheduler`) fill the slots; :mod:`runtime_sim.timing.report_builder`
 reads them.
 """
 

@@ -156,7 +156,7 @@ class RunTraffic:
 def run_traffic(works: Sequence[Work], per_op: Sequence[Any], hbm_bytes: float,
                 hw: HardwareSpec, ideal: bool) -> RunTraffic:
     """The :class:`RunTraffic` of a timed run: its work items and their report rows
-    (:class:`~runtime_sim.timing.report.OpTiming`, in the same order), the run's distinct HBM
+    (:class:`~runtime_sim.timing.timing_report.OpTiming`, in the same order), the run's distinct HBM
     bytes, and whether its design is the ideal one."""
     traffic = RunTraffic(hbm_bytes=hbm_bytes, ideal=ideal)
     for work, op in zip(works, per_op):

@@ -13,11 +13,11 @@ module each:
 
 * :mod:`runtime_sim.timing.work` costs every operator instance once per distinct thing (data
   sources of its inputs, loads, re-layouts, SRAM accounting);
-* a scheduler puts them on the timeline: :mod:`runtime_sim.timing.schedule` (the prefetch
-  policy, runs without a preload stream) or :mod:`runtime_sim.timing.stream_schedule` (Elk's
+* a scheduler puts them on the timeline: :mod:`runtime_sim.timing.prefetch_scheduler` (the prefetch
+  policy, runs without a preload stream) or :mod:`runtime_sim.timing.preload_stream_scheduler` (Elk's
   preload/execute stream, §4.5, when the programs carry one);
-* :mod:`runtime_sim.timing.summary` assembles the
-  :class:`~runtime_sim.timing.report.TimingReport` (stall, utilization, lower bounds).
+* :mod:`runtime_sim.timing.report_builder` assembles the
+  :class:`~runtime_sim.timing.timing_report.TimingReport` (stall, utilization, lower bounds).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from runtime_sim.contract.program import DeviceProgram
 from runtime_sim.contract.stream import run_stream
 from runtime_sim.contract.validation import validate_program
 from runtime_sim.machine.topology import make_topology
-from runtime_sim.timing.report import TimingReport
-from runtime_sim.timing.schedule import PrefetchSchedule
-from runtime_sim.timing.stream_schedule import StreamSchedule
-from runtime_sim.timing.summary import timing_report
+from runtime_sim.timing.timing_report import TimingReport
+from runtime_sim.timing.prefetch_scheduler import PrefetchSchedule
+from runtime_sim.timing.preload_stream_scheduler import StreamSchedule
+from runtime_sim.timing.report_builder import build_timing_report
 from runtime_sim.timing.trace import timing_trace
 from runtime_sim.timing.work import Work, WorkBuilder
 
@@ -107,7 +107,7 @@ def simulate_timing(
     else:
         schedule = PrefetchSchedule(works, hw)
     schedule.run()
-    report = timing_report(works, schedule, hw, topo, peak, len(programs), design)
+    report = build_timing_report(works, schedule, hw, topo, peak, len(programs), design)
     report.simulation_s = _time.perf_counter() - wall
     if trace:
         report.trace_events = timing_trace(report)

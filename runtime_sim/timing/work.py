@@ -5,8 +5,8 @@ instance, costing each distinct thing once (the same layer repeated in a model c
 each operator's homogeneous steps in closed form (:mod:`runtime_sim.timing.opcost`), each
 transfer phase on the topology (:mod:`runtime_sim.machine.topology`), each off-chip load or
 preload, each distribution phase and each return to the host. It decides nothing -- the
-device never plans: the schedulers (:mod:`runtime_sim.timing.schedule`,
-:mod:`runtime_sim.timing.stream_schedule`) put the items on the timeline in the order the
+device never plans: the schedulers (:mod:`runtime_sim.timing.prefetch_scheduler`,
+:mod:`runtime_sim.timing.preload_stream_scheduler`) put the items on the timeline in the order the
 compiler's programs give.
 
 Data sources of an operator input (``TensorDecl.source``, program format):
@@ -41,7 +41,7 @@ Data sources of an operator input (``TensorDecl.source``, program format):
 
 In a preload stream run (Elk §4.5) the off-chip inputs are costed in their preload state
 instead, and their distribution phase is part of the operator's execution (see
-:mod:`runtime_sim.timing.stream_schedule`).
+:mod:`runtime_sim.timing.preload_stream_scheduler`).
 
 SRAM: per core, partitions of the running operator plus on-chip intermediates still needed
 plus the shift buffer plus the idle placements of every ``"resident"`` input of the run

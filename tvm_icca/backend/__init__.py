@@ -6,6 +6,6 @@
   LLVM stub that calls the device entry (it decides nothing);
 * :mod:`.input_check` -- a pass that makes compiled ``main`` functions check their arguments.
 
-May import TVM, :mod:`runtime_sim.contract` and the compiler stages below (``planning`` and
+May import TVM, :mod:`runtime_sim.contract` and the compiler stages below (``model_pass`` and
 before); never an executor. Start at :mod:`.target`.
 """

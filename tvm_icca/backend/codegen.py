@@ -6,7 +6,7 @@ runtime modules defining one function per region ``global_symbol``; each call si
 ``R.call_dps_packed("<global_symbol>", args)``.
 
 The codegen decides nothing: every region arrives with its device program, planned for the
-whole model by :func:`tvm_icca.planning.plan_device_programs` (the pass ``tvm.compile`` runs
+whole model by :func:`tvm_icca.model_pass.plan_device_programs` (the pass ``tvm.compile`` runs
 before ``RunCodegen``, and the timing-only path too), in the region's ``icca.program``
 attribute. For every region it builds a host stub: a PrimFunc named by the region's
 ``global_symbol`` whose only statement is
@@ -30,11 +30,11 @@ from runtime_sim.contract.errors import IccaError, short_name
 from tvm_icca.ffi_errors import raise_through_ffi
 from tvm_icca.ops.relax_types import static_shape
 from tvm_icca.partition.patterns import CODEGEN_NAME
-from tvm_icca.planning.planner import PROGRAM_ATTR, program_of
+from tvm_icca.model_pass.planner import PROGRAM_ATTR, program_of
 
 __all__ = ["CODEGEN_FUNC", "DEVICE_RUN_FUNC", "build_device_stubs", "icca_codegen"]
 
-#: Name of the packed function every region stub calls; :mod:`tvm_icca.runtime.device_entry`
+#: Name of the packed function every region stub calls; :mod:`tvm_icca.device_call.device_entry`
 #: registers it (the host side of a device call).
 DEVICE_RUN_FUNC = "icca.device.run"
 
@@ -82,7 +82,7 @@ def _packed_arg(buf: Any) -> Any:
     LLVM computes no bfloat16, so TVM's TIR pipeline legalizes bfloat16 to float32
     (``BF16ComputeLegalize``), which relabels the DLTensor the packed call receives as
     float32 over the same two-byte elements. Declaring the tensor uint16 keeps the bits
-    intact; :mod:`tvm_icca.runtime.device_entry` views them as bfloat16 again.
+    intact; :mod:`tvm_icca.device_call.device_entry` views them as bfloat16 again.
     """
     if str(buf.ty.dtype) != "bfloat16":
         return buf
@@ -134,7 +134,7 @@ def icca_codegen(
     ----------
     functions : sequence of relax.Function
         The region functions (``Codegen == "icca"``), each already planned
-        (:func:`~tvm_icca.planning.plan_device_programs`).
+        (:func:`~tvm_icca.model_pass.plan_device_programs`).
     options : Any
         ``RunCodegen(target_options={"icca": ...})``; unused, since the programs carry every
         decision.

@@ -43,7 +43,7 @@ __all__ = ["INPUT_CHECK_FUNC", "RUN_BEGIN_FUNC", "check_inputs", "check_inputs_p
 INPUT_CHECK_FUNC = "icca.check_inputs"
 
 #: Name of the packed function told that a call of a compiled function begins (registered by
-#: :mod:`tvm_icca.runtime.device_entry`): the run statistics then cover exactly this call, also
+#: :mod:`tvm_icca.device_call.device_entry`): the run statistics then cover exactly this call, also
 #: when it runs nothing on the chip (a model left on the host must not show the last model's).
 RUN_BEGIN_FUNC = "icca.device.begin_run"
 

@@ -10,7 +10,7 @@ Target kinds are C++-only in TVM 0.27, so ICCA is an ``llvm`` target with the ex
 
 ``tvm.compile(mod, target="icca")`` runs :func:`icca_pipeline`: partition for the chip (unless
 the module is already partitioned), the model-level planning pass
-(:func:`tvm_icca.planning.plan_device_programs`, the same passes the timing-only path runs),
+(:func:`tvm_icca.model_pass.plan_device_programs`, the same passes the timing-only path runs),
 ``RunCodegen`` (whose ``relax.ext.icca`` serializes the programs into stubs), then the usual
 CPU pipeline for what stays on the host. See :func:`_install_pipeline_hook` for how the
 default pipeline is routed there.
@@ -38,7 +38,7 @@ from tvm_icca.hardware_choice import (
     preset,
     resolve_hardware,
 )
-from tvm_icca.planning import CompileOptions, icca_model_passes
+from tvm_icca.model_pass import CompileOptions, icca_model_passes
 
 __all__ = [
     "ICCA_KEY",
@@ -172,8 +172,8 @@ def offload_to_icca(
     """The offload pass: partition for ICCA, plan the whole model's device programs, run codegen.
 
     Partitioning (:func:`~tvm_icca.partition.partitioner.partition_for_icca`) is skipped for a
-    module already partitioned; planning is :func:`~tvm_icca.planning.plan_device_programs`
-    (through :func:`~tvm_icca.planning.icca_model_passes`); ``relax.transform.RunCodegen``
+    module already partitioned; planning is :func:`~tvm_icca.model_pass.plan_device_programs`
+    (through :func:`~tvm_icca.model_pass.icca_model_passes`); ``relax.transform.RunCodegen``
     then replaces every region by a call of its device stub (:func:`icca_codegen`).
 
     Parameters
@@ -181,7 +181,7 @@ def offload_to_icca(
     hw : HardwareSpec, preset name or dict, optional
         The chip; defaults to the one of the current target (:func:`hardware_for_target`).
     options : CompileOptions, optional
-        The model-level choices (:class:`~tvm_icca.planning.CompileOptions`); defaults to
+        The model-level choices (:class:`~tvm_icca.model_pass.CompileOptions`); defaults to
         ``CompileOptions()``.
 
     Returns
@@ -216,7 +216,7 @@ def icca_pipeline(
     options=CompileOptions(state="chip")))``. Also registered as the named pipeline ``"icca"``,
     so ``tvm.compile(mod, target="llvm", relax_pipeline="icca")`` offloads as well. The long
     phases show bars on a terminal after two seconds (``progress`` of
-    :class:`~tvm_icca.planning.CompileOptions`); ``options=CompileOptions(progress=False)``
+    :class:`~tvm_icca.model_pass.CompileOptions`); ``options=CompileOptions(progress=False)``
     hides them. Before the host pipeline, a check of the inputs' shapes and dtypes is added
     to ``main`` (:class:`~runtime_sim.contract.errors.InputMismatchError` at call time).
 
@@ -231,7 +231,7 @@ def icca_pipeline(
         The host pipeline; defaults to TVM's default build pipeline (the one ``tvm.compile``
         uses for CPU targets).
     options : CompileOptions, optional
-        The model-level choices (:class:`~tvm_icca.planning.CompileOptions`).
+        The model-level choices (:class:`~tvm_icca.model_pass.CompileOptions`).
 
     Returns
     -------

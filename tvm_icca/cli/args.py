@@ -15,7 +15,7 @@ import os
 
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.presets import DEFAULT_PRESET, PRESET_NAMES
-from tvm_icca.planning.state_place import STATE_CHOICES
+from tvm_icca.model_pass.state_place import STATE_CHOICES
 
 __all__ = [
     "UsageError", "positive_int", "nonneg_int", "finite_float", "unit_float", "existing_file",

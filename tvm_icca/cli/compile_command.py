@@ -37,7 +37,7 @@ from tvm_icca.cli.args import (
     tuning_records,
     writable_path,
 )
-from tvm_icca.planning.planner import PRELOAD_CHOICES
+from tvm_icca.model_pass.planner import PRELOAD_CHOICES
 
 #: Name of the Relax function that returns the library's signature (JSON).
 SIGNATURE_FUNCTION = "icca_signature"
@@ -158,13 +158,13 @@ def _run(args: argparse.Namespace) -> int:
         partition_for_icca,
         partition_report,
     )
-    from tvm_icca.planning import (
+    from tvm_icca.model_pass import (
         CompileOptions,
         icca_model_passes,
         preload_summary_of,
         state_placement_of,
     )
-    from tvm_icca.planning.state_place import describe_setting
+    from tvm_icca.model_pass.state_place import describe_setting
     from tvm_icca.records.apply import optional_database
 
     hw = args.hw  # resolved by --hw (tvm_icca.cli.args.hardware_arg)

@@ -59,8 +59,8 @@ def run_demo(hw: Any = "ipu-mk2", progress: bool = True) -> int:
     from tvm import relax
 
     import tvm_icca
-    from tvm_icca.planning import icca_model_passes, preload_summary_of, state_placement_of
-    from tvm_icca.planning.state_place import describe_setting
+    from tvm_icca.model_pass import icca_model_passes, preload_summary_of, state_placement_of
+    from tvm_icca.model_pass.state_place import describe_setting
 
     mod = tvm_icca.load_onnx(demo_model_path())
     x = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)

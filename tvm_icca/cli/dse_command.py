@@ -68,7 +68,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="compute at most N of the missing points in this run")
     run.add_argument("--plan-cache", metavar="DIR", nargs="?", const=True, default=None,
                      help="keep searched plans on disk in DIR (without DIR: $TVM_ICCA_PLAN_CACHE, "
-                     "else $XDG_CACHE_HOME/tvm_icca/plans), read by every worker and later runs; "
+                     "else $XDG_CACHE_HOME/tvm_icca/plan_search), read by every worker and later runs; "
                      "points differing only in HBM bandwidth, topology or host fields then reuse "
                      "every plan search")
     add_progress_argument(run)
@@ -119,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.spec == REPORT:
         if args.report_results is None:
             raise UsageError("dse report: give the results file (tvm-icca dse report RESULTS)")
-        from tvm_icca.dse.report import write_report
+        from tvm_icca.dse.sweep_report import write_report
 
         results = existing_file(args.report_results) if os.path.exists(args.report_results) else None
         if results is None:

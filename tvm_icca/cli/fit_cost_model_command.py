@@ -5,8 +5,8 @@ simulator): random shapes of every offloaded op kind (:func:`random_op_builders`
 random valid plans are timed with :func:`runtime_sim.timing.opcost.op_cost` (every distinct
 shift phase routed on the topology, replica reduction as the device schedules it)
 (:func:`profile_plans`), and :func:`fit_cost_model` solves least squares per op kind over
-the features of :func:`tvm_icca.plans.fitted.plan_features`. The result is a
-:class:`~tvm_icca.plans.fitted.FittedCostModel` saved as JSON, which the compiler can load
+the features of :func:`tvm_icca.plan_search.fitted.plan_features`. The result is a
+:class:`~tvm_icca.plan_search.fitted.FittedCostModel` saved as JSON, which the compiler can load
 and use as a cost model. ``benchmarks/cost_model_accuracy.py`` reports its accuracy.
 """
 
@@ -23,7 +23,7 @@ from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from tvm_icca.cli.args import add_hardware_argument, positive_int, writable_path
-from tvm_icca.plans.fitted import FEATURES, FittedCostModel, plan_features
+from tvm_icca.plan_search.fitted import FEATURES, FittedCostModel, plan_features
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def profile_plans(
         make_topology,
     )
     from runtime_sim.timing.opcost import op_cost  # pylint: disable=import-outside-toplevel
-    from tvm_icca.plans.cost import AnalyticCostModel  # pylint: disable=import-outside-toplevel
+    from tvm_icca.plan_search.cost import AnalyticCostModel  # pylint: disable=import-outside-toplevel
     from tvm_icca.testing.exprs import random_plan  # pylint: disable=import-outside-toplevel
 
     rng = np.random.default_rng(seed)

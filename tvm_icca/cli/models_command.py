@@ -37,7 +37,7 @@ def op_count_row(name: str, batch: int, context: int, hw: Any) -> dict[str, Any]
     from tvm_icca.partition.partitioner import (  # pylint: disable=import-outside-toplevel
         partition_for_icca,
     )
-    from tvm_icca.planning.calls import (  # pylint: disable=import-outside-toplevel
+    from tvm_icca.model_pass.calls import (  # pylint: disable=import-outside-toplevel
         partitioned_op_counts,
     )
     from tvm_icca.workloads import (  # pylint: disable=import-outside-toplevel

@@ -1,8 +1,8 @@
 """``tvm-icca plan``: the execution plan of one operator, as JSON (T10 §4.2-§4.3.1).
 
 ``tvm-icca plan matmul --m 32 --k 5120 --n 15360 --cost-model t10-bench`` answers the T10
-benchmark problem (:mod:`tvm_icca.plans.t10_bench`); ``--cost-model analytic`` (default)
-plans with the compiler's own model (:func:`tvm_icca.plans.plan_operator`). It prints the
+benchmark problem (:mod:`tvm_icca.plan_search.t10_bench`); ``--cost-model analytic`` (default)
+plans with the compiler's own model (:func:`tvm_icca.plan_search.plan_operator`). It prints the
 chosen plan and, with ``--pareto``, a table of the time/memory Pareto plans, fastest first.
 ``--json`` prints the same as JSON: matmul plans give ``F_op`` as ``[m, k, n]`` (the analytic
 answer names them first, ``axes``) and the six temporal factors ``f_t_<tensor>_<axis>``, plus
@@ -11,7 +11,7 @@ answer names them first, ``axes``) and the six temporal factors ``f_t_<tensor>_<
 the rotatable (tensor, axis) pairs.
 
 ``tvm-icca plan model --model bert-large --batch 4 --hw ipu-mk2`` keeps a zoo model on the chip
-and prints what T10 Algorithm 1 decided for every operator (:mod:`tvm_icca.plans.reconcile`):
+and prints what T10 Algorithm 1 decided for every operator (:mod:`tvm_icca.plan_search.reconcile`):
 its idle and active footprint, estimated execution and setup time, and whether it idles in its
 active plan; ``--json`` prints the same as JSON, ``--simulate`` adds the simulated timing.
 """
@@ -81,7 +81,7 @@ def _run_model(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     from runtime_sim.contract.errors import IccaError
     from tvm_icca.cli.simulate_command import workload_kwargs
-    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.drivers.device_programs import compile_programs
     from tvm_icca.workloads import canonical_name, get_workload
 
     try:
@@ -158,7 +158,7 @@ def _common(parser: argparse.ArgumentParser, cost_models: tuple[str, ...] = COST
 
 
 def _filters(args: argparse.Namespace):
-    from tvm_icca.plans.filters import PlanFilters
+    from tvm_icca.plan_search.filters import PlanFilters
 
     return PlanFilters.t10(args.min_utilization, args.padding)
 
@@ -227,7 +227,7 @@ def _matmul_keys(plan, time_s: float, cores: int) -> dict[str, Any]:
 def _run_matmul(args: argparse.Namespace) -> int:
     hw = args.hw  # resolved by --hw (tvm_icca.cli.args.hardware_arg)
     if args.cost_model == "t10-bench":
-        from tvm_icca.plans.t10_bench import T10BenchSpec, bench_pareto, solve
+        from tvm_icca.plan_search.t10_bench import T10BenchSpec, bench_pareto, solve
 
         spec = T10BenchSpec.from_hardware(hw, args.dtype)
         if args.budget is not None:
@@ -239,9 +239,9 @@ def _run_matmul(args: argparse.Namespace) -> int:
                                  for p in bench_pareto(args.m, args.k, args.n, spec, _filters(args))]
         return _emit(payload, args)
 
-    from tvm_icca.plans import plan_operator
-    from tvm_icca.plans.pareto import pareto_plans
-    from tvm_icca.plans.t10_bench import bench_expr
+    from tvm_icca.plan_search import plan_operator
+    from tvm_icca.plan_search.pareto import pareto_plans
+    from tvm_icca.plan_search.t10_bench import bench_expr
 
     expr = bench_expr(args.m, args.k, args.n, args.dtype)
     planned = plan_operator(expr, hw, budget_bytes=args.budget, name="matmul")
@@ -258,7 +258,7 @@ def _run_matmul(args: argparse.Namespace) -> int:
 
 
 def _generic_keys(expr, plan, time_s: float, cores: int) -> dict[str, Any]:
-    from tvm_icca.plans.search_memo import plan_structure
+    from tvm_icca.plan_search.search_memo import plan_structure
 
     structure = plan_structure(expr)
     out: dict[str, Any] = {"axes": list(structure.axes), "F_op": [plan.F(a) for a in structure.axes]}
@@ -273,8 +273,8 @@ def _generic_keys(expr, plan, time_s: float, cores: int) -> dict[str, Any]:
 
 
 def _run_conv2d(args: argparse.Namespace) -> int:
-    from tvm_icca.plans import plan_operator
-    from tvm_icca.plans.pareto import pareto_plans
+    from tvm_icca.plan_search import plan_operator
+    from tvm_icca.plan_search.pareto import pareto_plans
 
     hw = args.hw  # resolved by --hw (tvm_icca.cli.args.hardware_arg)
     expr = conv2d_expr(args.batch, args.channels, args.height, args.width, args.filters,

@@ -34,7 +34,7 @@ from runtime_sim.contract.errors import LibraryLoadError
 from runtime_sim.contract.units import format_bytes, format_seconds
 from tvm_icca.cli.library_file import EXPECTED, check_library_file
 from tvm_icca.cli.model_match import check_model_matches_library
-from tvm_icca.planning.state_place import STATE_WORDS
+from tvm_icca.model_pass.state_place import STATE_WORDS
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -195,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from tvm_icca.cli.compile_command import read_signature
-    from tvm_icca.runtime import device_entry
+    from tvm_icca.device_call import device_entry
 
     vm = _load_vm(args.library)
     signature = read_signature(vm)

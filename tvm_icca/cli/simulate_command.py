@@ -10,7 +10,7 @@ The model is a workload of the zoo (``tvm-icca models``) or an ONNX file. Exampl
     tvm-icca simulate model.onnx --shape input=1,3,224,224 --hw ipu-mk2
 
 The model is partitioned and its regions compiled to device programs
-(:func:`tvm_icca.drivers.timing_only.compile_programs`, the timing-only path: no LLVM build), then timed
+(:func:`tvm_icca.drivers.device_programs.compile_programs`, the timing-only path: no LLVM build), then timed
 by :func:`runtime_sim.timing.simulate_timing`. Progress bars go to stderr, so ``--json``
 output on stdout stays one JSON object. Every argument is checked before any work.
 """
@@ -35,8 +35,8 @@ from tvm_icca.cli.args import (
     tuning_records,
     writable_path,
 )
-from tvm_icca.planning.planner import PRELOAD_CHOICES
-from tvm_icca.planning.state_place import describe_setting
+from tvm_icca.model_pass.planner import PRELOAD_CHOICES
+from tvm_icca.model_pass.state_place import describe_setting
 
 #: Keys ``--json`` always has at the top level.
 SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
@@ -166,7 +166,7 @@ def _load(args: argparse.Namespace, model: str) -> tuple[Any, str, str, dict[str
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tvm_icca.drivers.timing_only import (  # pylint: disable=import-outside-toplevel
+    from tvm_icca.drivers.device_programs import (  # pylint: disable=import-outside-toplevel
         compile_programs,
     )
     from tvm_icca.hardware_choice import resolve_hardware  # pylint: disable=import-outside-toplevel

@@ -48,12 +48,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from tvm_icca.cli.simulate_command import _load, _model_argument
-    from tvm_icca.drivers.timing_only import (  # pylint: disable=import-outside-toplevel
+    from tvm_icca.drivers.device_programs import (  # pylint: disable=import-outside-toplevel
         compile_programs,
     )
     from tvm_icca.hardware_choice import resolve_hardware  # pylint: disable=import-outside-toplevel
     from tvm_icca.records.apply import use_database  # pylint: disable=import-outside-toplevel
-    from tvm_icca.planning.state_place import (  # pylint: disable=import-outside-toplevel
+    from tvm_icca.model_pass.state_place import (  # pylint: disable=import-outside-toplevel
         StatePlacement,
         per_operator_state,
     )

@@ -2,10 +2,10 @@
 
 * :mod:`.compile_api` -- ``tvm_icca.compile`` / ``compile_onnx``: one call to
   ``tvm.compile(mod, target="icca")`` with the model-level choices;
-* :mod:`.timing_only` -- :func:`~tvm_icca.drivers.timing_only.compile_programs`: the same passes
+* :mod:`.device_programs` -- :func:`~tvm_icca.drivers.device_programs.compile_programs`: the same passes
   up to the device programs, without the host build, then the timing simulator
   (``CompiledModel.simulate``).
 
 Drivers resolve the chip once (:func:`tvm_icca.hardware_choice.resolve_hardware`) and pass it
-down; they may run executors. Start at :mod:`.timing_only`.
+down; they may run executors. Start at :mod:`.device_programs`.
 """

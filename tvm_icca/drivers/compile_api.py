@@ -1,7 +1,7 @@
 """One-call compilation: ``tvm_icca.compile`` and ``tvm_icca.compile_onnx``.
 
 Thin entry points over ``tvm.compile(mod, target="icca")`` with the model-level choices of
-:class:`~tvm_icca.planning.CompileOptions`; the chip is resolved here, once
+:class:`~tvm_icca.model_pass.CompileOptions`; the chip is resolved here, once
 (:func:`tvm_icca.use_hardware`), and passed down by the pipeline.
 """
 
@@ -15,7 +15,7 @@ from tvm.ir import IRModule
 from tvm_icca.backend.target import TARGET_TAG, check_target_name, icca_pipeline
 from tvm_icca.frontend.onnx_loader import ModelSource, load_onnx
 from tvm_icca.hardware_choice import HardwareLike, use_hardware
-from tvm_icca.planning import CompileOptions
+from tvm_icca.model_pass import CompileOptions
 from tvm_icca.progress import ProgressLike
 
 # ``compile`` shadows the builtin on purpose (``tvm_icca.compile``); star imports skip it.
@@ -42,7 +42,7 @@ def compile(  # pylint: disable=redefined-builtin
         vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
         out = vm["main"](*inputs)
 
-    The model-level choices are those of :class:`~tvm_icca.planning.CompileOptions`, where
+    The model-level choices are those of :class:`~tvm_icca.model_pass.CompileOptions`, where
     each is defined; ``tvm.compile(mod, target="icca")`` takes the defaults (or
     ``relax_pipeline=icca_pipeline(options=CompileOptions(...))``).
 

@@ -21,12 +21,12 @@ Example::
 
 Modules: :mod:`~tvm_icca.dse.spec` (the spec), :mod:`~tvm_icca.dse.points` (points and keys),
 :mod:`~tvm_icca.dse.results` (the results file), :mod:`~tvm_icca.dse.worker` (one point),
-:mod:`~tvm_icca.dse.run` (the sweep), :mod:`~tvm_icca.dse.report` (tables and plots),
+:mod:`~tvm_icca.dse.run` (the sweep), :mod:`~tvm_icca.dse.sweep_report` (tables and plots),
 :mod:`~tvm_icca.dse.rerun` (re-running rows).
 """
 
 from tvm_icca.dse.points import DsePoint, expand
-from tvm_icca.dse.report import write_report
+from tvm_icca.dse.sweep_report import write_report
 from tvm_icca.dse.rerun import RerunResult, rerun
 from tvm_icca.dse.results import append_row, done_keys, read_chips, read_rows, read_runs
 from tvm_icca.dse.run import ChipChangedWarning, DseRun, run

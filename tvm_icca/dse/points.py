@@ -15,7 +15,7 @@ resumed sweep whose preset or fixed fields changed finds the rows of the same po
 on the old chip and says what changed (:func:`chip_changes`).
 
 The order groups points that share a workload and the part of the chip the plan search reads
-(:func:`plan_group`: the fields of :func:`tvm_icca.plans.hw_fields.search_key`, so points
+(:func:`plan_group`: the fields of :func:`tvm_icca.plan_search.hw_fields.search_key`, so points
 differing in HBM bandwidth, topology or host fields are one group, points differing in cores,
 SRAM or link bandwidth are not): the first point of a group searches its operators' plans, and
 every other point of the group finds them in the plan cache. A parallel sweep runs a group's
@@ -32,7 +32,7 @@ from typing import Any
 
 from tvm_icca.dse.spec import DseSpec, _jsonable
 from tvm_icca.hardware_choice import HardwareSpec
-from tvm_icca.plans.hw_fields import search_key
+from tvm_icca.plan_search.hw_fields import search_key
 
 __all__ = ["DsePoint", "KEY_FORMAT", "chip_changes", "chip_digest", "chip_document", "expand",
            "plan_group", "point_id", "point_key"]
@@ -147,12 +147,12 @@ def plan_group(hw: HardwareSpec, workload: dict[str, Any], state: str | None,
                execution: str) -> str:
     """The group of points that ask for the same operator plans: a digest of the workload, the
     state, the execution model and the chip as far as the plan search reads it
-    (:func:`tvm_icca.plans.hw_fields.search_key`, the one declaration of those fields).
+    (:func:`tvm_icca.plan_search.hw_fields.search_key`, the one declaration of those fields).
 
     The preload design is not part of it: the designs of one chip plan the same operators
     (they differ in the budgets of a few), so the first point of a group searches most of what
     the others need. HBM and inter-chip bandwidths are not either: on several chips they only
-    pick among a plan's searched placements (:func:`tvm_icca.plans.hw_fields.placement_rates`),
+    pick among a plan's searched placements (:func:`tvm_icca.plan_search.hw_fields.placement_rates`),
     which costs no search."""
     return _digest({"workload": workload, "state": state or "auto", "execution": execution,
                     "chip": search_key(hw)})[:16]

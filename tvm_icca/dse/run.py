@@ -18,7 +18,7 @@ group before any group's second, and a free worker takes a point of a group alre
 before one of a group whose first point still runs. Through the plan cache on disk (without
 ``plan_cache=``, a temporary directory for the run's duration) a worker reads what another has
 searched, and a worker about to search an operator holds that search's lock
-(:meth:`tvm_icca.planning.plan_store.PlanStore.lock`): a second worker asking for it meanwhile
+(:meth:`tvm_icca.model_pass.plan_store.PlanStore.lock`): a second worker asking for it meanwhile
 waits and reads the first's result. So no plan is searched twice, and a second worker on a
 group still being searched follows the first, doing its point's own work (the Elk schedule, the
 simulation) beside it. Without a shared directory (a Ray cluster of several machines and no
@@ -55,7 +55,7 @@ from tvm_icca.dse.points import DsePoint, chip_changes, chip_digest, expand
 from tvm_icca.dse.results import append_chip, append_row, append_run, read_chips, read_rows
 from tvm_icca.dse.spec import DseSpec, hardware_fields, load_spec
 from tvm_icca.dse.worker import DOES_NOT_FIT, FAILED, OK, evaluate
-from tvm_icca.planning.plan_store import default_plan_cache_dir
+from tvm_icca.model_pass.plan_store import default_plan_cache_dir
 from tvm_icca.progress import ProgressLike, as_progress
 from tvm_icca.provenance import current
 
@@ -199,7 +199,7 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     plan_cache : str, os.PathLike or bool, optional
         A directory where the workers keep searched plans on disk
         (:meth:`tvm_icca.PlanCache.persistent`; ``True``: the default directory,
-        ``$TVM_ICCA_PLAN_CACHE`` or ``$XDG_CACHE_HOME/tvm_icca/plans``). Every worker, later
+        ``$TVM_ICCA_PLAN_CACHE`` or ``$XDG_CACHE_HOME/tvm_icca/plan_search``). Every worker, later
         runs and, on a shared file system, other machines read them instead of searching
         again. ``None``: a parallel run on this machine keeps them in a temporary directory
         deleted when it ends (the workers share them, later runs do not); on a Ray cluster
@@ -466,7 +466,7 @@ class _Schedule:
 def _start_worker() -> None:
     """Import what a point needs, so that a worker's start overlaps the first points."""
     # pylint: disable=import-outside-toplevel,unused-import
-    from tvm_icca.drivers.timing_only import compile_programs  # noqa: F401
+    from tvm_icca.drivers.device_programs import compile_programs  # noqa: F401
 
 
 def _died_early() -> IccaError:

@@ -46,9 +46,9 @@ from typing import Any, Mapping, Sequence
 from runtime_sim.contract.errors import IccaError, InvalidSpecError
 from runtime_sim.contract.text_files import parse_toml, read_text
 from tvm_icca.hardware_choice import HardwareSpec, is_hardware_file_name, load_hardware, preset
-from tvm_icca.planning.planner import PRELOAD_CHOICES
-from tvm_icca.planning.region_plans import EXECUTION_MODELS
-from tvm_icca.planning.state_place import STATE_CHOICES
+from tvm_icca.model_pass.planner import PRELOAD_CHOICES
+from tvm_icca.model_pass.region_plans import EXECUTION_MODELS
+from tvm_icca.model_pass.state_place import STATE_CHOICES
 
 
 __all__ = ["DseSpec", "SPEC_KEYS", "SPEC_SUFFIXES", "load_spec", "hardware_fields"]

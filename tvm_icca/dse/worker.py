@@ -2,7 +2,7 @@
 
 Run in the worker processes of a local pool and in Ray tasks alike (:func:`evaluate` takes
 and returns plain data, so it pickles). A worker keeps one
-:class:`~tvm_icca.planning.plan_cache.PlanCache` across its points (:func:`plan_cache_for`):
+:class:`~tvm_icca.model_pass.plan_cache.PlanCache` across its points (:func:`plan_cache_for`):
 points of one group ask for the same operator plans (:func:`tvm_icca.dse.points.plan_group`),
 and every design of one chip reuses them; the plans are keyed on the chip fields they read, so
 the points of a bandwidth sweep reuse every search. With a plan cache directory
@@ -18,7 +18,7 @@ from typing import Any
 
 from runtime_sim.contract.errors import HbmCapacityError, IccaError, PlanNotFoundError
 from tvm_icca.hardware_choice import HardwareSpec
-from tvm_icca.planning.plan_cache import PlanCache
+from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.provenance import current
 
 __all__ = ["evaluate", "plan_cache_for", "DOES_NOT_FIT", "FAILED", "OK", "PROVENANCE_KEYS",
@@ -100,7 +100,7 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
         (:mod:`tvm_icca.provenance`: commit, uncommitted changes, versions), host and time.
     """
     # pylint: disable=import-outside-toplevel
-    from tvm_icca.drivers.timing_only import compile_programs
+    from tvm_icca.drivers.device_programs import compile_programs
 
     wall_start, cpu_start = time.perf_counter(), time.process_time()
     row: dict[str, Any] = {"key": task["key"], **task.get("trace", {}),

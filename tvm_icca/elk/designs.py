@@ -27,7 +27,7 @@ So, by construction of the candidate sets, Ideal <= Elk-Full <= Elk-Dyn <= Stati
 :func:`estimate` (for Ideal: its durations are lower bounds of any design's, and its horizons —
 preload as far ahead as the preload SRAM allows — upper bounds, for the same order).
 
-Each design's candidates are ranked by :func:`tvm_icca.elk.schedule.estimate`, which prices a
+Each design's candidates are ranked by :func:`tvm_icca.elk.elk_schedule.estimate`, which prices a
 schedule the way the device runs it. The search (§4.2-§4.3) prices contention as the paper does,
 inside each window (:mod:`tvm_icca.elk.overlap_model`), and charges distribution time to the
 window that shrank the preload point; its internal total is an estimate of the estimate.
@@ -50,7 +50,7 @@ from tvm_icca.elk.draft import Draft, OnStep, finish_draft, schedule_at_points
 from tvm_icca.elk.inductive import InfeasibleError, early_members, min_horizons
 from tvm_icca.elk.inductive_draft import MAX_STRETCH, average_stretch, inductive_draft
 from tvm_icca.elk.refine import SCREEN_LAYERS, local_search, refine
-from tvm_icca.elk.schedule import ElkSchedule, PlanStats, ideal_preload, prefix_sums
+from tvm_icca.elk.elk_schedule import ElkSchedule, PlanStats, ideal_preload, prefix_sums
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")

@@ -2,8 +2,8 @@
 
 Every design of :mod:`tvm_icca.elk.designs` first chooses, per operator, an execute-state point
 and a preload-state point, a preload order and horizons: a :class:`Draft`. :func:`finish_draft`
-turns a draft into an :class:`~tvm_icca.elk.schedule.ElkSchedule` priced by
-:func:`~tvm_icca.elk.schedule.estimate`. For fixed points and order, :func:`fitting_horizons`
+turns a draft into an :class:`~tvm_icca.elk.elk_schedule.ElkSchedule` priced by
+:func:`~tvm_icca.elk.elk_schedule.estimate`. For fixed points and order, :func:`fitting_horizons`
 gives the best horizons (every preload issued as early as SRAM allows) and
 :func:`schedule_at_points` the schedule they make -- what the refinement
 (:mod:`tvm_icca.elk.refine`) and the reordering of Elk-Full evaluate.
@@ -19,7 +19,7 @@ from typing import Optional
 
 from tvm_icca.elk.inductive import InfeasibleError
 from tvm_icca.elk.overlap_model import window_bytes
-from tvm_icca.elk.schedule import (
+from tvm_icca.elk.elk_schedule import (
     ElkSchedule,
     PlanStats,
     Timeline,
@@ -51,7 +51,7 @@ def finish_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, d
     """``draft`` as design ``design``'s schedule, with its estimated timeline and total (raises
     ``ValueError`` if the draft's horizons are invalid or a window overflows SRAM); then
     ``on_step(None)``. ``None`` when its total is proven to be at least ``stop_at`` (a search
-    that keeps only faster schedules, :func:`~tvm_icca.elk.schedule.estimate`)."""
+    that keeps only faster schedules, :func:`~tvm_icca.elk.elk_schedule.estimate`)."""
     sched = ElkSchedule(design, tuple(draft.exec_choice), tuple(draft.preload_choice), draft.order,
                         tuple(draft.horizon), Timeline((), (), (), (), (), (), (), 0.0), 0.0,
                         replace(stats, source=draft.source))

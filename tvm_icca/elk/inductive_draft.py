@@ -26,7 +26,7 @@ def inductive_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tupl
     """§4.2 + §4.3: the recurrence whose window times come from the cost-aware allocation.
 
     With ``stretch`` the contention is priced the way the device resolves it instead of
-    inside the windows (:func:`~tvm_icca.elk.schedule.estimate`): executions keep their own
+    inside the windows (:func:`~tvm_icca.elk.elk_schedule.estimate`): executions keep their own
     time, and every preload's network delivery takes ``stretch`` times its time alone (the link
     share the executions it overlaps leave, on average: :func:`average_stretch`)."""
     n = len(ops)

@@ -5,7 +5,7 @@ window-local prices; Elk-Dyn and Elk-Full then refine their best candidate here:
 :func:`local_search` tries, per operator class (one position of the repeated layer, as §4.4
 applies one layer's order to every layer), every (execute, preload) point with preloads as
 early as memory allows (:func:`tvm_icca.elk.draft.schedule_at_points`), keeping only what the
-forward estimate (:func:`tvm_icca.elk.schedule.estimate`) improves; :func:`refine` runs that
+forward estimate (:func:`tvm_icca.elk.elk_schedule.estimate`) improves; :func:`refine` runs that
 search on the model cut to :data:`SCREEN_LAYERS` layers and carries it to the whole model.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from tvm_icca.elk import reorder
 from tvm_icca.elk.draft import OnStep, schedule_at_points
-from tvm_icca.elk.schedule import ElkSchedule
+from tvm_icca.elk.elk_schedule import ElkSchedule
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 
 #: Layers of the truncated model the points are searched on; the designs screen their candidate
@@ -75,7 +75,7 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
     preload point in the windows it is preloaded in, against window-local prices; whether a
     slower execute point with a cheaper preload pays off depends on what the whole timeline
     is bound by (HBM, links or execution), which only
-    :func:`~tvm_icca.elk.schedule.estimate` sees. This pass tries,
+    :func:`~tvm_icca.elk.elk_schedule.estimate` sees. This pass tries,
     for one class of operators at a time, every (execute, preload) point of its tables, with
     the preloads issued as early as memory allows
     (:func:`~tvm_icca.elk.draft.fitting_horizons`), and keeps a

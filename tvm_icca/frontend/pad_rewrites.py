@@ -179,7 +179,7 @@ def per_axis_pads(data: relax.Expr, widths: Sequence[int], mode: str, value: flo
     padded axis, outermost first (both are separable: padding axis after axis reads the same
     elements, the corners included). Each padded axis makes a read of three affine pieces
     (:mod:`tvm_icca.lower.te_pieces`) and each piece is a tensor of the plan search, which
-    joins its tensors' options (:mod:`tvm_icca.plans.partitions`): two axes at once would be
+    joins its tensors' options (:mod:`tvm_icca.plan_search.plan_space`): two axes at once would be
     nine."""
     padded = [d for d in range(len(widths) // 2) if widths[2 * d] or widths[2 * d + 1]]
     if mode == "constant" or len(padded) <= 1:

@@ -4,7 +4,7 @@ The layers of an LLM are identical, so the same composite function (``relu(matmu
 of the same shapes) is lowered once per layer. Its :class:`~tvm_icca.ops.extracted_op.ExtractedOp`
 depends on the function's structure, not on the names of the operator it becomes, so it is
 keyed on ``tvm_ffi.structural_hash`` / ``structural_equal`` and a hit is renamed for the
-operator at hand. Owned by the compilation (:class:`tvm_icca.planning.plan_cache.PlanCache`
+operator at hand. Owned by the compilation (:class:`tvm_icca.model_pass.plan_cache.PlanCache`
 holds one) and passed down.
 """
 

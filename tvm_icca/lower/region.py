@@ -4,9 +4,9 @@ A region (a function with ``Codegen == "icca"``) calls one composite function pe
 operator. :func:`extract_region` takes each operator's tensor expression from its TE compute
 (:mod:`tvm_icca.lower.te_to_expr`) and records where its inputs come from: a region parameter, a
 constant baked into the program, or the output of an earlier operator of the region.
-:func:`plan_region` searches each operator's rTensor execution plan (:mod:`tvm_icca.plans`)
+:func:`plan_region` searches each operator's rTensor execution plan (:mod:`tvm_icca.plan_search`)
 within the SRAM its region leaves it. The model-level pass
-(:mod:`tvm_icca.planning.planner`) calls these for every region of a model; nothing else
+(:mod:`tvm_icca.model_pass.planner`) calls these for every region of a model; nothing else
 compiles regions.
 """
 

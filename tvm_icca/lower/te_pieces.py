@@ -34,7 +34,7 @@ __all__ = ["MAX_PIECES", "Piece", "affine_pieces"]
 
 #: Most pieces one read may be split into: the left border, the interior and the right
 #: border of one padded axis. Every piece is a tensor access of the operator, and the plan
-#: search joins the options of its tensors (:mod:`tvm_icca.plans.partitions`): the nine
+#: search joins the options of its tensors (:mod:`tvm_icca.plan_search.plan_space`): the nine
 #: pieces of two padded axes at once exhaust memory there, so such pads are split per axis
 #: first (:func:`tvm_icca.frontend.pad_rewrites.per_axis_pads`).
 MAX_PIECES = 3

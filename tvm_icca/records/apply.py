@@ -1,14 +1,14 @@
 """Applying tuning records: the compiler uses the best measured plan of every operator.
 
-``with tvm_icca.use_database(work_dir) as tuned:`` installs a plan hook (:mod:`tvm_icca.plans.plan_hook`) for the
-block: the one model-level compiler (:func:`tvm_icca.planning.plan_device_programs`, reached
+``with tvm_icca.use_database(work_dir) as tuned:`` installs a plan hook (:mod:`tvm_icca.plan_search.plan_hook`) for the
+block: the one model-level compiler (:func:`tvm_icca.model_pass.plan_device_programs`, reached
 by ``tvm.compile(mod, target="icca")`` and by the timing-only path alike) asks it about
 every compute-shift operator it plans. A record replaces the compiler's plan only when
 
 * it was measured on the same chip (every field of the spec: a record from another chip, or
   from the same chip with another SRAM size, is ignored with a note);
 * its plan is valid on the chip and fits the SRAM budget the operator has here
-  (:func:`tvm_icca.plans.fit.fits`: the device's layout rules, its cores, the budget);
+  (:func:`tvm_icca.plan_search.fit.fits`: the device's layout rules, its cores, the budget);
 * it is faster than the compiler's own plan *as measured* in the same records: a tuned plan
   is never applied without the untuned plan's measurement to beat, so tuning never makes an
   operator slower than its untuned plan.
@@ -17,12 +17,12 @@ The placement on chips is chosen again for the context (:func:`choose_core_order
 operator's estimate stays the analytic model's. ``tuned.applied`` lists the operators that
 used tuned plans, ``tuned.notes`` the records that were ignored and why.
 
-On a chip with HBM the Elk pass (:mod:`tvm_icca.planning.elk_pass`) chooses each operator's
+On a chip with HBM the Elk pass (:mod:`tvm_icca.model_pass.elk_pass`) chooses each operator's
 execute-state plan after this hook, among points from the operator's plan (the tuned one when
 applied) down a ladder of smaller plans. With records it also asks :meth:`TunedPlans.measured_plans`:
 a point whose plan has a record takes its measured time, measured plans smaller than the
 operator's plan join the points, and the Elk schedule is computed from these
-(:func:`tvm_icca.planning.tradeoff_tables.operator_tables`).
+(:func:`tvm_icca.model_pass.tradeoff_tables.operator_tables`).
 
 Inside meta_schedule's own ``with database:`` block the compiler does the same with that
 database's records (:func:`hook_for_database`, installed by :func:`database_scope`).
@@ -40,10 +40,10 @@ from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.units import format_seconds
-from tvm_icca.plans import AnalyticCostModel, PlannedOp
-from tvm_icca.plans.fit import fits
-from tvm_icca.plans.mapping import choose_core_order
-from tvm_icca.plans.plan_hook import PlanRequest, active_hook, plan_hook
+from tvm_icca.plan_search import AnalyticCostModel, PlannedOp
+from tvm_icca.plan_search.fit import fits
+from tvm_icca.plan_search.mapping import choose_core_order
+from tvm_icca.plan_search.plan_hook import PlanRequest, active_hook, plan_hook
 from tvm_icca.records.database import RecordStore, StoredRecord, plan_annotation
 from tvm_icca.records.keys import expr_digest, hardware_digest, plan_signature, unmapped
 

@@ -3,7 +3,7 @@
 A record is found again by what it was measured for, whatever the model it came from: the
 operator's structure (:meth:`TensorExpr.structure_key`), every field of the chip's spec, and the
 plan without its placement on chips (the placement is chosen per context by
-:func:`tvm_icca.plans.mapping.choose_core_order`). The tuner writes records under these keys
+:func:`tvm_icca.plan_search.mapping.choose_core_order`). The tuner writes records under these keys
 (:mod:`tvm_icca.tuning`) and the compiler reads them (:mod:`tvm_icca.records.apply`).
 """
 
@@ -42,7 +42,7 @@ def task_key(expr: TensorExpr, hw: HardwareSpec) -> str:
 
 def unmapped(plan: ExecutionPlan) -> ExecutionPlan:
     """``plan`` without its placement on chips (core order, chips): what tuning searches; the
-    placement is chosen per context by :func:`tvm_icca.plans.mapping.choose_core_order`."""
+    placement is chosen per context by :func:`tvm_icca.plan_search.mapping.choose_core_order`."""
     return ExecutionPlan(dict(plan.op_partition), tuple(dict(t) for t in plan.temporal),
                          tuple(plan.loop_order))
 

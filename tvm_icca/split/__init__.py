@@ -1,6 +1,6 @@
-"""Operator splitting: operators larger than the chip run as sub-operators (long context).
+"""Stage 3 (continued), operator splitting: operators too large for the chip as sub-operators.
 
-The stage between lowering (:mod:`tvm_icca.lower`) and planning (:mod:`tvm_icca.planning`):
+The stage between lowering (:mod:`tvm_icca.lower`) and planning (:mod:`tvm_icca.model_pass`):
 an operator whose tensors cannot all be on the chip at once is cut along one axis into
 sub-operators that each fit, reading their blocks of HBM tensors in place, with exact
 combine operators where the cut runs along a reduction (:mod:`.pieces`); readers of the

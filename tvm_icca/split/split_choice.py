@@ -10,7 +10,7 @@ split into sub-operators that each fit (:mod:`tvm_icca.split.region_split`).
 (or that the planner reported unplannable, ``forced``), and those that read HBM and fill so
 much of the SRAM that Elk cannot preload beside them (:data:`OVERLAP_SHARE`), and for each searches the axis and
 the number of pieces with the plan search itself: every candidate's first (largest) piece is
-planned by :class:`~tvm_icca.planning.plan_cache.PlanCache`'s search under the same cost
+planned by :class:`~tvm_icca.model_pass.plan_cache.PlanCache`'s search under the same cost
 model, and the candidate with the least estimated time for all its pieces wins (fewer pieces
 on a tie: each piece costs a synchronization and a launch).
 
@@ -44,7 +44,7 @@ from tvm_icca.split.region_split import SplitChoice
 #: Share of a core's usable SRAM a piece's tensors may fill when perfectly spread. A plan
 #: needs more than the perfect spread (partitions are padded to the grid; replicas of a
 #: sub-tensor, T10 §4.2) and the region holds earlier outputs beside it
-#: (:func:`~tvm_icca.planning.region_plans.region_budgets`): half leaves room for both.
+#: (:func:`~tvm_icca.model_pass.region_plans.region_budgets`): half leaves room for both.
 PIECE_FILL = 0.5
 #: Share of the usable SRAM above which an operator that reads HBM is split although it
 #: fits: Elk preloads an operator's inputs while the operator before it executes, into SRAM

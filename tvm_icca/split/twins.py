@@ -5,7 +5,7 @@ operator as layer 3's, reading and feeding the same kinds of neighbours at the s
 distances. When the split stage learns that one of them must be cut (the planner found no
 plan for it, or the intermediates held beside it fill the SRAM), its twins in the other
 layers are in the same position: :func:`twin_groups` lets the decision reach them all in one
-round of planning instead of one round per layer (:func:`~tvm_icca.planning.region_plans.plan_split_region`).
+round of planning instead of one round per layer (:func:`~tvm_icca.model_pass.region_plans.plan_split_region`).
 
 Two operators are twins when they have the same tensor expression (up to tensor names), the
 same label, and the same surroundings: each input produced by the operator the same number of

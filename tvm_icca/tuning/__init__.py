@@ -7,8 +7,8 @@ simulated device's timing simulator (:mod:`.measure`), learns which plans are fa
 every measurement as an ordinary meta_schedule ``TuningRecord`` in a work directory
 (:mod:`tvm_icca.records.database`). The compiler reads them through :func:`use_database` or
 meta_schedule's own ``with database:`` (:mod:`tvm_icca.records.apply`, over the compiler's
-plan hook :mod:`tvm_icca.plans.plan_hook`); on a chip with HBM the Elk pass gets measured
-execute-state points (:mod:`tvm_icca.planning.tradeoff_tables`). Operators compiled with
+plan hook :mod:`tvm_icca.plan_search.plan_hook`); on a chip with HBM the Elk pass gets measured
+execute-state points (:mod:`tvm_icca.model_pass.tradeoff_tables`). Operators compiled with
 tuned plans are marked (:attr:`runtime_sim.contract.program.OpProgram.tuned`).
 
 The compiler never imports this package; xgboost loads when a session starts.

@@ -3,9 +3,9 @@
 Three sources (T10 §4.3.1 defines the space; a tuner explores it beyond the model's optimum):
 
 * **analytic top-k** -- the fastest plans under the analytic cost model
-  (:mod:`tvm_icca.plans.search`'s scan of the space, within the task's SRAM budget): the
+  (:mod:`tvm_icca.plan_search.search`'s scan of the space, within the task's SRAM budget): the
   complete space when it is small enough to score whole, else T10's filtered space;
-* **Pareto points** -- the time/memory frontier (:func:`tvm_icca.plans.pareto_plans`): plans
+* **Pareto points** -- the time/memory frontier (:func:`tvm_icca.plan_search.pareto_plans`): plans
   the analytic model ranks slower but which use less memory, often shift less and so fare
   differently on the simulated network;
 * **mutations** of the best measured plans: one local move in the complete space (move a
@@ -14,7 +14,7 @@ Three sources (T10 §4.3.1 defines the space; a tuner explores it beyond the mod
   (:meth:`runtime_sim.contract.layout.OpLayout.validate`, the device's own rule) and fits the budget.
 
 Every candidate is an *unmapped* plan (no core order or chip spread): the placement is
-chosen per context by :func:`tvm_icca.plans.mapping.choose_core_order`.
+chosen per context by :func:`tvm_icca.plan_search.mapping.choose_core_order`.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import numpy as np
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.plan import ExecutionPlan
-from tvm_icca.plans import SearchMemo, plan_structure
-from tvm_icca.plans.batch_cost import AnalyticBatchModel
-from tvm_icca.plans.bounds import memory_lower_bound
-from tvm_icca.plans.fit import fits
-from tvm_icca.plans.intmath import factorize
-from tvm_icca.plans.partitions import plans_for
-from tvm_icca.plans.scoring import (
+from tvm_icca.plan_search import SearchMemo, plan_structure
+from tvm_icca.plan_search.batch_cost import AnalyticBatchModel
+from tvm_icca.plan_search.bounds import memory_lower_bound
+from tvm_icca.plan_search.fit import fits
+from tvm_icca.plan_search.intmath import factorize
+from tvm_icca.plan_search.plan_space import plans_for
+from tvm_icca.plan_search.scoring import (
     CHUNK_PLANS,
     candidate_partitions,
     pareto_front,

@@ -23,7 +23,7 @@ import numpy as np
 
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
-from tvm_icca.plans import AnalyticCostModel
+from tvm_icca.plan_search import AnalyticCostModel
 from tvm_icca.records.database import plan_of_trace
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -3,15 +3,15 @@
 A tuner measures on the device; here the device is the timing simulator
 (:func:`runtime_sim.timing.simulate_timing`), which costs what the analytic model
 approximates: routed shift phases, replica-reduction schedules, link contention. This module
-is the only place in ``tvm_icca`` that imports it: the compiler proper (``tvm_icca.planning``,
-``tvm_icca.plans``) never does.
+is the only place in ``tvm_icca`` that imports it: the compiler proper (``tvm_icca.model_pass``,
+``tvm_icca.plan_search``) never does.
 
 What is measured: one operator under one plan, alone on the chip, as a one-operator device
 program whose inputs already rest in the plan's placement (source ``"resident"`` without an
 idle plan: no setup phase). Its time is the operator's execution on the compute array
 (``end_s - start_s`` of its :class:`~runtime_sim.timing.OpTiming`): steps, shifts, replica
 reduction and epilogue -- the quantity the analytic cost model estimates for a plan
-(:class:`tvm_icca.plans.PlanCost`). Loads from HBM or the host and re-layouts between
+(:class:`tvm_icca.plan_search.PlanCost`). Loads from HBM or the host and re-layouts between
 operators depend on the operator's neighbours, not on its plan alone, and stay out.
 
 Workers receive plain dicts and import only :mod:`runtime_sim` (no TVM), so a pool of

@@ -6,7 +6,7 @@ Per task (:mod:`.tasks`, heaviest first), a session
    measurements count as trials, train the cost model and are never measured again);
 2. measures the compiler's own plan first (the baseline a tuned plan must beat,
    :mod:`tvm_icca.records.apply`) and, on a chip with HBM, the smaller execute-state plans the Elk pass
-   trades off against it (:func:`tvm_icca.planning.tradeoff_tables.ladder_budgets`), so the Elk
+   trades off against it (:func:`tvm_icca.model_pass.tradeoff_tables.ladder_budgets`), so the Elk
    schedule of a tuned compile runs on measured points;
 3. then, batch by batch, ranks unmeasured candidates (:mod:`.candidates`: the analytic
    top-k and Pareto points, then mutations of the best measured plans) with the learned cost
@@ -35,9 +35,9 @@ from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.units import format_seconds, in_unit, time_unit
 from tvm_icca.hardware_choice import HardwareLike, resolve_hardware
-from tvm_icca.planning.tradeoff_tables import ladder_budgets
-from tvm_icca.plans import SearchMemo, plan_operator
-from tvm_icca.plans.mapping import choose_core_order
+from tvm_icca.model_pass.tradeoff_tables import ladder_budgets
+from tvm_icca.plan_search import SearchMemo, plan_operator
+from tvm_icca.plan_search.mapping import choose_core_order
 from tvm_icca.progress import Progress, ProgressLike, as_progress
 from tvm_icca.records.database import (
     PLAN_ANNOTATION,
@@ -204,7 +204,7 @@ def tune(
         session is repeatable.
     preload : str or None
         The HBM preload design the tasks are extracted under (``preload`` of
-        :class:`~tvm_icca.planning.CompileOptions`); compile with the same design.
+        :class:`~tvm_icca.model_pass.CompileOptions`); compile with the same design.
     progress : Progress, bool or None
         The compile's bars and one per task (:class:`tvm_icca.progress.Progress`); ``True``
         or ``None``: on a terminal, after two seconds; ``False``: none.
@@ -367,7 +367,7 @@ class _Session:
 
     def _ladder(self, task: Task) -> list[ExecutionPlan]:
         """On a chip with HBM, the smaller execute-state plans the Elk pass builds for the
-        compiler's plan (:func:`tvm_icca.planning.tradeoff_tables.ladder_budgets`), unmapped."""
+        compiler's plan (:func:`tvm_icca.model_pass.tradeoff_tables.ladder_budgets`), unmapped."""
         if task.hw.hbm_bandwidth <= 0:
             return []
         fastest = OpLayout(task.expr, task.analytic_plan, task.hw.cores_per_chip).memory_bytes_per_core()

@@ -1,7 +1,7 @@
 """Tuning tasks: the distinct ICCA operators of a model, weighted by how often they run.
 
 The model is compiled once by the one model-level compiler
-(:func:`tvm_icca.drivers.timing_only.compile_programs`) with an observing plan hook (:mod:`tvm_icca.plans.plan_hook`): every
+(:func:`tvm_icca.drivers.device_programs.compile_programs`) with an observing plan hook (:mod:`tvm_icca.plan_search.plan_hook`): every
 operator the compiler plans is reported with the chip, the SRAM budget its region leaves it
 and the inputs it reads from HBM -- exactly the context in which a tuned plan will later be
 applied. Operators with the same structure, chip and budget (the layers of a transformer)
@@ -28,12 +28,12 @@ from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.stream import input_sources
-from tvm_icca.drivers.timing_only import compile_programs
-from tvm_icca.planning.state_place import per_operator_state
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.model_pass.state_place import per_operator_state
 from tvm_icca.ops.te_capture import compose_te
 from tvm_icca.partition.partitioner import icca_regions
-from tvm_icca.plans import PlannedOp
-from tvm_icca.plans.plan_hook import PlanRequest, plan_hook
+from tvm_icca.plan_search import PlannedOp
+from tvm_icca.plan_search.plan_hook import PlanRequest, plan_hook
 from tvm_icca.progress import ProgressLike
 from tvm_icca.records.keys import task_key, unmapped
 

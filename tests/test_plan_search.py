@@ -1,0 +1,190 @@
+"""First-stage plan search: every chosen plan is valid, fits SRAM and is costed sensibly."""
+
+import math
+
+import pytest
+
+from runtime_sim.contract.errors import PlanNotFoundError
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.presets import preset, small_chip
+from tvm_icca.plan_search import AnalyticCostModel, plan_operator, rotating_tensors
+from tvm_icca.plan_search.intmath import divisors
+from tvm_icca.plan_search.plan_space import axis_values
+from tvm_icca.plan_search.search_memo import plan_structure
+
+
+def test_factor_candidates(exprs):
+    assert divisors(12) == (1, 2, 3, 4, 6, 12)
+    # F_op candidates of an axis: every value up to min(extent, cores) (the complete space)
+    values = axis_values(plan_structure(exprs.matmul(32, 5120, 8)), 1472)
+    assert [list(v) for v in values] == [list(range(1, 33)), list(range(1, 9)), list(range(1, 1473))]  # m, n, k
+
+
+@pytest.mark.parametrize("cores,sram", [(4, 16 * 1024), (16, 12 * 1024), (64, 10 * 1024)])
+def test_plan_is_valid_and_fits(cores, sram, exprs):
+    hw = small_chip(cores, sram)
+    planned = plan_operator(exprs.matmul(32, 48, 40), hw)
+    planned.layout.validate()
+    assert planned.layout.num_cores <= cores
+    assert planned.memory_bytes_per_core <= hw.usable_sram_bytes
+    assert planned.memory_bytes_per_core == planned.layout.memory_bytes_per_core()
+
+
+def test_tight_memory_forces_rotation(exprs):
+    roomy = plan_operator(exprs.matmul(64, 64, 64), small_chip(16, 256 * 1024))
+    tight = plan_operator(exprs.matmul(64, 64, 64), small_chip(16, 8 * 1024 + 3 * 1024))
+    assert tight.memory_bytes_per_core < roomy.memory_bytes_per_core
+    assert any(tight.plan.temporal[t] for t in range(3)), "a tight budget needs temporal partitions"
+    assert tight.time_s >= roomy.time_s
+
+
+def test_single_core_cost_is_closed_form(exprs):
+    hw = small_chip(1, 1024 * 1024)
+    planned = plan_operator(exprs.matmul(32, 32, 32), hw)
+    # One core, one step: 32^3 MAC on the matrix unit plus one synchronization.
+    expected = 2 * 32**3 / hw.matrix_flops_per_cycle / hw.clock_hz + hw.sync_cycles / hw.clock_hz
+    assert planned.time_s == pytest.approx(expected)
+
+
+def test_shift_cost_counts_every_rotation(exprs):
+    hw = small_chip(4, 1024 * 1024, link_latency_s=1e-7)
+    expr = exprs.matmul(8, 8, 8)
+    plan = ExecutionPlan({"m": 2, "n": 2, "k": 1}, ({"k": 2}, {"k": 2}, {}), ("k",))
+    layout = OpLayout(expr, plan)
+    layout.validate()
+    cost = AnalyticCostModel()(layout, hw)
+    # A's partition is 4 x (8/2) fp32 = 64 bytes, B's (8/2) x 4 = 64 bytes; each shifts twice
+    # per core (f_t = 2, no outer loop); each shift is one chunk paying one hop's latency.
+    assert cost.shift_s == pytest.approx(2 * 2 * (64 / hw.link_bandwidth + hw.link_latency_s))
+    assert layout.shift_bytes() == 4 * 2 * 2 * 64
+
+
+def test_shift_cost_of_a_slower_rotation_is_paid_every_step(exprs):
+    """A tensor rotating slower than its axis steps is staggered over the cores by the Cannon
+    skew, so some core shifts it at every step, and a bulk-synchronous step waits for that
+    core: the analytic shift term is the simulator's, not ``f_t`` shifts per tensor."""
+    from runtime_sim.machine.topology import make_topology
+    from runtime_sim.timing.opcost import op_cost
+
+    hw = small_chip(8, 1024 * 1024, link_latency_s=0.0)
+    expr = exprs.matmul(8, 8, 8)
+    # A rotates on k 4 times (a ring of F_n = 4), B twice (a ring of F_m = 2): S_k = 4
+    plan = ExecutionPlan({"m": 2, "n": 4, "k": 1}, ({"k": 4}, {"k": 2}, {}), ("k",))
+    layout = OpLayout(expr, plan)
+    layout.validate()
+    a, b = layout.partition_bytes(0), layout.partition_bytes(1)
+    cost = AnalyticCostModel()(layout, hw)
+    assert cost.shift_s == pytest.approx(4 * (a + b) / hw.link_bandwidth)
+    device = op_cost(layout, hw, make_topology(hw)).shift.time_s
+    assert cost.shift_s == pytest.approx(device, rel=1e-9)
+    assert cost.shift_s > (4 * a + 2 * b) / hw.link_bandwidth * 1.1  # what f_t shifts would say
+
+
+def test_rotating_tensors_follow_f_op(exprs):
+    planned = plan_operator(exprs.matmul(64, 64, 64), small_chip(16, 8 * 1024 + 3 * 1024))
+    rts = rotating_tensors(planned.layout)
+    F = planned.layout.F
+    assert rts[0].spatial_partition_factor == (F["m"], F["k"])
+    assert rts[1].spatial_partition_factor == (F["k"], F["n"])
+    for t, rt in enumerate(rts):
+        sharing = planned.layout.sharing(t)
+        assert sharing % math.prod(rt.temporal_partition_factor) == 0
+
+
+def test_tensor_larger_than_chip_is_a_clear_error(exprs):
+    with pytest.raises(PlanNotFoundError, match="exceeds the on-chip memory"):
+        plan_operator(exprs.matmul(2048, 2048, 2048), small_chip(4, 64 * 1024))
+
+
+def test_nothing_fits_names_op_and_budget(exprs):
+    with pytest.raises(PlanNotFoundError, match="budget"):
+        plan_operator(exprs.matmul(16, 16, 16), small_chip(1, 8 * 1024 + 2048), name="mm0")
+
+
+def test_default_chip_plans_large_matmul_quickly(exprs):
+    planned = plan_operator(exprs.matmul(32, 5120, 15360, "float16"), preset("ipu-mk2"))
+    assert planned.layout.num_cores > 1000
+    assert planned.memory_bytes_per_core <= preset("ipu-mk2").usable_sram_bytes
+
+
+def test_search_maps_hbm_replicas_onto_one_chip(exprs) -> None:
+    """On a 2-chip system with HBM the search keeps its (chip-unaware) optimum and maps it so
+    that no weight block is read from two chips' HBM: the order with the batch rows innermost
+    is as fast and avoids the duplicate reads. On one chip nothing changes."""
+    from tvm_icca.plan_search.mapping import mapping_cost
+
+    hw = small_chip(64, 256 * 1024, hbm_bandwidth=1e11, hbm_controllers=2, num_chips=2,
+                    inter_chip_bandwidth=50e9)
+    e = exprs.matmul(32, 512, 512, "float16")
+    planned = plan_operator(e, hw, hbm_inputs=(1,))
+    unmapped = plan_operator(e, hw)
+    assert planned.plan.op_partition["m"] > 1  # the batch rows are split: B has replicas
+    assert planned.plan.core_order  # ... which the default numbering puts on both chips
+    default = OpLayout(e, ExecutionPlan(planned.plan.op_partition, planned.plan.temporal,
+                                        planned.plan.loop_order))
+    before, after = mapping_cost(default, hw, (1,)), mapping_cost(planned.layout, hw, (1,))
+    assert before.hbm_read_bytes == 2 * before.hbm_unique_bytes
+    assert after.hbm_read_bytes == after.hbm_unique_bytes == 512 * 512 * 2
+    assert after.time_s < before.time_s
+    assert planned.time_s == pytest.approx(unmapped.time_s)  # same plan, same time
+    one_chip = small_chip(64, 256 * 1024, hbm_bandwidth=1e11, hbm_controllers=2)
+    assert plan_operator(e, one_chip, hbm_inputs=(1,)).plan.core_order == ()
+
+
+def test_chooser_spreads_a_small_consumer_next_to_its_producer(exprs) -> None:
+    """The mapping chooser costs the re-layout from a producer spread over 4 chips: a 4-core
+    consumer is placed one core per chip (nothing crosses chips) rather than on chip 0; with
+    no producer (nothing to gain) the contiguous placement stays; on one chip nothing changes."""
+    from tvm_icca.plan_search.mapping import choose_core_order, mapping_cost
+
+    hw = small_chip(16, 256 * 1024, num_chips=4, inter_chip_bandwidth=1e9)
+    prod = OpLayout(exprs.bias_add(16, 64), ExecutionPlan({"i": 16}, ({}, {}, {})), hw.cores_per_chip)
+    cons = exprs.row_sum(16, 64)
+    plan = ExecutionPlan({"i": 4}, ({}, {}))
+    chosen = choose_core_order(cons, plan, hw, producers=((0, prod),))
+    assert chosen.chips == 4
+    spread = mapping_cost(OpLayout(cons, chosen, hw.cores_per_chip), hw, producers=((0, prod),))
+    contiguous = mapping_cost(OpLayout(cons, plan, hw.cores_per_chip), hw, producers=((0, prod),))
+    assert spread.inter_chip_bytes == 0 and contiguous.inter_chip_bytes == 12 * 64 * 4
+    assert choose_core_order(cons, plan, hw).chips == 1
+    assert choose_core_order(cons, plan, small_chip(16, 256 * 1024), producers=((0, prod),)) == plan
+    # the search passes the producers to the chooser (and keys its memo on them)
+    from tvm_icca.plan_search import SearchMemo
+    cache = SearchMemo()
+    budget = 2 * 64 * 4 * 8  # room for a few rows per core: the search's own plan is small
+    alone = plan_operator(cons, hw, budget_bytes=budget, cache=cache)
+    fed = plan_operator(cons, hw, budget_bytes=budget, cache=cache, producers=((0, prod),))
+    assert fed.plan.op_partition == alone.plan.op_partition
+    assert mapping_cost(fed.layout, hw, producers=((0, prod),)).inter_chip_bytes == 0
+
+
+@pytest.mark.parametrize("cap_share", [0.5, 0.25])
+def test_output_cap_is_the_fastest_plan_within_it(exprs, cap_share) -> None:
+    """``output_cap`` bounds the output's partition, and the plan is still the exact optimum
+    among the plans that meet it (checked against scoring the whole space)."""
+    import numpy as np
+
+    from tvm_icca.plan_search.batch_cost import AnalyticBatchModel
+    from tvm_icca.plan_search.search import scan
+
+    hw = small_chip(64, 64 * 1024)
+    expr = exprs.matmul(32, 256, 64)  # its fastest plan cuts the reduction 8 ways
+    free = plan_operator(expr, hw)
+    out = len(expr.tensors) - 1
+    cap = int(free.layout.partition_bytes(out) * cap_share)
+    capped = plan_operator(expr, hw, output_cap=cap)
+    assert capped.layout.partition_bytes(out) <= cap < free.layout.partition_bytes(out)
+    best = math.inf
+    for scored in scan(plan_structure(expr), AnalyticBatchModel(hw), hw.num_cores, None,
+                       hw.usable_sram_bytes):
+        fits = scored.batch.partition_bytes()[:, out] <= cap
+        if fits.any():
+            best = min(best, float(np.min(scored.time[fits])))
+    assert capped.time_s == pytest.approx(best, rel=1e-9)
+    assert capped.time_s >= free.time_s
+
+
+def test_output_cap_below_every_plan_is_a_clear_error(exprs) -> None:
+    with pytest.raises(PlanNotFoundError, match="at most 1 bytes per core of its output"):
+        plan_operator(exprs.matmul(64, 48, 40), small_chip(4, 64 * 1024), output_cap=1)

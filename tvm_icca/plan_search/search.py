@@ -1,0 +1,528 @@
+"""Choosing execution plans of one operator (T10 §4.3.1), exactly.
+
+Every search here runs over the complete plan space of :mod:`.plan_space` (optionally cut by
+T10's search constraints, :class:`PlanFilters`) and is exact for the cost model it is given:
+it returns what scoring every valid plan would return, without scoring them all.
+
+Branch and bound over ``F_op``: a batch cost model bounds the time of every plan of an
+``F_op`` row from below (the unpadded, unrotated sub-operator's compute plus one
+synchronization, :mod:`.batch_cost`), and :func:`.bounds.memory_lower_bound` bounds its
+memory. The unrotated plan of every row is scored first (one plan per row, all rows at
+once); rows are then expanded into their temporal-factor assignments in order of their
+bound for rotating plans, until the bound reaches the best time found. Rows whose memory
+bound exceeds the budget are never expanded.
+
+:func:`plan_operator` keeps its first-stage interface (``PlannedOp``) and is now the exact
+minimum-time plan under the budget for the analytic cost model (tests check it against brute
+force through :meth:`OpLayout.validate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from runtime_sim.contract.errors import PlanNotFoundError, operator_subject, short_name
+from runtime_sim.contract.expr import TensorExpr, dtype_bytes
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.relayout import producer_grid
+from tvm_icca.plan_search.batch_cost import (
+    AnalyticBatchModel,
+    ArrivalCostModel,
+    BatchCostModel,
+    InPlace,
+)
+from tvm_icca.plan_search.bounds import memory_lower_bound, partition_lower_bounds
+from tvm_icca.plan_search.cost import AnalyticCostModel, CostModel, PlanCost
+from tvm_icca.plan_search.filters import PlanFilters
+from tvm_icca.plan_search.hw_fields import placement_key, search_key
+from tvm_icca.plan_search.mapping import (
+    Producer,
+    pick_placement,
+    placement_bytes,
+    producer_key,
+    producer_numbering,
+)
+from tvm_icca.plan_search.plan_space import StepCaps, StepFilter, plans_for
+from tvm_icca.plan_search.scoring import (
+    CHUNK_PLANS,
+    ScoredPlans,
+    candidate_partitions,
+    max_padding,
+    pareto_front,
+    plan_chunks,
+    score,
+    unrotated,
+)
+from tvm_icca.plan_search.search_memo import SearchMemo, cache_or_new, plan_structure
+from tvm_icca.plan_search.structure import PlanStructure
+
+#: Relative slack of comparisons with a step lower bound: a model may compute a plan's
+#: time in another order than its bound (:class:`.batch_cost.ArrivalCostModel` swaps the
+#: reduction term), so the bound can exceed the time by rounding.
+BOUND_SLACK = 1e-6
+
+
+@dataclass(frozen=True)
+class PlannedOp:
+    """The plan :func:`plan_operator` chose for an operator, its layout and its estimated cost.
+
+    Attributes
+    ----------
+    expr : TensorExpr
+        The operator's tensor expression.
+    plan : ExecutionPlan
+        The chosen compute-shift plan: F_op, the tensors' temporal factors f_t, the loop order
+        (T10 §4.2).
+    layout : OpLayout
+        What the plan means on the cores: partitions, rotation rings, steps.
+    cost : PlanCost
+        The cost model's estimate, by component (compute, shifts, synchronization, ...).
+    memory_bytes_per_core : int
+        Bytes of tensor partitions each core holds while the operator runs (the shift buffer
+        not included).
+    """
+
+    expr: TensorExpr
+    plan: ExecutionPlan
+    layout: OpLayout
+    cost: PlanCost
+    memory_bytes_per_core: int
+
+    @property
+    def time_s(self) -> float:
+        """The estimated execution time in seconds (``cost.time_s``)."""
+        return self.cost.time_s
+
+
+# -- exact searches --------------------------------------------------------------------------
+def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, max_cores: int,
+              filters: PlanFilters | None = None,
+              cache: SearchMemo | None = None, output_cap: float = math.inf) -> ScoredPlans | None:
+    """The minimum-time plan fitting ``budget`` bytes per core (exact), or None;
+    ``output_cap``: the most bytes per core its output's partition may take."""
+    cache = cache_or_new(cache)
+    F = candidate_partitions(structure, max_cores, filters)
+    if math.isfinite(output_cap) and len(F):
+        F = F[partition_lower_bounds(structure, F)[:, -1] <= output_cap]
+    if not len(F):
+        return None
+    bound = model.time_lower_bound(structure, F)
+    by_bound = np.argsort(bound, kind="stable")
+    best: ScoredPlans | None = None
+    best_time = math.inf
+    # Unrotated plans first (one per row), best bounds first, until the bound passes the
+    # incumbent: on a roomy budget that incumbent is already close to the optimum.
+    for start in range(0, len(by_bound), CHUNK_PLANS):
+        rows = by_bound[start:start + CHUNK_PLANS]
+        rows = rows[bound[rows] < best_time]
+        if not len(rows):
+            break
+        rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
+        found = _argmin(score(unrotated(structure, F[rows]), model, budget, filters, output_cap))
+        if found is not None and (best is None or _better(found, best)):
+            best, best_time = found, float(found.time[0])
+    # Rotating plans: only rows whose (weaker) bound beats the incumbent can hold better ones.
+    rows = by_bound[: int(np.searchsorted(bound[by_bound], best_time, side="left"))]
+    rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
+    rot_bound = model.rotating_lower_bound(structure, F[rows], budget)
+    keep = rot_bound < best_time
+    rows, rot_bound = rows[keep], rot_bound[keep]
+    ranked = np.argsort(rot_bound, kind="stable")
+    rows, rot_bound = rows[ranked], rot_bound[ranked]
+    position = {int(r): i for i, r in enumerate(rows)}
+    caps = StepCaps(structure, F[rows], max_padding(filters))
+    for group in plan_chunks(structure, F, rows, cache):
+        group = group[rot_bound[[position[int(r)] for r in group]] < best_time]
+        if not len(group):
+            break
+        batch = plans_for(structure, F[group], True, max_padding(filters), cache,
+                          keep_steps=steps_within(model, structure, best_time), caps=caps)
+        found = _argmin(score(batch, model, budget, filters, output_cap))
+        if found is not None and (best is None or _better(found, best)):
+            best, best_time = found, float(found.time[0])
+    return best
+
+
+def steps_within(model: BatchCostModel, structure: PlanStructure,
+                 limit: float) -> StepFilter | None:
+    """A :data:`.plan_space.StepFilter` keeping the (row, S) pairs whose plans can take
+    ``limit`` seconds or less (by the model's ``step_lower_bound``, if it has one): a plan
+    slower than the incumbent is never chosen, so it need not be built."""
+    bound = getattr(model, "step_lower_bound", None)
+    if bound is None or not math.isfinite(limit):
+        return None
+    limit = limit * (1 + BOUND_SLACK)
+    return lambda F, S, xp: bound(structure, F, S, xp) <= limit
+
+
+def _argmin(scored: ScoredPlans) -> ScoredPlans | None:
+    if not len(scored):
+        return None
+    # Fastest; among equally fast plans the one with least memory, then fewest cores.
+    i = np.lexsort((scored.batch.cores, scored.memory, scored.time))[0]
+    return scored.take(np.array([i]))
+
+
+def _better(a: ScoredPlans, b: ScoredPlans) -> bool:
+    return (a.time[0], a.memory[0]) < (b.time[0], b.memory[0])
+
+
+def min_memory_plan(structure: PlanStructure, model: BatchCostModel, max_cores: int,
+                    filters: PlanFilters | None = None,
+                    cache: SearchMemo | None = None) -> ScoredPlans | None:
+    """The plan with the fewest bytes per core (fastest among those), exactly."""
+    cache = cache_or_new(cache)
+    F = candidate_partitions(structure, max_cores, filters)
+    if not len(F):
+        return None
+    bound = memory_lower_bound(structure, F)
+    rows = np.argsort(bound, kind="stable")
+    best: ScoredPlans | None = None
+    best_mem = math.inf
+    for group in plan_chunks(structure, F, rows, cache):
+        group = group[bound[group] <= best_mem]
+        if not len(group):
+            break
+        batch = plans_for(structure, F[group], max_padding=max_padding(filters), cache=cache)
+        if not len(batch):
+            continue
+        memory = batch.memory()
+        low = int(memory.min())
+        if low > best_mem:
+            continue
+        cand = _argmin(score(batch.take(np.flatnonzero(memory == low)), model, low, filters))
+        if cand is not None and (low < best_mem or _better(cand, best)):
+            best, best_mem = cand, float(low)
+    return best
+
+
+def scan(structure: PlanStructure, model: BatchCostModel, max_cores: int,
+         filters: PlanFilters | None, budget: float,
+         cache: SearchMemo | None = None, output_cap: float = math.inf) -> Iterator[ScoredPlans]:
+    """Every plan of the (filtered) space that fits ``budget`` (and ``output_cap``), scored,
+    in batches."""
+    cache = cache_or_new(cache)
+    F = candidate_partitions(structure, max_cores, filters)
+    F = F[memory_lower_bound(structure, F) <= budget]
+    rows = np.arange(len(F))
+    for group in plan_chunks(structure, F, rows, cache):
+        yield score(plans_for(structure, F[group], max_padding=max_padding(filters), cache=cache),
+                    model, budget, filters, output_cap)
+
+
+# -- plan_operator ---------------------------------------------------------------------------
+def plan_operator(
+    expr: TensorExpr,
+    hw: HardwareSpec,
+    cost_model: CostModel | None = None,
+    budget_bytes: int | None = None,
+    name: str | None = None,
+    cache: SearchMemo | None = None,
+    hbm_inputs: Sequence[int] = (),
+    producers: Sequence[Producer] = (),
+    arriving: Sequence[int] = (),
+    output_cap: int | None = None,
+) -> PlannedOp:
+    """The fastest plan of one operator whose per-core footprint fits a budget (T10 §4.3.1).
+
+    This is the exact minimum-time plan under a memory budget: with the default analytic
+    cost model (or any :class:`BatchCostModel`) the branch-and-bound search returns what
+    scoring every valid plan of the complete space on up to ``hw.num_cores`` cores would
+    return (T10's search constraints, :class:`PlanFilters`, are not applied). Among equally
+    fast plans it takes the one with the least memory, then the fewest cores. It is the
+    fastest point of the operator's time/memory Pareto frontier (:func:`pareto_plans` with
+    ``filters=PlanFilters.none()``) that fits the budget.
+
+    Any other :class:`CostModel` callable re-ranks the analytic model's time/memory Pareto
+    plans within the budget and its fastest fitting plans (such a model cannot be bounded,
+    so the complete space is not scored with it). On a multi-chip system the plan's mapping
+    to physical cores (``core_order`` and ``chips``) is then chosen near the operator's HBM
+    inputs and producers (:func:`.mapping.choose_core_order`).
+
+    Parameters
+    ----------
+    expr : TensorExpr
+        The operator's tensor expression (``op.expr`` of a device program's operator,
+        :func:`tvm_icca.device_programs`).
+    hw : HardwareSpec
+        The chip: its cores, SRAM, compute and links.
+    cost_model : CostModel, optional
+        The cost model; ``None`` is the analytic model (:class:`AnalyticCostModel`).
+    budget_bytes : int, optional
+        Bytes of tensor partitions a core may hold; ``None`` is ``hw.usable_sram_bytes``,
+        the SRAM per core left after the shift buffer.
+    name : str, optional
+        The operator's name in error messages (default: its kind).
+    cache : SearchMemo, optional
+        A memo owned by the caller (e.g. the compiler's plan cache): it memoizes structures,
+        temporal-factor assignments and, for the default model, the result.
+    hbm_inputs : sequence of int
+        Indices into ``expr.inputs`` of inputs read from HBM (multi-chip placement only).
+    producers : sequence of (int, OpLayout)
+        ``(input index, layout)`` of inputs produced earlier in the region, whose data the
+        placement stays near (multi-chip placement only).
+    arriving : sequence of int
+        Indices into ``expr.inputs`` whose arrival in the plan's partitions the search prices
+        with the default model (``partition bytes / link bandwidth``,
+        :class:`.batch_cost.ArrivalCostModel`, as T10 §4.3.2's reconciliation does for
+        activations): inputs an earlier operator produced, so that replicating one onto
+        many cores is not free. The reported time stays the operator's own.
+    output_cap : int, optional
+        The most bytes per core the output's partition may take: an output the region holds
+        while later operators run is budgeted against all of them (see
+        :func:`tvm_icca.model_pass.region_plans.plan_region`). ``None``: no cap.
+
+    Returns
+    -------
+    PlannedOp
+        The plan, its layout, its estimated cost and its bytes per core.
+
+    Raises
+    ------
+    PlanNotFoundError
+        No plan fits the budget: the message names the operator, the smallest footprint any
+        plan needs and the budget.
+    """
+    budget = hw.usable_sram_bytes if budget_bytes is None else int(budget_bytes)
+    label = name or expr.kind
+    _check_fits_chip(expr, hw, budget, label)
+    default = cost_model is None or type(cost_model) is AnalyticCostModel
+    hbm_inputs = tuple(sorted(int(t) for t in hbm_inputs))
+    arriving = tuple(sorted({int(t) for t in arriving}))
+    # the search does not depend on the chips; its result is kept without the mapping, which
+    # is chosen (and memoized) per context: HBM inputs and producers' layouts. Keyed on the
+    # fields the search reads (.hw_fields), so chips differing in others share it.
+    cap = math.inf if output_cap is None else int(output_cap)
+    in_place = in_place_inputs(producers, arriving, mapped=hw.num_chips > 1)
+    key = (("search", expr.structure_key(views=False), search_key(hw), arriving, in_place, cap, budget)
+           if default and cache is not None else None)
+
+    def search() -> PlannedOp:
+        if cache is not None:  # counted before: a search proving no plan fits is one too
+            cache.searches += 1
+        return _search(expr, hw, cost_model, budget, label, cache_or_new(cache), default,
+                       arriving, cap, in_place)
+
+    if key is None:
+        result = search()
+    else:
+        result = _searched(cache, key, budget)
+        if result is None:
+            # one process at a time per key (a sweep's workers on one chip): another that
+            # searched it meanwhile has left it in the store
+            with cache.claim(key):
+                result = _searched(cache, key, budget)
+                if result is None:
+                    result = search()
+                    cache.remember(key, result)
+                    budgets = cache.planned(key[:-1]) or ()
+                    cache.remember(key[:-1], (*budgets[-MAX_BUDGETS_KEPT + 1:], (budget, result)))
+        if result.expr != expr:  # same structure: this operator's tensor names
+            result = dataclasses.replace(result, expr=expr, layout=OpLayout(expr, result.plan))
+    return _mapped(result, hw, hbm_inputs, producers, cache,
+                   tuple(p.tensor for p in in_place) if default and arriving else ())
+
+
+def _searched(cache: SearchMemo, key: tuple, budget: int) -> PlannedOp | None:
+    """The search of ``key`` a memo holds, or the optimum an earlier budget's proves."""
+    hit = cache.planned(key)
+    return hit if hit is not None else _within_budget(cache, key, budget)
+
+
+#: Budgets remembered per operator structure for :func:`_within_budget`.
+MAX_BUDGETS_KEPT = 16
+
+
+def optimum_within(searched: Iterable[tuple[int, PlannedOp]], budget: int) -> PlannedOp | None:
+    """The exact optimum for ``budget`` if one of the ``(budget, optimum)`` pairs of earlier
+    searches of the same operator proves it.
+
+    The optimum within a larger budget ``B`` whose footprint fits ``budget`` is also the
+    optimum within ``budget`` (every plan that fits ``budget`` fits ``B``). The identical
+    layers of one region see budgets that differ by the outputs the region holds until it
+    ends (an LLM's per-layer cache updates), so without this every layer's operators would
+    be searched again.
+    """
+    for larger, result in searched:
+        if result.memory_bytes_per_core <= budget <= larger:
+            return result
+    return None
+
+
+def _within_budget(cache: SearchMemo, key: tuple, budget: int) -> PlannedOp | None:
+    """:func:`optimum_within` over the searches ``cache`` remembers for ``key`` but its budget."""
+    return optimum_within(cache.planned(key[:-1]) or (), budget)
+
+
+def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, budget: int,
+            label: str, cache: SearchMemo, default: bool, arriving: tuple[int, ...] = (),
+            output_cap: float = math.inf, in_place: tuple[InPlace, ...] = ()) -> PlannedOp:
+    """The plan of :func:`plan_operator` before its mapping to physical cores. With the
+    default model and ``arriving`` inputs, the search uses :class:`.batch_cost.ArrivalCostModel`
+    as the reconciliation does: the inputs priced as they arrive in the plan's partitions,
+    and, for a matmul, the replica reduction as the device schedules it (T10's ring term
+    under-estimates many replicas of small partitions: prefill's ``P V`` summed over 8K
+    keys); the reported time stays the analytic model's."""
+    structure = plan_structure(expr, cache)
+    if default or _is_batch_model(cost_model):
+        model = AnalyticBatchModel(hw) if default else cost_model
+        if default and arriving:
+            # the device's reduction schedule prices a matmul's sum over many replicas of
+            # small partitions (prefill's P V over 8K keys) that T10's ring term
+            # under-estimates; its bound prunes a convolution's far larger plan space too
+            # weakly (ResNet-18 tiny on 5,888 cores: 4.6 s -> minutes), so only matmuls
+            model = ArrivalCostModel(model, arriving, hw, device_reduction=expr.kind == "matmul",
+                                     in_place=in_place)
+        best = best_plan(structure, model, budget, hw.num_cores, cache=cache, output_cap=output_cap)
+        if best is None:
+            _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
+        plan = best.plan(0)
+        layout = OpLayout(expr, plan)
+        cost = (cost_model or AnalyticCostModel())(layout, hw) if default else _batch_cost(model, best)
+        return PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
+    return _rerank(structure, hw, cost_model, budget, label, cache, output_cap)
+
+
+def in_place_inputs(producers: Sequence[Producer], arriving: Sequence[int],
+                    mapped: bool = True) -> tuple[InPlace, ...]:
+    """The ``arriving`` inputs whose producers left them as blocks one per core
+    (:func:`.mapping.producer_numbering`, :class:`.batch_cost.InPlace`): a plan that reads
+    one in the same blocks finds it in place once mapped as its producer
+    (:func:`.mapping.candidate_placements`); unless ``mapped`` (a plan on one chip, which
+    keeps its own numbering), only if its own numbering is the producer's."""
+    found = []
+    for t, layout in producers:
+        if t not in arriving:
+            continue
+        grid = producer_grid(layout)
+        numbering = producer_numbering(layout, grid)
+        if numbering is None:
+            continue
+        found.append(InPlace(int(t), tuple(int(b) for b in grid.block),
+                             tuple(int(c) for c in grid.counts),
+                             None if mapped else numbering[0]))
+    return tuple(sorted(found, key=lambda p: p.tensor))
+
+
+def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
+            producers: Sequence[Producer], cache: SearchMemo | None,
+            in_place: tuple[int, ...] = ()) -> PlannedOp:
+    """``result`` with the placement :func:`.mapping.choose_core_order` picks. The candidate
+    placements and their bytes are memoized in ``cache`` on what they depend on (not on the
+    bandwidths, :data:`.hw_fields.PLACEMENT_FIELDS`); the choice among them is made for
+    ``hw``'s bandwidths each time."""
+    if hw.num_chips <= 1:
+        return result
+    expr = result.expr
+    placements = None
+    if cache is not None:
+        key = ("placements", expr.structure_key(views=False), json.dumps(result.plan.to_dict(), sort_keys=True),
+               placement_key(hw), hbm_inputs, producer_key(producers), in_place)
+        placements = cache.planned_once(key, lambda: placement_bytes(
+            expr, result.plan, hw, hbm_inputs, producers, in_place))
+    else:
+        placements = placement_bytes(expr, result.plan, hw, hbm_inputs, producers, in_place)
+    plan = pick_placement(result.plan, placements, hw, hbm_inputs)
+    if plan == result.plan:
+        return result
+    return dataclasses.replace(result, plan=plan, layout=OpLayout(expr, plan, hw.cores_per_chip))
+
+
+def _is_batch_model(model: object) -> bool:
+    return all(hasattr(model, m) for m in ("times", "time_lower_bound", "rotating_lower_bound"))
+
+
+def _batch_cost(model: BatchCostModel, best: ScoredPlans) -> PlanCost:
+    components = getattr(model, "components", None)
+    if components is not None:
+        _, terms = components(best.batch)
+        return PlanCost(**{k: float(v[0]) for k, v in terms.items()})
+    return PlanCost(float(best.time[0]), 0.0, 0.0, 0.0, 0.0)
+
+
+def _rerank(structure: PlanStructure, hw: HardwareSpec, cost_model: CostModel, budget: int,
+            label: str, cache: SearchMemo, output_cap: float = math.inf,
+            keep_fastest: int = 32) -> PlannedOp:
+    """Score a shortlist with ``cost_model``: the exact analytic optimum, the analytic
+    Pareto plans of the filtered space within the budget and its fastest fitting plans,
+    each under every loop order (up to 24)."""
+    analytic = AnalyticBatchModel(hw)
+    front: list[ScoredPlans] = []
+    fastest: list[ScoredPlans] = []
+    for scored in scan(structure, analytic, hw.num_cores, PlanFilters.t10(), budget, cache,
+                       output_cap):
+        if len(scored):
+            front.append(scored.take(pareto_front(scored.time, scored.memory)))
+            fastest.append(scored.take(np.argsort(scored.time, kind="stable")[:keep_fastest]))
+    exact = best_plan(structure, analytic, budget, hw.num_cores, cache=cache, output_cap=output_cap)
+    if exact is None:
+        _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
+    pool = ScoredPlans.concat([exact] + front + fastest, structure)
+    expr = structure.expr
+    best: PlannedOp | None = None
+    seen = set()
+    for i in range(len(pool)):
+        base = pool.plan(i)
+        sig = (tuple(sorted(base.op_partition.items())), tuple(tuple(sorted(t.items())) for t in base.temporal))
+        if sig in seen:
+            continue
+        seen.add(sig)
+        orders = [base.loop_order]
+        if math.factorial(len(base.loop_order)) <= 24:
+            orders = list(itertools.permutations(base.loop_order))
+        for order in orders:
+            plan = ExecutionPlan(dict(base.op_partition), tuple(dict(t) for t in base.temporal), tuple(order))
+            layout = OpLayout(expr, plan)
+            cost = cost_model(layout, hw)
+            if best is None or cost.time_s < best.time_s:
+                best = PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
+    assert best is not None
+    return best
+
+
+def _raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int, label: str,
+                        cache: SearchMemo | None = None, output_cap: float = math.inf):
+    smallest = min_memory_plan(structure, AnalyticBatchModel(hw), hw.num_cores, cache=cache)
+    need = int(smallest.memory[0]) if smallest is not None else -1
+    capped = (f", with at most {int(output_cap)} bytes per core of its output"
+              if math.isfinite(output_cap) else "")
+    raise PlanNotFoundError(
+        f"{operator_subject(label)} ({structure.expr.tensor_summary()}) has no execution plan that "
+        f"fits chip '{hw.name}': the smallest needs {need} bytes per core, the budget is "
+        f"{budget} bytes per core on {hw.num_cores} cores{capped}{_budget_note(hw, budget)}"
+    )
+
+
+def _budget_note(hw: HardwareSpec, budget: int) -> str:
+    """What the rest of a core's SRAM holds, so a budget below the chip's SRAM reads right."""
+    if budget >= hw.sram_bytes_per_core:
+        return ""
+    held = hw.usable_sram_bytes - budget
+    # a budget below the usable SRAM comes from the compiler (tensors its region keeps
+    # live) or from the caller (budget_bytes): say what is true of both
+    kept = (f" and {held} more bytes are outside this operator's budget (other tensors, such "
+            "as those its region keeps live)") if held > 0 else ""
+    return (f" (of {hw.sram_bytes_per_core} bytes of SRAM: the {hw.shift_buffer_bytes}-byte "
+            f"shift buffer is reserved{kept})")
+
+
+def _check_fits_chip(expr: TensorExpr, hw: HardwareSpec, budget: int, label: str) -> None:
+    """A tensor larger than the whole chip can never fit, whatever the plan."""
+    for t, access in enumerate(expr.tensors):
+        size = math.prod(access.shape) * dtype_bytes(access.dtype)
+        if size > budget * hw.num_cores:
+            role = "output" if t == len(expr.inputs) else f"tensor '{short_name(access.name)}'"
+            raise PlanNotFoundError(
+                f"{operator_subject(label)}: {role} of shape {list(access.shape)} {access.dtype} "
+                f"({size} bytes) exceeds the on-chip memory of chip '{hw.name}' "
+                f"({hw.num_cores} cores x {budget} bytes per core{_budget_note(hw, budget)})"
+            )
