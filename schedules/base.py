@@ -86,7 +86,7 @@ def compute_dtype(expr: TensorExpr) -> str:
 def matrix_flops_per_cycle(expr: TensorExpr, hw: HardwareSpec) -> float:
     """Matrix-unit FLOP per cycle per core for ``expr``'s sub-tasks on ``hw``: the rate of its
     :func:`compute_dtype`. The one lookup the templates and the compiler's batched cost model
-    (:class:`tvm_icca.plans.batch_cost.TemplateCycles`) share."""
+    (:class:`tvm_icca.plan_search.batch_cost.TemplateCycles`) share."""
     return hw.matrix_flops_per_cycle_for(compute_dtype(expr))
 
 
