@@ -22,8 +22,9 @@ demo: $(STAMP)
 
 # the layer rules (.importlinter) first: a broken layer fails in seconds; then the suite on
 # one pytest-xdist worker per core (tests sharing a costly fixture stay on one worker: loadgroup;
-# tests marked slow first, in tests/conftest.py's order: no-loadscope-reorder)
-test: $(STAMP)
+# tests marked slow first, in tests/conftest.py's order: no-loadscope-reorder); the docs extra
+# too, since tests render the CLI reference and the Results pages as the docs build does
+test: $(DOCS_STAMP)
 	$(VENV)/bin/lint-imports
 	$(VPY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=15 tests
 

@@ -354,8 +354,7 @@ def test_preload_space_alone_over_sram_overflows_at_the_preload() -> None:
 
 
 def test_functional_and_timing_count_the_same_preload_bytes() -> None:
-    """Both executors of one run report the bytes runtime_sim.contract.preload_chunks defines (active once
-    the timing report carries ``preloaded_bytes`` / ``distributed_bytes``)."""
+    """Both executors of one run report the bytes runtime_sim.contract.preload_chunks defines."""
     p0, p1 = _two_calls([("preload", 0, 0), ("preload", 1, 0), ("execute", 0)], [("execute", 0)])
     x, w1 = _data(p0)
     dev = SimulatedDevice()
@@ -364,8 +363,7 @@ def test_functional_and_timing_count_the_same_preload_bytes() -> None:
     stats = run_stats.last_run_stats(device=dev)
     assert stats["simulated_s"] > 0
     report = run_stats.last_run_timing(dev)
-    if not hasattr(report, "preloaded_bytes"):
-        pytest.skip("the timing report does not count preload bytes yet")
+    assert stats["preloaded_bytes"] > 0
     assert report.preloaded_bytes == stats["preloaded_bytes"]
     assert report.distributed_bytes == stats["distributed_bytes"]
 

@@ -48,8 +48,6 @@ def test_wide_tables_scroll_inside_the_column():
 
 
 def test_furo_wraps_a_wide_markdown_table_as_the_sheet_expects(tmp_path):
-    pytest.importorskip("furo", reason="the docs extra (furo) is not installed")
-    pytest.importorskip("myst_parser", reason="the docs extra (myst-parser) is not installed")
     from sphinx.cmd.build import build_main
 
     source = tmp_path / "src"

@@ -272,8 +272,8 @@ def _run_metrics(works: list[Work], schedule: PrefetchSchedule | StreamSchedule,
     }
 
 
-def build_timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule, hw: HardwareSpec,
-                  topo: Topology, peak: int, num_programs: int, design: str | None = None) -> TimingReport:
+def build_timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSchedule,
+                        hw: HardwareSpec, topo: Topology, peak: int, num_programs: int, design: str | None = None) -> TimingReport:
     """The report of a run: ``works`` as ``schedule`` placed them (after ``schedule.run()``).
 
     ``peak`` is the peak SRAM per core of the device accounting
