@@ -504,7 +504,7 @@ def test_a_truncated_library_is_refused_before_the_loader_sees_it(built, tmp_pat
     with SIGBUS (exit 135, no message). Every cut of a real library is refused, naming the
     file and what was expected; the whole file passes."""
     from runtime_sim.contract.errors import LibraryLoadError
-    from tvm_icca.cli.library_file import check_library_file
+    from tvm_icca.device_call.library import check_library_file
 
     data = pathlib.Path(built["mlp"]).read_bytes()
     check_library_file(built["mlp"])

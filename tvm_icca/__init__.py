@@ -29,6 +29,7 @@ Public API (``help(tvm_icca.<name>)`` documents each one):
 * timing without running: ``compile_programs`` (a model or a zoo workload to device programs,
   then ``CompiledModel.simulate()``), ``PlanCache`` (plans shared by several compilations),
   ``get_workload``, ``list_workloads``, ``Workload``;
+* a built library, checked before the loader sees it: ``load_library``;
 * run statistics: ``last_run_stats`` (its keys: :mod:`runtime_sim.contract.metrics`),
   ``write_last_run_trace``;
 * tuning: ``tune``, ``use_database``;
@@ -70,6 +71,7 @@ from tvm_icca.backend.target import (
     offload_to_icca,
 )
 from tvm_icca.device_call.device_entry import last_run_stats, write_last_run_trace
+from tvm_icca.device_call.library import load_library
 from tvm_icca.drivers.compile_api import compile, compile_onnx  # pylint: disable=redefined-builtin
 from tvm_icca.tuning import tune
 from tvm_icca.drivers.device_programs import CompiledModel, compile_programs
@@ -105,6 +107,7 @@ __all__ = [
     "last_run_stats",
     "list_workloads",
     "load_hardware",
+    "load_library",
     "load_onnx",
     "offload_to_icca",
     "partition_for_icca",

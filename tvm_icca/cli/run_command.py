@@ -19,7 +19,6 @@ library's (:mod:`tvm_icca.cli.model_match`) is a usage error (exit status 2) bef
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any, Sequence
 
 from tvm_icca.cli.args import (
@@ -32,7 +31,7 @@ from tvm_icca.cli.args import (
 )
 from runtime_sim.contract.errors import LibraryLoadError
 from runtime_sim.contract.units import format_bytes, format_seconds
-from tvm_icca.cli.library_file import EXPECTED, check_library_file
+from tvm_icca.device_call.library import EXPECTED, first_line, load_library
 from tvm_icca.cli.model_match import check_model_matches_library
 from tvm_icca.model_pass.state_place import STATE_WORDS
 
@@ -72,22 +71,12 @@ def _load_vm(path: str) -> Any:
     import tvm
     from tvm import relax
 
-    check_library_file(path)  # before the loader: a truncated library would crash it
-    try:
-        lib = tvm.runtime.load_module(os.path.abspath(path))
-    except Exception as err:  # pylint: disable=broad-except
-        raise LibraryLoadError(f"cannot load '{path}' ({_first_line(err)}); expected "
-                               f"{EXPECTED}") from None
+    lib = load_library(path)
     try:
         return relax.VirtualMachine(lib, tvm.cpu())
     except Exception as err:  # pylint: disable=broad-except
         raise LibraryLoadError(f"'{path}' is a shared library but holds no TVM Relax executable "
-                               f"({_first_line(err)}); expected {EXPECTED}") from None
-
-
-def _first_line(err: BaseException) -> str:
-    """The first line of a foreign error (TVM's carry a C++ backtrace)."""
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+                               f"({first_line(err)}); expected {EXPECTED}") from None
 
 
 def _input_specs(vm: Any, signature: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""What ``tvm-icca run`` checks before it loads a library: that the file is a whole shared library.
+"""Loading a library built for target ``icca``, checked first: that the file is a whole shared library.
 
 ``tvm.runtime.load_module`` hands a ``.so`` to the system's dynamic loader, which maps the
 file's segments into memory: a truncated library (a copy cut short, a full disk) then kills
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import Any
 
 from runtime_sim.contract.errors import LibraryLoadError
 
-__all__ = ["EXPECTED", "check_library_file"]
+__all__ = ["EXPECTED", "check_library_file", "load_library"]
 
-#: What ``tvm-icca run`` takes, as every message says it.
+#: What :func:`load_library` (and ``tvm-icca run``) takes, as every message says it.
 EXPECTED = "a library built by `tvm-icca compile` (a shared library, .so)"
 
 _ELF_MAGIC = b"\x7fELF"
@@ -34,6 +35,43 @@ _LAYOUT = {
         "e_phentsize": 54, "e_phnum": 56, "e_shentsize": 58, "e_shnum": 60,
         "p_offset": 8, "p_filesz": 32},
 }
+
+
+def load_library(path: str) -> Any:
+    """``tvm.runtime.load_module(path)``, after checking that ``path`` is a whole shared library.
+
+    For a library built by ``tvm.compile(..., target="icca")`` and exported; the check is
+    :func:`check_library_file`.
+
+    Parameters
+    ----------
+    path : str
+        The shared library (``.so``) ``export_library`` wrote.
+
+    Returns
+    -------
+    tvm.runtime.Module
+        The library, for ``relax.VirtualMachine(lib, tvm.cpu())``.
+
+    Raises
+    ------
+    LibraryLoadError
+        If the file is missing, empty, not a shared library, truncated (which would kill the
+        process inside the dynamic loader), or refused by the loader (its first line quoted).
+    """
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    check_library_file(path)  # before the loader: a truncated library would crash it
+    try:
+        return tvm.runtime.load_module(os.path.abspath(path))
+    except Exception as err:  # pylint: disable=broad-except
+        raise LibraryLoadError(f"cannot load '{path}' ({first_line(err)}); expected "
+                               f"{EXPECTED}") from None
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of a foreign error (TVM's carry a C++ backtrace)."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def check_library_file(path: str) -> None:
