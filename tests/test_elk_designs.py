@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -50,6 +51,16 @@ def _timeline_peak(ops, sched) -> int:
     return peak
 
 
+def _stream_preload_peak(ops, sched) -> int:
+    """The most preload space the written points hold at once in the stream's memory model (a
+    preload held from its issue until its operator starts, as the device counts it:
+    :func:`runtime_sim.contract.resting.stream_sram_peaks`), from the schedule alone."""
+    space = {j: ops[j].preloads[sched.exec_choice[j]][sched.preload_choice[j]].space
+             for j in sched.preload_order}
+    return max((sum(space[j] for j in sched.preload_order[:h] if j >= i)
+                for i, h in enumerate(sched.horizon)), default=0)
+
+
 def test_designs_are_ordered_on_random_models():
     for ops, machine in _cases(7):
         totals = {d: plan_preloads(ops, machine, d).total_s for d in DESIGNS}
@@ -91,6 +102,8 @@ def test_schedules_are_valid_and_estimates_agree(design):
                 assert tl.exec_start[i] >= tl.exec_end[i - 1] - 1e-15
         assert max(tl.window_bytes) <= machine.sram_bytes
         assert _timeline_peak(ops, s) <= machine.sram_bytes
+        if design == "ideal":
+            assert _stream_preload_peak(ops, s) <= machine.preload_capacity
 
 
 def test_design_specific_shapes():
@@ -367,3 +380,25 @@ def test_local_search_reuses_only_what_it_would_find_again(monkeypatch):
         reference_calls.clear()
     # the sweep that confirms the last improvement is where it saves
     assert sum(m for m, _ in totals) < sum(r for _, r in totals)
+
+
+def test_ideal_counts_the_preload_space_its_program_holds():
+    """Ideal runs every operator at its fastest execute point, so its program carries that
+    point's MinPreload chunks: the preload SRAM must fit those, and an operator's own preload
+    beside the ones issued before it starts (the device's rule, :mod:`runtime_sim.contract.
+    sram_budget`). Counting each operator at the smallest preload space of any point (20 here,
+    a slower point's) preloaded the whole model ahead into 200 bytes: 6 x 60 on the device,
+    as DiT-XL overflowed its 1,104-core chip by 1,072 bytes per core."""
+    fast = (PreloadPoint(60, 0.0, 1e-3, 0.0),)
+    slow = (PreloadPoint(20, 0.0, 1e-3, 0.0),)
+    op = OpTradeoffs("mm", (ExecPoint(1e-3, 100, 0.0), ExecPoint(2e-3, 50, 0.0)), (fast, slow), 1.0, 0)
+    ops = [op] * 6
+    for machine in (ElkMachine(200), ElkMachine(190, preload_sram_bytes=200)):
+        s = plan_preloads(ops, machine, "ideal")
+        assert list(s.exec_choice) == [0] * 6 and list(s.preload_choice) == [0] * 6
+        assert _stream_preload_peak(ops, s) == 180       # 3 x 60: own + two ahead
+        assert estimate(ops, machine, s) == s.timeline
+        # one ahead more does not fit, and the estimate says so
+        wider = dataclasses.replace(s, horizon=tuple(min(h + 1, 6) for h in s.horizon))
+        with pytest.raises(ValueError, match="exceeds SRAM"):
+            estimate(ops, machine, wider)

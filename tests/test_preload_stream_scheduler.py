@@ -3,23 +3,27 @@ hand-built programs (two or three matmuls whose weights live in HBM)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
+from runtime_sim.contract.constants import encode_constant
 from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.preload_chunks import delivered_bytes, distribution, preload_bytes
 from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, PreloadSchedule, TensorDecl
+from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.machine.topology import make_topology
 from runtime_sim.timing import simulate_timing
 
 E = dict(m=64, k=64, n=64)
 PLAN = ExecutionPlan({"m": 4, "n": 4}, ({}, {}, {}))  # W (k x n) split on n: 4 replicas each
 WBYTES = 64 * 64 * 4
+RNG = np.random.default_rng(0)
 
 
 def P(j: int, k: int = 0) -> tuple:
@@ -199,9 +203,11 @@ def test_chunks_split_over_chips_are_read_once_per_system(exprs) -> None:
 
 
 def test_preloading_too_far_ahead_overflows_sram(exprs) -> None:
-    """SRAM for the running operator plus one preload: preloading two ahead overflows at the
-    instant the second preload starts (while operator 0 still executes); the ideal design
-    checks preload space and execution space separately and runs."""
+    """SRAM for the running operator plus one preload: preloading two ahead overflows when
+    operator 0 starts beside the preloads of 1 and 2, both issued before it (the stream's
+    memory model, :mod:`runtime_sim.contract.sram_budget`), and the functional device refuses
+    the same instruction on the same core; the ideal design checks preload space and
+    execution space separately and runs."""
     fast = dict(hbm_bandwidth=1e12, hbm_controllers=2, clock_hz=1e6)  # long executions
     roomy = small_chip(16, 256 * 1024, **fast)
     plain = simulate_timing([chain(exprs, roomy, n_ops=3)])
@@ -214,8 +220,17 @@ def test_preloading_too_far_ahead_overflows_sram(exprs) -> None:
     assert ok.peak_sram_bytes_per_core == budget  # exactly full, from the timeline
     with pytest.raises(SramOverflowError) as err:
         simulate_timing([chain(exprs, hw, two_ahead, n_ops=3)])
-    assert err.value.op == "mm2" and err.value.budget_bytes == budget
+    assert err.value.op == "mm0" and err.value.budget_bytes == budget
     assert err.value.needed_bytes == budget + space
+    program = chain(exprs, hw, two_ahead, n_ops=3)
+    weights = {k: {**v, **encode_constant(RNG.standard_normal(v["shape"]).astype(v["dtype"]))}
+               for k, v in program.constants.items()}
+    program = dataclasses.replace(program, constants=weights)
+    with pytest.raises(SramOverflowError) as functional:
+        SimulatedDevice().run(program, [RNG.standard_normal(d.shape).astype(d.dtype)
+                                        for d in program.inputs])
+    assert (functional.value.op, functional.value.core, functional.value.needed_bytes) == \
+        (err.value.op, err.value.core, err.value.needed_bytes)
     ideal = simulate_timing([chain(exprs, hw, two_ahead, n_ops=3, design="ideal")])
     assert ideal.peak_preload_bytes_per_core == 3 * space  # all three issued before X(0)
     assert ideal.peak_sram_bytes_per_core == budget - space  # execution space alone

@@ -45,6 +45,7 @@ from runtime_sim.contract.layout import OpLayout, checked_layout
 from runtime_sim.contract.plan import IDLE_SPREAD
 from runtime_sim.contract.program import PRELOAD, DeviceProgram, OpProgram
 from runtime_sim.contract.relayout import BlockGrid, canonical_grid, placement_grid, rests_spread
+from runtime_sim.contract.sram_budget import check_sram
 from runtime_sim.contract.stream import PRODUCED
 
 __all__ = [
@@ -183,7 +184,8 @@ def in_place_bytes(op: OpProgram, layout: OpLayout, resident: set[str] | frozens
 
 def stream_sram_peaks(stream: Sequence[tuple[str, int]], executing: Sequence[np.ndarray],
                       resting: Sequence[np.ndarray], preload_space: Mapping[int, np.ndarray],
-                      base: np.ndarray, ideal: bool = False) -> tuple[int, int]:
+                      base: np.ndarray, ideal: bool = False, *, hw: HardwareSpec | None = None,
+                      ops: Sequence[OpProgram] = ()) -> tuple[int, int]:
     """Peak SRAM and peak preload space per core of a preload stream run (Elk §4.5), in the
     memory model the Elk pass budgets with (Elk §4.2, Fig. 10: while an operator executes, a
     core holds its execution space plus the preload space of every operator preloaded before
@@ -212,6 +214,11 @@ def stream_sram_peaks(stream: Sequence[tuple[str, int]], executing: Sequence[np.
     ideal : bool
         Design ``"ideal"`` (Elk §6.1): preloading has its own SRAM; the peak SRAM is then the
         execution side alone.
+    hw, ops : optional
+        The chip and the run's operators (numbered as in ``stream``): every instruction is then
+        checked against the SRAM rule (:func:`runtime_sim.contract.sram_budget.check_sram`),
+        raising :class:`~runtime_sim.contract.errors.SramOverflowError` at the first one that
+        overflows, as the functional device does at that instruction.
     """
     pending = np.zeros_like(base)
     peak = int(base.max()) if base.size else 0
@@ -226,6 +233,9 @@ def stream_sram_peaks(stream: Sequence[tuple[str, int]], executing: Sequence[np.
             if space is not None:
                 pending = pending - space  # now part of its execution space
             held = executing[op]
+        if hw is not None:
+            check_sram(ops[op].name, hw, held, pending, separate=ideal,
+                       label=ops[op].label or ops[op].expr.kind, tensors=ops[op].expr.tensor_summary())
         need = held if ideal else held + pending
         peak = max(peak, int(need.max()) if need.size else 0)
         peak_preload = max(peak_preload, int(pending.max()) if pending.size else 0)

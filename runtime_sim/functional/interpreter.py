@@ -53,6 +53,7 @@ from runtime_sim.contract.resting import (
     resident_grid,
     resident_state,
 )
+from runtime_sim.contract.sram_budget import separate_preload_sram
 from runtime_sim.contract.stream import (
     OFFCHIP_SOURCES,
     Instruction,
@@ -228,7 +229,7 @@ class Interpreter:
         self._grids = {}
         self._env = env  # gather ids of preloaded inputs are read from the call's tensors
         order = instructions if stream else [Instruction(EXECUTE, 0, i) for i in range(len(ops))]
-        sram.ideal = stream and program.preload_schedule.design == "ideal"
+        sram.ideal = stream and separate_preload_sram(program.preload_schedule.design)
         sram.start_region(np.zeros(hw.num_cores, np.int64) if resting is None else resting)
         resident_names = {d.name for d in program.inputs if d.source == RESIDENT}
         rest_after: dict[str, np.ndarray] = {}

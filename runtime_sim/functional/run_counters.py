@@ -18,6 +18,7 @@ import numpy as np
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.program import DeviceProgram
 from runtime_sim.contract.resting import stream_sram_peaks
+from runtime_sim.contract.sram_budget import separate_preload_sram
 from runtime_sim.contract.stream import run_stream
 
 
@@ -233,6 +234,6 @@ class RunCounters:
                 if op.name in rec.preload_space:
                     space[len(executing) - 1] = rec.preload_space[op.name]
         order = [(ins.kind, index[(ins.call, ins.op)]) for ins in stream]
-        ideal = run.programs[0].preload_schedule.design == "ideal"
+        ideal = separate_preload_sram(run.programs[0].preload_schedule.design)
         return stream_sram_peaks(order, executing, after, space,
                                  resting + hw.shift_buffer_bytes, ideal)

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError
+from runtime_sim.contract.errors import DeviceProgramError
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.sram_budget import check_sram
 
 
 class SramLedger:
@@ -98,7 +99,7 @@ class SramLedger:
 
     def check(self, op_name: str, used: np.ndarray, preload: np.ndarray, layout: OpLayout,
               *, executing: bool = False) -> int:
-        """Raise :class:`SramOverflowError` if execution space + activations (``used``) +
+        """Raise :class:`~runtime_sim.contract.errors.SramOverflowError` if execution space + activations (``used``) +
         resident state + preload space + shift buffer exceed a core's SRAM; return the peak
         core's bytes. Design ``"ideal"`` gives preloading its own SRAM: each side is checked
         alone. ``executing``: the check of operator ``op_name``'s allocation (its execution
@@ -106,13 +107,9 @@ class SramLedger:
         hw = self.hw
         exec_side = used + hw.shift_buffer_bytes
         needed = exec_side if self.ideal else exec_side + preload
-        for side in (needed + self.resting, preload) if self.ideal else (needed + self.resting,):
-            over = np.flatnonzero(side > hw.sram_bytes_per_core)
-            if over.size:
-                core = int(over[0])
-                raise SramOverflowError(op_name, core, hw.sram_bytes_per_core, int(side[core]),
-                                        label=self.labels.get(op_name, layout.expr.kind),
-                                        chip=hw.name, tensors=layout.expr.tensor_summary())
+        # the one SRAM rule (runtime_sim.contract.sram_budget), the compiler's budget too
+        check_sram(op_name, hw, exec_side + self.resting, preload, separate=self.ideal,
+                   label=self.labels.get(op_name, layout.expr.kind), tensors=layout.expr.tensor_summary())
         np.maximum(self.peak_need, needed, out=self.peak_need)
         self.peak_preload = max(self.peak_preload, int(preload.max()) if preload.size else 0)
         if executing:

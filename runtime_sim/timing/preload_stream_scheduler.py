@@ -30,19 +30,19 @@ Preload stream (runs whose programs carry a
   the compute array (each execute's start against a replay of the stream with uncontended
   preloads; an execute's share is the growth of that lag since the previous execute, at
   most its wait) is ``interconnect_stall_s`` and counts in ``stall_s``.
-* SRAM, checked on the timeline at every preload start and execute start, per physical
-  core: the execution space (while an operator executes, its device accounting
+* SRAM, checked before the timeline on the stream's memory model (Elk §4.2, §4.5;
+  :func:`runtime_sim.contract.resting.stream_sram_peaks`), the one the Elk pass budgets
+  with and the functional device checks: at every instruction, per physical core, the
+  execution side (while an operator executes, its device accounting
   (:mod:`runtime_sim.timing.work`): its partitions, live activations, shift buffer and
-  resident idle state; between executes, the live activations and resident state the last
-  one left, plus the shift buffer) plus the
-  preload space (:func:`~runtime_sim.contract.preload_chunks.preload_bytes` of each preloaded input, on the
-  operator's cores) of every operator whose preload has started and whose execute has not;
-  an operator's own preload space becomes part of its execution space when it starts.
-  Overflow raises :class:`SramOverflowError` naming the operator being preloaded or
-  executed at that instant. The report's peaks (SRAM, preload space) follow the stream's
-  memory model instead, the one the Elk pass budgets with and the functional device reports:
-  a preload's space is held from its issue in the stream, not only from its start on this
-  timeline (:func:`runtime_sim.contract.resting.stream_sram_peaks`, Elk §4.2).
+  resident idle state; between executes, what the last one left) plus the preload space
+  (:func:`~runtime_sim.contract.preload_chunks.preload_bytes` of each preloaded input, on the
+  operator's cores) of every operator whose preload was issued and whose execute has not
+  started; an operator's own preload space becomes part of its execution space when it
+  starts. Overflow raises :class:`~runtime_sim.contract.errors.SramOverflowError` naming the instruction's operator
+  (:mod:`runtime_sim.contract.sram_budget`). On the timeline a preload holds its space from
+  its start, after its issue: nothing the stream admits overflows there. The report's peaks
+  (SRAM, preload space) are the stream model's.
 * The ``"ideal"`` design (Elk §6.1 roofline): preloads have their own interconnect (no
   contention), distribution takes no time (its bytes still count), and the preload space
   and the execution space are each checked against the whole SRAM.
@@ -59,14 +59,15 @@ from typing import Sequence
 
 import numpy as np
 
-from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError
+from runtime_sim.contract.errors import DeviceProgramError
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.program import PRELOAD, OpProgram
+from runtime_sim.contract.program import PRELOAD
 from runtime_sim.contract.resting import stream_sram_peaks
+from runtime_sim.contract.sram_budget import IDEAL
 from runtime_sim.contract.stream import Instruction
 from runtime_sim.machine.stream_timing import preload_link_share
 from runtime_sim.timing.events import Events, Slot
-from runtime_sim.timing.work import IDEAL, Load, Work
+from runtime_sim.timing.work import Load, Work
 
 
 @dataclass
@@ -126,25 +127,24 @@ class StreamSchedule(Events):
         self.active: _Active | None = None
         self.rate = 1.0  # link share the running execution leaves to the preload network
         self.running = -1
-        self.last_ended = -1
         self.base = base  # SRAM per core before anything ran (resident state, shift buffer)
-        self.pending = np.zeros(hw.num_cores, np.int64)  # preload space preloaded, not executed
         self.peak = int(base.max()) if base.size else 0
         self.peak_preload = 0
         self._version = 0
 
     def run(self) -> None:
-        self._advance()
-        self.drain()
-        self.lags()
-        # the reported peaks follow the stream's memory model, a preload's space held from its
-        # issue (the timeline checks above hold it from its start): as the device reports them
-        self.peak, self.peak_preload = stream_sram_peaks(
+        # the SRAM rule on the stream's memory model, before the timeline: the same
+        # instruction and core overflow as on the functional device, and the reported peaks
+        peaks = stream_sram_peaks(
             self.stream, [w.used for w in self.works],
             [w.resting if w.resting is not None else w.used for w in self.works],
             {i: w.preload_space for i, w in enumerate(self.works)
              if self.slots[i].preloaded and w.preload_space is not None},
-            self.base, self.ideal)
+            self.base, self.ideal, hw=self.hw, ops=[w.op for w in self.works])
+        self._advance()
+        self.drain()
+        self.lags()
+        self.peak, self.peak_preload = peaks
 
     # -- issue -------------------------------------------------------------------------------
     def _advance(self) -> None:
@@ -174,12 +174,6 @@ class StreamSchedule(Events):
         slot.exec_start = self.now
         slot.exec_end = self.now + work.duration_s
         prev = self.slots[i - 1] if i else None
-        if slot.preloaded and work.preload_space is not None:
-            self.pending -= work.preload_space  # its preload space is now its execution space
-        if not self.ideal:
-            self._check(work.op, work.used + self.pending)
-        else:
-            self.peak = max(self.peak, int(work.used.max()))
         if slot.preloaded and prev is not None:
             slot.prefetched = slot.load_start < prev.exec_end
         self.at(slot.exec_end, lambda: self._end_execute(i))
@@ -190,7 +184,6 @@ class StreamSchedule(Events):
         slot = self.slots[i]
         slot.ended = True
         self.running = -1
-        self.last_ended = i
         stores = self.works[i].stores
         if stores:  # the host reads its output: chip -> host on the host links, in order
             start = max(self.now, self.free["host"])
@@ -211,35 +204,7 @@ class StreamSchedule(Events):
             self.free[load.kind] = start + load.source_s  # the source is busy that long
             legs.append(_Leg(load, start, load.network.time_s))
         self.active = _Active(k, q, self.now, legs, self.now)
-        if work.preload_space is not None:
-            self.pending += work.preload_space
-            if self.ideal:
-                self._check(work.op, self.pending, preload=True)
-            else:
-                self._check(work.op, self._exec_space() + self.pending)
         self._reschedule()
-
-    def _exec_space(self) -> np.ndarray:
-        """SRAM per core outside preload space now: the running operator's, else what the
-        last one left (live activations), else the resident state of the run."""
-        if self.running >= 0:
-            return self.works[self.running].used
-        if self.last_ended >= 0 and self.works[self.last_ended].resting is not None:
-            return self.works[self.last_ended].resting
-        return self.base
-
-    def _check(self, op: OpProgram, need: np.ndarray, preload: bool = False) -> None:
-        budget = self.hw.sram_bytes_per_core
-        top = int(need.max()) if need.size else 0
-        if preload:
-            self.peak_preload = max(self.peak_preload, top)
-        else:
-            self.peak = max(self.peak, top)
-            self.peak_preload = max(self.peak_preload, int(self.pending.max()))
-        if top > budget:
-            core = int(np.flatnonzero(need > budget)[0])
-            raise SramOverflowError(op.name, core, budget, int(need[core]), label=op.label or op.expr.kind,
-                                    chip=self.hw.name, tensors=op.expr.tensor_summary())
 
     # -- the preload in progress: network progress at the share executions leave ------------
     def _share(self) -> float:

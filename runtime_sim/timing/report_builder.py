@@ -21,6 +21,7 @@ from typing import Any
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.labels import region_label
+from runtime_sim.contract.sram_budget import IDEAL
 from runtime_sim.machine.topology_base import Topology
 from runtime_sim.timing.floors import (
     busy_fraction,
@@ -37,7 +38,7 @@ from runtime_sim.timing.events import Slot
 from runtime_sim.timing.timing_report import SLOW_FACTOR, OpTiming, TimingReport
 from runtime_sim.timing.prefetch_scheduler import PrefetchSchedule
 from runtime_sim.timing.preload_stream_scheduler import StreamSchedule
-from runtime_sim.timing.work import IDEAL, Work
+from runtime_sim.timing.work import Work
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

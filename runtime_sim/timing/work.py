@@ -59,7 +59,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError, short_name
+from runtime_sim.contract.errors import DeviceProgramError, short_name
 from runtime_sim.contract.expr import TensorAccess, dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout, check_op_inputs, checked_layout, cost_key
@@ -85,15 +85,13 @@ from runtime_sim.contract.resting import (
     resident_grid,
     resident_state,
 )
+from runtime_sim.contract.sram_budget import IDEAL, check_sram
 from runtime_sim.contract.stream import input_sources
 from runtime_sim.machine.phase_cost import NO_PHASE, PhaseCost, relayout_pattern
 from runtime_sim.machine.preload_delivery import distribution_phase, preload_delivery
 from runtime_sim.machine.topology_base import Topology
 from runtime_sim.timing.opcost import OpCost, op_cost
 
-#: The roofline design of a preload stream (Elk §6.1): preloads on their own interconnect and
-#: in their own SRAM, distribution in no time.
-IDEAL = "ideal"
 
 
 @dataclass
@@ -380,12 +378,9 @@ class WorkBuilder:
                 # resident inputs idling in this very plan are already counted in ``idle``
                 running[layout.physical] -= in_place_bytes(op, layout, resident_names)
             running += hw.shift_buffer_bytes
-            over = np.flatnonzero(running > hw.sram_bytes_per_core)
-            if over.size:
-                core = int(over[0])
-                raise SramOverflowError(op.name, core, hw.sram_bytes_per_core, int(running[core]),
-                                        label=op.label or op.expr.kind, chip=hw.name,
-                                        tensors=op.expr.tensor_summary())
+            # its execution side (the preload side is checked on the stream's timeline)
+            check_sram(op.name, hw, running, label=op.label or op.expr.kind,
+                       tensors=op.expr.tensor_summary())
             peak = max(peak, int(running.max()))
 
             relayout, moved, estimated = NO_PHASE, 0.0, False

@@ -69,10 +69,11 @@ class ElkSchedule:
 # ----------------------------------------------------------------------------------- estimate
 
 
-def ideal_preload(op: OpTradeoffs) -> tuple[int, float]:
-    """Ideal's preload: the smallest preload space and the shortest load over all points."""
-    pts = [p for front in op.preloads for p in front]
-    return min(p.space for p in pts), min(p.load_s for p in pts)
+def ideal_load_s(op: OpTradeoffs) -> float:
+    """Ideal's load time: the shortest of any preload point (Elk §6.1 roofline). Its preload
+    space is the chosen point's (the chunks its program carries), not the smallest of all
+    points: that is what the device holds."""
+    return min(p.load_s for front in op.preloads for p in front)
 
 
 def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSchedule,
@@ -93,13 +94,10 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
         if not ops[j].loads or schedule.preload_choice[j] < 0:
             raise ValueError(f"operator {j} is in the preload order but has no preload point")
         pts[j] = ops[j].preloads[schedule.exec_choice[j]][schedule.preload_choice[j]]
-    if ideal:
-        ideal_pre = {j: ideal_preload(ops[j]) for j in order}
-        space = [ideal_pre[order[k]][0] for k in range(K)]
-        load_s = {j: ideal_pre[j][1] for j in order}
-    else:
-        space = [pts[order[k]].space for k in range(K)]
-        load_s = {j: pts[j].load_s for j in order}
+    # the space of the chosen points, as the device holds them; Ideal's loads take the
+    # shortest of any point (a roofline time, never a memory figure)
+    space = [pts[order[k]].space for k in range(K)]
+    load_s = {j: ideal_load_s(ops[j]) if ideal else pts[j].load_s for j in order}
     ps = prefix_sums(space)
     pos = {j: k for k, j in enumerate(order)}
     exec_s, busy_s, wbytes = [], [], []
@@ -110,7 +108,9 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
         if early[i]:    # (most operators have no early member: no sum to start)
             w_space += sum(space[pos[j]] for j in early[i])
         if ideal:
-            if ep.space + op.live_bytes > machine.sram_bytes or w_space > machine.sram_bytes:
+            # the preload SRAM holds i's own preload until i starts, beside its window
+            own = space[pos[i]] if i in pos else 0
+            if ep.space + op.live_bytes > machine.sram_bytes or w_space + own > machine.preload_capacity:
                 raise ValueError(f"ideal: operator {i} exceeds SRAM")
             exec_s.append(ep.time_s)
             busy_s.append(ep.traffic_s)

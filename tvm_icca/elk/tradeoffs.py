@@ -86,8 +86,17 @@ class ElkMachine:
 
     ``sram_bytes`` is per core, the receive/shift buffer already subtracted.
     ``separate_interconnect`` (the Ideal design, Elk §6.1): preload traffic never contends with
-    execution traffic.
+    execution traffic. ``preload_sram_bytes``: the per-core SRAM of the Ideal design's own
+    preload memory (Elk §6.1: preload and execution each have a full-sized one; ``None``: as
+    large as ``sram_bytes``). The compiler takes both from the device's SRAM rule,
+    :func:`runtime_sim.contract.sram_budget.sram_budget`.
     """
 
     sram_bytes: int
     separate_interconnect: bool = False
+    preload_sram_bytes: int | None = None
+
+    @property
+    def preload_capacity(self) -> int:
+        """Bytes per core the Ideal design's preloads may hold at once."""
+        return self.sram_bytes if self.preload_sram_bytes is None else self.preload_sram_bytes

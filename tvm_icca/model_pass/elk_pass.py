@@ -28,6 +28,7 @@ from runtime_sim.contract.errors import IccaError
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.plan import VgmPlan
 from runtime_sim.contract.program import EXECUTE, PRELOAD, DeviceProgram, PreloadSchedule
+from runtime_sim.contract.sram_budget import sram_budget
 from tvm_icca.elk.designs import DESIGNS, plan_preloads
 from tvm_icca.elk.elk_schedule import ElkSchedule
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
@@ -78,7 +79,10 @@ def schedule_preloads(programs: Sequence[DeviceProgram], hw: HardwareSpec, cache
     wall = time.perf_counter()
     with progress.phase("trade-off tables", unit="op") as phase:
         tables = operator_tables(programs, hw, cache, phase)
-    machine = ElkMachine(sram_bytes=hw.usable_sram_bytes, separate_interconnect=design == "ideal")
+    # the device's SRAM rule: what the windows below may hold is what the device admits
+    budget = sram_budget(hw, design)
+    machine = ElkMachine(sram_bytes=budget.execution_bytes, separate_interconnect=design == "ideal",
+                         preload_sram_bytes=budget.preload_bytes if budget.separate else None)
     with progress.phase(f"preload schedule ({design})", unit="candidate") as phase:
         schedule = plan_preloads(tables, machine, design, on_step=phase.step)
     out = _apply(programs, tables, schedule)
