@@ -5,7 +5,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: install demo test lint-imports wheel-check docs clean
+.PHONY: install demo test test-full lint-imports wheel-check docs clean
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,11 @@ demo: $(STAMP)
 # too, since tests render the CLI reference and the Results pages as the docs build does
 test: $(DOCS_STAMP)
 	$(VENV)/bin/lint-imports
-	$(VPY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=15 tests
+	$(VPY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=15 -m "not full_size" tests
+
+# the tests that compile a full-size zoo model (minutes each; CI runs them after `make test`)
+test-full: $(DOCS_STAMP)
+	$(VPY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=5 -m full_size tests
 
 # the wheel installed (not editable) in a fresh virtualenv runs `tvm-icca demo` (CI does this)
 wheel-check: $(STAMP)

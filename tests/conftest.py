@@ -6,7 +6,9 @@ They are offered through the ``exprs`` fixture (a namespace of builder functions
 The suite runs in parallel (``make test``: pytest-xdist, one worker per core). A test module
 whose tests share an expensive module- or session-scoped fixture marks itself
 ``pytest.mark.xdist_group(<module>)``, so that one worker builds the fixture once; the tests
-marked ``slow`` are handed out first.
+marked ``slow`` are handed out first. Tests marked ``full_size`` compile a full-size zoo model
+(minutes each on one core): ``make test`` leaves them out, ``make test-full`` runs them, and CI
+(``.ci/run``) runs both.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def _random_plan(draw, expr, max_cores, core_order=False):
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "slow: takes 10 s or more on one core; runs first (see pytest_collection_modifyitems)")
+    config.addinivalue_line(
+        "markers", "full_size: compiles a full-size zoo model (minutes); `make test-full` runs these, "
+        "`make test` does not, CI runs both")
 
 
 def _xdist_group_suffix(config: pytest.Config, items: list[pytest.Item]) -> None:

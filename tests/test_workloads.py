@@ -298,6 +298,7 @@ def test_prefill_then_decode_is_a_longer_prefill(name):
 
 
 @pytest.mark.slow
+@pytest.mark.full_size
 def test_llama2_13b_prefill_at_2048_compiles_timing_only_on_a_pod():
     """One full-size layer of a 2,048-token prefill fits ipu-pod4-hbm whole: the largest
     operators are the attention scores (40 heads x 2048 x 2048 fp16 = 335 MB of 3.7 GB of
@@ -315,6 +316,7 @@ def test_llama2_13b_prefill_at_2048_compiles_timing_only_on_a_pod():
 
 
 @pytest.mark.slow
+@pytest.mark.full_size
 def test_dit_xl2_on_one_chip_with_hbm():
     """Elk §6.4 Fig. 23's DiT-XL point: one IPU Mk2 with 2.7 GB/s of HBM per core (4 TB/s,
     a quarter of ipu-pod4-hbm) compiles and simulates at full width."""
