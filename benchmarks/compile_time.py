@@ -17,6 +17,19 @@ digests mean identical plans.
 run (e.g. the main branch through ``PYTHONPATH``) wrote, and adds before/after columns;
 ``--render RUN.json`` writes the tables of an earlier run without measuring again.
 The zoo has no MobileNet; a name the zoo does not know is reported and skipped.
+
+**Layer sweep** (``--layers``): compile time per operator of one LLM at several layer counts,
+with HBM preloading (Elk), the way ``benchmarks/elk_llm.py`` compiles it: each count cold
+(a fresh plan cache, one process, ``--jobs`` workers), timing-only. Each row gives the CPU and
+wall seconds of the whole compile and the Elk pass's wall seconds (its trade-off tables and its
+design's search), each per device operator, and the simulated time per token. The Elk pass
+searches one period of the identical layers and expands it
+(:mod:`tvm_icca.elk.period_reuse`); ``--whole-run`` compiles every count a second time with
+that off (``reuse_layers=False``) and adds its times and simulated time beside.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/compile_time.py --layers 1,2,4,10,20,40 \
+        [--llm llama2-13b] [--design elk-full] [--hw ipu-pod4-hbm] [--batch 32] [--context 2048] \
+        [--whole-run] [--out benchmarks/results/compile_time_layers]
 """
 
 from __future__ import annotations
@@ -72,6 +85,76 @@ def measure(name: str, batch: int, hw: str) -> dict[str, Any]:
             "plans": plan_digest(model)}
 
 
+def measure_layers(model: str, layers: int, hw: str, batch: int, context: int, design: str,
+                   jobs: int, reuse: bool = True) -> dict[str, Any]:
+    """Compile the first ``layers`` layers of ``model`` cold with ``design`` and simulate it."""
+    workload = get_workload(model, batch=batch, context=context, num_layers=layers)
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    compiled = compile_programs(workload, hw, plan_cache=PlanCache(jobs=jobs), preload=design,
+                                jobs=jobs, progress=False, reuse_layers=reuse)
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    pre = compiled.preload
+    ops = compiled.num_device_ops
+    return {"model": model, "layers": layers, "hw": hw, "batch": batch, "context": context,
+            "design": design, "reuse_layers": reuse, "operators": ops, "cpu_s": cpu, "wall_s": wall,
+            "elk_pass_s": pre.planning_s if pre else 0.0,
+            "elk_search_s": pre.stats["planning_s"] if pre else 0.0,
+            "elk_source": pre.stats["source"] if pre else "",
+            "simulated_ms": compiled.simulate().total_s * 1e3, "plans": plan_digest(compiled)}
+
+
+def _layer_lines(rows: list[dict[str, Any]], whole: dict[int, dict[str, Any]]) -> list[str]:
+    head = ["| layers | operators | CPU s | wall s | CPU ms/op | Elk pass s | Elk search s | "
+            "Elk ms/op | simulated ms |"]
+    rule = "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    if whole:
+        head[0] += " whole run: CPU s | Elk search s | simulated ms | same plans |"
+        rule += "---:|---:|---:|---|"
+    lines = head + [rule]
+    for r in rows:
+        ops = r["operators"]
+        cells = [str(r["layers"]), str(ops), f"{r['cpu_s']:.1f}", f"{r['wall_s']:.1f}",
+                 f"{r['cpu_s'] / ops * 1e3:.1f}", f"{r['elk_pass_s']:.1f}",
+                 f"{r['elk_search_s']:.2f}", f"{r['elk_pass_s'] / ops * 1e3:.1f}",
+                 f"{r['simulated_ms']:.4f}"]
+        w = whole.get(r["layers"])
+        if w is not None:
+            cells += [f"{w['cpu_s']:.1f}", f"{w['elk_search_s']:.2f}", f"{w['simulated_ms']:.4f}",
+                      "same" if w["plans"] == r["plans"] else "differ"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def layer_sweep(args: argparse.Namespace) -> None:
+    """The ``--layers`` section: compile time per operator against the layer count."""
+    hw = args.hw or "ipu-pod4-hbm"
+    rows, whole = [], {}
+    for layers in (int(n) for n in args.layers.split(",")):
+        for reuse in (True, False) if args.whole_run else (True,):
+            r = measure_layers(args.llm, layers, hw, args.batch, args.context, args.design,
+                               args.jobs, reuse)
+            print(json.dumps(r), flush=True)
+            if reuse:
+                rows.append(r)
+            else:
+                whole[layers] = r
+    lines = [f"Compile time of `{args.llm}` decode (batch {args.batch}, context {args.context}) "
+             f"on `{hw}` with `{args.design}` against its layer count "
+             "(`benchmarks/compile_time.py --layers`): each row cold, one process, "
+             f"{args.jobs} plan-search worker(s), timing-only. CPU s is the process's CPU time "
+             "(the machine is shared); the Elk pass (trade-off tables and the design's search) "
+             "and its search are wall seconds; per operator = over the device operators. The "
+             "Elk pass searches one period of the identical layers and expands it"
+             + ("; *whole run*: the same compile with that off (`reuse_layers=False`)."
+                if whole else "."), "", *_layer_lines(rows, whole)]
+    out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / "compile_time_layers")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_markdown(out.with_suffix(".md"), "\n".join(lines))
+    write_json(out.with_suffix(".json"), {"hw": hw, "python": sys.version.split()[0],
+                                          "rows": rows, "whole_run": list(whole.values())})
+    print("\n".join(lines))
+
+
 def _row(r: dict[str, Any], before: dict[tuple, dict[str, Any]]) -> str:
     if "error" in r:
         return f"| {r['model']} | {r['batch']} | error: {r['error'][:80]} |"
@@ -91,13 +174,29 @@ def _row(r: dict[str, Any], before: dict[tuple, dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hw", default="ipu-mk2")
+    parser.add_argument("--hw", default=None,
+                        help="the chip (default: ipu-mk2; ipu-pod4-hbm with --layers)")
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--batches", default="1,4,8")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compile_time"))
+    parser.add_argument("--out", default=None,
+                        help="default benchmarks/results/compile_time (_layers with --layers)")
     parser.add_argument("--before", default=None, help="JSON of an earlier run to compare with")
     parser.add_argument("--render", default=None, help="JSON of a run to tabulate (no measuring)")
+    sweep = parser.add_argument_group("layer sweep (--layers)")
+    sweep.add_argument("--layers", default=None, help="layer counts, e.g. 1,2,4,10,20,40")
+    sweep.add_argument("--llm", default="llama2-13b")
+    sweep.add_argument("--design", default="elk-full")
+    sweep.add_argument("--batch", type=int, default=32)
+    sweep.add_argument("--context", type=int, default=2048)
+    sweep.add_argument("--jobs", type=int, default=1)
+    sweep.add_argument("--whole-run", action="store_true",
+                       help="also compile each count with the Elk pass searching the whole run")
     args = parser.parse_args()
+    if args.layers:
+        layer_sweep(args)
+        return
+    args.hw = args.hw or "ipu-mk2"
+    args.out = args.out or str(ROOT / "benchmarks" / "results" / "compile_time")
     before = {}
     if args.before:
         for r in json.loads(pathlib.Path(args.before).read_text())["rows"]:

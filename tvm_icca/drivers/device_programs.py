@@ -207,6 +207,7 @@ def compile_programs(
     state: str | None = None,
     preload: str | None = None,
     jobs: int | None = None,
+    reuse_layers: bool = True,
 ) -> CompiledModel:
     """Partition ``model`` and plan its ICCA regions' device programs (no LLVM build).
 
@@ -243,6 +244,9 @@ def compile_programs(
     jobs : int or None
         Worker processes for the operators' plan searches when no ``plan_cache`` is given;
         ``None``: every CPU this process may use, ``1``: none (nothing is forked).
+    reuse_layers : bool
+        Whether the Elk pass searches one period of identical layers and expands it
+        (:attr:`tvm_icca.CompileOptions.reuse_layers`); ``False``: the whole run.
 
     Returns
     -------
@@ -260,7 +264,7 @@ def compile_programs(
     mod, resident_names, label = _unpack(model, resident)
     options = CompileOptions(execution=execution, state=state,
                              resident=resident_names, preload=preload, jobs=jobs,
-                             progress=progress)
+                             progress=progress, reuse_layers=reuse_layers)
     model_name = name or label or "model"
     cache = plan_cache if plan_cache is not None else PlanCache(jobs=jobs)
     hits, misses, searches = cache.hits, cache.misses, cache.search.searches

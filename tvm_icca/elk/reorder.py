@@ -20,60 +20,22 @@ orders that still do not fit). The identity order is not a candidate (it is Elk-
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
+from tvm_icca.elk.periods import Repeats, find_repeats
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 
-
-@dataclass(frozen=True)
-class LayerStructure:
-    """Ops ``start + l*period + r`` (l < count, r < period) form ``count`` identical layers."""
-
-    start: int
-    period: int
-    count: int
-
-    @property
-    def end(self) -> int:
-        """One past the last op of the last repeated layer (the epilogue's first op)."""
-        return self.start + self.period * self.count
+#: The layer structure of a run: prefix, ``count`` identical layers, epilogue
+#: (:class:`tvm_icca.elk.periods.Repeats`).
+LayerStructure = Repeats
 
 
 def detect_layers(keys: Sequence[str]) -> LayerStructure | None:
-    """The repeated block covering the most operators (ties: the shortest period), or None.
-
-    Every period up to half the operators is tried (quadratic in them), and the designs ask
-    again for the same operators at each stage: the answer is kept per key sequence."""
-    return _detect_layers(tuple(keys))
-
-
-@functools.lru_cache(maxsize=8)
-def _detect_layers(keys: tuple[str, ...]) -> LayerStructure | None:
-    n = len(keys)
-    if n < 2:
-        return None
-    codes: dict[str, int] = {}
-    ids = np.array([codes.setdefault(k, len(codes)) for k in keys], dtype=np.int64)
-    best: tuple[int, int, LayerStructure] | None = None
-    for period in range(1, n // 2 + 1):
-        eq = np.concatenate(([False], ids[:-period] == ids[period:], [False]))
-        edges = np.flatnonzero(np.diff(eq.astype(np.int8)))
-        if edges.size == 0:
-            continue
-        starts, stops = edges[0::2], edges[1::2]
-        runs = stops - starts
-        k = int(np.argmax(runs))
-        count = (int(runs[k]) + period) // period
-        if count < 2:
-            continue
-        cover = count * period
-        if best is None or cover > best[0]:
-            best = (cover, -period, LayerStructure(int(starts[k]), period, count))
-    return None if best is None else best[2]
+    """The repeated block covering the most operators (ties: the shortest period, then the
+    earliest start), or None: :func:`tvm_icca.elk.periods.find_repeats` (kept per key
+    sequence, as the designs ask again for the same operators at each stage)."""
+    return find_repeats(keys)
 
 
 def heavy_ops(ops: Sequence[OpTradeoffs]) -> list[bool]:

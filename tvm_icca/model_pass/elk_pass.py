@@ -3,11 +3,15 @@
 On a chip with HBM every model larger than SRAM streams its weights and KV caches in while
 operators run (Elk §2.2). After the region programs of a run are decided, this step:
 
-1. builds every operator's trade-off table (:mod:`.tradeoff_tables`, Elk §4.3);
+1. builds every operator's trade-off table (:mod:`.tradeoff_tables`, Elk §4.3), once per
+   distinct operator (identical layers share theirs);
 2. asks the chosen design (:func:`tvm_icca.elk.designs.plan_preloads`: ``basic``,
    ``static``, ``elk-dyn``, ``elk-full`` or the ``ideal`` roofline, Elk §6.1) for each
    operator's execute-state plan and preload-state chunks, the preload order and how many
-   preloads are issued before each execute;
+   preloads are issued before each execute; on a run of identical layers the design
+   searches one period with the layers around it and expands its decisions
+   (:mod:`tvm_icca.elk.period_reuse`, unless :attr:`~tvm_icca.model_pass.CompileOptions.reuse_layers`
+   is off);
 3. writes them into the programs: the chosen plan per operator, its
    :attr:`~runtime_sim.contract.program.OpProgram.preload_chunks`, and per region call the segment of
    the instruction stream issued while it runs (:class:`~runtime_sim.contract.program.PreloadSchedule`,
@@ -31,6 +35,7 @@ from runtime_sim.contract.program import EXECUTE, PRELOAD, DeviceProgram, Preloa
 from runtime_sim.contract.sram_budget import sram_budget
 from tvm_icca.elk.designs import DESIGNS, plan_preloads
 from tvm_icca.elk.elk_schedule import ElkSchedule
+from tvm_icca.elk.period_reuse import plan_preloads_by_period
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.model_pass.tradeoff_tables import operator_tables
@@ -65,11 +70,13 @@ class PreloadSummary:
 
 
 def schedule_preloads(programs: Sequence[DeviceProgram], hw: HardwareSpec, cache: PlanCache,
-                      design: str, progress: Progress = NO_PROGRESS
+                      design: str, progress: Progress = NO_PROGRESS, *, reuse_layers: bool = True
                       ) -> tuple[list[DeviceProgram], PreloadSummary]:
     """``programs`` (one per region call, in order) with ``design``'s preload schedule;
     ``progress``: a phase for the trade-off tables (per operator), one for the design's search
-    (per candidate schedule estimated)."""
+    (per candidate schedule estimated). ``reuse_layers``: search one period of the run's
+    identical layers and expand it (:func:`tvm_icca.elk.period_reuse.plan_preloads_by_period`),
+    else the whole run (:func:`tvm_icca.elk.designs.plan_preloads`)."""
     if design not in PRELOAD_DESIGNS:
         raise IccaError(f"unknown preload design {design!r}; choose one of {PRELOAD_DESIGNS}")
     if hw.hbm_bandwidth <= 0:
@@ -84,7 +91,8 @@ def schedule_preloads(programs: Sequence[DeviceProgram], hw: HardwareSpec, cache
     machine = ElkMachine(sram_bytes=budget.execution_bytes, separate_interconnect=design == "ideal",
                          preload_sram_bytes=budget.preload_bytes if budget.separate else None)
     with progress.phase(f"preload schedule ({design})", unit="candidate") as phase:
-        schedule = plan_preloads(tables, machine, design, on_step=phase.step)
+        plan = plan_preloads_by_period if reuse_layers else plan_preloads
+        schedule = plan(tables, machine, design, on_step=phase.step)
     out = _apply(programs, tables, schedule)
     summary = PreloadSummary(design=design, estimated_s=float(schedule.total_s),
                              planning_s=time.perf_counter() - wall, num_ops=len(tables),

@@ -177,6 +177,11 @@ class CompileOptions:
         is the default, bars on standard error on a terminal once a phase has run two
         seconds; ``False``: none. It changes no decision, so options differing only in it
         compare equal.
+    reuse_layers : bool
+        Whether the Elk pass searches one period of a run's identical layers (plus the first
+        and last layers and what is around them) and expands its decisions to every repeat
+        (:mod:`tvm_icca.elk.period_reuse`), so its search no longer grows with the layers;
+        ``False``: the whole run is searched (to compare the two).
 
     Raises
     ------
@@ -191,6 +196,7 @@ class CompileOptions:
     preload: str | None = None
     jobs: int | None = None
     progress: Progress = field(default_factory=Progress, compare=False)
+    reuse_layers: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "progress", as_progress(self.progress))
@@ -200,6 +206,8 @@ class CompileOptions:
         if self.preload is not None and self.preload not in PRELOAD_CHOICES:
             raise IccaError(f"unknown preload design {self.preload!r}; choose one of "
                             f"{PRELOAD_CHOICES}")
+        if not isinstance(self.reuse_layers, bool):
+            raise IccaError(f"reuse_layers must be True or False, got {self.reuse_layers!r}")
         if self.execution not in EXECUTION_MODELS:
             raise IccaError(
                 f"unknown execution model {self.execution!r}; choose one of {EXECUTION_MODELS}")
@@ -404,7 +412,8 @@ def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: Compi
     design = preload_design(spec, opts, placement.place)
     summary = None
     if design is not None:
-        programs, summary = schedule_preloads(programs, spec, cache, design, opts.progress)
+        programs, summary = schedule_preloads(programs, spec, cache, design, opts.progress,
+                                              reuse_layers=opts.reuse_layers)
     return programs, model_plan, summary, placement
 
 
