@@ -31,6 +31,7 @@ TITLES = {
     "elk_algo_speed": "Speed of the Elk scheduling algorithms",
     "elk_llm": "Elk preload designs on LLM decode",
     "elk_paper_gap": "Why our Elk ratios differ from the Elk paper's",
+    "elk_overlap": "Elk Fig. 18a's overlap: what our Basic overlaps, and why",
     "figures": "The pictures of the README's tour",
     "llm_audit": "LLM decode on multi-chip systems",
     "long_context": "Long context: split operators streamed from HBM",
