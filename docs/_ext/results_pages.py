@@ -32,6 +32,7 @@ TITLES = {
     "elk_llm": "Elk preload designs on LLM decode",
     "elk_paper_gap": "Why our Elk ratios differ from the Elk paper's",
     "elk_overlap": "Elk Fig. 18a's overlap: what our Basic overlaps, and why",
+    "t10_share_ablation": "T10's transfer share against the matrix unit's efficiency",
     "figures": "The pictures of the README's tour",
     "llm_audit": "LLM decode on multi-chip systems",
     "long_context": "Long context: split operators streamed from HBM",
