@@ -312,7 +312,7 @@ def _join_group(structure: PlanStructure, keys: np.ndarray,
             mine = None
             for u in done:
                 if structure.rotatable[u, a]:
-                    if mine is None:  # the option's row of the table, its column ahead
+                    if mine is None:  # each option's row of ``aligned``, as a flat offset
                         mine = (rank[table[:, j]] * len(aligned))[pick]
                     pair = aligned.ravel()[mine + rank[combos[:, u, a]][rows]]
                     ok = pair if ok is None else ok & pair

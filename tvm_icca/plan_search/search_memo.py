@@ -16,7 +16,9 @@ It memoizes three things:
   whatever their shapes. Assignments capped per axis (the searches' padding
   bounds, :class:`~.partitions.StepCaps`) are kept under the sharing tuple and the caps;
 * per rotation pattern and sharing tuple, the number of assignments (the searches' chunking
-  needs it for rows whose assignments it may never build);
+  needs it for rows whose assignments it may never build), and the complete list joined to
+  count them (:meth:`SearchMemo.keep_joined`, bounded like the assignments): a capped list
+  is cut from it (:func:`~.plan_space.assignments_many`) instead of joined again;
 * planned operators of the default analytic model (:func:`~.search.plan_operator`) and the
   candidate placements of their plans, keyed on the chip's fields they read
   (:mod:`~.hw_fields`). With a ``store`` (an object with ``get(key)`` and ``put(key, value)``,
