@@ -430,3 +430,51 @@ def test_reader_of_a_spread_producer_is_mapped_onto_its_blocks(exprs) -> None:
     chip_of = np.arange(hw.num_cores) // hw.cores_per_chip
     moved = input_relayout(producer_grid(producer), layout, 0, chip_of, hw.num_chips).moved_bytes
     assert moved == 0, (reader.plan, dataclasses.asdict(reader.cost))
+
+
+def _joined_by_loops(structure, P, caps=None):
+    """Every tuple's f_t assignments in join order by plain loops: tensors with fewest
+    rotatable axes first, each option of a tensor (divisor tuples of its sharing count,
+    :func:`factor_tuples` order) after every assignment so far, kept when every axis's
+    factors are pairwise factor/multiple (and within ``caps``)."""
+    from tvm_icca.plan_search.intmath import factor_tuples
+
+    order = sorted((t for t in range(structure.num_tensors) if structure.rotatable[t].any()),
+                   key=lambda t: int(structure.rotatable[t].sum()))
+    rows = [np.ones((structure.num_tensors, structure.num_axes), np.int64)]
+    for t in order:
+        axes = np.flatnonzero(structure.rotatable[t])
+        out = []
+        for row in rows:
+            for option in factor_tuples(int(P[t]), len(axes)).tolist():
+                if caps is not None and any(f > caps[a] for f, a in zip(option, axes)):
+                    continue
+                new = row.copy()
+                new[t, axes] = option
+                if all(new[t, a] % new[u, a] == 0 or new[u, a] % new[t, a] == 0
+                       for a in axes for u in range(structure.num_tensors)
+                       if u != t and structure.rotatable[u, a] and new[u, a] > 1):
+                    out.append(new)
+        rows = out
+    return np.array(rows).reshape(-1, structure.num_tensors, structure.num_axes)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_join_equals_plain_loops_in_order(exprs, seed) -> None:
+    """The vectorized join (plan_space._join_group: the alignment rule by a lookup table,
+    checked before rows are built) lists, per sharing tuple, exactly the assignments plain
+    loops list, in the same order, with and without caps; several tuples joined at once."""
+    from tvm_icca.plan_search import plan_space
+
+    rng = np.random.default_rng(seed)
+    for expr in (exprs.matmul(6, 8, 12, batch=2), exprs.conv2d(1, 2, 6, 6, 4, 3, 3, stride=1, pad=1)):
+        s = plan_structure(expr)
+        # sharing counts with many divisors, as on a 5,888-core chip (2^8 x 23)
+        pool = [1, 2, 6, 12, 23, 36, 46, 64, 92, 256]
+        keys = np.array([[int(rng.choice(pool)) for _ in range(s.num_tensors)] for _ in range(5)])
+        caps = [None, None, tuple(int(c) for c in rng.integers(1, 9, s.num_axes)), None,
+                tuple([4] * s.num_axes)]
+        combos, owner = plan_space._join_group(s, keys, caps)
+        for k, (P, cap) in enumerate(zip(keys, caps)):
+            np.testing.assert_array_equal(combos[owner == k].astype(np.int64),
+                                          _joined_by_loops(s, P, cap))

@@ -133,3 +133,28 @@ def test_tuples_joined_together_are_joined_as_alone(exprs):
         assert partitions.assignment_count(s, key) >= len(entry.combos)
     counts = partitions.assignment_counts(s, keys, SearchMemo())
     assert counts == [len(partitions.assignments(s, k).combos) for k in keys]
+
+
+def test_capped_lists_cut_from_counted_lists_are_the_joined_ones(exprs, monkeypatch):
+    """With a memo, the complete lists joined to count a tuple's assignments are kept and
+    the capped lists cut from them (plan_space.assignments_many): the same lists, steps
+    groups and order as joining with the caps, and no second join."""
+    s = plan_structure(exprs.conv2d(2, 4, 8, 8, 6, 3, 3, stride=1, pad=1))
+    keys = np.unique(partitions.sharing_counts(s, op_partitions(s, 64)), axis=0)[::5]
+    caps = [tuple(int(c) for c in (1 + i % 4, 2 + i % 3) * s.num_axes)[:s.num_axes]
+            for i in range(len(keys))]
+    want = partitions.assignments_many(s, keys, caps)  # joined with the caps, no memo
+    cache = SearchMemo()
+    counts = partitions.assignment_counts(s, keys, cache)
+    assert counts == [len(partitions.assignments(s, k).combos) for k in keys]
+    joins = []
+    join = partitions._join_many
+    monkeypatch.setattr(partitions, "_join_many",
+                        lambda *a: joins.append(len(a[1])) or join(*a))
+    cut = partitions.assignments_many(s, keys, caps, cache)
+    assert sum(joins) == 0 and len(cut) == len(keys) > 5
+    assert any(len(w.combos) < n for w, n in zip(want, counts))  # the caps cut something
+    for got, ref in zip(cut, want):
+        np.testing.assert_array_equal(got.wide(), ref.wide())
+        np.testing.assert_array_equal(got.s_rows, ref.s_rows)
+        np.testing.assert_array_equal(got.s_start, ref.s_start)

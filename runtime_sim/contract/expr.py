@@ -369,13 +369,23 @@ class TensorExpr:
         ``views=False`` also blanks where viewed inputs sit in their region tensors
         (:class:`TensorView`): the sub-operators of one split read equal blocks at different
         places, and plan alike (the compiler's key); where a block sits changes only which
-        cores hold its bytes before it is read (the device's key keeps it)."""
-        data = self.to_dict()
-        for access in (*data["inputs"], data["output"]):
-            access["name"] = ""
-            if not views:
-                access.pop("view", None)
-        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+        cores hold its bytes before it is read (the device's key keeps it).
+
+        Kept on the expression once computed (it is frozen): the compiler asks for it several
+        times per operator call, thousands of times for an 80-layer LLM."""
+        known = self.__dict__.get("_structure_keys")
+        if known is None:
+            known = {}
+            object.__setattr__(self, "_structure_keys", known)  # not a field: eq, hash, repr
+        key = known.get(views)
+        if key is None:
+            data = self.to_dict()
+            for access in (*data["inputs"], data["output"]):
+                access["name"] = ""
+                if not views:
+                    access.pop("view", None)
+            key = known[views] = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return key
 
     def __str__(self) -> str:
         def acc(t: TensorAccess) -> str:

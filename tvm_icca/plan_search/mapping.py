@@ -131,10 +131,10 @@ def _mapping_bytes(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int]
     hbm_unique = 0.0
     inter = 0.0
     for t in range(len(expr.inputs)):
-        boxes = input_boxes(layout, t)
         if t in produced and t not in hbm:
             inter += relayout_inter_chip_bytes(produced[t], layout, t, hw)
             continue
+        boxes = input_boxes(layout, t)
         per_chip = boxes.unique_bytes_per_chip(chip, chips)
         distinct = float(boxes.unique_bytes_per_chip(np.zeros(n, np.int64), 1).sum())
         if t in hbm:

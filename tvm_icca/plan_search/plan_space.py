@@ -197,7 +197,24 @@ def assignments_many(structure: PlanStructure, keys: Sequence[Sequence[int]],
                  (tuple(int(p) for p in key), tuple(int(x) for x in c)) for key, c in zip(keys, caps)]
 
     def build(wanted: Sequence[int]) -> list[Assignments]:
-        return _join_many(structure, [keys[i] for i in wanted], [caps[i] for i in wanted])
+        # a capped list is the complete one with the rows over its caps left out, in the
+        # same order (_join_group): cut the complete lists the searches' chunking joined
+        # to count them (SearchMemo.joined) rather than joining again
+        joined = cache.joined(structure, [memo_keys[i][0] if caps[i] is not None else None
+                                          for i in wanted]) if cache is not None else []
+        cut = [(k, whole) for k, whole in zip(wanted, joined) if whole is not None]
+        done = {k for k, _ in cut}
+        join = [i for i in wanted if i not in done]
+        built = dict(zip(join, _join_many(structure, [keys[i] for i in join],
+                                          [caps[i] for i in join])))
+        if cut:
+            kept = [whole[(whole <= np.asarray(caps[k], INT)).all(axis=(1, 2))]
+                    for k, whole in cut]
+            owner = np.repeat(np.arange(len(kept)), [len(c) for c in kept])
+            combos = np.concatenate(kept) if kept else np.ones((0, structure.num_tensors,
+                                                                 structure.num_axes), INT)
+            built.update(zip((k for k, _ in cut), _grouped(combos, owner, len(kept))))
+        return [built[i] for i in wanted]
 
     if cache is None:
         return build(range(len(keys)))
@@ -218,9 +235,15 @@ def assignment_counts(structure: PlanStructure, keys: Sequence[Sequence[int]],
 
     def count(wanted: Sequence[int]) -> list[int]:
         out: list[int] = []
-        for _, owner, n_k in _join_groups(structure, [tuples[i] for i in wanted],
-                                          [None] * len(wanted)):
-            out.extend(np.bincount(owner, minlength=n_k).tolist())
+        start = 0
+        for combos, owner, n_k in _join_groups(structure, [tuples[i] for i in wanted],
+                                               [None] * len(wanted)):
+            cut = np.searchsorted(owner, np.arange(n_k + 1))
+            if cache is not None:  # kept for the capped lists (assignments_many)
+                cache.keep_joined(structure, [tuples[i] for i in wanted[start:start + n_k]],
+                                  [combos[cut[k]:cut[k + 1]].copy() for k in range(n_k)])
+            start += n_k
+            out.extend(np.diff(cut).tolist())
         return out
 
     if cache is None:
@@ -267,6 +290,7 @@ def _join_group(structure: PlanStructure, keys: np.ndarray,
     rotating = [t for t in range(n_t) if structure.rotatable[t].any()]
     order = sorted(rotating, key=lambda t: int(structure.rotatable[t].sum()))
     done: list[int] = []
+    aligned, rank = _alignment_table(keys)
     for t in order:
         axes_t = np.flatnonzero(structure.rotatable[t])
         # every tuple's options for tensor t, concatenated (tuple k's at offset[k])
@@ -280,20 +304,38 @@ def _join_group(structure: PlanStructure, keys: np.ndarray,
         # each assignment so far pairs with every option of its own tuple, in order
         per_row = counts[owner]
         rows = np.repeat(np.arange(len(combos)), per_row)
-        pick = np.arange(len(rows)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
-        pick += offset[owner[rows]]
-        combos, owner = combos[rows], owner[rows]
-        combos[:, t, axes_t] = table[pick]
-        ok = np.ones(len(combos), bool)
-        for a in axes_t:
+        pick = np.arange(len(rows)) - np.repeat(np.cumsum(per_row) - per_row - offset[owner], per_row)
+        # the alignment rule on the factors' ranks (_alignment_table), before the rows it
+        # rejects are built
+        ok = None
+        for j, a in enumerate(axes_t):
+            mine = None
             for u in done:
                 if structure.rotatable[u, a]:
-                    x, y = combos[:, t, a], combos[:, u, a]
-                    ok &= (x % y == 0) | (y % x == 0)
-        if not ok.all():
-            combos, owner = combos[ok], owner[ok]
+                    if mine is None:  # each option's row of ``aligned``, as a flat offset
+                        mine = (rank[table[:, j]] * len(aligned))[pick]
+                    pair = aligned.ravel()[mine + rank[combos[:, u, a]][rows]]
+                    ok = pair if ok is None else ok & pair
+        if ok is not None and not ok.all():
+            rows, pick = rows[ok], pick[ok]
+        combos, owner = combos[rows], owner[rows]
+        for j, a in enumerate(axes_t):  # (one axis at a time: numpy's fast path)
+            combos[:, t, a] = table[:, j][pick]
         done.append(t)
     return combos, owner
+
+
+def _alignment_table(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The alignment rule (two temporal factors on one axis: one a multiple of the other)
+    over every factor the sharing counts ``keys`` allow, as ``(aligned, rank)``: factors
+    ``x`` and ``y`` align iff ``aligned[rank[x], rank[y]]``. The factors divide the counts,
+    so there are few of them: a lookup replaces two integer divisions per candidate."""
+    values = sorted({d for p in np.unique(keys).tolist() for d in divisors(max(int(p), 1))})
+    v = np.array(values, INT)
+    aligned = (v[:, None] % v[None, :] == 0) | (v[None, :] % v[:, None] == 0)
+    rank = np.zeros(int(v[-1]) + 1, INT)
+    rank[v] = np.arange(len(v), dtype=INT)
+    return aligned, rank
 
 
 def _grouped(combos: np.ndarray, owner: np.ndarray, n_k: int) -> list[Assignments]:

@@ -16,7 +16,9 @@ It memoizes three things:
   whatever their shapes. Assignments capped per axis (the searches' padding
   bounds, :class:`~.partitions.StepCaps`) are kept under the sharing tuple and the caps;
 * per rotation pattern and sharing tuple, the number of assignments (the searches' chunking
-  needs it for rows whose assignments it may never build);
+  needs it for rows whose assignments it may never build), and the complete list joined to
+  count them (:meth:`SearchMemo.keep_joined`, bounded like the assignments): a capped list
+  is cut from it (:func:`~.plan_space.assignments_many`) instead of joined again;
 * planned operators of the default analytic model (:func:`~.search.plan_operator`) and the
   candidate placements of their plans, keyed on the chip's fields they read
   (:mod:`~.hw_fields`). With a ``store`` (an object with ``get(key)`` and ``put(key, value)``,
@@ -50,6 +52,9 @@ class SearchMemo:
         self._assignments: OrderedDict[str, tuple[OrderedDict, list[int]]] = OrderedDict()
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()
         self._counts: dict[tuple, dict[tuple[int, ...], int]] = {}  # numbers: no bound needed
+        # (rotation pattern, sharing tuple) -> its complete assignments in join order
+        self._joined: OrderedDict[tuple, Any] = OrderedDict()
+        self._joined_bytes = 0
         #: plan searches run with this memo (:func:`~.search.plan_operator` calls that no
         #: memo, in memory or in the store, answered)
         self.searches = 0
@@ -100,6 +105,26 @@ class SearchMemo:
                 _, old = entries.popitem(last=False)
                 held[0] -= old.combos.nbytes
         return out
+
+    def keep_joined(self, structure: PlanStructure, keys: Sequence[tuple[int, ...]],
+                    lists: Sequence[Any]) -> None:
+        """Keep the complete f_t assignments of each sharing tuple of ``keys`` in join order
+        (ungrouped, as :func:`~.plan_space.assignment_counts` joined them to count them),
+        for :meth:`joined`; the oldest go beyond ``max_assignment_bytes``."""
+        for key, combos in zip(keys, lists):
+            full = (structure.rotation_key, key)
+            if full not in self._joined:
+                self._joined[full] = combos
+                self._joined_bytes += combos.nbytes
+        while self._joined_bytes > self.max_assignment_bytes and len(self._joined) > 1:
+            _, old = self._joined.popitem(last=False)
+            self._joined_bytes -= old.nbytes
+
+    def joined(self, structure: PlanStructure, keys: Sequence[tuple[int, ...] | None]) -> list:
+        """The complete assignments :meth:`keep_joined` holds for each sharing tuple of
+        ``keys`` of ``structure``'s rotation pattern, else None (and None for None)."""
+        return [None if key is None else self._joined.get((structure.rotation_key, key))
+                for key in keys]
 
     def assignment_counts(self, structure: PlanStructure, keys: Sequence[tuple[int, ...]],
                           count: Callable[[Sequence[int]], list[int]]) -> list[int]:
@@ -160,6 +185,8 @@ class SearchMemo:
         self._structures.clear()
         self._assignments.clear()
         self._counts.clear()
+        self._joined.clear()
+        self._joined_bytes = 0
         self._plans.clear()
 
 
