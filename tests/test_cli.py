@@ -730,3 +730,15 @@ def test_a_broken_pipe_in_process_returns_the_status(capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert cli.main(["models"]) == cli.EXIT_BROKEN_PIPE == 141
     assert capsys.readouterr().err == ""
+
+
+def test_no_layer_reuse_gives_the_same_simulated_time(capsys):
+    """``--no-layer-reuse`` searches Elk's schedule over every layer; on a tiny LLM with
+    identical layers it gives the same programs as the default period reuse."""
+    times = []
+    for extra in ([], ["--no-layer-reuse"]):
+        code, out, err = _main(capsys, "simulate", "llama2-13b", "--tiny", "--layers", "4", "--hw",
+                               "ipu-pod4-hbm", "--json", "--no-progress", *extra)
+        assert code == 0, err
+        times.append(json.loads(out)["total_s"])
+    assert times[0] == pytest.approx(times[1], rel=1e-9)

@@ -178,6 +178,15 @@ def add_state_argument(parser: argparse.ArgumentParser) -> None:
                         "on a chip with HBM, else chip when the model fits, else host")
 
 
+def add_layer_reuse_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-layer-reuse``, read as ``args.reuse_layers``
+    (:attr:`tvm_icca.CompileOptions.reuse_layers`)."""
+    parser.add_argument("--no-layer-reuse", dest="reuse_layers", action="store_false",
+                        help="search the HBM preload schedule over every layer instead of one "
+                        "period of identical layers and its copies (slower; by default one "
+                        "period, which gives the same programs on the zoo's LLMs)")
+
+
 def add_progress_argument(parser: argparse.ArgumentParser) -> None:
     """``--no-progress``, read as ``args.progress``: ``True`` (the default policy of
     :mod:`tvm_icca.progress`) or ``False``, what every ``progress=`` parameter takes."""

@@ -30,6 +30,7 @@ from tvm_icca.cli.args import (
     UsageError,
     add_hardware_argument,
     add_progress_argument,
+    add_layer_reuse_argument,
     add_state_argument,
     existing_file,
     shape_arg,
@@ -57,6 +58,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "current directory)")
     add_hardware_argument(parser, "chip to compile for")
     add_state_argument(parser)
+    add_layer_reuse_argument(parser)
     parser.add_argument("--design", default=None, choices=PRELOAD_CHOICES,
                         help="HBM preload design on a chip with HBM (Elk §6.1; default elk-full)")
     parser.add_argument("--shape", action="append", type=shape_arg, metavar="NAME=D1,D2,...",
@@ -187,7 +189,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"tvm-icca: warning: {reason}", file=sys.stderr)
     with optional_database(args.database) as tuned:
         # planned here (tvm.compile skips a planned module) to say where the weights went
-        options = CompileOptions(state=args.state, preload=args.design, progress=args.progress)
+        options = CompileOptions(state=args.state, preload=args.design, progress=args.progress,
+                                 reuse_layers=args.reuse_layers)
         planned = icca_model_passes(hw, options)(partitioned)
         placement = state_placement_of(planned)
         pre = preload_summary_of(planned)

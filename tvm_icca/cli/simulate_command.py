@@ -29,6 +29,7 @@ from tvm_icca.cli.args import (
     add_hardware_argument,
     add_model_arguments,
     add_progress_argument,
+    add_layer_reuse_argument,
     add_state_argument,
     nonneg_int,
     shape_dict,
@@ -53,6 +54,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_model_arguments(parser, "llama2-13b")
     add_hardware_argument(parser, "chip to simulate")
     add_state_argument(parser)
+    add_layer_reuse_argument(parser)
     parser.add_argument("--design", default=None, choices=PRELOAD_CHOICES,
                         help="HBM preload design (Elk §6.1): basic, static, elk-dyn, elk-full "
                         "(default on a chip with HBM), ideal (the roofline), or off")
@@ -186,7 +188,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--design applies to chips with HBM; '{hw.name}' has none")
     with optional_database(args.database) as tuned:
         compiled = compile_programs(model, hw, progress=progress, preload=args.design,
-                                    state=args.state, **named)
+                                    state=args.state, reuse_layers=args.reuse_layers, **named)
     start = time.perf_counter()
     report = compiled.simulate(trace=bool(args.trace), progress=progress)
     simulate_s = time.perf_counter() - start
