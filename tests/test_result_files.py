@@ -25,7 +25,6 @@ JSON_RESULTS = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
 AWAITING_REGENERATION = {
     "compile_time.json", "elk_llm_compile.json",
     "long_context.json",
-    "tuning.json",
 }
 _LINE = re.compile(r"^Made by `\.venv/bin/python (benchmarks/\w+\.py)( [^`]*)?` on commit "
                    r"([0-9a-f]{7,40})( with uncommitted changes)? \(apache-tvm [^)]+\), "
