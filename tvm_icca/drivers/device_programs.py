@@ -208,6 +208,7 @@ def compile_programs(
     preload: str | None = None,
     jobs: int | None = None,
     reuse_layers: bool = True,
+    group_pieces: bool = True,
 ) -> CompiledModel:
     """Partition ``model`` and plan its ICCA regions' device programs (no LLVM build).
 
@@ -247,6 +248,9 @@ def compile_programs(
     reuse_layers : bool
         Whether the Elk pass searches one period of identical layers and expands it
         (:attr:`tvm_icca.CompileOptions.reuse_layers`); ``False``: the whole run.
+    group_pieces : bool
+        Whether the Elk pass's refinement moves the identical pieces of split operators
+        together (:attr:`tvm_icca.CompileOptions.group_pieces`).
 
     Returns
     -------
@@ -264,7 +268,8 @@ def compile_programs(
     mod, resident_names, label = _unpack(model, resident)
     options = CompileOptions(execution=execution, state=state,
                              resident=resident_names, preload=preload, jobs=jobs,
-                             progress=progress, reuse_layers=reuse_layers)
+                             progress=progress, reuse_layers=reuse_layers,
+                             group_pieces=group_pieces)
     model_name = name or label or "model"
     cache = plan_cache if plan_cache is not None else PlanCache(jobs=jobs)
     hits, misses, searches = cache.hits, cache.misses, cache.search.searches

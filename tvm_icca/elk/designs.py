@@ -241,7 +241,7 @@ def _stretches(ops, machine, memo, stats, rc, perm, on_step: OnStep = None) -> l
     return out
 
 
-def _plan_dyn(ops, machine, memo, stats, on_step: OnStep = None) -> ElkSchedule:
+def _plan_dyn(ops, machine, memo, stats, on_step: OnStep = None, group: bool = True) -> ElkSchedule:
     """§4.2 + §4.3 in execution order: the recurrence at each contention price, and Static's
     schedule, the best refined on the cut model (:func:`~tvm_icca.elk.refine.refine`), then
     once more on the whole model (:func:`~tvm_icca.elk.refine.local_search`): the cut model does
@@ -259,7 +259,8 @@ def _plan_dyn(ops, machine, memo, stats, on_step: OnStep = None) -> ElkSchedule:
             cands.append(s)
     cands.append(replace(_plan_static(ops, machine, stats, on_step), design="elk-dyn"))
     refining = _stage(on_step, "refining")
-    return local_search(ops, machine, refine(ops, machine, _best(cands), refining), refining)
+    return local_search(ops, machine, refine(ops, machine, _best(cands), refining, group_pieces=group),
+                        refining, group_pieces=group)
 
 
 @dataclass(frozen=True)
@@ -306,7 +307,7 @@ def _screened(ops, machine, memo, stats,
 
 
 def _reordered_points(ops, machine, rc: _Reorder, sched: ElkSchedule,
-                      on_step: OnStep = None) -> list[ElkSchedule]:
+                      on_step: OnStep = None, group: bool = True) -> list[ElkSchedule]:
     """Every suffix-tree order (§4.4) with ``sched``'s execute and preload points, preloads as
     early as memory allows; the fastest, refined, if it beats ``sched`` (else nothing).
 
@@ -324,11 +325,12 @@ def _reordered_points(ops, machine, rc: _Reorder, sched: ElkSchedule,
         if s is not None and s.total_s < best.total_s:
             best = replace(s, stats=replace(s.stats, avg_displacement=reorder.layer_displacement(perm),
                                             avg_position_displacement=reorder.order_displacement(order)))
-    return [] if best is sched else [refine(ops, machine, best, _stage(on_step, "refining"))]
+    return [] if best is sched else [refine(ops, machine, best, _stage(on_step, "refining"),
+                                            group_pieces=group)]
 
 
-def _plan_full(ops, machine, memo, stats, on_step: OnStep = None) -> ElkSchedule:
-    dyn = _plan_dyn(ops, machine, memo, stats, on_step)
+def _plan_full(ops, machine, memo, stats, on_step: OnStep = None, group: bool = True) -> ElkSchedule:
+    dyn = _plan_dyn(ops, machine, memo, stats, on_step, group)
     rc, top = _screened(ops, machine, memo, stats, on_step)
     if rc is None:
         return replace(dyn, design="elk-full")
@@ -347,12 +349,12 @@ def _plan_full(ops, machine, memo, stats, on_step: OnStep = None) -> ElkSchedule
                                              avg_position_displacement=reorder.order_displacement(order)))
                 cands.append(s)
         if cands:   # each order's best, refined: refinement reranks the orders
-            refined.append(refine(ops, machine, _best(cands), step))
+            refined.append(refine(ops, machine, _best(cands), step, group_pieces=group))
     best = _best(refined)
     # then every order at the refined points: refinement can favour an order the screen missed
-    best = _best([best] + _reordered_points(ops, machine, rc, best, on_step))
+    best = _best([best] + _reordered_points(ops, machine, rc, best, on_step, group))
     # once on the whole model (see _plan_dyn)
-    best = local_search(ops, machine, best, _stage(on_step, "refining"))
+    best = local_search(ops, machine, best, _stage(on_step, "refining"), group_pieces=group)
     return replace(best, stats=replace(best.stats, orders_tried=1 + len(rc.perms)))
 
 
@@ -389,10 +391,11 @@ def _plan_ideal(ops, machine, memo, stats, on_step: OnStep = None) -> ElkSchedul
 
 
 def plan_preloads(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, *,
-                  on_step: OnStep = None) -> ElkSchedule:
+                  on_step: OnStep = None, group_pieces: bool = True) -> ElkSchedule:
     """Plan the preloads and executions of ``ops`` (execution order) with one of ``DESIGNS``;
     ``on_step(stage)`` after every candidate schedule estimated (the search runs for tens of
-    seconds on a large LLM; :data:`~tvm_icca.elk.draft.OnStep`)."""
+    seconds on a large LLM; :data:`~tvm_icca.elk.draft.OnStep`). ``group_pieces``: the
+    refinement's classes follow the nested repeats (:func:`~tvm_icca.elk.refine.local_search`)."""
     if design not in DESIGNS:
         raise ValueError(f"unknown design {design!r}; one of {DESIGNS}")
     t0 = time.perf_counter()
@@ -403,9 +406,9 @@ def plan_preloads(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, 
     elif design == "static":
         sched = _plan_static(ops, machine, stats, on_step)
     elif design == "elk-dyn":
-        sched = _plan_dyn(ops, machine, memo, stats, on_step)
+        sched = _plan_dyn(ops, machine, memo, stats, on_step, group_pieces)
     elif design == "elk-full":
-        sched = _plan_full(ops, machine, memo, stats, on_step)
+        sched = _plan_full(ops, machine, memo, stats, on_step, group_pieces)
     else:
         sched = _plan_ideal(ops, machine, memo, stats, on_step)
     return replace(sched, stats=replace(sched.stats, planning_s=time.perf_counter() - t0))

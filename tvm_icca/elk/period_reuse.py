@@ -130,18 +130,19 @@ def expand_decisions(cut: RunCut, sched: ElkSchedule
 
 
 def plan_preloads_by_period(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, *,
-                            on_step: OnStep = None) -> ElkSchedule:
+                            on_step: OnStep = None, group_pieces: bool = True) -> ElkSchedule:
     """:func:`~tvm_icca.elk.designs.plan_preloads` of ``ops`` with ``design``, its search run
     on the cut of the run's repeated layers and expanded (module docstring) when the design is
     one of :data:`REUSE_DESIGNS` and the run has more than :data:`CUT_LAYERS` identical
-    layers; otherwise (or when the cut does not stand for the run) the whole run's search."""
+    layers; otherwise (or when the cut does not stand for the run) the whole run's search.
+    ``group_pieces``: as for :func:`~tvm_icca.elk.designs.plan_preloads`."""
     repeats = find_repeats([o.key for o in ops]) if design in REUSE_DESIGNS else None
     if repeats is None or repeats.count <= CUT_LAYERS:
-        return plan_preloads(ops, machine, design, on_step=on_step)
+        return plan_preloads(ops, machine, design, on_step=on_step, group_pieces=group_pieces)
     small, cut = cut_run(ops, repeats)
     why = _cut_differs(ops, small, cut)
     if why is None:
-        found = plan_preloads(small, machine, design, on_step=on_step)
+        found = plan_preloads(small, machine, design, on_step=on_step, group_pieces=group_pieces)
         expanded = expand_decisions(cut, found)
         why = "the cut's preload order interleaves its layers"
         if expanded is not None:
@@ -154,11 +155,11 @@ def plan_preloads_by_period(ops: Sequence[OpTradeoffs], machine: ElkMachine, des
                 # the designs' last step, on the whole run: the cut weighs a middle layer's
                 # change against its boundaries once, the run (count - 2) times (on Llama2-13B
                 # decode it moves the layers' last operator to its second point, 0.4% faster)
-                sched = local_search(ops, machine, sched, on_step)
+                sched = local_search(ops, machine, sched, on_step, group_pieces=group_pieces)
                 return replace(sched, stats=replace(
                     sched.stats, avg_position_displacement=reorder.order_displacement(order)))
             why = "the expanded points do not fit the whole run"
-    whole = plan_preloads(ops, machine, design, on_step=on_step)
+    whole = plan_preloads(ops, machine, design, on_step=on_step, group_pieces=group_pieces)
     return replace(whole, stats=replace(whole.stats,
                                         source=f"{whole.stats.source} (whole run: {why})"))
 

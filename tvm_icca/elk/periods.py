@@ -9,6 +9,11 @@ one period and expands it (:mod:`tvm_icca.elk.period_reuse`); both find the laye
 :func:`find_repeats` is exact: of every block ``keys[s + l*p + r] == keys[s + r]`` (``l <
 count``, ``r < p``, ``count >= 2``) it returns one covering the most items (``count * p``);
 ties go to the shortest period, then to the earliest start.
+
+:func:`representatives` applies it again inside one period and around the block: a long
+prompt's layer repeats too, as the pieces of its split operators (:mod:`tvm_icca.split` runs a
+split chain piece by piece), and the Elk designs' local search treats each group of
+identical positions as one class (:func:`tvm_icca.elk.refine.local_search`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Repeats", "find_repeats"]
+__all__ = ["Repeats", "find_repeats", "representatives"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,10 @@ def find_repeats(keys: Sequence[Hashable]) -> Repeats | None:
 
 @functools.lru_cache(maxsize=8)
 def _find_repeats(keys: tuple[Hashable, ...]) -> Repeats | None:
+    return _search_repeats(keys)
+
+
+def _search_repeats(keys: tuple[Hashable, ...]) -> Repeats | None:
     n = len(keys)
     if n < 2:
         return None
@@ -77,3 +86,36 @@ def _find_repeats(keys: tuple[Hashable, ...]) -> Repeats | None:
         if count >= 2 and (best is None or count * period > best.count * best.period):
             best = Repeats(int(starts[k]), period, count)
     return best
+
+
+def representatives(keys: Sequence[Hashable]) -> list[int]:
+    """Per item, the first item standing at the same position of every nested repeat.
+
+    :func:`find_repeats` of ``keys`` maps each item of a later period to the same position of
+    the first period; the prefix, the first period and the suffix are searched the same way
+    (a layer whose split operators repeat their pieces, an embedding split in row blocks), so
+    items get the same representative exactly when the nested repeats put them at the same
+    position. Every item's representative is an item with the same key, no later than it.
+    """
+    return list(_representatives(tuple(keys)))
+
+
+@functools.lru_cache(maxsize=8)
+def _representatives(keys: tuple[Hashable, ...]) -> tuple[int, ...]:
+    rep = list(range(len(keys)))
+
+    def walk(lo: int, hi: int) -> None:
+        if hi - lo < 2:
+            return
+        found = _search_repeats(keys[lo:hi])
+        if found is None:
+            return
+        start, end = lo + found.start, lo + found.end
+        walk(lo, start)
+        walk(start, start + found.period)   # the repeats inside one period first
+        for i in range(start + found.period, end):
+            rep[i] = rep[start + (i - start) % found.period]
+        walk(end, hi)
+
+    walk(0, len(keys))
+    return tuple(rep)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from tvm_icca.elk import reorder
 from tvm_icca.elk.draft import OnStep, schedule_at_points
 from tvm_icca.elk.elk_schedule import ElkSchedule
+from tvm_icca.elk.periods import representatives
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 
 #: Layers of the truncated model the points are searched on; the designs screen their candidate
@@ -27,16 +28,17 @@ REFINE_SWEEPS = 3
 
 
 def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
-           on_step: OnStep = None) -> ElkSchedule:
+           on_step: OnStep = None, *, group_pieces: bool = True) -> ElkSchedule:
     """:func:`local_search` of ``sched``, searched on the model cut to ``SCREEN_LAYERS``
     layers when it has more (as §4.4's orders are screened; the search prices a few hundred
     whole-model estimates). The class points the search changes are carried to every
     identical layer of the whole model, and the result is kept only if the whole model's
     estimate improves, so it is never worse than ``sched``. ``on_step``: told of every
-    schedule estimated (:data:`~tvm_icca.elk.draft.OnStep`)."""
+    schedule estimated (:data:`~tvm_icca.elk.draft.OnStep`). ``group_pieces``: as for
+    :func:`local_search`."""
     layers = reorder.detect_layers([o.key for o in ops])
     if layers is None or layers.count <= SCREEN_LAYERS:
-        return local_search(ops, machine, sched, on_step)
+        return local_search(ops, machine, sched, on_step, group_pieces=group_pieces)
     small = reorder.truncate(ops, layers, SCREEN_LAYERS)
     cut = layers.start + layers.period * SCREEN_LAYERS
     kept = [i for i in range(len(ops)) if i < cut or i >= layers.end]  # small index -> op
@@ -47,8 +49,8 @@ def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
     start = schedule_at_points(small, machine, sched.design, order, ex, pc, sched.stats.source,
                                sched.stats, on_step)
     if start is None:
-        return local_search(ops, machine, sched, on_step)
-    found = local_search(small, machine, start, on_step)
+        return local_search(ops, machine, sched, on_step, group_pieces=group_pieces)
+    found = local_search(small, machine, start, on_step, group_pieces=group_pieces)
     ex, pc = list(sched.exec_choice), list(sched.preload_choice)
     for j, i in enumerate(kept):
         if (found.exec_choice[j], found.preload_choice[j]) == (start.exec_choice[j],
@@ -68,7 +70,8 @@ def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
 
 
 def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
-                 sched: ElkSchedule, on_step: OnStep = None) -> ElkSchedule:
+                 sched: ElkSchedule, on_step: OnStep = None, *,
+                 group_pieces: bool = True) -> ElkSchedule:
     """Improve a schedule's execute/preload points against its whole-schedule estimate.
 
     The recurrence (§4.2) fixes each operator's execute point in its own window and each
@@ -82,14 +85,25 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
     change when the estimate improves. A class is one operator position of the repeated
     layer, applied to all identical layers as §4.4 applies one layer's order to all (an
     operator outside the repeated layers is its own class). The start is a candidate, so the
-    result is never worse on the estimate. ``on_step``: told of every schedule estimated."""
+    result is never worse on the estimate. ``on_step``: told of every schedule estimated.
+
+    ``group_pieces``: a class is every operator at one position of the nested repeats
+    (:func:`~tvm_icca.elk.periods.representatives`): a long prompt's layer repeats the pieces
+    of its split operators, and each piece position would otherwise be a class of its own,
+    each candidate priced on the whole run -- a search quadratic in the pieces (a 32K-token
+    Llama2-13B prefill has about 1,400 operators per layer). ``False``: one class per layer
+    position (and per operator outside the layers)."""
     order = sched.preload_order
-    layers = reorder.detect_layers([o.key for o in ops])
+    keys = [o.key for o in ops]
+    layers = reorder.detect_layers(keys)
+    rep = representatives(keys) if group_pieces else None
     classes: dict[tuple, list[int]] = {}
     for i, op in enumerate(ops):
         if sum(len(f) for f in op.preloads) + (0 if op.loads else len(op.execs)) <= 1:
             continue    # nothing to choose
-        if layers is not None and layers.start <= i < layers.end:
+        if rep is not None:
+            cls = ("rep", rep[i])
+        elif layers is not None and layers.start <= i < layers.end:
             cls = ("layer", (i - layers.start) % layers.period)
         else:
             cls = ("op", i)

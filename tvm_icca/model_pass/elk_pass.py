@@ -70,13 +70,14 @@ class PreloadSummary:
 
 
 def schedule_preloads(programs: Sequence[DeviceProgram], hw: HardwareSpec, cache: PlanCache,
-                      design: str, progress: Progress = NO_PROGRESS, *, reuse_layers: bool = True
-                      ) -> tuple[list[DeviceProgram], PreloadSummary]:
+                      design: str, progress: Progress = NO_PROGRESS, *, reuse_layers: bool = True,
+                      group_pieces: bool = True) -> tuple[list[DeviceProgram], PreloadSummary]:
     """``programs`` (one per region call, in order) with ``design``'s preload schedule;
     ``progress``: a phase for the trade-off tables (per operator), one for the design's search
     (per candidate schedule estimated). ``reuse_layers``: search one period of the run's
     identical layers and expand it (:func:`tvm_icca.elk.period_reuse.plan_preloads_by_period`),
-    else the whole run (:func:`tvm_icca.elk.designs.plan_preloads`)."""
+    else the whole run (:func:`tvm_icca.elk.designs.plan_preloads`). ``group_pieces``: the
+    refinement's classes follow the pieces' repeats too (:func:`tvm_icca.elk.refine.local_search`)."""
     if design not in PRELOAD_DESIGNS:
         raise IccaError(f"unknown preload design {design!r}; choose one of {PRELOAD_DESIGNS}")
     if hw.hbm_bandwidth <= 0:
@@ -92,7 +93,7 @@ def schedule_preloads(programs: Sequence[DeviceProgram], hw: HardwareSpec, cache
                          preload_sram_bytes=budget.preload_bytes if budget.separate else None)
     with progress.phase(f"preload schedule ({design})", unit="candidate") as phase:
         plan = plan_preloads_by_period if reuse_layers else plan_preloads
-        schedule = plan(tables, machine, design, on_step=phase.step)
+        schedule = plan(tables, machine, design, on_step=phase.step, group_pieces=group_pieces)
     out = _apply(programs, tables, schedule)
     summary = PreloadSummary(design=design, estimated_s=float(schedule.total_s),
                              planning_s=time.perf_counter() - wall, num_ops=len(tables),

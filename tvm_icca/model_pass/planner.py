@@ -182,6 +182,12 @@ class CompileOptions:
         and last layers and what is around them) and expands its decisions to every repeat
         (:mod:`tvm_icca.elk.period_reuse`), so its search no longer grows with the layers;
         ``False``: the whole run is searched (to compare the two).
+    group_pieces : bool
+        Whether the Elk pass's refinement moves every operator at one position of the run's
+        nested repeats together -- the identical pieces of a split operator as well as the
+        identical layers (:func:`tvm_icca.elk.refine.local_search`), so its search no longer
+        grows with the square of a long prompt's pieces; ``False``: one class per layer
+        position (to compare the two).
 
     Raises
     ------
@@ -197,6 +203,7 @@ class CompileOptions:
     jobs: int | None = None
     progress: Progress = field(default_factory=Progress, compare=False)
     reuse_layers: bool = True
+    group_pieces: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "progress", as_progress(self.progress))
@@ -206,8 +213,9 @@ class CompileOptions:
         if self.preload is not None and self.preload not in PRELOAD_CHOICES:
             raise IccaError(f"unknown preload design {self.preload!r}; choose one of "
                             f"{PRELOAD_CHOICES}")
-        if not isinstance(self.reuse_layers, bool):
-            raise IccaError(f"reuse_layers must be True or False, got {self.reuse_layers!r}")
+        for flag in ("reuse_layers", "group_pieces"):
+            if not isinstance(getattr(self, flag), bool):
+                raise IccaError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.execution not in EXECUTION_MODELS:
             raise IccaError(
                 f"unknown execution model {self.execution!r}; choose one of {EXECUTION_MODELS}")
@@ -413,7 +421,8 @@ def _decide(mod: IRModule, order: Sequence[str], spec: HardwareSpec, opts: Compi
     summary = None
     if design is not None:
         programs, summary = schedule_preloads(programs, spec, cache, design, opts.progress,
-                                              reuse_layers=opts.reuse_layers)
+                                              reuse_layers=opts.reuse_layers,
+                                              group_pieces=opts.group_pieces)
     return programs, model_plan, summary, placement
 
 

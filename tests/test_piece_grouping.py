@@ -1,0 +1,101 @@
+"""The Elk refinement's classes over nested repeats (issue 40): a long prompt's layer repeats
+the pieces of its split operators, and the local search moves every identical piece
+together (``group_pieces``, :func:`tvm_icca.elk.periods.representatives`).
+
+Exact checks: the representatives against their definition on small sequences; the search
+with the option off is the layer-position search; with it on, never slower on the estimate
+(synthetic LLMs whose layers repeat pieces) nor on the timing simulator (a tiny Llama prefill
+split on a small HBM chip), within 0.1%."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from runtime_sim.contract.errors import IccaError
+from runtime_sim.contract.presets import small_chip
+from tvm_icca.drivers.device_programs import compile_programs
+from tvm_icca.elk.designs import plan_preloads
+from tvm_icca.elk.period_reuse import plan_preloads_by_period
+from tvm_icca.elk.periods import find_repeats, representatives
+from tvm_icca.elk.synthetic import LAYER, SRAM, synthetic_llm
+from tvm_icca.elk.tradeoffs import ElkMachine
+from tvm_icca.model_pass import CompileOptions
+from tvm_icca.model_pass.plan_cache import PlanCache
+from tvm_icca.split.region_split import original_operator
+from tvm_icca.workloads import get_workload
+
+MACHINE = ElkMachine(SRAM)
+
+
+def _pieced_layer(pieces: int) -> tuple:
+    """A decoder layer whose attention and MLP run as ``pieces`` identical pieces each."""
+    head, attn, mid, mlp = LAYER[:4], LAYER[7:11], LAYER[11:14], LAYER[14:19]
+    return head + attn * pieces + mid + mlp * pieces + LAYER[19:]
+
+
+def test_representatives_of_nested_repeats():
+    keys = "xabababyzcdcdcdAqqqB" * 3
+    rep = representatives(keys)
+    first = [0, 1, 2, 1, 2, 1, 2, 7, 8, 9, 10, 9, 10, 9, 10, 15, 16, 16, 16, 19]
+    assert rep == first * 3
+
+
+@pytest.mark.parametrize("keys", ["", "a", "ab", "abc", "aaaa", "abcabd"] +
+                         ["".join(p) for p in itertools.product("ab", repeat=7)])
+def test_representatives_are_earlier_items_with_the_same_key(keys):
+    rep = representatives(keys)
+    assert len(rep) == len(keys)
+    for i, r in enumerate(rep):
+        assert r <= i and keys[r] == keys[i] and rep[r] == r
+    # the top-level repeat's later periods stand at their first period's positions
+    found = find_repeats(keys)
+    if found is not None:
+        for i in range(found.start + found.period, found.end):
+            assert rep[i] == rep[found.start + (i - found.start) % found.period]
+
+
+def test_without_repeats_every_item_stands_for_itself():
+    assert representatives("abcdef") == list(range(6))
+
+
+@pytest.mark.parametrize("layers, pieces", [(2, 3), (5, 4)])
+@pytest.mark.parametrize("design", ["elk-dyn", "elk-full"])
+def test_grouped_search_never_slower_on_the_estimate(layers, pieces, design):
+    ops = synthetic_llm(layers, layer=_pieced_layer(pieces))
+    grouped = plan_preloads_by_period(ops, MACHINE, design, group_pieces=True)
+    each = plan_preloads_by_period(ops, MACHINE, design, group_pieces=False)
+    assert grouped.total_s <= each.total_s * (1 + 1e-3)
+
+
+def test_grouping_changes_nothing_without_pieces():
+    """Layers without repeated pieces: the classes are the layer positions either way."""
+    ops = synthetic_llm(4)
+    a = plan_preloads(ops, MACHINE, "elk-full", group_pieces=True)
+    b = plan_preloads(ops, MACHINE, "elk-full", group_pieces=False)
+    assert (a.exec_choice, a.preload_choice, a.preload_order, a.total_s) == \
+        (b.exec_choice, b.preload_choice, b.preload_order, b.total_s)
+
+
+def test_group_option_is_checked():
+    assert CompileOptions().group_pieces is True
+    with pytest.raises(IccaError, match="group_pieces"):
+        CompileOptions(group_pieces=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("design", ["elk-dyn", "elk-full"])
+def test_split_prefill_never_slower_on_the_timing_simulator(design):
+    """A tiny Llama prefill whose attention is split into pieces on a small HBM chip
+    (tests/test_region_split.py's case): grouped within 0.1% of the per-piece search, or
+    faster, on the timing simulator."""
+    chip = small_chip(64, 32 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
+                                                    hbm_controllers=2)
+    workload = get_workload("llama2-13b", tiny=True, batch=2, phase="prefill", seq_len=256)
+    cache = PlanCache(jobs=1)
+    runs = {g: compile_programs(workload, chip, plan_cache=cache, preload=design, jobs=1,
+                                progress=False, group_pieces=g) for g in (True, False)}
+    assert any(original_operator(op.name) != op.name
+               for p in runs[True].programs for op in p.ops), "the case must need a split"
+    assert runs[True].simulate().total_s <= runs[False].simulate().total_s * (1 + 1e-3)
