@@ -127,8 +127,8 @@ def _share(rows: list[dict[str, Any]], which: str) -> list[float]:
             if r.get(f"{which}_total_s") and r.get("vgm_fits")]
 
 
-def _ratio_of_sums(src: Sources, field: str, num: str, den: str) -> float | None:
-    rows = src.elk_llm()
+def _ratio_of_sums(rows: list[dict[str, Any]], field: str, num: str, den: str) -> float | None:
+    """Design ``num``'s ``field`` summed over ``rows`` (one per model) over design ``den``'s."""
     a = [r[field] for r in rows if r["design"] == num and field in r]
     b = [r[field] for r in rows if r["design"] == den and field in r]
     return sum(a) / sum(b) if a and b and sum(b) > 0 else None
@@ -304,13 +304,10 @@ def facts(src: Sources) -> dict[str, str]:
         r["execute_sram_share_median"] for r in basic_rows), ".1f")
     put("basic_sram_max", lambda: 100 * max(r["execute_sram_share_max"] for r in basic_rows), ".0f")
 
-    def overlap_ratio(key: str) -> float | None:
-        a = sum(r[key] for r in overlap_rows if r["design"] == "static")
-        b = sum(r[key] for r in overlap_rows if r["design"] == "basic")
-        return a / b if b else None
-
-    put("weighted_overlap", lambda: overlap_ratio("weighted_overlap_ms"), ".2f")
-    put("figure_overlap", lambda: overlap_ratio("figure_overlap_ms"), ".2f")
+    put("weighted_overlap",
+        lambda: _ratio_of_sums(overlap_rows, "weighted_overlap_ms", "static", "basic"), ".2f")
+    put("figure_overlap",
+        lambda: _ratio_of_sums(overlap_rows, "figure_overlap_ms", "static", "basic"), ".2f")
     put("exposed_opt", lambda: next(100 * r["preload_only_s"] / (r["total_ms"] / 1e3) for r in rows
                                     if r["design"] == "elk-full" and r["model"] == "opt-30b"), ".1f")
     fig22 = _fig22_elk_full(src)
@@ -379,7 +376,7 @@ CLAIMS: tuple[Claim, ...] = (
           "%", "elk_llm.json", _of_ideal, _ELK_DECODE),
     Claim("static_overlap_gain", "Elk §6.2, Fig. 18a", "Static's overlapped preload/execute time "
           "over Basic's", 11.26, "x", "elk_llm.json",
-          lambda s: _ratio_of_sums(s, "preload_overlap_s", "static", "basic"),
+          lambda s: _ratio_of_sums(s.elk_llm(), "preload_overlap_s", "static", "basic"),
           "Our Basic overlaps nearly every load: {basic_early} of its loads start while the "
           "operator before them still executes, because its execute points hold a median "
           "{basic_sram}% of a core's SRAM (largest {basic_sram_max}%), so the next operator's "

@@ -95,8 +95,8 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
     position (and per operator outside the layers)."""
     order = sched.preload_order
     keys = [o.key for o in ops]
-    layers = reorder.detect_layers(keys)
     rep = representatives(keys) if group_pieces else None
+    layers = reorder.detect_layers(keys) if rep is None else None
     classes: dict[tuple, list[int]] = {}
     for i, op in enumerate(ops):
         if sum(len(f) for f in op.preloads) + (0 if op.loads else len(op.execs)) <= 1:
