@@ -47,6 +47,15 @@ def figure_adjustments(parts: dict[str, float], design: str) -> dict[str, float]
     return {k: v / ARTIFACT_FIGURE_CLOCK_HZ for k, v in cyc.items()}
 
 
+def ratio_of_sums(rows: list[dict[str, Any]], field: str, num: str, den: str) -> float | None:
+    """Design ``num``'s ``field`` summed over ``rows`` (one per model) over design ``den``'s: how
+    Elk Fig. 18a's ratios between designs (e.g. Static's overlap over Basic's) are averaged
+    here (``None`` when either is missing or the denominator is zero)."""
+    a = [r[field] for r in rows if r["design"] == num and field in r]
+    b = [r[field] for r in rows if r["design"] == den and field in r]
+    return sum(a) / sum(b) if a and b and sum(b) > 0 else None
+
+
 def _busy_share(intervals: list[tuple[float, float, float]], a: float, b: float) -> float:
     """The busy share (capped at 1) of the intervals ``(start, end, busy_s)`` covering ``[a, b]``."""
     share = sum(min(1.0, busy / (end - start)) for start, end, busy in intervals

@@ -39,7 +39,7 @@ from tvm_icca.hardware_choice import resolve_hardware  # noqa: E402
 from tvm_icca.model_pass.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
 from elk_artifact_accounting import (  # noqa: E402  (benchmarks/, beside this script)
-    CATEGORIES, figure_adjustments, interval_breakdown)
+    CATEGORIES, figure_adjustments, interval_breakdown, ratio_of_sums)
 from result_files import write_json, write_markdown  # noqa: E402
 
 MODELS = ("llama2-13b", "gemma2-27b", "opt-30b", "llama2-70b")
@@ -92,14 +92,10 @@ def measure(model: str, hw_name: str, batch: int, context: int, layers: int | No
     return rows
 
 
-def ratio(rows: list[dict[str, Any]], key: str, num: str = "static", den: str = "basic") -> float:
-    """Sum over models of ``num``'s ``key`` over ``den``'s."""
-    a = sum(r[key] for r in rows if r["design"] == num)
-    b = sum(r[key] for r in rows if r["design"] == den)
-    return a / b if b else float("nan")
-
-
 def render(rows: list[dict[str, Any]]) -> str:
+    def gain(field: str) -> float:
+        return ratio_of_sums(rows, field, "static", "basic") or float("nan")
+
     lines = ["Elk Fig. 18a's overlap on our LLM decodes (batch 32, context 2,048, "
              f"`{rows[0]['hardware']}`): three breakdowns of the same runs, and what decides "
              "Basic's overlap. All times in ms per token.", "",
@@ -114,9 +110,9 @@ def render(rows: list[dict[str, Any]]) -> str:
             f"{r['loads_during_previous_execution']} of {r['loads']} | "
             f"{100 * r['execute_sram_share_median']:.1f}% | {100 * r['execute_sram_share_max']:.1f}% |")
     lines += ["", "Static's overlap over Basic's, summed over the models (Elk Fig. 18a: 11.26x): "
-              f"ours {ratio(rows, 'ours_overlap_ms'):.2f}x, artifact-weighted "
-              f"{ratio(rows, 'weighted_overlap_ms'):.2f}x, artifact figure "
-              f"{ratio(rows, 'figure_overlap_ms'):.2f}x.",
+              f"ours {gain('ours_overlap_ms'):.2f}x, artifact-weighted "
+              f"{gain('weighted_overlap_ms'):.2f}x, artifact figure "
+              f"{gain('figure_overlap_ms'):.2f}x.",
               "", "Breakdown categories: " + ", ".join(CATEGORIES) + " (`ours_*`, `weighted_*`, "
               "`figure_*` in `elk_overlap.json`)."]
     return "\n".join(lines)

@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from elk_artifact_accounting import figure_adjustments  # benchmarks/, beside this script
+from elk_artifact_accounting import figure_adjustments, ratio_of_sums  # benchmarks/, beside this script
 from result_files import write_json, write_markdown
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -125,13 +125,6 @@ def _vgm_speedups(src: Sources) -> list[float]:
 def _share(rows: list[dict[str, Any]], which: str) -> list[float]:
     return [100.0 * r[f"{which}_transfer_s"] / r[f"{which}_total_s"] for r in rows
             if r.get(f"{which}_total_s") and r.get("vgm_fits")]
-
-
-def _ratio_of_sums(rows: list[dict[str, Any]], field: str, num: str, den: str) -> float | None:
-    """Design ``num``'s ``field`` summed over ``rows`` (one per model) over design ``den``'s."""
-    a = [r[field] for r in rows if r["design"] == num and field in r]
-    b = [r[field] for r in rows if r["design"] == den and field in r]
-    return sum(a) / sum(b) if a and b and sum(b) > 0 else None
 
 
 def _removed_contention(src: Sources) -> float | None:
@@ -305,9 +298,9 @@ def facts(src: Sources) -> dict[str, str]:
     put("basic_sram_max", lambda: 100 * max(r["execute_sram_share_max"] for r in basic_rows), ".0f")
 
     put("weighted_overlap",
-        lambda: _ratio_of_sums(overlap_rows, "weighted_overlap_ms", "static", "basic"), ".2f")
+        lambda: ratio_of_sums(overlap_rows, "weighted_overlap_ms", "static", "basic"), ".2f")
     put("figure_overlap",
-        lambda: _ratio_of_sums(overlap_rows, "figure_overlap_ms", "static", "basic"), ".2f")
+        lambda: ratio_of_sums(overlap_rows, "figure_overlap_ms", "static", "basic"), ".2f")
     put("exposed_opt", lambda: next(100 * r["preload_only_s"] / (r["total_ms"] / 1e3) for r in rows
                                     if r["design"] == "elk-full" and r["model"] == "opt-30b"), ".1f")
     fig22 = _fig22_elk_full(src)
@@ -376,7 +369,7 @@ CLAIMS: tuple[Claim, ...] = (
           "%", "elk_llm.json", _of_ideal, _ELK_DECODE),
     Claim("static_overlap_gain", "Elk §6.2, Fig. 18a", "Static's overlapped preload/execute time "
           "over Basic's", 11.26, "x", "elk_llm.json",
-          lambda s: _ratio_of_sums(s.elk_llm(), "preload_overlap_s", "static", "basic"),
+          lambda s: ratio_of_sums(s.elk_llm(), "preload_overlap_s", "static", "basic"),
           "Our Basic overlaps nearly every load: {basic_early} of its loads start while the "
           "operator before them still executes, because its execute points hold a median "
           "{basic_sram}% of a core's SRAM (largest {basic_sram_max}%), so the next operator's "

@@ -48,3 +48,13 @@ def test_figure_adjustments_by_hand():
     static = acct.figure_adjustments(parts, "static")
     assert static["overlap"] == pytest.approx(2e-6 - 1.8e-6)
     assert acct.figure_adjustments(parts, "elk-full") == pytest.approx(parts)
+
+
+def test_ratio_of_sums_over_models():
+    rows = [{"design": "static", "x": 3.0}, {"design": "basic", "x": 1.0},
+            {"design": "static", "x": 1.0}, {"design": "basic", "x": 1.0},
+            {"design": "elk-full", "x": 9.0}]
+    assert acct.ratio_of_sums(rows, "x", "static", "basic") == pytest.approx(2.0)
+    assert acct.ratio_of_sums(rows, "x", "static", "ideal") is None
+    assert acct.ratio_of_sums([{"design": "basic", "x": 0.0}, {"design": "static", "x": 1.0}],
+                              "x", "static", "basic") is None
