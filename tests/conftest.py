@@ -13,6 +13,7 @@ marked ``slow`` are handed out first. Tests marked ``full_size`` compile a full-
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -27,7 +28,22 @@ def _random_plan(draw, expr, max_cores, core_order=False):
                                 core_order)
 
 
+def _one_cpu_per_worker() -> None:
+    """Pin a pytest-xdist worker to one CPU of its own. ``make test`` runs one worker per
+    CPU, so a compile that would fork a worker per CPU for its plan scans
+    (:func:`tvm_icca.plan_search.option_pool.available_jobs` reads this affinity), or a BLAS
+    or TVM thread pool sized to every CPU, only competes with the other workers; pinned, each
+    runs in process."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
+    if not worker.startswith("gw") or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > 1:
+        os.sched_setaffinity(0, {cpus[int(worker[2:]) % len(cpus)]})
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _one_cpu_per_worker()
     config.addinivalue_line(
         "markers", "slow: takes 10 s or more on one core; runs first (see pytest_collection_modifyitems)")
     config.addinivalue_line(

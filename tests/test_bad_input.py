@@ -34,6 +34,7 @@ from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing import simulate_timing
 from runtime_sim.timing.vgm_timing import simulate_vgm_timing
 from tvm_icca.testing import exprs as builders
+from tvm_icca.testing.device_runs import reference_build
 
 
 def one_paragraph(err: BaseException) -> None:
@@ -509,7 +510,7 @@ def test_onnx_with_external_data_loads_from_any_working_directory(tmp_path, monk
     import tvm
     from tvm import relax
 
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    vm = relax.VirtualMachine(reference_build(mod), tvm.cpu())
     x = np.random.default_rng(1).standard_normal((4, 16)).astype("float32")
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(),
                                x @ numpy_helper.to_array(weight), rtol=1e-5, atol=1e-5)
@@ -560,7 +561,7 @@ def test_wrong_argument_shape_or_dtype_is_an_input_mismatch_error_for_icca_only(
 
     with tvm_icca.use_hardware(hw):
         icca = relax.VirtualMachine(tvm.compile(Model, target="icca", relax_pipeline=pipeline), tvm.cpu())
-    cpu = relax.VirtualMachine(tvm.compile(Model, target="llvm"), tvm.cpu())
+    cpu = relax.VirtualMachine(reference_build(Model), tvm.cpu())
     x = np.ones((8, 16), "float32")
     w = np.ones((16, 8), "float32")
     np.testing.assert_allclose(icca["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w)).numpy(), x @ w)

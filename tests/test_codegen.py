@@ -26,6 +26,7 @@ from runtime_sim import run_stats
 from runtime_sim.contract.program import DeviceProgram, TensorDecl
 from tvm_icca.model_pass import planner
 from tvm_icca.device_call import device_entry
+from tvm_icca.testing.device_runs import reference_build
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,7 +89,7 @@ def run(ex: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def reference(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    return run(tvm.compile(mod, target="llvm"), inputs)
+    return run(reference_build(mod), inputs)
 
 
 class FakeBackend:
@@ -133,7 +134,7 @@ class FakeBackend:
             func = func.without_attr(attr)
         # Composites are local functions: lift them so the host pipeline can build the region.
         mod = relax.transform.LambdaLift()(tvm.IRModule({"main": func}))
-        return run(tvm.compile(mod, target="llvm"), inputs)
+        return run(reference_build(mod), inputs)
 
 
 @pytest.fixture

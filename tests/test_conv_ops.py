@@ -39,6 +39,7 @@ from tvm_icca.lower.te_to_expr import extract_op  # noqa: E402
 from tvm_icca.plan_search.search import plan_operator  # noqa: E402
 from tvm_icca.testing.exprs import random_plan  # noqa: E402
 from tvm_icca.testing.relax_functions import relax_function  # noqa: E402
+from tvm_icca.testing.device_runs import reference_build
 
 op = relax.op
 OPSET = 17
@@ -205,7 +206,7 @@ def test_batch_norm_folds_into_conv_or_decomposes() -> None:
     composites = [c for r in report["regions"] for c in r["composites"]]
     assert "icca.conv2d_bias" in composites  # the folded batch norm is the conv's bias
     data = rng.standard_normal((1, 4, 6, 6)).astype("float32")
-    want = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](
+    want = relax.VirtualMachine(reference_build(mod), tvm.cpu())["main"](
         tvm.runtime.tensor(data)).numpy()
     ex = tvm.compile(part, target="icca")
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
@@ -326,7 +327,7 @@ def test_cnn_block_from_onnx(name: str) -> None:
     with tvm_icca.use_hardware(hw):
         ex = tvm.compile(mod, target="icca")
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    llvm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](
+    llvm = relax.VirtualMachine(reference_build(mod), tvm.cpu())["main"](
         tvm.runtime.tensor(x)).numpy()
     tvm.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     tvm.testing.assert_allclose(got, llvm, rtol=1e-4, atol=1e-4)

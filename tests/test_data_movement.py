@@ -335,7 +335,7 @@ def test_real_export_patterns_run_as_one_region(make, composite) -> None:
     assert composite in report["regions"][0]["composites"]
     (want,) = ReferenceEvaluator(model).run(None, feeds)
     got = _vm(_compile(mod), *feeds.values())
-    cpu = _vm(tvm.compile(mod, target="llvm"), *feeds.values())
+    cpu = _vm(reference_build(mod), *feeds.values())
     tvm.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     tvm.testing.assert_allclose(got, cpu, rtol=1e-4, atol=1e-5)
 
@@ -418,6 +418,7 @@ from runtime_sim.contract.presets import small_chip
 from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.plan_search import plan_operator
 from tvm_icca.testing.relax_functions import relax_function
+from tvm_icca.testing.device_runs import reference_build
 
 def peak():
     return max(resource.getrusage(who).ru_maxrss

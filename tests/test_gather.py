@@ -35,6 +35,7 @@ from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing import simulate_timing
 from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.partition.partitioner import partition_report
+from tvm_icca.testing.device_runs import reference_build
 
 HW16 = small_chip(16)
 RNG = np.random.default_rng(11)
@@ -257,6 +258,6 @@ def test_onnx_embeddings_add_layer_norm_are_one_region() -> None:
     (want,) = ReferenceEvaluator(model).run(None, {"input_ids": ids, "position_ids": positions})
     with tvm_icca.use_hardware(HW16):
         got = _vm(tvm.compile(mod, target="icca"), ids, positions)
-    cpu = _vm(tvm.compile(mod, target="llvm"), ids, positions)
+    cpu = _vm(reference_build(mod), ids, positions)
     tvm.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     tvm.testing.assert_allclose(got, cpu, rtol=1e-4, atol=1e-4)

@@ -23,6 +23,7 @@ from runtime_sim.contract.presets import small_chip
 from tvm_icca.frontend.group_norm import DecomposeGroupNorm
 from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.testing.relax_functions import relax_function
+from tvm_icca.testing.device_runs import reference_build
 
 HW = small_chip(16, 16 * 1024)
 RNG = np.random.default_rng(0)
@@ -119,8 +120,9 @@ def test_decomposed_group_norm_equals_tvm_group_norm(scale: bool, center: bool) 
         e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
     assert "relax.nn.group_norm" not in ops and "relax.variance" in ops
 
-    def run(m, target="llvm"):
-        vm = relax.VirtualMachine(tvm.compile(m, target=target), tvm.cpu())
+    def run(m, target=None):
+        built = reference_build(m) if target is None else tvm.compile(m, target=target)
+        vm = relax.VirtualMachine(built, tvm.cpu())
         return vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
 
     # TVM's legalization ignores center/scale (it always applies gamma and beta): the

@@ -37,6 +37,7 @@ import tvm_icca
 from runtime_sim.contract.presets import small_chip
 from tvm_icca.partition.patterns import CODEGEN_NAME
 from tvm_icca.testing.onnx_node_cases import inputs_as_initializers
+from tvm_icca.testing.device_runs import reference_build
 
 # onnx's collect_testcases() builds every node case once per process (~11 s of CPU): the
 # tests that read it (this module's, test_onnx_node_cases' and test_padding's center-crop
@@ -284,7 +285,7 @@ def _llvm_problem(mod: tvm.IRModule, inputs: list[np.ndarray],
                   expected: list[np.ndarray]) -> str | None:
     """Why TVM's own CPU build does not give the case's outputs (None: it does)."""
     try:
-        got = _run(tvm.compile(mod, target="llvm"), inputs)
+        got = _run(reference_build(mod), inputs)
     except Exception as err:  # noqa: BLE001  (TVM failing is the finding here)
         return f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
     return _mismatch(got, expected)

@@ -15,6 +15,7 @@ from tvm import relax
 
 import tvm_icca
 from tvm_icca.frontend.onnx_prepare import FoldStats, prepare_onnx
+from tvm_icca.testing.device_runs import reference_build
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset: int = 17) -> onnx.ModelProto:
@@ -98,7 +99,7 @@ def test_attention_shape_chain_folds_to_constant_shapes_with_the_same_results() 
     np.testing.assert_array_equal(folded, want)
 
     mod = tvm_icca.load_onnx(model, {"x": [2, 8, 8]})
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    vm = relax.VirtualMachine(reference_build(mod), tvm.cpu())
     tvm.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), want, rtol=1e-5, atol=1e-5)
 
 
@@ -166,6 +167,6 @@ def test_constant_attribute_forms_become_value_tensors() -> None:
     with pytest.raises(tvm_icca.ModelImportError, match="node 'shape' \\(Constant\\)"):
         tvm_icca.load_onnx(model, fold_constants=False)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    vm = relax.VirtualMachine(tvm.compile(tvm_icca.load_onnx(model), target="llvm"), tvm.cpu())
+    vm = relax.VirtualMachine(reference_build(tvm_icca.load_onnx(model)), tvm.cpu())
     tvm.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(),
                                 ReferenceEvaluator(model).run(None, {"x": x})[0])

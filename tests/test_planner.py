@@ -25,6 +25,7 @@ from tvm_icca.model_pass import (
 from tvm_icca.device_call import device_entry
 from tvm_icca.testing import onnx_models
 from tvm_icca.workloads import get_workload
+from tvm_icca.testing.device_runs import reference_build
 
 CHIP = small_chip(64, 64 * 1024)
 HBM_CHIP = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
@@ -166,7 +167,7 @@ def test_a_region_called_with_different_sources_becomes_variants(executed, tmp_p
 
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(shape).astype("float32") for shape in ((6, 4), (4, 4), (4, 4))]
-    want = _run(tvm.compile(SameLayerTwice, target="llvm"), args)
+    want = _run(reference_build(SameLayerTwice), args)
     ex = tvm_icca.compile(SameLayerTwice, CHIP, state="host")
     for _ in range(2):  # a second run is a new run, not the continuation of the first
         executed.clear()

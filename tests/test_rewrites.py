@@ -20,6 +20,7 @@ from onnx.reference import ReferenceEvaluator
 from tvm import relax, te, topi
 
 import tvm_icca
+from tvm_icca.testing.device_runs import reference_build
 from tvm_icca.frontend.rewrites import (
     RecognizeActivations,
     RecognizeNorms,
@@ -86,7 +87,7 @@ def run_everywhere(model: onnx.ModelProto, inputs: dict[str, np.ndarray]):
     mod = tvm_icca.load_onnx(model)
     args = [tvm.runtime.tensor(v) for v in inputs.values()]
     icca = relax.VirtualMachine(tvm.compile(mod, target="icca"), tvm.cpu())["main"](*args).numpy()
-    llvm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](*args).numpy()
+    llvm = relax.VirtualMachine(reference_build(mod), tvm.cpu())["main"](*args).numpy()
     want = ReferenceEvaluator(model).run(None, inputs)[0]
     return icca, llvm, want, tvm_icca.partition_report(tvm_icca.partition_for_icca(mod))
 

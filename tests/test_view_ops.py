@@ -23,6 +23,7 @@ from runtime_sim.timing import simulate_timing
 from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.ops.views import reshape_atoms
 from tvm_icca.testing.exprs import random_plan
+from tvm_icca.testing.device_runs import reference_build
 
 op = relax.op
 HW16 = small_chip(16)
@@ -215,7 +216,7 @@ def test_attention_block_is_one_region_and_matches_references() -> None:
         got = relax.VirtualMachine(tvm.compile(mod, target="icca"), tvm.cpu())["main"](*args).numpy()
     stats = tvm_icca.last_run_stats()
     assert stats["regions_executed"] == 1 and stats["host_placed_bytes"] > 0
-    cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](*args).numpy()
+    cpu = relax.VirtualMachine(reference_build(mod), tvm.cpu())["main"](*args).numpy()
     tvm.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     tvm.testing.assert_allclose(got, cpu, rtol=1e-4, atol=1e-5)
 

@@ -15,6 +15,7 @@ from runtime_sim.contract.presets import small_chip
 from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.device_call import device_entry
 from tvm_icca.workloads import ELK_TABLE2_OPS, PHASES, get_workload, list_workloads
+from tvm_icca.testing.device_runs import reference_build
 
 ZOO = [
     "bert-large", "vit-b16", "resnet18", "resnet50", "nerf", "opt-1.3b", "opt-6.7b", "opt-13b",
@@ -85,7 +86,6 @@ def test_llama_layer_op_count_is_stable():
 
 # -- functional: every model's tiny config, icca vs llvm ---------------------------------------
 _HW = small_chip(64, 64 * 1024)
-_REFERENCE_TARGET = {"kind": "llvm", "opt-level": 0}  # same TIR, faster LLVM code generation
 _VERIFIED: dict[int, list[tuple[tvm.ir.IRModule, str]]] = {}
 
 
@@ -130,7 +130,7 @@ def _check_on_icca_against_llvm(workload):
     assert executed == [p.to_json() for p in timed.programs]
     assert stats["regions_executed"] == len(timed.programs)
     assert stats["simulated_s"] == timed.simulate().total_s
-    want = _run(tvm.compile(workload.mod, target=tvm.target.Target(_REFERENCE_TARGET)), args)
+    want = _run(reference_build(workload.mod), args)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-4)
@@ -179,7 +179,7 @@ def test_patterns_added_for_the_zoo_are_offloaded_and_exact(op, expect):
     rng = np.random.default_rng(1)
     args = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32")) for s in ((6, 40), (40,))]
     got = relax.VirtualMachine(tvm.compile(part, target="icca"), tvm.cpu())["main"](*args).numpy()
-    want = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target(_REFERENCE_TARGET)),
+    want = relax.VirtualMachine(reference_build(mod),
                                 tvm.cpu())["main"](*args).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -195,7 +195,7 @@ def test_tiny_config_on_four_chips_matches_llvm(name, mapped):
     workload = _tiny(name)
     args = [tvm.runtime.tensor(a) for a in workload.random_args(seed=1)]
     got = _run(tvm_icca.compile(workload.mod, _FOUR_CHIPS), args)
-    want = _run(tvm.compile(workload.mod, target=tvm.target.Target(_REFERENCE_TARGET)), args)
+    want = _run(reference_build(workload.mod), args)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-4)
     programs = compile_programs(workload.mod, _FOUR_CHIPS).programs
@@ -265,7 +265,7 @@ def test_tiny_prefill_on_icca_matches_llvm(name, phase):
 
 def _run_llvm(workload, values):
     args = [tvm.runtime.tensor(values[p.name]) for p in workload.params]
-    return [t.numpy() for t in _run(tvm.compile(workload.mod, target=tvm.target.Target(_REFERENCE_TARGET)), args)]
+    return [t.numpy() for t in _run(reference_build(workload.mod), args)]
 
 
 @pytest.mark.parametrize("name", ["llama2-70b", "opt-1.3b", "gemma2-27b"])
