@@ -109,9 +109,9 @@ def cost_table(studies: dict[str, list[dict[str, Any]]],
              "Point s: the wall seconds each point took on its worker, summed (`wall_s`; for rows "
              "older than it, compile plus simulation seconds): what one worker alone would "
              "spend. CPU s: the worker's CPU seconds, summed, where the rows record them. Wall "
-             "time: measured, by the runs' own clock where the results record their runs, else "
-             "the time any of the study's points was running, from the rows' timestamps "
-             "(resumed runs counted while they ran). On this 2-core machine, shared with other "
+             "time: measured, by the runs' own clock where the results record their runs, and for "
+             "points no recorded run covers (a run interrupted before it recorded itself) the "
+             "time they were running, from the rows' timestamps. On this 2-core machine, shared with other "
              "work.", "",
              "| study | points | ok | does not fit | failed | point s | CPU s | mean s per point "
              "| wall time | wall time from |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -125,7 +125,12 @@ def cost_table(studies: dict[str, list[dict[str, Any]]],
         total_points += points
         cpu = [r["cpu_s"] for r in rows if r.get("cpu_s") is not None]
         run_spans = _run_spans(runs.get(name, []))
-        spans, source = (run_spans, "runs' clock") if run_spans else (_spans(rows), "rows' timestamps")
+        # a run stopped before it recorded itself (interrupted, then resumed) left only rows
+        outside = [span for span in _spans(rows)
+                   if not any(lo <= span[0] and span[1] <= hi for lo, hi in run_spans)]
+        spans = run_spans + outside
+        source = " and ".join(([] if not run_spans else ["runs' clock"])
+                              + ([] if not outside else ["rows' timestamps"]))
         all_spans += spans
         wall = busy_seconds(spans)
         counts = [sum(r.get("status") == s for r in rows) for s in ("ok", "does_not_fit", "failed")]
@@ -341,6 +346,31 @@ def fig22(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
     return lines
 
 
+def _slower_than_basic(at: dict[tuple, dict[str, Any]], models: list[str]) -> list[str]:
+    """The points where Elk-Full is slower than Basic, with what the rows say it spent more
+    on: the execute phases' link transfer (``remainder``) against the link bytes moved."""
+    found = []
+    for (w, topo, n, d), full in sorted(at.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        basic = at.get((w, topo, n, "basic"))
+        if d != "elk-full" or w not in models or not basic or full["total_s"] <= basic["total_s"]:
+            continue
+        link = [r.get("remainder", {}).get("link transfer") for r in (full, basic)]
+        moved = [r.get("link_bytes") for r in (full, basic)]
+        found.append(f"- {w}, {topo}, {n} cores: Elk-Full {_ms(full['total_s'])} ms against Basic's "
+                     f"{_ms(basic['total_s'])} ms ({full['total_s'] / basic['total_s']:.2f}x); "
+                     + (f"link transfer {_ms(link[0])} against {_ms(link[1])} ms for "
+                        f"{moved[0] / 1e9:,.1f} against {moved[1] / 1e9:,.1f} GB over the links"
+                        if None not in link and None not in moved else "no breakdown in the rows"))
+    if not found:
+        return []
+    return ["Elk-Full is slower than Basic at these points. The rows show where the time went: "
+            "about the same bytes cross the links, but they take longer. Elk leaves execution "
+            "less SRAM so that preloads can run beside it, and the smaller plans it then picks "
+            "move their bytes over routes that cost more on a routed mesh (more hops, more "
+            "shared links). The plan search prices a shift by its bytes at one link's "
+            "bandwidth, so it does not see the route:", ""] + found + [""]
+
+
 def fig23(llm_rows: list[dict[str, Any]], dit_rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
     rows = _ok(llm_rows) + _ok(dit_rows)
     head = ["## Fig. 23: core count at 2.7 GB/s of HBM per core", ""]
@@ -372,6 +402,7 @@ def fig23(llm_rows: list[dict[str, Any]], dit_rows: list[dict[str, Any]], out: p
     lines += ["", "Elk-Full over Basic / Static, geometric mean over core counts (and models): "
               + "; ".join(f"{g.replace('dit', 'DiT-XL')} {_geomean(over_basic[g]):.2f}x / "
                           f"{_geomean(over_static[g]):.2f}x" for g in sorted(over_basic)), ""]
+    lines += _slower_than_basic(at, models)
     fig = Figure(figsize=(4 * len(models), 7), layout="constrained")
     axes = fig.subplots(2, len(models), squeeze=False)
     for row, topo in enumerate(TOPOLOGIES):

@@ -188,3 +188,30 @@ def test_output_cap_is_the_fastest_plan_within_it(exprs, cap_share) -> None:
 def test_output_cap_below_every_plan_is_a_clear_error(exprs) -> None:
     with pytest.raises(PlanNotFoundError, match="at most 1 bytes per core of its output"):
         plan_operator(exprs.matmul(64, 48, 40), small_chip(4, 64 * 1024), output_cap=1)
+
+
+def test_a_budget_below_a_proved_least_footprint_fails_without_a_search(exprs, monkeypatch):
+    """A failing search proves the least footprint of the structure (plan_search.search.
+    least_memory); a later, smaller budget of the same structure (a trade-off ladder's next
+    rung, another layer's) fails at once with the same finding, and a budget at that
+    footprint is still searched and fits."""
+    from tvm_icca.plan_search import search as search_module
+    from tvm_icca.plan_search.search_memo import SearchMemo
+
+    hw, expr, memo = small_chip(16, 64 * 1024), exprs.matmul(64, 64, 64), SearchMemo()
+    with pytest.raises(PlanNotFoundError) as first:
+        plan_operator(expr, hw, budget_bytes=2000, cache=memo)
+    need = search_module.least_memory(plan_structure(expr, memo), hw, memo)
+    assert f"the smallest needs {need} bytes per core" in str(first.value)
+    assert need == search_module.least_memory(plan_structure(expr), hw)  # against no memo
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched below the proved least footprint")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(search_module, "best_plan", no_search)
+        with pytest.raises(PlanNotFoundError) as second:
+            plan_operator(expr, hw, budget_bytes=1500, cache=memo)
+    assert f"the smallest needs {need} bytes per core, the budget is 1500" in str(second.value)
+    fits = plan_operator(expr, hw, budget_bytes=need, cache=memo)
+    assert fits.memory_bytes_per_core <= need

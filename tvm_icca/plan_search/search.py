@@ -373,6 +373,11 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
     under-estimates many replicas of small partitions: prefill's ``P V`` summed over 8K
     keys); the reported time stays the analytic model's."""
     structure = plan_structure(expr, cache)
+    need = cache.planned(_least_memory_key(structure, hw))
+    if need is not None and budget < need:
+        # an earlier search of this structure proved the least any plan needs: no search
+        # below it can succeed (a trade-off ladder's failing rung, T10 §4.3.2)
+        _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
     if default or _is_batch_model(cost_model):
         model = AnalyticBatchModel(hw) if default else cost_model
         if default and arriving:
@@ -489,10 +494,26 @@ def _rerank(structure: PlanStructure, hw: HardwareSpec, cost_model: CostModel, b
     return best
 
 
+def _least_memory_key(structure: PlanStructure, hw: HardwareSpec) -> tuple:
+    """Where a memo keeps :func:`least_memory` of ``structure`` on ``hw``: it reads the
+    plan space (the structure and the cores), not the budget."""
+    return ("least_memory", structure.expr.structure_key(views=False), search_key(hw))
+
+
+def least_memory(structure: PlanStructure, hw: HardwareSpec,
+                 cache: SearchMemo | None = None) -> int:
+    """Bytes per core of the plan of ``structure`` that needs the fewest (:func:`min_memory_plan`;
+    -1: the space is empty), once per structure and chip in ``cache``."""
+    def compute() -> int:
+        smallest = min_memory_plan(structure, AnalyticBatchModel(hw), hw.num_cores, cache=cache)
+        return int(smallest.memory[0]) if smallest is not None else -1
+
+    return compute() if cache is None else cache.planned_once(_least_memory_key(structure, hw), compute)
+
+
 def _raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int, label: str,
                         cache: SearchMemo | None = None, output_cap: float = math.inf):
-    smallest = min_memory_plan(structure, AnalyticBatchModel(hw), hw.num_cores, cache=cache)
-    need = int(smallest.memory[0]) if smallest is not None else -1
+    need = least_memory(structure, hw, cache)
     capped = (f", with at most {int(output_cap)} bytes per core of its output"
               if math.isfinite(output_cap) else "")
     raise PlanNotFoundError(
