@@ -127,7 +127,7 @@ def cost_table(studies: dict[str, list[dict[str, Any]]],
         run_spans = _run_spans(runs.get(name, []))
         # a run stopped before it recorded itself (interrupted, then resumed) left only rows
         outside = [span for span in _spans(rows)
-                   if not any(lo <= span[0] and span[1] <= hi for lo, hi in run_spans)]
+                   if not any(span[0] < hi and lo < span[1] for lo, hi in run_spans)]
         spans = run_spans + outside
         source = " and ".join(([] if not run_spans else ["runs' clock"])
                               + ([] if not outside else ["rows' timestamps"]))
