@@ -34,6 +34,7 @@ from runtime_sim.timing import simulate_timing
 from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.ops.data_movement import split_to_slices
 from tvm_icca.partition.partitioner import partition_report
+from tvm_icca.testing.device_runs import reference_build
 from tvm_icca.testing.relax_functions import relax_function
 
 HW16 = small_chip(16)
@@ -418,7 +419,6 @@ from runtime_sim.contract.presets import small_chip
 from tvm_icca.lower.te_to_expr import extract_op
 from tvm_icca.plan_search import plan_operator
 from tvm_icca.testing.relax_functions import relax_function
-from tvm_icca.testing.device_runs import reference_build
 
 def peak():
     return max(resource.getrusage(who).ru_maxrss
