@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 TITLES = {
     "compile_time": "Compile time of the model zoo",
     "cost_model_accuracy": "Cost model accuracy",
+    "dse_jobs": "Sweeps on one and two workers",
     "dse_point_cost": "Cost of a design-space sweep point",
     "elk_dse": "Elk §6.4 design-space studies at full size",
     "elk_algo_speed": "Speed of the Elk scheduling algorithms",
