@@ -346,14 +346,14 @@ def fig22(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
     return lines
 
 
-def _slower_than_basic(at: dict[tuple, dict[str, Any]], models: list[str]) -> list[str]:
-    """The points where Elk-Full is slower than Basic, with what the rows say it spent more
-    on: the execute phases' link transfer (``remainder``) against the link bytes moved."""
+def _slower_than_basic(points: list[tuple[str, str, int, dict[str, Any], dict[str, Any]]]) -> list[str]:
+    """The ``(model, topology, cores, Elk-Full row, Basic row)`` points where Elk-Full is slower
+    than Basic, with what the rows say it spent more on: the execute phases' link transfer
+    (``remainder``) against the link bytes moved."""
+    if not points:
+        return []
     found = []
-    for (w, topo, n, d), full in sorted(at.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        basic = at.get((w, topo, n, "basic"))
-        if d != "elk-full" or w not in models or not basic or full["total_s"] <= basic["total_s"]:
-            continue
+    for w, topo, n, full, basic in points:
         link = [r.get("remainder", {}).get("link transfer") for r in (full, basic)]
         moved = [r.get("link_bytes") for r in (full, basic)]
         found.append(f"- {w}, {topo}, {n} cores: Elk-Full {_ms(full['total_s'])} ms against Basic's "
@@ -361,8 +361,6 @@ def _slower_than_basic(at: dict[tuple, dict[str, Any]], models: list[str]) -> li
                      + (f"link transfer {_ms(link[0])} against {_ms(link[1])} ms for "
                         f"{moved[0] / 1e9:,.1f} against {moved[1] / 1e9:,.1f} GB over the links"
                         if None not in link and None not in moved else "no breakdown in the rows"))
-    if not found:
-        return []
     return ["Elk-Full is slower than Basic at these points. The rows show where the time went: "
             "about the same bytes cross the links, but they take longer. Elk leaves execution "
             "less SRAM so that preloads can run beside it, and the smaller plans it then picks "
@@ -383,6 +381,7 @@ def fig23(llm_rows: list[dict[str, Any]], dit_rows: list[dict[str, Any]], out: p
                     + " | Elk-Full vs Basic | vs Static |", "|---|---|---:|" + "---:|" * (len(DESIGNS) + 2)]
     over_basic: dict[str, list[float]] = defaultdict(list)
     over_static: dict[str, list[float]] = defaultdict(list)
+    slower = []  # (model, topology, cores, Elk-Full row, Basic row) where Elk-Full is slower
     for w in models:
         for topo in TOPOLOGIES:
             for n in sorted({r["num_cores"] for r in rows if r["workload"] == w}):
@@ -395,6 +394,8 @@ def fig23(llm_rows: list[dict[str, Any]], dit_rows: list[dict[str, Any]], out: p
                 group = ("dit " if w == "dit-xl2" else "LLMs ") + topo
                 if vb:
                     over_basic[group].append(vb)
+                if vb is not None and vb < 1:
+                    slower.append((w, topo, n, full, basic))
                 if vs:
                     over_static[group].append(vs)
                 lines.append(f"| {w} | {topo} | {n} | " + " | ".join(_ms(g["total_s"]) if g else "" for g in got)
@@ -402,7 +403,7 @@ def fig23(llm_rows: list[dict[str, Any]], dit_rows: list[dict[str, Any]], out: p
     lines += ["", "Elk-Full over Basic / Static, geometric mean over core counts (and models): "
               + "; ".join(f"{g.replace('dit', 'DiT-XL')} {_geomean(over_basic[g]):.2f}x / "
                           f"{_geomean(over_static[g]):.2f}x" for g in sorted(over_basic)), ""]
-    lines += _slower_than_basic(at, models)
+    lines += _slower_than_basic(slower)
     fig = Figure(figsize=(4 * len(models), 7), layout="constrained")
     axes = fig.subplots(2, len(models), squeeze=False)
     for row, topo in enumerate(TOPOLOGIES):

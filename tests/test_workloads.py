@@ -15,7 +15,7 @@ from runtime_sim.contract.presets import small_chip
 from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.device_call import device_entry
 from tvm_icca.workloads import ELK_TABLE2_OPS, PHASES, get_workload, list_workloads
-from tvm_icca.testing.device_runs import reference_build
+from tvm_icca.testing.device_runs import reference_build, run_outputs
 
 ZOO = [
     "bert-large", "vit-b16", "resnet18", "resnet50", "nerf", "opt-1.3b", "opt-6.7b", "opt-13b",
@@ -94,11 +94,6 @@ def _tiny(name: str):
     return get_workload(name, tiny=True, batch=2, **extra)
 
 
-def _run(ex, args):
-    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*args)
-    return [out] if hasattr(out, "numpy") else list(out)
-
-
 # one worker: the tiny configs that are one module (the four OPTs, Llama2-7B/13B) are verified
 # once per process (_VERIFIED), so spread over workers they were compiled on each
 @pytest.mark.xdist_group("tiny_zoo_on_icca")
@@ -123,14 +118,14 @@ def _check_on_icca_against_llvm(workload):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(device_entry, "parse_program", lambda text: (executed.append(text), parse(text))[1])
         with tvm_icca.use_hardware(_HW):
-            got = _run(tvm.compile(workload.mod, target="icca"), args)
+            got = run_outputs(tvm.compile(workload.mod, target="icca"), args)
     stats = tvm_icca.last_run_stats()
     # the one compiler: what ran is, byte for byte, what the timing-only path compiles
     timed = compile_programs(workload.mod, _HW)
     assert executed == [p.to_json() for p in timed.programs]
     assert stats["regions_executed"] == len(timed.programs)
     assert stats["simulated_s"] == timed.simulate().total_s
-    want = _run(reference_build(workload.mod), args)
+    want = run_outputs(reference_build(workload.mod), args)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-4)
@@ -194,8 +189,8 @@ def test_tiny_config_on_four_chips_matches_llvm(name, mapped):
     """Chip-aware core orders and split reductions on a small 4-chip HBM system stay exact."""
     workload = _tiny(name)
     args = [tvm.runtime.tensor(a) for a in workload.random_args(seed=1)]
-    got = _run(tvm_icca.compile(workload.mod, _FOUR_CHIPS), args)
-    want = _run(reference_build(workload.mod), args)
+    got = run_outputs(tvm_icca.compile(workload.mod, _FOUR_CHIPS), args)
+    want = run_outputs(reference_build(workload.mod), args)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-4)
     programs = compile_programs(workload.mod, _FOUR_CHIPS).programs
@@ -265,7 +260,7 @@ def test_tiny_prefill_on_icca_matches_llvm(name, phase):
 
 def _run_llvm(workload, values):
     args = [tvm.runtime.tensor(values[p.name]) for p in workload.params]
-    return [t.numpy() for t in _run(reference_build(workload.mod), args)]
+    return [t.numpy() for t in run_outputs(reference_build(workload.mod), args)]
 
 
 @pytest.mark.parametrize("name", ["llama2-70b", "opt-1.3b", "gemma2-27b"])
