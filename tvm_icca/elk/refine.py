@@ -91,12 +91,50 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
     (:func:`~tvm_icca.elk.periods.representatives`): a long prompt's layer repeats the pieces
     of its split operators, and each piece position would otherwise be a class of its own,
     each candidate priced on the whole run -- a search quadratic in the pieces (a 32K-token
-    Llama2-13B prefill has about 1,400 operators per layer). ``False``: one class per layer
-    position (and per operator outside the layers)."""
-    order = sched.preload_order
+    Llama2-13B prefill has about 1,400 operators per layer). Such a class also ties a
+    layer's identical operators (OPT's q/k/v projections), so a second search splits every
+    tied class into its first position, its last and those between (:func:`_boundary_split`).
+    ``False``: one class per layer position (and per operator outside the layers)."""
     keys = [o.key for o in ops]
-    rep = representatives(keys) if group_pieces else None
-    layers = reorder.detect_layers(keys) if rep is None else None
+    layers = reorder.detect_layers(keys)
+    fine = _classes(ops, layers, None)
+    if not group_pieces:
+        return _sweep(ops, machine, sched, fine, on_step)
+    coarse = _classes(ops, layers, representatives(keys))
+    best = _sweep(ops, machine, sched, coarse, on_step)
+    # A coarse class ties positions a layer-position class would set apart: a layer's
+    # identical projections as well as its pieces, and the first of them sees another
+    # context (its preload window opens after another operator) than the middle ones or the
+    # last. Sweep each such class split in three, its first position, its last, and the
+    # ones between, from the coarse optimum: never worse on the estimate than the coarse
+    # search, and (with three sub-classes at most per class) linear in the operators as it is.
+    split = _boundary_split(coarse, fine)
+    return _sweep(ops, machine, best, split, on_step) if split else best
+
+
+def _boundary_split(coarse: list[list[int]], fine: list[list[int]]) -> list[list[int]]:
+    """Every class of ``coarse`` made of more than one class of ``fine`` (a refinement of
+    it), split into the fine class that comes first, the one that comes last, and the union
+    of those between (fewer when there are fewer)."""
+    owner = {i: k for k, members in enumerate(coarse) for i in members}
+    parts: dict[int, list[list[int]]] = {}
+    for members in fine:
+        parts.setdefault(owner[members[0]], []).append(members)
+    split: list[list[int]] = []
+    for subs in parts.values():
+        if len(subs) < 2:
+            continue
+        subs.sort(key=lambda m: m[0])
+        between = sorted(i for m in subs[1:-1] for i in m)
+        split.extend(g for g in (subs[0], between, subs[-1]) if g)
+    return split
+
+
+def _classes(ops: Sequence[OpTradeoffs], layers: reorder.LayerStructure | None,
+             rep: list[int] | None) -> list[list[int]]:
+    """The operators :func:`local_search` moves together, per class: by representative
+    (``rep``), else by layer position (an operator outside the layers is its own class);
+    operators with one point only are left out."""
     classes: dict[tuple, list[int]] = {}
     for i, op in enumerate(ops):
         if sum(len(f) for f in op.preloads) + (0 if op.loads else len(op.execs)) <= 1:
@@ -108,7 +146,14 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
         else:
             cls = ("op", i)
         classes.setdefault(cls, []).append(i)
+    return list(classes.values())
 
+
+def _sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
+           classes: list[list[int]], on_step: OnStep) -> ElkSchedule:
+    """Up to :data:`REFINE_SWEEPS` sweeps over ``classes``, each class set to every point of
+    its tables in turn, keeping what improves the whole-schedule estimate."""
+    order = sched.preload_order
     # A sweep after the last improvement of the one before re-tries, against the same best,
     # the candidates that sweep tried after it: the same points and bar give the same answer.
     seen: dict[tuple, tuple[float, ElkSchedule | None]] = {}
@@ -129,7 +174,7 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
         best = sched
     for _ in range(REFINE_SWEEPS):
         improved = False
-        for members in classes.values():
+        for members in classes:
             op = ops[members[0]]
             alts = ([(e, c) for e in range(len(op.execs)) for c in range(len(op.preloads[e]))]
                     if op.loads else [(e, -1) for e in range(len(op.execs))])
