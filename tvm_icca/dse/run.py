@@ -178,11 +178,13 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     spec : DseSpec, str or os.PathLike
         The study, or its TOML/YAML file (:func:`load_spec`).
     jobs : int, optional
-        Points computed at once: worker processes of the local pool (default: the CPUs this
-        process may use, at most the pending points), or Ray tasks in flight (default: the
-        cluster's CPUs). ``1`` without Ray: one point after another in this process (no
-        worker imports the calling script, so a notebook or a script without an
-        ``if __name__ == "__main__":`` guard can sweep).
+        Without Ray, the CPUs the run may use (default: all this process may use): one
+        worker process per plan group at most (points whose plans are the same searches),
+        and each point's plan scans forked over the CPUs left to its worker. With one worker
+        (``jobs=1``, or a study of one plan group) the points run one after another in this
+        process (no worker imports the calling script, so a notebook or a script without an
+        ``if __name__ == "__main__":`` guard can sweep). On Ray: the tasks in flight
+        (default: the cluster's CPUs).
     ray : str, optional
         Run on Ray: ``"auto"`` (the cluster this machine is part of, ``ray start``), a
         cluster address (``"10.0.0.1:6379"``, ``"ray://..."``) or ``"local"`` (start Ray here).
@@ -241,9 +243,11 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     elif plan_cache not in (None, False):
         cache_dir = os.path.abspath(os.fspath(plan_cache))
     scratch = None  # the run's own plan cache directory, shared by its workers
-    if cache_dir is None and plan_cache is None and _parallel(ray, jobs, len(todo)):
+    workers, scan_jobs = _local_workers(jobs, todo) if ray is None else (None, 1)
+    if cache_dir is None and plan_cache is None and _parallel(ray, workers, len(todo)):
         scratch = cache_dir = tempfile.mkdtemp(prefix="tvm_icca-dse-plans-")
-    tasks = [dict(_task(spec, p, base_dir), plan_cache=cache_dir) for p in todo]
+    tasks = [dict(_task(spec, p, base_dir), plan_cache=cache_dir, scan_jobs=scan_jobs)
+             for p in todo]
     replaced = {c.point.key: c.old_key for c in summary.changed}
     for task in tasks:  # the row says which it replaces (a row older than point_id has none)
         if task["key"] in replaced:
@@ -258,7 +262,8 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     points_s = {"wall_s": 0.0, "cpu_s": 0.0}
     start = time.perf_counter()
     try:
-        _compute(spec, tasks, path, summary, points_s, progress, ray, jobs, scratch)
+        _compute(spec, tasks, path, summary, points_s, progress, ray,
+                 jobs if ray is not None else workers, scratch)
     finally:  # an interrupted run is recorded too: its rows are in the file
         summary.wall_s = time.perf_counter() - start
         if scratch is not None:
@@ -268,6 +273,20 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
                           "counts": dict(summary.counts), "pending": len(tasks),
                           "jobs": jobs, "ray": ray})
     return summary
+
+
+def _local_workers(jobs: int | None, todo: Sequence[DsePoint]) -> tuple[int, int]:
+    """How a local run spends its ``jobs`` CPUs (default: all this process may use): worker
+    processes, one per plan group at most, and each point's plan-scan processes
+    (:func:`tvm_icca.plan_search.option_pool.map_in_workers`) with what is left.
+
+    The points of one plan group wait for its first point's searches (:class:`_Schedule`),
+    so a second worker on it only adds its start-up and a cold workload, partition and Elk
+    tables; the CPU spent on the first point's scans shortens what every point waits for.
+    With one worker the points run in this process (:func:`_compute`)."""
+    cpus = jobs or _available_cpus()
+    workers = max(1, min(cpus, len({p.group for p in todo})))
+    return workers, max(1, cpus // workers)
 
 
 def _parallel(ray: str | None, jobs: int | None, pending: int) -> bool:

@@ -37,22 +37,23 @@ TIMING_KEYS = ("compile_s", "simulate_s", "simulation_s", "elk_planning_s", "tim
 PROVENANCE_KEYS = ("commit", "dirty", "tvm_icca_version", "tvm_version", "python_version")
 
 # one plan cache per worker process, for the points of one group (see plan_cache_for)
-_CACHE: dict[str, Any] = {"group": None, "path": None, "cache": None}
+_CACHE: dict[str, Any] = {"group": None, "path": None, "jobs": 1, "cache": None}
 _WORKLOAD: dict[str, Any] = {"key": None, "workload": None}
 
 
-def plan_cache_for(group: str, path: str | None = None) -> PlanCache:
+def plan_cache_for(group: str, path: str | None = None, jobs: int = 1) -> PlanCache:
     """The worker's plan cache for a point of ``group``, with its on-disk layer in ``path``
     (None: in memory only).
 
     Kept while the worker's points stay in one group, replaced by an empty one when the group
     changes (plans of another workload or chip shape would only hold memory; what is on disk
-    stays there). ``jobs=1``: the worker is itself one of the sweep's processes, the plan
-    search forks none of its own.
+    stays there). ``jobs``: the plan-scan processes it forks (1: the worker is itself one of
+    the sweep's processes and forks none).
     """
-    if _CACHE["group"] != group or _CACHE["path"] != path or _CACHE["cache"] is None:
-        _CACHE["group"], _CACHE["path"] = group, path
-        _CACHE["cache"] = PlanCache(jobs=1, path=path)
+    if (_CACHE["group"], _CACHE["path"], _CACHE["jobs"]) != (group, path, jobs) \
+            or _CACHE["cache"] is None:
+        _CACHE["group"], _CACHE["path"], _CACHE["jobs"] = group, path, jobs
+        _CACHE["cache"] = PlanCache(jobs=jobs, path=path)
     return _CACHE["cache"]
 
 
@@ -87,7 +88,8 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
         ``key``, ``group``, ``inputs`` (the row's input columns), ``hw``
         (:meth:`HardwareSpec.to_dict`), ``workload``, ``design``, ``state``, ``execution``,
         ``base_dir`` (where relative ONNX paths are) and optionally ``plan_cache`` (the plan
-        cache's directory, :func:`plan_cache_for`) and ``trace`` (columns naming the point
+        cache's directory, :func:`plan_cache_for`), ``scan_jobs`` (the processes its plan
+        scans may fork; default 1) and ``trace`` (columns naming the point
         and its chip: ``point_id``, ``chip_digest``, ``workload_args``).
 
     Returns
@@ -113,12 +115,13 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
     try:
         hw = HardwareSpec.from_dict(task["hw"])
         model = _workload(task["workload"], task["base_dir"])
-        cache = plan_cache_for(task["group"], task.get("plan_cache"))
+        jobs = task.get("scan_jobs", 1)
+        cache = plan_cache_for(task["group"], task.get("plan_cache"), jobs)
         searches = -cache.search.searches  # a point that does not fit searched too
         design = task["design"]
         compiled = compile_programs(model, hw, plan_cache=cache, preload=design,
                                     state=task["state"], execution=task["execution"],
-                                    progress=False, jobs=1)
+                                    progress=False, jobs=jobs)
         compile_s = time.perf_counter() - start
         hits, misses = compiled.plan_cache.get("hits", 0), compiled.plan_cache.get("misses", 0)
         elk_s = compiled.preload.planning_s if compiled.preload is not None else 0.0
