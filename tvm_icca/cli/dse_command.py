@@ -52,11 +52,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true",
                      help="list the points and which are done; compute nothing")
     run.add_argument("--jobs", "-j", type=positive_int, default=None,
-                     help="points computed at once: local worker processes (default: the CPUs "
-                     "available) or Ray tasks in flight (default: the cluster's CPUs). Points "
-                     "are grouped by the workload and the chip fields the plan search reads; "
-                     "the workers share a plan cache on disk (a temporary one without "
-                     "--plan-cache) and never search one plan twice")
+                     help="locally, the CPUs to use (default: all available): one worker "
+                     "process per plan group at most (points grouped by the workload and the "
+                     "chip fields the plan search reads), each point's plan scans on the CPUs "
+                     "left; the workers share a plan cache on disk (a temporary one without "
+                     "--plan-cache) and never search one plan twice. On Ray: the tasks in "
+                     "flight (default: the cluster's CPUs)")
     run.add_argument("--ray", metavar="auto|local|ADDRESS", default=None,
                      help="run the points as Ray tasks: 'auto' (this machine's cluster, see "
                      "`ray start`), a cluster address, or 'local' (start Ray here); needs "
