@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from elk_llm import DESIGNS, MODELS, RESULTS, run_case  # noqa: E402
-from result_files import provenance_line, write_json, write_markdown  # noqa: E402
+from result_files import PROVENANCE_KEY, provenance_line, write_json, write_markdown  # noqa: E402
 
 HARDWARE = "ipu-pod4-hbm"
 #: Decode contexts (the issue's 8K-128K) and the batch of the table.
@@ -114,7 +114,8 @@ def _committed_rows() -> list[dict[str, Any]]:
     md = RESULTS / "long_context.md"
     first = md.read_text().splitlines()[0] if md.exists() else ""
     made_on = first.split(" on commit ")[1].split(" ")[0] if " on commit " in first else "unknown"
-    return [{"commit": made_on, **r} for r in json.loads(path.read_text())]
+    # a row from before rows had records gets None: write_json then leaves it without one
+    return [{"commit": made_on, PROVENANCE_KEY: None, **r} for r in json.loads(path.read_text())]
 
 
 def _merged(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:

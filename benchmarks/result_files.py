@@ -68,7 +68,9 @@ def stamp(data: Any, record: Provenance) -> Any:
 
     A row is a mapping in a list that is ``data`` itself or one of its values (a file of
     rows, or of named tables of rows). A file merged from an earlier run (``--append``)
-    keeps each old row's own record, so every row names the code that computed it. A mapping
+    keeps each old row's own record, so every row names the code that computed it; an old
+    row made before rows had records is merged with ``None`` there, and keeps it (this run's
+    record would say this run made it). A mapping
     without rows (one result, e.g. a fitted model) gets the record as one key.
 
     Parameters

@@ -51,8 +51,9 @@ def _records(data):
     if not tables:
         return [data.get(PROVENANCE_KEY)], int(PROVENANCE_KEY not in data)
     rows = [r for t in tables for r in t]
-    return [r[PROVENANCE_KEY] for r in rows if PROVENANCE_KEY in r], sum(
-        PROVENANCE_KEY not in r for r in rows)
+    # None: a row merged from a run made before records (result_files.stamp keeps it)
+    return [r[PROVENANCE_KEY] for r in rows if r.get(PROVENANCE_KEY) is not None], sum(
+        r.get(PROVENANCE_KEY) is None for r in rows)
 
 
 @pytest.mark.parametrize("path", JSON_RESULTS, ids=[p.name for p in JSON_RESULTS])
@@ -82,6 +83,8 @@ def test_stamp_rows_tables_and_single_results():
     rows = stamp([{"a": 1}, {"a": 2, PROVENANCE_KEY: {"commit": "old"}}], record)
     assert rows[0][PROVENANCE_KEY] == record.to_dict()
     assert rows[1][PROVENANCE_KEY] == {"commit": "old"}  # a merged row keeps its own
+    # a merged row made before records keeps saying so
+    assert stamp([{"a": 1, PROVENANCE_KEY: None}], record)[0][PROVENANCE_KEY] is None
     tables = stamp({"hw": "x", "main": [{"a": 1}], "hbm": [{"b": 2}]}, record)
     assert PROVENANCE_KEY not in tables  # the rows carry it, the tables' readers see only rows
     assert tables["main"][0][PROVENANCE_KEY] == tables["hbm"][0][PROVENANCE_KEY] == record.to_dict()
