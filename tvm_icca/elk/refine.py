@@ -169,6 +169,7 @@ def _sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
         return found
 
     source = sched.stats.source
+    refined = source if source.endswith(", refined") else source + ", refined"
     best = evaluate(list(sched.exec_choice), list(sched.preload_choice), source, sched.total_s)
     if best is None or best.total_s >= sched.total_s:
         best = sched
@@ -185,7 +186,7 @@ def _sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
                 for i in members:
                     ex[i], pc[i] = e, c
                 bar = best.total_s * (1 - 1e-9)
-                cand = evaluate(ex, pc, source + ", refined", bar)
+                cand = evaluate(ex, pc, refined, bar)
                 if cand is not None and cand.total_s < bar:
                     best, improved = cand, True
         if not improved:
