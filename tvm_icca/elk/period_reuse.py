@@ -155,7 +155,11 @@ def plan_preloads_by_period(ops: Sequence[OpTradeoffs], machine: ElkMachine, des
                 # the designs' last step, on the whole run: the cut weighs a middle layer's
                 # change against its boundaries once, the run (count - 2) times (on Llama2-13B
                 # decode it moves the layers' last operator to its second point, 0.4% faster)
-                sched = local_search(ops, machine, sched, on_step, group_pieces=group_pieces)
+                # The cut's search set tied positions apart already (the run's layers are
+                # its layer), so the run's pass moves whole classes only: splitting them again
+                # over every layer costs more than a third of a pieced run's search
+                sched = local_search(ops, machine, sched, on_step, group_pieces=group_pieces,
+                                     split_tied=False)
                 return replace(sched, stats=replace(
                     sched.stats, avg_position_displacement=reorder.order_displacement(order)))
             why = "the expanded points do not fit the whole run"

@@ -71,7 +71,7 @@ def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
 
 def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
                  sched: ElkSchedule, on_step: OnStep = None, *,
-                 group_pieces: bool = True) -> ElkSchedule:
+                 group_pieces: bool = True, split_tied: bool = True) -> ElkSchedule:
     """Improve a schedule's execute/preload points against its whole-schedule estimate.
 
     The recurrence (§4.2) fixes each operator's execute point in its own window and each
@@ -94,7 +94,8 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
     Llama2-13B prefill has about 1,400 operators per layer). Such a class also ties a
     layer's identical operators (OPT's q/k/v projections), so a second search splits every
     tied class into its first position, its last and those between (:func:`_boundary_split`).
-    ``False``: one class per layer position (and per operator outside the layers)."""
+    ``False``: one class per layer position (and per operator outside the layers).
+    ``split_tied``: with ``group_pieces``, whether the second search runs."""
     keys = [o.key for o in ops]
     layers = reorder.detect_layers(keys)
     fine = _classes(ops, layers, None)
@@ -108,7 +109,7 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
     # last. Sweep each such class split in three, its first position, its last, and the
     # ones between, from the coarse optimum: never worse on the estimate than the coarse
     # search, and (with three sub-classes at most per class) linear in the operators as it is.
-    split = _boundary_split(coarse, fine)
+    split = _boundary_split(coarse, fine) if split_tied else []
     return _sweep(ops, machine, best, split, on_step) if split else best
 
 
