@@ -243,7 +243,8 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     elif plan_cache not in (None, False):
         cache_dir = os.path.abspath(os.fspath(plan_cache))
     scratch = None  # the run's own plan cache directory, shared by its workers
-    workers, scan_jobs = _local_workers(jobs, todo) if ray is None else (None, 1)
+    # without Ray, jobs counts CPUs: worker processes, and plan-scan processes per point
+    workers, scan_jobs = _local_workers(jobs, todo) if ray is None else (jobs, 1)
     if cache_dir is None and plan_cache is None and _parallel(ray, workers, len(todo)):
         scratch = cache_dir = tempfile.mkdtemp(prefix="tvm_icca-dse-plans-")
     tasks = [dict(_task(spec, p, base_dir), plan_cache=cache_dir, scan_jobs=scan_jobs)
@@ -262,8 +263,7 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     points_s = {"wall_s": 0.0, "cpu_s": 0.0}
     start = time.perf_counter()
     try:
-        _compute(spec, tasks, path, summary, points_s, progress, ray,
-                 jobs if ray is not None else workers, scratch)
+        _compute(spec, tasks, path, summary, points_s, progress, ray, workers, scratch)
     finally:  # an interrupted run is recorded too: its rows are in the file
         summary.wall_s = time.perf_counter() - start
         if scratch is not None:
@@ -289,18 +289,18 @@ def _local_workers(jobs: int | None, todo: Sequence[DsePoint]) -> tuple[int, int
     return workers, max(1, cpus // workers)
 
 
-def _parallel(ray: str | None, jobs: int | None, pending: int) -> bool:
-    """Whether a run's points may run in several processes (on Ray: whether the cluster is
-    one machine is known once connected, :func:`_run_ray`)."""
-    if ray is None:
-        return pending > 1 and (jobs or _available_cpus()) > 1
-    return pending > 1
+def _parallel(ray: str | None, workers: int | None, pending: int) -> bool:
+    """Whether a run's points may run in several processes: ``workers`` local ones (on Ray:
+    whether the cluster is one machine is known once connected, :func:`_run_ray`)."""
+    return pending > 1 and (ray is not None or workers > 1)
 
 
 def _compute(spec: DseSpec, tasks: list[dict[str, Any]], path: str, summary: DseRun,
              points_s: dict[str, float], progress: ProgressLike, ray: str | None,
-             jobs: int | None, scratch: str | None = None) -> None:
-    """Compute ``tasks`` and append their rows to ``path`` as they complete."""
+             workers: int | None, scratch: str | None = None) -> None:
+    """Compute ``tasks`` and append their rows to ``path`` as they complete, on ``workers``
+    local processes (:func:`_local_workers`; one: in this process) or, on Ray, with that
+    many tasks in flight (None: the cluster's CPUs)."""
     with as_progress(progress).phase(f"dse {spec.name}", unit="point", total=len(tasks),
                                      leave=True) as bar:
         def on_row(row: dict[str, Any] | None, running: int) -> None:
@@ -315,15 +315,15 @@ def _compute(spec: DseSpec, tasks: list[dict[str, Any]], path: str, summary: Dse
             bar.step(note=f"{running} running, {c.get(DOES_NOT_FIT, 0)} do not fit, "
                      f"{c.get(FAILED, 0) + c.get('lost', 0)} failed")
 
-        if ray is None and jobs == 1:
+        if ray is None and workers == 1:
             # one point at a time in this process: no worker imports the caller's script, so
             # a notebook or an unguarded script can sweep (a crash, though, ends the caller)
             for task in tasks:
                 on_row(evaluate(task), 0)
         elif ray is None:
-            _run_local(tasks, jobs or min(_available_cpus(), len(tasks)), on_row)
+            _run_local(tasks, workers, on_row)
         else:
-            _run_ray(tasks, ray, jobs, on_row, scratch)
+            _run_ray(tasks, ray, workers, on_row, scratch)
 
 
 #: Input columns of a row that are neither chip fields nor workload arguments.
