@@ -433,7 +433,8 @@ def test_reader_of_a_spread_producer_is_mapped_onto_its_blocks(exprs) -> None:
 
 
 def _joined_by_loops(structure, P, caps=None):
-    """Every tuple's f_t assignments in join order by plain loops: tensors with fewest
+    """Every tuple's f_t assignments in join order by loops over rows (without the join's
+    lookup table or its check before rows are built): tensors with fewest
     rotatable axes first, each option of a tensor (divisor tuples of its sharing count,
     :func:`factor_tuples` order) after every assignment so far, kept when every axis's
     factors are pairwise factor/multiple (and within ``caps``)."""
@@ -444,17 +445,23 @@ def _joined_by_loops(structure, P, caps=None):
     rows = [np.ones((structure.num_tensors, structure.num_axes), np.int64)]
     for t in order:
         axes = np.flatnonzero(structure.rotatable[t])
+        options = factor_tuples(int(P[t]), len(axes)).astype(np.int64)
+        if caps is not None:
+            options = options[(options <= np.array([caps[a] for a in axes])).all(axis=1)]
         out = []
         for row in rows:
-            for option in factor_tuples(int(P[t]), len(axes)).tolist():
-                if caps is not None and any(f > caps[a] for f, a in zip(option, axes)):
-                    continue
+            # the pairwise factor/multiple check of each option against the row's other
+            # tensors on its axes (one comparison per option at once, same order as loops)
+            ok = np.ones(len(options), bool)
+            for k, a in enumerate(axes):
+                for u in range(structure.num_tensors):
+                    if u != t and structure.rotatable[u, a] and row[u, a] > 1:
+                        f = options[:, k]
+                        ok &= (f % row[u, a] == 0) | (row[u, a] % f == 0)
+            for option in options[ok]:
                 new = row.copy()
                 new[t, axes] = option
-                if all(new[t, a] % new[u, a] == 0 or new[u, a] % new[t, a] == 0
-                       for a in axes for u in range(structure.num_tensors)
-                       if u != t and structure.rotatable[u, a] and new[u, a] > 1):
-                    out.append(new)
+                out.append(new)
         rows = out
     return np.array(rows).reshape(-1, structure.num_tensors, structure.num_axes)
 
