@@ -229,3 +229,40 @@ def test_live_bytes_bound_every_choice_of_execute_points():
             assert all(h <= p for h, p in zip(held, planner))
             assert [t.live_bytes for t in tables[flat:flat + len(program.ops)]] == planner
             flat += len(program.ops)
+
+
+def test_pieces_with_equal_points_share_one_key():
+    """The pieces of a split read equal blocks at different places (their expressions differ
+    in their views): those whose points are equal get one key, so that Elk sees them repeat,
+    and a key never joins tables whose points differ."""
+    from tvm_icca.drivers.device_programs import compile_programs
+    from tvm_icca.elk.periods import representatives
+    from tvm_icca.model_pass.plan_cache import PlanCache
+    from tvm_icca.model_pass.tradeoff_tables import operator_tables
+    from tvm_icca.split.region_split import original_operator
+    from tvm_icca.workloads import get_workload
+
+    # tests/test_piece_grouping.py's split prefill: attention split into pieces
+    chip = small_chip(64, 32 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
+                                                    hbm_controllers=2)
+    workload = get_workload("llama2-13b", tiny=True, batch=2, phase="prefill", seq_len=256)
+    cache = PlanCache(jobs=1)
+    programs = list(compile_programs(workload, chip, plan_cache=cache, preload="off").programs)
+    ops = [op for p in programs for op in p.ops]
+    tables = operator_tables(programs, chip, cache)
+    by_key: dict[str, object] = {}
+    for t in tables:
+        first = by_key.setdefault(t.key, t)
+        assert (first.execs, first.preloads, first.hbm_bytes) == (t.execs, t.preloads, t.hbm_bytes)
+    # pieces of one operator reading different blocks, now one key
+    shared = [(a, b) for a, b in zip(ops, tables) if original_operator(a.name) != a.name
+              and a.expr.structure_key() != a.expr.structure_key(views=False)]
+    assert shared, "the case must split an operator into pieces that read views"
+    keys_per_piece_expr = {}
+    for op, t in shared:
+        keys_per_piece_expr.setdefault(t.key, set()).add(op.expr.structure_key())
+    assert any(len(exprs_) > 1 for exprs_ in keys_per_piece_expr.values())
+    # and they repeat: some piece stands for another
+    rep = representatives([t.key for t in tables])
+    assert any(rep[i] != i for i, (op, _) in enumerate(zip(ops, tables))
+               if original_operator(op.name) != op.name)

@@ -170,7 +170,46 @@ def operator_tables(programs: Sequence[DeviceProgram], hw: HardwareSpec,
         tables.append(dataclasses.replace(table, key=points_key))
         if phase is not None:
             phase.step()
-    return _with_live_bytes(programs, tables, hw)
+    return _with_live_bytes(programs, _piece_keys(rows, tables), hw)
+
+
+def _piece_keys(rows: Sequence[tuple], tables: list[OpTradeoffs]) -> list[OpTradeoffs]:
+    """``tables`` with one key for the pieces of a split whose points are equal.
+
+    A split operator's pieces (:mod:`tvm_icca.split`) read equal blocks at different places
+    of their inputs, so their expressions, and the keys above, differ in the views
+    (:meth:`~runtime_sim.contract.expr.TensorExpr.structure_key`); their points differ only
+    where a block's place changes what the region planner estimated (a 32K-token prefill's
+    256 query-block pieces of ``Q K^T`` have three distinct tables). Without one key for
+    equal points no two pieces repeat, and Elk's local search, which moves the pieces that
+    stand at one position of the nested repeats together
+    (:func:`tvm_icca.elk.periods.representatives`), searched each piece alone: a search
+    quadratic in the pieces. Pieces whose expressions differ only in their views and whose
+    tables are equal get one key; the keys of other operators are left as they are."""
+    groups: dict[str, dict[str, OpTradeoffs]] = {}
+    for (op, hbm, host, arriving, _, cap, points_key), table in zip(rows, tables):
+        placeless = json.dumps([op.expr.structure_key(views=False), op.plan.to_dict(), hbm, host,
+                                arriving, cap], separators=(",", ":"))
+        groups.setdefault(placeless, {}).setdefault(points_key, table)
+    rename: dict[str, str] = {}
+    for placeless, by_key in groups.items():
+        if len(by_key) < 2:
+            continue
+        distinct: list[OpTradeoffs] = []
+        for points_key, table in by_key.items():
+            same = next((v for v, other in enumerate(distinct) if _same_points(other, table)), None)
+            if same is None:
+                same = len(distinct)
+                distinct.append(table)
+            rename[points_key] = json.dumps([placeless, same], separators=(",", ":"))
+    if not rename:
+        return tables
+    return [dataclasses.replace(t, key=rename[t.key]) if t.key in rename else t for t in tables]
+
+
+def _same_points(a: OpTradeoffs, b: OpTradeoffs) -> bool:
+    """Whether two tables offer the same points (their keys aside)."""
+    return a.execs == b.execs and a.preloads == b.preloads and a.hbm_bytes == b.hbm_bytes
 
 
 def _with_live_bytes(programs: Sequence[DeviceProgram], tables: list[OpTradeoffs],
