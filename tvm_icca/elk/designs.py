@@ -55,7 +55,7 @@ from tvm_icca.elk import reorder
 from tvm_icca.elk.draft import Draft, OnStep, finish_draft, schedule_at_points
 from tvm_icca.elk.inductive import InfeasibleError, early_members, min_horizons
 from tvm_icca.elk.inductive_draft import MAX_STRETCH, average_stretch, inductive_draft
-from tvm_icca.elk.refine import SCREEN_LAYERS, local_search, refine
+from tvm_icca.elk.refine import SCREEN_LAYERS, Evaluations, local_search, refine
 from tvm_icca.elk.elk_schedule import ElkSchedule, PlanStats, prefix_sums
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 
@@ -241,7 +241,8 @@ def _stretches(ops, machine, memo, stats, rc, perm, on_step: OnStep = None) -> l
     return out
 
 
-def _plan_dyn(ops, machine, memo, stats, on_step: OnStep = None, group: bool = True) -> ElkSchedule:
+def _plan_dyn(ops, machine, memo, stats, on_step: OnStep = None, group: bool = True,
+              evaluations: Evaluations | None = None) -> ElkSchedule:
     """§4.2 + §4.3 in execution order: the recurrence at each contention price, and Static's
     schedule, the best refined on the cut model (:func:`~tvm_icca.elk.refine.refine`), then
     once more on the whole model (:func:`~tvm_icca.elk.refine.local_search`): the cut model does
@@ -259,8 +260,10 @@ def _plan_dyn(ops, machine, memo, stats, on_step: OnStep = None, group: bool = T
             cands.append(s)
     cands.append(replace(_plan_static(ops, machine, stats, on_step), design="elk-dyn"))
     refining = _stage(on_step, "refining")
-    return local_search(ops, machine, refine(ops, machine, _best(cands), refining, group_pieces=group),
-                        refining, group_pieces=group)
+    refined = refine(ops, machine, _best(cands), refining, group_pieces=group,
+                     evaluations=evaluations)
+    return local_search(ops, machine, refined, refining, group_pieces=group,
+                        evaluations=evaluations)
 
 
 @dataclass(frozen=True)
@@ -307,7 +310,8 @@ def _screened(ops, machine, memo, stats,
 
 
 def _reordered_points(ops, machine, rc: _Reorder, sched: ElkSchedule,
-                      on_step: OnStep = None, group: bool = True) -> list[ElkSchedule]:
+                      on_step: OnStep = None, group: bool = True,
+                      evaluations: Evaluations | None = None) -> list[ElkSchedule]:
     """Every suffix-tree order (§4.4) with ``sched``'s execute and preload points, preloads as
     early as memory allows; the fastest, refined, if it beats ``sched`` (else nothing).
 
@@ -326,11 +330,12 @@ def _reordered_points(ops, machine, rc: _Reorder, sched: ElkSchedule,
             best = replace(s, stats=replace(s.stats, avg_displacement=reorder.layer_displacement(perm),
                                             avg_position_displacement=reorder.order_displacement(order)))
     return [] if best is sched else [refine(ops, machine, best, _stage(on_step, "refining"),
-                                            group_pieces=group)]
+                                            group_pieces=group, evaluations=evaluations)]
 
 
-def _plan_full(ops, machine, memo, stats, on_step: OnStep = None, group: bool = True) -> ElkSchedule:
-    dyn = _plan_dyn(ops, machine, memo, stats, on_step, group)
+def _plan_full(ops, machine, memo, stats, on_step: OnStep = None, group: bool = True,
+               evaluations: Evaluations | None = None) -> ElkSchedule:
+    dyn = _plan_dyn(ops, machine, memo, stats, on_step, group, evaluations)
     rc, top = _screened(ops, machine, memo, stats, on_step)
     if rc is None:
         return replace(dyn, design="elk-full")
@@ -349,12 +354,14 @@ def _plan_full(ops, machine, memo, stats, on_step: OnStep = None, group: bool = 
                                              avg_position_displacement=reorder.order_displacement(order)))
                 cands.append(s)
         if cands:   # each order's best, refined: refinement reranks the orders
-            refined.append(refine(ops, machine, _best(cands), step, group_pieces=group))
+            refined.append(refine(ops, machine, _best(cands), step, group_pieces=group,
+                                  evaluations=evaluations))
     best = _best(refined)
     # then every order at the refined points: refinement can favour an order the screen missed
-    best = _best([best] + _reordered_points(ops, machine, rc, best, on_step, group))
+    best = _best([best] + _reordered_points(ops, machine, rc, best, on_step, group, evaluations))
     # once on the whole model (see _plan_dyn)
-    best = local_search(ops, machine, best, _stage(on_step, "refining"), group_pieces=group)
+    best = local_search(ops, machine, best, _stage(on_step, "refining"), group_pieces=group,
+                        evaluations=evaluations)
     return replace(best, stats=replace(best.stats, orders_tried=1 + len(rc.perms)))
 
 
@@ -401,14 +408,15 @@ def plan_preloads(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, 
     t0 = time.perf_counter()
     stats = PlanStats()
     memo: dict = {}     # window allocations, shared by every order tried in this call
+    evaluations = Evaluations(ops)  # the refinements' candidates, shared likewise
     if design == "basic":
         sched = finish_draft(ops, machine, design, _basic(ops, machine), stats, on_step)
     elif design == "static":
         sched = _plan_static(ops, machine, stats, on_step)
     elif design == "elk-dyn":
-        sched = _plan_dyn(ops, machine, memo, stats, on_step, group_pieces)
+        sched = _plan_dyn(ops, machine, memo, stats, on_step, group_pieces, evaluations)
     elif design == "elk-full":
-        sched = _plan_full(ops, machine, memo, stats, on_step, group_pieces)
+        sched = _plan_full(ops, machine, memo, stats, on_step, group_pieces, evaluations)
     else:
         sched = _plan_ideal(ops, machine, memo, stats, on_step)
     return replace(sched, stats=replace(sched.stats, planning_s=time.perf_counter() - t0))

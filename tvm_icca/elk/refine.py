@@ -12,6 +12,7 @@ search on the model cut to :data:`SCREEN_LAYERS` layers and carries it to the wh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from tvm_icca.elk import reorder
 from tvm_icca.elk.draft import OnStep, schedule_at_points
@@ -27,18 +28,36 @@ SCREEN_LAYERS = 3
 REFINE_SWEEPS = 3
 
 
+@dataclass
+class Evaluations:
+    """The candidates :func:`local_search` estimated on one operator sequence, kept across
+    its calls: a design refines several schedules of the same operators, and a search that
+    starts at a schedule an earlier one left (Elk-Dyn refines its best, then searches once
+    more on the whole model) re-tries candidates against the same bar, with the same answer.
+    A candidate is its schedule's points, order, design, source and stats."""
+
+    ops: Sequence[OpTradeoffs]
+    found: dict[tuple, tuple[float, ElkSchedule | None]] = field(default_factory=dict)
+
+    def of(self, ops: Sequence[OpTradeoffs]) -> dict[tuple, tuple[float, ElkSchedule | None]]:
+        """The memo for ``ops``: this one's if they are its operators, else a new one."""
+        return self.found if ops is self.ops else {}
+
+
 def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
-           on_step: OnStep = None, *, group_pieces: bool = True) -> ElkSchedule:
+           on_step: OnStep = None, *, group_pieces: bool = True,
+           evaluations: Evaluations | None = None) -> ElkSchedule:
     """:func:`local_search` of ``sched``, searched on the model cut to ``SCREEN_LAYERS``
     layers when it has more (as §4.4's orders are screened; the search prices a few hundred
     whole-model estimates). The class points the search changes are carried to every
     identical layer of the whole model, and the result is kept only if the whole model's
     estimate improves, so it is never worse than ``sched``. ``on_step``: told of every
-    schedule estimated (:data:`~tvm_icca.elk.draft.OnStep`). ``group_pieces``: as for
-    :func:`local_search`."""
+    schedule estimated (:data:`~tvm_icca.elk.draft.OnStep`). ``group_pieces`` and
+    ``evaluations``: as for :func:`local_search`."""
     layers = reorder.detect_layers([o.key for o in ops])
     if layers is None or layers.count <= SCREEN_LAYERS:
-        return local_search(ops, machine, sched, on_step, group_pieces=group_pieces)
+        return local_search(ops, machine, sched, on_step, group_pieces=group_pieces,
+                            evaluations=evaluations)
     small = reorder.truncate(ops, layers, SCREEN_LAYERS)
     cut = layers.start + layers.period * SCREEN_LAYERS
     kept = [i for i in range(len(ops)) if i < cut or i >= layers.end]  # small index -> op
@@ -49,7 +68,8 @@ def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
     start = schedule_at_points(small, machine, sched.design, order, ex, pc, sched.stats.source,
                                sched.stats, on_step)
     if start is None:
-        return local_search(ops, machine, sched, on_step, group_pieces=group_pieces)
+        return local_search(ops, machine, sched, on_step, group_pieces=group_pieces,
+                            evaluations=evaluations)
     found = local_search(small, machine, start, on_step, group_pieces=group_pieces)
     ex, pc = list(sched.exec_choice), list(sched.preload_choice)
     for j, i in enumerate(kept):
@@ -71,7 +91,8 @@ def refine(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
 
 def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
                  sched: ElkSchedule, on_step: OnStep = None, *,
-                 group_pieces: bool = True, split_tied: bool = True) -> ElkSchedule:
+                 group_pieces: bool = True, split_tied: bool = True,
+                 evaluations: Evaluations | None = None) -> ElkSchedule:
     """Improve a schedule's execute/preload points against its whole-schedule estimate.
 
     The recurrence (§4.2) fixes each operator's execute point in its own window and each
@@ -95,14 +116,16 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
     layer's identical operators (OPT's q/k/v projections), so a second search splits every
     tied class into its first position, its last and those between (:func:`_boundary_split`).
     ``False``: one class per layer position (and per operator outside the layers).
-    ``split_tied``: with ``group_pieces``, whether the second search runs."""
+    ``split_tied``: with ``group_pieces``, whether the second search runs. ``evaluations``:
+    the candidates earlier searches of the same operators estimated (:class:`Evaluations`)."""
     keys = [o.key for o in ops]
     layers = reorder.detect_layers(keys)
     fine = _classes(ops, layers, None)
+    seen = evaluations.of(ops) if evaluations is not None else {}
     if not group_pieces:
-        return _sweep(ops, machine, sched, fine, on_step)
+        return _sweep(ops, machine, sched, fine, on_step, seen)
     coarse = _classes(ops, layers, representatives(keys))
-    best = _sweep(ops, machine, sched, coarse, on_step)
+    best = _sweep(ops, machine, sched, coarse, on_step, seen)
     # A coarse class ties positions a layer-position class would set apart: a layer's
     # identical projections as well as its pieces, and the first of them sees another
     # context (its preload window opens after another operator) than the middle ones or the
@@ -110,7 +133,7 @@ def local_search(ops: Sequence[OpTradeoffs], machine: ElkMachine,
     # ones between, from the coarse optimum: never worse on the estimate than the coarse
     # search, and (with three sub-classes at most per class) linear in the operators as it is.
     split = _boundary_split(coarse, fine) if split_tied else []
-    return _sweep(ops, machine, best, split, on_step) if split else best
+    return _sweep(ops, machine, best, split, on_step, seen) if split else best
 
 
 def _boundary_split(coarse: list[list[int]], fine: list[list[int]]) -> list[list[int]]:
@@ -151,19 +174,23 @@ def _classes(ops: Sequence[OpTradeoffs], layers: reorder.LayerStructure | None,
 
 
 def _sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule,
-           classes: list[list[int]], on_step: OnStep) -> ElkSchedule:
+           classes: list[list[int]], on_step: OnStep,
+           seen: dict[tuple, tuple[float, ElkSchedule | None]]) -> ElkSchedule:
     """Up to :data:`REFINE_SWEEPS` sweeps over ``classes``, each class set to every point of
-    its tables in turn, keeping what improves the whole-schedule estimate."""
+    its tables in turn, keeping what improves the whole-schedule estimate; ``seen``: the
+    candidates estimated so far (:class:`Evaluations`)."""
     order = sched.preload_order
     # A sweep after the last improvement of the one before re-tries, against the same best,
     # the candidates that sweep tried after it: the same points and bar give the same answer.
-    seen: dict[tuple, tuple[float, ElkSchedule | None]] = {}
 
     def evaluate(ex: list[int], pc: list[int], source: str, bar: float) -> ElkSchedule | None:
         # a candidate only counts if it beats ``bar``: its estimate stops once it cannot
-        key = (tuple(ex), tuple(pc), source)
-        if key in seen and seen[key][0] == bar:
-            return seen[key][1]
+        key = (sched.design, order, tuple(ex), tuple(pc), source, sched.stats)
+        hit = seen.get(key)
+        # a timeline estimated is the same whatever bar it was estimated against, and one
+        # proven no faster than a bar is no faster than a lower one
+        if hit is not None and (hit[1] is not None or bar <= hit[0]):
+            return hit[1]
         found = schedule_at_points(ops, machine, sched.design, order, ex, pc, source, sched.stats,
                                    on_step, stop_at=bar)
         seen[key] = (bar, found)
