@@ -11,11 +11,12 @@ gives the best horizons (every preload issued as early as SRAM allows) and
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Optional
+
+import numpy as np
 
 from tvm_icca.elk.inductive import InfeasibleError
 from tvm_icca.elk.overlap_model import window_bytes
@@ -76,20 +77,23 @@ def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Seq
     m, early = order_structure(n, tuple(order))
     space = [ops[j].preloads[exec_choice[j]][preload_choice[j]].space for j in order]
     pos = {j: k for k, j in enumerate(order)}
-    pre = prefix_sums(space)
-    hz = [0] * n
-    nxt = len(order)
-    for i in range(n - 1, -1, -1):
-        ahead = [space[pos[j]] for j in early[i]] if early[i] else ()
-        used = window_bytes(ops[i].execs[exec_choice[i]].space, ahead, ops[i].live_bytes)
-        room = machine.sram_bytes - used
-        if room < 0:
-            return None
-        h = min(bisect.bisect_right(pre, pre[m[i]] + room) - 1, nxt)
-        if h < m[i]:
-            return None
-        hz[i] = nxt = h
-    return hz
+    pre = np.array(prefix_sums(space), dtype=np.int64)
+    # each window (overlap_model.window_bytes) before any preload ahead of it
+    used = [window_bytes(op.execs[e].space, [space[pos[j]] for j in ahead], op.live_bytes)
+            for op, e, ahead in zip(ops, exec_choice, early)]
+    room = machine.sram_bytes - np.array(used, dtype=np.int64)
+    if n == 0:
+        return []
+    if (room < 0).any():
+        return None
+    m_arr = np.array(m, dtype=np.int64)
+    # the most preloads each window holds from its first, then no more than the next
+    # operator's (horizons never decrease): a suffix minimum, capped at the order's length
+    most = np.searchsorted(pre, pre[m_arr] + room, side="right") - 1
+    hz = np.minimum.accumulate(np.minimum(most, len(order))[::-1])[::-1]
+    if (hz < m_arr).any():
+        return None
+    return hz.tolist()
 
 
 def schedule_at_points(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str,

@@ -15,6 +15,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from runtime_sim.machine.stream_timing import stream_times
 from tvm_icca.elk.inductive import (
     check_horizons,
@@ -98,32 +100,39 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
     # shortest of any point (a roofline time, never a memory figure)
     space = [pts[order[k]].space for k in range(K)]
     load_s = {j: ideal_load_s(ops[j]) if ideal else pts[j].load_s for j in order}
-    ps = prefix_sums(space)
+    ps = np.array(prefix_sums(space), dtype=np.int64)
     pos = {j: k for k, j in enumerate(order)}
-    exec_s, busy_s, wbytes = [], [], []
-    for i, op in enumerate(ops):
-        ep = op.execs[schedule.exec_choice[i]]
-        h = schedule.horizon[i]
-        w_space = ps[h] - ps[m[i]]
-        if early[i]:    # (most operators have no early member: no sum to start)
-            w_space += sum(space[pos[j]] for j in early[i])
-        if ideal:
-            # the preload SRAM holds i's own preload until i starts, beside its window
-            own = space[pos[i]] if i in pos else 0
-            if ep.space + op.live_bytes > machine.sram_bytes or w_space + own > machine.preload_capacity:
-                raise ValueError(f"ideal: operator {i} exceeds SRAM")
-            exec_s.append(ep.time_s)
-            busy_s.append(ep.traffic_s)
-            wbytes.append(ep.space + op.live_bytes)
-            continue
-        total = window_bytes(ep.space, (w_space,), op.live_bytes)
-        if total > machine.sram_bytes:
-            raise ValueError(f"operator {i}: window needs {total} B > {machine.sram_bytes} B")
-        own = pts[i].distribute_s if i in pts else 0.0
+    points = [op.execs[e] for op, e in zip(ops, schedule.exec_choice)]
+    ep_space = np.array([ep.space for ep in points], dtype=np.int64)
+    live = np.array([op.live_bytes for op in ops], dtype=np.int64)
+    # each window's preloads (overlap_model.window_bytes): positions m[i] .. h[i] - 1, and
+    # the early members (most operators have none)
+    w_space = ps[np.array(schedule.horizon, dtype=np.int64)] - ps[np.array(m, dtype=np.int64)]
+    for i, ahead in enumerate(early):
+        if ahead:
+            w_space[i] += sum(space[pos[j]] for j in ahead)
+    ep_time = [ep.time_s for ep in points]
+    ep_traffic = [ep.traffic_s for ep in points]
+    if ideal:
+        # the preload SRAM holds i's own preload until i starts, beside its window
+        own = np.array([space[pos[i]] if i in pos else 0 for i in range(n)], dtype=np.int64)
+        over = np.flatnonzero((ep_space + live > machine.sram_bytes)
+                              | (w_space + own > machine.preload_capacity))
+        if over.size:
+            raise ValueError(f"ideal: operator {int(over[0])} exceeds SRAM")
+        exec_s, busy_s = ep_time, ep_traffic
+        wbytes = (ep_space + live).tolist()
+    else:
+        total = window_bytes(ep_space, (w_space,), live)
+        over = np.flatnonzero(total > machine.sram_bytes)
+        if over.size:
+            i = int(over[0])
+            raise ValueError(f"operator {i}: window needs {int(total[i])} B > {machine.sram_bytes} B")
         # the distribution phase is link traffic too
-        exec_s.append(own + ep.time_s)
-        busy_s.append(own + ep.traffic_s)
-        wbytes.append(total)
+        own_s = [pts[i].distribute_s if i in pts else 0.0 for i in range(n)]
+        exec_s = [d + t for d, t in zip(own_s, ep_time)]
+        busy_s = [d + t for d, t in zip(own_s, ep_traffic)]
+        wbytes = total.tolist()
     network_s = {j: 0.0 if ideal else pts[j].network_s for j in order}
     t = stream_times(order, schedule.horizon, exec_s, busy_s, load_s, network_s,
                      separate_interconnect=ideal or machine.separate_interconnect, stop_at=stop_at)

@@ -36,7 +36,8 @@ from tvm_icca.elk.tradeoffs import ExecPoint, PreloadPoint
 
 
 def window_bytes(exec_space: int, preload_spaces: Iterable[int], live_bytes: int) -> int:
-    """Per-core SRAM bytes while an operator executes: the memory model of this package."""
+    """Per-core SRAM bytes while an operator executes: the memory model of this package
+    (also elementwise, on arrays of the operators' bytes)."""
     return exec_space + sum(preload_spaces) + live_bytes
 
 
