@@ -30,6 +30,13 @@ that off (``reuse_layers=False``) and adds its times and simulated time beside.
     PYTHONPATH=. .venv/bin/python benchmarks/compile_time.py --layers 1,2,4,10,20,40 \
         [--llm llama2-13b] [--design elk-full] [--hw ipu-pod4-hbm] [--batch 32] [--context 2048] \
         [--whole-run] [--out benchmarks/results/compile_time_layers]
+
+**Prefill sweep** (``--prefill``): compile time of the LLM's prefill (batch 1, all layers)
+against the prompt's length, each length cold as above, with the CPU seconds per layer.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/compile_time.py --prefill 2048,4096,8192,16384,32768 \
+        [--llm llama2-13b] [--design elk-full] [--prefill-layers N] \
+        [--out benchmarks/results/compile_time_prefill]
 """
 
 from __future__ import annotations
@@ -88,15 +95,29 @@ def measure(name: str, batch: int, hw: str) -> dict[str, Any]:
 def measure_layers(model: str, layers: int, hw: str, batch: int, context: int, design: str,
                    jobs: int, reuse: bool = True) -> dict[str, Any]:
     """Compile the first ``layers`` layers of ``model`` cold with ``design`` and simulate it."""
-    workload = get_workload(model, batch=batch, context=context, num_layers=layers)
+    row = {"model": model, "layers": layers, "hw": hw, "batch": batch, "context": context}
+    return row | _compile_cold(get_workload(model, batch=batch, context=context, num_layers=layers),
+                               hw, design, jobs, reuse)
+
+
+def measure_prefill(model: str, seq_len: int, layers: int | None, hw: str, design: str,
+                    jobs: int) -> dict[str, Any]:
+    """Compile the prefill of a ``seq_len``-token prompt (batch 1; ``layers``: the first N,
+    None: all) cold with ``design`` and simulate it."""
+    workload = get_workload(model, phase="prefill", seq_len=seq_len, num_layers=layers)
+    row = {"model": model, "seq_len": seq_len, "layers": workload.config["layers"], "hw": hw}
+    return row | _compile_cold(workload, hw, design, jobs, True)
+
+
+def _compile_cold(workload, hw: str, design: str, jobs: int, reuse: bool) -> dict[str, Any]:
+    """The timings of one cold compile (fresh plan cache, timing-only) and its simulated time."""
     wall, cpu = time.perf_counter(), cpu_seconds()
     compiled = compile_programs(workload, hw, plan_cache=PlanCache(jobs=jobs), preload=design,
                                 jobs=jobs, progress=False, reuse_layers=reuse)
     wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
     pre = compiled.preload
-    ops = compiled.num_device_ops
-    return {"model": model, "layers": layers, "hw": hw, "batch": batch, "context": context,
-            "design": design, "reuse_layers": reuse, "operators": ops, "cpu_s": cpu, "wall_s": wall,
+    return {"design": design, "reuse_layers": reuse, "operators": compiled.num_device_ops,
+            "cpu_s": cpu, "wall_s": wall,
             "elk_pass_s": pre.planning_s if pre else 0.0,
             "elk_search_s": pre.stats["planning_s"] if pre else 0.0,
             "elk_source": pre.stats["source"] if pre else "",
@@ -155,6 +176,36 @@ def layer_sweep(args: argparse.Namespace) -> None:
     print("\n".join(lines))
 
 
+def prefill_sweep(args: argparse.Namespace) -> None:
+    """The ``--prefill`` section: compile time of a long prompt's prefill against its length."""
+    hw = args.hw or "ipu-pod4-hbm"
+    rows = []
+    for seq_len in (int(n) for n in args.prefill.split(",")):
+        r = measure_prefill(args.llm, seq_len, args.prefill_layers, hw, args.design, args.jobs)
+        print(json.dumps(r), flush=True)
+        rows.append(r)
+    lines = [f"Compile time of `{args.llm}` prefill (batch 1) on `{hw}` with `{args.design}` "
+             "against the prompt's length (`benchmarks/compile_time.py --prefill`): each row "
+             f"cold, one process, {args.jobs} plan-search worker(s), timing-only. CPU s is the "
+             "process's CPU time (the machine is shared); the Elk pass (trade-off tables, whose "
+             "ladders search plans, and the design's search) and its search are wall seconds. "
+             "Operators larger than the chip run as pieces, so the operators grow with the "
+             "prompt.", "",
+             "| tokens | layers | operators | CPU s | wall s | CPU s per layer | Elk pass s | "
+             "Elk search s | simulated ms |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append("| " + " | ".join([
+            str(r["seq_len"]), str(r["layers"]), str(r["operators"]), f"{r['cpu_s']:.1f}",
+            f"{r['wall_s']:.1f}", f"{r['cpu_s'] / r['layers']:.1f}", f"{r['elk_pass_s']:.1f}",
+            f"{r['elk_search_s']:.1f}", f"{r['simulated_ms']:.3f}"]) + " |")
+    out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / "compile_time_prefill")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_markdown(out.with_suffix(".md"), "\n".join(lines))
+    write_json(out.with_suffix(".json"), {"hw": hw, "python": sys.version.split()[0], "rows": rows})
+    print("\n".join(lines))
+
+
 def _row(r: dict[str, Any], before: dict[tuple, dict[str, Any]]) -> str:
     if "error" in r:
         return f"| {r['model']} | {r['batch']} | error: {r['error'][:80]} |"
@@ -179,7 +230,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--batches", default="1,4,8")
     parser.add_argument("--out", default=None,
-                        help="default benchmarks/results/compile_time (_layers with --layers)")
+                        help="default benchmarks/results/compile_time (_layers with --layers, "
+                        "_prefill with --prefill)")
     parser.add_argument("--before", default=None, help="JSON of an earlier run to compare with")
     parser.add_argument("--render", default=None, help="JSON of a run to tabulate (no measuring)")
     sweep = parser.add_argument_group("layer sweep (--layers)")
@@ -191,9 +243,18 @@ def main() -> None:
     sweep.add_argument("--jobs", type=int, default=1)
     sweep.add_argument("--whole-run", action="store_true",
                        help="also compile each count with the Elk pass searching the whole run")
+    prompt = parser.add_argument_group("prefill sweep (--prefill; --llm, --design, --jobs "
+                                       "as for --layers)")
+    prompt.add_argument("--prefill", default=None,
+                        help="prompt lengths, e.g. 2048,4096,8192,16384,32768")
+    prompt.add_argument("--prefill-layers", type=int, default=None,
+                        help="only the first N layers (default: all)")
     args = parser.parse_args()
     if args.layers:
         layer_sweep(args)
+        return
+    if args.prefill:
+        prefill_sweep(args)
         return
     args.hw = args.hw or "ipu-mk2"
     args.out = args.out or str(ROOT / "benchmarks" / "results" / "compile_time")
