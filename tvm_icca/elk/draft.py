@@ -82,8 +82,6 @@ def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Seq
     used = [window_bytes(op.execs[e].space, [space[pos[j]] for j in ahead], op.live_bytes)
             for op, e, ahead in zip(ops, exec_choice, early)]
     room = machine.sram_bytes - np.array(used, dtype=np.int64)
-    if n == 0:
-        return []
     if (room < 0).any():
         return None
     m_arr = np.array(m, dtype=np.int64)

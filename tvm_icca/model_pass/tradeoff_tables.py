@@ -187,10 +187,14 @@ def _piece_keys(rows: Sequence[tuple], tables: list[OpTradeoffs]) -> list[OpTrad
     quadratic in the pieces. Pieces whose expressions differ only in their views and whose
     tables are equal get one key; the keys of other operators are left as they are."""
     groups: dict[str, dict[str, OpTradeoffs]] = {}
+    grouped: set[str] = set()
     for (op, hbm, host, arriving, _, cap, points_key), table in zip(rows, tables):
+        if points_key in grouped:   # the same points key is the same place-less one
+            continue
+        grouped.add(points_key)
         placeless = json.dumps([op.expr.structure_key(views=False), op.plan.to_dict(), hbm, host,
                                 arriving, cap], separators=(",", ":"))
-        groups.setdefault(placeless, {}).setdefault(points_key, table)
+        groups.setdefault(placeless, {})[points_key] = table
     rename: dict[str, str] = {}
     for placeless, by_key in groups.items():
         if len(by_key) < 2:
