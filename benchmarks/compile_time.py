@@ -168,12 +168,8 @@ def layer_sweep(args: argparse.Namespace) -> None:
              "Elk pass searches one period of the identical layers and expands it"
              + ("; *whole run*: the same compile with that off (`reuse_layers=False`)."
                 if whole else "."), "", *_layer_lines(rows, whole)]
-    out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / "compile_time_layers")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_markdown(out.with_suffix(".md"), "\n".join(lines))
-    write_json(out.with_suffix(".json"), {"hw": hw, "python": sys.version.split()[0],
-                                          "rows": rows, "whole_run": list(whole.values())})
-    print("\n".join(lines))
+    _write(args.out or ROOT / "benchmarks" / "results" / "compile_time_layers", lines,
+           {"hw": hw, "rows": rows, "whole_run": list(whole.values())})
 
 
 def prefill_sweep(args: argparse.Namespace) -> None:
@@ -199,10 +195,18 @@ def prefill_sweep(args: argparse.Namespace) -> None:
             str(r["seq_len"]), str(r["layers"]), str(r["operators"]), f"{r['cpu_s']:.1f}",
             f"{r['wall_s']:.1f}", f"{r['cpu_s'] / r['layers']:.1f}", f"{r['elk_pass_s']:.1f}",
             f"{r['elk_search_s']:.1f}", f"{r['simulated_ms']:.3f}"]) + " |")
-    out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / "compile_time_prefill")
+    _write(args.out or ROOT / "benchmarks" / "results" / "compile_time_prefill", lines,
+           {"hw": hw, "rows": rows})
+
+
+def _write(out: pathlib.Path | str, lines: list[str], data: dict[str, Any]) -> None:
+    """The tables as ``out``.md, ``data`` (with the Python version) as ``out``.json; the
+    tables printed too."""
+    out = pathlib.Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_markdown(out.with_suffix(".md"), "\n".join(lines))
-    write_json(out.with_suffix(".json"), {"hw": hw, "python": sys.version.split()[0], "rows": rows})
+    write_json(out.with_suffix(".json"), {"hw": data["hw"], "python": sys.version.split()[0],
+                                          **{k: v for k, v in data.items() if k != "hw"}})
     print("\n".join(lines))
 
 
@@ -289,12 +293,7 @@ def main() -> None:
              "cache per row, timing-only compile; CPU s is the process's CPU time (the machine is "
              "shared), plans a digest of every operator's active and idle plan.", "", *head]
     lines += [_row(r, before) for r in rows]
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_markdown(out.with_suffix(".md"), "\n".join(lines))
-    write_json(out.with_suffix(".json"), {"hw": args.hw, "python": sys.version.split()[0],
-                                          "rows": rows})
-    print("\n".join(lines))
+    _write(args.out, lines, {"hw": args.hw, "rows": rows})
 
 
 if __name__ == "__main__":
