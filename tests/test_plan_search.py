@@ -215,3 +215,35 @@ def test_a_budget_below_a_proved_least_footprint_fails_without_a_search(exprs, m
     assert f"the smallest needs {need} bytes per core, the budget is 1500" in str(second.value)
     fits = plan_operator(expr, hw, budget_bytes=need, cache=memo)
     assert fits.memory_bytes_per_core <= need
+
+
+@pytest.mark.parametrize("build,cores", [
+    (lambda e: e.matmul(12, 16, 10), 8),
+    (lambda e: e.conv2d(1, 2, 5, 5, 3, 3, 3, pad=1), 6),
+])
+def test_step_filter_keeps_every_plan_that_fits_and_beats_the_limit(exprs, build, cores) -> None:
+    """``steps_within`` (the search's pair filter, budget and time bound) never drops the
+    (F_op, steps) pair of a plan that fits the budget and the output cap and is no slower than
+    the limit; and within a tight budget it does drop pairs (else it would prune nothing)."""
+    import numpy as np
+
+    from tvm_icca.plan_search.batch_cost import AnalyticBatchModel
+    from tvm_icca.plan_search.plan_space import op_partitions, plans_for
+    from tvm_icca.plan_search.search import steps_within
+
+    hw = small_chip(cores, 1024 * 1024)
+    structure = plan_structure(build(exprs))
+    model = AnalyticBatchModel(hw)
+    batch = plans_for(structure, op_partitions(structure, cores))
+    times, _ = model.times(batch)
+    memory = batch.memory()
+    out = batch.partition_bytes()[:, -1]
+    for share in (0.0, 0.1, 0.5):
+        budget = float(np.quantile(memory, share))
+        cap = float(np.quantile(out, 1 - share))
+        limit = float(np.quantile(times, 1 - share))
+        keep = steps_within(model, structure, limit, budget, cap)(batch.F, batch.S, batch.xp)
+        wanted = (memory <= budget) & (out <= cap) & (times <= limit)
+        assert keep[wanted].all()
+        if share == 0.0:
+            assert not keep.all()

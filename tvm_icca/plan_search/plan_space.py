@@ -198,9 +198,10 @@ def assignments_many(structure: PlanStructure, keys: Sequence[Sequence[int]],
 
     def build(wanted: Sequence[int]) -> list[Assignments]:
         # a capped list is the complete one with the rows over its caps left out, in the
-        # same order (_join_group): cut the complete lists the searches' chunking joined
-        # to count them (SearchMemo.joined) rather than joining again
-        joined = cache.joined(structure, [memo_keys[i][0] if caps[i] is not None else None
+        # same order (_join_group): cut (or, uncapped, group) the complete lists the
+        # searches' chunking joined to count them (SearchMemo.joined) rather than joining
+        # again
+        joined = cache.joined(structure, [memo_keys[i][0] if caps[i] is not None else memo_keys[i]
                                           for i in wanted]) if cache is not None else []
         cut = [(k, whole) for k, whole in zip(wanted, joined) if whole is not None]
         done = {k for k, _ in cut}
@@ -208,7 +209,8 @@ def assignments_many(structure: PlanStructure, keys: Sequence[Sequence[int]],
         built = dict(zip(join, _join_many(structure, [keys[i] for i in join],
                                           [caps[i] for i in join])))
         if cut:
-            kept = [whole[(whole <= np.asarray(caps[k], INT)).all(axis=(1, 2))]
+            kept = [whole if caps[k] is None else
+                    whole[(whole <= np.asarray(caps[k], INT)).all(axis=(1, 2))]
                     for k, whole in cut]
             owner = np.repeat(np.arange(len(kept)), [len(c) for c in kept])
             combos = np.concatenate(kept) if kept else np.ones((0, structure.num_tensors,

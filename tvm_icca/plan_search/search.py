@@ -40,7 +40,11 @@ from tvm_icca.plan_search.batch_cost import (
     BatchCostModel,
     InPlace,
 )
-from tvm_icca.plan_search.bounds import memory_lower_bound, partition_lower_bounds
+from tvm_icca.plan_search.bounds import (
+    memory_lower_bound,
+    partition_lower_bounds,
+    step_partition_lower_bounds,
+)
 from tvm_icca.plan_search.cost import AnalyticCostModel, CostModel, PlanCost
 from tvm_icca.plan_search.filters import PlanFilters
 from tvm_icca.plan_search.hw_fields import placement_key, search_key
@@ -145,23 +149,45 @@ def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, ma
         if not len(group):
             break
         batch = plans_for(structure, F[group], True, max_padding(filters), cache,
-                          keep_steps=steps_within(model, structure, best_time), caps=caps)
+                          keep_steps=steps_within(model, structure, best_time, budget, output_cap),
+                          caps=caps)
         found = _argmin(score(batch, model, budget, filters, output_cap))
         if found is not None and (best is None or _better(found, best)):
             best, best_time = found, float(found.time[0])
     return best
 
 
-def steps_within(model: BatchCostModel, structure: PlanStructure,
-                 limit: float) -> StepFilter | None:
-    """A :data:`.plan_space.StepFilter` keeping the (row, S) pairs whose plans can take
+def steps_within(model: BatchCostModel, structure: PlanStructure, limit: float,
+                 budget: float = math.inf, output_cap: float = math.inf) -> StepFilter | None:
+    """A :data:`.plan_space.StepFilter` keeping the (row, S) pairs whose plans can fit
+    ``budget`` bytes per core (and ``output_cap`` for the output's partition) and take
     ``limit`` seconds or less (by the model's ``step_lower_bound``, if it has one): a plan
-    slower than the incumbent is never chosen, so it need not be built."""
+    slower than the incumbent, or one that does not fit, is never chosen, so it need not be
+    built.
+
+    The bytes bound (:func:`.bounds.step_partition_lower_bounds`) is checked first: within a
+    tight budget (an Elk trade-off ladder's lowest rung) it drops most pairs, and the time
+    bound is then computed for the rest only. Both bounds are exact lower bounds, so the
+    search returns the plan it returns without the filter.
+    """
     bound = getattr(model, "step_lower_bound", None)
-    if bound is None or not math.isfinite(limit):
+    timed = bound is not None and math.isfinite(limit)
+    sized = math.isfinite(budget) or math.isfinite(output_cap)
+    if not (timed or sized):
         return None
     limit = limit * (1 + BOUND_SLACK)
-    return lambda F, S, xp: bound(structure, F, S, xp) <= limit
+
+    def keep(F: np.ndarray, S: np.ndarray, xp: np.ndarray) -> np.ndarray:
+        parts = step_partition_lower_bounds(structure, F, S, xp)
+        wanted = parts.sum(axis=1) <= budget
+        if math.isfinite(output_cap):
+            wanted &= parts[:, -1] <= output_cap
+        rows = np.flatnonzero(wanted)
+        if timed and len(rows):
+            wanted[rows] = bound(structure, F[rows], S[rows], xp[rows], parts[rows]) <= limit
+        return wanted
+
+    return keep
 
 
 def _argmin(scored: ScoredPlans) -> ScoredPlans | None:
