@@ -329,8 +329,9 @@ def test_arrival_aware_search_is_exact(exprs, build, cores, arriving) -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_step_bounds_never_exceed_a_plan(exprs, case) -> None:
-    """The (F_op, steps) bounds the Pareto scan prunes with hold for every plan of the
-    complete space: partition bytes, and time (compute, sync and the least shifts)."""
+    """The (F_op, steps) bounds the searches prune with hold for every plan of the complete
+    space: partition bytes, and time (compute, sync and the least shifts; compute and sync
+    alone below that)."""
     from tvm_icca.plan_search.bounds import step_partition_lower_bounds
 
     build, cores = CASES[case]
@@ -343,6 +344,9 @@ def test_step_bounds_never_exceed_a_plan(exprs, case) -> None:
         times, _ = model.times(batch)
         bound = model.step_lower_bound(structure, batch.F, batch.S, batch.xp)
         assert (bound <= times).all()
+        # the cheap first stage (compute and sync) is below the whole bound
+        fixed = model.step_fixed_lower_bound(structure, batch.F, batch.S, batch.xp)
+        assert (fixed <= bound).all()
         rotating = (batch.S > 1).any(axis=1)
         if rotating.any():  # the shift term is in the bound, not only compute and sync
             hw_steps = np.prod(batch.S, axis=1) * hw.sync_cycles / hw.clock_hz
@@ -352,6 +356,7 @@ def test_step_bounds_never_exceed_a_plan(exprs, case) -> None:
         times, _ = arrival.times(batch)
         bound = arrival.step_lower_bound(structure, batch.F, batch.S, batch.xp)
         assert (bound <= times).all()
+        assert (arrival.step_fixed_lower_bound(structure, batch.F, batch.S, batch.xp) <= bound).all()
         out = structure.num_tensors - 1
         replicas = batch.sharing()[:, out] // np.prod(batch.ft[:, out], axis=1)
         base = model.step_lower_bound(structure, batch.F, batch.S, batch.xp)

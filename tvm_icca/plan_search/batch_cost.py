@@ -317,9 +317,7 @@ class AnalyticBatchModel:
         non-negative and added after them (floating-point addition is monotonic).
         """
         hw = self.hw
-        steps = np.prod(S, axis=1).astype(float)
-        compute = steps * self.cycles(structure).subtask(xp // S) / hw.clock_hz
-        fixed = compute + steps * hw.sync_cycles / hw.clock_hz
+        fixed = self.step_fixed_lower_bound(structure, F, S, xp)
         stepping = S > 1
         if not stepping.any():
             return fixed
@@ -331,6 +329,16 @@ class AnalyticBatchModel:
         _, shift = best_loop_order(S, w)
         # (the loop order minimizing real weights may round differently: keep a margin)
         return fixed + shift * (1.0 - SHIFT_BOUND_MARGIN)
+
+    def step_fixed_lower_bound(self, structure: PlanStructure, F: np.ndarray, S: np.ndarray,
+                               xp: np.ndarray) -> np.ndarray:
+        """The compute and synchronization terms of :meth:`step_lower_bound` alone: a weaker
+        bound, but far cheaper than the shifts' loop-order search, so a search can drop most
+        (F_op row, steps) pairs with it first (:func:`.search.steps_within`)."""
+        hw = self.hw
+        steps = np.prod(S, axis=1).astype(float)
+        compute = steps * self.cycles(structure).subtask(xp // S) / hw.clock_hz
+        return compute + steps * hw.sync_cycles / hw.clock_hz
 
     def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
                              budget: float = math.inf) -> np.ndarray:
@@ -540,6 +548,12 @@ class ArrivalCostModel:
         if self._swaps_reduction:
             base = base + step_replica_reduction_bound(structure, F, S, parts, self.hw)
         return (base + self._arrival(parts, structure, F, xp)) * (1.0 - SHIFT_BOUND_MARGIN)
+
+    def step_fixed_lower_bound(self, structure: PlanStructure, F: np.ndarray, S: np.ndarray,
+                               xp: np.ndarray) -> np.ndarray:
+        """The base model's (the terms this model adds are not negative), with
+        :meth:`step_lower_bound`'s rounding margin."""
+        return self.base.step_fixed_lower_bound(structure, F, S, xp) * (1.0 - SHIFT_BOUND_MARGIN)
 
     def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
                              budget: float = math.inf) -> np.ndarray:

@@ -165,12 +165,15 @@ def steps_within(model: BatchCostModel, structure: PlanStructure, limit: float,
     slower than the incumbent, or one that does not fit, is never chosen, so it need not be
     built.
 
-    The bytes bound (:func:`.bounds.step_partition_lower_bounds`) is checked first: within a
-    tight budget (an Elk trade-off ladder's lowest rung) it drops most pairs, and the time
-    bound is then computed for the rest only. Both bounds are exact lower bounds, so the
-    search returns the plan it returns without the filter.
+    The cheap bounds go first and the costly one sees what they keep: the bytes bound
+    (:func:`.bounds.step_partition_lower_bounds`; within a tight budget, an Elk trade-off
+    ladder's lowest rung, it drops most pairs), then the compute and synchronization of
+    those steps (the model's ``step_fixed_lower_bound``, if it has one; of a prefill
+    attention matmul's five million pairs it keeps 2%), then the shifts' bound. All are
+    lower bounds, so the search returns the plan it returns without the filter.
     """
     bound = getattr(model, "step_lower_bound", None)
+    fixed = getattr(model, "step_fixed_lower_bound", None)
     timed = bound is not None and math.isfinite(limit)
     sized = math.isfinite(budget) or math.isfinite(output_cap)
     if not (timed or sized):
@@ -183,6 +186,10 @@ def steps_within(model: BatchCostModel, structure: PlanStructure, limit: float,
         if math.isfinite(output_cap):
             wanted &= parts[:, -1] <= output_cap
         rows = np.flatnonzero(wanted)
+        if timed and fixed is not None and len(rows):
+            rows = rows[fixed(structure, F[rows], S[rows], xp[rows]) <= limit]
+            wanted[:] = False
+            wanted[rows] = True
         if timed and len(rows):
             wanted[rows] = bound(structure, F[rows], S[rows], xp[rows], parts[rows]) <= limit
         return wanted
