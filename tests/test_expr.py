@@ -35,3 +35,18 @@ def test_structure_key_is_kept_and_stays_the_definition() -> None:
     assert fresh == expr and "_structure_keys" not in fresh.__dict__
     again = pickle.loads(pickle.dumps(expr))
     assert again == expr and again.structure_key(False) == _key_afresh(expr, False)
+
+
+def test_renamed_output_shares_the_key_memo() -> None:
+    """Renamed per operator call (the identical layers), an expression keeps one memo: a key
+    computed on any copy is every copy's, and is its definition; a copy changed otherwise
+    (dataclasses.replace) starts its own."""
+    expr = matmul(8, 16, 4)
+    copies = [expr.with_output_name(f"layer{k}.out") for k in range(3)]
+    assert [c.output.name for c in copies] == ["layer0.out", "layer1.out", "layer2.out"]
+    assert all(c != expr and c.inputs == expr.inputs for c in copies)
+    key = copies[1].structure_key()
+    assert key == _key_afresh(copies[1], True) == _key_afresh(expr, True)
+    assert all(c.structure_key() is key for c in copies) and expr.structure_key() is key
+    wider = dataclasses.replace(copies[0], axes=matmul(8, 16, 8).axes)
+    assert "_structure_keys" not in wider.__dict__

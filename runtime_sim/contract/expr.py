@@ -11,7 +11,7 @@ description; its ``body`` (and ``epilogue``) is a small expression tree of plain
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -373,10 +373,7 @@ class TensorExpr:
 
         Kept on the expression once computed (it is frozen): the compiler asks for it several
         times per operator call, thousands of times for an 80-layer LLM."""
-        known = self.__dict__.get("_structure_keys")
-        if known is None:
-            known = {}
-            object.__setattr__(self, "_structure_keys", known)  # not a field: eq, hash, repr
+        known = self._key_memo()
         key = known.get(views)
         if key is None:
             data = self.to_dict()
@@ -386,6 +383,23 @@ class TensorExpr:
                     access.pop("view", None)
             key = known[views] = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return key
+
+    def with_output_name(self, name: str) -> "TensorExpr":
+        """This expression with its output named ``name``, sharing its memo of
+        :meth:`structure_key` (which blanks the names, so the keys are equal): the compiler
+        renames one extracted expression per operator call of the identical layers, and the
+        key is then computed once for them all, not once per layer."""
+        renamed = replace(self, output=replace(self.output, name=name))
+        object.__setattr__(renamed, "_structure_keys", self._key_memo())
+        return renamed
+
+    def _key_memo(self) -> dict[bool, str]:
+        """The memo of :meth:`structure_key` (``views`` -> key); not a field: eq, hash, repr."""
+        known = self.__dict__.get("_structure_keys")
+        if known is None:
+            known = {}
+            object.__setattr__(self, "_structure_keys", known)
+        return known
 
     def __str__(self) -> str:
         def acc(t: TensorAccess) -> str:

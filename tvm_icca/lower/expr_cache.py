@@ -33,9 +33,8 @@ class ExprCache:
         bucket = self._buckets.setdefault(tvm_ffi.structural_hash(composite), [])
         for seen, extracted in bucket:
             if tvm_ffi.structural_equal(seen, composite):
-                output = dataclasses.replace(extracted.expr.output, name=name)
-                return dataclasses.replace(
-                    extracted, expr=dataclasses.replace(extracted.expr, output=output))
+                return dataclasses.replace(extracted,
+                                           expr=extracted.expr.with_output_name(name))
         extracted = extract_op(composite, name=name)
         bucket.append((composite, extracted))
         return extracted

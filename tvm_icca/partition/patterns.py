@@ -23,6 +23,7 @@ import math
 from typing import Callable, Iterator
 
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.relax.backend.pattern_registry import Pattern, get_patterns_with_prefix, register_patterns
 from tvm.relax.backend.patterns import (
@@ -135,19 +136,59 @@ _CHECK_HW: contextvars.ContextVar[HardwareSpec | None] = contextvars.ContextVar(
 )
 
 
+class SupportMemo:
+    """Whether calls fit one chip (:func:`unsupported_reason` is ``None``), by call structure.
+
+    The layers of an LLM are identical, so ``FuseOpsByPattern`` asks the check functions about
+    the same call (the same op, attributes and operand and result types) once per layer and
+    pattern: 2,405 matches of Llama2-70B's 80 layers, each of whose calls would read every
+    operand's shape through the FFI again. Calls are keyed on ``tvm_ffi.structural_hash`` /
+    ``structural_equal`` with their operands as free variables (the types of a call, its
+    operands and its result take part in both; variable names do not), so a call is judged
+    once per structure. The memo answers ``None`` or not only: a reason's text may name a
+    symbolic dimension, which free variables do not tell apart. :func:`checking_for` holds
+    one for the pass it surrounds.
+    """
+
+    def __init__(self, hw: HardwareSpec) -> None:
+        self.hw = hw
+        self.judged = 0  # calls judged by unsupported_reason (the rest were memo hits)
+        self._buckets: dict[int, list[tuple[relax.Call, bool]]] = {}
+
+    def supported(self, call: relax.Call) -> bool:
+        """Whether ``call`` can be offloaded to :attr:`hw`."""
+        bucket = self._buckets.setdefault(tvm_ffi.structural_hash(call, map_free_vars=True), [])
+        for seen, fits in bucket:
+            if tvm_ffi.structural_equal(seen, call, map_free_vars=True):
+                return fits
+        fits = unsupported_reason(call, self.hw) is None
+        self.judged += 1
+        bucket.append((call, fits))
+        return fits
+
+
+# The memo of the check functions of the pass :func:`checking_for` surrounds (one chip).
+_CHECK_MEMO: contextvars.ContextVar[SupportMemo | None] = contextvars.ContextVar(
+    "tvm_icca_check_memo", default=None
+)
+
+
 @contextlib.contextmanager
 def checking_for(hw: HardwareSpec) -> Iterator[HardwareSpec]:
     """Judge pattern matches against ``hw`` inside the ``with`` block.
 
     :func:`tvm_icca.current_hardware` is ``hw`` there too, so the check function of a pattern
     a user registers (``icca.<name>``, see :func:`user_patterns_matching`) sees the chip being
-    partitioned for, whichever way the caller named it.
+    partitioned for, whichever way the caller named it. The built-in checks judge each
+    distinct call once there (:class:`SupportMemo`).
     """
     token = _CHECK_HW.set(hw)
+    memo_token = _CHECK_MEMO.set(SupportMemo(hw))
     try:
         with use_hardware(hw):
             yield hw
     finally:
+        _CHECK_MEMO.reset(memo_token)
         _CHECK_HW.reset(token)
 
 
@@ -323,6 +364,9 @@ def _check_ops(context: PatternCheckContext) -> bool:
     """Accept a match whose every op fits the chip and whose intermediates stay inside."""
     if has_leaking_intermediate_variables(context):
         return False
+    memo = _CHECK_MEMO.get()
+    if memo is not None:
+        return all(memo.supported(call) for call in _matched_calls(context))
     hw = _check_hardware()
     return all(unsupported_reason(call, hw) is None for call in _matched_calls(context))
 
