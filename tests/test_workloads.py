@@ -94,9 +94,15 @@ def _tiny(name: str):
     return get_workload(name, tiny=True, batch=2, **extra)
 
 
-# one worker: the tiny configs that are one module (the four OPTs, Llama2-7B/13B) are verified
-# once per process (_VERIFIED), so spread over workers they were compiled on each
-@pytest.mark.xdist_group("tiny_zoo_on_icca")
+# one worker, first: the tiny configs that are one module (the four OPTs, Llama2-7B/13B) are
+# verified once per process (_VERIFIED), and each CPU build of a module is made once per process
+# (reference_build), shared by the tests below that run the same module on other chips or
+# phases; spread over workers, each would compile them again
+_ON_ICCA = pytest.mark.xdist_group("tiny_zoo_on_icca")
+
+
+@_ON_ICCA
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ZOO)
 def test_tiny_config_on_icca_matches_llvm(name):
     _check_on_icca_against_llvm(_tiny(name))
@@ -183,6 +189,8 @@ _FOUR_CHIPS = small_chip(64, 64 * 1024, num_chips=4, inter_chip_bandwidth=640e9,
                          inter_chip_latency_s=15e-9, hbm_bandwidth=1e12, hbm_controllers=4)
 
 
+@_ON_ICCA
+@pytest.mark.slow
 @pytest.mark.parametrize("name, mapped", [
     ("llama2-70b", True), ("bert-large", True), ("resnet18", False)])
 def test_tiny_config_on_four_chips_matches_llvm(name, mapped):
@@ -252,6 +260,8 @@ _PREFILL_CASES = [("llama2-7b", "prefill"), ("llama2-70b", "prefill"), ("opt-1.3
                   ("gemma2-27b", "prefill"), ("llama2-13b", "train")]
 
 
+@_ON_ICCA
+@pytest.mark.slow
 @pytest.mark.parametrize("name, phase", _PREFILL_CASES)
 def test_tiny_prefill_on_icca_matches_llvm(name, phase):
     # 12 tokens: past the tiny Gemma's window of 8, so its local layers read the sliding mask
@@ -263,6 +273,8 @@ def _run_llvm(workload, values):
     return [t.numpy() for t in run_outputs(reference_build(workload.mod), args)]
 
 
+@_ON_ICCA
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama2-70b", "opt-1.3b", "gemma2-27b"])
 def test_prefill_then_decode_is_a_longer_prefill(name):
     """The three phases are one model: prefilling s-1 tokens and decoding token s against the
