@@ -23,7 +23,6 @@ from tvm_icca.elk.refine import _boundary_split
 from tvm_icca.elk.synthetic import LAYER, SRAM, synthetic_llm
 from tvm_icca.elk.tradeoffs import ElkMachine
 from tvm_icca.model_pass import CompileOptions
-from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.split.region_split import original_operator
 from tvm_icca.workloads import get_workload
 
@@ -109,16 +108,16 @@ def test_group_option_is_checked():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("split_llama")  # the session's plan_cache: tests/test_region_split.py
 @pytest.mark.parametrize("design", ["elk-dyn", "elk-full"])
-def test_split_prefill_never_slower_on_the_timing_simulator(design):
+def test_split_prefill_never_slower_on_the_timing_simulator(design, plan_cache):
     """A tiny Llama prefill whose attention is split into pieces on a small HBM chip
     (tests/test_region_split.py's case): grouped within 0.1% of the per-piece search, or
-    faster, on the timing simulator."""
+    faster, on the timing simulator. Both designs and that test plan the operators once."""
     chip = small_chip(64, 32 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
                                                     hbm_controllers=2)
     workload = get_workload("llama2-13b", tiny=True, batch=2, phase="prefill", seq_len=256)
-    cache = PlanCache(jobs=1)
-    runs = {g: compile_programs(workload, chip, plan_cache=cache, preload=design, jobs=1,
+    runs = {g: compile_programs(workload, chip, plan_cache=plan_cache, preload=design, jobs=1,
                                 progress=False, group_pieces=g) for g in (True, False)}
     assert any(original_operator(op.name) != op.name
                for p in runs[True].programs for op in p.ops), "the case must need a split"
