@@ -74,12 +74,13 @@ def test_grouped_search_never_slower_on_the_estimate(layers, pieces, design):
 _IDENTICAL_PROJECTIONS = LAYER[:1] + (LAYER[1],) * 3 + LAYER[4:14] + (LAYER[14],) * 2 + LAYER[16:]
 
 
-@pytest.mark.parametrize("seed, hbm_bw", [(1, 24e9), (2, 24e9), (7, 24e9), (0, 6e9)])
+@pytest.mark.parametrize("seed, hbm_bw", [(1, 24e9), (0, 6e9)])
 def test_grouped_search_sets_identical_projections_apart(seed, hbm_bw):
     """The first of a layer's identical projections sees another preload window than the
     others; moving all three as one class cost 3.4% on seed 1 (OPT-30B decode: 0.2% on the
     timing simulator). The grouped search then sweeps each tied class split into its first
-    position, its last and those between, so it is never slower than the layer-position one."""
+    position, its last and those between, so it is never slower than the layer-position one.
+    Seed 1 is that case; seed 0 at a quarter of the HBM bandwidth another preload regime."""
     ops = synthetic_llm(3, seed=seed, hbm_bw=hbm_bw, layer=_IDENTICAL_PROJECTIONS)
     grouped = plan_preloads(ops, MACHINE, "elk-full", group_pieces=True)
     each = plan_preloads(ops, MACHINE, "elk-full", group_pieces=False)
@@ -93,8 +94,9 @@ def test_boundary_split_of_tied_classes():
 
 
 def test_grouping_changes_nothing_without_pieces():
-    """Layers without repeated pieces: the classes are the layer positions either way."""
-    ops = synthetic_llm(4)
+    """Layers without repeated pieces: the classes are the layer positions either way (three
+    layers: a repeat of three periods)."""
+    ops = synthetic_llm(3)
     a = plan_preloads(ops, MACHINE, "elk-full", group_pieces=True)
     b = plan_preloads(ops, MACHINE, "elk-full", group_pieces=False)
     assert (a.exec_choice, a.preload_choice, a.preload_order, a.total_s) == \
