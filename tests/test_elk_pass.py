@@ -14,8 +14,9 @@ from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.testing.device_runs import run_against_llvm
 from tvm_icca.workloads import get_workload
 
-# one worker builds the module's shared fixture once (make test runs on several)
-pytestmark = pytest.mark.xdist_group("elk_pass")
+# one worker builds the module's shared fixtures once (make test runs on several), with the
+# session's plan_cache that tests/test_period_reuse.py plans the same chip's Llama layers with
+pytestmark = pytest.mark.xdist_group("hbm64_llama")
 
 HBM_CHIP = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
                                                     hbm_controllers=2)
@@ -26,10 +27,10 @@ def _tiny_llama():
 
 
 @pytest.fixture(scope="module")
-def cache():
-    """One plan cache for the module's compiles (a cache answers what a search would:
-    tests/test_device_programs.py, test_public_plan_cache_shared_by_preload_designs)."""
-    return PlanCache()
+def cache(plan_cache):
+    """The plan cache of the module's compiles: the session's (a cache answers what a search
+    would: tests/test_device_programs.py, test_public_plan_cache_shared_by_preload_designs)."""
+    return plan_cache
 
 
 @pytest.fixture(scope="module")
