@@ -12,10 +12,12 @@ from tvm import relax
 import tvm_icca
 from runtime_sim.contract.errors import InvalidWorkloadError
 from runtime_sim.contract.presets import small_chip
+from runtime_sim.functional.device import get_device
+from runtime_sim.run_stats import last_run_timing
 from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.device_call import device_entry
 from tvm_icca.workloads import ELK_TABLE2_OPS, PHASES, get_workload, list_workloads
-from tvm_icca.testing.device_runs import reference_build, run_outputs
+from tvm_icca.testing.device_runs import assert_metrics_agree, reference_build, run_outputs
 
 ZOO = [
     "bert-large", "vit-b16", "resnet18", "resnet50", "nerf", "opt-1.3b", "opt-6.7b", "opt-13b",
@@ -105,12 +107,18 @@ _ON_ICCA = pytest.mark.xdist_group("tiny_zoo_on_icca")
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ZOO)
 def test_tiny_config_on_icca_matches_llvm(name):
-    _check_on_icca_against_llvm(_tiny(name))
+    _check_on_icca_against_llvm(_tiny(name), metrics=True)
 
 
-def _check_on_icca_against_llvm(workload):
+def last_run_programs():
+    """The programs of the device's latest run, in call order."""
+    return get_device().last_run.programs
+
+
+def _check_on_icca_against_llvm(workload, metrics=False):
     """Compile ``workload`` for "icca" on the small chip, run it, compare with TVM's llvm
-    build, and check that what ran is what the timing-only path compiles."""
+    build, and check that what ran is what the timing-only path compiles; with ``metrics``,
+    that both executors give one value per metric of the run."""
     name = workload.name
     # The tiny configs of one family's sizes are the same module (e.g. the four OPTs): a module
     # structurally equal to one verified earlier in this session is verified (run alone, a
@@ -126,6 +134,9 @@ def _check_on_icca_against_llvm(workload):
         with tvm_icca.use_hardware(_HW):
             got = run_outputs(tvm.compile(workload.mod, target="icca"), args)
     stats = tvm_icca.last_run_stats()
+    if metrics:  # one value per metric: the device's counters and the timing simulator's
+        # report of this run (tests/test_metric_agreement.py: the encoder and preload streams)
+        assert_metrics_agree(last_run_programs(), stats, last_run_timing(), name)
     # the one compiler: what ran is, byte for byte, what the timing-only path compiles
     timed = compile_programs(workload.mod, _HW)
     assert executed == [p.to_json() for p in timed.programs]
