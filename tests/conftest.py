@@ -81,6 +81,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
+def plan_cache():
+    """One :class:`tvm_icca.PlanCache` for the session (searches in process), for tests
+    that compile the same models on the same chips in several files or designs and assert
+    nothing about the searches themselves. A cache answers exactly what a search would
+    (tests/test_device_programs.py: test_public_plan_cache_shared_by_preload_designs); tests
+    that use it share an ``xdist_group`` so that one worker holds their plans."""
+    from tvm_icca.model_pass.plan_cache import PlanCache  # pylint: disable=import-outside-toplevel
+
+    return PlanCache(jobs=1)
+
+
+@pytest.fixture(scope="session")
 def exprs() -> types.SimpleNamespace:
     """Builders of hand-written tensor expressions (see tvm_icca/testing/exprs.py)."""
     names = ("ax", "load", "op", "const", "matmul", "conv2d", "conv_out", "bias_add", "softmax",

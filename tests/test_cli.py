@@ -328,7 +328,8 @@ def test_hw_takes_a_hardware_file_in_every_command(models, tmp_path, capsys):
 # NODIR = a path in a directory that does not exist), then a fragment of the message.
 BAD_ARGUMENTS = [
     (["simulate"], "no model given"),
-    (["simulate", "bert-large", "--batch", "0"], "--batch"),
+    (["simulate", "bert-large", "--batch", "0"], "simulate: argument --batch: must be a positive "
+     "integer, got 0 (see 'tvm-icca simulate --help')"),
     (["simulate", "bert-large", "--batch", "-3"], "positive"),
     (["simulate", "llama2-7b", "--context", "-1"], "--context"),
     (["simulate", "llama2-7b", "--layers", "-2"], "--layers"),
@@ -426,18 +427,6 @@ def test_bad_arguments_one_line_no_traceback(argv, fragment, models, built, tmp_
     assert lines[0].startswith("tvm-icca: error: ")
     if fragment is not None:
         assert fragment in lines[0], lines[0]
-
-
-def test_console_script_bad_argument(tmp_path):
-    script = pathlib.Path(sys.executable).with_name("tvm-icca")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "tvm_icca.cli.main"]
-    proc = subprocess.run(command + ["simulate", "bert-large", "--batch", "0"], capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path, check=False)
-    assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == [
-        "tvm-icca: error: simulate: argument --batch: must be a positive integer, got 0 "
-        "(see 'tvm-icca simulate --help')"]
 
 
 def test_compile_and_check_with_shape(models, tmp_path, capsys):
@@ -697,9 +686,9 @@ def test_cli_reference_shows_no_python_default(tmp_path):
 
 
 #: Commands whose output a reader may cut short (``tvm-icca plan ... | head``).
+# in a process of its own, two commands that print after their work (the one the bug was
+# seen with, and one that runs a library); `models` and its JSON: in process, below
 PIPED = [
-    ["models"],
-    ["models", "--json"],
     ["plan", "matmul", "--m", "256", "--k", "256", "--n", "512", "--pareto", "--no-progress"],
     ["run", "LIB", "--no-progress"],
 ]
@@ -722,13 +711,14 @@ def test_a_reader_that_closes_early_stops_the_command_quietly(argv, built):
     assert (proc.returncode, proc.stderr) == (cli.EXIT_BROKEN_PIPE, "")
 
 
-def test_a_broken_pipe_in_process_returns_the_status(capsys, monkeypatch):
+@pytest.mark.parametrize("argv", [["models"], ["models", "--json"]])
+def test_a_broken_pipe_in_process_returns_the_status(argv, capsys, monkeypatch):
     class ClosedPipe(io.StringIO):
         def write(self, text: str) -> int:
             raise BrokenPipeError(32, "Broken pipe")
 
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
-    assert cli.main(["models"]) == cli.EXIT_BROKEN_PIPE == 141
+    assert cli.main(argv) == cli.EXIT_BROKEN_PIPE == 141
     assert capsys.readouterr().err == ""
 
 

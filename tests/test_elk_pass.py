@@ -14,8 +14,9 @@ from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.testing.device_runs import run_against_llvm
 from tvm_icca.workloads import get_workload
 
-# one worker builds the module's shared fixture once (make test runs on several)
-pytestmark = pytest.mark.xdist_group("elk_pass")
+# one worker builds the module's shared fixtures once (make test runs on several), with the
+# session's plan_cache that tests/test_period_reuse.py plans the same chip's Llama layers with
+pytestmark = pytest.mark.xdist_group("hbm64_llama")
 
 HBM_CHIP = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
                                                     hbm_controllers=2)
@@ -26,9 +27,15 @@ def _tiny_llama():
 
 
 @pytest.fixture(scope="module")
-def designs():
-    """The tiny Llama's programs under every design (one plan cache)."""
-    cache = PlanCache()
+def cache(plan_cache):
+    """The plan cache of the module's compiles: the session's (a cache answers what a search
+    would: tests/test_device_programs.py, test_public_plan_cache_shared_by_preload_designs)."""
+    return plan_cache
+
+
+@pytest.fixture(scope="module")
+def designs(cache):
+    """The tiny Llama's programs under every design."""
     mod = _tiny_llama().mod
     return {d: compile_programs(mod, HBM_CHIP, plan_cache=cache, preload=d) for d in PRELOAD_DESIGNS}
 
@@ -58,17 +65,21 @@ def test_basic_prefetches_at_most_the_next_operator(designs):
             assert since_execute <= 2  # the next operator's (plus, at a run start, the first's)
 
 
-def test_elk_full_runs_exactly_and_executors_agree():
-    stats, report = run_against_llvm(_tiny_llama(), HBM_CHIP, "elk-full")
+def test_elk_full_runs_exactly_and_executors_agree(designs):
+    # the fixture's programs are the ones run (tests/test_workloads.py: tvm_icca.compile
+    # plans the same programs as compile_programs)
+    stats, report = run_against_llvm(_tiny_llama(), HBM_CHIP, "elk-full",
+                                     planned=designs["elk-full"].module)
     assert report.design == "elk-full"
     assert stats["preloads"] == report.preloads > 0
 
 
-def test_off_and_sram_only_chips_have_no_schedule():
+def test_off_and_sram_only_chips_have_no_schedule(cache):
     mod = _tiny_llama().mod
-    assert compile_programs(mod, HBM_CHIP, preload="off").programs[0].preload_schedule is None
+    assert compile_programs(mod, HBM_CHIP, preload="off",
+                            plan_cache=cache).programs[0].preload_schedule is None
     sram_only = small_chip(64, 64 * 1024)
-    assert compile_programs(mod, sram_only).programs[0].preload_schedule is None
+    assert compile_programs(mod, sram_only, plan_cache=cache).programs[0].preload_schedule is None
     with pytest.raises(IccaError, match="has no HBM"):
         compile_programs(mod, sram_only, preload="elk-full")
     with pytest.raises(IccaError, match="unknown preload design"):
@@ -104,26 +115,39 @@ def _tiny_dit():
     return get_workload("dit-xl2", tiny=True, batch=2)
 
 
+@pytest.fixture(scope="module")
+def tight(cache):
+    """(model, design) -> the model's programs on TIGHT_CHIP, each compiled once."""
+    made: dict = {}
+
+    def compiled(make, design):
+        if (make, design) not in made:
+            made[make, design] = compile_programs(make().mod, TIGHT_CHIP, plan_cache=cache,
+                                                  preload=design)
+        return made[make, design]
+    return compiled
+
+
 @pytest.mark.parametrize("make", [_tiny_dit, _tiny_llama], ids=["dit", "llama"])
-def test_the_device_admits_every_program_the_compiler_emits(make):
+def test_the_device_admits_every_program_the_compiler_emits(make, tight):
     """Every design's program on a chip its model's preloads fill passes the device's SRAM
     rule (runtime_sim.contract.sram_budget) on the stream's memory model, and the peaks it
     reports fit. The Ideal design once counted each preload at the smallest space of any of
     its operator's plans, and not its own beside those issued before it: the tiny DiT then
     held 24,988 bytes of preload space per core on this 20,480-byte chip (DiT-XL/2 at batch
     32 on 1,104 cores, Elk Fig. 23: 1,072 bytes too many)."""
-    cache = PlanCache(jobs=1)
-    mod = make().mod
     for design in PRELOAD_DESIGNS:
-        report = compile_programs(mod, TIGHT_CHIP, plan_cache=cache, preload=design).simulate()
+        report = tight(make, design).simulate()
         assert report.peak_sram_bytes_per_core <= TIGHT_CHIP.sram_bytes_per_core
         assert 0 < report.peak_preload_bytes_per_core <= TIGHT_CHIP.sram_bytes_per_core
 
 
-def test_ideal_on_a_full_chip_runs_on_the_functional_device():
+def test_ideal_on_a_full_chip_runs_on_the_functional_device(tight):
     """The functional device, which checks every instruction in stream order, runs the tiny
     DiT's Ideal program on the tight chip (it refused it with SramOverflowError before the
-    Ideal design counted the preload space its program holds)."""
-    stats, report = run_against_llvm(_tiny_dit(), TIGHT_CHIP, "ideal")
+    Ideal design counted the preload space its program holds): the program the test above
+    timed, as tests/test_workloads.py checks tvm_icca.compile plans it too."""
+    stats, report = run_against_llvm(_tiny_dit(), TIGHT_CHIP, "ideal",
+                                     planned=tight(_tiny_dit, "ideal").module)
     assert stats["peak_preload_bytes_per_core"] == report.peak_preload_bytes_per_core
     assert report.peak_preload_bytes_per_core > TIGHT_CHIP.usable_sram_bytes  # the chip is full

@@ -20,11 +20,10 @@ from tvm_icca.elk.elk_schedule import ElkSchedule, PlanStats, Timeline, estimate
 from tvm_icca.elk.synthetic import SRAM, synthetic_llm
 from tvm_icca.elk.tradeoffs import ElkMachine
 from tvm_icca.model_pass import CompileOptions
-from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.workloads import get_workload
 
 # one worker builds the module's shared fixture once (make test runs on several)
-pytestmark = pytest.mark.xdist_group("period_reuse")
+pytestmark = pytest.mark.xdist_group("hbm64_llama")  # with tests/test_elk_pass.py: plan_cache
 
 HBM_CHIP = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
                                                     hbm_controllers=2)
@@ -147,11 +146,12 @@ def test_reuse_option_is_checked():
 
 
 @pytest.fixture(scope="module")
-def tiny_runs():
+def tiny_runs(plan_cache):
     """A tiny Llama of 5 layers (4 identical after the first) under every design with reuse,
     and under the designs that reuse a period (REUSE_DESIGNS) without it too (one plan
-    cache): for the others both options run the same whole-run search."""
-    cache = PlanCache(jobs=1)
+    cache, the session's: tests/test_elk_pass.py plans this chip's layers too): for the others
+    both options run the same whole-run search."""
+    cache = plan_cache
     workload = get_workload("llama2-13b", tiny=True, batch=2, context=8, num_layers=5)
     return {(d, reuse): compile_programs(workload, HBM_CHIP, plan_cache=cache, preload=d,
                                          jobs=1, progress=False, reuse_layers=reuse)

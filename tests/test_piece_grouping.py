@@ -23,7 +23,6 @@ from tvm_icca.elk.refine import _boundary_split
 from tvm_icca.elk.synthetic import LAYER, SRAM, synthetic_llm
 from tvm_icca.elk.tradeoffs import ElkMachine
 from tvm_icca.model_pass import CompileOptions
-from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.split.region_split import original_operator
 from tvm_icca.workloads import get_workload
 
@@ -75,12 +74,13 @@ def test_grouped_search_never_slower_on_the_estimate(layers, pieces, design):
 _IDENTICAL_PROJECTIONS = LAYER[:1] + (LAYER[1],) * 3 + LAYER[4:14] + (LAYER[14],) * 2 + LAYER[16:]
 
 
-@pytest.mark.parametrize("seed, hbm_bw", [(1, 24e9), (2, 24e9), (7, 24e9), (0, 6e9)])
+@pytest.mark.parametrize("seed, hbm_bw", [(1, 24e9), (0, 6e9)])
 def test_grouped_search_sets_identical_projections_apart(seed, hbm_bw):
     """The first of a layer's identical projections sees another preload window than the
     others; moving all three as one class cost 3.4% on seed 1 (OPT-30B decode: 0.2% on the
     timing simulator). The grouped search then sweeps each tied class split into its first
-    position, its last and those between, so it is never slower than the layer-position one."""
+    position, its last and those between, so it is never slower than the layer-position one.
+    Seed 1 is that case; seed 0 at a quarter of the HBM bandwidth another preload regime."""
     ops = synthetic_llm(3, seed=seed, hbm_bw=hbm_bw, layer=_IDENTICAL_PROJECTIONS)
     grouped = plan_preloads(ops, MACHINE, "elk-full", group_pieces=True)
     each = plan_preloads(ops, MACHINE, "elk-full", group_pieces=False)
@@ -94,8 +94,9 @@ def test_boundary_split_of_tied_classes():
 
 
 def test_grouping_changes_nothing_without_pieces():
-    """Layers without repeated pieces: the classes are the layer positions either way."""
-    ops = synthetic_llm(4)
+    """Layers without repeated pieces: the classes are the layer positions either way (three
+    layers: a repeat of three periods)."""
+    ops = synthetic_llm(3)
     a = plan_preloads(ops, MACHINE, "elk-full", group_pieces=True)
     b = plan_preloads(ops, MACHINE, "elk-full", group_pieces=False)
     assert (a.exec_choice, a.preload_choice, a.preload_order, a.total_s) == \
@@ -109,16 +110,16 @@ def test_group_option_is_checked():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("split_llama")  # the session's plan_cache: tests/test_region_split.py
 @pytest.mark.parametrize("design", ["elk-dyn", "elk-full"])
-def test_split_prefill_never_slower_on_the_timing_simulator(design):
+def test_split_prefill_never_slower_on_the_timing_simulator(design, plan_cache):
     """A tiny Llama prefill whose attention is split into pieces on a small HBM chip
     (tests/test_region_split.py's case): grouped within 0.1% of the per-piece search, or
-    faster, on the timing simulator."""
+    faster, on the timing simulator. Both designs and that test plan the operators once."""
     chip = small_chip(64, 32 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
                                                     hbm_controllers=2)
     workload = get_workload("llama2-13b", tiny=True, batch=2, phase="prefill", seq_len=256)
-    cache = PlanCache(jobs=1)
-    runs = {g: compile_programs(workload, chip, plan_cache=cache, preload=design, jobs=1,
+    runs = {g: compile_programs(workload, chip, plan_cache=plan_cache, preload=design, jobs=1,
                                 progress=False, group_pieces=g) for g in (True, False)}
     assert any(original_operator(op.name) != op.name
                for p in runs[True].programs for op in p.ops), "the case must need a split"

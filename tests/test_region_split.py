@@ -35,14 +35,15 @@ def _split_ops(model):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("split_llama")  # the session's plan_cache: tests/test_piece_grouping.py
 @pytest.mark.parametrize("cores, kwargs", [
     (16, {"context": 1024}),                       # decode: the KV cache does not fit
     (64, {"phase": "prefill", "seq_len": 256}),    # prefill: the scores do not fit
 ])
-def test_split_llm_runs_exactly_and_executors_agree(cores, kwargs):
+def test_split_llm_runs_exactly_and_executors_agree(cores, kwargs, plan_cache):
     workload = get_workload("llama2-13b", tiny=True, batch=2, **kwargs)
     chip = _chip(cores)
-    model = compile_programs(workload.mod, chip, preload="elk-full")
+    model = compile_programs(workload.mod, chip, preload="elk-full", plan_cache=plan_cache)
     pieces = _split_ops(model)
     assert pieces, "the case must need a split"
     summary = model.summary()

@@ -99,7 +99,8 @@ def test_rotation_across_chips_costs_the_fabric():
     assert traffic == pytest.approx(sim.shift.busy_s, rel=1e-6)
 
 
-def test_layers_of_one_region_share_their_table_keys():
+@pytest.mark.xdist_group("hbm64_llama")  # the session's plan_cache: tests/test_elk_pass.py's chip
+def test_layers_of_one_region_share_their_table_keys(plan_cache):
     # with its outputs kept on chip to the region's end (no host reads them here), every
     # layer of a decoder holds the KV-cache updates of the layers before it, so the live
     # bytes around identical operators differ; their keys (their trade-off points) must not,
@@ -108,13 +109,12 @@ def test_layers_of_one_region_share_their_table_keys():
 
     from tvm_icca.drivers.device_programs import compile_programs
     from tvm_icca.elk import reorder
-    from tvm_icca.model_pass.plan_cache import PlanCache
     from tvm_icca.model_pass.tradeoff_tables import operator_tables
     from tvm_icca.workloads import get_workload
 
     hw = small_chip(64, 64 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e12,
                                                    hbm_controllers=2)
-    cache = PlanCache(jobs=1)
+    cache = plan_cache
     layers = 4
     model = compile_programs(get_workload("llama2-13b", tiny=True, batch=2, context=8,
                                           num_layers=layers), hw, plan_cache=cache)
@@ -231,13 +231,13 @@ def test_live_bytes_bound_every_choice_of_execute_points():
             flat += len(program.ops)
 
 
-def test_pieces_with_equal_points_share_one_key():
+@pytest.mark.xdist_group("split_llama")  # the session's plan_cache: tests/test_piece_grouping.py
+def test_pieces_with_equal_points_share_one_key(plan_cache):
     """The pieces of a split read equal blocks at different places (their expressions differ
     in their views): those whose points are equal get one key, so that Elk sees them repeat,
     and a key never joins tables whose points differ."""
     from tvm_icca.drivers.device_programs import compile_programs
     from tvm_icca.elk.periods import representatives
-    from tvm_icca.model_pass.plan_cache import PlanCache
     from tvm_icca.model_pass.tradeoff_tables import operator_tables
     from tvm_icca.split.region_split import original_operator
     from tvm_icca.workloads import get_workload
@@ -246,7 +246,7 @@ def test_pieces_with_equal_points_share_one_key():
     chip = small_chip(64, 32 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
                                                     hbm_controllers=2)
     workload = get_workload("llama2-13b", tiny=True, batch=2, phase="prefill", seq_len=256)
-    cache = PlanCache(jobs=1)
+    cache = plan_cache  # its plans and tables shared with that test
     programs = list(compile_programs(workload, chip, plan_cache=cache, preload="off").programs)
     ops = [op for p in programs for op in p.ops]
     tables = operator_tables(programs, chip, cache)

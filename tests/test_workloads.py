@@ -12,10 +12,12 @@ from tvm import relax
 import tvm_icca
 from runtime_sim.contract.errors import InvalidWorkloadError
 from runtime_sim.contract.presets import small_chip
+from runtime_sim.functional.device import get_device
+from runtime_sim.run_stats import last_run_timing
 from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.device_call import device_entry
 from tvm_icca.workloads import ELK_TABLE2_OPS, PHASES, get_workload, list_workloads
-from tvm_icca.testing.device_runs import reference_build, run_outputs
+from tvm_icca.testing.device_runs import assert_metrics_agree, reference_build, run_outputs
 
 ZOO = [
     "bert-large", "vit-b16", "resnet18", "resnet50", "nerf", "opt-1.3b", "opt-6.7b", "opt-13b",
@@ -94,17 +96,29 @@ def _tiny(name: str):
     return get_workload(name, tiny=True, batch=2, **extra)
 
 
-# one worker: the tiny configs that are one module (the four OPTs, Llama2-7B/13B) are verified
-# once per process (_VERIFIED), so spread over workers they were compiled on each
-@pytest.mark.xdist_group("tiny_zoo_on_icca")
+# one worker, first: the tiny configs that are one module (the four OPTs, Llama2-7B/13B) are
+# verified once per process (_VERIFIED), and each CPU build of a module is made once per process
+# (reference_build), shared by the tests below that run the same module on other chips or
+# phases; spread over workers, each would compile them again
+_ON_ICCA = pytest.mark.xdist_group("tiny_zoo_on_icca")
+
+
+@_ON_ICCA
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ZOO)
 def test_tiny_config_on_icca_matches_llvm(name):
-    _check_on_icca_against_llvm(_tiny(name))
+    _check_on_icca_against_llvm(_tiny(name), metrics=True)
 
 
-def _check_on_icca_against_llvm(workload):
+def last_run_programs():
+    """The programs of the device's latest run, in call order."""
+    return get_device().last_run.programs
+
+
+def _check_on_icca_against_llvm(workload, metrics=False):
     """Compile ``workload`` for "icca" on the small chip, run it, compare with TVM's llvm
-    build, and check that what ran is what the timing-only path compiles."""
+    build, and check that what ran is what the timing-only path compiles; with ``metrics``,
+    that both executors give one value per metric of the run."""
     name = workload.name
     # The tiny configs of one family's sizes are the same module (e.g. the four OPTs): a module
     # structurally equal to one verified earlier in this session is verified (run alone, a
@@ -120,6 +134,9 @@ def _check_on_icca_against_llvm(workload):
         with tvm_icca.use_hardware(_HW):
             got = run_outputs(tvm.compile(workload.mod, target="icca"), args)
     stats = tvm_icca.last_run_stats()
+    if metrics:  # one value per metric: the device's counters and the timing simulator's
+        # report of this run (tests/test_metric_agreement.py: the encoder and preload streams)
+        assert_metrics_agree(last_run_programs(), stats, last_run_timing(), name)
     # the one compiler: what ran is, byte for byte, what the timing-only path compiles
     timed = compile_programs(workload.mod, _HW)
     assert executed == [p.to_json() for p in timed.programs]
@@ -183,6 +200,8 @@ _FOUR_CHIPS = small_chip(64, 64 * 1024, num_chips=4, inter_chip_bandwidth=640e9,
                          inter_chip_latency_s=15e-9, hbm_bandwidth=1e12, hbm_controllers=4)
 
 
+@_ON_ICCA
+@pytest.mark.slow
 @pytest.mark.parametrize("name, mapped", [
     ("llama2-70b", True), ("bert-large", True), ("resnet18", False)])
 def test_tiny_config_on_four_chips_matches_llvm(name, mapped):
@@ -252,6 +271,8 @@ _PREFILL_CASES = [("llama2-7b", "prefill"), ("llama2-70b", "prefill"), ("opt-1.3
                   ("gemma2-27b", "prefill"), ("llama2-13b", "train")]
 
 
+@_ON_ICCA
+@pytest.mark.slow
 @pytest.mark.parametrize("name, phase", _PREFILL_CASES)
 def test_tiny_prefill_on_icca_matches_llvm(name, phase):
     # 12 tokens: past the tiny Gemma's window of 8, so its local layers read the sliding mask
@@ -263,6 +284,8 @@ def _run_llvm(workload, values):
     return [t.numpy() for t in run_outputs(reference_build(workload.mod), args)]
 
 
+@_ON_ICCA
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama2-70b", "opt-1.3b", "gemma2-27b"])
 def test_prefill_then_decode_is_a_longer_prefill(name):
     """The three phases are one model: prefilling s-1 tokens and decoding token s against the

@@ -54,6 +54,8 @@ class CorpusResult:
     offloaded_ops: dict[str, int] = field(default_factory=dict)
     host_ops: dict[str, int] = field(default_factory=dict)
     host_reasons: dict[str, list[str]] = field(default_factory=dict)
+    #: the case's module after ``partition_for_icca`` (what the counts above read)
+    partitioned: Any = field(default=None, repr=False, compare=False)
 
 
 class _Graph:
@@ -550,4 +552,5 @@ def check_case(case: ExportCase, hw: Any) -> CorpusResult:
         scale = max(float(np.abs(w_out).max()), 1e-6)
         error = max(error, float(np.abs(g_np - w_out).max()) / scale)
     return CorpusResult(case.name, error, len(report["regions"]), _region_calls(part),
-                        report["offloaded_ops"], report["host_ops"], report["host_reasons"])
+                        report["offloaded_ops"], report["host_ops"], report["host_reasons"],
+                        part)
