@@ -22,6 +22,14 @@ from runtime_sim.contract.sram_budget import separate_preload_sram
 from runtime_sim.contract.stream import run_stream
 
 
+def _count(value: float) -> int | float:
+    """A run total of per-operator counts: an integer when it is one. An embedding lookup's
+    ``relayout_bytes`` is an expectation under uniformly random ids (its rows are data, see
+    :func:`runtime_sim.contract.relayout.gather_relayout`), so a total may be fractional; the
+    timing simulator reports the same sum, and truncating it would give the metric two values."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
 @dataclass
 class RegionSram:
     """What one region call needed of every core's SRAM, without the run's resident state
@@ -151,7 +159,7 @@ class RunCounters:
         """
         regions = [dict(r) for r in self.run.regions]
         self._sram_peaks(regions)
-        total = lambda key: int(sum(r[key] for r in regions))  # noqa: E731
+        total = lambda key: _count(sum(r[key] for r in regions))  # noqa: E731
         peak = lambda key: int(max((r[key] for r in regions), default=0))  # noqa: E731
         stream_peaks = self._stream_peaks()
         if stream_peaks is not None:
