@@ -205,8 +205,7 @@ def _write(out: pathlib.Path | str, lines: list[str], data: dict[str, Any]) -> N
     out = pathlib.Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_markdown(out.with_suffix(".md"), "\n".join(lines))
-    write_json(out.with_suffix(".json"), {"hw": data["hw"], "python": sys.version.split()[0],
-                                          **{k: v for k, v in data.items() if k != "hw"}})
+    write_json(out.with_suffix(".json"), {"hw": data["hw"], "python": sys.version.split()[0], **data})
     print("\n".join(lines))
 
 

@@ -188,11 +188,11 @@ def steps_within(model: BatchCostModel, structure: PlanStructure, limit: float,
         rows = np.flatnonzero(wanted)
         if timed and fixed is not None and len(rows):
             rows = rows[fixed(structure, F[rows], S[rows], xp[rows]) <= limit]
-            wanted[:] = False
-            wanted[rows] = True
         if timed and len(rows):
-            wanted[rows] = bound(structure, F[rows], S[rows], xp[rows], parts[rows]) <= limit
-        return wanted
+            rows = rows[bound(structure, F[rows], S[rows], xp[rows], parts[rows]) <= limit]
+        kept = np.zeros(len(F), bool)
+        kept[rows] = True
+        return kept
 
     return keep
 
