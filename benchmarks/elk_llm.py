@@ -48,6 +48,19 @@ MODELS = ("llama2-13b", "gemma2-27b", "opt-30b", "llama2-70b")
 RESULTS = ROOT / "benchmarks" / "results"
 
 
+def case_workload(model: str, batch: int, context: int, layers: int | None,
+                  workload_args: dict[str, Any] | None = None) -> Any:
+    """The zoo workload of one case (``workload_args``: more arguments of the zoo's builder,
+    e.g. ``phase`` and ``seq_len``)."""
+    extra = dict(workload_args or {})
+    # a prefill or training case is sized by seq_len; context is the decode KV length
+    kwargs: dict[str, Any] = {"batch": batch, **({} if "seq_len" in extra else {"context": context}),
+                              **extra}
+    if layers:
+        kwargs["num_layers"] = layers
+    return get_workload(model, **kwargs)
+
+
 def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | None,
              overrides: dict[str, float] | None = None,
              designs: tuple[str, ...] = DESIGNS,
@@ -57,13 +70,7 @@ def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | N
     hw = resolve_hardware(hw_name)
     if overrides:
         hw = hw.with_overrides(**overrides)
-    extra = dict(workload_args or {})
-    # a prefill or training case is sized by seq_len; context is the decode KV length
-    kwargs: dict[str, Any] = {"batch": batch, **({} if "seq_len" in extra else {"context": context}),
-                              **extra}
-    if layers:
-        kwargs["num_layers"] = layers
-    workload = get_workload(model, **kwargs)
+    workload = case_workload(model, batch, context, layers, workload_args)
     cache = PlanCache()  # region plans shared by the designs; each design plans its own schedule
     rows = []
     for design in designs:
@@ -258,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--append", action="store_true",
                         help="merge into the results file's earlier rows (a case run again "
                         "replaces its rows) instead of overwriting it")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of the tables: one layer of each model's decode under "
+                             "Elk-Full, operator by operator (elk_llm_profile.md)")
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite the tables of an earlier run's JSON (no compiling)")
     args = parser.parse_args(argv)
@@ -268,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         return _render(pathlib.Path(args.render))
     models = args.models.split(",")
+    if args.profile:
+        from layer_profile import ProfileCase, write_profiles  # benchmarks/, beside this script
+
+        write_profiles([ProfileCase(m, args.hw, args.batch, "decode", args.context) for m in models],
+                       RESULTS / "elk_llm_profile", "Elk on LLM decode: one layer, operator by operator")
+        return 0
     out: dict[str, list[dict[str, Any]]] = {}
     lines = ["Elk designs on the timing simulator (`benchmarks/elk_llm.py`)."]
     if not args.no_main:

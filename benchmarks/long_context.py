@@ -11,6 +11,10 @@ floor, the FLOPS utilization, and the compile time.
     .venv/bin/python benchmarks/long_context.py                       # the full matrix
     .venv/bin/python benchmarks/long_context.py --models llama2-13b --contexts 8192 16384 \\
         --designs elk-full --prefill 8192 --layers 4
+    .venv/bin/python benchmarks/long_context.py --profile --prefill 8192 --contexts --phases prefill
+
+``--profile`` writes ``long_context_profile.{md,json}`` instead: one layer of each case,
+operator by operator (:mod:`layer_profile`).
 
 Writes ``benchmarks/results/long_context.{md,json,png}``.
 """
@@ -27,6 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from elk_llm import DESIGNS, MODELS, RESULTS, run_case  # noqa: E402
+from layer_profile import ProfileCase, write_profiles  # noqa: E402
 from result_files import PROVENANCE_KEY, provenance_line, write_json, write_markdown  # noqa: E402
 
 HARDWARE = "ipu-pod4-hbm"
@@ -67,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", action="store_true",
                         help="keep the rows of the committed results this run does not remake "
                              "(each row names the commit it was made on)")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of the tables: one layer of each prompt row (and of each "
+                             "decode model at the first context), operator by operator "
+                             "(long_context_profile.md)")
     parser.add_argument("--render", metavar="JSONL",
                         help="write the table and plot from the rows a run kept as its cases "
                              "ended (long_context.partial.jsonl) instead of running")
@@ -76,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         rows = [json.loads(line) for line in pathlib.Path(args.render).read_text().splitlines() if line]
         _write(rows, args)
+        return 0
+    if args.profile:
+        write_profiles(_profile_cases(args, designs), RESULTS / "long_context_profile",
+                       "Long context: one layer, operator by operator")
         return 0
     for model in args.models:
         for context in args.contexts:
@@ -99,6 +112,17 @@ def main(argv: list[str] | None = None) -> int:
         rows = _merged(_committed_rows(), rows)
     _write(rows, args)
     return 0
+
+
+def _profile_cases(args: argparse.Namespace, designs: tuple[str, ...]) -> list[ProfileCase]:
+    prompt_design = next((d for d in args.prompt_designs if d in designs), designs[0])
+    cases = [ProfileCase("llama2-13b", HARDWARE, 1, phase, seq, prompt_design)
+             for seq in args.prefill for phase in args.phases]
+    if args.contexts:
+        decode_design = "elk-full" if "elk-full" in designs else designs[0]
+        cases += [ProfileCase(m, HARDWARE, args.batch, "decode", args.contexts[0], decode_design)
+                  for m in args.models]
+    return cases
 
 
 def _case(r: dict[str, Any]) -> tuple:
