@@ -5,8 +5,7 @@ An operator reading an HBM input takes the boxes its cores hold
 cores hold it (replicas are multicast from one read, Elk §5), :func:`distinct_read_bytes`.
 For a gathered input (an embedding lookup whose table waits in HBM or DRAM) the boxes are in
 the gathered view: the HBM serves one table row per id position, a repeated id read again,
-exactly as the device's gather reads ``rows[position]`` for every position
-(:func:`~runtime_sim.functional.placement.partitions`). The count is therefore
+as many rows as the device's gather places (one per view position). The count is therefore
 ``positions x row bytes`` whatever the ids' values: the timing simulator, which does not know
 the ids, counts what the functional device gathers, with no expectation involved.
 
@@ -70,8 +69,8 @@ def call_reads(reads: Iterable[Mapping[str, float]]) -> dict[str, float]:
     """The reads of one region call from its operators' (:func:`read_key` -> bytes): a key
     read by several operators counts its largest read."""
     out: dict[str, float] = {}
-    for op_reads in reads:
-        for key, nbytes in op_reads.items():
+    for one in reads:
+        for key, nbytes in one.items():
             out[key] = max(out.get(key, 0.0), float(nbytes))
     return out
 

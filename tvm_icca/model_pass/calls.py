@@ -209,14 +209,16 @@ def gathered_state(mod: IRModule, resident: Collection[str]) -> frozenset[str]:
     out = set(names.values())
     for binding in _bindings(main):
         value = binding.value
-        region = _region_of_call(value, gvars)
-        for i, arg in enumerate(value.args if isinstance(value, relax.Call) else ()):
-            if arg in names and (region is None or not _only_gathered(mod[value.op], i)):
-                out.discard(names[arg])
-        if not isinstance(value, relax.Call) or region is None:
+        if _region_of_call(value, gvars) is None:
+            # any other use (a host op, a tuple, main's result) reads the whole tensor
             for var in relax.analysis.free_vars(value) if isinstance(value, relax.Expr) else ():
                 out.discard(names.get(var, ""))
-    for var in relax.analysis.free_vars(main.body.body) if isinstance(main.body, relax.SeqExpr) else ():
+            continue
+        for i, arg in enumerate(value.args):
+            if arg in names and not _only_gathered(mod[value.op], i):
+                out.discard(names[arg])
+    result = main.body.body if isinstance(main.body, relax.SeqExpr) else main.body
+    for var in relax.analysis.free_vars(result):
         out.discard(names.get(var, ""))
     return frozenset(out)
 
@@ -226,21 +228,19 @@ def _only_gathered(region: relax.Function, i: int) -> bool:
     its take composites."""
     param = region.params[i]
     takes = set()
-    uses = 0
     for binding in _bindings(region):
         value = binding.value
         if isinstance(value, relax.Function):
             if str((value.attrs or {}).get("Composite", "")) == _TAKE_COMPOSITE:
                 takes.add(binding.var)
             continue
-        if isinstance(value, relax.Call) and value.op in takes and value.args and value.args[0].same_as(param):
-            if any(a.same_as(param) for a in value.args[1:]):
-                return False
+        if isinstance(value, relax.Call) and value.op in takes and value.args \
+                and value.args[0].same_as(param) and not any(a.same_as(param) for a in value.args[1:]):
             continue
         if isinstance(value, relax.Expr) and param in relax.analysis.free_vars(value):
-            uses += 1
+            return False
     body = region.body.body if isinstance(region.body, relax.SeqExpr) else region.body
-    return uses == 0 and param not in relax.analysis.free_vars(body)
+    return param not in relax.analysis.free_vars(body)
 
 
 def largest_activations(mod: IRModule, resident: Collection[str]) -> str:
