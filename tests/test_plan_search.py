@@ -247,3 +247,29 @@ def test_step_filter_keeps_every_plan_that_fits_and_beats_the_limit(exprs, build
         assert keep[wanted].all()
         if share == 0.0:
             assert not keep.all()
+
+
+def test_a_gathered_table_counts_its_rows_not_the_table():
+    """An embedding lookup holds the rows its ids pick (the gathered view), not its table: a
+    table of 50,000 rows (12.8 MB) plans on 4 x 64 KiB of SRAM; a view larger than the chip is refused."""
+    from tvm import relax
+
+    from tvm_icca.lower.te_to_expr import extract_op
+
+    def take(rows: int, ids: int):
+        bb = relax.BlockBuilder()
+        table = relax.Var("table", relax.TensorType((rows, 64), "float32"))
+        index = relax.Var("ids", relax.TensorType((ids,), "int64"))
+        with bb.function("f", [table, index]):
+            with bb.dataflow():
+                out = bb.emit_output(relax.op.take(table, index, axis=0))
+            bb.emit_func_output(out)
+        return extract_op(bb.get()["f"]).expr
+
+    chip = small_chip(4, 64 * 1024)
+    expr = take(50_000, 16)
+    assert expr.inputs[0].nbytes > chip.num_cores * chip.sram_bytes_per_core
+    planned = plan_operator(expr, chip)
+    assert planned.memory_bytes_per_core <= chip.usable_sram_bytes
+    with pytest.raises(PlanNotFoundError, match=r"tensor 'table' of shape \[4096, 64\]"):
+        plan_operator(take(100, 4096), chip)

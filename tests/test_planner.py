@@ -274,3 +274,15 @@ def test_a_model_that_fits_passes_the_capacity_check_unchanged() -> None:
     workload = get_workload("llama2-7b", tiny=True, num_layers=1)
     for chip in (small_chip(64), tvm_icca.preset("ipu-pod4-hbm")):
         check_state_capacity(workload.mod, workload.resident_names, chip)  # no error
+
+
+def test_a_table_only_looked_up_is_not_bounded_by_the_chip() -> None:
+    """State read only as an on-chip lookup's table is read row by row: the whole-chip bound
+    does not apply to it (tests/test_hbm_reads.py runs such a table from the host). A table
+    the output projection also reads (Gemma's tied embedding) is read whole."""
+    from tvm_icca.model_pass.calls import default_resident, gathered_state
+
+    for name, want in (("llama2-7b", {"embed_tokens.weight"}), ("gemma2-27b", set())):
+        mod = tvm_icca.partition_for_icca(get_workload(name, tiny=True, batch=1, context=8).mod,
+                                          small_chip(16))
+        assert gathered_state(mod, default_resident(mod)) == want

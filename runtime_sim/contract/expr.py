@@ -298,6 +298,15 @@ class TensorExpr:
             return tuple(access.shape)
         return gathered_shape(access.shape, self.inputs[g.ids].shape, g.axis)
 
+    def read_bytes(self, t: int) -> int:
+        """Bytes of tensor ``t`` the operator reads (or writes): its :meth:`access_shape`. A
+        viewed input counts its block; a gathered input the rows its ids pick (one row per
+        id position, a repeated id read again), never its whole table: an embedding table in
+        HBM is read row by row (:func:`runtime_sim.contract.relayout.input_boxes`, the boxes
+        both executors load). The one count of what an operator takes from where a tensor
+        waits, which the compiler's capacity checks and HBM estimates use."""
+        return tensor_bytes(self.access_shape(t), self.tensors[t].dtype)
+
     @property
     def gather_ids(self) -> set[int]:
         """Inputs that hold the row numbers of a gathered input."""

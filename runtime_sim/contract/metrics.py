@@ -73,7 +73,9 @@ METRICS: dict[str, Metric] = {
     "preload_stall_s": _m("s", "total delay of the loads from sharing links with executions, "
                           "exposed or not"),
     # -- bytes -------------------------------------------------------------------------------
-    "hbm_bytes": _m("bytes", "distinct bytes of the distinct HBM tensors read (one copy each)"),
+    "hbm_bytes": _m("bytes", "distinct bytes of the distinct HBM tensors read (one copy each; "
+                    "an embedding lookup reads one table row per id, not its table: "
+                    "runtime_sim.contract.hbm_reads)", "both"),
     "hbm_delivered_bytes": _m("bytes", "bytes the HBM controllers read: a copy per chip that "
                               "needs a tensor"),
     "host_in_bytes": _m("bytes", "bytes sent host -> chip over the host links (each tensor "

@@ -30,6 +30,7 @@ from runtime_sim.contract.constants import decode_constant
 from runtime_sim.contract.errors import DeviceProgramError, UnsupportedDtypeError, short_name
 from runtime_sim.contract.expr import dtype_bytes, gather_rows
 from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.hbm_reads import call_reads, op_reads, run_hbm_bytes
 from runtime_sim.contract.layout import OpLayout, checked_layout
 from runtime_sim.contract.lifetimes import last_reads, outlives, released
 from runtime_sim.contract.plan import VgmPlan
@@ -66,7 +67,7 @@ from runtime_sim.contract.validation import validate_program
 from runtime_sim.functional.cores import Cores
 from runtime_sim.functional.placement import check_dtype
 from runtime_sim.functional.preload_store import PreloadStore
-from runtime_sim.functional.run_counters import RegionSram, RunCounters
+from runtime_sim.functional.run_counters import RegionSram, RunCounters, count_value
 from runtime_sim.functional.sram import SramLedger
 from runtime_sim.functional.vgm_exec import VgmRegion
 
@@ -234,6 +235,7 @@ class Interpreter:
         resident_names = {d.name for d in program.inputs if d.source == RESIDENT}
         rest_after: dict[str, np.ndarray] = {}
         preload_space: dict[str, np.ndarray] = {}
+        hbm_reads: list[dict[str, float]] = []  # per operator that read HBM
         # load-compute-store operators (T10 §2.2) keep every tensor in a VGM region, reserved
         # on every core for the whole region
         vgm = VgmRegion(program, hw) if any(isinstance(op.plan, VgmPlan) for op in ops) else None
@@ -258,6 +260,10 @@ class Interpreter:
                 op_stats[i] = self._execute_op(op, layout, env, produced,
                                                offchip[i] if i in preloaded else [], sources[i],
                                                resident_names, stream)
+                reads = op_reads(layout, op.input_names, sources[i])
+                if reads:  # what HBM served it: a lookup's rows, not its table
+                    op_stats[i]["hbm_bytes"] = count_value(sum(reads.values()))
+                    hbm_reads.append(reads)
                 if i in preloaded:
                     op_stats[i]["preloaded_bytes"] = preloaded[i]
                     op_stats[i]["preload_bytes_per_core"] = space
@@ -296,6 +302,7 @@ class Interpreter:
             "reduction_bytes": sum(s["reduction_bytes"] for s in op_stats),
             "shift_bytes": sum(s["shift_bytes"] for s in op_stats),
             "relayout_bytes": sum(s["relayout_bytes"] for s in op_stats),
+            "hbm_bytes": count_value(run_hbm_bytes([call_reads(hbm_reads)])),
             "host_placed_bytes": sum(s["host_placed_bytes"] for s in op_stats),
             "fetch_bytes": sum(s.get("fetch_bytes", 0) for s in op_stats),
             "store_bytes": sum(s.get("store_bytes", 0) for s in op_stats),

@@ -22,7 +22,7 @@ from runtime_sim.contract.sram_budget import separate_preload_sram
 from runtime_sim.contract.stream import run_stream
 
 
-def _count(value: float) -> int | float:
+def count_value(value: float) -> int | float:
     """A run total of per-operator counts: an integer when it is one. An embedding lookup's
     ``relayout_bytes`` is an expectation under uniformly random ids (its rows are data, see
     :func:`runtime_sim.contract.relayout.gather_relayout`), so a total may be fractional; the
@@ -159,7 +159,7 @@ class RunCounters:
         """
         regions = [dict(r) for r in self.run.regions]
         self._sram_peaks(regions)
-        total = lambda key: _count(sum(r[key] for r in regions))  # noqa: E731
+        total = lambda key: count_value(sum(r[key] for r in regions))  # noqa: E731
         peak = lambda key: int(max((r[key] for r in regions), default=0))  # noqa: E731
         stream_peaks = self._stream_peaks()
         if stream_peaks is not None:
@@ -175,6 +175,8 @@ class RunCounters:
             "rotation_bytes": total("rotation_bytes"),
             "reduction_bytes": total("reduction_bytes"),
             "relayout_bytes": total("relayout_bytes"),
+            # the HBM reads of each region call, summed (runtime_sim.contract.hbm_reads)
+            "hbm_bytes": count_value(sum(r.get("hbm_bytes", 0) for r in regions)),
             "host_placed_bytes": total("host_placed_bytes"),
             "fetch_bytes": total("fetch_bytes"),
             "store_bytes": total("store_bytes"),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from runtime_sim.contract.expr import dtype_bytes
+from runtime_sim.contract.hbm_reads import distinct_read_bytes
 from runtime_sim.contract.layout import OpLayout, cost_key
 from runtime_sim.contract.preload_chunks import (
     check_chunks,
@@ -68,13 +69,12 @@ def preload_delivery(topo: Topology, kind: str, layout: OpLayout, inputs: "tuple
     chip_of = topo.node_chip[cores]
     unique = np.zeros(topo.num_chips)
     space = np.zeros(n, np.int64)
-    one_chip = np.zeros(topo.num_nodes, np.int64)
     delivered = 0.0
     distinct, flows = [], []
     for k, (t, s) in enumerate(zip(inputs, chunks)):
         box = input_boxes(layout, t) if boxes is None else boxes[k]
         unique += chip_read_bytes(layout, t, s, chip_of, topo.num_chips, box)
-        distinct.append(float(box.unique_bytes_per_chip(one_chip, 1).sum()))
+        distinct.append(distinct_read_bytes(box))
         space += preload_bytes(layout, t, s)
         nbytes = delivered_bytes(layout, t, s).astype(np.float64)
         delivered += float(nbytes.sum())

@@ -20,6 +20,7 @@ from typing import Any
 
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.hbm_reads import call_reads, run_hbm_bytes
 from runtime_sim.contract.labels import region_label
 from runtime_sim.contract.sram_budget import IDEAL
 from runtime_sim.machine.topology_base import Topology
@@ -188,13 +189,13 @@ def _region_calls(works: list[Work], slots: list[Slot]) -> list[dict[str, Any]]:
 
 
 def _distinct_hbm_bytes(works: list[Work]) -> float:
-    """Bytes of distinct HBM tensors: a tensor read by several operators of one region call
-    (or by each chip) counts once; the same name in two calls is two tensors."""
-    distinct: dict[tuple[int, str], float] = {}  # (region call, tensor) -> distinct bytes
+    """Bytes of distinct HBM reads of the run (:func:`runtime_sim.contract.hbm_reads.run_hbm_bytes`):
+    a tensor read by several operators of one region call (or by each chip) counts once; the
+    same name in two calls is two reads."""
+    calls: dict[int, list[dict[str, float]]] = {}
     for work in works:
-        for name, nbytes in work.hbm_tensors.items():
-            distinct[(work.program, name)] = max(distinct.get((work.program, name), 0.0), nbytes)
-    return sum(distinct.values())
+        calls.setdefault(work.program, []).append(work.hbm_tensors)
+    return run_hbm_bytes(call_reads(reads) for reads in calls.values())
 
 
 def _load_cuts(works: list[Work]) -> dict[str, float]:

@@ -60,7 +60,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from runtime_sim.contract.errors import DeviceProgramError, short_name
-from runtime_sim.contract.expr import TensorAccess, dtype_bytes
+from runtime_sim.contract.expr import dtype_bytes
+from runtime_sim.contract.hbm_reads import distinct_read_bytes, read_key
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout, check_op_inputs, checked_layout, cost_key
 from runtime_sim.contract.lifetimes import last_reads, outlives, released
@@ -245,14 +246,13 @@ class WorkBuilder:
         per_core = np.zeros(n)
         unique = np.zeros(hw.num_chips)
         need = np.zeros(n, np.int64)
-        one_chip = np.zeros(topo.num_nodes, np.int64)
         distinct = []
         flows = []
         for t in inputs:
             box = self.boxes(key, layout, t)
             per_core += box.nbytes
             unique += box.unique_bytes_per_chip(chip_of, hw.num_chips)
-            distinct.append(float(box.unique_bytes_per_chip(one_chip, 1).sum()))
+            distinct.append(distinct_read_bytes(box))
             need += layout.partition_bytes(t)
             # cores with equal boxes (replicas) need the same bytes: one multicast each
             rows = np.concatenate([box.lo, box.hi], axis=1)
@@ -442,7 +442,7 @@ class WorkBuilder:
             for load, inputs in zip(loads, [v for v in by_kind.values() if v]):
                 if load.kind == "hbm":
                     for t, nbytes in zip(inputs, load.distinct_bytes):
-                        name = _block_name(op.input_names[t], op.expr.inputs[t])
+                        name = read_key(op.expr, t, op.input_names)
                         works[-1].hbm_tensors[name] = max(works[-1].hbm_tensors.get(name, 0.0), nbytes)
             if op.output_name in host_out:
                 works[-1].stores.append(self.store(key, layout))
@@ -460,11 +460,3 @@ class WorkBuilder:
         return works, peak
 
 
-
-def _block_name(name: str, access: TensorAccess) -> str:
-    """What an HBM read's distinct bytes are counted under: the tensor, or for a viewed input
-    (a split operator's share, :class:`~runtime_sim.contract.expr.TensorView`) the tensor's block,
-    so that the blocks of one tensor read by several sub-operators add up."""
-    if access.view is None:
-        return name
-    return f"{name}@{','.join(map(str, access.view.start))}+{','.join(map(str, access.shape))}"

@@ -22,7 +22,7 @@ from tvm_icca.partition.partitioner import icca_regions, partition_report
 from tvm_icca.partition.patterns import composite_label
 
 __all__ = [
-    "CHIP", "HOST", "STATE", "VIEW_OPS", "argument_origins", "default_resident", "host_reads", "main_function",
+    "CHIP", "HOST", "STATE", "VIEW_OPS", "argument_origins", "default_resident", "gathered_state", "host_reads", "main_function",
     "largest_activations", "model_state_tensors", "on_chip_reservation", "partitioned_op_counts", "region_call_order", "region_gvars",
     "state_read_by_regions",
 ]
@@ -191,6 +191,56 @@ def model_state_tensors(mod: IRModule, resident: Collection[str]) -> list[tuple[
             out += [(f"a constant {_shape_text(arg.ty)}", static_bytes(arg.ty)) for arg in value.args
                     if isinstance(arg, tvm.ir.GenericConst)]
     return sorted(out, key=lambda t: -t[1])
+
+
+#: The composite of an embedding lookup on the chip (:mod:`tvm_icca.ops.gather`).
+_TAKE_COMPOSITE = "icca.take"
+
+
+def gathered_state(mod: IRModule, resident: Collection[str]) -> frozenset[str]:
+    """The ``main`` parameters named in ``resident`` that are read only as the table of an
+    embedding lookup on the chip (``relax.take`` offloaded): the chip reads rows of them,
+    never the whole tensor, so the tensor need not fit the chip (in HBM or on the host it is
+    read row by row, :mod:`runtime_sim.contract.hbm_reads`). A parameter with any other use
+    is not one."""
+    main = main_function(mod)
+    gvars = region_gvars(mod)
+    names = {p: str(p.name) for p in main.params if str(p.name) in resident}
+    out = set(names.values())
+    for binding in _bindings(main):
+        value = binding.value
+        if _region_of_call(value, gvars) is None:
+            # any other use (a host op, a tuple, main's result) reads the whole tensor
+            for var in relax.analysis.free_vars(value) if isinstance(value, relax.Expr) else ():
+                out.discard(names.get(var, ""))
+            continue
+        for i, arg in enumerate(value.args):
+            if arg in names and not _only_gathered(mod[value.op], i):
+                out.discard(names[arg])
+    result = main.body.body if isinstance(main.body, relax.SeqExpr) else main.body
+    for var in relax.analysis.free_vars(result):
+        out.discard(names.get(var, ""))
+    return frozenset(out)
+
+
+def _only_gathered(region: relax.Function, i: int) -> bool:
+    """Whether parameter ``i`` of ``region`` is used only as the table (first argument) of
+    its take composites."""
+    param = region.params[i]
+    takes = set()
+    for binding in _bindings(region):
+        value = binding.value
+        if isinstance(value, relax.Function):
+            if str((value.attrs or {}).get("Composite", "")) == _TAKE_COMPOSITE:
+                takes.add(binding.var)
+            continue
+        if isinstance(value, relax.Call) and value.op in takes and value.args \
+                and value.args[0].same_as(param) and not any(a.same_as(param) for a in value.args[1:]):
+            continue
+        if isinstance(value, relax.Expr) and param in relax.analysis.free_vars(value):
+            return False
+    body = region.body.body if isinstance(region.body, relax.SeqExpr) else region.body
+    return param not in relax.analysis.free_vars(body)
 
 
 def largest_activations(mod: IRModule, resident: Collection[str]) -> str:

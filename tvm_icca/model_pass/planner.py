@@ -69,6 +69,7 @@ from tvm_icca.model_pass.calls import (
     CHIP,
     STATE,
     argument_origins,
+    gathered_state,
     default_resident,
     host_reads,
     largest_activations,
@@ -445,7 +446,9 @@ def check_state_capacity(mod: IRModule, resident: Collection[str], spec: Hardwar
     is not checked."""
     if spec.hbm_bandwidth > 0 and spec.hbm_capacity_bytes <= 0:
         return
-    tensors = model_state_tensors(mod, resident)
+    # a table only looked up is read row by row (its rows count with the operators' own
+    # checks, tvm_icca.plan_search.search): it never has to be whole on the chip
+    tensors = model_state_tensors(mod, set(resident) - gathered_state(mod, resident))
     if not tensors:
         return
     what, needed = tensors[0]

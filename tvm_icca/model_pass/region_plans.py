@@ -297,8 +297,12 @@ def compute_bound(region: RegionOps | DeviceProgram, hw: HardwareSpec, hbm_names
     for op in region.ops:
         for t, name in enumerate(op.input_names):
             if name in hbm_names:
+                # the whole tensor (pieces of a split read blocks of it), or the rows a
+                # gather reads of its table
                 access = op.expr.inputs[t]
-                hbm_bytes[name] = tensor_bytes(access.tensor_shape, access.dtype)
+                read = (op.expr.read_bytes(t) if access.gather is not None
+                        else tensor_bytes(access.tensor_shape, access.dtype))
+                hbm_bytes[name] = max(hbm_bytes.get(name, 0), read)
     return compute_s > sum(hbm_bytes.values()) / hw.hbm_bandwidth
 
 

@@ -299,7 +299,7 @@ def _table(op: OpProgram, hbm: tuple[int, ...], host: tuple[int, ...],
         execs.append(ExecPoint(time_s, space, min(traffic_s, time_s), choice))
         if offchip:
             preloads.append(_preload_points(layout, offchip, hbm, host, hw, topo))
-    offchip_bytes = float(sum(op.expr.inputs[t].nbytes for t in offchip))
+    offchip_bytes = float(sum(op.expr.read_bytes(t) for t in offchip))
     # what the region holds around it depends on the other operators' points (_with_live_bytes)
     return OpTradeoffs(key=key, execs=tuple(execs), preloads=tuple(preloads),
                        hbm_bytes=offchip_bytes, live_bytes=0)

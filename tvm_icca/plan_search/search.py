@@ -29,7 +29,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from runtime_sim.contract.errors import PlanNotFoundError, operator_subject, short_name
-from runtime_sim.contract.expr import TensorExpr, dtype_bytes
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
@@ -570,13 +570,14 @@ def _budget_note(hw: HardwareSpec, budget: int) -> str:
 
 
 def _check_fits_chip(expr: TensorExpr, hw: HardwareSpec, budget: int, label: str) -> None:
-    """A tensor larger than the whole chip can never fit, whatever the plan."""
+    """A tensor larger than the whole chip can never fit, whatever the plan. A gathered
+    input counts the rows its ids pick (the gathered view the cores hold), not its table."""
     for t, access in enumerate(expr.tensors):
-        size = math.prod(access.shape) * dtype_bytes(access.dtype)
+        size = expr.read_bytes(t)
         if size > budget * hw.num_cores:
             role = "output" if t == len(expr.inputs) else f"tensor '{short_name(access.name)}'"
             raise PlanNotFoundError(
-                f"{operator_subject(label)}: {role} of shape {list(access.shape)} {access.dtype} "
+                f"{operator_subject(label)}: {role} of shape {list(expr.access_shape(t))} {access.dtype} "
                 f"({size} bytes) exceeds the on-chip memory of chip '{hw.name}' "
                 f"({hw.num_cores} cores x {budget} bytes per core{_budget_note(hw, budget)})"
             )

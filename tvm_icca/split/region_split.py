@@ -237,9 +237,9 @@ def _follow(op: PendingOp, reads: list[int], pieced: dict[str, _Pieces], offchip
     # extra reads of it: worth it only while that is less than joining the pieces, unless
     # the joined tensor is what the chip has no room for
     always = all(pieced[op.input_names[t]].follow_always for t in reads)
-    whole = sum(a.nbytes for t, a in enumerate(op.expr.inputs)
+    whole = sum(op.expr.read_bytes(t) for t, a in enumerate(op.expr.inputs)
                 if op.input_names[t] in offchip and not split_dims(a, axis))
-    joined = sum(op.expr.inputs[t].nbytes for t in reads)
+    joined = sum(op.expr.read_bytes(t) for t in reads)
     if not always and whole * (len(first.blocks) - 1) > joined:
         return None
     return (axis, first.blocks, {t: pieced[op.input_names[t]].names for t in reads},

@@ -28,7 +28,7 @@ import math
 from typing import Callable, Mapping, Sequence
 
 from runtime_sim.contract.errors import PlanNotFoundError
-from runtime_sim.contract.expr import TensorExpr, tensor_bytes
+from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.lifetimes import last_reads, outlives
 from tvm_icca.lower.region import RegionOps
@@ -63,7 +63,7 @@ PlanPiece = Callable[[TensorExpr, int, str], float]
 def spread_bytes_per_core(expr: TensorExpr, num_cores: int) -> float:
     """Bytes per core of all the operator's tensors spread perfectly over the cores: the
     least any plan of it holds (a viewed input counts its block)."""
-    total = sum(tensor_bytes(expr.access_shape(t), a.dtype) for t, a in enumerate(expr.tensors))
+    total = sum(expr.read_bytes(t) for t in range(len(expr.tensors)))
     return total / num_cores
 
 
@@ -78,7 +78,7 @@ def split_axes(expr: TensorExpr) -> list[str]:
     """Axes the operator can be cut along that cut its largest tensor (cutting another axis
     leaves the tensor that does not fit whole)."""
     largest = max(range(len(expr.tensors)),
-                  key=lambda t: tensor_bytes(expr.access_shape(t), expr.tensors[t].dtype))
+                  key=expr.read_bytes)
     access = expr.tensors[largest]
     return [a.name for a in expr.axes
             if a.extent > 1 and split_dims(access, a.name) and why_not_splittable(expr, a.name) is None]
@@ -178,7 +178,7 @@ def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: 
             except PlanNotFoundError:
                 continue
             # an input only the combine reads (a cut reduction's epilogue) is read once
-            reads = sum(tensor_bytes(piece.access_shape(k), piece.inputs[k].dtype) / offchip[t]
+            reads = sum(piece.read_bytes(k) / offchip[t]
                         for t, k in position.items() if t in offchip)
             total = (seconds + reads) * pieces
             if best is None or total < best.estimated_time_s * (1 - 1e-9):

@@ -81,7 +81,7 @@ BOTH_METRICS = tuple(sorted(k for k, m in METRICS.items() if m.source == "both"
                             and k not in ("simulated_s", "simulated_ops", "regions")))
 #: per-operator counts both executors give (device ``regions[*]["ops"]``, timing ``per_op``)
 OP_KEYS = ("steps", "shift_bytes", "rotation_bytes", "reduction_bytes", "relayout_bytes",
-           "sram_bytes_per_core", "preloaded_bytes", "distributed_bytes")
+           "sram_bytes_per_core", "preloaded_bytes", "distributed_bytes", "hbm_bytes")
 
 
 def assert_metrics_agree(programs: Any, stats: dict[str, Any], report: Any, case: str) -> None:
