@@ -23,11 +23,11 @@ epilogue of the expression's own.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
 from runtime_sim.contract.expr import Expr, TensorExpr, attention_roles, walk_expr
 from runtime_sim.contract.hardware import HardwareSpec
-from schedules.base import ComputeTemplate, arithmetic_nodes, matrix_flops_per_cycle, round_up
+from schedules.base import ComputeTemplate, arithmetic_nodes, matrix_flops_per_cycle
 
 #: Vector operations per score of the online softmax: the block max, ``s - m'``, ``exp``
 #: and the block sum (Milakov & Gimelshein 2018, Algorithm 3 per element).
@@ -52,20 +52,37 @@ def score_elementwise_ops(expr: TensorExpr) -> int:
     return arithmetic_nodes(outside(expr.body["args"][0]))
 
 
-def _sizes(expr: TensorExpr, chunk: Mapping[str, int]) -> dict[str, int]:
-    """Per role, the product of the chunk's lengths: batch (rows the value reads too),
-    query rows, keys, features and the head dimension."""
+def role_sizes(expr: TensorExpr, length: Mapping[str, Any]) -> dict[str, Any]:
+    """Per role, the product of the step's chunk lengths (``length``: axis -> an int, or an
+    array of them for many plans at once): batch (rows the value reads too), query rows
+    (the rest of the rows: ``i``, and a grouped-query head ``g``), keys, features and the
+    head dimension (whole on a core)."""
     roles = attention_roles(expr)
     value_axes = {a for n in walk_expr(expr.body["args"][1]) if n["op"] == "load"
                   for i in n["index"] for a, _ in i.get("terms", ())}
-    length = {a.name: int(chunk.get(a.name, a.extent)) for a in expr.axes}
     return {
-        "b": math.prod(length[a] for a in roles.rows if a in value_axes),
-        "i": math.prod(length[a] for a in roles.rows if a not in value_axes),
+        "b": math.prod((length[a] for a in roles.rows if a in value_axes), start=1),
+        "i": math.prod((length[a] for a in roles.rows if a not in value_axes), start=1),
         "j": length[roles.key],
-        "d": math.prod(length[a] for a in roles.features),
+        "d": math.prod((length[a] for a in roles.features), start=1),
         "k": math.prod(a.extent for a in expr.local_axes),
     }
+
+
+def _padded(n: Any, tile: int) -> Any:
+    return -(-n // tile) * tile  # round up to the tile, for ints and integer arrays alike
+
+
+def step_cycles(expr: TensorExpr, n: Mapping[str, Any], hw: HardwareSpec) -> Any:
+    """Cycles of one step with role sizes ``n`` (:func:`role_sizes`; ints or arrays): the two
+    products on the matrix unit, padded to its tile, then the vector work."""
+    tm, tk, tn = hw.matrix_tile
+    macs = n["b"] * _padded(n["i"], tm) * (_padded(n["k"], tk) * _padded(n["j"], tn)
+                                           + _padded(n["j"], tk) * _padded(n["d"], tn))
+    rows = n["b"] * n["i"]
+    ops = (rows * n["j"] * (score_elementwise_ops(expr) + SOFTMAX_OPS_PER_SCORE)
+           + rows * SOFTMAX_OPS_PER_ROW + rows * n["d"] * RESCALE_OPS_PER_OUTPUT)
+    return 2 * macs / matrix_flops_per_cycle(expr, hw) + ops / hw.vector_flops_per_cycle
 
 
 class AttentionTemplate(ComputeTemplate):
@@ -74,25 +91,9 @@ class AttentionTemplate(ComputeTemplate):
     kind = "attention"
     unit = "matrix"
 
-    def matrix_cycles(self, expr: TensorExpr, chunk: Mapping[str, int], hw: HardwareSpec) -> float:
-        """Cycles of the two products of a step, padded to the matrix unit's tile."""
-        n = _sizes(expr, chunk)
-        tm, tk, tn = hw.matrix_tile
-        rows = round_up(n["i"], tm)
-        macs = n["b"] * rows * (round_up(n["k"], tk) * round_up(n["j"], tn)
-                                + round_up(n["j"], tk) * round_up(n["d"], tn))
-        return 2 * macs / matrix_flops_per_cycle(expr, hw)
-
-    def vector_ops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
-        """Vector operations of a step: the scores' elementwise tail and online softmax, the
-        rows' statistics, the running output's rescale."""
-        n = _sizes(expr, chunk)
-        rows = n["b"] * n["i"]
-        return (rows * n["j"] * (score_elementwise_ops(expr) + SOFTMAX_OPS_PER_SCORE)
-                + rows * SOFTMAX_OPS_PER_ROW + rows * n["d"] * RESCALE_OPS_PER_OUTPUT)
-
     def subtask_cycles(self, expr: TensorExpr, chunk: Mapping[str, int], hw: HardwareSpec) -> float:
-        return self.matrix_cycles(expr, chunk, hw) + self.vector_ops(expr, chunk) / hw.vector_flops_per_cycle
+        length = {a.name: int(chunk.get(a.name, a.extent)) for a in expr.axes}
+        return float(step_cycles(expr, role_sizes(expr, length), hw))
 
     def epilogue_cycles(self, expr: TensorExpr, partition: Mapping[str, int], hw: HardwareSpec) -> float:
         """``o / l`` and the expression's own epilogue over one output partition."""
@@ -103,5 +104,5 @@ class AttentionTemplate(ComputeTemplate):
     def flops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
         """The two products' FLOPs over ``chunk``: :meth:`TensorExpr.flops` for the whole
         operator (``chunk`` empty)."""
-        n = _sizes(expr, chunk)
+        n = role_sizes(expr, {a.name: int(chunk.get(a.name, a.extent)) for a in expr.axes})
         return 2 * n["b"] * n["i"] * n["j"] * (n["k"] + n["d"])

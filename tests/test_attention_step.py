@@ -187,9 +187,13 @@ def test_state_and_score_scratch_in_sram_and_replica_bytes() -> None:
     layout = OpLayout(e, plan)
     rows, keys_per_step = 4, 12 // 2 // 2  # per core: 1 head x 4 rows; 6 keys in 2 steps
     assert attention_state_bytes(e, layout.xp) == 2 * 4 * rows
-    assert attention_scratch_bytes(e, layout.rp) == 4 * rows * keys_per_step
+    assert attention_scratch_bytes(e, layout.rp) == 4 * rows * keys_per_step  # < 16 rows
     partitions = 4 * (rows * 4 + 3 * 4 + 6 * 4 + rows * 4)  # Q, K, V blocks, O (float32)
     assert layout.memory_bytes_per_core() == partitions + 2 * 4 * rows + 4 * rows * keys_per_step
+    # a core with more rows holds one block of 16 rows of scores at a time
+    many = OpLayout(attention_expr(64, 12, 4, batch=(2,)), plan)
+    assert attention_scratch_bytes(many.expr, many.rp) == 4 * 16 * keys_per_step
+    assert attention_state_bytes(many.expr, many.xp) == 2 * 4 * 32
     assert layout.replica_bytes() == rows * 4 * 4 + 2 * 4 * rows
     assert layout.reduction_bytes() == 4 * layout.replica_bytes()  # 4 of the 8 cores send
     args = inputs(e, seed=6)

@@ -417,8 +417,9 @@ class PlanBatch:
         return partition_bytes(self.structure, self.ft, self.xp if xp is None else xp)
 
     def memory(self) -> np.ndarray:
-        """Bytes per core: one partition of every tensor (OpLayout.memory_bytes_per_core)."""
-        return self.partition_bytes().sum(axis=1)
+        """Bytes per core: one partition of every tensor, and an attention operator's state
+        and score block (OpLayout.memory_bytes_per_core)."""
+        return self.partition_bytes().sum(axis=1) + self.structure.extra_bytes(self.xp, self.rp)
 
     def padding(self) -> np.ndarray:
         return padding_ratio(self.structure, self.F, self.xp)
