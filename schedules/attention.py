@@ -7,10 +7,11 @@ takes a core's rows of queries and a block of keys and values
 * matrix unit: the scores ``Q K^T`` (per batch position, ``i x k`` by ``k x j``) and the
   weighted sum ``P V`` (``i x j`` by ``j x d``), each padded to the unit's tile as every
   GEMM (T10 §4.3.1), at the operands' dtype rate (:func:`schedules.base.matrix_flops_per_cycle`);
-* vector unit, per score: the elementwise score expression around the dot product (scale,
-  soft-cap, mask, causal select: one operation per arithmetic node,
-  :func:`score_elementwise_ops`), then the online softmax's max, subtract, exponential and
-  sum (:data:`SOFTMAX_OPS_PER_SCORE`); per row: the new running max, the correction
+* vector unit, per score: the elementwise score expression around the dot product
+  (soft-cap, mask, causal select: one operation per arithmetic node, :func:`score_ops`;
+  a constant scale is folded into the core's rows of Q, a node that does not read the key is
+  run once per row), then the online softmax's max, subtract, exponential and sum
+  (:data:`SOFTMAX_OPS_PER_SCORE`); per row: the new running max, the correction
   ``exp(m - m')`` and the running sum's update (:data:`SOFTMAX_OPS_PER_ROW`); per output
   element: rescaling the running output (:data:`RESCALE_OPS_PER_OUTPUT`).
 
@@ -23,6 +24,7 @@ epilogue of the expression's own.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from runtime_sim.contract.expr import Expr, TensorExpr, attention_roles, walk_expr
@@ -41,15 +43,44 @@ RESCALE_OPS_PER_OUTPUT = 2
 NORMALIZE_OPS = 1
 
 
-def score_elementwise_ops(expr: TensorExpr) -> int:
-    """Vector operations per score around the dot product: the arithmetic nodes of the
-    score outside its core-local reduction (which the matrix unit computes)."""
-    def outside(node: Expr) -> Expr:
-        if node["op"] == "reduce":
-            return {"op": "const", "value": 0.0}
-        return {**node, "args": [outside(a) for a in node.get("args", ())]}
+@dataclass(frozen=True)
+class ScoreOps:
+    """Vector operations of a score expression around its dot product, by how often a core
+    runs them in a step (:func:`score_ops`)."""
 
-    return arithmetic_nodes(outside(expr.body["args"][0]))
+    per_score: int  # depend on the key: once per (row, key) pair
+    per_row: int  # independent of the key (a causal mask's ``i + offset``): once per row
+    per_query: int  # a constant scale of the dot product, folded into the rows of Q (x k)
+
+
+def score_ops(expr: TensorExpr) -> ScoreOps:
+    """The arithmetic nodes of the score outside its core-local reduction (which the matrix
+    unit computes), each charged as a row-wise kernel runs it: a node that does not read the
+    key axis once per row (hoisted out of the key loop, as :func:`schedules.base.hoisted_ops`
+    hoists), a constant multiplying the dot product once per element of the core's block of
+    Q (``(c q) . k = c (q . k)``: Q stays on its core, so the kernel scales it, not every
+    score), every other node once per score."""
+    key = attention_roles(expr).key
+    counts = {"per_score": 0, "per_row": 0, "per_query": 0}
+
+    def visit(node: Expr) -> bool:
+        """Count the nodes under ``node``; whether it reads the key axis."""
+        op = node["op"]
+        if op == "reduce":
+            return True  # the dot product: on the matrix unit, per (row, key)
+        if op == "load":
+            return any(a == key for i in node["index"] for a, _ in i.get("terms", ()))
+        if op == "axis":
+            return node["axis"] == key
+        args = node.get("args", ())
+        keyed = [visit(a) for a in args]
+        if arithmetic_nodes({"op": op}):
+            folded = op == "mul" and len(args) == 2 and {a["op"] for a in args} == {"reduce", "const"}
+            counts["per_query" if folded else "per_score" if any(keyed) else "per_row"] += 1
+        return any(keyed)
+
+    visit(expr.body["args"][0])
+    return ScoreOps(**counts)
 
 
 def role_sizes(expr: TensorExpr, length: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,8 +111,10 @@ def step_cycles(expr: TensorExpr, n: Mapping[str, Any], hw: HardwareSpec) -> Any
     macs = n["b"] * _padded(n["i"], tm) * (_padded(n["k"], tk) * _padded(n["j"], tn)
                                            + _padded(n["j"], tk) * _padded(n["d"], tn))
     rows = n["b"] * n["i"]
-    ops = (rows * n["j"] * (score_elementwise_ops(expr) + SOFTMAX_OPS_PER_SCORE)
-           + rows * SOFTMAX_OPS_PER_ROW + rows * n["d"] * RESCALE_OPS_PER_OUTPUT)
+    score = score_ops(expr)
+    ops = (rows * n["j"] * (score.per_score + SOFTMAX_OPS_PER_SCORE)
+           + rows * (SOFTMAX_OPS_PER_ROW + score.per_row) + rows * n["k"] * score.per_query
+           + rows * n["d"] * RESCALE_OPS_PER_OUTPUT)
     return 2 * macs / matrix_flops_per_cycle(expr, hw) + ops / hw.vector_flops_per_cycle
 
 

@@ -266,3 +266,40 @@ def test_validation_of_the_attention_contract() -> None:
         p = plan if case != "one key axis" else ExecutionPlan({}, ({}, {}, {}, {}))
         with pytest.raises(DeviceProgramError, match=words[case]):
             validate_program(program(expr, p))
+
+
+def test_against_tvm_llvm_build_of_the_unfused_relax_chain() -> None:
+    """The fused operator on the device against TVM's CPU build of the same computation as
+    a model writes it in Relax (scale, mask add, softmax, matmul: three operators), float16
+    grouped-query heads included (K and V repeated over the group in the Relax graph)."""
+    import tvm
+    from tvm import relax
+
+    from tvm_icca.testing.device_runs import reference_build
+
+    B, KVH, G, S, T, D = 1, 2, 2, 6, 10, 8
+    e = attention_expr(S, T, D, batch=(B, KVH), group=G, mask=True, dtype="float16")
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", relax.TensorType((B, KVH, G, S, D), "float16"))
+    k = relax.Var("k", relax.TensorType((B, KVH, T, D), "float16"))
+    v = relax.Var("v", relax.TensorType((B, KVH, T, D), "float16"))
+    m = relax.Var("m", relax.TensorType((S, T), "float16"))
+    op = relax.op
+    with bb.function("main", [q, k, v, m]):
+        with bb.dataflow():
+            kt = bb.emit(op.expand_dims(op.permute_dims(k, [0, 1, 3, 2]), 2))
+            s = bb.emit(op.multiply(op.matmul(op.astype(q, "float32"), op.astype(kt, "float32")),
+                                    relax.const(1.0 / math.sqrt(D), "float32")))
+            s = bb.emit(op.add(s, op.astype(m, "float32")))
+            p = bb.emit(op.nn.softmax(s, axis=-1))
+            o = bb.emit(op.matmul(p, op.astype(op.expand_dims(v, 2), "float32")))
+            out = bb.emit_output(op.astype(o, "float16"))
+        bb.emit_func_output(out)
+    mod = tvm.IRModule(bb.get().functions)
+    args = inputs(e, seed=8, mask_fill=-65504.0)
+    vm = relax.VirtualMachine(reference_build(mod), tvm.cpu())
+    want = vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
+    found = plans(e, 16)
+    for plan in spread([p for p in found if p.F("j") > 1 or OpLayout(e, p).S["j"] > 1], 6):
+        out, _ = run(e, plan, args)
+        np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), atol=2e-3, rtol=2e-3)
