@@ -303,3 +303,38 @@ def test_against_tvm_llvm_build_of_the_unfused_relax_chain() -> None:
     for plan in spread([p for p in found if p.F("j") > 1 or OpLayout(e, p).S["j"] > 1], 6):
         out, _ = run(e, plan, args)
         np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), atol=2e-3, rtol=2e-3)
+
+
+def test_output_with_heads_merged_into_features() -> None:
+    """The output written ``[batch, rows, heads * features]`` (a transpose and reshape
+    folded into the operator, as a model feeds its output projection): heads split, the
+    merged inner axis (the features) whole on every core."""
+    from dataclasses import replace
+
+    from runtime_sim.contract.expr import AffineIndex
+
+    e = attention_expr(5, 9, 4, batch=(2, 3), mask=True)
+    H, D = 3, 4
+    merged = AffineIndex((("b1", D), ("d", 1)))
+    out = replace(e.output, shape=(2, 5, H * D),
+                  indices=(AffineIndex.of_axis("b0"), AffineIndex.of_axis("i"), merged))
+    e = replace(e, output=out)
+    args = inputs(e, seed=9)
+    ref = attention_reference(*args[:3], mask=args[3]).transpose(0, 2, 1, 3).reshape(2, 5, H * D)
+    found = [p for p in plans(e, 16) if p.F("d") == 1]
+    assert any(p.F("b1") > 1 and OpLayout(e, p).S["j"] > 1 for p in found)
+    check(e, spread(found, 30), args, ref, atol=2e-6)
+
+
+def test_epilogue_maps_the_normalized_output() -> None:
+    """The epilogue sees ``o / l`` (the softmax-weighted sum), not the running output."""
+    from dataclasses import replace
+
+    e = replace(attention_expr(4, 10, 4, mask=True),
+                epilogue={"op": "add", "args": [{"op": "mul", "args": [{"op": "result"},
+                                                                      {"op": "const", "value": 2.0}]},
+                                                {"op": "const", "value": 1.0}]})
+    args = inputs(e, seed=10)
+    ref = 2 * attention_reference(*args[:3], mask=args[3]) + 1
+    check(e, [ExecutionPlan({"j": 3, "i": 2}, ({}, {}, {}, {}, {})),
+              ExecutionPlan({}, ({}, {}, {}, {}, {}))], args, ref, atol=4e-6)
