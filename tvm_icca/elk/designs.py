@@ -159,7 +159,11 @@ def _static_sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> list[Draft
                 drafts.append(Draft(list(ex), pc, order, hz, f"static {reserved} B {name}"))
     return drafts
 
-def _best(cands: Sequence[ElkSchedule]) -> ElkSchedule:
+def _best(cands: Sequence[ElkSchedule], finalists: list[ElkSchedule] | None = None
+          ) -> ElkSchedule:
+    """The fastest of ``cands`` on the estimate; each is added to ``finalists`` (when given)."""
+    if finalists is not None:
+        finalists.extend(cands)
     return min(cands, key=lambda s: s.total_s)     # first wins ties: candidates listed by preference
 
 
@@ -242,7 +246,8 @@ def _stretches(ops, machine, memo, stats, rc, perm, on_step: OnStep = None) -> l
 
 
 def _plan_dyn(ops, machine, memo, stats, on_step: OnStep = None, group: bool = True,
-              evaluations: Evaluations | None = None) -> ElkSchedule:
+              evaluations: Evaluations | None = None,
+              finalists: list[ElkSchedule] | None = None) -> ElkSchedule:
     """§4.2 + §4.3 in execution order: the recurrence at each contention price, and Static's
     schedule, the best refined on the cut model (:func:`~tvm_icca.elk.refine.refine`), then
     once more on the whole model (:func:`~tvm_icca.elk.refine.local_search`): the cut model does
@@ -260,7 +265,7 @@ def _plan_dyn(ops, machine, memo, stats, on_step: OnStep = None, group: bool = T
             cands.append(s)
     cands.append(replace(_plan_static(ops, machine, stats, on_step), design="elk-dyn"))
     refining = _stage(on_step, "refining")
-    refined = refine(ops, machine, _best(cands), refining, group_pieces=group,
+    refined = refine(ops, machine, _best(cands, finalists), refining, group_pieces=group,
                      evaluations=evaluations)
     return local_search(ops, machine, refined, refining, group_pieces=group,
                         evaluations=evaluations)
@@ -333,9 +338,22 @@ def _reordered_points(ops, machine, rc: _Reorder, sched: ElkSchedule,
                                             group_pieces=group, evaluations=evaluations)]
 
 
+def reorder_at_points(ops: Sequence[OpTradeoffs], machine: ElkMachine, sched: ElkSchedule, *,
+                      on_step: OnStep = None, group_pieces: bool = True) -> ElkSchedule:
+    """Elk-Full's last change of order (§4.4): ``sched``'s points on every suffix-tree order
+    of ``ops``, the fastest refined if it beats ``sched`` (:func:`_reordered_points`), else
+    ``sched``. :mod:`tvm_icca.elk.period_reuse` runs it on the whole run, whose ranking of
+    the orders is not the cut's."""
+    rc = _reorder_candidates(ops, machine)
+    if rc is None:
+        return sched
+    return _best([sched] + _reordered_points(ops, machine, rc, sched, on_step, group_pieces))
+
+
 def _plan_full(ops, machine, memo, stats, on_step: OnStep = None, group: bool = True,
-               evaluations: Evaluations | None = None) -> ElkSchedule:
-    dyn = _plan_dyn(ops, machine, memo, stats, on_step, group, evaluations)
+               evaluations: Evaluations | None = None,
+               finalists: list[ElkSchedule] | None = None) -> ElkSchedule:
+    dyn = _plan_dyn(ops, machine, memo, stats, on_step, group, evaluations, finalists)
     rc, top = _screened(ops, machine, memo, stats, on_step)
     if rc is None:
         return replace(dyn, design="elk-full")
@@ -354,11 +372,12 @@ def _plan_full(ops, machine, memo, stats, on_step: OnStep = None, group: bool = 
                                              avg_position_displacement=reorder.order_displacement(order)))
                 cands.append(s)
         if cands:   # each order's best, refined: refinement reranks the orders
-            refined.append(refine(ops, machine, _best(cands), step, group_pieces=group,
+            refined.append(refine(ops, machine, _best(cands, finalists), step, group_pieces=group,
                                   evaluations=evaluations))
-    best = _best(refined)
+    best = _best(refined, finalists)
     # then every order at the refined points: refinement can favour an order the screen missed
-    best = _best([best] + _reordered_points(ops, machine, rc, best, on_step, group, evaluations))
+    best = _best([best] + _reordered_points(ops, machine, rc, best, on_step, group, evaluations),
+                 finalists)
     # once on the whole model (see _plan_dyn)
     best = local_search(ops, machine, best, _stage(on_step, "refining"), group_pieces=group,
                         evaluations=evaluations)
@@ -398,25 +417,33 @@ def _plan_ideal(ops, machine, memo, stats, on_step: OnStep = None) -> ElkSchedul
 
 
 def plan_preloads(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, *,
-                  on_step: OnStep = None, group_pieces: bool = True) -> ElkSchedule:
+                  on_step: OnStep = None, group_pieces: bool = True,
+                  finalists: list[ElkSchedule] | None = None) -> ElkSchedule:
     """Plan the preloads and executions of ``ops`` (execution order) with one of ``DESIGNS``;
     ``on_step(stage)`` after every candidate schedule estimated (the search runs for tens of
     seconds on a large LLM; :data:`~tvm_icca.elk.draft.OnStep`). ``group_pieces``: the
-    refinement's classes follow the nested repeats (:func:`~tvm_icca.elk.refine.local_search`)."""
+    refinement's classes follow the nested repeats (:func:`~tvm_icca.elk.refine.local_search`).
+    ``finalists``: when given, Elk-Dyn and Elk-Full add to it the schedule they return, then
+    every candidate they chose among on the estimate of ``ops`` (a search on a cut of a run
+    ranks them again on the run: :mod:`tvm_icca.elk.period_reuse`)."""
     if design not in DESIGNS:
         raise ValueError(f"unknown design {design!r}; one of {DESIGNS}")
     t0 = time.perf_counter()
     stats = PlanStats()
     memo: dict = {}     # window allocations, shared by every order tried in this call
     evaluations = Evaluations(ops)  # the refinements' candidates, shared likewise
+    chosen: list[ElkSchedule] | None = [] if finalists is not None else None
     if design == "basic":
         sched = finish_draft(ops, machine, design, _basic(ops, machine), stats, on_step)
     elif design == "static":
         sched = _plan_static(ops, machine, stats, on_step)
     elif design == "elk-dyn":
-        sched = _plan_dyn(ops, machine, memo, stats, on_step, group_pieces, evaluations)
+        sched = _plan_dyn(ops, machine, memo, stats, on_step, group_pieces, evaluations, chosen)
     elif design == "elk-full":
-        sched = _plan_full(ops, machine, memo, stats, on_step, group_pieces, evaluations)
+        sched = _plan_full(ops, machine, memo, stats, on_step, group_pieces, evaluations, chosen)
     else:
         sched = _plan_ideal(ops, machine, memo, stats, on_step)
+    if finalists is not None:
+        finalists.append(sched)
+        finalists.extend(chosen)
     return replace(sched, stats=replace(sched.stats, planning_s=time.perf_counter() - t0))
