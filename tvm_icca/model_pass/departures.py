@@ -14,8 +14,8 @@ loop after the region is planned:
    operator, the identical layers of one region) form a group; groups are tried with the
    most departure seconds first;
 3. a group whose first producer, searched with its departures, would leave none of them
-   in place is dropped; otherwise a trial plans the whole region again with the group's producers searched by their own
-   time plus the departures they do not leave in place
+   in place is dropped; otherwise a trial plans the whole region again with the group's
+   producers searched by their own time plus the departures they do not leave in place
    (:func:`~tvm_icca.plan_search.departure.plan_departing`), and the readers re-planned
    against the new layouts; it is kept only if the region's estimated time
    (:func:`region_estimate`: every operator's own time and arrivals, the search's own
@@ -174,6 +174,9 @@ def improve_departures(region: RegionOps, hw: HardwareSpec, hbm_names: frozenset
                 break
             tried.add(key)
             if not _may_depart(region, best, hw, hbm_names, group, caps, memo):
+                logger.debug("departures of %d operator(s) %s... (%.3g s): none left in place",
+                             len(group), sorted(group)[:1],
+                             sum(d.seconds for ds in group.values() for d in ds))
                 continue
             trials += 1
             departures = {**accepted, **group}

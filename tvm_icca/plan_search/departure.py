@@ -37,11 +37,13 @@ from tvm_icca.plan_search.hw_fields import search_key
 from tvm_icca.plan_search.mapping import Producer
 from tvm_icca.plan_search.plan_space import PlanBatch
 from tvm_icca.plan_search.search import (
+    MAX_BUDGETS_KEPT,
     PlannedOp,
     _mapped,
     _raise_nothing_fits,
     best_plan,
     in_place_inputs,
+    optimum_within,
     search_model,
 )
 from tvm_icca.plan_search.search_memo import SearchMemo, cache_or_new, plan_structure
@@ -184,8 +186,14 @@ def plan_departing(expr: TensorExpr, hw: HardwareSpec, departures: Sequence[Depa
         return PlannedOp(expr, plan, layout, AnalyticCostModel()(layout, hw), layout.memory_bytes_per_core())
 
     key = ("departing", expr.structure_key(views=False), search_key(hw), arriving, in_place,
-           departures, cap, budget)
-    result = memo.planned_once(key, search)
+           departures, cap)
+    searched = memo.planned(key) or ()
+    # the pieces of a split operator see budgets that differ by what the region holds: an
+    # optimum within a larger budget that fits this one is this one's (optimum_within)
+    result = optimum_within(searched, budget)
+    if result is None:
+        result = search()
+        memo.remember(key, (*searched[-MAX_BUDGETS_KEPT + 1:], (budget, result)))
     if result.expr != expr:  # same structure: this operator's tensor names
         result = dataclasses.replace(result, expr=expr, layout=OpLayout(expr, result.plan))
     return _mapped(result, hw, tuple(sorted(int(t) for t in hbm_inputs)), producers, cache,
