@@ -10,7 +10,7 @@ model; nothing else compiles regions.
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from tvm import relax
 
@@ -24,8 +24,10 @@ from runtime_sim.contract.program import DeviceProgram, OpProgram
 from schedules import template_for
 from schedules.base import compute_dtype
 from tvm_icca.lower.region import PendingOp, RegionOps, extract_region
+from tvm_icca.model_pass.departures import improve_departures
 from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.plan_search import CostModel, PlannedOp, plan_operator
+from tvm_icca.plan_search.departure import Departure, plan_departing
 from tvm_icca.plan_search.plan_hook import PlanRequest, planned_with_hook
 from tvm_icca.plan_search.vgm import plan_vgm_operator
 from tvm_icca.progress import Phase
@@ -144,8 +146,8 @@ def plan_split_region(
             phase.add(len(split.ops) - counted)
             counted = len(split.ops)
         try:
-            return split, plan_region(split, hw, cost_model, plan_cache, hbm_names, phase,
-                                      spread_held=spread)[0]
+            return split, plan_region_departing(split, hw, cost_model, plan_cache, hbm_names,
+                                                phase, spread_held=spread)[0]
         except PlanNotFoundError as err:
             name = err.operator
             failed = index.get(original_operator(name))
@@ -192,10 +194,30 @@ def _chain_of(split: RegionOps, name: str, failed: int,
                  if op <= failed and n == pieces), None)
 
 
+def plan_region_departing(
+    region: RegionOps, hw: HardwareSpec, cost_model: CostModel | None = None,
+    plan_cache: PlanCache | None = None, hbm_names: frozenset[str] = frozenset(),
+    phase: Phase | None = None, spread_held: bool = False,
+) -> tuple[list[OpProgram], list[int]]:
+    """:func:`plan_region`, then, in a compute-bound region planned with the default cost
+    model, its producers planned again with their readers' arrivals in view where that
+    shortens the region's estimated time (:func:`.departures.improve_departures`)."""
+    first = plan_region(region, hw, cost_model, plan_cache, hbm_names, phase, spread_held)
+    if cost_model is not None or not compute_bound(region, hw, hbm_names):
+        return first  # arrivals are not priced: nothing for a departure to save
+    memo = plan_cache.search if plan_cache is not None else None
+    return improve_departures(
+        region, hw, hbm_names, first,
+        lambda departures: plan_region(region, hw, None, plan_cache, hbm_names, None,
+                                       spread_held, departures),
+        memo, held_output_caps(region, hw) if spread_held else {})
+
+
 def plan_region(
     region: RegionOps, hw: HardwareSpec, cost_model: CostModel | None = None,
     plan_cache: PlanCache | None = None, hbm_names: frozenset[str] = frozenset(),
     phase: Phase | None = None, spread_held: bool = False,
+    departures: Mapping[str, tuple[Departure, ...]] | None = None,
 ) -> tuple[list[OpProgram], list[int]]:
     """Plan the operators in order, leaving room for intermediates that stay on chip.
 
@@ -207,7 +229,9 @@ def plan_region(
     Each operator's placement on the chips sees the layouts of the earlier operators whose
     outputs it reads (:func:`.plans.mapping.choose_core_order`). ``phase``: a step per
     operator planned. ``spread_held``: an output held while later operators run may take at
-    most :data:`HELD_SPREAD` times its even spread over the cores.
+    most :data:`HELD_SPREAD` times its even spread over the cores. ``departures``: per
+    operator name, its readers' arrivals its plan is searched with
+    (:func:`~tvm_icca.plan_search.departure.plan_departing`; default cost model only).
     """
     ops: list[OpProgram] = []
     layouts: dict[str, OpLayout] = {}  # output name -> its producer's layout
@@ -221,6 +245,10 @@ def plan_region(
         arriving = tuple(t for t, _ in producers) if priced else ()
 
         def search(cap: int | None) -> PlannedOp:
+            if departures and op.name in departures and cost_model is None:
+                return plan_departing(op.expr, hw, departures[op.name], budget, op.describe(),
+                                      plan_cache.search if plan_cache is not None else None,
+                                      hbm, producers, arriving, cap)
             return _search(op.expr, hw, cost_model, plan_cache, budget, op.describe(), hbm,
                            producers, arriving, cap)
 

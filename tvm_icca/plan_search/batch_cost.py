@@ -507,6 +507,21 @@ class ArrivalCostModel:
                 total = total - np.where(self._aligned(p, structure, F, xp, ft), parts[:, p.tensor], 0)
         return total / self.hw.link_bandwidth
 
+    def arrival(self, batch: PlanBatch) -> np.ndarray:
+        """Seconds per plan of ``batch`` its arriving inputs take to arrive: the term
+        :meth:`times` adds (inputs found in place free). The region planner prices its
+        producers' departures with it (:mod:`.departure`)."""
+        return self._arrival(batch.partition_bytes(), batch.structure, batch.F, batch.xp, batch.ft)
+
+    @staticmethod
+    def aligned(p: InPlace, structure: PlanStructure, F: np.ndarray, xp: np.ndarray | None = None,
+                ft: np.ndarray | None = None) -> np.ndarray:
+        """Rows whose partitions of ``p.tensor`` are the blocks ``p`` names, one per core,
+        unreplicated and unrotated (``xp``, ``ft``: narrowed further when given). For an
+        input, the plans that find it in place; for an output, the plans that leave it where
+        a reader finds it in place (:mod:`.departure`)."""
+        return ArrivalCostModel._aligned(p, structure, F, xp, ft)
+
     @staticmethod
     def _aligned(p: InPlace, structure: PlanStructure, F: np.ndarray, xp: np.ndarray | None,
                  ft: np.ndarray | None) -> np.ndarray:

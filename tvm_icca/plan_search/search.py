@@ -414,16 +414,7 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
         # below it can succeed (a trade-off ladder's failing rung, T10 §4.3.2)
         _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
     if default or _is_batch_model(cost_model):
-        model = AnalyticBatchModel(hw) if default else cost_model
-        if default and (arriving or expr.kind == "attention"):
-            # the device's reduction schedule prices a matmul's sum over many replicas of
-            # small partitions (prefill's P V over 8K keys) that T10's ring term
-            # under-estimates; its bound prunes a convolution's far larger plan space too
-            # weakly (ResNet-18 tiny on 5,888 cores: 4.6 s -> minutes), so only matmuls and
-            # attention (whose key splits are the same sum, statistics included)
-            model = ArrivalCostModel(model, arriving, hw,
-                                     device_reduction=expr.kind in ("matmul", "attention"),
-                                     in_place=in_place)
+        model = search_model(expr, hw, arriving, in_place) if default else cost_model
         best = best_plan(structure, model, budget, hw.num_cores, cache=cache, output_cap=output_cap)
         if best is None:
             _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
@@ -436,6 +427,25 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
             cost = (cost_model or AnalyticCostModel())(layout, hw) if default else _batch_cost(model, best)
         return PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
     return _rerank(structure, hw, cost_model, budget, label, cache, output_cap)
+
+
+def search_model(expr: TensorExpr, hw: HardwareSpec, arriving: tuple[int, ...] = (),
+                 in_place: tuple[InPlace, ...] = ()) -> BatchCostModel:
+    """The batch model :func:`plan_operator` searches with by default: the analytic model,
+    with the ``arriving`` inputs priced (:class:`.batch_cost.ArrivalCostModel`) when there
+    are any. The region planner scores its plans with the same model (departure pricing,
+    :mod:`.departure`)."""
+    model = AnalyticBatchModel(hw)
+    if not arriving and expr.kind != "attention":
+        return model
+    # the device's reduction schedule prices a matmul's sum over many replicas of small
+    # partitions (prefill's P V over 8K keys) that T10's ring term under-estimates; its
+    # bound prunes a convolution's far larger plan space too weakly (ResNet-18 tiny on
+    # 5,888 cores: 4.6 s -> minutes), so only matmuls and attention (whose key splits are
+    # the same sum, statistics included)
+    return ArrivalCostModel(model, arriving, hw,
+                            device_reduction=expr.kind in ("matmul", "attention"),
+                            in_place=in_place)
 
 
 def in_place_inputs(producers: Sequence[Producer], arriving: Sequence[int],
