@@ -1,5 +1,6 @@
 """First-stage plan search: every chosen plan is valid, fits SRAM and is costed sensibly."""
 
+import dataclasses
 import math
 
 import pytest
@@ -247,3 +248,82 @@ def test_step_filter_keeps_every_plan_that_fits_and_beats_the_limit(exprs, build
         assert keep[wanted].all()
         if share == 0.0:
             assert not keep.all()
+
+
+# -- chip-aware choice (issue 41) -----------------------------------------------------------------
+def _feed_program(hw, prod, p_plan, cons, c_plan, weight: bool):
+    """Y = X + b (``prod`` in ``p_plan``), then ``cons`` reads Y in ``c_plan`` (and, with
+    ``weight``, its second input W from HBM)."""
+    from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+
+    decls = (TensorDecl("X", prod.inputs[0].shape, "float32", "host"),
+             TensorDecl("b", prod.inputs[1].shape, "float32", "host"))
+    second = ("W",) if weight else ()
+    if weight:
+        decls += (TensorDecl("W", cons.inputs[1].shape, "float32", "hbm"),)
+    ops = (OpProgram("op0", prod, p_plan, ("X", "b"), "Y"),
+           OpProgram("op1", cons, c_plan, ("Y",) + second, "Z"))
+    return DeviceProgram("r0", hw.to_dict(), decls, ("Z",), ops)
+
+
+@pytest.mark.parametrize("chips", [2, 4])
+def test_chip_aware_inter_chip_bytes_agree_with_the_timing_simulator(exprs, chips) -> None:
+    """The bytes the chip-aware search prices as crossing chips (:func:`mapping_cost`: the
+    rotations' shifts from another chip and the re-layout from the producer) are the bytes the
+    timing simulator sends over the inter-chip fabric, for plans whose rings and re-layouts
+    cross chips, on two and four chips (the chosen plans:
+    :func:`test_chip_aware_search_picks_a_plan_the_simulator_confirms_faster`)."""
+    from runtime_sim.timing import simulate_timing
+    from tvm_icca.plan_search.mapping import mapping_cost, rotation_inter_chip_bytes
+
+    hw = small_chip(16, 256 * 1024, num_chips=chips, inter_chip_bandwidth=2e9, hbm_bandwidth=1e12,
+                    hbm_controllers=chips)
+    prod, cons = exprs.bias_add(16, 256), exprs.matmul(16, 256, 16)
+    p_plan = ExecutionPlan({"i": 1, "j": 16}, ({}, {}, {}))  # chips hold column blocks of Y
+    producer = OpLayout(prod, p_plan, hw.cores_per_chip)
+    ring = ExecutionPlan({"m": 16}, ({}, {"k": 16}, {}))  # B rotates in one ring over all chips
+    rows = ExecutionPlan({"m": 4, "n": 4}, ({}, {}, {}))  # re-lays Y out by rows
+    rotations = relayouts = 0.0
+    for plan in (ring, rows, dataclasses.replace(rows, core_order=("n", "m", "k"))):
+        layout = OpLayout(cons, plan, hw.cores_per_chip)
+        assert layout.replicas(2) == 1  # no partial sums: rotations and re-layouts only
+        estimate = mapping_cost(layout, hw, (1,), ((0, producer),)).inter_chip_bytes
+        report = simulate_timing([_feed_program(hw, prod, p_plan, cons, plan, True)])
+        assert report.per_op[1].inter_chip_bytes == pytest.approx(estimate, rel=1e-12)
+        rotated = rotation_inter_chip_bytes(layout, hw.cores_per_chip)
+        rotations, relayouts = rotations + rotated, relayouts + estimate - rotated
+    assert rotations > 0 and relayouts > 0  # both kinds were compared
+
+
+@pytest.mark.parametrize("chips", [2, 4])
+def test_chip_aware_search_picks_a_plan_the_simulator_confirms_faster(exprs, chips) -> None:
+    """A row sum reads a producer's output that the chips hold in column blocks. The
+    chip-unaware optimum splits the rows over all cores, so three quarters (four chips) or
+    half (two) of the data crosses chips however it is numbered; the chip-aware search takes
+    a plan that reads the columns where they are and sums them across cores. The timing
+    simulator confirms it: fewer bytes cross chips and the operator is faster. On one chip
+    the search's plan is unchanged."""
+    from runtime_sim.timing import simulate_timing
+    from tvm_icca.plan_search.mapping import choose_core_order, mapping_cost
+    from tvm_icca.plan_search.search import _search
+    from tvm_icca.plan_search.search_memo import SearchMemo
+
+    hw = small_chip(16, 256 * 1024, num_chips=chips, inter_chip_bandwidth=2e9)
+    prod, cons = exprs.bias_add(32, 128), exprs.row_sum(32, 128)
+    p_plan = ExecutionPlan({"i": 1, "j": 16}, ({}, {}, {}))
+    producer = OpLayout(prod, p_plan, hw.cores_per_chip)
+    feeds = ((0, producer),)
+    aware = plan_operator(cons, hw, producers=feeds).plan
+    optimum = _search(cons, hw, None, hw.usable_sram_bytes, "sum", SearchMemo(), True).plan
+    unaware = choose_core_order(cons, optimum, hw, producers=feeds)  # the mapping alone
+    assert aware.op_partition != unaware.op_partition
+    runs = [simulate_timing([_feed_program(hw, prod, p_plan, cons, p, False)]).per_op[1]
+            for p in (aware, unaware)]
+    assert runs[0].inter_chip_bytes < runs[1].inter_chip_bytes
+    assert runs[0].end_s - runs[0].start_s < runs[1].end_s - runs[1].start_s
+    for plan, run in zip((aware, unaware), runs):  # and the estimate counts what the device sends
+        layout = OpLayout(cons, plan, hw.cores_per_chip)
+        assert mapping_cost(layout, hw, (), feeds).inter_chip_bytes == pytest.approx(run.inter_chip_bytes)
+    one_chip = small_chip(16, 256 * 1024)
+    assert (plan_operator(cons, one_chip, producers=((0, OpLayout(prod, p_plan)),)).plan
+            == _search(cons, one_chip, None, one_chip.usable_sram_bytes, "sum", SearchMemo(), True).plan)

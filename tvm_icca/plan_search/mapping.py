@@ -272,17 +272,25 @@ def placement_bytes(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
     return out
 
 
-def pick_placement(plan: ExecutionPlan, placements: Sequence[Placement], hw: HardwareSpec,
-                   hbm_inputs: Sequence[int] = ()) -> ExecutionPlan:
+def best_placement(plan: ExecutionPlan, placements: Sequence[Placement], hw: HardwareSpec,
+                   hbm_inputs: Sequence[int] = ()) -> tuple[ExecutionPlan, float, float]:
     """The cheapest of ``placements`` (:func:`placement_bytes` of ``plan``) on ``hw``'s
-    bandwidths; ties keep the earlier candidate (the expression's own order, contiguous)."""
-    best, best_s = plan, None
+    bandwidths (:func:`mapping_cost`'s ``time_s``: the busiest chip's HBM reads and the
+    bytes crossing chips), with its HBM and inter-chip seconds; ties keep the earlier
+    candidate (the expression's own order, contiguous). ``(plan, 0, 0)`` without candidates."""
+    best, best_s, parts = plan, None, (0.0, 0.0)
     for candidate, hbm_max, inter in placements:
         hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs)
         cost = hbm_s + inter_s
         if best_s is None or cost < best_s * (1 - 1e-9):
-            best, best_s = candidate, cost
-    return best
+            best, best_s, parts = candidate, cost, (hbm_s, inter_s)
+    return best, float(parts[0]), float(parts[1])
+
+
+def pick_placement(plan: ExecutionPlan, placements: Sequence[Placement], hw: HardwareSpec,
+                   hbm_inputs: Sequence[int] = ()) -> ExecutionPlan:
+    """The cheapest of ``placements`` (:func:`best_placement`)."""
+    return best_placement(plan, placements, hw, hbm_inputs)[0]
 
 
 def choose_core_order(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
