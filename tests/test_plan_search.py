@@ -297,33 +297,34 @@ def test_chip_aware_inter_chip_bytes_agree_with_the_timing_simulator(exprs, chip
 
 @pytest.mark.parametrize("chips", [2, 4])
 def test_chip_aware_search_picks_a_plan_the_simulator_confirms_faster(exprs, chips) -> None:
-    """A row sum reads a producer's output that the chips hold in column blocks. The
-    chip-unaware optimum splits the rows over all cores, so three quarters (four chips) or
-    half (two) of the data crosses chips however it is numbered; the chip-aware search takes
-    a plan that reads the columns where they are and sums them across cores. The timing
-    simulator confirms it: fewer bytes cross chips and the operator is faster. On one chip
-    the search's plan is unchanged."""
+    """A bias add reads a producer's output that the chips hold in row blocks (its bias from
+    HBM). The chip-unaware optimum splits the columns over all cores, so most of the data
+    crosses chips however it is numbered; the chip-aware search takes the plan that reads
+    the producer's blocks where they are. The timing simulator confirms it: fewer bytes cross
+    chips and the operator is faster, and the estimate counts the bytes the simulator sends.
+    On one chip the search's plan is unchanged."""
     from runtime_sim.timing import simulate_timing
     from tvm_icca.plan_search.mapping import choose_core_order, mapping_cost
     from tvm_icca.plan_search.search import _search
     from tvm_icca.plan_search.search_memo import SearchMemo
 
-    hw = small_chip(16, 256 * 1024, num_chips=chips, inter_chip_bandwidth=2e9)
-    prod, cons = exprs.bias_add(32, 128), exprs.row_sum(32, 128)
-    p_plan = ExecutionPlan({"i": 1, "j": 16}, ({}, {}, {}))
+    hw = small_chip(16, 256 * 1024, num_chips=chips, inter_chip_bandwidth=2e9, hbm_bandwidth=1e12,
+                    hbm_controllers=chips)
+    prod, cons = exprs.bias_add(64, 32), exprs.bias_add(64, 32)
+    p_plan = ExecutionPlan({"i": 4, "j": 4}, ({}, {}, {}))
     producer = OpLayout(prod, p_plan, hw.cores_per_chip)
     feeds = ((0, producer),)
-    aware = plan_operator(cons, hw, producers=feeds).plan
-    optimum = _search(cons, hw, None, hw.usable_sram_bytes, "sum", SearchMemo(), True).plan
-    unaware = choose_core_order(cons, optimum, hw, producers=feeds)  # the mapping alone
+    aware = plan_operator(cons, hw, producers=feeds, hbm_inputs=(1,)).plan
+    optimum = _search(cons, hw, None, hw.usable_sram_bytes, "add", SearchMemo(), True).plan
+    unaware = choose_core_order(cons, optimum, hw, (1,), feeds)  # the mapping alone
     assert aware.op_partition != unaware.op_partition
-    runs = [simulate_timing([_feed_program(hw, prod, p_plan, cons, p, False)]).per_op[1]
+    runs = [simulate_timing([_feed_program(hw, prod, p_plan, cons, p, True)]).per_op[1]
             for p in (aware, unaware)]
     assert runs[0].inter_chip_bytes < runs[1].inter_chip_bytes
     assert runs[0].end_s - runs[0].start_s < runs[1].end_s - runs[1].start_s
     for plan, run in zip((aware, unaware), runs):  # and the estimate counts what the device sends
         layout = OpLayout(cons, plan, hw.cores_per_chip)
-        assert mapping_cost(layout, hw, (), feeds).inter_chip_bytes == pytest.approx(run.inter_chip_bytes)
-    one_chip = small_chip(16, 256 * 1024)
-    assert (plan_operator(cons, one_chip, producers=((0, OpLayout(prod, p_plan)),)).plan
-            == _search(cons, one_chip, None, one_chip.usable_sram_bytes, "sum", SearchMemo(), True).plan)
+        assert mapping_cost(layout, hw, (1,), feeds).inter_chip_bytes == pytest.approx(run.inter_chip_bytes)
+    one_chip = small_chip(16, 256 * 1024, hbm_bandwidth=1e12, hbm_controllers=1)
+    assert (plan_operator(cons, one_chip, producers=((0, OpLayout(prod, p_plan)),), hbm_inputs=(1,)).plan
+            == _search(cons, one_chip, None, one_chip.usable_sram_bytes, "add", SearchMemo(), True).plan)
