@@ -328,3 +328,28 @@ def test_chip_aware_search_picks_a_plan_the_simulator_confirms_faster(exprs, chi
     one_chip = small_chip(16, 256 * 1024, hbm_bandwidth=1e12, hbm_controllers=1)
     assert (plan_operator(cons, one_chip, producers=((0, OpLayout(prod, p_plan)),), hbm_inputs=(1,)).plan
             == _search(cons, one_chip, None, one_chip.usable_sram_bytes, "add", SearchMemo(), True).plan)
+
+
+def test_fastest_rows_are_the_k_fastest_rows_of_the_whole_space(exprs) -> None:
+    """``fastest_rows`` (the chip-aware choice's shortlist) returns each of the ``k`` fastest
+    F_op rows' fastest plan, as scoring every plan of the space finds them; ``k = 1`` is the
+    search's optimum."""
+    import numpy as np
+
+    from tvm_icca.plan_search.batch_cost import AnalyticBatchModel
+    from tvm_icca.plan_search.search import fastest_rows, scan
+
+    hw = small_chip(16, 16 * 1024)
+    expr = exprs.matmul(32, 64, 48)
+    structure, model = plan_structure(expr), AnalyticBatchModel(hw)
+    best: dict[bytes, float] = {}
+    for scored in scan(structure, model, hw.num_cores, None, hw.usable_sram_bytes):
+        for F, t in zip(scored.batch.F, scored.time):
+            best[F.tobytes()] = min(best.get(F.tobytes(), math.inf), float(t))
+    k = 5
+    found = fastest_rows(structure, model, hw.usable_sram_bytes, hw.num_cores, k)
+    assert len(found) == k
+    np.testing.assert_allclose(found.time, sorted(best.values())[:k], rtol=1e-12)
+    for F, t in zip(found.batch.F, found.time):
+        assert best[F.tobytes()] == pytest.approx(float(t), rel=1e-12)
+    assert found.time[0] == pytest.approx(plan_operator(expr, hw).time_s, rel=1e-12)

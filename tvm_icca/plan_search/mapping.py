@@ -41,7 +41,9 @@ simulator moves (:mod:`runtime_sim.timing`, whose geometry lives in
 The cheapest candidate wins; ties keep the expression's own order on contiguous cores, and a
 single-chip system keeps it always, so nothing changes there. Only the mapping is chosen
 here: the plan itself (``F_op``, temporal factors, loop order) comes from the exact search,
-whose cost model is chip-unaware.
+whose cost model is chip-unaware, and on several chips from the chip-aware choice among its
+fastest plans (:func:`.search.plan_operator`), which adds each plan's inter-chip seconds
+under its best placement (:func:`best_placement`) to its time.
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ bound exceeds the budget are never expanded.
 
 :func:`plan_operator` keeps its first-stage interface (``PlannedOp``) and is now the exact
 minimum-time plan under the budget for the analytic cost model (tests check it against brute
-force through :meth:`OpLayout.validate`).
+force through :meth:`OpLayout.validate`). On several chips it then weighs the bytes plans send
+across chips (:func:`_chip_aware`): among the optimum and the fastest plans of the fastest
+F_op rows (:func:`fastest_rows`), the least time plus inter-chip seconds wins.
 """
 
 from __future__ import annotations
@@ -350,7 +352,9 @@ def plan_operator(
     plans within the budget and its fastest fitting plans (such a model cannot be bounded,
     so the complete space is not scored with it). On a multi-chip system the plan's mapping
     to physical cores (``core_order`` and ``chips``) is then chosen near the operator's HBM
-    inputs and producers (:func:`.mapping.choose_core_order`).
+    inputs and producers (:func:`.mapping.choose_core_order`); with the default model the
+    plan itself is chosen there too, among the search's fastest, by its time plus the seconds
+    its bytes take across chips (``_chip_aware``).
 
     Parameters
     ----------
