@@ -1,5 +1,6 @@
 """First-stage plan search: every chosen plan is valid, fits SRAM and is costed sensibly."""
 
+import dataclasses
 import math
 
 import pytest
@@ -299,3 +300,108 @@ def test_attention_estimate_is_the_simulated_time(shape, budget_share) -> None:
     assert planned.time_s == pytest.approx(simulated, rel=0.05)
     if budget_share < 1:  # the tight budget is met by rotating keys and values
         assert planned.layout.S["j"] > 1
+
+
+# -- chip-aware choice (issue 41) -----------------------------------------------------------------
+def _feed_program(hw, prod, p_plan, cons, c_plan, weight: bool):
+    """Y = X + b (``prod`` in ``p_plan``), then ``cons`` reads Y in ``c_plan`` (and, with
+    ``weight``, its second input W from HBM)."""
+    from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+
+    decls = (TensorDecl("X", prod.inputs[0].shape, "float32", "host"),
+             TensorDecl("b", prod.inputs[1].shape, "float32", "host"))
+    second = ("W",) if weight else ()
+    if weight:
+        decls += (TensorDecl("W", cons.inputs[1].shape, "float32", "hbm"),)
+    ops = (OpProgram("op0", prod, p_plan, ("X", "b"), "Y"),
+           OpProgram("op1", cons, c_plan, ("Y",) + second, "Z"))
+    return DeviceProgram("r0", hw.to_dict(), decls, ("Z",), ops)
+
+
+@pytest.mark.parametrize("chips", [2, 4])
+def test_chip_aware_inter_chip_bytes_agree_with_the_timing_simulator(exprs, chips) -> None:
+    """The bytes the chip-aware search prices as crossing chips (:func:`mapping_cost`: the
+    rotations' shifts from another chip and the re-layout from the producer) are the bytes the
+    timing simulator sends over the inter-chip fabric, for plans whose rings and re-layouts
+    cross chips, on two and four chips (the chosen plans:
+    :func:`test_chip_aware_search_picks_a_plan_the_simulator_confirms_faster`)."""
+    from runtime_sim.timing import simulate_timing
+    from tvm_icca.plan_search.mapping import mapping_cost, rotation_inter_chip_bytes
+
+    hw = small_chip(16, 256 * 1024, num_chips=chips, inter_chip_bandwidth=2e9, hbm_bandwidth=1e12,
+                    hbm_controllers=chips)
+    prod, cons = exprs.bias_add(16, 256), exprs.matmul(16, 256, 16)
+    p_plan = ExecutionPlan({"i": 1, "j": 16}, ({}, {}, {}))  # chips hold column blocks of Y
+    producer = OpLayout(prod, p_plan, hw.cores_per_chip)
+    ring = ExecutionPlan({"m": 16}, ({}, {"k": 16}, {}))  # B rotates in one ring over all chips
+    rows = ExecutionPlan({"m": 4, "n": 4}, ({}, {}, {}))  # re-lays Y out by rows
+    rotations = relayouts = 0.0
+    for plan in (ring, rows, dataclasses.replace(rows, core_order=("n", "m", "k"))):
+        layout = OpLayout(cons, plan, hw.cores_per_chip)
+        assert layout.replicas(2) == 1  # no partial sums: rotations and re-layouts only
+        estimate = mapping_cost(layout, hw, (1,), ((0, producer),)).inter_chip_bytes
+        report = simulate_timing([_feed_program(hw, prod, p_plan, cons, plan, True)])
+        assert report.per_op[1].inter_chip_bytes == pytest.approx(estimate, rel=1e-12)
+        rotated = rotation_inter_chip_bytes(layout, hw.cores_per_chip)
+        rotations, relayouts = rotations + rotated, relayouts + estimate - rotated
+    assert rotations > 0 and relayouts > 0  # both kinds were compared
+
+
+@pytest.mark.parametrize("chips", [2, 4])
+def test_chip_aware_search_picks_a_plan_the_simulator_confirms_faster(exprs, chips) -> None:
+    """A bias add reads a producer's output that the chips hold in row blocks (its bias from
+    HBM). The chip-unaware optimum splits the columns over all cores, so most of the data
+    crosses chips however it is numbered; the chip-aware search takes the plan that reads
+    the producer's blocks where they are. The timing simulator confirms it: fewer bytes cross
+    chips and the operator is faster, and the estimate counts the bytes the simulator sends.
+    On one chip the search's plan is unchanged."""
+    from runtime_sim.timing import simulate_timing
+    from tvm_icca.plan_search.mapping import choose_core_order, mapping_cost
+    from tvm_icca.plan_search.search import _search
+    from tvm_icca.plan_search.search_memo import SearchMemo
+
+    hw = small_chip(16, 256 * 1024, num_chips=chips, inter_chip_bandwidth=2e9, hbm_bandwidth=1e12,
+                    hbm_controllers=chips)
+    prod, cons = exprs.bias_add(64, 32), exprs.bias_add(64, 32)
+    p_plan = ExecutionPlan({"i": 4, "j": 4}, ({}, {}, {}))
+    producer = OpLayout(prod, p_plan, hw.cores_per_chip)
+    feeds = ((0, producer),)
+    aware = plan_operator(cons, hw, producers=feeds, hbm_inputs=(1,)).plan
+    optimum = _search(cons, hw, None, hw.usable_sram_bytes, "add", SearchMemo(), True).plan
+    unaware = choose_core_order(cons, optimum, hw, (1,), feeds)  # the mapping alone
+    assert aware.op_partition != unaware.op_partition
+    runs = [simulate_timing([_feed_program(hw, prod, p_plan, cons, p, True)]).per_op[1]
+            for p in (aware, unaware)]
+    assert runs[0].inter_chip_bytes < runs[1].inter_chip_bytes
+    assert runs[0].end_s - runs[0].start_s < runs[1].end_s - runs[1].start_s
+    for plan, run in zip((aware, unaware), runs):  # and the estimate counts what the device sends
+        layout = OpLayout(cons, plan, hw.cores_per_chip)
+        assert mapping_cost(layout, hw, (1,), feeds).inter_chip_bytes == pytest.approx(run.inter_chip_bytes)
+    one_chip = small_chip(16, 256 * 1024, hbm_bandwidth=1e12, hbm_controllers=1)
+    assert (plan_operator(cons, one_chip, producers=((0, OpLayout(prod, p_plan)),), hbm_inputs=(1,)).plan
+            == _search(cons, one_chip, None, one_chip.usable_sram_bytes, "add", SearchMemo(), True).plan)
+
+
+def test_fastest_rows_are_the_k_fastest_rows_of_the_whole_space(exprs) -> None:
+    """``fastest_rows`` (the chip-aware choice's shortlist) returns each of the ``k`` fastest
+    F_op rows' fastest plan, as scoring every plan of the space finds them; ``k = 1`` is the
+    search's optimum."""
+    import numpy as np
+
+    from tvm_icca.plan_search.batch_cost import AnalyticBatchModel
+    from tvm_icca.plan_search.search import fastest_rows, scan
+
+    hw = small_chip(16, 16 * 1024)
+    expr = exprs.matmul(32, 64, 48)
+    structure, model = plan_structure(expr), AnalyticBatchModel(hw)
+    best: dict[bytes, float] = {}
+    for scored in scan(structure, model, hw.num_cores, None, hw.usable_sram_bytes):
+        for F, t in zip(scored.batch.F, scored.time):
+            best[F.tobytes()] = min(best.get(F.tobytes(), math.inf), float(t))
+    k = 5
+    found = fastest_rows(structure, model, hw.usable_sram_bytes, hw.num_cores, k)
+    assert len(found) == k
+    np.testing.assert_allclose(found.time, sorted(best.values())[:k], rtol=1e-12)
+    for F, t in zip(found.batch.F, found.time):
+        assert best[F.tobytes()] == pytest.approx(float(t), rel=1e-12)
+    assert found.time[0] == pytest.approx(plan_operator(expr, hw).time_s, rel=1e-12)

@@ -463,6 +463,30 @@ class InPlace:
     order: tuple[int, ...] | None = None
 
 
+def in_place_rows(p: InPlace, structure: PlanStructure, F: np.ndarray,
+                  xp: np.ndarray | None = None, ft: np.ndarray | None = None) -> np.ndarray:
+    """Rows of ``F`` (narrowed by the padded extents ``xp`` and the temporal factors ``ft``
+    when given) whose partitions of ``p.tensor`` are its producer's blocks on the same cores."""
+    dims = structure.dims[p.tensor]
+    ok = np.ones(len(F), bool)
+    if len(dims) != len(p.block) or any(d[0] != "simple" for d in dims):
+        return ~ok
+    axes = [d[1] for d in dims]
+    if len(set(axes)) < len(axes):
+        return ~ok  # a diagonal read: its partitions are not the producer's blocks
+    if p.order is not None and [axes[d] for d in p.order] != sorted(axes):
+        return ~ok  # numbered row-major over the axes in order, not as the producer
+    # unreplicated: every axis the tensor lacks is not split
+    ok &= sharing_counts(structure, F)[:, p.tensor] == 1
+    for d, a in enumerate(axes):
+        ok &= F[:, a] == p.counts[d]
+        if xp is not None:
+            ok &= xp[:, a] == p.block[d]
+        if ft is not None:
+            ok &= ft[:, p.tensor, a] == 1
+    return ok
+
+
 class ArrivalCostModel:
     """The analytic batch model as the whole-model reconciliation needs it (T10 §4.3.2).
 
@@ -525,25 +549,7 @@ class ArrivalCostModel:
     @staticmethod
     def _aligned(p: InPlace, structure: PlanStructure, F: np.ndarray, xp: np.ndarray | None,
                  ft: np.ndarray | None) -> np.ndarray:
-        """Rows whose partitions of ``p.tensor`` are its producer's blocks on the same cores."""
-        dims = structure.dims[p.tensor]
-        ok = np.ones(len(F), bool)
-        if len(dims) != len(p.block) or any(d[0] != "simple" for d in dims):
-            return ~ok
-        axes = [d[1] for d in dims]
-        if len(set(axes)) < len(axes):
-            return ~ok  # a diagonal read: its partitions are not the producer's blocks
-        if p.order is not None and [axes[d] for d in p.order] != sorted(axes):
-            return ~ok  # numbered row-major over the axes in order, not as the producer
-        # unreplicated: every axis the tensor lacks is not split
-        ok &= sharing_counts(structure, F)[:, p.tensor] == 1
-        for d, a in enumerate(axes):
-            ok &= F[:, a] == p.counts[d]
-            if xp is not None:
-                ok &= xp[:, a] == p.block[d]
-            if ft is not None:
-                ok &= ft[:, p.tensor, a] == 1
-        return ok
+        return in_place_rows(p, structure, F, xp, ft)
 
     @property
     def _swaps_reduction(self) -> bool:

@@ -41,7 +41,9 @@ simulator moves (:mod:`runtime_sim.timing`, whose geometry lives in
 The cheapest candidate wins; ties keep the expression's own order on contiguous cores, and a
 single-chip system keeps it always, so nothing changes there. Only the mapping is chosen
 here: the plan itself (``F_op``, temporal factors, loop order) comes from the exact search,
-whose cost model is chip-unaware.
+whose cost model is chip-unaware, and on several chips from the chip-aware choice among its
+fastest plans (:func:`.search.plan_operator`), which adds each plan's inter-chip seconds
+under its best placement (:func:`best_placement`) to its time.
 """
 
 from __future__ import annotations
@@ -271,17 +273,25 @@ def placement_bytes(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
     return out
 
 
-def pick_placement(plan: ExecutionPlan, placements: Sequence[Placement], hw: HardwareSpec,
-                   hbm_inputs: Sequence[int] = ()) -> ExecutionPlan:
+def best_placement(plan: ExecutionPlan, placements: Sequence[Placement], hw: HardwareSpec,
+                   hbm_inputs: Sequence[int] = ()) -> tuple[ExecutionPlan, float, float]:
     """The cheapest of ``placements`` (:func:`placement_bytes` of ``plan``) on ``hw``'s
-    bandwidths; ties keep the earlier candidate (the expression's own order, contiguous)."""
-    best, best_s = plan, None
+    bandwidths (:func:`mapping_cost`'s ``time_s``: the busiest chip's HBM reads and the
+    bytes crossing chips), with its HBM and inter-chip seconds; ties keep the earlier
+    candidate (the expression's own order, contiguous). ``(plan, 0, 0)`` without candidates."""
+    best, best_s, parts = plan, None, (0.0, 0.0)
     for candidate, hbm_max, inter in placements:
         hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs)
         cost = hbm_s + inter_s
         if best_s is None or cost < best_s * (1 - 1e-9):
-            best, best_s = candidate, cost
-    return best
+            best, best_s, parts = candidate, cost, (hbm_s, inter_s)
+    return best, float(parts[0]), float(parts[1])
+
+
+def pick_placement(plan: ExecutionPlan, placements: Sequence[Placement], hw: HardwareSpec,
+                   hbm_inputs: Sequence[int] = ()) -> ExecutionPlan:
+    """The cheapest of ``placements`` (:func:`best_placement`)."""
+    return best_placement(plan, placements, hw, hbm_inputs)[0]
 
 
 def choose_core_order(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,

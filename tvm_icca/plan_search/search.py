@@ -14,7 +14,9 @@ bound exceeds the budget are never expanded.
 
 :func:`plan_operator` keeps its first-stage interface (``PlannedOp``) and is now the exact
 minimum-time plan under the budget for the analytic cost model (tests check it against brute
-force through :meth:`OpLayout.validate`).
+force through :meth:`OpLayout.validate`). On several chips it then weighs the bytes plans send
+across chips (:func:`_chip_aware`): among the optimum and the fastest plans of the fastest
+F_op rows (:func:`fastest_rows`), the least time plus inter-chip seconds wins.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from tvm_icca.plan_search.batch_cost import (
     ArrivalCostModel,
     BatchCostModel,
     InPlace,
+    in_place_rows,
 )
 from tvm_icca.plan_search.bounds import (
     memory_lower_bound,
@@ -48,14 +51,17 @@ from tvm_icca.plan_search.bounds import (
 from tvm_icca.plan_search.cost import AnalyticCostModel, CostModel, PlanCost
 from tvm_icca.plan_search.filters import PlanFilters
 from tvm_icca.plan_search.hw_fields import placement_key, search_key
+from tvm_icca.plan_search.intmath import ceil_div
 from tvm_icca.plan_search.mapping import (
+    Placement,
     Producer,
+    best_placement,
     pick_placement,
     placement_bytes,
     producer_key,
     producer_numbering,
 )
-from tvm_icca.plan_search.plan_space import StepCaps, StepFilter, plans_for
+from tvm_icca.plan_search.plan_space import PlanBatch, StepCaps, StepFilter, plans_for
 from tvm_icca.plan_search.scoring import (
     CHUNK_PLANS,
     ScoredPlans,
@@ -197,6 +203,73 @@ def steps_within(model: BatchCostModel, structure: PlanStructure, limit: float,
     return keep
 
 
+def fastest_rows(structure: PlanStructure, model: BatchCostModel, budget: float, max_cores: int,
+                 k: int, cache: SearchMemo | None = None, output_cap: float = math.inf,
+                 F: np.ndarray | None = None, rotating: bool = True,
+                 within: float = math.inf) -> ScoredPlans:
+    """The fastest plan of each of the ``k`` F_op rows whose fastest plans are fastest
+    (exact, as :func:`best_plan`, whose answer is the first of ``k = 1``), fastest first;
+    ``F``: only these rows (default: the whole space); ``rotating=False``: unrotated plans
+    only; ``within``: only plans faster than this. The same branch and bound prunes with the
+    ``k``-th row's time (or ``within``) in place of the incumbent's."""
+    cache = cache_or_new(cache)
+    F = candidate_partitions(structure, max_cores) if F is None else F
+    if math.isfinite(output_cap) and len(F):
+        F = F[partition_lower_bounds(structure, F)[:, -1] <= output_cap]
+    kept: dict[bytes, ScoredPlans] = {}
+
+    def limit() -> float:
+        times = sorted(float(v.time[0]) for v in kept.values())
+        return min(within, times[k - 1] if len(times) >= k else math.inf)
+
+    def absorb(scored: ScoredPlans) -> None:
+        cut = limit()
+        scored = scored.take(np.flatnonzero(scored.time < cut if cut == within else scored.time <= cut))
+        if not len(scored):
+            return
+        order = np.lexsort((scored.batch.cores, scored.memory, scored.time))
+        _, first = np.unique(scored.batch.F[order], axis=0, return_index=True)
+        rows = order[np.sort(first)][:k]  # each row's fastest, the k fastest of those
+        for i in rows:
+            row = scored.batch.F[i].tobytes()
+            held = kept.get(row)
+            if held is None or _better(scored.take(np.array([i])), held):
+                kept[row] = scored.take(np.array([i]))
+        for row in sorted(kept, key=lambda r: (float(kept[r].time[0]), float(kept[r].memory[0])))[k:]:
+            del kept[row]
+
+    if len(F):
+        bound = model.time_lower_bound(structure, F)
+        by_bound = np.argsort(bound, kind="stable")
+        for start in range(0, len(by_bound), CHUNK_PLANS):
+            rows = by_bound[start:start + CHUNK_PLANS]
+            rows = rows[bound[rows] < limit()]
+            if not len(rows):
+                break
+            rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
+            absorb(score(unrotated(structure, F[rows]), model, budget, None, output_cap))
+        if rotating:
+            rows = by_bound[: int(np.searchsorted(bound[by_bound], limit(), side="left"))]
+            rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
+            rot_bound = model.rotating_lower_bound(structure, F[rows], budget)
+            keep = rot_bound < limit()
+            rows, rot_bound = rows[keep], rot_bound[keep]
+            ranked = np.argsort(rot_bound, kind="stable")
+            rows, rot_bound = rows[ranked], rot_bound[ranked]
+            position = {int(r): i for i, r in enumerate(rows)}
+            caps = StepCaps(structure, F[rows], max_padding(None))
+            for group in plan_chunks(structure, F, rows, cache):
+                group = group[rot_bound[[position[int(r)] for r in group]] < limit()]
+                if not len(group):
+                    break
+                batch = plans_for(structure, F[group], True, max_padding(None), cache,
+                                  keep_steps=steps_within(model, structure, limit(), budget, output_cap),
+                                  caps=caps)
+                absorb(score(batch, model, budget, None, output_cap))
+    best = sorted(kept.values(), key=lambda v: (float(v.time[0]), float(v.memory[0])))
+    return ScoredPlans.concat(best, structure)
+
+
 def _argmin(scored: ScoredPlans) -> ScoredPlans | None:
     if not len(scored):
         return None
@@ -279,7 +352,9 @@ def plan_operator(
     plans within the budget and its fastest fitting plans (such a model cannot be bounded,
     so the complete space is not scored with it). On a multi-chip system the plan's mapping
     to physical cores (``core_order`` and ``chips``) is then chosen near the operator's HBM
-    inputs and producers (:func:`.mapping.choose_core_order`).
+    inputs and producers (:func:`.mapping.choose_core_order`); with the default model the
+    plan itself is chosen there too, among the search's fastest, by its time plus the seconds
+    its bytes take across chips (``_chip_aware``).
 
     Parameters
     ----------
@@ -361,6 +436,8 @@ def plan_operator(
                     cache.remember(key[:-1], (*budgets[-MAX_BUDGETS_KEPT + 1:], (budget, result)))
         if result.expr != expr:  # same structure: this operator's tensor names
             result = dataclasses.replace(result, expr=expr, layout=OpLayout(expr, result.plan))
+    if default and hw.num_chips > 1:
+        return _chip_aware(result, hw, budget, cache, hbm_inputs, producers, arriving, cap, in_place)
     return _mapped(result, hw, hbm_inputs, producers, cache,
                    tuple(p.tensor for p in in_place) if default and arriving else ())
 
@@ -479,18 +556,103 @@ def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
     if hw.num_chips <= 1:
         return result
     expr = result.expr
-    placements = None
-    if cache is not None:
-        key = ("placements", expr.structure_key(views=False), json.dumps(result.plan.to_dict(), sort_keys=True),
-               placement_key(hw), hbm_inputs, producer_key(producers), in_place)
-        placements = cache.planned_once(key, lambda: placement_bytes(
-            expr, result.plan, hw, hbm_inputs, producers, in_place))
-    else:
-        placements = placement_bytes(expr, result.plan, hw, hbm_inputs, producers, in_place)
+    placements = _placements(expr, result.plan, hw, hbm_inputs, producers, cache, in_place)
     plan = pick_placement(result.plan, placements, hw, hbm_inputs)
     if plan == result.plan:
         return result
     return dataclasses.replace(result, plan=plan, layout=OpLayout(expr, plan, hw.cores_per_chip))
+
+
+def _placements(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
+                producers: Sequence[Producer], cache: SearchMemo | None,
+                in_place: tuple[int, ...]) -> list[Placement]:
+    """:func:`.mapping.placement_bytes` of ``plan``, memoized in ``cache`` on what they depend
+    on (not on the bandwidths, :data:`.hw_fields.PLACEMENT_FIELDS`)."""
+    if cache is None:
+        return placement_bytes(expr, plan, hw, hbm_inputs, producers, in_place)
+    key = ("placements", expr.structure_key(views=False), json.dumps(plan.to_dict(), sort_keys=True),
+           placement_key(hw), hbm_inputs, producer_key(producers), in_place)
+    return cache.planned_once(key, lambda: placement_bytes(expr, plan, hw, hbm_inputs, producers, in_place))
+
+
+#: F_op rows whose fastest plans the chip-aware choice (:func:`_chip_aware`) weighs besides
+#: the search's optimum. The inter-chip bytes of a plan depend on its factorization, which
+#: the chip-unaware model barely tells apart among its fastest rows (a softmax's element-wise
+#: operators: dozens of rows within a few percent); a handful of them holds the aligned ones,
+#: and each costs its placements (about 0.1 s on 5,888 cores).
+CHIP_AWARE_ROWS = 8
+
+
+def _chip_aware(result: PlannedOp, hw: HardwareSpec, budget: int, cache: SearchMemo | None,
+                hbm_inputs: tuple[int, ...], producers: Sequence[Producer], arriving: tuple[int, ...],
+                output_cap: float, in_place: tuple[InPlace, ...]) -> PlannedOp:
+    """The plan of :func:`plan_operator` on several chips: among the search's optimum, the
+    fastest plans of its :data:`CHIP_AWARE_ROWS` fastest F_op rows and, per producer that left
+    its output in blocks one per core (:func:`in_place_inputs`), the fastest unrotated plan
+    that reads those blocks, the one whose time (the search's model) plus the seconds its best
+    placement (:func:`.mapping.best_placement`) sends bytes across chips -- its rotations'
+    shifts, re-layouts from its producers and partial sums, at ``hw.inter_chip_bandwidth``
+    (Elk §5) -- is least; ties keep the search's optimum. The HBM reads pick the placement
+    of each plan, as before, but not the plan: Elk's preloads overlap them with execution
+    (Elk §4.2), while the fabric's bytes hold up the operator that sends them. A candidate
+    whose output partition is larger than the optimum's is passed over: the region may hold
+    that output while later operators run, and their budgets would shrink (a prefill layer's
+    later searches then ran within a few KiB and took minutes). The reported time stays the
+    analytic model's of the plan chosen."""
+    expr = result.expr
+    memo = cache_or_new(cache)
+    structure = plan_structure(expr, memo)
+    model = search_model(expr, hw, arriving, in_place)
+    found = in_place_inputs(producers, tuple(t for t, _ in producers), mapped=True)
+    tensors = tuple(p.tensor for p in found)
+    own = float(model.times(PlanBatch.of_plan(structure, result.plan))[0][0])
+    mapped, _, inter_s = best_placement(
+        result.plan, _placements(expr, result.plan, hw, hbm_inputs, producers, cache, tensors), hw, hbm_inputs)
+    best = (own + inter_s, result.plan, mapped)
+    if inter_s > 0:  # (when nothing crosses chips there is nothing to gain)
+        # only plans faster than the optimum with its crossings can win: no placement sends
+        # fewer than no bytes
+        key = ("chip-aware rows", expr.structure_key(views=False), search_key(hw), arriving, in_place,
+               output_cap, budget, found, best[0])
+        shortlist = memo.planned_once(key, lambda: _chip_aware_rows(
+            structure, model, budget, hw, memo, output_cap, found, best[0]))
+        out = len(expr.tensors) - 1
+        held = result.layout.partition_bytes(out)
+        for plan, time_s in sorted(((p, t) for p, t in shortlist if p != result.plan), key=lambda c: c[1]):
+            if time_s >= best[0]:
+                break
+            if OpLayout(expr, plan).partition_bytes(out) > held:
+                continue  # its region holds the output while later operators run: keep their room
+            placements = _placements(expr, plan, hw, hbm_inputs, producers, cache, tensors)
+            candidate, _, inter_s = best_placement(plan, placements, hw, hbm_inputs)
+            if time_s + inter_s < best[0] * (1 - 1e-9):
+                best = (time_s + inter_s, plan, candidate)
+    _, plan, mapped = best
+    if plan == result.plan:
+        if mapped == result.plan:
+            return result
+        return dataclasses.replace(result, plan=mapped, layout=OpLayout(expr, mapped, hw.cores_per_chip))
+    layout = OpLayout(expr, plan)
+    return PlannedOp(expr, mapped, OpLayout(expr, mapped, hw.cores_per_chip), AnalyticCostModel()(layout, hw),
+                     layout.memory_bytes_per_core())
+
+
+def _chip_aware_rows(structure: PlanStructure, model: BatchCostModel, budget: int, hw: HardwareSpec,
+                     cache: SearchMemo, output_cap: float,
+                     found: tuple[InPlace, ...], within: float) -> list[tuple[ExecutionPlan, float]]:
+    """The candidates of :func:`_chip_aware` besides the optimum, faster than ``within``,
+    with their times."""
+    parts = [fastest_rows(structure, model, budget, hw.num_cores, CHIP_AWARE_ROWS, cache, output_cap,
+                          rotating=False, within=within)]
+    F = candidate_partitions(structure, hw.num_cores)
+    if len(F):
+        xp = ceil_div(structure.extents[None, :], F)
+        for p in found:
+            rows = F[in_place_rows(p, structure, F, xp)]
+            if len(rows):
+                parts.append(fastest_rows(structure, model, budget, hw.num_cores, 1, cache, output_cap,
+                                          F=rows, rotating=False, within=within))
+    return [(part.plan(i), float(part.time[i])) for part in parts for i in range(len(part))]
 
 
 def _is_batch_model(model: object) -> bool:
