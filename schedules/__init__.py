@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from runtime_sim.contract.op_kinds import OP_KINDS
+from schedules.attention import AttentionTemplate
 from schedules.base import (
     ComputeTemplate,
     ContractionRoles,
@@ -65,7 +66,7 @@ def _registry(templates: Iterable[ComputeTemplate]) -> dict[str, ComputeTemplate
 
 _TEMPLATES: dict[str, ComputeTemplate] = _registry((
     MatmulTemplate(), Conv2dTemplate(), DepthwiseConv2dTemplate(), ElementwiseTemplate(), ReduceTemplate(),
-    SoftmaxTemplate(), LayerNormTemplate(),
+    SoftmaxTemplate(), LayerNormTemplate(), AttentionTemplate(),
 ))
 
 

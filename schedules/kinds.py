@@ -43,6 +43,8 @@ def kind_of(op_names: Sequence[str], expr: TensorExpr | None = None) -> str:
     ``expr`` decides: a sum of products of two tensors is 'matmul' ('conv2d' when read
     through compound indices), any other reduction is 'reduce', the rest 'elementwise'.
     """
+    if expr is not None and expr.kind == "attention":  # the fused operator names itself
+        return "attention"
     names = set(op_names)
     for kind, ops in _KIND_RANK:
         if names.intersection(ops) and (expr is None or _kind_fits(kind, expr)):

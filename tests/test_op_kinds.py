@@ -24,7 +24,8 @@ def test_op_kinds_are_distinct_names():
 
 
 def _one_op_program(kind: str) -> DeviceProgram:
-    expr = dataclasses.replace(builders.bias_add(4, 6), kind=kind)
+    expr = builders.attention_expr(4, 6, 4) if kind == "attention" else \
+        dataclasses.replace(builders.bias_add(4, 6), kind=kind)
     op = OpProgram("add", expr, ExecutionPlan({}, ({},) * (len(expr.inputs) + 1)),
                    tuple(t.name for t in expr.inputs), expr.output.name)
     decls = tuple(TensorDecl(t.name, t.shape, t.dtype) for t in expr.inputs)

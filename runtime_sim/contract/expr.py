@@ -11,6 +11,7 @@ description; its ``body`` (and ``epilogue``) is a small expression tree of plain
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -42,7 +43,15 @@ BINARY_OPS = (
     "add", "sub", "mul", "div", "max", "min", "pow",
     "lt", "le", "gt", "ge", "eq", "ne", "and", "or",
 )
-REDUCE_COMBINERS = ("sum", "max", "min")
+#: Combiners of a ``reduce`` node (a core-local reduction inside an expression tree).
+NODE_COMBINERS = ("sum", "max", "min")
+#: Combiners of an operator's top-level reduction axes (:attr:`TensorExpr.combiner`):
+#: the node combiners, and ``"softmax"``, the fused attention operator's online softmax
+#: over its key axis (only with kind ``"attention"`` and the :data:`ATTENTION_NODE` body).
+REDUCE_COMBINERS = NODE_COMBINERS + ("softmax",)
+#: The body node of a fused attention operator, ``{"op": "attention", "args": [score,
+#: value]}``: ``softmax_j(score) @ value`` over the key axis (see :class:`TensorExpr`).
+ATTENTION_NODE = "attention"
 
 Expr = dict  # a JSON expression tree, see module docstring
 
@@ -258,6 +267,16 @@ class TensorExpr:
     each core reduces whole windows, while the output's spatial axes (read through the
     compound window index ``h*stride + kh - pad``) split like a convolution's.
     ``kind`` names the template in :mod:`schedules` that computes a sub-task on one core.
+
+    Kind ``"attention"`` (combiner ``"softmax"``) is the fused attention operator: its body
+    is ``{"op": "attention", "args": [score, value]}``, one top-level reduction axis ``j``
+    (the keys), and the output is ``epilogue(sum_j exp(s_j - m) value_j / sum_j exp(s_j - m))``
+    with ``s = score``, ``m = max_j s``: ``softmax_j(score) @ value``. ``score`` reads no
+    axis only ``value`` reads (the value features ``d``), ``value`` reads no core-local axis
+    (the head dimension ``k`` that ``score`` contracts). Cores run the online-softmax
+    recurrence over blocks of keys (Milakov & Gimelshein 2018; FlashAttention, Dao et al.
+    2022): :mod:`runtime_sim.contract.plan_rules` (:func:`~runtime_sim.contract.plan_rules.attention_roles`)
+    says what a plan may split.
     """
 
     kind: str
@@ -316,7 +335,13 @@ class TensorExpr:
         return tuple(inner)
 
     def flops(self) -> int:
-        """Multiply-accumulate work counted as 2 FLOP per body evaluation with reductions."""
+        """Multiply-accumulate work counted as 2 FLOP per body evaluation with reductions.
+
+        Attention counts its two products, ``2 |batch| |i| |j| (|k| + |d|)``: the scores'
+        ``2 |k|`` and the weighted sum's ``2 |d|`` per (row, key) pair (the exponentials are
+        not matrix-unit FLOPs)."""
+        if self.kind == "attention":
+            return _attention_flops(self)
         n = 1
         for a in self.axes:
             n *= a.extent
@@ -408,6 +433,56 @@ class TensorExpr:
         red = f" {self.combiner} over {','.join(self.reduce_axes)}" if self.reduce_axes else ""
         ins = " , ".join(acc(t) for t in self.inputs)
         return f"{self.kind}: {acc(self.output)} <- {ins}{red}"
+
+
+@dataclass(frozen=True)
+class AttentionRoles:
+    """The axes of an attention expression by role (see :class:`TensorExpr`).
+
+    ``key``: the top-level reduction axis ``j``; ``rows``: the spatial axes that are not
+    features (batch axes and query rows: one online-softmax state per position of them);
+    ``features``: the spatial axes only ``value`` reads (``d``); ``dot``: the core-local
+    axes (the head dimension ``k`` the score contracts)."""
+
+    key: str
+    rows: tuple[str, ...]
+    features: tuple[str, ...]
+    dot: tuple[str, ...]
+
+
+def attention_roles(expr: TensorExpr) -> AttentionRoles:
+    """:class:`AttentionRoles` of an attention expression (kind ``"attention"``, body
+    ``{"op": "attention", "args": [score, value]}``, one reduction axis): the one place
+    its roles are read off the expression."""
+    score, value = expr.body["args"]
+    score_axes = _expr_axes(score)
+    value_only = _expr_axes(value) - score_axes
+    spatial = [a.name for a in expr.axes if not a.reduce]
+    (key,) = expr.reduce_axes
+    return AttentionRoles(key, tuple(a for a in spatial if a not in value_only),
+                          tuple(a for a in spatial if a in value_only),
+                          tuple(a.name for a in expr.local_axes))
+
+
+def _attention_flops(expr: TensorExpr) -> int:
+    """``2 * |batch| * |i| * |j| * (|k| + |d|)`` of an attention expression: the score's
+    ``2 |k|`` and the weighted sum's ``2 |d|`` per (row, key) pair."""
+    roles = attention_roles(expr)
+    size = {a.name: a.extent for a in expr.axes + expr.local_axes}
+    rows = math.prod(size[a] for a in roles.rows) * size[roles.key]
+    return 2 * rows * (math.prod(size[a] for a in roles.dot)
+                       + math.prod(size[a] for a in roles.features))
+
+
+def _expr_axes(expr: Expr) -> set[str]:
+    """Every axis an expression tree reads (through loads and axis nodes)."""
+    found: set[str] = set()
+    for node in walk_expr(expr):
+        if node["op"] == "load":
+            found.update(a for i in node["index"] for a, _ in i.get("terms", ()))
+        elif node["op"] == "axis":
+            found.add(node["axis"])
+    return found
 
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8,

@@ -47,6 +47,8 @@ from runtime_sim.contract.layout_checks import check_layout
 from runtime_sim.contract.plan import ExecutionPlan, VgmPlan
 from runtime_sim.contract.plan_rules import (
     STAT_BYTES,
+    attention_scratch_bytes,
+    attention_state_bytes,
     local_splits,
     padded_extent,
     reduce_key,
@@ -316,8 +318,26 @@ class OpLayout:
         return int(np.prod(self.partition_shape(t), dtype=np.int64)) * dtype_bytes(access.dtype)
 
     def memory_bytes_per_core(self) -> int:
-        """Bytes of tensor partitions on each core (every core holds one of each tensor)."""
-        return sum(self.partition_bytes(t) for t in range(len(self.expr.tensors)))
+        """Bytes of tensor partitions on each core (every core holds one of each tensor), and
+        of an attention operator's online-softmax state and score scratch
+        (:meth:`extra_bytes_per_core`)."""
+        return sum(self.partition_bytes(t) for t in range(len(self.expr.tensors))) \
+            + self.extra_bytes_per_core()
+
+    def extra_bytes_per_core(self) -> int:
+        """SRAM per core beyond the partitions: for an attention operator its state beside
+        the output partition (:func:`attention_state_bytes`) and one step's scores
+        (:func:`attention_scratch_bytes`); 0 for other kinds."""
+        if self.expr.kind != "attention":
+            return 0
+        return attention_state_bytes(self.expr, self.xp) + attention_scratch_bytes(self.expr, self.rp)
+
+    def replica_bytes(self) -> int:
+        """Bytes one output replica sends when replicas are combined into ring 0: its output
+        partition, and for an attention operator its running max and sum per row."""
+        out = len(self.expr.tensors) - 1
+        state = attention_state_bytes(self.expr, self.xp) if self.expr.kind == "attention" else 0
+        return self.partition_bytes(out) + state
 
     def partition_start(self, t: int, p: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Global index of the first element of each core's partition, per dimension."""
@@ -459,7 +479,7 @@ class OpLayout:
         """Bytes sent to sum output replicas into ring 0 after the last step, plus those that
         combine the partial statistics of split core-local reductions (:meth:`combine_bytes`)."""
         out = len(self.expr.tensors) - 1
-        replica = self.num_cores // self.replicas(out) * (self.replicas(out) - 1) * self.partition_bytes(out)
+        replica = self.num_cores // self.replicas(out) * (self.replicas(out) - 1) * self.replica_bytes()
         return replica + self.combine_bytes()
 
     # -- split core-local reductions (local_splits) ----------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from runtime_sim.contract.errors import InvalidPlanError
-from runtime_sim.contract.plan_rules import local_splits, padding_safe_reduce, pinned_axes
+from runtime_sim.contract.plan_rules import fixed_axes, local_splits, padding_safe_reduce, pinned_axes
 
 
 def check_layout(layout: Any) -> None:
@@ -35,6 +35,10 @@ def check_layout(layout: Any) -> None:
             raise InvalidPlanError(
                 f"axis '{a}' splits core-local reductions: F_op[{a}]={layout.F[a]} must divide {layout.extent[a]}"
             )
+    for a in sorted(fixed_axes(expr)):
+        if layout.S[a] != 1:
+            raise InvalidPlanError(f"axis '{a}' of an attention operator may be split but not "
+                                   "rotated (only its key axis takes temporal factors)")
     if not padding_safe_reduce(expr):
         for a in expr.reduce_axes:
             if layout.F[a] * layout.xp[a] != layout.extent[a]:

@@ -4,7 +4,9 @@ An operator's kind (:attr:`runtime_sim.contract.expr.TensorExpr.kind`) names the
 template that computes it: how one core computes its sub-task of a compute-shift step (T10
 §4.4, the ``compute`` interface) -- on the matrix unit for a sum of products (``matmul``,
 ``conv2d``), on the vector unit otherwise (``depthwise_conv2d``, ``elementwise``, ``reduce``,
-and ``softmax`` / ``layer_norm`` with their core-local row statistics).
+and ``softmax`` / ``layer_norm`` with their core-local row statistics), and ``attention``,
+the fused ``softmax(score) @ value`` whose scores never leave a core (both units: the two
+products on the matrix unit, the online softmax on the vector unit).
 
 The list lives in the contract because both sides depend on it: the compiler's templates
 (the package ``schedules``) register against it -- building their registry refuses a
@@ -26,4 +28,5 @@ OP_KINDS: tuple[str, ...] = (
     "reduce",
     "softmax",
     "layer_norm",
+    "attention",
 )

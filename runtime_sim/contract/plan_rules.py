@@ -8,7 +8,10 @@ T10 §4.2 and §5 constrain plans by the operator's structure, before any plan e
   axis a plan may still split across cores, combined exactly afterwards;
 * :func:`split_reductions` / :func:`reduce_key` -- which combine each such split needs;
 * :func:`padding_safe_reduce` -- whether padding a reduction axis leaves its result exact;
-* :func:`padded_extent` -- the padded sub-operator extent of an axis.
+* :func:`padded_extent` -- the padded sub-operator extent of an axis;
+* :func:`fixed_axes` -- axes a plan may split but not rotate (attention's rows and features);
+* :func:`attention_state_bytes` / :func:`attention_scratch_bytes` -- the SRAM an attention
+  operator needs beyond its partitions (the online-softmax state and one step's scores).
 
 :class:`~runtime_sim.contract.layout.OpLayout` (what a plan means on the cores), the compiler's
 plan space (:mod:`tvm_icca.plan_search.structure`) and the validation read these, so the rules exist
@@ -24,6 +27,7 @@ from typing import Mapping
 from runtime_sim.contract.expr import (
     AffineIndex,
     TensorExpr,
+    attention_roles,
     expr_loads,
     load_index,
     walk_expr,
@@ -31,6 +35,10 @@ from runtime_sim.contract.expr import (
 
 #: bytes of one partial statistic combined across cores (computed in float32, COMPUTE_DTYPE)
 STAT_BYTES = 4
+#: bytes of one attention score held in a core's scratch during a step (float32, COMPUTE_DTYPE)
+SCORE_BYTES = 4
+#: the online-softmax statistics an attention operator keeps per row: running max and sum
+ATTENTION_STATS = 2
 
 
 def padded_extent(extent: int, parts: int, steps: int) -> int:
@@ -58,7 +66,8 @@ def pinned_axes(expr: TensorExpr) -> set[str]:
     local = {a.name for a in expr.local_axes}
     pinned: set[str] = set(expr.merged_inner_axes)
     # a max/min over top-level axes: its partial results could not be summed into ring 0
-    if expr.combiner != "sum":
+    # (attention's softmax combiner combines its replicas exactly: its key axis splits)
+    if expr.combiner in ("max", "min"):
         pinned.update(expr.reduce_axes)
     accesses: list[tuple[int, tuple[AffineIndex, ...]]] = []
     for node in expr_loads(expr.body) + expr_loads(expr.epilogue):
@@ -180,6 +189,36 @@ def split_reductions(expr: TensorExpr, follow: Mapping[str, str]) -> dict[str, t
     return found
 
 
+def fixed_axes(expr: TensorExpr) -> set[str]:
+    """Axes a plan may split across cores but on which no tensor rotates.
+
+    An attention operator keeps one online-softmax state per row of its output partition and
+    updates it once per block of keys (:func:`attention_state_bytes`): its blocks of rows
+    and features must stay on their cores for all steps, so only its key axis ``j`` takes
+    temporal factors (T10's rotation of K, V and the mask's blocks). Empty for other kinds.
+    """
+    if expr.kind != "attention":
+        return set()
+    return {a.name for a in expr.axes if a.name != attention_roles(expr).key}
+
+
+def attention_state_bytes(expr: TensorExpr, lengths: Mapping[str, int]) -> int:
+    """Bytes of the online-softmax state of an attention operator on one core whose output
+    partition spans ``lengths`` (axis -> length) of the rows: a running max and a running
+    sum (:data:`ATTENTION_STATS`, float32) per row. It sits beside the output partition
+    and travels with it when replicas are combined."""
+    rows = math.prod(int(lengths[a]) for a in attention_roles(expr).rows)
+    return ATTENTION_STATS * STAT_BYTES * rows
+
+
+def attention_scratch_bytes(expr: TensorExpr, rp: Mapping[str, int]) -> int:
+    """Bytes of one step's scores on a core of an attention operator: a ``rows x keys``
+    block of float32 scores (``rp``: the step's chunk length per axis). They never leave
+    the core: the probabilities overwrite them in place before the weighted sum."""
+    roles = attention_roles(expr)
+    return SCORE_BYTES * math.prod(int(rp[a]) for a in roles.rows + (roles.key,))
+
+
 def padding_safe_reduce(expr: TensorExpr) -> bool:
     """True when zero-padded inputs add nothing to the reduced sum.
 
@@ -189,8 +228,11 @@ def padding_safe_reduce(expr: TensorExpr) -> bool:
     long as the axis (matmul's ``B[k, n]``, a convolution's weight ``W[f, c, kh, kw]``). A
     body like ``exp(x)`` would add exp(0) = 1 per padded element, and a window read
     ``x[h*s + kh]`` alone (average pooling) would add real elements of the next window, so
-    their reduction axes must not be padded.
+    their reduction axes must not be padded. Attention's key axis may be padded: the cores
+    leave padded keys out of the softmax (their scores are ``-inf``).
     """
+    if expr.kind == "attention":
+        return True
     extent = {a.name: a.extent for a in expr.axes}
 
     def zero_when_padded(node: dict, axis: str) -> bool:

@@ -34,6 +34,12 @@ Expression trees (``TensorExpr.body`` / ``TensorExpr.epilogue``) are JSON dictio
     {"op": "select", "args": [cond, a, b]}
     {"op": "cast", "dtype": "float32", "args": [e]}
     {"op": "reduce", "combiner": "sum"|"max"|"min", "axes": [local axis names], "args": [e]}
+    {"op": "attention", "args": [score, value]}     # the whole body of kind "attention" only
+
+An ``attention`` body (kind ``"attention"``, combiner ``"softmax"``, one reduction axis: the
+keys ``j``) is ``softmax_j(score) @ value``: ``score`` reads the batch axes, the rows ``i``, the
+keys and the core-local head dimension it contracts; ``value`` reads the batch axes, the keys
+and the features ``d``, no core-local axis (:class:`~runtime_sim.contract.expr.TensorExpr`).
 """
 
 from __future__ import annotations

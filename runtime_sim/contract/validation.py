@@ -18,9 +18,11 @@ from typing import Any, Callable, Mapping
 
 from runtime_sim.contract.errors import DeviceProgramError, short_name
 from runtime_sim.contract.expr import (
+    ATTENTION_NODE,
     BINARY_OPS,
     DTYPE_BYTES,
     GATHER_MODES,
+    NODE_COMBINERS,
     REDUCE_COMBINERS,
     UNARY_OPS,
     AffineIndex,
@@ -330,7 +332,8 @@ def _check_op(op: OpProgram, tensors: _Tensors, scope: _ProgramScope) -> None:
     _check_plan(s, op.plan, "plan")
     if op.idle_plan is not None and op.idle_plan != IDLE_SPREAD:
         _check_plan(s, op.idle_plan, "idle_plan")
-    _check_tree(s, s.expr.body, "body", s.extents, epilogue=False)
+    for root, what in _body_trees(s):
+        _check_tree(s, root, what, s.extents, epilogue=False)
     if s.expr.epilogue is not None:
         # the epilogue runs once per output point: it reads the output's axes, not the reduced ones
         _check_tree(s, s.expr.epilogue, "epilogue", set(out_axes) | s.local, epilogue=True)
@@ -507,6 +510,52 @@ def _check_result(s: _OpScope) -> list[str]:
     return out_axes
 
 
+def _body_trees(s: _OpScope) -> list[tuple[Any, str]]:
+    """The body's trees to check node by node: the body itself, or an attention operator's
+    score and value, once the attention operator is well formed (kind ``"attention"``,
+    combiner ``"softmax"`` and the ``"attention"`` body node only together; one reduction
+    axis, the keys; a value that reads no core-local axis)."""
+    expr = s.expr
+    body = expr.body
+    node = body.get("op") if isinstance(body, Mapping) else None
+    uses = (expr.kind == "attention", expr.combiner == "softmax", node == ATTENTION_NODE)
+    if not any(uses):
+        return [(body, "body")]
+    if not all(uses):
+        raise s.bad(f"kind {quoted(expr.kind)}, combiner {quoted(expr.combiner)} and body op "
+                    f"{quoted(node)}: the fused attention operator needs kind 'attention', combiner "
+                    f"'softmax' and the '{ATTENTION_NODE}' body node together, and no other "
+                    "operator may use any of them")
+    args = body.get("args")
+    if not isinstance(args, (list, tuple)) or len(args) != 2:
+        raise s.bad(f"body: '{ATTENTION_NODE}' takes 2 arguments (score, value), got {quoted(args)}")
+    if len(expr.reduce_axes) != 1:
+        raise s.bad(f"an attention operator has one reduction axis (its keys), not "
+                    f"{list(expr.reduce_axes)}")
+    _check_tree(s, args[1], "attention value", s.extents, epilogue=False)
+    read = _tree_axes(args[1])
+    if read & s.local:
+        raise s.bad(f"attention value reads core-local axis {quoted(sorted(read & s.local)[0])}: "
+                    "only the score contracts the head dimension")
+    return [(args[0], "attention score")]
+
+
+def _tree_axes(root: Any) -> set[str]:
+    """Every axis a checked expression tree reads, through loads, axis nodes and reduces."""
+    found: set[str] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node["op"] == "load":
+            found.update(a for i in node["index"] for a, _ in i.get("terms", ()))
+        elif node["op"] == "axis":
+            found.add(node["axis"])
+        elif node["op"] == "reduce":
+            found.update(node["axes"])
+        stack.extend(node.get("args", ()))
+    return found
+
+
 # -- one operator: plans
 def _check_plan(s: _OpScope, plan: Any, what: str) -> None:
     """A VGM plan's tiles, or an execution plan's factors, on the operator's own axes."""
@@ -582,6 +631,9 @@ def _check_node(s: _OpScope, node: Any, what: str, axes: Mapping[str, Any] | set
             raise s.bad(f"{what}: 'result' is only valid in an epilogue")
     elif kind in _ARITY:
         return _check_call(s, node, what, bound)
+    elif kind == ATTENTION_NODE:
+        raise s.bad(f"{what}: '{ATTENTION_NODE}' is only valid as the whole body of an attention "
+                    "operator")
     else:
         raise s.bad(f"{what}: unknown expression op {quoted(kind)}")
     return []
@@ -597,8 +649,9 @@ def _check_call(s: _OpScope, node: Mapping[str, Any], what: str,
     if kind == "cast" and node.get("dtype") not in DTYPE_BYTES:
         raise s.bad(f"{what}: cast to unknown dtype {quoted(node.get('dtype'))}")
     if kind == "reduce":
-        if node.get("combiner", "sum") not in REDUCE_COMBINERS:
-            raise s.bad(f"{what}: unknown reduce combiner {quoted(node.get('combiner'))}")
+        if node.get("combiner", "sum") not in NODE_COMBINERS:
+            raise s.bad(f"{what}: unknown reduce combiner {quoted(node.get('combiner'))} "
+                        f"(known: {', '.join(NODE_COMBINERS)})")
         raxes = node.get("axes")
         if not isinstance(raxes, (list, tuple)) or not raxes or \
                 any(not isinstance(a, str) or a not in s.local or a in bound for a in raxes) \

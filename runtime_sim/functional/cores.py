@@ -34,6 +34,7 @@ from runtime_sim.contract.expr import AffineIndex, load_index, merged_axes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout, ShiftEvent
 from runtime_sim.contract.plan_rules import STAT_BYTES
+from runtime_sim.functional import attention_step
 from runtime_sim.functional.expr_eval import COMPUTE_DTYPE, ExprEvaluator
 from runtime_sim.functional.placement import check_dtype, gathered_rows, partitions
 from runtime_sim.functional.preload_store import PreloadStore
@@ -54,6 +55,8 @@ class Allocation:
     steps: int = 0
     reduced: bool = False
     sram_peak: int = 0  # max bytes on a core while allocated, shift buffer included
+    #: an attention operator's online-softmax state (running max, running sum per row)
+    stats: attention_step.State | None = None
 
 
 class Cores:
@@ -139,7 +142,9 @@ class Cores:
             dtype = COMPUTE_DTYPE if t == out else np.dtype(access.dtype)
             buffers.append(np.zeros((n, *layout.partition_shape(t)), dtype=dtype))
         placed = [False] * len(layout.expr.inputs) + [True]
-        self._allocs[op_name] = Allocation(op_name, layout, buffers, placed, per_core, sram_peak=peak)
+        stats = attention_step.initial_state(layout) if layout.expr.kind == "attention" else None
+        self._allocs[op_name] = Allocation(op_name, layout, buffers, placed, per_core, sram_peak=peak,
+                                           stats=stats)
         self._sram.used = used
 
     def free(self, op_name: str) -> None:
@@ -233,13 +238,17 @@ class Cores:
 
         ev = ExprEvaluator(order, lengths, load, axis_value,
                            combine=_combiner(alloc) if layout.local_follow else None)
+        out = len(expr.tensors) - 1
+        if alloc.stats is not None:  # attention: the online-softmax step (attention_step)
+            alloc.stats = attention_step.step(op_name, layout, ev, q, alloc.buffers[out], alloc.stats)
+            alloc.steps += 1
+            return
         if expr.reduce_axes:
             value = ev.evaluate_reduce(expr.body, expr.reduce_axes, expr.combiner)
         else:
             value = ev.evaluate(expr.body)
         value = _drop_local(np.asarray(value, COMPUTE_DTYPE), len(top), op_name)
 
-        out = len(expr.tensors) - 1
         start = layout.partition_start(out, layout.partition(out, q))
         locs = [
             layout.chunk_index(ix, q, top) - _col(start[d], len(top))
@@ -280,7 +289,10 @@ class Cores:
     def reduce_outputs(self, op_name: str) -> int:
         """Sum the output replicas of all rings into ring 0; returns the bytes sent.
 
-        Replicas exist when a reduction axis is split across cores (partial sums).
+        Replicas exist when a reduction axis is split across cores (partial sums). An
+        attention operator's replicas are combined with their running max and sum
+        (:func:`attention_step.combine_replicas`), which they send too
+        (:meth:`OpLayout.replica_bytes`).
         """
         alloc = self.allocation(op_name)
         if alloc.reduced:
@@ -290,7 +302,11 @@ class Cores:
         owner_of = layout.output_owner_of()
         owners = layout.owners()
         sent = 0
-        if owners.size != layout.num_cores:
+        if owners.size != layout.num_cores and alloc.stats is not None:
+            alloc.buffers[out], alloc.stats = attention_step.combine_replicas(
+                layout, alloc.buffers[out], alloc.stats)
+            sent = (layout.num_cores - owners.size) * layout.replica_bytes()
+        elif owners.size != layout.num_cores:
             buf = alloc.buffers[out]
             order = np.argsort(owner_of, kind="stable")
             sorted_owner = owner_of[order]
@@ -319,7 +335,10 @@ class Cores:
         owners = layout.owners()
         pshape = layout.partition_shape(out)
         starts = [s[owners] for s in layout.partition_start(out, layout.partition(out, layout.chunk({})))]
-        value = alloc.buffers[out][owners]
+        buf = alloc.buffers[out]
+        if alloc.stats is not None:  # attention: o / l, then the epilogue
+            buf = attention_step.normalized(layout, buf, alloc.stats)
+        value = buf[owners]
         if expr.epilogue is not None:
             value = _epilogue(op_name, alloc, owners, value, starts, pshape)
         with np.errstate(all="ignore"):

@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from runtime_sim.contract.errors import DeviceProgramError
-from runtime_sim.contract.expr import BINARY_OPS, REDUCE_COMBINERS, UNARY_OPS, Expr
+from runtime_sim.contract.expr import BINARY_OPS, NODE_COMBINERS, UNARY_OPS, Expr
 
 #: dtype every value is computed in (see the module docstring for why not float16).
 COMPUTE_DTYPE = np.float32
@@ -125,7 +125,7 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 assert set(_UNARY) == set(UNARY_OPS) and set(_BINARY) == set(BINARY_OPS)
 
 _REDUCERS = {"sum": np.sum, "max": np.max, "min": np.min}
-assert set(_REDUCERS) == set(REDUCE_COMBINERS)
+assert set(_REDUCERS) == set(NODE_COMBINERS)
 
 
 class ExprEvaluator:
@@ -191,6 +191,14 @@ class ExprEvaluator:
         dims = tuple(self._dim(a) for a in axes)
         with np.errstate(all="ignore"):  # a dimension the value does not vary on reduces to itself
             return _REDUCERS[combiner](self._as_float(self._eval(expr)), axis=dims, keepdims=True)
+
+    def contract(self, values: Sequence[np.ndarray], axes: Sequence[str]) -> np.ndarray:
+        """``sum(prod(values))`` over ``axes`` (kept as size-1 dimensions), contracted with
+        ``np.einsum`` without materializing the broadcast product: attention's weighted sum
+        of values, ``sum_j p[i, j] * v[j, d]``."""
+        with np.errstate(all="ignore"):
+            return self._einsum_sum([self._as_float(np.asarray(v)) for v in values],
+                                    [self._dim(a) for a in axes])
 
     # -- evaluation ---------------------------------------------------------------------
     def _eval(self, node: Expr) -> np.ndarray:

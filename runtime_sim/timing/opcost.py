@@ -273,8 +273,10 @@ def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[Phas
     sorted_owner = owner_of[order]
     head = np.searchsorted(sorted_owner, sorted_owner, side="left")
     rank = np.arange(n) - head
-    pbytes = layout.partition_bytes(out)
-    elems = int(np.prod(layout.partition_shape(out), dtype=np.int64))
+    # a replica sends its output partition (an attention operator's running max and sum too)
+    pbytes = layout.replica_bytes()
+    elems = int(np.prod(layout.partition_shape(out), dtype=np.int64)) \
+        + (pbytes - layout.partition_bytes(out)) // STAT_BYTES
     schedule = replica_reduction_schedule(R, pbytes, elems, hw)
 
     radix = int(schedule.tree_radix)

@@ -7,13 +7,16 @@ definition (the TE-derived ones come from :mod:`tvm_icca.lower.te_to_expr`).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from runtime_sim.contract.errors import InvalidPlanError
 from runtime_sim.contract.expr import AffineIndex, Axis, TensorAccess, TensorExpr, make_load
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
-from runtime_sim.contract.plan_rules import local_splits, padding_safe_reduce, pinned_axes
+from runtime_sim.contract.plan_rules import fixed_axes, local_splits, padding_safe_reduce, pinned_axes
 
 
 def ax(name: str) -> AffineIndex:
@@ -145,6 +148,81 @@ def matmul_bias_relu(M: int, K: int, N: int, dtype: str = "float32") -> TensorEx
                       epilogue=epi, epilogue_inputs=(2,))
 
 
+def attention_expr(rows: int, keys: int, head_dim: int, *, batch: Sequence[int] = (),
+                   group: int = 1, value_dim: int | None = None, scale: float | None = None,
+                   mask: bool = False, causal: bool = False, softcap: float | None = None,
+                   dtype: str = "float32", mask_dtype: str | None = None) -> TensorExpr:
+    """The fused attention operator, ``O = softmax(score) @ V``, as the device runs it.
+
+    ``score[.., i, j] = mask(softcap(scale * sum_k Q[.., i, k] K[.., j, k]))``: ``scale``
+    (default ``1 / sqrt(head_dim)``), Gemma 2's soft-cap ``c * tanh(s / c)`` when
+    ``softcap`` is ``c``, then an additive mask input ``M[i, j]`` (``mask``, of
+    ``mask_dtype``, default ``dtype``) and/or a causal mask written on the axis values
+    (``causal``: key ``j`` is masked after query ``i + keys - rows``, with the dtype's lowest
+    finite value, as exporters write it). Axes: the ``batch`` axes ``b0, b1, ..`` (e.g. batch
+    and KV heads), then with ``group > 1`` the query heads ``g`` of a KV head (grouped-query
+    attention: Q and O are indexed ``[.., g, i, ..]``, K and V lack ``g``), the query rows
+    ``i``, the value features ``d`` (``value_dim``, default ``head_dim``) and the keys ``j``
+    (the reduction); the head dimension ``k`` is core-local. Every tensor is ``dtype``.
+    """
+    value_dim = head_dim if value_dim is None else value_dim
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    names = tuple(f"b{n}" for n in range(len(batch)))
+    pre = tuple(ax(a) for a in names)
+    heads = (ax("g"),) if group > 1 else ()
+    head_shape = (group,) if group > 1 else ()
+    q = TensorAccess("Q", (*batch, *head_shape, rows, head_dim), dtype, (*pre, *heads, ax("i"), ax("k")))
+    k = TensorAccess("K", (*batch, keys, head_dim), dtype, (*pre, ax("j"), ax("k")))
+    v = TensorAccess("V", (*batch, keys, value_dim), dtype, (*pre, ax("j"), ax("d")))
+    o = TensorAccess("O", (*batch, *head_shape, rows, value_dim), dtype, (*pre, *heads, ax("i"), ax("d")))
+    inputs = [q, k, v]
+    dot = {"op": "reduce", "combiner": "sum", "axes": ["k"],
+           "args": [op("mul", load(0, q.indices), load(1, k.indices))]}
+    score = op("mul", dot, const(scale))
+    if softcap is not None:
+        score = op("mul", const(softcap), op("tanh", op("div", score, const(softcap))))
+    if mask:
+        m = TensorAccess("M", (rows, keys), mask_dtype or dtype, (ax("i"), ax("j")))
+        inputs.append(m)
+        score = op("add", score, load(3, m.indices))
+    if causal:
+        lowest = float(np.finfo(np.dtype(dtype)).min)
+        after = op("gt", {"op": "axis", "axis": "j"},
+                   op("add", {"op": "axis", "axis": "i"}, const(keys - rows)))
+        score = op("select", after, const(lowest), score)
+    axes = (*(Axis(a, n) for a, n in zip(names, batch)), *((Axis("g", group),) if group > 1 else ()),
+            Axis("i", rows), Axis("d", value_dim), Axis("j", keys, True))
+    return TensorExpr("attention", axes, tuple(inputs), o,
+                      {"op": "attention", "args": [score, load(2, v.indices)]},
+                      local_axes=(Axis("k", head_dim),), combiner="softmax")
+
+
+def attention_reference(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = False,
+                        softcap: float | None = None, scale: float | None = None,
+                        dtype: str = "float32") -> Any:
+    """``softmax(score) @ v`` in float32 numpy for the arguments of :func:`attention_expr`
+    (same keywords), written from the definition (three separate steps, no recurrence): the
+    independent reference of the device's fused operator. ``q`` has the query heads of a
+    KV head on the axis before its rows when the expression has ``group > 1``."""
+    q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
+    if q.ndim == k.ndim + 1:  # grouped-query: every query head of a KV head reads its K and V
+        k, v = k[..., None, :, :], v[..., None, :, :]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(scale)
+    if softcap is not None:
+        s = np.float32(softcap) * np.tanh(s / np.float32(softcap))
+    if mask is not None:
+        s = s + np.asarray(mask, np.float32)
+    rows, keys = q.shape[-2], k.shape[-2]
+    if causal:
+        after = np.arange(keys)[None, :] > np.arange(rows)[:, None] + (keys - rows)
+        s = np.where(after, np.float32(np.finfo(np.dtype(dtype)).min), s)
+    with np.errstate(all="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        p = e / e.sum(axis=-1, keepdims=True)
+    return np.matmul(p, v).astype(np.float32)
+
+
 def random_plan(choose: Callable[[Sequence], Any], expr: TensorExpr, max_cores: int,
                 core_order: bool = False) -> ExecutionPlan:
     """A random *valid* plan of ``expr`` on at most ``max_cores`` cores.
@@ -159,6 +237,7 @@ def random_plan(choose: Callable[[Sequence], Any], expr: TensorExpr, max_cores: 
     another T10 rule fall back to the same F_op without rotation, which is always valid.
     """
     pinned = pinned_axes(expr)
+    still = pinned | fixed_axes(expr)  # axes no tensor rotates on
     rows = set(local_splits(expr).values())
     # reduction axes that must not be padded are split by divisors of their extent
     exact = set() if padding_safe_reduce(expr) else set(expr.reduce_axes)
@@ -186,7 +265,7 @@ def random_plan(choose: Callable[[Sequence], Any], expr: TensorExpr, max_cores: 
             ring = base.sharing(t)
             for a in base.tensor_axes(t):
                 dims = [i for i in access.indices if a in i.axes]
-                if a in pinned or len(dims) != 1 or not dims[0].is_simple or ring == 1:
+                if a in still or len(dims) != 1 or not dims[0].is_simple or ring == 1:
                     continue
                 f = choose([d for d in range(1, ring + 1) if ring % d == 0])
                 if f > 1:
