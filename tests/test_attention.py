@@ -22,7 +22,8 @@ from tvm_icca import load_onnx
 from tvm_icca.lower.region import extract_region
 from tvm_icca.ops.attention import attention_reason
 from tvm_icca.partition.patterns import get_icca_patterns
-from tvm_icca.testing.attention_exports import FUSED, UNFUSED
+from tvm_icca.testing.attention_exports import FUSED, UNFUSED, Dims
+from tvm_icca.testing.export_corpus import check_case
 from tvm_icca.workloads import get_workload
 
 HW = tvm_icca.small_chip(64)
@@ -143,3 +144,18 @@ def test_zoo_attention_is_fused(name: str, kwargs: dict) -> None:
     composites = _composites(part)
     layers = sum(1 for op in _operators(part) if op.expr.kind == "attention")
     assert layers == composites["icca.attention"] >= 2 and "icca.softmax" not in composites
+
+
+# -- on the chip ---------------------------------------------------------------------------
+SMALL = Dims(batch=1, heads=2, tokens=4, head_dim=8)  # the plan search of each stays fast
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+def test_exporter_attention_is_exact_on_the_chip(name: str) -> None:
+    """Each export path's block, compiled for the chip with its attention fused, computes
+    what ``onnx.reference`` computes (float32; float16 to its rounding)."""
+    case = FUSED[name](SMALL)
+    result = check_case(case, tvm_icca.small_chip(16))
+    assert _composites(result.partitioned)["icca.attention"] == 1
+    assert result.regions == 1 and result.device_calls == 1 and result.host_ops == {}, result
+    assert result.max_rel_error <= (2e-3 if "fp16" in name else 1e-5), result

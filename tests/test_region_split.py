@@ -157,10 +157,17 @@ def _softmax_attention(heads: int, ctx: int, dim: int) -> tvm.IRModule:
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
 
 
-def test_softmax_over_keys_cut_into_blocks_uses_the_online_combine():
+def test_softmax_over_keys_cut_into_blocks_uses_the_online_combine(monkeypatch):
     """The scores of a cache too long for the chip are cut along the keys; the softmax then
     runs per block (maximum, shifted exponent, sum, partial ``P V``) and one operator
-    rescales the blocks to their common maximum (split.online_softmax), exactly."""
+    rescales the blocks to their common maximum (split.online_softmax), exactly. The
+    attention is kept unfused here (the fused operator's key blocks:
+    tests/test_attention_keys.py)."""
+    import tvm_icca.partition.partitioner as partitioner
+
+    patterns = partitioner.get_icca_patterns
+    monkeypatch.setattr(partitioner, "get_icca_patterns",
+                        lambda: [p for p in patterns() if p.name != "icca.attention"])
     heads, ctx, dim = 2, 4096, 32
     mod, chip = _softmax_attention(heads, ctx, dim), _chip(16)
     resident = ["k_cache", "v_cache"]
