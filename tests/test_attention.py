@@ -159,3 +159,23 @@ def test_exporter_attention_is_exact_on_the_chip(name: str) -> None:
     assert _composites(result.partitioned)["icca.attention"] == 1
     assert result.regions == 1 and result.device_calls == 1 and result.host_ops == {}, result
     assert result.max_rel_error <= (2e-3 if "fp16" in name else 1e-5), result
+
+
+def test_only_factors_outside_the_head_dimension_leave_its_sum() -> None:
+    from tvm_icca.lower.te_attention import _hoisted
+
+    def load(i, *axes):
+        return {"op": "load", "input": i, "index": [{"terms": [[a, 1]], "offset": 0} for a in axes]}
+
+    c = load(3)
+    q, k = load(0, "i", "k"), load(1, "j", "k")
+    scaled = {"op": "reduce", "combiner": "sum", "axes": ["k"], "args": [
+        {"op": "mul", "args": [{"op": "div", "args": [q, c]}, {"op": "mul", "args": [k, c]}]}]}
+    plain = {"op": "reduce", "combiner": "sum", "axes": ["k"], "args": [
+        {"op": "mul", "args": [q, k]}]}
+    # sum_k (q / c)(k c) = ((sum_k q k) / c) c
+    assert _hoisted(scaled) == {"op": "mul", "args": [{"op": "div", "args": [plain, c]}, c]}
+    # a divisor that reads k stays inside
+    divided = {"op": "reduce", "combiner": "sum", "axes": ["k"], "args": [
+        {"op": "div", "args": [{"op": "mul", "args": [q, c]}, k]}]}
+    assert _hoisted(divided) == divided

@@ -188,9 +188,9 @@ def _hoisted(score: Expr) -> Expr:
         if node.get("op") == "reduce" and node.get("combiner") == "sum":
             axes = set(node["axes"])
             factors = _factors(node["args"][0])
-            inner = [f for f in factors if f[0] == "mul" and _node_axes(f[1]) & axes]
-            outer = [f for f in factors if f not in inner]
-            if inner and outer and len(inner) + len(outer) == len(factors):
+            inner = [f for f in factors if _node_axes(f[1]) & axes]
+            outer = [f for f in factors if not _node_axes(f[1]) & axes]
+            if inner and outer and all(kind == "mul" for kind, _ in inner):
                 reduced = dict(node, args=[_product(inner)])
                 return _product([("mul", reduced)] + outer)
             return node
