@@ -7,10 +7,11 @@ takes a core's rows of queries and a block of keys and values
 * matrix unit: the scores ``Q K^T`` (per batch position, ``i x k`` by ``k x j``) and the
   weighted sum ``P V`` (``i x j`` by ``j x d``), each padded to the unit's tile as every
   GEMM (T10 §4.3.1), at the operands' dtype rate (:func:`schedules.base.matrix_flops_per_cycle`);
-* vector unit, per score: the elementwise score expression around the dot product (scale,
-  soft-cap, mask, causal select: one operation per arithmetic node,
-  :func:`score_elementwise_ops`), then the online softmax's max, subtract, exponential and
-  sum (:data:`SOFTMAX_OPS_PER_SCORE`); per row: the new running max, the correction
+* vector unit, per score: the elementwise score expression around the dot product
+  (soft-cap, mask, causal select: one operation per arithmetic node, :func:`score_ops`;
+  a constant scale is folded into the core's rows of Q, a node that does not read the key is
+  run once per row), then the online softmax's max, subtract, exponential and sum
+  (:data:`SOFTMAX_OPS_PER_SCORE`); per row: the new running max, the correction
   ``exp(m - m')`` and the running sum's update (:data:`SOFTMAX_OPS_PER_ROW`); per output
   element: rescaling the running output (:data:`RESCALE_OPS_PER_OUTPUT`).
 
@@ -23,11 +24,12 @@ epilogue of the expression's own.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 from runtime_sim.contract.expr import Expr, TensorExpr, attention_roles, walk_expr
 from runtime_sim.contract.hardware import HardwareSpec
-from schedules.base import ComputeTemplate, arithmetic_nodes, matrix_flops_per_cycle, round_up
+from schedules.base import ComputeTemplate, arithmetic_nodes, matrix_flops_per_cycle
 
 #: Vector operations per score of the online softmax: the block max, ``s - m'``, ``exp``
 #: and the block sum (Milakov & Gimelshein 2018, Algorithm 3 per element).
@@ -41,31 +43,79 @@ RESCALE_OPS_PER_OUTPUT = 2
 NORMALIZE_OPS = 1
 
 
-def score_elementwise_ops(expr: TensorExpr) -> int:
-    """Vector operations per score around the dot product: the arithmetic nodes of the
-    score outside its core-local reduction (which the matrix unit computes)."""
-    def outside(node: Expr) -> Expr:
-        if node["op"] == "reduce":
-            return {"op": "const", "value": 0.0}
-        return {**node, "args": [outside(a) for a in node.get("args", ())]}
+@dataclass(frozen=True)
+class ScoreOps:
+    """Vector operations of a score expression around its dot product, by how often a core
+    runs them in a step (:func:`score_ops`)."""
 
-    return arithmetic_nodes(outside(expr.body["args"][0]))
+    per_score: int  # depend on the key: once per (row, key) pair
+    per_row: int  # independent of the key (a causal mask's ``i + offset``): once per row
+    per_query: int  # a constant scale of the dot product, folded into the rows of Q (x k)
 
 
-def _sizes(expr: TensorExpr, chunk: Mapping[str, int]) -> dict[str, int]:
-    """Per role, the product of the chunk's lengths: batch (rows the value reads too),
-    query rows, keys, features and the head dimension."""
+def score_ops(expr: TensorExpr) -> ScoreOps:
+    """The arithmetic nodes of the score outside its core-local reduction (which the matrix
+    unit computes), each charged as a row-wise kernel runs it: a node that does not read the
+    key axis once per row (hoisted out of the key loop, as :func:`schedules.base.hoisted_ops`
+    hoists), a constant multiplying the dot product once per element of the core's block of
+    Q (``(c q) . k = c (q . k)``: Q stays on its core, so the kernel scales it, not every
+    score), every other node once per score."""
+    key = attention_roles(expr).key
+    counts = {"per_score": 0, "per_row": 0, "per_query": 0}
+
+    def visit(node: Expr) -> bool:
+        """Count the nodes under ``node``; whether it reads the key axis."""
+        op = node["op"]
+        if op == "reduce":
+            return True  # the dot product: on the matrix unit, per (row, key)
+        if op == "load":
+            return any(a == key for i in node["index"] for a, _ in i.get("terms", ()))
+        if op == "axis":
+            return node["axis"] == key
+        args = node.get("args", ())
+        keyed = [visit(a) for a in args]
+        if arithmetic_nodes({"op": op}):
+            folded = op == "mul" and len(args) == 2 and {a["op"] for a in args} == {"reduce", "const"}
+            counts["per_query" if folded else "per_score" if any(keyed) else "per_row"] += 1
+        return any(keyed)
+
+    visit(expr.body["args"][0])
+    return ScoreOps(**counts)
+
+
+def role_sizes(expr: TensorExpr, length: Mapping[str, Any]) -> dict[str, Any]:
+    """Per role, the product of the step's chunk lengths (``length``: axis -> an int, or an
+    array of them for many plans at once): batch (rows the value reads too), query rows
+    (the rest of the rows: ``i``, and a grouped-query head ``g``), keys, features and the
+    head dimension (whole on a core)."""
     roles = attention_roles(expr)
     value_axes = {a for n in walk_expr(expr.body["args"][1]) if n["op"] == "load"
                   for i in n["index"] for a, _ in i.get("terms", ())}
-    length = {a.name: int(chunk.get(a.name, a.extent)) for a in expr.axes}
     return {
-        "b": math.prod(length[a] for a in roles.rows if a in value_axes),
-        "i": math.prod(length[a] for a in roles.rows if a not in value_axes),
+        "b": math.prod((length[a] for a in roles.rows if a in value_axes), start=1),
+        "i": math.prod((length[a] for a in roles.rows if a not in value_axes), start=1),
         "j": length[roles.key],
-        "d": math.prod(length[a] for a in roles.features),
+        "d": math.prod((length[a] for a in roles.features), start=1),
         "k": math.prod(a.extent for a in expr.local_axes),
     }
+
+
+def _padded(n: Any, tile: int) -> Any:
+    return -(-n // tile) * tile  # round up to the tile, for ints and integer arrays alike
+
+
+def step_cycles(expr: TensorExpr, n: Mapping[str, Any], hw: HardwareSpec) -> Any:
+    """Cycles of one step with role sizes ``n`` (:func:`role_sizes`; ints or arrays): the two
+    products on the matrix unit, padded to its tile, then the vector work."""
+    tm, tk, tn = hw.matrix_tile
+    macs = n["b"] * _padded(n["i"], tm) * (_padded(n["k"], tk) * _padded(n["j"], tn)
+                                           + _padded(n["j"], tk) * _padded(n["d"], tn))
+    rows = n["b"] * n["i"]
+    score = score_ops(expr)
+    ops = (rows * n["j"] * (score.per_score + SOFTMAX_OPS_PER_SCORE)
+           + rows * (SOFTMAX_OPS_PER_ROW + score.per_row) + rows * n["k"] * score.per_query
+           + rows * n["d"] * RESCALE_OPS_PER_OUTPUT)
+    return 2 * macs / matrix_flops_per_cycle(expr, hw) + ops / hw.vector_flops_per_cycle
 
 
 class AttentionTemplate(ComputeTemplate):
@@ -74,25 +124,9 @@ class AttentionTemplate(ComputeTemplate):
     kind = "attention"
     unit = "matrix"
 
-    def matrix_cycles(self, expr: TensorExpr, chunk: Mapping[str, int], hw: HardwareSpec) -> float:
-        """Cycles of the two products of a step, padded to the matrix unit's tile."""
-        n = _sizes(expr, chunk)
-        tm, tk, tn = hw.matrix_tile
-        rows = round_up(n["i"], tm)
-        macs = n["b"] * rows * (round_up(n["k"], tk) * round_up(n["j"], tn)
-                                + round_up(n["j"], tk) * round_up(n["d"], tn))
-        return 2 * macs / matrix_flops_per_cycle(expr, hw)
-
-    def vector_ops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
-        """Vector operations of a step: the scores' elementwise tail and online softmax, the
-        rows' statistics, the running output's rescale."""
-        n = _sizes(expr, chunk)
-        rows = n["b"] * n["i"]
-        return (rows * n["j"] * (score_elementwise_ops(expr) + SOFTMAX_OPS_PER_SCORE)
-                + rows * SOFTMAX_OPS_PER_ROW + rows * n["d"] * RESCALE_OPS_PER_OUTPUT)
-
     def subtask_cycles(self, expr: TensorExpr, chunk: Mapping[str, int], hw: HardwareSpec) -> float:
-        return self.matrix_cycles(expr, chunk, hw) + self.vector_ops(expr, chunk) / hw.vector_flops_per_cycle
+        length = {a.name: int(chunk.get(a.name, a.extent)) for a in expr.axes}
+        return float(step_cycles(expr, role_sizes(expr, length), hw))
 
     def epilogue_cycles(self, expr: TensorExpr, partition: Mapping[str, int], hw: HardwareSpec) -> float:
         """``o / l`` and the expression's own epilogue over one output partition."""
@@ -103,5 +137,5 @@ class AttentionTemplate(ComputeTemplate):
     def flops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
         """The two products' FLOPs over ``chunk``: :meth:`TensorExpr.flops` for the whole
         operator (``chunk`` empty)."""
-        n = _sizes(expr, chunk)
+        n = role_sizes(expr, {a.name: int(chunk.get(a.name, a.extent)) for a in expr.axes})
         return 2 * n["b"] * n["i"] * n["j"] * (n["k"] + n["d"])

@@ -96,6 +96,6 @@ def plan_cache():
 def exprs() -> types.SimpleNamespace:
     """Builders of hand-written tensor expressions (see tvm_icca/testing/exprs.py)."""
     names = ("ax", "load", "op", "const", "matmul", "conv2d", "conv_out", "bias_add", "softmax",
-             "layer_norm", "rms_norm", "row_sum", "matmul_bias_relu")
+             "layer_norm", "rms_norm", "row_sum", "matmul_bias_relu", "attention_expr")
     return types.SimpleNamespace(random_plan=_random_plan,
                                  **{name: getattr(builders, name) for name in names})

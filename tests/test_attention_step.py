@@ -187,9 +187,13 @@ def test_state_and_score_scratch_in_sram_and_replica_bytes() -> None:
     layout = OpLayout(e, plan)
     rows, keys_per_step = 4, 12 // 2 // 2  # per core: 1 head x 4 rows; 6 keys in 2 steps
     assert attention_state_bytes(e, layout.xp) == 2 * 4 * rows
-    assert attention_scratch_bytes(e, layout.rp) == 4 * rows * keys_per_step
+    assert attention_scratch_bytes(e, layout.rp) == 4 * rows * keys_per_step  # < 16 rows
     partitions = 4 * (rows * 4 + 3 * 4 + 6 * 4 + rows * 4)  # Q, K, V blocks, O (float32)
     assert layout.memory_bytes_per_core() == partitions + 2 * 4 * rows + 4 * rows * keys_per_step
+    # a core with more rows holds one block of 16 rows of scores at a time
+    many = OpLayout(attention_expr(64, 12, 4, batch=(2,)), plan)
+    assert attention_scratch_bytes(many.expr, many.rp) == 4 * 16 * keys_per_step
+    assert attention_state_bytes(many.expr, many.xp) == 2 * 4 * 32
     assert layout.replica_bytes() == rows * 4 * 4 + 2 * 4 * rows
     assert layout.reduction_bytes() == 4 * layout.replica_bytes()  # 4 of the 8 cores send
     args = inputs(e, seed=6)
@@ -262,3 +266,75 @@ def test_validation_of_the_attention_contract() -> None:
         p = plan if case != "one key axis" else ExecutionPlan({}, ({}, {}, {}, {}))
         with pytest.raises(DeviceProgramError, match=words[case]):
             validate_program(program(expr, p))
+
+
+def test_against_tvm_llvm_build_of_the_unfused_relax_chain() -> None:
+    """The fused operator on the device against TVM's CPU build of the same computation as
+    a model writes it in Relax (scale, mask add, softmax, matmul: three operators), float16
+    grouped-query heads included (K and V repeated over the group in the Relax graph)."""
+    import tvm
+    from tvm import relax
+
+    from tvm_icca.testing.device_runs import reference_build
+
+    B, KVH, G, S, T, D = 1, 2, 2, 6, 10, 8
+    e = attention_expr(S, T, D, batch=(B, KVH), group=G, mask=True, dtype="float16")
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", relax.TensorType((B, KVH, G, S, D), "float16"))
+    k = relax.Var("k", relax.TensorType((B, KVH, T, D), "float16"))
+    v = relax.Var("v", relax.TensorType((B, KVH, T, D), "float16"))
+    m = relax.Var("m", relax.TensorType((S, T), "float16"))
+    op = relax.op
+    with bb.function("main", [q, k, v, m]):
+        with bb.dataflow():
+            kt = bb.emit(op.expand_dims(op.permute_dims(k, [0, 1, 3, 2]), 2))
+            s = bb.emit(op.multiply(op.matmul(op.astype(q, "float32"), op.astype(kt, "float32")),
+                                    relax.const(1.0 / math.sqrt(D), "float32")))
+            s = bb.emit(op.add(s, op.astype(m, "float32")))
+            p = bb.emit(op.nn.softmax(s, axis=-1))
+            o = bb.emit(op.matmul(p, op.astype(op.expand_dims(v, 2), "float32")))
+            out = bb.emit_output(op.astype(o, "float16"))
+        bb.emit_func_output(out)
+    mod = tvm.IRModule(bb.get().functions)
+    args = inputs(e, seed=8, mask_fill=-65504.0)
+    vm = relax.VirtualMachine(reference_build(mod), tvm.cpu())
+    want = vm["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
+    found = plans(e, 16)
+    for plan in spread([p for p in found if p.F("j") > 1 or OpLayout(e, p).S["j"] > 1], 6):
+        out, _ = run(e, plan, args)
+        np.testing.assert_allclose(out.astype(np.float32), want.astype(np.float32), atol=2e-3, rtol=2e-3)
+
+
+def test_output_with_heads_merged_into_features() -> None:
+    """The output written ``[batch, rows, heads * features]`` (a transpose and reshape
+    folded into the operator, as a model feeds its output projection): heads split, the
+    merged inner axis (the features) whole on every core."""
+    from dataclasses import replace
+
+    from runtime_sim.contract.expr import AffineIndex
+
+    e = attention_expr(5, 9, 4, batch=(2, 3), mask=True)
+    H, D = 3, 4
+    merged = AffineIndex((("b1", D), ("d", 1)))
+    out = replace(e.output, shape=(2, 5, H * D),
+                  indices=(AffineIndex.of_axis("b0"), AffineIndex.of_axis("i"), merged))
+    e = replace(e, output=out)
+    args = inputs(e, seed=9)
+    ref = attention_reference(*args[:3], mask=args[3]).transpose(0, 2, 1, 3).reshape(2, 5, H * D)
+    found = [p for p in plans(e, 16) if p.F("d") == 1]
+    assert any(p.F("b1") > 1 and OpLayout(e, p).S["j"] > 1 for p in found)
+    check(e, spread(found, 30), args, ref, atol=2e-6)
+
+
+def test_epilogue_maps_the_normalized_output() -> None:
+    """The epilogue sees ``o / l`` (the softmax-weighted sum), not the running output."""
+    from dataclasses import replace
+
+    e = replace(attention_expr(4, 10, 4, mask=True),
+                epilogue={"op": "add", "args": [{"op": "mul", "args": [{"op": "result"},
+                                                                      {"op": "const", "value": 2.0}]},
+                                                {"op": "const", "value": 1.0}]})
+    args = inputs(e, seed=10)
+    ref = 2 * attention_reference(*args[:3], mask=args[3]) + 1
+    check(e, [ExecutionPlan({"j": 3, "i": 2}, ({}, {}, {}, {}, {})),
+              ExecutionPlan({}, ({}, {}, {}, {}, {}))], args, ref, atol=4e-6)

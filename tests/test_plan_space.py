@@ -107,6 +107,8 @@ CASES = {
     "matmul + epilogue input": (lambda e: e.matmul_bias_relu(2, 4, 3), 8),
     "shared rings": (lambda e: _shared_rings(4, 2, 4), 8),
     "unpaddable reduction": (lambda e: _sum_exp(4, 6), 12),
+    # keys split and rotated (K, V, mask), rows and features split only; padded keys allowed
+    "attention": (lambda e: e.attention_expr(3, 5, 2, batch=(2,), value_dim=2, mask=True), 6),
 }
 
 
@@ -198,7 +200,8 @@ def test_batch_cost_equals_layout_cost(exprs) -> None:
     model, reference = AnalyticBatchModel(hw), AnalyticCostModel()
     rng = np.random.default_rng(1)
     for expr in (exprs.conv2d(2, 3, 7, 7, 4, 3, 3, stride=2, pad=1), exprs.matmul_bias_relu(8, 12, 10),
-                 exprs.matmul(6, 8, 4, batch=3), exprs.row_sum(12, 10, mean=True)):
+                 exprs.matmul(6, 8, 4, batch=3), exprs.row_sum(12, 10, mean=True),
+                 exprs.attention_expr(4, 10, 4, batch=(2,), mask=True, dtype="float16")):
         structure = plan_structure(expr)
         batch = plans_for(structure, op_partitions(structure, 16))
         times, orders = model.times(batch)
@@ -224,8 +227,16 @@ def test_best_loop_order_is_exact() -> None:
 
 
 def _exhaustive_best(expr: TensorExpr, hw, budget: int) -> float:
-    """Min analytic time over every valid plan and loop order that fits (plain loops)."""
-    model = AnalyticCostModel()
+    """Min analytic time over every valid plan and loop order that fits (plain loops); an
+    attention operator's replicas summed as the device schedules them (what its search uses)."""
+    if expr.kind == "attention":
+        schedule = AnalyticBatchModel(hw, reduction="schedule")
+        structure = plan_structure(expr)
+
+        def model(layout, hw):
+            return type("Time", (), {"time_s": sum(schedule.layout_terms(layout, structure).values())})
+    else:
+        model = AnalyticCostModel()
     axes = expr.axis_names
     best = math.inf
     for F, flat in brute_force_plans(expr, hw.num_cores):
@@ -245,6 +256,7 @@ def _exhaustive_best(expr: TensorExpr, hw, budget: int) -> float:
     (lambda e: e.matmul(12, 16, 10), 8),
     (lambda e: e.matmul(4, 6, 8, batch=2), 8),
     (lambda e: e.conv2d(1, 2, 5, 5, 3, 3, 3, pad=1), 6),
+    (lambda e: e.attention_expr(3, 8, 8, batch=(2,), value_dim=2, mask=True), 6),
 ])
 def test_plan_operator_is_the_exhaustive_optimum(exprs, build, cores) -> None:
     """For several budgets, from the smallest footprint up: same time as brute force."""

@@ -86,3 +86,48 @@ def test_registry_refuses_a_template_of_an_unknown_kind():
         _registry([ElementwiseTemplate(), FftTemplate()])
     with pytest.raises(ValueError, match="both have op kind 'elementwise'"):
         _registry([ElementwiseTemplate(), ComputeTemplate()])
+
+
+def test_attention_step_in_closed_form():
+    """One step of fused attention (schedules.attention): both products on the matrix unit,
+    each padded to the 16x16x16 tile, then the vector work of the online softmax, by hand;
+    the timing simulator charges exactly this per step (plus the synchronization)."""
+    from runtime_sim.contract.layout import OpLayout
+    from runtime_sim.contract.plan import ExecutionPlan
+    from runtime_sim.machine.topology import make_topology
+    from runtime_sim.timing.opcost import op_cost
+    from tvm_icca.testing.exprs import attention_expr
+
+    hw = preset("ipu-mk2-systolic")  # 16x16x16 tile
+    expr = attention_expr(20, 72, 24, batch=(4,), value_dim=10, mask=True, softcap=2.0, dtype="float16")
+    t = template_for("attention")
+    chunk = {"b0": 2, "i": 20, "d": 10, "j": 9}
+    # scores: per head (2), 32 x 32 (k=24 padded) x 16 (j=9 padded); P V: 32 x 16 x 16 (d=10)
+    macs = 2 * 32 * (32 * 16 + 16 * 16)
+    rate = hw.matrix_flops_per_cycle_for("float16")
+    # per score: soft-cap (div, tanh, mul), mask add = 4, then max, sub, exp, sum = 4; the
+    # scale once per element of Q's rows (x 24); per row: 5 for the statistics; per output
+    # element: 2 for the rescale
+    rows = 2 * 20
+    vector = rows * 9 * (4 + 4) + rows * 24 + rows * 5 + rows * 10 * 2
+    want = 2 * macs / rate + vector / hw.vector_flops_per_cycle
+    assert t.subtask_cycles(expr, chunk, hw) == pytest.approx(want, rel=1e-12)
+    assert t.epilogue_cycles(expr, {"b0": 2, "i": 20, "d": 10}, hw) == pytest.approx(
+        2 * 20 * 10 / hw.vector_flops_per_cycle)
+    assert t.flops(expr, {}) == expr.flops() == 2 * 4 * 20 * 72 * (24 + 10)
+    # the timing simulator: each step of a plan costs the template's cycles of its chunk
+    layout = OpLayout(expr, ExecutionPlan({"b0": 2, "j": 4}, ({}, {}, {}, {}, {})))
+    assert dict(layout.rp) == {"b0": 2, "i": 20, "d": 10, "j": 18}
+    cost = op_cost(layout, hw, make_topology(hw))
+    step = t.subtask_cycles(expr, layout.rp, hw)
+    assert cost.step_s == pytest.approx((step + hw.sync_cycles) / hw.clock_hz, rel=1e-12)
+
+
+def test_attention_score_ops_by_how_often_they_run():
+    """Causal masking on axis values: ``i + offset`` once per row, the comparison and the
+    select per score; the scale folded into Q; a soft-cap's three nodes per score."""
+    from schedules.attention import ScoreOps, score_ops
+    from tvm_icca.testing.exprs import attention_expr
+
+    assert score_ops(attention_expr(4, 8, 4, causal=True)) == ScoreOps(2, 1, 1)
+    assert score_ops(attention_expr(4, 8, 4, softcap=3.0, mask=True)) == ScoreOps(4, 0, 1)

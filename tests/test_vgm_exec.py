@@ -22,6 +22,7 @@ from runtime_sim.functional import vgm_exec
 from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing.vgm_timing import vgm_op_timing
 from tvm_icca.plan_search.vgm import plan_vgm_operator
+from tvm_icca.testing.exprs import attention_reference
 from tvm_icca.testing.onnx_models import conv2d_reference
 
 
@@ -69,6 +70,9 @@ CASES = {
     "layer_norm": (lambda e: e.layer_norm(10, 24), lambda x, g, b: _layer_norm(x, g, b, 1e-5)),
     "matmul_bias_relu": (lambda e: e.matmul_bias_relu(11, 21, 14),
                          lambda a, b, bias: np.maximum(a @ b + bias, 0)),
+    # the online softmax over key chunks (runtime_sim.functional.attention_step.online_update)
+    "attention": (lambda e: e.attention_expr(6, 11, 4, batch=(2,), mask=True, softcap=3.0),
+                  lambda q, k, v, m: attention_reference(q, k, v, mask=m, softcap=3.0)),
 }
 
 

@@ -330,7 +330,7 @@ class OpLayout:
         (:func:`attention_scratch_bytes`); 0 for other kinds."""
         if self.expr.kind != "attention":
             return 0
-        return attention_state_bytes(self.expr, self.xp) + attention_scratch_bytes(self.expr, self.rp)
+        return int(attention_state_bytes(self.expr, self.xp) + attention_scratch_bytes(self.expr, self.rp))
 
     def replica_bytes(self) -> int:
         """Bytes one output replica sends when replicas are combined into ring 0: its output

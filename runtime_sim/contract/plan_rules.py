@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Mapping
+from typing import Any, Mapping
+
+import numpy as np
 
 from runtime_sim.contract.expr import (
     AffineIndex,
@@ -39,6 +41,13 @@ STAT_BYTES = 4
 SCORE_BYTES = 4
 #: the online-softmax statistics an attention operator keeps per row: running max and sum
 ATTENTION_STATS = 2
+#: Rows of scores a core holds at once: its per-step kernel takes its rows in blocks of the
+#: matrix unit's tile rows (scores, softmax and ``P V`` of one block before the next, as
+#: FlashAttention's inner loop does), so one block of scores is live. 16 is the tile's row
+#: count on the IPU presets (``matrix_tile`` (16, 16, 16), the AMP unit padded to 16) and
+#: at least the others' (8 on the Tenstorrent presets): a layout holds no chip, so the
+#: contract takes the largest.
+SCORE_ROW_BLOCK = 16
 
 
 def padded_extent(extent: int, parts: int, steps: int) -> int:
@@ -202,21 +211,24 @@ def fixed_axes(expr: TensorExpr) -> set[str]:
     return {a.name for a in expr.axes if a.name != attention_roles(expr).key}
 
 
-def attention_state_bytes(expr: TensorExpr, lengths: Mapping[str, int]) -> int:
+def attention_state_bytes(expr: TensorExpr, lengths: Mapping[str, Any]) -> Any:
     """Bytes of the online-softmax state of an attention operator on one core whose output
     partition spans ``lengths`` (axis -> length) of the rows: a running max and a running
     sum (:data:`ATTENTION_STATS`, float32) per row. It sits beside the output partition
-    and travels with it when replicas are combined."""
-    rows = math.prod(int(lengths[a]) for a in attention_roles(expr).rows)
+    and travels with it when replicas are combined. ``lengths`` may hold integer arrays
+    (one entry per plan: the compiler's batched plan space)."""
+    rows = math.prod((lengths[a] for a in attention_roles(expr).rows), start=1)
     return ATTENTION_STATS * STAT_BYTES * rows
 
 
-def attention_scratch_bytes(expr: TensorExpr, rp: Mapping[str, int]) -> int:
-    """Bytes of one step's scores on a core of an attention operator: a ``rows x keys``
-    block of float32 scores (``rp``: the step's chunk length per axis). They never leave
-    the core: the probabilities overwrite them in place before the weighted sum."""
+def attention_scratch_bytes(expr: TensorExpr, rp: Mapping[str, Any]) -> Any:
+    """Bytes of the scores live on a core of an attention operator during a step: a block
+    of :data:`SCORE_ROW_BLOCK` rows (fewer if the core has fewer) by the step's keys, float32
+    (``rp``: the step's chunk length per axis, ints or integer arrays). They never leave the
+    core: the probabilities overwrite them in place before the weighted sum."""
     roles = attention_roles(expr)
-    return SCORE_BYTES * math.prod(int(rp[a]) for a in roles.rows + (roles.key,))
+    rows = math.prod((rp[a] for a in roles.rows), start=1)
+    return SCORE_BYTES * np.minimum(rows, SCORE_ROW_BLOCK) * rp[roles.key]
 
 
 def padding_safe_reduce(expr: TensorExpr) -> bool:

@@ -55,6 +55,29 @@ def output_positions(layout: OpLayout, q: dict[str, np.ndarray]) -> list[np.ndar
             for d, ix in enumerate(expr.output.indices)]
 
 
+def online_update(ev: ExprEvaluator, expr_body: dict, key: str, keep: np.ndarray | None,
+                  m: np.ndarray, l: np.ndarray, o: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The online-softmax update over one block of keys, for every core (or VGM tile) at
+    once: ``(m, l, o)`` after the block. Every array is in ``ev``'s layout (``[cores,
+    *axes]``, size 1 on the key axis and wherever it does not vary); ``keep`` (or ``None``)
+    marks the keys inside the axis, the others score ``-inf``. ``expr_body`` is the
+    ``attention`` node, ``key`` the key axis."""
+    score_node, value_node = expr_body["args"]
+    key_dim = ev.axis_order.index(key) + 1
+    with np.errstate(all="ignore"):
+        s = np.asarray(ev.evaluate(score_node), COMPUTE_DTYPE)
+        if keep is not None:
+            s = np.where(keep, s, COMPUTE_DTYPE(-np.inf))
+        m_new = np.maximum(m, np.max(s, axis=key_dim, keepdims=True))
+        # a row with no key so far keeps m = -inf: exponentials against 0 give 0, not NaN
+        base = np.where(np.isneginf(m_new), COMPUTE_DTYPE(0), m_new)
+        p = np.exp(s - base, dtype=COMPUTE_DTYPE)
+        alpha = np.exp(m - base, dtype=COMPUTE_DTYPE)
+        l_new = l * alpha + np.sum(p, axis=key_dim, keepdims=True, dtype=COMPUTE_DTYPE)
+        o_new = o * alpha + ev.contract([p, ev.evaluate(value_node)], [key])
+    return m_new, l_new, o_new
+
+
 def step(op_name: str, layout: OpLayout, ev: ExprEvaluator, q: dict[str, np.ndarray],
          output: np.ndarray, state: State) -> State:
     """One compute step of every core over its block of keys: updates ``output`` (the
@@ -63,35 +86,21 @@ def step(op_name: str, layout: OpLayout, ev: ExprEvaluator, q: dict[str, np.ndar
     ``ev`` evaluates over the top-level axes then the core-local ones, at chunk ``q``.
     """
     expr = layout.expr
-    roles = attention_roles(expr)
-    score_node, value_node = expr.body["args"]
+    key = attention_roles(expr).key
     n_top, n_local = len(layout.axes), len(expr.local_axes)
     pad = (1,) * n_local
-    key_dim = layout.axes.index(roles.key) + 1
-    keys = layout.chunk_index(AffineIndex.of_axis(roles.key), q, layout.axes + tuple(
-        a.name for a in expr.local_axes))
-    m, l = (x.reshape(x.shape + pad) for x in state)
-    with np.errstate(all="ignore"):
-        s = np.where(keys < layout.extent[roles.key], ev.evaluate(score_node), -np.inf)
-        m_new = np.maximum(m, np.max(s, axis=key_dim, keepdims=True))
-        base = np.where(np.isneginf(m_new), COMPUTE_DTYPE(0), m_new)
-        p = np.exp(s - base, dtype=COMPUTE_DTYPE)
-        alpha = np.exp(m - base, dtype=COMPUTE_DTYPE)
-        l_new = l * alpha + np.sum(p, axis=key_dim, keepdims=True, dtype=COMPUTE_DTYPE)
-        pv = ev.contract([p, ev.evaluate(value_node)], [roles.key])
-    if any(n != 1 for n in pv.shape[1 + n_top:]):
-        raise DeviceProgramError(f"operator '{short_name(op_name)}': the attention value reads a "
-                                 "core-local axis")
+    keys = layout.chunk_index(AffineIndex.of_axis(key), q, ev.axis_order)
     locs = output_positions(layout, q)
     core = np.arange(layout.num_cores).reshape([-1] + [1] * n_top)
     o = output[(core, *locs)]
-    drop = tuple(range(1 + n_top, 1 + n_top + n_local))
-    alpha = alpha.reshape(alpha.shape[: 1 + n_top]) if not drop else np.squeeze(alpha, drop)
-    pv = pv.reshape(pv.shape[: 1 + n_top])
-    output[(core, *locs)] = np.broadcast_to(o * alpha + pv, o.shape)
-    squeeze = (lambda x: np.squeeze(x, drop)) if drop else (lambda x: x)
-    return (np.asarray(squeeze(m_new), COMPUTE_DTYPE),
-            np.broadcast_to(squeeze(l_new), state[1].shape).astype(COMPUTE_DTYPE))
+    m, l, o_new = online_update(ev, expr.body, key, keys < layout.extent[key],
+                                *(x.reshape(x.shape + pad) for x in (*state, o)))
+    if any(n != 1 for n in o_new.shape[1 + n_top:]):
+        raise DeviceProgramError(f"operator '{short_name(op_name)}': the attention value reads a "
+                                 "core-local axis")
+    output[(core, *locs)] = np.broadcast_to(o_new.reshape(o_new.shape[: 1 + n_top]), o.shape)
+    return (np.broadcast_to(m.reshape(m.shape[: 1 + n_top]), state[0].shape).astype(COMPUTE_DTYPE),
+            np.broadcast_to(l.reshape(l.shape[: 1 + n_top]), state[1].shape).astype(COMPUTE_DTYPE))
 
 
 def combine_replicas(layout: OpLayout, output: np.ndarray, state: State) -> tuple[np.ndarray, State]:

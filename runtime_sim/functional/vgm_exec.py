@@ -17,6 +17,9 @@ program computes the same numbers as its compute-shift twin:
 * after the last chunk the epilogue is applied once to the full sum (its inputs are fetched
   then, as the timing model charges them) and the output tile is rounded to the output dtype
   and written to the output's home slices (*store*).
+* an attention operator runs the online softmax over its key chunks instead of a sum
+  (:func:`runtime_sim.functional.attention_step.online_update`) and divides by the running
+  sum before its epilogue.
 
 The boxes fetched are exactly those :meth:`runtime_sim.contract.vgm_layout.VgmLayout.traffic` charges, so the
 bytes reported here equal the ``VgmTiming.bytes_moved`` of the timing simulator's VGM model (the
@@ -45,6 +48,7 @@ from runtime_sim.contract.vgm_layout import (
     region_home_tensors,
     slice_elements,
 )
+from runtime_sim.functional.attention_step import online_update
 from runtime_sim.functional.expr_eval import COMPUTE_DTYPE, ExprEvaluator
 
 
@@ -301,6 +305,7 @@ class _OpRun:
             epi_boxes[t] = self._boxes(t, epi_lo, epi_hi, n)
         epi_bytes = sum(_box_bytes(s, e) * dtype_bytes(expr.tensors[t].dtype)
                         for t, (s, e) in epi_boxes.items())
+        online = None  # an attention operator's (running max, running sum, output)
         for chunk in layout.chunk_origins():
             c_lo = dict(lo, **{a: np.full(n, chunk[a], np.int64) for a in layout.reduce})
             c_hi = self._hi(c_lo, n)
@@ -322,12 +327,22 @@ class _OpRun:
             pos = _positions(order, lens, c_lo)
             ev = ExprEvaluator(order, lens, _Loader(self.op.name, expr, buffers, pos, len(order)),
                                pos.__getitem__)
+            if expr.kind == "attention":  # the online softmax over the key chunks
+                if online is None:
+                    shape = [n] + out_shape + [1] * (len(red) + len(self.local))
+                    online = (np.full(shape, -np.inf, COMPUTE_DTYPE), np.zeros(shape, COMPUTE_DTYPE),
+                              np.zeros(shape, COMPUTE_DTYPE))
+                online = online_update(ev, expr.body, red[0], None, *online)
+                continue
             if red:
                 value = ev.evaluate_reduce(expr.body, red, expr.combiner)
             else:
                 value = ev.evaluate(expr.body)
             acc += _keep(np.asarray(value, COMPUTE_DTYPE), len(spatial), self.op.name)
 
+        if online is not None:
+            with np.errstate(all="ignore"):
+                acc += _keep(online[2] / online[1], len(spatial), self.op.name)
         # the output tile in output-dimension order; the epilogue maps the full sum once
         perm = [spatial.index(a) for a in self.out_axes]
         result = acc.transpose([0] + [1 + p for p in perm])

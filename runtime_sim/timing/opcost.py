@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from runtime_sim.contract.expr import dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan_rules import STAT_BYTES
@@ -275,8 +276,8 @@ def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[Phas
     rank = np.arange(n) - head
     # a replica sends its output partition (an attention operator's running max and sum too)
     pbytes = layout.replica_bytes()
-    elems = int(np.prod(layout.partition_shape(out), dtype=np.int64)) \
-        + (pbytes - layout.partition_bytes(out)) // STAT_BYTES
+    # (adds counted per output element's worth of bytes, as the compiler's model counts them)
+    elems = pbytes // dtype_bytes(layout.expr.output.dtype)
     schedule = replica_reduction_schedule(R, pbytes, elems, hw)
 
     radix = int(schedule.tree_radix)

@@ -363,7 +363,7 @@ def _device_correction(layout: OpLayout, cost: PlanCost, hw: HardwareSpec) -> tu
     terms = AnalyticBatchModel(hw, reduction="schedule").layout_terms(layout, structure)
     out = len(layout.expr.tensors) - 1
     replicas = layout.replicas(out)
-    pbytes = layout.partition_bytes(out)
+    pbytes = layout.replica_bytes()  # an attention replica sends its running max and sum too
     elements = pbytes / dtype_bytes(layout.expr.output.dtype)
     free = bandwidth_view(hw)
     free_terms = AnalyticBatchModel(free, reduction="schedule").layout_terms(layout, structure)

@@ -41,6 +41,9 @@ from runtime_sim.machine.links import (
     split_combine_seconds,
 )
 from schedules import template_for
+from schedules.attention import AttentionTemplate
+from schedules.attention import role_sizes as attention_role_sizes
+from schedules.attention import step_cycles as attention_step_cycles
 from schedules.base import (
     ComputeTemplate,
     MatrixTemplate,
@@ -118,7 +121,9 @@ class TemplateCycles:
         expr = structure.expr
         self.template = template_for(expr.kind)
         t = self.template
-        if isinstance(t, MatrixTemplate) and not _overrides(t, "subtask_cycles", MatrixTemplate):
+        if isinstance(t, AttentionTemplate):
+            self.kind = "attention"  # its closed form on arrays (schedules.attention.step_cycles)
+        elif isinstance(t, MatrixTemplate) and not _overrides(t, "subtask_cycles", MatrixTemplate):
             self.kind = "matrix"
             roles = contraction_roles(expr)
             idx = {a: i for i, a in enumerate(structure.axes)}
@@ -140,7 +145,11 @@ class TemplateCycles:
 
     @property
     def bounded(self) -> bool:
-        """Whether :meth:`subtask` of the unpadded sub-operator bounds all its step sums."""
+        """Whether :meth:`subtask` of the unpadded sub-operator bounds all its step sums.
+
+        Attention's does: only its keys step, each step pays its per-row and per-output
+        terms at least once and its per-key terms over ``S`` blocks of at least ``ceil(E /
+        F)`` keys in all (a tile-padded block count only grows when cut in pieces)."""
         return self.kind != "custom"
 
     def subtask(self, chunk: np.ndarray) -> np.ndarray:
@@ -151,6 +160,11 @@ class TemplateCycles:
             tm, tk, tn = hw.matrix_tile
             macs = b * (ceil_div(m, tm) * tm) * (ceil_div(k, tk) * tk) * (ceil_div(n, tn) * tn)
             return 2 * macs / self.matrix_rate
+        if self.kind == "attention":
+            length = {a: chunk[:, i].astype(np.int64) for i, a in enumerate(self.structure.axes)}
+            expr = self.structure.expr
+            return np.asarray(attention_step_cycles(expr, attention_role_sizes(expr, length), hw), float) \
+                * np.ones(len(chunk))
         if self.kind == "vector":
             points = np.prod(chunk.astype(float), axis=1) * self.local_fixed
             for a in self.local_rows:
@@ -259,10 +273,12 @@ class AnalyticBatchModel:
             shift = loop_order_cost(S, w, order)
         out = structure.num_tensors - 1
         replicas = (sharing_counts(structure, batch.F)[:, out] // np.prod(ft[:, out], axis=1)).astype(float)
+        # a replica sends its partition, and an attention operator's running max and sum
+        sent = parts[:, out] + structure.state_bytes(xp)
         if self.reduction == "ring":
-            reduction = (replicas - 1) / replicas * parts[:, out] / hw.link_bandwidth
+            reduction = (replicas - 1) / replicas * sent / hw.link_bandwidth
         else:
-            reduction = replica_reduction_array(replicas, parts[:, out], int(structure.elem_bytes[out]), hw)
+            reduction = replica_reduction_array(replicas, sent, int(structure.elem_bytes[out]), hw)
         reduction = reduction + steps * combine_seconds(structure, batch.F, rp, hw)
         epilogue = cyc.epilogue(xp // ft[:, out]) / hw.clock_hz
         time = compute + sync + shift + reduction + epilogue
@@ -527,8 +543,9 @@ class ArrivalCostModel:
             out = structure.num_tensors - 1
             replicas = (sharing_counts(structure, batch.F)[:, out]
                         // np.prod(batch.ft[:, out], axis=1)).astype(float)
+            sent = parts[:, out] + structure.state_bytes(batch.xp)  # attention: its statistics too
             time = time - terms["reduction_s"] + replica_reduction_array(
-                replicas, parts[:, out], int(structure.elem_bytes[out]), self.hw)
+                replicas, sent, int(structure.elem_bytes[out]), self.hw)
         return time + self._arrival(parts, batch.structure, batch.F, batch.xp, batch.ft), order
 
     def time_lower_bound(self, structure: PlanStructure, F: np.ndarray) -> np.ndarray:

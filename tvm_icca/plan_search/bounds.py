@@ -14,8 +14,11 @@ from tvm_icca.plan_search.structure import PlanStructure
 
 
 def memory_lower_bound(structure: PlanStructure, F: np.ndarray) -> np.ndarray:
-    """A lower bound of the bytes per core of every plan with these F_op rows."""
-    return partition_lower_bounds(structure, F).sum(axis=1)
+    """A lower bound of the bytes per core of every plan with these F_op rows: its
+    partitions', and an attention operator's state beside an output partition of at least
+    the unpadded sub-operator's rows (``xp >= ceil(E / F)``; they never rotate)."""
+    c = ceil_div(structure.extents[None, :], F)
+    return partition_lower_bounds(structure, F).sum(axis=1) + structure.state_bytes(c)
 
 
 def partition_lower_bounds(structure: PlanStructure, F: np.ndarray) -> np.ndarray:

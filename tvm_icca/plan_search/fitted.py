@@ -40,7 +40,7 @@ def plan_features(layout: OpLayout, hw: HardwareSpec) -> dict[str, float]:
     """The closed-form time terms of a plan, in seconds (inputs of the regression)."""
     terms = AnalyticBatchModel(hw, reduction="ring").layout_terms(layout)
     out = len(layout.expr.tensors) - 1
-    out_bytes = layout.partition_bytes(out)
+    out_bytes = layout.replica_bytes()  # an attention replica sends its running max and sum too
     elements = out_bytes / dtype_bytes(layout.expr.output.dtype)
     return {
         "compute": terms["compute_s"],

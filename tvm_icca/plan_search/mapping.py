@@ -143,9 +143,8 @@ def _mapping_bytes(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int]
         else:
             inter += float(per_chip.sum()) - distinct
     inter += rotation_inter_chip_bytes(layout, cpc)
-    out = len(expr.tensors) - 1
     owner = layout.output_owner_of()
-    inter += int(np.count_nonzero(chip[owner] != chip)) * layout.partition_bytes(out)
+    inter += int(np.count_nonzero(chip[owner] != chip)) * layout.replica_bytes()
     return float(per_chip_hbm.max()), float(per_chip_hbm.sum()), hbm_unique, float(inter)
 
 

@@ -417,8 +417,9 @@ class PlanBatch:
         return partition_bytes(self.structure, self.ft, self.xp if xp is None else xp)
 
     def memory(self) -> np.ndarray:
-        """Bytes per core: one partition of every tensor (OpLayout.memory_bytes_per_core)."""
-        return self.partition_bytes().sum(axis=1)
+        """Bytes per core: one partition of every tensor, and an attention operator's state
+        and score block (OpLayout.memory_bytes_per_core)."""
+        return self.partition_bytes().sum(axis=1) + self.structure.extra_bytes(self.xp, self.rp)
 
     def padding(self) -> np.ndarray:
         return padding_ratio(self.structure, self.F, self.xp)
@@ -676,11 +677,24 @@ def _drop_invalid(batch: PlanBatch) -> PlanBatch:
         for a, t, u, shared in structure.ring_risks:
             spread = np.prod(np.where(shared[None, :], batch.F, 1), axis=1) > 1
             risky |= (batch.ft[:, t, a] > 1) & (batch.ft[:, u, a] > 1) & spread
+        # An axis every rotating tensor is indexed by cuts the cores into identical copies of
+        # one ring structure (it enters no ring position and no Cannon skew): the verdict is
+        # the same for any F_op on it, so plans that differ only there are checked once.
+        verdicts: dict[bytes, bool] = {}
+        rotating = batch.ft > 1
         for i in np.flatnonzero(risky & keep):
-            try:
-                check_rings(OpLayout(structure.expr, batch.plan(int(i))))
-            except InvalidPlanError:
-                keep[i] = False
+            movers = rotating[i].any(axis=1)
+            common = structure.own[movers].all(axis=0)
+            reduced = np.where(common, 1, batch.F[i])
+            key = reduced.tobytes() + batch.ft[i].tobytes()
+            if key not in verdicts:
+                try:
+                    check_rings(OpLayout(structure.expr, PlanBatch(
+                        structure, reduced[None, :], batch.ft[i:i + 1]).plan(0)))
+                    verdicts[key] = True
+                except InvalidPlanError:
+                    verdicts[key] = False
+            keep[i] = verdicts[key]
     return batch if keep.all() else batch.take(np.flatnonzero(keep))
 
 

@@ -102,7 +102,7 @@ def score(batch: PlanBatch, model: BatchCostModel, budget: float,
     """Plans of ``batch`` that fit ``budget`` (and pass ``filters``), with their times;
     ``output_cap``: the most bytes per core the output's partition may take."""
     partitions = batch.partition_bytes()
-    memory = partitions.sum(axis=1)
+    memory = partitions.sum(axis=1) + batch.structure.extra_bytes(batch.xp, batch.rp)
     keep = memory <= budget
     if math.isfinite(output_cap):
         keep &= partitions[:, -1] <= output_cap

@@ -182,7 +182,7 @@ def steps_within(model: BatchCostModel, structure: PlanStructure, limit: float,
 
     def keep(F: np.ndarray, S: np.ndarray, xp: np.ndarray) -> np.ndarray:
         parts = step_partition_lower_bounds(structure, F, S, xp)
-        wanted = parts.sum(axis=1) <= budget
+        wanted = parts.sum(axis=1) + structure.extra_bytes(xp, xp // S) <= budget
         if math.isfinite(output_cap):
             wanted &= parts[:, -1] <= output_cap
         rows = np.flatnonzero(wanted)
@@ -404,7 +404,9 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
     as the reconciliation does: the inputs priced as they arrive in the plan's partitions,
     and, for a matmul, the replica reduction as the device schedules it (T10's ring term
     under-estimates many replicas of small partitions: prefill's ``P V`` summed over 8K
-    keys); the reported time stays the analytic model's."""
+    keys); the reported time stays the analytic model's. An attention operator is always
+    searched with the device's reduction schedule (its key splits are that sum) and
+    reported under it."""
     structure = plan_structure(expr, cache)
     need = cache.planned(_least_memory_key(structure, hw))
     if need is not None and budget < need:
@@ -413,19 +415,25 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
         _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
     if default or _is_batch_model(cost_model):
         model = AnalyticBatchModel(hw) if default else cost_model
-        if default and arriving:
+        if default and (arriving or expr.kind == "attention"):
             # the device's reduction schedule prices a matmul's sum over many replicas of
             # small partitions (prefill's P V over 8K keys) that T10's ring term
             # under-estimates; its bound prunes a convolution's far larger plan space too
-            # weakly (ResNet-18 tiny on 5,888 cores: 4.6 s -> minutes), so only matmuls
-            model = ArrivalCostModel(model, arriving, hw, device_reduction=expr.kind == "matmul",
+            # weakly (ResNet-18 tiny on 5,888 cores: 4.6 s -> minutes), so only matmuls and
+            # attention (whose key splits are the same sum, statistics included)
+            model = ArrivalCostModel(model, arriving, hw,
+                                     device_reduction=expr.kind in ("matmul", "attention"),
                                      in_place=in_place)
         best = best_plan(structure, model, budget, hw.num_cores, cache=cache, output_cap=output_cap)
         if best is None:
             _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
         plan = best.plan(0)
         layout = OpLayout(expr, plan)
-        cost = (cost_model or AnalyticCostModel())(layout, hw) if default else _batch_cost(model, best)
+        if default and expr.kind == "attention":
+            # reported under the model it was chosen by: its replicas as the device sums them
+            cost = PlanCost(**AnalyticBatchModel(hw, reduction="schedule").layout_terms(layout, structure))
+        else:
+            cost = (cost_model or AnalyticCostModel())(layout, hw) if default else _batch_cost(model, best)
         return PlannedOp(expr, plan, layout, cost, layout.memory_bytes_per_core())
     return _rerank(structure, hw, cost_model, budget, label, cache, output_cap)
 

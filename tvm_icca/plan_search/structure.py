@@ -12,6 +12,9 @@ import numpy as np
 
 from runtime_sim.contract.expr import TensorExpr, dtype_bytes
 from runtime_sim.contract.plan_rules import (
+    attention_scratch_bytes,
+    attention_state_bytes,
+    fixed_axes,
     local_splits,
     padding_safe_reduce,
     pinned_axes,
@@ -44,6 +47,24 @@ class PlanStructure:
     #: per distinct split reduction: (level, axes its statistic depends on), for the combine
     split_stats: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
+    def extra_bytes(self, xp: np.ndarray, rp: np.ndarray) -> np.ndarray:
+        """SRAM per core beyond the partitions of plans with padded extents ``xp`` and chunk
+        lengths ``rp`` ((N, A)): an attention operator's online-softmax state and score block
+        (:meth:`runtime_sim.contract.layout.OpLayout.extra_bytes_per_core`); zeros otherwise."""
+        if self.expr.kind != "attention":
+            return np.zeros(len(xp), INT)
+        return self.state_bytes(xp) + attention_scratch_bytes(
+            self.expr, {a: rp[:, i] for i, a in enumerate(self.axes)})
+
+    def state_bytes(self, xp: np.ndarray) -> np.ndarray:
+        """An attention operator's running max and sum beside an output partition of plans
+        with padded extents ``xp`` (:func:`runtime_sim.contract.plan_rules.attention_state_bytes`):
+        on the core, and sent with the partition when replicas are combined; zeros otherwise."""
+        if self.expr.kind != "attention":
+            return np.zeros(len(xp), INT)
+        return np.asarray(attention_state_bytes(self.expr, {a: xp[:, i] for i, a in enumerate(self.axes)}),
+                          INT) * np.ones(len(xp), INT)
+
     @property
     def num_axes(self) -> int:
         return len(self.axes)
@@ -67,6 +88,7 @@ def build_structure(expr: TensorExpr) -> PlanStructure:
     follow = local_splits(expr)
     rows = set(follow.values())
     pinned = pinned_axes(expr)
+    still = pinned | fixed_axes(expr)  # no tensor rotates on these (attention: all but the keys)
     n_t, n_a = len(expr.tensors), len(axes)
     own = np.zeros((n_t, n_a), bool)
     rot = np.zeros((n_t, n_a), bool)
@@ -76,7 +98,7 @@ def build_structure(expr: TensorExpr) -> PlanStructure:
             if a in index:
                 own[t, index[a]] = True
         for a in access.axes:
-            if a not in index or a in pinned or t in expr.epilogue_inputs:
+            if a not in index or a in still or t in expr.epilogue_inputs:
                 continue
             using = [i for i in access.indices if a in i.axes]
             if len(using) == 1 and using[0].is_simple:
