@@ -238,8 +238,8 @@ def _follow(op: PendingOp, reads: list[int], pieced: dict[str, _Pieces], offchip
         axis, first = index.terms[0][0], p
         if op.expr.inputs[t].view is not None or op.expr.extent(axis) != sum(n for _, n in p.blocks):
             return None
-    if why_not_splittable(op.expr, axis) is not None:
-        return None
+    if why_not_splittable(op.expr, axis) is not None or key_axis(op.expr) == axis:
+        return None  # an attention reads pieces of its keys joined (split_axes: keys last)
     # reading an off-chip tensor the split does not cut once per piece costs (pieces - 1)
     # extra reads of it: worth it only while that is less than joining the pieces, unless
     # the joined tensor is what the chip has no room for
