@@ -179,3 +179,32 @@ def test_only_factors_outside_the_head_dimension_leave_its_sum() -> None:
     divided = {"op": "reduce", "combiner": "sum", "axes": ["k"], "args": [
         {"op": "div", "args": [{"op": "mul", "args": [q, c]}, k]}]}
     assert _hoisted(divided) == divided
+
+
+def test_lowering_gives_the_contract_expression() -> None:
+    """``softmax(Q K^T * 0.25 + M) @ V`` lowers to what ``attention_expr`` builds from the
+    contract's definition (names aside; constants kept in the composite)."""
+    from dataclasses import replace
+
+    from tvm_icca.testing.exprs import attention_expr
+
+    shape = (2, 3, 8, 4)
+    params = [relax.Var(n, relax.TensorType(shape, "float32")) for n in "qkv"]
+    mask = relax.Var("m", relax.TensorType((8, 8), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [*params, mask]):
+        with bb.dataflow():
+            q, k, v = params
+            s = bb.emit(relax.op.matmul(q, relax.op.permute_dims(k, [0, 1, 3, 2])))
+            s = bb.emit(relax.op.add(relax.op.multiply(s, relax.const(0.25, "float32")), mask))
+            out = bb.emit_output(relax.op.matmul(relax.op.nn.softmax(s, axis=-1), v))
+        bb.emit_func_output(out)
+    part = partitioner.partition_for_icca(bb.get(), HW, bind_constants=True)
+    (op,) = _operators(part)
+    want = attention_expr(8, 8, 4, batch=(2, 3), mask=True, scale=0.25)
+
+    def canonical(expr):  # the converter marks core-local axes as reductions; the key blanks names
+        local = tuple(replace(a, reduce=False) for a in expr.local_axes)
+        return replace(expr, local_axes=local).structure_key()
+
+    assert canonical(op.expr) == canonical(want)
