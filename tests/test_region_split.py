@@ -40,7 +40,16 @@ def _split_ops(model):
     (16, {"context": 1024}),                       # decode: the KV cache does not fit
     (64, {"phase": "prefill", "seq_len": 256}),    # prefill: the scores do not fit
 ])
-def test_split_llm_runs_exactly_and_executors_agree(cores, kwargs, plan_cache):
+def test_split_llm_runs_exactly_and_executors_agree(cores, kwargs, plan_cache, monkeypatch):
+    if kwargs.get("phase") == "prefill":
+        # unfused, as the scores exist only then (fused, this prompt's attention fits whole);
+        # a cache of its own: the session's holds the fused partition of the same module
+        import tvm_icca.partition.partitioner as partitioner
+
+        patterns = partitioner.get_icca_patterns
+        monkeypatch.setattr(partitioner, "get_icca_patterns",
+                            lambda: [p for p in patterns() if p.name != "icca.attention"])
+        plan_cache = None
     workload = get_workload("llama2-13b", tiny=True, batch=2, **kwargs)
     chip = _chip(cores)
     model = compile_programs(workload.mod, chip, preload="elk-full", plan_cache=plan_cache)
@@ -157,10 +166,17 @@ def _softmax_attention(heads: int, ctx: int, dim: int) -> tvm.IRModule:
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
 
 
-def test_softmax_over_keys_cut_into_blocks_uses_the_online_combine():
+def test_softmax_over_keys_cut_into_blocks_uses_the_online_combine(monkeypatch):
     """The scores of a cache too long for the chip are cut along the keys; the softmax then
     runs per block (maximum, shifted exponent, sum, partial ``P V``) and one operator
-    rescales the blocks to their common maximum (split.online_softmax), exactly."""
+    rescales the blocks to their common maximum (split.online_softmax), exactly. The
+    attention is kept unfused here (the fused operator's key blocks:
+    tests/test_attention_keys.py)."""
+    import tvm_icca.partition.partitioner as partitioner
+
+    patterns = partitioner.get_icca_patterns
+    monkeypatch.setattr(partitioner, "get_icca_patterns",
+                        lambda: [p for p in patterns() if p.name != "icca.attention"])
     heads, ctx, dim = 2, 4096, 32
     mod, chip = _softmax_attention(heads, ctx, dim), _chip(16)
     resident = ["k_cache", "v_cache"]

@@ -242,8 +242,8 @@ def test_pieces_with_equal_points_share_one_key(plan_cache):
     from tvm_icca.split.region_split import original_operator
     from tvm_icca.workloads import get_workload
 
-    # tests/test_piece_grouping.py's split prefill: attention split into pieces
-    chip = small_chip(64, 32 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
+    # tests/test_piece_grouping.py's split prefill: the fused attention split into pieces
+    chip = small_chip(64, 24 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
                                                     hbm_controllers=2)
     workload = get_workload("llama2-13b", tiny=True, batch=2, phase="prefill", seq_len=256)
     cache = plan_cache  # its plans and tables shared with that test

@@ -35,6 +35,7 @@ from runtime_sim.contract.errors import UnsupportedOperatorError
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import check_dtype
 from runtime_sim.contract.plan_rules import pinned_axes
+from tvm_icca.lower.te_attention import attention_op, is_attention
 from tvm_icca.lower.te_converter import InputSource, TEConverter
 from tvm_icca.lower.te_nodes import body_of, reduction_combiner, same_tensor, tensor_shape
 from tvm_icca.ops.extracted_op import ExtractedOp
@@ -77,6 +78,8 @@ def extract_op(func: relax.Function, name: str = "out") -> ExtractedOp:
     if gathered is not None:
         return gathered
     sources = _sources(func, composed)
+    if is_attention(func):  # softmax(score) @ value, with the online softmax on the cores
+        return attention_op(func, composed, sources, name)
     out = composed.output
     check_dtype(str(out.dtype), f"output of {_func_label(func)}")
     if len(out.shape) and any(not isinstance(s, tirx.IntImm) for s in out.shape):

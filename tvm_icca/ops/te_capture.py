@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import tvm
@@ -48,6 +48,10 @@ class ComposedTE:
     output: te.Tensor
     op_names: tuple[str, ...]  # Relax ops of the function, in binding order
     constants: tuple[tuple[te.Tensor, np.ndarray], ...] = ()
+    #: the TE value of every Relax variable of the function (params and bindings), by
+    #: :func:`ffi_key` of the variable: a reader of one operator family finds the stages of
+    #: a named binding there (the softmax inside fused attention, :mod:`tvm_icca.lower.te_attention`)
+    values: Mapping[int, Any] = field(default_factory=dict)
 
 
 def compose_te(func: relax.Function) -> ComposedTE:
@@ -162,6 +166,7 @@ class _Composer:
             output=out,
             op_names=tuple(self.op_names),
             constants=tuple((t, v) for t, v, _ in self.constants),
+            values=dict(self.env),
         )
 
     def _placeholder(self, var: relax.Expr, what: str) -> te.Tensor:

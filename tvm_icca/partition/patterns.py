@@ -37,6 +37,7 @@ from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from runtime_sim.contract.errors import UnsupportedDtypeError
 from tvm_icca.hardware_choice import HardwareSpec, current_hardware, use_hardware
+from tvm_icca.ops.attention import attention_pattern
 from tvm_icca.ops.data_movement import (
     DATA_MOVEMENT_OPS,
     data_movement_patterns,
@@ -494,6 +495,9 @@ def _pattern_table() -> list[Pattern]:
     for anchor in ("matmul", "conv2d", "conv1d"):
         table += _anchor_patterns(anchor)
     table.append(rotary_embedding_pattern(CODEGEN_NAME, _check_ops))  # before its slices, concat, products
+    # last, so tried first: the product, scores, softmax and product of attention fuse into
+    # one operator before the matmul, softmax and elementwise patterns take them apart
+    table.append(attention_pattern(CODEGEN_NAME, _check_ops))
     return table
 
 

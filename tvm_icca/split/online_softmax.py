@@ -155,39 +155,76 @@ def _combine(softmax: PendingOp, pv: PendingOp, m_names: list[str], l_names: lis
              n: int) -> list[tuple[tuple[int, int, int], PendingOp]]:
     """``M = max_k m_k``, then ``pv``'s output from the blocks' partial outputs and sums
     rescaled to ``M``, then ``pv``'s epilogue."""
-    spatial = softmax.expr.axes[:-1]
-    top = TensorAccess(f"{softmax.output_name}.max", stat_shape, dtype, stat_index)
-    body = fold("max", [make_load(k, stat_index) for k in range(n)])
-    stats = tuple(TensorAccess(name, stat_shape, dtype, stat_index) for name in m_names)
-    out: list[tuple[tuple[int, int, int], PendingOp]] = [((n, 1, 0), PendingOp(
-        f"{softmax.name}.online.max", TensorExpr("elementwise", spatial, stats, top, body),
-        tuple(m_names), top.name, f"{softmax.label or 'softmax'} (online, maximum of {n} blocks)"))]
+    stats = BlockStatistics(softmax.expr.axes[:-1], stat_shape, stat_index, pv_stat_index, dtype,
+                            f"{softmax.output_name}.max", f"{softmax.name}.online.max",
+                            f"{softmax.label or 'softmax'} (online, maximum of {n} blocks)")
+    return combine_blocks(stats, pv, m_names, l_names, o_names, normalized=False)
 
-    expr = pv.expr
+
+@dataclass(frozen=True)
+class BlockStatistics:
+    """Where the per-block row statistics ``m_k``, ``l_k`` of an online softmax live: over
+    the row axes ``axes`` (shape ``shape``, written at ``index``), read by the combined
+    operator at ``reader_index`` (its own axes); the common maximum ``M`` is tensor
+    ``max_name``, written by operator ``max_op`` (labelled ``max_label``)."""
+
+    axes: tuple[Axis, ...]
+    shape: tuple[int, ...]
+    index: tuple[AffineIndex, ...]
+    reader_index: tuple[AffineIndex, ...]
+    dtype: str
+    max_name: str
+    max_op: str
+    max_label: str
+
+
+def combine_blocks(stats: BlockStatistics, base: PendingOp, m_names: Sequence[str],
+                   l_names: Sequence[str], o_names: Sequence[str], normalized: bool
+                   ) -> list[tuple[tuple[int, int, int], PendingOp]]:
+    """The online-softmax combine of ``n`` key blocks into ``base``'s output: ``M = max_k
+    m_k``, then ``sum_k exp(m_k - M) o_k / sum_k exp(m_k - M) l_k`` and ``base``'s
+    epilogue. ``o_k`` is block ``k``'s partial product ``e_k V_k``, or, when ``normalized``,
+    its normalized output ``e_k V_k / l_k`` (a fused attention's piece), rescaled by ``l_k``.
+    Keyed ``(n, 1, 0)`` and ``(n, 1, 1)`` for the region's dependency order."""
+    n = len(m_names)
+    top = TensorAccess(stats.max_name, stats.shape, stats.dtype, stats.index)
+    body = fold("max", [make_load(k, stats.index) for k in range(n)])
+    partial = tuple(TensorAccess(name, stats.shape, stats.dtype, stats.index) for name in m_names)
+    out: list[tuple[tuple[int, int, int], PendingOp]] = [((n, 1, 0), PendingOp(
+        stats.max_op, TensorExpr("elementwise", stats.axes, partial, top, body),
+        tuple(m_names), top.name, stats.max_label))]
+
+    expr = base.expr
     result = expr.output
+    at = stats.reader_index
 
     def statistic(name: str) -> TensorAccess:  # a row statistic as the product's rows read it
-        return TensorAccess(name, stat_shape, dtype, pv_stat_index)
+        return TensorAccess(name, stats.shape, stats.dtype, at)
 
     accesses = ([statistic(top.name)] + [statistic(m) for m in m_names]
                 + [statistic(s) for s in l_names] + [replace(result, name=o) for o in o_names])
 
     def scale(k: int) -> Expr:  # exp(m_k - M)
-        return {"op": "exp", "args": [{"op": "sub", "args": [make_load(1 + k, pv_stat_index),
-                                                               make_load(0, pv_stat_index)]}]}
+        return {"op": "exp", "args": [{"op": "sub", "args": [make_load(1 + k, at),
+                                                               make_load(0, at)]}]}
 
-    num = fold("add", [{"op": "mul", "args": [scale(k), make_load(1 + 2 * n + k, result.indices)]}
-                 for k in range(n)])
-    den = fold("add", [{"op": "mul", "args": [scale(k), make_load(1 + n + k, pv_stat_index)]}
-                 for k in range(n)])
+    def weight(k: int) -> Expr:  # what o_k is multiplied by: exp(m_k - M) [l_k]
+        if not normalized:
+            return scale(k)
+        return {"op": "mul", "args": [scale(k), make_load(1 + n + k, at)]}
+
+    num = fold("add", [{"op": "mul", "args": [weight(k), make_load(1 + 2 * n + k, result.indices)]}
+                       for k in range(n)])
+    den = fold("add", [{"op": "mul", "args": [scale(k), make_load(1 + n + k, at)]}
+                       for k in range(n)])
     value = {"op": "div", "args": [num, den]}
     epi_inputs, value = renumbered_epilogue(expr, value, len(accesses))
     names = (top.name, *m_names, *l_names, *o_names,
-             *(pv.input_names[t] for t in expr.epilogue_inputs if expr.epilogue is not None))
+             *(base.input_names[t] for t in expr.epilogue_inputs if expr.epilogue is not None))
     combined = TensorExpr("elementwise", tuple(a for a in expr.axes if not a.reduce),
                           tuple(accesses) + epi_inputs, result, value)
-    out.append(((n, 1, 1), PendingOp(f"{pv.name}.combine", combined, names, pv.output_name,
-                                     f"{pv.label or pv.expr.kind} (online softmax of {n} blocks)")))
+    out.append(((n, 1, 1), PendingOp(f"{base.name}.combine", combined, names, base.output_name,
+                                     f"{base.label or base.expr.kind} (online softmax of {n} blocks)")))
     return out
 
 

@@ -97,7 +97,10 @@ def why_not_splittable(expr: TensorExpr, axis: str) -> str | None:
                     if any(axis in read[d].axes and not read[d].is_simple for d in range(len(read))) \
                             or any(axis not in read[d].axes for d in dims):
                         return f"input '{access.name}' is read at another index of '{axis}'"
-    if top[axis].reduce and expr.combiner not in COMBINE_OPS:
+    # a fused attention's keys are cut into blocks joined by the online softmax
+    # (tvm_icca.split.attention_keys), not by a combiner of the partial results
+    attention_keys = expr.kind == "attention" and expr.combiner == "softmax"
+    if top[axis].reduce and expr.combiner not in COMBINE_OPS and not attention_keys:
         return f"its reduction combines with '{expr.combiner}'"
     return None
 

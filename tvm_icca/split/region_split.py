@@ -8,7 +8,9 @@ reads the pieces one by one (a chain such as attention's scores, maximum, expone
 ``P V`` is cut along the context once), so pieces are joined only where they must be:
 
 * a reader that splits along one of its reductions writes partial results, joined by a
-  combine operator (:func:`~tvm_icca.split.pieces.combine_expression`);
+  combine operator (:func:`~tvm_icca.split.pieces.combine_expression`); a fused attention
+  split along its keys runs per key block and is joined by the online-softmax combine
+  (:mod:`~tvm_icca.split.attention_keys`);
 * a reader that cannot take pieces (the split dimension is core-local to it, read through a
   compound index, or it would re-read a large off-chip tensor once per piece), and a region
   output kept on chip, read the pieces joined by a concat operator
@@ -31,6 +33,7 @@ from typing import Sequence
 
 from runtime_sim.contract.program import HostJoin
 from tvm_icca.lower.region import PendingOp, RegionOps
+from tvm_icca.split.attention_keys import attention_key_blocks, key_axis
 from tvm_icca.split.online_softmax import online_softmax
 from tvm_icca.split.pieces import (
     combine_expression,
@@ -184,6 +187,10 @@ def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps
             out.append(((j, -1, j, 0), op))
             continue
         axis, blocks, piece_inputs, chain, follow_always = plan
+        if key_axis(op.expr) == axis:  # attention per key block, the online combine after
+            out += [((chain, k, j, 3 * which + sub), item) for (k, which, sub), item
+                    in attention_key_blocks(op, blocks, piece_inputs)]
+            continue
         reduce = any(a.name == axis and a.reduce for a in op.expr.axes)
         kept = list(piece_inputs_of(op.expr, axis))
         names = []
@@ -231,8 +238,8 @@ def _follow(op: PendingOp, reads: list[int], pieced: dict[str, _Pieces], offchip
         axis, first = index.terms[0][0], p
         if op.expr.inputs[t].view is not None or op.expr.extent(axis) != sum(n for _, n in p.blocks):
             return None
-    if why_not_splittable(op.expr, axis) is not None:
-        return None
+    if why_not_splittable(op.expr, axis) is not None or key_axis(op.expr) == axis:
+        return None  # an attention reads pieces of its keys joined (split_axes: keys last)
     # reading an off-chip tensor the split does not cut once per piece costs (pieces - 1)
     # extra reads of it: worth it only while that is less than joining the pieces, unless
     # the joined tensor is what the chip has no room for

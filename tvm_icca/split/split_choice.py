@@ -32,6 +32,7 @@ from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.lifetimes import last_reads, outlives
 from tvm_icca.lower.region import RegionOps
+from tvm_icca.split.attention_keys import key_axis
 from tvm_icca.split.pieces import (
     piece_inputs_of,
     split_blocks,
@@ -80,8 +81,12 @@ def split_axes(expr: TensorExpr) -> list[str]:
     largest = max(range(len(expr.tensors)),
                   key=expr.read_bytes)
     access = expr.tensors[largest]
-    return [a.name for a in expr.axes
+    axes = [a.name for a in expr.axes
             if a.extent > 1 and split_dims(access, a.name) and why_not_splittable(expr, a.name) is None]
+    # a fused attention cut along its keys recomputes each block's scores for its statistics
+    # (tvm_icca.split.attention_keys): only when nothing else cuts the tensor (a decode step's cache)
+    keys = key_axis(expr)
+    return [a for a in axes if a != keys] or axes
 
 
 def choose_splits(region: RegionOps, hw: HardwareSpec, plan_piece: PlanPiece,
