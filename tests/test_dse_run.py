@@ -44,7 +44,7 @@ hbm_bandwidth = 1e11
 [grid]
 hbm_bandwidth = [1e10, 1e11]
 [[points]]
-sram_bytes_per_core = 9000
+sram_bytes_per_core = 8400
 [[workloads]]
 name = "llama2-7b"
 tiny = true
@@ -88,7 +88,7 @@ def test_sweep_rows(reference):
         for row in (slow, fast):  # no point beats its floors
             for floor in ("hbm_floor_s", "compute_floor_s", "interconnect_floor_s"):
                 assert 0 < row[floor] <= row["total_s"] * (1 + 1e-9), floor
-        no = by[(1e11, 9000, design)]
+        no = by[(1e11, 8400, design)]
         assert no["status"] == "does_not_fit" and "PlanNotFoundError" in no["reason"]
         assert "total_s" not in no and no["compile_s"] > 0
     # the designs' order of Elk §6.2 holds here too
@@ -245,7 +245,7 @@ def test_parallel_sweep_searches_each_plan_once(reference, tmp_path):
 
     _, _, rows = reference
     path = tmp_path / "tiny.toml"
-    path.write_text(textwrap.dedent(SPEC).replace("[[points]]\nsram_bytes_per_core = 9000\n", ""))
+    path.write_text(textwrap.dedent(SPEC).replace("[[points]]\nsram_bytes_per_core = 8400\n", ""))
     spec = load_spec(str(path))
     points = expand(spec)
     assert len(points) == 4 and len({p.group for p in points}) == 1

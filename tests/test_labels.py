@@ -144,7 +144,7 @@ def _simulate(capsys, tmp_path: pathlib.Path, *argv: str) -> tuple[list[str], li
 
 def test_simulate_zoo_transformer_shows_labels(capsys, tmp_path) -> None:
     table, names = _simulate(capsys, tmp_path, "bert-large", "--tiny", "--layers", "1")
-    assert "softmax [1x4x16x16]" in table
+    assert "attention [1x4x16x16]" in table  # scores, softmax and P V: one operator
     assert any(n.startswith("region 0: ") for n in names)
 
 
