@@ -559,6 +559,17 @@ def make_load(input_index: int, index: Sequence[AffineIndex]) -> Expr:
     return {"op": "load", "input": input_index, "index": [i.to_dict() for i in index]}
 
 
+def renumber_loads(node: Expr, new_of: Mapping[int, int]) -> Expr:
+    """``node`` with every load of input ``t`` reading input ``new_of[t]`` instead (the inputs
+    of an operator re-ordered or dropped)."""
+    node = dict(node)
+    if node.get("op") == "load":
+        node["input"] = new_of[node["input"]]
+    if "args" in node:
+        node["args"] = [renumber_loads(a, new_of) for a in node["args"]]
+    return node
+
+
 def merged_axes(index: AffineIndex, extents: Mapping[str, int]) -> tuple[str, ...] | None:
     """The axes an output index merges row-major, outermost first; ``None`` if it does not.
 

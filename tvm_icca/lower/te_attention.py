@@ -35,6 +35,7 @@ from runtime_sim.contract.expr import (
     Expr,
     TensorAccess,
     TensorExpr,
+    renumber_loads,
     walk_expr,
 )
 from runtime_sim.contract.hardware import check_dtype
@@ -249,22 +250,11 @@ def _role_order(expr: TensorExpr, j: str) -> list[int]:
     return roles + [t for t in range(len(expr.inputs)) if t not in roles]
 
 
-def _renumber(node: Expr | None, new_of: Mapping[int, int]) -> Expr | None:
-    if node is None:
-        return None
-    node = dict(node)
-    if node.get("op") == "load":
-        node["input"] = new_of[node["input"]]
-    if "args" in node:
-        node["args"] = [_renumber(a, new_of) for a in node["args"]]
-    return node
-
-
 def _reordered(expr: TensorExpr, order: list[int]) -> TensorExpr:
     new_of = {old: new for new, old in enumerate(order)}
     return TensorExpr(kind=expr.kind, axes=expr.axes,
                       inputs=tuple(expr.inputs[t] for t in order), output=expr.output,
-                      body=_renumber(expr.body, new_of), local_axes=expr.local_axes,
+                      body=renumber_loads(expr.body, new_of), local_axes=expr.local_axes,
                       combiner=expr.combiner)
 
 

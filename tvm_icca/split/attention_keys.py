@@ -22,7 +22,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, Sequence
 
-from runtime_sim.contract.expr import Axis, Expr, TensorAccess, TensorExpr, make_load, walk_expr
+from runtime_sim.contract.expr import (
+    Axis,
+    TensorAccess,
+    TensorExpr,
+    make_load,
+    renumber_loads,
+    walk_expr,
+)
 from tvm_icca.lower.region import PendingOp
 from tvm_icca.split.online_softmax import BlockStatistics, combine_blocks
 from tvm_icca.split.pieces import sub_expression
@@ -36,15 +43,6 @@ def key_axis(expr: TensorExpr) -> str | None:
         return None
     keys = [a.name for a in expr.axes if a.reduce]
     return keys[0] if len(keys) == 1 else None
-
-
-def _renumbered(node: Expr, new_of: Mapping[int, int]) -> Expr:
-    node = dict(node)
-    if node.get("op") == "load":
-        node["input"] = new_of[node["input"]]
-    if "args" in node:
-        node["args"] = [_renumbered(a, new_of) for a in node["args"]]
-    return node
 
 
 def attention_key_blocks(op: PendingOp, blocks: Sequence[tuple[int, int]],
@@ -86,7 +84,7 @@ def attention_key_blocks(op: PendingOp, blocks: Sequence[tuple[int, int]],
         accesses = tuple(piece.inputs[t] for t in read)
         names = tuple(inputs[t] for t in read)
         axes = row_axes + (Axis(j, length, reduce=True),)
-        block_score = _renumbered(score, new_of)
+        block_score = renumber_loads(score, new_of)
         m_k = TensorAccess(f"{op.output_name}.max.p{k}", stat_shape, out.dtype, stat_index)
         l_k = replace(m_k, name=f"{op.output_name}.sum.p{k}")
         ops.append(((k, 0, 0), PendingOp(
