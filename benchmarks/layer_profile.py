@@ -84,7 +84,7 @@ def profile_table(report: TimingReport, title: str) -> list[str]:
     """Markdown lines: the per-group table of one layer, then its floors and remainder."""
     peak = peak_flops(report)
     total = report.total_s
-    lines = [f"### {title}", "",
+    lines = [f"## {title}", "",
              f"{total * 1e3:.3f} ms; {report.flops / 1e12:.2f} TFLOP; FLOPS utilization "
              f"{report.flops_utilization:.1%}; bound by {report.run_bound_by} "
              f"(floor {report.floor_s * 1e3:.3f} ms).", "",
