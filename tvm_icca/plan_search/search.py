@@ -26,7 +26,7 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -130,37 +130,53 @@ def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, ma
     best: ScoredPlans | None = None
     best_time = math.inf
     # Unrotated plans first (one per row), best bounds first, until the bound passes the
-    # incumbent: on a roomy budget that incumbent is already close to the optimum.
+    # incumbent: on a roomy budget that incumbent is already close to the optimum. Then the
+    # rotating plans of the rows whose (weaker) bound beats it.
+    for scored in _pruned_scores(structure, model, F, bound, by_bound, budget, filters,
+                                 output_cap, cache, lambda: best_time, rotating=True):
+        found = _argmin(scored)
+        if found is not None and (best is None or _better(found, best)):
+            best, best_time = found, float(found.time[0])
+    return best
+
+
+def _pruned_scores(structure: PlanStructure, model: BatchCostModel, F: np.ndarray,
+                   bound: np.ndarray, by_bound: np.ndarray, budget: float,
+                   filters: PlanFilters | None, output_cap: float, cache: SearchMemo,
+                   limit: Callable[[], float], rotating: bool) -> Iterator[ScoredPlans]:
+    """The branch and bound of the exact searches (:func:`best_plan`, :func:`fastest_rows`):
+    scored batches of the plans that can beat ``limit()``, read again before every batch
+    (the caller tightens it as it absorbs what it is given). First the unrotated plan of
+    each row by ``bound`` (the model's ``time_lower_bound`` of ``F``, ``by_bound`` its
+    order), chunk by chunk while the bound beats the limit; then, if ``rotating``, the
+    rotating plans of the rows whose memory and rotating bounds allow them, best bound
+    first, their (row, steps) pairs filtered by :func:`steps_within`."""
     for start in range(0, len(by_bound), CHUNK_PLANS):
         rows = by_bound[start:start + CHUNK_PLANS]
-        rows = rows[bound[rows] < best_time]
+        rows = rows[bound[rows] < limit()]
         if not len(rows):
             break
         rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
-        found = _argmin(score(unrotated(structure, F[rows]), model, budget, filters, output_cap))
-        if found is not None and (best is None or _better(found, best)):
-            best, best_time = found, float(found.time[0])
-    # Rotating plans: only rows whose (weaker) bound beats the incumbent can hold better ones.
-    rows = by_bound[: int(np.searchsorted(bound[by_bound], best_time, side="left"))]
+        yield score(unrotated(structure, F[rows]), model, budget, filters, output_cap)
+    if not rotating:
+        return
+    rows = by_bound[: int(np.searchsorted(bound[by_bound], limit(), side="left"))]
     rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
     rot_bound = model.rotating_lower_bound(structure, F[rows], budget)
-    keep = rot_bound < best_time
+    keep = rot_bound < limit()
     rows, rot_bound = rows[keep], rot_bound[keep]
     ranked = np.argsort(rot_bound, kind="stable")
     rows, rot_bound = rows[ranked], rot_bound[ranked]
     position = {int(r): i for i, r in enumerate(rows)}
     caps = StepCaps(structure, F[rows], max_padding(filters))
     for group in plan_chunks(structure, F, rows, cache):
-        group = group[rot_bound[[position[int(r)] for r in group]] < best_time]
+        group = group[rot_bound[[position[int(r)] for r in group]] < limit()]
         if not len(group):
             break
         batch = plans_for(structure, F[group], True, max_padding(filters), cache,
-                          keep_steps=steps_within(model, structure, best_time, budget, output_cap),
+                          keep_steps=steps_within(model, structure, limit(), budget, output_cap),
                           caps=caps)
-        found = _argmin(score(batch, model, budget, filters, output_cap))
-        if found is not None and (best is None or _better(found, best)):
-            best, best_time = found, float(found.time[0])
-    return best
+        yield score(batch, model, budget, filters, output_cap)
 
 
 def steps_within(model: BatchCostModel, structure: PlanStructure, limit: float,
@@ -241,31 +257,9 @@ def fastest_rows(structure: PlanStructure, model: BatchCostModel, budget: float,
     if len(F):
         bound = model.time_lower_bound(structure, F)
         by_bound = np.argsort(bound, kind="stable")
-        for start in range(0, len(by_bound), CHUNK_PLANS):
-            rows = by_bound[start:start + CHUNK_PLANS]
-            rows = rows[bound[rows] < limit()]
-            if not len(rows):
-                break
-            rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
-            absorb(score(unrotated(structure, F[rows]), model, budget, None, output_cap))
-        if rotating:
-            rows = by_bound[: int(np.searchsorted(bound[by_bound], limit(), side="left"))]
-            rows = rows[memory_lower_bound(structure, F[rows]) <= budget]
-            rot_bound = model.rotating_lower_bound(structure, F[rows], budget)
-            keep = rot_bound < limit()
-            rows, rot_bound = rows[keep], rot_bound[keep]
-            ranked = np.argsort(rot_bound, kind="stable")
-            rows, rot_bound = rows[ranked], rot_bound[ranked]
-            position = {int(r): i for i, r in enumerate(rows)}
-            caps = StepCaps(structure, F[rows], max_padding(None))
-            for group in plan_chunks(structure, F, rows, cache):
-                group = group[rot_bound[[position[int(r)] for r in group]] < limit()]
-                if not len(group):
-                    break
-                batch = plans_for(structure, F[group], True, max_padding(None), cache,
-                                  keep_steps=steps_within(model, structure, limit(), budget, output_cap),
-                                  caps=caps)
-                absorb(score(batch, model, budget, None, output_cap))
+        for scored in _pruned_scores(structure, model, F, bound, by_bound, budget, None,
+                                     output_cap, cache, limit, rotating):
+            absorb(scored)
     best = sorted(kept.values(), key=lambda v: (float(v.time[0]), float(v.memory[0])))
     return ScoredPlans.concat(best, structure)
 
