@@ -81,20 +81,33 @@ class MappingCost:
 
 
 def candidate_core_orders(layout: OpLayout, outermost: bool = False) -> list[tuple[str, ...]]:
-    """The expression's own order (``()``), then per tensor its lacking axes innermost; with
+    """The expression's own order (``()``), then per tensor its lacking axes innermost, then
+    the ring axes of every rotating tensor innermost (the heaviest rings innermost); with
     ``outermost``, then each split axis moved outermost (the chips then split that axis, which
     matches a producer that left the data split along it over the chips).
 
-    Orders that number the cores the same way (they differ only in unsplit axes) count once.
+    A rotating tensor's ring is the cores that differ only in the axes it lacks; when two
+    tensors rotate (a down projection rotating both operands along its reduction) each
+    one's own order leaves the other's rings strided across chips, while both sets of ring
+    axes innermost keep every ring within ``prod F`` of those axes' cores, on one chip when
+    that many fit. Orders that number the cores the same way (they differ only in unsplit
+    axes) count once.
     """
     axes = layout.axes
     split = [a for a in axes if layout.F[a] > 1]
     seen = {tuple(split)}
     out: list[tuple[str, ...]] = [()]
     orders = []
+    rings: dict[str, float] = {}  # ring axis -> bytes a core shifts around rings along it
     for t in range(len(layout.expr.tensors)):
         own = set(layout.tensor_axes(t))
         orders.append(tuple([a for a in axes if a in own] + [a for a in axes if a not in own]))
+        shifted = sum(layout.shift_count_per_core(t, a) for a in layout.temporal_axes(t))
+        for a in split:
+            if shifted and a not in own:
+                rings[a] = rings.get(a, 0.0) + shifted * layout.partition_bytes(t)
+    if len(rings) > 1:
+        orders.append(tuple([a for a in axes if a not in rings] + sorted(rings, key=lambda a: rings[a])))
     if outermost:
         orders += [tuple([a] + [b for b in axes if b != a]) for a in split]
     for order in orders:

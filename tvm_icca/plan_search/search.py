@@ -636,8 +636,10 @@ def _chip_aware_rows(structure: PlanStructure, model: BatchCostModel, budget: in
                      found: tuple[InPlace, ...], within: float) -> list[tuple[ExecutionPlan, float]]:
     """The candidates of :func:`_chip_aware` besides the optimum, faster than ``within``,
     with their times."""
+    # the fastest rows as they are (rotating plans, whose rings a placement may keep on one
+    # chip, mapping.candidate_core_orders) and without rotations (nothing shifts at all)
     parts = [fastest_rows(structure, model, budget, hw.num_cores, CHIP_AWARE_ROWS, cache, output_cap,
-                          rotating=False, within=within)]
+                          rotating=rotating, within=within) for rotating in (True, False)]
     F = candidate_partitions(structure, hw.num_cores)
     if len(F):
         xp = ceil_div(structure.extents[None, :], F)

@@ -80,10 +80,6 @@ def why_not_splittable(expr: TensorExpr, axis: str) -> str | None:
     if axis in expr.merged_inner_axes or any(len(ix.terms) > 1 and axis in ix.axes
                                              for ix in expr.output.indices):
         return f"'{axis}' is merged into an output dimension"
-    for root in (expr.body, expr.epilogue):
-        if root is not None and any(n.get("op") == "axis" and n.get("axis") == axis
-                                    for n in walk_expr(root)):
-            return f"the body reads the value of '{axis}'"
     for t, access in enumerate(expr.inputs):
         dims = split_dims(access, axis)
         if dims is None:
@@ -106,17 +102,21 @@ def why_not_splittable(expr: TensorExpr, axis: str) -> str | None:
 
 
 def sub_expression(expr: TensorExpr, axis: str, start: int, length: int, output_name: str,
-                   piece_inputs: Mapping[int, str] = {}) -> TensorExpr:
+                   piece_inputs: Mapping[int, str] = {}, whole: bool = False) -> TensorExpr:
     """``expr`` over the block ``[start, start + length)`` of ``axis``.
 
     Inputs indexed by ``axis`` are read through a view of that block (composed with a view
     they already had), except those in ``piece_inputs`` (input -> tensor name), which are
-    already the block: a split producer's piece. Along a reduction axis the output is the
-    partial reduction: the epilogue and the inputs only it reads are left to
-    :func:`combine_expression`. Call :func:`why_not_splittable` first.
+    already the block: a split producer's piece. Where the body reads the value of ``axis``
+    (a causal mask's ``j > i``) it reads ``axis + start``, the position in the operator.
+    Along a reduction axis the output is the partial reduction: the epilogue and the inputs
+    only it reads are left to :func:`combine_expression`; unless ``whole``: the block holds
+    every term that is not exactly zero (a fused attention's visible keys,
+    :mod:`tvm_icca.split.visible_keys`), and the piece is the operator itself, epilogue and
+    all. Call :func:`why_not_splittable` first.
     """
     top = {a.name: a for a in expr.axes}
-    reduce = top[axis].reduce
+    reduce = top[axis].reduce and not whole
     inputs = []
     for t, access in enumerate(expr.inputs):
         dims = split_dims(access, axis) or ()
@@ -136,7 +136,10 @@ def sub_expression(expr: TensorExpr, axis: str, start: int, length: int, output_
     out_dims = split_dims(expr.output, axis) or ()
     out_shape = tuple(length if d in out_dims else n for d, n in enumerate(expr.output.shape))
     output = replace(expr.output, name=output_name, shape=out_shape)
-    piece = replace(expr, axes=axes, inputs=tuple(inputs), output=output)
+    shifted = {} if not start else {axis: start}
+    piece = replace(expr, axes=axes, inputs=tuple(inputs), output=output,
+                    body=shift_axis_values(expr.body, shifted),
+                    epilogue=None if expr.epilogue is None else shift_axis_values(expr.epilogue, shifted))
     if not reduce or expr.epilogue is None:
         return piece
     renumber = piece_inputs_of(expr, axis)
@@ -199,6 +202,18 @@ def concat_expression(output: TensorAccess, dim: int, pieces: Sequence[tuple[str
         cond = {"op": "lt", "args": [{"op": "axis", "axis": names[dim]}, {"op": "const", "value": end}]}
         body = {"op": "select", "args": [cond, loads[k], body]}
     return TensorExpr("elementwise", axes, tuple(accesses), out, body)
+
+
+def shift_axis_values(node: Expr, starts: Mapping[str, int]) -> Expr:
+    """``node`` with every read of an axis's value ``a`` in ``starts`` replaced by
+    ``a + starts[a]`` (a piece's axis runs from 0; the expression meant the operator's)."""
+    if not starts:
+        return node
+    if node.get("op") == "axis" and node.get("axis") in starts:
+        return {"op": "add", "args": [dict(node), {"op": "const", "value": int(starts[node["axis"]])}]}
+    if "args" not in node:
+        return node
+    return {**node, "args": [shift_axis_values(a, starts) for a in node["args"]]}
 
 
 def _renumber_loads(node: Expr, renumber: Mapping[int, int]) -> Expr:

@@ -7,6 +7,8 @@ reader of the pieces whose own axis runs along the split dimension is split the 
 reads the pieces one by one (a chain such as attention's scores, maximum, exponent, sum and
 ``P V`` is cut along the context once), so pieces are joined only where they must be:
 
+* a causal attention cut along its queries gives each piece only the keys its rows see
+  (:mod:`~tvm_icca.split.visible_keys`): the blocks its mask hides are never computed;
 * a reader that splits along one of its reductions writes partial results, joined by a
   combine operator (:func:`~tvm_icca.split.pieces.combine_expression`); a fused attention
   split along its keys runs per key block and is joined by the online-softmax combine
@@ -44,6 +46,7 @@ from tvm_icca.split.pieces import (
     sub_expression,
     why_not_splittable,
 )
+from tvm_icca.split.visible_keys import trim_to_visible_keys
 
 
 #: Pieces one concat operator joins: a concat holds, per core, one block of the output per
@@ -196,8 +199,9 @@ def split_region(region: RegionOps, choices: Sequence[SplitChoice]) -> RegionOps
         names = []
         for k, (start, length) in enumerate(blocks):
             out_name = piece_name(op.output_name, k)
-            expr = sub_expression(op.expr, axis, start, length, out_name,
-                                  {t: ns[k] for t, ns in piece_inputs.items()})
+            # a causal attention's query piece reads only the keys its rows see
+            expr = trim_to_visible_keys(sub_expression(op.expr, axis, start, length, out_name,
+                                                       {t: ns[k] for t, ns in piece_inputs.items()}))
             inputs = tuple(piece_inputs[t][k] if t in piece_inputs else op.input_names[t] for t in kept)
             out.append(((chain, k, j, 0), PendingOp(piece_name(op.name, k), expr, inputs, out_name,
                                                     _label(op, f"part {k + 1}/{len(blocks)}"))))

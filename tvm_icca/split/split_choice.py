@@ -41,6 +41,7 @@ from tvm_icca.split.pieces import (
     why_not_splittable,
 )
 from tvm_icca.split.region_split import SplitChoice
+from tvm_icca.split.visible_keys import query_axis, trim_to_visible_keys
 
 #: Share of a core's usable SRAM a piece's tensors may fill when perfectly spread. A plan
 #: needs more than the perfect spread (partitions are padded to the grid; replicas of a
@@ -55,6 +56,11 @@ PIECE_FILL = 0.5
 OVERLAP_SHARE = 0.5
 #: Piece counts tried per axis: the smallest that fits, and this many doublings of it.
 DOUBLINGS = 2
+#: The least estimated gain for which a causal attention that fits is cut into query pieces
+#: (:func:`causal_split`): each piece adds a launch, a synchronization and re-layouts the
+#: estimate of one operator does not see, so a cut must win by more than the estimates'
+#: spread against the timing simulator (a few percent, tests/test_plan_search.py).
+CAUSAL_GAIN = 0.05
 
 #: Plans one piece: ``(expression, budget bytes per core, name) -> estimated seconds``,
 #: raising :class:`PlanNotFoundError` when it has no plan.
@@ -129,18 +135,42 @@ def choose_splits(region: RegionOps, hw: HardwareSpec, plan_piece: PlanPiece,
             continue
         at_least = forced.get(i, 0)
         preloaded = any(n in hbm_names for n in op.input_names)
-        if not at_least and not needs_split(op.expr, hw, preloaded):
-            continue
         offchip = {t: _read_rate(hw, n in hbm_names) for t, n in enumerate(op.input_names)
                    if n not in produced}
-        choice = best_split(op.expr, hw, plan_piece, op.describe(), i, max(at_least, 2), offchip)
+        if not at_least and not needs_split(op.expr, hw, preloaded):
+            choice = causal_split(op.expr, hw, plan_piece, op.describe(), i, offchip)
+        else:
+            choice = best_split(op.expr, hw, plan_piece, op.describe(), i, max(at_least, 2), offchip)
         if choice is not None:
             choices.append(choice)
     return choices
 
 
+def causal_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: str, index: int,
+                 offchip: Mapping[int, float] = {}) -> SplitChoice | None:
+    """A fused attention that fits, cut along its queries when its pieces, each over only
+    the keys its rows see (:mod:`tvm_icca.split.visible_keys`), are estimated faster than
+    the whole operator by :data:`CAUSAL_GAIN`: a causal mask hides about half the scores,
+    and piece ``k`` of ``n`` computes ``(k + 1) / n`` of the keys. ``None`` when the
+    operator has no such mask or the whole is not slower. Both sides are planned within the
+    pieces' budget."""
+    axis = query_axis(expr)
+    if axis is None or why_not_splittable(expr, axis) is not None:
+        return None
+    budget = int(hw.usable_sram_bytes * PIECE_FILL)
+    try:
+        whole = plan_piece(expr, budget, name) + _offchip_seconds(expr, list(offchip), offchip)
+    except PlanNotFoundError:
+        whole = math.inf
+    best = best_split(expr, hw, plan_piece, name, index, 2, offchip, axes=(axis,))
+    if best is None or not best.estimated_time_s < whole * (1 - CAUSAL_GAIN):
+        return None
+    return best
+
+
 def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: str, index: int,
-               at_least: int = 2, offchip: Mapping[int, float] = {}) -> SplitChoice | None:
+               at_least: int = 2, offchip: Mapping[int, float] = {},
+               axes: Sequence[str] | None = None) -> SplitChoice | None:
     """The fastest ``(axis, pieces)`` for one operator by the plan search's estimates.
 
     Parameters
@@ -162,6 +192,8 @@ def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: 
         reads its own block of each, so an input the axis does not cut is read once per
         piece, and that time is added to the pieces' (a causal mask read by every head's
         piece of prefill attention costs far more than the rows' pieces that cut it).
+    axes : sequence of str, optional
+        The axes to try (default :func:`split_axes`).
 
     Returns
     -------
@@ -172,23 +204,51 @@ def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: 
     budget = int(hw.usable_sram_bytes * PIECE_FILL)
     fewest = max(at_least, math.ceil(spread_bytes_per_core(expr, hw.num_cores) / budget))
     best: SplitChoice | None = None
-    for axis in split_axes(expr):
+    for axis in split_axes(expr) if axes is None else axes:
         extent = expr.extent(axis)
         position = piece_inputs_of(expr, axis)
         for pieces in _candidates(extent, fewest):
-            start, length = split_blocks(extent, pieces)[0]
-            piece = sub_expression(expr, axis, start, length, expr.output.name)
             try:
-                seconds = plan_piece(piece, budget, f"{name} (part 1/{pieces})")
+                total = _pieces_seconds(expr, axis, pieces, plan_piece, budget, name, position, offchip)
             except PlanNotFoundError:
                 continue
-            # an input only the combine reads (a cut reduction's epilogue) is read once
-            reads = sum(piece.read_bytes(k) / offchip[t]
-                        for t, k in position.items() if t in offchip)
-            total = (seconds + reads) * pieces
             if best is None or total < best.estimated_time_s * (1 - 1e-9):
                 best = SplitChoice(index, axis, pieces, total)
     return best
+
+
+def _pieces_seconds(expr: TensorExpr, axis: str, pieces: int, plan_piece: PlanPiece, budget: int,
+                    name: str, position: Mapping[int, int], offchip: Mapping[int, float]) -> float:
+    """The estimated seconds of ``expr`` cut into ``pieces`` along ``axis``, off-chip reads
+    included: the first piece's times the count or, for a causal attention cut along its
+    queries (whose later pieces see more keys), the first and the last piece planned and the
+    others interpolated on their key counts (a piece's time is near affine in its keys: a
+    part per operator and a step per block of keys)."""
+    blocks = split_blocks(expr.extent(axis), pieces)
+    cut = [sub_expression(expr, axis, s, n, expr.output.name) for s, n in blocks]
+    if query_axis(expr) == axis:
+        cut = [trim_to_visible_keys(p) for p in cut]
+    # an input only the combine reads (a cut reduction's epilogue) is read once
+    read = [t for t in position if t in offchip]
+
+    def seconds(k: int) -> float:
+        own = plan_piece(cut[k], budget, f"{name} (part {k + 1}/{pieces})")
+        return own + _offchip_seconds(cut[k], read, offchip, position)
+
+    keys = key_axis(expr)
+    lengths = [p.extent(keys) for p in cut] if keys is not None and keys != axis else []
+    if len(set(lengths)) <= 1:
+        return seconds(0) * pieces
+    first, last = seconds(0), seconds(pieces - 1)
+    lo, hi = lengths[0], lengths[-1]
+    return sum(first + (last - first) * (n - lo) / (hi - lo) for n in lengths)
+
+
+def _offchip_seconds(piece: TensorExpr, inputs: Sequence[int], offchip: Mapping[int, float],
+                     position: Mapping[int, int] | None = None) -> float:
+    """Seconds to read ``piece``'s off-chip ``inputs`` (indices into the operator it was cut
+    from; ``position`` maps them to the piece's, default the same) at their read rates."""
+    return sum(piece.read_bytes(t if position is None else position[t]) / offchip[t] for t in inputs)
 
 
 def _read_rate(hw: HardwareSpec, hbm: bool) -> float:
