@@ -41,6 +41,7 @@ from tvm_icca.drivers.device_programs import compile_programs  # noqa: E402
 from tvm_icca.hardware_choice import resolve_hardware  # noqa: E402
 from tvm_icca.model_pass.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
+from model_flops import mfu  # noqa: E402  (benchmarks/, beside this script)
 from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
@@ -102,6 +103,9 @@ def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | N
             "compute_floor_ms": report.compute_floor_s * 1e3,
             "interconnect_floor_ms": report.interconnect_floor_s * 1e3,
         }
+        if workload.config.get("phase") in ("prefill", "train"):
+            # model FLOPs utilization beside the executed FLOPs' (model_flops.py)
+            row["mfu"] = mfu(workload.config, report.total_s, report.flops / report.compute_floor_s)
         for key in ("preload_only_s", "execute_only_s", "preload_overlap_s", "stall_s",
                     "interconnect_stall_s", "hbm_utilization", "interconnect_utilization",
                     "flops_utilization", "achieved_flops", "preloaded_bytes", "distributed_bytes"):

@@ -23,7 +23,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from result_files import write_json, write_markdown  # benchmarks/, beside this script
+from model_flops import written_flops  # benchmarks/, beside this script
+from result_files import write_json, write_markdown
 from runtime_sim.timing.timing_report import OpTiming, TimingReport
 from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.hardware_choice import resolve_hardware
@@ -80,14 +81,17 @@ def peak_flops(report: TimingReport) -> float:
     return report.flops / report.compute_floor_s if report.compute_floor_s > 0 else 0.0
 
 
-def profile_table(report: TimingReport, title: str) -> list[str]:
-    """Markdown lines: the per-group table of one layer, then its floors and remainder."""
+def profile_table(report: TimingReport, title: str, written: int | None = None) -> list[str]:
+    """Markdown lines: the per-group table of one layer, then its floors and remainder;
+    ``written``: the model's FLOPs as written (:mod:`model_flops`), for its MFU."""
     peak = peak_flops(report)
     total = report.total_s
+    model = (f" Written {written / 1e12:.2f} TFLOP (every score): MFU "
+             f"{written / (total * peak):.1%}." if written and peak and total else "")
     lines = [f"## {title}", "",
-             f"{total * 1e3:.3f} ms; {report.flops / 1e12:.2f} TFLOP; FLOPS utilization "
+             f"{total * 1e3:.3f} ms; {report.flops / 1e12:.2f} TFLOP executed; FLOPS utilization "
              f"{report.flops_utilization:.1%}; bound by {report.run_bound_by} "
-             f"(floor {report.floor_s * 1e3:.3f} ms).", "",
+             f"(floor {report.floor_s * 1e3:.3f} ms).{model}", "",
              "| operator | kind | ops | cores | ms | share | FLOPS util | load wait ms | "
              "compute ms | re-layout ms | shift ms | reduction ms | other ms | x lower bound |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -143,8 +147,9 @@ class ProfileCase:
                 f"one layer, {self.hardware}, {self.design}")
 
 
-def profile_case(case: ProfileCase) -> tuple[TimingReport, float]:
-    """Compile one layer of ``case`` and time it: the report and the compile seconds."""
+def profile_case(case: ProfileCase) -> tuple[TimingReport, float, int | None]:
+    """Compile one layer of ``case`` and time it: the report, the compile seconds and, for a
+    prefill or training layer, its FLOPs as written (:func:`model_flops.written_flops`)."""
     from elk_llm import case_workload  # benchmarks/, beside this script
 
     args = {} if case.phase == "decode" else {"phase": case.phase, "seq_len": case.length}
@@ -152,7 +157,8 @@ def profile_case(case: ProfileCase) -> tuple[TimingReport, float]:
     start = time.perf_counter()
     compiled = compile_programs(workload, resolve_hardware(case.hardware), preload=case.design)
     compile_s = time.perf_counter() - start
-    return compiled.simulate(), compile_s
+    written = written_flops(workload.config) if case.phase != "decode" else None
+    return compiled.simulate(), compile_s, written
 
 
 def write_profiles(cases: list[ProfileCase], out: pathlib.Path, heading: str) -> None:
@@ -167,9 +173,10 @@ def write_profiles(cases: list[ProfileCase], out: pathlib.Path, heading: str) ->
                    "bandwidth, its host bytes, one step's sync; an operator whose inputs Elk "
                    "preloaded during earlier operators can be below 1).", ""], []
     for case in cases:
-        report, compile_s = profile_case(case)
-        lines += profile_table(report, case.title)
-        rows.append({**vars(case), "compile_s": compile_s, **profile_record(report)})
+        report, compile_s, written = profile_case(case)
+        lines += profile_table(report, case.title, written)
+        rows.append({**vars(case), "compile_s": compile_s, "written_flops": written,
+                     **profile_record(report)})
         print(f"  profiled {case.title}: {report.total_s * 1e3:.3f} ms", flush=True)
     write_markdown(out.with_suffix(".md"), "\n".join(lines))
     write_json(out.with_suffix(".json"), json.loads(json.dumps(rows)))

@@ -157,7 +157,11 @@ def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     write_markdown(RESULTS / "long_context.md", "\n".join(
         ["# Long context: split operators streamed from HBM", "",
          f"`{HARDWARE}`; decode at batch {args.batch} unless the row says otherwise; the "
-         "layers column says how many layers ran.", ""] + _made_on(rows) + _table(rows)))
+         "layers column says how many layers ran. FLOPS util: the FLOPs the chip executed "
+         "over its peak for the time; MFU (prefill and training): the model's FLOPs as "
+         "written, every attention score counted whether the causal mask hides it or not "
+         "(PaLM's model FLOPs utilization, `model_flops.py`), over the same; they differ "
+         "where the compiler skips the scores the mask hides.", ""] + _made_on(rows) + _table(rows)))
     _plot(rows)
 
 
@@ -185,21 +189,25 @@ def _made_on(rows: list[dict[str, Any]]) -> list[str]:
 def _table(rows: list[dict[str, Any]]) -> list[str]:
     merged = len({r.get("commit") for r in rows}) > 1
     lines = ["| model | phase | batch | tokens | layers | design | ms | x HBM floor | "
-             "x compute floor | FLOPS util | HBM util | compile s |" + (" commit |" if merged else ""),
-             "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|" + ("---|" if merged else "")]
+             "x compute floor | FLOPS util | MFU | HBM util | compile s |" + (" commit |" if merged else ""),
+             "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|" + ("---|" if merged else "")]
     for r in rows:
         head = (f"| {r['model']} | {r['phase']} | {r['batch']} | {r['length']} | {r['layers']} | "
                 f"{r['design']} |")
         tail = f" {r.get('commit', '')} |" if merged else ""
         if r["total_ms"] is None:
             why = "does not fit in HBM" if "HbmCapacityError" in r["error"] else r["error"].split(":")[0]
-            lines.append(f"{head} {why} | | | | | |{tail}")
+            lines.append(f"{head} {why} | | | | | | |{tail}")
             continue
         lines.append(
             f"{head} {r['total_ms']:.3f} | {r['total_ms'] / r['hbm_floor_ms']:.3f} | "
             f"{r['total_ms'] / r['compute_floor_ms']:.2f} | {r.get('flops_utilization', 0):.1%} | "
-            f"{r.get('hbm_utilization', 0):.1%} | {r['compile_s']:.1f} |{tail}")
+            f"{_percent(r.get('mfu'))} | {r.get('hbm_utilization', 0):.1%} | {r['compile_s']:.1f} |{tail}")
     return lines
+
+
+def _percent(value: float | None) -> str:
+    return "" if value is None else f"{value:.1%}"
 
 
 def _plot(rows: list[dict[str, Any]]) -> None:
