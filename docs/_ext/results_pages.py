@@ -35,6 +35,7 @@ TITLES = {
     "elk_overlap": "Elk Fig. 18a's overlap: what our Basic overlaps, and why",
     "t10_share_ablation": "T10's transfer share against the matrix unit's efficiency",
     "figures": "The pictures of the README's tour",
+    "fused_attention": "Fused attention: one prefill attention, three forms of its mask",
     "llm_audit": "LLM decode on multi-chip systems",
     "long_context": "Long context: split operators streamed from HBM",
     "onnx_import_folding": "ONNX import and graph preparation",
