@@ -30,10 +30,11 @@ from tvm.relax.backend.pattern_registry import Pattern
 from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
 
+from tvm_icca.ops.masks import PREDICATE_OPS, predicate_pattern
 from tvm_icca.ops.relax_types import static_shape
 
 __all__ = ["ATTENTION_COMPOSITE", "MAX_SCORE_OPS", "SCORE_OPS", "attention_pattern",
-           "attention_reason"]
+           "attention_reason", "predicate_calls"]
 
 #: The composite name's suffix (``icca.attention``).
 ATTENTION_COMPOSITE = "attention"
@@ -68,7 +69,10 @@ def _score_op(x: DFPattern) -> DFPattern:
                                            "relax.subtract", "relax.maximum", "relax.minimum")]
     binary += [is_op(op)(w(), x) for op in ("relax.multiply", "relax.add")]
     unary = [is_op("relax.tanh")(x), is_op("relax.astype")(x)]
-    select = [is_op("relax.where")(w(), x, w()), is_op("relax.where")(w(), w(), x)]
+    # a band mask written as a predicate on the axis values (tvm_icca.ops.masks) first: its
+    # chain joins the composite instead of becoming an [S, S] input
+    select = [is_op("relax.where")(predicate_pattern(), w(), x),
+              is_op("relax.where")(w(), x, w()), is_op("relax.where")(w(), w(), x)]
     alternatives = binary + unary + select
     pattern = alternatives[0]
     for alternative in alternatives[1:]:
@@ -156,6 +160,25 @@ def _operand_reason(expr: relax.Expr, bound: Mapping[relax.Var, relax.Expr], wha
     return None
 
 
+def _is_predicate(expr: relax.Expr, bound: Mapping[relax.Var, relax.Expr]) -> bool:
+    """Whether ``expr`` is computed inside the match by the ops of a mask predicate only
+    (:data:`tvm_icca.ops.masks.PREDICATE_OPS`, integer and bool values of the axes)."""
+    call = _value(expr, bound)
+    if call is None:
+        return False
+    if _op_name(call) not in PREDICATE_OPS:
+        return False
+    return all(_is_predicate(a, bound) for a in call.args if isinstance(a, (relax.Var, relax.Call)))
+
+
+def predicate_calls(calls: list[relax.Call]) -> list[relax.Call]:
+    """The calls of ``calls`` that compute a mask predicate (integer or bool results of the
+    :data:`tvm_icca.ops.masks.PREDICATE_OPS`): the lowering turns them into conditions on
+    the axis values, so they need not fit the chip as tensors."""
+    return [c for c in calls if _op_name(c) in PREDICATE_OPS
+            and not str(getattr(c.ty, "dtype", "")).startswith(("float", "bfloat"))]
+
+
 def attention_reason(root: relax.Call, bound: Mapping[relax.Var, relax.Expr]) -> str | None:
     """Why the match ending in ``root`` (``matmul(P, V)``) is not fused attention, or ``None``
     if it is.
@@ -208,7 +231,9 @@ def attention_reason(root: relax.Call, bound: Mapping[relax.Var, relax.Expr]) ->
         score_ops += 1
         if _shape(node) != p_shape or not _is_float(node):
             return f"{name.rsplit('.', 1)[-1]} changes the scores' shape or dtype"
-        inner = [a for a in node.args if _value(a, bound) is not None]
+        inner = [a for a in node.args if _value(a, bound) is not None
+                 and not (name == "relax.where" and a.same_as(node.args[0])
+                          and _is_predicate(a, bound))]
         if len(inner) != 1:
             return f"{name.rsplit('.', 1)[-1]} reads the scores more than once"
         node = _value(inner[0], bound)

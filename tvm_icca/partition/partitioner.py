@@ -43,6 +43,7 @@ from tvm_icca.hardware_choice import (
     resolve_hardware,
 )
 from tvm_icca.ops.data_movement import split_to_slices
+from tvm_icca.ops.masks import MasksAsPredicates
 from tvm_icca.partition.patterns import (
     CODEGEN_NAME,
     OFFLOADABLE_OPS,
@@ -156,6 +157,9 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     passes.append(RecognizePad())  # ONNX Pad is an opaque call_tir of TVM's importer
     passes.append(DecomposeGroupNorm())  # its TE reads channels through div/mod
     passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
+    # after folding, so a mask folded into a constant is read by value: an attention's causal
+    # or banded mask becomes a predicate on the axis values, not an [S, S] input
+    passes.append(MasksAsPredicates())
     # FoldConstant legalizes every op to try to fold it: TVM's warnings once, not per op and
     # again when the regions are lowered (tvm_icca.tvm_warnings)
     with tvm_warnings_once():

@@ -1,0 +1,774 @@
+"""Causal and banded attention masks as a predicate on the axis values, not an ``[S, S]`` tensor.
+
+An LLM's prefill adds a mask ``M`` to the attention scores before the softmax: 0 where query
+``i`` sees key ``j`` (``j <= i``, and inside the window of Gemma 2's local layers), a large
+negative number ``fill`` elsewhere. Passed as a tensor, ``M`` is an extra input of the fused
+attention whose blocks rotate with the keys and take SRAM; yet it is a function of ``j - i``
+only. This module recognizes such a mask and writes it as the predicate the fused attention
+evaluates on the axis values (:mod:`tvm_icca.lower.te_attention`)::
+
+    score = select(cond, fill, score_without_mask)
+    cond  = gt(j, i + upper)  [or  lt(j, i + lower)]      (true: masked)
+
+Everything here describes a mask by one :class:`BandMask` (``masked iff j - i > upper or
+j - i < lower``), whatever form it came in:
+
+* a ``relax.Constant`` (an ONNX initializer, or a chain TVM's ``FoldConstant`` folded), read
+  by value (:func:`band_of_array`);
+* a chain of shape-only Relax ops (``arange``, comparisons, ``where``, ``triu``/``tril``,
+  ``full``, ``broadcast_to``, ``reshape``, ... as Hugging Face and the dynamo exporter build
+  it), read symbolically (:func:`band_of_relax`), so that a 32K-token mask is never computed;
+* the predicate of a lowered expression (:func:`band_of_predicate`).
+
+Symbolically, every value of the chain is an affine function of the row ``i`` and column
+``j`` of the mask (:class:`_Lin`), a boolean formula of comparisons of such functions, or a
+select between two constants; a mask is banded when every comparison reads ``j - i`` only,
+and its masked offsets ``d = j - i`` are then evaluated on the ``rows + keys - 1`` possible
+offsets, never on the ``rows x keys`` grid.
+
+:func:`MasksAsPredicates` rewrites ``softmax(S + M)`` (casts allowed between the add and the
+softmax) into ``softmax(where(cond, fill, S))`` with ``cond`` a fresh chain of ``arange``,
+``expand_dims``, ``greater`` / ``less`` and ``logical_or`` that the attention pattern
+absorbs into its composite (:func:`predicate_pattern`). The rewrite is exact: see
+:func:`MasksAsPredicates`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
+
+from tvm_icca.ops.relax_types import static_shape
+
+__all__ = ["BandMask", "MasksAsPredicates", "PREDICATE_OPS", "band_of_array", "band_of_predicate",
+           "band_of_relax", "canonical_mask", "predicate_expr", "predicate_pattern"]
+
+#: The Relax ops of the predicate chain :func:`MasksAsPredicates` writes (integer and bool
+#: values the cores never hold as tensors: the lowering turns them into axis predicates).
+PREDICATE_OPS = ("relax.arange", "relax.expand_dims", "relax.greater", "relax.less",
+                 "relax.logical_or")
+
+
+@dataclass(frozen=True)
+class BandMask:
+    """A ``rows x keys`` additive mask: ``fill`` where ``j - i > upper`` or ``j - i < lower``
+    (a bound of ``None`` masks nothing), 0 elsewhere. Causal: ``upper = keys - rows``;
+    a sliding window of ``w`` tokens adds ``lower = keys - rows - w + 1``."""
+
+    rows: int
+    keys: int
+    upper: int | None
+    lower: int | None
+    fill: float
+
+    def masked(self) -> np.ndarray:
+        """The ``rows x keys`` boolean grid (for tests and small masks)."""
+        d = np.arange(self.keys)[None, :] - np.arange(self.rows)[:, None]
+        return self.masked_offsets(d)
+
+    def masked_offsets(self, d: np.ndarray) -> np.ndarray:
+        out = np.zeros(np.shape(d), bool)
+        if self.upper is not None:
+            out |= d > self.upper
+        if self.lower is not None:
+            out |= d < self.lower
+        return out
+
+    def every_row_sees_a_key(self) -> bool:
+        """Whether each query row has a visible key: then ``exp`` of every masked score is
+        exactly 0 after the row's maximum is subtracted, whether the mask added ``fill`` or
+        replaced the score by it (see :func:`MasksAsPredicates`)."""
+        i = np.arange(self.rows)
+        first = np.maximum(0, i + (self.lower if self.lower is not None else -self.rows))
+        last = np.minimum(self.keys - 1, i + (self.upper if self.upper is not None else self.keys))
+        return bool(np.all(first <= last))
+
+
+def _large_negative(fill: float, dtype: str) -> bool:
+    """``fill`` is ``-inf`` or at most half the dtype's lowest value (what exporters and the
+    zoo write): a score plus ``fill`` then underflows ``exp`` to 0 like ``fill`` itself."""
+    if math.isinf(fill):
+        return fill < 0
+    try:
+        lowest = float(np.finfo(np.dtype(dtype)).min)
+    except TypeError:
+        return False
+    return fill <= lowest / 2
+
+
+def _band_of_offsets(masked: np.ndarray, offsets: np.ndarray, rows: int, keys: int,
+                     fill: float) -> BandMask | None:
+    """The band whose masked offsets ``d = j - i`` (``offsets``, every possible one) are
+    ``masked``; ``None`` when they are not ``d > upper or d < lower`` or mask nothing."""
+    visible = offsets[~masked]
+    if visible.size == 0 or not masked.any():
+        return None
+    lo, hi = int(visible.min()), int(visible.max())
+    band = BandMask(rows, keys, hi if hi < keys - 1 else None, lo if lo > 1 - rows else None, fill)
+    if not np.array_equal(band.masked_offsets(offsets), masked):
+        return None  # a hole inside the band: not one interval of offsets
+    return band
+
+
+def band_of_array(mask: np.ndarray) -> BandMask | None:
+    """The band mask ``mask`` holds by value, or ``None``.
+
+    ``mask`` is ``[1, .., 1, rows, keys]``: exactly 0 where visible and one value ``fill`` (a
+    large negative number: ``-inf`` or at most half the dtype's lowest) where masked, the
+    masked entries of each row ``i`` being those with ``j - i`` above an upper or below a
+    lower bound, the same bounds for every row. Every row must see a key.
+    """
+    if mask.ndim < 2 or any(n != 1 for n in mask.shape[:-2]):
+        return None
+    if mask.dtype.kind != "f":
+        return None
+    rows, keys = mask.shape[-2:]
+    grid = mask.reshape(rows, keys)
+    nonzero = grid != 0
+    if not nonzero.any():
+        return None
+    fill = float(grid[nonzero][0])
+    if not _large_negative(fill, str(mask.dtype)) or not np.all(grid[nonzero] == grid[nonzero][0]):
+        return None
+    visible = ~nonzero
+    counts = visible.sum(axis=1)
+    if np.any(counts == 0):
+        return None
+    i = np.arange(rows)
+    first = np.argmax(visible, axis=1)
+    last = keys - 1 - np.argmax(visible[:, ::-1], axis=1)
+    if np.any(last - first + 1 != counts):
+        return None  # a row's visible keys are not contiguous
+    upper, lower = int(np.max(last - i)), int(np.min(first - i))
+    band = BandMask(rows, keys, upper if upper < keys - 1 else None,
+                    lower if lower > 1 - rows else None, fill)
+    want_first = np.maximum(0, i + (band.lower if band.lower is not None else -rows))
+    want_last = np.minimum(keys - 1, i + (band.upper if band.upper is not None else keys))
+    if not (np.array_equal(first, want_first) and np.array_equal(last, want_last)):
+        return None
+    return band if band.every_row_sees_a_key() else None
+
+
+#: The value of a constant input of an expression, by input number (``None``: not constant).
+ConstantOf = Callable[[int], "np.ndarray | None"]
+
+
+# -- the symbolic values of a mask computation ----------------------------------------------
+@dataclass(frozen=True)
+class _Lin:
+    """``ci * i + cj * j + c`` (``i``, ``j``: the row and column of the mask)."""
+
+    ci: float
+    cj: float
+    c: float
+
+    def __add__(self, o: "_Lin") -> "_Lin":
+        return _Lin(self.ci + o.ci, self.cj + o.cj, self.c + o.c)
+
+    def scaled(self, k: float) -> "_Lin":
+        return _Lin(self.ci * k, self.cj * k, self.c * k)
+
+    @property
+    def constant(self) -> float | None:
+        return self.c if self.ci == 0 and self.cj == 0 else None
+
+
+#: comparisons ``a op b`` -> numpy ufunc
+_COMPARE: dict[str, Callable] = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less,
+                                 "le": np.less_equal, "eq": np.equal, "ne": np.not_equal}
+
+
+@dataclass(frozen=True)
+class _Cond:
+    """A boolean formula: ``("cmp", op, lin)`` (``lin op 0``), ``("or"|"and", a, b)``,
+    ``("not", a)`` or ``("const", bool)``."""
+
+    node: tuple
+
+    def on_offsets(self, d: np.ndarray) -> np.ndarray | None:
+        """The formula at ``j - i = d``; ``None`` when a comparison reads more than ``j - i``."""
+        kind = self.node[0]
+        if kind == "const":
+            return np.full(d.shape, bool(self.node[1]))
+        if kind == "cmp":
+            _, op, lin = self.node
+            if lin.ci != -lin.cj:
+                return None
+            return _COMPARE[op](lin.cj * d + lin.c, 0)
+        if kind == "not":
+            inner = self.node[1].on_offsets(d)
+            return None if inner is None else ~inner
+        a, b = self.node[1].on_offsets(d), self.node[2].on_offsets(d)
+        if a is None or b is None:
+            return None
+        return (a | b) if kind == "or" else (a & b)
+
+
+@dataclass(frozen=True)
+class _Sel:
+    """``cond ? then : other`` with constant branches."""
+
+    cond: _Cond
+    then: float
+    other: float
+
+
+def _band_of_value(value: Any, rows: int, keys: int) -> BandMask | None:
+    """The band of a symbolic mask ``value`` (a select of ``fill`` and 0)."""
+    if not isinstance(value, _Sel):
+        return None
+    cond, fill = value.cond, value.then
+    if value.then == 0 and value.other != 0 and not math.isnan(value.other):
+        cond, fill = _Cond(("not", cond)), value.other
+    elif value.other != 0:
+        return None
+    d = np.arange(1 - rows, keys)
+    masked = cond.on_offsets(d)
+    if masked is None:
+        return None
+    band = _band_of_offsets(masked, d, rows, keys, fill)
+    return band if band is not None and band.every_row_sees_a_key() else None
+
+
+# -- reading a Relax chain ---------------------------------------------------------------------
+class _Unknown(Exception):
+    """The chain computes something this reader does not follow."""
+
+
+def _shape(expr: relax.Expr) -> tuple[int, ...]:
+    shape = static_shape(expr.ty)
+    if shape is None:
+        raise _Unknown("not a static shape")
+    return shape
+
+
+def _scalar(arg: Any) -> float:
+    """A constant scalar argument (an ``IntImm``/``FloatImm``, maybe in a ``PrimValue``)."""
+    for _ in range(2):
+        if isinstance(arg, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+            return float(arg.value)
+        arg = getattr(arg, "value", None)
+    raise _Unknown("not a constant scalar")
+
+
+class _ChainReader:
+    """Reads a chain of shape-only Relax ops as a symbolic value over the mask's ``(i, j)``.
+
+    Values are broadcast like numpy: a tensor's axis ``-2`` is the row ``i`` and ``-1`` the
+    column ``j`` of the ``rows x keys`` mask; an axis of extent 1 reads neither. Leading axes
+    must have extent 1.
+    """
+
+    def __init__(self, bound: Mapping[relax.Var, relax.Expr], rows: int, keys: int) -> None:
+        self.bound, self.rows, self.keys = bound, rows, keys
+
+    def read(self, expr: relax.Expr) -> Any:
+        if isinstance(expr, relax.Var):
+            if expr not in self.bound:
+                raise _Unknown("the mask reads an input")
+            return self.read(self.bound[expr])
+        if isinstance(expr, tvm.ir.GenericConst):
+            return self._constant(expr.value.numpy())
+        if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
+            raise _Unknown(type(expr).__name__)
+        name = expr.op.name.removeprefix("relax.")
+        shape = _shape(expr)
+        if len(shape) > 2 and any(n != 1 for n in shape[:-2]):
+            raise _Unknown("a leading axis is not of extent 1")
+        method = getattr(self, f"_op_{name}", None)
+        if method is None:
+            raise _Unknown(f"{name} is not a shape-only mask op")
+        return method(expr, shape)
+
+    # leaves
+    def _constant(self, array: np.ndarray) -> Any:
+        if array.size == 1:
+            value = array.reshape(()).item()
+            return _Cond(("const", bool(value))) if array.dtype == bool else _Lin(0, 0, float(value))
+        shape = array.shape
+        if any(n != 1 for n in shape[:-2]) or array.dtype.kind not in "iuf":
+            raise _Unknown("a constant tensor")
+        axes = [a for a in (-2, -1) if len(shape) >= -a and shape[a] != 1]
+        if len(axes) != 1:
+            raise _Unknown("a constant that is not a vector")
+        values = array.reshape(-1).astype(np.float64)
+        step = values[1] - values[0] if values.size > 1 else 0.0
+        if not np.array_equal(values, values[0] + step * np.arange(values.size)):
+            raise _Unknown("a constant vector that is not a range")
+        return self._along(axes[0], values[0], step)
+
+    def _along(self, axis: int, start: float, step: float) -> _Lin:
+        return _Lin(step, 0, start) if axis == -2 else _Lin(0, step, start)
+
+    def _op_arange(self, call: relax.Call, shape: tuple[int, ...]) -> _Lin:
+        start, _, step = (_scalar(a) for a in call.args)
+        return self._along(-1, start, step)
+
+    def _moved(self, value: Any, src: tuple[int, ...], dst: tuple[int, ...]) -> Any:
+        """``value`` of shape ``src`` viewed as ``dst`` when only axes of extent 1 change."""
+        src_axes = [len(src) - k for k in range(len(src)) if src[k] != 1]
+        dst_axes = [len(dst) - k for k in range(len(dst)) if dst[k] != 1]
+        if [src[-a] for a in src_axes] != [dst[-a] for a in dst_axes]:
+            raise _Unknown("a reshape that is not a view of the same axes")
+        mapping = {-a: -b for a, b in zip(src_axes, dst_axes)}  # axis from the right
+        if any(b not in (-1, -2) for b in mapping.values()):
+            raise _Unknown("a mask axis leaves the last two")
+        return self._remap(value, mapping)
+
+    def _remap(self, value: Any, mapping: dict[int, int]) -> Any:
+        if isinstance(value, _Lin):
+            coef = {-2: value.ci, -1: value.cj}
+            new = {-2: 0.0, -1: 0.0}
+            for src, c in coef.items():
+                if c:
+                    if src not in mapping:
+                        raise _Unknown("an axis read by a value disappears")
+                    new[mapping[src]] += c
+            return _Lin(new[-2], new[-1], value.c)
+        if isinstance(value, _Cond):
+            node = value.node
+            if node[0] == "cmp":
+                return _Cond(("cmp", node[1], self._remap(node[2], mapping)))
+            if node[0] == "const":
+                return value
+            return _Cond((node[0], *(self._remap(n, mapping) for n in node[1:])))
+        return _Sel(self._remap(value.cond, mapping), value.then, value.other)
+
+    def _view(self, call: relax.Call, shape: tuple[int, ...]) -> Any:
+        return self._moved(self.read(call.args[0]), _shape(call.args[0]), shape)
+
+    _op_reshape = _op_expand_dims = _op_squeeze = _view
+
+    def _op_broadcast_to(self, call: relax.Call, shape: tuple[int, ...]) -> Any:
+        src = _shape(call.args[0])
+        padded = (1,) * (len(shape) - len(src)) + src
+        if any(a != b and a != 1 for a, b in zip(padded, shape)):
+            raise _Unknown("broadcast_to changes an axis")
+        return self.read(call.args[0])  # a broadcast axis reads nothing new
+
+    def _op_permute_dims(self, call: relax.Call, shape: tuple[int, ...]) -> Any:
+        n = len(shape)
+        axes = list(range(n)) if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+        if axes[:-2] != list(range(n - 2)):
+            raise _Unknown("a transpose of leading axes")
+        if axes[-2:] == [n - 2, n - 1]:
+            return self.read(call.args[0])
+        return self._remap(self.read(call.args[0]), {-2: -1, -1: -2})
+
+    def _op_astype(self, call: relax.Call, shape: tuple[int, ...]) -> Any:
+        value = self.read(call.args[0])
+        dtype = str(call.attrs.dtype)
+        if isinstance(value, _Cond):
+            return _Sel(value, 1.0, 0.0) if dtype != "bool" else value
+        if dtype == "bool":
+            if not isinstance(value, _Lin):
+                raise _Unknown("a select cast to bool")
+            return _Cond(("cmp", "ne", value))
+        if isinstance(value, _Lin) and dtype.startswith(("int", "uint")):
+            if any(c != math.floor(c) for c in (value.ci, value.cj, value.c)):
+                raise _Unknown("a fractional value cast to an integer")
+        return value
+
+    def _arith(self, call: relax.Call, op: str) -> Any:
+        a, b = self.read(call.args[0]), self.read(call.args[1])
+        if isinstance(a, _Lin) and isinstance(b, _Lin):
+            if op == "add":
+                return a + b
+            if op == "subtract":
+                return a + b.scaled(-1)
+            k, other = (a.constant, b) if a.constant is not None else (b.constant, a)
+            if k is None:
+                raise _Unknown("a product of two axis values")
+            return other.scaled(k)
+        # a select of constants with a constant: apply to both branches
+        sel, k = (a, b) if isinstance(a, _Sel) else (b, a)
+        if not isinstance(sel, _Sel) or not isinstance(k, _Lin) or k.constant is None:
+            raise _Unknown(f"{op} of a mask with a non-constant")
+        f = {"add": lambda x, y: x + y, "multiply": lambda x, y: x * y,
+             "subtract": (lambda x, y: x - y) if sel is a else (lambda x, y: y - x)}[op]
+        return _Sel(sel.cond, f(sel.then, k.constant), f(sel.other, k.constant))
+
+    def _op_add(self, call, shape):
+        return self._arith(call, "add")
+
+    def _op_subtract(self, call, shape):
+        return self._arith(call, "subtract")
+
+    def _op_multiply(self, call, shape):
+        return self._arith(call, "multiply")
+
+    def _compare(self, call: relax.Call, op: str) -> _Cond:
+        a, b = self.read(call.args[0]), self.read(call.args[1])
+        if not (isinstance(a, _Lin) and isinstance(b, _Lin)):
+            raise _Unknown("a comparison of non-affine values")
+        return _Cond(("cmp", op, a + b.scaled(-1)))
+
+    def _op_greater(self, call, shape):
+        return self._compare(call, "gt")
+
+    def _op_greater_equal(self, call, shape):
+        return self._compare(call, "ge")
+
+    def _op_less(self, call, shape):
+        return self._compare(call, "lt")
+
+    def _op_less_equal(self, call, shape):
+        return self._compare(call, "le")
+
+    def _op_equal(self, call, shape):
+        return self._compare(call, "eq")
+
+    def _op_not_equal(self, call, shape):
+        return self._compare(call, "ne")
+
+    def _logical(self, call: relax.Call, op: str) -> _Cond:
+        values = [self.read(a) for a in call.args]
+        if not all(isinstance(v, _Cond) for v in values):
+            raise _Unknown(f"logical {op} of non-bool values")
+        return _Cond((op, *values))
+
+    def _op_logical_or(self, call, shape):
+        return self._logical(call, "or")
+
+    def _op_logical_and(self, call, shape):
+        return self._logical(call, "and")
+
+    def _op_logical_not(self, call, shape):
+        return self._logical(call, "not")
+
+    def _op_where(self, call: relax.Call, shape: tuple[int, ...]) -> _Sel:
+        cond, then, other = (self.read(a) for a in call.args)
+        if not isinstance(cond, _Cond):
+            raise _Unknown("where on a non-bool condition")
+        values = []
+        for v in (then, other):
+            if isinstance(v, _Lin) and v.constant is not None:
+                values.append(v.constant)
+            else:
+                raise _Unknown("where between non-constants")
+        return _Sel(cond, values[0], values[1])
+
+    def _fill(self, call: relax.Call, value: float) -> _Lin:
+        return _Lin(0, 0, value)
+
+    def _op_zeros(self, call, shape):
+        return self._fill(call, 0.0)
+
+    def _op_ones(self, call, shape):
+        return self._fill(call, 1.0)
+
+    def _op_full(self, call, shape):
+        value = self.read(call.args[1])
+        if not isinstance(value, _Lin) or value.constant is None:
+            raise _Unknown("full of a non-constant")
+        return value
+
+    def _triangle(self, call: relax.Call, upper: bool) -> _Sel:
+        value = self.read(call.args[0])
+        if not isinstance(value, _Lin) or value.constant is None:
+            raise _Unknown("triu/tril of a non-constant")
+        k = int(_scalar(call.args[1]) if len(call.args) > 1 else call.attrs.k)
+        # triu keeps j - i >= k, tril keeps j - i <= k
+        keep = _Cond(("cmp", "ge" if upper else "le", _Lin(-1, 1, -k)))
+        return _Sel(keep, value.constant, 0.0)
+
+    def _op_triu(self, call, shape):
+        return self._triangle(call, True)
+
+    def _op_tril(self, call, shape):
+        return self._triangle(call, False)
+
+
+def band_of_relax(mask: relax.Expr, bound: Mapping[relax.Var, relax.Expr], rows: int,
+                  keys: int) -> BandMask | None:
+    """The band mask ``mask`` computes, or ``None``: a constant read by value
+    (:func:`band_of_array`), a variable whose computation (``bound``: variable -> value) uses
+    only shape-only ops and constants, read symbolically."""
+    value = bound.get(mask, mask) if isinstance(mask, relax.Var) else mask
+    if isinstance(value, tvm.ir.GenericConst):
+        band = band_of_array(value.value.numpy())
+        return band if band is not None and (band.rows, band.keys) == (rows, keys) else None
+    try:
+        symbolic = _ChainReader(bound, rows, keys).read(mask)
+    except _Unknown:
+        return None
+    band = _band_of_value(symbolic, rows, keys)
+    if band is None or not _large_negative(band.fill, str(mask.ty.dtype)):
+        return None
+    return band
+
+# -- the predicate in a lowered expression ------------------------------------------------------
+def predicate_expr(band: BandMask, i: str = "i", j: str = "j") -> dict:
+    """``cond`` of ``select(cond, fill, score)`` for ``band`` (true: masked), the canonical
+    form: ``gt(j, i + upper)``, ``lt(j, i + lower)``, or both joined by ``or``."""
+    def bound(op: str, offset: int) -> dict:
+        return {"op": op, "args": [{"op": "axis", "axis": j}, {"op": "add", "args": [
+            {"op": "axis", "axis": i}, {"op": "const", "value": offset}]}]}
+
+    parts = ([bound("gt", band.upper)] if band.upper is not None else []) + (
+        [bound("lt", band.lower)] if band.lower is not None else [])
+    if not parts:
+        raise ValueError("a band mask that masks nothing has no predicate")
+    return parts[0] if len(parts) == 1 else {"op": "or", "args": parts}
+
+
+def _range_of(array: np.ndarray) -> tuple[float, float] | None:
+    """``(start, step)`` when ``array`` (of one axis of extent > 1) is an arithmetic range."""
+    values = array.reshape(-1).astype(np.float64)
+    step = values[1] - values[0] if values.size > 1 else 0.0
+    if not np.array_equal(values, values[0] + step * np.arange(values.size)):
+        return None
+    return float(values[0]), float(step)
+
+
+def _expr_value(node: Mapping[str, Any], i: str, j: str, constant_of: ConstantOf) -> Any:
+    op = node.get("op")
+    if op == "load":
+        # an integer range read along an axis: what TVM legalizes arange to
+        array = constant_of(node["input"])
+        if array is None:
+            raise _Unknown("the predicate reads a tensor")
+        dims = [(n, idx) for n, idx in zip(array.shape, node["index"]) if n != 1]
+        if len(dims) != 1 or len(dims[0][1]["terms"]) != 1:
+            raise _Unknown("the predicate reads a constant that is not a vector")
+        (axis, coef), offset = dims[0][1]["terms"][0], dims[0][1]["offset"]
+        found = _range_of(array)
+        if found is None or coef != 1 or axis not in (i, j):
+            raise _Unknown("the predicate reads a constant that is not a range")
+        start, step = found
+        at = _Lin(1, 0, 0) if axis == i else _Lin(0, 1, 0)
+        return (at + _Lin(0, 0, offset)).scaled(step) + _Lin(0, 0, start)
+    if op == "axis":
+        if node["axis"] not in (i, j):
+            raise _Unknown(f"the predicate reads axis {node['axis']}")
+        return _Lin(1, 0, 0) if node["axis"] == i else _Lin(0, 1, 0)
+    if op == "const":
+        value = node["value"]
+        return _Cond(("const", value)) if isinstance(value, bool) else _Lin(0, 0, float(value))
+    if op == "cast":
+        inner = _expr_value(node["args"][0], i, j, constant_of)
+        if isinstance(inner, _Cond) and node["dtype"] != "bool":
+            return _Sel(inner, 1.0, 0.0)  # a bool as a number (the legalized where reads it so)
+        return inner
+    args = [_expr_value(a, i, j, constant_of) for a in node.get("args", ())]
+    if op in _COMPARE and len(args) == 2 and isinstance(args[0], _Sel) \
+            and isinstance(args[1], _Lin) and args[1].constant is not None:
+        sel, c = args[0], args[1].constant
+        then, other = bool(_COMPARE[op](sel.then, c)), bool(_COMPARE[op](sel.other, c))
+        if then == other:
+            return _Cond(("const", then))
+        return sel.cond if then else _Cond(("not", sel.cond))
+    if op in ("add", "sub", "mul") and all(isinstance(a, _Lin) for a in args):
+        a, b = args
+        if op == "add":
+            return a + b
+        if op == "sub":
+            return a + b.scaled(-1)
+        if a.constant is not None:
+            return b.scaled(a.constant)
+        if b.constant is not None:
+            return a.scaled(b.constant)
+    if op in _COMPARE and all(isinstance(a, _Lin) for a in args):
+        return _Cond(("cmp", op, args[0] + args[1].scaled(-1)))
+    if op in ("and", "or", "not") and all(isinstance(a, _Cond) for a in args):
+        return _Cond((op, *args))
+    raise _Unknown(f"'{op}' in a mask predicate")
+
+
+def band_of_predicate(cond: Mapping[str, Any], rows: int, keys: int,
+                      constant_of: ConstantOf = lambda _: None, i: str = "i",
+                      j: str = "j") -> BandMask | None:
+    """The band of the condition ``cond`` (true: masked) of a lowered expression over query
+    rows ``i`` and keys ``j``, or ``None`` when it is not a predicate on ``j - i`` of a band
+    every row of which sees a key. ``constant_of(input)`` is the value of a constant input
+    (TVM legalizes ``arange`` to one), ``None`` for others. The band's ``fill`` is NaN: the
+    predicate does not say it."""
+    try:
+        value = _expr_value(cond, i, j, constant_of)
+    except _Unknown:
+        return None
+    if not isinstance(value, _Cond):
+        return None
+    return _band_of_value(_Sel(value, math.nan, 0.0), rows, keys)
+
+
+def canonical_mask(score: Mapping[str, Any], rows: int, keys: int,
+                   constant_of: ConstantOf = lambda _: None) -> dict | None:
+    """``score`` with a band mask in the canonical form, or ``None`` when it has none.
+
+    A band mask is ``select(cond, fill, s)`` (maybe under casts, which move inside: a cast
+    of a select is the select of the casts) whose ``cond`` is a band predicate
+    (:func:`band_of_predicate`); it becomes ``select(predicate_expr(band), fill, s)``,
+    ``cond`` in the form the fused attention's consumers read.
+    """
+    casts = []
+    node = dict(score)
+    while node.get("op") == "cast":
+        casts.append(node["dtype"])
+        node = node["args"][0]
+    if node.get("op") != "select":
+        return None
+    cond, fill, rest = node["args"]
+    band = band_of_predicate(cond, rows, keys, constant_of)
+    if band is None:
+        return None
+    for dtype in reversed(casts):
+        fill = {"op": "cast", "dtype": dtype, "args": [fill]}
+        rest = {"op": "cast", "dtype": dtype, "args": [rest]}
+    return {"op": "select", "args": [predicate_expr(band), fill, rest]}
+
+
+# -- the predicate in Relax ---------------------------------------------------------------------
+def _relax_predicate(bb: relax.BlockBuilder, band: BandMask) -> relax.Var:
+    """``cond`` as the Relax chain :func:`predicate_pattern` matches: int32 axis values from
+    ``arange`` alone (a constant operand would become an input of the composite, which the
+    lowering could not read as an axis predicate)."""
+    parts = []
+    for op, offset in (("greater", band.upper), ("less", band.lower)):
+        if offset is None:
+            continue
+        # the row value shifted by the bound: i + offset
+        rows = bb.emit(relax.op.expand_dims(
+            relax.op.arange(offset, band.rows + offset, 1, "int32"), 1))
+        cols = bb.emit(relax.op.arange(0, band.keys, 1, "int32"))
+        parts.append(bb.emit(getattr(relax.op, op)(cols, rows)))
+    if len(parts) == 1:
+        return parts[0]
+    return bb.emit(relax.op.logical_or(*parts))
+
+
+def predicate_pattern() -> DFPattern:
+    """The chain :func:`MasksAsPredicates` writes for ``cond``: ``arange(keys) > rows`` and/or
+    ``arange(keys) < rows``, with ``rows = expand_dims(arange(c, rows + c), 1)``."""
+    def arange() -> DFPattern:
+        return is_op("relax.arange")(wildcard(), wildcard(), wildcard())
+
+    def compare() -> DFPattern:
+        rows = is_op("relax.expand_dims")(arange())
+        return is_op("relax.greater")(arange(), rows) | is_op("relax.less")(arange(), rows)
+
+    return compare() | is_op("relax.logical_or")(compare(), compare())
+
+
+def _softmax_users(var: relax.Var, users: Mapping[relax.Var, list[relax.VarBinding]]) -> bool:
+    """Whether every use of ``var`` is a softmax over the last axis, through float casts."""
+    found = users.get(var, [])
+    if not found:
+        return False
+    for binding in found:
+        call = binding.value
+        name = call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else None
+        if name == "relax.astype" and str(call.attrs.dtype).startswith(("float", "bfloat")):
+            if not _softmax_users(binding.var, users):
+                return False
+        elif name == "relax.nn.softmax":
+            ndim = len(_shape(call))
+            if int(call.attrs.axis) not in (-1, ndim - 1):
+                return False
+        else:
+            return False
+    return True
+
+
+def _plan_function(func: relax.Function) -> dict[relax.Var, tuple[relax.Expr, BandMask, str]]:
+    """The adds of ``func`` to rewrite: var -> (scores, band, dtype)."""
+    bound: dict[relax.Var, relax.Expr] = {}
+    users: dict[relax.Var, list[relax.VarBinding]] = {}
+    bindings: list[relax.VarBinding] = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, relax.SeqExpr):
+            for block in node.blocks:
+                for b in block.bindings:
+                    if isinstance(b, relax.VarBinding):
+                        bound[b.var] = b.value
+                        bindings.append(b)
+
+    relax.analysis.post_order_visit(func, visit)
+    for b in bindings:
+        seen: list[relax.Var] = []
+
+        def collect(node: object) -> None:
+            if isinstance(node, relax.Var) and not any(node.same_as(s) for s in seen):
+                seen.append(node)
+
+        relax.analysis.post_order_visit(b.value, collect)
+        for v in seen:
+            users.setdefault(v, []).append(b)
+    plans = {}
+    for b in bindings:
+        call = b.value
+        if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
+                and call.op.name == "relax.add"):
+            continue
+        out = static_shape(call.ty)
+        dtype = str(call.ty.dtype)
+        if out is None or len(out) < 2 or not dtype.startswith(("float", "bfloat")):
+            continue
+        if not _softmax_users(b.var, users):
+            continue
+        for scores, mask in (call.args, reversed(call.args)):
+            if static_shape(scores.ty) != out or static_shape(mask.ty) is None:
+                continue
+            band = band_of_relax(mask, bound, out[-2], out[-1])
+            if band is not None and _large_negative(band.fill, dtype):
+                plans[b.var] = (scores, band, dtype)
+                break
+    return plans
+
+
+def MasksAsPredicates() -> tvm.transform.Pass:  # noqa: N802 (a pass, named like TVM's)
+    """Rewrite ``softmax(S + M)`` with ``M`` a band mask (:func:`band_of_relax`) into
+    ``softmax(where(cond, fill, S))``, ``cond`` the Relax chain of :func:`predicate_pattern`.
+
+    Exact: where ``M`` is 0 the score is ``S`` either way. Where ``M`` is ``fill``, ``S +
+    fill`` is not ``fill``, but both are far below the row's maximum ``m``, which a visible key
+    provides (every row of a recognized band sees at least one key; a mask with an empty row
+    is refused): ``fill`` is ``-inf`` or at most half the dtype's lowest finite value
+    (about ``-1.7e38`` in float32), so ``exp(S + fill - m)`` and ``exp(fill - m)`` both
+    underflow to exactly 0 in the float32 softmax, and the row's sum and products are
+    bit-identical. The online softmax of the fused operator keeps the identity: a block of
+    keys all masked contributes ``exp(fill - m') = 0`` once a visible key has set ``m'``, and
+    if it came first, its terms are scaled by ``exp(fill - m') = 0`` when the visible key
+    arrives. Masks computed from a runtime input (padding) are not band masks and stay.
+    The chain the mask was computed by is dropped when nothing else reads it.
+    """
+
+    @tvm.transform.module_pass(opt_level=0, name="IccaMasksAsPredicates")
+    def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        updates = {}
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, relax.Function) or (func.attrs or {}).get("Composite"):
+                continue
+            plans = _plan_function(func)
+            if plans:
+                updates[gvar] = relax.analysis.remove_all_unused(_Rewriter(mod, plans).visit_expr(func))
+        for gvar, func in updates.items():
+            mod[gvar] = func
+        return mod
+
+    return transform
+
+
+@relax.expr_functor.mutator
+class _Rewriter(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, plans: Mapping[relax.Var, tuple]) -> None:
+        super().__init__(mod)
+        self.plans = plans
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        plan = next((p for v, p in self.plans.items() if v.same_as(binding.var)), None)
+        if plan is None:
+            super().visit_var_binding_(binding)
+            return
+        scores, band, dtype = plan
+        cond = _relax_predicate(self.builder_, band)
+        value = self.builder_.normalize(
+            relax.op.where(cond, relax.const(band.fill, dtype), self.visit_expr(scores)))
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
