@@ -243,3 +243,71 @@ def attention_reason(root: relax.Call, bound: Mapping[relax.Var, relax.Expr]) ->
     if any(s is None or len(s) < 2 for s in (_shape(q_op), _shape(k_op))):
         return "a query or key operand is not a static matrix"
     return _operand_reason(q_op, bound, "the query") or _operand_reason(k_op, bound, "the key")
+
+
+def bind_scalar_constants(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` (after ``FuseOpsByPattern``, before the regions are merged) with the scalar
+    constants each ``icca.attention`` composite is called with bound inside it.
+
+    A scale, a soft-cap or a mask's fill then lowers to a constant of the expression rather
+    than a ``[]`` input the host passes (what ``bind_constants=False`` does to every
+    constant): the fused attention reads ``Q``, ``K``, ``V`` and what else its score reads
+    as tensors. A composite shared by several calls binds the scalars they all pass alike.
+    """
+    calls: dict[str, list[relax.Call]] = {}
+
+    def visit(node: object) -> None:
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.GlobalVar):
+            calls.setdefault(node.op.name_hint, []).append(node)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    bound_args: dict[str, list[int]] = {}
+    functions = dict(mod.functions_items())
+    renamed: dict[str, tvm.ir.GlobalVar] = {}
+    new_funcs: dict[str, relax.Function] = {}
+    for gvar, func in mod.functions_items():
+        composite = (func.attrs or {}).get("Composite") if isinstance(func, relax.Function) else None
+        if composite is None or str(composite).rsplit(".", 1)[-1] != ATTENTION_COMPOSITE:
+            continue
+        uses = calls.get(gvar.name_hint, [])
+        if not uses:
+            continue
+
+        def scalar(a: relax.Expr):
+            if isinstance(a, tvm.ir.GenericConst) and a.value.numpy().size == 1:
+                return a.value.numpy()
+            return None
+
+        # bound when every caller passes the same scalar (identical layers share a composite)
+        scalars = [n for n, a in enumerate(uses[0].args) if scalar(a) is not None and all(
+            scalar(u.args[n]) is not None and scalar(u.args[n]).dtype == scalar(a).dtype
+            and scalar(u.args[n]).tobytes() == scalar(a).tobytes() for u in uses)]
+        if scalars:
+            # a new global: the old one's type still has the bound parameters
+            del functions[gvar]
+            new_funcs[gvar.name_hint] = func.bind_params(
+                {func.params[n]: uses[0].args[n] for n in scalars})
+            bound_args[gvar.name_hint] = scalars
+    if not bound_args:
+        return mod
+    builder = relax.BlockBuilder(tvm.IRModule(functions, attrs=mod.attrs))
+    for name, func in new_funcs.items():
+        renamed[name] = builder.add_func(func, name)
+    out = builder.get()
+
+    @relax.expr_functor.mutator
+    class _DropArgs(relax.PyExprMutator):
+        def visit_call_(self, call: relax.Call) -> relax.Expr:
+            call = super().visit_call_(call)
+            if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in bound_args:
+                drop = set(bound_args[call.op.name_hint])
+                args = [a for n, a in enumerate(call.args) if n not in drop]
+                return relax.Call(renamed[call.op.name_hint], args, call.attrs, call.ty_args)
+            return call
+
+    for gvar, func in list(out.functions_items()):
+        if isinstance(func, relax.Function) and not (func.attrs or {}).get("Composite"):
+            out[gvar] = _DropArgs(out).visit_expr(func)
+    return out

@@ -212,25 +212,57 @@ class _Cond:
 
 @dataclass(frozen=True)
 class _Sel:
-    """``cond ? then : other`` with constant branches."""
+    """``cond ? then : other``."""
 
     cond: _Cond
-    then: float
-    other: float
+    then: Any
+    other: Any
 
 
-def _band_of_value(value: Any, rows: int, keys: int) -> BandMask | None:
-    """The band of a symbolic mask ``value`` (a select of ``fill`` and 0)."""
-    if not isinstance(value, _Sel):
-        return None
-    cond, fill = value.cond, value.then
-    if value.then == 0 and value.other != 0 and not math.isnan(value.other):
-        cond, fill = _Cond(("not", cond)), value.other
-    elif value.other != 0:
-        return None
+@dataclass(frozen=True)
+class _Arith:
+    """``a op b`` (``op``: add, subtract, multiply) of values not both affine."""
+
+    op: str
+    a: Any
+    b: Any
+
+
+_ARITH: dict[str, Callable] = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply}
+
+
+def _on_offsets(value: Any, d: np.ndarray) -> np.ndarray | None:
+    """A numeric ``value`` at ``j - i = d``; ``None`` when it reads more than ``j - i``."""
+    if isinstance(value, (int, float)):
+        return np.full(d.shape, float(value))
+    if isinstance(value, _Lin):
+        return None if value.ci != -value.cj else value.cj * d + value.c
+    if isinstance(value, _Sel):
+        parts = [value.cond.on_offsets(d), _on_offsets(value.then, d), _on_offsets(value.other, d)]
+        return None if any(p is None for p in parts) else np.where(*parts)
+    if isinstance(value, _Arith):
+        a, b = _on_offsets(value.a, d), _on_offsets(value.b, d)
+        return None if a is None or b is None else _ARITH[value.op](a, b)
+    return None
+
+
+def _band_of_value(value: Any, rows: int, keys: int, dtype: str | None = None
+                   ) -> BandMask | None:
+    """The band of a symbolic mask ``value``: 0 on a band of offsets ``j - i``, one ``fill``
+    elsewhere (computed in ``dtype`` when given)."""
     d = np.arange(1 - rows, keys)
-    masked = cond.on_offsets(d)
-    if masked is None:
+    with np.errstate(all="ignore"):
+        values = _on_offsets(value, d)
+    if values is None:
+        return None
+    if dtype is not None:
+        values = values.astype(dtype)
+    masked = values != 0
+    if not masked.any():
+        return None
+    fills = values[masked]
+    fill = float(fills[0])
+    if not np.all(fills == fills[0]):
         return None
     band = _band_of_offsets(masked, d, rows, keys, fill)
     return band if band is not None and band.every_row_sees_a_key() else None
@@ -338,7 +370,12 @@ class _ChainReader:
             if node[0] == "const":
                 return value
             return _Cond((node[0], *(self._remap(n, mapping) for n in node[1:])))
-        return _Sel(self._remap(value.cond, mapping), value.then, value.other)
+        if isinstance(value, _Sel):
+            return _Sel(self._remap(value.cond, mapping), self._remap(value.then, mapping),
+                        self._remap(value.other, mapping))
+        if isinstance(value, _Arith):
+            return _Arith(value.op, self._remap(value.a, mapping), self._remap(value.b, mapping))
+        return value
 
     def _view(self, call: relax.Call, shape: tuple[int, ...]) -> Any:
         return self._moved(self.read(call.args[0]), _shape(call.args[0]), shape)
@@ -383,16 +420,11 @@ class _ChainReader:
             if op == "subtract":
                 return a + b.scaled(-1)
             k, other = (a.constant, b) if a.constant is not None else (b.constant, a)
-            if k is None:
-                raise _Unknown("a product of two axis values")
-            return other.scaled(k)
-        # a select of constants with a constant: apply to both branches
-        sel, k = (a, b) if isinstance(a, _Sel) else (b, a)
-        if not isinstance(sel, _Sel) or not isinstance(k, _Lin) or k.constant is None:
-            raise _Unknown(f"{op} of a mask with a non-constant")
-        f = {"add": lambda x, y: x + y, "multiply": lambda x, y: x * y,
-             "subtract": (lambda x, y: x - y) if sel is a else (lambda x, y: y - x)}[op]
-        return _Sel(sel.cond, f(sel.then, k.constant), f(sel.other, k.constant))
+            if k is not None:
+                return other.scaled(k)
+        if isinstance(a, _Cond) or isinstance(b, _Cond):
+            raise _Unknown(f"{op} of a bool")
+        return _Arith(op, a, b)
 
     def _op_add(self, call, shape):
         return self._arith(call, "add")
@@ -444,15 +476,9 @@ class _ChainReader:
 
     def _op_where(self, call: relax.Call, shape: tuple[int, ...]) -> _Sel:
         cond, then, other = (self.read(a) for a in call.args)
-        if not isinstance(cond, _Cond):
-            raise _Unknown("where on a non-bool condition")
-        values = []
-        for v in (then, other):
-            if isinstance(v, _Lin) and v.constant is not None:
-                values.append(v.constant)
-            else:
-                raise _Unknown("where between non-constants")
-        return _Sel(cond, values[0], values[1])
+        if not isinstance(cond, _Cond) or isinstance(then, _Cond) or isinstance(other, _Cond):
+            raise _Unknown("where on a non-bool condition or between bools")
+        return _Sel(cond, then, other)
 
     def _fill(self, call: relax.Call, value: float) -> _Lin:
         return _Lin(0, 0, value)
@@ -471,12 +497,12 @@ class _ChainReader:
 
     def _triangle(self, call: relax.Call, upper: bool) -> _Sel:
         value = self.read(call.args[0])
-        if not isinstance(value, _Lin) or value.constant is None:
-            raise _Unknown("triu/tril of a non-constant")
+        if isinstance(value, _Cond):
+            raise _Unknown("triu/tril of a bool")
         k = int(_scalar(call.args[1]) if len(call.args) > 1 else call.attrs.k)
         # triu keeps j - i >= k, tril keeps j - i <= k
         keep = _Cond(("cmp", "ge" if upper else "le", _Lin(-1, 1, -k)))
-        return _Sel(keep, value.constant, 0.0)
+        return _Sel(keep, value, 0.0)
 
     def _op_triu(self, call, shape):
         return self._triangle(call, True)
@@ -498,7 +524,7 @@ def band_of_relax(mask: relax.Expr, bound: Mapping[relax.Var, relax.Expr], rows:
         symbolic = _ChainReader(bound, rows, keys).read(mask)
     except _Unknown:
         return None
-    band = _band_of_value(symbolic, rows, keys)
+    band = _band_of_value(symbolic, rows, keys, str(mask.ty.dtype))
     if band is None or not _large_negative(band.fill, str(mask.ty.dtype)):
         return None
     return band
@@ -587,15 +613,15 @@ def band_of_predicate(cond: Mapping[str, Any], rows: int, keys: int,
     """The band of the condition ``cond`` (true: masked) of a lowered expression over query
     rows ``i`` and keys ``j``, or ``None`` when it is not a predicate on ``j - i`` of a band
     every row of which sees a key. ``constant_of(input)`` is the value of a constant input
-    (TVM legalizes ``arange`` to one), ``None`` for others. The band's ``fill`` is NaN: the
-    predicate does not say it."""
+    (TVM legalizes ``arange`` to one), ``None`` for others. The band's ``fill`` is ``-inf``
+    (the predicate does not say it)."""
     try:
         value = _expr_value(cond, i, j, constant_of)
     except _Unknown:
         return None
     if not isinstance(value, _Cond):
         return None
-    return _band_of_value(_Sel(value, math.nan, 0.0), rows, keys)
+    return _band_of_value(_Sel(value, -math.inf, 0.0), rows, keys)
 
 
 def canonical_mask(score: Mapping[str, Any], rows: int, keys: int,

@@ -43,6 +43,7 @@ from tvm_icca.hardware_choice import (
     resolve_hardware,
 )
 from tvm_icca.ops.data_movement import split_to_slices
+from tvm_icca.ops.attention import bind_scalar_constants
 from tvm_icca.ops.masks import MasksAsPredicates
 from tvm_icca.partition.patterns import (
     CODEGEN_NAME,
@@ -180,6 +181,7 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
                 patterns_that_may_match(get_icca_patterns(), mod), bind_constants=bind_constants,
                 annotate_codegen=False
             )(mod)
+            mod = bind_scalar_constants(mod)
             try:
                 mod = shorten_region_names(MergeCompositeFunctions()(mod), CODEGEN_NAME)
             except TypeError as err:
