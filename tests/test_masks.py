@@ -174,7 +174,7 @@ def test_a_mask_read_from_an_input_is_not_a_band():
 SMALL = Dims(batch=1, heads=2, tokens=6, head_dim=8)
 
 
-def _attention_inputs(part) -> list[tuple[str, tuple[int, ...]]]:
+def _attention_expr(part):
     (op,) = [op for name, func in partitioner.icca_regions(part).items()
              for op in extract_region(func, name, HW).ops if op.expr.kind == "attention"]
     return op.expr
@@ -185,7 +185,7 @@ def test_banded_masks_become_predicates_on_the_chip(name, monkeypatch):
     """The mask is no input of the fused attention, and the result is bit for bit the one
     of the same graph compiled with the mask as a tensor input of the fused attention."""
     case = BANDED[name](SMALL)
-    expr = _attention_inputs(partitioner.partition_for_icca(load_onnx(case.model), HW))
+    expr = _attention_expr(partitioner.partition_for_icca(load_onnx(case.model), HW))
     assert [t.shape for t in expr.inputs] == [case.inputs[n].shape for n in "qkv"]
     score = expr.body["args"][0]
     assert score["op"] == "select" and {n["op"] for n in walk_expr(score["args"][0])} <= {
@@ -197,7 +197,7 @@ def test_banded_masks_become_predicates_on_the_chip(name, monkeypatch):
     got = _run(case, chip)
     with monkeypatch.context() as patch:
         patch.setattr(partitioner, "MasksAsPredicates", lambda: tvm.transform.Sequential([]))
-        as_tensor = _attention_inputs(partitioner.partition_for_icca(load_onnx(case.model), HW))
+        as_tensor = _attention_expr(partitioner.partition_for_icca(load_onnx(case.model), HW))
         assert len(as_tensor.inputs) == 4  # the mask, as before
         kept = _run(case, chip)
     assert np.array_equal(got, kept)
@@ -212,7 +212,7 @@ def _run(case, hw) -> np.ndarray:
 @pytest.mark.parametrize("name", sorted(NOT_BANDED))
 def test_other_constant_masks_stay_tensors(name):
     case = NOT_BANDED[name](SMALL)
-    expr = _attention_inputs(partitioner.partition_for_icca(load_onnx(case.model), HW))
+    expr = _attention_expr(partitioner.partition_for_icca(load_onnx(case.model), HW))
     assert len(expr.inputs) == 4 and expr.inputs[3].shape[-2:] == (SMALL.tokens, SMALL.tokens)
     assert not any(n["op"] == "axis" for n in walk_expr(expr.body))
     result = check_case(case, tvm_icca.small_chip(16))
@@ -250,3 +250,23 @@ def test_zoo_mask_in_the_graph_equals_the_sampler():
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
     got = vm["forward"](tvm.runtime.tensor(np.zeros((12, 12), np.float32))).numpy()
     assert np.array_equal(got, causal_mask_sampler(12, "float32", 5)(None))
+
+
+def test_host_masks_are_the_same_model():
+    """tvm_icca.testing.host_masks: the zoo model with its masks lifted to parameters computes
+    what the model with in-graph masks computes (TVM's llvm build of both)."""
+    from tvm_icca.testing.device_runs import reference_build, run_outputs
+    from tvm_icca.testing.host_masks import with_host_masks
+
+    w = get_workload("gemma2-27b", tiny=True, phase="prefill", seq_len=12, num_layers=2)
+    lifted = with_host_masks(w)
+    masks = [p for p in lifted.params if p.kind == "mask"]
+    assert sorted(p.name for p in masks) == ["causal_mask", "sliding_mask"]
+    values = dict(zip((p.name for p in w.params), w.random_args(seed=1)))
+    values.update({p.name: p.sample(np.random.default_rng(0)) for p in masks})
+    got = run_outputs(reference_build(lifted.mod), [tvm.runtime.tensor(values[p.name])
+                                                   for p in lifted.params])
+    want = run_outputs(reference_build(w.mod), [tvm.runtime.tensor(values[p.name])
+                                               for p in w.params])
+    for g, x in zip(got, want):
+        assert np.array_equal(g.numpy(), x.numpy())

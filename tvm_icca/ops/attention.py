@@ -30,7 +30,7 @@ from tvm.relax.backend.pattern_registry import Pattern
 from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
 
-from tvm_icca.ops.masks import PREDICATE_OPS, predicate_pattern
+from tvm_icca.ops.mask_predicates import PREDICATE_OPS, predicate_pattern
 from tvm_icca.ops.relax_types import static_shape
 
 __all__ = ["ATTENTION_COMPOSITE", "MAX_SCORE_OPS", "SCORE_OPS", "attention_pattern",
@@ -162,7 +162,7 @@ def _operand_reason(expr: relax.Expr, bound: Mapping[relax.Var, relax.Expr], wha
 
 def _is_predicate(expr: relax.Expr, bound: Mapping[relax.Var, relax.Expr]) -> bool:
     """Whether ``expr`` is computed inside the match by the ops of a mask predicate only
-    (:data:`tvm_icca.ops.masks.PREDICATE_OPS`, integer and bool values of the axes)."""
+    (:data:`tvm_icca.ops.mask_predicates.PREDICATE_OPS`, integer and bool values of the axes)."""
     call = _value(expr, bound)
     if call is None:
         return False
@@ -173,7 +173,7 @@ def _is_predicate(expr: relax.Expr, bound: Mapping[relax.Var, relax.Expr]) -> bo
 
 def predicate_calls(calls: list[relax.Call]) -> list[relax.Call]:
     """The calls of ``calls`` that compute a mask predicate (integer or bool results of the
-    :data:`tvm_icca.ops.masks.PREDICATE_OPS`): the lowering turns them into conditions on
+    :data:`tvm_icca.ops.mask_predicates.PREDICATE_OPS`): the lowering turns them into conditions on
     the axis values, so they need not fit the chip as tensors."""
     return [c for c in calls if _op_name(c) in PREDICATE_OPS
             and not str(getattr(c.ty, "dtype", "")).startswith(("float", "bfloat"))]

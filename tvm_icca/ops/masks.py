@@ -26,11 +26,9 @@ select between two constants; a mask is banded when every comparison reads ``j -
 and its masked offsets ``d = j - i`` are then evaluated on the ``rows + keys - 1`` possible
 offsets, never on the ``rows x keys`` grid.
 
-:func:`MasksAsPredicates` rewrites ``softmax(S + M)`` (casts allowed between the add and the
-softmax) into ``softmax(where(cond, fill, S))`` with ``cond`` a fresh chain of ``arange``,
-``expand_dims``, ``greater`` / ``less`` and ``logical_or`` that the attention pattern
-absorbs into its composite (:func:`predicate_pattern`). The rewrite is exact: see
-:func:`MasksAsPredicates`.
+:func:`tvm_icca.ops.mask_predicates.MasksAsPredicates` rewrites ``softmax(S + M)`` into
+``softmax(where(cond, fill, S))`` with ``cond`` on the axis values; the lowering then writes
+``cond`` in the canonical form (:func:`canonical_mask`).
 """
 
 from __future__ import annotations
@@ -42,18 +40,11 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 
 from tvm_icca.ops.relax_types import static_shape
 
-__all__ = ["BandMask", "MasksAsPredicates", "PREDICATE_OPS", "band_of_array", "band_of_predicate",
-           "band_of_relax", "canonical_mask", "predicate_expr", "predicate_pattern"]
-
-#: The Relax ops of the predicate chain :func:`MasksAsPredicates` writes (integer and bool
-#: values the cores never hold as tensors: the lowering turns them into axis predicates).
-PREDICATE_OPS = ("relax.arange", "relax.expand_dims", "relax.greater", "relax.less",
-                 "relax.logical_or")
-
+__all__ = ["BandMask", "band_of_array", "band_of_predicate", "band_of_relax", "canonical_mask",
+           "large_negative", "predicate_expr"]
 
 @dataclass(frozen=True)
 class BandMask:
@@ -90,7 +81,7 @@ class BandMask:
         return bool(np.all(first <= last))
 
 
-def _large_negative(fill: float, dtype: str) -> bool:
+def large_negative(fill: float, dtype: str) -> bool:
     """``fill`` is ``-inf`` or at most half the dtype's lowest value (what exporters and the
     zoo write): a score plus ``fill`` then underflows ``exp`` to 0 like ``fill`` itself."""
     if math.isinf(fill):
@@ -134,7 +125,7 @@ def band_of_array(mask: np.ndarray) -> BandMask | None:
     if not nonzero.any():
         return None
     fill = float(grid[nonzero][0])
-    if not _large_negative(fill, str(mask.dtype)) or not np.all(grid[nonzero] == grid[nonzero][0]):
+    if not large_negative(fill, str(mask.dtype)) or not np.all(grid[nonzero] == grid[nonzero][0]):
         return None
     visible = ~nonzero
     counts = visible.sum(axis=1)
@@ -329,11 +320,10 @@ class _ChainReader:
         axes = [a for a in (-2, -1) if len(shape) >= -a and shape[a] != 1]
         if len(axes) != 1:
             raise _Unknown("a constant that is not a vector")
-        values = array.reshape(-1).astype(np.float64)
-        step = values[1] - values[0] if values.size > 1 else 0.0
-        if not np.array_equal(values, values[0] + step * np.arange(values.size)):
+        found = _range_of(array)
+        if found is None:
             raise _Unknown("a constant vector that is not a range")
-        return self._along(axes[0], values[0], step)
+        return self._along(axes[0], *found)
 
     def _along(self, axis: int, start: float, step: float) -> _Lin:
         return _Lin(step, 0, start) if axis == -2 else _Lin(0, step, start)
@@ -525,7 +515,7 @@ def band_of_relax(mask: relax.Expr, bound: Mapping[relax.Var, relax.Expr], rows:
     except _Unknown:
         return None
     band = _band_of_value(symbolic, rows, keys, str(mask.ty.dtype))
-    if band is None or not _large_negative(band.fill, str(mask.ty.dtype)):
+    if band is None or not large_negative(band.fill, str(mask.ty.dtype)):
         return None
     return band
 
@@ -648,153 +638,3 @@ def canonical_mask(score: Mapping[str, Any], rows: int, keys: int,
         fill = {"op": "cast", "dtype": dtype, "args": [fill]}
         rest = {"op": "cast", "dtype": dtype, "args": [rest]}
     return {"op": "select", "args": [predicate_expr(band), fill, rest]}
-
-
-# -- the predicate in Relax ---------------------------------------------------------------------
-def _relax_predicate(bb: relax.BlockBuilder, band: BandMask) -> relax.Var:
-    """``cond`` as the Relax chain :func:`predicate_pattern` matches: int32 axis values from
-    ``arange`` alone (a constant operand would become an input of the composite, which the
-    lowering could not read as an axis predicate)."""
-    parts = []
-    for op, offset in (("greater", band.upper), ("less", band.lower)):
-        if offset is None:
-            continue
-        # the row value shifted by the bound: i + offset
-        rows = bb.emit(relax.op.expand_dims(
-            relax.op.arange(offset, band.rows + offset, 1, "int32"), 1))
-        cols = bb.emit(relax.op.arange(0, band.keys, 1, "int32"))
-        parts.append(bb.emit(getattr(relax.op, op)(cols, rows)))
-    if len(parts) == 1:
-        return parts[0]
-    return bb.emit(relax.op.logical_or(*parts))
-
-
-def predicate_pattern() -> DFPattern:
-    """The chain :func:`MasksAsPredicates` writes for ``cond``: ``arange(keys) > rows`` and/or
-    ``arange(keys) < rows``, with ``rows = expand_dims(arange(c, rows + c), 1)``."""
-    def arange() -> DFPattern:
-        return is_op("relax.arange")(wildcard(), wildcard(), wildcard())
-
-    def compare() -> DFPattern:
-        rows = is_op("relax.expand_dims")(arange())
-        return is_op("relax.greater")(arange(), rows) | is_op("relax.less")(arange(), rows)
-
-    return compare() | is_op("relax.logical_or")(compare(), compare())
-
-
-def _softmax_users(var: relax.Var, users: Mapping[relax.Var, list[relax.VarBinding]]) -> bool:
-    """Whether every use of ``var`` is a softmax over the last axis, through float casts."""
-    found = users.get(var, [])
-    if not found:
-        return False
-    for binding in found:
-        call = binding.value
-        name = call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else None
-        if name == "relax.astype" and str(call.attrs.dtype).startswith(("float", "bfloat")):
-            if not _softmax_users(binding.var, users):
-                return False
-        elif name == "relax.nn.softmax":
-            ndim = len(_shape(call))
-            if int(call.attrs.axis) not in (-1, ndim - 1):
-                return False
-        else:
-            return False
-    return True
-
-
-def _plan_function(func: relax.Function) -> dict[relax.Var, tuple[relax.Expr, BandMask, str]]:
-    """The adds of ``func`` to rewrite: var -> (scores, band, dtype)."""
-    bound: dict[relax.Var, relax.Expr] = {}
-    users: dict[relax.Var, list[relax.VarBinding]] = {}
-    bindings: list[relax.VarBinding] = []
-
-    def visit(node: object) -> None:
-        if isinstance(node, relax.SeqExpr):
-            for block in node.blocks:
-                for b in block.bindings:
-                    if isinstance(b, relax.VarBinding):
-                        bound[b.var] = b.value
-                        bindings.append(b)
-
-    relax.analysis.post_order_visit(func, visit)
-    for b in bindings:
-        seen: list[relax.Var] = []
-
-        def collect(node: object) -> None:
-            if isinstance(node, relax.Var) and not any(node.same_as(s) for s in seen):
-                seen.append(node)
-
-        relax.analysis.post_order_visit(b.value, collect)
-        for v in seen:
-            users.setdefault(v, []).append(b)
-    plans = {}
-    for b in bindings:
-        call = b.value
-        if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
-                and call.op.name == "relax.add"):
-            continue
-        out = static_shape(call.ty)
-        dtype = str(call.ty.dtype)
-        if out is None or len(out) < 2 or not dtype.startswith(("float", "bfloat")):
-            continue
-        if not _softmax_users(b.var, users):
-            continue
-        for scores, mask in (call.args, reversed(call.args)):
-            if static_shape(scores.ty) != out or static_shape(mask.ty) is None:
-                continue
-            band = band_of_relax(mask, bound, out[-2], out[-1])
-            if band is not None and _large_negative(band.fill, dtype):
-                plans[b.var] = (scores, band, dtype)
-                break
-    return plans
-
-
-def MasksAsPredicates() -> tvm.transform.Pass:  # noqa: N802 (a pass, named like TVM's)
-    """Rewrite ``softmax(S + M)`` with ``M`` a band mask (:func:`band_of_relax`) into
-    ``softmax(where(cond, fill, S))``, ``cond`` the Relax chain of :func:`predicate_pattern`.
-
-    Exact: where ``M`` is 0 the score is ``S`` either way. Where ``M`` is ``fill``, ``S +
-    fill`` is not ``fill``, but both are far below the row's maximum ``m``, which a visible key
-    provides (every row of a recognized band sees at least one key; a mask with an empty row
-    is refused): ``fill`` is ``-inf`` or at most half the dtype's lowest finite value
-    (about ``-1.7e38`` in float32), so ``exp(S + fill - m)`` and ``exp(fill - m)`` both
-    underflow to exactly 0 in the float32 softmax, and the row's sum and products are
-    bit-identical. The online softmax of the fused operator keeps the identity: a block of
-    keys all masked contributes ``exp(fill - m') = 0`` once a visible key has set ``m'``, and
-    if it came first, its terms are scaled by ``exp(fill - m') = 0`` when the visible key
-    arrives. Masks computed from a runtime input (padding) are not band masks and stay.
-    The chain the mask was computed by is dropped when nothing else reads it.
-    """
-
-    @tvm.transform.module_pass(opt_level=0, name="IccaMasksAsPredicates")
-    def transform(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        updates = {}
-        for gvar, func in mod.functions_items():
-            if not isinstance(func, relax.Function) or (func.attrs or {}).get("Composite"):
-                continue
-            plans = _plan_function(func)
-            if plans:
-                updates[gvar] = relax.analysis.remove_all_unused(_Rewriter(mod, plans).visit_expr(func))
-        for gvar, func in updates.items():
-            mod[gvar] = func
-        return mod
-
-    return transform
-
-
-@relax.expr_functor.mutator
-class _Rewriter(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, plans: Mapping[relax.Var, tuple]) -> None:
-        super().__init__(mod)
-        self.plans = plans
-
-    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        plan = next((p for v, p in self.plans.items() if v.same_as(binding.var)), None)
-        if plan is None:
-            super().visit_var_binding_(binding)
-            return
-        scores, band, dtype = plan
-        cond = _relax_predicate(self.builder_, band)
-        value = self.builder_.normalize(
-            relax.op.where(cond, relax.const(band.fill, dtype), self.visit_expr(scores)))
-        self.builder_.emit_normalized(relax.VarBinding(binding.var, value))

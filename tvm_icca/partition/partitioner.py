@@ -44,7 +44,7 @@ from tvm_icca.hardware_choice import (
 )
 from tvm_icca.ops.data_movement import split_to_slices
 from tvm_icca.ops.attention import bind_scalar_constants
-from tvm_icca.ops.masks import MasksAsPredicates
+from tvm_icca.ops.mask_predicates import MasksAsPredicates
 from tvm_icca.partition.patterns import (
     CODEGEN_NAME,
     OFFLOADABLE_OPS,
