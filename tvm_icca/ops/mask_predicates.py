@@ -137,9 +137,12 @@ def MasksAsPredicates() -> tvm.transform.Pass:  # noqa: N802 (a pass, named like
     fill`` is not ``fill``, but both are far below the row's maximum ``m``, which a visible key
     provides (every row of a recognized band sees at least one key; a mask with an empty row
     is refused): ``fill`` is ``-inf`` or at most half the dtype's lowest finite value
-    (about ``-1.7e38`` in float32), so ``exp(S + fill - m)`` and ``exp(fill - m)`` both
-    underflow to exactly 0 in the float32 softmax, and the row's sum and products are
-    bit-identical. The online softmax of the fused operator keeps the identity: a block of
+    (about ``-1.7e38`` in float32, ``-32752`` in float16), so ``exp(S + fill - m)`` and
+    ``exp(fill - m)`` both underflow to exactly 0 in the float32 softmax (``exp(x) = 0`` for
+    ``x < -104``) as long as a masked score exceeds the row's maximum by less than
+    ``|fill| - 104``, which every finite score of a float32 model does; the row's sum and
+    products are then bit-identical. (A masked score that is NaN or infinite poisons the
+    unfused row and not this one.) The online softmax of the fused operator keeps the identity: a block of
     keys all masked contributes ``exp(fill - m') = 0`` once a visible key has set ``m'``, and
     if it came first, its terms are scaled by ``exp(fill - m') = 0`` when the visible key
     arrives. Masks computed from a runtime input (padding) are not band masks and stay.

@@ -21,10 +21,10 @@ j - i < lower``), whatever form it came in:
 * the predicate of a lowered expression (:func:`band_of_predicate`).
 
 Symbolically, every value of the chain is an affine function of the row ``i`` and column
-``j`` of the mask (:class:`_Lin`), a boolean formula of comparisons of such functions, or a
-select between two constants; a mask is banded when every comparison reads ``j - i`` only,
-and its masked offsets ``d = j - i`` are then evaluated on the ``rows + keys - 1`` possible
-offsets, never on the ``rows x keys`` grid.
+``j`` of the mask, a boolean formula of comparisons of such functions, a select, or
+arithmetic on these; a mask is banded when every comparison and value reads ``j - i`` only,
+and it is then evaluated on the ``rows + keys - 1`` possible offsets ``d = j - i``, never on
+the ``rows x keys`` grid.
 
 :func:`tvm_icca.ops.mask_predicates.MasksAsPredicates` rewrites ``softmax(S + M)`` into
 ``softmax(where(cond, fill, S))`` with ``cond`` on the axis values; the lowering then writes
@@ -45,6 +45,7 @@ from tvm_icca.ops.relax_types import static_shape
 
 __all__ = ["BandMask", "band_of_array", "band_of_predicate", "band_of_relax", "canonical_mask",
            "large_negative", "predicate_expr"]
+
 
 @dataclass(frozen=True)
 class BandMask:
