@@ -240,12 +240,15 @@ def test_pieces_with_equal_points_share_one_key(plan_cache):
     from tvm_icca.elk.periods import representatives
     from tvm_icca.model_pass.tradeoff_tables import operator_tables
     from tvm_icca.split.region_split import original_operator
+    from tvm_icca.testing.host_masks import with_host_masks
     from tvm_icca.workloads import get_workload
 
-    # tests/test_piece_grouping.py's split prefill: the fused attention split into pieces
+    # tests/test_piece_grouping.py's split prefill: the fused attention, its causal mask a
+    # tensor passed by the host, split into pieces
     chip = small_chip(64, 24 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
                                                     hbm_controllers=2)
-    workload = get_workload("llama2-13b", tiny=True, batch=2, phase="prefill", seq_len=256)
+    workload = with_host_masks(get_workload("llama2-13b", tiny=True, batch=2, phase="prefill",
+                                            seq_len=256))
     cache = plan_cache  # its plans and tables shared with that test
     programs = list(compile_programs(workload, chip, plan_cache=cache, preload="off").programs)
     ops = [op for p in programs for op in p.ops]

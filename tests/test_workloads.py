@@ -17,6 +17,7 @@ from runtime_sim.run_stats import last_run_timing
 from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.device_call import device_entry
 from tvm_icca.workloads import ELK_TABLE2_OPS, PHASES, get_workload, list_workloads
+from tvm_icca.workloads._layers import causal_mask_sampler
 from tvm_icca.testing.device_runs import assert_metrics_agree, reference_build, run_outputs
 
 ZOO = [
@@ -225,9 +226,8 @@ def test_prefill_and_train_signatures_llama2_70b():
     assert not [p for p in w.params if p.kind == "kv_cache"]  # nothing to read: the cache is written
     assert [(p.name, p.shape) for p in w.inputs] == [
         ("input_ids", (2, 2048)), ("rope_cos", (2, 2048, 1, 128)), ("rope_sin", (2, 2048, 1, 128))]
-    # the mask of the prompt length is kept on the device with the model state
-    assert [(p.name, p.shape) for p in w.params if p.kind == "mask"] == [("causal_mask", (2048, 2048))]
-    assert "causal_mask" in w.resident_names
+    # the causal mask is computed in the graph (tests/test_masks.py), not passed by the host
+    assert not [p for p in w.params if p.kind == "mask"]
     ret = w.mod["main"].ret_ty
     assert len(ret.fields) == 1 + 2 * 80
     assert [int(d) for d in ret.fields[0].shape.values] == [2, 1, 32000]  # the last position
@@ -259,11 +259,12 @@ def test_phase_arguments_keep_one_meaning():
 
 
 def test_gemma2_prompt_past_the_window_masks_local_layers():
-    short = get_workload("gemma2-27b", phase="prefill", seq_len=2048, num_layers=2)
-    masks = [p.name for p in short.params if p.kind == "mask"]
-    assert masks == ["causal_mask"]  # the window holds the prompt
+    short = get_workload("gemma2-27b", tiny=True, phase="prefill", seq_len=8, num_layers=2)
     w = get_workload("gemma2-27b", tiny=True, phase="prefill", seq_len=12)  # tiny window: 8
-    mask = {p.name: p for p in w.params}["sliding_mask"].sample(np.random.default_rng(0))
+    # both masks are computed in the graph: no host input; the window only past its length
+    assert not [p for p in short.params + w.params if p.kind == "mask"]
+    # the values the graph computes (tests/test_masks.py compares them with this sampler)
+    mask = causal_mask_sampler(12, "float32", 8)(np.random.default_rng(0))
     assert (mask[11, 4:12] == 0).all() and (mask[11, :4] < -1e30).all()
 
 

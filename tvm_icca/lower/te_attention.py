@@ -43,6 +43,7 @@ from tvm_icca.lower.te_converter import InputSource, TEConverter
 from tvm_icca.lower.te_nodes import body_of, reduction_combiner, same_tensor
 from tvm_icca.ops.attention import ATTENTION_COMPOSITE
 from tvm_icca.ops.extracted_op import ExtractedOp
+from tvm_icca.ops.masks import canonical_mask
 from tvm_icca.ops.te_capture import ComposedTE
 from tvm_icca.ops.te_capture import ffi_key as _key
 from tvm_icca.ops.te_capture import function_label as _func_label
@@ -112,6 +113,8 @@ def attention_op(func: relax.Function, composed: ComposedTE,
     expr = _attention_expr(conv, score, value, affine, name, out)
     order = _role_order(expr, j)
     expr = _renamed(_reordered(expr, order), _axis_names(expr, affine, j))
+    expr, kept = _mask_as_predicate(expr, [conv.inputs[t].source.constant for t in order])
+    order = [order[t] for t in kept]
     for access in expr.inputs:
         check_dtype(access.dtype, f"input '{access.name}'", mask=True)
     return ExtractedOp(
@@ -120,6 +123,25 @@ def attention_op(func: relax.Function, composed: ComposedTE,
         constants={k: conv.inputs[t].source.constant for k, t in enumerate(order)
                    if conv.inputs[t].source.constant is not None},
     )
+
+
+def _mask_as_predicate(expr: TensorExpr, constants: list[Any]) -> tuple[TensorExpr, list[int]]:
+    """``expr`` with a causal or banded mask of its score in the canonical form
+    ``select(cond, fill, score)`` on the axis values ``i`` and ``j``
+    (:func:`tvm_icca.ops.masks.canonical_mask`), and the inputs it still reads: the integer
+    ranges TVM legalizes the predicate's ``arange`` to are not inputs of the operator."""
+    score, value = expr.body["args"]
+    masked = canonical_mask(score, expr.extent("i"), expr.extent("j"),
+                            lambda t: constants[t] if 0 <= t < len(constants) else None)
+    if masked is None:
+        return expr, list(range(len(expr.inputs)))
+    body = {"op": "attention", "args": [masked, value]}
+    read = {n["input"] for n in walk_expr(body) if n.get("op") == "load"}
+    kept = [t for t in range(len(expr.inputs)) if t in read]
+    new_of = {old: new for new, old in enumerate(kept)}
+    return TensorExpr(kind=expr.kind, axes=expr.axes, inputs=tuple(expr.inputs[t] for t in kept),
+                      output=expr.output, body=renumber_loads(body, new_of),
+                      local_axes=expr.local_axes, combiner=expr.combiner), kept
 
 
 def _softmax_binding(func: relax.Function) -> relax.VarBinding:

@@ -30,10 +30,11 @@ from tvm.relax.backend.pattern_registry import Pattern
 from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
 
+from tvm_icca.ops.mask_predicates import PREDICATE_OPS, predicate_pattern
 from tvm_icca.ops.relax_types import static_shape
 
 __all__ = ["ATTENTION_COMPOSITE", "MAX_SCORE_OPS", "SCORE_OPS", "attention_pattern",
-           "attention_reason"]
+           "attention_reason", "predicate_calls"]
 
 #: The composite name's suffix (``icca.attention``).
 ATTENTION_COMPOSITE = "attention"
@@ -68,7 +69,10 @@ def _score_op(x: DFPattern) -> DFPattern:
                                            "relax.subtract", "relax.maximum", "relax.minimum")]
     binary += [is_op(op)(w(), x) for op in ("relax.multiply", "relax.add")]
     unary = [is_op("relax.tanh")(x), is_op("relax.astype")(x)]
-    select = [is_op("relax.where")(w(), x, w()), is_op("relax.where")(w(), w(), x)]
+    # a band mask written as a predicate on the axis values (tvm_icca.ops.masks) first: its
+    # chain joins the composite instead of becoming an [S, S] input
+    select = [is_op("relax.where")(predicate_pattern(), w(), x),
+              is_op("relax.where")(w(), x, w()), is_op("relax.where")(w(), w(), x)]
     alternatives = binary + unary + select
     pattern = alternatives[0]
     for alternative in alternatives[1:]:
@@ -156,6 +160,25 @@ def _operand_reason(expr: relax.Expr, bound: Mapping[relax.Var, relax.Expr], wha
     return None
 
 
+def _is_predicate(expr: relax.Expr, bound: Mapping[relax.Var, relax.Expr]) -> bool:
+    """Whether ``expr`` is computed inside the match by the ops of a mask predicate only
+    (:data:`tvm_icca.ops.mask_predicates.PREDICATE_OPS`, integer and bool values of the axes)."""
+    call = _value(expr, bound)
+    if call is None:
+        return False
+    if _op_name(call) not in PREDICATE_OPS:
+        return False
+    return all(_is_predicate(a, bound) for a in call.args if isinstance(a, (relax.Var, relax.Call)))
+
+
+def predicate_calls(calls: list[relax.Call]) -> list[relax.Call]:
+    """The calls of ``calls`` that compute a mask predicate (integer or bool results of the
+    :data:`tvm_icca.ops.mask_predicates.PREDICATE_OPS`): the lowering turns them into conditions on
+    the axis values, so they need not fit the chip as tensors."""
+    return [c for c in calls if _op_name(c) in PREDICATE_OPS
+            and not str(getattr(c.ty, "dtype", "")).startswith(("float", "bfloat"))]
+
+
 def attention_reason(root: relax.Call, bound: Mapping[relax.Var, relax.Expr]) -> str | None:
     """Why the match ending in ``root`` (``matmul(P, V)``) is not fused attention, or ``None``
     if it is.
@@ -208,7 +231,9 @@ def attention_reason(root: relax.Call, bound: Mapping[relax.Var, relax.Expr]) ->
         score_ops += 1
         if _shape(node) != p_shape or not _is_float(node):
             return f"{name.rsplit('.', 1)[-1]} changes the scores' shape or dtype"
-        inner = [a for a in node.args if _value(a, bound) is not None]
+        inner = [a for a in node.args if _value(a, bound) is not None
+                 and not (name == "relax.where" and a.same_as(node.args[0])
+                          and _is_predicate(a, bound))]
         if len(inner) != 1:
             return f"{name.rsplit('.', 1)[-1]} reads the scores more than once"
         node = _value(inner[0], bound)
@@ -218,3 +243,71 @@ def attention_reason(root: relax.Call, bound: Mapping[relax.Var, relax.Expr]) ->
     if any(s is None or len(s) < 2 for s in (_shape(q_op), _shape(k_op))):
         return "a query or key operand is not a static matrix"
     return _operand_reason(q_op, bound, "the query") or _operand_reason(k_op, bound, "the key")
+
+
+def bind_scalar_constants(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` (after ``FuseOpsByPattern``, before the regions are merged) with the scalar
+    constants each ``icca.attention`` composite is called with bound inside it.
+
+    A scale, a soft-cap or a mask's fill then lowers to a constant of the expression rather
+    than a ``[]`` input the host passes (what ``bind_constants=False`` does to every
+    constant): the fused attention reads ``Q``, ``K``, ``V`` and what else its score reads
+    as tensors. A composite shared by several calls binds the scalars they all pass alike.
+    """
+    calls: dict[str, list[relax.Call]] = {}
+
+    def visit(node: object) -> None:
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.GlobalVar):
+            calls.setdefault(node.op.name_hint, []).append(node)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    bound_args: dict[str, list[int]] = {}
+    functions = dict(mod.functions_items())
+    renamed: dict[str, tvm.ir.GlobalVar] = {}
+    new_funcs: dict[str, relax.Function] = {}
+    for gvar, func in mod.functions_items():
+        composite = (func.attrs or {}).get("Composite") if isinstance(func, relax.Function) else None
+        if composite is None or str(composite).rsplit(".", 1)[-1] != ATTENTION_COMPOSITE:
+            continue
+        uses = calls.get(gvar.name_hint, [])
+        if not uses:
+            continue
+
+        def scalar(a: relax.Expr):
+            if isinstance(a, tvm.ir.GenericConst) and a.value.numpy().size == 1:
+                return a.value.numpy()
+            return None
+
+        # bound when every caller passes the same scalar (identical layers share a composite)
+        scalars = [n for n, a in enumerate(uses[0].args) if scalar(a) is not None and all(
+            scalar(u.args[n]) is not None and scalar(u.args[n]).dtype == scalar(a).dtype
+            and scalar(u.args[n]).tobytes() == scalar(a).tobytes() for u in uses)]
+        if scalars:
+            # a new global: the old one's type still has the bound parameters
+            del functions[gvar]
+            new_funcs[gvar.name_hint] = func.bind_params(
+                {func.params[n]: uses[0].args[n] for n in scalars})
+            bound_args[gvar.name_hint] = scalars
+    if not bound_args:
+        return mod
+    builder = relax.BlockBuilder(tvm.IRModule(functions, attrs=mod.attrs))
+    for name, func in new_funcs.items():
+        renamed[name] = builder.add_func(func, name)
+    out = builder.get()
+
+    @relax.expr_functor.mutator
+    class _DropArgs(relax.PyExprMutator):
+        def visit_call_(self, call: relax.Call) -> relax.Expr:
+            call = super().visit_call_(call)
+            if isinstance(call.op, tvm.ir.GlobalVar) and call.op.name_hint in bound_args:
+                drop = set(bound_args[call.op.name_hint])
+                args = [a for n, a in enumerate(call.args) if n not in drop]
+                return relax.Call(renamed[call.op.name_hint], args, call.attrs, call.ty_args)
+            return call
+
+    for gvar, func in list(out.functions_items()):
+        if isinstance(func, relax.Function) and not (func.attrs or {}).get("Composite"):
+            out[gvar] = _DropArgs(out).visit_expr(func)
+    return out

@@ -43,6 +43,8 @@ from tvm_icca.hardware_choice import (
     resolve_hardware,
 )
 from tvm_icca.ops.data_movement import split_to_slices
+from tvm_icca.ops.attention import bind_scalar_constants
+from tvm_icca.ops.mask_predicates import MasksAsPredicates
 from tvm_icca.partition.patterns import (
     CODEGEN_NAME,
     OFFLOADABLE_OPS,
@@ -156,6 +158,9 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     passes.append(RecognizePad())  # ONNX Pad is an opaque call_tir of TVM's importer
     passes.append(DecomposeGroupNorm())  # its TE reads channels through div/mod
     passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
+    # after folding, so a mask folded into a constant is read by value: an attention's causal
+    # or banded mask becomes a predicate on the axis values, not an [S, S] input
+    passes.append(MasksAsPredicates())
     # FoldConstant legalizes every op to try to fold it: TVM's warnings once, not per op and
     # again when the regions are lowered (tvm_icca.tvm_warnings)
     with tvm_warnings_once():
@@ -176,6 +181,7 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
                 patterns_that_may_match(get_icca_patterns(), mod), bind_constants=bind_constants,
                 annotate_codegen=False
             )(mod)
+            mod = bind_scalar_constants(mod)
             try:
                 mod = shorten_region_names(MergeCompositeFunctions()(mod), CODEGEN_NAME)
             except TypeError as err:

@@ -37,7 +37,7 @@ from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from runtime_sim.contract.errors import UnsupportedDtypeError
 from tvm_icca.hardware_choice import HardwareSpec, current_hardware, use_hardware
-from tvm_icca.ops.attention import attention_pattern
+from tvm_icca.ops.attention import attention_pattern, predicate_calls
 from tvm_icca.ops.data_movement import (
     DATA_MOVEMENT_OPS,
     data_movement_patterns,
@@ -372,6 +372,21 @@ def _check_ops(context: PatternCheckContext) -> bool:
     return all(unsupported_reason(call, hw) is None for call in _matched_calls(context))
 
 
+def _check_attention_ops(context: PatternCheckContext) -> bool:
+    """:func:`_check_ops` for fused attention, less the calls of a mask predicate (integer
+    and bool axis values the lowering turns into a condition; tvm_icca.ops.masks)."""
+    if has_leaking_intermediate_variables(context):
+        return False
+    calls = _matched_calls(context)
+    skip = predicate_calls(calls)
+    calls = [c for c in calls if not any(c.same_as(p) for p in skip)]
+    memo = _CHECK_MEMO.get()
+    if memo is not None:
+        return all(memo.supported(call) for call in calls)
+    hw = _check_hardware()
+    return all(unsupported_reason(call, hw) is None for call in calls)
+
+
 def _check_anchor_with_epilogue(context: PatternCheckContext) -> bool:
     """Like :func:`_check_ops`; epilogues must also keep the anchor's output shape.
 
@@ -497,7 +512,7 @@ def _pattern_table() -> list[Pattern]:
     table.append(rotary_embedding_pattern(CODEGEN_NAME, _check_ops))  # before its slices, concat, products
     # last, so tried first: the product, scores, softmax and product of attention fuse into
     # one operator before the matmul, softmax and elementwise patterns take them apart
-    table.append(attention_pattern(CODEGEN_NAME, _check_ops))
+    table.append(attention_pattern(CODEGEN_NAME, _check_attention_ops))
     return table
 
 

@@ -25,7 +25,8 @@ from tvm.ir import IRModule
 from tvm.relax.dpl import pattern as dpl
 from tvm.relax.transform import FusionPattern
 
-__all__ = ["called_ops", "may_fold", "may_match", "op_calls", "patterns_that_may_match"]
+__all__ = ["called_ops", "is_constant", "may_fold", "may_match", "op_calls",
+           "patterns_that_may_match"]
 
 
 def op_calls(expr: relax.Expr) -> list[relax.Call]:
@@ -73,10 +74,10 @@ def patterns_that_may_match(patterns: Sequence[FusionPattern], mod: IRModule) ->
 
 
 def may_fold(mod: IRModule) -> bool:
-    """Whether ``FoldConstant`` can change ``mod``: some call of a Relax function has no
-    argument that is a variable (a parameter, or a binding of anything but a constant), or
-    some variable is bound to a constant. Otherwise no call's arguments are all constant,
-    so none folds, and none becomes foldable."""
+    """Whether ``FoldConstant`` can change ``mod``: some call of a Relax function has a
+    constant argument and no argument that is a variable (a parameter, or a binding of
+    anything but a constant), or some variable is bound to a constant. Otherwise no call's
+    arguments are all constant, so none folds, and none becomes foldable."""
     def non_constant_var(expr: relax.Expr, constant_vars: set) -> bool:
         if isinstance(expr, relax.Var):
             return expr not in constant_vars
@@ -100,6 +101,17 @@ def may_fold(mod: IRModule) -> bool:
 
         relax.analysis.post_order_visit(func, visit)
         if constant_vars or any(not any(non_constant_var(a, constant_vars) for a in call.args)
-                                for call in calls):
+                                and any(is_constant(a) for a in call.args) for call in calls):
             return True
+    return False
+
+
+def is_constant(expr: relax.Expr) -> bool:
+    """Whether ``expr`` is a constant tensor (or a tuple holding one). A call with none, such
+    as ``arange`` or ``zeros`` of a shape, is not folded by ``FoldConstant`` (it would
+    materialize a tensor from nothing: a causal mask's ``arange`` at 32K tokens)."""
+    if isinstance(expr, tvm.ir.GenericConst):
+        return True
+    if isinstance(expr, relax.Tuple):
+        return any(is_constant(field) for field in expr.fields)
     return False

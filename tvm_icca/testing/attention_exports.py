@@ -17,7 +17,11 @@ exporters emit:
 :data:`FUSED` are the blocks the partitioner fuses into one ``icca.attention`` operator;
 :data:`UNFUSED` those it must leave as separate operators (the softmax not over the keys, an
 op between the scores and the softmax that is not elementwise, the probabilities returned as
-well, a mask that broadcasts the scores up). The reference is ``onnx.reference``.
+well, a mask that broadcasts the scores up). :data:`BANDED` are blocks whose mask is a causal
+or sliding-window band that no input computes (an initializer, or a chain of shape-only ops):
+the fused operator must read it as a predicate on the axes (:mod:`tvm_icca.ops.masks`);
+:data:`NOT_BANDED` look like them but are not bands and keep their mask tensor. The reference
+is ``onnx.reference``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from onnx import TensorProto
 from tvm_icca.testing.export_corpus import ExportCase
 from tvm_icca.testing.export_corpus import _Graph as Graph
 
-__all__ = ["FUSED", "UNFUSED", "Dims"]
+__all__ = ["BANDED", "FUSED", "NOT_BANDED", "UNFUSED", "Dims"]
 
 
 @dataclass(frozen=True)
@@ -244,3 +248,79 @@ FUSED: dict[str, Callable[[], ExportCase]] = {f.__name__: f for f in (
 #: Blocks that look like attention but are not ``softmax(score) @ V``, by name.
 UNFUSED: dict[str, Callable[[], ExportCase]] = {f.__name__: f for f in (
     softmax_over_queries, transposed_scores, probabilities_returned, mask_broadcasts_scores)}
+
+
+# -- masks that are a band of the axes, and look-alikes that are not ------------------------
+_LOWEST = float(np.finfo(np.float32).min)
+
+
+def _masked_eager(g: Graph, z: Dims, mask: str, name: str, what: str) -> ExportCase:
+    """Llama's eager attention (``* scaling``, ``+ mask``) with ``mask`` a node of ``g``."""
+    scores = g.op("Mul", [g.op("MatMul", ["q", _kt(g, "k")]), g.constant(z.head_dim ** -0.5)])
+    probs = g.op("Softmax", [g.op("Add", [scores, mask])], axis=-1)
+    return _case(g, name, _qkv(z), g.op("MatMul", [probs, "v"]), what)
+
+
+def _causal_values(z: Dims) -> np.ndarray:
+    return np.triu(np.full((z.tokens, z.tokens), _LOWEST, np.float32), 1)[None, None]
+
+
+def causal_initializer(z: Dims = Dims()) -> ExportCase:
+    """``torch.onnx.export`` with constant folding: the causal mask an initializer
+    ``[1, 1, S, S]``, ``float32``'s lowest value above the diagonal."""
+    g = Graph(31)
+    mask = g.init("causal_mask", _causal_values(z))
+    return _masked_eager(g, z, mask, "causal_initializer", "causal mask as an initializer")
+
+
+def _positions(g: Graph, z: Dims) -> tuple[str, str]:
+    """``Range(0, S)`` as rows ``[S, 1]`` and columns ``[1, S]`` (``Unsqueeze``)."""
+    pos = g.op("Range", [g.constant(0, np.int64), g.constant(z.tokens, np.int64),
+                         g.constant(1, np.int64)])
+    return (g.op("Unsqueeze", [pos, g.constant([1], np.int64)]),
+            g.op("Unsqueeze", [pos, g.constant([0], np.int64)]))
+
+
+def causal_dynamo_chain(z: Dims = Dims()) -> ExportCase:
+    """The dynamo exporter's in-graph mask: ``Range``, a comparison of columns and rows,
+    ``Where(visible, 0, lowest)``, expanded to ``[1, 1, S, S]``."""
+    g = Graph(32)
+    rows, cols = _positions(g, z)
+    mask = g.op("Where", [g.op("LessOrEqual", [cols, rows]), g.constant(0.0), g.constant(_LOWEST)])
+    mask = g.op("Expand", [mask, g.constant([1, 1, z.tokens, z.tokens], np.int64)])
+    return _masked_eager(g, z, mask, "causal_dynamo_chain", "causal mask from Range/compare/Where")
+
+
+def sliding_window_chain(z: Dims = Dims(), window: int = 3) -> ExportCase:
+    """Gemma 2's local layers: visible when ``j <= i`` and ``i - j < window``, computed with
+    ``Sub``, ``Less``, ``And`` and ``Where`` (half the lowest value, as the zoo writes it)."""
+    g = Graph(33)
+    rows, cols = _positions(g, z)
+    visible = g.op("And", [g.op("LessOrEqual", [cols, rows]),
+                           g.op("Less", [g.op("Sub", [rows, cols]), g.constant(window, np.int64)])])
+    mask = g.op("Where", [visible, g.constant(0.0), g.constant(_LOWEST / 2)])
+    return _masked_eager(g, z, mask, "sliding_window_chain", "sliding-window mask from a chain")
+
+
+def perturbed_causal_initializer(z: Dims = Dims()) -> ExportCase:
+    """A causal initializer with one visible entry masked: not a band."""
+    g = Graph(34)
+    values = _causal_values(z).copy()
+    values[0, 0, z.tokens - 1, 1] = _LOWEST
+    mask = g.init("causal_mask", values)
+    return _masked_eager(g, z, mask, "perturbed_causal_initializer", "a causal mask with a hole")
+
+
+def random_initializer(z: Dims = Dims()) -> ExportCase:
+    """A constant additive bias of random values (a learned position bias): not a band."""
+    g = Graph(35)
+    mask = g.init("bias", g.rng.standard_normal((1, 1, z.tokens, z.tokens)).astype(np.float32))
+    return _masked_eager(g, z, mask, "random_initializer", "a constant random bias")
+
+
+#: Blocks whose mask is a causal or sliding-window band computed from no input, by name.
+BANDED: dict[str, Callable[[], ExportCase]] = {f.__name__: f for f in (
+    causal_initializer, causal_dynamo_chain, sliding_window_chain)}
+#: Blocks with a constant mask that is not a band, by name.
+NOT_BANDED: dict[str, Callable[[], ExportCase]] = {f.__name__: f for f in (
+    perturbed_causal_initializer, random_initializer)}

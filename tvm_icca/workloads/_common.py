@@ -107,6 +107,8 @@ def _short(value: Any) -> str:
 #: length and kept in the device's memory beside the model state, as inference engines keep
 #: theirs on the device; sending ``seq x seq`` values from the host with every prompt would
 #: make a long prompt host-bound (134 MB at 8K tokens in float16, per layer that reads it).
+#: The zoo's LLMs compute their causal and sliding-window masks in the graph instead
+#: (``_llm.prefill_masks``), so none of them has a ``mask`` parameter today.
 TENSOR_KINDS = ("input", "weight", "kv_cache", "mask")
 
 Sampler = Callable[[np.random.Generator], np.ndarray]

@@ -4,8 +4,9 @@
   of the encoders (BERT, ViT, DiT);
 * :func:`decode_attention` -- attention of one new token per sequence over a KV cache plus the
   token itself, for LLM decoding (Llama 2, Gemma 2, OPT);
-* :func:`causal_attention` / :func:`causal_mask_sampler` -- masked attention over a whole
-  prompt, for LLM prefill and the training forward pass;
+* :func:`causal_attention` / :func:`causal_mask` -- masked attention over a whole prompt, for
+  LLM prefill and the training forward pass, with the mask built in the graph
+  (:func:`causal_mask_sampler` computes the same values in numpy);
 * :func:`rotary` / :func:`rope_sampler` -- rotary position embeddings (Su et al. 2021,
   RoFormer §3.4) in the "rotate half" form of the Hugging Face Llama/Gemma checkpoints.
 """
@@ -108,9 +109,29 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
     return op.matmul(op.softmax(scores + mask, axis=-1), v)
 
 
+def causal_mask(seq_len: int, dtype: str, window: int | None = None) -> Tensor:
+    """The ``[seq_len, seq_len]`` additive mask of :func:`causal_attention`, computed in the
+    graph from the positions as Hugging Face's models build it (``arange``, comparisons,
+    ``where``), with the values of :func:`causal_mask_sampler`.
+
+    Only ``arange``, views, integer comparisons and a ``where`` between two scalars: nothing
+    TVM's ``FoldConstant`` folds into an ``[S, S]`` constant (``full`` of that shape would be),
+    and what the ICCA partitioner reads as a predicate on the axis values
+    (:mod:`tvm_icca.ops.masks`), so the fused attention takes no mask tensor.
+    """
+    pos = op.arange(0, seq_len, dtype="int32")
+    rows, cols = op.reshape(pos, (seq_len, 1)), op.reshape(pos, (1, seq_len))
+    fill = Tensor.from_scalar(float(np.finfo(dtype).min / 2), dtype)
+    mask = op.where(op.less_equal(cols, rows), Tensor.from_scalar(0.0, dtype), fill)  # j <= i
+    if window is not None:  # and i - j < window
+        mask = op.where(op.less(rows - cols, Tensor.from_scalar(window, "int32")), mask, fill)
+    return mask
+
+
 def causal_mask_sampler(seq_len: int, dtype: str, window: int | None = None
                         ) -> Callable[[np.random.Generator], np.ndarray]:
-    """The ``[seq_len, seq_len]`` additive mask of :func:`causal_attention`.
+    """The ``[seq_len, seq_len]`` additive mask of :func:`causal_attention`, in numpy (the
+    reference of :func:`causal_mask`).
 
     Query ``i`` sees key ``j`` when ``j <= i`` and, with a ``window`` (Gemma 2's local
     layers), ``i - j < window``: the window counts the query's own token, like the

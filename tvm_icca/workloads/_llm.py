@@ -23,10 +23,13 @@
   reads). The backward pass is not modelled (Elk reports the forward pass; "the backward pass
   has similar trends").
 
-Prefill and training take the masks and rotary tables as inputs computed by the host, like
-the rotary tables of decode: ``causal_mask`` ``[seq_len, seq_len]`` (and ``sliding_mask`` for
-Gemma 2's local layers when the prompt is longer than their window), ``rope_cos``/``rope_sin``
-``[batch, seq_len, 1, head_dim]`` for positions ``0 .. seq_len-1``, or OPT's ``position_ids``.
+Prefill and training take the rotary tables as inputs computed by the host, like the rotary
+tables of decode: ``rope_cos``/``rope_sin`` ``[batch, seq_len, 1, head_dim]`` for positions
+``0 .. seq_len-1``, or OPT's ``position_ids``. The masks -- the causal one ``[seq_len,
+seq_len]``, and for Gemma 2's local layers the sliding-window one when the prompt is longer than
+their window -- are computed in the graph from the positions, as the Hugging Face models build
+them (:func:`prefill_masks`, :func:`~tvm_icca.workloads._layers.causal_mask`): no host input,
+and the ICCA compiler reads them as predicates on the attention's axes.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from tvm_icca.workloads._common import (
 )
 from tvm_icca.workloads._layers import (
     causal_attention,
-    causal_mask_sampler,
+    causal_mask,
     decode_attention,
     heads_last,
     rope_sampler,
@@ -202,6 +205,18 @@ def layer_mask(cfg: DecoderConfig, layer: int, causal: Tensor | None,
     return causal
 
 
+def prefill_masks(cfg: DecoderConfig, phase: str, seq_len: int, dtype: str
+                  ) -> tuple[Tensor | None, Tensor | None]:
+    """The causal mask and (Gemma 2's local layers, prompts longer than the window) the
+    sliding-window mask of prefill and training, built in the graph; ``(None, None)`` in
+    decode, where one token attends to its whole cache."""
+    if phase == "decode":
+        return None, None
+    sliding = (causal_mask(seq_len, dtype, cfg.sliding_window)
+               if needs_sliding_mask(cfg, seq_len) else None)
+    return causal_mask(seq_len, dtype), sliding
+
+
 def cache_length(cfg: DecoderConfig, layer: int, context: int) -> int:
     """Cached tokens layer ``layer`` attends to: a sliding-window layer keeps the last
     ``window - 1`` (the new token is the window's last), the others all ``context``."""
@@ -218,8 +233,9 @@ def needs_sliding_mask(cfg: DecoderConfig, seq_len: int) -> bool:
 def decoder_inputs(cfg: DecoderConfig, batch: int, context: int, rotary_inputs: bool,
                    position_offset: int = 0, phase: str = "decode", dtype: str = "float32"
                    ) -> list[TensorSpec]:
-    """``input_ids``, either the rotary tables or OPT's position ids, and (prefill, train)
-    the masks. ``context`` is the KV-cache length in decode, the sequence length otherwise."""
+    """``input_ids`` and either the rotary tables or OPT's position ids (the masks of prefill
+    and training are computed in the graph: :func:`prefill_masks`). ``context`` is the
+    KV-cache length in decode, the sequence length otherwise."""
     if phase == "decode":
         tokens, positions = 1, [min(context, cfg.max_positions - 1)]
     else:
@@ -237,12 +253,6 @@ def decoder_inputs(cfg: DecoderConfig, batch: int, context: int, rotary_inputs: 
             return np.broadcast_to(ids, (batch, tokens)).copy()
 
         specs.append(TensorSpec("position_ids", (batch, tokens), "int32", "input", sample))
-    if phase != "decode":
-        specs.append(TensorSpec("causal_mask", (tokens, tokens), dtype, "mask",
-                                causal_mask_sampler(tokens, dtype)))
-        if needs_sliding_mask(cfg, tokens):
-            specs.append(TensorSpec("sliding_mask", (tokens, tokens), dtype, "mask",
-                                    causal_mask_sampler(tokens, dtype, cfg.sliding_window)))
     return specs
 
 

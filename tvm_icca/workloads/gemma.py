@@ -32,6 +32,7 @@ from tvm_icca.workloads._llm import (
     check_heads,
     layer_mask,
     model_outputs,
+    prefill_masks,
     softcap,
 )
 
@@ -79,12 +80,12 @@ class GemmaModel(nn.Module):
     """Scaled embedding, decoder layers, final RMSNorm, tied and soft-capped LM head.
 
     A decode step's local layers cache at most ``window - 1`` tokens; a prompt's local layers
-    see the last ``window`` tokens through the ``sliding_mask`` input (only when the prompt is
-    longer than the window: otherwise it equals the causal mask and is not an input)."""
+    see the last ``window`` tokens through the sliding-window mask (only when the prompt is
+    longer than the window: otherwise it equals the causal mask), built in the graph."""
 
     def __init__(self, cfg: DecoderConfig, batch: int, length: int, dtype: str, phase: str):
         check_heads(cfg)
-        self.cfg, self.phase = cfg, phase
+        self.cfg, self.phase, self.length, self.dtype = cfg, phase, length, dtype
         self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden, dtype=dtype)
         self.layers = nn.ModuleList([
             GemmaLayer(cfg, batch, cache_length(cfg, i, length) if phase == "decode" else length,
@@ -93,9 +94,9 @@ class GemmaModel(nn.Module):
         ])
         self.norm = nn.RMSNorm(cfg.hidden, -1, cfg.norm_eps, bias=False, dtype=dtype)
 
-    def forward(self, input_ids: Tensor, rope_cos: Tensor, rope_sin: Tensor,
-                causal_mask: Tensor | None = None, sliding_mask: Tensor | None = None):
+    def forward(self, input_ids: Tensor, rope_cos: Tensor, rope_sin: Tensor):
         cfg = self.cfg
+        causal_mask, sliding_mask = prefill_masks(cfg, self.phase, self.length, self.dtype)
         h = self.embed_tokens(input_ids) * math.sqrt(cfg.hidden)
         kv: list[Tensor] = []
         for i, layer in enumerate(self.layers):

@@ -22,6 +22,7 @@ from tvm_icca.workloads._llm import (
     build_decoder,
     check_heads,
     model_outputs,
+    prefill_masks,
 )
 
 CONFIGS: dict[str, DecoderConfig] = {
@@ -62,15 +63,15 @@ class LlamaModel(nn.Module):
 
     def __init__(self, cfg: DecoderConfig, batch: int, length: int, dtype: str, phase: str):
         check_heads(cfg)
-        self.phase = phase
+        self.cfg, self.phase, self.length, self.dtype = cfg, phase, length, dtype
         self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden, dtype=dtype)
         self.layers = nn.ModuleList([LlamaLayer(cfg, batch, length, dtype, phase)
                                      for _ in range(cfg.layers)])
         self.norm = nn.RMSNorm(cfg.hidden, -1, cfg.norm_eps, bias=False, dtype=dtype)
         self.lm_head = nn.Linear(cfg.hidden, cfg.vocab, bias=False, dtype=dtype)
 
-    def forward(self, input_ids: Tensor, rope_cos: Tensor, rope_sin: Tensor,
-                causal_mask: Tensor | None = None):
+    def forward(self, input_ids: Tensor, rope_cos: Tensor, rope_sin: Tensor):
+        causal_mask, _ = prefill_masks(self.cfg, self.phase, self.length, self.dtype)
         h = self.embed_tokens(input_ids)
         kv: list[Tensor] = []
         for layer in self.layers:

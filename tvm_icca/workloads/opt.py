@@ -23,6 +23,7 @@ from tvm_icca.workloads._llm import (
     attention_class,
     build_decoder,
     model_outputs,
+    prefill_masks,
 )
 
 #: OPT's learned position table has 2 extra rows (positions start at index 2).
@@ -61,14 +62,15 @@ class OPTModel(nn.Module):
     """Token + position embeddings, decoder layers, final LayerNorm, tied LM head."""
 
     def __init__(self, cfg: DecoderConfig, batch: int, length: int, dtype: str, phase: str):
-        self.phase = phase
+        self.cfg, self.phase, self.length, self.dtype = cfg, phase, length, dtype
         self.embed_tokens = nn.Embedding(cfg.vocab, cfg.hidden, dtype=dtype)
         self.embed_positions = nn.Embedding(cfg.max_positions + POSITION_OFFSET, cfg.hidden, dtype=dtype)
         self.layers = nn.ModuleList([OPTLayer(cfg, batch, length, dtype, phase)
                                      for _ in range(cfg.layers)])
         self.final_layer_norm = nn.LayerNorm(cfg.hidden, cfg.norm_eps, dtype=dtype)
 
-    def forward(self, input_ids: Tensor, position_ids: Tensor, causal_mask: Tensor | None = None):
+    def forward(self, input_ids: Tensor, position_ids: Tensor):
+        causal_mask, _ = prefill_masks(self.cfg, self.phase, self.length, self.dtype)
         h = self.embed_tokens(input_ids) + self.embed_positions(position_ids)
         kv: list[Tensor] = []
         for layer in self.layers:
