@@ -7,6 +7,7 @@ import pytest
 
 from runtime_sim.contract.lifetimes import (
     held_beside_later,
+    held_between,
     held_bytes,
     last_reads,
     outlives,
@@ -60,6 +61,37 @@ def test_held_bytes_is_the_definition_on_random_regions():
         last = last_reads(ops, region_out)
         want = [sum(b for j, b in enumerate(sizes[:i]) if outlives(last, outs[j], i)) for i in range(n)]
         assert held_bytes(ops, outs, region_out, sizes) == want
+
+
+def test_held_between_operators_keeps_what_the_next_one_reads_last():
+    # a = op0(x); b = op1(a); c = op2(a, b); region output: b
+    ops, outs = [("x",), ("a",), ("a", "b")], ["a", "b", "c"]
+    # before op2 starts, a and b still wait where op0 and op1 left them (held_bytes counts
+    # neither beside op2: a moves into its partitions, b is not yet produced while op1 runs)
+    assert held_between(ops, outs, ["b"], [100, 10, 1]) == [0, 100, 110, 10]
+    assert held_between(ops, outs, ["b"], [100]) == [0, 100, 100, 0]
+    assert held_between(ops, outs, [], []) == [0, 0, 0, 0]
+
+
+def test_held_between_is_the_definition_on_random_regions():
+    # gap k (before operator k, k = n after the last) holds every earlier output that an
+    # operator from k on reads or the region keeps: written from that sentence alone
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        ops, outs, region_out = _random_region(rng)
+        n = len(ops)
+        sizes = [int(b) for b in rng.integers(1, 100, int(rng.integers(0, n + 1)))]
+        want = [sum(b for j, b in enumerate(sizes[:k])
+                    if outs[j] in region_out or any(outs[j] in ops[i] for i in range(k, n)))
+                for k in range(n + 1)]
+        assert held_between(ops, outs, region_out, sizes) == want
+        # a gap holds what the operator before held while it ran, and that operator's output
+        # if it is still to be read
+        held = held_bytes(ops, outs, region_out, sizes)
+        last = last_reads(ops, region_out)
+        for k in range(1, min(len(sizes), n) + 1):
+            kept = sizes[k - 1] if outlives(last, outs[k - 1], k - 1) else 0
+            assert want[k] == held[k - 1] + kept
 
 
 def test_held_beside_later_are_the_outputs_that_take_sram_from_other_operators():

@@ -5,8 +5,9 @@ its last reader has run; a region's outputs stay until the region ends, except t
 reads (``DeviceProgram.host_outputs``): they travel to the host as their producer ends
 (:func:`staying_outputs`), so a prefill's keys and values do not pile up on chip. A tensor read for the
 last time by operator ``i`` is released before ``i`` runs (it moves into ``i``'s partitions).
-The compiler budgets plans with it (:func:`held_bytes`), the functional device and the timing
-simulator account SRAM with it (:func:`last_reads`, :func:`released`, :func:`outlives`).
+The compiler budgets plans with it (:func:`held_bytes`) and preloads beside the held tensors
+(:func:`held_between`), the functional device and the timing simulator account SRAM with it
+(:func:`last_reads`, :func:`released`, :func:`outlives`).
 """
 
 from __future__ import annotations
@@ -109,3 +110,34 @@ def held_bytes(op_inputs: Sequence[Sequence[str]], op_outputs: Sequence[str],
         tracker.add(b)
     # operators past the planned ones see only what the planned ones hold
     return [tracker.held(i) for i in range(n)]
+
+
+def held_between(op_inputs: Sequence[Sequence[str]], op_outputs: Sequence[str],
+                 region_outputs: Iterable[str], output_bytes: Sequence[int]) -> list[int]:
+    """Per gap ``k = 0 .. n`` of a region of ``n`` operators, the bytes per core of outputs
+    held from the end of operator ``k - 1`` to the start of operator ``k`` (``k = 0``: before
+    the first, when the region holds nothing of its own yet; ``k = n``: after the last, what
+    the region keeps to its end).
+
+    An output is held from its producer's end while a later operator still reads it
+    (:func:`outlives`): in a gap that includes the tensors operator ``k`` reads last, which
+    it takes into its partitions only when it starts (:func:`released`), so a gap can hold
+    more than :func:`held_bytes` counts beside either operator. Preloads issued between two
+    executes sit beside exactly this (Elk §4.5; the devices' stream check,
+    :func:`runtime_sim.contract.resting.stream_sram_peaks`). ``output_bytes[j]``: the output
+    partition bytes of operator ``j`` (it may be shorter than the region, as for
+    :func:`held_bytes`).
+    """
+    n = len(op_inputs)
+    last = last_reads(op_inputs, region_outputs)
+    change = [0] * (n + 2)
+    for j, (name, b) in enumerate(zip(op_outputs[:n], output_bytes[:n])):
+        if outlives(last, name, j):
+            # held in the gaps after j while it outlives the operator before the gap
+            change[j + 1] += b
+            change[min(last[name], n) + 1] -= b
+    out, total = [], 0
+    for k in range(n + 1):
+        total += change[k]
+        out.append(total)
+    return out

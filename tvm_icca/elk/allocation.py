@@ -12,6 +12,9 @@ taken first (largest saving first). The time of a step is its effect on the wind
 preloaded operator's larger distribution time (charged to this window, the one that shrinks it)
 and its changed network traffic (contention). If even the smallest points do not fit, the window
 is infeasible (``None``); otherwise the greedy always ends feasible, since it can reach them.
+The window's preloads also wait before the operator starts, beside its own preload and what the
+device holds then (:func:`~tvm_icca.elk.overlap_model.side_bytes`): the allocation is the first
+state of the greedy that fits both instants.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ class WindowPlan:
 
 
 def allocate_window(op: OpTradeoffs, members: Sequence[tuple[OpTradeoffs, int, int]],
-                    machine: ElkMachine) -> WindowPlan | None:
+                    machine: ElkMachine, own_space: Sequence[int] = ()) -> WindowPlan | None:
     """Elk §4.3's greedy for executing ``op`` beside ``members`` = (op, exec choice, current
-    preload point) of each preloaded operator; ``None`` if the window cannot fit at all."""
-    return WindowShrinker(op, members, machine).plan(op.live_bytes)
+    preload point) of each preloaded operator; ``None`` if the window cannot fit at all.
+    ``own_space[e]``: the space of ``op``'s own preload point at execute point ``e``, waiting
+    with the window before ``op`` starts (:meth:`WindowShrinker.plan`)."""
+    return WindowShrinker(op, members, machine).plan(op.live_bytes, op.waiting_bytes, own_space)
 
 
 class WindowShrinker:
@@ -98,10 +103,18 @@ class WindowShrinker:
         child._start(list(self._cur0) + [c])
         return child
 
-    def plan(self, live_bytes: int) -> WindowPlan | None:
-        """The window's allocation beside ``live_bytes`` of live activations per core."""
+    def plan(self, live_bytes: int, waiting_bytes: int = 0,
+             own_space: Sequence[int] = ()) -> WindowPlan | None:
+        """The window's allocation beside ``live_bytes`` of live activations per core while
+        the operator executes, and beside ``waiting_bytes`` held before it starts with its own
+        preload point's space (``own_space[e]`` at execute point ``e``; empty: it loads
+        nothing), both instants of :func:`tvm_icca.elk.overlap_model.window_bytes`: the first
+        state of the trajectory that fits both."""
         budget = self._cap - live_bytes
         if self._smallest > budget:
+            return None
+        wait_budget = self._cap - waiting_bytes - (min(own_space) if own_space else 0)
+        if self._sums0[3] > wait_budget:   # the members' smallest points wait beside too much
             return None
         states = self._states
         if states[-1][0] > budget:
@@ -113,45 +126,63 @@ class WindowShrinker:
                 hi = mid
             else:
                 lo = mid + 1
-        space, e, cur, now = states[lo]
-        return WindowPlan(e, cur, now, space + live_bytes)
+        execs = self._op.execs
+        k = lo
+        while True:     # the members' spaces never grow along it: the first that fits both
+            space, e, cur, now = states[k]
+            members = space - execs[e].space
+            waiting = waiting_bytes + (own_space[e] if own_space else 0)
+            if members + waiting <= self._cap:
+                break
+            k += 1
+            if k == len(states) and not self._step():
+                return None
+        return WindowPlan(e, cur, now, int(window_bytes(execs[e].space, (members,), live_bytes,
+                                                        waiting_bytes, waiting - waiting_bytes)))
 
     def _cost(self, ep_idx: int, net: float, load: float, added: float) -> float:
         ep = self._op.execs[ep_idx]
         return exec_duration_sums(ep.time_s, ep.traffic_s, net, load, self._sep) + added
 
     def _shrink_to(self, budget: int) -> None:
-        op, fronts, cur = self._op, self._fronts, self._cur
         while self._space > budget:
-            e, net, load, added, now = self._e, self._net, self._load, self._added, self._now
-            best_key, best = None, None
-            if e + 1 < len(op.execs):
-                saved = op.execs[e].space - op.execs[e + 1].space
-                dt = self._cost(e + 1, net, load, added) - now
-                best_key, best = _rank(saved, dt), (-1, saved)
-            for j, (f, c) in enumerate(zip(fronts, cur)):
-                if c + 1 >= len(f):
-                    continue
-                a, b = f[c], f[c + 1]
-                saved = a.space - b.space
-                dt = self._cost(e, net - a.network_s + b.network_s, load - a.load_s + b.load_s,
-                                added + b.distribute_s - a.distribute_s) - now
-                key = _rank(saved, dt)
-                if best_key is None or key > best_key:
-                    best_key, best = key, (j, saved)
-            assert best is not None     # the smallest points fit, so some step remains
-            j, saved = best
-            if j < 0:
-                self._e += 1
-            else:
-                a, b = fronts[j][cur[j]], fronts[j][cur[j] + 1]
-                self._net += b.network_s - a.network_s
-                self._load += b.load_s - a.load_s
-                self._added += b.distribute_s - a.distribute_s
-                cur[j] += 1
-            self._space -= saved
-            self._now = self._cost(self._e, self._net, self._load, self._added)
-            self._states.append((self._space, self._e, tuple(cur), self._now))
+            stepped = self._step()
+            assert stepped     # the smallest points fit, so some step remains
+
+    def _step(self) -> bool:
+        """The greedy's next state (False: every point is at its smallest already)."""
+        op, fronts, cur = self._op, self._fronts, self._cur
+        e, net, load, added, now = self._e, self._net, self._load, self._added, self._now
+        best_key, best = None, None
+        if e + 1 < len(op.execs):
+            saved = op.execs[e].space - op.execs[e + 1].space
+            dt = self._cost(e + 1, net, load, added) - now
+            best_key, best = _rank(saved, dt), (-1, saved)
+        for j, (f, c) in enumerate(zip(fronts, cur)):
+            if c + 1 >= len(f):
+                continue
+            a, b = f[c], f[c + 1]
+            saved = a.space - b.space
+            dt = self._cost(e, net - a.network_s + b.network_s, load - a.load_s + b.load_s,
+                            added + b.distribute_s - a.distribute_s) - now
+            key = _rank(saved, dt)
+            if best_key is None or key > best_key:
+                best_key, best = key, (j, saved)
+        if best is None:
+            return False
+        j, saved = best
+        if j < 0:
+            self._e += 1
+        else:
+            a, b = fronts[j][cur[j]], fronts[j][cur[j] + 1]
+            self._net += b.network_s - a.network_s
+            self._load += b.load_s - a.load_s
+            self._added += b.distribute_s - a.distribute_s
+            cur[j] += 1
+        self._space -= saved
+        self._now = self._cost(self._e, self._net, self._load, self._added)
+        self._states.append((self._space, self._e, tuple(cur), self._now))
+        return True
 
 
 def _rank(saved: int, dt: float) -> tuple[int, float]:

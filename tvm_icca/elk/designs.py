@@ -52,9 +52,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from tvm_icca.elk import reorder
-from tvm_icca.elk.draft import Draft, OnStep, finish_draft, schedule_at_points
+from tvm_icca.elk.draft import Draft, OnStep, finish_draft, fitting_horizons, schedule_at_points
 from tvm_icca.elk.inductive import InfeasibleError, early_members, min_horizons
 from tvm_icca.elk.inductive_draft import MAX_STRETCH, average_stretch, inductive_draft
+from tvm_icca.elk.overlap_model import side_bytes
 from tvm_icca.elk.refine import SCREEN_LAYERS, Evaluations, local_search, refine
 from tvm_icca.elk.elk_schedule import ElkSchedule, PlanStats, prefix_sums
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
@@ -101,9 +102,21 @@ def _basic(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> Draft:
     cap = K
     for i in range(n - 1, -1, -1):   # backwards, so a prefetched op fits every window it sits in
         h = m[i]
+        own = 0
+        if ops[i].loads:
+            # i's own preload waits beside what the device holds before i starts; the
+            # windows before i may only shrink it further
+            front = ops[i].preloads[ex[i]]
+            c = next((c for c in range(pc[i], len(front))
+                      if ops[i].waiting_bytes + front[c].space <= machine.sram_bytes), None)
+            if c is None:
+                raise InfeasibleError(f"operator {i}: no preload point fits beside the "
+                                      f"{ops[i].waiting_bytes} bytes held before it starts")
+            pc[i], own = c, front[c].space
         if m[i] < K and m[i] + 1 <= cap:
             j = order[m[i]]
-            free = machine.sram_bytes - ops[i].execs[ex[i]].space - ops[i].live_bytes
+            free = machine.sram_bytes - int(side_bytes(ops[i].execs[ex[i]].space, ops[i].live_bytes,
+                                                       ops[i].waiting_bytes, own))
             front = ops[j].preloads[ex[j]]
             c = next((c for c in range(pc[j], len(front)) if front[c].space <= free), None)
             if c is not None:
@@ -155,7 +168,10 @@ def _static_sweep(ops: Sequence[OpTradeoffs], machine: ElkMachine) -> list[Draft
                   for i, o in enumerate(ops)]
             space = {j: ops[j].preloads[ex[j]][pc[j]].space for j in order}
             hz = _capacity_horizons(n, order, space, reserved)
-            if hz is not None:
+            # and beside what the device holds before each operator starts
+            fitting = fitting_horizons(ops, machine, order, ex, pc)
+            if hz is not None and fitting is not None:
+                hz = [min(a, b) for a, b in zip(hz, fitting)]
                 drafts.append(Draft(list(ex), pc, order, hz, f"static {reserved} B {name}"))
     return drafts
 
@@ -192,8 +208,13 @@ def _plan_static(ops, machine, stats, on_step: OnStep = None) -> ElkSchedule:
                  best.total_s if best is not None else math.inf)
         if s is not None and (best is None or s.total_s < best.total_s):
             best = s
-    basic = finish_draft(ops, machine, "static", _basic(ops, machine), stats, step,
-                         best.total_s if best is not None else math.inf)
+    try:
+        basic = finish_draft(ops, machine, "static", _basic(ops, machine), stats, step,
+                             best.total_s if best is not None else math.inf)
+    except ValueError:      # Basic's points do not fit (InfeasibleError too): the sweep's may
+        if best is None:
+            raise
+        basic = None
     if basic is not None and (best is None or basic.total_s < best.total_s):
         best = basic
     return best
@@ -263,7 +284,11 @@ def _plan_dyn(ops, machine, memo, stats, on_step: OnStep = None, group: bool = T
                  _stage(on_step, "inductive schedules"))
         if s is not None:
             cands.append(s)
-    cands.append(replace(_plan_static(ops, machine, stats, on_step), design="elk-dyn"))
+    try:
+        cands.append(replace(_plan_static(ops, machine, stats, on_step), design="elk-dyn"))
+    except ValueError:      # no Static split fits (InfeasibleError too): the recurrence's may
+        if not cands:
+            raise
     refining = _stage(on_step, "refining")
     refined = refine(ops, machine, _best(cands, finalists), refining, group_pieces=group,
                      evaluations=evaluations)

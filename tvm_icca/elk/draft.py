@@ -78,9 +78,11 @@ def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Seq
     space = [ops[j].preloads[exec_choice[j]][preload_choice[j]].space for j in order]
     pos = {j: k for k, j in enumerate(order)}
     pre = np.array(prefix_sums(space), dtype=np.int64)
-    # each window (overlap_model.window_bytes) before any preload ahead of it
-    used = [window_bytes(op.execs[e].space, [space[pos[j]] for j in ahead], op.live_bytes)
-            for op, e, ahead in zip(ops, exec_choice, early)]
+    # each window (overlap_model.window_bytes) before any preload ahead of it, its own
+    # preload waiting beside what the device holds before it starts
+    used = [window_bytes(op.execs[e].space, [space[pos[j]] for j in ahead], op.live_bytes,
+                         op.waiting_bytes, space[pos[i]] if i in pos else 0)
+            for i, (op, e, ahead) in enumerate(zip(ops, exec_choice, early))]
     room = machine.sram_bytes - np.array(used, dtype=np.int64)
     if (room < 0).any():
         return None

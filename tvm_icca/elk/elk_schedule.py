@@ -37,7 +37,7 @@ class Timeline:
     exec_end: tuple[float, ...]
     exec_s: tuple[float, ...]       # durations used (window time incl. own distribution)
     preload_s: tuple[float, ...]
-    window_bytes: tuple[int, ...]   # SRAM per core while each op executes (overlap_model.window_bytes)
+    window_bytes: tuple[int, ...]   # SRAM per core before and while each op executes (overlap_model)
     total_s: float
 
 
@@ -105,6 +105,9 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
     points = [op.execs[e] for op, e in zip(ops, schedule.exec_choice)]
     ep_space = np.array([ep.space for ep in points], dtype=np.int64)
     live = np.array([op.live_bytes for op in ops], dtype=np.int64)
+    waiting = np.array([op.waiting_bytes for op in ops], dtype=np.int64)
+    # each operator's own preload space, held with its window until it starts
+    own = np.array([space[pos[i]] if i in pos else 0 for i in range(n)], dtype=np.int64)
     # each window's preloads (overlap_model.window_bytes): positions m[i] .. h[i] - 1, and
     # the early members (most operators have none)
     w_space = ps[np.array(schedule.horizon, dtype=np.int64)] - ps[np.array(m, dtype=np.int64)]
@@ -114,16 +117,17 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
     ep_time = [ep.time_s for ep in points]
     ep_traffic = [ep.traffic_s for ep in points]
     if ideal:
-        # the preload SRAM holds i's own preload until i starts, beside its window
-        own = np.array([space[pos[i]] if i in pos else 0 for i in range(n)], dtype=np.int64)
-        over = np.flatnonzero((ep_space + live > machine.sram_bytes)
+        # the preload SRAM holds i's own preload until i starts, beside its window; the
+        # execution SRAM what the device holds before i starts, then i's execution
+        exec_side = np.maximum(ep_space + live, waiting)
+        over = np.flatnonzero((exec_side > machine.sram_bytes)
                               | (w_space + own > machine.preload_capacity))
         if over.size:
             raise ValueError(f"ideal: operator {int(over[0])} exceeds SRAM")
         exec_s, busy_s = ep_time, ep_traffic
-        wbytes = (ep_space + live).tolist()
+        wbytes = exec_side.tolist()
     else:
-        total = window_bytes(ep_space, (w_space,), live)
+        total = window_bytes(ep_space, (w_space,), live, waiting, own)
         over = np.flatnonzero(total > machine.sram_bytes)
         if over.size:
             i = int(over[0])

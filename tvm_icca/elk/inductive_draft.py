@@ -65,11 +65,21 @@ def inductive_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tupl
         for j in order[m[i] + scan[2]:h]:
             node = child(node, j)
         scan[1], scan[2] = node, h - m[i]
-        plan = node.shrinker.plan(ops[i].live_bytes)
+        plan = node.shrinker.plan(ops[i].live_bytes, ops[i].waiting_bytes, own_space(i))
         if plan is None:
             return None
         tried[h] = plan
         return plan.time_s
+
+    own: dict[int, tuple[int, ...]] = {}
+
+    def own_space(i: int) -> tuple[int, ...]:
+        # per execute point, the space of the preload point commit() starts i at: its
+        # windows wait beside it before i starts, and later windows only shrink it
+        if i not in own:
+            price = _load_price(stretch)
+            own[i] = tuple(front[fastest_preload(front, price)].space for front in ops[i].preloads)
+        return own[i]
 
     def commit(i: int, h: int) -> None:
         plan = tried[h]

@@ -10,6 +10,23 @@ Memory (one function, :func:`window_bytes`). While operator ``i`` executes, a co
   + live_bytes(i)                            (other live activations, reserved explicitly)
 
 and this must be ``<= ElkMachine.sram_bytes`` (the receive/shift buffer is already subtracted).
+Before ``i`` executes -- from the end of operator ``i - 1``, while the preloads issued before
+``execute(i)`` start -- the same core holds
+
+    waiting_bytes(i)                         (every tensor the device still holds then, by the
+                                              lifetime rule of runtime_sim.contract.lifetimes:
+                                              live_bytes(i) and the inputs i reads last, still
+                                              where their producers left them)
+  + i's own preload space                    (not yet part of its execution space)
+  + the same window's preload spaces
+
+(the devices' stream check, :func:`runtime_sim.contract.resting.stream_sram_peaks`, counts
+both instants). So the window's preloads sit beside :func:`side_bytes`, the larger of the
+two, and :func:`window_bytes` is the need of both instants. Counting the execution instant
+alone missed the first: on a tiny Llama2-7B decode (16 cores, 808 usable bytes each) the
+outputs of a split down projection's first seven pieces and their shared input, 464 bytes,
+waited beside the last piece's preload and a later one's, 384 bytes (848 in all), where the
+execution instant needed 648.
 
 Time (one function, :func:`exec_duration`). The window time of operator ``i`` is
 
@@ -32,13 +49,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from tvm_icca.elk.tradeoffs import ExecPoint, PreloadPoint
 
 
-def window_bytes(exec_space: int, preload_spaces: Iterable[int], live_bytes: int) -> int:
-    """Per-core SRAM bytes while an operator executes: the memory model of this package
-    (also elementwise, on arrays of the operators' bytes)."""
-    return exec_space + sum(preload_spaces) + live_bytes
+def side_bytes(exec_space, live_bytes, waiting_bytes=0, own_space=0):
+    """Per-core SRAM bytes an operator's window of preloads sits beside (the module
+    docstring): its execution space and live bytes while it executes, or what the device
+    holds before it starts with its own preload space, whichever is larger (also
+    elementwise, on arrays of the operators' bytes)."""
+    return np.maximum(exec_space + live_bytes, waiting_bytes + own_space)
+
+
+def window_bytes(exec_space: int, preload_spaces: Iterable[int], live_bytes: int,
+                 waiting_bytes: int = 0, own_space: int = 0) -> int:
+    """Per-core SRAM bytes of an operator's window, before and while it executes: the memory
+    model of this package (also elementwise, on arrays of the operators' bytes).
+    ``waiting_bytes`` and ``own_space``: :attr:`~tvm_icca.elk.tradeoffs.OpTradeoffs.waiting_bytes`
+    and the space of its own preload point (0 if it loads nothing)."""
+    beside = side_bytes(exec_space, live_bytes, waiting_bytes, own_space)
+    return (int(beside) if np.ndim(beside) == 0 else beside) + sum(preload_spaces)
 
 
 def overlapped_network_s(time_s: float, window: Sequence[PreloadPoint]) -> float:

@@ -17,9 +17,9 @@ which operators it sees changes, so its cost no longer depends on the layer coun
 The first and last layers stay in the cut because they differ: the first follows the
 prefix's operators and the last precedes the head, so their windows (§4.2) hold other
 preloads. The standing layer is a middle layer whose live bytes (activations other operators
-hold while it runs; a layer may hold the cache updates of the layers before it) are, per
-position, the most any middle layer holds, so a window that fits for it fits for every middle
-layer.
+hold while it runs; a layer may hold the cache updates of the layers before it), and waiting
+bytes (those held before it starts), are, per position, the most any middle layer holds, so a
+window that fits for it fits for every middle layer.
 
 Only ``elk-dyn`` and ``elk-full`` are searched on the cut (:data:`REUSE_DESIGNS`): ``basic``,
 ``static`` and ``ideal`` price a fixed number of candidates per run (about 1 ms of CPU per
@@ -88,7 +88,7 @@ class RunCut:
 def cut_run(ops: Sequence[OpTradeoffs], repeats: Repeats) -> tuple[list[OpTradeoffs], RunCut]:
     """The run cut to its prefix, first layer, a standing middle layer, last layer and suffix
     (``repeats.count > CUT_LAYERS``): the standing layer is layer ``count - 2`` with, per
-    position, the most live bytes of any middle layer (module docstring)."""
+    position, the most live and waiting bytes of any middle layer (module docstring)."""
     if repeats.count <= CUT_LAYERS:
         raise ValueError(f"a run of {repeats.count} layers is its own cut")
     start, period, count = repeats.start, repeats.period, repeats.count
@@ -97,10 +97,12 @@ def cut_run(ops: Sequence[OpTradeoffs], repeats: Repeats) -> tuple[list[OpTradeo
             + list(range(repeats.end, len(ops))))
     small = [ops[i] for i in kept]
     for r in range(period):
-        live = max(ops[start + l * period + r].live_bytes for l in range(1, count - 1))
+        middle = [ops[start + l * period + r] for l in range(1, count - 1)]
+        live = max(o.live_bytes for o in middle)
+        waiting = max(o.waiting_bytes for o in middle)
         t = start + period + r
-        if small[t].live_bytes != live:
-            small[t] = replace(small[t], live_bytes=live)
+        if (small[t].live_bytes, small[t].waiting_bytes) != (live, waiting):
+            small[t] = replace(small[t], live_bytes=live, waiting_bytes=waiting)
     return small, RunCut(repeats, tuple(kept), len(ops))
 
 

@@ -62,7 +62,11 @@ class OpTradeoffs:
     trade-off points (used to memoize windows and to detect repeated layers, Elk §4.4); their
     ``live_bytes``, the per-core space of other live activations reserved while the operator
     executes, may differ (a layer of an LLM holds the cache updates of every layer before it),
-    so whatever depends on it keys on it too.
+    so whatever depends on it keys on it too. ``waiting_bytes`` likewise: the per-core space
+    the device holds from the end of the operator before to this one's start (``live_bytes``
+    and the inputs this operator reads last, still where their producers left them), beside
+    which the preloads issued in that gap -- its own included -- are held
+    (:mod:`tvm_icca.elk.overlap_model`).
 
     Assumption (documented, not checked): a preload point's space is at most its execute point's
     space, because the preloaded chunks become part of the execution space when the operator starts.
@@ -73,6 +77,7 @@ class OpTradeoffs:
     preloads: tuple[tuple[PreloadPoint, ...], ...]
     hbm_bytes: float
     live_bytes: int
+    waiting_bytes: int = 0
 
     @property
     def loads(self) -> bool:

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from runtime_sim.contract.errors import IccaError
+from runtime_sim.contract.errors import IccaError, PlanNotFoundError
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.plan import VgmPlan
 from runtime_sim.contract.program import EXECUTE, PRELOAD, DeviceProgram, PreloadSchedule
@@ -93,7 +93,12 @@ def schedule_preloads(programs: Sequence[DeviceProgram], hw: HardwareSpec, cache
                          preload_sram_bytes=budget.preload_bytes if budget.separate else None)
     with progress.phase(f"preload schedule ({design})", unit="candidate") as phase:
         plan = plan_preloads_by_period if reuse_layers else plan_preloads
-        schedule = plan(tables, machine, design, on_step=phase.step, group_pieces=group_pieces)
+        try:
+            schedule = plan(tables, machine, design, on_step=phase.step, group_pieces=group_pieces)
+        except ValueError as err:   # the designs' "does not fit" (InfeasibleError among them)
+            raise PlanNotFoundError(
+                f"preload design {design!r} finds no schedule whose windows fit chip '{hw.name}' "
+                f"({budget.execution_bytes} bytes per core beside the shift buffer): {err}") from err
     out = _apply(programs, tables, schedule)
     summary = PreloadSummary(design=design, estimated_s=float(schedule.total_s),
                              planning_s=time.perf_counter() - wall, num_ops=len(tables),

@@ -17,7 +17,8 @@ needs what Elk's scheduler trades off (:class:`~tvm_icca.elk.tradeoffs.OpTradeof
   of its off-chip inputs (:mod:`runtime_sim.contract.preload_chunks`), kept when Pareto-optimal in preload
   space vs distribution time;
 * the off-chip bytes it reads and the activations other operators keep live while it runs
-  (:func:`runtime_sim.contract.lifetimes.held_bytes`, the device's lifetime rule).
+  (:func:`runtime_sim.contract.lifetimes.held_bytes`, the device's lifetime rule), and those
+  held before it starts, beside its own preload (:func:`~runtime_sim.contract.lifetimes.held_between`).
 
 Every execute-state point also pays the arrival of its on-chip inputs
 (:func:`arrival_seconds`): the re-layout from where the producer's compiled plan leaves them
@@ -68,7 +69,7 @@ from runtime_sim.contract.errors import PlanNotFoundError
 from runtime_sim.contract.expr import dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.lifetimes import held_beside_later, held_bytes
+from runtime_sim.contract.lifetimes import held_beside_later, held_between, held_bytes
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.preload_chunks import chip_read_bytes, chunk_options, preload_bytes
 from runtime_sim.contract.program import DeviceProgram, OpProgram
@@ -228,9 +229,14 @@ def _with_live_bytes(programs: Sequence[DeviceProgram], tables: list[OpTradeoffs
     Llama2-13B training forward whose attention scores' producer moved to such a point held
     65 KB more per core than the region planner's plan, and the simulated device found the
     next operator overflowing SRAM. Counting the largest keeps every window the Elk pass
-    checks an upper bound of what the device holds."""
+    checks an upper bound of what the device holds.
+
+    Their ``waiting_bytes`` likewise: what the device holds from the end of the operator
+    before to this one's start (:func:`runtime_sim.contract.lifetimes.held_between`; the first
+    operator of a region call waits beside what the call before keeps to its end)."""
     largest: dict[str, int] = {}    # by table key: the operator's largest output partition
     out, flat = [], 0
+    kept = 0    # what the previous region call keeps to its end
     for program in programs:
         out_bytes = []
         for op in program.ops:
@@ -242,9 +248,14 @@ def _with_live_bytes(programs: Sequence[DeviceProgram], tables: list[OpTradeoffs
                 size = largest[table.key] = max(
                     OpLayout(op.expr, plan, hw.cores_per_chip).partition_bytes(t) for plan in plans)
             out_bytes.append(size)
-        held = held_bytes([op.input_names for op in program.ops],
-                          [op.output_name for op in program.ops], program.staying_outputs, out_bytes)
-        out += [dataclasses.replace(tables[flat + k], live_bytes=int(h)) for k, h in enumerate(held)]
+        lifetimes = ([op.input_names for op in program.ops], [op.output_name for op in program.ops],
+                     program.staying_outputs, out_bytes)
+        held = held_bytes(*lifetimes)
+        between = held_between(*lifetimes)
+        between[0] = kept
+        out += [dataclasses.replace(tables[flat + k], live_bytes=int(h), waiting_bytes=int(w))
+                for k, (h, w) in enumerate(zip(held, between))]
+        kept = between[-1]
         flat += len(program.ops)
     return out
 
