@@ -133,7 +133,7 @@ def test_a_causal_attention_is_cut_when_its_pieces_are_estimated_faster() -> Non
 
     def work(overhead: float):
         # a stand-in plan search: time proportional to the FLOPs, plus a fixed part per operator
-        return lambda piece, budget, name: overhead + piece.flops() * 1e-12
+        return lambda piece, budget, name, *arriving: overhead + piece.flops() * 1e-12
 
     choice = causal_split(expr, HW, work(0.0), "attention", 0)
     assert choice is not None and choice.axis == "i" and choice.pieces > 2

@@ -321,19 +321,27 @@ def test_prefill_then_decode_is_a_longer_prefill(name):
 @pytest.mark.slow
 @pytest.mark.full_size
 def test_llama2_13b_prefill_at_2048_compiles_timing_only_on_a_pod():
-    """One full-size layer of a 2,048-token prefill fits ipu-pod4-hbm whole: the largest
-    operators are the causal mask (2048 x 2048 fp16, rotating with the keys through the fused
-    attention) and the LM head's weight (5120 x 32000 fp16 = 328 MB); the attention's scores
-    (40 heads x 2048 x 2048) never exist as a tensor."""
+    """One full-size layer of a 2,048-token prefill fits ipu-pod4-hbm: the causal mask is a
+    predicate on the positions (no ``[S, S]`` tensor), the attention's scores (40 heads x
+    2048 x 2048) never exist as a tensor, and if the attention is cut into query pieces
+    (tvm_icca.split.visible_keys) each reads only the keys its rows see."""
     workload = get_workload("llama2-13b", phase="prefill", seq_len=2048, num_layers=1)
     compiled = compile_programs(workload, "ipu-pod4-hbm", progress=False)
-    shapes = {(op.expr.kind, tuple(op.expr.output.shape)) for p in compiled.programs for op in p.ops}
-    assert ("attention", (1, 40, 2048, 128)) in shapes
+    ops = [op for p in compiled.programs for op in p.ops]
+    shapes = {(op.expr.kind, tuple(op.expr.output.shape)) for op in ops}
+    attention = [op.expr for op in ops if op.expr.kind == "attention"]
+    assert sum(e.extent("i") for e in attention) == 2048
+    assert all(len(e.inputs) == 3 for e in attention)  # Q, K, V: no mask tensor
+    rows = 0
+    for e in sorted(attention, key=lambda e: e.extent("j")):
+        rows += e.extent("i")
+        assert e.extent("j") == rows  # a causal piece's keys end at its last row
     assert not any(shape[-2:] == (2048, 2048) for _, shape in shapes)
     report = compiled.simulate()
-    # ~1.39 TFLOP (2 x 0.32 B weights x 2048 tokens + 4 x 2048^2 x 5120 of attention): a
-    # compute-bound operator mix, unlike a decode step
-    assert report.flops == pytest.approx(1.39e12, rel=0.02)
+    # ~1.39 TFLOP as written (2 x 0.32 B weights x 2048 tokens + 4 x 2048^2 x 5120 of
+    # attention); the pieces skip up to half the attention's 0.086 TFLOP: a compute-bound
+    # operator mix, unlike a decode step
+    assert 1.30e12 < report.flops <= 1.39e12 * 1.02
     assert report.total_s >= report.compute_floor_s > report.hbm_floor_s
     assert report.flops_utilization > 0.3
 

@@ -129,8 +129,8 @@ def plan_split_region(
     problem: the chain that holds the intermediates is cut instead
     (:func:`~tvm_icca.split.pressure_root`), in twice as many pieces each time it fails again.
     """
-    def plan_piece(expr: TensorExpr, budget: int, name: str) -> float:
-        return _search(expr, hw, cost_model, plan_cache, budget, name).time_s
+    def plan_piece(expr: TensorExpr, budget: int, name: str, arriving: tuple[int, ...] = ()) -> float:
+        return _search(expr, hw, cost_model, plan_cache, budget, name, arriving=arriving).time_s
 
     index = {op.name: i for i, op in enumerate(region.ops)}
     twins = twin_groups(region)

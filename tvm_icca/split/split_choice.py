@@ -62,9 +62,11 @@ DOUBLINGS = 2
 #: spread against the timing simulator (a few percent, tests/test_plan_search.py).
 CAUSAL_GAIN = 0.05
 
-#: Plans one piece: ``(expression, budget bytes per core, name) -> estimated seconds``,
-#: raising :class:`PlanNotFoundError` when it has no plan.
-PlanPiece = Callable[[TensorExpr, int, str], float]
+#: Plans one piece: ``(expression, budget bytes per core, name[, arriving]) -> estimated
+#: seconds``, raising :class:`PlanNotFoundError` when it has no plan; ``arriving``: indices
+#: of inputs an earlier operator of the region produced, whose arrival the search prices
+#: (:func:`tvm_icca.plan_search.plan_operator`).
+PlanPiece = Callable[..., float]
 
 
 def spread_bytes_per_core(expr: TensorExpr, num_cores: int) -> float:
@@ -137,32 +139,35 @@ def choose_splits(region: RegionOps, hw: HardwareSpec, plan_piece: PlanPiece,
         preloaded = any(n in hbm_names for n in op.input_names)
         offchip = {t: _read_rate(hw, n in hbm_names) for t, n in enumerate(op.input_names)
                    if n not in produced}
+        arriving = tuple(t for t, n in enumerate(op.input_names) if n in produced)
         if not at_least and not needs_split(op.expr, hw, preloaded):
-            choice = causal_split(op.expr, hw, plan_piece, op.describe(), i, offchip)
+            choice = causal_split(op.expr, hw, plan_piece, op.describe(), i, offchip, arriving)
         else:
-            choice = best_split(op.expr, hw, plan_piece, op.describe(), i, max(at_least, 2), offchip)
+            choice = best_split(op.expr, hw, plan_piece, op.describe(), i, max(at_least, 2), offchip,
+                                arriving=arriving)
         if choice is not None:
             choices.append(choice)
     return choices
 
 
 def causal_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: str, index: int,
-                 offchip: Mapping[int, float] = {}) -> SplitChoice | None:
+                 offchip: Mapping[int, float] = {}, arriving: tuple[int, ...] = ()) -> SplitChoice | None:
     """A fused attention that fits, cut along its queries when its pieces, each over only
     the keys its rows see (:mod:`tvm_icca.split.visible_keys`), are estimated faster than
     the whole operator by :data:`CAUSAL_GAIN`: a causal mask hides about half the scores,
     and piece ``k`` of ``n`` computes ``(k + 1) / n`` of the keys. ``None`` when the
     operator has no such mask or the whole is not slower. Both sides are planned within the
-    pieces' budget."""
+    pieces' budget, with the arrival of their ``arriving`` inputs priced: each piece lays out
+    again the keys and values it reads, which the whole operator lays out once."""
     axis = query_axis(expr)
     if axis is None or why_not_splittable(expr, axis) is not None:
         return None
     budget = int(hw.usable_sram_bytes * PIECE_FILL)
     try:
-        whole = plan_piece(expr, budget, name) + _offchip_seconds(expr, list(offchip), offchip)
+        whole = plan_piece(expr, budget, name, arriving) + _offchip_seconds(expr, list(offchip), offchip)
     except PlanNotFoundError:
         whole = math.inf
-    best = best_split(expr, hw, plan_piece, name, index, 2, offchip, axes=(axis,))
+    best = best_split(expr, hw, plan_piece, name, index, 2, offchip, axes=(axis,), arriving=arriving)
     if best is None or not best.estimated_time_s < whole * (1 - CAUSAL_GAIN):
         return None
     return best
@@ -170,7 +175,7 @@ def causal_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name
 
 def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: str, index: int,
                at_least: int = 2, offchip: Mapping[int, float] = {},
-               axes: Sequence[str] | None = None) -> SplitChoice | None:
+               axes: Sequence[str] | None = None, arriving: tuple[int, ...] = ()) -> SplitChoice | None:
     """The fastest ``(axis, pieces)`` for one operator by the plan search's estimates.
 
     Parameters
@@ -194,6 +199,9 @@ def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: 
         piece of prefill attention costs far more than the rows' pieces that cut it).
     axes : sequence of str, optional
         The axes to try (default :func:`split_axes`).
+    arriving : tuple of int
+        Inputs an earlier operator of the region produced. A causal attention's query pieces
+        (:func:`_pieces_seconds`) are planned with their arrival priced.
 
     Returns
     -------
@@ -209,7 +217,8 @@ def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: 
         position = piece_inputs_of(expr, axis)
         for pieces in _candidates(extent, fewest):
             try:
-                total = _pieces_seconds(expr, axis, pieces, plan_piece, budget, name, position, offchip)
+                total = _pieces_seconds(expr, axis, pieces, plan_piece, budget, name, position, offchip,
+                                        arriving)
             except PlanNotFoundError:
                 continue
             if best is None or total < best.estimated_time_s * (1 - 1e-9):
@@ -218,21 +227,26 @@ def best_split(expr: TensorExpr, hw: HardwareSpec, plan_piece: PlanPiece, name: 
 
 
 def _pieces_seconds(expr: TensorExpr, axis: str, pieces: int, plan_piece: PlanPiece, budget: int,
-                    name: str, position: Mapping[int, int], offchip: Mapping[int, float]) -> float:
+                    name: str, position: Mapping[int, int], offchip: Mapping[int, float],
+                    arriving: tuple[int, ...] = ()) -> float:
     """The estimated seconds of ``expr`` cut into ``pieces`` along ``axis``, off-chip reads
     included: the first piece's times the count or, for a causal attention cut along its
     queries (whose later pieces see more keys), the first and the last piece planned and the
     others interpolated on their key counts (a piece's time is near affine in its keys: a
-    part per operator and a step per block of keys)."""
+    part per operator and a step per block of keys), the arrival of their ``arriving``
+    inputs priced (each piece lays out its keys and values again)."""
     blocks = split_blocks(expr.extent(axis), pieces)
     cut = [sub_expression(expr, axis, s, n, expr.output.name) for s, n in blocks]
-    if query_axis(expr) == axis:
+    causal = query_axis(expr) == axis
+    if causal:
         cut = [trim_to_visible_keys(p) for p in cut]
     # an input only the combine reads (a cut reduction's epilogue) is read once
     read = [t for t in position if t in offchip]
+    priced = tuple(position[t] for t in arriving if t in position) if causal else ()
 
     def seconds(k: int) -> float:
-        own = plan_piece(cut[k], budget, f"{name} (part {k + 1}/{pieces})")
+        label = f"{name} (part {k + 1}/{pieces})"
+        own = plan_piece(cut[k], budget, label, priced) if priced else plan_piece(cut[k], budget, label)
         return own + _offchip_seconds(cut[k], read, offchip, position)
 
     keys = key_axis(expr)
