@@ -34,7 +34,7 @@ import numpy as np
 from onnx import TensorProto
 
 from tvm_icca.testing.export_corpus import ExportCase
-from tvm_icca.testing.export_corpus import _Graph as Graph
+from tvm_icca.testing.export_corpus import GraphBuilder as Graph
 
 __all__ = ["BANDED", "FUSED", "NOT_BANDED", "UNFUSED", "Dims"]
 

@@ -58,7 +58,7 @@ class CorpusResult:
     partitioned: Any = field(default=None, repr=False, compare=False)
 
 
-class _Graph:
+class GraphBuilder:
     """A tiny exporter: named nodes, initializers and Constant nodes like torch emits."""
 
     def __init__(self, seed: int):
@@ -232,7 +232,7 @@ def bert_layer(batch: int = 2, seq: int = 8, d_model: int = 32, heads: int = 2,
     """A Hugging Face BERT encoder layer: extended attention mask from an int64 mask, heads
     split by computed shapes, erf-GELU written out, post-layer-norm residuals (layer norm
     written out op by op below opset 17, as torch exports it there)."""
-    g = _Graph(seed)
+    g = GraphBuilder(seed)
     if opset < 17:
         g.layer_norm = g.layer_norm_written  # type: ignore[method-assign]
     d_head = d_model // heads
@@ -261,7 +261,7 @@ def gpt2_block(batch: int = 1, seq: int = 8, d_model: int = 32, heads: int = 2,
                seed: int = 1) -> ExportCase:
     """A GPT-2 block: fused qkv cut by ``Split``, causal mask applied with ``Where`` to the
     dtype's minimum (``ConstantOfShape`` with an empty shape makes the scalar), gelu_new."""
-    g = _Graph(seed)
+    g = GraphBuilder(seed)
     d_head = d_model // heads
     x = g.layer_norm("hidden", d_model, "ln_1")
     qkv = g.linear(x, d_model, 3 * d_model, "attn.c_attn")
@@ -288,7 +288,7 @@ def vit_embed_block(batch: int = 2, size: int = 16, patch: int = 4, d_model: int
                     heads: int = 2, seed: int = 2) -> ExportCase:
     """ViT: patch embedding by a strided Conv, ``Flatten``-style reshape and transpose, the
     class token expanded and concatenated, position embeddings, one pre-norm layer."""
-    g = _Graph(seed)
+    g = GraphBuilder(seed)
     d_head = d_model // heads
     w = g.weight("patch.weight", (d_model, 3, patch, patch))
     b = g.weight("patch.bias", (d_model,), scale=0.1)
@@ -317,7 +317,7 @@ def mobilenet_v2_block(batch: int = 1, channels: int = 8, size: int = 12, expand
                        seed: int = 3) -> ExportCase:
     """Two MobileNetV2 inverted residuals (stride 1 with the residual, then stride 2):
     1x1 expand conv + BN + ReLU6, 3x3 depthwise conv + BN + ReLU6, 1x1 project conv + BN."""
-    g = _Graph(seed)
+    g = GraphBuilder(seed)
     x = "input"
     for i, stride in enumerate((1, 2)):
         hidden = channels * expand
@@ -334,7 +334,7 @@ def mobilenet_v2_block(batch: int = 1, channels: int = 8, size: int = 12, expand
 def squeezenet_fire(batch: int = 1, channels: int = 8, size: int = 13, seed: int = 4) -> ExportCase:
     """A SqueezeNet fire module after a max pool: squeeze 1x1 + ReLU, expand 1x1 and 3x3 +
     ReLU, ``Concat`` on channels."""
-    g = _Graph(seed)
+    g = GraphBuilder(seed)
     pooled = g.op("MaxPool", ["input"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
     squeeze = g.op("Relu", [g.op("Conv", [pooled, g.weight("squeeze.weight", (4, channels, 1, 1)),
                                           g.weight("squeeze.bias", (4,), 0.1)],
@@ -355,7 +355,7 @@ def resnet_stem_head(batch: int = 1, size: int = 16, channels: int = 8, classes:
                      seed: int = 5) -> ExportCase:
     """ResNet: 7x7/2 stem conv + BN + ReLU, 3x3/2 max pool, one basic block, global average
     pool, ``Flatten``, ``Gemm`` classifier (transB=1, as torch writes nn.Linear)."""
-    g = _Graph(seed)
+    g = GraphBuilder(seed)
     x = g.op("Relu", [g.conv_bn("input", 3, channels, 7, 2, 1, "stem")])
     x = g.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     y = g.op("Relu", [g.conv_bn(x, channels, channels, 3, 1, 1, "block.conv1")])
@@ -375,7 +375,7 @@ def llama_block(batch: int = 1, seq: int = 8, d_model: int = 32, heads: int = 2,
     """A Llama decoder layer as exported: RMS norm written out (Pow, ReduceMean, Add, Sqrt,
     Div), rotary embeddings (Slice, Neg, Concat, Mul, Add) with cos/sin tables, a causal
     additive mask, SwiGLU written out (Sigmoid, Mul, Mul)."""
-    g = _Graph(seed)
+    g = GraphBuilder(seed)
     d_head = d_model // heads
 
     def rms_norm(x: str, prefix: str) -> str:
@@ -424,7 +424,7 @@ def token_embedding(batch: int = 2, seq: int = 8, vocab: int = 50, d_model: int 
                     seed: int = 7) -> ExportCase:
     """Token and position embeddings looked up with ``Gather`` (BERT/GPT-2 inputs), summed and
     layer-normed."""
-    g = _Graph(seed)
+    g = GraphBuilder(seed)
     tok = g.op("Gather", [g.weight("wte", (vocab, d_model), 0.02), "input_ids"], axis=0)
     pos = g.op("Gather", [g.weight("wpe", (seq, d_model), 0.02), "position_ids"], axis=0)
     out = g.layer_norm(g.op("Add", [tok, pos]), d_model, "ln")
@@ -442,7 +442,7 @@ def wav2vec2_feature_encoder(batch: int = 1, samples: int = 400, channels: int =
     (kernel 10 stride 5, then 3/2 and 2/2, no bias), ``nn.GroupNorm`` with one group per
     channel after the first conv, GELU written out with ``Erf`` after each, as
     ``torch.onnx.export`` writes it at opset 17."""
-    g = _Graph(seed)
+    g = GraphBuilder(seed)
     x, length, c_in = "input_values", samples, 1
     for i, (k, stride) in enumerate(((10, 5), (3, 2), (2, 2))):
         w = g.weight(f"conv{i}.weight", (channels, c_in, k))
@@ -464,7 +464,7 @@ def cyclegan_resnet_block(batch: int = 1, channels: int = 8, size: int = 12,
     ``InstanceNorm2d``, ReLU, then a residual block of ``ReflectionPad2d(1)``, 3x3 conv,
     instance norm (twice, ReLU between) and the residual ``Add``; the convs pad nothing
     themselves. ``Pad`` has mode reflect, its widths a constant."""
-    g = _Graph(seed)
+    g = GraphBuilder(seed)
     pads = lambda p: [0, 0, p, p, 0, 0, p, p]  # noqa: E731 -- ONNX order: begins, then ends
 
     def conv_norm(x: str, c_in: int, k: int, prefix: str) -> str:
