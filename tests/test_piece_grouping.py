@@ -168,7 +168,7 @@ def test_compile_programs_schedules_what_the_elk_pass_gives(group_pieces, monkey
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("split_llama")  # the session's split_prefill: tests/test_tradeoff_tables.py
+@pytest.mark.xdist_group("split_llama")  # the session split_prefill: test_tradeoff_tables
 @pytest.mark.parametrize("design", ["elk-dyn", "elk-full"])
 def test_split_prefill_never_slower_on_the_timing_simulator(design, split_prefill, plan_cache):
     """A tiny Llama prefill whose attention is split into pieces on a small HBM chip (24 KiB
