@@ -93,6 +93,33 @@ def plan_cache():
 
 
 @pytest.fixture(scope="session")
+def split_prefill(plan_cache):
+    """A tiny Llama prefill (256 tokens) on a 64-core HBM chip of 24 KiB per core, where the
+    fused attention does not fit whole and is cut into pieces: its programs planned once per
+    session, without a preload schedule (``preload="off"``), with the session's
+    ``plan_cache``. The planner's programs do not depend on the preload design (the Elk pass,
+    :func:`tvm_icca.model_pass.elk_pass.schedule_preloads`, runs after them: test_piece_grouping
+    checks that ``compile_programs`` gives what that call gives), so tests schedule these under
+    each design instead of planning the model again. Its tests share the ``split_llama``
+    ``xdist_group``."""
+    # pylint: disable=import-outside-toplevel
+    from runtime_sim.contract.presets import small_chip
+    from tvm_icca.drivers.device_programs import compile_programs
+    from tvm_icca.testing.host_masks import with_host_masks
+    from tvm_icca.workloads import get_workload
+
+    chip = small_chip(64, 24 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
+                                                    hbm_controllers=2)
+    # the causal mask kept as an [S, S] tensor passed by the host (as a mask computed from
+    # an input stays): with it the fused attention does not fit whole
+    workload = with_host_masks(get_workload("llama2-13b", tiny=True, batch=2, phase="prefill",
+                                            seq_len=256))
+    compiled = compile_programs(workload, chip, plan_cache=plan_cache, preload="off", jobs=1,
+                                progress=False)
+    return types.SimpleNamespace(chip=chip, workload=workload, compiled=compiled)
+
+
+@pytest.fixture(scope="session")
 def exprs() -> types.SimpleNamespace:
     """Builders of hand-written tensor expressions (see tvm_icca/testing/exprs.py)."""
     names = ("ax", "load", "op", "const", "matmul", "conv2d", "conv_out", "bias_add", "softmax",

@@ -3,6 +3,8 @@ valid stream, runs exactly on the functional device, and both executors agree on
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from runtime_sim.contract.errors import IccaError
@@ -10,6 +12,7 @@ from runtime_sim.contract.presets import preset, small_chip
 from runtime_sim.contract.stream import offchip_inputs, run_stream
 from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.model_pass import PRELOAD_DESIGNS
+from tvm_icca.model_pass.elk_pass import schedule_preloads
 from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.testing.device_runs import run_against_llvm
 from tvm_icca.workloads import get_workload
@@ -117,13 +120,22 @@ def _tiny_dit():
 
 @pytest.fixture(scope="module")
 def tight(cache):
-    """(model, design) -> the model's programs on TIGHT_CHIP, each compiled once."""
+    """(model, design) -> the model's programs on TIGHT_CHIP under ``design``: each model
+    planned once (``preload="off"``), each design's Elk pass run on those programs, which is
+    what ``compile_programs(..., preload=design)`` gives (tests/test_piece_grouping.py:
+    test_compile_programs_schedules_what_the_elk_pass_gives; the Ideal test below compares)."""
+    planned: dict = {}
     made: dict = {}
 
     def compiled(make, design):
+        if make not in planned:
+            planned[make] = compile_programs(make().mod, TIGHT_CHIP, plan_cache=cache,
+                                             preload="off")
         if (make, design) not in made:
-            made[make, design] = compile_programs(make().mod, TIGHT_CHIP, plan_cache=cache,
-                                                  preload=design)
+            programs, summary = schedule_preloads(list(planned[make].programs), TIGHT_CHIP,
+                                                  cache, design)
+            made[make, design] = dataclasses.replace(planned[make], programs=tuple(programs),
+                                                     preload=summary)
         return made[make, design]
     return compiled
 
@@ -142,13 +154,15 @@ def test_the_device_admits_every_program_the_compiler_emits(make, tight):
         assert 0 < report.peak_preload_bytes_per_core <= TIGHT_CHIP.sram_bytes_per_core
 
 
-def test_ideal_on_a_full_chip_runs_on_the_functional_device(tight):
+def test_ideal_on_a_full_chip_runs_on_the_functional_device(tight, cache):
     """The functional device, which checks every instruction in stream order, runs the tiny
     DiT's Ideal program on the tight chip (it refused it with SramOverflowError before the
     Ideal design counted the preload space its program holds): the program the test above
     timed, as tests/test_workloads.py checks tvm_icca.compile plans it too."""
-    stats, report = run_against_llvm(_tiny_dit(), TIGHT_CHIP, "ideal",
-                                     planned=tight(_tiny_dit, "ideal").module)
+    ideal = compile_programs(_tiny_dit().mod, TIGHT_CHIP, plan_cache=cache, preload="ideal")
+    assert [dataclasses.replace(p, module="") for p in ideal.programs] == \
+        [dataclasses.replace(p, module="") for p in tight(_tiny_dit, "ideal").programs]
+    stats, report = run_against_llvm(_tiny_dit(), TIGHT_CHIP, "ideal", planned=ideal.module)
     assert stats["peak_preload_bytes_per_core"] == report.peak_preload_bytes_per_core
     assert report.peak_preload_bytes_per_core > TIGHT_CHIP.usable_sram_bytes  # the chip is full
 

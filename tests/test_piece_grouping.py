@@ -9,6 +9,7 @@ split on a small HBM chip), within 0.1%."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -23,8 +24,9 @@ from tvm_icca.elk.refine import _boundary_split, local_search
 from tvm_icca.elk.synthetic import LAYER, SRAM, synthetic_llm
 from tvm_icca.elk.tradeoffs import ElkMachine
 from tvm_icca.model_pass import CompileOptions
+from tvm_icca.model_pass.elk_pass import schedule_preloads
+from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.split.region_split import original_operator
-from tvm_icca.testing.host_masks import with_host_masks
 from tvm_icca.workloads import get_workload
 
 MACHINE = ElkMachine(SRAM)
@@ -126,21 +128,55 @@ def test_group_option_is_checked():
         CompileOptions(group_pieces=1)
 
 
-@pytest.mark.slow
-@pytest.mark.xdist_group("split_llama")  # the session's plan_cache: tests/test_region_split.py
-@pytest.mark.parametrize("design", ["elk-dyn", "elk-full"])
-def test_split_prefill_never_slower_on_the_timing_simulator(design, plan_cache):
-    """A tiny Llama prefill whose attention is split into pieces on a small HBM chip (24 KiB
-    per core: the fused attention does not fit whole with its causal mask kept as an
-    ``[S, S]`` tensor passed by the host, as a mask computed from an input stays): grouped
-    within 0.1% of the per-piece search, or faster, on the timing simulator. Both designs plan
-    the operators once."""
-    chip = small_chip(64, 24 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
+def _scheduled(compiled, design, group_pieces, cache):
+    """``compiled``'s programs with ``design``'s preload schedule: what
+    ``compile_programs(..., preload=design, group_pieces=group_pieces)`` gives (the Elk pass
+    runs after the planner, whose programs do not depend on the design)."""
+    programs, summary = schedule_preloads(list(compiled.programs), compiled.hw, cache, design,
+                                          group_pieces=group_pieces)
+    return dataclasses.replace(compiled, programs=tuple(programs), preload=summary)
+
+
+def _same_programs(a, b) -> bool:
+    """Equal programs but for the module id (a digest of the module they were read from)."""
+    return [dataclasses.replace(p, module="") for p in a.programs] == \
+        [dataclasses.replace(p, module="") for p in b.programs]
+
+
+@pytest.mark.parametrize("group_pieces", [True, False])
+def test_compile_programs_schedules_what_the_elk_pass_gives(group_pieces, monkeypatch):
+    """``compile_programs`` hands ``group_pieces`` to the Elk pass, and its programs are the
+    planner's programs (those of ``preload="off"``) with the pass's schedule: the split
+    prefill below schedules the planned programs directly (a tiny Llama decode on a small
+    HBM chip here)."""
+    import tvm_icca.model_pass.planner as planner
+
+    seen = []
+    real = planner.schedule_preloads
+    monkeypatch.setattr(planner, "schedule_preloads",
+                        lambda *a, **kw: (seen.append(kw["group_pieces"]), real(*a, **kw))[1])
+    chip = small_chip(16, 64 * 1024).with_overrides(name="hbm-16", hbm_bandwidth=1e11,
                                                     hbm_controllers=2)
-    workload = with_host_masks(get_workload("llama2-13b", tiny=True, batch=2, phase="prefill",
-                                            seq_len=256))
-    runs = {g: compile_programs(workload, chip, plan_cache=plan_cache, preload=design, jobs=1,
-                                progress=False, group_pieces=g) for g in (True, False)}
+    workload = get_workload("llama2-13b", tiny=True, batch=2, context=8)
+    cache = PlanCache(jobs=1)
+    off = compile_programs(workload, chip, plan_cache=cache, preload="off", progress=False)
+    assert not seen and off.programs[0].preload_schedule is None
+    full = compile_programs(workload, chip, plan_cache=cache, preload="elk-full", progress=False,
+                            group_pieces=group_pieces)
+    assert seen == [group_pieces]
+    assert _same_programs(full, _scheduled(off, "elk-full", group_pieces, cache))
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("split_llama")  # the session split_prefill: test_tradeoff_tables
+@pytest.mark.parametrize("design", ["elk-dyn", "elk-full"])
+def test_split_prefill_never_slower_on_the_timing_simulator(design, split_prefill, plan_cache):
+    """A tiny Llama prefill whose attention is split into pieces on a small HBM chip (24 KiB
+    per core: the fused attention does not fit whole): grouped within 0.1% of the per-piece
+    search, or faster, on the timing simulator. The model is planned once (the session's
+    ``split_prefill``), each design and grouping schedules its programs."""
+    compiled = split_prefill.compiled
     assert any(original_operator(op.name) != op.name
-               for p in runs[True].programs for op in p.ops), "the case must need a split"
+               for p in compiled.programs for op in p.ops), "the case must need a split"
+    runs = {g: _scheduled(compiled, design, g, plan_cache) for g in (True, False)}
     assert runs[True].simulate().total_s <= runs[False].simulate().total_s * (1 + 1e-3)

@@ -36,11 +36,12 @@ def _split_ops(model):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("split_llama")  # the session's plan_cache: tests/test_piece_grouping.py
-@pytest.mark.parametrize("cores, kwargs", [
-    (16, {"context": 1024}),                       # decode: the KV cache does not fit
-    (64, {"phase": "prefill", "seq_len": 256}),    # prefill: the scores do not fit
+@pytest.mark.parametrize("cores, sram_kib, kwargs", [
+    (16, 32, {"context": 1024}),                     # decode: the KV cache does not fit
+    (64, 20, {"phase": "prefill", "seq_len": 128}),  # prefill: the scores do not fit
 ])
-def test_split_llm_runs_exactly_and_executors_agree(cores, kwargs, plan_cache, monkeypatch):
+def test_split_llm_runs_exactly_and_executors_agree(cores, sram_kib, kwargs, plan_cache,
+                                                    monkeypatch):
     if kwargs.get("phase") == "prefill":
         # unfused, as the scores exist only then (fused, this prompt's attention fits whole);
         # a cache of its own: the session's holds the fused partition of the same module
@@ -51,7 +52,7 @@ def test_split_llm_runs_exactly_and_executors_agree(cores, kwargs, plan_cache, m
                             lambda: [p for p in patterns() if p.name != "icca.attention"])
         plan_cache = None
     workload = get_workload("llama2-13b", tiny=True, batch=2, **kwargs)
-    chip = _chip(cores)
+    chip = _chip(cores, sram_kib)
     model = compile_programs(workload.mod, chip, preload="elk-full", plan_cache=plan_cache)
     pieces = _split_ops(model)
     assert pieces, "the case must need a split"

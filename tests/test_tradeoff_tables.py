@@ -231,26 +231,19 @@ def test_live_bytes_bound_every_choice_of_execute_points():
             flat += len(program.ops)
 
 
-@pytest.mark.xdist_group("split_llama")  # the session's plan_cache: tests/test_piece_grouping.py
-def test_pieces_with_equal_points_share_one_key(plan_cache):
+@pytest.mark.xdist_group("split_llama")  # the session's split_prefill: tests/test_piece_grouping.py
+def test_pieces_with_equal_points_share_one_key(split_prefill, plan_cache):
     """The pieces of a split read equal blocks at different places (their expressions differ
     in their views): those whose points are equal get one key, so that Elk sees them repeat,
     and a key never joins tables whose points differ."""
-    from tvm_icca.drivers.device_programs import compile_programs
     from tvm_icca.elk.periods import representatives
     from tvm_icca.model_pass.tradeoff_tables import operator_tables
     from tvm_icca.split.region_split import original_operator
-    from tvm_icca.testing.host_masks import with_host_masks
-    from tvm_icca.workloads import get_workload
 
-    # tests/test_piece_grouping.py's split prefill: the fused attention, its causal mask a
-    # tensor passed by the host, split into pieces
-    chip = small_chip(64, 24 * 1024).with_overrides(name="hbm-64", hbm_bandwidth=1e11,
-                                                    hbm_controllers=2)
-    workload = with_host_masks(get_workload("llama2-13b", tiny=True, batch=2, phase="prefill",
-                                            seq_len=256))
+    # tests/test_piece_grouping.py's split prefill: the fused attention split into pieces
+    chip = split_prefill.chip
     cache = plan_cache  # its plans and tables shared with that test
-    programs = list(compile_programs(workload, chip, plan_cache=cache, preload="off").programs)
+    programs = list(split_prefill.compiled.programs)
     ops = [op for p in programs for op in p.ops]
     tables = operator_tables(programs, chip, cache)
     by_key: dict[str, object] = {}
