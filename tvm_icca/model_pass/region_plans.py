@@ -10,6 +10,7 @@ model; nothing else compiles regions.
 
 from __future__ import annotations
 
+import json
 from typing import Callable, Collection, Mapping, Sequence
 
 from tvm import relax
@@ -206,11 +207,30 @@ def plan_region_departing(
     if cost_model is not None or not compute_bound(region, hw, hbm_names):
         return first  # arrivals are not priced: nothing for a departure to save
     memo = plan_cache.search if plan_cache is not None else None
-    return improve_departures(
-        region, hw, hbm_names, first,
-        lambda departures: plan_region(region, hw, None, plan_cache, hbm_names, None,
-                                       spread_held, departures),
-        memo, held_output_caps(region, hw) if spread_held else {})
+
+    def improve() -> tuple[list[OpProgram], list[int]]:
+        return improve_departures(
+            region, hw, hbm_names, first,
+            lambda departures: plan_region(region, hw, None, plan_cache, hbm_names, None,
+                                           spread_held, departures),
+            memo, held_output_caps(region, hw) if spread_held else {})
+
+    if memo is None:
+        return improve()
+    # the trials are a function of the region, the chip and its first plans: a model compiled
+    # again with the same plan cache (the designs of one sweep, tvm.compile then
+    # compile_programs) gets them answered, as the searches they consist of are
+    key = ("departures", _region_key(region), json.dumps(hw.to_dict(), sort_keys=True),
+           tuple(sorted(hbm_names)), spread_held,
+           tuple(json.dumps(op.plan.to_dict(), sort_keys=True) for op in first[0]))
+    return memo.planned_once(key, improve)
+
+
+def _region_key(region: RegionOps) -> tuple:
+    """What a region's planning depends on: its operators' structures and their wiring."""
+    return (region.name, tuple((op.name, op.expr.structure_key(views=True), op.input_names,
+                                op.output_name) for op in region.ops),
+            tuple(region.outputs), tuple(region.staying_outputs))
 
 
 def plan_region(
