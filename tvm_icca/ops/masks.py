@@ -600,19 +600,27 @@ def _expr_value(node: Mapping[str, Any], i: str, j: str, constant_of: ConstantOf
 
 def band_of_predicate(cond: Mapping[str, Any], rows: int, keys: int,
                       constant_of: ConstantOf = lambda _: None, i: str = "i",
-                      j: str = "j") -> BandMask | None:
+                      j: str = "j", unmasked: bool = False) -> BandMask | None:
     """The band of the condition ``cond`` (true: masked) of a lowered expression over query
     rows ``i`` and keys ``j``, or ``None`` when it is not a predicate on ``j - i`` of a band
     every row of which sees a key. ``constant_of(input)`` is the value of a constant input
     (TVM legalizes ``arange`` to one), ``None`` for others. The band's ``fill`` is ``-inf``
-    (the predicate does not say it)."""
+    (the predicate does not say it). With ``unmasked``, a predicate on ``j - i`` that is
+    false on every pair gives the band that masks nothing (both bounds ``None``) rather than
+    ``None``: a piece of a masked operator whose rows see every key
+    (:mod:`tvm_icca.split.visible_keys`)."""
     try:
         value = _expr_value(cond, i, j, constant_of)
     except _Unknown:
         return None
     if not isinstance(value, _Cond):
         return None
-    return _band_of_value(_Sel(value, -math.inf, 0.0), rows, keys)
+    band = _band_of_value(_Sel(value, -math.inf, 0.0), rows, keys)
+    if band is None and unmasked:
+        hit = value.on_offsets(np.arange(1 - rows, keys))
+        if hit is not None and not np.asarray(hit, bool).any():
+            return BandMask(rows, keys, None, None, -math.inf)
+    return band
 
 
 def canonical_mask(score: Mapping[str, Any], rows: int, keys: int,
