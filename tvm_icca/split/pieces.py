@@ -31,6 +31,7 @@ from runtime_sim.contract.expr import (
     TensorExpr,
     TensorView,
     make_load,
+    renumber_loads,
     walk_expr,
 )
 
@@ -147,7 +148,7 @@ def sub_expression(expr: TensorExpr, axis: str, start: int, length: int, output_
                         replace(inputs[t], gather=replace(inputs[t].gather, ids=renumber[inputs[t].gather.ids]))
                         for t in renumber)
     return replace(piece, inputs=kept_inputs, epilogue=None, epilogue_inputs=(),
-                   body=_renumber_loads(expr.body, renumber))
+                   body=renumber_loads(expr.body, renumber))
 
 
 def combine_expression(expr: TensorExpr, partials: Sequence[str]) -> TensorExpr:
@@ -179,7 +180,7 @@ def renumbered_epilogue(expr: TensorExpr, value: Expr, first: int) -> tuple[tupl
         return (), value
     renumber = {t: first + k for k, t in enumerate(expr.epilogue_inputs)}
     return (tuple(expr.inputs[t] for t in expr.epilogue_inputs),
-            _replace_result(_renumber_loads(expr.epilogue, renumber), value))
+            _replace_result(renumber_loads(expr.epilogue, renumber), value))
 
 
 def concat_expression(output: TensorAccess, dim: int, pieces: Sequence[tuple[str, int, int]]
@@ -214,14 +215,6 @@ def shift_axis_values(node: Expr, starts: Mapping[str, int]) -> Expr:
     if "args" not in node:
         return node
     return {**node, "args": [shift_axis_values(a, starts) for a in node["args"]]}
-
-
-def _renumber_loads(node: Expr, renumber: Mapping[int, int]) -> Expr:
-    if node.get("op") == "load":
-        return {**node, "input": renumber[int(node["input"])]}
-    if "args" not in node:
-        return dict(node)
-    return {**node, "args": [_renumber_loads(a, renumber) for a in node["args"]]}
 
 
 def _replace_result(node: Expr, value: Expr) -> Expr:
