@@ -105,7 +105,7 @@ def run_case(model: str, hw_name: str, batch: int, context: int, layers: int | N
         }
         if workload.config.get("phase") in ("prefill", "train"):
             # model FLOPs utilization beside the executed FLOPs' (model_flops.py)
-            row["mfu"] = mfu(workload.config, report.total_s, report.flops / report.compute_floor_s)
+            row["mfu"] = mfu(workload.config, report.total_s, hw.peak_matrix_flops)
         for key in ("preload_only_s", "execute_only_s", "preload_overlap_s", "stall_s",
                     "interconnect_stall_s", "hbm_utilization", "interconnect_utilization",
                     "flops_utilization", "achieved_flops", "preloaded_bytes", "distributed_bytes"):
