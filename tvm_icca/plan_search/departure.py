@@ -39,11 +39,11 @@ from tvm_icca.plan_search.plan_space import PlanBatch
 from tvm_icca.plan_search.search import (
     MAX_BUDGETS_KEPT,
     PlannedOp,
-    _mapped,
-    _raise_nothing_fits,
     best_plan,
     in_place_inputs,
+    mapped_plan,
     optimum_within,
+    raise_nothing_fits,
     search_model,
 )
 from tvm_icca.plan_search.search_memo import SearchMemo, cache_or_new, plan_structure
@@ -180,7 +180,7 @@ def plan_departing(expr: TensorExpr, hw: HardwareSpec, departures: Sequence[Depa
         model = DepartureCostModel(search_model(expr, hw, arriving, in_place), departures)
         best = best_plan(structure, model, budget, hw.num_cores, cache=memo, output_cap=cap)
         if best is None:
-            _raise_nothing_fits(structure, hw, budget, label, memo, cap)
+            raise_nothing_fits(structure, hw, budget, label, memo, cap)
         plan = best.plan(0)
         layout = OpLayout(expr, plan)
         return PlannedOp(expr, plan, layout, AnalyticCostModel()(layout, hw), layout.memory_bytes_per_core())
@@ -196,7 +196,7 @@ def plan_departing(expr: TensorExpr, hw: HardwareSpec, departures: Sequence[Depa
         memo.remember(key, (*searched[-MAX_BUDGETS_KEPT + 1:], (budget, result)))
     if result.expr != expr:  # same structure: this operator's tensor names
         result = dataclasses.replace(result, expr=expr, layout=OpLayout(expr, result.plan))
-    return _mapped(result, hw, tuple(sorted(int(t) for t in hbm_inputs)), producers, cache,
+    return mapped_plan(result, hw, tuple(sorted(int(t) for t in hbm_inputs)), producers, cache,
                    tuple(p.tensor for p in in_place) if arriving else ())
 
 

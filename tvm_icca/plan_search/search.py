@@ -432,7 +432,7 @@ def plan_operator(
             result = dataclasses.replace(result, expr=expr, layout=OpLayout(expr, result.plan))
     if default and hw.num_chips > 1:
         return _chip_aware(result, hw, budget, cache, hbm_inputs, producers, arriving, cap, in_place)
-    return _mapped(result, hw, hbm_inputs, producers, cache,
+    return mapped_plan(result, hw, hbm_inputs, producers, cache,
                    tuple(p.tensor for p in in_place) if default and arriving else ())
 
 
@@ -483,12 +483,12 @@ def _search(expr: TensorExpr, hw: HardwareSpec, cost_model: CostModel | None, bu
     if need is not None and budget < need:
         # an earlier search of this structure proved the least any plan needs: no search
         # below it can succeed (a trade-off ladder's failing rung, T10 §4.3.2)
-        _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
+        raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
     if default or _is_batch_model(cost_model):
         model = search_model(expr, hw, arriving, in_place) if default else cost_model
         best = best_plan(structure, model, budget, hw.num_cores, cache=cache, output_cap=output_cap)
         if best is None:
-            _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
+            raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
         plan = best.plan(0)
         layout = OpLayout(expr, plan)
         if default and expr.kind == "attention":
@@ -540,9 +540,9 @@ def in_place_inputs(producers: Sequence[Producer], arriving: Sequence[int],
     return tuple(sorted(found, key=lambda p: p.tensor))
 
 
-def _mapped(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
-            producers: Sequence[Producer], cache: SearchMemo | None,
-            in_place: tuple[int, ...] = ()) -> PlannedOp:
+def mapped_plan(result: PlannedOp, hw: HardwareSpec, hbm_inputs: tuple[int, ...],
+                producers: Sequence[Producer], cache: SearchMemo | None,
+                in_place: tuple[int, ...] = ()) -> PlannedOp:
     """``result`` with the placement :func:`.mapping.choose_core_order` picks. The candidate
     placements and their bytes are memoized in ``cache`` on what they depend on (not on the
     bandwidths, :data:`.hw_fields.PLACEMENT_FIELDS`); the choice among them is made for
@@ -679,7 +679,7 @@ def _rerank(structure: PlanStructure, hw: HardwareSpec, cost_model: CostModel, b
             fastest.append(scored.take(np.argsort(scored.time, kind="stable")[:keep_fastest]))
     exact = best_plan(structure, analytic, budget, hw.num_cores, cache=cache, output_cap=output_cap)
     if exact is None:
-        _raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
+        raise_nothing_fits(structure, hw, budget, label, cache, output_cap)
     pool = ScoredPlans.concat([exact] + front + fastest, structure)
     expr = structure.expr
     best: PlannedOp | None = None
@@ -720,8 +720,10 @@ def least_memory(structure: PlanStructure, hw: HardwareSpec,
     return compute() if cache is None else cache.planned_once(_least_memory_key(structure, hw), compute)
 
 
-def _raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int, label: str,
-                        cache: SearchMemo | None = None, output_cap: float = math.inf):
+def raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int, label: str,
+                       cache: SearchMemo | None = None, output_cap: float = math.inf):
+    """Raise the :class:`PlanNotFoundError` of an operator no plan of which fits ``budget``
+    (and ``output_cap``): it names the least bytes per core any plan needs."""
     need = least_memory(structure, hw, cache)
     capped = (f", with at most {int(output_cap)} bytes per core of its output"
               if math.isfinite(output_cap) else "")
