@@ -348,6 +348,43 @@ def test_chip_aware_inter_chip_bytes_agree_with_the_timing_simulator(exprs, chip
 
 
 @pytest.mark.parametrize("chips", [2, 4])
+def test_arrival_of_an_unplaced_input_is_what_a_spread_producer_sends(exprs, chips) -> None:
+    """An input whose producer is not planned yet (a causal attention's pieces are weighed
+    before their region is planned) is priced as if its producer spread it evenly over the
+    chips: each chip receives ``(C - 1) / C`` of the distinct bytes its cores read. A matmul
+    whose every core reads all of ``A`` receives ``(C - 1) |A|`` across chips, which the
+    timing simulator sends from a producer that holds column blocks of ``A`` on every chip;
+    its arrival is the slower of the cores' links and the fabric, as the simulator's phase."""
+    from runtime_sim.timing import simulate_timing
+    from tvm_icca.plan_search.mapping import arrival_seconds, unplaced_inter_chip_bytes
+
+    hw = small_chip(16, 256 * 1024, num_chips=chips, inter_chip_bandwidth=2e9, hbm_bandwidth=1e12,
+                    hbm_controllers=chips)
+    prod, cons = exprs.bias_add(16, 256), exprs.matmul(16, 256, 16)
+    p_plan = ExecutionPlan({"i": 1, "j": 16}, ({}, {}, {}))
+    plan = ExecutionPlan({"n": 16}, ({}, {}, {}))  # every core reads all of A
+    layout = OpLayout(cons, plan, hw.cores_per_chip)
+    a_bytes = 16 * 256 * 4
+    assert unplaced_inter_chip_bytes(layout, 0, hw) == (chips - 1) * a_bytes
+    report = simulate_timing([_feed_program(hw, prod, p_plan, cons, plan, True)])
+    assert report.per_op[1].inter_chip_bytes == pytest.approx((chips - 1) * a_bytes, rel=1e-12)
+    link_s = layout.partition_bytes(0) / hw.link_bandwidth
+    fabric_s = (chips - 1) * a_bytes / hw.inter_chip_bandwidth
+    assert arrival_seconds(layout, hw, (0,)) == pytest.approx(max(link_s, fabric_s), rel=1e-12)
+    # a producer's layout, when known, replaces the assumption (here the same bytes)
+    producer = OpLayout(prod, p_plan, hw.cores_per_chip)
+    assert arrival_seconds(layout, hw, (0,), ((0, producer),)) == pytest.approx(max(link_s, fabric_s))
+    # a row block per chip, where each chip's cores read only their own rows
+    rows = ExecutionPlan({"m": 16}, ({}, {}, {}))
+    by_rows = OpLayout(cons, rows, hw.cores_per_chip)
+    assert unplaced_inter_chip_bytes(by_rows, 0, hw) == pytest.approx(a_bytes * (chips - 1) / chips)
+    one_chip = small_chip(16, 256 * 1024)
+    assert arrival_seconds(OpLayout(cons, plan), one_chip, (0,)) == pytest.approx(
+        layout.partition_bytes(0) / one_chip.link_bandwidth)
+    assert arrival_seconds(layout, hw, ()) == 0.0
+
+
+@pytest.mark.parametrize("chips", [2, 4])
 def test_chip_aware_search_picks_a_plan_the_simulator_confirms_faster(exprs, chips) -> None:
     """A bias add reads a producer's output that the chips hold in row blocks (its bias from
     HBM). The chip-unaware optimum splits the columns over all cores, so most of the data

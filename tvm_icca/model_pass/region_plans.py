@@ -29,6 +29,7 @@ from tvm_icca.model_pass.departures import improve_departures
 from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.plan_search import CostModel, PlannedOp, plan_operator
 from tvm_icca.plan_search.departure import Departure, plan_departing
+from tvm_icca.plan_search.mapping import arrival_seconds
 from tvm_icca.plan_search.plan_hook import PlanRequest, planned_with_hook
 from tvm_icca.plan_search.vgm import plan_vgm_operator
 from tvm_icca.progress import Phase
@@ -131,7 +132,10 @@ def plan_split_region(
     (:func:`~tvm_icca.split.pressure_root`), in twice as many pieces each time it fails again.
     """
     def plan_piece(expr: TensorExpr, budget: int, name: str, arriving: tuple[int, ...] = ()) -> float:
-        return _search(expr, hw, cost_model, plan_cache, budget, name, arriving=arriving).time_s
+        planned = _search(expr, hw, cost_model, plan_cache, budget, name, arriving=arriving)
+        # each piece of a cut operator lays out again what it reads: the cut is weighed with
+        # those arrivals (split_choice.causal_split), which an operator's own time leaves out
+        return planned.time_s + arrival_seconds(planned.layout, hw, arriving)
 
     index = {op.name: i for i, op in enumerate(region.ops)}
     twins = twin_groups(region)

@@ -202,6 +202,42 @@ def relayout_inter_chip_bytes(producer: OpLayout, layout: OpLayout, t: int, hw: 
     return rl.inter_chip_bytes(cpc)
 
 
+def unplaced_inter_chip_bytes(layout: OpLayout, t: int, hw: HardwareSpec) -> float:
+    """Bytes of input ``t`` that cross chips to reach ``layout``'s cores when its producer's
+    layout is not known yet (an operator cut into pieces before its region is planned,
+    :mod:`tvm_icca.split.split_choice`): the producer assumed to leave its output spread
+    evenly over the chips, each chip receives from the others ``(C - 1) / C`` of the
+    distinct bytes its cores read."""
+    chips = hw.num_chips
+    if chips <= 1:
+        return 0.0
+    chip = layout.chip_of_core(hw.cores_per_chip)
+    per_chip = input_boxes(layout, t).unique_bytes_per_chip(chip, chips)
+    return float(per_chip.sum()) * (chips - 1) / chips
+
+
+def arrival_seconds(layout: OpLayout, hw: HardwareSpec, arriving: Sequence[int],
+                    producers: Sequence[Producer] = ()) -> float:
+    """Seconds the ``arriving`` inputs (produced by earlier operators) take to reach
+    ``layout``'s partitions before its first step: the re-layout the timing simulator
+    charges, which its own estimate leaves out (T10 §5, "the program may rearrange the
+    data"). The slower of the cores' links (each receives its partitions, as
+    :class:`.batch_cost.ArrivalCostModel` prices them) and the inter-chip fabric (the bytes
+    crossing chips: from a producer's layout when ``producers`` gives it,
+    :func:`relayout_inter_chip_bytes`, else :func:`unplaced_inter_chip_bytes`), as the
+    simulator's phases take the slower of the two."""
+    arriving = sorted({int(t) for t in arriving})
+    if not arriving:
+        return 0.0
+    link_s = sum(layout.partition_bytes(t) for t in arriving) / hw.link_bandwidth
+    if hw.num_chips <= 1 or hw.inter_chip_bandwidth <= 0:
+        return link_s
+    produced = {int(t): p for t, p in producers}
+    inter = sum(relayout_inter_chip_bytes(produced[t], layout, t, hw) if t in produced
+                else unplaced_inter_chip_bytes(layout, t, hw) for t in arriving)
+    return max(link_s, inter / hw.inter_chip_bandwidth)
+
+
 def producer_key(producers: Sequence[Producer]) -> tuple[Hashable, ...]:
     """What the mapping of a consumer depends on in its producers (for cache keys)."""
     return tuple((int(t), p.expr.structure_key(views=False),

@@ -65,7 +65,8 @@ CAUSAL_GAIN = 0.05
 #: Plans one piece: ``(expression, budget bytes per core, name[, arriving]) -> estimated
 #: seconds``, raising :class:`PlanNotFoundError` when it has no plan; ``arriving``: indices
 #: of inputs an earlier operator of the region produced, whose arrival the search prices
-#: (:func:`tvm_icca.plan_search.plan_operator`).
+#: (:func:`tvm_icca.plan_search.plan_operator`) and the seconds include, over the cores'
+#: links and across chips (:func:`tvm_icca.plan_search.mapping.arrival_seconds`).
 PlanPiece = Callable[..., float]
 
 
