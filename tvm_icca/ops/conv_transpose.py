@@ -24,20 +24,25 @@ chip runs (:mod:`tvm_icca.ops.views`, :mod:`tvm_icca.ops.data_movement`).
 Phases whose taps have the same count and the same offsets (``k = s`` and ``pb = 0``:
 every phase, as in U-Net's up-convolutions) read the same input window and are *one*
 convolution whose output channels are the phases' stacked kernels; a run of consecutive
-phases that share them is one convolution, so an axis has at most a handful of runs
-(``d = 1``: the offset changes once over the phases and the tap count once). A phase that no
-tap reaches (``d*(k-1) + 1 < s``, or ``gcd(d, s) > 1``) is zero (a constant).
+phases that share them is one convolution. With ``d = 1`` an axis has at most four runs: the
+first tap ``(r + pb) mod s`` wraps once over the phases, which changes the offset, and the tap
+count ``ceil((k - t0) / s)`` changes at most once on either side of the wrap (FCN's
+32x upsampling, ``k = 64, s = 32, p = 16``: two runs of 16 phases). A phase that no tap
+reaches (``d*(k-1) + 1 < s``, or ``gcd(d, s) > 1``) is zero (a constant).
 
 Why this formulation and not TVM's own TE (topi ``conv2d_transpose_nchw``: insert ``s - 1``
 zeros between the input rows, pad, convolve with the flipped kernel): that convolution
 multiplies every kernel tap with every position of the zero-inserted input, so ``s`` times
-the multiply-adds per axis (``s_h * s_w`` in 2-D), the rest all with a zero; its input is
-``s_h * s_w`` times larger on the cores, and its index ``x[i / s]`` under ``i % s == 0``
-is not affine (T10 §5), so :mod:`tvm_icca.lower.te_to_expr` cannot read it anyway. The phase
-convolutions do exactly the multiply-adds of the definition (each tap meets each input
-element once per output it reaches) and are planned like any convolution; what they add is
-the interleave, a re-layout of the output. No cost comparison is needed: the phases are never
-more work.
+the multiply-adds per axis (``s_h * s_w`` in 2-D), all but one in ``s`` with a zero, and its
+index ``x[i / s]`` under ``i % s == 0`` is not affine (T10 §5), so
+:mod:`tvm_icca.lower.te_to_expr` cannot read it; written with ops the chip has, the zeros
+would be a re-layout of the input into a tensor ``s_h * s_w`` times larger, before a
+convolution ``s_h * s_w`` times costlier. The phase convolutions do exactly the
+multiply-adds of the definition (each tap meets each input element once per output it
+reaches) and are planned like any convolution; what they add is the interleave, one
+re-layout of the output (where the zero-inserted form re-lays out its input into a tensor
+as large as the output per channel). So there is nothing for the cost model to choose
+between: the phases are never more work.
 
 Group convolution (``group``, depthwise included) keeps its groups: the kernel
 ``[C, F/G, k...]`` becomes the conv kernel ``[F, C/G, k...]`` group by group, and the stacked
@@ -157,6 +162,11 @@ def axis_phases(size: int, kernel: int, stride: int, dilation: int, pad: tuple[i
         values add zero rows, as an ``output_shape`` larger than the natural size asks).
     output_padding : int
         ``op``, rows added at the output's end.
+
+    Returns
+    -------
+    AxisPhases
+        The output length, the rows per phase and the runs of phases, in phase order.
     """
     pb, pe = pad
     out_size = stride * (size - 1) + dilation * (kernel - 1) + 1 + output_padding - pb - pe
