@@ -171,7 +171,7 @@ def axis_phases(size: int, kernel: int, stride: int, dilation: int, pad: tuple[i
     pb, pe = pad
     out_size = stride * (size - 1) + dilation * (kernel - 1) + 1 + output_padding - pb - pe
     rows = -(-out_size // stride)
-    conv_dilation = dilation // math.gcd(dilation, stride)  # input step between those taps
+    conv_dilation = dilation // math.gcd(dilation, stride)  # input step between a phase's taps
     shapes = []
     for r in range(stride):
         taps = [t for t in range(kernel) if (t * dilation - r - pb) % stride == 0]
