@@ -68,6 +68,8 @@ CASES = {
     "pad": ["test_constant_pad", "test_constant_pad_axes", "test_constant_pad_negative_axes"],
     "group_norm": ["test_group_normalization_epsilon", "test_group_normalization_example"],
     "instance_norm": ["test_instancenorm_epsilon", "test_instancenorm_example"],
+    # every ConvTranspose case, 3-D and group included, is in tests/test_conv_transpose.py
+    "conv_transpose": ["test_convtranspose", "test_convtranspose_1d"],
 }
 
 # Relax ops whose presence inside an ICCA region proves the case's op was offloaded.
@@ -88,6 +90,8 @@ OFFLOADED_OP = {
     "pad": "relax.nn.pad",
     # the statistics of the normalized view (tvm_icca.ops.normalization)
     "group_norm": "relax.variance", "instance_norm": "relax.variance",
+    # the convolutions of its output phases (tvm_icca.ops.conv_transpose)
+    "conv_transpose": ("relax.nn.conv2d", "relax.nn.conv1d"),
 }
 
 # A small chip keeps plans multi-core on these tiny tensors: 16 cores of 16 KiB.

@@ -28,6 +28,7 @@ from tvm_icca.frontend.onnx_inputs import (
     suggested_shapes,
     unbound_inputs,
 )
+from tvm_icca.frontend.onnx_conv_transpose import explicit_conv_transpose_pads
 from tvm_icca.frontend.onnx_prepare import prepare_onnx
 
 #: Module attribute :func:`load_onnx` stamps: the model's ONNX op types, with which the
@@ -237,6 +238,8 @@ def load_onnx(
     if fold_constants:
         model = prepare_onnx(model, shapes, fold_initializers=not keep_params_in_input,
                              in_place=owned)
+    # TVM's importer drops ConvTranspose's output_shape: the pads it means, per the spec
+    model = explicit_conv_transpose_pads(model, shapes, in_place=owned or fold_constants, label=label)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             # from_onnx re-runs the checker and only warns (we already checked), and prints

@@ -9,6 +9,7 @@ chip; the lowering (:mod:`tvm_icca.lower`) asks it *what* the call computes:
 * :mod:`.data_movement` -- concat, split, strided slice and rotary embeddings;
 * :mod:`.views` -- reshape-like views as re-layouts;
 * :mod:`.padding` -- pad (constant, reflect, edge) as a (piecewise) affine re-layout;
+* :mod:`.conv_transpose` -- transposed convolutions as the convolutions of their output phases;
 * :mod:`.relax_types` -- static shapes and sizes of Relax tensor types.
 
 A family's pieces sit in its one module; the per-core compute of an op kind is its template in

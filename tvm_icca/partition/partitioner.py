@@ -44,6 +44,7 @@ from tvm_icca.hardware_choice import (
 )
 from tvm_icca.ops.data_movement import split_to_slices
 from tvm_icca.ops.attention import bind_scalar_constants
+from tvm_icca.ops.conv_transpose import ConvTransposeAsConvs
 from tvm_icca.ops.mask_predicates import MasksAsPredicates
 from tvm_icca.partition.patterns import (
     CODEGEN_NAME,
@@ -158,6 +159,8 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     passes.append(RecognizePad())  # ONNX Pad is an opaque call_tir of TVM's importer
     passes.append(DecomposeGroupNorm())  # its TE reads channels through div/mod
     passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
+    # a transposed convolution the chip takes becomes the convolutions of its output phases
+    passes.append(ConvTransposeAsConvs(lambda call: unsupported_reason(call, spec) is None))
     # after folding, so a mask folded into a constant is read by value: an attention's causal
     # or banded mask becomes a predicate on the axis values, not an [S, S] input
     passes.append(MasksAsPredicates())

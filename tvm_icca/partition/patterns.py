@@ -38,6 +38,7 @@ from tvm.relax.transform import FusionPattern, PatternCheckContext
 from runtime_sim.contract.errors import UnsupportedDtypeError
 from tvm_icca.hardware_choice import HardwareSpec, current_hardware, use_hardware
 from tvm_icca.ops.attention import attention_pattern, predicate_calls
+from tvm_icca.ops.conv_transpose import CONV_TRANSPOSE_OPS, conv_transpose_reason
 from tvm_icca.ops.data_movement import (
     DATA_MOVEMENT_OPS,
     data_movement_patterns,
@@ -126,7 +127,10 @@ _OTHER_OPS: dict[str, str] = {
 OFFLOADABLE_OPS: frozenset[str] = frozenset(
     [*UNARY_OPS.values(), *BINARY_OPS.values(), *REDUCE_OPS.values(), *POOL_OPS.values(),
      *_OTHER_OPS.values(), *DATA_MOVEMENT_OPS.values(), *VIEW_OPS.values(),
-     *GATHER_OPS.values(), *PAD_OPS.values()]
+     *GATHER_OPS.values(), *PAD_OPS.values(),
+     # written as the convolutions of their output phases before the patterns see them
+     # (tvm_icca.ops.conv_transpose.ConvTransposeAsConvs, run by the partitioner)
+     *CONV_TRANSPOSE_OPS.values()]
 )
 
 # The chip the check functions judge against. Check functions are called back from C++ by
@@ -321,6 +325,7 @@ _OP_REASONS: dict[str, Callable[[relax.Call], str | None]] = {
     **{op: view_reason for op in VIEW_OPS.values()},
     "relax.take": take_reason,
     **{op: pad_reason for op in PAD_OPS.values()},
+    **{op: conv_transpose_reason for op in CONV_TRANSPOSE_OPS.values()},
 }
 
 
