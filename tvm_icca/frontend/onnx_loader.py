@@ -28,7 +28,8 @@ from tvm_icca.frontend.onnx_inputs import (
     suggested_shapes,
     unbound_inputs,
 )
-from tvm_icca.frontend.onnx_prepare import prepare_onnx
+from tvm_icca.frontend.onnx_prepare import describe_node, prepare_onnx
+from tvm_icca.frontend.recurrent import has_recurrent, unroll_recurrent
 
 #: Module attribute :func:`load_onnx` stamps: the model's ONNX op types, with which the
 #: partition report names a host op as the model does (``Einsum``, not ``relax.call_tir``).
@@ -237,6 +238,16 @@ def load_onnx(
     if fold_constants:
         model = prepare_onnx(model, shapes, fold_initializers=not keep_params_in_input,
                              in_place=owned)
+    if has_recurrent(model):
+        # after folding (a constant sequence_lens computed in the graph is a constant now);
+        # the unrolled weight re-arrangements are then folded in turn
+        try:
+            model = unroll_recurrent(model, None if fold_constants else shapes,
+                                     in_place=owned or fold_constants)
+        except ModelImportError as err:
+            raise ModelImportError(f"cannot import {label}: {err}") from None
+        if fold_constants:
+            model = prepare_onnx(model, fold_initializers=not keep_params_in_input, in_place=True)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             # from_onnx re-runs the checker and only warns (we already checked), and prints
@@ -251,7 +262,7 @@ def load_onnx(
         ) from None
     except Exception as err:  # pylint: disable=broad-except
         node = _failing_node(err)
-        where = f" at {_describe_node(node)}" if node is not None else ""
+        where = f" at {describe_node(node)}" if node is not None else ""
         raise ModelImportError(
             f"cannot import {label}: TVM's ONNX importer failed{where} with "
             f"{type(err).__name__}: {_first_line(err)}"
@@ -276,13 +287,6 @@ def _failing_node(err: BaseException) -> "onnx.NodeProto | None":
                 break
         tb = tb.tb_next
     return found
-
-
-def _describe_node(node: "onnx.NodeProto") -> str:
-    if node.name:
-        return f"node '{node.name}' ({node.op_type})"
-    outputs = ", ".join(f"'{o}'" for o in node.output if o)
-    return f"the unnamed {node.op_type} node computing {outputs}"
 
 
 def _symbolic_message(label: str, unbound: Mapping[str, Dims], shapes: Mapping | None) -> str:
