@@ -1,16 +1,22 @@
 """The ONNX project's node test cases, prepared for a compiler that needs some inputs as
 constants (reduction axes, shapes, pad values): those inputs become initializers holding the
-case's own values, which keeps each case's meaning."""
+case's own values, which keeps each case's meaning.
+
+:func:`node_cases` builds the cases of a few op types only: ``collect_testcases()`` builds all
+of them (about 11 s of CPU), while the cases of one op type are built by importing its module
+of ``onnx.backend.test.case.node`` alone (each module builds its cases when imported).
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+import importlib
+from typing import Any, Callable
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-__all__ = ["inputs_as_initializers"]
+__all__ = ["inputs_as_initializers", "node_cases"]
 
 
 def inputs_as_initializers(model: onnx.ModelProto, inputs: list[np.ndarray],
@@ -30,3 +36,18 @@ def inputs_as_initializers(model: onnx.ModelProto, inputs: list[np.ndarray],
     del graph.input[:]
     graph.input.extend(kept)
     return model, values
+
+
+def node_cases(*op_types: str) -> dict[str, Any]:
+    """Name -> test case, for the ONNX node test cases of ``op_types`` (``"LSTM"``, ``"GRU"``),
+    each op type's module (``onnx/backend/test/case/node/lstm.py``) imported alone.
+
+    A module builds its cases once per process, into the list ``collect_testcases()`` returns
+    too, so this reads them from there whether it or ``collect_testcases()`` came first.
+    """
+    node = importlib.import_module("onnx.backend.test.case.node")
+    for op_type in op_types:
+        importlib.import_module(f"onnx.backend.test.case.node.{op_type.lower()}")
+    cases = node._NodeTestCases  # pylint: disable=protected-access  (the one list of cases)
+    return {c.name: c for c in cases
+            if len(c.model.graph.node) == 1 and c.model.graph.node[0].op_type in op_types}
