@@ -27,6 +27,9 @@ HW = small_chip(16, 16 * 1024)
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 
 GATES = {"LSTM": 4, "GRU": 3}
+#: The inputs (before the peepholes) and outputs, as the ONNX specification orders them.
+INPUTS = {"LSTM": ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c"),
+          "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h")}
 OUTPUTS = {"LSTM": ("Y", "Y_h", "Y_c"), "GRU": ("Y", "Y_h")}
 
 
@@ -34,7 +37,8 @@ def _model(op: str, *, hidden: int = 3, seq: int = 3, batch: int = 2, size: int 
            direction: str = "forward", layout: int = 0, bias: bool = True,
            initial: bool = True, outputs: tuple[str, ...] | None = None,
            graph_inputs: tuple[str, ...] = (), opset: int = 22, head: bool = False,
-           seed: int = 0, seq_dim: int | str | None = None, **attrs) -> tuple[onnx.ModelProto, dict]:
+           seed: int = 0, seq_dim: int | str | None = None,
+           **attrs) -> tuple[onnx.ModelProto, dict]:
     """One LSTM or GRU node (name "rnn") with random weights as initializers, except the
     tensors named in ``graph_inputs``; ``head``: its Y (one direction) goes on to a MatMul and
     an Add, as an exported classifier's does. Returns the model and its input values."""
@@ -53,8 +57,7 @@ def _model(op: str, *, hidden: int = 3, seq: int = 3, batch: int = 2, size: int 
         if op == "LSTM":
             values["initial_c"] = rng.standard_normal(state)
     values = {k: v.astype(np.float32) for k, v in values.items()}
-    order = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c"][:6 if op == "GRU" else 7]
-    node_inputs = [name if name in values else "" for name in order]
+    node_inputs = [name if name in values else "" for name in INPUTS[op]]
     while node_inputs[-1] == "":
         node_inputs.pop()
     outputs = outputs or OUTPUTS[op]

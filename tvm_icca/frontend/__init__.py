@@ -2,6 +2,8 @@
 
 * :mod:`.onnx_prepare` -- the ONNX graph before TVM's importer: static input shapes, shape
   inference, constant subgraphs folded with onnx's own evaluator;
+* :mod:`.recurrent` -- ONNX LSTM and GRU unrolled over their static sequence length into ops
+  TVM imports (its importer has no converter for them);
 * :mod:`.onnx_loader` -- :func:`load_onnx`: preparation + TVM's ONNX importer, with one clear
   :class:`~runtime_sim.contract.errors.ModelImportError` for every failure;
 * :mod:`.rewrites`, :mod:`.conv_rewrites` -- Relax rewrites that give written-out activations

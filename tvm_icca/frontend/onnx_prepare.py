@@ -130,9 +130,10 @@ def set_input_shapes(graph: "onnx.GraphProto", shape_dict: Mapping[str, Sequence
 
 def inferred_types(model: "onnx.ModelProto") -> _Types:
     """Tensor name -> ONNX element type and shape (None when the rank is unknown, a None
-    extent when symbolic), for every tensor ``onnx.shape_inference`` can type. It runs on the graph without its float initializers
-    (they become typed inputs): their values never decide a shape, and a model over 2 GB
-    could not be serialized for the inference otherwise."""
+    extent when symbolic), for every tensor ``onnx.shape_inference`` can type. It runs on the
+    graph without its float initializers (they become typed inputs): their values never
+    decide a shape, and a model over 2 GB could not be serialized for the inference
+    otherwise."""
     import onnx  # pylint: disable=import-outside-toplevel
 
     skeleton = onnx.ModelProto()
