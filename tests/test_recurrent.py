@@ -227,18 +227,23 @@ def test_unrolled_graph_computes_the_node(params):
     _assert_close(_reference(unrolled, feeds), _reference(model, feeds))
 
 
-def test_zero_peepholes_and_full_sequence_lens_are_accepted():
-    """A constant zero P is no peephole, and a constant sequence_lens of the full length
-    changes nothing: both are dropped, and the result is the node's."""
-    model, feeds = _model("LSTM", seq=3, batch=2, direction="bidirectional")
+def test_zero_peepholes_states_and_full_sequence_lens_are_dropped():
+    """A constant zero P is no peephole, constant zero initial states are absent ones (the
+    first step has no product with R) and a constant sequence_lens of the full length changes
+    nothing; the result is the node's."""
+    seq = 3
+    model, feeds = _model("LSTM", seq=seq, batch=2, direction="bidirectional")
     node = model.graph.node[0]
-    node.input.extend(["" for _ in range(7 - len(node.input))])
     node.input[4] = "seq_lens"
     node.input.append("P")
+    for tensor in model.graph.initializer:
+        if tensor.name.startswith("initial_"):
+            tensor.CopyFrom(numpy_helper.from_array(np.zeros((2, 2, 3), np.float32), tensor.name))
     model.graph.initializer.extend([
-        numpy_helper.from_array(np.array([3, 3], np.int32), "seq_lens"),
+        numpy_helper.from_array(np.array([seq, seq], np.int32), "seq_lens"),
         numpy_helper.from_array(np.zeros((2, 9), np.float32), "P")])
     unrolled = unroll_recurrent(model)
+    assert len([n for n in unrolled.graph.node if n.op_type == "MatMul"]) == 1 + 2 * (seq - 1)
     _assert_close(_reference(unrolled, feeds), _reference(model, feeds))
 
 

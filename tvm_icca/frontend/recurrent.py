@@ -15,8 +15,9 @@ Sub, Mul, Sigmoid, Tanh, Split, Concat, Reshape and Transpose.
 * GRU's ``linear_before_reset = 0`` multiplies ``r`` into ``H_{t-1}`` before its product with
   ``Rh``, so ``Rh`` has a step product of its own; with 1, one product per step gives all
   three gates and ``Rbh`` is added inside the reset (it cannot join the projection's bias).
-* An absent ``initial_h`` / ``initial_c`` is zero: the first step has no recurrent product
-  and ``C_1 = i * c`` (no zero tensors are made; a symbolic batch stays symbolic).
+* An absent ``initial_h`` / ``initial_c`` is zero, as is a constant zero one (what PyTorch
+  exports when no state is given): the first step has no recurrent product and
+  ``C_1 = i * c`` (no zero tensors are made; a symbolic batch stays symbolic).
 * GRU's ``H_t = (1 - z) * h + z * H_{t-1}`` is written ``h + z * (H_{t-1} - h)``, which
   needs no constant of the data's dtype.
 * ``Y`` (``[seq, num_directions, batch, hidden]``, or ``[batch, seq, num_directions,
@@ -223,6 +224,12 @@ def _read_spec(node: "onnx.NodeProto", graph: "onnx.GraphProto",
             raise refuse(f"input P '{inputs['P']}' (peephole weights) is not supported: only an "
                          "LSTM without peepholes (P absent, empty or a constant zero) is")
         del inputs["P"]
+    for role in ("initial_h", "initial_c"):
+        # a constant zero state is an absent one (PyTorch exports write zeros when none is
+        # given): the first step then skips its products with R
+        value = _constant(graph, inputs[role], opset) if role in inputs else None
+        if value is not None and not np.any(value):
+            del inputs[role]
 
     x_shape = types.get(inputs["X"])
     if x_shape is None or len(x_shape) != 3:
@@ -323,6 +330,7 @@ class _Emitter:
         self.names = names
         self.opset = opset
         self.nodes: list[onnx.NodeProto] = []
+        self._ints: dict[tuple[int, ...], str] = {}  # one Constant per value (shapes, sizes)
 
     def fresh(self, tag: str) -> str:
         base = name = f"{self.prefix}/{tag}"
@@ -345,9 +353,11 @@ class _Emitter:
         return result
 
     def ints(self, values: Sequence[int], tag: str) -> str:
-        name = self.fresh(tag)
-        self.nodes.append(constant_node(name, name, np.asarray(values, dtype=np.int64)))
-        return name
+        key = tuple(int(v) for v in values)
+        if key not in self._ints:
+            name = self._ints[key] = self.fresh(tag)
+            self.nodes.append(constant_node(name, name, np.asarray(key, dtype=np.int64)))
+        return self._ints[key]
 
     def reshape(self, x: str, shape: Sequence[int], tag: str, out: str | None = None) -> str:
         return self.op("Reshape", [x, self.ints(shape, f"{tag}_shape")], tag, out)
