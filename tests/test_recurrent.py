@@ -267,6 +267,7 @@ def test_loader_options():
     assert "LSTM" not in [str(t) for t in mod.attrs["icca.onnx_op_types"]]
     kept = tvm_icca.load_onnx(model, shapes, keep_params_in_input=True)
     assert len(kept["main"].params) == 1 + len(model.graph.initializer)
+    assert [n.op_type for n in model.graph.node] == ["LSTM"]  # the caller's model unchanged
 
 
 # -- refusals -------------------------------------------------------------------------------

@@ -31,8 +31,9 @@ import numpy as np
 if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
     import onnx
 
-__all__ = ["FoldStats", "prepare_onnx", "DEFAULT_MAX_FOLDED_BYTES", "constant_node", "constant_value",
-           "describe_node", "inferred_types", "set_input_shapes"]
+__all__ = ["FoldStats", "prepare_onnx", "DEFAULT_DOMAINS", "DEFAULT_MAX_FOLDED_BYTES",
+           "constant_node", "constant_value", "default_opset", "describe_node", "inferred_types",
+           "set_input_shapes"]
 
 #: Results up to this size are folded whatever their inputs: the shape, index, position and
 #: scalar tensors that folding is for are far smaller. Larger results are folded only when no
@@ -44,7 +45,8 @@ DEFAULT_MAX_FOLDED_BYTES = 64 * 1024
 #: Dropout is random in training mode).
 _NONDETERMINISTIC = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
                                "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})
-_DEFAULT_DOMAINS = ("", "ai.onnx")
+#: The names of the default ONNX operator domain (``ai.onnx``, also written empty).
+DEFAULT_DOMAINS = ("", "ai.onnx")
 #: Per tensor name: ONNX element type and shape (None: rank unknown; a None extent: symbolic).
 _Types = dict[str, tuple[int, "tuple[int | None, ...] | None"]]
 
@@ -100,7 +102,7 @@ def prepare_onnx(
     graph = out.graph
     if shape_dict:
         set_input_shapes(graph, shape_dict)
-    opset = next((o.version for o in out.opset_import if o.domain in _DEFAULT_DOMAINS), 1)
+    opset = default_opset(out)
     graph_inputs = {i.name for i in graph.input}
     constants: dict[str, np.ndarray] = {}
     if fold_initializers:
@@ -113,6 +115,11 @@ def prepare_onnx(
             break
     _remove_unread(graph, graph_inputs if fold_initializers else None, stats)
     return out
+
+
+def default_opset(model: "onnx.ModelProto") -> int:
+    """The model's version of the default operator set (1 when it imports none)."""
+    return next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 1)
 
 
 # -- shapes -----------------------------------------------------------------------------------
@@ -181,7 +188,7 @@ def _fold_round(graph: "onnx.GraphProto", constants: dict[str, np.ndarray], type
     nodes = []
     shapes: dict[str, tuple[int | None, ...]] = {}  # outputs of Shape nodes that stay
     for node in graph.node:
-        if node.op_type == "Constant" and node.domain in _DEFAULT_DOMAINS:
+        if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS:
             value = constant_value(node, opset)
             if value is not None:
                 constants[node.output[0]] = value
@@ -193,7 +200,7 @@ def _fold_round(graph: "onnx.GraphProto", constants: dict[str, np.ndarray], type
             continue
         values = _folded_values(node, constants, types, shapes, opset, max_folded_bytes)
         if values is None:
-            if node.op_type == "Shape" and node.domain in _DEFAULT_DOMAINS:
+            if node.op_type == "Shape" and node.domain in DEFAULT_DOMAINS:
                 extents = _shape_extents(node, types)
                 if extents is not None:
                     shapes[node.output[0]] = extents
@@ -216,7 +223,7 @@ def _folded_values(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray], 
                    max_folded_bytes: int) -> dict[str, np.ndarray] | None:
     """The node's outputs by name when it can be replaced by constants, else None.
     ``shapes``: the extents the ``Shape`` nodes that stay read (some symbolic)."""
-    if (node.domain not in _DEFAULT_DOMAINS or node.op_type in _NONDETERMINISTIC
+    if (node.domain not in DEFAULT_DOMAINS or node.op_type in _NONDETERMINISTIC
             or any(a.HasField("g") or a.graphs for a in node.attribute)):
         return None
     outputs = [o for o in node.output if o]
@@ -365,7 +372,7 @@ def _remove_unread(graph: "onnx.GraphProto", graph_inputs: set[str] | None,
     parameters, which must stay)."""
     read = _read_names(graph.node) | {o.name for o in graph.output}
     keep = [n for n in graph.node
-            if not (n.op_type == "Constant" and n.domain in _DEFAULT_DOMAINS and n.output[0] not in read)]
+            if not (n.op_type == "Constant" and n.domain in DEFAULT_DOMAINS and n.output[0] not in read)]
     if len(keep) != len(graph.node):
         stats.removed_nodes += len(graph.node) - len(keep)
         del graph.node[:]

@@ -49,8 +49,10 @@ import numpy as np
 
 from runtime_sim.contract.errors import ModelImportError
 from tvm_icca.frontend.onnx_prepare import (
+    DEFAULT_DOMAINS,
     constant_node,
     constant_value,
+    default_opset,
     describe_node,
     inferred_types,
     set_input_shapes,
@@ -60,9 +62,6 @@ if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this packag
     import onnx
 
 __all__ = ["RECURRENT_OPS", "has_recurrent", "unroll_recurrent"]
-
-_DEFAULT_DOMAINS = ("", "ai.onnx")
-
 
 @dataclass(frozen=True)
 class _Cell:
@@ -98,7 +97,7 @@ _SPLIT_SIZES_AS_INPUT = 13
 
 def has_recurrent(model: "onnx.ModelProto") -> bool:
     """Whether ``model``'s main graph has an ONNX ``LSTM`` or ``GRU`` node."""
-    return any(n.op_type in _CELLS and n.domain in _DEFAULT_DOMAINS for n in model.graph.node)
+    return any(n.op_type in _CELLS and n.domain in DEFAULT_DOMAINS for n in model.graph.node)
 
 
 def unroll_recurrent(
@@ -143,12 +142,12 @@ def unroll_recurrent(
     graph = out.graph
     if shape_dict:
         set_input_shapes(graph, shape_dict)
-    opset = next((o.version for o in out.opset_import if o.domain in _DEFAULT_DOMAINS), 1)
+    opset = default_opset(out)
     types = {name: shape for name, (_, shape) in inferred_types(out).items()}
     names = _taken_names(graph)
     nodes: list[onnx.NodeProto] = []
     for node in graph.node:
-        if node.op_type in _CELLS and node.domain in _DEFAULT_DOMAINS:
+        if node.op_type in _CELLS and node.domain in DEFAULT_DOMAINS:
             spec = _read_spec(node, graph, types, opset)
             emitter = _Emitter(node.name or f"{node.op_type}_{_first_output(node)}", names, opset)
             _emit(spec, emitter)
@@ -294,7 +293,7 @@ def _constant(graph: "onnx.GraphProto", name: str, opset: int) -> np.ndarray | N
             return numpy_helper.to_array(tensor)
     for node in graph.node:
         if name in node.output:
-            if node.op_type == "Constant" and node.domain in _DEFAULT_DOMAINS:
+            if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS:
                 return constant_value(node, opset)
             return None
     return None
