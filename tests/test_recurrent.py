@@ -247,6 +247,14 @@ def test_zero_peepholes_states_and_full_sequence_lens_are_dropped():
     _assert_close(_reference(unrolled, feeds), _reference(model, feeds))
 
 
+def test_hidden_size_from_r():
+    """hidden_size is optional: R's shape [D, G*H, H] gives it."""
+    model, feeds = _model("LSTM", hidden=4, direction="bidirectional")
+    attrs = model.graph.node[0].attribute
+    attrs.remove(next(a for a in attrs if a.name == "hidden_size"))
+    _assert_close(_reference(unroll_recurrent(model), feeds), _reference(model, feeds))
+
+
 def test_symbolic_batch_stays_symbolic():
     """The unrolled graph reshapes with -1 for the batch, so it runs any batch."""
     model, _ = _model("GRU", batch=2, direction="bidirectional", initial=False)
@@ -280,6 +288,7 @@ REFUSALS = {
     "sequence_lens_varying": ("varying", r"input sequence_lens 'lens' = \[3, 2\] varies"),
     "sequence_lens_input": ("lens_input", "input sequence_lens 'lens' is not a constant"),
     "symbolic_seq": (dict(op="GRU", seq_dim="S"), "symbolic sequence length"),
+    "old_opset": (dict(op="GRU", opset=6), "opset 6 is older than GRU-7"),
 }
 
 
