@@ -132,12 +132,12 @@ CASES = ["test_convtranspose", "test_convtranspose_1d", "test_convtranspose_3d",
 
 
 def test_every_node_case_is_listed():
-    assert [c.name for c in node_cases("ConvTranspose")] == CASES
+    assert list(node_cases("ConvTranspose")) == CASES
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_onnx_node_case(name):
-    case = {c.name: c for c in node_cases("ConvTranspose")}[name]
+    case = node_cases("ConvTranspose")[name]
     inputs, expected = case.data_sets[0]
     got, report = _compile_and_run(case.model, list(inputs))
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-5)

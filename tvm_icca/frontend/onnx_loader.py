@@ -29,7 +29,8 @@ from tvm_icca.frontend.onnx_inputs import (
     unbound_inputs,
 )
 from tvm_icca.frontend.onnx_conv_transpose import explicit_conv_transpose_pads
-from tvm_icca.frontend.onnx_prepare import prepare_onnx
+from tvm_icca.frontend.onnx_prepare import describe_node, prepare_onnx
+from tvm_icca.frontend.recurrent import has_recurrent, unroll_recurrent
 
 #: Module attribute :func:`load_onnx` stamps: the model's ONNX op types, with which the
 #: partition report names a host op as the model does (``Einsum``, not ``relax.call_tir``).
@@ -176,6 +177,10 @@ def load_onnx(
         Infer shapes and fold constant subgraphs on the ONNX graph first
         (:func:`~tvm_icca.frontend.onnx_prepare.prepare_onnx`): what real exports need, e.g. the
         shape computations of attention heads and GPT-2's scalar ``ConstantOfShape``.
+        ``LSTM`` and ``GRU`` nodes are unrolled whether or not
+        (:func:`~tvm_icca.frontend.recurrent.unroll_recurrent`), between two preparations when
+        folding: the first makes a computed ``sequence_lens`` constant, the second folds the
+        re-arranged weights.
     allow_symbolic : bool
         Import inputs whose dimensions stay symbolic. The chip runs static shapes only, so
         every op that touches them stays on the host; by default such a model is refused with
@@ -190,8 +195,9 @@ def load_onnx(
     Raises
     ------
     ModelImportError
-        The model cannot be read, is not valid ONNX, or uses an op TVM cannot import; a
-        failure inside TVM's importer names the ONNX node (its name and op type). Also a
+        The model cannot be read, is not valid ONNX, has an ``LSTM`` or ``GRU`` node with an
+        attribute or input the unrolling does not compute (named), or uses an op TVM cannot
+        import; a failure inside TVM's importer names the ONNX node (its name and op type). Also a
         ``shape_dict`` that names no input or contradicts one, and (unless ``allow_symbolic``)
         inputs left with symbolic dimensions.
     """
@@ -240,6 +246,16 @@ def load_onnx(
                              in_place=owned)
     # TVM's importer drops ConvTranspose's output_shape: the pads it means, per the spec
     model = explicit_conv_transpose_pads(model, shapes, in_place=owned or fold_constants, label=label)
+    if has_recurrent(model):
+        # after folding (a constant sequence_lens computed in the graph is a constant now);
+        # the unrolled weight re-arrangements are then folded in turn
+        try:
+            model = unroll_recurrent(model, None if fold_constants else shapes,
+                                     in_place=owned or fold_constants)
+        except ModelImportError as err:
+            raise ModelImportError(f"cannot import {label}: {err}") from None
+        if fold_constants:
+            model = prepare_onnx(model, fold_initializers=not keep_params_in_input, in_place=True)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             # from_onnx re-runs the checker and only warns (we already checked), and prints
@@ -254,7 +270,7 @@ def load_onnx(
         ) from None
     except Exception as err:  # pylint: disable=broad-except
         node = _failing_node(err)
-        where = f" at {_describe_node(node)}" if node is not None else ""
+        where = f" at {describe_node(node)}" if node is not None else ""
         raise ModelImportError(
             f"cannot import {label}: TVM's ONNX importer failed{where} with "
             f"{type(err).__name__}: {_first_line(err)}"
@@ -279,13 +295,6 @@ def _failing_node(err: BaseException) -> "onnx.NodeProto | None":
                 break
         tb = tb.tb_next
     return found
-
-
-def _describe_node(node: "onnx.NodeProto") -> str:
-    if node.name:
-        return f"node '{node.name}' ({node.op_type})"
-    outputs = ", ".join(f"'{o}'" for o in node.output if o)
-    return f"the unnamed {node.op_type} node computing {outputs}"
 
 
 def _symbolic_message(label: str, unbound: Mapping[str, Dims], shapes: Mapping | None) -> str:

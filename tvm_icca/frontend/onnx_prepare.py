@@ -31,7 +31,9 @@ import numpy as np
 if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
     import onnx
 
-__all__ = ["FoldStats", "prepare_onnx", "DEFAULT_MAX_FOLDED_BYTES"]
+__all__ = ["FoldStats", "prepare_onnx", "DEFAULT_DOMAINS", "DEFAULT_MAX_FOLDED_BYTES",
+           "constant_node", "constant_value", "default_opset", "describe_node", "inferred_types",
+           "set_input_shapes"]
 
 #: Results up to this size are folded whatever their inputs: the shape, index, position and
 #: scalar tensors that folding is for are far smaller. Larger results are folded only when no
@@ -43,7 +45,8 @@ DEFAULT_MAX_FOLDED_BYTES = 64 * 1024
 #: Dropout is random in training mode).
 _NONDETERMINISTIC = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
                                "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})
-_DEFAULT_DOMAINS = ("", "ai.onnx")
+#: The names of the default ONNX operator domain (``ai.onnx``, also written empty).
+DEFAULT_DOMAINS = ("", "ai.onnx")
 #: Per tensor name: ONNX element type and shape (None: rank unknown; a None extent: symbolic).
 _Types = dict[str, tuple[int, "tuple[int | None, ...] | None"]]
 
@@ -98,8 +101,8 @@ def prepare_onnx(
         out.CopyFrom(model)
     graph = out.graph
     if shape_dict:
-        _set_input_shapes(graph, shape_dict)
-    opset = next((o.version for o in out.opset_import if o.domain in _DEFAULT_DOMAINS), 1)
+        set_input_shapes(graph, shape_dict)
+    opset = default_opset(out)
     graph_inputs = {i.name for i in graph.input}
     constants: dict[str, np.ndarray] = {}
     if fold_initializers:
@@ -107,15 +110,22 @@ def prepare_onnx(
                          for t in graph.initializer if t.name not in graph_inputs)
     while True:
         stats.rounds += 1
-        types = _inferred_types(out)
+        types = inferred_types(out)
         if not _fold_round(graph, constants, types, opset, max_folded_bytes, stats):
             break
     _remove_unread(graph, graph_inputs if fold_initializers else None, stats)
     return out
 
 
+def default_opset(model: "onnx.ModelProto") -> int:
+    """The model's version of the default operator set (1 when it imports none)."""
+    return next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 1)
+
+
 # -- shapes -----------------------------------------------------------------------------------
-def _set_input_shapes(graph: "onnx.GraphProto", shape_dict: Mapping[str, Sequence[int]]) -> None:
+def set_input_shapes(graph: "onnx.GraphProto", shape_dict: Mapping[str, Sequence[int]]) -> None:
+    """Write the static shapes of ``shape_dict`` (input name -> extents) into ``graph``'s
+    inputs, in place; inputs it does not name keep their declared shapes."""
     for value in graph.input:
         if value.name not in shape_dict or not value.type.HasField("tensor_type"):
             continue
@@ -125,12 +135,12 @@ def _set_input_shapes(graph: "onnx.GraphProto", shape_dict: Mapping[str, Sequenc
             shape.dim.add().dim_value = int(extent)
 
 
-def _inferred_types(model: "onnx.ModelProto") -> _Types:
-    """Element type and shape (None when the rank is unknown, a None extent when symbolic) of
-    every tensor
-    ``onnx.shape_inference`` can type. It runs on the graph without its float initializers
-    (they become typed inputs): their values never decide a shape, and a model over 2 GB
-    could not be serialized for the inference otherwise."""
+def inferred_types(model: "onnx.ModelProto") -> _Types:
+    """Tensor name -> ONNX element type and shape (None when the rank is unknown, a None
+    extent when symbolic), for every tensor ``onnx.shape_inference`` can type. It runs on the
+    graph without its float initializers (they become typed inputs): their values never
+    decide a shape, and a model over 2 GB could not be serialized for the inference
+    otherwise."""
     import onnx  # pylint: disable=import-outside-toplevel
 
     skeleton = onnx.ModelProto()
@@ -178,19 +188,19 @@ def _fold_round(graph: "onnx.GraphProto", constants: dict[str, np.ndarray], type
     nodes = []
     shapes: dict[str, tuple[int | None, ...]] = {}  # outputs of Shape nodes that stay
     for node in graph.node:
-        if node.op_type == "Constant" and node.domain in _DEFAULT_DOMAINS:
-            value = _constant_value(node, opset)
+        if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS:
+            value = constant_value(node, opset)
             if value is not None:
                 constants[node.output[0]] = value
                 if not any(a.name == "value" for a in node.attribute):
-                    node = _constant_node(node.name, node.output[0], value)
+                    node = constant_node(node.name, node.output[0], value)
                     stats.normalized_constants += 1
                     changed = True
             nodes.append(node)
             continue
         values = _folded_values(node, constants, types, shapes, opset, max_folded_bytes)
         if values is None:
-            if node.op_type == "Shape" and node.domain in _DEFAULT_DOMAINS:
+            if node.op_type == "Shape" and node.domain in DEFAULT_DOMAINS:
                 extents = _shape_extents(node, types)
                 if extents is not None:
                     shapes[node.output[0]] = extents
@@ -199,7 +209,7 @@ def _fold_round(graph: "onnx.GraphProto", constants: dict[str, np.ndarray], type
         for k, (name, value) in enumerate(values.items()):
             constants[name] = value
             label = node.name if k == 0 or not node.name else f"{node.name}_{k}"
-            nodes.append(_constant_node(label, name, value))
+            nodes.append(constant_node(label, name, value))
         stats.folded += 1
         changed = True
     if changed:
@@ -213,7 +223,7 @@ def _folded_values(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray], 
                    max_folded_bytes: int) -> dict[str, np.ndarray] | None:
     """The node's outputs by name when it can be replaced by constants, else None.
     ``shapes``: the extents the ``Shape`` nodes that stay read (some symbolic)."""
-    if (node.domain not in _DEFAULT_DOMAINS or node.op_type in _NONDETERMINISTIC
+    if (node.domain not in DEFAULT_DOMAINS or node.op_type in _NONDETERMINISTIC
             or any(a.HasField("g") or a.graphs for a in node.attribute)):
         return None
     outputs = [o for o in node.output if o]
@@ -304,7 +314,9 @@ def _matches(value: np.ndarray, inferred: tuple[int, "tuple[int | None, ...] | N
         s is None or s == v for s, v in zip(shape, value.shape)))
 
 
-def _constant_value(node: "onnx.NodeProto", opset: int) -> np.ndarray | None:
+def constant_value(node: "onnx.NodeProto", opset: int) -> np.ndarray | None:
+    """The value of a ``Constant`` node in any of its attribute forms (``value``,
+    ``value_float``, ``value_ints``, ...), or None (a sparse value, or not evaluable)."""
     import onnx  # pylint: disable=import-outside-toplevel
 
     for attr in node.attribute:
@@ -321,11 +333,22 @@ def _constant_value(node: "onnx.NodeProto", opset: int) -> np.ndarray | None:
     return np.asarray(value) if isinstance(value, np.ndarray) or np.isscalar(value) else None
 
 
-def _constant_node(name: str, output: str, value: np.ndarray) -> "onnx.NodeProto":
+def constant_node(name: str, output: str, value: np.ndarray) -> "onnx.NodeProto":
+    """A ``Constant`` node named ``name`` writing ``value`` to tensor ``output``, in the
+    ``value`` form TVM's importer reads."""
     import onnx  # pylint: disable=import-outside-toplevel
 
     return onnx.helper.make_node("Constant", [], [output], name=name,
                                  value=onnx.numpy_helper.from_array(value, output))
+
+
+def describe_node(node: "onnx.NodeProto") -> str:
+    """A node as the subject of a message: ``node 'name' (LSTM)``, or by its outputs when it
+    has no name."""
+    if node.name:
+        return f"node '{node.name}' ({node.op_type})"
+    outputs = ", ".join(f"'{o}'" for o in node.output if o)
+    return f"the unnamed {node.op_type} node computing {outputs}"
 
 
 # -- dead constants ---------------------------------------------------------------------------
@@ -349,7 +372,7 @@ def _remove_unread(graph: "onnx.GraphProto", graph_inputs: set[str] | None,
     parameters, which must stay)."""
     read = _read_names(graph.node) | {o.name for o in graph.output}
     keep = [n for n in graph.node
-            if not (n.op_type == "Constant" and n.domain in _DEFAULT_DOMAINS and n.output[0] not in read)]
+            if not (n.op_type == "Constant" and n.domain in DEFAULT_DOMAINS and n.output[0] not in read)]
     if len(keep) != len(graph.node):
         stats.removed_nodes += len(graph.node) - len(keep)
         del graph.node[:]
