@@ -34,6 +34,7 @@ from tvm_icca.frontend.empty_reductions import FoldEmptyReductions, refuse_empty
 from tvm_icca.frontend.group_norm import DecomposeGroupNorm
 from tvm_icca.frontend.onnx_loader import ONNX_OPS_ATTR
 from tvm_icca.frontend.pad_rewrites import RecognizePad
+from tvm_icca.frontend.resize_rewrites import DecomposeResize
 from tvm_icca.frontend.rewrites import RecognizeActivations, RecognizeNorms
 from tvm_icca.hardware_choice import (
     HardwareLike,
@@ -48,6 +49,7 @@ from tvm_icca.ops.mask_predicates import MasksAsPredicates
 from tvm_icca.partition.patterns import (
     CODEGEN_NAME,
     OFFLOADABLE_OPS,
+    REWRITTEN_OPS,
     checking_for,
     composite_label,
     get_icca_patterns,
@@ -157,6 +159,7 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     passes += [RecognizeActivations(), RecognizeNorms()]
     passes.append(RecognizePad())  # ONNX Pad is an opaque call_tir of TVM's importer
     passes.append(DecomposeGroupNorm())  # its TE reads channels through div/mod
+    passes.append(DecomposeResize())  # its TE reads through floor of float coordinates
     passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
     # after folding, so a mask folded into a constant is read by value: an attention's causal
     # or banded mask becomes a predicate on the axis values, not an [S, S] input
@@ -468,7 +471,7 @@ def _host_reason(call: relax.Call, hw: HardwareSpec, whole_model: bool = False,
         # chip reads the results (a bool mask, integer ids) but computes in floating point
         return (f"integer or boolean result (dtype {call.ty.dtype}): index, position and mask "
                 "arithmetic stays on the host")
-    if name not in OFFLOADABLE_OPS:
+    if name not in OFFLOADABLE_OPS and name not in REWRITTEN_OPS:
         user = user_patterns_matching(call, var2val)
         if user:
             return _user_pattern_reason(call, user[0], hw, whole_model)
