@@ -29,6 +29,7 @@ from tvm_icca.frontend.onnx_inputs import (
     unbound_inputs,
 )
 from tvm_icca.frontend.onnx_prepare import prepare_onnx
+from tvm_icca.frontend.onnx_resize import ResizeRefusal, prepare_resizes
 
 #: Module attribute :func:`load_onnx` stamps: the model's ONNX op types, with which the
 #: partition report names a host op as the model does (``Einsum``, not ``relax.call_tir``).
@@ -192,7 +193,10 @@ def load_onnx(
         The model cannot be read, is not valid ONNX, or uses an op TVM cannot import; a
         failure inside TVM's importer names the ONNX node (its name and op type). Also a
         ``shape_dict`` that names no input or contradicts one, and (unless ``allow_symbolic``)
-        inputs left with symbolic dimensions.
+        inputs left with symbolic dimensions. A ``Resize`` node TVM's importer would read with
+        another meaning (an ``antialias`` downsampling, scales whose sampling the output sizes
+        do not carry: :mod:`tvm_icca.frontend.onnx_resize`, which puts the others in the form the
+        importer reads).
     """
     model, label, checked = _read_model(source)
     import onnx  # pylint: disable=import-outside-toplevel
@@ -237,6 +241,13 @@ def load_onnx(
     if fold_constants:
         model = prepare_onnx(model, shapes, fold_initializers=not keep_params_in_input,
                              in_place=owned)
+        owned = True  # prepare_onnx's copy, when not the reader's
+    try:
+        # after folding, which makes the scales and sizes computed from shapes constants
+        model = prepare_resizes(model, in_place=owned)
+    except ResizeRefusal as refusal:
+        raise ModelImportError(
+            f"cannot import {label}: {_describe_node(refusal.node)} {refusal.reason}") from None
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             # from_onnx re-runs the checker and only warns (we already checked), and prints

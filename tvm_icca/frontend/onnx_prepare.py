@@ -31,7 +31,7 @@ import numpy as np
 if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
     import onnx
 
-__all__ = ["FoldStats", "prepare_onnx", "DEFAULT_MAX_FOLDED_BYTES"]
+__all__ = ["FoldStats", "prepare_onnx", "DEFAULT_MAX_FOLDED_BYTES", "inferred_types"]
 
 #: Results up to this size are folded whatever their inputs: the shape, index, position and
 #: scalar tensors that folding is for are far smaller. Larger results are folded only when no
@@ -107,7 +107,7 @@ def prepare_onnx(
                          for t in graph.initializer if t.name not in graph_inputs)
     while True:
         stats.rounds += 1
-        types = _inferred_types(out)
+        types = inferred_types(out)
         if not _fold_round(graph, constants, types, opset, max_folded_bytes, stats):
             break
     _remove_unread(graph, graph_inputs if fold_initializers else None, stats)
@@ -125,7 +125,7 @@ def _set_input_shapes(graph: "onnx.GraphProto", shape_dict: Mapping[str, Sequenc
             shape.dim.add().dim_value = int(extent)
 
 
-def _inferred_types(model: "onnx.ModelProto") -> _Types:
+def inferred_types(model: "onnx.ModelProto") -> _Types:
     """Element type and shape (None when the rank is unknown, a None extent when symbolic) of
     every tensor
     ``onnx.shape_inference`` can type. It runs on the graph without its float initializers
