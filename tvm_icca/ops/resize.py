@@ -29,8 +29,7 @@ __all__ = ["tap_sum_pattern"]
 
 def _one_axis_sum(context: PatternCheckContext) -> bool:
     root = context.annotated_expr["root"]
-    axes = root.attrs.axis
-    return isinstance(root, relax.Call) and axes is not None and len(axes) == 1
+    return isinstance(root, relax.Call) and root.attrs.axis is not None and len(root.attrs.axis) == 1
 
 
 def tap_sum_pattern(prefix: str, check: Callable[[PatternCheckContext], bool]) -> Pattern:
