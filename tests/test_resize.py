@@ -258,17 +258,18 @@ def test_a_dynamic_shape_stays_on_the_host_with_a_reason() -> None:
 #: Case -> where it runs: "chip" (exact there), ("host", words of the partition report's
 #: reason), ("import", words of load_onnx's ModelImportError: what TVM's importer would read
 #: with another meaning).
-_SCALES = "whose half_pixel sampling differs"
+#: a cubic node at scales whose sampling the sizes do not carry (nearest and linear ones are
+#: written out at the ONNX level and run on the chip)
+_CUBIC_SCALES = "a cubic resize of float32 data is not written out"
 NODE_CASES: dict[str, str | tuple[str, str]] = {
-    "test_resize_downsample_scales_cubic": ("import", _SCALES),
-    "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside": ("import", _SCALES),
-    "test_resize_downsample_scales_cubic_align_corners": ("import", "whose align_corners sampling"),
+    "test_resize_downsample_scales_cubic": ("import", _CUBIC_SCALES),
+    "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside": ("import", _CUBIC_SCALES),
+    "test_resize_downsample_scales_cubic_align_corners": ("import", _CUBIC_SCALES),
     "test_resize_downsample_scales_cubic_antialias": ("import", "with antialias=1"),
-    "test_resize_downsample_scales_linear": ("import", _SCALES),
-    "test_resize_downsample_scales_linear_align_corners": ("import", "whose align_corners sampling"),
+    "test_resize_downsample_scales_linear": "chip",  # 0.6: written out (the sizes sample at 1/2)
+    "test_resize_downsample_scales_linear_align_corners": "chip",  # written out
     "test_resize_downsample_scales_linear_antialias": ("import", "with antialias=1"),
-    "test_resize_downsample_scales_linear_half_pixel_symmetric":
-        ("import", "whose half_pixel_symmetric sampling"),
+    "test_resize_downsample_scales_linear_half_pixel_symmetric": "chip",  # written out
     "test_resize_downsample_scales_nearest": "chip",  # 0.6: the same pixels as the sizes' 1/2
     "test_resize_downsample_sizes_cubic": ("host", "method 'cubic'"),
     "test_resize_downsample_sizes_cubic_antialias": ("import", "with antialias=1"),
@@ -287,8 +288,7 @@ NODE_CASES: dict[str, str | tuple[str, str]] = {
     "test_resize_upsample_scales_cubic_asymmetric": ("host", "method 'cubic'"),
     "test_resize_upsample_scales_linear": "chip",
     "test_resize_upsample_scales_linear_align_corners": "chip",
-    "test_resize_upsample_scales_linear_half_pixel_symmetric":
-        ("import", "whose half_pixel_symmetric sampling"),
+    "test_resize_upsample_scales_linear_half_pixel_symmetric": "chip",  # written out
     "test_resize_upsample_scales_nearest": "chip",
     "test_resize_upsample_scales_nearest_axes_2_3": "chip",
     "test_resize_upsample_scales_nearest_axes_3_2": "chip",
@@ -350,13 +350,35 @@ def test_onnx_resize_case_is_exact_on_the_chip_or_refused_by_name(name) -> None:
     np.testing.assert_allclose(got, expected, **FP32)
 
 
-def test_a_batch_resize_is_refused_at_import() -> None:
-    scales = numpy_helper.from_array(np.array([2, 1, 1, 1], np.float32), "scales")
-    node = helper.make_node("Resize", ["X", "", "scales"], ["Y"], mode="nearest")
+def _resize_model(shape, scales, **attrs) -> onnx.ModelProto:
+    node = helper.make_node("Resize", ["X", "", "scales"], ["Y"], **attrs)
+    out = [int(np.floor(n * np.float32(s))) for n, s in zip(shape, scales)]
     graph = helper.make_graph(
-        [node], "batch", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 2, 3, 3])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 2, 3, 3])], [scales])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+        [node], "resize", [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, out)],
+        [numpy_helper.from_array(np.array(scales, np.float32), "scales")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("mode, scales", [("linear", [1, 1, 1.7, 0.7]),
+                                          ("nearest", [1, 1, 2.5, 1.3])])
+def test_scales_the_sizes_do_not_carry_are_written_out_and_exact(mode, scales) -> None:
+    """5 * 1.7 = 8.5 and 6 * 0.7 = 4.2 (5 * 2.5 = 12.5, 6 * 1.3 = 7.8): resize2d would sample
+    at 8/5 and 4/6 (12/5, 7/6); the node is written out as takes (and tap sums) at its own
+    scales instead, with no resize left."""
+    model = _resize_model([1, 2, 5, 6], scales, mode=mode)
+    mod = _import(model)
+    assert "resize2d" not in mod.script()
+    assert tvm_icca.partition_report(tvm_icca.partition_for_icca(mod, hw=HW))["host_ops"] == {}
+    x = RNG.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    (want,) = ReferenceEvaluator(model).run(None, {"X": x})
+    got = _on_chip(mod, x)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, **FP32)
+
+
+def test_a_batch_resize_is_refused_at_import() -> None:
+    model = _resize_model([1, 2, 3, 3], [2, 1, 1, 1], mode="nearest")
     with pytest.raises(tvm_icca.ModelImportError, match=r"resizes axis 0 \(batch\) from 1 to 2"):
         _import(model)
 

@@ -20,21 +20,36 @@ the onnx package's node test cases of ``Resize``):
 :func:`prepare_resizes` rewrites each ``Resize`` whose meaning ``resize2d`` can carry into that
 form: full-rank constant ``sizes`` (the output shape the ONNX specification gives, with
 ``axes`` and ``keep_aspect_ratio_policy`` applied), no ``axes`` or policy, ``half_pixel``
-for a ``half_pixel_symmetric`` that equals it, no unread ``roi``. A node whose meaning the
-importer would change is refused with :class:`ResizeRefusal`, naming the input or attribute:
-an ``antialias`` downsampling, scales whose sampling differs from ``out / in`` (compared
-table by table: the input positions, and for ``linear`` their weights; for ``cubic`` the
-source coordinates), a batch or channel resize, scales or sizes that are not constants.
+for a ``half_pixel_symmetric`` that equals it, no unread ``roi``. Whether it can is decided
+axis by axis, table by table: the input positions (and for ``linear`` their weights; for
+``cubic`` the source coordinates) at the node's scale against those at ``out / in``.
+
+A ``nearest`` or ``linear`` node whose tables differ is written out at the ONNX level as the
+same reads :mod:`tvm_icca.frontend.resize_rewrites` gives a ``resize2d`` (its tables at the
+node's own scales, :func:`~tvm_icca.frontend.resize_rewrites.axis_resizes`): a ``Slice``, a
+``Gather`` of constant positions, or a ``Gather`` of both taps, a ``Mul`` by constant weights
+and a ``ReduceSum`` over the taps. The importer reads those as ``strided_slice``, ``take``,
+``multiply`` and ``sum``, which the chip runs (a ``repeat`` is a ``Gather`` here: ONNX has no
+repeat). Any other node the importer would change is refused with :class:`ResizeRefusal`,
+naming the input or attribute: an ``antialias`` downsampling, a ``cubic`` one at such scales,
+a batch or channel resize, scales or sizes that are not constants.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
 from tvm_icca.frontend.onnx_prepare import inferred_types
-from tvm_icca.frontend.resize_rewrites import linear_taps, nearest_indices, source_coordinates
+from tvm_icca.frontend.resize_rewrites import (
+    axis_resizes,
+    linear_taps,
+    nearest_indices,
+    ordered_reads,
+    source_coordinates,
+)
 
 if TYPE_CHECKING:  # onnx is imported lazily: `import tvm` autoloads this package
     import onnx
@@ -45,9 +60,27 @@ _DEFAULT_DOMAINS = ("", "ai.onnx")
 #: The first opset whose ``Resize`` has the inputs ``X, roi, scales, sizes`` and the
 #: coordinate transformation modes (opset 10's reads ``X, scales``; TVM reads only the former).
 _FIRST_OPSET = 11
+#: The first opset whose ``ReduceSum`` reads its axes as an input (before: an attribute).
+_REDUCE_AXES_INPUT = 13
 #: The ranks TVM's importer resizes (resize1d, resize2d, resize3d); the first two axes are
 #: batch and channels.
 _RANKS = (3, 4, 5)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A ``Resize`` node read: its data (name, ONNX element type, shape), per axis its output
+    extent and scale, per spatial axis its region of interest, and its modes."""
+
+    x: str
+    elem_type: int
+    shape: tuple[int, ...]
+    out: list[int]
+    scales: list[float]
+    rois: list[tuple[float, float]]
+    mode: str
+    coordinate_mode: str
+    nearest_mode: str
 
 
 class ResizeRefusal(Exception):
@@ -80,7 +113,7 @@ def prepare_resizes(model: "onnx.ModelProto", *, in_place: bool = False) -> "onn
     types = inferred_types(model)
     replacements: dict[int, list["onnx.NodeProto"]] = {}
     for node in resizes:
-        new = _prepared(node, constants, types)
+        new = _prepared(node, constants, types, opset)
         if new is not None:
             replacements[id(node)] = new
     if not replacements:
@@ -121,8 +154,8 @@ def _text(value: object, default: str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _prepared(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray],
-              types: Mapping) -> list["onnx.NodeProto"] | None:
+def _prepared(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray], types: Mapping,
+              opset: int) -> list["onnx.NodeProto"] | None:
     """The nodes that replace ``node`` (a constant ``sizes``, then the node rewritten), or
     None when it stays as it is; raises :class:`ResizeRefusal`."""
     inputs = list(node.input) + [""] * (4 - len(node.input))
@@ -161,16 +194,13 @@ def _prepared(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray],
         raise ResizeRefusal(node, (
             f"downsamples with antialias=1 (scales {_listed(scales)}): TVM's importer drops "
             "antialias and would resize without its filter; not imported"))
-    for axis in spatial:
-        axis_roi = (0.0, 1.0) if full_roi is None else (full_roi[axis], full_roi[rank + axis])
-        if not _same_sampling(mode, coordinate_mode, nearest_mode, shape[axis], out[axis],
-                              scales[axis], axis_roi):
-            raise ResizeRefusal(node, (
-                f"resizes axis {axis} from {shape[axis]} to {out[axis]} by scale "
-                f"{scales[axis]:.9g}, whose {coordinate_mode} sampling differs from the ratio "
-                f"{out[axis]}/{shape[axis]} of the sizes: TVM's importer keeps only the sizes "
-                "and would compute another result (give the node sizes, or scales whose "
-                "products with the input shape are whole)"))
+    rois = [(0.0, 1.0) if full_roi is None else (full_roi[a], full_roi[rank + a]) for a in spatial]
+    lossy = [a for a, roi in zip(spatial, rois) if not _same_sampling(
+        mode, coordinate_mode, nearest_mode, shape[a], out[a], scales[a], roi)]
+    if lossy:
+        read = _Read(x, types.get(x, (0, None))[0], tuple(shape), out, scales, rois, mode,
+                     coordinate_mode, nearest_mode)
+        return _written_out(node, read, lossy[0], opset)
     return _rewritten(node, attrs, out, roi_name if reads_roi else "",
                       full_roi if (reads_roi and len(roi) != 2 * rank) else None,
                       "half_pixel" if coordinate_mode == "half_pixel_symmetric" else coordinate_mode)
@@ -241,6 +271,74 @@ def _same_sampling(mode: str, coordinate_mode: str, nearest_mode: str, in_size: 
         (ids_a, w_a), (ids_b, w_b) = linear_taps(node, in_size), linear_taps(sizes, in_size)
         return np.array_equal(ids_a, ids_b) and np.array_equal(w_a, w_b)
     return np.array_equal(node, sizes)
+
+
+def _written_out(node: "onnx.NodeProto", read: _Read, lossy: int, opset: int
+                 ) -> list["onnx.NodeProto"]:
+    """The reads of :func:`tvm_icca.frontend.resize_rewrites.axis_resizes` at the node's own
+    scales, as ONNX nodes the importer reads as they mean (see the module), or
+    :class:`ResizeRefusal` when the resize is none of these (cubic, non-float data, a
+    ``tf_crop_and_resize`` that extrapolates). ``lossy``: an axis whose tables differ."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from onnx import helper, numpy_helper  # pylint: disable=import-outside-toplevel
+
+    shape, out, scale = read.shape, read.out, read.scales
+    problem = (f"resizes axis {lossy} from {shape[lossy]} to {out[lossy]} by scale "
+               f"{scale[lossy]:.9g}, whose {read.coordinate_mode} sampling differs from the "
+               f"ratio {out[lossy]}/{shape[lossy]} of the sizes TVM's importer keeps")
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(read.elem_type) if read.elem_type else None
+    floating = dtype is not None and (dtype.kind == "f" or dtype.name == "bfloat16")
+    if read.mode not in ("nearest", "linear") or not floating:
+        raise ResizeRefusal(node, (
+            f"{problem}, so it would compute another result, and a {read.mode} resize of "
+            f"{dtype or 'untyped'} data is not written out for it (give the node sizes, or "
+            "scales whose products with the input shape are whole)"))
+    spatial = list(range(2, len(shape)))
+    coords = [source_coordinates(read.coordinate_mode, shape[a], out[a], scale[a], roi)
+              for a, roi in zip(spatial, read.rois)]
+    if read.coordinate_mode == "tf_crop_and_resize" and any(
+            np.any((c < 0) | (c > shape[a] - 1)) for a, c in zip(spatial, coords)):
+        raise ResizeRefusal(node, (
+            f"{problem}, and samples outside its input, where it writes extrapolation_value: "
+            "not imported"))
+    reads = axis_resizes([shape[a] for a in spatial], [out[a] for a in spatial], spatial,
+                         read.mode, read.coordinate_mode, read.nearest_mode, read.rois,
+                         [scale[a] for a in spatial])
+    stem, made = node.output[0], []
+
+    def constant(value: np.ndarray) -> str:
+        name = f"{stem}__icca_c{len(made)}"
+        made.append(helper.make_node("Constant", [], [name], name=f"{node.name}__c{len(made)}",
+                                     value=numpy_helper.from_array(value, name)))
+        return name
+
+    def emit(op_type: str, inputs: list[str], **attrs: object) -> str:
+        name = f"{stem}__icca_{len(made)}"
+        made.append(helper.make_node(op_type, inputs, [name], name=f"{node.name}__{len(made)}",
+                                     **attrs))
+        return name
+
+    current = read.x
+    slices, gathered, repeats = ordered_reads(reads)
+    if slices:
+        ints = lambda values: constant(np.asarray(values, np.int64))  # noqa: E731
+        current = emit("Slice", [current, ints([r.start for r in slices]),
+                                 ints([r.start + r.factor * (r.out_size - 1) + 1 for r in slices]),
+                                 ints([r.axis for r in slices]), ints([r.factor for r in slices])])
+    for r in gathered + repeats:  # a repeat is a gather too here (ONNX has no repeat)
+        current = emit("Gather", [current, constant(r.ids.astype(np.int64))], axis=r.axis)
+        if r.kind == "taps":
+            weights = r.weights.astype(dtype).reshape(r.weights.shape + (1,) * (len(shape) - 1 - r.axis))
+            current = emit("Mul", [current, constant(weights)])
+            if opset >= _REDUCE_AXES_INPUT:
+                current = emit("ReduceSum", [current, constant(np.asarray([r.axis + 1], np.int64))],
+                               keepdims=0)
+            else:
+                current = emit("ReduceSum", [current], axes=[r.axis + 1], keepdims=0)
+    if current == read.x:
+        emit("Identity", [read.x])
+    made[-1].output[0] = stem
+    return made
 
 
 def _listed(values: list[float]) -> str:

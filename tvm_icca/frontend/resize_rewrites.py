@@ -73,6 +73,7 @@ __all__ = [
     "decompose_resize",
     "linear_taps",
     "nearest_indices",
+    "ordered_reads",
     "resize_reason",
     "source_coordinates",
 ]
@@ -203,15 +204,18 @@ def _classified(axis: int, in_size: int, ids: np.ndarray) -> AxisResize:
 
 def axis_resizes(in_sizes: Sequence[int], out_sizes: Sequence[int], axes: Sequence[int],
                  method: str, coordinate_mode: str, nearest_mode: str,
-                 rois: Sequence[tuple[float, float]]) -> list[AxisResize]:
+                 rois: Sequence[tuple[float, float]],
+                 scales: Sequence[float | None] | None = None) -> list[AxisResize]:
     """The per-axis reads of a resize of axes ``axes`` from ``in_sizes`` to ``out_sizes``
-    (``method`` ``"nearest"`` or ``"linear"``; see the module). A linear table whose every
-    output reads one input with weight 1 is read as nearest."""
+    (``method`` ``"nearest"`` or ``"linear"``; see the module), at ``scales`` (by default,
+    and where one is ``None``, ``out / in``: :func:`source_coordinates`). A linear table whose
+    every output reads one input with weight 1 is read as nearest."""
     out = []
-    for axis, n, m, roi in zip(axes, in_sizes, out_sizes, rois):
+    scales = [None] * len(axes) if scales is None else scales
+    for axis, n, m, roi, scale in zip(axes, in_sizes, out_sizes, rois, scales):
         # (an axis kept at its size is no special case: its table is the identity in every
         # mode but tf_half_pixel_for_nn and tf_crop_and_resize, which shift it)
-        coords = source_coordinates(coordinate_mode, n, m, roi=roi)
+        coords = source_coordinates(coordinate_mode, n, m, scale=scale, roi=roi)
         if method == "nearest":
             out.append(_classified(axis, n, nearest_indices(coords, nearest_mode, n)))
             continue
@@ -222,6 +226,19 @@ def axis_resizes(in_sizes: Sequence[int], out_sizes: Sequence[int], axes: Sequen
         else:
             out.append(AxisResize(axis, n, m, "taps", ids, weights))
     return out
+
+
+def ordered_reads(reads: Sequence[AxisResize]) -> tuple[list[AxisResize], list[AxisResize],
+                                                         list[AxisResize]]:
+    """The order a resize's axes are read in: the slices first (what only shrinks, one
+    operator for all of them), then the gathered axes (``"gather"``, ``"taps"``), the one that
+    grows the tensor least first, then the repeats (what only grows). Identity axes are not
+    read. Each axis's table is a function of its own output position, so any order gives the
+    same values; this one keeps the intermediate tensors smallest."""
+    slices = [r for r in reads if r.kind == "slice"]
+    gathered = sorted((r for r in reads if r.kind in ("gather", "taps")),
+                      key=lambda r: r.out_size / r.in_size)
+    return slices, gathered, [r for r in reads if r.kind == "repeat"]
 
 
 # -- Relax ------------------------------------------------------------------------------------
@@ -314,17 +331,15 @@ def decompose_resize(call: relax.Call) -> relax.Expr | None:
     reads = axis_resizes([shape[a] for a in read.axes], read.out_sizes, read.axes,
                          read.method, read.coordinate_mode, read.nearest_mode, read.rois)
     x = read.data
-    slices = [r for r in reads if r.kind == "slice"]
-    if slices:  # first: what only shrinks, in one operator
+    slices, gathered, repeats = ordered_reads(reads)
+    if slices:
         x = relax.op.strided_slice(
             x, [r.axis for r in slices], [r.start for r in slices],
             [r.start + r.factor * (r.out_size - 1) + 1 for r in slices],
             [r.factor for r in slices])
-    # gathered axes, the one that grows the tensor least first
-    for r in sorted((r for r in reads if r.kind in ("gather", "taps")),
-                    key=lambda r: r.out_size / r.in_size):
+    for r in gathered:
         x = _gathered(x, r, read.dtype, len(shape))
-    for r in (r for r in reads if r.kind == "repeat"):  # last: what only grows
+    for r in repeats:
         x = relax.op.repeat(x, r.factor, axis=r.axis)
     return x
 
