@@ -123,7 +123,9 @@ def partition_for_icca(
         norms are always rewritten first (:mod:`tvm_icca.frontend.conv_rewrites`).
         Written-out activations (ReLU6 as ``call_tir`` max/min, GELU with erf or tanh, SiLU)
         are then given their Relax ops back (:class:`tvm_icca.frontend.rewrites.RecognizeActivations`),
-        as are RMS norm and layer norm written out (:class:`tvm_icca.frontend.rewrites.RecognizeNorms`).
+        as are RMS norm and layer norm written out (:class:`tvm_icca.frontend.rewrites.RecognizeNorms`);
+        a ``resize2d`` becomes repeats, slices, takes and tap sums
+        (:class:`tvm_icca.frontend.resize_rewrites.DecomposeResize`).
     bind_constants : bool
         Keep constants (weights) inside the composite functions, so the region compiler can
         bake them into the device program. By default they become region parameters: device
