@@ -44,8 +44,9 @@ Numerics: nearest, repeat, slice and take copy values exactly. The linear weight
 rounds twice per axis in the data's dtype (the product, then the two-term sum), against
 ``onnx.reference``'s float64 sum rounded once: a float32 result is within a few units in the
 last place of the larger term. Two taps that read the same input (a clamped border) are
-merged into one weight, and a zero-weight tap is not read: its value could only matter were
-it infinite or NaN.
+merged into one weight, and a linear axis whose every output reads one input with weight 1
+(whole source coordinates: ``asymmetric`` downsampling by 2) is read as nearest: its
+zero-weight taps could only matter were they infinite or NaN.
 
 Stays on the host, with the reason (:func:`resize_reason`): cubic interpolation, a
 ``tf_crop_and_resize`` that samples outside its input (where it writes
