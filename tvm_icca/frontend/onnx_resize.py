@@ -109,7 +109,7 @@ def prepare_resizes(model: "onnx.ModelProto", *, in_place: bool = False) -> "onn
     resizes = [n for n in graph.node if n.op_type == "Resize" and n.domain in _DEFAULT_DOMAINS]
     if not resizes or opset < _FIRST_OPSET:
         return model
-    constants = _constants(graph)
+    constants = _constants(graph, {name for n in resizes for name in n.input[1:] if name})
     types = inferred_types(model)
     replacements: dict[int, list["onnx.NodeProto"]] = {}
     for node in resizes:
@@ -128,14 +128,16 @@ def prepare_resizes(model: "onnx.ModelProto", *, in_place: bool = False) -> "onn
     return model
 
 
-def _constants(graph: "onnx.GraphProto") -> dict[str, np.ndarray]:
-    """Constant tensors by name: initializers that are no graph input, ``Constant`` nodes."""
+def _constants(graph: "onnx.GraphProto", names: set[str]) -> dict[str, np.ndarray]:
+    """The constant tensors among ``names`` (initializers that are no graph input,
+    ``Constant`` nodes), by name; only those are read (not a model's weights)."""
     import onnx  # pylint: disable=import-outside-toplevel
 
     inputs = {i.name for i in graph.input}
-    out = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer if t.name not in inputs}
+    out = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer
+           if t.name in names and t.name not in inputs}
     for node in graph.node:
-        if node.op_type == "Constant" and node.domain in _DEFAULT_DOMAINS:
+        if node.op_type == "Constant" and node.domain in _DEFAULT_DOMAINS and node.output[0] in names:
             for attr in node.attribute:
                 if attr.name == "value":
                     out[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
