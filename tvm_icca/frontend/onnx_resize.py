@@ -128,19 +128,32 @@ def prepare_resizes(model: "onnx.ModelProto", *, in_place: bool = False) -> "onn
     return model
 
 
-def _constants(graph: "onnx.GraphProto", names: set[str]) -> dict[str, np.ndarray]:
+class _Constants(dict):
+    """Constant tensors by name, and ``unread``: the names of ``Constant`` nodes in another
+    form than ``value`` (``load_onnx``'s folding rewrites them to it; without folding they
+    are left to the importer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unread: set[str] = set()
+
+
+def _constants(graph: "onnx.GraphProto", names: set[str]) -> _Constants:
     """The constant tensors among ``names`` (initializers that are no graph input,
     ``Constant`` nodes), by name; only those are read (not a model's weights)."""
     import onnx  # pylint: disable=import-outside-toplevel
 
     inputs = {i.name for i in graph.input}
-    out = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer
-           if t.name in names and t.name not in inputs}
+    out = _Constants()
+    out.update((t.name, onnx.numpy_helper.to_array(t)) for t in graph.initializer
+               if t.name in names and t.name not in inputs)
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in _DEFAULT_DOMAINS and node.output[0] in names:
-            for attr in node.attribute:
-                if attr.name == "value":
-                    out[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is None:
+                out.unread.add(node.output[0])
+            else:
+                out[node.output[0]] = onnx.numpy_helper.to_array(value)
     return out
 
 
@@ -156,7 +169,7 @@ def _text(value: object, default: str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _prepared(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray], types: Mapping,
+def _prepared(node: "onnx.NodeProto", constants: _Constants, types: Mapping,
               opset: int) -> list["onnx.NodeProto"] | None:
     """The nodes that replace ``node`` (a constant ``sizes``, then the node rewritten), or
     None when it stays as it is; raises :class:`ResizeRefusal`."""
@@ -167,6 +180,8 @@ def _prepared(node: "onnx.NodeProto", constants: Mapping[str, np.ndarray], types
         return None  # no static shape to resize: the importer decides
     for what, name in (("scales", scales_name), ("sizes", sizes_name)):
         if name and name not in constants:
+            if name in constants.unread:
+                return None  # a Constant in a form not read here: the importer decides
             raise ResizeRefusal(node, (
                 f"reads its {what} from '{name}', which is not a constant: TVM's importer needs "
                 "the output size of a resize when it imports (make it an initializer, or bind "
