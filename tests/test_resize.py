@@ -377,6 +377,15 @@ def test_scales_the_sizes_do_not_carry_are_written_out_and_exact(mode, scales) -
     np.testing.assert_allclose(got, want, **FP32)
 
 
+@pytest.mark.parametrize("fold_constants", [True, False])
+def test_the_callers_model_is_left_as_it_was(fold_constants) -> None:
+    model = _resize_model([1, 2, 5, 6], [1, 1, 1.7, 0.7], mode="linear")
+    before = model.SerializeToString()
+    with contextlib.redirect_stderr(io.StringIO()):
+        tvm_icca.load_onnx(model, fold_constants=fold_constants)
+    assert model.SerializeToString() == before
+
+
 def test_a_batch_resize_is_refused_at_import() -> None:
     model = _resize_model([1, 2, 3, 3], [2, 1, 1, 1], mode="nearest")
     with pytest.raises(tvm_icca.ModelImportError, match=r"resizes axis 0 \(batch\) from 1 to 2"):

@@ -106,23 +106,24 @@ def prepare_resizes(model: "onnx.ModelProto", *, in_place: bool = False) -> "onn
 
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in _DEFAULT_DOMAINS), 1)
-    resizes = [n for n in graph.node if n.op_type == "Resize" and n.domain in _DEFAULT_DOMAINS]
+    resizes = {k: n for k, n in enumerate(graph.node)
+               if n.op_type == "Resize" and n.domain in _DEFAULT_DOMAINS}
     if not resizes or opset < _FIRST_OPSET:
         return model
-    constants = _constants(graph, {name for n in resizes for name in n.input[1:] if name})
+    constants = _constants(graph, {name for n in resizes.values() for name in n.input[1:] if name})
     types = inferred_types(model)
     replacements: dict[int, list["onnx.NodeProto"]] = {}
-    for node in resizes:
+    for k, node in resizes.items():
         new = _prepared(node, constants, types, opset)
         if new is not None:
-            replacements[id(node)] = new
+            replacements[k] = new
     if not replacements:
         return model
     if not in_place:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
-        return prepare_resizes(copy, in_place=True)
-    nodes = [m for n in graph.node for m in replacements.get(id(n), [n])]
+        model, graph = copy, copy.graph
+    nodes = [m for k, n in enumerate(graph.node) for m in replacements.get(k, [n])]
     del graph.node[:]
     graph.node.extend(nodes)
     return model
@@ -325,20 +326,21 @@ def _written_out(node: "onnx.NodeProto", read: _Read, lossy: int, opset: int
 
     def constant(value: np.ndarray) -> str:
         name = f"{stem}__icca_c{len(made)}"
-        made.append(helper.make_node("Constant", [], [name], name=f"{node.name}__c{len(made)}",
+        made.append(helper.make_node("Constant", [], [name], name=name,
                                      value=numpy_helper.from_array(value, name)))
         return name
 
     def emit(op_type: str, inputs: list[str], **attrs: object) -> str:
         name = f"{stem}__icca_{len(made)}"
-        made.append(helper.make_node(op_type, inputs, [name], name=f"{node.name}__{len(made)}",
-                                     **attrs))
+        made.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
         return name
+
+    def ints(values: list[int]) -> str:
+        return constant(np.asarray(values, np.int64))
 
     current = read.x
     slices, gathered, repeats = ordered_reads(reads)
     if slices:
-        ints = lambda values: constant(np.asarray(values, np.int64))  # noqa: E731
         current = emit("Slice", [current, ints([r.start for r in slices]),
                                  ints([r.start + r.factor * (r.out_size - 1) + 1 for r in slices]),
                                  ints([r.axis for r in slices]), ints([r.factor for r in slices])])
@@ -348,13 +350,14 @@ def _written_out(node: "onnx.NodeProto", read: _Read, lossy: int, opset: int
             weights = r.weights.astype(dtype).reshape(r.weights.shape + (1,) * (len(shape) - 1 - r.axis))
             current = emit("Mul", [current, constant(weights)])
             if opset >= _REDUCE_AXES_INPUT:
-                current = emit("ReduceSum", [current, constant(np.asarray([r.axis + 1], np.int64))],
-                               keepdims=0)
+                current = emit("ReduceSum", [current, ints([r.axis + 1])], keepdims=0)
             else:
                 current = emit("ReduceSum", [current], axes=[r.axis + 1], keepdims=0)
     if current == read.x:
         emit("Identity", [read.x])
-    made[-1].output[0] = stem
+    last = made[-1]  # computes the node's output, under its name
+    last.output[0] = stem
+    last.name = node.name
     return made
 
 
@@ -373,11 +376,11 @@ def _rewritten(node: "onnx.NodeProto", attrs: dict, out: list[int], roi_name: st
     stem = node.output[0]
     made = []
     sizes_name = f"{stem}__icca_sizes"
-    made.append(helper.make_node("Constant", [], [sizes_name], name=f"{node.name}__sizes",
+    made.append(helper.make_node("Constant", [], [sizes_name], name=sizes_name,
                                  value=numpy_helper.from_array(np.asarray(out, np.int64), sizes_name)))
     if full_roi is not None:
         roi_name = f"{stem}__icca_roi"
-        made.append(helper.make_node("Constant", [], [roi_name], name=f"{node.name}__roi",
+        made.append(helper.make_node("Constant", [], [roi_name], name=roi_name,
                                      value=numpy_helper.from_array(np.asarray(full_roi, np.float32),
                                                                    roi_name)))
     kept = {k: v for k, v in attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
