@@ -215,14 +215,21 @@ def test_integer_nearest_upsampling_is_one_relayout_without_a_gather() -> None:
     assert x.gather is None and all(i.is_simple for i in x.indices)
 
 
-def test_round_rounds_half_to_even_as_tvm_does() -> None:
-    """resize2d's own ``round`` (not an ONNX mode): align_corners 3 -> 5 samples at
-    0, 0.5, 1, 1.5, 2, whose halves go to the even neighbour, as on TVM's llvm build."""
-    mod = _resize_module((1, 2, 3, 3), (5, 5), "nearest_neighbor", "align_corners", "round")
+@pytest.mark.parametrize("mode, nearest, rows", [
+    # resize2d's own ``round`` (no ONNX mode): align_corners 3 -> 5 samples at 0, 0.5, 1,
+    # 1.5, 2, whose halves go to the even neighbour
+    ("align_corners", "round", [0, 0, 1, 2, 2]),
+    # tf_half_pixel_for_nn (ONNX opsets 11-12; onnx.reference no longer reads it): 3 -> 5
+    # samples at (x + 0.5) * 3/5 = 0.3, 0.9, 1.5, 2.1, 2.7
+    ("tf_half_pixel_for_nn", "round_prefer_ceil", [0, 1, 2, 2, 2]),
+])
+def test_modes_onnx_reference_lacks_match_tvm(mode, nearest, rows) -> None:
+    """Against TVM's llvm build of the same resize2d."""
+    mod = _resize_module((1, 2, 3, 3), (5, 5), "nearest_neighbor", mode, nearest)
     x = RNG.standard_normal((1, 2, 3, 3)).astype(np.float32)
     want = relax.VirtualMachine(reference_build(mod), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     assert np.array_equal(_on_chip(mod, x), want)
-    assert np.array_equal(want[0, 0, :, 0], x[0, 0, [0, 0, 1, 2, 2], 0])
+    assert np.array_equal(want[0, 0, :, 0], x[0, 0, rows, 0])
 
 
 @pytest.mark.parametrize("shape, size, method, mode, attrs, said", [
