@@ -88,7 +88,7 @@ COORDINATE_MODES: tuple[str, ...] = (
 #: How ``nearest`` picks between the two input positions around a source coordinate: the
 #: ONNX ``nearest_mode`` values, and ``resize2d``'s ``round`` (half to even).
 NEAREST_MODES: tuple[str, ...] = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "round")
-#: ``resize2d`` methods rewritten here: pattern of the method -> ONNX mode.
+#: ``resize2d`` methods rewritten here -> the ONNX mode of the same name.
 _METHODS = {"nearest_neighbor": "nearest", "linear": "linear"}
 _FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 _OP = "relax.image.resize2d"
