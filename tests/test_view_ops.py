@@ -77,6 +77,11 @@ VIEWS = {
     "expand_dims": ((3, 5), lambda x: op.expand_dims(x, [1]), lambda x: x[:, None]),
     "squeeze": ((3, 1, 5), lambda x: op.squeeze(x, [1]), lambda x: x[:, 0]),
     "broadcast_to": ((3, 1), lambda x: op.broadcast_to(x, (4, 3, 5)), lambda x: np.broadcast_to(x, (4, 3, 5))),
+    "repeat": ((3, 4), lambda x: op.repeat(x, 3, axis=1), lambda x: np.repeat(x, 3, axis=1)),
+    "repeat_twice": ((2, 3, 2), lambda x: op.repeat(op.repeat(x, 2, axis=0), 3, axis=-1),
+                     lambda x: np.repeat(np.repeat(x, 2, axis=0), 3, axis=-1)),
+    "repeat_one_axis_twice": ((3, 2), lambda x: op.repeat(op.repeat(x, 2, axis=1), 3, axis=1),
+                              lambda x: np.repeat(np.repeat(x, 2, axis=1), 3, axis=1)),
 }
 
 
@@ -91,6 +96,15 @@ def test_view_op_on_the_device_matches_numpy(exprs, name, data) -> None:
     x = RNG.standard_normal(shape).astype(np.float32)
     (y,) = SimulatedDevice(HW16).run(one_op_program(expr, plan, HW16), [x])
     assert np.array_equal(y, ref(x))  # data only moves: exact
+
+
+def test_repeat_reads_its_input_through_plain_axes() -> None:
+    """``x[h // r]`` with ``h = h0*r + h1`` is ``x[h0]``: an affine read, no gather."""
+    expr = extract_op(rfunc((2, 3), lambda x: op.repeat(op.repeat(x, 2, axis=0), 4, axis=1))).expr
+    (x,) = expr.inputs
+    assert x.gather is None and all(i.is_simple for i in x.indices)
+    assert [len(i.terms) for i in expr.output.indices] == [2, 2]
+    assert [a.extent for a in expr.axes] == [2, 2, 3, 4]
 
 
 def test_merge_reshape_plans_split_only_the_outer_axis() -> None:

@@ -8,8 +8,11 @@
   TVM imports (its importer has no converter for them);
 * :mod:`.onnx_loader` -- :func:`load_onnx`: preparation + TVM's ONNX importer, with one clear
   :class:`~runtime_sim.contract.errors.ModelImportError` for every failure;
+* :mod:`.onnx_resize` -- ONNX ``Resize`` nodes in the form TVM's importer reads as they mean;
 * :mod:`.rewrites`, :mod:`.conv_rewrites` -- Relax rewrites that give written-out activations
-  and norms their ops back and fold inference batch norms (run by the partitioner).
+  and norms their ops back and fold inference batch norms (run by the partitioner);
+* :mod:`.resize_rewrites` -- ``resize2d`` as repeats, slices, takes by constant per-axis
+  tables and tap sums (run by the partitioner).
 
 May import TVM, onnx and :mod:`runtime_sim.contract` (errors). Start at :mod:`.onnx_loader`.
 """

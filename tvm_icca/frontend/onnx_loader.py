@@ -30,6 +30,7 @@ from tvm_icca.frontend.onnx_inputs import (
 )
 from tvm_icca.frontend.onnx_conv_transpose import explicit_conv_transpose_pads
 from tvm_icca.frontend.onnx_prepare import describe_node, prepare_onnx
+from tvm_icca.frontend.onnx_resize import ResizeRefusal, prepare_resizes
 from tvm_icca.frontend.recurrent import has_recurrent, unroll_recurrent
 
 #: Module attribute :func:`load_onnx` stamps: the model's ONNX op types, with which the
@@ -199,7 +200,10 @@ def load_onnx(
         attribute or input the unrolling does not compute (named), or uses an op TVM cannot
         import; a failure inside TVM's importer names the ONNX node (its name and op type). Also a
         ``shape_dict`` that names no input or contradicts one, and (unless ``allow_symbolic``)
-        inputs left with symbolic dimensions.
+        inputs left with symbolic dimensions. A ``Resize`` node TVM's importer would read with
+        another meaning (an ``antialias`` downsampling, scales whose sampling the output sizes
+        do not carry: :mod:`tvm_icca.frontend.onnx_resize`, which puts the others in the form the
+        importer reads).
     """
     model, label, checked = _read_model(source)
     import onnx  # pylint: disable=import-outside-toplevel
@@ -244,18 +248,26 @@ def load_onnx(
     if fold_constants:
         model = prepare_onnx(model, shapes, fold_initializers=not keep_params_in_input,
                              in_place=owned)
+        owned = True  # prepare_onnx's copy, when not the reader's
     # TVM's importer drops ConvTranspose's output_shape: the pads it means, per the spec
-    model = explicit_conv_transpose_pads(model, shapes, in_place=owned or fold_constants, label=label)
+    padded = explicit_conv_transpose_pads(model, shapes, in_place=owned, label=label)
+    owned, model = owned or padded is not model, padded
     if has_recurrent(model):
         # after folding (a constant sequence_lens computed in the graph is a constant now);
         # the unrolled weight re-arrangements are then folded in turn
         try:
-            model = unroll_recurrent(model, None if fold_constants else shapes,
-                                     in_place=owned or fold_constants)
+            model = unroll_recurrent(model, None if fold_constants else shapes, in_place=owned)
         except ModelImportError as err:
             raise ModelImportError(f"cannot import {label}: {err}") from None
+        owned = True
         if fold_constants:
             model = prepare_onnx(model, fold_initializers=not keep_params_in_input, in_place=True)
+    try:
+        # after folding, which makes the scales and sizes computed from shapes constants
+        model = prepare_resizes(model, in_place=owned)
+    except ResizeRefusal as refusal:
+        raise ModelImportError(
+            f"cannot import {label}: {describe_node(refusal.node)} {refusal.reason}") from None
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             # from_onnx re-runs the checker and only warns (we already checked), and prints

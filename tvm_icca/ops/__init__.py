@@ -7,9 +7,11 @@ chip; the lowering (:mod:`tvm_icca.lower`) asks it *what* the call computes:
 * :mod:`.extracted_op` -- what reading an operator yields (tensor expression + input sources);
 * :mod:`.gather` -- embedding lookups (``take``): reason, pattern and TE reader;
 * :mod:`.data_movement` -- concat, split, strided slice and rotary embeddings;
-* :mod:`.views` -- reshape-like views as re-layouts;
+* :mod:`.views` -- reshape-like views and repeats as re-layouts;
 * :mod:`.padding` -- pad (constant, reflect, edge) as a (piecewise) affine re-layout;
 * :mod:`.conv_transpose` -- transposed convolutions as the convolutions of their output phases;
+* :mod:`.resize` -- the weighted tap sum of a linear resize (the rest of a resize is
+  re-layouts and takes);
 * :mod:`.relax_types` -- static shapes and sizes of Relax tensor types.
 
 A family's pieces sit in its one module; the per-core compute of an op kind is its template in

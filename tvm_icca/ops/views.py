@@ -17,6 +17,14 @@ come from TVM's own TE of the op (:mod:`tvm_icca.lower.te_to_expr`):
   merged dimension whole on every core (:func:`runtime_sim.contract.plan_rules.pinned_axes`), so each
   core's output is one contiguous block of the merged dimension.
 
+* A repeat (``relax.repeat``, each element ``r`` times along an axis: nearest upsampling by an
+  integer factor) reads ``x[.., h // r, ..]``. It iterates its repeated dimension over the
+  atoms ``(H, r)`` and writes it through the compound index ``h0*r + h1``; TVM's simplifier,
+  which knows the ranges of ``h0`` and ``h1``, turns ``(h0*r + h1) // r`` into ``h0``, an
+  affine read. The repeats of two axes (a nearest 2-D upsampling,
+  :mod:`tvm_icca.frontend.resize_rewrites`) are one composite, :func:`repeat_pattern`: one
+  re-layout writes the output once.
+
 Both reshape forms iterate over the *atoms* of the reshape (:func:`reshape_atoms`): the
 coarsest dimensions of which both the input and the output dimensions are row-major
 products. A reshape without them (``[6, 4] -> [4, 6]``: the 4 elements of an output row
@@ -26,14 +34,18 @@ reason in the partition report.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import tvm
 from tvm import relax
+from tvm.relax.backend.pattern_registry import Pattern
+from tvm.relax.dpl.pattern import is_op, wildcard
+from tvm.relax.transform import PatternCheckContext
 
 from tvm_icca.ops.relax_types import static_shape
 
-__all__ = ["RESHAPE_OPS", "VIEW_OPS", "output_atoms", "reshape_atoms", "view_reason"]
+__all__ = ["RESHAPE_OPS", "VIEW_OPS", "output_atoms", "repeat_atoms", "repeat_pattern",
+           "reshape_atoms", "view_reason"]
 
 #: View ops offloaded on their own: pattern suffix -> Relax op. ONNX Reshape, Flatten,
 #: Transpose, Unsqueeze, Squeeze and Expand import as these (TVM's ONNX frontend).
@@ -44,6 +56,7 @@ VIEW_OPS: dict[str, str] = {
     "expand_dims": "relax.expand_dims",
     "squeeze": "relax.squeeze",
     "broadcast_to": "relax.broadcast_to",
+    "repeat": "relax.repeat",
 }
 
 #: The view ops that re-read a row-major order under another shape.
@@ -78,13 +91,45 @@ def reshape_atoms(src: Sequence[int], dst: Sequence[int]) -> tuple[tuple[int, ..
     return tuple(atoms)
 
 
-def output_atoms(func: relax.Function) -> tuple[tuple[int, ...], ...] | None:
-    """Atoms of the output dimensions of ``func`` when its result is a reshape, else ``None``.
+def repeat_atoms(shape: Sequence[int], repeats: Sequence[tuple[int, int]]) -> tuple[tuple[int, ...], ...]:
+    """Per output dimension, its atoms after ``repeats`` (``(repeats, axis)`` pairs, applied
+    in order) of a tensor of ``shape``: a dimension of extent ``n`` repeated ``r`` then ``s``
+    times has the atoms ``(n, r, s)``, outermost first, and is read at its outermost atom."""
+    atoms = [(int(n),) for n in shape]
+    for r, axis in repeats:
+        atoms[axis] = atoms[axis] + (int(r),)
+    return tuple(atoms)
 
-    :mod:`tvm_icca.lower.te_to_expr` iterates a reshape over these axes, which turns the
-    div/mod of TVM's reshape TE into affine indices.
+
+def _repeats(call: relax.Call, bound: dict) -> tuple[relax.Expr, list[tuple[int, int]]] | None:
+    """The data under a chain of repeats ending in ``call`` (through the bindings ``bound``)
+    and the chain's ``(repeats, axis)``, innermost first; ``None`` if a repeat has no axis."""
+    chain: list[tuple[int, int]] = []
+    while isinstance(call, relax.Call) and _op_name(call) == "relax.repeat":
+        data = call.args[0]
+        if call.attrs.axis is None or static_shape(data.ty) is None:
+            return None
+        chain.append((int(call.attrs.repeats), int(call.attrs.axis) % len(static_shape(data.ty))))
+        call = bound.get(data, data)
+    return call, chain[::-1]
+
+
+def output_atoms(func: relax.Function) -> tuple[tuple[int, ...], ...] | None:
+    """Atoms of the output dimensions of ``func`` when its result is a reshape or a chain of
+    repeats, else ``None``.
+
+    :mod:`tvm_icca.lower.te_to_expr` iterates such an op over these axes, which turns the
+    div/mod of TVM's reshape TE and the floordiv of its repeat TE into affine indices.
     """
     call = _result_call(func)
+    if call is not None and _op_name(call) == "relax.repeat":
+        body = func.body
+        bound = {b.var: b.value for block in body.blocks for b in block.bindings}
+        chain = _repeats(call, bound)
+        if chain is None:
+            return None
+        data, repeats = chain
+        return repeat_atoms(static_shape(data.ty), repeats)
     if call is None or _op_name(call) not in RESHAPE_OPS:
         return None
     src, dst = static_shape(call.args[0].ty), static_shape(call.ty)
@@ -95,6 +140,8 @@ def output_atoms(func: relax.Function) -> tuple[tuple[int, ...], ...] | None:
 
 def view_reason(call: relax.Call) -> str | None:
     """Why the view op ``call`` cannot be a re-layout on the chip, or ``None`` if it can."""
+    if _op_name(call) == "relax.repeat" and call.attrs.axis is None:
+        return "repeat without an axis (of the flattened tensor) is not offloaded"
     if _op_name(call) not in RESHAPE_OPS:
         return None
     src, dst = static_shape(call.args[0].ty), static_shape(call.ty)
@@ -106,6 +153,16 @@ def view_reason(call: relax.Call) -> str | None:
             "(an output row straddles input rows), so it is not a re-layout of blocks"
         )
     return None
+
+
+def repeat_pattern(prefix: str, check: Callable[[PatternCheckContext], bool]) -> Pattern:
+    """``<prefix>.repeat_twice``: a repeat of a repeat (both axes of a nearest upsampling) as
+    one re-layout, accepted by ``check`` (the pattern table's operand check,
+    :mod:`tvm_icca.partition.patterns`)."""
+    data = wildcard()
+    inner = is_op("relax.repeat")(data)
+    root = is_op("relax.repeat")(inner)
+    return (f"{prefix}.repeat_twice", root, {"data": data, "inner": inner, "root": root}, check)
 
 
 # -- helpers ----------------------------------------------------------------------------------

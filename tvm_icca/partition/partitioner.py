@@ -34,6 +34,7 @@ from tvm_icca.frontend.empty_reductions import FoldEmptyReductions, refuse_empty
 from tvm_icca.frontend.group_norm import DecomposeGroupNorm
 from tvm_icca.frontend.onnx_loader import ONNX_OPS_ATTR
 from tvm_icca.frontend.pad_rewrites import RecognizePad
+from tvm_icca.frontend.resize_rewrites import DecomposeResize
 from tvm_icca.frontend.rewrites import RecognizeActivations, RecognizeNorms
 from tvm_icca.hardware_choice import (
     HardwareLike,
@@ -49,6 +50,7 @@ from tvm_icca.ops.mask_predicates import MasksAsPredicates
 from tvm_icca.partition.patterns import (
     CODEGEN_NAME,
     OFFLOADABLE_OPS,
+    REWRITTEN_OPS,
     checking_for,
     composite_label,
     get_icca_patterns,
@@ -122,7 +124,9 @@ def partition_for_icca(
         norms are always rewritten first (:mod:`tvm_icca.frontend.conv_rewrites`).
         Written-out activations (ReLU6 as ``call_tir`` max/min, GELU with erf or tanh, SiLU)
         are then given their Relax ops back (:class:`tvm_icca.frontend.rewrites.RecognizeActivations`),
-        as are RMS norm and layer norm written out (:class:`tvm_icca.frontend.rewrites.RecognizeNorms`).
+        as are RMS norm and layer norm written out (:class:`tvm_icca.frontend.rewrites.RecognizeNorms`);
+        a ``resize2d`` becomes repeats, slices, takes and tap sums
+        (:class:`tvm_icca.frontend.resize_rewrites.DecomposeResize`).
     bind_constants : bool
         Keep constants (weights) inside the composite functions, so the region compiler can
         bake them into the device program. By default they become region parameters: device
@@ -158,6 +162,7 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     passes += [RecognizeActivations(), RecognizeNorms()]
     passes.append(RecognizePad())  # ONNX Pad is an opaque call_tir of TVM's importer
     passes.append(DecomposeGroupNorm())  # its TE reads channels through div/mod
+    passes.append(DecomposeResize())  # its TE reads through floor of float coordinates
     passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
     # a transposed convolution the chip takes becomes the convolutions of its output phases
     passes.append(ConvTransposeAsConvs(lambda call: unsupported_reason(call, spec) is None))
@@ -471,7 +476,7 @@ def _host_reason(call: relax.Call, hw: HardwareSpec, whole_model: bool = False,
         # chip reads the results (a bool mask, integer ids) but computes in floating point
         return (f"integer or boolean result (dtype {call.ty.dtype}): index, position and mask "
                 "arithmetic stays on the host")
-    if name not in OFFLOADABLE_OPS:
+    if name not in OFFLOADABLE_OPS and name not in REWRITTEN_OPS:
         user = user_patterns_matching(call, var2val)
         if user:
             return _user_pattern_reason(call, user[0], hw, whole_model)

@@ -36,6 +36,7 @@ from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from runtime_sim.contract.errors import UnsupportedDtypeError
+from tvm_icca.frontend.resize_rewrites import resize_reason
 from tvm_icca.hardware_choice import HardwareSpec, current_hardware, use_hardware
 from tvm_icca.ops.attention import attention_pattern, predicate_calls
 from tvm_icca.ops.conv_transpose import CONV_TRANSPOSE_OPS, conv_transpose_reason
@@ -49,7 +50,8 @@ from tvm_icca.ops.data_movement import (
 from tvm_icca.ops.gather import GATHER_OPS, take_pattern, take_reason
 from tvm_icca.ops.normalization import instance_norm_patterns
 from tvm_icca.ops.padding import PAD_OPS, pad_pattern, pad_reason
-from tvm_icca.ops.views import VIEW_OPS, view_reason
+from tvm_icca.ops.resize import tap_sum_pattern
+from tvm_icca.ops.views import VIEW_OPS, repeat_pattern, view_reason
 
 __all__ = [
     "ACTIVATIONS",
@@ -58,6 +60,7 @@ __all__ = [
     "OFFLOADABLE_OPS",
     "POOL_OPS",
     "REDUCE_OPS",
+    "REWRITTEN_OPS",
     "UNARY_OPS",
     "VIEW_OPS",
     "checking_for",
@@ -132,6 +135,13 @@ OFFLOADABLE_OPS: frozenset[str] = frozenset(
      # (tvm_icca.ops.conv_transpose.ConvTransposeAsConvs, run by the partitioner)
      *CONV_TRANSPOSE_OPS.values()]
 )
+
+#: Relax ops no pattern offloads as they are, which a rewrite before partitioning turns into
+#: offloaded ops (:func:`tvm_icca.partition.partitioner.partition_for_icca` runs it): op -> why
+#: one stayed as it is (``None``: the rewrite takes it).
+REWRITTEN_OPS: dict[str, Callable[[relax.Call], str | None]] = {
+    "relax.image.resize2d": resize_reason,  # tvm_icca.frontend.resize_rewrites.DecomposeResize
+}
 
 # The chip the check functions judge against. Check functions are called back from C++ by
 # FuseOpsByPattern on the calling thread, so a context variable set around the pass reaches
@@ -336,6 +346,11 @@ def unsupported_reason(call: relax.Call, hw: HardwareSpec | None = None) -> str 
     """
     hw = hw if hw is not None else _check_hardware()
     name = _op_name(call)
+    if name in REWRITTEN_OPS:
+        reason = REWRITTEN_OPS[name](call)
+        return reason if reason is not None else (
+            f"{name} runs on the chip as the operators partition_for_icca rewrites it into, "
+            "and this call was not rewritten")
     if name not in OFFLOADABLE_OPS:
         return f"{name} has no ICCA implementation"
     operands = tensor_operands(call)
@@ -512,6 +527,8 @@ def _pattern_table() -> list[Pattern]:
     table += data_movement_patterns(CODEGEN_NAME, _check_ops)
     table.append(take_pattern(CODEGEN_NAME, _check_ops))
     table.append(pad_pattern(CODEGEN_NAME, _check_ops))
+    table.append(repeat_pattern(CODEGEN_NAME, _check_ops))  # before one repeat: one re-layout
+    table.append(tap_sum_pattern(CODEGEN_NAME, _check_ops))  # before its sum and multiply
     for anchor in ("matmul", "conv2d", "conv1d"):
         table += _anchor_patterns(anchor)
     table.append(rotary_embedding_pattern(CODEGEN_NAME, _check_ops))  # before its slices, concat, products
