@@ -69,7 +69,7 @@ from tvm_icca.dse.spec import DseSpec, hardware_fields, load_spec
 from tvm_icca.dse.worker import DOES_NOT_FIT, FAILED, OK, evaluate
 from tvm_icca.model_pass.plan_store import default_plan_cache_dir
 from tvm_icca.processes import STOP_SIGNALS, serve_parent, signals_blocked
-from tvm_icca.progress import ProgressLike, as_progress
+from tvm_icca.progress import ProgressLike, as_progress, bars_of_this_process_only
 from tvm_icca.provenance import current
 
 __all__ = ["ChipChange", "ChipChangedWarning", "DseRun", "SweepInterrupted", "describe_changes",
@@ -650,6 +650,7 @@ def _serve(conn: multiprocessing.connection.Connection, driver: int) -> None:
     or until the driver closes the pipe; stopped by the driver, never by a Ctrl-C meant for it,
     and ended with it (:func:`tvm_icca.processes.serve_parent`)."""
     serve_parent(driver)
+    bars_of_this_process_only()  # it is killed: no semaphore left for the resource tracker
     _start_worker()
     while True:
         try:
