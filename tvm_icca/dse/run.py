@@ -769,9 +769,11 @@ def _run_local(tasks: Sequence[dict[str, Any]], jobs: int,
                 on_row(row, sum(w.task is not None for w in workers))
         clean = True
     finally:
-        # stopped (a signal, an error): no running point is waited for, it has no row
-        for worker in workers:
-            worker.close(wait=clean)
+        # stopped (a signal, an error): no running point is waited for, it has no row; a
+        # first signal while they are closed stops the sweep once all are
+        with stop.held():
+            for worker in workers:
+                worker.close(wait=clean)
 
 
 # -- Ray ------------------------------------------------------------------------------------
@@ -907,9 +909,10 @@ def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
                 on_row(row, len(in_flight))
         clean = True
     finally:
-        if not clean:  # stopped: the points in flight stop on the cluster too (no row)
-            for ref in in_flight:
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref, force=True)
-        if started:
-            ray.shutdown()
+        with stop.held():
+            if not clean:  # stopped: the points in flight stop on the cluster too (no row)
+                for ref in in_flight:
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref, force=True)
+            if started:
+                ray.shutdown()
