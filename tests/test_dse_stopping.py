@@ -3,124 +3,37 @@
 whole and no process left behind; the same command then resumes to one row per point.
 
 Each stop is the command line (test_dse_run's tiny study, two plan groups on ``--jobs 2``: two
-worker processes) in its own session, with a marker in its environment that every process it
-starts inherits (workers, the plan scans they fork, the multiprocessing resource tracker): a
-live process carrying it after the command ended was left behind. The moments are drawn from
-a seeded generator: while Python starts, while the workers start, after a row. In-process
-stopping rules (the row being written is finished first, a second signal is the kernel's):
+worker processes) signalled by :func:`tvm_icca.testing.sweep_signals.stop_sweep`, which finds
+the processes it left by a marker in their environment. The moments are drawn from a seeded
+generator: while Python starts, while the workers start, after a row. In-process stopping
+rules (the row being written is finished first, a second signal is the kernel's):
 test_stopping_signals_*.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
-import uuid
 
-import psutil
 import pytest
 
 from test_dse_run import ROOT, _spec
 from tvm_icca.dse import expand, load_spec, read_rows, run
 from tvm_icca.dse.run import SweepInterrupted, stopping_signals
+from tvm_icca.testing.sweep_signals import stop_sweep
 
 pytestmark = pytest.mark.slow
 
 #: Seconds a stopped sweep may take to exit (issue 43: "within seconds"; measured 0.3-2 s on
 #: a loaded 2-core machine).
 STOP_S = 10.0
-#: Seconds its processes may take to be gone after it exited (killed ones are reaped at once;
-#: the resource tracker leaves when its pipe closes).
-GONE_S = 5.0
-#: Starts Python with SIGINT's default action whatever the test runner set (a runner or shell
-#: that ignores SIGINT passes that on through exec, and Python then keeps ignoring it, as
-#: `tvm-icca dse` does on purpose).
-LAUNCHER = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-            "os.execv(sys.executable, sys.argv[1:])")
 #: (moment, signal, sent to the process group as a terminal does, or to the driver alone as
-#: `kill PID` does), in the order run; the delays within each moment are drawn at random.
-MOMENTS = [("startup", signal.SIGINT, "group"), ("workers", signal.SIGTERM, "driver"),
+#: `kill PID` does), in the order run; the delays after each moment are drawn at random.
+MOMENTS = [("start", signal.SIGINT, "group"), ("workers", signal.SIGTERM, "driver"),
            ("workers", signal.SIGINT, "group"), ("row", signal.SIGINT, "driver")]
-
-
-def _marked(marker: str) -> list[psutil.Process]:
-    """Live (not zombie) processes whose environment carries ``marker``."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("TVM_ICCA_TEST_MARK") == marker \
-                    and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-def _whole_rows(path) -> int:
-    """The number of rows of a results file, each a whole JSON line."""
-    if not os.path.exists(path):
-        return 0
-    data = open(path, "rb").read()
-    assert not data or data.endswith(b"\n"), "a torn last row"
-    lines = data.splitlines()
-    assert all(isinstance(json.loads(line), dict) for line in lines)
-    return len(lines)
-
-
-def _wait_for(condition, proc, within: float = 120.0) -> None:
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            if condition():
-                return
-        except psutil.Error:  # a process that ended meanwhile
-            pass
-        assert proc.poll() is None, "the sweep ended before the moment came"
-        assert time.monotonic() < deadline, "the moment did not come"
-        time.sleep(0.02)
-
-
-def _stop_once(spec_path: str, results, moment: str, signum: int, target: str,
-               rng: random.Random) -> tuple[int, str, float]:
-    """Start the sweep, signal it at ``moment`` plus a random delay; (exit status, standard
-    error, seconds from the signal to the exit). Asserts nothing was left behind."""
-    marker = uuid.uuid4().hex
-    env = dict(os.environ, PYTHONPATH=ROOT, TVM_ICCA_TEST_MARK=marker)
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, sys.executable, "-m",
-                             "tvm_icca.cli", "dse", spec_path, "--jobs", "2", "--no-progress"],
-                            cwd=ROOT, env=env, start_new_session=True, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        if moment == "workers":  # the driver has spawned its first worker
-            _wait_for(lambda: any("spawn_main" in " ".join(c.cmdline())
-                                  for c in psutil.Process(proc.pid).children()), proc)
-        elif moment == "row":
-            rows = _whole_rows(results)
-            _wait_for(lambda: os.path.exists(results) and
-                      open(results, "rb").read().count(b"\n") > rows, proc)
-        time.sleep(rng.uniform(0.05, 1.0))
-        sent = time.monotonic()
-        (os.killpg if target == "group" else os.kill)(proc.pid, signum)
-        _, err = proc.communicate(timeout=STOP_S)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    deadline = time.monotonic() + GONE_S
-    while _marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = [" ".join(p.cmdline())[:120] for p in _marked(marker)]
-    for p in _marked(marker):
-        p.kill()
-    assert not left, f"left behind after {signal.Signals(signum).name} at {moment}: {left}"
-    return proc.returncode, err, took
 
 
 def test_signals_at_random_moments_stop_cleanly_and_the_sweep_resumes(tmp_path):
@@ -128,23 +41,27 @@ def test_signals_at_random_moments_stop_cleanly_and_the_sweep_resumes(tmp_path):
     spec_path = _spec(tmp_path)
     results = tmp_path / "tiny.jsonl"
     stopped_rows = []
-    for moment, signum, target in MOMENTS:
-        status, err, took = _stop_once(spec_path, results, moment, signum, target, rng)
+    for moment, signum, to in MOMENTS:
+        delay = rng.uniform(0.05, 1.0) if moment != "start" else rng.uniform(0.05, 1.5)
+        stopped = stop_sweep([spec_path, "--jobs", "2"], results, moment=moment, delay=delay,
+                             signum=signum, to=to, root=ROOT, cwd=ROOT, within=STOP_S)
         name = signal.Signals(signum).name
-        assert took < STOP_S
-        rows = _whole_rows(results)
-        if moment == "startup" and "dse stopped" not in err:
+        assert stopped.status is not None and stopped.seconds < STOP_S, stopped.stderr
+        assert not stopped.left, f"left behind after {name} at {moment}: {stopped.left}"
+        assert stopped.whole
+        if moment == "start" and "dse stopped" not in stopped.stderr:
             # Python still starting or importing TVM: its own end on an uncaught
             # KeyboardInterrupt (status -2; 1 while the interpreter initializes), nothing started
-            assert status in (-signum, 1) and "KeyboardInterrupt" in err and rows == 0, err
+            assert stopped.status in (-signum, 1) and "KeyboardInterrupt" in stopped.stderr
+            assert stopped.rows == 0
             continue
-        assert status == 128 + signum, err
-        line = err.strip().splitlines()[-1]
+        assert stopped.status == 128 + signum, stopped.stderr
+        line = stopped.last_line
         assert line.startswith(f"tvm-icca: dse stopped by {name}")
-        assert "run the same command again" in line or "run the same command to start" in line
+        assert "run the same command again" in line
         if moment == "row":
-            assert f"{rows} of 6 points have rows" in line and rows >= 1
-        stopped_rows.append(rows)
+            assert f"{stopped.rows} of 6 points have rows" in line and stopped.rows >= 1
+        stopped_rows.append(stopped.rows)
     assert stopped_rows == sorted(stopped_rows)  # a stop loses no row written before it
     before = read_rows(results)
     done = run(spec_path, jobs=1, progress=False)

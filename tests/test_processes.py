@@ -4,7 +4,8 @@ killed outright).
 
 Each case is a small script in its own session whose scans sleep (a scan that never ends on
 its own): the test signals it and looks, with psutil, for processes still carrying the
-marker its environment passed to every process it started.
+marker its environment passed to every process it started
+(:func:`tvm_icca.testing.sweep_signals.marked`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import uuid
 
 import psutil
 
+from tvm_icca.testing.sweep_signals import LAUNCHER, MARK, marked
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = textwrap.dedent("""
@@ -28,28 +31,9 @@ SCRIPT = textwrap.dedent("""
     map_in_workers(time.sleep, [60.0, 60.0], jobs=2)
     print("finished", flush=True)
 """)
-#: Starts Python with SIGINT's default action whatever the test runner set (a runner or shell
-#: that ignores SIGINT passes that on through exec, and Python would keep ignoring it).
-LAUNCHER = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-            "os.execv(sys.executable, sys.argv[1:])")
-
-
-def _marked(marker: str) -> list[psutil.Process]:
-    """Live processes whose environment carries ``marker``."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("TVM_ICCA_TEST_MARK") == marker \
-                    and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
 def _start(marker: str) -> tuple[subprocess.Popen, list[psutil.Process]]:
     """The script, once its two scans run."""
-    env = dict(os.environ, PYTHONPATH=ROOT, TVM_ICCA_TEST_MARK=marker)
+    env = dict(os.environ, PYTHONPATH=ROOT, **{MARK: marker})
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, sys.executable, "-c", SCRIPT],
                             env=env, cwd=ROOT, start_new_session=True, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -74,9 +58,9 @@ def _alive(proc: psutil.Process) -> bool:
 
 def _gone(marker: str, within: float = 5.0) -> bool:
     deadline = time.monotonic() + within
-    while _marked(marker) and time.monotonic() < deadline:
+    while marked(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return not _marked(marker)
+    return not marked(marker)
 
 
 def test_ctrl_c_is_the_parents_and_its_scans_end_at_once():
