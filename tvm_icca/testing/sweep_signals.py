@@ -221,7 +221,8 @@ def stop_sweep(dse_args: Sequence[str], results: "str | os.PathLike[str]", *, mo
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Signal a sweep ``--stops`` times at random moments; one JSON line per stop."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Arguments after -- go to tvm-icca dse.")
     parser.add_argument("spec", help="the study (copied to a fresh directory for each stop)")
     parser.add_argument("--stops", type=int, default=20)
     parser.add_argument("--signal", default="SIGINT", choices=["SIGINT", "SIGTERM", "SIGKILL"])
@@ -232,8 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--again-after", type=float, default=None,
                         help="send the signal a second time this many seconds later")
     parser.add_argument("--root", default=os.getcwd(), help="the tvm_icca checkout to run")
-    parser.add_argument("dse_args", nargs="*", help="after --: more arguments of tvm-icca dse")
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    dse_args = argv[argv.index("--") + 1:] if "--" in argv else []  # more for tvm-icca dse
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     rng = random.Random(args.seed)
     signum = getattr(signal, args.signal)
     for _ in range(args.stops):
@@ -242,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             spec = os.path.join(where, os.path.basename(args.spec))
             shutil.copy(args.spec, spec)
             results = os.path.join(where, os.path.splitext(os.path.basename(spec))[0] + ".jsonl")
-            stopped = stop_sweep([spec, *args.dse_args], results, moment="start",
+            stopped = stop_sweep([spec, *dse_args], results, moment="start",
                                  delay=rng.uniform(0.0, args.max_delay), signum=signum,
                                  to=args.to, root=args.root, cwd=where,
                                  again_after=args.again_after)
