@@ -210,8 +210,8 @@ def test_ray_gives_the_same_rows(reference, tmp_path, monkeypatch):
 
 
 def test_ray_addresses_that_cannot_be_used_say_why(tmp_path, monkeypatch):
-    """An address where nothing listens is said at once (``ray.init`` would retry for
-    minutes); a cluster that refuses the driver (a head of ``ray start --head`` with token
+    """An address where nothing listens (given, or ``RAY_ADDRESS`` for ``auto``) is said at
+    once (``ray.init`` would retry for minutes); a cluster that refuses the driver (a head of ``ray start --head`` with token
     authentication, and no ``RAY_AUTH_MODE=token`` here: Ray's bare ``ConnectionError`` after
     ``InvalidAuthToken``) is one error naming what to set."""
     ray = pytest.importorskip("ray")
@@ -226,6 +226,10 @@ def test_ray_addresses_that_cannot_be_used_say_why(tmp_path, monkeypatch):
     start = time.monotonic()
     with pytest.raises(IccaError, match=f"nothing answers at 127.0.0.1:{port}"):
         run(path, ray=f"127.0.0.1:{port}", progress=False, limit=1)
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")  # what --ray auto then joins
+    with pytest.raises(IccaError, match=f"nothing answers at 127.0.0.1:{port}"):
+        run(path, ray="auto", progress=False, limit=1)
+    monkeypatch.delenv("RAY_ADDRESS")
     assert time.monotonic() - start < 30
     calls = []
 

@@ -804,16 +804,20 @@ def _connect_ray(ray: Any, address: str) -> None:
 
     A head started by ``ray start --head`` uses token authentication when a token exists
     (``~/.ray/auth_token``, which a first ``ray.init`` writes). ``ray.init`` sends the token to
-    a cluster found through ``"auto"``, but to an explicit address only under
-    ``RAY_AUTH_MODE=token`` (its comment: "an explicit address (argument or RAY_ADDRESS) never
-    does" auto-enable it); the cluster then refuses the driver (``InvalidAuthToken``) and
-    ``ray.init`` gives up with a bare ``ConnectionError``, which is said here in words.
+    a cluster it finds itself (``"auto"`` without ``RAY_ADDRESS``), but to an explicit address
+    only under ``RAY_AUTH_MODE=token`` (its comment: "an explicit address (argument or
+    RAY_ADDRESS) never does" auto-enable it); the cluster then refuses the driver
+    (``InvalidAuthToken``) and ``ray.init`` gives up with a bare ``ConnectionError`` after
+    about 20 s, which is said here in words. Where nothing listens at an explicit address,
+    ``ray.init`` retries for minutes: a TCP connection is tried first
+    (:func:`_probe_ray_address`).
     """
     if address == "local":
         ray.init(address="local", log_to_driver=False)
         return
-    if address != "auto":
-        _probe_ray_address(address)
+    target = _explicit_ray_address(address)
+    if target:
+        _probe_ray_address(target)
     try:
         ray.init(address=address, log_to_driver=False)
     except ray.exceptions.AuthenticationError as err:  # RAY_AUTH_MODE=token, no token here
@@ -829,23 +833,34 @@ def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
+def _explicit_ray_address(address: str) -> str | None:
+    """The address ``ray.init(address=address)`` is given explicitly: ``address``, or for
+    ``"auto"`` a ``RAY_ADDRESS`` set in the environment (None: Ray looks for the cluster)."""
+    if address != "auto":
+        return address
+    return os.environ.get("RAY_ADDRESS") or None
+
+
 def _unreachable(address: str, err: BaseException) -> str:
     """Why ``ray.init(address=address)`` could not connect, and what to do."""
     said = _first_line(err)
-    if address == "auto":
+    target = _explicit_ray_address(address)
+    if not target:
         return (f"--ray auto found no Ray cluster to join ({said}): start one with "
                 "`ray start --head`, give its address, or run with --ray local")
+    where = target if target == address else f"{target} (RAY_ADDRESS)"
     if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
-        return (f"could not connect to the Ray cluster at {address} ({said}) with "
+        return (f"could not connect to the Ray cluster at {where} ({said}) with "
                 "RAY_AUTH_MODE=token: check that the token (RAY_AUTH_TOKEN, the file "
                 "RAY_AUTH_TOKEN_PATH names, or ~/.ray/auth_token) is the cluster's "
                 "(`ray get-auth-token` on its head prints it) and that the head runs there")
-    return (f"could not connect to the Ray cluster at {address} ({said}). A head started with "
+    return (f"could not connect to the Ray cluster at {where} ({said}). A head started with "
             "`ray start --head` wants a token when one exists on its machine (InvalidAuthToken "
             "above), and Ray sends one to an explicit address only when told: set "
             "RAY_AUTH_MODE=token here, with the cluster's token in RAY_AUTH_TOKEN, in the file "
             "RAY_AUTH_TOKEN_PATH names, or in ~/.ray/auth_token (`ray get-auth-token` on the head "
-            "prints it); on a node of the cluster, --ray auto does this by itself")
+            "prints it); on a node of the cluster, --ray auto without RAY_ADDRESS does this by "
+            "itself")
 
 
 def _probe_ray_address(address: str) -> None:
