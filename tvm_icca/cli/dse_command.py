@@ -158,6 +158,7 @@ def _run(args: argparse.Namespace) -> int:
                                   stopping_signals)
     from tvm_icca.dse.spec import load_spec
 
+    plan = None
     try:
         # from here on the first SIGINT or SIGTERM stops the sweep cleanly, a second at once
         with stopping_signals() as stop, warnings.catch_warnings():
@@ -169,11 +170,13 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"tvm-icca: note: {describe_changes(plan.changed)}", file=sys.stderr,
                       flush=True)
             stop.check()
-            done = plan if args.dry_run else run(
+            done = plan = plan if args.dry_run else run(
                 spec, jobs=args.jobs, ray=args.ray, progress=args.progress, results=args.results,
                 limit=args.limit, plan_cache=args.plan_cache)
             stop.check()
     except SweepInterrupted as stopped:
+        if stopped.summary is None:  # after the sweep's run (or its dry run) returned
+            stopped.summary = plan
         print(f"tvm-icca: {_stopped(stopped)}", file=sys.stderr, flush=True)
         return stopped.exit_status
     if args.dry_run:

@@ -246,13 +246,16 @@ class _Stop:
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        """A section a stop signal does not cut (appending a row): it raises after it."""
+        """A section a stop signal does not cut (appending a row): a first signal that comes
+        during it raises after it."""
+        before = self.signum
         self._held += 1
         try:
             yield
         finally:
             self._held -= 1
-        self.check()
+        if before is None:
+            self.check()
 
 
 @contextlib.contextmanager
@@ -401,17 +404,20 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
                     raise
                 # a library that took it (ray.wait) raised a plain KeyboardInterrupt of its own
                 raise SweepInterrupted(stop.signum) from None
+            finally:  # an interrupted run is recorded too: its rows are in the file
+                with stop.held():
+                    summary.wall_s = time.perf_counter() - start
+                    if scratch is not None:
+                        shutil.rmtree(scratch, ignore_errors=True)
+                    append_run(path, {**origin.to_dict(), "spec": spec.name,
+                                      "wall_s": summary.wall_s,
+                                      "points_wall_s": points_s["wall_s"],
+                                      "points_cpu_s": points_s["cpu_s"],
+                                      "counts": dict(summary.counts), "pending": len(tasks),
+                                      "jobs": jobs, "ray": ray})
     except SweepInterrupted as stopped:
         stopped.summary = summary
         raise
-    finally:  # an interrupted run is recorded too: its rows are in the file
-        summary.wall_s = time.perf_counter() - start
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
-        append_run(path, {**origin.to_dict(), "spec": spec.name, "wall_s": summary.wall_s,
-                          "points_wall_s": points_s["wall_s"], "points_cpu_s": points_s["cpu_s"],
-                          "counts": dict(summary.counts), "pending": len(tasks),
-                          "jobs": jobs, "ray": ray})
     return summary
 
 
