@@ -60,6 +60,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from typing import Any, Callable, Iterator, Sequence
 
 from runtime_sim.contract.errors import IccaError, InvalidSpecError
@@ -685,6 +686,10 @@ class _Worker:
         self.task: dict[str, Any] | None = None
         self.last_group: str | None = None
         self.rows = 0  # rows it returned
+        # the first spawn starts multiprocessing's resource tracker, and that start unblocks
+        # SIGINT and SIGTERM in this thread when done (SIG_UNBLOCK, not the mask it found):
+        # started first, it leaves the block below in place for the worker
+        resource_tracker.ensure_running()
         with signals_blocked():  # a signal meanwhile stops the sweep once the worker is known
             self.process.start()
             workers.append(self)
