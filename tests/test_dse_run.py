@@ -159,8 +159,6 @@ def test_dry_run_and_limit(tmp_path, capsys, monkeypatch):
     """``--dry-run`` lists the points; ``limit=1`` computes one, with ``jobs=1`` in this
     process: no worker is started, so no worker imports the caller's script (an unguarded
     script can sweep; its pool's error: test_script_without_main_guard)."""
-    import concurrent.futures
-
     path = _spec(tmp_path)
     assert main(["dse", path, "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -169,7 +167,7 @@ def test_dry_run_and_limit(tmp_path, capsys, monkeypatch):
     def no_worker(*args, **kwargs):
         raise AssertionError("jobs=1 started a sweep worker")
 
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_worker)
+    monkeypatch.setattr(sys.modules["tvm_icca.dse.run"], "_Worker", no_worker)
     monkeypatch.setattr(sys.modules["tvm_icca.dse.run"], "_run_local", no_worker)
     done = run(path, jobs=1, limit=1, progress=False)
     monkeypatch.undo()
