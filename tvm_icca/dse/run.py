@@ -897,15 +897,28 @@ def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
              scratch: str | None, stop: _Stop) -> None:
     ray = _import_ray()
     started = False
-    if not ray.is_initialized():
-        if not isinstance(address, str) or not address.strip():
-            raise IccaError(f"ray must be 'auto', 'local' or a cluster address, not {address!r}")
-        _connect_ray(ray, address.strip())
-        started = True
-        stop.install()  # ray.init put its own SIGTERM handler, which exits without cleaning up
     in_flight: dict[Any, dict[str, Any]] = {}
     clean = False
     try:
+        if not ray.is_initialized():
+            if not isinstance(address, str) or not address.strip():
+                raise IccaError(f"ray must be 'auto', 'local' or a cluster address, not "
+                                f"{address!r}")
+            if address.strip() == "local":
+                # the processes of a local instance (GCS, raylet, dashboard) share the
+                # driver's process group: they start with SIGINT blocked and leave a
+                # terminal's Ctrl-C to the driver (taking it, they ended under the driver's
+                # feet and the driver crashed at its exit, SIGSEGV); SIGTERM stays theirs,
+                # Ray's reaper ends them with it if the driver dies. A signal while they
+                # start stops the sweep once ray.init returned, then shuts them down whole.
+                with stop.held():
+                    with signals_blocked((signal.SIGINT,)):
+                        _connect_ray(ray, "local")
+                    started = True
+            else:
+                _connect_ray(ray, address.strip())
+                started = True
+            stop.install()  # ray.init put its own SIGTERM handler, which exits at once
         if scratch is not None and sum(1 for n in ray.nodes() if n.get("Alive")) > 1:
             # the run's temporary directory is on this machine only: no shared plan cache
             for task in tasks:
