@@ -904,20 +904,18 @@ def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
             if not isinstance(address, str) or not address.strip():
                 raise IccaError(f"ray must be 'auto', 'local' or a cluster address, not "
                                 f"{address!r}")
-            if address.strip() == "local":
-                # the processes of a local instance (GCS, raylet, dashboard) share the
-                # driver's process group: they start with SIGINT blocked and leave a
-                # terminal's Ctrl-C to the driver (taking it, they ended under the driver's
-                # feet and the driver crashed at its exit, SIGSEGV); SIGTERM stays theirs,
-                # Ray's reaper ends them with it if the driver dies. A signal while they
-                # start stops the sweep once ray.init returned, then shuts them down whole.
-                with stop.held():
-                    with signals_blocked((signal.SIGINT,)):
-                        _connect_ray(ray, "local")
-                    started = True
-            else:
-                _connect_ray(ray, address.strip())
-                started = True
+            started = True  # shut down below, also after an error of ray.init
+            # the processes of a local instance (GCS, raylet, dashboard) share the driver's
+            # process group: they start with SIGINT blocked and leave a terminal's Ctrl-C to
+            # the driver (taking it, they ended under the driver's feet, and the driver died
+            # of SIGSEGV at its exit); SIGTERM stays theirs: Ray's reaper ends them with it
+            # if the driver dies. A local instance cut short while it starts crashed the
+            # driver at its exit too: a signal meanwhile stops the sweep once it has started
+            # (seconds; a second signal ends the driver at once, and the reaper the rest).
+            local = address.strip() == "local"
+            with stop.held() if local else contextlib.nullcontext():
+                with signals_blocked((signal.SIGINT,)):
+                    _connect_ray(ray, address.strip())
             stop.install()  # ray.init put its own SIGTERM handler, which exits at once
         if scratch is not None and sum(1 for n in ray.nodes() if n.get("Alive")) > 1:
             # the run's temporary directory is on this machine only: no shared plan cache
