@@ -31,7 +31,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Iterator, Sequence
+from typing import Iterator
 
 __all__ = ["STOP_SIGNALS", "serve_parent", "signals_blocked"]
 
@@ -46,13 +46,13 @@ _PARENT_POLL_S = 1.0
 
 
 @contextlib.contextmanager
-def signals_blocked(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
-    """Block ``signals`` in this thread while the body runs (a child started in it begins its
-    life with them blocked); one that comes meanwhile is delivered on leaving."""
+def signals_blocked() -> Iterator[None]:
+    """Block :data:`STOP_SIGNALS` in this thread while the body runs (a child started in it
+    begins its life with them blocked); one that comes meanwhile is delivered on leaving."""
     if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover  (not POSIX)
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
     finally:

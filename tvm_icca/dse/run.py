@@ -905,17 +905,14 @@ def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
                 raise IccaError(f"ray must be 'auto', 'local' or a cluster address, not "
                                 f"{address!r}")
             started = True  # shut down below, also after an error of ray.init
-            # the processes of a local instance (GCS, raylet, dashboard) share the driver's
-            # process group: they start with SIGINT blocked and leave a terminal's Ctrl-C to
-            # the driver (taking it, they ended under the driver's feet, and the driver died
-            # of SIGSEGV at its exit); SIGTERM stays theirs: Ray's reaper ends them with it
-            # if the driver dies. A local instance cut short while it starts crashed the
-            # driver at its exit too: a signal meanwhile stops the sweep once it has started
-            # (seconds; a second signal ends the driver at once, and the reaper the rest).
+            # a local instance cut short while it starts (its processes share the driver's
+            # process group, but Ray starts them with SIGINT blocked) crashed the driver at
+            # its exit (SIGSEGV): a signal meanwhile stops the sweep once it has started, a
+            # few seconds later; a second one ends the driver at once, and Ray's reaper the
+            # instance
             local = address.strip() == "local"
             with stop.held() if local else contextlib.nullcontext():
-                with signals_blocked((signal.SIGINT,)):
-                    _connect_ray(ray, address.strip())
+                _connect_ray(ray, address.strip())
             stop.install()  # ray.init put its own SIGTERM handler, which exits at once
         if scratch is not None and sum(1 for n in ray.nodes() if n.get("Alive")) > 1:
             # the run's temporary directory is on this machine only: no shared plan cache
