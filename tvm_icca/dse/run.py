@@ -206,12 +206,20 @@ class _Stop:
     """What :func:`stopping_signals` installs: the first SIGINT or SIGTERM raises
     :class:`SweepInterrupted` in the main thread (after a :meth:`held` section, such as
     appending a row, is done) and gives both signals back their default action, so a second
-    one ends the process at once, even inside a long call that runs no Python handler."""
+    one ends the process at once.
+
+    Python runs a handler only when the main thread runs Python code, and two signals that
+    come while it is inside a long call (``ray.init``, a TVM build) would be handled as one:
+    so every signal delivered is also counted by a thread reading the handler's wake-up file
+    descriptor (:func:`signal.set_wakeup_fd`), which ends the process at the second
+    (``os._exit(128 + signum)``; the workers die with it, :mod:`tvm_icca.processes`).
+    """
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self._held = 0
         self._previous: dict[int, Any] = {}
+        self._wakeup: tuple[int, int, int] | None = None  # read end, write end, previous fd
 
     def install(self) -> None:
         """Handle each of :data:`~tvm_icca.processes.STOP_SIGNALS` that has its default
@@ -224,12 +232,40 @@ class _Stop:
             if signum in self._previous or current in (signal.SIG_DFL, signal.default_int_handler):
                 self._previous.setdefault(signum, current)
                 signal.signal(signum, signal.SIG_DFL if self.signum is not None else self._handle)
+        if self._previous and self._wakeup is None:
+            read, write = os.pipe()
+            os.set_blocking(write, False)
+            previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+            self._wakeup = (read, write, previous)
+            threading.Thread(target=self._count, args=(read,), daemon=True,
+                             name="tvm_icca-stop-signals").start()
 
     def restore(self) -> None:
         """Give back the handlers :meth:`install` replaced."""
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
+        if self._wakeup is not None:
+            read, write, previous = self._wakeup
+            signal.set_wakeup_fd(previous)
+            os.close(write)  # the counting thread reads the end of the pipe and closes it
+            self._wakeup = None
+
+    def _count(self, read: int) -> None:
+        """The wake-up descriptor's reader: end the process at the second stop signal."""
+        seen = 0
+        try:
+            while True:
+                data = os.read(read, 64)
+                if not data:
+                    return
+                for signum in data:
+                    if signum in STOP_SIGNALS:
+                        seen += 1
+                        if seen >= 2:
+                            os._exit(128 + signum)  # pylint: disable=protected-access
+        finally:
+            os.close(read)
 
     def _handle(self, signum: int, frame: Any) -> None:  # pylint: disable=unused-argument
         if self.signum is None:
