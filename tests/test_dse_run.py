@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -158,8 +159,6 @@ def test_dry_run_and_limit(tmp_path, capsys, monkeypatch):
     """``--dry-run`` lists the points; ``limit=1`` computes one, with ``jobs=1`` in this
     process: no worker is started, so no worker imports the caller's script (an unguarded
     script can sweep; its pool's error: test_script_without_main_guard)."""
-    import concurrent.futures
-
     path = _spec(tmp_path)
     assert main(["dse", path, "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -168,7 +167,7 @@ def test_dry_run_and_limit(tmp_path, capsys, monkeypatch):
     def no_worker(*args, **kwargs):
         raise AssertionError("jobs=1 started a sweep worker")
 
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_worker)
+    monkeypatch.setattr(sys.modules["tvm_icca.dse.run"], "_Worker", no_worker)
     monkeypatch.setattr(sys.modules["tvm_icca.dse.run"], "_run_local", no_worker)
     done = run(path, jobs=1, limit=1, progress=False)
     monkeypatch.undo()
@@ -178,21 +177,78 @@ def test_dry_run_and_limit(tmp_path, capsys, monkeypatch):
     assert out.count("  done  ") == 1 and out.count("  todo  ") == 5
 
 
-def test_ray_gives_the_same_rows(reference, tmp_path):
+def test_ray_gives_the_same_rows(reference, tmp_path, monkeypatch):
+    """``ray="local"`` starts a Ray instance of its own whatever the machine holds: here
+    ``RAY_ADDRESS`` names a dead cluster and Ray's temporary directory holds the record a
+    stopped head leaves (``ray/ray_current_cluster``), both of which ``ray.init(address=None)``
+    follows (before: "When connecting to an existing cluster, num_cpus and num_gpus must not
+    be provided", or a wait of minutes). The rows computed on it are the local ones."""
     ray = pytest.importorskip("ray")  # the dse extra; `make test` installs it
     _, _, rows = reference
-    # two points, one Ray worker: each Ray worker process imports TVM and plans cold, and
-    # what is checked is that rows computed there are the rows computed here
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    # a short directory: Ray's sockets live under it (a Unix socket path is at most 107 bytes)
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     try:
-        done = run(_spec(tmp_path), ray="auto", progress=False, limit=2)
+        os.makedirs(os.path.join(ray_tmp, "ray"))
+        with open(os.path.join(ray_tmp, "ray", "ray_current_cluster"), "w", encoding="utf-8") as f:
+            f.write("127.0.0.1:1")
+        monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
+        monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+        monkeypatch.delenv("RAY_AUTH_MODE", raising=False)  # ray.init sets it for its own
+        # two points, one in flight: each Ray worker process imports TVM and plans cold, and
+        # what is checked is that rows computed there are the rows computed here
+        done = run(_spec(tmp_path), ray="local", jobs=1, progress=False, limit=2)
+        assert not ray.is_initialized()  # the run shut down what it started
     finally:
-        ray.shutdown()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     ray_rows = read_rows(done.results)
     assert len(ray_rows) == 2
     local = _comparable(rows)
     assert _comparable(ray_rows) == {key: local[key] for key in _comparable(ray_rows)}
     assert all(r["wall_s"] > 0 and r["cpu_s"] > 0 for r in ray_rows)  # measured on the workers
+
+
+def test_ray_addresses_that_cannot_be_used_say_why(tmp_path, monkeypatch):
+    """An address where nothing listens (given, or ``RAY_ADDRESS`` for ``auto``) is said at
+    once (``ray.init`` would retry for minutes); a cluster that refuses the driver (a head of ``ray start --head`` with token
+    authentication, and no ``RAY_AUTH_MODE=token`` here: Ray's bare ``ConnectionError`` after
+    ``InvalidAuthToken``) is one error naming what to set."""
+    ray = pytest.importorskip("ray")
+    import socket
+
+    from runtime_sim.contract.errors import IccaError
+
+    path = _spec(tmp_path)
+    with socket.socket() as closed:  # a port nothing listens on once this socket is closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(IccaError, match=f"nothing answers at 127.0.0.1:{port}"):
+        run(path, ray=f"127.0.0.1:{port}", progress=False, limit=1)
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")  # what --ray auto then joins
+    with pytest.raises(IccaError, match=f"nothing answers at 127.0.0.1:{port}"):
+        run(path, ray="auto", progress=False, limit=1)
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert time.monotonic() - start < 30
+    calls = []
+
+    def refused(address=None, **kwargs):  # what ray.init raises after InvalidAuthToken
+        calls.append(address)
+        raise ConnectionError(f"Failed to connect to Ray cluster at {address}")
+
+    monkeypatch.setattr(ray, "init", refused)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    with socket.socket() as head:  # something listens, as a head's GCS does
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        address = f"127.0.0.1:{head.getsockname()[1]}"
+        with pytest.raises(IccaError, match="set RAY_AUTH_MODE=token") as err:
+            run(path, ray=address, progress=False, limit=1)
+        assert "RAY_AUTH_TOKEN" in str(err.value) and "\n" not in str(err.value)
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")
+        with pytest.raises(IccaError, match="is the cluster's"):
+            run(path, ray=address, progress=False, limit=1)
+    assert calls == [address, address]
+    assert read_rows(tmp_path / "tiny.jsonl") == []  # nothing computed
 
 
 def test_script_without_main_guard(tmp_path):

@@ -32,7 +32,8 @@ from tqdm import tqdm
 
 from runtime_sim.contract.errors import IccaError
 
-__all__ = ["DEFAULT_DELAY_S", "NO_PROGRESS", "Phase", "Progress", "ProgressLike", "as_progress"]
+__all__ = ["DEFAULT_DELAY_S", "NO_PROGRESS", "Phase", "Progress", "ProgressLike", "as_progress",
+           "bars_of_this_process_only"]
 
 #: Seconds a phase runs before its bar appears: "progress from the first second of a phase"
 #: (issue 39, item 5; issue 25 had asked for anything over ~2 s); shorter work prints nothing.
@@ -148,3 +149,11 @@ def as_progress(value: ProgressLike) -> Progress:
         return NO_PROGRESS
     raise IccaError(f"progress must be a tvm_icca.progress.Progress, True, False or None, "
                     f"got {value!r}")
+
+
+def bars_of_this_process_only() -> None:
+    """Guard this process's bars with a thread lock instead of tqdm's default, a
+    multiprocessing semaphore (for bars that processes share): for a process that shares
+    none and may be killed (a sweep's worker, :mod:`tvm_icca.dse.run`), whose semaphore would
+    be left to multiprocessing's resource tracker, which warns about it when it exits."""
+    tqdm.set_lock(threading.RLock())

@@ -13,7 +13,9 @@ appends one row per point to its results file as points complete; run the same c
 after an interruption and only the missing points are computed; points whose chip changed
 since their rows were written (a preset edited) are named with the fields that changed, then
 computed again. ``dse rerun`` exits 0 when every re-run row reproduces its stored row, 1 when
-one does not (or cannot be re-run), 2 on a usage error.
+one does not (or cannot be re-run), 2 on a usage error. A SIGINT (Ctrl-C) or SIGTERM stops a
+sweep within seconds, keeping every finished row, with one line saying how many and exit
+status 130 or 143 (128 + the signal); a second one ends it at once.
 """
 
 from __future__ import annotations
@@ -109,6 +111,25 @@ def _rerun(args: argparse.Namespace) -> int:
     return 0 if done.agrees else 1
 
 
+def _stopped(stopped) -> str:
+    """One line: what a sweep a signal stopped keeps, and how to resume it."""
+    # pylint: disable=import-outside-toplevel
+    import signal
+
+    from tvm_icca.dse.results import done_keys
+
+    name = signal.Signals(stopped.signum).name
+    summary = stopped.summary
+    if summary is None:
+        return f"dse stopped by {name} before computing anything; run the same command to start"
+    keys = {p.key for p in summary.points}
+    kept = len(keys & done_keys(summary.results))
+    now = kept - len(keys & summary.done_before)
+    return (f"dse stopped by {name}: {kept} of {len(keys)} points have rows in "
+            f"{summary.results} ({now} computed in this run, every row whole); run the same "
+            f"command again to compute the other {len(keys) - kept}")
+
+
 def _run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     rerun_only = ("--rows", "--sample", "--tolerance")
@@ -133,19 +154,31 @@ def _run(args: argparse.Namespace) -> int:
                          "goes after the word 'report': tvm-icca dse report RESULTS)")
     if args.out is not None or not args.plots:
         raise UsageError("dse: --out and --no-plots belong to `tvm-icca dse report`")
-    from tvm_icca.dse.run import ChipChangedWarning, describe_changes, run
+    from tvm_icca.dse.run import (ChipChangedWarning, SweepInterrupted, describe_changes, run,
+                                  stopping_signals)
     from tvm_icca.dse.spec import load_spec
 
-    spec = load_spec(args.spec)
-    with warnings.catch_warnings():
-        # said here, before the sweep starts, instead of as a warning from inside it
-        warnings.simplefilter("ignore", ChipChangedWarning)
-        plan = run(spec, dry_run=True, results=args.results)
-        if plan.changed:
-            print(f"tvm-icca: note: {describe_changes(plan.changed)}", file=sys.stderr, flush=True)
-        done = plan if args.dry_run else run(
-            spec, jobs=args.jobs, ray=args.ray, progress=args.progress, results=args.results,
-            limit=args.limit, plan_cache=args.plan_cache)
+    plan = None
+    try:
+        # from here on the first SIGINT or SIGTERM stops the sweep cleanly, a second at once
+        with stopping_signals() as stop, warnings.catch_warnings():
+            spec = load_spec(args.spec)
+            # said here, before the sweep starts, instead of as a warning from inside it
+            warnings.simplefilter("ignore", ChipChangedWarning)
+            plan = run(spec, dry_run=True, results=args.results)
+            if plan.changed:
+                print(f"tvm-icca: note: {describe_changes(plan.changed)}", file=sys.stderr,
+                      flush=True)
+            stop.check()
+            done = plan = plan if args.dry_run else run(
+                spec, jobs=args.jobs, ray=args.ray, progress=args.progress, results=args.results,
+                limit=args.limit, plan_cache=args.plan_cache)
+            stop.check()
+    except SweepInterrupted as stopped:
+        if stopped.summary is None:  # after the sweep's run (or its dry run) returned
+            stopped.summary = plan
+        print(f"tvm-icca: {_stopped(stopped)}", file=sys.stderr, flush=True)
+        return stopped.exit_status
     if args.dry_run:
         changed = {c.point.key for c in done.changed}
         for point in done.points:

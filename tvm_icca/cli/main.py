@@ -7,7 +7,8 @@ the parsed arguments and returning an exit code). Argument types shared by the c
 
 Exit status: 0 success; 1 a failure of the work (a ``tvm_icca`` error, a failed ``--check``,
 a file that cannot be written); 2 bad arguments (argparse prints the usage and one line; also
-a file that is not an ONNX model, or not a library: ``LibraryLoadError``); 130 interrupted;
+a file that is not an ONNX model, or not a library: ``LibraryLoadError``); 130 interrupted
+(``dse``: 128 + the signal that stopped a sweep, 130 for SIGINT, 143 for SIGTERM);
 141 when the reader of standard output went away (``| head``), silently, as Unix tools stop.
 Every error is one ``tvm-icca: error: ...`` line on stderr, never a traceback (set
 ``TVM_ICCA_TRACEBACK=1`` to see the traceback of an unexpected error).

@@ -29,9 +29,9 @@ from tvm_icca.dse.points import DsePoint, expand
 from tvm_icca.dse.sweep_report import write_report
 from tvm_icca.dse.rerun import RerunResult, rerun
 from tvm_icca.dse.results import append_row, done_keys, read_chips, read_rows, read_runs
-from tvm_icca.dse.run import ChipChangedWarning, DseRun, run
+from tvm_icca.dse.run import ChipChangedWarning, DseRun, SweepInterrupted, run, stopping_signals
 from tvm_icca.dse.spec import DseSpec, load_spec
 
-__all__ = ["ChipChangedWarning", "DsePoint", "DseRun", "DseSpec", "RerunResult", "append_row",
-           "done_keys", "expand", "load_spec", "read_chips", "read_rows", "read_runs", "rerun",
-           "run", "write_report"]
+__all__ = ["ChipChangedWarning", "DsePoint", "DseRun", "DseSpec", "RerunResult", "SweepInterrupted",
+           "append_row", "done_keys", "expand", "load_spec", "read_chips", "read_rows", "read_runs",
+           "rerun", "run", "stopping_signals", "write_report"]

@@ -7,10 +7,19 @@ process (the driver) appends, one whole line at a time (:func:`tvm_icca.dse.resu
 so a sweep killed at any moment leaves only whole rows (at most a torn last line, cut off by the
 next append), and the same command run again computes exactly the missing points.
 
-Local runs use one single-worker :class:`concurrent.futures.ProcessPoolExecutor` per job
-(spawned processes: TVM does not survive ``fork``). On Ray (``ray=``), points are
+Local runs start one worker process per job (spawned: TVM does not survive ``fork``), each
+fed one point at a time through its own pipe (:class:`_Worker`). On Ray (``ray=``), points are
 ``ray.remote`` tasks with a bounded number in flight (``ray.wait``); the driver appends their
 rows.
+
+Stopping (issue 43): the first SIGINT or SIGTERM stops the sweep within a second or so
+(:func:`stopping_signals`): the row being appended is finished, every local worker (with the
+plan scans it forked) is killed, the Ray tasks in flight are cancelled and a Ray instance this
+run started is shut down, and :class:`SweepInterrupted` is raised (``tvm-icca dse`` exits with
+128 + the signal's number, saying how many rows are kept). The workers ignore SIGINT (a
+terminal's Ctrl-C reaches the whole process group; the driver decides) and die with the driver
+if it dies without stopping them (:mod:`tvm_icca.processes`), so a second signal, which ends the
+driver at once (the signals' default action again), leaves no worker behind either.
 
 Workers share their plan searches. The points of one group ask for the same operator plans
 (:func:`tvm_icca.dse.points.plan_group`), so :class:`_Schedule` starts the first point of every
@@ -37,18 +46,22 @@ different chip (a preset or a fixed field changed since) is computed again, afte
 from __future__ import annotations
 
 import collections
-import concurrent.futures
+import contextlib
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from multiprocessing import resource_tracker
+from typing import Any, Callable, Iterator, Sequence
 
 from runtime_sim.contract.errors import IccaError, InvalidSpecError
 from tvm_icca.dse.points import DsePoint, chip_changes, chip_digest, expand
@@ -56,11 +69,12 @@ from tvm_icca.dse.results import append_chip, append_row, append_run, read_chips
 from tvm_icca.dse.spec import DseSpec, hardware_fields, load_spec
 from tvm_icca.dse.worker import DOES_NOT_FIT, FAILED, OK, evaluate
 from tvm_icca.model_pass.plan_store import default_plan_cache_dir
-from tvm_icca.progress import ProgressLike, as_progress
+from tvm_icca.processes import STOP_SIGNALS, serve_parent, signals_blocked
+from tvm_icca.progress import ProgressLike, as_progress, bars_of_this_process_only
 from tvm_icca.provenance import current
 
-__all__ = ["ChipChange", "ChipChangedWarning", "DseRun", "describe_changes", "run",
-           "RAY_EXTRA_HINT"]
+__all__ = ["ChipChange", "ChipChangedWarning", "DseRun", "SweepInterrupted", "describe_changes",
+           "run", "stopping_signals", "RAY_EXTRA_HINT"]
 
 #: What to install for Ray (setup.py's ``dse`` extra).
 RAY_EXTRA_HINT = "pip install 'tvm-icca[dse]'"
@@ -161,6 +175,157 @@ class DseRun:
                 f"{todo if self.dry_run else now}{changed} -> {self.results}")
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by SIGINT or SIGTERM (:func:`stopping_signals`).
+
+    Every row finished before the signal is whole in the results file, no worker is left
+    running, and the same command run again computes the missing points. A
+    ``KeyboardInterrupt``, so code that stops on Ctrl-C stops on it too.
+
+    Parameters
+    ----------
+    signum : int
+        The signal (``signal.SIGINT`` or ``signal.SIGTERM``).
+    summary : DseRun, optional
+        What the run did before it stopped (set by :func:`run`; ``None`` when the signal came
+        before the sweep started).
+    """
+
+    def __init__(self, signum: int, summary: "DseRun | None" = None) -> None:
+        super().__init__(f"sweep stopped by {signal.Signals(signum).name}")
+        self.signum = int(signum)
+        self.summary = summary
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's status of a process a signal ended: 128 + its number (130, 143)."""
+        return 128 + self.signum
+
+
+class _Stop:
+    """What :func:`stopping_signals` installs: the first SIGINT or SIGTERM raises
+    :class:`SweepInterrupted` in the main thread (after a :meth:`held` section, such as
+    appending a row, is done) and gives both signals back their default action, so a second
+    one ends the process at once.
+
+    Python runs a handler only when the main thread runs Python code, and two signals that
+    come while it is inside a long call (``ray.init``, a TVM build) would be handled as one:
+    so every signal delivered is also counted by a thread reading the handler's wake-up file
+    descriptor (:func:`signal.set_wakeup_fd`), which ends the process at the second
+    (``os._exit(128 + signum)``; the workers die with it, :mod:`tvm_icca.processes`).
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._held = 0
+        self._previous: dict[int, Any] = {}
+        self._wakeup: tuple[int, int, int] | None = None  # read end, write end, previous fd
+
+    def install(self) -> None:
+        """Handle each of :data:`~tvm_icca.processes.STOP_SIGNALS` that has its default
+        handler, or that this object handled before (``ray.init`` replaces SIGTERM's); in
+        the main thread only (Python runs signal handlers there)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in STOP_SIGNALS:
+            current = signal.getsignal(signum)
+            if signum in self._previous or current in (signal.SIG_DFL, signal.default_int_handler):
+                self._previous.setdefault(signum, current)
+                signal.signal(signum, signal.SIG_DFL if self.signum is not None else self._handle)
+        if self._previous and self._wakeup is None:
+            read, write = os.pipe()
+            os.set_blocking(write, False)
+            previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+            self._wakeup = (read, write, previous)
+            threading.Thread(target=self._count, args=(read,), daemon=True,
+                             name="tvm_icca-stop-signals").start()
+
+    def restore(self) -> None:
+        """Give back the handlers :meth:`install` replaced."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+        if self._wakeup is not None:
+            read, write, previous = self._wakeup
+            signal.set_wakeup_fd(previous)
+            os.close(write)  # the counting thread reads the end of the pipe and closes it
+            self._wakeup = None
+
+    def _count(self, read: int) -> None:
+        """The wake-up descriptor's reader: end the process at the second stop signal."""
+        seen = 0
+        try:
+            while True:
+                data = os.read(read, 64)
+                if not data:
+                    return
+                for signum in data:
+                    if signum in STOP_SIGNALS:
+                        seen += 1
+                        if seen >= 2:
+                            os._exit(128 + signum)  # pylint: disable=protected-access
+        finally:
+            os.close(read)
+
+    def _handle(self, signum: int, frame: Any) -> None:  # pylint: disable=unused-argument
+        if self.signum is None:
+            self.signum = signum
+        for each in self._previous:  # the second one is the kernel's to act on
+            signal.signal(each, signal.SIG_DFL)
+        if not self._held:
+            self.check()
+
+    def check(self) -> None:
+        """Raise :class:`SweepInterrupted` if a stop signal came (the loops of the sweep ask
+        at every turn: code that caught the first one does not keep the sweep going)."""
+        if self.signum is not None and not self._held:
+            raise SweepInterrupted(self.signum)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A section a stop signal does not cut (appending a row): a first signal that comes
+        during it raises after it."""
+        before = self.signum
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+        if before is None:
+            self.check()
+
+
+@contextlib.contextmanager
+def stopping_signals() -> Iterator[_Stop]:
+    """SIGINT and SIGTERM stop a sweep cleanly while the body runs.
+
+    The first raises :class:`SweepInterrupted` in the main thread: :func:`run` kills its local
+    workers (and the plan scans they forked), cancels its Ray tasks in flight, shuts down a
+    Ray instance it started, and records the run; every finished row is whole in the results
+    file. A second signal ends the process at once (the default action; the workers die with
+    it, :mod:`tvm_icca.processes`). Only a signal whose handler is Python's default is taken
+    (a SIGINT ignored by ``nohup`` or ``&`` stays ignored; a caller's own handler stays), and
+    only in the main thread; nested uses share the outer one; the handlers are given back on
+    leaving. ``tvm-icca dse`` runs under it from its start.
+
+    Yields
+    ------
+    object
+        The handler's state: ``check()`` raises :class:`SweepInterrupted` if a signal came.
+    """
+    for signum in STOP_SIGNALS:
+        owner = getattr(signal.getsignal(signum), "__self__", None)
+        if isinstance(owner, _Stop):
+            yield owner
+            return
+    stop = _Stop()
+    stop.install()
+    try:
+        yield stop
+    finally:
+        stop.restore()
+
+
 def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
         ray: str | None = None, dry_run: bool = False, progress: ProgressLike = True,
         results: "str | os.PathLike[str] | None" = None, limit: int | None = None,
@@ -217,7 +382,11 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     InvalidSpecError
         The spec cannot be used, or ``jobs`` / ``limit`` are not positive.
     IccaError
-        Ray was asked for but is not installed, or the results file is not one.
+        Ray was asked for but is not installed or cannot be reached (a cluster that wants a
+        token the driver does not send: ``RAY_AUTH_MODE=token``), or the results file is not one.
+    SweepInterrupted
+        A SIGINT or SIGTERM stopped the sweep (:func:`stopping_signals`): the rows finished
+        before it are in the file, no worker is left; its ``summary`` is what the run did.
     """
     if not isinstance(spec, DseSpec):
         spec = load_spec(spec)
@@ -263,15 +432,29 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     points_s = {"wall_s": 0.0, "cpu_s": 0.0}
     start = time.perf_counter()
     try:
-        _compute(spec, tasks, path, summary, points_s, progress, ray, workers, scratch)
-    finally:  # an interrupted run is recorded too: its rows are in the file
-        summary.wall_s = time.perf_counter() - start
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
-        append_run(path, {**origin.to_dict(), "spec": spec.name, "wall_s": summary.wall_s,
-                          "points_wall_s": points_s["wall_s"], "points_cpu_s": points_s["cpu_s"],
-                          "counts": dict(summary.counts), "pending": len(tasks),
-                          "jobs": jobs, "ray": ray})
+        with stopping_signals() as stop:
+            try:
+                _compute(spec, tasks, path, summary, points_s, progress, ray, workers,
+                         scratch, stop)
+            except KeyboardInterrupt as err:
+                if stop.signum is None or isinstance(err, SweepInterrupted):
+                    raise
+                # a library that took it (ray.wait) raised a plain KeyboardInterrupt of its own
+                raise SweepInterrupted(stop.signum) from None
+            finally:  # an interrupted run is recorded too: its rows are in the file
+                with stop.held():
+                    summary.wall_s = time.perf_counter() - start
+                    if scratch is not None:
+                        shutil.rmtree(scratch, ignore_errors=True)
+                    append_run(path, {**origin.to_dict(), "spec": spec.name,
+                                      "wall_s": summary.wall_s,
+                                      "points_wall_s": points_s["wall_s"],
+                                      "points_cpu_s": points_s["cpu_s"],
+                                      "counts": dict(summary.counts), "pending": len(tasks),
+                                      "jobs": jobs, "ray": ray})
+    except SweepInterrupted as stopped:
+        stopped.summary = summary
+        raise
     return summary
 
 
@@ -297,20 +480,21 @@ def _parallel(ray: str | None, workers: int | None, pending: int) -> bool:
 
 def _compute(spec: DseSpec, tasks: list[dict[str, Any]], path: str, summary: DseRun,
              points_s: dict[str, float], progress: ProgressLike, ray: str | None,
-             workers: int | None, scratch: str | None = None) -> None:
+             workers: int | None, scratch: str | None, stop: _Stop) -> None:
     """Compute ``tasks`` and append their rows to ``path`` as they complete, on ``workers``
     local processes (:func:`_local_workers`; one: in this process) or, on Ray, with that
-    many tasks in flight (None: the cluster's CPUs)."""
+    many tasks in flight (None: the cluster's CPUs); ``stop`` says when a signal stops it."""
     with as_progress(progress).phase(f"dse {spec.name}", unit="point", total=len(tasks),
                                      leave=True) as bar:
         def on_row(row: dict[str, Any] | None, running: int) -> None:
-            if row is None:
-                summary.counts["lost"] += 1
-            else:
-                append_row(path, row)
-                summary.counts[row["status"]] += 1
-                points_s["wall_s"] += row.get("wall_s") or 0.0
-                points_s["cpu_s"] += row.get("cpu_s") or 0.0
+            with stop.held():  # a row and its counts, whole, before a signal stops the sweep
+                if row is None:
+                    summary.counts["lost"] += 1
+                else:
+                    append_row(path, row)
+                    summary.counts[row["status"]] += 1
+                    points_s["wall_s"] += row.get("wall_s") or 0.0
+                    points_s["cpu_s"] += row.get("cpu_s") or 0.0
             c = summary.counts
             bar.step(note=f"{running} running, {c.get(DOES_NOT_FIT, 0)} do not fit, "
                      f"{c.get(FAILED, 0) + c.get('lost', 0)} failed")
@@ -319,11 +503,13 @@ def _compute(spec: DseSpec, tasks: list[dict[str, Any]], path: str, summary: Dse
             # one point at a time in this process: no worker imports the caller's script, so
             # a notebook or an unguarded script can sweep (a crash, though, ends the caller)
             for task in tasks:
-                on_row(evaluate(task), 0)
+                row = evaluate(task)
+                stop.check()  # a point a signal cut short gives no row, whatever it returned
+                on_row(row, 0)
         elif ray is None:
-            _run_local(tasks, workers, on_row)
+            _run_local(tasks, workers, on_row, stop)
         else:
-            _run_ray(tasks, ray, workers, on_row, scratch)
+            _run_ray(tasks, ray, workers, on_row, scratch, stop)
 
 
 #: Input columns of a row that are neither chip fields nor workload arguments.
@@ -496,69 +682,145 @@ def _died_early() -> IccaError:
         "--jobs). Rows written so far are kept; run again to resume.")
 
 
-# -- local: one single-worker pool per job ----------------------------------------------------
+# -- local: one worker process per job --------------------------------------------------------
+#: Seconds a worker told to exit after a finished sweep may take before it is killed (it is
+#: idle then, and exits at once: this only bounds a worker that cannot).
+_EXIT_GRACE_S = 10.0
+
+
+def _serve(conn: multiprocessing.connection.Connection, driver: int) -> None:
+    """A worker process: evaluate the points its pipe brings, one at a time, until ``None``
+    or until the driver closes the pipe; stopped by the driver, never by a Ctrl-C meant for it,
+    and ended with it (:func:`tvm_icca.processes.serve_parent`)."""
+    serve_parent(driver)
+    bars_of_this_process_only()  # it is killed: no semaphore left for the resource tracker
+    _start_worker()
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:  # the driver is gone
+            return
+        if task is None:
+            return
+        conn.send(evaluate(task))
+
+
+class _Worker:
+    """One worker process of a local sweep (:func:`_serve`) and the point it runs.
+
+    Spawned with SIGINT and SIGTERM blocked (:func:`tvm_icca.processes.signals_blocked`), so
+    the driver alone takes a signal that comes while it starts. The driver ends it with
+    SIGKILL when the sweep stops (its plan scans die with it): a worker holds nothing a kill
+    could tear, rows being the driver's to write and plan cache entries renamed into place
+    whole (:mod:`tvm_icca.model_pass.plan_store`).
+    """
+
+    def __init__(self, context: Any, workers: list["_Worker"]) -> None:
+        self.conn, theirs = context.Pipe()
+        self.process = context.Process(target=_serve, args=(theirs, os.getpid()),
+                                       name="tvm_icca-dse-worker")
+        self.task: dict[str, Any] | None = None
+        self.last_group: str | None = None
+        self.rows = 0  # rows it returned
+        # the first spawn starts multiprocessing's resource tracker, and that start unblocks
+        # SIGINT and SIGTERM in this thread when done (SIG_UNBLOCK, not the mask it found):
+        # started first, it leaves the block below in place for the worker
+        resource_tracker.ensure_running()
+        with signals_blocked():  # a signal meanwhile stops the sweep once the worker is known
+            self.process.start()
+            workers.append(self)
+        theirs.close()  # the worker's end: a worker that dies closes the pipe
+
+    def give(self, task: dict[str, Any]) -> None:
+        """Run ``task`` next."""
+        self.task, self.last_group = task, task["group"]
+        try:
+            self.conn.send(task)
+        except OSError:  # it died: its sentinel says so to the driver's wait
+            pass
+
+    def waitables(self) -> list[Any]:
+        """What :func:`multiprocessing.connection.wait` watches for its row or its death."""
+        return [self.conn, self.process.sentinel]
+
+    def take(self) -> tuple[bool, dict[str, Any] | None]:
+        """(whether it finished its point, the row: None when it died without one)."""
+        try:
+            if self.conn.poll():
+                row = self.conn.recv()
+                self.rows += 1
+                return True, row
+        except (EOFError, OSError):
+            return True, None
+        if self.process.exitcode is not None:
+            return True, None
+        return False, None
+
+    def close(self, wait: bool) -> None:
+        """End the process: told to exit once idle (``wait``), else killed at once."""
+        if wait and self.process.is_alive():
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+            self.process.join(_EXIT_GRACE_S)
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+
 def _run_local(tasks: Sequence[dict[str, Any]], jobs: int,
-               on_row: Callable[[dict[str, Any] | None, int], None]) -> None:
+               on_row: Callable[[dict[str, Any] | None, int], None], stop: _Stop) -> None:
     context = multiprocessing.get_context("spawn")
     slots = max(1, min(jobs, len(tasks)))
-    pools = [concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)
-             for _ in range(slots)]
     schedule = _Schedule(tasks, follow=all(t.get("plan_cache") for t in tasks))
-    running: dict[concurrent.futures.Future, tuple[int, dict[str, Any]]] = {}
-    last_group: list[str | None] = [None] * slots
-    rows_of = [0] * slots  # rows each slot's current worker returned
+    workers: list[_Worker] = []
 
     def fill() -> None:
-        busy = {slot for slot, _ in running.values()}
-        for slot in range(slots):
-            if slot not in busy:
-                task = schedule.next_for(last_group[slot])
+        for worker in workers:
+            if worker.task is None:
+                task = schedule.next_for(worker.last_group)
                 if task is None:
                     return  # nothing to run until a group's first point finishes
-                last_group[slot] = task["group"]
-                try:
-                    running[pools[slot].submit(evaluate, task)] = (slot, task)
-                except concurrent.futures.process.BrokenProcessPool as err:
-                    # its worker died starting (_start_worker), before any point
-                    raise _died_early() from err
+                worker.give(task)
 
     clean = False
     try:
-        for pool in pools[1:]:  # the workers idle at first start now, not when given a point
-            pool.submit(_start_worker)
+        for _ in range(slots):  # every worker starts now, importing while the first points run
+            _Worker(context, workers)
         fill()
-        while running:
-            finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+        while any(w.task is not None for w in workers):
+            busy = [w for w in workers if w.task is not None]
+            multiprocessing.connection.wait([x for w in busy for x in w.waitables()])
+            stop.check()
             done = []
-            for future in finished:
-                slot, task = running.pop(future)
-                schedule.finished(task)
-                try:
-                    row = future.result()
-                    rows_of[slot] += 1
-                except concurrent.futures.process.BrokenProcessPool as err:
-                    if not rows_of[slot]:
+            for worker in busy:
+                finished, row = worker.take()
+                if not finished:
+                    continue
+                schedule.finished(worker.task)
+                worker.task = None
+                if row is None:
+                    if not worker.rows:
                         # died before its first row: usually a script without a __main__
                         # guard (spawned workers import it again and run the sweep in turn)
-                        raise _died_early() from err
+                        raise _died_early()
                     # the worker died (killed, out of memory): no row, the next run retries
-                    rows_of[slot] = 0
                     warnings.warn("a DSE worker process died; its point has no row (run the "
                                   "sweep again to retry it)", RuntimeWarning, stacklevel=2)
-                    pools[slot].shutdown(wait=False, cancel_futures=True)
-                    pools[slot] = concurrent.futures.ProcessPoolExecutor(max_workers=1,
-                                                                         mp_context=context)
-                    last_group[slot] = None
-                    row = None
+                    workers.remove(worker)
+                    worker.close(wait=False)
+                    _Worker(context, workers)
                 done.append(row)
             fill()
             for row in done:
-                on_row(row, len(running))
+                on_row(row, sum(w.task is not None for w in workers))
         clean = True
     finally:
-        # interrupted: do not wait for the running points (their rows are not written)
-        for pool in pools:
-            pool.shutdown(wait=clean, cancel_futures=True)
+        # stopped (a signal, an error): no running point is waited for, it has no row; a
+        # first signal while they are closed stops the sweep once all are
+        with stop.held():
+            for worker in workers:
+                worker.close(wait=clean)
 
 
 # -- Ray ------------------------------------------------------------------------------------
@@ -570,17 +832,124 @@ def _import_ray() -> Any:
     return ray
 
 
+#: Seconds to wait for a TCP connection to a given Ray address before saying nothing answers
+#: there (a head on the same network answers in milliseconds; Ray itself would retry for
+#: minutes, printing a warning a second).
+_RAY_PROBE_S = 5.0
+
+
+def _connect_ray(ray: Any, address: str) -> None:
+    """``ray.init`` for a sweep: ``"local"`` a new instance here, ``"auto"`` the cluster this
+    machine is part of, else the cluster at ``address``; one :class:`IccaError` saying what to
+    do when that cannot be done.
+
+    ``"local"`` is passed on as ``address="local"``, which ``ray.init`` documents as starting a
+    new local instance "even if there is already an existing local Ray instance"; its source
+    (``services.canonicalize_bootstrap_address``) reads neither ``RAY_ADDRESS`` nor the record
+    ``ray start`` leaves (``<temp dir>/ray/ray_current_cluster``) for it, where
+    ``address=None`` follows both, to a cluster that may be dead.
+
+    A head started by ``ray start --head`` uses token authentication when a token exists
+    (``~/.ray/auth_token``, which a first ``ray.init`` writes). ``ray.init`` sends the token to
+    a cluster it finds itself (``"auto"`` without ``RAY_ADDRESS``), but to an explicit address
+    only under ``RAY_AUTH_MODE=token`` (its comment: "an explicit address (argument or
+    RAY_ADDRESS) never does" auto-enable it); the cluster then refuses the driver
+    (``InvalidAuthToken``) and ``ray.init`` gives up with a bare ``ConnectionError`` after
+    about 20 s, which is said here in words. Where nothing listens at an explicit address,
+    ``ray.init`` retries for minutes: a TCP connection is tried first
+    (:func:`_probe_ray_address`).
+    """
+    if address == "local":
+        ray.init(address="local", log_to_driver=False)
+        return
+    target = _explicit_ray_address(address)
+    if target:
+        _probe_ray_address(target)
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except ray.exceptions.AuthenticationError as err:  # RAY_AUTH_MODE=token, no token here
+        raise IccaError(f"the Ray cluster at {address} wants a token and none was found: "
+                        f"{_first_line(err)}") from None
+    except ConnectionError as err:
+        raise IccaError(_unreachable(address, err)) from None
+    except ValueError as err:  # an address Ray cannot read
+        raise IccaError(f"--ray {address!r}: {_first_line(err)}") from None
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def _explicit_ray_address(address: str) -> str | None:
+    """The address ``ray.init(address=address)`` is given explicitly: ``address``, or for
+    ``"auto"`` a ``RAY_ADDRESS`` set in the environment (None: Ray looks for the cluster)."""
+    if address != "auto":
+        return address
+    return os.environ.get("RAY_ADDRESS") or None
+
+
+def _unreachable(address: str, err: BaseException) -> str:
+    """Why ``ray.init(address=address)`` could not connect, and what to do."""
+    said = _first_line(err)
+    target = _explicit_ray_address(address)
+    if not target:
+        return (f"--ray auto found no Ray cluster to join ({said}): start one with "
+                "`ray start --head`, give its address, or run with --ray local")
+    where = target if target == address else f"{target} (RAY_ADDRESS)"
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        return (f"could not connect to the Ray cluster at {where} ({said}) with "
+                "RAY_AUTH_MODE=token: check that the token (RAY_AUTH_TOKEN, the file "
+                "RAY_AUTH_TOKEN_PATH names, or ~/.ray/auth_token) is the cluster's "
+                "(`ray get-auth-token` on its head prints it) and that the head runs there")
+    return (f"could not connect to the Ray cluster at {where} ({said}). A head started with "
+            "`ray start --head` wants a token when one exists on its machine (InvalidAuthToken "
+            "above), and Ray sends one to an explicit address only when told: set "
+            "RAY_AUTH_MODE=token here, with the cluster's token in RAY_AUTH_TOKEN, in the file "
+            "RAY_AUTH_TOKEN_PATH names, or in ~/.ray/auth_token (`ray get-auth-token` on the head "
+            "prints it); on a node of the cluster, --ray auto without RAY_ADDRESS does this by "
+            "itself")
+
+
+def _probe_ray_address(address: str) -> None:
+    """An :class:`IccaError` at once when nothing accepts a TCP connection at ``address``
+    (``host:port`` or ``ray://host:port``), where ``ray.init`` would retry for minutes."""
+    import socket  # pylint: disable=import-outside-toplevel
+
+    where = address.split("://", 1)[-1]
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit():
+        return  # Ray says what it makes of it
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=_RAY_PROBE_S):
+            pass
+    except OSError as err:
+        raise IccaError(f"nothing answers at {where} ({err.strerror or err}): is the Ray head "
+                        "running there (`ray start --head --port=PORT`), and is this its "
+                        "address?") from None
+
+
 def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
              on_row: Callable[[dict[str, Any] | None, int], None],
-             scratch: str | None = None) -> None:
+             scratch: str | None, stop: _Stop) -> None:
     ray = _import_ray()
     started = False
-    if not ray.is_initialized():
-        if not isinstance(address, str) or not address.strip():
-            raise IccaError(f"ray must be 'auto', 'local' or a cluster address, not {address!r}")
-        ray.init(address=None if address == "local" else address, log_to_driver=False)
-        started = True
+    in_flight: dict[Any, dict[str, Any]] = {}
+    clean = False
     try:
+        if not ray.is_initialized():
+            if not isinstance(address, str) or not address.strip():
+                raise IccaError(f"ray must be 'auto', 'local' or a cluster address, not "
+                                f"{address!r}")
+            started = True  # shut down below, also after an error of ray.init
+            # a local instance cut short while it starts (its processes share the driver's
+            # process group, but Ray starts them with SIGINT blocked) crashed the driver at
+            # its exit (SIGSEGV): a signal meanwhile stops the sweep once it has started, a
+            # few seconds later; a second one ends the driver at once, and Ray's reaper the
+            # instance
+            local = address.strip() == "local"
+            with stop.held() if local else contextlib.nullcontext():
+                _connect_ray(ray, address.strip())
+            stop.install()  # ray.init put its own SIGTERM handler, which exits at once
         if scratch is not None and sum(1 for n in ray.nodes() if n.get("Alive")) > 1:
             # the run's temporary directory is on this machine only: no shared plan cache
             for task in tasks:
@@ -588,7 +957,6 @@ def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
         bound = jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(num_cpus=1, max_retries=0)(evaluate)
         schedule = _Schedule(tasks, follow=all(t.get("plan_cache") for t in tasks))
-        in_flight: dict[Any, dict[str, Any]] = {}
         while True:
             while len(in_flight) < bound:
                 task = schedule.next_for()
@@ -598,6 +966,7 @@ def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
             if not in_flight:
                 break
             ready, _ = ray.wait(list(in_flight), num_returns=1)
+            stop.check()
             for ref in ready:
                 schedule.finished(in_flight.pop(ref))
                 try:
@@ -608,6 +977,12 @@ def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
                                   RuntimeWarning, stacklevel=2)
                     row = None
                 on_row(row, len(in_flight))
+        clean = True
     finally:
-        if started:
-            ray.shutdown()
+        with stop.held():
+            if not clean:  # stopped: the points in flight stop on the cluster too (no row)
+                for ref in in_flight:
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref, force=True)
+            if started:
+                ray.shutdown()

@@ -10,6 +10,9 @@ every search).
 
 Workers are forked from the compiling process, so they start at once with everything
 imported; where ``fork`` is not available, or with one job, the searches run in process.
+They are the compiling process's to stop (:mod:`tvm_icca.processes`): a Ctrl-C is its to
+handle (the workers ignore SIGINT), it ends them at once when it is interrupted, and they end
+with it if it dies.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from tvm_icca.plan_search.reconcile import PlanOption, operator_options
 from tvm_icca.plan_search.search_memo import SearchMemo
+from tvm_icca.processes import serve_parent, signals_blocked
 
 __all__ = ["OptionRequest", "available_jobs", "map_in_workers", "options_of_many"]
 
@@ -73,16 +77,18 @@ def map_in_workers(work: Callable[[T], R], items: Sequence[T], jobs: int) -> lis
         return results
     context = multiprocessing.get_context("fork")
     tasks, answers = context.Queue(), context.Queue()
-    workers = [context.Process(target=_serve, args=(tasks, answers, work), daemon=True)
-               for _ in range(jobs)]
-    for worker in workers:
-        worker.start()
-    for i, item in enumerate(items):
-        tasks.put((i, item))
-    for _ in workers:
-        tasks.put(None)
+    workers = [context.Process(target=_serve, args=(tasks, answers, work, os.getpid()),
+                               daemon=True) for _ in range(jobs)]
     pending = len(items)
+    finished = False
     try:
+        for worker in workers:
+            with signals_blocked():  # a Ctrl-C meanwhile is this process's, after the start
+                worker.start()
+        for i, item in enumerate(items):
+            tasks.put((i, item))
+        for _ in workers:
+            tasks.put(None)
         while pending:
             try:
                 i, result = answers.get(timeout=1.0)
@@ -92,15 +98,22 @@ def map_in_workers(work: Callable[[T], R], items: Sequence[T], jobs: int) -> lis
                 break  # every worker is gone: what is left runs in process
             results[i] = result
             pending -= 1
+        finished = True
     finally:
         for worker in workers:
-            worker.join(timeout=5.0)
-            if worker.is_alive():
+            if not finished and worker.pid is not None:  # interrupted: no scan is waited for
                 worker.terminate()
+        for worker in workers:
+            if worker.pid is not None:
+                worker.join(timeout=5.0)
+                if worker.is_alive():
+                    worker.kill()
+                    worker.join()
     return results
 
 
-def _serve(tasks, answers, work: Callable) -> None:
+def _serve(tasks, answers, work: Callable, parent: int) -> None:
+    serve_parent(parent)
     while True:
         task = tasks.get()
         if task is None:

@@ -1,8 +1,9 @@
 """Helpers for tests, tutorials and benchmarks (like ``tvm.testing``).
 
 Test models written as ONNX graphs (:mod:`.onnx_models`), random tensor expressions and
-plans (:mod:`.exprs`), Relax functions from TVMScript (:mod:`.relax_functions`) and the
-real-export corpus (:mod:`.export_corpus`). Uses the public API and the contract; the
+plans (:mod:`.exprs`), Relax functions from TVMScript (:mod:`.relax_functions`), the
+real-export corpus (:mod:`.export_corpus`) and sweeps stopped by a signal
+(:mod:`.sweep_signals`). Uses the public API and the contract; the
 compiler never imports it.
 """
 
