@@ -51,8 +51,11 @@ def test_signals_at_random_moments_stop_cleanly_and_the_sweep_resumes(tmp_path):
         assert stopped.whole
         if moment == "start" and "dse stopped" not in stopped.stderr:
             # Python still starting or importing TVM: its own end on an uncaught
-            # KeyboardInterrupt (status -2; 1 while the interpreter initializes), nothing started
-            assert stopped.status in (-signum, 1) and "KeyboardInterrupt" in stopped.stderr
+            # KeyboardInterrupt (status -2; 1 while the interpreter initializes), or the
+            # signal's default action before Python installed its handler (-2, nothing
+            # printed); nothing started either way
+            assert stopped.status in (-signum, 1), stopped.stderr
+            assert not stopped.stderr or "KeyboardInterrupt" in stopped.stderr, stopped.stderr
             assert stopped.rows == 0
             continue
         assert stopped.status == 128 + signum, stopped.stderr
