@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import pickle
 import shutil
 import signal
@@ -70,10 +71,16 @@ def _comparable(rows):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The whole sweep on one local worker."""
+    """The whole sweep on one local worker, its plans kept on disk (:func:`_plans`): the
+    other sweeps here compute their rows without them and compare them with these."""
     path = _spec(tmp_path_factory.mktemp("jobs1"))
-    done = run(path, jobs=1, progress=False)
+    done = run(path, jobs=1, progress=False, plan_cache=_plans(path))
     return load_spec(path), done, read_rows(done.results)
+
+
+def _plans(spec_path) -> str:
+    """The plan cache directory of the reference sweep of ``spec_path`` (beside the spec)."""
+    return os.path.join(os.path.dirname(spec_path), "plans")
 
 
 def test_sweep_rows(reference):
@@ -270,23 +277,25 @@ def test_script_without_main_guard(tmp_path):
 
 def test_persistent_plan_cache(reference, tmp_path, monkeypatch):
     """`--plan-cache DIR`: the workers keep their plans on disk; a sweep with a warm
-    directory (a later run, another worker) searches nothing and gives the same rows."""
+    directory (a later run, another worker: the reference sweep's, made with
+    ``plan_cache=DIR``) searches nothing and gives the same rows."""
     from tvm_icca.dse import worker
     from tvm_icca.plan_search import search as search_module
 
-    _, _, rows = reference
-    cache_dir = tmp_path / "plans"
-    path = _spec(tmp_path)
-    assert main(["dse", path, "--jobs", "1", "--no-progress", "--plan-cache", str(cache_dir)]) == 0
-    assert _comparable(read_rows(tmp_path / "tiny.jsonl")) == _comparable(rows)
+    spec, done, rows = reference
+    cache_dir = pathlib.Path(_plans(done.results))
     assert any(cache_dir.rglob("*.pkl"))
     searches = []
     real = search_module._search  # pylint: disable=protected-access
     monkeypatch.setattr(search_module, "_search", lambda *a, **k: searches.append(1) or real(*a, **k))
+    # this process ran the reference sweep: its worker's plans are read from disk, not memory
     monkeypatch.setitem(worker._CACHE, "cache", None)  # pylint: disable=protected-access
-    again = run(path, jobs=1, progress=False, results=tmp_path / "again.jsonl", plan_cache=cache_dir)
-    assert sum(again.counts.values()) == 6 and not searches
-    assert _comparable(read_rows(tmp_path / "again.jsonl")) == _comparable(rows)
+    path = _spec(tmp_path)
+    assert main(["dse", path, "--jobs", "1", "--no-progress", "--plan-cache", str(cache_dir)]) == 0
+    assert not searches
+    again = read_rows(tmp_path / "tiny.jsonl")
+    assert len(again) == 6 and _comparable(again) == _comparable(rows)
+    assert sum(r["plan_searches"] for r in again) == 0 < sum(r["plan_searches"] for r in rows)
 
 
 def test_parallel_sweep_searches_each_plan_once(reference, tmp_path):

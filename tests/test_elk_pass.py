@@ -120,23 +120,31 @@ def _tiny_dit():
 
 @pytest.fixture(scope="module")
 def tight(cache):
-    """(model, design) -> the model's programs on TIGHT_CHIP under ``design``: each model
-    planned once (``preload="off"``), each design's Elk pass run on those programs, which is
-    what ``compile_programs(..., preload=design)`` gives (tests/test_piece_grouping.py:
-    test_compile_programs_schedules_what_the_elk_pass_gives; the Ideal test below compares)."""
+    """(model, design, chip) -> the model's programs on ``chip`` (TIGHT_CHIP by default) under
+    ``design``: each model planned once per chip (``preload="off"``), each design's Elk pass
+    run on those programs, which is what ``compile_programs(..., preload=design)`` gives
+    (the planner's programs do not depend on the design: tests/test_piece_grouping.py,
+    test_compile_programs_schedules_what_the_elk_pass_gives; the Ideal test below compares).
+    A refusal at compile time, by the planner or the Elk pass, is raised as compiling with
+    the design raises it."""
     planned: dict = {}
     made: dict = {}
 
-    def compiled(make, design):
-        if make not in planned:
-            planned[make] = compile_programs(make().mod, TIGHT_CHIP, plan_cache=cache,
-                                             preload="off")
-        if (make, design) not in made:
-            programs, summary = schedule_preloads(list(planned[make].programs), TIGHT_CHIP,
-                                                  cache, design)
-            made[make, design] = dataclasses.replace(planned[make], programs=tuple(programs),
-                                                     preload=summary)
-        return made[make, design]
+    def compiled(make, design, chip=TIGHT_CHIP):
+        if (make, chip) not in planned:
+            try:
+                planned[make, chip] = compile_programs(make().mod, chip, plan_cache=cache,
+                                                       preload="off")
+            except IccaError as err:
+                planned[make, chip] = err
+        model = planned[make, chip]
+        if isinstance(model, IccaError):
+            raise model
+        if (make, design, chip) not in made:
+            programs, summary = schedule_preloads(list(model.programs), chip, cache, design)
+            made[make, design, chip] = dataclasses.replace(model, programs=tuple(programs),
+                                                           preload=summary)
+        return made[make, design, chip]
     return compiled
 
 
@@ -178,28 +186,26 @@ def _tiny_llama_7b():
 
 
 @pytest.mark.parametrize("design", ["static", "elk-full", "elk-dyn"])
-def test_schedule_of_split_pieces_fits_a_tight_chip(design, cache):
+def test_schedule_of_split_pieces_fits_a_tight_chip(design, tight):
     """A tiny Llama2-7B decode whose embedding lives in HBM on 16 cores of 9,000 bytes: what
     the compiler schedules must run (the device's SRAM rule, runtime_sim.contract.sram_budget).
     Static's schedule preloaded the next piece of a split down projection, and a later
     operator's weights, while the earlier pieces' outputs and their shared input were still
     held: 9,040 bytes on core 0, which the Elk pass's memory model now counts
     (runtime_sim.contract.lifetimes.held_between)."""
-    compiled = compile_programs(_tiny_llama_7b().mod, _tight_chip(9000), plan_cache=cache,
-                                preload=design)
+    compiled = tight(_tiny_llama_7b, design, _tight_chip(9000))
     assert compiled.simulate().total_s > 0
 
 
 @pytest.mark.parametrize("sram_bytes", [8600, 9200, 10000])
-def test_tight_chips_compile_and_run_or_refuse_at_compile_time(sram_bytes, cache):
+def test_tight_chips_compile_and_run_or_refuse_at_compile_time(sram_bytes, tight):
     """Around the chip above, each design either compiles a schedule the timing simulator runs
     within SRAM, or refuses at compile time with a tvm_icca error; never an SRAM overflow
     found at simulation. (Static overflowed at 9,200 and 10,000 bytes too; at 8,600 the
     region planner already finds no plan.)"""
     for design in ("static", "elk-full", "elk-dyn"):
         try:
-            compiled = compile_programs(_tiny_llama_7b().mod, _tight_chip(sram_bytes),
-                                        plan_cache=cache, preload=design)
+            compiled = tight(_tiny_llama_7b, design, _tight_chip(sram_bytes))
         except IccaError:   # a refusal at compile time (the simulation below must not raise)
             continue
         assert compiled.simulate().total_s > 0

@@ -84,22 +84,10 @@ def test_onnx_models_run_the_programs_that_are_timed(name, hw, executed):
         op.name for p in timed.programs for op in p.ops]
 
 
-@pytest.mark.parametrize("name, shared_layers", [
-    ("llama2-7b", False), ("bert-large", False), ("resnet18", False)])
-def test_tiny_zoo_models_run_the_programs_that_are_timed(name, shared_layers, executed):
-    extra = {"context": 8} if name.startswith("llama") else {}
-    workload = get_workload(name, tiny=True, batch=2, **extra)
-    args = workload.random_args(seed=0)
-    _, stats, ran, timed = _both_ways(workload.mod, HBM_CHIP, args, executed)
-    assert ran == [p.to_json() for p in timed.programs]
-    # identical layers share a region when host ops separate them (SameLayerTwice above); the
-    # zoo's transformers have none left between layers (head reshapes and transposes, rotary
-    # slices and concats run on the chip): the whole stack is one region
-    assert (len(timed.programs) > len({p.region for p in timed.programs})) == shared_layers
-    assert stats["regions_executed"] == len(timed.programs)
-    assert stats["simulated_s"] == timed.simulate().total_s
-    assert sum(p.inputs[i].source == "hbm" for p in timed.programs
-               for i in range(len(p.inputs))) > 0
+# the tiny zoo models (a decoder, an encoder, a CNN) run the programs that are timed on a
+# four-chip HBM system in tests/test_workloads.py (test_tiny_config_on_four_chips_matches_llvm),
+# beside their comparison with TVM's CPU build (every zoo model on an SRAM-only chip:
+# test_tiny_config_on_icca_matches_llvm)
 
 
 def test_the_model_kept_on_chip_compiles_the_same_both_ways(executed):

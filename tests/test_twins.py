@@ -18,6 +18,9 @@ from tvm_icca.testing.relax_functions import relax_function
 
 TOKENS, DIM, HIDDEN = 1024, 32, 128
 
+# one worker compiles the module's models once (make test runs on several)
+pytestmark = pytest.mark.xdist_group("twins")
+
 
 def _chip():
     # every MLP operator fits alone; the gate's output held beside the up projection does not
@@ -42,9 +45,10 @@ def _blocks(n: int) -> tuple[tvm.IRModule, list[str]]:
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), names[2:]
 
 
-def _rounds(monkeypatch, n: int) -> tuple[int, object]:
-    """Rounds of planning the model of ``n`` blocks took, and its region before splitting."""
-    rounds = []
+def _compile(n: int) -> tuple[int, object, object]:
+    """The model of ``n`` blocks compiled (``compile_programs``, Elk-Full): the rounds of
+    planning it took, its region before splitting, and the compiled model."""
+    rounds, unsplit = [], []
     plan_region, choose_splits = region_plans.plan_region, region_plans.choose_splits
 
     def planning(region, *args, **kwargs):
@@ -55,17 +59,22 @@ def _rounds(monkeypatch, n: int) -> tuple[int, object]:
         unsplit.append(region)
         return choose_splits(region, *args, **kwargs)
 
-    unsplit = []
-    monkeypatch.setattr(region_plans, "plan_region", planning)
-    monkeypatch.setattr(region_plans, "choose_splits", choosing)
     mod, resident = _blocks(n)
-    compile_programs(mod, _chip(), resident=resident, preload="elk-full")
-    monkeypatch.undo()
-    return len(rounds), unsplit[0]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(region_plans, "plan_region", planning)
+        patch.setattr(region_plans, "choose_splits", choosing)
+        model = compile_programs(mod, _chip(), resident=resident, preload="elk-full")
+    return len(rounds), unsplit[0], model
 
 
-def test_blocks_are_twins_and_the_first_add_is_not(monkeypatch):
-    _, region = _rounds(monkeypatch, 2)
+@pytest.fixture(scope="module")
+def compiled() -> dict[int, tuple[int, object, object]]:
+    """:func:`_compile` of 1, 2 and 3 blocks, each compiled once for the module's tests."""
+    return {n: _compile(n) for n in (1, 2, 3)}
+
+
+def test_blocks_are_twins_and_the_first_add_is_not(compiled):
+    _, region, _ = compiled[2]
     labels = [op.label for op in region.ops]
     groups = twin_groups(region)
     gates = [i for i, label in enumerate(labels) if label == "matmul + silu"]
@@ -76,13 +85,13 @@ def test_blocks_are_twins_and_the_first_add_is_not(monkeypatch):
     assert all(i in groups[i] for i in range(len(labels)))
 
 
-def test_many_blocks_need_as_many_rounds_as_one(monkeypatch):
-    one, _ = _rounds(monkeypatch, 1)
+def test_many_blocks_need_as_many_rounds_as_one(compiled):
+    one = compiled[1][0]
     assert one > 2, "the case must need several rounds (spread, then cut the chain finer)"
-    assert _rounds(monkeypatch, 3)[0] == one
+    assert compiled[3][0] == one
 
 
-def test_blocks_cut_through_their_twins_run_exactly():
+def test_blocks_cut_through_their_twins_run_exactly(compiled):
     n = 2
     mod, resident = _blocks(n)
     rng = np.random.default_rng(3)
@@ -96,17 +105,19 @@ def test_blocks_cut_through_their_twins_run_exactly():
         normed = h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-5)
         g = normed @ wg
         h = h + ((g / (1 + np.exp(-g))) * (normed @ wu)) @ wd
-    ex = tvm_icca.compile(mod, _chip(), resident=resident, preload="elk-full")
+    # the planned module of the programs checked below is the one built and run (the
+    # planning pass leaves a planned module alone; tests/test_workloads.py checks that
+    # tvm_icca.compile plans what compile_programs does)
+    model = compiled[n][2]
+    ex = tvm_icca.compile(model.module, _chip(), resident=resident, preload="elk-full")
     got = run_outputs(ex, [tvm.runtime.tensor(a) for a in (x, bias, *ws)])[0].numpy()
     np.testing.assert_allclose(got, h, rtol=1e-4, atol=1e-4)
-    model = compile_programs(mod, _chip(), resident=resident, preload="elk-full")
     norms = [op.label for op in model.programs[0].ops if op.label.startswith("rms norm")]
     assert len(norms) > n and all("part" in label for label in norms), \
         "both blocks' chains are cut"
 
 
-@pytest.mark.parametrize("n", [1])
-def test_a_lone_operator_is_its_own_twin(monkeypatch, n):
-    _, region = _rounds(monkeypatch, n)
+def test_a_lone_operator_is_its_own_twin(compiled):
+    _, region, _ = compiled[1]
     groups = twin_groups(region)
     assert all(len(g) == 1 for g in groups if region.ops[g[0]].label == "matmul + silu")
