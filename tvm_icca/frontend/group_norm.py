@@ -23,7 +23,9 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir import IRModule
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
+
+from tvm_icca.frontend.rewrites import replacing_calls, rewrite_functions
 
 __all__ = ["DecomposeGroupNorm", "group_norm_as_instance_norm"]
 
@@ -78,15 +80,6 @@ class DecomposeGroupNorm:
     def transform_module(self, mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         pattern = is_op("relax.nn.group_norm")(wildcard(), wildcard(), wildcard())
 
-        def rewrite(orig: relax.Expr, _: dict) -> relax.Expr:
-            if not isinstance(orig, relax.Call):
-                return orig
-            out = group_norm_as_instance_norm(orig)
-            return orig if out is None else out
-
-        for gvar, func in list(mod.functions_items()):
-            if isinstance(func, relax.Function):
-                new = rewrite_call(pattern, rewrite, func)
-                if not new.same_as(func):
-                    mod[gvar] = new
+        for gvar, func in rewrite_functions(mod, [(pattern, replacing_calls(group_norm_as_instance_norm))]).items():
+            mod[gvar] = func
         return mod

@@ -63,7 +63,9 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir import IRModule
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
+
+from tvm_icca.frontend.rewrites import replacing_calls, rewrite_functions
 
 __all__ = [
     "COORDINATE_MODES",
@@ -373,15 +375,6 @@ class DecomposeResize:
     def transform_module(self, mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         pattern = is_op(_OP)(wildcard(), wildcard())
 
-        def rewrite(orig: relax.Expr, _: dict) -> relax.Expr:
-            if not isinstance(orig, relax.Call):
-                return orig
-            out = decompose_resize(orig)
-            return orig if out is None else out
-
-        for gvar, func in list(mod.functions_items()):
-            if isinstance(func, relax.Function):
-                new = rewrite_call(pattern, rewrite, func)
-                if not new.same_as(func):
-                    mod[gvar] = new
+        for gvar, func in rewrite_functions(mod, [(pattern, replacing_calls(decompose_resize))]).items():
+            mod[gvar] = func
         return mod

@@ -47,7 +47,7 @@ from tvm.relax.dpl import DFPattern, is_const, is_op, rewrite_call, wildcard
 from tvm.s_tir.stmt import SBlock
 
 __all__ = ["RecognizeActivations", "RecognizeNorms", "constant_matches", "drop_unused_primfuncs",
-           "rewrite_functions"]
+           "replacing_calls", "rewrite_functions"]
 
 #: 1e-6 relative admits a constant printed with 7 significant digits (1.414214 for sqrt 2).
 _MIN_RTOL = 1e-6
@@ -372,6 +372,19 @@ def _layer_norm_rewriter() -> tuple[DFPattern, Callable]:
 
 
 # -- the passes -------------------------------------------------------------------------------
+def replacing_calls(replace: Callable[[relax.Call], "relax.Expr | None"]) -> Callable:
+    """A ``rewrite_call`` callback from a function of one call: its replacement, or ``None``
+    to keep the call (a match that is not a call is kept too)."""
+
+    def rewrite(orig: relax.Expr, _: dict) -> relax.Expr:
+        if not isinstance(orig, relax.Call):
+            return orig
+        out = replace(orig)
+        return orig if out is None else out
+
+    return rewrite
+
+
 def rewrite_functions(mod: IRModule, rewriters: list[tuple[DFPattern, Callable]]) -> dict:
     """Every Relax function of ``mod`` with ``rewriters`` applied, where that changed it."""
     updates = {}
