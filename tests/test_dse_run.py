@@ -174,8 +174,8 @@ def test_dry_run_and_limit(tmp_path, capsys, monkeypatch):
     def no_worker(*args, **kwargs):
         raise AssertionError("jobs=1 started a sweep worker")
 
-    monkeypatch.setattr(sys.modules["tvm_icca.dse.run"], "_Worker", no_worker)
-    monkeypatch.setattr(sys.modules["tvm_icca.dse.run"], "_run_local", no_worker)
+    monkeypatch.setattr(sys.modules["tvm_icca.dse.local_pool"], "_Worker", no_worker)
+    monkeypatch.setattr(sys.modules["tvm_icca.dse.run"], "run_local", no_worker)
     done = run(path, jobs=1, limit=1, progress=False)
     monkeypatch.undo()
     assert sum(done.counts.values()) == 1
@@ -346,7 +346,7 @@ def test_schedule_starts_each_group_once(sizes, slots, follow):
     searched only when no searched group has tasks left."""
     import random
 
-    schedule_type = sys.modules["tvm_icca.dse.run"]._Schedule  # pylint: disable=protected-access
+    schedule_type = sys.modules["tvm_icca.dse.local_pool"].Schedule
     rng = random.Random(sum(sizes) * 10 + slots)
     tasks = [{"group": f"g{g}", "n": i} for g, size in enumerate(sizes) for i in range(size)]
     schedule = schedule_type(tasks, follow=follow)

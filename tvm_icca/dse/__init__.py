@@ -21,7 +21,8 @@ Example::
 
 Modules: :mod:`~tvm_icca.dse.spec` (the spec), :mod:`~tvm_icca.dse.points` (points and keys),
 :mod:`~tvm_icca.dse.results` (the results file), :mod:`~tvm_icca.dse.worker` (one point),
-:mod:`~tvm_icca.dse.run` (the sweep), :mod:`~tvm_icca.dse.sweep_report` (tables and plots),
+:mod:`~tvm_icca.dse.run` (the sweep), :mod:`~tvm_icca.dse.local_pool` (its local workers),
+:mod:`~tvm_icca.dse.stopping` (SIGINT and SIGTERM), :mod:`~tvm_icca.dse.sweep_report` (tables and plots),
 :mod:`~tvm_icca.dse.rerun` (re-running rows).
 """
 
@@ -29,7 +30,8 @@ from tvm_icca.dse.points import DsePoint, expand
 from tvm_icca.dse.sweep_report import write_report
 from tvm_icca.dse.rerun import RerunResult, rerun
 from tvm_icca.dse.results import append_row, done_keys, read_chips, read_rows, read_runs
-from tvm_icca.dse.run import ChipChangedWarning, DseRun, SweepInterrupted, run, stopping_signals
+from tvm_icca.dse.run import ChipChangedWarning, DseRun, run
+from tvm_icca.dse.stopping import SweepInterrupted, stopping_signals
 from tvm_icca.dse.spec import DseSpec, load_spec
 
 __all__ = ["ChipChangedWarning", "DsePoint", "DseRun", "DseSpec", "RerunResult", "SweepInterrupted",

@@ -8,12 +8,12 @@ so a sweep killed at any moment leaves only whole rows (at most a torn last line
 next append), and the same command run again computes exactly the missing points.
 
 Local runs start one worker process per job (spawned: TVM does not survive ``fork``), each
-fed one point at a time through its own pipe (:class:`_Worker`). On Ray (``ray=``), points are
+fed one point at a time through its own pipe (:mod:`tvm_icca.dse.local_pool`). On Ray (``ray=``), points are
 ``ray.remote`` tasks with a bounded number in flight (``ray.wait``); the driver appends their
 rows.
 
 Stopping (issue 43): the first SIGINT or SIGTERM stops the sweep within a second or so
-(:func:`stopping_signals`): the row being appended is finished, every local worker (with the
+(:func:`tvm_icca.dse.stopping.stopping_signals`): the row being appended is finished, every local worker (with the
 plan scans it forked) is killed, the Ray tasks in flight are cancelled and a Ray instance this
 run started is shut down, and :class:`SweepInterrupted` is raised (``tvm-icca dse`` exits with
 128 + the signal's number, saying how many rows are kept). The workers ignore SIGINT (a
@@ -22,7 +22,7 @@ if it dies without stopping them (:mod:`tvm_icca.processes`), so a second signal
 driver at once (the signals' default action again), leaves no worker behind either.
 
 Workers share their plan searches. The points of one group ask for the same operator plans
-(:func:`tvm_icca.dse.points.plan_group`), so :class:`_Schedule` starts the first point of every
+(:func:`tvm_icca.dse.points.plan_group`), so :class:`Schedule` starts the first point of every
 group before any group's second, and a free worker takes a point of a group already searched
 before one of a group whose first point still runs. Through the plan cache on disk (without
 ``plan_cache=``, a temporary directory for the run's duration) a worker reads what another has
@@ -48,29 +48,25 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
-import multiprocessing
-import multiprocessing.connection
 import os
 import shlex
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from multiprocessing import resource_tracker
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from runtime_sim.contract.errors import IccaError, InvalidSpecError
+from tvm_icca.dse.local_pool import Schedule, available_cpus, run_local
 from tvm_icca.dse.points import DsePoint, chip_changes, chip_digest, expand
 from tvm_icca.dse.results import append_chip, append_row, append_run, read_chips, read_rows
 from tvm_icca.dse.spec import DseSpec, hardware_fields, load_spec
+from tvm_icca.dse.stopping import SweepInterrupted, SweepStop, stopping_signals
 from tvm_icca.dse.worker import DOES_NOT_FIT, FAILED, OK, evaluate
 from tvm_icca.model_pass.plan_store import default_plan_cache_dir
-from tvm_icca.processes import STOP_SIGNALS, serve_parent, signals_blocked
-from tvm_icca.progress import ProgressLike, as_progress, bars_of_this_process_only
+from tvm_icca.progress import ProgressLike, as_progress
 from tvm_icca.provenance import current
 
 __all__ = ["ChipChange", "ChipChangedWarning", "DseRun", "SweepInterrupted", "describe_changes",
@@ -173,157 +169,6 @@ class DseRun:
         changed = f" ({len(self.changed)} pending on a changed chip)" if self.changed else ""
         return (f"{self.spec.name}: {len(self.points)} points, {done} done before; {action} "
                 f"{todo if self.dry_run else now}{changed} -> {self.results}")
-
-
-class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped by SIGINT or SIGTERM (:func:`stopping_signals`).
-
-    Every row finished before the signal is whole in the results file, no worker is left
-    running, and the same command run again computes the missing points. A
-    ``KeyboardInterrupt``, so code that stops on Ctrl-C stops on it too.
-
-    Parameters
-    ----------
-    signum : int
-        The signal (``signal.SIGINT`` or ``signal.SIGTERM``).
-    summary : DseRun, optional
-        What the run did before it stopped (set by :func:`run`; ``None`` when the signal came
-        before the sweep started).
-    """
-
-    def __init__(self, signum: int, summary: "DseRun | None" = None) -> None:
-        super().__init__(f"sweep stopped by {signal.Signals(signum).name}")
-        self.signum = int(signum)
-        self.summary = summary
-
-    @property
-    def exit_status(self) -> int:
-        """The shell's status of a process a signal ended: 128 + its number (130, 143)."""
-        return 128 + self.signum
-
-
-class _Stop:
-    """What :func:`stopping_signals` installs: the first SIGINT or SIGTERM raises
-    :class:`SweepInterrupted` in the main thread (after a :meth:`held` section, such as
-    appending a row, is done) and gives both signals back their default action, so a second
-    one ends the process at once.
-
-    Python runs a handler only when the main thread runs Python code, and two signals that
-    come while it is inside a long call (``ray.init``, a TVM build) would be handled as one:
-    so every signal delivered is also counted by a thread reading the handler's wake-up file
-    descriptor (:func:`signal.set_wakeup_fd`), which ends the process at the second
-    (``os._exit(128 + signum)``; the workers die with it, :mod:`tvm_icca.processes`).
-    """
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._held = 0
-        self._previous: dict[int, Any] = {}
-        self._wakeup: tuple[int, int, int] | None = None  # read end, write end, previous fd
-
-    def install(self) -> None:
-        """Handle each of :data:`~tvm_icca.processes.STOP_SIGNALS` that has its default
-        handler, or that this object handled before (``ray.init`` replaces SIGTERM's); in
-        the main thread only (Python runs signal handlers there)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in STOP_SIGNALS:
-            current = signal.getsignal(signum)
-            if signum in self._previous or current in (signal.SIG_DFL, signal.default_int_handler):
-                self._previous.setdefault(signum, current)
-                signal.signal(signum, signal.SIG_DFL if self.signum is not None else self._handle)
-        if self._previous and self._wakeup is None:
-            read, write = os.pipe()
-            os.set_blocking(write, False)
-            previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-            self._wakeup = (read, write, previous)
-            threading.Thread(target=self._count, args=(read,), daemon=True,
-                             name="tvm_icca-stop-signals").start()
-
-    def restore(self) -> None:
-        """Give back the handlers :meth:`install` replaced."""
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-        if self._wakeup is not None:
-            read, write, previous = self._wakeup
-            signal.set_wakeup_fd(previous)
-            os.close(write)  # the counting thread reads the end of the pipe and closes it
-            self._wakeup = None
-
-    def _count(self, read: int) -> None:
-        """The wake-up descriptor's reader: end the process at the second stop signal."""
-        seen = 0
-        try:
-            while True:
-                data = os.read(read, 64)
-                if not data:
-                    return
-                for signum in data:
-                    if signum in STOP_SIGNALS:
-                        seen += 1
-                        if seen >= 2:
-                            os._exit(128 + signum)  # pylint: disable=protected-access
-        finally:
-            os.close(read)
-
-    def _handle(self, signum: int, frame: Any) -> None:  # pylint: disable=unused-argument
-        if self.signum is None:
-            self.signum = signum
-        for each in self._previous:  # the second one is the kernel's to act on
-            signal.signal(each, signal.SIG_DFL)
-        if not self._held:
-            self.check()
-
-    def check(self) -> None:
-        """Raise :class:`SweepInterrupted` if a stop signal came (the loops of the sweep ask
-        at every turn: code that caught the first one does not keep the sweep going)."""
-        if self.signum is not None and not self._held:
-            raise SweepInterrupted(self.signum)
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """A section a stop signal does not cut (appending a row): a first signal that comes
-        during it raises after it."""
-        before = self.signum
-        self._held += 1
-        try:
-            yield
-        finally:
-            self._held -= 1
-        if before is None:
-            self.check()
-
-
-@contextlib.contextmanager
-def stopping_signals() -> Iterator[_Stop]:
-    """SIGINT and SIGTERM stop a sweep cleanly while the body runs.
-
-    The first raises :class:`SweepInterrupted` in the main thread: :func:`run` kills its local
-    workers (and the plan scans they forked), cancels its Ray tasks in flight, shuts down a
-    Ray instance it started, and records the run; every finished row is whole in the results
-    file. A second signal ends the process at once (the default action; the workers die with
-    it, :mod:`tvm_icca.processes`). Only a signal whose handler is Python's default is taken
-    (a SIGINT ignored by ``nohup`` or ``&`` stays ignored; a caller's own handler stays), and
-    only in the main thread; nested uses share the outer one; the handlers are given back on
-    leaving. ``tvm-icca dse`` runs under it from its start.
-
-    Yields
-    ------
-    object
-        The handler's state: ``check()`` raises :class:`SweepInterrupted` if a signal came.
-    """
-    for signum in STOP_SIGNALS:
-        owner = getattr(signal.getsignal(signum), "__self__", None)
-        if isinstance(owner, _Stop):
-            yield owner
-            return
-    stop = _Stop()
-    stop.install()
-    try:
-        yield stop
-    finally:
-        stop.restore()
 
 
 def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
@@ -463,11 +308,11 @@ def _local_workers(jobs: int | None, todo: Sequence[DsePoint]) -> tuple[int, int
     processes, one per plan group at most, and each point's plan-scan processes
     (:func:`tvm_icca.plan_search.option_pool.map_in_workers`) with what is left.
 
-    The points of one plan group wait for its first point's searches (:class:`_Schedule`),
+    The points of one plan group wait for its first point's searches (:class:`Schedule`),
     so a second worker on it only adds its start-up and a cold workload, partition and Elk
     tables; the CPU spent on the first point's scans shortens what every point waits for.
     With one worker the points run in this process (:func:`_compute`)."""
-    cpus = jobs or _available_cpus()
+    cpus = jobs or available_cpus()
     workers = max(1, min(cpus, len({p.group for p in todo})))
     return workers, max(1, cpus // workers)
 
@@ -480,7 +325,7 @@ def _parallel(ray: str | None, workers: int | None, pending: int) -> bool:
 
 def _compute(spec: DseSpec, tasks: list[dict[str, Any]], path: str, summary: DseRun,
              points_s: dict[str, float], progress: ProgressLike, ray: str | None,
-             workers: int | None, scratch: str | None, stop: _Stop) -> None:
+             workers: int | None, scratch: str | None, stop: SweepStop) -> None:
     """Compute ``tasks`` and append their rows to ``path`` as they complete, on ``workers``
     local processes (:func:`_local_workers`; one: in this process) or, on Ray, with that
     many tasks in flight (None: the cluster's CPUs); ``stop`` says when a signal stops it."""
@@ -507,7 +352,7 @@ def _compute(spec: DseSpec, tasks: list[dict[str, Any]], path: str, summary: Dse
                 stop.check()  # a point a signal cut short gives no row, whatever it returned
                 on_row(row, 0)
         elif ray is None:
-            _run_local(tasks, workers, on_row, stop)
+            run_local(tasks, workers, on_row, stop)
         else:
             _run_ray(tasks, ray, workers, on_row, scratch, stop)
 
@@ -610,220 +455,6 @@ def _task(spec: DseSpec, point: DsePoint, base_dir: str) -> dict[str, Any]:
     return task_for(point, point.inputs(spec), base_dir)
 
 
-def _available_cpus() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover  (not Linux)
-        return max(1, os.cpu_count() or 1)
-
-
-# -- scheduling: a group's plans searched once ------------------------------------------------
-class _Schedule:
-    """The pending tasks by group (:func:`tvm_icca.dse.points.plan_group`), handed to free
-    workers so that a group's plans are searched once.
-
-    A free worker is given, in this order: the first task of a group not started (the longest
-    tasks, started early); a task of the group it ran last, once that group's first task has
-    finished (:meth:`finished`; the worker's in-memory caches hold the group's workload and
-    trade-off tables); a task of the searched group with the most left; with ``follow``, a
-    task of a group whose first task still runs (the workers share a locking plan cache on
-    disk, so this one waits for each search the first is running and reads it); else nothing.
-    """
-
-    def __init__(self, tasks: Sequence[dict[str, Any]], follow: bool = False) -> None:
-        self.queues: dict[str, collections.deque] = {}
-        for task in tasks:
-            self.queues.setdefault(task["group"], collections.deque()).append(task)
-        self.follow = follow
-        self.searching: dict[str, int] = {}  # group -> id() of its first task, while it runs
-        self.searched: set[str] = set()
-
-    def next_for(self, last_group: str | None = None) -> dict[str, Any] | None:
-        """The task a free worker runs next (``last_group``: of its previous task), or None."""
-        for group, queue in self.queues.items():
-            if queue and group not in self.searched and group not in self.searching:
-                task = queue.popleft()
-                self.searching[group] = id(task)
-                return task
-        if last_group in self.searched and self.queues.get(last_group):
-            return self.queues[last_group].popleft()
-        ready = [g for g, q in self.queues.items() if q and (g in self.searched or self.follow)]
-        if not ready:
-            return None
-        # searched groups first, then the one with the most left
-        best = max(ready, key=lambda g: (g in self.searched, len(self.queues[g])))
-        return self.queues[best].popleft()
-
-    def finished(self, task: dict[str, Any]) -> None:
-        """``task`` is done, with a row or without (its worker died): if it was its group's
-        first, the group's other tasks may run (a group whose first task failed has its
-        failure on record, or is retried by the next run)."""
-        group = task["group"]
-        if self.searching.get(group) == id(task):
-            del self.searching[group]
-            self.searched.add(group)
-
-    def __bool__(self) -> bool:
-        """Whether tasks are left to hand out."""
-        return any(self.queues.values())
-
-
-def _start_worker() -> None:
-    """Import what a point needs, so that a worker's start overlaps the first points."""
-    # pylint: disable=import-outside-toplevel,unused-import
-    from tvm_icca.drivers.device_programs import compile_programs  # noqa: F401
-
-
-def _died_early() -> IccaError:
-    return IccaError(
-        "a DSE worker process died before finishing its first point. From a script, call "
-        "tvm_icca.dse.run under `if __name__ == \"__main__\":` (workers start by importing the "
-        "script); otherwise the point may need more memory than this machine has (try fewer "
-        "--jobs). Rows written so far are kept; run again to resume.")
-
-
-# -- local: one worker process per job --------------------------------------------------------
-#: Seconds a worker told to exit after a finished sweep may take before it is killed (it is
-#: idle then, and exits at once: this only bounds a worker that cannot).
-_EXIT_GRACE_S = 10.0
-
-
-def _serve(conn: multiprocessing.connection.Connection, driver: int) -> None:
-    """A worker process: evaluate the points its pipe brings, one at a time, until ``None``
-    or until the driver closes the pipe; stopped by the driver, never by a Ctrl-C meant for it,
-    and ended with it (:func:`tvm_icca.processes.serve_parent`)."""
-    serve_parent(driver)
-    bars_of_this_process_only()  # it is killed: no semaphore left for the resource tracker
-    _start_worker()
-    while True:
-        try:
-            task = conn.recv()
-        except EOFError:  # the driver is gone
-            return
-        if task is None:
-            return
-        conn.send(evaluate(task))
-
-
-class _Worker:
-    """One worker process of a local sweep (:func:`_serve`) and the point it runs.
-
-    Spawned with SIGINT and SIGTERM blocked (:func:`tvm_icca.processes.signals_blocked`), so
-    the driver alone takes a signal that comes while it starts. The driver ends it with
-    SIGKILL when the sweep stops (its plan scans die with it): a worker holds nothing a kill
-    could tear, rows being the driver's to write and plan cache entries renamed into place
-    whole (:mod:`tvm_icca.model_pass.plan_store`).
-    """
-
-    def __init__(self, context: Any, workers: list["_Worker"]) -> None:
-        self.conn, theirs = context.Pipe()
-        self.process = context.Process(target=_serve, args=(theirs, os.getpid()),
-                                       name="tvm_icca-dse-worker")
-        self.task: dict[str, Any] | None = None
-        self.last_group: str | None = None
-        self.rows = 0  # rows it returned
-        # the first spawn starts multiprocessing's resource tracker, and that start unblocks
-        # SIGINT and SIGTERM in this thread when done (SIG_UNBLOCK, not the mask it found):
-        # started first, it leaves the block below in place for the worker
-        resource_tracker.ensure_running()
-        with signals_blocked():  # a signal meanwhile stops the sweep once the worker is known
-            self.process.start()
-            workers.append(self)
-        theirs.close()  # the worker's end: a worker that dies closes the pipe
-
-    def give(self, task: dict[str, Any]) -> None:
-        """Run ``task`` next."""
-        self.task, self.last_group = task, task["group"]
-        try:
-            self.conn.send(task)
-        except OSError:  # it died: its sentinel says so to the driver's wait
-            pass
-
-    def waitables(self) -> list[Any]:
-        """What :func:`multiprocessing.connection.wait` watches for its row or its death."""
-        return [self.conn, self.process.sentinel]
-
-    def take(self) -> tuple[bool, dict[str, Any] | None]:
-        """(whether it finished its point, the row: None when it died without one)."""
-        try:
-            if self.conn.poll():
-                row = self.conn.recv()
-                self.rows += 1
-                return True, row
-        except (EOFError, OSError):
-            return True, None
-        if self.process.exitcode is not None:
-            return True, None
-        return False, None
-
-    def close(self, wait: bool) -> None:
-        """End the process: told to exit once idle (``wait``), else killed at once."""
-        if wait and self.process.is_alive():
-            with contextlib.suppress(OSError):
-                self.conn.send(None)
-            self.process.join(_EXIT_GRACE_S)
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
-        self.conn.close()
-
-
-def _run_local(tasks: Sequence[dict[str, Any]], jobs: int,
-               on_row: Callable[[dict[str, Any] | None, int], None], stop: _Stop) -> None:
-    context = multiprocessing.get_context("spawn")
-    slots = max(1, min(jobs, len(tasks)))
-    schedule = _Schedule(tasks, follow=all(t.get("plan_cache") for t in tasks))
-    workers: list[_Worker] = []
-
-    def fill() -> None:
-        for worker in workers:
-            if worker.task is None:
-                task = schedule.next_for(worker.last_group)
-                if task is None:
-                    return  # nothing to run until a group's first point finishes
-                worker.give(task)
-
-    clean = False
-    try:
-        for _ in range(slots):  # every worker starts now, importing while the first points run
-            _Worker(context, workers)
-        fill()
-        while any(w.task is not None for w in workers):
-            busy = [w for w in workers if w.task is not None]
-            multiprocessing.connection.wait([x for w in busy for x in w.waitables()])
-            stop.check()
-            done = []
-            for worker in busy:
-                finished, row = worker.take()
-                if not finished:
-                    continue
-                schedule.finished(worker.task)
-                worker.task = None
-                if row is None:
-                    if not worker.rows:
-                        # died before its first row: usually a script without a __main__
-                        # guard (spawned workers import it again and run the sweep in turn)
-                        raise _died_early()
-                    # the worker died (killed, out of memory): no row, the next run retries
-                    warnings.warn("a DSE worker process died; its point has no row (run the "
-                                  "sweep again to retry it)", RuntimeWarning, stacklevel=2)
-                    workers.remove(worker)
-                    worker.close(wait=False)
-                    _Worker(context, workers)
-                done.append(row)
-            fill()
-            for row in done:
-                on_row(row, sum(w.task is not None for w in workers))
-        clean = True
-    finally:
-        # stopped (a signal, an error): no running point is waited for, it has no row; a
-        # first signal while they are closed stops the sweep once all are
-        with stop.held():
-            for worker in workers:
-                worker.close(wait=clean)
-
-
-# -- Ray ------------------------------------------------------------------------------------
 def _import_ray() -> Any:
     try:
         import ray  # pylint: disable=import-outside-toplevel
@@ -930,7 +561,7 @@ def _probe_ray_address(address: str) -> None:
 
 def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
              on_row: Callable[[dict[str, Any] | None, int], None],
-             scratch: str | None, stop: _Stop) -> None:
+             scratch: str | None, stop: SweepStop) -> None:
     ray = _import_ray()
     started = False
     in_flight: dict[Any, dict[str, Any]] = {}
@@ -956,7 +587,7 @@ def _run_ray(tasks: Sequence[dict[str, Any]], address: str, jobs: int | None,
                 task["plan_cache"] = None
         bound = jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(num_cpus=1, max_retries=0)(evaluate)
-        schedule = _Schedule(tasks, follow=all(t.get("plan_cache") for t in tasks))
+        schedule = Schedule(tasks, follow=all(t.get("plan_cache") for t in tasks))
         while True:
             while len(in_flight) < bound:
                 task = schedule.next_for()
