@@ -201,9 +201,10 @@ def load_onnx(
         import; a failure inside TVM's importer names the ONNX node (its name and op type). Also a
         ``shape_dict`` that names no input or contradicts one, and (unless ``allow_symbolic``)
         inputs left with symbolic dimensions. A ``Resize`` node TVM's importer would read with
-        another meaning (an ``antialias`` downsampling, scales whose sampling the output sizes
-        do not carry: :mod:`tvm_icca.frontend.onnx_resize`, which puts the others in the form the
-        importer reads).
+        another meaning and that cannot be written out (an ``antialias`` downsampling, a
+        batch or channel resize, scales whose sampling the output sizes do not carry in
+        non-float data: :mod:`tvm_icca.frontend.onnx_resize`, which puts the others in the form
+        the importer reads).
     """
     model, label, checked = _read_model(source)
     import onnx  # pylint: disable=import-outside-toplevel
