@@ -12,7 +12,9 @@
 * :mod:`.rewrites`, :mod:`.conv_rewrites` -- Relax rewrites that give written-out activations
   and norms their ops back and fold inference batch norms (run by the partitioner);
 * :mod:`.resize_rewrites` -- ``resize2d`` as repeats, slices, takes by constant per-axis
-  tables and tap sums (run by the partitioner).
+  tables and tap sums (run by the partitioner);
+* :mod:`.gather_nd` -- ``gather_nd`` by a constant outer-product table as one take per axis
+  (run by the partitioner).
 
 May import TVM, onnx and :mod:`runtime_sim.contract` (errors). Start at :mod:`.onnx_loader`.
 """
