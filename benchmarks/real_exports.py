@@ -166,12 +166,12 @@ def _models() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], str]]]:
             return F.interpolate(logits, scale_factor=4, mode="bilinear", align_corners=False)
 
     class Recurrent(nn.Module):
-        """A 2-layer bidirectional ``nn.LSTM`` or ``nn.GRU`` (batch_first) with a Linear head
-        on every step's output."""
+        """A 2-layer bidirectional ``nn.LSTM``, ``nn.GRU`` or ``nn.RNN`` (batch_first) with a
+        Linear head on every step's output."""
 
         def __init__(self, kind: str, features: int = 16, hidden: int = 32, classes: int = 4):
             super().__init__()
-            cls = nn.LSTM if kind == "lstm" else nn.GRU
+            cls = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[kind]
             self.rnn = cls(features, hidden, num_layers=2, bidirectional=True, batch_first=True)
             self.head = nn.Linear(2 * hidden, classes)
 
@@ -206,6 +206,9 @@ def _models() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], str]]]:
         "lraspp_mobilenet_v3_large": lambda: (
             seeded(lambda: segmentation("lraspp_mobilenet_v3_large")), image(64),
             "torchvision LR-ASPP, MobileNetV3-Large backbone (dilated), 5 classes, 64x64"),
+        "fcn_resnet50": lambda: (
+            seeded(lambda: segmentation("fcn_resnet50")), image(64),
+            "torchvision FCN, ResNet-50 backbone (dilated, output stride 8), 5 classes, 64x64"),
         "deeplabv3_mobilenet_v3_large": lambda: (
             seeded(lambda: segmentation("deeplabv3_mobilenet_v3_large")), image(64),
             "torchvision DeepLabV3 (ASPP, dilated convs), MobileNetV3-Large, 5 classes, 64x64"),
@@ -224,6 +227,10 @@ def _models() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], str]]]:
         "gru": lambda: (
             seeded(lambda: Recurrent("gru")), sequence(),
             "nn.GRU 2 layers bidirectional batch_first (16->32), Linear head, batch 2, 8 steps"),
+        "rnn": lambda: (
+            seeded(lambda: Recurrent("rnn")), sequence(),
+            "nn.RNN (tanh) 2 layers bidirectional batch_first (16->32), Linear head, batch 2, "
+            "8 steps"),
     }
 
 

@@ -4,7 +4,7 @@
   inference, constant subgraphs folded with onnx's own evaluator;
 * :mod:`.onnx_conv_transpose` -- ConvTranspose's ``output_shape`` and ``auto_pad`` as the
   explicit pads of the ONNX specification (TVM's importer drops or clamps them);
-* :mod:`.recurrent` -- ONNX LSTM and GRU unrolled over their static sequence length into ops
+* :mod:`.recurrent` -- ONNX LSTM, GRU and RNN unrolled over their static sequence length into ops
   TVM imports (its importer has no converter for them);
 * :mod:`.onnx_loader` -- :func:`load_onnx`: preparation + TVM's ONNX importer, with one clear
   :class:`~runtime_sim.contract.errors.ModelImportError` for every failure;
