@@ -52,6 +52,10 @@ SEED = 0
 #: LayerNormalization); the dynamo exporter picks its own (18 in torch 2.5 and later).
 OPSET = 17
 _OPTIONAL = ("torch", "torchvision", "onnxruntime", "onnxscript")
+#: Models one exporter cannot export, and why (a row of the table says so, not a failure).
+NOT_EXPORTED = {("decoder_nearest_exact", "torchscript"):
+                "torch's TorchScript exporter has no ONNX export of "
+                "aten::_upsample_nearest_exact2d"}
 
 
 def _missing_modules() -> list[str]:
@@ -165,6 +169,27 @@ def _models() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], str]]]:
             logits = self.cls(self.fuse(torch.cat(outs[::-1], dim=1)))
             return F.interpolate(logits, scale_factor=4, mode="bilinear", align_corners=False)
 
+    class Decoder(nn.Module):
+        """A super-resolution style decoder: convolutions between upsamplings by
+        ``F.interpolate`` in the given modes (each x2, the last to the size 2 * 2^k + 3, which
+        no integer factor reaches)."""
+
+        def __init__(self, modes: tuple[str, ...], chans: int = 8):
+            super().__init__()
+            self.modes = modes
+            self.convs = nn.ModuleList([nn.Conv2d(3 if k == 0 else chans, chans, 3, padding=1)
+                                        for k in range(len(modes) + 1)])
+
+        def forward(self, x):
+            x = F.relu(self.convs[0](x))
+            for k, (mode, conv) in enumerate(zip(self.modes, self.convs[1:])):
+                if k < len(self.modes) - 1:
+                    x = F.interpolate(x, scale_factor=2, mode=mode)
+                else:
+                    x = F.interpolate(x, size=(2 * x.shape[2] + 3, 2 * x.shape[3] + 3), mode=mode)
+                x = conv(x) if k == len(self.modes) - 1 else F.relu(conv(x))
+            return x
+
     class Recurrent(nn.Module):
         """A 2-layer bidirectional ``nn.LSTM``, ``nn.GRU`` or ``nn.RNN`` (batch_first) with a
         Linear head on every step's output."""
@@ -221,6 +246,12 @@ def _models() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], str]]]:
         "segformer_head": lambda: (
             seeded(SegFormerHead), image(64),
             "SegFormer-style MLP decoder, F.interpolate bilinear, 64x64"),
+        "decoder_bicubic": lambda: (
+            seeded(lambda: Decoder(("bicubic", "nearest", "bicubic"))), image(16),
+            "decoder, F.interpolate bicubic x2, nearest x2, bicubic to 67x67, 16x16 input"),
+        "decoder_nearest_exact": lambda: (
+            seeded(lambda: Decoder(("nearest-exact", "nearest-exact"))), image(16),
+            "decoder, F.interpolate nearest-exact x2, then to 35x35, 16x16 input"),
         "lstm": lambda: (
             seeded(lambda: Recurrent("lstm")), sequence(),
             "nn.LSTM 2 layers bidirectional batch_first (16->32), Linear head, batch 2, 8 steps"),
@@ -373,7 +404,7 @@ def _table(rows: list[Row]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--models", nargs="+", help="models to run (default: all)")
     parser.add_argument("--exporters", nargs="+", choices=("torchscript", "dynamo"),
                         default=["torchscript", "dynamo"])
@@ -401,11 +432,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(names)}")
     hw = tvm_icca.preset(args.hw)
     rows: list[Row] = []
+    skipped: list[str] = []
     with contextlib.ExitStack() as stack:
         workdir = args.keep or pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory()))
         workdir.mkdir(parents=True, exist_ok=True)
         for name in args.models or names:
             for exporter in args.exporters:
+                if (name, exporter) in NOT_EXPORTED:
+                    skipped.append(f"- `{name}`, {exporter}: {NOT_EXPORTED[name, exporter]}")
+                    continue
                 row = run_one(name, exporter, hw, workdir)
                 rows.append(row)
                 print(_table([row])[-1] + (f" {row.error}" if row.error else ""), flush=True)
@@ -422,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     text += _table(rows)
     text += ["", "## Models", ""] + [f"- `{m}`: {what}" for m, what in
                                      dict((r.model, r.what) for r in rows).items()]
+    if skipped:
+        text += ["", "## Not exported", ""] + skipped
     if failures:
         text += ["", "## Failures", ""] + failures
     if not args.no_write:
