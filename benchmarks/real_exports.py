@@ -248,10 +248,10 @@ def _models() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], str]]]:
             "SegFormer-style MLP decoder, F.interpolate bilinear, 64x64"),
         "decoder_bicubic": lambda: (
             seeded(lambda: Decoder(("bicubic", "nearest", "bicubic"))), image(16),
-            "decoder, F.interpolate bicubic x2, nearest x2, bicubic to 67x67, 16x16 input"),
+            "decoder, F.interpolate bicubic x2, nearest x2, bicubic to 131x131, 16x16 input"),
         "decoder_nearest_exact": lambda: (
             seeded(lambda: Decoder(("nearest-exact", "nearest-exact"))), image(16),
-            "decoder, F.interpolate nearest-exact x2, then to 35x35, 16x16 input"),
+            "decoder, F.interpolate nearest-exact x2, then to 67x67, 16x16 input"),
         "lstm": lambda: (
             seeded(lambda: Recurrent("lstm")), sequence(),
             "nn.LSTM 2 layers bidirectional batch_first (16->32), Linear head, batch 2, 8 steps"),
