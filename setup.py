@@ -36,7 +36,11 @@ setup(
         # pytest-xdist: `make test` runs the suite on every core (-n auto, --dist loadgroup)
         "test": ["pytest>=7", "pytest-xdist>=3.5", "hypothesis>=6", "wheel>=0.38",
                  "import-linter>=2.17", "matplotlib>=3.7"],
-        "bench": ["matplotlib>=3.7"],
+        # bench: the figures plot; benchmarks/real_exports.py exports PyTorch models with both
+        # of torch's ONNX exporters (the dynamo one needs onnxscript) and checks the chip's
+        # results against onnxruntime (torchvision's build must match torch's)
+        "bench": ["matplotlib>=3.7", "torch>=2.5", "torchvision>=0.20", "onnxruntime>=1.17",
+                  "onnxscript>=0.2"],
         # dse: `tvm-icca dse --ray` (Ray tasks on a cluster), YAML specs, the report's plots
         "dse": ["ray>=2.9", "pyyaml>=6", "matplotlib>=3.7"],
         # docs: `make docs` (docs/conf.py); tutorials plot, so the gallery needs matplotlib;

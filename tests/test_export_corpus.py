@@ -9,31 +9,11 @@ chip it must compute what ``onnx.reference.ReferenceEvaluator`` computes, as one
 from __future__ import annotations
 
 import pytest
-import tvm
-from tvm import relax
 
 import tvm_icca
-from tvm_icca.testing.export_corpus import CORPUS, check_case
+from tvm_icca.testing.export_corpus import CORPUS, check_case, float_host_ops
 
 HW = tvm_icca.small_chip(64)
-
-
-def _float_host_ops(part) -> list[str]:
-    """Ops left in ``main`` of the partitioned module ``part`` that read or write
-    floating-point data."""
-    found: list[str] = []
-
-    def is_float(ty) -> bool:
-        return isinstance(ty, relax.TensorType) and "float" in str(ty.dtype)
-
-    def visit(node) -> None:
-        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op):
-            args = [a for a in node.args if isinstance(a, relax.Expr) and hasattr(a, "ty")]
-            if is_float(node.ty) and any(is_float(a.ty) for a in args):
-                found.append(node.op.name)
-
-    relax.analysis.post_order_visit(part["main"], visit)
-    return found
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS))
@@ -42,6 +22,6 @@ def test_export_runs_on_the_chip_in_one_region(name: str) -> None:
     result = check_case(case, HW)
     assert result.max_rel_error <= 1e-5, result
     assert result.regions == 1 and result.device_calls == 1, result
-    assert _float_host_ops(result.partitioned) == [], (result.host_ops, result.host_reasons)
+    assert float_host_ops(result.partitioned) == [], (result.host_ops, result.host_reasons)
     for op, reasons in result.host_reasons.items():
         assert all("ICCA" not in r and "call_tir" not in r for r in reasons), (op, reasons)

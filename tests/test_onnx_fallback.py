@@ -152,14 +152,14 @@ REPRESENTATIVE = {
     "Upsample": "test_upsample_nearest", "Where": "test_where_example", "Xor": "test_xor2d",
 }
 
-#: Op types TVM 0.27's ONNX importer has no converter for (LSTM and GRU have none either, but
-#: tvm_icca unrolls them before the import: tvm_icca/frontend/recurrent.py).
+#: Op types TVM 0.27's ONNX importer has no converter for (LSTM, GRU and RNN have none either,
+#: but tvm_icca unrolls them before the import: tvm_icca/frontend/recurrent.py).
 NO_CONVERTER = (
     "Adagrad", "Adam", "Bernoulli", "Binarizer", "BitCast", "BlackmanWindow",
     "CausalConvWithState", "Celu", "CenterCropPad", "Col2Im", "ConvInteger", "CumProd", "DFT",
     "DeformConv", "Det", "FlexAttention", "HammingWindow", "HannWindow", "ImageDecoder",
     "LinearAttention", "Loop", "LpNormalization", "MelWeightMatrix", "Momentum",
-    "NegativeLogLikelihoodLoss", "QLinearConv", "QLinearMatMul", "RNN", "ReverseSequence",
+    "NegativeLogLikelihoodLoss", "QLinearConv", "QLinearMatMul", "ReverseSequence",
     "RotaryEmbedding", "STFT", "Scan", "SoftmaxCrossEntropyLoss", "SwiGLU", "Swish",
     "TensorScatter", "TfIdfVectorizer", "TreeEnsemble")
 

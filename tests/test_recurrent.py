@@ -1,4 +1,4 @@
-"""ONNX LSTM and GRU unrolled in the frontend (tvm_icca.frontend.recurrent): the unrolled graph
+"""ONNX LSTM, GRU and RNN unrolled in the frontend (tvm_icca.frontend.recurrent): the unrolled graph
 computes what the node computes (onnx.reference.ReferenceEvaluator on both, many attribute
 combinations), compiled for the chip it runs there whole and gives the ONNX project's expected
 outputs and the reference's, and what it does not compute is refused by name."""
@@ -26,11 +26,12 @@ HW = small_chip(16, 16 * 1024)
 #: float32 against the reference: the chip's sums may be ordered differently.
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 
-GATES = {"LSTM": 4, "GRU": 3}
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 #: The inputs (before the peepholes) and outputs, as the ONNX specification orders them.
 INPUTS = {"LSTM": ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c"),
-          "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h")}
-OUTPUTS = {"LSTM": ("Y", "Y_h", "Y_c"), "GRU": ("Y", "Y_h")}
+          "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
+          "RNN": ("X", "W", "R", "B", "sequence_lens", "initial_h")}
+OUTPUTS = {"LSTM": ("Y", "Y_h", "Y_c"), "GRU": ("Y", "Y_h"), "RNN": ("Y", "Y_h")}
 
 
 def _model(op: str, *, hidden: int = 3, seq: int = 3, batch: int = 2, size: int = 4,
@@ -39,7 +40,7 @@ def _model(op: str, *, hidden: int = 3, seq: int = 3, batch: int = 2, size: int 
            graph_inputs: tuple[str, ...] = (), opset: int = 22, head: bool = False,
            seed: int = 0, seq_dim: int | str | None = None,
            **attrs) -> tuple[onnx.ModelProto, dict]:
-    """One LSTM or GRU node (name "rnn") with random weights as initializers, except the
+    """One LSTM, GRU or RNN node (name "rnn") with random weights as initializers, except the
     tensors named in ``graph_inputs``; ``head``: its Y (one direction) goes on to a MatMul and
     an Add, as an exported classifier's does. Returns the model and its input values."""
     rng = np.random.default_rng(seed)
@@ -128,13 +129,13 @@ def _all_on_chip(report: dict) -> None:
 
 
 # -- the ONNX project's node test cases -----------------------------------------------------
-CASES = node_cases("LSTM", "GRU")
+CASES = node_cases("LSTM", "GRU", "RNN")
 #: Cases the unrolling refuses, and the words that name why.
 REFUSED = {"test_lstm_with_peepholes": "input P 'P' (peephole weights) is not supported"}
 
 
 def test_the_node_cases_are_all_here():
-    assert len(CASES) == 12 and set(REFUSED) <= set(CASES)
+    assert len(CASES) == 18 and set(REFUSED) <= set(CASES)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -167,6 +168,7 @@ CHIP_MODELS = {
     "gru_reverse_lbr1": dict(op="GRU", direction="reverse", linear_before_reset=1, seq=4,
                              initial=False),
     "lstm_matmul_head": dict(op="LSTM", outputs=("Y",), head=True, seq=4, hidden=4),
+    "rnn_bidirectional_layout1": dict(op="RNN", direction="bidirectional", layout=1),
 }
 
 
@@ -194,7 +196,7 @@ def test_the_input_projection_is_one_matmul():
 # -- the unrolled graph against the node, under the reference ---------------------------------
 def _variants():
     for op, direction, layout, bias, initial in itertools.product(
-            ("LSTM", "GRU"), ("forward", "reverse", "bidirectional"), (0, 1), (False, True),
+            ("LSTM", "GRU", "RNN"), ("forward", "reverse", "bidirectional"), (0, 1), (False, True),
             (False, True)):
         lbrs = (0, 1) if op == "GRU" else (0,)
         for lbr in lbrs:
@@ -203,7 +205,7 @@ def _variants():
                        seed=len(extra) + layout, **extra)
     # every output subset, weights and states as graph inputs, older opsets (Split's sizes
     # as an attribute before 13; no layout before 14), one step, batch 1
-    for op in ("LSTM", "GRU"):
+    for op in ("LSTM", "GRU", "RNN"):
         for k in range(1, len(OUTPUTS[op]) + 1):
             for outputs in itertools.combinations(OUTPUTS[op], k):
                 yield dict(op=op, outputs=outputs, direction="bidirectional")
@@ -225,6 +227,48 @@ def test_unrolled_graph_computes_the_node(params):
     onnx.checker.check_model(unrolled)
     assert [o.name for o in unrolled.graph.output] == [o.name for o in model.graph.output]
     _assert_close(_reference(unrolled, feeds), _reference(model, feeds))
+
+
+_ACTIVATIONS = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0),
+                "sigmoid": lambda v: 1 / (1 + np.exp(-v))}
+
+
+def _numpy_rnn(feeds: dict, model: onnx.ModelProto, activations: list[str]) -> list[np.ndarray]:
+    """ONNX RNN with layout 0, by its specification's equation ``H_t = f(X_t W^T + H_{t-1}
+    R^T + Wb + Rb)`` in float64 numpy: the reference for the activations onnx.reference's RNN
+    lacks (it has Tanh and Affine only)."""
+    values = {**{t.name: numpy_helper.to_array(t) for t in model.graph.initializer}, **feeds}
+    x, w, r = (values[k].astype(np.float64) for k in ("X", "W", "R"))
+    dirs, hid = w.shape[0], r.shape[2]
+    seq, batch = x.shape[:2]
+    direction = next(helper.get_attribute_value(a) for a in model.graph.node[0].attribute
+                     if a.name == "direction").decode()
+    y = np.zeros((seq, dirs, batch, hid))
+    last = []
+    for d in range(dirs):
+        f = _ACTIVATIONS[activations[d].lower()]
+        bias = values["B"][d].reshape(2, hid).sum(axis=0) if "B" in values else 0
+        h = values["initial_h"][d] if "initial_h" in values else np.zeros((batch, hid))
+        backwards = direction == "reverse" or d == 1
+        for t in reversed(range(seq)) if backwards else range(seq):
+            h = y[t, d] = f(x[t] @ w[d].T + h @ r[d].T + bias)
+        last.append(h)
+    return [y.astype(np.float32), np.stack(last).astype(np.float32)]
+
+
+@pytest.mark.parametrize("direction, activations, initial", [
+    # nn.RNN(nonlinearity="relu", bidirectional=True) as the TorchScript exporter writes it
+    ("bidirectional", ["Relu", "Relu"], False),
+    ("bidirectional", ["Relu", "Sigmoid"], True),
+    ("reverse", ["relu"], True),  # any case, as ONNX reads activation names
+])
+def test_rnn_activations_on_the_chip(direction, activations, initial):
+    model, feeds = _model("RNN", direction=direction, activations=activations, initial=initial)
+    want = _numpy_rnn(feeds, model, activations)
+    _assert_close(_reference(unroll_recurrent(model), feeds), want)
+    got, report = _on_chip(model, feeds)
+    _assert_close(got, want)
+    _all_on_chip(report)
 
 
 def test_zero_peepholes_states_and_full_sequence_lens_are_dropped():
@@ -283,6 +327,9 @@ REFUSALS = {
     "clip": (dict(op="LSTM", clip=3.0), "attribute clip=3"),
     "activations": (dict(op="GRU", activations=["Relu", "Tanh"]),
                     r"attribute activations=\['Relu', 'Tanh'\]"),
+    "rnn_activation": (dict(op="RNN", activations=["Softsign"]),
+                       r"attribute activations=\['Softsign'\] is not supported: only "
+                       "Tanh/Relu/Sigmoid per direction is"),
     "input_forget": (dict(op="LSTM", input_forget=1), "attribute input_forget=1"),
     "peepholes": ("P", "input P 'P' \\(peephole weights\\)"),
     "sequence_lens_varying": ("varying", r"input sequence_lens 'lens' = \[3, 2\] varies"),
@@ -315,7 +362,7 @@ def test_refusal_names_what(name):
     how, words = REFUSALS[name]
     model = _refused_model(how)
     with pytest.raises(tvm_icca.ModelImportError,
-                       match=f"^node 'rnn' \\((LSTM|GRU)\\) cannot be unrolled: .*{words}"):
+                       match=f"^node 'rnn' \\((LSTM|GRU|RNN)\\) cannot be unrolled: .*{words}"):
         unroll_recurrent(model)
     # through the loader: the model's label first, never a TVM traceback
     with pytest.raises(tvm_icca.ModelImportError,

@@ -30,6 +30,7 @@ import tvm_icca
 from runtime_sim.contract.presets import small_chip
 from tvm_icca.frontend.resize_rewrites import (
     axis_resizes,
+    cubic_taps,
     linear_taps,
     nearest_indices,
     source_coordinates,
@@ -89,6 +90,22 @@ def test_linear_taps_weigh_two_neighbours_and_merge_clamped_ones() -> None:
     assert weights.tolist() == [[1, 0], [0.5, 0.5], [1, 0], [1, 0]]
 
 
+def test_cubic_taps_weigh_four_neighbours_by_the_kernel() -> None:
+    """At r = 0.5 the kernel with a = -0.75 weighs distances 1.5 and 0.5 by -0.09375 and
+    0.59375 (ONNX Resize's polynomials, worked by hand); the tap at -1 reads the edge and is
+    merged into the tap at 0. A whole coordinate reads one input."""
+    ids, weights = cubic_taps(np.array([0.5, 2.0]), 4)
+    assert ids.tolist() == [[0, 0, 1, 2], [1, 2, 3, 3]]
+    assert weights.tolist() == [[0.5, 0, 0.59375, -0.09375], [0, 1, 0, 0]]
+    # exclude_outside: the tap at -1 weighs 0, the others are scaled by 1 / 1.09375
+    ids, weights = cubic_taps(np.array([0.5]), 4, exclude_outside=True)
+    np.testing.assert_allclose(weights, [[0.59375 / 1.09375, 0, 0.59375 / 1.09375,
+                                          -0.09375 / 1.09375]], rtol=1e-15)
+    # a = -0.5 (Keys): distances 1.25, 0.25, 0.75, 1.75 at r = 0.25
+    _, weights = cubic_taps(np.array([1.25]), 4, coeff_a=-0.5)
+    np.testing.assert_allclose(weights, [[-0.0703125, 0.8671875, 0.2265625, -0.0234375]], rtol=1e-15)
+
+
 @pytest.mark.parametrize("method, mode, nearest, n, m, kind, factor", [
     ("nearest", "half_pixel", "round_prefer_floor", 4, 8, "repeat", 2),
     ("nearest", "asymmetric", "floor", 3, 9, "repeat", 3),
@@ -100,6 +117,8 @@ def test_linear_taps_weigh_two_neighbours_and_merge_clamped_ones() -> None:
     ("linear", "half_pixel", "", 4, 8, "taps", 1),
     ("linear", "asymmetric", "", 8, 4, "slice", 2),  # every source coordinate is whole
     ("linear", "align_corners", "", 4, 4, "identity", 1),
+    ("cubic", "half_pixel", "", 4, 8, "taps", 1),
+    ("cubic", "asymmetric", "", 8, 4, "slice", 2),  # whole coordinates: one tap of weight 1
 ])
 def test_each_axis_is_read_the_cheapest_way(method, mode, nearest, n, m, kind, factor) -> None:
     (read,) = axis_resizes([n], [m], [2], method, mode, nearest, [(0.0, 1.0)])
@@ -120,11 +139,11 @@ def _resize_module(shape, size, method, mode, nearest="round_prefer_floor", layo
     return bb.get()
 
 
-def _onnx_resize(x_nchw: np.ndarray, size, method, mode, nearest) -> np.ndarray:
+def _onnx_resize(x_nchw: np.ndarray, size, method, mode, nearest, **attrs) -> np.ndarray:
     """What ONNX Resize gives (onnx.reference) for the NCHW data and spatial sizes."""
     sizes = numpy_helper.from_array(np.array([*x_nchw.shape[:2], *size], np.int64), "sizes")
     node = helper.make_node("Resize", ["X", "", "", "sizes"], ["Y"], mode=method,
-                            coordinate_transformation_mode=mode, nearest_mode=nearest)
+                            coordinate_transformation_mode=mode, nearest_mode=nearest, **attrs)
     graph = helper.make_graph(
         [node], "resize", [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_nchw.shape)],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], [sizes])
@@ -202,6 +221,29 @@ def test_resize2d_on_the_chip_matches_onnx_reference(name) -> None:
         np.testing.assert_allclose(got.astype(np.float64), want, **(FP32 if dtype == "float32" else FP16))
 
 
+@pytest.mark.parametrize("shape, size, mode, alpha, exclude, layout", [
+    ((1, 2, 4, 5), (8, 10), "half_pixel", -0.75, 0, "NCHW"),  # PyTorch's bicubic, x2
+    ((1, 2, 4, 5), (7, 4), "align_corners", -0.75, 0, "NCHW"),
+    ((1, 5, 6, 2), (4, 9), "pytorch_half_pixel", -0.5, 1, "NHWC"),
+    ((1, 2, 3, 4), (8, 8), "asymmetric", -0.5, 1, "NCHW"),
+])
+def test_cubic_resize2d_on_the_chip_matches_onnx_reference(shape, size, mode, alpha, exclude,
+                                                          layout) -> None:
+    """Four taps per axis (a take and a tap sum each), with the node's cubic_coeff_a and
+    exclude_outside, against onnx.reference's cubic Resize."""
+    mod = _resize_module(shape, size, "cubic", mode, layout=layout, cubic_alpha=alpha,
+                         cubic_exclude=exclude)
+    report = tvm_icca.partition_report(tvm_icca.partition_for_icca(mod, hw=HW))
+    assert report["host_ops"] == {}
+    assert sorted(_device_labels(mod)) == ["take", "take", "tap sum", "tap sum"]
+    x = (RNG.standard_normal(shape) * 3).astype(np.float32)
+    nchw = [layout.index(a) for a in "NCHW"]
+    want = _onnx_resize(x.transpose(nchw), size, "cubic", mode, "round_prefer_floor",
+                        cubic_coeff_a=alpha, exclude_outside=exclude).transpose(np.argsort(nchw))
+    # the weights have both signs: rounding is relative to the largest product, not the result
+    np.testing.assert_allclose(_on_chip(mod, x), want, rtol=1e-5, atol=1e-5)
+
+
 def test_integer_nearest_upsampling_is_one_relayout_without_a_gather() -> None:
     """Scale 2 on both axes: one operator whose every tensor index is affine, the output
     written through ``h0*2 + h1`` -- the cost of a re-layout."""
@@ -233,7 +275,6 @@ def test_modes_onnx_reference_lacks_match_tvm(mode, nearest, rows) -> None:
 
 
 @pytest.mark.parametrize("shape, size, method, mode, attrs, said", [
-    ((1, 1, 4, 4), (8, 8), "cubic", "half_pixel", {}, "method 'cubic'"),
     ((1, 1, 4, 4), (3, 3), "linear", "tf_crop_and_resize",
      {"roi": (0.4, 0.6, 1.2, 1.7), "extrapolation_value": 10.0}, "extrapolation_value 10.0"),
     ((1, 1, 4, 4), (8, 8), "linear", "half_pixel", {"out_dtype": "float16"}, "out_dtype float16"),
@@ -265,20 +306,17 @@ def test_a_dynamic_shape_stays_on_the_host_with_a_reason() -> None:
 #: Case -> where it runs: "chip" (exact there), ("host", words of the partition report's
 #: reason), ("import", words of load_onnx's ModelImportError: what TVM's importer would read
 #: with another meaning).
-#: a cubic node at scales whose sampling the sizes do not carry (nearest and linear ones are
-#: written out at the ONNX level and run on the chip)
-_CUBIC_SCALES = "a cubic resize of float32 data is not written out"
 NODE_CASES: dict[str, str | tuple[str, str]] = {
-    "test_resize_downsample_scales_cubic": ("import", _CUBIC_SCALES),
-    "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside": ("import", _CUBIC_SCALES),
-    "test_resize_downsample_scales_cubic_align_corners": ("import", _CUBIC_SCALES),
+    "test_resize_downsample_scales_cubic": "chip",  # 0.8: written out (the sizes sample at 3/4)
+    "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside": "chip",  # written out
+    "test_resize_downsample_scales_cubic_align_corners": "chip",  # written out
     "test_resize_downsample_scales_cubic_antialias": ("import", "with antialias=1"),
     "test_resize_downsample_scales_linear": "chip",  # 0.6: written out (the sizes sample at 1/2)
     "test_resize_downsample_scales_linear_align_corners": "chip",  # written out
     "test_resize_downsample_scales_linear_antialias": ("import", "with antialias=1"),
     "test_resize_downsample_scales_linear_half_pixel_symmetric": "chip",  # written out
     "test_resize_downsample_scales_nearest": "chip",  # 0.6: the same pixels as the sizes' 1/2
-    "test_resize_downsample_sizes_cubic": ("host", "method 'cubic'"),
+    "test_resize_downsample_sizes_cubic": "chip",
     "test_resize_downsample_sizes_cubic_antialias": ("import", "with antialias=1"),
     "test_resize_downsample_sizes_linear_antialias": ("import", "with antialias=1"),
     "test_resize_downsample_sizes_linear_pytorch_half_pixel": "chip",
@@ -289,17 +327,17 @@ NODE_CASES: dict[str, str | tuple[str, str]] = {
     "test_resize_tf_crop_and_resize_axes_2_3": "chip",
     "test_resize_tf_crop_and_resize_axes_3_2": "chip",
     "test_resize_tf_crop_and_resize_extrapolation_value": ("host", "extrapolation_value 10.0"),
-    "test_resize_upsample_scales_cubic": ("host", "method 'cubic'"),
-    "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside": ("host", "method 'cubic'"),
-    "test_resize_upsample_scales_cubic_align_corners": ("host", "method 'cubic'"),
-    "test_resize_upsample_scales_cubic_asymmetric": ("host", "method 'cubic'"),
+    "test_resize_upsample_scales_cubic": "chip",
+    "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside": "chip",
+    "test_resize_upsample_scales_cubic_align_corners": "chip",
+    "test_resize_upsample_scales_cubic_asymmetric": "chip",
     "test_resize_upsample_scales_linear": "chip",
     "test_resize_upsample_scales_linear_align_corners": "chip",
     "test_resize_upsample_scales_linear_half_pixel_symmetric": "chip",  # written out
     "test_resize_upsample_scales_nearest": "chip",
     "test_resize_upsample_scales_nearest_axes_2_3": "chip",
     "test_resize_upsample_scales_nearest_axes_3_2": "chip",
-    "test_resize_upsample_sizes_cubic": ("host", "method 'cubic'"),
+    "test_resize_upsample_sizes_cubic": "chip",
     "test_resize_upsample_sizes_nearest": "chip",
     "test_resize_upsample_sizes_nearest_axes_2_3": "chip",
     "test_resize_upsample_sizes_nearest_axes_3_2": "chip",
@@ -382,6 +420,42 @@ def test_scales_the_sizes_do_not_carry_are_written_out_and_exact(mode, scales) -
     got = _on_chip(mod, x)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, **FP32)
+
+
+def _bicubic_export(exporter: str, scale: float, side: int) -> onnx.ModelProto:
+    """``F.interpolate(conv(x), scale_factor=scale, mode="bicubic")`` as torch's exporters
+    write it: one Resize of constant scales ``[1, 1, s, s]``, mode cubic, half_pixel,
+    cubic_coeff_a -0.75, nearest_mode floor; the dynamo exporter (opset 20) writes every
+    other attribute out too, at its default, the TorchScript exporter (opset 17) does not."""
+    rng = np.random.default_rng(5)
+    attrs = {"mode": "cubic", "coordinate_transformation_mode": "half_pixel",
+             "cubic_coeff_a": -0.75, "nearest_mode": "floor"}
+    if exporter == "dynamo":
+        attrs.update(keep_aspect_ratio_policy="stretch", antialias=0, extrapolation_value=0.0,
+                     exclude_outside=0)
+    out = int(np.floor(side * scale))
+    inits = [numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([1, 1, scale, scale], np.float32), "scales")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["c", "", "scales"], ["y"], **attrs)]
+    graph = helper.make_graph(
+        nodes, "bicubic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, side, side])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, out, out])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20 if exporter == "dynamo" else 17)])
+
+
+@pytest.mark.parametrize("exporter, scale, side", [("torchscript", 2.0, 6), ("dynamo", 2.0, 6),
+                                                   ("dynamo", 1.5, 5)])
+def test_pytorch_bicubic_exports_run_on_the_chip(exporter, scale, side) -> None:
+    """torch's bicubic upsampling on the chip with no float op on the host, as exported (5 *
+    1.5 = 7.5: written out at the node's scale, the sizes would sample at 7/5)."""
+    model = _bicubic_export(exporter, scale, side)
+    mod = _import(model)
+    assert ("resize2d" in mod.script()) == (scale == 2.0)
+    assert tvm_icca.partition_report(tvm_icca.partition_for_icca(mod, hw=HW))["host_ops"] == {}
+    x = RNG.standard_normal((1, 3, side, side)).astype(np.float32)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(_on_chip(mod, x), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("fold_constants", [True, False])

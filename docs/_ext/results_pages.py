@@ -42,6 +42,7 @@ TITLES = {
     "op_granularity": "Operators per decoder layer, before and after fusion",
     "paper_results": "The T10 and Elk papers' results beside ours",
     "plan_space_sizes": "Plan-space sizes and search time",
+    "real_exports": "Real PyTorch exports on the chip (both exporters, against onnxruntime)",
     "sim_speed": "Simulation speed",
     "t10_vs_vgm": "T10 plans vs the virtual-global-memory baseline",
     "tuning": "Autotuning",

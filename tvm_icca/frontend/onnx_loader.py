@@ -178,7 +178,7 @@ def load_onnx(
         Infer shapes and fold constant subgraphs on the ONNX graph first
         (:func:`~tvm_icca.frontend.onnx_prepare.prepare_onnx`): what real exports need, e.g. the
         shape computations of attention heads and GPT-2's scalar ``ConstantOfShape``.
-        ``LSTM`` and ``GRU`` nodes are unrolled whether or not
+        ``LSTM``, ``GRU`` and ``RNN`` nodes are unrolled whether or not
         (:func:`~tvm_icca.frontend.recurrent.unroll_recurrent`), between two preparations when
         folding: the first makes a computed ``sequence_lens`` constant, the second folds the
         re-arranged weights.
@@ -196,14 +196,15 @@ def load_onnx(
     Raises
     ------
     ModelImportError
-        The model cannot be read, is not valid ONNX, has an ``LSTM`` or ``GRU`` node with an
+        The model cannot be read, is not valid ONNX, has an ``LSTM``, ``GRU`` or ``RNN`` node with an
         attribute or input the unrolling does not compute (named), or uses an op TVM cannot
         import; a failure inside TVM's importer names the ONNX node (its name and op type). Also a
         ``shape_dict`` that names no input or contradicts one, and (unless ``allow_symbolic``)
         inputs left with symbolic dimensions. A ``Resize`` node TVM's importer would read with
-        another meaning (an ``antialias`` downsampling, scales whose sampling the output sizes
-        do not carry: :mod:`tvm_icca.frontend.onnx_resize`, which puts the others in the form the
-        importer reads).
+        another meaning and that cannot be written out (an ``antialias`` downsampling, a
+        batch or channel resize, scales whose sampling the output sizes do not carry in
+        non-float data: :mod:`tvm_icca.frontend.onnx_resize`, which puts the others in the form
+        the importer reads).
     """
     model, label, checked = _read_model(source)
     import onnx  # pylint: disable=import-outside-toplevel

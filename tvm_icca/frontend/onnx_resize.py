@@ -24,15 +24,16 @@ for a ``half_pixel_symmetric`` that equals it, no unread ``roi``. Whether it can
 axis by axis, table by table: the input positions (and for ``linear`` their weights; for
 ``cubic`` the source coordinates) at the node's scale against those at ``out / in``.
 
-A ``nearest`` or ``linear`` node whose tables differ is written out at the ONNX level as the
-same reads :mod:`tvm_icca.frontend.resize_rewrites` gives a ``resize2d`` (its tables at the
-node's own scales, :func:`~tvm_icca.frontend.resize_rewrites.axis_resizes`): a ``Slice``, a
-``Gather`` of constant positions, or a ``Gather`` of both taps, a ``Mul`` by constant weights
-and a ``ReduceSum`` over the taps. The importer reads those as ``strided_slice``, ``take``,
-``multiply`` and ``sum``, which the chip runs (a ``repeat`` is a ``Gather`` here: ONNX has no
-repeat). Any other node the importer would change is refused with :class:`ResizeRefusal`,
-naming the input or attribute: an ``antialias`` downsampling, a ``cubic`` one at such scales,
-a batch or channel resize, scales or sizes that are not constants.
+A node whose tables differ is written out at the ONNX level as the same reads
+:mod:`tvm_icca.frontend.resize_rewrites` gives a ``resize2d`` (its tables at the node's own
+scales, :func:`~tvm_icca.frontend.resize_rewrites.axis_resizes`): a ``Slice``, a ``Gather``
+of constant positions, or a ``Gather`` of all taps (two for ``linear``, four for ``cubic``), a
+``Mul`` by constant weights and a ``ReduceSum`` over the taps. The importer reads those as
+``strided_slice``, ``take``, ``multiply`` and ``sum``, which the chip runs (a ``repeat`` is a
+``Gather`` here: ONNX has no repeat). Any other node the importer would change is refused
+with :class:`ResizeRefusal`, naming the input or attribute: an ``antialias`` downsampling, a
+batch or channel resize, scales or sizes that are not constants, and such a node of
+non-float data or in an unknown mode.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import numpy as np
 
 from tvm_icca.frontend.onnx_prepare import inferred_types
 from tvm_icca.frontend.resize_rewrites import (
+    CUBIC_COEFF_A,
     axis_resizes,
     linear_taps,
     nearest_indices,
@@ -81,6 +83,8 @@ class _Read:
     mode: str
     coordinate_mode: str
     nearest_mode: str
+    cubic_coeff_a: float
+    exclude_outside: bool
 
 
 class ResizeRefusal(Exception):
@@ -217,7 +221,9 @@ def _prepared(node: "onnx.NodeProto", constants: _Constants, types: Mapping,
         mode, coordinate_mode, nearest_mode, shape[a], out[a], scales[a], roi)]
     if lossy:
         read = _Read(x, types.get(x, (0, None))[0], tuple(shape), out, scales, rois, mode,
-                     coordinate_mode, nearest_mode)
+                     coordinate_mode, nearest_mode,
+                     float(attrs.get("cubic_coeff_a", CUBIC_COEFF_A)),
+                     bool(int(attrs.get("exclude_outside", 0))))
         return _written_out(node, read, lossy[0], opset)
     return _rewritten(node, attrs, out, roi_name if reads_roi else "",
                       full_roi if (reads_roi and len(roi) != 2 * rank) else None,
@@ -295,8 +301,9 @@ def _written_out(node: "onnx.NodeProto", read: _Read, lossy: int, opset: int
                  ) -> list["onnx.NodeProto"]:
     """The reads of :func:`tvm_icca.frontend.resize_rewrites.axis_resizes` at the node's own
     scales, as ONNX nodes the importer reads as they mean (see the module), or
-    :class:`ResizeRefusal` when the resize is none of these (cubic, non-float data, a
-    ``tf_crop_and_resize`` that extrapolates). ``lossy``: an axis whose tables differ."""
+    :class:`ResizeRefusal` when the resize is none of these (an unknown mode, non-float
+    data, a ``tf_crop_and_resize`` that extrapolates). ``lossy``: an axis whose tables
+    differ."""
     import onnx  # pylint: disable=import-outside-toplevel
     from onnx import helper, numpy_helper  # pylint: disable=import-outside-toplevel
 
@@ -306,7 +313,7 @@ def _written_out(node: "onnx.NodeProto", read: _Read, lossy: int, opset: int
                f"ratio {out[lossy]}/{shape[lossy]} of the sizes TVM's importer keeps")
     dtype = onnx.helper.tensor_dtype_to_np_dtype(read.elem_type) if read.elem_type else None
     floating = dtype is not None and (dtype.kind == "f" or dtype.name == "bfloat16")
-    if read.mode not in ("nearest", "linear") or not floating:
+    if read.mode not in ("nearest", "linear", "cubic") or not floating:
         raise ResizeRefusal(node, (
             f"{problem}, so it would compute another result, and a {read.mode} resize of "
             f"{dtype or 'untyped'} data is not written out for it (give the node sizes, or "
@@ -321,7 +328,8 @@ def _written_out(node: "onnx.NodeProto", read: _Read, lossy: int, opset: int
             "not imported"))
     reads = axis_resizes([shape[a] for a in spatial], [out[a] for a in spatial], spatial,
                          read.mode, read.coordinate_mode, read.nearest_mode, read.rois,
-                         [scale[a] for a in spatial])
+                         [scale[a] for a in spatial], cubic_coeff_a=read.cubic_coeff_a,
+                         exclude_outside=read.exclude_outside)
     stem, made = node.output[0], []
 
     def constant(value: np.ndarray) -> str:

@@ -1,11 +1,14 @@
-"""ONNX ``LSTM`` and ``GRU`` unrolled over their static sequence length, before TVM's importer.
+"""ONNX ``LSTM``, ``GRU`` and ``RNN`` unrolled over their static sequence length, before TVM's
+importer.
 
 TVM 0.27's ONNX importer has no converter for the recurrent operators. The chip runs static
 shapes, so the sequence length of every recurrent node it runs is known, and
-:func:`unroll_recurrent` writes each ``LSTM`` and ``GRU`` node as the computation its ONNX
-operator specification defines step by step (LSTM-7/14/22, GRU-7/14/22: the same equations,
-``layout`` from version 14), in ONNX operators TVM imports and the chip runs: MatMul, Add,
-Sub, Mul, Sigmoid, Tanh, Split, Concat, Reshape and Transpose.
+:func:`unroll_recurrent` writes each ``LSTM``, ``GRU`` and ``RNN`` node as the computation its
+ONNX operator specification defines step by step (LSTM-7/14/22, GRU-7/14/22, RNN-7/14/22: the
+same equations, ``layout`` from version 14), in ONNX operators TVM imports and the chip runs:
+MatMul, Add, Sub, Mul, Sigmoid, Tanh, Relu, Split, Concat, Reshape and Transpose. (The
+TorchScript exporter writes ``nn.RNN`` as an ``RNN`` node; the dynamo exporter unrolls it
+itself.)
 
 * The input projection of every step and both directions, ``X W^T + Wb + Rb``, is one MatMul
   over the ``seq x batch`` rows of ``X`` (the directions' weights side by side), before the
@@ -20,6 +23,8 @@ Sub, Mul, Sigmoid, Tanh, Split, Concat, Reshape and Transpose.
   ``C_1 = i * c`` (no zero tensors are made; a symbolic batch stays symbolic).
 * GRU's ``H_t = (1 - z) * h + z * H_{t-1}`` is written ``h + z * (H_{t-1} - h)``, which
   needs no constant of the data's dtype.
+* RNN's one gate is ``H_t = f(x W^T + H_{t-1} R^T + Wb + Rb)``, with ``f`` the direction's
+  activation: Tanh (the default), Relu (``nn.RNN(nonlinearity="relu")``) or Sigmoid.
 * ``Y`` (``[seq, num_directions, batch, hidden]``, or ``[batch, seq, num_directions,
   hidden]`` with ``layout = 1``), ``Y_h`` and ``Y_c`` are one Concat and one Reshape each,
   written to the node's own output names, so graph outputs keep their names and dtypes.
@@ -33,8 +38,8 @@ the direction and ``t<k>`` for the step.
 What the unrolling does not compute is refused with one
 :class:`~runtime_sim.contract.errors.ModelImportError` naming the node and the attribute or
 input: peephole weights ``P`` (unless absent or a constant zero), ``clip``, activations
-other than the defaults (LSTM Sigmoid, Tanh, Tanh and GRU Sigmoid, Tanh, per direction;
-``activation_alpha`` / ``activation_beta`` are unused by those and ignored), LSTM
+other than the defaults (LSTM Sigmoid, Tanh, Tanh and GRU Sigmoid, Tanh, per direction) and
+RNN's three (``activation_alpha`` / ``activation_beta`` are unused by those and ignored), LSTM
 ``input_forget = 1``, a ``sequence_lens`` that is not a constant equal to the sequence length
 for every batch entry, and a symbolic sequence length. Recurrent nodes inside subgraphs (an
 ``If`` branch, a ``Loop`` body) are left to TVM's importer.
@@ -73,6 +78,9 @@ class _Cell:
     #: The inputs by position, as the specification names them.
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    #: The activations one direction may have instead, per position (RNN's f; empty: only
+    #: the defaults), as ONNX op types.
+    choices: tuple[tuple[str, ...], ...] = ()
 
 
 _CELLS: dict[str, _Cell] = {
@@ -81,6 +89,8 @@ _CELLS: dict[str, _Cell] = {
                   ("Y", "Y_h", "Y_c")),
     "GRU": _Cell(3, ("Sigmoid", "Tanh"),
                  ("X", "W", "R", "B", "sequence_lens", "initial_h"), ("Y", "Y_h")),
+    "RNN": _Cell(1, ("Tanh",), ("X", "W", "R", "B", "sequence_lens", "initial_h"), ("Y", "Y_h"),
+                 choices=(("Tanh", "Relu", "Sigmoid"),)),
 }
 
 #: The ONNX op types :func:`unroll_recurrent` rewrites.
@@ -88,7 +98,7 @@ RECURRENT_OPS: tuple[str, ...] = tuple(sorted(_CELLS))
 
 _DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
 
-#: LSTM-7 and GRU-7 are the versions with today's inputs and attributes, and opset 7 the
+#: LSTM-7, GRU-7 and RNN-7 are the versions with today's inputs and attributes, and opset 7 the
 #: first whose Add, Sub and Mul broadcast like numpy, as the unrolled graph needs.
 _MIN_OPSET = 7
 #: Split takes its sizes as an input from opset 13, as an attribute before.
@@ -96,7 +106,7 @@ _SPLIT_SIZES_AS_INPUT = 13
 
 
 def has_recurrent(model: "onnx.ModelProto") -> bool:
-    """Whether ``model``'s main graph has an ONNX ``LSTM`` or ``GRU`` node."""
+    """Whether ``model``'s main graph has an ONNX ``LSTM``, ``GRU`` or ``RNN`` node."""
     return any(n.op_type in _CELLS and n.domain in DEFAULT_DOMAINS for n in model.graph.node)
 
 
@@ -106,8 +116,8 @@ def unroll_recurrent(
     *,
     in_place: bool = False,
 ) -> "onnx.ModelProto":
-    """``model`` with every ``LSTM`` and ``GRU`` node of its main graph unrolled (see the
-    module): a copy, or ``model`` itself changed when ``in_place``.
+    """``model`` with every ``LSTM``, ``GRU`` and ``RNN`` node of its main graph unrolled (see
+    the module): a copy, or ``model`` itself changed when ``in_place``.
 
     Parameters
     ----------
@@ -174,6 +184,8 @@ class _Spec:
     seq: int
     hidden: int
     linear_before_reset: bool
+    #: per direction, its activations (ONNX op types)
+    activations: tuple[tuple[str, ...], ...]
 
 
 def _first_output(node: "onnx.NodeProto") -> str:
@@ -205,12 +217,10 @@ def _read_spec(node: "onnx.NodeProto", graph: "onnx.GraphProto",
     if "clip" in attrs:
         raise refuse(f"attribute clip={attrs['clip']:g} (the clipping of the gates' inputs) is "
                      "not supported; export without clip")
+    activations = (cell.activations,) * directions
     if "activations" in attrs:
-        given = [_text(a) for a in attrs["activations"]]
-        wanted = list(cell.activations) * directions
-        if [a.lower() for a in given] != [a.lower() for a in wanted]:
-            raise refuse(f"attribute activations={given} is not supported: only the default "
-                         f"{', '.join(cell.activations)} per direction are")
+        activations = _activations([_text(a) for a in attrs["activations"]], cell, directions,
+                                   refuse)
     if int(attrs.get("input_forget", 0)):
         raise refuse("attribute input_forget=1 (input and forget gates coupled) is not "
                      "supported: only input_forget=0 is")
@@ -265,7 +275,26 @@ def _read_spec(node: "onnx.NodeProto", graph: "onnx.GraphProto",
                          f"specification's {_dims(want)} for direction={direction!r}, "
                          f"hidden_size={hidden}, layout={layout}")
     return _Spec(node.op_type, cell, inputs, outputs, directions, direction == "reverse", layout,
-                 int(seq), hidden, bool(int(attrs.get("linear_before_reset", 0))))
+                 int(seq), hidden, bool(int(attrs.get("linear_before_reset", 0))), activations)
+
+
+def _activations(given: list[str], cell: _Cell, directions: int,
+                 refuse: Any) -> tuple[tuple[str, ...], ...]:
+    """The ``activations`` attribute per direction, as ONNX op types: the defaults, or (RNN)
+    one of the choices at each position; anything else is refused."""
+    per = len(cell.activations)
+    choices = cell.choices or tuple((a,) for a in cell.activations)
+    names = {c.lower(): c for options in choices for c in options}
+    chosen = [names.get(a.lower()) for a in given]
+    fits = len(given) == per * directions and all(
+        c is not None and c in choices[k % per] for k, c in enumerate(chosen))
+    if not fits:
+        allowed = (" or ".join("/".join(options) for options in cell.choices) if cell.choices
+                   else ", ".join(cell.activations))
+        raise refuse(f"attribute activations={given} is not supported: only "
+                     f"{'the default ' if not cell.choices else ''}{allowed} per direction "
+                     f"{'are' if not cell.choices else 'is'}")
+    return tuple(tuple(chosen[d * per:(d + 1) * per]) for d in range(directions))
 
 
 def _check_sequence_lens(graph: "onnx.GraphProto", name: str, seq: int, opset: int,
@@ -428,8 +457,10 @@ def _emit(spec: _Spec, em: _Emitter) -> None:
             tag = f"d{d}/t{t}"
             if spec.op == "LSTM":
                 h, c = _lstm_step(em, tag, x_gates[t][d], h, c, r_dir[d][0], hid)
-            else:
+            elif spec.op == "GRU":
                 h = _gru_step(em, tag, x_gates[t][d], h, r_dir[d], hid, step_bias[d])
+            else:
+                h = _rnn_step(em, tag, x_gates[t][d], h, r_dir[d][0], spec.activations[d][0])
             ys[t, d] = h
         last_h.append(h)
         last_c.append(c)
@@ -497,6 +528,14 @@ def _gru_step(em: _Emitter, tag: str, x_gates: str, h: str | None, r_t: Sequence
     # (1 - z) * cand + z * H, as cand + z * (H - cand)
     diff = em.op("Sub", [h, cand], f"{tag}/H_cand")
     return em.op("Add", [cand, em.op("Mul", [z, diff], f"{tag}/z_diff")], f"{tag}/H")
+
+
+def _rnn_step(em: _Emitter, tag: str, x_gates: str, h: str | None, r_t: str,
+              activation: str) -> str:
+    """One RNN step (ONNX RNN): ``f(x W^T + Wb + Rb + H R^T)``, ``f`` the ``activation`` op."""
+    pre = x_gates if h is None else em.op(
+        "Add", [x_gates, em.op("MatMul", [h, r_t], f"{tag}/h_R")], f"{tag}/pre")
+    return em.op(activation, [pre], f"{tag}/H")
 
 
 def _live(nodes: list["onnx.NodeProto"], wanted: Sequence[str]) -> list["onnx.NodeProto"]:

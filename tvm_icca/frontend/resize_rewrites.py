@@ -3,10 +3,12 @@
 A resize computes little and moves much. Its meaning is separable (ONNX operator
 specification, ``Resize``): along each resized axis, output position ``x`` samples the input
 at the *source coordinate* ``x_original(x)`` the coordinate transformation mode gives, and
-reads there either the nearest input position (``nearest``) or the two positions around it,
-weighted (``linear``). Both depend on the output position only: per axis, a constant table of
-source indices (``[out]`` for nearest, ``[out, 2]`` for linear) and of weights (``[out, 2]``),
-never a table over the whole ``[H_out, W_out]`` plane. So
+reads there either the nearest input position (``nearest``), or the two positions around it,
+weighted (``linear``), or the four positions around it weighted by the cubic convolution
+kernel (``cubic``, with the node's ``cubic_coeff_a`` and ``exclude_outside``). All depend on
+the output position only: per axis, a constant table of source indices (``[out]`` for
+nearest, ``[out, T]`` for ``T`` taps) and of weights (``[out, T]``), never a table over the
+whole ``[H_out, W_out]`` plane. So
 
 ``out[.., y, x] = sum_a sum_b wh[y, a] * ww[x, b] * in[.., ih[y, a], iw[x, b]]``,
 
@@ -20,8 +22,9 @@ exact on the chip:
 * a table that reads every ``k``-th input (integer downsampling) is one ``strided_slice``;
 * any other nearest table is a ``take`` of the axis by the constant table, a gathered read
   (:mod:`tvm_icca.ops.gather`);
-* linear is a ``take`` by the ``[out, 2]`` table, then the weighted sum over the tap axis,
-  ``sum(taps * weights)``, one operator (:mod:`tvm_icca.ops.resize`).
+* linear and cubic are a ``take`` by the ``[out, 2]`` or ``[out, 4]`` table, then the
+  weighted sum over the tap axis, ``sum(taps * weights)``, one operator
+  (:mod:`tvm_icca.ops.resize`).
 
 Why a rewrite, and not the resize's own TE: TVM's TE of ``resize2d`` (``topi.image.resize``)
 computes each source index as ``floor`` of a float expression of the output index, which no
@@ -40,18 +43,21 @@ legalization computes the coordinates in float32 and nudges ``floor``/``ceil`` b
 coordinate within 1e-5 of an integer, or a rounding tie that float32 misses, TVM's host build
 may pick the neighbouring pixel where this rewrite (and ONNX) does not.
 
-Numerics: nearest, repeat, slice and take copy values exactly. The linear weighted sum
-rounds twice per axis in the data's dtype (the product, then the two-term sum), against
-``onnx.reference``'s float64 sum rounded once: a float32 result is within a few units in the
-last place of the larger term. Two taps that read the same input (a clamped border) are
-merged into one weight, and a linear axis whose every output reads one input with weight 1
-(whole source coordinates: ``asymmetric`` downsampling by 2) is read as nearest: its
-zero-weight taps could only matter were they infinite or NaN.
+Numerics: nearest, repeat, slice and take copy values exactly. The weighted sums round in
+the data's dtype (each product, then the sum of the taps), against ``onnx.reference``'s
+float64 sum rounded once: a float32 result is within a few units in the last place of the
+largest term (cubic weights have both signs, so of the largest product, not of the
+result). The weights themselves are computed in float64 as ``onnx.reference`` computes them,
+then rounded to the data's dtype. Taps that read the same input (a clamped border) are
+merged into one weight, and an axis whose every output reads one input with weight 1 (whole
+source coordinates: ``asymmetric`` downsampling by 2) is read as nearest: its zero-weight
+taps could only matter were they infinite or NaN.
 
-Stays on the host, with the reason (:func:`resize_reason`): cubic interpolation, a
-``tf_crop_and_resize`` that samples outside its input (where it writes
-``extrapolation_value``), dynamic shapes, a packed or unknown layout, an ``out_dtype`` other
-than the data's, and non-float data.
+Stays on the host, with the reason (:func:`resize_reason`): a ``tf_crop_and_resize`` that
+samples outside its input (where it writes ``extrapolation_value``), dynamic shapes, a packed
+or unknown layout, an ``out_dtype`` other than the data's, and non-float data. (An
+``antialias`` downsampling is refused when the ONNX model is imported: ``resize2d`` has no
+such attribute, :mod:`tvm_icca.frontend.onnx_resize`.)
 """
 
 from __future__ import annotations
@@ -69,10 +75,12 @@ from tvm_icca.frontend.rewrites import replacing_calls, rewrite_functions
 
 __all__ = [
     "COORDINATE_MODES",
+    "CUBIC_COEFF_A",
     "NEAREST_MODES",
     "AxisResize",
     "DecomposeResize",
     "axis_resizes",
+    "cubic_taps",
     "decompose_resize",
     "linear_taps",
     "nearest_indices",
@@ -91,7 +99,10 @@ COORDINATE_MODES: tuple[str, ...] = (
 #: ONNX ``nearest_mode`` values, and ``resize2d``'s ``round`` (half to even).
 NEAREST_MODES: tuple[str, ...] = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "round")
 #: ``resize2d`` methods rewritten here -> the ONNX mode of the same name.
-_METHODS = {"nearest_neighbor": "nearest", "linear": "linear"}
+_METHODS = {"nearest_neighbor": "nearest", "linear": "linear", "cubic": "cubic"}
+#: ONNX ``Resize``'s default ``cubic_coeff_a`` (PyTorch's bicubic uses it too; -0.5 is Keys'
+#: kernel, R. Keys, "Cubic convolution interpolation for digital image processing", 1981).
+CUBIC_COEFF_A = -0.75
 _FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 _OP = "relax.image.resize2d"
 
@@ -165,10 +176,53 @@ def linear_taps(coords: np.ndarray, in_size: int) -> tuple[np.ndarray, np.ndarra
     (the second gets weight 0)."""
     low = np.floor(coords)
     frac = coords - low
-    ids = np.clip(np.stack([low, low + 1], axis=1), 0, in_size - 1).astype(np.int64)
-    weights = np.stack([1 - frac, frac], axis=1)
-    same = ids[:, 0] == ids[:, 1]
-    weights[same] = np.stack([weights[same].sum(axis=1), np.zeros(int(same.sum()))], axis=1)
+    raw = np.stack([low, low + 1], axis=1)
+    return _merged(np.clip(raw, 0, in_size - 1).astype(np.int64), np.stack([1 - frac, frac], axis=1))
+
+
+def cubic_taps(coords: np.ndarray, in_size: int, coeff_a: float = CUBIC_COEFF_A,
+               exclude_outside: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The four input positions ``cubic`` reads at each source coordinate and their
+    weights, ``([out, 4] int64, [out, 4] float64)``.
+
+    ONNX ``Resize`` with ``mode="cubic"``: positions ``floor(c) - 1 .. floor(c) + 2``
+    weighted by the cubic convolution kernel with coefficient ``coeff_a``
+    (``cubic_coeff_a``) at their distances ``1 + r, r, 1 - r, 2 - r`` from ``c``, ``r = c -
+    floor(c)``, the polynomials written as ``onnx.reference`` evaluates them (in float64).
+    Positions outside the input read at its edge; with ``exclude_outside`` they weigh 0
+    instead and the others are scaled to sum to 1. Taps that read the same position are
+    merged into the first of them.
+    """
+    low = np.floor(coords)
+    r = coords - low
+    a = float(coeff_a)
+
+    def near(d: np.ndarray) -> np.ndarray:  # the kernel on |d| <= 1
+        return ((a + 2) * d - (a + 3)) * d * d + 1
+
+    def far(d: np.ndarray) -> np.ndarray:  # the kernel on 1 < |d| < 2
+        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+
+    weights = np.stack([far(r + 1), near(r), near(1 - r), far((1 - r) + 1)], axis=1)
+    raw = low[:, None] + np.arange(-1, 3)
+    if exclude_outside:
+        weights = np.where((raw < 0) | (raw > in_size - 1), 0.0, weights)
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    return _merged(np.clip(raw, 0, in_size - 1).astype(np.int64), weights)
+
+
+def _merged(ids: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``ids`` (ascending along each row) and ``weights`` with the weight of every tap that
+    reads the same position as the tap before it added to the first tap of that position,
+    and made 0."""
+    weights = weights.copy()
+    rows = np.arange(len(ids))
+    first = np.zeros(len(ids), dtype=np.int64)  # the first tap of each row's current position
+    for tap in range(1, ids.shape[1]):
+        same = ids[:, tap] == ids[:, tap - 1]
+        weights[rows[same], first[same]] += weights[same, tap]
+        weights[same, tap] = 0
+        first = np.where(same, first, tap)
     return ids, weights
 
 
@@ -178,7 +232,8 @@ class AxisResize:
 
     ``kind`` is ``"identity"``, ``"repeat"`` (``ids == x // factor``), ``"slice"``
     (``ids == start + x * factor``), ``"gather"`` (any other single read, by ``ids``) or
-    ``"taps"`` (``ids [out, 2]`` weighted by ``weights [out, 2]``).
+    ``"taps"`` (``ids [out, T]`` weighted by ``weights [out, T]``: two taps for linear, four
+    for cubic).
     """
 
     axis: int
@@ -208,11 +263,14 @@ def _classified(axis: int, in_size: int, ids: np.ndarray) -> AxisResize:
 def axis_resizes(in_sizes: Sequence[int], out_sizes: Sequence[int], axes: Sequence[int],
                  method: str, coordinate_mode: str, nearest_mode: str,
                  rois: Sequence[tuple[float, float]],
-                 scales: Sequence[float | None] | None = None) -> list[AxisResize]:
+                 scales: Sequence[float | None] | None = None, *,
+                 cubic_coeff_a: float = CUBIC_COEFF_A,
+                 exclude_outside: bool = False) -> list[AxisResize]:
     """The per-axis reads of a resize of axes ``axes`` from ``in_sizes`` to ``out_sizes``
-    (``method`` ``"nearest"`` or ``"linear"``; see the module), at ``scales`` (by default,
-    and where one is ``None``, ``out / in``: :func:`source_coordinates`). A linear table whose
-    every output reads one input with weight 1 is read as nearest."""
+    (``method`` ``"nearest"``, ``"linear"`` or ``"cubic"``, the latter with the ONNX
+    attributes ``cubic_coeff_a`` and ``exclude_outside``; see the module), at ``scales`` (by
+    default, and where one is ``None``, ``out / in``: :func:`source_coordinates`). A table of
+    taps whose every output reads one input with weight 1 is read as nearest."""
     out = []
     scales = [None] * len(axes) if scales is None else scales
     for axis, n, m, roi, scale in zip(axes, in_sizes, out_sizes, rois, scales):
@@ -222,10 +280,15 @@ def axis_resizes(in_sizes: Sequence[int], out_sizes: Sequence[int], axes: Sequen
         if method == "nearest":
             out.append(_classified(axis, n, nearest_indices(coords, nearest_mode, n)))
             continue
-        ids, weights = linear_taps(coords, n)
-        single = weights[:, 1] == 0
-        if np.all(single & (weights[:, 0] == 1)):
-            out.append(_classified(axis, n, ids[:, 0]))
+        if method == "linear":
+            ids, weights = linear_taps(coords, n)
+        elif method == "cubic":
+            ids, weights = cubic_taps(coords, n, cubic_coeff_a, exclude_outside)
+        else:
+            raise ValueError(f"unknown resize method {method!r}")
+        single = (np.count_nonzero(weights, axis=1) == 1) & (weights.max(axis=1) == 1)
+        if np.all(single):
+            out.append(_classified(axis, n, ids[np.arange(m), weights.argmax(axis=1)]))
         else:
             out.append(AxisResize(axis, n, m, "taps", ids, weights))
     return out
@@ -272,6 +335,8 @@ class _Resize:
     coordinate_mode: str
     nearest_mode: str
     rois: tuple[tuple[float, float], tuple[float, float]]
+    cubic_coeff_a: float
+    exclude_outside: bool
 
 
 def _read(call: relax.Call) -> _Resize | str:
@@ -281,7 +346,7 @@ def _read(call: relax.Call) -> _Resize | str:
     method = str(attrs.method)
     if method not in _METHODS:
         return (f"resize2d with method '{method}' has no ICCA implementation (offloaded: "
-                "nearest_neighbor and linear)")
+                f"{', '.join(_METHODS)})")
     coordinate_mode = str(attrs.coordinate_transformation_mode)
     if coordinate_mode not in COORDINATE_MODES:
         return f"resize2d with coordinate_transformation_mode '{coordinate_mode}' is unknown"
@@ -314,7 +379,7 @@ def _read(call: relax.Call) -> _Resize | str:
                         f"axis {axis}, where it writes extrapolation_value "
                         f"{float(attrs.extrapolation_value)}: not offloaded")
     return _Resize(data, dtype, in_shape, axes, out_sizes, _METHODS[method], coordinate_mode,
-                   nearest_mode, rois)
+                   nearest_mode, rois, float(attrs.cubic_alpha), bool(int(attrs.cubic_exclude)))
 
 
 def resize_reason(call: relax.Call) -> str | None:
@@ -332,7 +397,8 @@ def decompose_resize(call: relax.Call) -> relax.Expr | None:
         return None
     shape = read.in_shape
     reads = axis_resizes([shape[a] for a in read.axes], read.out_sizes, read.axes,
-                         read.method, read.coordinate_mode, read.nearest_mode, read.rois)
+                         read.method, read.coordinate_mode, read.nearest_mode, read.rois,
+                         cubic_coeff_a=read.cubic_coeff_a, exclude_outside=read.exclude_outside)
     x = read.data
     slices, gathered, repeats = ordered_reads(reads)
     if slices:
@@ -348,13 +414,13 @@ def decompose_resize(call: relax.Call) -> relax.Expr | None:
 
 
 def _gathered(x: relax.Expr, r: AxisResize, dtype: str, ndim: int) -> relax.Expr:
-    """``x`` read along ``r.axis`` through its table: one take, or a take of both taps and
+    """``x`` read along ``r.axis`` through its table: one take, or a take of all taps and
     their weighted sum."""
     ids = relax.const(np.ascontiguousarray(r.ids, dtype=np.int32))
     taken = relax.op.take(x, ids, axis=r.axis)
     if r.kind == "gather":
         return taken
-    # taps [.., out, 2, ..]: the weights [out, 2] broadcast over the dims after the axis
+    # taps [.., out, T, ..]: the weights [out, T] broadcast over the dims after the axis
     weights = r.weights.astype(_numpy_dtype(dtype)).reshape(r.weights.shape + (1,) * (ndim - 1 - r.axis))
     return relax.op.sum(relax.op.multiply(taken, relax.const(weights)), axis=[r.axis + 1])
 

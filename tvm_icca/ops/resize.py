@@ -1,14 +1,15 @@
-"""Resizes on the chip: the weighted tap sum of linear interpolation.
+"""Resizes on the chip: the weighted tap sum of linear and cubic interpolation.
 
 :mod:`tvm_icca.frontend.resize_rewrites` writes a ``resize2d`` as repeats and slices
 (re-layouts, :mod:`tvm_icca.ops.views` and :mod:`tvm_icca.ops.data_movement`), takes by
-constant tables (:mod:`tvm_icca.ops.gather`) and, per linearly interpolated axis, the sum of
-its two taps weighted by constant per-output weights: ``sum(taps * weights, axis)``, with
-``taps`` the take ``[.., out, 2, ..]`` and ``weights [out, 2, 1, ..]``. That sum is one
-composite, :func:`tap_sum_pattern`: TVM's TE of ``sum(multiply(...))`` is one reduction whose
-body reads both operands (:mod:`tvm_icca.lower.te_to_expr`), so the product is never written
-out; as two composites the ``[.., out, 2, ..]`` product would be one more operator and one
-more tensor of twice the output on the chip.
+constant tables (:mod:`tvm_icca.ops.gather`) and, per interpolated axis, the sum of its taps
+(two for linear, four for cubic) weighted by constant per-output weights:
+``sum(taps * weights, axis)``, with ``taps`` the take ``[.., out, T, ..]`` and ``weights
+[out, T, 1, ..]``. That sum is one composite, :func:`tap_sum_pattern`: TVM's TE of
+``sum(multiply(...))`` is one reduction whose body reads both operands
+(:mod:`tvm_icca.lower.te_to_expr`), so the product is never written out; as two composites
+the ``[.., out, T, ..]`` product would be one more operator and one more tensor of ``T``
+times the output on the chip.
 
 The pattern accepts any sum over one axis of a product with a constant (the weights are
 compile-time data), which is what the rewrite emits; such a sum elsewhere in a model is the

@@ -31,6 +31,7 @@ from tvm.relax.transform import (
 from runtime_sim.contract.labels import region_label
 from tvm_icca.frontend.conv_rewrites import FoldInferenceBatchNorm
 from tvm_icca.frontend.empty_reductions import FoldEmptyReductions, refuse_empty_reductions
+from tvm_icca.frontend.gather_nd import GatherNDAsTakes
 from tvm_icca.frontend.group_norm import DecomposeGroupNorm
 from tvm_icca.frontend.onnx_loader import ONNX_OPS_ATTR
 from tvm_icca.frontend.pad_rewrites import RecognizePad
@@ -126,7 +127,9 @@ def partition_for_icca(
         are then given their Relax ops back (:class:`tvm_icca.frontend.rewrites.RecognizeActivations`),
         as are RMS norm and layer norm written out (:class:`tvm_icca.frontend.rewrites.RecognizeNorms`);
         a ``resize2d`` becomes repeats, slices, takes and tap sums
-        (:class:`tvm_icca.frontend.resize_rewrites.DecomposeResize`).
+        (:class:`tvm_icca.frontend.resize_rewrites.DecomposeResize`), and a ``gather_nd`` by
+        a constant outer-product table one take per axis
+        (:class:`tvm_icca.frontend.gather_nd.GatherNDAsTakes`).
     bind_constants : bool
         Keep constants (weights) inside the composite functions, so the region compiler can
         bake them into the device program. By default they become region parameters: device
@@ -163,6 +166,8 @@ def partition_module(mod: IRModule, spec: HardwareSpec, *, fold_constants: bool 
     passes.append(RecognizePad())  # ONNX Pad is an opaque call_tir of TVM's importer
     passes.append(DecomposeGroupNorm())  # its TE reads channels through div/mod
     passes.append(DecomposeResize())  # its TE reads through floor of float coordinates
+    # after folding, which makes the importer's negative-index normalization a constant
+    passes.append(GatherNDAsTakes())
     passes.append(split_to_slices())  # a tuple result is no tensor expression; slices are one
     # a transposed convolution the chip takes becomes the convolutions of its output phases
     passes.append(ConvTransposeAsConvs(lambda call: unsupported_reason(call, spec) is None))

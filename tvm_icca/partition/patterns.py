@@ -36,6 +36,7 @@ from tvm.relax.dpl.pattern import DFPattern, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from runtime_sim.contract.errors import UnsupportedDtypeError
+from tvm_icca.frontend.gather_nd import gather_nd_reason
 from tvm_icca.frontend.resize_rewrites import resize_reason
 from tvm_icca.hardware_choice import HardwareSpec, current_hardware, use_hardware
 from tvm_icca.ops.attention import attention_pattern, predicate_calls
@@ -141,6 +142,7 @@ OFFLOADABLE_OPS: frozenset[str] = frozenset(
 #: one stayed as it is (``None``: the rewrite takes it).
 REWRITTEN_OPS: dict[str, Callable[[relax.Call], str | None]] = {
     "relax.image.resize2d": resize_reason,  # tvm_icca.frontend.resize_rewrites.DecomposeResize
+    "relax.gather_nd": gather_nd_reason,  # tvm_icca.frontend.gather_nd.GatherNDAsTakes
 }
 
 # The chip the check functions judge against. Check functions are called back from C++ by

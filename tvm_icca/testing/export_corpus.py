@@ -27,7 +27,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["CORPUS", "CorpusResult", "ExportCase", "check_case", "reference_outputs"]
+__all__ = ["CORPUS", "CorpusResult", "ExportCase", "check_case", "float_host_ops",
+           "reference_outputs"]
 
 OPSET = 17  # what torch.onnx.export writes by default for these models
 
@@ -525,6 +526,28 @@ def _region_calls(mod: Any) -> int:
 
     relax.analysis.post_order_visit(mod["main"], visit)
     return count
+
+
+def float_host_ops(mod: Any) -> list[str]:
+    """The Relax ops left in ``main`` of the partitioned module ``mod`` that read and write
+    floating-point data, one entry per call: what real exports must not leave on the host
+    (integer index, shape and mask arithmetic may stay there)."""
+    import tvm  # pylint: disable=import-outside-toplevel
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    found: list[str] = []
+
+    def is_float(ty: Any) -> bool:
+        return isinstance(ty, relax.TensorType) and "float" in str(ty.dtype)
+
+    def visit(node: Any) -> None:
+        if isinstance(node, relax.Call) and isinstance(node.op, tvm.ir.Op):
+            args = [a for a in node.args if isinstance(a, relax.Expr) and hasattr(a, "ty")]
+            if is_float(node.ty) and any(is_float(a.ty) for a in args):
+                found.append(node.op.name)
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return found
 
 
 def check_case(case: ExportCase, hw: Any) -> CorpusResult:
