@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from runtime_sim.contract.energy import EnergyTable
 from runtime_sim.contract.errors import InvalidHardwareSpecError, UnsupportedDtypeError
 from runtime_sim.contract.field_values import as_float, as_int, as_pairs
 from runtime_sim.contract.hardware_limits import (
@@ -174,6 +175,27 @@ class HardwareSpec:
         quarter of its FP16 peak). A matrix sub-task runs at the rate of its operands' dtype
         (:func:`schedules.base.compute_dtype`, :meth:`matrix_flops_per_cycle_for`). Stored as
         sorted ``(dtype, rate)`` pairs; :meth:`to_dict` gives a mapping.
+    matrix_pj_per_flop, vector_pj_per_flop : float
+        Energy in picojoules of one matrix-unit FLOP (at every dtype
+        ``matrix_pj_per_flop_by_dtype`` does not list) and of one vector-unit FLOP
+        (:mod:`runtime_sim.contract.energy`). Every energy field defaults to 0: a chip that gives
+        none has no energy model, and reports say so.
+    matrix_pj_per_flop_by_dtype : mapping of str to float
+        Picojoules per matrix FLOP of the dtypes whose energy differs from
+        ``matrix_pj_per_flop`` (stored as sorted pairs, like the rates).
+    sram_read_pj_per_byte, sram_write_pj_per_byte : float
+        Picojoules per byte read from / written to a core's SRAM.
+    link_pj_per_byte : float
+        Picojoules per byte over the on-chip interconnect: per hop on a mesh, per byte through
+        the exchange on an all-to-all chip.
+    inter_chip_pj_per_byte, hbm_pj_per_byte, host_pj_per_byte : float
+        Picojoules per byte between chips, read from HBM (or DRAM), over the host link.
+    static_w_per_core, static_w_per_chip : float
+        Static power (leakage, clocks, idle PHYs) in watts of every core and of every chip
+        (what is not in a core: the exchange, the IPU-Links, the HBM PHYs), paid all run long.
+    board_power_w : float
+        Rated power of one chip's board in watts (a sanity bound: a run whose average power
+        exceeds it is reported with a warning); 0: not known.
     notes : str
         Where the numbers come from; not compared.
     assumed : mapping of str to str
@@ -215,6 +237,18 @@ class HardwareSpec:
     mesh_torus: bool = False
     dtypes: tuple[str, ...] = SUPPORTED_DTYPES
     matrix_flops_per_cycle_by_dtype: tuple[tuple[str, float], ...] = ()
+    matrix_pj_per_flop: float = 0.0
+    matrix_pj_per_flop_by_dtype: tuple[tuple[str, float], ...] = ()
+    vector_pj_per_flop: float = 0.0
+    sram_read_pj_per_byte: float = 0.0
+    sram_write_pj_per_byte: float = 0.0
+    link_pj_per_byte: float = 0.0
+    inter_chip_pj_per_byte: float = 0.0
+    hbm_pj_per_byte: float = 0.0
+    host_pj_per_byte: float = 0.0
+    static_w_per_core: float = 0.0
+    static_w_per_chip: float = 0.0
+    board_power_w: float = 0.0
     notes: str = field(default="", compare=False)
     assumed: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
@@ -299,6 +333,21 @@ class HardwareSpec:
                           f"a finite number in [{low:g}, {high:g}] (FLOP per cycle per core)")
             checked[dtype] = value
         put("matrix_flops_per_cycle_by_dtype",
+            tuple((d, checked[d]) for d in SUPPORTED_DTYPES if d in checked))
+
+        low, high, _ = FLOAT_FIELDS["matrix_pj_per_flop"]
+        energies = as_pairs(self.matrix_pj_per_flop_by_dtype)
+        if energies is None or any(d not in SUPPORTED_DTYPES for d, _ in energies):
+            raise bad("matrix_pj_per_flop_by_dtype", "must map dtypes of "
+                      f"{SUPPORTED_DTYPES} to picojoules per FLOP")
+        checked = {}
+        for dtype, pj in energies:
+            value = as_float(pj)
+            if value is None or not (value == 0.0 or low <= value <= high):
+                raise bad("matrix_pj_per_flop_by_dtype", f"gives {dtype} {pj!r}; an energy is "
+                          f"0 or a finite number in [{low:g}, {high:g}] (picojoules per FLOP)")
+            checked[dtype] = value
+        put("matrix_pj_per_flop_by_dtype",
             tuple((d, checked[d]) for d in SUPPORTED_DTYPES if d in checked))
 
         marks = as_pairs(self.assumed)
@@ -412,6 +461,11 @@ class HardwareSpec:
                      else self.vector_flops_per_cycle)
         return self.num_cores * per_cycle * self.clock_hz
 
+    def energy_table(self) -> EnergyTable:
+        """The per-action energies of this system (:mod:`runtime_sim.contract.energy`): the one
+        view of the energy fields the executors' reports price their actions with."""
+        return EnergyTable(**{f.name: getattr(self, f.name) for f in dataclasses.fields(EnergyTable)})
+
     @property
     def assumed_fields(self) -> dict[str, str]:
         """``{field: why}`` of the fields no cited document gives (:attr:`assumed`)."""
@@ -434,6 +488,7 @@ class HardwareSpec:
         data["matrix_tile"] = list(self.matrix_tile)
         data["dtypes"] = list(self.dtypes)
         data["matrix_flops_per_cycle_by_dtype"] = dict(self.matrix_flops_per_cycle_by_dtype)
+        data["matrix_pj_per_flop_by_dtype"] = dict(self.matrix_pj_per_flop_by_dtype)
         data["assumed"] = dict(self.assumed)
         return data
 

@@ -26,6 +26,14 @@ MAX_BANDWIDTH = 1e18
 #: 1 PiB of HBM per chip: NVIDIA's B300 carries 288 GB in 8 stacks; 3,500x that is not a
 #: memory attached to one chip.
 MAX_HBM_BYTES_PER_CHIP = 2**50
+#: The per-action energy fields (picojoules per FLOP or per byte), :mod:`runtime_sim.contract.energy`.
+ENERGY_PJ_FIELDS = ("matrix_pj_per_flop", "vector_pj_per_flop", "sram_read_pj_per_byte",
+                    "sram_write_pj_per_byte", "link_pj_per_byte", "inter_chip_pj_per_byte",
+                    "hbm_pj_per_byte", "host_pj_per_byte")
+#: 1e6 pJ (1 uJ) per action: 1,000x a 64-bit DRAM access (Horowitz, ISSCC 2014).
+MAX_PJ = 1e6
+#: 1 MW: beyond any chip's board (a Cerebras CS-3 system draws 23 kW).
+MAX_WATTS = 1e6
 #: (lowest value, highest value) of every integer field.
 INT_FIELDS: dict[str, tuple[int, int]] = {
     "num_cores": (1, MAX_CORES),
@@ -53,6 +61,14 @@ FLOAT_FIELDS: dict[str, tuple[float, float, bool]] = {
     "inter_chip_bandwidth": (1.0, MAX_BANDWIDTH, True),
     "hbm_bandwidth": (1.0, MAX_BANDWIDTH, True),
     "hbm_injection_bandwidth": (1.0, MAX_BANDWIDTH, True),
+    # energies: 0 is "not modelled"; 1e-6 pJ is far below any switching event of a
+    # digital circuit, 1e6 pJ (1 uJ) per byte or FLOP is 1,000x a DRAM access (Horowitz,
+    # ISSCC 2014: 1.3-2.6 nJ per 64-bit access)
+    **{name: (1e-6, MAX_PJ, True) for name in ENERGY_PJ_FIELDS},
+    # watts: 1 MW per core or per chip is beyond any board (Cerebras CS-3: 23 kW per wafer)
+    "static_w_per_core": (1e-9, MAX_WATTS, True),
+    "static_w_per_chip": (1e-9, MAX_WATTS, True),
+    "board_power_w": (1e-3, MAX_WATTS, True),
 }
 #: What each bounded field counts, and the reason for its bound where it is not obvious.
 WHY = {
@@ -77,4 +93,8 @@ WHY = {
                                "no cap beyond its links",
     "mesh_rows": "NoC grid rows per chip, 0 to derive them from the core count",
     "mesh_cols": "NoC grid columns per chip, 0 to derive them from the core count",
+    **{name: "picojoules per action, 0 when not modelled" for name in ENERGY_PJ_FIELDS},
+    "static_w_per_core": "watts of static power per core, 0 when not modelled",
+    "static_w_per_chip": "watts of static power per chip outside its cores, 0 when not modelled",
+    "board_power_w": "rated watts of one chip's board, 0 when not known",
 }

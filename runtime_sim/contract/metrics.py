@@ -204,6 +204,27 @@ METRICS: dict[str, Metric] = {
                        "units, hbm, host, interconnect, edge ports, controller ports, "
                        "injection, bisection or inter-chip (the floor's name without "
                        "``_floor_s``); run-level, unlike an operator's ``bound_by``"),
+    # -- energy (runtime_sim.contract.energy: per-action energies of the chip x the actions
+    #    counted, plus static power over total_s) ---------------------------------------------
+    "matrix_flops": _m("FLOP", "FLOPs the matrix units ran (matmul and convolution sub-tasks)",
+                       "both"),
+    "vector_flops": _m("FLOP", "FLOPs the vector units ran (element-wise work, reductions, "
+                       "epilogues, reduction adds)", "both"),
+    "sram_read_bytes": _m("bytes", "bytes read from cores' SRAM: sub-task operands and the "
+                          "sending end of every transfer", "both"),
+    "sram_write_bytes": _m("bytes", "bytes written to cores' SRAM: sub-task results and the "
+                           "receiving end of every transfer", "both"),
+    "link_byte_hops": _m("byte-hops", "bytes over the on-chip interconnect times the hops each "
+                         "took (a mesh's routers crossed); on an all-to-all exchange, one per "
+                         "byte", "both"),
+    "energy_j": _m("J", "energy of the run: per-action energies times the actions counted "
+                   "plus static power over ``total_s``; None when the chip has no energy "
+                   "model"),
+    "energy_breakdown_j": _m("mapping", "``energy_j`` by component: matrix, vector, sram, "
+                             "link, inter_chip, hbm, host, static"),
+    "average_power_w": _m("W", "``energy_j`` / ``total_s``"),
+    "board_power_w": _m("W", "the system's rated board power (per chip x chips), 0 when not "
+                        "known; an ``average_power_w`` above it is reported with a warning"),
     "remainder": _m("mapping", "when ``total_s`` > 1.5 x ``floor_s`` (else empty): where the "
                     "run's time goes, seconds per part, adding up to ``total_s``: compute at "
                     "peak, compute below peak, sync, link transfer, hop latency, load wait, "
@@ -222,6 +243,12 @@ DSE_METRICS: dict[str, Metric] = {
     "inputs": _m("names", "the row's input columns: the chip's fixed and swept fields, the "
                  "workload and its arguments, design, state, execution", "dse"),
     "workload": _m("name", "the workload: a zoo name or an ONNX file", "dse"),
+    "tokens_per_run": _m("count", "tokens (LLM decode: the batch; prefill: batch x prompt) "
+                         "or samples (other models: the batch) one run of the workload "
+                         "processes", "dse"),
+    "time_per_token_s": _m("s", "``total_s`` / ``tokens_per_run``", "dse"),
+    "energy_per_token_j": _m("J", "``energy_j`` / the tokens (or samples) one run "
+                             "processes", "dse"),
     "state": _m("name", "where weights and KV caches live (``auto``: decided by the compiler)",
                 "dse"),
     "execution": _m("name", "the execution model: ``t10`` (compute-shift) or ``vgm``", "dse"),
