@@ -14,8 +14,10 @@ from runtime_sim.contract.errors import InvalidWorkloadError
 from runtime_sim.contract.presets import small_chip
 from runtime_sim.functional.device import get_device
 from runtime_sim.run_stats import last_run_timing
+from tvm_icca.backend.target import icca_pipeline
 from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.device_call import device_entry
+from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.workloads import ELK_TABLE2_OPS, PHASES, get_workload, list_workloads
 from tvm_icca.workloads._layers import causal_mask_sampler
 from tvm_icca.testing.device_runs import assert_metrics_agree, reference_build, run_outputs
@@ -130,16 +132,20 @@ def _check_on_icca_against_llvm(workload, metrics=False):
     args = [tvm.runtime.tensor(a) for a in workload.random_args(seed=0)]
     executed: list[str] = []
     parse = device_entry.parse_program
+    # the timing-only path below finds the plans of this compile in the cache they share
+    # (tests/test_compile_api.py: what a search of its own gives)
+    cache = PlanCache()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(device_entry, "parse_program", lambda text: (executed.append(text), parse(text))[1])
         with tvm_icca.use_hardware(_HW):
-            got = run_outputs(tvm.compile(workload.mod, target="icca"), args)
+            got = run_outputs(tvm.compile(workload.mod, target="icca",
+                                          relax_pipeline=icca_pipeline(plan_cache=cache)), args)
     stats = tvm_icca.last_run_stats()
     if metrics:  # one value per metric: the device's counters and the timing simulator's
         # report of this run (tests/test_metric_agreement.py: the encoder and preload streams)
         assert_metrics_agree(last_run_programs(), stats, last_run_timing(), name)
     # the one compiler: what ran is, byte for byte, what the timing-only path compiles
-    timed = compile_programs(workload.mod, _HW)
+    timed = compile_programs(workload.mod, _HW, plan_cache=cache)
     assert executed == [p.to_json() for p in timed.programs]
     assert stats["regions_executed"] == len(timed.programs)
     assert stats["simulated_s"] == timed.simulate().total_s
@@ -211,16 +217,17 @@ def test_tiny_config_on_four_chips_matches_llvm(name, mapped):
     what the timing-only path compiles (the check of the SRAM-only chip above, with HBM)."""
     workload = _tiny(name)
     args = [tvm.runtime.tensor(a) for a in workload.random_args(seed=1)]
+    cache = PlanCache()  # shared by the two compiles, as above
     executed: list[str] = []
     parse = device_entry.parse_program
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(device_entry, "parse_program", lambda text: (executed.append(text), parse(text))[1])
-        got = run_outputs(tvm_icca.compile(workload.mod, _FOUR_CHIPS), args)
+        got = run_outputs(tvm_icca.compile(workload.mod, _FOUR_CHIPS, plan_cache=cache), args)
     stats = tvm_icca.last_run_stats()
     want = run_outputs(reference_build(workload.mod), args)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-4)
-    timed = compile_programs(workload.mod, _FOUR_CHIPS)
+    timed = compile_programs(workload.mod, _FOUR_CHIPS, plan_cache=cache)
     programs = timed.programs
     assert executed == [p.to_json() for p in programs]
     assert stats["regions_executed"] == len(programs)

@@ -39,6 +39,7 @@ from tvm_icca.hardware_choice import (
     resolve_hardware,
 )
 from tvm_icca.model_pass import CompileOptions, icca_model_passes
+from tvm_icca.model_pass.plan_cache import PlanCache
 
 __all__ = [
     "ICCA_KEY",
@@ -167,7 +168,8 @@ def hardware_for_target(target: Target | str | dict | None = None) -> HardwareSp
 
 
 def offload_to_icca(
-    hw: HardwareLike | None = None, options: CompileOptions | None = None
+    hw: HardwareLike | None = None, options: CompileOptions | None = None, *,
+    plan_cache: PlanCache | None = None,
 ) -> tvm.transform.Pass:
     """The offload pass: partition for ICCA, plan the whole model's device programs, run codegen.
 
@@ -183,6 +185,9 @@ def offload_to_icca(
     options : CompileOptions, optional
         The model-level choices (:class:`~tvm_icca.model_pass.CompileOptions`); defaults to
         ``CompileOptions()``.
+    plan_cache : PlanCache, optional
+        Plans shared with other compilations (:func:`~tvm_icca.model_pass.plan_device_programs`);
+        by default the planning pass makes its own.
 
     Returns
     -------
@@ -194,7 +199,7 @@ def offload_to_icca(
     def _offload(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         try:
             spec = resolve_hardware(hw) if hw is not None else hardware_for_target(None)
-            mod = icca_model_passes(spec, options)(mod)
+            mod = icca_model_passes(spec, options, plan_cache=plan_cache)(mod)
             return relax.transform.RunCodegen()(mod)
         except IccaError as err:
             # This pass is called from C++ (Sequential, tvm.compile): keep the error intact.
@@ -209,6 +214,8 @@ def icca_pipeline(
     hw: HardwareLike | None = None,
     base: tvm.transform.Pass | None = None,
     options: CompileOptions | None = None,
+    *,
+    plan_cache: PlanCache | None = None,
 ) -> tvm.transform.Pass:
     """The Relax pipeline for ICCA: :func:`offload_to_icca`, then the host pipeline ``base``.
 
@@ -232,6 +239,8 @@ def icca_pipeline(
         uses for CPU targets).
     options : CompileOptions, optional
         The model-level choices (:class:`~tvm_icca.model_pass.CompileOptions`).
+    plan_cache : PlanCache, optional
+        Plans shared with other compilations (:func:`offload_to_icca`).
 
     Returns
     -------
@@ -241,13 +250,14 @@ def icca_pipeline(
     target = _as_target(target)
     if base is None:
         base = _ORIGINAL_DEFAULT_BUILD()
+    offload = offload_to_icca(hw, options, plan_cache=plan_cache)
 
     @tvm.transform.module_pass(opt_level=0, name="IccaPipeline")
     def _pipeline(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         if target is None:
-            return base(check_inputs_pass()(offload_to_icca(hw, options)(mod)))
+            return base(check_inputs_pass()(offload(mod)))
         with target:
-            return base(check_inputs_pass()(offload_to_icca(hw, options)(mod)))
+            return base(check_inputs_pass()(offload(mod)))
 
     return _pipeline
 

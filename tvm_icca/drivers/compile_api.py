@@ -16,6 +16,7 @@ from tvm_icca.backend.target import TARGET_TAG, check_target_name, icca_pipeline
 from tvm_icca.frontend.onnx_loader import ModelSource, load_onnx
 from tvm_icca.hardware_choice import HardwareLike, use_hardware
 from tvm_icca.model_pass import CompileOptions
+from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.progress import ProgressLike
 
 # ``compile`` shadows the builtin on purpose (``tvm_icca.compile``); star imports skip it.
@@ -33,6 +34,7 @@ def compile(  # pylint: disable=redefined-builtin
     preload: str | None = None,
     jobs: int | None = None,
     progress: ProgressLike = None,
+    plan_cache: PlanCache | None = None,
 ) -> tvm.runtime.Executable:
     """Compile a Relax model for an ICCA chip: ``tvm.compile(mod, target="icca")`` with choices.
 
@@ -72,6 +74,10 @@ def compile(  # pylint: disable=redefined-builtin
         standard error: ``None`` or ``True``, a bar on a terminal once a phase has run two
         seconds; ``False``, never; a :class:`tvm_icca.progress.Progress` sets the stream and
         the delay.
+    plan_cache : tvm_icca.PlanCache, optional
+        Share plans across calls, as :func:`tvm_icca.compile_programs` does (the same model
+        for several designs, or compiled here and timed there); by default each call plans
+        with a cache of its own, with ``jobs`` workers.
 
     Returns
     -------
@@ -88,7 +94,7 @@ def compile(  # pylint: disable=redefined-builtin
     check_target_name(target)
     options = CompileOptions(execution=execution, state=state, resident=resident,
                              preload=preload, jobs=jobs, progress=progress)
-    pipeline = icca_pipeline(target, options=options)
+    pipeline = icca_pipeline(target, options=options, plan_cache=plan_cache)
     if hw is None:
         return tvm.compile(mod, target=target, relax_pipeline=pipeline)
     with use_hardware(hw):
