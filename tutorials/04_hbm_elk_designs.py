@@ -24,7 +24,8 @@ designs.
 # with 512-token contexts.
 #
 # The small configuration (``TVM_ICCA_TUTORIAL_SIZE=small``, used by the test suite) runs
-# the same architecture at toy width (``tiny=True``: hidden size 64) for both parts, and
+# the same architecture at toy width (``tiny=True``: hidden size 64) for both parts, on one
+# of the four chips (1,472 cores and a quarter of the HBM: 4 controllers, 4 TB/s), and
 # sweeps three bandwidths instead of four; every step is the same.
 import itertools
 import os
@@ -40,13 +41,16 @@ if SIZE == "small":
                                      tiny=True)
     sweep_workload = workload
     SWEEP_TBPS = (1, 4, 16)
+    CHIPS = {"name": "ipu-mk2-hbm", "num_chips": 1, "num_cores": 1472, "hbm_controllers": 4,
+             "hbm_bandwidth": 4e12}
 else:
     workload = tvm_icca.get_workload("llama2-13b", batch=32, context=2048, num_layers=2)
     sweep_workload = tvm_icca.get_workload("llama2-13b", batch=8, context=512, num_layers=2)
     SWEEP_TBPS = (8, 16, 32, 64)
-hw = tvm_icca.preset("ipu-pod4-hbm")
+    CHIPS = {}
+hw = tvm_icca.preset("ipu-pod4-hbm", **CHIPS)
 print(workload.description)
-print(f"{hw.name}: {hw.num_chips} chips, {hw.num_cores} cores with "
+print(f"{hw.name}: {hw.num_chips} chip{'s' * (hw.num_chips > 1)}, {hw.num_cores} cores with "
       f"{hw.sram_bytes_per_core // 1024} KiB of SRAM each, {hw.hbm_bandwidth / 1e12:g} TB/s "
       f"of HBM")
 
@@ -71,7 +75,7 @@ whole = tvm_icca.get_workload("llama2-13b", batch=32, context=2048)
 sram_bytes = hw.num_cores * hw.sram_bytes_per_core
 print(f"llama2-13b, {whole.config['layers']} layers: {whole.nbytes('weight') / 1e9:.1f} GB of "
       f"weights, {whole.nbytes('kv_cache') / 1e9:.1f} GB of KV caches at batch 32, context "
-      f"2048; SRAM of the four chips: {sram_bytes / 1e9:.2f} GB")
+      f"2048; SRAM of {hw.name}: {sram_bytes / 1e9:.2f} GB")
 assert whole.nbytes("weight") > sram_bytes
 
 # %%
@@ -222,7 +226,7 @@ print(f"ideal is {ideal_s / hbm_floor_s:.2f}x the HBM floor")
 # An architect's sweep: how much HBM bandwidth is worth buying
 # ------------------------------------------------------------
 # ``tvm_icca.preset(name, **overrides)`` makes a variant of a preset chip: here the same
-# four chips with a different HBM bandwidth (spread over the same 16 controllers). Each
+# chips with a different HBM bandwidth (spread over the same controllers). Each
 # variant is a new chip to the compiler, so the model is compiled for each, under
 # ``basic`` and ``elk-full``.
 #
@@ -240,7 +244,7 @@ print(f"{'HBM TB/s':>8} {'basic ms':>9} {'elk-full':>9} {'speed-up':>8} {'HBM fl
 sweep = {"basic": [], "elk-full": []}
 floors = []
 for tbps in SWEEP_TBPS:
-    chip = tvm_icca.preset("ipu-pod4-hbm", hbm_bandwidth=tbps * 1e12)
+    chip = tvm_icca.preset("ipu-pod4-hbm", **{**CHIPS, "hbm_bandwidth": tbps * 1e12})
     for design, times in sweep.items():
         compiled = tvm_icca.compile_programs(sweep_workload, chip, preload=design,
                                              plan_cache=cache, progress=False)
@@ -280,7 +284,7 @@ ax.plot(SWEEP_TBPS, [max(f[1:]) * 1e3 for f in floors], "k:", linewidth=1,
         label="interconnect / compute floor")
 ax.set_xscale("log", base=2)
 ax.set_xticks(SWEEP_TBPS, [f"{t:g}" for t in SWEEP_TBPS])
-ax.set_xlabel("HBM bandwidth of the four chips (TB/s)")
+ax.set_xlabel(f"HBM bandwidth of {hw.name} (TB/s)")
 ax.set_ylabel("ms per decode step")
 ax.set_ylim(bottom=0)
 ax.set_title(f"{sweep_workload.name}, batch {sweep_workload.config['batch']}, context "
