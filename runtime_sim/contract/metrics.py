@@ -19,7 +19,7 @@ class Metric:
     """One reported quantity: its unit (``s``, ``bytes``, ``ratio``, ``count``, ...), what it
     means, and who reports it (``device``: the functional device's counters; ``timing``: the
     timing simulator; ``both``: each, with the same meaning; ``dse``: a design-space
-    exploration's results rows)."""
+    exploration's results rows; ``gpu``: the GPU reference, :mod:`runtime_sim.gpu`)."""
 
     unit: str
     meaning: str
@@ -225,6 +225,25 @@ METRICS: dict[str, Metric] = {
     "average_power_w": _m("W", "``energy_j`` / ``total_s``"),
     "board_power_w": _m("W", "the system's rated board power (per chip x chips), 0 when not "
                         "known; an ``average_power_w`` above it is reported with a warning"),
+    # -- the GPU reference (runtime_sim.gpu.roofline: estimates from peak rates and HBM
+    #    traffic, never measurements) ---------------------------------------------------------
+    "estimate_kind": _m("text", "what a GPU reference's times are: a roofline estimate and "
+                        "bound, not a measurement", "gpu"),
+    "roofline_s": _m("s", "GPU reference: the sum over operators of max(FLOPs at the unit's "
+                     "peak, HBM traffic at the peak HBM bandwidth), no launch overhead: a "
+                     "bound no kernel sequence with that traffic beats (in a row: that "
+                     "operator's); ``total_s`` is then the estimate at the GPU's efficiencies "
+                     "plus launches", "gpu"),
+    "launch_overhead_s": _m("s", "GPU reference: the per-kernel launch overhead times the "
+                            "operators, part of ``total_s``", "gpu"),
+    "hbm_traffic_bytes": _m("bytes", "GPU reference: bytes moved between HBM and the GPU: "
+                            "each input read and output written once, less inputs read from "
+                            "L2 (the previous operator's output when it fits), plus "
+                            "blocked-GEMM re-reads", "gpu"),
+    "reread_bytes": _m("bytes", "GPU reference: the part of ``hbm_traffic_bytes`` a GEMM "
+                       "larger than L2 reads again (blocked in L2-sized tiles)", "gpu"),
+    "hbm_bound_ops": _m("count", "GPU reference: operators whose HBM time exceeds their "
+                        "compute time", "gpu"),
     "remainder": _m("mapping", "when ``total_s`` > 1.5 x ``floor_s`` (else empty): where the "
                     "run's time goes, seconds per part, adding up to ``total_s``: compute at "
                     "peak, compute below peak, sync, link transfer, hop latency, load wait, "
