@@ -242,6 +242,8 @@ METRICS: dict[str, Metric] = {
                             "blocked-GEMM re-reads", "gpu"),
     "reread_bytes": _m("bytes", "GPU reference: the part of ``hbm_traffic_bytes`` a GEMM "
                        "larger than L2 reads again (blocked in L2-sized tiles)", "gpu"),
+    "partition_hardware": _m("name", "GPU reference: the ICCA chip whose compiler partitioned "
+                             "the model into the operators the GPU was priced on", "gpu"),
     "hbm_bound_ops": _m("count", "GPU reference: operators whose HBM time exceeds their "
                         "compute time", "gpu"),
     "remainder": _m("mapping", "when ``total_s`` > 1.5 x ``floor_s`` (else empty): where the "

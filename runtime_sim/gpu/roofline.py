@@ -131,7 +131,7 @@ class GpuReport:
             "hbm_traffic_bytes": self.hbm_traffic_bytes, "reread_bytes": self.reread_bytes,
             "hbm_bound_ops": sum(r.bound_by == "hbm" for r in self.rows),
             "assumed_fields": self.gpu.assumed_fields,
-            **self.counts.to_dict(),
+            "matrix_flops": self.counts.total_matrix_flops, "vector_flops": self.counts.vector_flops,
             **(self.energy.to_dict() if self.energy is not None
                else {"energy_j": None, "average_power_w": None}),
         }
@@ -170,7 +170,7 @@ class GpuReport:
             lines.append("  assumed (not sourced): " + ", ".join(n for n, _ in g.assumed))
         rows = sorted(self.rows, key=lambda r: -r.time_s)[:max_ops or None]
         if rows:
-            lines.append(f"  {'operator':<40} {'time':>10} {'roofline':>10} {'GFLOP':>9} "
+            lines.append(f"  {'operator':<40} {'time ' + unit[0]:>10} {'roofline':>10} {'GFLOP':>9} "
                          f"{'hbm':>10}  bound")
             for r in rows:
                 lines.append(f"  {r.label[:40]:<40} {in_unit(r.time_s, unit, 10)} "
