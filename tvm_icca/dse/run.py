@@ -443,7 +443,7 @@ def _recorded_changes(row: dict[str, Any], point: DsePoint) -> list[str]:
 
 def task_for(point: DsePoint, inputs: dict[str, Any], base_dir: str) -> dict[str, Any]:
     """A point as the plain data a worker process receives (:func:`tvm_icca.dse.worker.evaluate`)."""
-    return {"key": point.key, "group": point.group, "inputs": inputs,
+    return {"key": point.key, "group": point.group, "inputs": inputs, "gpu": point.gpu,
             "hw": point.hw.to_dict(), "workload": point.workload, "design": point.design,
             "state": point.state, "execution": point.execution, "base_dir": base_dir,
             "trace": {"point_id": point.point_id, "chip_digest": chip_digest(point.hw),
