@@ -141,6 +141,9 @@ def test_bad_names_and_overrides():
     with pytest.raises(InvalidHardwareSpecError, match="unknown GpuSpec field"):
         gpu_preset("a100", clock_hz=1e9)
     assert gpu_preset("A100", hbm_efficiency=0.5).hbm_efficiency == 0.5
+    h100 = gpu_preset("h100")
+    assert GpuSpec.from_dict(h100.to_dict()) == h100  # round trip, assumed marks kept
+    assert GpuSpec.from_dict(h100.to_dict()).assumed_fields == h100.assumed_fields
     assert "hbm_efficiency" not in gpu_preset("h100", hbm_efficiency=0.5).assumed_fields
     # a GPU is a reference, not a chip to compile for: refused where a chip is needed
     with pytest.raises(InvalidHardwareSpecError, match="GPU preset, not an ICCA chip"):

@@ -47,7 +47,7 @@ the host. It is an estimate, never a measurement.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from runtime_sim.contract.energy import ActionCounts, RunEnergy, run_energy
@@ -106,7 +106,6 @@ class GpuReport:
     counts: ActionCounts
     energy: RunEnergy | None = None
     model: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def flops(self) -> float:
