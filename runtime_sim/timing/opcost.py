@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from runtime_sim.contract.energy import ActionCounts
 from runtime_sim.contract.expr import dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
@@ -45,6 +46,7 @@ from runtime_sim.machine.links import combine_radix, gather_fan_ins, replica_red
 from runtime_sim.machine.phase_cost import NO_PHASE, PhaseCost
 from runtime_sim.machine.topology_base import Topology
 from schedules import template_for
+from schedules.actions import op_actions
 
 #: Distinct shift phases costed exactly per operator; beyond this many (a tensor rotating on
 #: a long axis with very few partitions can give one distinct phase per step residue), the
@@ -187,6 +189,8 @@ class OpCost:
     reduction_compute_s: float
     reduction_bytes: int
     footprint_bytes: int  # tensor partitions per core (OpLayout.memory_bytes_per_core)
+    #: what its cores compute and read and write of SRAM (:func:`schedules.actions.op_actions`)
+    actions: ActionCounts = ActionCounts()
 
     @property
     def cores(self) -> int:
@@ -256,6 +260,7 @@ def op_cost(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> OpCost:
         reduction_compute_s=red_compute,
         reduction_bytes=red_bytes,
         footprint_bytes=layout.memory_bytes_per_core(),
+        actions=op_actions(layout, hw),
     )
 
 
