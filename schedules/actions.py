@@ -49,7 +49,20 @@ from runtime_sim.contract.layout import OpLayout
 from schedules import template_for
 from schedules.base import compute_dtype
 
-__all__ = ["chunk_bytes", "op_actions", "transfer_actions"]
+__all__ = ["ACTION_METRICS", "action_metrics", "chunk_bytes", "op_actions", "transfer_actions"]
+
+#: The counts both executors report, under the metric names of the glossary
+#: (:mod:`runtime_sim.contract.metrics`). ``ActionCounts``' ``hbm_bytes``, ``inter_chip_bytes``
+#: and ``host_bytes`` are the energy model's (HBM reads a copy per chip, every phase's chip
+#: crossings, both host directions), not the reports' metrics of those names.
+ACTION_METRICS = ("matrix_flops", "vector_flops", "sram_read_bytes", "sram_write_bytes",
+                  "link_byte_hops")
+
+
+def action_metrics(actions: ActionCounts) -> dict[str, float]:
+    """The :data:`ACTION_METRICS` of ``actions`` (``matrix_flops`` summed over dtypes)."""
+    counts = actions.to_dict()
+    return {k: counts[k] for k in ACTION_METRICS}
 
 
 def chunk_bytes(layout: OpLayout, t: int) -> int:

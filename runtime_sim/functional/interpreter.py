@@ -70,6 +70,7 @@ from runtime_sim.functional.preload_store import PreloadStore
 from runtime_sim.functional.run_counters import RegionSram, RunCounters, count_value
 from runtime_sim.functional.sram import SramLedger
 from runtime_sim.functional.vgm_exec import VgmRegion
+from schedules.actions import ACTION_METRICS, action_metrics, op_actions, transfer_actions
 
 
 class Interpreter:
@@ -233,6 +234,7 @@ class Interpreter:
         sram.ideal = stream and separate_preload_sram(program.preload_schedule.design)
         sram.start_region(np.zeros(hw.num_cores, np.int64) if resting is None else resting)
         resident_names = {d.name for d in program.inputs if d.source == RESIDENT}
+        leaving = set(program.leaving_tensors)  # what the host reads back from the cores
         rest_after: dict[str, np.ndarray] = {}
         preload_space: dict[str, np.ndarray] = {}
         hbm_reads: list[dict[str, float]] = []  # per operator that read HBM
@@ -269,6 +271,8 @@ class Interpreter:
                     op_stats[i]["preload_bytes_per_core"] = space
                     preload_space[op.name] = np.zeros(hw.num_cores, np.int64)
                     preload_space[op.name][layout.physical] = space
+                op_stats[i].update(self._op_actions(op, layout, op_stats[i],
+                                                    op.output_name in leaving))
                 if outlives(last_use, op.output_name, i):
                     out = len(op.expr.tensors) - 1
                     sram.hold(op.output_name, layout.physical[layout.owners()], layout.partition_bytes(out))
@@ -314,7 +318,27 @@ class Interpreter:
             "peak_sram_bytes_per_core": 0,
             "peak_preload_bytes_per_core": region_sram.peak_preload,
             "sram_bytes_per_core_budget": hw.sram_bytes_per_core,
+            # the actions that cost energy (schedules.actions), summed over the operators
+            **{k: count_value(sum(s.get(k, 0) for s in op_stats)) for k in ACTION_METRICS},
         }, region_sram
+
+    def _op_actions(self, op: OpProgram, layout: OpLayout, stats: dict[str, Any],
+                    returns: bool) -> dict[str, float]:
+        """The actions of an executed operator that cost energy, by the one rule both
+        executors count with (:mod:`schedules.actions`): what its steps, epilogue and
+        reduction adds computed and read and wrote, and its transfers: the bytes it moved
+        between cores (re-layouts, rotations, reductions, distribution), the bytes its loads
+        wrote into its cores (``preloaded_bytes``) and, when the host reads its output
+        (``returns``), the output partitions its owners send back."""
+        hw = self._cores.hw
+        out = len(op.expr.tensors) - 1
+        returned = layout.owners().size * layout.partition_bytes(out) if returns else 0
+        moved = (stats["relayout_bytes"] + stats["rotation_bytes"] + stats["reduction_bytes"]
+                 + stats.get("distributed_bytes", 0))
+        counts = op_actions(layout, hw) + transfer_actions(
+            moved_bytes=moved, delivered_bytes=stats.get("preloaded_bytes", 0),
+            returned_bytes=returned)
+        return {k: count_value(v) for k, v in action_metrics(counts).items()}
 
     def _preload_op(self, index: int, op: OpProgram, layout: OpLayout, inputs: Sequence[int],
                     preloaded: dict[int, int]) -> None:

@@ -12,19 +12,7 @@ from runtime_sim.contract.labels import display_name
 from runtime_sim.contract.units import format_bytes, in_unit, time_unit
 from runtime_sim.timing.floors import FLOOR_KEYS, bound_name, shares
 from runtime_sim.timing.trace import timing_trace, write_trace
-
-#: The action counts a report gives under the metric names of the glossary (ActionCounts'
-#: ``hbm_bytes``, ``inter_chip_bytes`` and ``host_bytes`` are the energy model's, not the
-#: report's metrics of those names: the report keeps its own)
-ACTION_KEYS = ("matrix_flops", "vector_flops", "sram_read_bytes", "sram_write_bytes",
-               "link_byte_hops")
-
-
-def action_fields(actions: ActionCounts) -> dict[str, float]:
-    """The :data:`ACTION_KEYS` of ``actions`` (``matrix_flops`` summed over dtypes)."""
-    counts = actions.to_dict()
-    return {k: counts[k] for k in ACTION_KEYS}
-
+from schedules.actions import action_metrics
 
 def energy_fields(energy: RunEnergy | None) -> dict[str, Any]:
     """``energy_j``, ``energy_breakdown_j``, ``average_power_w`` and ``board_power_w`` of a
@@ -138,7 +126,7 @@ class OpTiming:
     #: output shape); ``name`` stays the generated key (a region symbol plus ``.opN``)
     label: str = ""
     #: its actions that cost energy (:mod:`schedules.actions`); :meth:`to_dict` gives them as
-    #: the metrics :data:`ACTION_KEYS`
+    #: the metrics :data:`~schedules.actions.ACTION_METRICS`
     actions: ActionCounts = field(default_factory=ActionCounts, repr=False)
 
     @property
@@ -153,7 +141,7 @@ class OpTiming:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("actions")
-        data.update(action_fields(self.actions))
+        data.update(action_metrics(self.actions))
         return data
 
 
@@ -285,7 +273,7 @@ class TimingReport:
         data["op_kinds"] = [dict(r) for r in self.op_kinds]
         data["slow_kinds"] = [dict(r) for r in self.slow_kinds]
         data["slow_ops"] = [dict(r) for r in self.slow_ops]
-        data.update(action_fields(self.actions))
+        data.update(action_metrics(self.actions))
         data.update(energy_fields(self.energy))
         if per_op:
             data["per_op"] = [op.to_dict() for op in self.per_op]
