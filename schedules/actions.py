@@ -21,18 +21,24 @@ compute-shift steps on every core of the plan):
   of split core-local reductions (one per statistic gathered towards a group's first core,
   every step): vector FLOPs.
 
-The SRAM rule: a sub-task reads each input's chunk of the step from its core's SRAM and
-writes its result chunk (the chunk of the output it accumulates into) once per step: the
-units' registers and accumulators hold a step's operands and partial sums, the SRAM holds
-everything between steps (T10 §4.2; Graphcore's IPU tiles and T10's model read operands from
-and write results to the core's local SRAM once per vertex). An epilogue reads and writes its
-output partition once. :func:`transfer_actions` adds the transfers: a byte moved between
-cores (shift, replica reduction, re-layout, distribution) is read from the sender's SRAM and
-written into the receiver's (the exchange and the mesh routers do not buffer a transfer in
-SRAM); a byte loaded from HBM or the host is written once into every core that receives it;
-a byte returned to the host is read once from the core that holds it. Reduction adds happen as
-the data arrives: their operands are the received bytes (already written) and the partial sum
-the sub-task's result write counted.
+The SRAM rule: a sub-task reads each input's chunk of the step (epilogue-only inputs
+excepted) from its core's SRAM and writes its result chunk (the chunk of the output it
+accumulates into) once per step: the units' registers and accumulators hold a step's operands
+and partial sums, the SRAM holds everything between steps (T10 §4.2: a core's sub-task reads
+its operand partitions from and accumulates into its local memory). An epilogue reads its
+output partition and its epilogue inputs' partitions once and writes its output partition
+once. :func:`transfer_actions` adds the transfers: a byte moved between cores (shift, replica
+reduction, re-layout, distribution) is read from the sender's SRAM and written into the
+receiver's (the exchange and the mesh routers do not buffer a transfer in SRAM); a byte
+loaded from HBM or the host is written once into every core that receives it; a byte returned
+to the host is read once from the core that holds it. Reduction adds happen as the data
+arrives: their operands are the received bytes (already written) and the partial sum the
+sub-task's result write counted.
+
+A load-compute-store (VGM) operator (T10 §2.2) follows the same rules over its tiles
+(:func:`vgm_actions`): every tile runs one sub-task per reduction chunk at the plan's tile
+extents, its epilogue once; every byte a tile fetches from a home slice or stores home is read
+from one core's SRAM and written into another's, and crosses the all-to-all exchange once.
 
 Not counted: an attention operator's online-softmax vector work inside its steps (its matrix
 FLOPs are the two products), and the index arithmetic of gathers.
@@ -43,13 +49,15 @@ from __future__ import annotations
 import numpy as np
 
 from runtime_sim.contract.energy import ActionCounts
-from runtime_sim.contract.expr import dtype_bytes
+from runtime_sim.contract.expr import TensorExpr, dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.vgm_layout import VgmLayout
 from schedules import template_for
 from schedules.base import compute_dtype
 
-__all__ = ["ACTION_METRICS", "action_metrics", "chunk_bytes", "op_actions", "transfer_actions"]
+__all__ = ["ACTION_METRICS", "action_metrics", "chunk_bytes", "op_actions", "transfer_actions",
+           "vgm_actions"]
 
 #: The counts both executors report, under the metric names of the glossary
 #: (:mod:`runtime_sim.contract.metrics`). ``ActionCounts``' ``hbm_bytes``, ``inter_chip_bytes``
@@ -109,15 +117,17 @@ def op_actions(layout: OpLayout, hw: HardwareSpec) -> ActionCounts:
     runs = cores * steps  # sub-tasks run (every core, every step)
     sub = float(template.flops(expr, layout.rp)) * runs
     out = len(expr.tensors) - 1
-    reads = sum(chunk_bytes(layout, t) for t in range(out)) * runs
+    main = [t for t in range(out) if t not in expr.epilogue_inputs]
+    reads = sum(chunk_bytes(layout, t) for t in main) * runs
     writes = chunk_bytes(layout, out) * runs
     owners = int(layout.owners().size)
     out_partition = {a: layout.xp[a] // layout.plan.ft(out, a) for a in layout.axes}
     # the template's epilogue cycles at the vector rate are its operations (one per cycle
     # per lane, schedules.base.ComputeTemplate.epilogue_cycles)
     epilogue = round(template.epilogue_cycles(expr, out_partition, hw) * hw.vector_flops_per_cycle) * owners
-    if epilogue:
-        reads += layout.partition_bytes(out) * owners
+    if epilogue:  # it reads its output partition and epilogue inputs, writes the output
+        reads += (layout.partition_bytes(out)
+                  + sum(layout.partition_bytes(t) for t in expr.epilogue_inputs)) * owners
         writes += layout.partition_bytes(out) * owners
     adds = 0
     R = layout.replicas(out)
@@ -126,14 +136,52 @@ def op_actions(layout: OpLayout, hw: HardwareSpec) -> ActionCounts:
     G = layout.combine_size
     if G > 1:
         adds += steps * (cores // G) * (G - 1) * sum(layout.combine_levels())
-    vector = epilogue + adds
-    matrix: dict[str | None, float] = {}
-    if getattr(template, "unit", "vector") == "matrix":
-        matrix[compute_dtype(expr)] = sub
-    else:
-        vector += sub
+    matrix = _unit_counts(template, expr, sub)
+    vector = epilogue + adds + (0.0 if matrix else sub)
     return ActionCounts.of(matrix, vector_flops=float(vector), sram_read_bytes=float(reads),
                            sram_write_bytes=float(writes))
+
+
+def _unit_counts(template: object, expr: TensorExpr, flops: float) -> dict[str | None, float]:
+    """Matrix FLOPs by dtype when the template runs on the matrix unit, else none (the caller
+    adds ``flops`` to the vector FLOPs)."""
+    return {compute_dtype(expr): flops} if getattr(template, "unit", "vector") == "matrix" else {}
+
+
+def vgm_actions(layout: VgmLayout, hw: HardwareSpec, moved_bytes: float) -> ActionCounts:
+    """The actions of a load-compute-store operator (the module docstring's VGM rule):
+    ``moved_bytes`` the tile bytes it fetched from and stored to home slices
+    (``VgmTiming.bytes_moved``, the functional device's ``fetch_bytes + store_bytes``)."""
+    expr = layout.expr
+    template = template_for(expr.kind)
+    subtasks = layout.num_tiles * layout.num_chunks
+    flops = float(template.flops(expr, layout.tile)) * subtasks
+    out = len(expr.tensors) - 1
+    main = [t for t in range(out) if t not in expr.epilogue_inputs]
+    reads = sum(_tile_bytes(layout, t) for t in main) * subtasks
+    writes = _tile_bytes(layout, out) * subtasks
+    partition = {a: layout.tile[a] for a in layout.spatial}
+    epilogue = round(template.epilogue_cycles(expr, partition, hw) * hw.vector_flops_per_cycle) * layout.num_tiles
+    if epilogue:  # on the output tile: read, then written home (the store is in moved_bytes)
+        reads += _tile_bytes(layout, out) * layout.num_tiles
+    matrix = _unit_counts(template, expr, flops)
+    vector = float(epilogue) + (0.0 if matrix else flops)
+    return ActionCounts.of(matrix, vector_flops=vector, sram_read_bytes=float(reads + moved_bytes),
+                           sram_write_bytes=float(writes + moved_bytes),
+                           link_byte_hops=float(moved_bytes))
+
+
+def _tile_bytes(layout: VgmLayout, t: int) -> int:
+    """Bytes of tensor ``t`` one VGM sub-task touches: its box at the tile extents (a
+    compound index spanning its window, a core-local axis whole)."""
+    access = layout.expr.tensors[t]
+    n = 1
+    for d, idx in enumerate(access.indices):
+        if any(a in layout.local_extent for a in idx.axes):
+            n *= layout.expr.access_shape(t)[d]
+        elif idx.terms:
+            n *= sum(abs(c) * (layout.tile[a] - 1) for a, c in idx.terms) + 1
+    return n * dtype_bytes(access.dtype)
 
 
 def transfer_actions(*, moved_bytes: float = 0.0, delivered_bytes: float = 0.0,
