@@ -31,7 +31,7 @@ from runtime_sim.contract.errors import DeviceProgramError, UnsupportedDtypeErro
 from runtime_sim.contract.expr import dtype_bytes, gather_rows
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.hbm_reads import call_reads, op_reads, run_hbm_bytes
-from runtime_sim.contract.layout import OpLayout, checked_layout
+from runtime_sim.contract.layout import OpLayout, ShiftEvent, checked_layout
 from runtime_sim.contract.lifetimes import last_reads, outlives, released
 from runtime_sim.contract.plan import VgmPlan
 from runtime_sim.contract.preload_chunks import op_preload
@@ -65,6 +65,7 @@ from runtime_sim.contract.stream import (
 )
 from runtime_sim.contract.validation import validate_program
 from runtime_sim.functional.cores import Cores
+from runtime_sim.functional.link_hops import LinkHops
 from runtime_sim.functional.placement import check_dtype
 from runtime_sim.functional.preload_store import PreloadStore
 from runtime_sim.functional.run_counters import RegionSram, RunCounters, count_value
@@ -89,6 +90,7 @@ class Interpreter:
         self._lock = lock
         self._grids: dict[str, BlockGrid] = {}  # outputs of the region's operators, as placed
         self._env: Mapping[str, np.ndarray] = {}  # tensors of the current call
+        self._hops: LinkHops | None = None  # the chip's network, for link byte-hops
 
     def run(self, program: DeviceProgram | Mapping[str, Any] | str,
             inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -335,9 +337,11 @@ class Interpreter:
         returned = layout.owners().size * layout.partition_bytes(out) if returns else 0
         moved = (stats["relayout_bytes"] + stats["rotation_bytes"] + stats["reduction_bytes"]
                  + stats.get("distributed_bytes", 0))
+        link_hops = stats["link_byte_hops"] + (self._link_hops().host_return(layout)
+                                               if returns else 0.0)
         counts = op_actions(layout, hw) + transfer_actions(
             moved_bytes=moved, delivered_bytes=stats.get("preloaded_bytes", 0),
-            returned_bytes=returned)
+            returned_bytes=returned, link_byte_hops=link_hops)
         return {k: count_value(v) for k, v in action_metrics(counts).items()}
 
     def _preload_op(self, index: int, op: OpProgram, layout: OpLayout, inputs: Sequence[int],
@@ -389,6 +393,9 @@ class Interpreter:
         moved = cores.distribute(op.name) if op.name in self._preloads else 0
         relayout = 0.0
         host = loaded = 0
+        hops = self._link_hops()
+        relayout_hops = 0.0
+        by_kind: dict[str, list[int]] = {"hbm": [], "host": []}  # loaded inputs per source
         gather_moved = gather_local = 0.0
         chips = np.arange(hw.num_cores) // hw.cores_per_chip
         for t, name in enumerate(op.input_names):
@@ -411,18 +418,38 @@ class Interpreter:
                 host += written
             if source in OFFCHIP_SOURCES and not stream:
                 loaded += int(input_boxes(layout, t).nbytes.sum())
+                by_kind[source].append(t)
             grid = self._origin_grid(op, t, relayout_origin(op, t, source, name in resident))
             if grid is None:
                 continue
             relayout += input_relayout(grid, layout, t, chips, hw.num_chips).moved_bytes
+            relayout_hops += hops.relayout(grid, layout, t)
             if gather is not None:
                 rows = gather_rows(ids, access.shape[gather.axis], gather.mode)
                 rl = input_relayout(grid, layout, t, chips, hw.num_chips, rows)
                 gather_moved += rl.moved_bytes
                 gather_local += rl.local_bytes
-        cores.run_steps(op.name)
+        shift_hops = [0.0]
+
+        def on_shift(event: ShiftEvent) -> None:
+            shift_hops[0] += hops.shift(layout, event)
+
+        cores.run_steps(op.name, on_shift)
         cores.reduce_outputs(op.name)
         result = cores.read_output(op.name)
+        # the link byte-hops of its transfers, in the order the timing simulator sums them
+        # (distribution, re-layouts, shifts, reduction, loads by source)
+        distribute = 0.0
+        if distributed:
+            for t in distributed:
+                by_kind[sources[t] if t < len(sources) else "host"].append(t)
+            if not self._sram.ideal:  # the ideal design distributes on its own network
+                distribute = hops.distribution(layout, tuple((t, op.chunks_of(t))
+                                                             for t in sorted(distributed)))
+        loads = [hops.preload(kind, layout, ts, [op.chunks_of(t) for t in ts]) if distributed
+                 else hops.load(kind, layout, ts)
+                 for kind, ts in ((k, sorted(v)) for k, v in by_kind.items()) if ts]
+        link_hops = sum([distribute, relayout_hops, shift_hops[0], hops.reduction(layout), *loads])
         alloc = cores.allocation(op.name)
         stats = {
             "op": op.name,
@@ -435,6 +462,7 @@ class Interpreter:
             "relayout_bytes": relayout,
             "host_placed_bytes": host,
             "sram_bytes_per_core": alloc.sram_peak,
+            "link_byte_hops": link_hops,  # its returns to the host added by _op_actions
         }
         if distributed:
             stats["distributed_bytes"] = moved
@@ -448,6 +476,13 @@ class Interpreter:
         env[op.output_name] = result
         produced.add(op.output_name)
         return stats
+
+    def _link_hops(self) -> LinkHops:
+        """The byte-hop counter of the current chip's network (:mod:`runtime_sim.functional.link_hops`)."""
+        hw = self._cores.hw
+        if self._hops is None or self._hops.hw != hw:
+            self._hops = LinkHops(hw)
+        return self._hops
 
     def _origin_grid(self, op: OpProgram, t: int, origin: str | None) -> BlockGrid | None:
         """Where input ``t`` of ``op`` waits on the cores before it runs, as blocks
