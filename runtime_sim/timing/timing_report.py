@@ -152,7 +152,7 @@ class TimingReport:
     :func:`~runtime_sim.timing.simulate_timing` builds it; :meth:`to_dict` is what
     ``tvm-icca simulate --json`` prints and :meth:`write_trace` writes the Perfetto trace.
 
-    Every field except the two below is the metric of the same name, defined once with its
+    Every field except the four below is the metric of the same name, defined once with its
     unit in the glossary :mod:`runtime_sim.contract.metrics` (the documentation's glossary
     page): the times (``total_s``, ``compute_s``, ``transfer_s``, ``idle_s``, ``stall_s``,
     ...), the bytes (``hbm_bytes``, ``shift_bytes``, ``preloaded_bytes``, ...), the SRAM
@@ -169,6 +169,15 @@ class TimingReport:
         (:meth:`write_trace` builds them on demand).
     hw : HardwareSpec or None
         The chip timed (for the trace's tracks); not part of :meth:`to_dict`.
+    actions : ActionCounts
+        The run's actions that cost energy (:mod:`schedules.actions`); :meth:`to_dict` gives
+        them as the metrics ``matrix_flops``, ``vector_flops``, ``sram_read_bytes``,
+        ``sram_write_bytes`` and ``link_byte_hops``.
+    energy : RunEnergy or None
+        Their energy with static power over ``total_s``
+        (:func:`runtime_sim.contract.energy.run_energy`); ``None`` when the chip has no
+        energy model. :meth:`to_dict` gives ``energy_j``, ``energy_breakdown_j``,
+        ``average_power_w`` and ``board_power_w``; :meth:`table` an energy line.
 
     Notes
     -----
