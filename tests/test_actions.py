@@ -3,7 +3,7 @@
 A matmul's FLOPs, SRAM bytes and energy by hand from its plan; the functional device's counts
 equal the timing simulator's on an all-to-all chip, a mesh chip and two chips (a compiled
 model, and a load-compute-store program); the reports' energy line, JSON keys, warning and
-power track.
+trace (the power track: tests/test_trace.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing import simulate_timing
-from runtime_sim.timing.trace import POWER_TRACK, timing_trace
+from runtime_sim.timing.trace import timing_trace
 from runtime_sim.timing.vgm_timing import simulate_vgm_timing
 from schedules.actions import ACTION_METRICS, chunk_bytes, op_actions
 from tvm_icca.testing import exprs as builders
@@ -171,7 +171,7 @@ def test_vgm_counts_equal_timing():
     assert simulate_vgm_timing([program], small_chip(16)).energy is None
 
 
-def test_not_modelled_warning_and_power_track():
+def test_not_modelled_and_warning():
     hw = small_chip(16)
     expr = builders.matmul(6, 8, 10)
     plan = ExecutionPlan({"m": 2, "n": 2}, ({}, {}, {}))
@@ -187,12 +187,6 @@ def test_not_modelled_warning_and_power_track():
     report = simulate_timing([one_op_program(expr, plan, hot)], hot)
     assert report.energy.over_board_power
     assert "warning   average power 1600.0 W exceeds" in report.table()
-    # the power track: its area is the run's energy
-    points = [(e["ts"] * 1e-6, e["args"]["W"]) for e in timing_trace(report)
-              if e["ph"] == "C" and e["name"] == POWER_TRACK]
-    ends = [t for t, _ in points[1:]] + [report.total_s]
-    area = sum(w * (end - t) for (t, w), end in zip(points, ends))
-    assert area == pytest.approx(report.energy.energy_j)
 
 
 def test_counts_add():
