@@ -31,7 +31,7 @@ from runtime_sim.contract.errors import DeviceProgramError, UnsupportedDtypeErro
 from runtime_sim.contract.expr import dtype_bytes, gather_rows
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.hbm_reads import call_reads, op_reads, run_hbm_bytes
-from runtime_sim.contract.layout import OpLayout, ShiftEvent, checked_layout
+from runtime_sim.contract.layout import OpLayout, ShiftEvent, checked_layout, cost_key
 from runtime_sim.contract.lifetimes import last_reads, outlives, released
 from runtime_sim.contract.plan import VgmPlan
 from runtime_sim.contract.preload_chunks import op_preload
@@ -89,6 +89,9 @@ class Interpreter:
         self._counters = counters
         self._lock = lock
         self._grids: dict[str, BlockGrid] = {}  # outputs of the region's operators, as placed
+        #: what each of those grids depends on (its producer's expression and plan): the
+        #: byte-hop counter prices a re-layout from it once
+        self._grid_keys: dict[str, str] = {}
         self._env: Mapping[str, np.ndarray] = {}  # tensors of the current call
         self._hops: LinkHops | None = None  # the chip's network, for link byte-hops
 
@@ -231,6 +234,7 @@ class Interpreter:
                                   for t, name in enumerate(op.input_names) if t in offchip[j]}
         sources = input_sources(program, hw.hbm_bandwidth > 0)
         self._grids = {}
+        self._grid_keys = {}
         self._env = env  # gather ids of preloaded inputs are read from the call's tensors
         order = instructions if stream else [Instruction(EXECUTE, 0, i) for i in range(len(ops))]
         sram.ideal = stream and separate_preload_sram(program.preload_schedule.design)
@@ -290,6 +294,7 @@ class Interpreter:
             self._preloads.hbm = {}
             self._env = {}
             self._grids = {}
+            self._grid_keys = {}
             sram.ideal = False
             region_sram = RegionSram(sram.peak_need, sram.op_need, sram.peak_preload,
                                      rest_after=rest_after, preload_space=preload_space)
@@ -419,11 +424,12 @@ class Interpreter:
             if source in OFFCHIP_SOURCES and not stream:
                 loaded += int(input_boxes(layout, t).nbytes.sum())
                 by_kind[source].append(t)
-            grid = self._origin_grid(op, t, relayout_origin(op, t, source, name in resident))
+            origin = relayout_origin(op, t, source, name in resident)
+            grid = self._origin_grid(op, t, origin)
             if grid is None:
                 continue
             relayout += input_relayout(grid, layout, t, chips, hw.num_chips).moved_bytes
-            relayout_hops += hops.relayout(grid, layout, t)
+            relayout_hops += hops.relayout(grid, layout, t, self._grid_key(op, t, origin))
             if gather is not None:
                 rows = gather_rows(ids, access.shape[gather.axis], gather.mode)
                 rl = input_relayout(grid, layout, t, chips, hw.num_chips, rows)
@@ -472,6 +478,7 @@ class Interpreter:
             stats["gather_bytes"] = gather_moved
             stats["gather_local_bytes"] = gather_local
         self._grids[op.output_name] = producer_grid(layout)
+        self._grid_keys[op.output_name] = cost_key(op.expr, op.plan)
         cores.free(op.name)
         env[op.output_name] = result
         produced.add(op.output_name)
@@ -483,6 +490,18 @@ class Interpreter:
         if self._hops is None or self._hops.hw != hw:
             self._hops = LinkHops(hw)
         return self._hops
+
+    def _grid_key(self, op: OpProgram, t: int, origin: str) -> tuple:
+        """What the grid input ``t`` of ``op`` waits in depends on (see :meth:`_origin_grid`):
+        its producer's expression and plan, its shape and dtype, or its idle placement."""
+        if origin == FROM_PRODUCER:
+            return (origin, self._grid_keys[op.input_names[t]])
+        access = op.expr.inputs[t]
+        if origin == FROM_IDLE:
+            resting = idle_op(op)
+            return (origin, cost_key(resting.expr, resting.plan) if resting is not None else "",
+                    access.tensor_shape, access.dtype, t)
+        return (origin, access.tensor_shape, access.dtype)
 
     def _origin_grid(self, op: OpProgram, t: int, origin: str | None) -> BlockGrid | None:
         """Where input ``t`` of ``op`` waits on the cores before it runs, as blocks

@@ -16,7 +16,7 @@ count one value.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -37,19 +37,21 @@ from runtime_sim.machine.topology import make_topology
 class LinkHops:
     """Byte-hops of transfers on ``hw``'s network, each distinct one priced once.
 
-    A cache, not configuration: per operator (its expression and plan) and transfer, the
-    byte-hops already priced (a model repeats layers, and a shift schedule repeats its
-    events)."""
+    The prices are kept in the network's memo (:attr:`Topology.phase_memo
+    <runtime_sim.machine.topology_base.Topology.phase_memo>`, one per chip: a model repeats
+    layers, a shift schedule its events, and every device on the chip runs the same
+    programs), under keys of their own."""
 
     def __init__(self, hw: HardwareSpec) -> None:
         self.hw = hw
         self.topo = make_topology(hw)
-        self._memo: dict[tuple[Any, ...], float] = {}
 
-    def _cached(self, key: tuple[Any, ...], price) -> float:
-        hit = self._memo.get(key)
+    def _cached(self, key: tuple[Any, ...], price: Callable[[], float]) -> float:
+        memo = self.topo.phase_memo
+        key = ("byte_hops", *key)
+        hit = memo.get(key)
         if hit is None:
-            hit = self._memo[key] = float(price())
+            hit = memo[key] = float(price())
         return hit
 
     def shift(self, layout: OpLayout, event: ShiftEvent) -> float:
@@ -75,14 +77,19 @@ class LinkHops:
         return self._cached(key, lambda: (replica_reduction(layout, self.hw, self.topo)[0]
                                           + split_combine(layout, self.hw, self.topo)[0]).byte_hops)
 
-    def relayout(self, grid: BlockGrid, layout: OpLayout, t: int) -> float:
-        """Input ``t`` of ``layout`` re-laid out from ``grid``, where it waited."""
-        return relayout_phase(self.topo, grid, layout, t, input_boxes(layout, t))[0].byte_hops
+    def relayout(self, grid: BlockGrid, layout: OpLayout, t: int, origin: tuple[Any, ...]) -> float:
+        """Input ``t`` of ``layout`` re-laid out from ``grid``, where it waited; ``origin``
+        names what the grid depends on (one price per origin, operator and input)."""
+        key = ("relayout", origin, cost_key(layout.expr, layout.plan), layout.cores_per_chip, t)
+        return self._cached(key, lambda: relayout_phase(self.topo, grid, layout, t,
+                                                        input_boxes(layout, t))[0].byte_hops)
 
     def load(self, kind: str, layout: OpLayout, inputs: Sequence[int]) -> float:
         """Inputs ``inputs`` of ``layout`` loaded from ``kind`` (``"hbm"`` or ``"host"``)."""
+        # how a mesh slices an HBM load over its controllers depends on their bandwidth,
+        # which the network's memo does not key
         key = ("load", kind, cost_key(layout.expr, layout.plan), layout.cores_per_chip,
-               tuple(inputs))
+               tuple(inputs), self.hw.hbm_bandwidth, self.hw.host_bandwidth)
         return self._cached(key, lambda: load_delivery(
             self.topo, kind, layout, [input_boxes(layout, t) for t in inputs])[0].byte_hops)
 
@@ -90,7 +97,7 @@ class LinkHops:
                 chunks: Sequence[int]) -> float:
         """A preload of ``inputs`` from ``kind`` in their preload state (Elk §4.5)."""
         key = ("preload", kind, cost_key(layout.expr, layout.plan), layout.cores_per_chip,
-               tuple(inputs), tuple(chunks))
+               tuple(inputs), tuple(chunks), self.hw.hbm_bandwidth, self.hw.host_bandwidth)
         return self._cached(key, lambda: preload_delivery(
             self.topo, kind, layout, tuple(inputs), tuple(chunks),
             [input_boxes(layout, t) for t in inputs]).network.byte_hops)
