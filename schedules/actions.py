@@ -15,6 +15,7 @@ compute-shift steps on every core of the plan):
   its template (``unit``: the matrix unit for sums of products, the vector unit otherwise; the
   unit :func:`runtime_sim.timing.floors.peak_seconds` times them on), matrix FLOPs by their
   operands' dtype (:func:`schedules.base.compute_dtype`);
+* vector work a matrix sub-task does beside its products (fused attention's online softmax);
 * the fused epilogue, on every output owner (ring 0), over its output partition: vector FLOPs;
 * the adds of the replica reduction (one per output element a replica sends, as
   :func:`runtime_sim.machine.links.replica_reduction_schedule` times them) and of the combine
@@ -40,8 +41,10 @@ A load-compute-store (VGM) operator (T10 §2.2) follows the same rules over its 
 extents, its epilogue once; every byte a tile fetches from a home slice or stores home is read
 from one core's SRAM and written into another's, and crosses the all-to-all exchange once.
 
-Not counted: an attention operator's online-softmax vector work inside its steps (its matrix
-FLOPs are the two products), and the index arithmetic of gathers.
+A fused attention operator's sub-task is both: its two products on the matrix unit, its online
+softmax on the vector unit (:meth:`ComputeTemplate.step_vector_flops
+<schedules.base.ComputeTemplate.step_vector_flops>`, the operations its step cycles charge).
+Not counted: the index arithmetic of gathers.
 """
 
 from __future__ import annotations
@@ -137,7 +140,8 @@ def op_actions(layout: OpLayout, hw: HardwareSpec) -> ActionCounts:
     if G > 1:
         adds += steps * (cores // G) * (G - 1) * sum(layout.combine_levels())
     matrix = _unit_counts(template, expr, sub)
-    vector = epilogue + adds + (0.0 if matrix else sub)
+    beside = float(template.step_vector_flops(expr, layout.rp)) * runs  # attention's softmax
+    vector = epilogue + adds + beside + (0.0 if matrix else sub)
     return ActionCounts.of(matrix, vector_flops=float(vector), sram_read_bytes=float(reads),
                            sram_write_bytes=float(writes))
 
@@ -165,7 +169,8 @@ def vgm_actions(layout: VgmLayout, hw: HardwareSpec, moved_bytes: float) -> Acti
     if epilogue:  # on the output tile: read, then written home (the store is in moved_bytes)
         reads += _tile_bytes(layout, out) * layout.num_tiles
     matrix = _unit_counts(template, expr, flops)
-    vector = float(epilogue) + (0.0 if matrix else flops)
+    beside = float(template.step_vector_flops(expr, layout.tile)) * subtasks
+    vector = float(epilogue) + beside + (0.0 if matrix else flops)
     return ActionCounts.of(matrix, vector_flops=vector, sram_read_bytes=float(reads + moved_bytes),
                            sram_write_bytes=float(writes + moved_bytes),
                            link_byte_hops=float(moved_bytes))

@@ -105,6 +105,23 @@ def test_matrix_flops_by_dtype():
     assert energy.breakdown_j["matrix"] == pytest.approx(1024 * 0.25 * PJ)
 
 
+def test_attention_counts_both_units():
+    """Fused attention (8 rows, 16 keys in 2 steps of 8, head 4) on 2 cores by rows: per
+    sub-task its two products (2 x 4 rows x 8 keys x (4 + 4)) on the matrix unit and its
+    online softmax on the vector unit: 4 ops per score, 5 per row, 2 per output element
+    (schedules.attention), the scale folded into Q (once per element of the core's rows)."""
+    hw = small_chip(16)
+    expr = builders.attention_expr(8, 16, 4)
+    layout = OpLayout(expr, ExecutionPlan({"i": 2}, ({}, {"j": 2}, {"j": 2}, {})))
+    assert (layout.num_cores, layout.steps) == (2, 2)
+    counts = op_actions(layout, hw)
+    runs = 2 * 2
+    assert counts.matrix_flops == (("float32", runs * 2 * 4 * 8 * (4 + 4)),)
+    softmax = 4 * 8 * 4 + 4 * 5 + 4 * 4 * 1 + 4 * 4 * 2
+    normalize = 8 * 4  # o / l on every output element, once
+    assert counts.vector_flops == runs * softmax + normalize
+
+
 def test_vector_work_is_vector():
     """An element-wise operator runs on the vector unit: no matrix FLOPs."""
     hw = small_chip(16)
