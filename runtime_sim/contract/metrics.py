@@ -356,6 +356,10 @@ OP_METRICS: dict[str, Metric] = {
     "preload_end_s": _m("s", "when its preload ends"),
     "preload_space_bytes_per_core": _m("bytes", "preload space it holds on its busiest core"),
     "time_s": _m("s", "time on the compute array (``wait_s`` + its execution)"),
+    "actions": _m("counts", "its actions that cost energy (``runtime_sim.contract.energy"
+                  ".ActionCounts``, matrix FLOPs by dtype); rows give them as "
+                  "``matrix_flops``, ``vector_flops``, ``sram_read_bytes``, "
+                  "``sram_write_bytes`` and ``link_byte_hops``"),
     "ops": _m("rows", "the device's ``regions`` rows: that region's per-operator counters",
               "device"),
     "ratio": _m("ratio", "``time_s`` / ``lower_bound_s`` (1 is the best any plan can do)"),

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -51,7 +52,8 @@ from tvm_icca.model_pass.state_place import describe_setting
 
 #: Keys ``--json`` always has at the top level.
 SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
-                "hbm_bytes", "hbm_delivered_bytes", "slow_kinds", "design", "compile_s")
+                "hbm_bytes", "hbm_delivered_bytes", "slow_kinds", "design", "compile_s",
+                "energy_j", "energy_breakdown_j", "average_power_w", "board_power_w")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -210,6 +212,7 @@ def _run(args: argparse.Namespace) -> int:
     simulate_s = time.perf_counter() - start
     if args.trace:
         report.write_trace(args.trace)
+    _warn_power(report)
 
     if args.json:
         data = report.to_dict(per_op=False)
@@ -293,6 +296,13 @@ def _run_gpu(args: argparse.Namespace, model_arg: str, gpu: GpuSpec) -> int:
           "their semantics, not their plans")
     print(report.table(max_ops=args.max_ops))
     return 0
+def _warn_power(report: Any) -> None:
+    """Say on stderr when the run's average power exceeds the system's rated board power
+    (:meth:`runtime_sim.contract.energy.RunEnergy.warning`): the chip's per-action energies
+    are then too high (the table repeats it; ``--json`` keeps stdout one JSON document)."""
+    energy = getattr(report, "energy", None)
+    if energy is not None and energy.warning():
+        print(f"warning: {energy.warning()}", file=sys.stderr)
 
 
 def assumed_line(hw: Any) -> str:
