@@ -296,6 +296,8 @@ def _run_gpu(args: argparse.Namespace, model_arg: str, gpu: GpuSpec) -> int:
           "their semantics, not their plans")
     print(report.table(max_ops=args.max_ops))
     return 0
+
+
 def _warn_power(report: Any) -> None:
     """Say on stderr when the run's average power exceeds the system's rated board power
     (:meth:`runtime_sim.contract.energy.RunEnergy.warning`): the chip's per-action energies
