@@ -4,6 +4,9 @@ cited or marked assumed, and a peak-power check against each board's rated power
 from __future__ import annotations
 
 import math
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +17,10 @@ from runtime_sim.contract.preset_energies import (
     sram_read_pj_per_byte_45nm,
     stillmaker_energy_factor,
 )
+from runtime_sim.contract.hardware_files import load_hardware
 from runtime_sim.contract.presets import PRESET_NAMES, preset, small_chip
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: element bytes of the dtypes the presets compute
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -106,3 +112,36 @@ def test_a_run_is_priced_by_the_preset() -> None:
     assert energy.breakdown_j["static"] == pytest.approx(0.25 * 185.0)
     assert energy.energy_j == pytest.approx(expected + 0.25 * 185.0)
     assert not energy.over_board_power
+
+
+def test_the_energy_page_states_the_scaling_factors_the_code_applies() -> None:
+    """docs/energy.md quotes the 7 nm and 12 nm factors; they are the function's."""
+    text = (ROOT / "docs" / "energy.md").read_text()
+    quoted = re.search(r"the ratio scales every arithmetic and SRAM figure: ([0-9.]+) for the IPU "
+                       r"Mk2\s+\(TSMC 7 nm\), ([0-9.]+) for Wormhole \(12 nm\)", text)
+    assert quoted, "the page no longer quotes the factors"
+    assert float(quoted.group(1)) == round(stillmaker_energy_factor(7), 3)
+    assert float(quoted.group(2)) == round(stillmaker_energy_factor(12), 3)
+    assert ".. energy-presets::" in text  # the table itself is generated from the presets
+
+
+def test_the_energy_example_file_loads() -> None:
+    hw = load_hardware(ROOT / "docs" / "examples" / "mk2_5nm_energy.toml")
+    assert hw.name == "mk2-5nm-energy" and hw.num_cores == preset("ipu-mk2").num_cores
+    assert hw.energy_table().matrix_pj_for("float32") == 0.16
+    assert hw.energy_table().matrix_pj_for("float16") == hw.matrix_pj_per_flop == 0.05
+    assert hw.assumed_fields == {"sram_write_pj_per_byte": "a write taken as 15% above a read"}
+
+
+def test_the_generated_energy_table_shows_each_presets_fields() -> None:
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    import hardware_presets  # noqa: PLC0415  (docs/_ext; needs sphinx, which make test installs)
+
+    hw = preset("tt-wormhole")
+    row = hardware_presets.energy_row(hw)
+    assert row[0] == "``tt-wormhole``" and row[1].startswith("float32 0.104, ")
+    assert row[3] == f"{hw.sram_read_pj_per_byte:.3g} / {hw.sram_write_pj_per_byte:.3g}\\*"
+    assert row[4].startswith("0.646 per hop") and row[9] == "160 W"  # n150 TBP: cited, no mark
+    assert "``hbm_pj_per_byte``" in row[-1] and "``sync_cycles``" not in row[-1]
+    systolic = hardware_presets.energy_row(preset("ipu-mk2-systolic"))
+    assert systolic[9] == "not known\\*" and "through the exchange" in systolic[4]

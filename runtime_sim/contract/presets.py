@@ -3,8 +3,10 @@
 :func:`preset` builds one by name (:data:`PRESET_NAMES`), optionally with fields overridden;
 :func:`small_chip` is the few-core chip of the tests and quick experiments. A field no cited
 document gives is named, with the reason for its value, in the preset's ``assumed`` mapping
-(printed by ``tvm-icca simulate``). The table of every preset in the documentation is built
-from these (``docs/_ext/hardware_presets.py``).
+(printed by ``tvm-icca simulate``). The per-action energies of every preset are derived in
+:mod:`runtime_sim.contract.preset_energies`, each from a cited figure or marked assumed there.
+The tables of every preset in the documentation are built from these
+(``docs/_ext/hardware_presets.py``).
 """
 
 from __future__ import annotations
