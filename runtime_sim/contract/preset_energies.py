@@ -56,6 +56,9 @@ _SCALING_VDD = 0.9
 #: Park, Qazi, Peh, Chandrakasan, "40.4fJ/bit/mm low-swing on-chip signaling with self-resetting
 #: logic repeaters embedded within a mesh NoC in 45nm SOI CMOS", DATE 2013: a measured NoC link.
 _WIRE_PJ_PER_BIT_MM = 0.0404
+#: A Tensix tile holds 1.5 MB of SRAM besides its FPU, SFPU and five RISC-V cores: 2 mm is the
+#: assumed hop (no die or tile size is published; marked assumed on the Tenstorrent presets).
+_TENSIX_HOP_MM = 2.0
 #: IBM, "A 1.4-pJ/b, power-scalable 16x12-Gb/s source-synchronous I/O with DFE receiver in 32nm
 #: SOI CMOS" (research.ibm.com): 1.9 pJ/b over 20" of Megtron-6 board trace, the board-level
 #: reach of a chip-to-chip or host link.
@@ -147,7 +150,8 @@ def _scaling_assumed(node_nm: float, node_note: str) -> dict[str, str]:
     return {"matrix_pj_per_flop": why, "vector_pj_per_flop": why}
 
 
-def ipu_energies(board_power_w: float, *, mesh: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+def ipu_energies(board_power_w: float, *,
+                 mesh: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
     """The energy fields of an IPU Mk2 (GC200) preset, and their ``assumed`` marks.
 
     Process: TSMC 7 nm (Graphcore's GC200 announcement: 59.4 billion transistors on an
@@ -173,7 +177,8 @@ def ipu_energies(board_power_w: float, *, mesh: bool = False) -> tuple[dict[str,
         "matrix_pj_per_flop_by_dtype": "float32: Horowitz's FP32 multiply and add, scaled to 7 nm "
                                        "like float16 (the AMP unit's energy is not published)",
         "sram_read_pj_per_byte": "the tile SRAM's banking is not published: Horowitz's 64-bit "
-                                 "reads interpolated (log-log) to the whole 624 KiB, scaled to 7 nm",
+                                 "reads interpolated (log-log) to the whole 624 KiB, scaled to "
+                                 "7 nm",
         "link_pj_per_byte": (
             "the exchange's wiring is not published: Park et al.'s 45 nm NoC link (40.4 fJ/bit/mm)"
             + (" over one tile pitch of the 823 mm2 die (0.75 mm) per hop" if mesh else
@@ -205,13 +210,9 @@ def tenstorrent_energies(node_nm: float, node_note: str, *, board_power_w: float
         "sram_read_pj_per_byte": "the L1's banking is not published: Horowitz's 64-bit reads "
                                  "extrapolated (log-log) to 1.43 MiB, scaled to the node",
         "link_pj_per_byte": f"no Tensix tile size is published: Park et al.'s 45 nm NoC link "
-                            f"(40.4 fJ/bit/mm) over a {_TENSIX_HOP_MM:g} mm hop; routers not counted",
+                            f"(40.4 fJ/bit/mm) over a {_TENSIX_HOP_MM:g} mm hop; routers not "
+                            "counted",
         "hbm_pj_per_byte": "no GDDR6 energy per bit was verified: Horowitz's DRAM access (1.3 nJ "
                            "per 64 bits, its low end), an upper bound for GDDR6",
     }
     return fields, assumed
-
-
-#: A Tensix tile holds 1.5 MB of SRAM besides its FPU, SFPU and five RISC-V cores: 2 mm is the
-#: assumed pitch (no die or tile size is published; marked assumed).
-_TENSIX_HOP_MM = 2.0

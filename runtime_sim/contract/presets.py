@@ -138,7 +138,8 @@ _POD4 = dict(num_cores=4 * 1472, num_chips=4, inter_chip_bandwidth=640e9,
 #: to a board: its four stacks per chip reading at full bandwidth (16 TB/s / 4 chips) at the
 #: preset's hbm_pj_per_byte, on top of the C600's 185 W.
 _HBM_BANDWIDTH_PER_CHIP = 16e12 / 4
-_HBM_BOARD_POWER_W = _IPU_BOARD_POWER_W + _HBM_BANDWIDTH_PER_CHIP * _IPU_ENERGY["hbm_pj_per_byte"] * 1e-12
+_HBM_BOARD_POWER_W = (_IPU_BOARD_POWER_W
+                      + _HBM_BANDWIDTH_PER_CHIP * _IPU_ENERGY["hbm_pj_per_byte"] * 1e-12)
 _HBM_CAPACITY_ASSUMED = {"hbm_bytes_per_chip": "Elk §6.1 gives 4 HBM3E modules per chip, not "
                          "their capacity; 8-high 24 GB stacks (Micron) assumed",
                          "board_power_w": "Elk's chip has no board: the C600's 185 W TDP plus "
