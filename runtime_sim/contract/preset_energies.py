@@ -144,9 +144,8 @@ _COMMON_ASSUMED = {
 
 
 def _scaling_assumed(node_nm: float, node_note: str) -> dict[str, str]:
-    why = (f"Horowitz's 45 nm figure scaled to {node_note} by Stillmaker & Baas's energy fit at "
-           f"one supply voltage ({_SCALING_VDD} V; the chip's is not published): x"
-           f"{stillmaker_energy_factor(node_nm):.3f}")
+    why = (f"Horowitz's 45 nm figure x{stillmaker_energy_factor(node_nm):.3f} (Stillmaker & "
+           f"Baas to {node_note}, at {_SCALING_VDD} V: the chip's voltage is not published)")
     return {"matrix_pj_per_flop": why, "vector_pj_per_flop": why}
 
 
