@@ -43,9 +43,10 @@ _DRAM_64BIT_PJ = 1300.0
 _HOROWITZ_NODE_NM = 45
 
 # -- Stillmaker & Baas 2017: energy per operation E(V) = a V^2 + b V + c per node ------------
-# Their PTM-based fit coefficients of the nodes used here (the 65 nm row, 3.755 / -4.398 /
-# 1.975, is the one their published erratum works through, Section 4.2.1); a node between two
-# rows is interpolated linearly in the node index, as the paper's tables are read.
+# Their fit coefficients of the nodes used here, read from a public transcription of the
+# paper's table (its 65 nm row, 3.755 / -4.398 / 1.975, is the one the authors' erratum to
+# Section 4.2.1 works an example through); a node between two rows is interpolated linearly
+# between them.
 _STILLMAKER_ENERGY_FIT = {45: (1.103, -0.362, 0.2767), 14: (0.2363, -0.09675, 0.02239),
                           10: (0.2068, -0.09311, 0.02375), 7: (0.1776, -0.09097, 0.02447)}
 #: One supply voltage at both ends: no preset's chip publishes its core voltage, so only the
