@@ -7,8 +7,8 @@ prefill of a 2,048-token prompt, one ResNet batch. An architect compares designs
 the columns (:func:`tvm_icca.dse.worker.evaluate` adds them); for rows written before, the
 report computes them on read from the workload and its arguments.
 
-:func:`results_frame` is the table of a results file as a :class:`pandas.DataFrame`: every
-column of the rows, the per-token columns, the cost proxies of each chip (its SRAM and HBM
+:func:`derived_rows` (and :func:`results_frame`, the same as a :class:`pandas.DataFrame`) is
+the table of a results file: every column of the rows, the per-token columns, the cost proxies of each chip (its SRAM and HBM
 capacity over the whole system, its cores) and, per workload instance, whether the point is on
 the Pareto front of time per token against energy per token (``pareto``) and against the
 system's SRAM (``pareto_sram``) (:func:`tvm_icca.dse.pareto.pareto_front`). The report writes it
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
 __all__ = ["COST_COLUMNS", "PARETO_COLUMNS", "PER_TOKEN_COLUMNS", "POINT_COLUMNS", "chip_value",
-           "instance_key", "is_number", "per_token", "results_frame", "row_workload"]
+           "derived_rows", "instance_key", "is_number", "per_token", "results_frame", "row_workload"]
 
 #: Input columns of a row that are neither chip fields nor workload arguments.
 POINT_COLUMNS = frozenset({"spec", "hardware", "workload", "design", "state", "execution"})
@@ -135,9 +135,9 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def results_frame(rows: Sequence[Mapping[str, Any]],
-                  chips: Mapping[str, Mapping[str, Any]] | None = None) -> "pandas.DataFrame":
-    """The table of a results file: one line per row, the derived columns added.
+def derived_rows(rows: Sequence[Mapping[str, Any]],
+                 chips: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The rows with the derived columns added (values as the rows hold them).
 
     Parameters
     ----------
@@ -149,12 +149,42 @@ def results_frame(rows: Sequence[Mapping[str, Any]],
 
     Returns
     -------
-    pandas.DataFrame
-        Every column of the rows (mappings and lists as JSON text), the columns of
-        :func:`per_token`, ``num_cores`` and :data:`COST_COLUMNS` (None where the chip does
-        not say), ``workload_instance`` and the booleans of :data:`PARETO_COLUMNS`: on the
-        front of time per token against that objective among the ``ok`` rows of the same
-        workload instance (False where either value is missing).
+    list of dict
+        Each row with the columns of :func:`per_token`, ``num_cores`` and
+        :data:`COST_COLUMNS` (None where the chip does not say), ``workload_instance``
+        (:func:`instance_key`) and the booleans of :data:`PARETO_COLUMNS`: on the front of time
+        per token against that objective among the ``ok`` rows of the same workload instance
+        (False where either value is missing).
+    """
+    chips = chips or {}
+    out = []
+    for row in rows:
+        record = dict(row)
+        record.update(per_token(row))
+        for column in PER_TOKEN_COLUMNS:
+            record.setdefault(column, None)
+        record.update(_cost(row, chips))
+        record["workload_instance"] = instance_key(row)
+        out.append(record)
+    for column, objective in PARETO_COLUMNS.items():
+        for record in out:
+            record[column] = False
+        instances: dict[str, list[dict[str, Any]]] = {}
+        for record in out:
+            if record.get("status") == "ok":
+                instances.setdefault(record["workload_instance"], []).append(record)
+        for here in instances.values():
+            marks = pareto_front([_number_or_none(r["time_per_token_s"]) for r in here],
+                                 [_number_or_none(r[objective]) for r in here])
+            for record, mark in zip(here, marks):
+                record[column] = mark
+    return out
+
+
+def results_frame(rows: Sequence[Mapping[str, Any]],
+                  chips: Mapping[str, Mapping[str, Any]] | None = None) -> "pandas.DataFrame":
+    """The table of a results file as a :class:`pandas.DataFrame`: :func:`derived_rows`, one
+    line per row, mappings and lists as JSON text (what CSV and Parquet files hold).
 
     Raises
     ------
@@ -165,28 +195,8 @@ def results_frame(rows: Sequence[Mapping[str, Any]],
         import pandas as pd  # pylint: disable=import-outside-toplevel
     except ImportError:
         raise IccaError("the report's tables need pandas: pip install 'tvm-icca[dse]'") from None
-    chips = chips or {}
-    records = []
-    for row in rows:
-        record = {k: _cell(v) for k, v in row.items()}
-        record.update(per_token(row))
-        record.update(_cost(row, chips))
-        record["workload_instance"] = instance_key(row)
-        records.append(record)
-    frame = pd.DataFrame.from_records(records)
-    for column in (*PER_TOKEN_COLUMNS, *COST_COLUMNS, "num_cores"):
-        if column not in frame:
-            frame[column] = None
-    for column, objective in PARETO_COLUMNS.items():
-        front = [False] * len(frame)
-        for _, index in frame.groupby("workload_instance", sort=False).groups.items():
-            at = [i for i in index if frame.at[i, "status"] == "ok"] if "status" in frame else []
-            marks = pareto_front([_number_or_none(frame.at[i, "time_per_token_s"]) for i in at],
-                                 [_number_or_none(frame.at[i, objective]) for i in at])
-            for i, mark in zip(at, marks):
-                front[frame.index.get_loc(i)] = mark
-        frame[column] = front
-    return frame
+    return pd.DataFrame.from_records([{k: _cell(v) for k, v in r.items()}
+                                      for r in derived_rows(rows, chips)])
 
 
 def _number_or_none(value: Any) -> float | None:
