@@ -176,9 +176,10 @@ def _bound_legend(ax: Any, bounds: set[str]) -> list[Any]:
 
 
 def axis_plot(rows: Sequence[dict[str, Any]], axis: str, others: Sequence[str],
-              designs: Sequence[str], path: str) -> None:
+              designs: Sequence[str], path: str) -> Any:
     """Time per token against one swept input: lines over a numeric input, grouped bars over
-    a categorical one; one panel per combination of ``others`` (the workload among them)."""
+    a categorical one; one panel per combination of ``others`` (the workload among them).
+    Saves the figure to ``path`` and returns it (a :class:`matplotlib.figure.Figure`)."""
     values = [r.get(axis) for r in rows]
     numeric = all(is_number(v) for v in values if v is not None)
     panels = _panels(rows, others)
@@ -214,6 +215,7 @@ def axis_plot(rows: Sequence[dict[str, Any]], axis: str, others: Sequence[str],
     fig.suptitle(f"time per token against {axis}" + (
         f" ({more} more panels in the table)" if more else ""))
     fig.savefig(path, dpi=110)
+    return fig
 
 
 def _numeric_panel(ax: Any, ok: Sequence[dict[str, Any]], axis: str, designs: Sequence[str],
@@ -322,10 +324,11 @@ def point_label(row: dict[str, Any], names: Sequence[str], units: dict[str, tupl
 
 
 def pareto_plot(rows: Sequence[dict[str, Any]], objective: str, front_column: str,
-                inputs: Sequence[str], path: str) -> None:
+                inputs: Sequence[str], path: str) -> Any:
     """Time per token against ``objective`` (energy per token, or a cost proxy), one panel per
     workload instance: every point, the Pareto front's points with a star joined by the
-    front's step line, each front point labelled with the inputs that set it apart."""
+    front's step line, each front point labelled with the inputs that set it apart. Saves the
+    figure to ``path`` and returns it."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         if row.get("status") == "ok" and is_number(row.get("time_per_token_s")) \
@@ -370,6 +373,7 @@ def pareto_plot(rows: Sequence[dict[str, Any]], objective: str, front_column: st
     fig.suptitle(f"Pareto front: time per token against {_objective_label(objective, None)}"
                  " (both lower is better)")
     fig.savefig(path, dpi=110)
+    return fig
 
 
 def _objective_unit(objective: str, values: Sequence[float]) -> tuple[str, float]:
