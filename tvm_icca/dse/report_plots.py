@@ -370,8 +370,8 @@ def pareto_plot(rows: Sequence[dict[str, Any]], objective: str, front_column: st
         ax.legend(fontsize=7, loc="best")
     for index in range(len(keys), len(axes) * ncols):
         axes[index // ncols][index % ncols].set_visible(False)
-    fig.suptitle(f"Pareto front: time per token against {_objective_label(objective, None)}"
-                 " (both lower is better)")
+    fig.suptitle(f"Pareto front: time against {_objective_label(objective, None)}\n"
+                 "(lower is better in both)", fontsize=10)
     fig.savefig(path, dpi=110)
     return fig
 
