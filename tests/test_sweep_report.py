@@ -135,3 +135,35 @@ def test_command_line(results, tmp_path, capsys):
     empty.write_text("")
     with pytest.raises(tvm_icca.IccaError, match="no rows"):
         write_report(empty)
+
+
+def test_an_input_that_moves_with_another_is_one_plot(tmp_path):
+    # a preset's link latency comes with its topology: one plot, the latency under each tick
+    path = tmp_path / "r.jsonl"
+    latency = {"all-to-all": 9.5e-8, "mesh": 1.25e-9}
+    for hbm in (1e12, 4e12):
+        for topology in ("all-to-all", "mesh"):
+            row = _row(hbm, topology, "static", 1e-3 / (hbm / 1e12))
+            row["link_latency_s"] = latency[topology]
+            row["inputs"].append("link_latency_s")
+            append_row(path, row)
+    written = write_report(path, tmp_path / "o")
+    assert [p.rsplit("/", 1)[1] for p in written] == ["report.md", "hbm_bandwidth.png",
+                                                      "topology.png", "pareto_energy.png"]
+    text = open(written[0], encoding="utf-8").read()
+    assert "No plot against `link_latency_s`: it moves with `topology`" in text
+
+
+def test_too_many_panels_make_a_figure_per_workload(tmp_path, monkeypatch):
+    monkeypatch.setattr("tvm_icca.dse.report_plots.MAX_PANELS", 2)
+    path = tmp_path / "r.jsonl"
+    for workload in ("llama2-7b", "opt-1.3b"):
+        for hbm in (1e12, 4e12):
+            for topology in ("all-to-all", "mesh"):
+                row = _row(hbm, topology, "static", 1e-3 / (hbm / 1e12))
+                row.update(workload=workload, key=f"{workload}{hbm}{topology}")
+                append_row(path, row)
+    names = [p.rsplit("/", 1)[1] for p in write_report(path, tmp_path / "o")]
+    # 4 panels (2 workloads x 2 of the other input) > 2: one figure per workload, none cut
+    assert names[1:5] == ["hbm_bandwidth_llama2-7b.png", "hbm_bandwidth_opt-1.3b.png",
+                          "topology_llama2-7b.png", "topology_opt-1.3b.png"]

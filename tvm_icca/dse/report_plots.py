@@ -176,17 +176,19 @@ def _bound_legend(ax: Any, bounds: set[str]) -> list[Any]:
 
 
 def axis_plot(rows: Sequence[dict[str, Any]], axis: str, others: Sequence[str],
-              designs: Sequence[str], path: str) -> Any:
+              designs: Sequence[str], path: str, follow: Sequence[str] = ()) -> Any:
     """Time per token against one swept input: lines over a numeric input, grouped bars over
     a categorical one; one panel per combination of ``others`` (the workload among them).
-    Saves the figure to ``path`` and returns it (a :class:`matplotlib.figure.Figure`)."""
+    ``follow``: inputs that move with the axis (one value for each of its values), named in
+    its tick labels. Saves the figure to ``path`` and returns it (a
+    :class:`matplotlib.figure.Figure`); one legend for the whole figure, below the panels."""
     values = [r.get(axis) for r in rows]
     numeric = all(is_number(v) for v in values if v is not None)
     panels = _panels(rows, others)
     shown = panels[:MAX_PANELS]
     fig, axes, ncols = _figure(len(shown))
     colours = {d: f"C{i % 10}" for i, d in enumerate(designs)}
-    legend_done = False
+    legend: dict[str, Any] = {}  # label -> handle, over every panel
     for index, (fixed, here) in enumerate(shown):
         ax = axes[index // ncols][index % ncols]
         ax.set_title(_title(fixed), fontsize=9)
@@ -200,17 +202,19 @@ def axis_plot(rows: Sequence[dict[str, Any]], axis: str, others: Sequence[str],
         times = [t for t in (_time(r, per) for r in ok) if t is not None]
         unit = time_unit(max(times))
         if numeric:
-            handles = _numeric_panel(ax, ok, axis, designs, colours, per, unit[1])
+            handles = _numeric_panel(ax, ok, axis, designs, colours, per, unit[1], follow)
             _unit_axis(ax, "y", [t / unit[1] for t in times if t > 0])
         else:
-            handles = _bar_panel(ax, ok, axis, designs, colours, per, unit[1])
+            handles = _bar_panel(ax, ok, axis, designs, colours, per, unit[1], follow)
         ax.set_ylabel(f"time per {per} ({unit[0]})")
         ax.grid(True, alpha=0.3)
-        if not legend_done:  # once: the designs, bounds and floors are the same in every panel
-            ax.legend(handles=handles, fontsize=7)
-            legend_done = True
+        for handle in handles:
+            legend.setdefault(handle.get_label(), handle)
     for index in range(len(shown), len(axes) * ncols):
         axes[index // ncols][index % ncols].set_visible(False)
+    if legend:
+        fig.legend(handles=list(legend.values()), loc="outside lower center",
+                   ncols=min(len(legend), 6), fontsize=8)
     more = len(panels) - len(shown)
     fig.suptitle(f"time per token against {axis}" + (
         f" ({more} more panels in the table)" if more else ""))
@@ -218,8 +222,19 @@ def axis_plot(rows: Sequence[dict[str, Any]], axis: str, others: Sequence[str],
     return fig
 
 
+def _tick_text(axis: str, value: Any, rows: Sequence[dict[str, Any]], follow: Sequence[str],
+               unit: tuple[str, float] | None = None) -> str:
+    """A tick's label: the axis value, and below it the inputs that move with it."""
+    text = f"{value / unit[1]:.4g}" if unit and is_number(value) else _value_text(axis, value)
+    row = next((r for r in rows if _canon(r.get(axis)) == _canon(value)), None)
+    if row is None or not follow:
+        return text
+    return "\n".join([text, *(_value_text(n, row.get(n)) for n in follow)])
+
+
 def _numeric_panel(ax: Any, ok: Sequence[dict[str, Any]], axis: str, designs: Sequence[str],
-                   colours: dict[str, str], per: str, scale: float) -> list[Any]:
+                   colours: dict[str, str], per: str, scale: float,
+                   follow: Sequence[str] = ()) -> list[Any]:
     from matplotlib.lines import Line2D  # pylint: disable=import-outside-toplevel
 
     unit = input_unit(axis, [r.get(axis) for r in ok])
@@ -266,11 +281,15 @@ def _numeric_panel(ax: Any, ok: Sequence[dict[str, Any]], axis: str, designs: Se
         from matplotlib.ticker import FixedLocator, FuncFormatter  # pylint: disable=import-outside-toplevel
         ax.xaxis.set_major_locator(FixedLocator(xs_all))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:.4g}"))
+    if follow and len(xs_all) <= 8:  # name what moves with each value under it
+        values = {float(r[axis]) / unit[1]: r[axis] for r in ok if is_number(r.get(axis))}
+        ax.set_xticks(xs_all, [_tick_text(axis, values[x], ok, follow, unit) for x in xs_all])
     return handles
 
 
 def _bar_panel(ax: Any, ok: Sequence[dict[str, Any]], axis: str, designs: Sequence[str],
-               colours: dict[str, str], per: str, scale: float) -> list[Any]:
+               colours: dict[str, str], per: str, scale: float,
+               follow: Sequence[str] = ()) -> list[Any]:
     from matplotlib.lines import Line2D  # pylint: disable=import-outside-toplevel
     from matplotlib.patches import Patch  # pylint: disable=import-outside-toplevel
 
@@ -298,7 +317,7 @@ def _bar_panel(ax: Any, ok: Sequence[dict[str, Any]], axis: str, designs: Sequen
                 ax.annotate(bound, (x, y), xytext=(0, 2), textcoords="offset points",
                             ha="center", va="bottom", fontsize=6, rotation=90)
     handles.append(Line2D([], [], color="black", linestyle="--", label="floor (bound named above the bar)"))
-    ax.set_xticks(range(len(categories)), [_value_text(axis, c) for c in categories],
+    ax.set_xticks(range(len(categories)), [_tick_text(axis, c, ok, follow) for c in categories],
                   rotation=20 if len(categories) > 3 else 0)
     ax.set_xlabel(axis)
     ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.15)  # room for the bound names

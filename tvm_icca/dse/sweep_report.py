@@ -347,28 +347,79 @@ def write_report(results: "str | os.PathLike[str]", out: "str | os.PathLike[str]
             path = os.path.join(directory, f"table.{kind}")
             _write_frame(frame, path, kind)
             written.append((path, f"every column of every row, {kind.upper()}"))
+    notes: list[str] = []
     if plots:
-        written += _plots(table, directory)
+        drawn, notes = _plots(table, directory)
+        written += drawn
     report = os.path.join(directory, "report.md")
     inputs = _inputs(table)
     spec = ", ".join(sorted({str(r.get("spec", "")) for r in table}))
     text = [f"# Design-space exploration: {spec}", "",
             "## Files", "", _files_table(where, [(report, "this page"), *written], command, rows),
-            "", "## Pareto fronts", "", *_front_tables(table, inputs), "## Points", "",
+            "", *(f"{n}\n" for n in notes), "## Pareto fronts", "", *_front_tables(table, inputs), "## Points", "",
             markdown_table(rows, chips)]
     with open(report, "w", encoding="utf-8") as file:
         file.write("\n".join(text))
     return [report, *(p for p, _ in written)]
 
 
-def _plots(table: Sequence[dict[str, Any]], directory: str) -> list[tuple[str, str]]:
-    """Draw the axis plots and the Pareto plots; (path, what it shows) of each."""
+def _file_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+def _follows(rows: Sequence[dict[str, Any]], axis: str, other: str) -> bool:
+    """Whether ``other`` takes one value for each value of ``axis`` (it moves with the axis:
+    a preset's link latency with its topology)."""
+    seen: dict[str, str] = {}
+    return all(seen.setdefault(_canon(r.get(axis)), _canon(r.get(other))) == _canon(r.get(other))
+               for r in rows)
+
+
+def _axes(table: Sequence[dict[str, Any]], varying: Sequence[str]
+          ) -> tuple[list[tuple[str, list[str], list[str]]], list[str]]:
+    """The x axes worth a plot, each with its panels' inputs and the inputs that follow it;
+    and why the others are not drawn.
+
+    An input that moves with an earlier axis (each determines the other) is that axis' plot
+    again and is named beside it instead; the inputs that follow an axis do not split its
+    panels (a topology plot is not cut by the link latency that comes with each topology); an
+    axis that has one value in every panel (with a point that ran) draws nothing.
+    """
+    plots: list[tuple[str, list[str], list[str]]] = []
+    notes = []
+    ok = [r for r in table if r.get("status") == OK]
+    for axis in varying:
+        twin = next((a for a, _, follow in plots if axis in follow and _follows(table, axis, a)),
+                    None)
+        if twin is not None:
+            notes.append(f"No plot against `{axis}`: it moves with `{twin}` (one value for "
+                         f"each), in `{twin}.png`.")
+            continue
+        follow = [n for n in varying if n != axis and _follows(table, axis, n)]
+        others = ["workload", *(n for n in varying if n != axis and n not in follow)]
+        panels: dict[str, set[str]] = {}
+        for row in ok:
+            panels.setdefault(_canon([row.get(o) for o in others]), set()).add(
+                _canon(row.get(axis)))
+        if not any(len(values) > 1 for values in panels.values()):
+            notes.append(f"No plot against `{axis}`: every panel (workload and the other swept "
+                         "inputs) has one value of it.")
+            continue
+        plots.append((axis, others, follow))
+    return plots, notes
+
+
+def _plots(table: Sequence[dict[str, Any]], directory: str
+           ) -> tuple[list[tuple[str, str]], list[str]]:
+    """Draw the axis plots and the Pareto plots; (path, what it shows) of each, and notes on
+    the axes not drawn."""
     try:
         import matplotlib  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     except ImportError:
         raise IccaError("the report's plots need matplotlib: pip install 'tvm-icca[dse]' "
                         "(or plots=False / --no-plots for the tables alone)") from None
-    from tvm_icca.dse.report_plots import axis_plot, pareto_plot  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel
+    from tvm_icca.dse.report_plots import MAX_PANELS, axis_plot, pareto_plot
 
     written = []
     inputs = _inputs(table)
@@ -379,11 +430,19 @@ def _plots(table: Sequence[dict[str, Any]], directory: str) -> list[tuple[str, s
     varying = [n for n in _varying(table, inputs) if n not in _NOT_AXES
                and any(_varying(here, [n]) for here in by_workload.values())]
     designs = list(dict.fromkeys(str(r.get("design")) for r in table))
-    for axis in varying:
-        others = ["workload", *(n for n in varying if n != axis)]
-        path = os.path.join(directory, re.sub(r"[^A-Za-z0-9_.-]+", "_", axis) + ".png")
-        axis_plot(table, axis, others, designs, path)
-        written.append((path, f"time per token against {axis}, one panel per workload"))
+    plots, notes = _axes(table, varying)
+    for axis, others, follow in plots:
+        what = f"time per token against {axis}" + (
+            f" (with {', '.join(follow)})" if follow else "")
+        panels = len({_canon([r.get(o) for o in others]) for r in table})
+        # one figure, or one per workload when that many panels would not fit one
+        parts = [("", table)] if panels <= MAX_PANELS or len(by_workload) == 1 else [
+            (f"_{name}", rows) for name, rows in by_workload.items()]
+        for suffix, rows in parts:
+            path = os.path.join(directory, _file_name(axis + suffix) + ".png")
+            axis_plot(rows, axis, others, designs, path, follow=follow)
+            written.append((path, what + (f", {suffix[1:]}" if suffix else
+                                          ", one panel per workload")))
     for stem, (objective, column) in PARETO_PLOTS.items():
         have = [r for r in table if r.get("status") == OK and is_number(r.get(objective))
                 and is_number(r.get("time_per_token_s"))]
@@ -393,5 +452,5 @@ def _plots(table: Sequence[dict[str, Any]], directory: str) -> list[tuple[str, s
             path = os.path.join(directory, f"{stem}.png")
             pareto_plot(table, objective, column, inputs, path)
             written.append((path, f"Pareto front of time per token against {objective}"))
-    return written
+    return written, notes
 
