@@ -5,7 +5,8 @@ Examples::
     tvm-icca dse hbm-sweep.toml --dry-run          # the points, and which are done
     tvm-icca dse hbm-sweep.toml --jobs 2           # compute the missing points locally
     tvm-icca dse hbm-sweep.toml --ray auto         # ... on the Ray cluster (ray start)
-    tvm-icca dse report hbm-sweep.jsonl --out hbm  # tables and plots of the results
+    tvm-icca dse report hbm-sweep.jsonl --out hbm  # tables, plots, Pareto fronts
+    tvm-icca dse report hbm-sweep.jsonl --format csv,parquet   # ... and table.csv/.parquet
     tvm-icca dse rerun hbm-sweep.jsonl --rows 0,5  # re-run rows from what they stored
 
 The spec format is :mod:`tvm_icca.dse.spec`'s (and the documentation's DSE page). A sweep
