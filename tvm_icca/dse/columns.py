@@ -8,11 +8,12 @@ the columns (:func:`tvm_icca.dse.worker.evaluate` adds them); for rows written b
 report computes them on read from the workload and its arguments.
 
 :func:`derived_rows` (and :func:`results_frame`, the same as a :class:`pandas.DataFrame`) is
-the table of a results file: every column of the rows, the per-token columns, the cost proxies of each chip (its SRAM and HBM
-capacity over the whole system, its cores) and, per workload instance, whether the point is on
-the Pareto front of time per token against energy per token (``pareto``) and against the
-system's SRAM (``pareto_sram``) (:func:`tvm_icca.dse.pareto.pareto_front`). The report writes it
-as Markdown, CSV or Parquet (:func:`tvm_icca.dse.sweep_report.write_report`).
+the table of a results file: every column of the rows, the per-token columns, the cost
+proxies of each chip (its SRAM and HBM capacity over the whole system, its cores) and, per
+workload instance, whether the point is on the Pareto front of time per token against energy
+per token (``pareto``) and against the system's SRAM (``pareto_sram``)
+(:func:`tvm_icca.dse.pareto.pareto_front`). The report writes it as Markdown, CSV or Parquet
+(:func:`tvm_icca.dse.sweep_report.write_report`).
 """
 
 from __future__ import annotations

@@ -136,7 +136,8 @@ def _figure(count: int, width: float = 5.0, height: float = 3.8) -> tuple[Any, A
 
 def _log_ticks(ax: Any, which: str, values: Sequence[float]) -> None:
     """A log axis whose ticks are the values swept (at most 8 of them), as plain numbers."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xscale if which == "x" else ax.set_yscale)("log")

@@ -219,7 +219,8 @@ def _sort_key(value: Any) -> tuple:
 def _front_tables(table: Sequence[dict[str, Any]], inputs: Sequence[str]) -> list[str]:
     """Markdown: per Pareto column and workload instance, the points on the front."""
     import pandas as pd  # pylint: disable=import-outside-toplevel
-    from tvm_icca.dse.report_plots import point_label, input_unit  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel
+    from tvm_icca.dse.report_plots import input_unit, point_label
 
     out = []
     titles = {"pareto": "time per token against energy per token",
@@ -356,7 +357,8 @@ def write_report(results: "str | os.PathLike[str]", out: "str | os.PathLike[str]
     spec = ", ".join(sorted({str(r.get("spec", "")) for r in table}))
     text = [f"# Design-space exploration: {spec}", "",
             "## Files", "", _files_table(where, [(report, "this page"), *written], command, rows),
-            "", *(f"{n}\n" for n in notes), "## Pareto fronts", "", *_front_tables(table, inputs), "## Points", "",
+            "", *(f"{n}\n" for n in notes), "## Pareto fronts", "",
+            *_front_tables(table, inputs), "## Points", "",
             markdown_table(rows, chips)]
     with open(report, "w", encoding="utf-8") as file:
         file.write("\n".join(text))
