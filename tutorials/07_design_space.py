@@ -293,6 +293,9 @@ for r in front:
     print(f"on the front: {r['sram_bytes_per_core'] // 1024} KiB per core, "
           f"{r['hbm_bandwidth'] / 1e12:g} TB/s, {r['link_bandwidth'] / 1e9:g} GB/s, "
           f"{r['design']}: {r['time_per_token_s'] * 1e6:.2f} us per token")
+dominated = table[(table["status"] == "ok") & ~table["pareto_sram"]]
+print(f"{len(dominated)} of {int((table['status'] == 'ok').sum())} points are dominated: another "
+      "point is as fast or faster with no more SRAM")
 half = [r for r in rows if r["sram_bytes_per_core"] == 319488]
 fastest = min(r["time_per_token_s"] for r in rows if r["status"] == "ok")
 # the fastest chip is on the front, and so is the best 312 KiB point: nothing has less SRAM
