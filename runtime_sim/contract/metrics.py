@@ -270,6 +270,20 @@ DSE_METRICS: dict[str, Metric] = {
     "time_per_token_s": _m("s", "``total_s`` / ``tokens_per_run``", "dse"),
     "energy_per_token_j": _m("J", "``energy_j`` / the tokens (or samples) one run "
                              "processes", "dse"),
+    # the report's table (tvm_icca.dse.columns.derived_rows: CSV and Parquet columns)
+    "system_sram_bytes": _m("bytes", "the report's cost proxy: SRAM of the whole system, "
+                            "``sram_bytes_per_core`` x ``num_cores``", "dse"),
+    "system_hbm_bytes": _m("bytes", "HBM capacity of the whole system, ``hbm_bytes_per_chip`` "
+                           "x ``num_chips``; None where the chip does not model it", "dse"),
+    "workload_instance": _m("text", "the workload and its arguments as canonical JSON: the "
+                            "points whose per-token numbers compare", "dse"),
+    "pareto": _m("bool", "on the Pareto front of ``time_per_token_s`` against "
+                 "``energy_per_token_j`` among the ``ok`` rows of its workload instance (no "
+                 "point at least as good in both and better in one); False without an energy",
+                 "dse"),
+    "pareto_sram": _m("bool", "on the Pareto front of ``time_per_token_s`` against "
+                      "``system_sram_bytes`` among the ``ok`` rows of its workload instance",
+                      "dse"),
     "state": _m("name", "where weights and KV caches live (``auto``: decided by the compiler)",
                 "dse"),
     "execution": _m("name", "the execution model: ``t10`` (compute-shift) or ``vgm``", "dse"),

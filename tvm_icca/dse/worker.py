@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from runtime_sim.contract.errors import HbmCapacityError, IccaError, PlanNotFoundError
+from tvm_icca.dse.columns import per_token
 from tvm_icca.dse.gpu_points import GPU_PRELOAD, gpu_metrics
 from tvm_icca.hardware_choice import HardwareSpec
 from tvm_icca.model_pass.plan_cache import PlanCache
@@ -99,7 +100,8 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
     dict
         The row: the key, the inputs, ``status`` (``ok``, ``does_not_fit``: no plan fits the
         chip or its HBM, ``failed``: another error) and ``reason``; for ``ok`` the timing report's
-        summary (:meth:`runtime_sim.timing.TimingReport.to_dict`, floors included); compile
+        summary (:meth:`runtime_sim.timing.TimingReport.to_dict`, floors included) and its
+        per-token columns (:func:`tvm_icca.dse.columns.per_token`); compile
         and simulation seconds; the point's wall and CPU seconds in this process; the code
         (:mod:`tvm_icca.provenance`: commit, uncommitted changes, versions), host and time.
     """
@@ -136,6 +138,8 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
             report = compiled.simulate(progress=False)
             metrics = {k: v for k, v in report.to_dict(per_op=False).items() if k not in _SKIPPED}
         simulate_s = time.perf_counter() - start
+        # per token (or sample) of the workload: tokens_per_run, time and energy per token
+        metrics.update(per_token({**row, **metrics}))
     except (PlanNotFoundError, HbmCapacityError) as err:
         # the compiler proved the model cannot fit this chip; a device-side SramOverflowError
         # is not such a proof but a program the compiler got wrong: a failed row, below
