@@ -105,3 +105,18 @@ def test_results_frame_is_the_rows_as_pandas():
     assert list(frame["time_per_token_s"]) == [1.0 / 8, 2.0 / 8]
     assert frame["remainder"][0] == '{"sync": 0.5}'  # a mapping as JSON text
     assert list(frame["pareto_sram"]) == [False, False]  # no SRAM size known: no front
+
+
+def test_a_gpu_row_costs_the_gpu_not_the_chip_it_was_partitioned_for():
+    # a GPU point records the digest of the ICCA chip its model was partitioned for; its cost
+    # proxies are the GPU's own (runtime_sim.contract.gpu)
+    from runtime_sim.contract.gpu import gpu_preset
+
+    chips = {"c1": {"sram_bytes_per_core": 1000, "num_cores": 4, "hbm_bytes_per_chip": 10,
+                    "num_chips": 1}}
+    row = _row(key="g", hardware="h100", design="gpu", total_s=1.0, energy_j=1.0,
+               chip_digest="c1")
+    out = derived_rows([row], chips)[0]
+    h100 = gpu_preset("h100")
+    assert out["system_sram_bytes"] == h100.l2_bytes != 4000
+    assert out["system_hbm_bytes"] == h100.hbm_bytes and out["num_cores"] == h100.sms

@@ -23,6 +23,8 @@ import math
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from runtime_sim.contract.errors import IccaError
+from runtime_sim.contract.gpu import gpu_preset, is_gpu_preset
+from tvm_icca.dse.gpu_points import GPU_DESIGN
 from tvm_icca.dse.pareto import pareto_front
 from tvm_icca.dse.spec import hardware_fields
 
@@ -120,6 +122,13 @@ def chip_value(row: Mapping[str, Any], chips: Mapping[str, Mapping[str, Any]], n
 
 
 def _cost(row: Mapping[str, Any], chips: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    if row.get("design") == GPU_DESIGN and is_gpu_preset(str(row.get("hardware"))):
+        # a GPU point's chip_digest is the chip its model was partitioned for: its cost is
+        # the GPU's own (SMs, the L2 all SMs share, its HBM; the SMs' shared memory and
+        # register files are not in the GPU description and not counted)
+        gpu = gpu_preset(str(row["hardware"]))
+        return {"num_cores": gpu.sms, "system_sram_bytes": gpu.l2_bytes,
+                "system_hbm_bytes": gpu.hbm_bytes}
     out: dict[str, Any] = {"num_cores": chip_value(row, chips, "num_cores")}
     for column, factors in COST_COLUMNS.items():
         values = [chip_value(row, chips, f) for f in factors]
