@@ -23,6 +23,9 @@ def test_gpu_points_follow_the_chips_with_keys_of_their_own():
     assert [(p.gpu, p.design) for p in points] == [("", "off"), ("h100", "gpu"), ("a100", "gpu")]
     assert len({p.key for p in points}) == 3 and len({p.point_id for p in points}) == 3
     assert points[1].inputs(spec)["hardware"] == "h100"
+    # the base chip's fields are the ICCA point's, never the GPU's
+    assert points[0].inputs(spec)["num_cores"] == 16
+    assert points[1].inputs(spec)["num_cores"] is None
     # the ICCA point's key does not change when GPUs are added to the study
     alone = expand(DseSpec.from_dict({**STUDY, "gpus": []}))
     assert [p.key for p in alone] == [points[0].key]

@@ -93,14 +93,17 @@ class DsePoint:
         Every field the grid or any explicit point sets is a column of every row, with this
         point's value (the base chip's where this point does not set it): an explicit point
         that changes one field still has the grid's other columns, so tables and plots place
-        it on every axis.
+        it on every axis. A GPU point's chip columns are None.
         """
         swept = dict.fromkeys([*spec.grid, *(name for p in spec.points for name in p)])
+        # a GPU point has none of the ICCA chip's fields (its model was only partitioned for
+        # the base chip): None, so that no table or plot reads an H100 as a 4-chip system
+        chip = ({name: None for name in [*spec.fixed, *swept]} if self.gpu else
+                {**spec.fixed, **{name: _jsonable(getattr(self.hw, name)) for name in swept}})
         return {
             "spec": spec.name,
             "hardware": self.gpu or self.hw.name,
-            **spec.fixed,
-            **{name: _jsonable(getattr(self.hw, name)) for name in swept},
+            **chip,
             **self.workload,
             "design": self.design,
             "state": self.state or "auto",
