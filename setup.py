@@ -41,8 +41,10 @@ setup(
         # results against onnxruntime (torchvision's build must match torch's)
         "bench": ["matplotlib>=3.7", "torch>=2.5", "torchvision>=0.20", "onnxruntime>=1.17",
                   "onnxscript>=0.2"],
-        # dse: `tvm-icca dse --ray` (Ray tasks on a cluster), YAML specs, the report's plots
-        "dse": ["ray>=2.9", "pyyaml>=6", "matplotlib>=3.7"],
+        # dse: `tvm-icca dse --ray` (Ray tasks on a cluster), YAML specs, the report's plots;
+        # its tables: pandas (to_csv), pyarrow (to_parquet), tabulate (to_markdown)
+        "dse": ["ray>=2.9", "pyyaml>=6", "matplotlib>=3.7", "pandas>=2", "pyarrow>=14",
+                "tabulate>=0.9"],
         # docs: `make docs` (docs/conf.py); tutorials plot, so the gallery needs matplotlib;
         # numpydoc-style docstrings are read by Sphinx's own napoleon extension; myst-parser
         # includes the markdown tables of benchmarks/results/ in the Results page; joblib runs

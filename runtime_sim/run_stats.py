@@ -21,6 +21,7 @@ from runtime_sim.contract.plan import VgmPlan
 from runtime_sim.contract.program import DeviceProgram
 from runtime_sim.functional.device import SimulatedDevice, get_device
 from runtime_sim.timing import TimingReport, simulate_timing
+from runtime_sim.timing.timing_report import energy_fields
 from runtime_sim.timing.vgm_timing import VgmReport, simulate_vgm_timing
 
 __all__ = ["last_run_stats", "last_run_timing", "reset_stats"]
@@ -53,8 +54,10 @@ def last_run_stats(*, timing: bool = True, device: SimulatedDevice | None = None
         (:meth:`RunCounters.counters <runtime_sim.functional.run_counters.RunCounters.counters>`:
         traffic, cores, SRAM and preload peaks, preload-stream counts, tuned operators and
         the per-region details) and, with ``timing``, ``simulated_s`` (the time the run takes
-        on the chip; ``None`` when no region ran on the chip) and ``simulated_ops`` (its
-        per-operator rows). Every key is defined once, with its unit, in the metric glossary
+        on the chip; ``None`` when no region ran on the chip), ``simulated_ops`` (its
+        per-operator rows) and the run's energy (``energy_j``, ``energy_breakdown_j``,
+        ``average_power_w``, ``board_power_w``: :mod:`runtime_sim.contract.energy` over the
+        simulated time; ``None`` and ``{}`` when the chip has no energy model). Every key is defined once, with its unit, in the metric glossary
         :mod:`runtime_sim.contract.metrics` (the documentation's glossary page).
     """
     device = get_device() if device is None else device
@@ -64,11 +67,15 @@ def last_run_stats(*, timing: bool = True, device: SimulatedDevice | None = None
         report = _timing(device, last.programs)
         stats["simulated_s"] = float(report.total_s)
         stats["simulated_ops"] = _per_op_timing(report)
+        # the run's energy needs its time: the timing report's (its action counts are the
+        # device's, checked equal where both count them)
+        stats.update(energy_fields(report.energy))
     elif timing:
         # no region ran on the chip (nothing of the model was offloaded): no chip time, said
         # as such rather than as 0 s or a missing key
         stats["simulated_s"] = None
         stats["simulated_ops"] = []
+        stats.update(energy_fields(None))
     return stats
 
 

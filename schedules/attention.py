@@ -110,12 +110,17 @@ def step_cycles(expr: TensorExpr, n: Mapping[str, Any], hw: HardwareSpec) -> Any
     tm, tk, tn = hw.matrix_tile
     macs = n["b"] * _padded(n["i"], tm) * (_padded(n["k"], tk) * _padded(n["j"], tn)
                                            + _padded(n["j"], tk) * _padded(n["d"], tn))
+    return 2 * macs / matrix_flops_per_cycle(expr, hw) + step_vector_ops(expr, n) / hw.vector_flops_per_cycle
+
+
+def step_vector_ops(expr: TensorExpr, n: Mapping[str, Any]) -> Any:
+    """The vector operations of one step with role sizes ``n`` (the module docstring): the
+    score expression around the dot product, the online softmax and the rescaling."""
     rows = n["b"] * n["i"]
     score = score_ops(expr)
-    ops = (rows * n["j"] * (score.per_score + SOFTMAX_OPS_PER_SCORE)
-           + rows * (SOFTMAX_OPS_PER_ROW + score.per_row) + rows * n["k"] * score.per_query
-           + rows * n["d"] * RESCALE_OPS_PER_OUTPUT)
-    return 2 * macs / matrix_flops_per_cycle(expr, hw) + ops / hw.vector_flops_per_cycle
+    return (rows * n["j"] * (score.per_score + SOFTMAX_OPS_PER_SCORE)
+            + rows * (SOFTMAX_OPS_PER_ROW + score.per_row) + rows * n["k"] * score.per_query
+            + rows * n["d"] * RESCALE_OPS_PER_OUTPUT)
 
 
 class AttentionTemplate(ComputeTemplate):
@@ -133,6 +138,12 @@ class AttentionTemplate(ComputeTemplate):
         ops = NORMALIZE_OPS + arithmetic_nodes(expr.epilogue)
         n = math.prod(int(partition.get(a.name, a.extent)) for a in expr.axes if not a.reduce)
         return n * ops / hw.vector_flops_per_cycle
+
+    def step_vector_flops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
+        """The vector unit's operations in a sub-task over ``chunk`` beside its matrix FLOPs
+        (:func:`step_vector_ops`: the online softmax)."""
+        length = {a.name: int(chunk.get(a.name, a.extent)) for a in expr.axes}
+        return int(step_vector_ops(expr, role_sizes(expr, length)))
 
     def flops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
         """The two products' FLOPs over ``chunk``: :meth:`TensorExpr.flops` for the whole

@@ -124,6 +124,14 @@ class ComputeTemplate:
     def flops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
         return self.points(expr, chunk) * max(arithmetic_nodes(expr.body), 1)
 
+    def step_vector_flops(self, expr: TensorExpr, chunk: Mapping[str, int]) -> int:
+        """Vector operations of a sub-task over ``chunk`` beside its :meth:`flops` on its own
+        unit: none, but for a template whose matrix sub-task has vector work too (fused
+        attention's online softmax). The energy model counts them
+        (:func:`schedules.actions.op_actions`)."""
+        del expr, chunk
+        return 0
+
 
 def hoisted_ops(expr: TensorExpr, chunk: Mapping[str, int]) -> int:
     """Vector operations of one sub-task when each subexpression is computed once per value of

@@ -228,6 +228,31 @@ def test_simulate_onnx_table_json_and_trace(name, models, tmp_path, capsys):
     assert "traceEvents" in json.loads(trace.read_text())
 
 
+def test_simulate_energy(models, tmp_path, capsys):
+    """The energy line and keys; with per-action energies the energy, its power and
+    breakdown; over the rated board power, a warning on stderr (stdout stays one JSON
+    document)."""
+    code, out, err = _main(capsys, "simulate", models["mlp"], "--hw", "ipu-mk2", "--json",
+                           "--no-progress")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["matrix_flops"] > 0 and data["sram_read_bytes"] > 0
+    assert {"energy_j", "energy_breakdown_j", "average_power_w", "board_power_w"} <= set(data)
+    chip = tmp_path / "hot.toml"
+    chip.write_text('base = "ipu-mk2"\nnum_cores = 64\nmatrix_pj_per_flop = 0.5\n'
+                    'static_w_per_core = 100.0\nboard_power_w = 300.0\n')
+    code, out, err = _main(capsys, "simulate", models["mlp"], "--hw", chip, "--json",
+                           "--no-progress")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["energy_j"] > 0 and data["average_power_w"] > 300.0
+    assert data["energy_breakdown_j"]["static"] > data["energy_breakdown_j"]["matrix"] > 0
+    assert "warning: average power" in err and "exceeds the system's rated board power" in err
+    code, out, err = _main(capsys, "simulate", models["mlp"], "--hw", chip, "--no-progress")
+    assert code == 0 and "  energy    " in out and "W  (static" in out
+    assert "warning   average power" in out
+
+
 def test_simulate_onnx_with_shape(models, capsys):
     code, out, err = _main(capsys, "simulate", models["dynamic"], "--shape", "x=8,64",
                            "--hw", "ipu-mk2", "--json", "--no-progress")

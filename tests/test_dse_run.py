@@ -43,6 +43,8 @@ num_cores = 16
 sram_bytes_per_core = 65536
 hbm_controllers = 2
 hbm_bandwidth = 1e11
+matrix_pj_per_flop = 0.5
+static_w_per_chip = 20.0
 [grid]
 hbm_bandwidth = [1e10, 1e11]
 [[points]]
@@ -96,6 +98,13 @@ def test_sweep_rows(reference):
         for row in (slow, fast):  # no point beats its floors
             for floor in ("hbm_floor_s", "compute_floor_s", "interconnect_floor_s"):
                 assert 0 < row[floor] <= row["total_s"] * (1 + 1e-9), floor
+            # the run's energy and the actions it is priced on (runtime_sim.contract.energy)
+            assert row["energy_j"] == pytest.approx(sum(row["energy_breakdown_j"].values()))
+            assert row["energy_breakdown_j"]["matrix"] == pytest.approx(
+                row["matrix_flops"] * 0.5e-12)
+            assert row["energy_breakdown_j"]["static"] == pytest.approx(20.0 * row["total_s"])
+            assert row["average_power_w"] == pytest.approx(row["energy_j"] / row["total_s"])
+            assert row["sram_read_bytes"] > 0 and row["link_byte_hops"] > 0
         no = by[(1e11, 8400, design)]
         assert no["status"] == "does_not_fit" and "PlanNotFoundError" in no["reason"]
         assert "total_s" not in no and no["compile_s"] > 0

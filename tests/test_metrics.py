@@ -74,7 +74,7 @@ def test_simulate_json_uses_only_defined_names(capsys) -> None:
 def test_every_definition_is_complete() -> None:
     for name, m in {**METRICS, **OP_METRICS}.items():
         assert m.unit and m.meaning, name
-        assert m.source in ("timing", "device", "both"), name
+        assert m.source in ("timing", "device", "both", "gpu"), name
     # a name is defined once: per-operator rows reuse the run-level definitions
     assert not set(METRICS) & set(OP_METRICS)
     assert metric("host_in_bytes").unit == "bytes"

@@ -615,3 +615,19 @@ def test_phase_memo_is_shared_by_chips_differing_in_source_bandwidths_only():
     fresh = type(a)(base)
     fresh.phase_memo = {}
     assert fresh.hbm_load(src, dsts, nbytes, group, unique) == (net_a, src_a)
+
+
+def test_byte_hops_are_every_links_bytes() -> None:
+    """PhaseCost.byte_hops: on a 4x4 mesh a flow pays one per link of its XY route (0 -> 15:
+    3 hops east and 3 south), a multicast tree once per link it uses; the all-to-all exchange
+    once per byte delivered."""
+    m = mesh(16)
+    src, dst = np.array([0, 5]), np.array([15, 6])
+    phase = m.phase(src, dst, np.array([100.0, 10.0]))
+    assert phase.byte_hops == 100.0 * 6 + 10.0 * 1
+    assert phase.byte_hops == sum(float(v.sum()) for v in link_loads(m, src, dst, [100.0, 10.0]).values())
+    # 0 -> 1 and 0 -> 2 as one multicast: links 0->1 and 1->2 carry it once each
+    tree = m.phase(np.array([0, 0]), np.array([1, 2]), np.array([8.0, 8.0]), multicast=np.array([0, 0]))
+    assert tree.byte_hops == 8.0 * 2
+    assert a2a(16).phase(src, dst, np.array([100.0, 10.0])).byte_hops == 110.0
+    assert (phase + phase).byte_hops == 2 * phase.byte_hops == phase.scaled(2).byte_hops

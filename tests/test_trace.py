@@ -10,7 +10,13 @@ from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.presets import preset, small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.timing import simulate_timing
-from runtime_sim.timing.trace import TraceBuilder, timing_trace, trace_document, write_trace
+from runtime_sim.timing.trace import (
+    POWER_TRACK,
+    TraceBuilder,
+    timing_trace,
+    trace_document,
+    write_trace,
+)
 from tvm_icca.testing.timing_programs import producer_consumer_program, two_weight_program
 
 
@@ -145,3 +151,21 @@ def test_trace_draws_a_spread_operator_on_every_chip_it_uses() -> None:
                  if e.get("ph") == "X" and e.get("cat") == "op"
                  and e["args"]["op"] == consumer.name and e["name"] == consumer.label}
         assert len(drawn) == len(expected[0])  # one "cores" span per chip it runs on
+
+
+def test_power_track_integrates_to_the_energy() -> None:
+    """The ``power (W)`` counter track: each operator's dynamic energy over its duration plus
+    the static power, the static power between operators; its area is ``energy_j``. A chip
+    without per-action energies has no such track."""
+    hw = small_chip(16, matrix_pj_per_flop=2.0, sram_read_pj_per_byte=1.0,
+                    link_pj_per_byte=3.0, static_w_per_core=0.05, static_w_per_chip=1.0)
+    report = simulate_timing([producer_consumer_program(small_chip(16), 1)], hw)
+    counters = [e for e in timing_trace(report) if e["ph"] == "C"]
+    assert counters and {e["name"] for e in counters} == {POWER_TRACK}
+    points = [(e["ts"] * 1e-6, e["args"]["W"]) for e in counters]
+    assert points[0] == (0.0, 16 * 0.05 + 1.0)
+    ends = [t for t, _ in points[1:]] + [report.total_s]
+    assert sum(w * (end - t) for (t, w), end in zip(points, ends)) == pytest.approx(report.energy.energy_j)
+    assert all(w >= 16 * 0.05 + 1.0 for _, w in points)
+    plain = simulate_timing([producer_consumer_program(small_chip(16), 1)], small_chip(16))
+    assert not [e for e in timing_trace(plain) if e["ph"] == "C"]

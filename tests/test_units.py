@@ -42,3 +42,15 @@ def test_a_table_column_shares_the_unit_of_its_largest_value():
     assert unit == ("ms", 1e-3)
     assert in_unit(0.0123, unit, 8) == "  12.300"
     assert in_unit(4e-6, unit, 8) == "   0.004"
+
+
+def test_si_and_byte_units():
+    from runtime_sim.contract.units import byte_unit, si_unit
+
+    assert si_unit(1.6e13, "B/s") == ("TB/s", 1e12)
+    assert si_unit(5.5e9, "B/s") == ("GB/s", 1e9)
+    assert si_unit(999.0, "W") == ("W", 1.0)
+    assert si_unit(-0.004, "J") == ("mJ", 1e-3)
+    assert si_unit(0.0, "J") == ("pJ", 1e-12) and si_unit(float("nan"), "J") == ("pJ", 1e-12)
+    assert byte_unit(624 * 1024 * 5888) == ("GiB", 1 << 30)
+    assert byte_unit(1023) == ("B", 1) and byte_unit(1024) == ("KiB", 1024)

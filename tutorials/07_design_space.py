@@ -7,7 +7,8 @@ and ``tvm_icca.dse``: write a spec that sweeps HBM bandwidth and link bandwidth 
 decode step under two Elk preload designs, list its points, run it, read the results file
 into a table, see how a chip that cannot hold the model is recorded, resume the sweep
 without recomputing anything, draw the report with its HBM, compute and interconnect
-floors, and read off which resource bounds each chip.
+floors, read off which resource bounds each chip, and find the Pareto front of time per
+token against the chip's SRAM.
 """
 
 # %%
@@ -32,6 +33,7 @@ import textwrap
 import time
 
 import matplotlib.pyplot as plt
+import pandas
 
 import tvm_icca
 import tvm_icca.dse
@@ -56,9 +58,10 @@ print(f"{base.name}: {base.num_cores} cores, {base.sram_bytes_per_core // 1024} 
 # This one asks the question of Elk §6.4 on a small scale: how do HBM bandwidth (4 and
 # 64 TB/s for the four chips) and the bandwidth of each core's link (IPU Mk2's 5.5 GB/s and
 # twice that) change the time of a decode step, under ``static`` (one fixed split of SRAM
-# between executing and preloading) and ``elk-full`` (Elk's schedule)? The explicit point
-# is a chip with 16 KiB of SRAM per core instead of 624 KiB, on which the model cannot be
-# placed; we will see how the study records it.
+# between executing and preloading) and ``elk-full`` (Elk's schedule)? The explicit points
+# are two chips with less SRAM per core than the IPU's 624 KiB: 16 KiB, on which the model
+# cannot be placed (we will see how the study records it), and half, 312 KiB, with the
+# fastest memories of the grid (a cheaper chip: is it slower?).
 spec_text = textwrap.dedent("""\
     name = "llama-decode"
     description = "Llama2-13B decode: HBM x link bandwidth, static vs elk-full"
@@ -76,6 +79,11 @@ spec_text = textwrap.dedent("""\
     link_bandwidth = 5.5e9
     sram_bytes_per_core = 16384
 
+    [[points]]
+    hbm_bandwidth = 64e12
+    link_bandwidth = 11e9
+    sram_bytes_per_core = 319488
+
     [[workloads]]
     name = "llama2-13b"
     batch = 32
@@ -92,8 +100,8 @@ print(spec_text)
 # %%
 # The points
 # ----------
-# A *point* is one chip, one workload instance and one design: here (2 x 2 grid chips + 1
-# explicit chip) x 1 workload x 2 designs = 10 points. ``dry_run=True`` (the command line's
+# A *point* is one chip, one workload instance and one design: here (2 x 2 grid chips + 2
+# explicit chips) x 1 workload x 2 designs = 12 points. ``dry_run=True`` (the command line's
 # ``tvm-icca dse llama-decode.toml --dry-run``) loads and checks the spec, lists the points
 # and computes nothing. Loading checks everything before any point runs: every value must
 # make a valid chip and every workload must build, and a mistake (a misspelt field, say) is
@@ -108,7 +116,7 @@ for point in plan.points:
     done = "done" if point.key in plan.done_before else "todo"
     print(f"{point.index:>3}  {done}  {point.key[:12]}  {point.label()}")
 print(plan.describe())
-assert len(plan.points) == (2 * 2 + 1) * 2 and len(plan.pending) == len(plan.points)
+assert len(plan.points) == (2 * 2 + 2) * 2 and len(plan.pending) == len(plan.points)
 
 # %%
 # Running the sweep
@@ -155,9 +163,9 @@ print(f"wall time of the sweep: {time.perf_counter() - start:.1f} s")
 #
 # * ``HBM``, ``link``: the swept bandwidths (TB/s for the four chips, GB/s per link), and
 #   ``SRAM``, the KiB per core;
-# * ``us/token``: ``total_s`` in microseconds, the simulated time of one decode step (each
-#   of the 32 sequences gets one token);
-# * three of the row's *floors* (microseconds too), times no schedule can beat: ``HBM fl``
+# * ``us/token``: ``time_per_token_s`` in microseconds: ``total_s``, the simulated time of one
+#   decode step, over the 32 tokens it makes (``tokens_per_run``: one per sequence);
+# * three of the row's *floors* (microseconds per token too), times no schedule can beat: ``HBM fl``
 #   (``hbm_floor_s``: the distinct bytes read from HBM over the HBM bandwidth), ``FLOP fl``
 #   (``compute_floor_s``: the FLOPs at the chip's peak matrix rate) and ``ic fl``
 #   (``interconnect_floor_s``: the bytes the links must carry, each loaded byte's delivery
@@ -184,8 +192,10 @@ for r in rows:
     head = (f"{r['hbm_bandwidth'] / 1e12:>4g} {r['link_bandwidth'] / 1e9:>5g} "
             f"{r['sram_bytes_per_core'] // 1024:>5} {r['design']:<9} {r['status']:<12}")
     if r["status"] == "ok":
-        print(f"{head} {us(r['total_s'])} {us(r['hbm_floor_s'])} {us(r['compute_floor_s'])} "
-              f"{us(r['interconnect_floor_s'])} {r['run_bound_by']:<12} {r['load_bound_by']:<6} "
+        per = r["tokens_per_run"]
+        print(f"{head} {us(r['time_per_token_s'])} {us(r['hbm_floor_s'] / per)} "
+              f"{us(r['compute_floor_s'] / per)} {us(r['interconnect_floor_s'] / per)} "
+              f"{r['run_bound_by']:<12} {r['load_bound_by']:<6} "
               f"{r['compile_s']:6.1f}s")
     else:
         print(f"{head} {'-':>8} {'-':>8} {'-':>8} {'-':>8} {'-':<12} {'-':<6} "
@@ -193,6 +203,7 @@ for r in rows:
 assert len(rows) == len(plan.points)
 assert {r["key"] for r in rows} == {p.key for p in plan.points}
 assert all(r["total_s"] >= r["floor_s"] >= max(r[name] for name in FLOORS)
+           and r["tokens_per_run"] == 32 and r["time_per_token_s"] == r["total_s"] / 32
            for r in rows if r["status"] == "ok")
 
 # %%
@@ -229,27 +240,68 @@ assert [r["key"] for r in rows_again] == [r["key"] for r in rows]
 # %%
 # The report
 # ----------
-# ``tvm-icca dse report llama-decode.jsonl`` (:func:`tvm_icca.dse.write_report` in Python)
-# writes ``report.md``, the table of every point with Elk's breakdown and the utilizations,
-# and one plot per swept input: time against that input, one line per design, one panel
-# per combination of the other swept inputs, with every floor that bounds a point dashed. The
-# floor lines are the least over the designs at each point, what the best schedule would have to beat.
+# ``tvm-icca dse report llama-decode.jsonl --format csv`` (:func:`tvm_icca.dse.write_report`
+# in Python) writes ``report.md``: the files of the report with the command and commit that
+# made each, the Pareto fronts, and the table of every point with its time per token, Elk's
+# breakdown and the utilizations; ``table.csv`` (``--format parquet``: ``table.parquet``),
+# every column for pandas or a spreadsheet; one plot per swept input, time per token against
+# that input, one line per design, one panel per workload and combination of the other
+# swept inputs, each point's marker naming the resource that bounds it and every floor that
+# bounds a point dashed (the least over the designs at each point, what the best schedule
+# would have to beat); and the Pareto plots.
 report_dir = os.path.join(workdir, "report")
-written = tvm_icca.dse.write_report(results, report_dir)
+written = tvm_icca.dse.write_report(results, report_dir, formats=["md", "csv"])
 for path in written:
     print(os.path.relpath(path, workdir))
-with open(written[0], encoding="utf-8") as f:
-    print("".join(f.readlines()[:5]))
+table = pandas.read_csv(os.path.join(report_dir, "table.csv"))
+print(table[["hbm_bandwidth", "link_bandwidth", "sram_bytes_per_core", "design", "status",
+             "time_per_token_s", "run_bound_by", "pareto_sram"]].to_string(index=False))
+assert len(table) == len(rows)
 
 # %%
 # The plot against HBM bandwidth. Its panels are the link bandwidths and SRAM sizes; the
-# 16 KiB panel is empty because no point of it fits.
+# 16 KiB panel is empty because no point of it fits, and the 312 KiB panel has one HBM
+# bandwidth: a marker per design, no line.
 image = plt.imread(os.path.join(report_dir, "hbm_bandwidth.png"))
 fig, ax = plt.subplots(figsize=(image.shape[1] / 110, image.shape[0] / 110))
 ax.imshow(image)
 ax.set_axis_off()
 fig.tight_layout(pad=0)
 plt.show()
+
+# %%
+# The Pareto front
+# ----------------
+# Which chips are worth building? A faster chip that costs more and a cheaper one that is
+# slower are both candidates; a chip that is slower *and* costs more than another is not.
+# The chips no other chip beats on both counts are the *Pareto front*. The report draws time
+# per token against a cost proxy, the SRAM of the whole system (``sram_bytes_per_core`` x
+# ``num_cores``, ``system_sram_bytes``), and, when the chip has an energy model, against
+# energy per token. The front's points are stars joined by the front's step line, labelled
+# with the inputs that set them apart; ``pareto_sram`` in the table marks them. Here the
+# 312 KiB chip has half the SRAM of the others: the front says whether its time per token
+# is worth that saving against the fastest 624 KiB chip.
+image = plt.imread(os.path.join(report_dir, "pareto_sram.png"))
+fig, ax = plt.subplots(figsize=(image.shape[1] / 110, image.shape[0] / 110))
+ax.imshow(image)
+ax.set_axis_off()
+fig.tight_layout(pad=0)
+plt.show()
+
+front = table[table["pareto_sram"]].sort_values("time_per_token_s").to_dict("records")
+for r in front:
+    print(f"on the front: {r['sram_bytes_per_core'] // 1024} KiB per core, "
+          f"{r['hbm_bandwidth'] / 1e12:g} TB/s, {r['link_bandwidth'] / 1e9:g} GB/s, "
+          f"{r['design']}: {r['time_per_token_s'] * 1e6:.2f} us per token")
+dominated = table[(table["status"] == "ok") & ~table["pareto_sram"]]
+print(f"{len(dominated)} of {int((table['status'] == 'ok').sum())} points are dominated: another "
+      "point is as fast or faster with no more SRAM")
+half = [r for r in rows if r["sram_bytes_per_core"] == 319488]
+fastest = min(r["time_per_token_s"] for r in rows if r["status"] == "ok")
+# the fastest chip is on the front, and so is the best 312 KiB point: nothing has less SRAM
+assert any(r["time_per_token_s"] == fastest for r in front)
+assert any(r["sram_bytes_per_core"] == 319488 for r in front)
+assert all(r["status"] == "ok" for r in half)
 
 # %%
 # Reading the design space
@@ -273,7 +325,7 @@ plt.show()
 # This is the conclusion of Elk §6.4: buying HBM bandwidth pays only while the interconnect
 # can deliver what HBM supplies; past that, HBM and link bandwidth have to grow together.
 ok = {(r["hbm_bandwidth"], r["link_bandwidth"], r["design"]): r
-      for r in rows if r["status"] == "ok"}
+      for r in rows if r["status"] == "ok" and r["sram_bytes_per_core"] == base.sram_bytes_per_core}
 HBMS, LINKS, DESIGNS = (4e12, 64e12), (5.5e9, 11e9), ("static", "elk-full")
 for r in ok.values():
     assert r["total_s"] >= max(r[name] for name in FLOORS) * (1 - 1e-9)

@@ -13,6 +13,11 @@ re-exports them and adds the compile-time choice of a chip:
 Wherever a chip is accepted, it may be a spec, a preset name, a ``to_dict()`` mapping or the
 path of a hardware file (``.json`` / ``.toml``, :func:`load_hardware`).
 
+The GPU presets (:mod:`runtime_sim.contract.gpu`: ``a100``, ``h100``, ``b200``) are no ICCA
+chip: nothing compiles for them. :func:`resolve_chip_or_gpu` is the resolver of the places
+that take one as a reference (``tvm-icca simulate --hw h100``, a design-space exploration's
+``gpus``); everywhere else a GPU preset is refused with a message saying where it applies.
+
 Nothing in here imports TVM, so the device side can use it too.
 """
 
@@ -25,12 +30,14 @@ import os
 from typing import Any, Iterator, Mapping, Union
 
 from runtime_sim.contract.errors import InvalidHardwareSpecError
+from runtime_sim.contract.gpu import GPU_PRESET_NAMES, GpuSpec, gpu_preset, is_gpu_preset
 from runtime_sim.contract.hardware import SUPPORTED_DTYPES, HardwareSpec
 from runtime_sim.contract.hardware_files import is_hardware_file_name, load_hardware
 from runtime_sim.contract.presets import DEFAULT_PRESET, PRESET_NAMES, preset, small_chip
 
 __all__ = [
     "DEFAULT_PRESET",
+    "GPU_PRESET_NAMES",
     "PRESET_NAMES",
     "SUPPORTED_DTYPES",
     "HardwareLike",
@@ -41,6 +48,7 @@ __all__ = [
     "hardware_to_json",
     "load_hardware",
     "preset",
+    "resolve_chip_or_gpu",
     "resolve_hardware",
     "small_chip",
     "use_hardware",
@@ -70,6 +78,11 @@ def resolve_hardware(hw: HardwareLike | None = None) -> HardwareSpec:
         return hw
     if is_hardware_file_name(hw):
         return load_hardware(hw)
+    if is_gpu_preset(hw):
+        raise InvalidHardwareSpecError(
+            f"'{hw}' is a GPU preset, not an ICCA chip: nothing compiles for it. Use it as a "
+            f"reference: `tvm-icca simulate MODEL --hw {hw.strip().lower()}` or a design-space "
+            f"exploration's gpus = [\"{hw.strip().lower()}\"]")
     if isinstance(hw, str):
         return preset(hw)
     if isinstance(hw, Mapping):
@@ -79,6 +92,17 @@ def resolve_hardware(hw: HardwareLike | None = None) -> HardwareSpec:
         f"({', '.join(PRESET_NAMES)}), the path of a .json or .toml hardware file or a "
         f"HardwareSpec.to_dict() mapping"
     )
+
+
+def resolve_chip_or_gpu(hw: "HardwareLike | GpuSpec | None") -> "HardwareSpec | GpuSpec":
+    """A GPU preset name (:data:`GPU_PRESET_NAMES`, any case) or a :class:`GpuSpec` as a
+    :class:`~runtime_sim.contract.gpu.GpuSpec`; anything else as :func:`resolve_hardware`
+    resolves it. For the commands that take a GPU as a reference (``tvm-icca simulate``)."""
+    if isinstance(hw, GpuSpec):
+        return hw
+    if is_gpu_preset(hw):
+        return gpu_preset(hw)  # type: ignore[arg-type]
+    return resolve_hardware(hw)
 
 
 def current_hardware() -> HardwareSpec:

@@ -29,6 +29,7 @@ TITLES = {
     "dse_jobs": "Sweeps on one and two workers",
     "dse_point_cost": "Cost of a design-space sweep point",
     "elk_dse": "Elk §6.4 design-space studies at full size",
+    "energy": "Energy per token and average power on the IPU presets",
     "elk_algo_speed": "Speed of the Elk scheduling algorithms",
     "elk_llm": "Elk preload designs on LLM decode",
     "elk_paper_gap": "Why our Elk ratios differ from the Elk paper's",

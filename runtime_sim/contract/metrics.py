@@ -19,7 +19,7 @@ class Metric:
     """One reported quantity: its unit (``s``, ``bytes``, ``ratio``, ``count``, ...), what it
     means, and who reports it (``device``: the functional device's counters; ``timing``: the
     timing simulator; ``both``: each, with the same meaning; ``dse``: a design-space
-    exploration's results rows)."""
+    exploration's results rows; ``gpu``: the GPU reference, :mod:`runtime_sim.gpu`)."""
 
     unit: str
     meaning: str
@@ -225,6 +225,27 @@ METRICS: dict[str, Metric] = {
     "average_power_w": _m("W", "``energy_j`` / ``total_s``"),
     "board_power_w": _m("W", "the system's rated board power (per chip x chips), 0 when not "
                         "known; an ``average_power_w`` above it is reported with a warning"),
+    # -- the GPU reference (runtime_sim.gpu.roofline: estimates from peak rates and HBM
+    #    traffic, never measurements) ---------------------------------------------------------
+    "estimate_kind": _m("text", "what a GPU reference's times are: a roofline estimate and "
+                        "bound, not a measurement", "gpu"),
+    "roofline_s": _m("s", "GPU reference: the sum over operators of max(FLOPs at the unit's "
+                     "peak, HBM traffic at the peak HBM bandwidth), no launch overhead: a "
+                     "bound no kernel sequence with that traffic beats (in a row: that "
+                     "operator's); ``total_s`` is then the estimate at the GPU's efficiencies "
+                     "plus launches", "gpu"),
+    "launch_overhead_s": _m("s", "GPU reference: the per-kernel launch overhead times the "
+                            "operators, part of ``total_s``", "gpu"),
+    "hbm_traffic_bytes": _m("bytes", "GPU reference: bytes moved between HBM and the GPU: "
+                            "each input read and output written once, less inputs read from "
+                            "L2 (the previous operator's output when it fits), plus "
+                            "blocked-GEMM re-reads", "gpu"),
+    "reread_bytes": _m("bytes", "GPU reference: the part of ``hbm_traffic_bytes`` a GEMM "
+                       "larger than L2 reads again (blocked in L2-sized tiles)", "gpu"),
+    "partition_hardware": _m("name", "GPU reference: the ICCA chip whose compiler partitioned "
+                             "the model into the operators the GPU was priced on", "gpu"),
+    "hbm_bound_ops": _m("count", "GPU reference: operators whose HBM time exceeds their "
+                        "compute time", "gpu"),
     "remainder": _m("mapping", "when ``total_s`` > 1.5 x ``floor_s`` (else empty): where the "
                     "run's time goes, seconds per part, adding up to ``total_s``: compute at "
                     "peak, compute below peak, sync, link transfer, hop latency, load wait, "
@@ -249,6 +270,20 @@ DSE_METRICS: dict[str, Metric] = {
     "time_per_token_s": _m("s", "``total_s`` / ``tokens_per_run``", "dse"),
     "energy_per_token_j": _m("J", "``energy_j`` / the tokens (or samples) one run "
                              "processes", "dse"),
+    # the report's table (tvm_icca.dse.columns.derived_rows: CSV and Parquet columns)
+    "system_sram_bytes": _m("bytes", "the report's cost proxy: SRAM of the whole system, "
+                            "``sram_bytes_per_core`` x ``num_cores``", "dse"),
+    "system_hbm_bytes": _m("bytes", "HBM capacity of the whole system, ``hbm_bytes_per_chip`` "
+                           "x ``num_chips``; None where the chip does not model it", "dse"),
+    "workload_instance": _m("text", "the workload and its arguments as canonical JSON: the "
+                            "points whose per-token numbers compare", "dse"),
+    "pareto": _m("bool", "on the Pareto front of ``time_per_token_s`` against "
+                 "``energy_per_token_j`` among the ``ok`` rows of its workload instance (no "
+                 "point at least as good in both and better in one); False without an energy",
+                 "dse"),
+    "pareto_sram": _m("bool", "on the Pareto front of ``time_per_token_s`` against "
+                      "``system_sram_bytes`` among the ``ok`` rows of its workload instance",
+                      "dse"),
     "state": _m("name", "where weights and KV caches live (``auto``: decided by the compiler)",
                 "dse"),
     "execution": _m("name", "the execution model: ``t10`` (compute-shift) or ``vgm``", "dse"),
@@ -335,6 +370,10 @@ OP_METRICS: dict[str, Metric] = {
     "preload_end_s": _m("s", "when its preload ends"),
     "preload_space_bytes_per_core": _m("bytes", "preload space it holds on its busiest core"),
     "time_s": _m("s", "time on the compute array (``wait_s`` + its execution)"),
+    "actions": _m("counts", "its actions that cost energy (``runtime_sim.contract.energy"
+                  ".ActionCounts``, matrix FLOPs by dtype); rows give them as "
+                  "``matrix_flops``, ``vector_flops``, ``sram_read_bytes``, "
+                  "``sram_write_bytes`` and ``link_byte_hops``"),
     "ops": _m("rows", "the device's ``regions`` rows: that region's per-operator counters",
               "device"),
     "ratio": _m("ratio", "``time_s`` / ``lower_bound_s`` (1 is the best any plan can do)"),

@@ -3,8 +3,10 @@
 :func:`preset` builds one by name (:data:`PRESET_NAMES`), optionally with fields overridden;
 :func:`small_chip` is the few-core chip of the tests and quick experiments. A field no cited
 document gives is named, with the reason for its value, in the preset's ``assumed`` mapping
-(printed by ``tvm-icca simulate``). The table of every preset in the documentation is built
-from these (``docs/_ext/hardware_presets.py``).
+(printed by ``tvm-icca simulate``). The per-action energies of every preset are derived in
+:mod:`runtime_sim.contract.preset_energies`, each from a cited figure or marked assumed there.
+The tables of every preset in the documentation are built from these
+(``docs/_ext/hardware_presets.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from runtime_sim.contract.errors import InvalidHardwareSpecError
 from runtime_sim.contract.hardware import GIB, KIB, HardwareSpec, override_fields
+from runtime_sim.contract.preset_energies import ipu_energies, tenstorrent_energies
 
 
 # Every field of a preset is either cited in a comment beside it or named, with the reason, in
@@ -83,7 +86,15 @@ def _multi_chip_sync_cycles(chips: int) -> int:
     return _SYNC_CYCLES + math.ceil(_INTER_CHIP_LATENCY_S * _CLOCK_HZ * hops * 2)
 
 
+# Energies (issue 43): per-action energies from Horowitz's 45 nm table scaled to TSMC 7 nm
+# (runtime_sim.contract.preset_energies, every derivation and its marks there). Board power:
+# the C600 card, one Mk2 IPU, "a thermal design power (TDP) of 185 W running typical workloads"
+# (Graphcore's C600 datasheet, Overview).
+_IPU_BOARD_POWER_W = 185.0
+_IPU_ENERGY, _IPU_ENERGY_ASSUMED = ipu_energies(_IPU_BOARD_POWER_W)
+_IPU_MESH_ENERGY, _IPU_MESH_ENERGY_ASSUMED = ipu_energies(_IPU_BOARD_POWER_W, mesh=True)
 _IPU_MK2_ASSUMED = {
+    **_IPU_ENERGY_ASSUMED,
     "dtypes": "bfloat16 is not an IPU Mk2 format (Graphcore: IEEE single and half precision); "
               "kept so that bfloat16 models run, at the float16 matrix rate",
     "vector_flops_per_cycle": "Elk §6.3's emulator figure (31.2 TFLOPS for non-MatMul ops on 4 "
@@ -107,6 +118,7 @@ _IPU_MK2 = dict(
     shift_buffer_bytes=8 * KIB,
     topology="all-to-all",
     host_bandwidth=8e9,  # the IPU's off-chip bandwidth (T10 Table 3)
+    **_IPU_ENERGY,  # cited and derived in runtime_sim.contract.preset_energies
     assumed=_IPU_MK2_ASSUMED,
 )
 #: Elk §6.1 emulates 4 HBM3E modules per chip. An 8-high HBM3E stack holds 24 GB (eight 24 Gb
@@ -119,10 +131,19 @@ _HBM3E_STACK_BYTES = 24 * GIB
 _POD4 = dict(num_cores=4 * 1472, num_chips=4, inter_chip_bandwidth=640e9,
              inter_chip_latency_s=_INTER_CHIP_LATENCY_S, sync_cycles=_multi_chip_sync_cycles(4),
              assumed={**_IPU_MK2_ASSUMED, "inter_chip_latency_s": (
-                 "15 ns per IPU-Link crossing: poplibs' sync latency per hop, used for data")})
-#: What Elk's HBM setting leaves open: the capacity of its HBM3E modules.
+                 "15 ns per IPU-Link crossing: poplibs' sync latency per hop, used for data"),
+                 "board_power_w": "the IPU-M2000's rated power was not retrieved: each IPU at "
+                                  "its C600 card's 185 W TDP"})
+#: What Elk's HBM setting leaves open: the capacity of its HBM3E modules, and the power they add
+#: to a board: its four stacks per chip reading at full bandwidth (16 TB/s / 4 chips) at the
+#: preset's hbm_pj_per_byte, on top of the C600's 185 W.
+_HBM_BANDWIDTH_PER_CHIP = 16e12 / 4
+_HBM_BOARD_POWER_W = (_IPU_BOARD_POWER_W
+                      + _HBM_BANDWIDTH_PER_CHIP * _IPU_ENERGY["hbm_pj_per_byte"] * 1e-12)
 _HBM_CAPACITY_ASSUMED = {"hbm_bytes_per_chip": "Elk §6.1 gives 4 HBM3E modules per chip, not "
-                         "their capacity; 8-high 24 GB stacks (Micron) assumed"}
+                         "their capacity; 8-high 24 GB stacks (Micron) assumed",
+                         "board_power_w": "Elk's chip has no board: the C600's 185 W TDP plus "
+                         "its HBM3E read at full bandwidth (4 TB/s per chip) at hbm_pj_per_byte"}
 #: What Elk's mesh (§5) leaves open: no grid, link or router figure is given.
 _ELK_MESH_ASSUMED = {
     "link_bandwidth": "Elk gives no mesh link figure; the IPU's 5.5 GB/s core link per mesh link",
@@ -161,6 +182,15 @@ _WORMHOLE_DRAM_TILES = (  # (row, col) = (y, x) of the 18 distinct DRAM tiles of
 # dropped). BFP8 and FP8 (the product pages' other figures) are formats no dtype of ours maps to.
 _TT_FP16_PER_CYCLE = 1024.0  # four phases
 _TT_BF16_PER_CYCLE = 2048.0  # two phases
+# Energies (issue 43): derived in runtime_sim.contract.preset_energies from Horowitz's 45 nm
+# table, scaled to the process of each ASIC: Wormhole 12 nm, Blackhole 6 nm (Tenstorrent's
+# Dev Day 2025 comparison, as hardwareluxx.de reported it). Board power: "TBP (Total Board
+# Power)" 160 W for the n150, 300 W for the p150 (docs.tenstorrent.com, aibs/wormhole and
+# aibs/blackhole specifications).
+_WORMHOLE_ENERGY, _WORMHOLE_ENERGY_ASSUMED = tenstorrent_energies(
+    12, "12 nm (Wormhole)", board_power_w=160.0, cores_per_chip=72)
+_BLACKHOLE_ENERGY, _BLACKHOLE_ENERGY_ASSUMED = tenstorrent_energies(
+    6, "7 nm, the fit's last node (Blackhole is 6 nm)", board_power_w=300.0, cores_per_chip=120)
 _TT_WORMHOLE = dict(
     name="tt-wormhole",
     # The n150 board as sold: 72 Tensix ("Tensix Cores 72", docs.tenstorrent.com/aibs/wormhole/
@@ -203,7 +233,9 @@ _TT_WORMHOLE = dict(
     mesh_reserved="rows:0,6,11;columns:0",
     mesh_torus=True,  # "The NoCs connect the various tiles to form a 2D torus" (README.md)
     host_bandwidth=31.5e9,  # PCI Express 4.0 x16 (README.md): 16 GT/s x 16 lanes x 128/130 / 8
+    **_WORMHOLE_ENERGY,  # cited and derived in runtime_sim.contract.preset_energies
     assumed={
+        **_WORMHOLE_ENERGY_ASSUMED,
         "sync_cycles": "no source gives a chip-wide barrier: tt-npe's worst NoC read latency (a "
                        "request and its response across a row and a column), 270 cycles",
         "mesh_reserved": "which Tensix row of the 80 is fused off depends on the die; the last "
@@ -251,7 +283,9 @@ _TT_BLACKHOLE = dict(
     mesh_reserved="rows:0,1;columns:8,15,16",
     mesh_torus=True,  # tt-npe routes both Blackhole NoCs with wrap-around
     host_bandwidth=63.0e9,  # PCI Express 5.0 x16 (specification): 32 GT/s x 16 x 128/130 / 8
+    **_BLACKHOLE_ENERGY,  # cited and derived in runtime_sim.contract.preset_energies
     assumed={
+        **_BLACKHOLE_ENERGY_ASSUMED,
         "link_bandwidth": "one 64-byte flit per cycle per hop, Wormhole's documented rate",
         "matrix_flops_per_cycle": "float16 at four fidelity phases, Wormhole's rule (no Blackhole "
                                   "FP16 figure found)",
@@ -277,10 +311,12 @@ def _preset_table() -> dict[str, dict[str, Any]]:
         # The T10 benchmark problem: a 16x16 systolic array (256 MAC = 512 FLOP per cycle).
         "ipu-mk2-systolic": dict(
             _IPU_MK2, name="ipu-mk2-systolic", matrix_flops_per_cycle=512.0,
-            matrix_flops_per_cycle_by_dtype={},
+            matrix_flops_per_cycle_by_dtype={}, board_power_w=0.0,
             assumed={**_IPU_MK2_ASSUMED, "matrix_flops_per_cycle_by_dtype": (
                 "T10's benchmark problem gives one 16x16 array and FP16 tensors; every dtype runs "
-                "at its rate")},
+                "at its rate"), "board_power_w": (
+                "0 (not known): T10's benchmark chip, four times the IPU's matrix rate, was never "
+                "built, so no board rates it")},
             notes="IPU Mk2 with a 16x16 systolic array per core (the matmul problem of T10's "
                   "artifact; tvm-icca plan matmul --cost-model t10-bench)",
         ),
@@ -291,6 +327,7 @@ def _preset_table() -> dict[str, dict[str, Any]]:
         # Elk's HBM setting: 4 HBM3E modules per chip, 16 TB/s across 4 chips (Elk §6.1).
         "ipu-pod4-hbm": dict(_IPU_MK2, **_POD4) | dict(
             name="ipu-pod4-hbm", hbm_bandwidth=16e12, hbm_controllers=16,
+            board_power_w=_HBM_BOARD_POWER_W,
             hbm_bytes_per_chip=_HBM3E_STACKS_PER_CHIP * _HBM3E_STACK_BYTES,
             assumed={**_POD4["assumed"], **_HBM_CAPACITY_ASSUMED},
             notes="IPU-POD4 with 16 TB/s of HBM (Elk §6.1), 4 x 24 GB HBM3E per chip",
@@ -300,7 +337,10 @@ def _preset_table() -> dict[str, dict[str, Any]]:
             name="ipu-pod4-hbm-mesh", hbm_bandwidth=16e12, hbm_controllers=16,
             hbm_bytes_per_chip=_HBM3E_STACKS_PER_CHIP * _HBM3E_STACK_BYTES,
             link_latency_s=_LINK_LATENCY_CYCLES / _MESH_DIAMETER_HOPS / _CLOCK_HZ,
-            assumed={**_POD4["assumed"], **_HBM_CAPACITY_ASSUMED, **_ELK_MESH_ASSUMED},
+            board_power_w=_HBM_BOARD_POWER_W,
+            link_pj_per_byte=_IPU_MESH_ENERGY["link_pj_per_byte"],  # per hop: one tile pitch
+            assumed={**_POD4["assumed"], **_HBM_CAPACITY_ASSUMED, **_ELK_MESH_ASSUMED,
+                     "link_pj_per_byte": _IPU_MESH_ENERGY_ASSUMED["link_pj_per_byte"]},
             topology="mesh", notes="IPU-POD4 with HBM on a 2D mesh (Elk §5, §6.1)",
         ),
         "tt-wormhole": dict(_TT_WORMHOLE),

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["TIME_UNITS", "BYTE_UNITS", "time_unit", "in_unit", "format_seconds", "format_bytes"]
+__all__ = ["TIME_UNITS", "BYTE_UNITS", "SI_PREFIXES", "time_unit", "in_unit", "format_seconds",
+           "format_bytes", "byte_unit", "si_unit"]
 
 #: Time units, largest first, with their length in seconds.
 TIME_UNITS: tuple[tuple[str, float], ...] = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
@@ -23,6 +24,13 @@ TIME_UNITS: tuple[tuple[str, float], ...] = (("s", 1.0), ("ms", 1e-3), ("us", 1e
 #: Byte units (IEC binary prefixes), largest first, with their size in bytes.
 BYTE_UNITS: tuple[tuple[str, int], ...] = (
     ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
+
+#: SI prefixes (BIPM, The International System of Units, 9th ed. 2019, Table 7), largest
+#: first, with their factor: bandwidths (decimal, as datasheets give them: 16 TB/s), energies,
+#: powers, rates.
+SI_PREFIXES: tuple[tuple[str, float], ...] = (
+    ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0), ("m", 1e-3), ("u", 1e-6),
+    ("n", 1e-9), ("p", 1e-12))
 
 
 def time_unit(seconds: float) -> tuple[str, float]:
@@ -33,6 +41,29 @@ def time_unit(seconds: float) -> tuple[str, float]:
         if magnitude >= scale:
             return name, scale
     return TIME_UNITS[-1]
+
+
+def si_unit(value: float, unit: str) -> tuple[str, float]:
+    """The SI-prefixed ``unit`` that ``value`` reads best in: the largest prefix in which it
+    is at least 1 (the smallest, pico, for anything smaller, 0 included), as ``(name, value of
+    one such unit)``: ``si_unit(1.6e13, "B/s") == ("TB/s", 1e12)``, ``si_unit(0.004, "J") ==
+    ("mJ", 1e-3)``. A table or an axis picks one from its largest value."""
+    magnitude = abs(value) if math.isfinite(value) else 0.0
+    for prefix, scale in SI_PREFIXES:
+        if magnitude >= scale:
+            return prefix + unit, scale
+    prefix, scale = SI_PREFIXES[-1]
+    return prefix + unit, scale
+
+
+def byte_unit(count: float) -> tuple[str, int]:
+    """The binary unit (:data:`BYTE_UNITS`) a byte count reads best in, as ``(name, bytes per
+    unit)``: the largest in which it is at least 1 (B for anything smaller)."""
+    magnitude = abs(count) if math.isfinite(count) else 0.0
+    for name, size in BYTE_UNITS:
+        if magnitude >= size:
+            return name, size
+    return BYTE_UNITS[-1]
 
 
 def in_unit(seconds: float, unit: tuple[str, float], width: int = 0, decimals: int = 3) -> str:
@@ -55,10 +86,10 @@ def format_bytes(count: float | None) -> str:
     the largest binary unit in which the count is at least 1 (``n/a`` for ``None``)."""
     if count is None or not math.isfinite(count):
         return "n/a"
-    for name, size in BYTE_UNITS[:-1]:
-        if abs(count) >= size:
-            return f"{_significant(count / size)} {name}"
-    return f"{int(round(count))} B"
+    name, size = byte_unit(count)
+    if size == 1:
+        return f"{int(round(count))} B"
+    return f"{_significant(count / size)} {name}"
 
 
 def _significant(value: float) -> str:

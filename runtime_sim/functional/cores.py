@@ -275,14 +275,19 @@ class Cores:
         alloc.shift_bytes += moved
         return moved
 
-    def run_steps(self, op_name: str) -> int:
-        """All compute-shift steps of an operator (T10 §4.2 nested loops); returns shift bytes."""
+    def run_steps(self, op_name: str,
+                  on_shift: Callable[[ShiftEvent], None] | None = None) -> int:
+        """All compute-shift steps of an operator (T10 §4.2 nested loops); returns shift bytes.
+        ``on_shift(event)`` is called after each shift (the interpreter counts its link
+        byte-hops)."""
         layout = self.allocation(op_name).layout
         moved = 0
         for counters, advancing in layout.counters():
             self.compute(op_name, counters)
             for event in layout.shifts_after(counters, advancing):
                 moved += self.shift(op_name, event)
+                if on_shift is not None:
+                    on_shift(event)
         return moved
 
     # -- after the steps ----------------------------------------------------------------

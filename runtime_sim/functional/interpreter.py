@@ -31,7 +31,7 @@ from runtime_sim.contract.errors import DeviceProgramError, UnsupportedDtypeErro
 from runtime_sim.contract.expr import dtype_bytes, gather_rows
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.hbm_reads import call_reads, op_reads, run_hbm_bytes
-from runtime_sim.contract.layout import OpLayout, checked_layout
+from runtime_sim.contract.layout import OpLayout, ShiftEvent, checked_layout, cost_key
 from runtime_sim.contract.lifetimes import last_reads, outlives, released
 from runtime_sim.contract.plan import VgmPlan
 from runtime_sim.contract.preload_chunks import op_preload
@@ -65,11 +65,13 @@ from runtime_sim.contract.stream import (
 )
 from runtime_sim.contract.validation import validate_program
 from runtime_sim.functional.cores import Cores
+from runtime_sim.functional.link_hops import LinkHops
 from runtime_sim.functional.placement import check_dtype
 from runtime_sim.functional.preload_store import PreloadStore
 from runtime_sim.functional.run_counters import RegionSram, RunCounters, count_value
 from runtime_sim.functional.sram import SramLedger
 from runtime_sim.functional.vgm_exec import VgmRegion
+from schedules.actions import ACTION_METRICS, action_metrics, op_actions, transfer_actions
 
 
 class Interpreter:
@@ -87,7 +89,11 @@ class Interpreter:
         self._counters = counters
         self._lock = lock
         self._grids: dict[str, BlockGrid] = {}  # outputs of the region's operators, as placed
+        #: what each of those grids depends on (its producer's expression and plan): the
+        #: byte-hop counter prices a re-layout from it once
+        self._grid_keys: dict[str, str] = {}
         self._env: Mapping[str, np.ndarray] = {}  # tensors of the current call
+        self._hops: LinkHops | None = None  # the chip's network, for link byte-hops
 
     def run(self, program: DeviceProgram | Mapping[str, Any] | str,
             inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -228,11 +234,13 @@ class Interpreter:
                                   for t, name in enumerate(op.input_names) if t in offchip[j]}
         sources = input_sources(program, hw.hbm_bandwidth > 0)
         self._grids = {}
+        self._grid_keys = {}
         self._env = env  # gather ids of preloaded inputs are read from the call's tensors
         order = instructions if stream else [Instruction(EXECUTE, 0, i) for i in range(len(ops))]
         sram.ideal = stream and separate_preload_sram(program.preload_schedule.design)
         sram.start_region(np.zeros(hw.num_cores, np.int64) if resting is None else resting)
         resident_names = {d.name for d in program.inputs if d.source == RESIDENT}
+        leaving = set(program.leaving_tensors)  # what the host reads back from the cores
         rest_after: dict[str, np.ndarray] = {}
         preload_space: dict[str, np.ndarray] = {}
         hbm_reads: list[dict[str, float]] = []  # per operator that read HBM
@@ -269,6 +277,8 @@ class Interpreter:
                     op_stats[i]["preload_bytes_per_core"] = space
                     preload_space[op.name] = np.zeros(hw.num_cores, np.int64)
                     preload_space[op.name][layout.physical] = space
+                op_stats[i].update(self._op_actions(op, layout, op_stats[i],
+                                                    op.output_name in leaving))
                 if outlives(last_use, op.output_name, i):
                     out = len(op.expr.tensors) - 1
                     sram.hold(op.output_name, layout.physical[layout.owners()], layout.partition_bytes(out))
@@ -284,6 +294,7 @@ class Interpreter:
             self._preloads.hbm = {}
             self._env = {}
             self._grids = {}
+            self._grid_keys = {}
             sram.ideal = False
             region_sram = RegionSram(sram.peak_need, sram.op_need, sram.peak_preload,
                                      rest_after=rest_after, preload_space=preload_space)
@@ -314,7 +325,29 @@ class Interpreter:
             "peak_sram_bytes_per_core": 0,
             "peak_preload_bytes_per_core": region_sram.peak_preload,
             "sram_bytes_per_core_budget": hw.sram_bytes_per_core,
+            # the actions that cost energy (schedules.actions), summed over the operators
+            **{k: count_value(sum(s.get(k, 0) for s in op_stats)) for k in ACTION_METRICS},
         }, region_sram
+
+    def _op_actions(self, op: OpProgram, layout: OpLayout, stats: dict[str, Any],
+                    returns: bool) -> dict[str, float]:
+        """The actions of an executed operator that cost energy, by the one rule both
+        executors count with (:mod:`schedules.actions`): what its steps, epilogue and
+        reduction adds computed and read and wrote, and its transfers: the bytes it moved
+        between cores (re-layouts, rotations, reductions, distribution), the bytes its loads
+        wrote into its cores (``preloaded_bytes``) and, when the host reads its output
+        (``returns``), the output partitions its owners send back."""
+        hw = self._cores.hw
+        out = len(op.expr.tensors) - 1
+        returned = layout.owners().size * layout.partition_bytes(out) if returns else 0
+        moved = (stats["relayout_bytes"] + stats["rotation_bytes"] + stats["reduction_bytes"]
+                 + stats.get("distributed_bytes", 0))
+        link_hops = stats["link_byte_hops"] + (self._link_hops().host_return(layout)
+                                               if returns else 0.0)
+        counts = op_actions(layout, hw) + transfer_actions(
+            moved_bytes=moved, delivered_bytes=stats.get("preloaded_bytes", 0),
+            returned_bytes=returned, link_byte_hops=link_hops)
+        return {k: count_value(v) for k, v in action_metrics(counts).items()}
 
     def _preload_op(self, index: int, op: OpProgram, layout: OpLayout, inputs: Sequence[int],
                     preloaded: dict[int, int]) -> None:
@@ -365,6 +398,9 @@ class Interpreter:
         moved = cores.distribute(op.name) if op.name in self._preloads else 0
         relayout = 0.0
         host = loaded = 0
+        hops = self._link_hops()
+        relayout_hops = 0.0
+        by_kind: dict[str, list[int]] = {"hbm": [], "host": []}  # loaded inputs per source
         gather_moved = gather_local = 0.0
         chips = np.arange(hw.num_cores) // hw.cores_per_chip
         for t, name in enumerate(op.input_names):
@@ -387,18 +423,39 @@ class Interpreter:
                 host += written
             if source in OFFCHIP_SOURCES and not stream:
                 loaded += int(input_boxes(layout, t).nbytes.sum())
-            grid = self._origin_grid(op, t, relayout_origin(op, t, source, name in resident))
+                by_kind[source].append(t)
+            origin = relayout_origin(op, t, source, name in resident)
+            grid = self._origin_grid(op, t, origin)
             if grid is None:
                 continue
             relayout += input_relayout(grid, layout, t, chips, hw.num_chips).moved_bytes
+            relayout_hops += hops.relayout(grid, layout, t, self._grid_key(op, t, origin))
             if gather is not None:
                 rows = gather_rows(ids, access.shape[gather.axis], gather.mode)
                 rl = input_relayout(grid, layout, t, chips, hw.num_chips, rows)
                 gather_moved += rl.moved_bytes
                 gather_local += rl.local_bytes
-        cores.run_steps(op.name)
+        shift_hops = [0.0]
+
+        def on_shift(event: ShiftEvent) -> None:
+            shift_hops[0] += hops.shift(layout, event)
+
+        cores.run_steps(op.name, on_shift)
         cores.reduce_outputs(op.name)
         result = cores.read_output(op.name)
+        # the link byte-hops of its transfers, in the order the timing simulator sums them
+        # (distribution, re-layouts, shifts, reduction, loads by source)
+        distribute = 0.0
+        if distributed:
+            for t in distributed:
+                by_kind[sources[t] if t < len(sources) else "host"].append(t)
+            if not self._sram.ideal:  # the ideal design distributes on its own network
+                distribute = hops.distribution(layout, tuple((t, op.chunks_of(t))
+                                                             for t in sorted(distributed)))
+        loads = [hops.preload(kind, layout, ts, [op.chunks_of(t) for t in ts]) if distributed
+                 else hops.load(kind, layout, ts)
+                 for kind, ts in ((k, sorted(v)) for k, v in by_kind.items()) if ts]
+        link_hops = sum([distribute, relayout_hops, shift_hops[0], hops.reduction(layout), *loads])
         alloc = cores.allocation(op.name)
         stats = {
             "op": op.name,
@@ -411,6 +468,7 @@ class Interpreter:
             "relayout_bytes": relayout,
             "host_placed_bytes": host,
             "sram_bytes_per_core": alloc.sram_peak,
+            "link_byte_hops": link_hops,  # its returns to the host added by _op_actions
         }
         if distributed:
             stats["distributed_bytes"] = moved
@@ -420,10 +478,30 @@ class Interpreter:
             stats["gather_bytes"] = gather_moved
             stats["gather_local_bytes"] = gather_local
         self._grids[op.output_name] = producer_grid(layout)
+        self._grid_keys[op.output_name] = cost_key(op.expr, op.plan)
         cores.free(op.name)
         env[op.output_name] = result
         produced.add(op.output_name)
         return stats
+
+    def _link_hops(self) -> LinkHops:
+        """The byte-hop counter of the current chip's network (:mod:`runtime_sim.functional.link_hops`)."""
+        hw = self._cores.hw
+        if self._hops is None or self._hops.hw != hw:
+            self._hops = LinkHops(hw)
+        return self._hops
+
+    def _grid_key(self, op: OpProgram, t: int, origin: str) -> tuple:
+        """What the grid input ``t`` of ``op`` waits in depends on (see :meth:`_origin_grid`):
+        its producer's expression and plan, its shape and dtype, or its idle placement."""
+        if origin == FROM_PRODUCER:
+            return (origin, self._grid_keys[op.input_names[t]])
+        access = op.expr.inputs[t]
+        if origin == FROM_IDLE:
+            resting = idle_op(op)
+            return (origin, cost_key(resting.expr, resting.plan) if resting is not None else "",
+                    access.tensor_shape, access.dtype, t)
+        return (origin, access.tensor_shape, access.dtype)
 
     def _origin_grid(self, op: OpProgram, t: int, origin: str | None) -> BlockGrid | None:
         """Where input ``t`` of ``op`` waits on the cores before it runs, as blocks

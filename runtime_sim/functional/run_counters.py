@@ -20,6 +20,7 @@ from runtime_sim.contract.program import DeviceProgram
 from runtime_sim.contract.resting import stream_sram_peaks
 from runtime_sim.contract.sram_budget import separate_preload_sram
 from runtime_sim.contract.stream import run_stream
+from schedules.actions import ACTION_METRICS
 
 
 def count_value(value: float) -> int | float:
@@ -189,6 +190,9 @@ class RunCounters:
             "executes": total("executes"),
             "peak_preload_bytes_per_core": (stream_peaks[1] if stream_peaks is not None
                                             else peak("peak_preload_bytes_per_core")),
+            # the actions that cost energy (schedules.actions; the energy itself needs the
+            # run's time: runtime_sim.run_stats)
+            **{k: count_value(sum(r.get(k, 0) for r in regions)) for k in ACTION_METRICS},
             # operators whose plan came from tuning records (OpProgram.tuned), once each
             "tuned_ops": list(dict.fromkeys(op.name for p in self.run.programs for op in p.ops
                                             if op.tuned)),

@@ -30,11 +30,12 @@ from a host-side copy of a tensor: a fetch from the wrong home core gives a wron
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
+from runtime_sim.contract.energy import ActionCounts
 from runtime_sim.contract.errors import DeviceProgramError, SramOverflowError, short_name
 from runtime_sim.contract.expr import AffineIndex, dtype_bytes, load_index, merged_axes
 from runtime_sim.contract.hardware import HardwareSpec
@@ -50,6 +51,8 @@ from runtime_sim.contract.vgm_layout import (
 )
 from runtime_sim.functional.attention_step import online_update
 from runtime_sim.functional.expr_eval import COMPUTE_DTYPE, ExprEvaluator
+from runtime_sim.functional.run_counters import count_value
+from schedules.actions import action_metrics, vgm_actions
 
 
 def home_of(flat: np.ndarray, slice_elems: int) -> tuple[np.ndarray, np.ndarray]:
@@ -89,9 +92,15 @@ class VgmOpStats:
     rotation_bytes: int = 0
     reduction_bytes: int = 0
     shift_bytes: int = 0
+    #: its actions that cost energy (:func:`schedules.actions.vgm_actions`), given by
+    #: :meth:`to_dict` as the glossary's metrics
+    actions: ActionCounts = field(default_factory=ActionCounts)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data.pop("actions")
+        data.update({k: count_value(v) for k, v in action_metrics(self.actions).items()})
+        return data
 
 
 @dataclass
@@ -239,6 +248,7 @@ class VgmRegion:
             waves=layout.waves, chunks=layout.num_chunks, steps=layout.waves * layout.num_chunks,
             fetch_bytes=fetched, store_bytes=stored, host_placed_bytes=host, relayout_bytes=relayout,
             vgm_bytes_per_core=self.bytes_per_core, sram_bytes_per_core=peak,
+            actions=vgm_actions(layout, hw, fetched + stored),
         )
         return self.read(op.output_name), stats
 

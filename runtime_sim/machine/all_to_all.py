@@ -44,8 +44,10 @@ class AllToAllTopology(Topology):
         lat = float(latency.max())
         uncontended = float((self._flow_alone(b, cross) + latency).max())
         intra_s = port_bytes / bw
+        # every byte delivered passes the exchange once (byte_hops = bytes delivered)
         return PhaseCost(max(intra_s, inter_s) + lat, uncontended, float(b.sum()) * w, inter_bytes,
-                         intra_s, inter_s, 1, bound_by([("ports", port_bytes)], intra_s, inter_s))
+                         intra_s, inter_s, 1, bound_by([("ports", port_bytes)], intra_s, inter_s),
+                         byte_hops=float(b.sum()) * w)
 
     def multicast_phase(self, pattern: MulticastPattern) -> PhaseCost:
         """Broadcast pieces: the owner's port and the inter-chip fabric (once per destination
@@ -75,4 +77,5 @@ class AllToAllTopology(Topology):
         intra_s = max(float(recv.max()), float(sent.max())) / bw
         return PhaseCost(max(intra_s, inter_s) + float(latency.max()), uncontended,
                          float(recv.sum()), inter_bytes, intra_s, inter_s, 1,
-                         bound_by([("ports", intra_s)], intra_s, inter_s))
+                         bound_by([("ports", intra_s)], intra_s, inter_s),
+                         byte_hops=float(recv.sum()))

@@ -132,10 +132,12 @@ class MeshTopology(MeshIO, MeshRouting, Topology):
                 else self.tree_routes(k, ys, xs, yd, xd, b * scale, tree))
         ctrl_links = self.controller_links() if self.interior else None
         crossed = [0.0, 0.0, 0.0, 0.0]  # PhaseCost.cut_bytes
+        byte_hops = 0.0  # PhaseCost.byte_hops: every link's bytes, summed
         for name, start, end, weight, size in legs:
             load = range_loads(size, start, end, weight)
             if load is None:
                 continue
+            byte_hops += float(load.sum()) * w
             i = int(np.argmax(load))
             on_ctrl = ctrl_links is not None and bool(ctrl_links[name][i])
             cuts.append(("controller ports" if on_ctrl else "links", float(load[i]) * w))
@@ -153,7 +155,7 @@ class MeshTopology(MeshIO, MeshRouting, Topology):
         bound = bound_by(cuts, intra_s, inter_s)
         return PhaseCost(max(intra_s, inter_s) + float(latency.max()), uncontended,
                          float(b.sum()) * w, inter_bytes, intra_s, inter_s, int(hops.max()), bound,
-                         tuple(crossed))
+                         tuple(crossed), byte_hops)
 
     def _add_cut_bytes(self, crossed: list[float], name: str, load: np.ndarray, w: float) -> None:
         """Add to ``crossed`` (:attr:`PhaseCost.cut_bytes`) the bytes of the ``name`` links'

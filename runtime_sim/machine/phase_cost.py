@@ -39,6 +39,11 @@ class PhaseCost:
     #: all-to-all exchange. The bisection floor of a run divides them by the cut's links
     #: (:mod:`runtime_sim.timing.floors`).
     cut_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    #: Bytes times the links each crossed (the sum of every link's bytes): per hop of its
+    #: route on a mesh (a byte crossing four routers counts four times), one per byte
+    #: delivered through the all-to-all exchange. What the interconnect's energy is priced on
+    #: (:mod:`runtime_sim.contract.energy`, ``link_byte_hops``).
+    byte_hops: float = 0.0
 
     @property
     def stall_s(self) -> float:
@@ -57,7 +62,7 @@ class PhaseCost:
         return PhaseCost(self.time_s * count, self.uncontended_s * count, self.intra_bytes * count,
                          self.inter_bytes * count, self.intra_busy_s * count,
                          self.inter_busy_s * count, self.max_hops, self.bound_by,
-                         tuple(v * count for v in self.cut_bytes))
+                         tuple(v * count for v in self.cut_bytes), self.byte_hops * count)
 
     def __add__(self, other: "PhaseCost") -> "PhaseCost":
         return PhaseCost(self.time_s + other.time_s, self.uncontended_s + other.uncontended_s,
@@ -65,7 +70,8 @@ class PhaseCost:
                          self.intra_busy_s + other.intra_busy_s,
                          self.inter_busy_s + other.inter_busy_s, max(self.max_hops, other.max_hops),
                          self.bound_by if self.busy_s >= other.busy_s else other.bound_by,
-                         tuple(a + b for a, b in zip(self.cut_bytes, other.cut_bytes)))
+                         tuple(a + b for a, b in zip(self.cut_bytes, other.cut_bytes)),
+                         self.byte_hops + other.byte_hops)
 
 
 NO_PHASE = PhaseCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)

@@ -12,7 +12,8 @@ ComputeSet"), bulk-synchronously: compute, synchronize, exchange. So:
   schedule therefore has few *distinct* shift phases; :func:`shift_schedule` finds them and
   how often each occurs in closed form (it never walks the ``S`` steps), and each distinct
   phase is costed once on the topology with all cores vectorized.
-* the replica reduction (output replicas summed into ring 0, as the functional device does)
+* the replica reduction (output replicas summed into ring 0, as the functional device does;
+  :func:`runtime_sim.machine.op_transfers.replica_reduction`)
   runs as the faster of two schedules, as collective libraries pick per message size: a
   gather tree (radix 2: ``ceil(log2 R)`` rounds in which half of the remaining partial sums
   move one partition each; a wider radix: fewer rounds, each receiver taking up to
@@ -27,24 +28,25 @@ ComputeSet"), bulk-synchronously: compute, synchronize, exchange. So:
   result back (:func:`runtime_sim.machine.links.split_combine_seconds` is its closed form); counted
   with the replica reduction (same phase, bytes and add time).
 * the replica reduction's tree and the combine's gather have the radix of the closed form
-  (:func:`runtime_sim.machine.links.best_gather_radix`); :func:`gather_tree_rounds` gives their
+  (:func:`runtime_sim.machine.links.best_gather_radix`); :func:`runtime_sim.machine.op_transfers.gather_tree_rounds` gives their
   flows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from runtime_sim.contract.expr import dtype_bytes
+from runtime_sim.contract.energy import ActionCounts
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.plan_rules import STAT_BYTES
-from runtime_sim.machine.links import combine_radix, gather_fan_ins, replica_reduction_schedule
+from runtime_sim.machine.op_transfers import replica_reduction, split_combine
 from runtime_sim.machine.phase_cost import NO_PHASE, PhaseCost
 from runtime_sim.machine.topology_base import Topology
 from schedules import template_for
+from schedules.actions import op_actions
 
 #: Distinct shift phases costed exactly per operator; beyond this many (a tensor rotating on
 #: a long axis with very few partitions can give one distinct phase per step residue), the
@@ -187,6 +189,8 @@ class OpCost:
     reduction_compute_s: float
     reduction_bytes: int
     footprint_bytes: int  # tensor partitions per core (OpLayout.memory_bytes_per_core)
+    #: what its cores compute and read and write of SRAM (:func:`schedules.actions.op_actions`)
+    actions: ActionCounts = ActionCounts()
 
     @property
     def cores(self) -> int:
@@ -230,13 +234,18 @@ def op_cost(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> OpCost:
         mean = NO_PHASE
         for ph in sample:
             mean = mean + topo.phase(*flows(ph.parts))
-        shift = shift + mean.scaled(sum(p.count for p in rest) / len(sample))
+        # the sample stands for the tail's time; the energy model counts every byte-hop, so
+        # the tail's are summed exactly (the functional device counts each shift it makes)
+        hops = shift.byte_hops + sum(topo.phase(*flows(ph.parts)).byte_hops * ph.count
+                                     for ph in rest)
+        shift = dataclasses.replace(shift + mean.scaled(sum(p.count for p in rest) / len(sample)),
+                                    byte_hops=hops)
     for ph in phases:
         shift_phases += ph.count
         rotation += ph.count * ph.nbytes
 
-    reduction, rounds, red_compute, red_bytes = _reduction(layout, hw, topo)
-    comb, comb_rounds, comb_compute, comb_bytes = _combine(layout, hw, topo)
+    reduction, rounds, red_compute, red_bytes = replica_reduction(layout, hw, topo)
+    comb, comb_rounds, comb_compute, comb_bytes = split_combine(layout, hw, topo)
     reduction, rounds = reduction + comb, rounds + comb_rounds
     red_compute, red_bytes = red_compute + comb_compute, red_bytes + comb_bytes
     return OpCost(
@@ -256,100 +265,5 @@ def op_cost(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> OpCost:
         reduction_compute_s=red_compute,
         reduction_bytes=red_bytes,
         footprint_bytes=layout.memory_bytes_per_core(),
+        actions=op_actions(layout, hw),
     )
-
-
-def _reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[PhaseCost, int, float, int]:
-    """(transfer cost, stages, add seconds, bytes) of the faster replica-reduction schedule."""
-    out = len(layout.expr.tensors) - 1
-    R = layout.replicas(out)
-    if R <= 1:
-        return NO_PHASE, 0, 0.0, 0
-    n = layout.num_cores
-    owner_of = layout.output_owner_of()
-    core = np.arange(n)
-    # group by owner, the owner first: rank 0 is the root of each group's tree or chain
-    order = np.lexsort((core, core != owner_of, owner_of))
-    P = layout.physical  # ``order`` holds numbered cores; flows name physical ones
-    sorted_owner = owner_of[order]
-    head = np.searchsorted(sorted_owner, sorted_owner, side="left")
-    rank = np.arange(n) - head
-    # a replica sends its output partition (an attention operator's running max and sum too)
-    pbytes = layout.replica_bytes()
-    # (adds counted per output element's worth of bytes, as the compiler's model counts them)
-    elems = pbytes // dtype_bytes(layout.expr.output.dtype)
-    schedule = replica_reduction_schedule(R, pbytes, elems, hw)
-
-    radix = int(schedule.tree_radix)
-    tree, rounds, sent = NO_PHASE, 0, 0
-    for src_rank, dst_rank in gather_tree_rounds(rank, R, radix):
-        src = P[order[src_rank]]
-        dst = P[order[dst_rank]]
-        tree = tree + topo.phase(src, dst, np.full(src.size, float(pbytes)))
-        sent += src.size * pbytes
-        rounds += 1
-    assert rounds == schedule.tree_rounds
-    tree_adds = schedule.tree_adds_s
-
-    # chain: rank r sends to rank r-1; the first chunk needs R-2 extra hops to reach ring 0
-    senders = np.flatnonzero(rank > 0)
-    chain = topo.phase(P[order[senders]], P[order[senders - 1]], np.full(senders.size, float(pbytes)))
-    fill = schedule.chain_fill_s
-    chain = chain + PhaseCost(fill, fill, 0.0, 0.0, 0.0, 0.0)
-    chain_adds = schedule.chain_adds_s
-    if chain.time_s + chain_adds < tree.time_s + tree_adds:
-        return chain, int(schedule.chain_stages), chain_adds, senders.size * pbytes
-    return tree, rounds, tree_adds, sent
-
-
-def _combine(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[PhaseCost, int, float, int]:
-    """(transfer cost, rounds, add and sync seconds, bytes) of combining the partial statistics
-    of split core-local reductions over all steps (see the module docstring)."""
-    G = layout.combine_size
-    levels = layout.combine_levels()
-    if G <= 1 or not levels:
-        return NO_PHASE, 0, 0.0, 0
-    n = layout.num_cores
-    group = layout.combine_groups
-    core = np.arange(n)
-    order = np.lexsort((core, group))  # each group in core order; rank 0 is the root
-    head = np.searchsorted(group[order], group[order], side="left")
-    rank = np.arange(n) - head
-    sync = hw.sync_cycles / hw.clock_hz
-    cost, rounds, compute, sent = NO_PHASE, 0, 0.0, 0
-    rest = np.flatnonzero(rank > 0)
-    root = np.flatnonzero(rank == 0)[np.searchsorted(group[order][rank == 0], group[order][rest])]
-    for elems in levels:
-        nbytes = float(elems * STAT_BYTES)
-        radix = int(combine_radix(G, elems, hw, STAT_BYTES))
-        up = NO_PHASE
-        for src_rank, dst_rank in gather_tree_rounds(rank, G, radix):
-            src, dst = layout.physical[order[src_rank]], layout.physical[order[dst_rank]]
-            up = up + topo.phase(src, dst, np.full(src.size, nbytes))
-            sent += src.size * int(nbytes)
-            rounds += 1
-        n_up, fan = gather_fan_ins(G, radix)
-        compute += fan * elems / hw.vector_flops_per_cycle / hw.clock_hz + n_up * sync
-        # the combined statistics back from each group's root to its members, multicast
-        down = topo.phase(layout.physical[order[root]], layout.physical[order[rest]],
-                          np.full(rest.size, nbytes), multicast=group[order][rest])
-        sent += rest.size * int(nbytes)
-        compute += sync
-        rounds += 1
-        cost = cost + up + down
-    steps = layout.steps
-    return cost.scaled(steps), rounds * steps, compute * steps, sent * steps
-
-
-def gather_tree_rounds(rank: np.ndarray, size: int, radix: int):
-    """The rounds of a radix-``radix`` gather tree over groups of ``size`` cores whose ranks
-    (0 = the root) are ``rank``: per round, (sender positions, receiver positions) into
-    ``rank``'s array. In round ``j`` (``span = radix^j``) a rank that is a multiple of
-    ``span`` but not of ``radix * span`` sends to the rank below it that is."""
-    pos = np.arange(rank.size)
-    span = 1
-    while span < size:
-        digit = (rank // span) % radix
-        senders = np.flatnonzero((rank % span == 0) & (digit != 0))
-        yield senders, pos[senders] - digit[senders] * span
-        span *= radix

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime_sim.contract.energy import ActionCounts, run_energy
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.hbm_reads import call_reads, run_hbm_bytes
@@ -40,6 +41,7 @@ from runtime_sim.timing.timing_report import SLOW_FACTOR, OpTiming, TimingReport
 from runtime_sim.timing.prefetch_scheduler import PrefetchSchedule
 from runtime_sim.timing.preload_stream_scheduler import StreamSchedule
 from runtime_sim.timing.work import Work
+from schedules.actions import transfer_actions
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -99,6 +101,8 @@ def _op_timing(work: Work, slot: Slot, wait: float, exposed: float, stall: float
     steps_s = cost.compute_s + cost.shift.time_s
     inter = (work.relayout.inter_bytes + cost.shift.inter_bytes + cost.reduction.inter_bytes
              + work.distribute.inter_bytes)
+    delivered = (work.preloaded_bytes if design is not None
+                 else sum(l.delivered_bytes for l in work.loads))
     return OpTiming(
         name=work.op.name, label=work.op.display_label(), region=work.region,
         kind=work.op.expr.kind, cores=cost.cores,
@@ -131,13 +135,33 @@ def _op_timing(work: Work, slot: Slot, wait: float, exposed: float, stall: float
         preload_stall_s=slot.preload_delay if slot.preloaded else slot.contention_delay,
         interconnect_stall_s=exposed, distribute_s=work.distribute.time_s,
         distributed_bytes=work.distributed_bytes,
-        preloaded_bytes=(work.preloaded_bytes if design is not None
-                         else sum(l.delivered_bytes for l in work.loads)),
+        preloaded_bytes=delivered,
         load_bound_by=(max(work.loads, key=lambda l: l.duration_s).bound_by
                        if work.loads else ""),
         preload_space_bytes_per_core=(int(work.preload_space.max())
                                       if work.preload_space is not None else 0),
+        actions=_op_actions(work, delivered),
     )
+
+
+def _op_actions(work: Work, delivered: float) -> ActionCounts:
+    """The actions of one operator instance that cost energy (:mod:`schedules.actions`): its
+    steps, epilogue and reduction adds (:attr:`OpCost.actions`), and its transfers: the bytes
+    it moves between cores, the bytes its loads deliver and its returns to the host send; the
+    byte-hops of every phase it runs on the network (:attr:`PhaseCost.byte_hops`: per link a
+    byte crossed on a mesh, per byte through the exchange), loads and returns included."""
+    cost = work.cost
+    io = [l.network for l in work.loads] + [s.network for s in work.stores]
+    phases = [work.distribute, work.relayout, cost.shift, cost.reduction, *io]
+    hbm = sum(l.unique_bytes for l in work.loads if l.kind == "hbm")
+    host = sum(l.unique_bytes for l in work.loads if l.kind == "host") + sum(
+        s.unique_bytes for s in work.stores)
+    moved = work.relayout_bytes + cost.rotation_bytes + cost.reduction_bytes + work.distributed_bytes
+    return cost.actions + transfer_actions(
+        moved_bytes=moved, delivered_bytes=delivered,
+        returned_bytes=sum(s.unique_bytes for s in work.stores),
+        link_byte_hops=sum(p.byte_hops for p in phases),
+        inter_chip_bytes=sum(p.inter_bytes for p in phases), hbm_bytes=hbm, host_bytes=host)
 
 
 def _walk_operators(works: list[Work], slots: list[Slot], peak: int,
@@ -299,6 +323,7 @@ def build_timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSc
     metrics = _run_metrics(works, schedule, hw, topo, design, per_op, walk, total, compute,
                            transfer, hbm_bytes, peak_preload)
     bounds = lower_bounds(per_op, hw, [work.op.expr for work in works])
+    actions = sum((o.actions for o in per_op), ActionCounts())
     return TimingReport(
         hardware=hw.name, topology=topo.kind if hw.num_chips == 1 else f"{topo.kind} x{hw.num_chips} chips",
         total_s=total, compute_s=compute, transfer_s=transfer, hbm_s=hbm_s, overlap_s=overlap,
@@ -315,6 +340,8 @@ def build_timing_report(works: list[Work], schedule: PrefetchSchedule | StreamSc
         steps=sum(o.steps for o in per_op), peak_sram_bytes_per_core=peak,
         peak_sram_with_prefetch_bytes_per_core=peak_prefetch, flops=sum(o.flops for o in per_op),
         per_op=per_op, regions=_region_calls(works, schedule.slots), hw=hw, **bounds, **metrics,
+        actions=actions, energy=run_energy(actions, hw.energy_table(), total, cores=hw.num_cores,
+                                           chips=hw.num_chips),
     )
 
 

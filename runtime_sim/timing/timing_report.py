@@ -6,11 +6,45 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from runtime_sim.contract.energy import ActionCounts, RunEnergy
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.labels import display_name
 from runtime_sim.contract.units import format_bytes, in_unit, time_unit
 from runtime_sim.timing.floors import FLOOR_KEYS, bound_name, shares
 from runtime_sim.timing.trace import timing_trace, write_trace
+from schedules.actions import action_metrics
+
+def energy_fields(energy: RunEnergy | None) -> dict[str, Any]:
+    """``energy_j``, ``energy_breakdown_j``, ``average_power_w`` and ``board_power_w`` of a
+    report: ``None`` and ``{}`` (0 W rated) when the chip has no energy model."""
+    if energy is None:
+        return {"energy_j": None, "energy_breakdown_j": {}, "average_power_w": None,
+                "board_power_w": 0.0}
+    return energy.to_dict()
+
+
+def format_energy(joules: float) -> str:
+    """Joules in the SI unit they read best in: ``3.20 mJ``, ``41.0 uJ``, ``1.25 J``."""
+    for unit, scale in (("J", 1.0), ("mJ", 1e-3), ("uJ", 1e-6), ("nJ", 1e-9)):
+        if abs(joules) >= scale:
+            return f"{joules / scale:.3g} {unit}"
+    return f"{joules / 1e-12:.3g} pJ"
+
+
+def energy_lines(energy: RunEnergy | None, shown: int = 3) -> list[str]:
+    """The report's energy line: total energy, average power and the ``shown`` biggest
+    components (their share), or that the chip has no energy model; and the warning when the
+    average power exceeds the rated board power (:meth:`RunEnergy.warning`)."""
+    if energy is None:
+        return ["  energy    not modelled (chip gives no per-action energies)"]
+    top = sorted(((k, v) for k, v in energy.breakdown_j.items() if v > 0), key=lambda kv: -kv[1])
+    parts = "  ".join(f"{k} {v / energy.energy_j:.0%}" for k, v in top[:shown]) if energy.energy_j > 0 else ""
+    lines = [f"  energy    {format_energy(energy.energy_j)}  average power "
+             f"{energy.average_power_w:.3g} W" + (f"  ({parts})" if parts else "")]
+    if energy.warning():
+        lines.append(f"  warning   {energy.warning()}")
+    return lines
+
 
 #: An operator (or operator kind, summed over the run) is reported as slow when its time is
 #: more than this many times its lower bound (issue 9: "a distorted plan is visible").
@@ -91,6 +125,9 @@ class OpTiming:
     #: what tables and traces show (``OpProgram.display_label``: kind in the user's words and
     #: output shape); ``name`` stays the generated key (a region symbol plus ``.opN``)
     label: str = ""
+    #: its actions that cost energy (:mod:`schedules.actions`); :meth:`to_dict` gives them as
+    #: the metrics :data:`~schedules.actions.ACTION_METRICS`
+    actions: ActionCounts = field(default_factory=ActionCounts, repr=False)
 
     @property
     def display(self) -> str:
@@ -102,7 +139,10 @@ class OpTiming:
         return self.end_s - self.start_s
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data.pop("actions")
+        data.update(action_metrics(self.actions))
+        return data
 
 
 @dataclass
@@ -112,7 +152,7 @@ class TimingReport:
     :func:`~runtime_sim.timing.simulate_timing` builds it; :meth:`to_dict` is what
     ``tvm-icca simulate --json`` prints and :meth:`write_trace` writes the Perfetto trace.
 
-    Every field except the two below is the metric of the same name, defined once with its
+    Every field except the four below is the metric of the same name, defined once with its
     unit in the glossary :mod:`runtime_sim.contract.metrics` (the documentation's glossary
     page): the times (``total_s``, ``compute_s``, ``transfer_s``, ``idle_s``, ``stall_s``,
     ...), the bytes (``hbm_bytes``, ``shift_bytes``, ``preloaded_bytes``, ...), the SRAM
@@ -129,6 +169,15 @@ class TimingReport:
         (:meth:`write_trace` builds them on demand).
     hw : HardwareSpec or None
         The chip timed (for the trace's tracks); not part of :meth:`to_dict`.
+    actions : ActionCounts
+        The run's actions that cost energy (:mod:`schedules.actions`); :meth:`to_dict` gives
+        them as the metrics ``matrix_flops``, ``vector_flops``, ``sram_read_bytes``,
+        ``sram_write_bytes`` and ``link_byte_hops``.
+    energy : RunEnergy or None
+        Their energy with static power over ``total_s``
+        (:func:`runtime_sim.contract.energy.run_energy`); ``None`` when the chip has no
+        energy model. :meth:`to_dict` gives ``energy_j``, ``energy_breakdown_j``,
+        ``average_power_w`` and ``board_power_w``; :meth:`table` an energy line.
 
     Notes
     -----
@@ -202,6 +251,11 @@ class TimingReport:
     run_bound_by: str = ""
     floor_s: float = 0.0
     remainder: dict[str, float] = field(default_factory=dict)
+    #: the run's actions that cost energy, summed over its operators (:mod:`schedules.actions`)
+    actions: ActionCounts = field(default_factory=ActionCounts)
+    #: its energy (:func:`runtime_sim.contract.energy.run_energy`); ``None``: the chip has no
+    #: energy model
+    energy: RunEnergy | None = None
     trace_events: list[dict[str, Any]] = field(default_factory=list)
     hw: HardwareSpec | None = field(default=None, repr=False)
 
@@ -228,6 +282,8 @@ class TimingReport:
         data["op_kinds"] = [dict(r) for r in self.op_kinds]
         data["slow_kinds"] = [dict(r) for r in self.slow_kinds]
         data["slow_ops"] = [dict(r) for r in self.slow_ops]
+        data.update(action_metrics(self.actions))
+        data.update(energy_fields(self.energy))
         if per_op:
             data["per_op"] = [op.to_dict() for op in self.per_op]
         return data
@@ -272,6 +328,7 @@ class TimingReport:
                    self.load_bound_s.items(), key=lambda kv: -kv[1])) + ")"]
               if self.load_bound_s else []),
             *self.floor_lines(),
+            *energy_lines(self.energy),
             "",
         ]
         # the operator's label goes last: it is up to 80 characters and would push the

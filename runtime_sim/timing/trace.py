@@ -15,7 +15,13 @@ events (``"ph": "M"``, ``process_name`` / ``thread_name`` / ``*_sort_index``) na
 * ``regions``: the device programs (regions) in execution order;
 * ``stream`` (runs with a preload stream, Elk §4.5): a ``preload`` track with each
   ``preload_async`` from its start to its done tag (preloads run one after another) and an
-  ``execute`` track with each ``execute`` (its distribution phase nested first).
+  ``execute`` track with each ``execute`` (its distribution phase nested first);
+* ``energy`` (a chip with an energy model, :mod:`runtime_sim.contract.energy`): the counter
+  track ``power (W)``: over each operator's execution, its dynamic energy (its actions, loads
+  and returns to the host included, :attr:`OpTiming.actions
+  <runtime_sim.timing.timing_report.OpTiming.actions>`) over its duration plus the system's
+  static power; the static power alone between operators. Its area is the run's energy
+  (``energy_j``).
 
 Events are named by what a person reads: an operator's label (``matmul+bias [64x64]``,
 :func:`runtime_sim.contract.labels.operator_label`) and a region's
@@ -31,6 +37,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
+from runtime_sim.contract.energy import ActionCounts, run_energy
 from runtime_sim.contract.labels import display_name, operator_label, region_label
 
 #: microseconds per second: the trace format's time unit
@@ -78,6 +85,12 @@ class TraceBuilder:
         if args:
             event["args"] = args
         self.events.append(event)
+
+    def counter(self, pid: int, name: str, at_s: float, values: dict[str, float]) -> None:
+        """A counter ("C") event: the track ``name`` of process ``pid`` takes ``values``
+        from ``at_s`` seconds on."""
+        self.events.append({"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": at_s * _US,
+                            "args": dict(values)})
 
     def to_dict(self) -> dict[str, Any]:
         return trace_document(self.events)
@@ -194,7 +207,34 @@ def timing_trace(report: Any) -> list[dict[str, Any]]:
             for k in _chips_of(op, chips, cpc):
                 tb.complete(host_pid, host_tracks[k], _named("input", shown), op.host_start_s,
                             op.host_s, "host", {**key, "bytes": op.host_in_bytes})
+    _power_track(tb, report, 4 + chips)
     return tb.events
+
+
+#: The name of the power counter track (watts)
+POWER_TRACK = "power (W)"
+
+
+def _power_track(tb: TraceBuilder, report: Any, sort_index: int) -> None:
+    """The ``power (W)`` counter track (see the module docstring); nothing without an energy
+    model. Each operator's dynamic energy is priced by the one formula
+    (:func:`runtime_sim.contract.energy.run_energy` over no time: no static part)."""
+    hw = report.hw
+    if hw is None or getattr(report, "energy", None) is None:
+        return
+    table = hw.energy_table()
+    cores, chips = hw.num_cores, hw.num_chips
+    static = run_energy(ActionCounts(), table, 1.0, cores=cores, chips=chips).energy_j
+    steps: dict[float, float] = {0.0: static}  # time -> power from then on
+    for op in sorted(report.per_op, key=lambda o: o.start_s):
+        if op.duration_s <= 0:
+            continue
+        dynamic = run_energy(op.actions, table, 0.0, cores=cores, chips=chips).energy_j
+        steps[op.start_s] = dynamic / op.duration_s + static  # replaces the previous end
+        steps[op.end_s] = static
+    pid = tb.process("energy", sort_index)
+    for at_s in sorted(steps):
+        tb.counter(pid, POWER_TRACK, at_s, {"W": steps[at_s]})
 
 
 def _named(what: str, label: str) -> str:
@@ -216,4 +256,4 @@ def _chips_of(op: Any, chips: int, cores_per_chip: int) -> list[int]:
     return placed or list(range(min(chips, -(-op.cores // cores_per_chip))))
 
 
-__all__ = ["TraceBuilder", "timing_trace", "trace_document", "write_trace"]
+__all__ = ["POWER_TRACK", "TraceBuilder", "timing_trace", "trace_document", "write_trace"]

@@ -19,10 +19,11 @@ sends. :func:`vgm_op_timing` turns that into time on an all-to-all chip.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from runtime_sim.contract.energy import ActionCounts, RunEnergy, run_energy
 from runtime_sim.contract.errors import DeviceProgramError, short_name
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
@@ -30,7 +31,9 @@ from runtime_sim.contract.plan import VgmPlan
 from runtime_sim.contract.validation import validate_program
 from runtime_sim.contract.vgm_layout import VgmLayout, vgm_region_bytes
 from runtime_sim.machine.links import link_transfer_seconds
+from runtime_sim.timing.timing_report import energy_fields, energy_lines
 from schedules import template_for
+from schedules.actions import action_metrics, vgm_actions
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,10 @@ class VgmReport:
     peak_sram_bytes_per_core: int
     fits: bool
     per_op: tuple[tuple[str, VgmTiming], ...]
+    #: the run's actions that cost energy (:func:`schedules.actions.vgm_actions`)
+    actions: ActionCounts = field(default_factory=ActionCounts)
+    #: its energy (:func:`runtime_sim.contract.energy.run_energy`); ``None`` without a model
+    energy: RunEnergy | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -129,7 +136,18 @@ class VgmReport:
             "stall_s": self.stall_s, "num_ops": self.num_ops,
             "vgm_bytes_per_core": self.vgm_bytes_per_core,
             "peak_sram_bytes_per_core": self.peak_sram_bytes_per_core, "fits": self.fits,
+            **action_metrics(self.actions), **energy_fields(self.energy),
         }
+
+    def table(self) -> str:
+        """A few lines: the time, its parts, the VGM's SRAM and the energy line."""
+        return "\n".join([
+            f"VGM (load-compute-store) timing: {self.num_ops} ops  total {self.total_s * 1e6:.3f} us",
+            f"  compute {self.compute_s * 1e6:.3f} us  transfer {self.transfer_s * 1e6:.3f} us  "
+            f"stall {self.stall_s * 1e6:.3f} us",
+            f"  VGM {self.vgm_bytes_per_core} B/core  peak SRAM {self.peak_sram_bytes_per_core} "
+            f"B/core ({'fits' if self.fits else 'does not fit'})",
+            *energy_lines(self.energy)])
 
 
 def simulate_vgm_timing(programs, hw: HardwareSpec | None = None, multicast: bool = True) -> VgmReport:
@@ -148,6 +166,7 @@ def simulate_vgm_timing(programs, hw: HardwareSpec | None = None, multicast: boo
         validate_program(program, hw)
     region = vgm_region_bytes(programs, hw.num_cores)
     per_op = []
+    actions = ActionCounts()
     peak = region
     for program in programs:
         for op in program.ops:
@@ -158,8 +177,12 @@ def simulate_vgm_timing(programs, hw: HardwareSpec | None = None, multicast: boo
             layout = VgmLayout(op.expr, op.plan, hw.num_cores)
             peak = max(peak, region + layout.working_bytes_per_core() + hw.shift_buffer_bytes)
             per_op.append((op.name, timing))
+            actions = actions + vgm_actions(layout, hw, timing.bytes_moved)
     compute = sum(t.compute_s + t.epilogue_s for _, t in per_op)
     transfer = sum(t.transfer_s for _, t in per_op)
     stall = sum(t.stall_s for _, t in per_op)
-    return VgmReport(compute + transfer, compute, transfer, stall, len(per_op), region, peak,
-                     peak <= hw.sram_bytes_per_core, tuple(per_op))
+    total = compute + transfer
+    return VgmReport(total, compute, transfer, stall, len(per_op), region, peak,
+                     peak <= hw.sram_bytes_per_core, tuple(per_op), actions,
+                     run_energy(actions, hw.energy_table(), total, cores=hw.num_cores,
+                                chips=hw.num_chips))

@@ -61,7 +61,7 @@ import numpy as np
 
 from runtime_sim.contract.errors import DeviceProgramError, short_name
 from runtime_sim.contract.expr import dtype_bytes
-from runtime_sim.contract.hbm_reads import distinct_read_bytes, read_key
+from runtime_sim.contract.hbm_reads import read_key
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout, check_op_inputs, checked_layout, cost_key
 from runtime_sim.contract.lifetimes import last_reads, outlives, released
@@ -71,7 +71,6 @@ from runtime_sim.contract.relayout import (
     Boxes,
     canonical_grid,
     input_boxes,
-    input_relayout,
     producer_grid,
 )
 from runtime_sim.contract.resting import (
@@ -88,7 +87,8 @@ from runtime_sim.contract.resting import (
 )
 from runtime_sim.contract.sram_budget import IDEAL, check_sram
 from runtime_sim.contract.stream import input_sources
-from runtime_sim.machine.phase_cost import NO_PHASE, PhaseCost, relayout_pattern
+from runtime_sim.machine.op_transfers import host_return, load_delivery, relayout_phase
+from runtime_sim.machine.phase_cost import NO_PHASE, PhaseCost
 from runtime_sim.machine.preload_delivery import distribution_phase, preload_delivery
 from runtime_sim.machine.topology_base import Topology
 from runtime_sim.timing.opcost import OpCost, op_cost
@@ -221,17 +221,9 @@ class WorkBuilder:
         cache_key = (source, key, t)
         hit = self.c.relayouts.get(cache_key)
         if hit is None:
-            topo = self.topo
-            boxes = self.boxes(key, layout, t).placed(layout.physical, layout.span)
             # a gathered input's rows are data: the uniform-ids estimate (gather_relayout)
-            rl = input_relayout(grid, layout, t, topo.node_chip, topo.num_chips, boxes=boxes)
-            sampled = [rl.box_weight > 1]
-
-            def mark_sampled() -> None:
-                sampled[0] = True
-
-            phase = topo.multicast_phase(relayout_pattern(rl, mark_sampled))
-            hit = self.c.relayouts[cache_key] = (phase, rl.moved_bytes, sampled[0])
+            hit = self.c.relayouts[cache_key] = relayout_phase(self.topo, grid, layout, t,
+                                                               self.boxes(key, layout, t))
         return hit
 
     def load(self, kind: str, key: str, layout: OpLayout, inputs: tuple[int, ...]) -> tuple[Load, np.ndarray]:
@@ -239,30 +231,12 @@ class WorkBuilder:
         hit = self.c.loads.get(cache_key)
         if hit is not None:
             return hit
-        hw, topo = self.hw, self.topo
-        n = layout.num_cores
-        cores = layout.physical  # numbered core -> physical core
-        chip_of = topo.node_chip[cores]
-        per_core = np.zeros(n)
-        unique = np.zeros(hw.num_chips)
-        need = np.zeros(n, np.int64)
-        distinct = []
-        flows = []
+        need = np.zeros(layout.num_cores, np.int64)
         for t in inputs:
-            box = self.boxes(key, layout, t)
-            per_core += box.nbytes
-            unique += box.unique_bytes_per_chip(chip_of, hw.num_chips)
-            distinct.append(distinct_read_bytes(box))
             need += layout.partition_bytes(t)
-            # cores with equal boxes (replicas) need the same bytes: one multicast each
-            rows = np.concatenate([box.lo, box.hi], axis=1)
-            group = (np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1) if rows.shape[1]
-                     else np.zeros(n, np.int64))
-            flows.append(topo.io_flows(kind, cores, box.nbytes, group * len(inputs) + len(flows)))
-        src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
-        network, source_s = topo.io_load(kind, src, dst, nbytes, group, unique)
-        hit = (Load(kind, source_s, network, float(unique.sum()), float(per_core.sum()),
-                     tuple(distinct)), need)
+        network, source_s, unique, delivered, distinct = load_delivery(
+            self.topo, kind, layout, [self.boxes(key, layout, t) for t in inputs])
+        hit = (Load(kind, source_s, network, unique, delivered, distinct), need)
         self.c.loads[cache_key] = hit
         return hit
 
@@ -295,15 +269,8 @@ class WorkBuilder:
         hit = self.c.loads.get(cache_key)
         if hit is not None:
             return hit[0]
-        hw, topo = self.hw, self.topo
-        out = len(layout.expr.tensors) - 1
-        owners = layout.physical[np.asarray(layout.owners(), np.int64)]
-        per_core = np.full(owners.size, float(layout.partition_bytes(out)))
-        per_chip = np.bincount(topo.node_chip[owners], weights=per_core, minlength=hw.num_chips)
-        src, dst, nbytes = topo.io_flows("host", owners, per_core)
-        network = topo.phase(src, dst, nbytes)
-        total = float(per_core.sum())
-        load = Load("host_out", float(per_chip.max()) / hw.host_bandwidth, network, total, total)
+        network, source_s, total = host_return(self.topo, layout)
+        load = Load("host_out", source_s, network, total, total)
         self.c.loads[cache_key] = (load, np.zeros(0))
         return load
 

@@ -12,15 +12,17 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from typing import Any
 
 from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.gpu import GPU_PRESET_NAMES
 from runtime_sim.contract.presets import DEFAULT_PRESET, PRESET_NAMES
 from tvm_icca.model_pass.state_place import STATE_CHOICES
 
 __all__ = [
     "UsageError", "positive_int", "nonneg_int", "finite_float", "unit_float", "existing_file",
     "writable_path", "shape_arg", "shape_dict", "hardware_help", "hardware_arg",
-    "add_hardware_argument", "add_state_argument", "add_progress_argument", "nonneg_float",
+    "add_hardware_argument", "hardware_or_gpu_arg", "add_state_argument", "add_progress_argument", "nonneg_float",
     "tuning_records", "add_model_arguments",
 ]
 
@@ -154,20 +156,25 @@ def shape_dict(pairs: list[tuple[str, tuple[int, ...]]] | None) -> dict[str, tup
     return shapes
 
 
-def hardware_help(what: str, default: str = DEFAULT_PRESET) -> str:
+def hardware_help(what: str, default: str = DEFAULT_PRESET, gpus: bool = False) -> str:
     """The help of a ``--hw`` option: what the chip is for, its default, every preset and the
-    hardware files it also reads."""
+    hardware files it also reads (and the GPU presets, when ``gpus``)."""
+    gpu_text = (f"; GPU presets, a roofline estimate: {', '.join(GPU_PRESET_NAMES)}"
+                if gpus else "")
     return (f"{what}: a preset or the path of a .json/.toml hardware file (default {default}; "
-            f"presets, any case: {', '.join(PRESET_NAMES)})")
+            f"presets, any case: {', '.join(PRESET_NAMES)}{gpu_text})")
 
 
 def add_hardware_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-                          what: str) -> None:
+                          what: str, gpus: bool = False) -> None:
     """``--hw PRESET|FILE``: the chip, with the one default every command shares
     (:data:`~runtime_sim.contract.hardware.DEFAULT_PRESET`, also the API's). ``args.hw`` is
-    the resolved :class:`~runtime_sim.contract.hardware.HardwareSpec` (see :func:`hardware_arg`)."""
-    parser.add_argument("--hw", type=hardware_arg, default=DEFAULT_PRESET, metavar="PRESET|FILE",
-                        help=hardware_help(what))
+    the resolved :class:`~runtime_sim.contract.hardware.HardwareSpec` (see :func:`hardware_arg`);
+    with ``gpus``, a GPU preset resolves to a :class:`~runtime_sim.contract.gpu.GpuSpec`
+    (:func:`hardware_or_gpu_arg`)."""
+    parser.add_argument("--hw", type=hardware_or_gpu_arg if gpus else hardware_arg,
+                        default=DEFAULT_PRESET, metavar="PRESET|FILE",
+                        help=hardware_help(what, gpus=gpus))
 
 
 def add_state_argument(parser: argparse.ArgumentParser) -> None:
@@ -208,6 +215,16 @@ def hardware_arg(text: str) -> HardwareSpec:
         return resolve_hardware(text)
     except IccaError as err:
         raise argparse.ArgumentTypeError(str(err).splitlines()[0] if str(err) else text) from None
+
+
+def hardware_or_gpu_arg(text: str) -> Any:
+    """The chip of a ``--hw`` that also takes a GPU preset (``tvm-icca simulate``): a
+    :class:`~runtime_sim.contract.gpu.GpuSpec` for one of
+    :data:`~runtime_sim.contract.gpu.GPU_PRESET_NAMES`, else :func:`hardware_arg`'s chip."""
+    # pylint: disable=import-outside-toplevel
+    from runtime_sim.contract.gpu import gpu_preset, is_gpu_preset
+
+    return gpu_preset(text) if is_gpu_preset(text) else hardware_arg(text)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, example: str) -> None:

@@ -5,7 +5,8 @@ Examples::
     tvm-icca dse hbm-sweep.toml --dry-run          # the points, and which are done
     tvm-icca dse hbm-sweep.toml --jobs 2           # compute the missing points locally
     tvm-icca dse hbm-sweep.toml --ray auto         # ... on the Ray cluster (ray start)
-    tvm-icca dse report hbm-sweep.jsonl --out hbm  # tables and plots of the results
+    tvm-icca dse report hbm-sweep.jsonl --out hbm  # tables, plots, Pareto fronts
+    tvm-icca dse report hbm-sweep.jsonl --format csv,parquet   # ... and table.csv/.parquet
     tvm-icca dse rerun hbm-sweep.jsonl --rows 0,5  # re-run rows from what they stored
 
 The spec format is :mod:`tvm_icca.dse.spec`'s (and the documentation's DSE page). A sweep
@@ -41,8 +42,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Compile and time every point of a study (a TOML or YAML spec: a base chip, "
         "a grid of HardwareSpec fields, workloads, preload designs), appending one row per "
         "point to a JSON-lines results file; points already in it are skipped, so an "
-        "interrupted sweep resumes. `tvm-icca dse report RESULTS [--out DIR]` writes the "
-        "markdown table and one plot per swept axis. `tvm-icca dse rerun RESULTS [--rows ...]` "
+        "interrupted sweep resumes. `tvm-icca dse report RESULTS [--out DIR] [--format "
+        "csv,parquet,md]` writes the tables (with the Pareto fronts), one plot per swept axis "
+        "and the Pareto plots. `tvm-icca dse rerun RESULTS [--rows ...]` "
         "computes rows again from what they stored (chip, workload, design) and prints stored "
         "vs new; it exits 0 when all reproduce, 1 otherwise.",
     )
@@ -79,7 +81,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     report.add_argument("--out", metavar="DIR", default=None,
                         help="directory of the report (default: <results stem>_report beside it)")
     report.add_argument("--no-plots", dest="plots", action="store_false",
-                        help="write the markdown table only")
+                        help="write the tables only")
+    report.add_argument("--format", dest="formats", metavar="csv|parquet|md", action="append",
+                        default=None, type=_formats,
+                        help="table formats besides the plots, comma-separated or repeated: md "
+                        "(report.md, always written: what made each file, the Pareto fronts, "
+                        "the points), csv (table.csv), parquet (table.parquet): every column "
+                        "of every row and the derived ones (per token, Pareto); default md")
     again = parser.add_argument_group("dse rerun")
     again.add_argument("--rows", metavar="LIST", default=None,
                        help="rows to re-run: comma-separated 0-based indices (the file's order), "
@@ -90,6 +98,34 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="relative difference under which a number reproduces (default 1e-9)")
     parser.set_defaults(func=_run)
     return parser
+
+
+def _formats(text: str) -> list[str]:
+    """``--format``'s value: comma-separated names of :data:`tvm_icca.dse.sweep_report.FORMATS`."""
+    # pylint: disable=import-outside-toplevel
+    from tvm_icca.dse.sweep_report import FORMATS
+
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in FORMATS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown format {', '.join(unknown) or repr(text)}; "
+                                         f"choose from {', '.join(FORMATS)}")
+    return names
+
+
+def _report_command(args: argparse.Namespace) -> str:
+    """The ``dse report`` command as typed (for report.md: what made each file)."""
+    # pylint: disable=import-outside-toplevel
+    import shlex
+
+    words = ["tvm-icca", "dse", "report", args.report_results]
+    if args.out is not None:
+        words += ["--out", args.out]
+    if args.formats:
+        words += ["--format", ",".join(f for group in args.formats for f in group)]
+    if not args.plots:
+        words.append("--no-plots")
+    return shlex.join(words)
 
 
 def _rerun(args: argparse.Namespace) -> int:
@@ -146,14 +182,16 @@ def _run(args: argparse.Namespace) -> int:
         results = existing_file(args.report_results) if os.path.exists(args.report_results) else None
         if results is None:
             raise UsageError(f"dse report: no such file: '{args.report_results}'")
-        for path in write_report(results, args.out, plots=args.plots):
+        formats = list(dict.fromkeys(f for group in (args.formats or [["md"]]) for f in group))
+        for path in write_report(results, args.out, plots=args.plots, formats=formats,
+                                 command=_report_command(args)):
             print(path)
         return 0
     if args.report_results is not None:
         raise UsageError(f"dse: unexpected argument '{args.report_results}' (a results file "
                          "goes after the word 'report': tvm-icca dse report RESULTS)")
-    if args.out is not None or not args.plots:
-        raise UsageError("dse: --out and --no-plots belong to `tvm-icca dse report`")
+    if args.out is not None or not args.plots or args.formats:
+        raise UsageError("dse: --out, --format and --no-plots belong to `tvm-icca dse report`")
     from tvm_icca.dse.run import (ChipChangedWarning, SweepInterrupted, describe_changes, run,
                                   stopping_signals)
     from tvm_icca.dse.spec import load_spec

@@ -8,6 +8,13 @@ The model is a workload of the zoo (``tvm-icca models``) or an ONNX file. Exampl
     tvm-icca simulate --model llama2-70b --batch 32 --layers 2 --json
     tvm-icca simulate resnet50 --hw ipu-mk2 --trace resnet50.json
     tvm-icca simulate model.onnx --shape input=1,3,224,224 --hw ipu-mk2
+    tvm-icca simulate llama2-7b --layers 2 --batch 1 --hw a100
+
+A GPU preset (``a100``, ``h100``, ``b200``) gives the GPU reference instead: the model is
+compiled for an ICCA chip (``--partition-hw``, default ipu-mk2: the GPU reads only the
+operators' semantics, not the plans) and its operators priced by the roofline of
+:mod:`runtime_sim.gpu`, the estimate printed beside the roofline bound. An estimate, never a
+measurement.
 
 The model is partitioned and its regions compiled to device programs
 (:func:`tvm_icca.drivers.device_programs.compile_programs`, the timing-only path: no LLVM build), then timed
@@ -20,9 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from typing import Any
 
+from runtime_sim.contract.gpu import GpuSpec
+from runtime_sim.contract.presets import DEFAULT_PRESET
 from runtime_sim.contract.units import format_bytes, format_seconds
 from tvm_icca.cli.args import (
     UsageError,
@@ -31,6 +41,7 @@ from tvm_icca.cli.args import (
     add_progress_argument,
     add_layer_reuse_argument,
     add_state_argument,
+    hardware_arg,
     nonneg_int,
     shape_dict,
     tuning_records,
@@ -41,7 +52,8 @@ from tvm_icca.model_pass.state_place import describe_setting
 
 #: Keys ``--json`` always has at the top level.
 SUMMARY_KEYS = ("total_s", "compute_s", "transfer_s", "hbm_s", "overlap_s", "stall_s", "num_ops",
-                "hbm_bytes", "hbm_delivered_bytes", "slow_kinds", "design", "compile_s")
+                "hbm_bytes", "hbm_delivered_bytes", "slow_kinds", "design", "compile_s",
+                "energy_j", "energy_breakdown_j", "average_power_w", "board_power_w")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -52,7 +64,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "simulated chip.",
     )
     add_model_arguments(parser, "llama2-13b")
-    add_hardware_argument(parser, "chip to simulate")
+    add_hardware_argument(parser, "chip to simulate", gpus=True)
+    parser.add_argument("--partition-hw", type=hardware_arg, default=DEFAULT_PRESET,
+                        metavar="PRESET|FILE",
+                        help="with a GPU --hw: the ICCA chip whose compiler partitions the "
+                        f"model into the operators the GPU is priced on (default {DEFAULT_PRESET})")
     add_state_argument(parser)
     add_layer_reuse_argument(parser)
     parser.add_argument("--design", default=None, choices=PRELOAD_CHOICES,
@@ -179,6 +195,8 @@ def _run(args: argparse.Namespace) -> int:
     from tvm_icca.records.apply import optional_database  # pylint: disable=import-outside-toplevel
 
     model_arg = _model_argument(args)
+    if isinstance(args.hw, GpuSpec):
+        return _run_gpu(args, model_arg, args.hw)
     hw = resolve_hardware(args.hw)
     progress = args.progress
     model, name, description, config = _load(args, model_arg)
@@ -194,6 +212,7 @@ def _run(args: argparse.Namespace) -> int:
     simulate_s = time.perf_counter() - start
     if args.trace:
         report.write_trace(args.trace)
+    _warn_power(report)
 
     if args.json:
         data = report.to_dict(per_op=False)
@@ -240,6 +259,52 @@ def _run(args: argparse.Namespace) -> int:
     if args.trace:
         print(f"trace written to {args.trace}")
     return 0
+
+
+def _run_gpu(args: argparse.Namespace, model_arg: str, gpu: GpuSpec) -> int:
+    """``simulate --hw a100|h100|b200``: compile for ``--partition-hw`` and price the device
+    programs on the GPU (:func:`runtime_sim.gpu.estimate_gpu`)."""
+    # pylint: disable=import-outside-toplevel
+    from runtime_sim.gpu import estimate_gpu
+    from tvm_icca.drivers.device_programs import compile_programs
+    from tvm_icca.partition.partitioner import nothing_on_chip
+
+    for flag, given in (("--design", args.design is not None), ("--trace", bool(args.trace)),
+                        ("--database", args.database is not None)):
+        if given:
+            raise UsageError(f"{flag} applies to ICCA chips; '{gpu.name}' is a GPU reference")
+    part_hw = args.partition_hw
+    model, name, description, config = _load(args, model_arg)
+    named = {} if hasattr(model, "config") else {"name": name}
+    compiled = compile_programs(model, part_hw, progress=args.progress, state=args.state,
+                                reuse_layers=args.reuse_layers, **named)
+    reason = nothing_on_chip(compiled.partition)
+    if reason is not None or not compiled.programs:
+        raise UsageError(reason or f"model '{name}' has no device program to price")
+    start = time.perf_counter()
+    report = estimate_gpu(compiled.programs, gpu, model=name)
+    simulate_s = time.perf_counter() - start
+    if args.json:
+        data = report.to_dict(per_op=False)
+        data.update(config=config, compile_s=compiled.compile_s, simulate_s=simulate_s,
+                    partition_hardware=part_hw.name)
+        print(json.dumps(data, default=_json_default))
+        return 0
+    print(f"{description} on {gpu.name} (GPU reference)")
+    print(f"  operators from the programs compiled for {part_hw.name} in "
+          f"{compiled.compile_s:.2f} s ({_count(compiled.num_regions, 'region call')}); the GPU reads "
+          "their semantics, not their plans")
+    print(report.table(max_ops=args.max_ops))
+    return 0
+
+
+def _warn_power(report: Any) -> None:
+    """Say on stderr when the run's average power exceeds the system's rated board power
+    (:meth:`runtime_sim.contract.energy.RunEnergy.warning`): the chip's per-action energies
+    are then too high (the table repeats it; ``--json`` keeps stdout one JSON document)."""
+    energy = getattr(report, "energy", None)
+    if energy is not None and energy.warning():
+        print(f"warning: {energy.warning()}", file=sys.stderr)
 
 
 def assumed_line(hw: Any) -> str:

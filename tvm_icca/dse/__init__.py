@@ -23,6 +23,8 @@ Modules: :mod:`~tvm_icca.dse.spec` (the spec), :mod:`~tvm_icca.dse.points` (poin
 :mod:`~tvm_icca.dse.results` (the results file), :mod:`~tvm_icca.dse.worker` (one point),
 :mod:`~tvm_icca.dse.run` (the sweep), :mod:`~tvm_icca.dse.local_pool` (its local workers),
 :mod:`~tvm_icca.dse.stopping` (SIGINT and SIGTERM), :mod:`~tvm_icca.dse.sweep_report` (tables and plots),
+:mod:`~tvm_icca.dse.report_plots` (the plots), :mod:`~tvm_icca.dse.columns` (per-token columns, cost
+proxies), :mod:`~tvm_icca.dse.pareto` (Pareto fronts),
 :mod:`~tvm_icca.dse.rerun` (re-running rows).
 """
 

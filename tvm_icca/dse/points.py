@@ -30,6 +30,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tvm_icca.dse.gpu_points import GPU_DESIGN, gpu_document
 from tvm_icca.dse.spec import DseSpec, _jsonable
 from tvm_icca.hardware_choice import HardwareSpec
 from tvm_icca.plan_search.hw_fields import search_key
@@ -68,6 +69,9 @@ class DsePoint:
         SHA-256 hex digest of the point's inputs (:func:`point_key`).
     point_id : str
         SHA-256 hex digest of the point's place in its study (:func:`point_id`).
+    gpu : str
+        A GPU reference point's GPU preset (``hw`` is then the chip that partitions the
+        model, :mod:`tvm_icca.dse.gpu_points`); empty for an ICCA point.
     """
 
     index: int
@@ -80,6 +84,7 @@ class DsePoint:
     group: str = field(default="", repr=False)
     key: str = ""
     point_id: str = field(default="", repr=False)
+    gpu: str = ""
 
     def inputs(self, spec: DseSpec) -> dict[str, Any]:
         """The flat inputs of a results row: the base chip, its fixed and swept fields, the
@@ -88,14 +93,17 @@ class DsePoint:
         Every field the grid or any explicit point sets is a column of every row, with this
         point's value (the base chip's where this point does not set it): an explicit point
         that changes one field still has the grid's other columns, so tables and plots place
-        it on every axis.
+        it on every axis. A GPU point's chip columns are None.
         """
         swept = dict.fromkeys([*spec.grid, *(name for p in spec.points for name in p)])
+        # a GPU point has none of the ICCA chip's fields (its model was only partitioned for
+        # the base chip): None, so that no table or plot reads an H100 as a 4-chip system
+        chip = ({name: None for name in [*spec.fixed, *swept]} if self.gpu else
+                {**spec.fixed, **{name: _jsonable(getattr(self.hw, name)) for name in swept}})
         return {
             "spec": spec.name,
-            "hardware": self.hw.name,
-            **spec.fixed,
-            **{name: _jsonable(getattr(self.hw, name)) for name in swept},
+            "hardware": self.gpu or self.hw.name,
+            **chip,
             **self.workload,
             "design": self.design,
             "state": self.state or "auto",
@@ -107,7 +115,7 @@ class DsePoint:
         args = ", ".join(f"{k}={v}" for k, v in self.workload.items() if k != "workload")
         chip = ", ".join(f"{k}={_short(v)}" for k, v in self.hardware.items())
         return (f"{self.workload['workload']}{f'({args})' if args else ''} on "
-                f"{self.hw.name}{f' [{chip}]' if chip else ''} {self.design}")
+                f"{self.gpu or self.hw.name}{f' [{chip}]' if chip else ''} {self.design}")
 
 
 def _digest(doc: Any) -> str:
@@ -135,12 +143,16 @@ def chip_digest(hw: "HardwareSpec | dict[str, Any]") -> str:
 
 
 def point_key(hw: HardwareSpec, workload: dict[str, Any], design: str, state: str | None,
-              execution: str) -> str:
+              execution: str, gpu: str = "") -> str:
     """The stable key of a point: SHA-256 of the canonical JSON of its inputs (the whole chip
     without its descriptive fields, :func:`chip_document`; the workload, the design, the
-    state, the execution)."""
-    return _digest({"format": KEY_FORMAT, "hardware": chip_document(hw), "workload": workload,
-                    "design": design, "state": state or "auto", "execution": execution})
+    state, the execution; for a GPU point the GPU's fields too,
+    :func:`tvm_icca.dse.gpu_points.gpu_document`)."""
+    doc = {"format": KEY_FORMAT, "hardware": chip_document(hw), "workload": workload,
+           "design": design, "state": state or "auto", "execution": execution}
+    if gpu:
+        doc["gpu"] = gpu_document(gpu)
+    return _digest(doc)
 
 
 def plan_group(hw: HardwareSpec, workload: dict[str, Any], state: str | None,
@@ -206,7 +218,8 @@ def expand(spec: DseSpec) -> list[DsePoint]:
     list of DsePoint
         Workloads in spec order; within a workload, chips grouped by the fields the plan
         search reads (:func:`plan_group`; groups in the order they first appear), then the
-        chips of the grid's product and the explicit points in spec order, designs innermost.
+        chips of the grid's product and the explicit points in spec order, designs innermost;
+        then one point per GPU of ``spec.gpus`` (compiled for the base chip).
         Deterministic: the same spec gives the same list.
     """
     chips = []
@@ -229,6 +242,15 @@ def expand(spec: DseSpec) -> list[DsePoint]:
                     group=group, key=point_key(hw, workload, design, spec.state, spec.execution),
                     point_id=point_id(spec.name, overrides, workload, design, spec.state,
                                       spec.execution)))
+        for gpu in spec.gpus:  # after the workload's chips: one GPU point each
+            hw = spec.hardware
+            points.append(DsePoint(
+                index=len(points), hardware={}, workload=dict(workload), design=GPU_DESIGN,
+                state=spec.state, execution=spec.execution, hw=hw,
+                group=plan_group(hw, workload, spec.state, spec.execution),
+                key=point_key(hw, workload, GPU_DESIGN, spec.state, spec.execution, gpu),
+                point_id=point_id(spec.name, {"gpu": gpu}, workload, GPU_DESIGN, spec.state,
+                                  spec.execution), gpu=gpu))
     return points
 
 

@@ -59,10 +59,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from runtime_sim.contract.errors import IccaError, InvalidSpecError
+from tvm_icca.dse.columns import POINT_COLUMNS as _POINT_COLUMNS
+from tvm_icca.dse.columns import row_workload as _row_workload
 from tvm_icca.dse.local_pool import Schedule, available_cpus, run_local
 from tvm_icca.dse.points import DsePoint, chip_changes, chip_digest, expand
 from tvm_icca.dse.results import append_chip, append_row, append_run, read_chips, read_rows
-from tvm_icca.dse.spec import DseSpec, hardware_fields, load_spec
+from tvm_icca.dse.spec import DseSpec, load_spec
 from tvm_icca.dse.stopping import SweepInterrupted, SweepStop, stopping_signals
 from tvm_icca.dse.worker import DOES_NOT_FIT, FAILED, OK, evaluate
 from tvm_icca.model_pass.plan_store import default_plan_cache_dir
@@ -357,8 +359,6 @@ def _compute(spec: DseSpec, tasks: list[dict[str, Any]], path: str, summary: Dse
             _run_ray(tasks, ray, workers, on_row, scratch, stop)
 
 
-#: Input columns of a row that are neither chip fields nor workload arguments.
-_POINT_COLUMNS = frozenset({"spec", "hardware", "workload", "design", "state", "execution"})
 
 
 def _chip_changes(spec: DseSpec, pending: Sequence[DsePoint], newest: Sequence[dict[str, Any]],
@@ -399,16 +399,6 @@ def _case(spec_name: Any, workload: dict[str, Any], design: Any, state: Any, exe
                       default=str)
 
 
-def _row_workload(row: dict[str, Any]) -> dict[str, Any]:
-    """The workload and its arguments a row recorded (``workload_args``, or for an older row
-    its input columns that are no chip field)."""
-    if isinstance(row.get("workload_args"), dict):
-        return {"workload": row.get("workload"), **row["workload_args"]}
-    chip = set(hardware_fields())
-    return {"workload": row.get("workload"),
-            **{k: row.get(k) for k in row["inputs"] if k not in chip and k not in _POINT_COLUMNS}}
-
-
 def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
@@ -443,7 +433,7 @@ def _recorded_changes(row: dict[str, Any], point: DsePoint) -> list[str]:
 
 def task_for(point: DsePoint, inputs: dict[str, Any], base_dir: str) -> dict[str, Any]:
     """A point as the plain data a worker process receives (:func:`tvm_icca.dse.worker.evaluate`)."""
-    return {"key": point.key, "group": point.group, "inputs": inputs,
+    return {"key": point.key, "group": point.group, "inputs": inputs, "gpu": point.gpu,
             "hw": point.hw.to_dict(), "workload": point.workload, "design": point.design,
             "state": point.state, "execution": point.execution, "base_dir": base_dir,
             "trace": {"point_id": point.point_id, "chip_digest": chip_digest(point.hw),

@@ -28,6 +28,9 @@ A spec is a TOML or YAML file (:func:`load_spec`) or a mapping (:meth:`DseSpec.f
     name = "model.onnx"                     # an ONNX file, beside the spec
     shape = { input = [1, 3, 224, 224] }
 
+    gpus = ["a100", "h100"]                 # optional: GPU reference points, one per workload
+                                            # (tvm_icca.dse.gpu_points)
+
 Everything is checked when the spec is loaded (every grid value, every chip of the product,
 every workload's arguments), and every problem is one
 :class:`~runtime_sim.contract.errors.InvalidSpecError` naming the file and the key.
@@ -45,6 +48,7 @@ from typing import Any, Mapping, Sequence
 
 from runtime_sim.contract.errors import IccaError, InvalidSpecError
 from runtime_sim.contract.text_files import parse_toml, read_text
+from tvm_icca.dse.gpu_points import check_gpus
 from tvm_icca.hardware_choice import HardwareSpec, is_hardware_file_name, load_hardware, preset
 from tvm_icca.model_pass.planner import PRELOAD_CHOICES
 from tvm_icca.model_pass.region_plans import EXECUTION_MODELS
@@ -55,7 +59,7 @@ __all__ = ["DseSpec", "SPEC_KEYS", "SPEC_SUFFIXES", "load_spec", "hardware_field
 
 #: The keys of a spec, in the order the documentation describes them.
 SPEC_KEYS = ("name", "description", "hardware", "grid", "points", "workloads", "designs",
-             "state", "execution", "results")
+             "state", "execution", "results", "gpus")
 #: File formats :func:`load_spec` reads, by suffix.
 SPEC_SUFFIXES = (".toml", ".yaml", ".yml")
 #: The preload design of a spec that names none: Elk's full design (Elk §6.1).
@@ -103,6 +107,9 @@ class DseSpec:
         The JSON-lines results file.
     description : str
         Free text about the study.
+    gpus : tuple of str
+        GPU presets priced as reference points, one per workload
+        (:mod:`tvm_icca.dse.gpu_points`).
     """
 
     name: str
@@ -117,6 +124,7 @@ class DseSpec:
     execution: str = "t10"
     results: str = "dse.jsonl"
     description: str = ""
+    gpus: tuple[str, ...] = ()
 
     @property
     def axes(self) -> list[str]:
@@ -280,7 +288,8 @@ class _Parser:
         spec = DseSpec(name=name, source=self.source, hardware=base, fixed=fixed, grid=grid,
                        points=points, workloads=workloads, designs=designs,
                        state=None if state == "auto" else state, execution=execution,
-                       results=results, description=description)
+                       results=results, description=description,
+                       gpus=check_gpus(data.get("gpus"), self.bad))
         self.check_chips(spec)
         return spec
 

@@ -17,6 +17,8 @@ import time
 from typing import Any
 
 from runtime_sim.contract.errors import HbmCapacityError, IccaError, PlanNotFoundError
+from tvm_icca.dse.columns import per_token
+from tvm_icca.dse.gpu_points import GPU_PRELOAD, gpu_metrics
 from tvm_icca.hardware_choice import HardwareSpec
 from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.provenance import current
@@ -87,7 +89,8 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
     task : dict
         ``key``, ``group``, ``inputs`` (the row's input columns), ``hw``
         (:meth:`HardwareSpec.to_dict`), ``workload``, ``design``, ``state``, ``execution``,
-        ``base_dir`` (where relative ONNX paths are) and optionally ``plan_cache`` (the plan
+        ``base_dir`` (where relative ONNX paths are), ``gpu`` (a GPU preset: the point is
+        priced on that GPU, :mod:`tvm_icca.dse.gpu_points`) and optionally ``plan_cache`` (the plan
         cache's directory, :func:`plan_cache_for`), ``scan_jobs`` (the processes its plan
         scans may fork; default 1) and ``trace`` (columns naming the point
         and its chip: ``point_id``, ``chip_digest``, ``workload_args``).
@@ -97,7 +100,8 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
     dict
         The row: the key, the inputs, ``status`` (``ok``, ``does_not_fit``: no plan fits the
         chip or its HBM, ``failed``: another error) and ``reason``; for ``ok`` the timing report's
-        summary (:meth:`runtime_sim.timing.TimingReport.to_dict`, floors included); compile
+        summary (:meth:`runtime_sim.timing.TimingReport.to_dict`, floors included) and its
+        per-token columns (:func:`tvm_icca.dse.columns.per_token`); compile
         and simulation seconds; the point's wall and CPU seconds in this process; the code
         (:mod:`tvm_icca.provenance`: commit, uncommitted changes, versions), host and time.
     """
@@ -118,7 +122,8 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
         jobs = task.get("scan_jobs", 1)
         cache = plan_cache_for(task["group"], task.get("plan_cache"), jobs)
         searches = -cache.search.searches  # a point that does not fit searched too
-        design = task["design"]
+        gpu = task.get("gpu", "")
+        design = GPU_PRELOAD if gpu else task["design"]
         compiled = compile_programs(model, hw, plan_cache=cache, preload=design,
                                     state=task["state"], execution=task["execution"],
                                     progress=False, jobs=jobs)
@@ -126,9 +131,15 @@ def evaluate(task: dict[str, Any]) -> dict[str, Any]:
         hits, misses = compiled.plan_cache.get("hits", 0), compiled.plan_cache.get("misses", 0)
         elk_s = compiled.preload.planning_s if compiled.preload is not None else 0.0
         start = time.perf_counter()
-        report = compiled.simulate(progress=False)
+        if gpu:  # a GPU reference point (tvm_icca.dse.gpu_points)
+            metrics = {k: v for k, v in gpu_metrics(compiled.programs, gpu).items()
+                       if k not in _SKIPPED}
+        else:
+            report = compiled.simulate(progress=False)
+            metrics = {k: v for k, v in report.to_dict(per_op=False).items() if k not in _SKIPPED}
         simulate_s = time.perf_counter() - start
-        metrics = {k: v for k, v in report.to_dict(per_op=False).items() if k not in _SKIPPED}
+        # per token (or sample) of the workload: tokens_per_run, time and energy per token
+        metrics.update(per_token({**row, **metrics}))
     except (PlanNotFoundError, HbmCapacityError) as err:
         # the compiler proved the model cannot fit this chip; a device-side SramOverflowError
         # is not such a proof but a program the compiler got wrong: a failed row, below

@@ -99,7 +99,8 @@ intrinsic) and ``astype``.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+import inspect
+from typing import Any, Callable, Mapping
 
 from runtime_sim.contract.errors import InvalidWorkloadError, UnknownWorkloadError
 from tvm_icca.workloads._common import (
@@ -109,7 +110,7 @@ from tvm_icca.workloads._common import (
     export_workload,
     relax_op_counts,
 )
-from tvm_icca.workloads._llm import PHASES
+from tvm_icca.workloads._llm import PHASES, resolve_length
 from tvm_icca.workloads.bert import bert
 from tvm_icca.workloads.dit import dit
 from tvm_icca.workloads.gemma import gemma2
@@ -130,6 +131,7 @@ __all__ = [
     "get_workload",
     "list_workloads",
     "relax_op_counts",
+    "tokens_per_run",
     "workload_info",
 ]
 
@@ -253,3 +255,48 @@ def workload_info(name: str) -> dict[str, Any]:
         "phases": list(PHASES) if key in _CONTEXT_MODELS else [],
         "elk_ops": ELK_TABLE2_OPS.get(key),
     }
+
+
+def tokens_per_run(name: str, args: Mapping[str, Any] | None = None) -> int:
+    """The tokens (or samples) one run of a zoo workload processes: what a per-token time or
+    energy divides by.
+
+    An LLM decode step gives every sequence one new token (``batch``); a prefill or a training
+    forward pass runs ``batch x seq_len`` tokens (the prompt of each sequence); every other
+    model processes ``batch`` samples (images, sequences, NeRF points). The arguments are
+    completed with the builder's defaults (``batch=4096`` for NeRF, a 2,048-token prompt), so
+    no model is built.
+
+    Parameters
+    ----------
+    name : str
+        A zoo name (:func:`list_workloads`; aliases accepted).
+    args : mapping, optional
+        The arguments :func:`get_workload` takes (``batch``, ``phase``, ``seq_len``, ...).
+
+    Returns
+    -------
+    int
+        Tokens per run (LLMs) or samples per run (the others).
+
+    Raises
+    ------
+    UnknownWorkloadError
+        ``name`` is not in the zoo.
+    InvalidWorkloadError
+        An argument the builder does not take, or a phase with the wrong length argument.
+    """
+    key = canonical_name(name)
+    given = dict(args or {})
+    try:
+        bound = inspect.signature(_BUILDERS[key]).bind_partial(**given)
+    except TypeError as err:
+        raise InvalidWorkloadError(f"{key}: {err}") from None
+    bound.apply_defaults()
+    values = bound.arguments
+    batch = int(values["batch"])
+    phase = values.get("phase", "decode") if key in _CONTEXT_MODELS else None
+    if phase is None or phase == "decode":
+        return batch
+    # prefill and train: the prompt of every sequence (its default as the builder takes it)
+    return batch * resolve_length(key, phase, values.get("context"), values.get("seq_len"))

@@ -1,0 +1,204 @@
+"""The transfer phases of one operator on a network, as both executors count them.
+
+The timing simulator times these phases (:mod:`runtime_sim.timing.work`,
+:mod:`runtime_sim.timing.opcost`); the functional device, which moves data by indexing
+arrays and has no network, asks the same functions for the link byte-hops of the transfers it
+performs (:attr:`~runtime_sim.machine.phase_cost.PhaseCost.byte_hops`, priced by the energy
+model), so that the two count one value:
+
+* :func:`replica_reduction` and :func:`split_combine`: the replica reduction into ring 0 (the
+  faster of a gather tree and a pipelined chain) and the combine of split core-local
+  reductions;
+* :func:`relayout_phase`: one input's re-layout from where it waits (exact box overlaps,
+  multicast onto replicas);
+* :func:`load_delivery`: one operator's loads from one off-chip source (HBM or the host),
+  delivered to every core that needs them;
+* :func:`host_return`: an operator's output returned to the host from the cores that own it.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from runtime_sim.contract.expr import dtype_bytes
+from runtime_sim.contract.hardware import HardwareSpec
+from runtime_sim.contract.hbm_reads import distinct_read_bytes
+from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.plan_rules import STAT_BYTES
+from runtime_sim.contract.relayout import BlockGrid, Boxes, input_relayout
+from runtime_sim.machine.links import combine_radix, gather_fan_ins, replica_reduction_schedule
+from runtime_sim.machine.phase_cost import NO_PHASE, PhaseCost, relayout_pattern
+from runtime_sim.machine.topology_base import Topology
+
+__all__ = ["gather_tree_rounds", "host_return", "load_delivery", "relayout_phase",
+           "replica_reduction", "split_combine"]
+
+
+def relayout_phase(topo: Topology, grid: BlockGrid, layout: OpLayout, t: int,
+                   boxes: Boxes) -> tuple[PhaseCost, float, bool]:
+    """The re-layout of input ``t`` of ``layout`` from ``grid`` (where it waits, as blocks on
+    cores) into its boxes ``boxes`` (:func:`runtime_sim.contract.relayout.input_boxes`): its
+    phase (a multicast onto replicas), the bytes cores receive and whether a stride sample
+    of its flows stood for them (a gathered input's rows: the uniform-ids estimate)."""
+    placed = boxes.placed(layout.physical, layout.span)
+    rl = input_relayout(grid, layout, t, topo.node_chip, topo.num_chips, boxes=placed)
+    sampled = [rl.box_weight > 1]
+
+    def mark_sampled() -> None:
+        sampled[0] = True
+
+    phase = topo.multicast_phase(relayout_pattern(rl, mark_sampled))
+    return phase, rl.moved_bytes, sampled[0]
+
+
+def load_delivery(topo: Topology, kind: str, layout: OpLayout,
+                  boxes: Sequence[Boxes]) -> tuple[PhaseCost, float, float, float, tuple[float, ...]]:
+    """One operator's loads from one off-chip source, ``kind`` ``"hbm"`` or ``"host"``: its
+    inputs' ``boxes`` (unplaced, in input order) to every core that needs them, cores with
+    equal boxes (replicas) served by one multicast each.
+
+    Returns
+    -------
+    tuple
+        The network's phase, the source's seconds (controllers or host links: each chip's
+        unique bytes over their bandwidth), the unique bytes per chip summed over chips, the
+        bytes delivered (summed over receiving cores) and each input's distinct bytes.
+    """
+    hw = topo.hw
+    n = layout.num_cores
+    cores = layout.physical  # numbered core -> physical core
+    chip_of = topo.node_chip[cores]
+    per_core = np.zeros(n)
+    unique = np.zeros(hw.num_chips)
+    distinct = []
+    flows = []
+    for box in boxes:
+        per_core += box.nbytes
+        unique += box.unique_bytes_per_chip(chip_of, hw.num_chips)
+        distinct.append(distinct_read_bytes(box))
+        # cores with equal boxes (replicas) need the same bytes: one multicast each
+        rows = np.concatenate([box.lo, box.hi], axis=1)
+        group = (np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1) if rows.shape[1]
+                 else np.zeros(n, np.int64))
+        flows.append(topo.io_flows(kind, cores, box.nbytes, group * len(boxes) + len(flows)))
+    src, dst, nbytes, group = (np.concatenate(parts) for parts in zip(*flows))
+    network, source_s = topo.io_load(kind, src, dst, nbytes, group, unique)
+    return network, source_s, float(unique.sum()), float(per_core.sum()), tuple(distinct)
+
+
+def host_return(topo: Topology, layout: OpLayout) -> tuple[PhaseCost, float, float]:
+    """The chip -> host return of ``layout``'s output: the cores holding it (ring 0) send
+    their partitions over their chip's host link (``host_bandwidth`` per chip); the network
+    leg is the mirrored delivery (cores -> host node). Returns the phase, the host links'
+    seconds and the bytes returned."""
+    hw = topo.hw
+    out = len(layout.expr.tensors) - 1
+    owners = layout.physical[np.asarray(layout.owners(), np.int64)]
+    per_core = np.full(owners.size, float(layout.partition_bytes(out)))
+    per_chip = np.bincount(topo.node_chip[owners], weights=per_core, minlength=hw.num_chips)
+    src, dst, nbytes = topo.io_flows("host", owners, per_core)
+    network = topo.phase(src, dst, nbytes)
+    return network, float(per_chip.max()) / hw.host_bandwidth, float(per_core.sum())
+
+
+def replica_reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[PhaseCost, int, float, int]:
+    """(transfer cost, stages, add seconds, bytes) of the faster replica-reduction schedule
+    of ``layout``'s output replicas into ring 0: a gather tree or a pipelined chain, as
+    collective libraries pick per message size (:func:`replica_reduction_schedule`). Both send
+    the bytes the functional device counts, ``(R - 1)`` partitions per output partition."""
+    out = len(layout.expr.tensors) - 1
+    R = layout.replicas(out)
+    if R <= 1:
+        return NO_PHASE, 0, 0.0, 0
+    n = layout.num_cores
+    owner_of = layout.output_owner_of()
+    core = np.arange(n)
+    # group by owner, the owner first: rank 0 is the root of each group's tree or chain
+    order = np.lexsort((core, core != owner_of, owner_of))
+    P = layout.physical  # ``order`` holds numbered cores; flows name physical ones
+    sorted_owner = owner_of[order]
+    head = np.searchsorted(sorted_owner, sorted_owner, side="left")
+    rank = np.arange(n) - head
+    # a replica sends its output partition (an attention operator's running max and sum too)
+    pbytes = layout.replica_bytes()
+    # (adds counted per output element's worth of bytes, as the compiler's model counts them)
+    elems = pbytes // dtype_bytes(layout.expr.output.dtype)
+    schedule = replica_reduction_schedule(R, pbytes, elems, hw)
+
+    radix = int(schedule.tree_radix)
+    tree, rounds, sent = NO_PHASE, 0, 0
+    for src_rank, dst_rank in gather_tree_rounds(rank, R, radix):
+        src = P[order[src_rank]]
+        dst = P[order[dst_rank]]
+        tree = tree + topo.phase(src, dst, np.full(src.size, float(pbytes)))
+        sent += src.size * pbytes
+        rounds += 1
+    assert rounds == schedule.tree_rounds
+    tree_adds = schedule.tree_adds_s
+
+    # chain: rank r sends to rank r-1; the first chunk needs R-2 extra hops to reach ring 0
+    senders = np.flatnonzero(rank > 0)
+    chain = topo.phase(P[order[senders]], P[order[senders - 1]], np.full(senders.size, float(pbytes)))
+    fill = schedule.chain_fill_s
+    chain = chain + PhaseCost(fill, fill, 0.0, 0.0, 0.0, 0.0)
+    chain_adds = schedule.chain_adds_s
+    if chain.time_s + chain_adds < tree.time_s + tree_adds:
+        return chain, int(schedule.chain_stages), chain_adds, senders.size * pbytes
+    return tree, rounds, tree_adds, sent
+
+
+def split_combine(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[PhaseCost, int, float, int]:
+    """(transfer cost, rounds, add and sync seconds, bytes) of combining the partial statistics
+    of split core-local reductions over all steps: per step and level, the fastest gather
+    tree to each group's first core, then one multicast of the result back
+    (:func:`runtime_sim.machine.links.split_combine_seconds` is its closed form)."""
+    G = layout.combine_size
+    levels = layout.combine_levels()
+    if G <= 1 or not levels:
+        return NO_PHASE, 0, 0.0, 0
+    n = layout.num_cores
+    group = layout.combine_groups
+    core = np.arange(n)
+    order = np.lexsort((core, group))  # each group in core order; rank 0 is the root
+    head = np.searchsorted(group[order], group[order], side="left")
+    rank = np.arange(n) - head
+    sync = hw.sync_cycles / hw.clock_hz
+    cost, rounds, compute, sent = NO_PHASE, 0, 0.0, 0
+    rest = np.flatnonzero(rank > 0)
+    root = np.flatnonzero(rank == 0)[np.searchsorted(group[order][rank == 0], group[order][rest])]
+    for elems in levels:
+        nbytes = float(elems * STAT_BYTES)
+        radix = int(combine_radix(G, elems, hw, STAT_BYTES))
+        up = NO_PHASE
+        for src_rank, dst_rank in gather_tree_rounds(rank, G, radix):
+            src, dst = layout.physical[order[src_rank]], layout.physical[order[dst_rank]]
+            up = up + topo.phase(src, dst, np.full(src.size, nbytes))
+            sent += src.size * int(nbytes)
+            rounds += 1
+        n_up, fan = gather_fan_ins(G, radix)
+        compute += fan * elems / hw.vector_flops_per_cycle / hw.clock_hz + n_up * sync
+        # the combined statistics back from each group's root to its members, multicast
+        down = topo.phase(layout.physical[order[root]], layout.physical[order[rest]],
+                          np.full(rest.size, nbytes), multicast=group[order][rest])
+        sent += rest.size * int(nbytes)
+        compute += sync
+        rounds += 1
+        cost = cost + up + down
+    steps = layout.steps
+    return cost.scaled(steps), rounds * steps, compute * steps, sent * steps
+
+
+def gather_tree_rounds(rank: np.ndarray, size: int, radix: int):
+    """The rounds of a radix-``radix`` gather tree over groups of ``size`` cores whose ranks
+    (0 = the root) are ``rank``: per round, (sender positions, receiver positions) into
+    ``rank``'s array. In round ``j`` (``span = radix^j``) a rank that is a multiple of
+    ``span`` but not of ``radix * span`` sends to the rank below it that is."""
+    pos = np.arange(rank.size)
+    span = 1
+    while span < size:
+        digit = (rank // span) % radix
+        senders = np.flatnonzero((rank % span == 0) & (digit != 0))
+        yield senders, pos[senders] - digit[senders] * span
+        span *= radix
