@@ -23,8 +23,9 @@ token against the chip's SRAM.
 # machine; a real study is the same spec with longer lists (see the end).
 #
 # The small configuration (``TVM_ICCA_TUTORIAL_SIZE=small``, used by the test suite) runs
-# the same model at toy width (``tiny=True``: hidden size 64) on the same chips; every step
-# is the same.
+# the same model at toy width (``tiny=True``: hidden size 64) on one of the four chips
+# (1,472 cores, 4 HBM controllers) at a quarter of the HBM bandwidths below (1 and 16 TB/s);
+# every step and every conclusion is the same.
 import os
 import subprocess
 import sys
@@ -62,6 +63,11 @@ print(f"{base.name}: {base.num_cores} cores, {base.sram_bytes_per_core // 1024} 
 # are two chips with less SRAM per core than the IPU's 624 KiB: 16 KiB, on which the model
 # cannot be placed (we will see how the study records it), and half, 312 KiB, with the
 # fastest memories of the grid (a cheaper chip: is it slower?).
+if SIZE == "small":  # one of the four chips, with a quarter of their HBM bandwidths
+    CHIPS, HBM = "num_chips = 1\nnum_cores = 1472\nhbm_controllers = 4\n", ("1e12", "16e12")
+else:
+    CHIPS, HBM = "", ("4e12", "64e12")
+HBM_LO, HBM_HI = map(float, HBM)
 spec_text = textwrap.dedent("""\
     name = "llama-decode"
     description = "Llama2-13B decode: HBM x link bandwidth, static vs elk-full"
@@ -69,18 +75,18 @@ spec_text = textwrap.dedent("""\
 
     [hardware]
     base = "ipu-pod4-hbm"
-
+    {chips}
     [grid]
-    hbm_bandwidth = [4e12, 64e12]
+    hbm_bandwidth = [{hbm[0]}, {hbm[1]}]
     link_bandwidth = [5.5e9, 11e9]
 
     [[points]]
-    hbm_bandwidth = 4e12
+    hbm_bandwidth = {hbm[0]}
     link_bandwidth = 5.5e9
     sram_bytes_per_core = 16384
 
     [[points]]
-    hbm_bandwidth = 64e12
+    hbm_bandwidth = {hbm[1]}
     link_bandwidth = 11e9
     sram_bytes_per_core = 319488
 
@@ -89,7 +95,7 @@ spec_text = textwrap.dedent("""\
     batch = 32
     context = 2048
     num_layers = 2
-    """)
+    """).format(chips=CHIPS, hbm=HBM)
 if SIZE == "small":
     spec_text += "tiny = true\n"
 spec_path = os.path.join(workdir, "llama-decode.toml")
@@ -326,12 +332,12 @@ assert all(r["status"] == "ok" for r in half)
 # can deliver what HBM supplies; past that, HBM and link bandwidth have to grow together.
 ok = {(r["hbm_bandwidth"], r["link_bandwidth"], r["design"]): r
       for r in rows if r["status"] == "ok" and r["sram_bytes_per_core"] == base.sram_bytes_per_core}
-HBMS, LINKS, DESIGNS = (4e12, 64e12), (5.5e9, 11e9), ("static", "elk-full")
+HBMS, LINKS, DESIGNS = (HBM_LO, HBM_HI), (5.5e9, 11e9), ("static", "elk-full")
 for r in ok.values():
     assert r["total_s"] >= max(r[name] for name in FLOORS) * (1 - 1e-9)
 for link in LINKS:
     for design in DESIGNS:
-        assert ok[64e12, link, design]["total_s"] <= ok[4e12, link, design]["total_s"]
+        assert ok[HBM_HI, link, design]["total_s"] <= ok[HBM_LO, link, design]["total_s"]
 gain = {}
 for hbm in HBMS:
     for link in LINKS:
@@ -346,14 +352,14 @@ for hbm in HBMS:
     print(f"elk-full at {hbm / 1e12:g} TB/s: doubling the links makes the step "
           f"{gain[hbm]:.3f}x faster")
 for link in LINKS:
-    assert ok[4e12, link, "elk-full"]["run_bound_by"] == "hbm"
-    assert ok[4e12, link, "elk-full"]["load_bound_by"] == "hbm"
-    fast = ok[64e12, link, "elk-full"]
+    assert ok[HBM_LO, link, "elk-full"]["run_bound_by"] == "hbm"
+    assert ok[HBM_LO, link, "elk-full"]["load_bound_by"] == "hbm"
+    fast = ok[HBM_HI, link, "elk-full"]
     assert fast["interconnect_floor_s"] > fast["hbm_floor_s"]
     assert fast["run_bound_by"] in ("interconnect", "host")
     assert fast["load_bound_by"] == "ports"
-assert ok[64e12, 5.5e9, "elk-full"]["run_bound_by"] == "interconnect"
-assert gain[64e12] > gain[4e12]
+assert ok[HBM_HI, 5.5e9, "elk-full"]["run_bound_by"] == "interconnect"
+assert gain[HBM_HI] > gain[HBM_LO]
 
 # %%
 # A real study
