@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 #: Page titles, by script; a script not listed gets its file name.
 TITLES = {
+    "architect_review": "ICCA designs beside A100, H100 and B200: time and energy per token",
     "compile_time": "Compile time of the model zoo",
     "cost_model_accuracy": "Cost model accuracy",
     "dse_jobs": "Sweeps on one and two workers",
