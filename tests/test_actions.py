@@ -18,6 +18,7 @@ from runtime_sim import run_stats
 from runtime_sim.contract.energy import ActionCounts, run_energy
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan, VgmPlan
+from runtime_sim.contract.preset_energies import ENERGY_FIELDS
 from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.functional.device import SimulatedDevice
@@ -30,9 +31,11 @@ from tvm_icca.testing.timing_programs import one_op_program
 
 #: per-action energies of the hand computation (pJ; W), all different so that a count in the
 #: wrong component shows
-PRICES = dict(matrix_pj_per_flop=0.5, vector_pj_per_flop=0.25, sram_read_pj_per_byte=1.0,
-              sram_write_pj_per_byte=2.0, link_pj_per_byte=3.0, host_pj_per_byte=4.0,
-              static_w_per_core=0.01, static_w_per_chip=0.5)
+#: a chip without an energy model: every energy field 0 (small_chip inherits the IPU's)
+UNPRICED = {**{name: 0.0 for name in ENERGY_FIELDS}, "matrix_pj_per_flop_by_dtype": {}}
+PRICES = dict(UNPRICED, matrix_pj_per_flop=0.5, vector_pj_per_flop=0.25,
+              sram_read_pj_per_byte=1.0, sram_write_pj_per_byte=2.0, link_pj_per_byte=3.0,
+              host_pj_per_byte=4.0, static_w_per_core=0.01, static_w_per_chip=0.5)
 PJ = 1e-12
 
 
@@ -137,7 +140,7 @@ def compiled_runs():
     chips = {"all-to-all": small_chip(16, **PRICES),
              "mesh": small_chip(16, topology="mesh", **PRICES),
              "two chips": small_chip(8, num_chips=2, inter_chip_bandwidth=1e10,
-                                     inter_chip_pj_per_byte=5.0, **PRICES)}
+                                     **{**PRICES, "inter_chip_pj_per_byte": 5.0})}
     out = {}
     for name, hw in chips.items():
         programs = tvm_icca.compile_programs(workload, hw, progress=False, jobs=1).programs
@@ -185,11 +188,11 @@ def test_vgm_counts_equal_timing():
     assert {k: stats[k] for k in ACTION_METRICS} == {k: timing[k] for k in ACTION_METRICS}
     assert timing["matrix_flops"] == 2 * 16 * 32 * 16
     assert report.energy is not None and "energy" in report.table()
-    assert simulate_vgm_timing([program], small_chip(16)).energy is None
+    assert simulate_vgm_timing([program], small_chip(16, **UNPRICED)).energy is None
 
 
 def test_not_modelled_and_warning():
-    hw = small_chip(16)
+    hw = small_chip(16, **UNPRICED)
     expr = builders.matmul(6, 8, 10)
     plan = ExecutionPlan({"m": 2, "n": 2}, ({}, {}, {}))
     report = simulate_timing([one_op_program(expr, plan, hw)], hw)
@@ -200,7 +203,7 @@ def test_not_modelled_and_warning():
     assert not [e for e in timing_trace(report) if e["ph"] == "C"]
 
     # static power of 100 W per core on a chip rated 10 W: warned
-    hot = small_chip(16, static_w_per_core=100.0, board_power_w=10.0)
+    hot = small_chip(16, **{**UNPRICED, "static_w_per_core": 100.0, "board_power_w": 10.0})
     report = simulate_timing([one_op_program(expr, plan, hot)], hot)
     assert report.energy.over_board_power
     assert "warning   average power 1600.0 W exceeds" in report.table()
