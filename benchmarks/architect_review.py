@@ -17,6 +17,7 @@ assumed per-action energies, the GPU rows from peak rates (their bound, ``roofli
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import shutil
 from typing import Any
@@ -42,10 +43,28 @@ def system(row: dict[str, Any]) -> str:
     return f"{chips}-chip IPU, {row['hbm_bandwidth'] / 1e12:g} TB/s HBM"
 
 
+def _ratio(gpu: float, icca: float, better: str, worse: str) -> str:
+    """``2.51x faster`` when the ICCA design's value is the smaller, else ``1.27x slower``."""
+    return f"{gpu / icca:.2f}x {better}" if icca <= gpu else f"{icca / gpu:.2f}x {worse}"
+
+
+def r_is_token(row: dict[str, Any]) -> bool:
+    """Whether the row's workload counts tokens (an LLM) rather than samples."""
+    return "context" in row or "seq_len" in row
+
+
+def heading(instance: str) -> str:
+    """``llama2-13b (batch 32, context 2048)`` from a workload instance's JSON key."""
+    args = json.loads(instance)
+    name = args.pop("workload")
+    return f"{name} ({', '.join(f'{k} {v}' for k, v in args.items())})"
+
+
 def workload_table(rows: list[dict[str, Any]]) -> list[str]:
     """One workload instance's table, fastest first, and its comparison line."""
     ok = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r["time_per_token_s"])
-    lines = ["| system | design | ms per token | mJ per token | average W | board W | bound | "
+    per = "token" if ok and r_is_token(ok[0]) else "sample"
+    lines = [f"| system | design | ms per {per} | mJ per {per} | average W | board W | bound | "
              "Pareto (energy) |", "|---|---|---:|---:|---:|---:|---|---|"]
     for r in ok:
         energy = r.get("energy_per_token_j")
@@ -64,12 +83,13 @@ def workload_table(rows: list[dict[str, Any]]) -> list[str]:
     gpus = [r for r in ok if r.get("design") == GPU_DESIGN]
     if icca and gpus:
         a, g = icca[0], gpus[0]
-        lines += ["", f"Fastest ICCA design ({system(a)}, {a['design']}) against the fastest "
-                  f"GPU estimate ({g['hardware']}): {g['time_per_token_s'] / a['time_per_token_s']:.2f}x "
-                  "faster per token"
-                  + (f", {g['energy_per_token_j'] / a['energy_per_token_j']:.2f}x less energy "
-                     "per token" if a.get("energy_per_token_j") and g.get("energy_per_token_j")
-                     else "") + "."]
+        lines += ["", f"The fastest ICCA design ({system(a)}, {a['design']}) against the "
+                  f"fastest GPU estimate ({g['hardware']}): "
+                  + _ratio(g["time_per_token_s"], a["time_per_token_s"], "faster", "slower")
+                  + (", " + _ratio(g["energy_per_token_j"], a["energy_per_token_j"],
+                                   "less energy", "more energy")
+                     if a.get("energy_per_token_j") and g.get("energy_per_token_j") else "")
+                  + f" per {'token' if r_is_token(a) else 'sample'}."]
     return lines
 
 
@@ -92,7 +112,7 @@ def main() -> None:
         "page), never measurements. **yes** marks the Pareto front of time against energy per "
         "token within a workload.", ""]
     for instance, here in by_workload.items():
-        lines += [f"## {instance}", "", *workload_table(here), ""]
+        lines += [f"## {heading(instance)}", "", *workload_table(here), ""]
     lines += ["Plots: time per token against energy per token "
               "([architect_review_pareto_energy.png](architect_review_pareto_energy.png)) and "
               "against the system's on-chip SRAM (GPU: its L2) "

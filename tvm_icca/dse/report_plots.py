@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from runtime_sim.contract.units import byte_unit, si_unit, time_unit
 from runtime_sim.timing.floors import FLOOR_KEYS, bound_name
 from tvm_icca.dse.columns import is_number
+from tvm_icca.dse.gpu_points import GPU_DESIGN
 
 __all__ = ["axis_plot", "pareto_plot", "input_unit", "MAX_PANELS"]
 
@@ -336,6 +337,8 @@ def point_label(row: dict[str, Any], names: Sequence[str], units: dict[str, tupl
     parts = []
     for name in names:
         value = row.get(name)
+        if value is None:  # not an input of this point (a GPU has no ICCA chip fields)
+            continue
         if is_number(value):
             parts.append(f"{name} {_value_text(name, value, units.get(name))}")
         else:
@@ -378,10 +381,19 @@ def pareto_plot(rows: Sequence[dict[str, Any]], objective: str, front_column: st
                    label="Pareto-optimal")
         names = _distinguishing(here, [n for n in inputs if n not in instance])
         units = {n: input_unit(n, [r.get(n) for r in here]) for n in names}
-        for k, (x, y, r) in enumerate(points):  # above and below in turn: neighbours apart
-            ax.annotate(point_label(r, names, units) or str(r.get("design", "")), (x, y),
-                        xytext=(7, 5 if k % 2 == 0 else -11), textcoords="offset points",
-                        fontsize=7)
+        # the GPUs a design must beat are named wherever they fall, front or not
+        gpus = [(x, y, r) for x, y, r, f in zip(xs, ys, here, front)
+                if r.get("design") == GPU_DESIGN and not f]
+        if gpus:
+            ax.scatter([g[0] for g in gpus], [g[1] for g in gpus], marker="D", s=30,
+                       color="tab:blue", zorder=3, label="GPU estimate")
+        middle = (min(xs) + max(xs)) / 2
+        for k, (x, y, r) in enumerate(points + gpus):  # above and below in turn
+            text = (str(r.get("hardware")) if r.get("design") == GPU_DESIGN
+                    else point_label(r, names, units) or str(r.get("design", "")))
+            left = x > middle  # labels of the right half run leftwards, inside the axes
+            ax.annotate(text, (x, y), xytext=(-7 if left else 7, 5 if k % 2 == 0 else -11),
+                        textcoords="offset points", fontsize=7, ha="right" if left else "left")
         ax.set_xlabel(f"time per {per} ({xunit[0]})")
         ax.set_ylabel(_objective_label(objective, yunit, per))
         _unit_axis(ax, "x", xs)
