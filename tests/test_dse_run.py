@@ -44,6 +44,8 @@ sram_bytes_per_core = 65536
 hbm_controllers = 2
 hbm_bandwidth = 1e11
 matrix_pj_per_flop = 0.5
+matrix_pj_per_flop_by_dtype = {}
+static_w_per_core = 0.0
 static_w_per_chip = 20.0
 [grid]
 hbm_bandwidth = [1e10, 1e11]

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from runtime_sim.contract.plan import ExecutionPlan
+from runtime_sim.contract.preset_energies import ENERGY_FIELDS
 from runtime_sim.contract.presets import preset, small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.timing import simulate_timing
@@ -167,5 +168,8 @@ def test_power_track_integrates_to_the_energy() -> None:
     ends = [t for t, _ in points[1:]] + [report.total_s]
     assert sum(w * (end - t) for (t, w), end in zip(points, ends)) == pytest.approx(report.energy.energy_j)
     assert all(w >= 16 * 0.05 + 1.0 for _, w in points)
-    plain = simulate_timing([producer_consumer_program(small_chip(16), 1)], small_chip(16))
+    # small_chip has the IPU's energies: every energy field 0 is a chip without them
+    unpriced = small_chip(16, **{**{name: 0.0 for name in ENERGY_FIELDS},
+                                 "matrix_pj_per_flop_by_dtype": {}})
+    plain = simulate_timing([producer_consumer_program(small_chip(16), 1)], unpriced)
     assert not [e for e in timing_trace(plain) if e["ph"] == "C"]

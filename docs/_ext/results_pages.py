@@ -37,6 +37,7 @@ TITLES = {
     "elk_overlap": "Elk Fig. 18a's overlap: what our Basic overlaps, and why",
     "t10_share_ablation": "T10's transfer share against the matrix unit's efficiency",
     "figures": "The pictures of the README's tour",
+    "gpu_reference": "IPU Mk2 + T10 against the A100, H100 and B200 roofline estimate (T10 §6.6-6.7)",
     "fused_attention": "Fused attention: one prefill attention, three forms of its mask",
     "llm_audit": "LLM decode on multi-chip systems",
     "long_context": "Long context: split operators streamed from HBM",
