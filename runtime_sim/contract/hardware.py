@@ -320,35 +320,23 @@ class HardwareSpec:
             raise bad("dtypes", f"must be a non-empty subset of {SUPPORTED_DTYPES}")
         put("dtypes", tuple(dict.fromkeys(dtypes)))
 
-        low, high, _ = FLOAT_FIELDS["matrix_flops_per_cycle"]
-        rates = as_pairs(self.matrix_flops_per_cycle_by_dtype)
-        if rates is None or any(d not in SUPPORTED_DTYPES for d, _ in rates):
-            raise bad("matrix_flops_per_cycle_by_dtype", "must map dtypes of "
-                      f"{SUPPORTED_DTYPES} to FLOP per cycle per core")
-        checked = {}
-        for dtype, rate in rates:
-            value = as_float(rate)
-            if value is None or not low <= value <= high:
-                raise bad("matrix_flops_per_cycle_by_dtype", f"gives {dtype} {rate!r}; a rate is "
-                          f"a finite number in [{low:g}, {high:g}] (FLOP per cycle per core)")
-            checked[dtype] = value
-        put("matrix_flops_per_cycle_by_dtype",
-            tuple((d, checked[d]) for d in SUPPORTED_DTYPES if d in checked))
-
-        low, high, _ = FLOAT_FIELDS["matrix_pj_per_flop"]
-        energies = as_pairs(self.matrix_pj_per_flop_by_dtype)
-        if energies is None or any(d not in SUPPORTED_DTYPES for d, _ in energies):
-            raise bad("matrix_pj_per_flop_by_dtype", "must map dtypes of "
-                      f"{SUPPORTED_DTYPES} to picojoules per FLOP")
-        checked = {}
-        for dtype, pj in energies:
-            value = as_float(pj)
-            if value is None or not (value == 0.0 or low <= value <= high):
-                raise bad("matrix_pj_per_flop_by_dtype", f"gives {dtype} {pj!r}; an energy is "
-                          f"0 or a finite number in [{low:g}, {high:g}] (picojoules per FLOP)")
-            checked[dtype] = value
-        put("matrix_pj_per_flop_by_dtype",
-            tuple((d, checked[d]) for d in SUPPORTED_DTYPES if d in checked))
+        # per-dtype maps: a rate (never 0) and an energy (0: not modelled), checked alike
+        for name, base, zero_ok, what in (
+                ("matrix_flops_per_cycle_by_dtype", "matrix_flops_per_cycle", False,
+                 "FLOP per cycle per core"),
+                ("matrix_pj_per_flop_by_dtype", "matrix_pj_per_flop", True, "picojoules per FLOP")):
+            low, high, _ = FLOAT_FIELDS[base]
+            pairs = as_pairs(getattr(self, name))
+            if pairs is None or any(d not in SUPPORTED_DTYPES for d, _ in pairs):
+                raise bad(name, f"must map dtypes of {SUPPORTED_DTYPES} to {what}")
+            checked = {}
+            for dtype, given in pairs:
+                value = as_float(given)
+                if value is None or not ((zero_ok and value == 0.0) or low <= value <= high):
+                    raise bad(name, f"gives {dtype} {given!r}; a value is {'0 or ' if zero_ok else ''}"
+                              f"a finite number in [{low:g}, {high:g}] ({what})")
+                checked[dtype] = value
+            put(name, tuple((d, checked[d]) for d in SUPPORTED_DTYPES if d in checked))
 
         marks = as_pairs(self.assumed)
         markable = [f.name for f in dataclasses.fields(self) if f.name not in _UNMARKED_FIELDS]
