@@ -19,7 +19,7 @@ _HEADER = ("preset", "chips", "cores", "SRAM per core", "clock", "peak matrix co
 _ENERGY_HEADER = ("preset", "matrix pJ/FLOP", "vector pJ/FLOP", "SRAM read / write pJ/B",
                   "on-chip link pJ/B", "chip-to-chip pJ/B", "HBM / DRAM pJ/B", "host pJ/B",
                   "static W per core / per chip", "board power per chip",
-                  "assumed energies (marked *)")
+                  "assumed energies (marked \\*)")
 
 
 def _si(value: float, unit: str) -> str:
