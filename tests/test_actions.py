@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import tvm_icca
+from runtime_sim import run_stats
 from runtime_sim.contract.energy import ActionCounts, run_energy
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan, VgmPlan
 from runtime_sim.contract.preset_energies import ENERGY_FIELDS
 from runtime_sim.contract.presets import small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
+from runtime_sim.functional.device import SimulatedDevice
 from runtime_sim.timing import simulate_timing
 from runtime_sim.timing.trace import timing_trace
 from runtime_sim.timing.vgm_timing import simulate_vgm_timing
 from schedules.actions import ACTION_METRICS, chunk_bytes, op_actions
 from tvm_icca.testing import exprs as builders
-from tvm_icca.testing.device_runs import programs_on_fresh_device
 from tvm_icca.testing.timing_programs import one_op_program
 
 #: per-action energies of the hand computation (pJ; W), all different so that a count in the
@@ -38,8 +40,15 @@ PJ = 1e-12
 
 
 def _run(programs) -> tuple[dict, object]:
-    """The functional device's counters beside the timing report of the same run."""
-    return programs_on_fresh_device(programs)
+    """The programs on a fresh functional device (random data), its counters beside the
+    timing report of the same run."""
+    dev = SimulatedDevice()
+    rng = np.random.default_rng(0)
+    for program in programs:
+        dev.run(program, [rng.standard_normal(d.shape).astype(d.dtype)
+                          if np.dtype(d.dtype).kind == "f" else np.zeros(d.shape, d.dtype)
+                          for d in program.inputs])
+    return run_stats.last_run_stats(device=dev), run_stats.last_run_timing(dev)
 
 
 def test_matmul_by_hand():

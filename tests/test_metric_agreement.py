@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 import tvm_icca
+from runtime_sim import run_stats
 from runtime_sim.contract.presets import preset, small_chip
+from runtime_sim.functional.device import SimulatedDevice
 from tvm_icca.cli.demo_command import demo_model_path
 from tvm_icca.drivers.device_programs import compile_programs
-from tvm_icca.testing.device_runs import assert_metrics_agree, programs_on_fresh_device
+from tvm_icca.testing.device_runs import assert_metrics_agree
 from tvm_icca.model_pass.plan_cache import PlanCache
 from tvm_icca.workloads import get_workload, list_workloads
 
@@ -38,9 +41,17 @@ def _tiny(name: str):
     return get_workload(name, tiny=True, batch=1, **({"context": 8} if name in LLMS else {}))
 
 
-def _run(programs) -> tuple[dict, object]:
-    """The functional device's counters beside the timing report of the same run."""
-    return programs_on_fresh_device(programs)
+def _run(programs) -> tuple[dict[str, Any], Any]:
+    """Run ``programs`` (one model invocation) on a fresh functional device on random data;
+    its counters and the timing report of the same programs."""
+    dev = SimulatedDevice()
+    rng = np.random.default_rng(0)
+    for program in programs:
+        # floats at random; integer inputs (gather ids) zero, always a valid row
+        dev.run(program, [rng.standard_normal(d.shape).astype(d.dtype)
+                          if np.dtype(d.dtype).kind == "f" else np.zeros(d.shape, d.dtype)
+                          for d in program.inputs])
+    return run_stats.last_run_stats(device=dev), run_stats.last_run_timing(dev)
 
 
 @pytest.fixture(scope="session")

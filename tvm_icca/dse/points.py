@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tvm_icca.dse.gpu_points import GPU_DESIGN, gpu_document
-from tvm_icca.dse.spec import DseSpec, _jsonable
+from tvm_icca.dse.spec import DseSpec, field_json
 from tvm_icca.hardware_choice import HardwareSpec
 from tvm_icca.plan_search.hw_fields import search_key
 
@@ -99,7 +99,7 @@ class DsePoint:
         # a GPU point has none of the ICCA chip's fields (its model was only partitioned for
         # the base chip): None, so that no table or plot reads an H100 as a 4-chip system
         chip = ({name: None for name in [*spec.fixed, *swept]} if self.gpu else
-                {**spec.fixed, **{name: _jsonable(getattr(self.hw, name)) for name in swept}})
+                {**spec.fixed, **{name: field_json(self.hw, name) for name in swept}})
         return {
             "spec": spec.name,
             "hardware": self.gpu or self.hw.name,

@@ -340,7 +340,7 @@ class _Parser:
             raise
         except IccaError as err:
             raise self.bad("hardware", str(err)) from None
-        return spec, {k: _jsonable(getattr(spec, k)) for k in fields if k != "name"}
+        return spec, {k: field_json(spec, k) for k in fields if k != "name"}
 
     def grid(self, base: HardwareSpec, value: Any) -> dict[str, tuple[Any, ...]]:
         if value is _ABSENT:
@@ -389,7 +389,7 @@ class _Parser:
     def field_value(self, key: str, base: HardwareSpec, name: str, value: Any) -> Any:
         """``value`` as the spec stores it (converted and checked on the base chip)."""
         try:
-            return _jsonable(getattr(base.with_overrides(**{name: value}), name))
+            return field_json(base.with_overrides(**{name: value}), name)
         except IccaError as err:
             raise self.bad(key, f"{value!r} is not a usable value: {err}") from None
 
@@ -485,3 +485,10 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_jsonable(v) for v in value]
     return value
+
+
+def field_json(hw: HardwareSpec, name: str) -> Any:
+    """Field ``name`` of ``hw`` as a results row records it: its :meth:`HardwareSpec.to_dict`
+    form (a per-dtype map as a mapping, as the chip stored beside the results has it), so
+    that a row's column and its chip compare equal."""
+    return _jsonable(hw.to_dict()[name])

@@ -118,24 +118,3 @@ def assert_metrics_agree(programs: Any, stats: dict[str, Any], report: Any, case
                                                        stats["peak_preload_bytes_per_core"] > 0)
     assert report.hw.shift_buffer_bytes < stats["peak_sram_bytes_per_core"] <= \
         report.hw.sram_bytes_per_core
-
-
-def programs_on_fresh_device(programs: Any, seed: int = 0) -> tuple[dict[str, Any], Any]:
-    """Run ``programs`` (one model invocation) on a fresh functional device with random
-    inputs; its counters (``last_run_stats``) and the timing report of the same programs:
-    the two executors' halves of one run, to compare.
-
-    Floats are drawn at random; integer inputs (a gather's ids) are zero, always a valid row.
-    """
-    # pylint: disable=import-outside-toplevel
-    from runtime_sim import run_stats
-    from runtime_sim.functional.device import SimulatedDevice
-
-    dev = SimulatedDevice()
-    rng = np.random.default_rng(seed)
-    for program in programs:
-        dev.run(program, [rng.standard_normal(d.shape).astype(d.dtype)
-                          if np.dtype(d.dtype).kind == "f" else np.zeros(d.shape, d.dtype)
-                          for d in program.inputs])
-    return run_stats.last_run_stats(device=dev), run_stats.last_run_timing(dev)
-
