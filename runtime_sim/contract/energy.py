@@ -29,10 +29,11 @@ printing 0 J.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Mapping
 
-__all__ = ["ActionCounts", "EnergyTable", "RunEnergy", "run_energy", "ENERGY_COMPONENTS"]
+__all__ = ["ActionCounts", "EnergyTable", "RunEnergy", "run_energy", "ENERGY_COMPONENTS",
+           "ENERGY_FIELDS", "ENERGY_PJ_FIELDS", "STATIC_POWER_FIELDS"]
 
 PJ = 1e-12
 
@@ -65,12 +66,10 @@ class EnergyTable:
 
     @property
     def modelled(self) -> bool:
-        """Whether any action or static power has an energy (a chip without one has no model)."""
-        return any(v > 0 for v in (
-            self.matrix_pj_per_flop, self.vector_pj_per_flop, self.sram_read_pj_per_byte,
-            self.sram_write_pj_per_byte, self.link_pj_per_byte, self.inter_chip_pj_per_byte,
-            self.hbm_pj_per_byte, self.host_pj_per_byte, self.static_w_per_core,
-            self.static_w_per_chip)) or any(v > 0 for _, v in self.matrix_pj_per_flop_by_dtype)
+        """Whether any action or static power has an energy (a chip without one has no model;
+        the board power is a bound, not an energy)."""
+        return any(getattr(self, name) > 0 for name in ENERGY_PJ_FIELDS + STATIC_POWER_FIELDS) \
+            or any(v > 0 for _, v in self.matrix_pj_per_flop_by_dtype)
 
     def matrix_pj_for(self, dtype: str | None) -> float:
         """Energy of one matrix-unit FLOP on operands of ``dtype``: its entry of
@@ -112,24 +111,26 @@ class ActionCounts:
         flops: dict[str | None, float] = dict(self.matrix_flops)
         for dtype, f in other.matrix_flops:
             flops[dtype] = flops.get(dtype, 0.0) + f
-        return ActionCounts.of(
-            flops, vector_flops=self.vector_flops + other.vector_flops,
-            sram_read_bytes=self.sram_read_bytes + other.sram_read_bytes,
-            sram_write_bytes=self.sram_write_bytes + other.sram_write_bytes,
-            link_byte_hops=self.link_byte_hops + other.link_byte_hops,
-            inter_chip_bytes=self.inter_chip_bytes + other.inter_chip_bytes,
-            hbm_bytes=self.hbm_bytes + other.hbm_bytes,
-            host_bytes=self.host_bytes + other.host_bytes)
+        return ActionCounts.of(flops, **{name: getattr(self, name) + getattr(other, name)
+                                         for name in _COUNT_FIELDS})
 
     @property
     def total_matrix_flops(self) -> float:
         return sum(f for _, f in self.matrix_flops)
 
     def to_dict(self) -> dict[str, float]:
-        return {"matrix_flops": self.total_matrix_flops, "vector_flops": self.vector_flops,
-                "sram_read_bytes": self.sram_read_bytes, "sram_write_bytes": self.sram_write_bytes,
-                "link_byte_hops": self.link_byte_hops, "inter_chip_bytes": self.inter_chip_bytes,
-                "hbm_bytes": self.hbm_bytes, "host_bytes": self.host_bytes}
+        return {"matrix_flops": self.total_matrix_flops,
+                **{name: getattr(self, name) for name in _COUNT_FIELDS}}
+
+
+#: The counts besides the matrix FLOPs (which are per dtype), in declaration order.
+_COUNT_FIELDS = tuple(f.name for f in fields(ActionCounts) if f.name != "matrix_flops")
+#: Every energy field of a chip (:class:`~runtime_sim.contract.hardware.HardwareSpec` has
+#: each under the same name), in declaration order: the documentation's table follows it.
+ENERGY_FIELDS = tuple(f.name for f in fields(EnergyTable))
+#: The picojoule-per-action fields (the per-dtype map aside) and the static power fields.
+ENERGY_PJ_FIELDS = tuple(n for n in ENERGY_FIELDS if "_pj_per_" in n and not n.endswith("_by_dtype"))
+STATIC_POWER_FIELDS = ("static_w_per_core", "static_w_per_chip")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from runtime_sim.contract.errors import InvalidHardwareSpecError
 
 
 def as_pairs(value: Any) -> list[tuple[Any, Any]] | None:
@@ -71,3 +73,28 @@ def as_float(value: Any) -> float | None:
     except (OverflowError, ValueError, TypeError):
         return None
     return f if math.isfinite(f) else None
+
+
+def field_error(kind: str, spec_name: Any, field: str, value: Any, why: str
+                ) -> InvalidHardwareSpecError:
+    """The one-paragraph error of an impossible field of a ``kind`` (``HardwareSpec``,
+    ``GpuSpec``) named ``spec_name``: the field, its value (cut to 40 characters: a huge list
+    must not flood the message) and why it is impossible."""
+    # repr: a name with a newline must not break the one-paragraph message
+    name = repr(spec_name[:40]) if isinstance(spec_name, str) else "'?'"
+    shown = repr(value)
+    if len(shown) > 40:
+        shown = shown[:30] + "..." + shown[-6:]
+    return InvalidHardwareSpecError(f"invalid {kind} {name}: {field}={shown} {why}")
+
+
+def assumed_marks(value: Any, markable: Sequence[str]) -> tuple[tuple[str, str], ...] | None:
+    """The ``assumed`` marks of a spec (field -> why its value is assumed) in ``markable``'s
+    order, each reason stripped; None unless every mark names a field of ``markable`` with a
+    non-empty reason."""
+    marks = as_pairs(value)
+    if marks is None or any(name not in markable or not isinstance(why, str) or not why.strip()
+                            for name, why in marks):
+        return None
+    marked = dict(marks)
+    return tuple((name, marked[name].strip()) for name in markable if name in marked)

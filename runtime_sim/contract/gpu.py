@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 from runtime_sim.contract.energy import EnergyTable
 from runtime_sim.contract.errors import InvalidHardwareSpecError
-from runtime_sim.contract.field_values import as_float, as_int, as_pairs
+from runtime_sim.contract.field_values import as_float, as_int, assumed_marks, field_error
+from runtime_sim.contract.hardware import override_fields
 
 __all__ = ["GPU_PRESET_NAMES", "GpuSpec", "gpu_preset", "is_gpu_preset"]
 
@@ -37,6 +38,11 @@ _UNMARKED = ("name", "notes", "assumed")
 _EFFICIENCIES = ("tensor_efficiency", "fp32_efficiency", "hbm_efficiency")
 #: Energies and powers: 0 (not modelled) or positive.
 _ENERGIES = ("tensor_pj_per_flop", "fp32_pj_per_flop", "hbm_pj_per_byte", "static_w")
+
+
+def _on_tensor_cores(unit: str, dtype: str | None) -> bool:
+    """Whether an operator runs on the tensor cores: a matrix operator on 16-bit operands."""
+    return unit == "matrix" and dtype in ("float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -110,13 +116,8 @@ class GpuSpec:
     def validate(self) -> None:
         """Convert every field to its type and check it, or raise
         :class:`~runtime_sim.contract.errors.InvalidHardwareSpecError` naming the first bad one."""
-        shown_name = repr(self.name[:40]) if isinstance(self.name, str) else "'?'"
-
         def bad(name: str, why: str) -> InvalidHardwareSpecError:
-            shown = repr(getattr(self, name))
-            if len(shown) > 40:
-                shown = shown[:30] + "..." + shown[-6:]
-            return InvalidHardwareSpecError(f"invalid GpuSpec {shown_name}: {name}={shown} {why}")
+            return field_error("GpuSpec", self.name, name, getattr(self, name), why)
 
         def put(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
@@ -144,13 +145,12 @@ class GpuSpec:
             elif value <= 0.0:
                 raise bad(f.name, "must be positive")
             put(f.name, value)
-        marks = as_pairs(self.assumed)
         markable = [f.name for f in dataclasses.fields(self) if f.name not in _UNMARKED]
-        if marks is None or any(n not in markable or not isinstance(why, str) or not why.strip()
-                                for n, why in marks):
+        marks = assumed_marks(self.assumed, markable)
+        if marks is None:
             raise bad("assumed", f"must map fields ({', '.join(markable)}) to why their value "
                       "is assumed (a non-empty string)")
-        put("assumed", tuple((n, why.strip()) for n, why in marks))
+        put("assumed", marks)
 
     # -- derived ------------------------------------------------------------------------
     def peak_flops(self, unit: str, dtype: str | None) -> float:
@@ -158,15 +158,11 @@ class GpuSpec:
         operator on 16-bit operands (``float16``/``bfloat16``), the FP32 CUDA cores
         otherwise (vector work, and float32 products: TF32 is opt-in and changes the
         numerics, so an FP32 model is not assumed to use it)."""
-        if unit == "matrix" and dtype in ("float16", "bfloat16"):
-            return self.tensor_flops
-        return self.fp32_flops
+        return self.tensor_flops if _on_tensor_cores(unit, dtype) else self.fp32_flops
 
     def efficiency(self, unit: str, dtype: str | None) -> float:
         """The achievable fraction of :meth:`peak_flops` for the same unit."""
-        if unit == "matrix" and dtype in ("float16", "bfloat16"):
-            return self.tensor_efficiency
-        return self.fp32_efficiency
+        return self.tensor_efficiency if _on_tensor_cores(unit, dtype) else self.fp32_efficiency
 
     def energy_table(self) -> EnergyTable:
         """The GPU's per-action energies for :func:`runtime_sim.contract.energy.run_energy`:
@@ -191,10 +187,7 @@ class GpuSpec:
         if unknown:
             raise InvalidHardwareSpecError(f"unknown GpuSpec field(s) {', '.join(unknown)}; "
                                            f"fields: {', '.join(data)}")
-        data.update(overrides)
-        if "assumed" not in overrides:
-            data["assumed"] = {n: why for n, why in self.assumed if n not in overrides}
-        return GpuSpec.from_dict(data)
+        return GpuSpec.from_dict(override_fields(data, overrides))
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -22,9 +22,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from runtime_sim.contract.energy import EnergyTable
+from runtime_sim.contract.energy import ENERGY_FIELDS, EnergyTable
 from runtime_sim.contract.errors import InvalidHardwareSpecError, UnsupportedDtypeError
-from runtime_sim.contract.field_values import as_float, as_int, as_pairs
+from runtime_sim.contract.field_values import as_float, as_int, as_pairs, assumed_marks, field_error
 from runtime_sim.contract.hardware_limits import (
     FLOAT_FIELDS,
     INT_FIELDS,
@@ -268,16 +268,9 @@ class HardwareSpec:
         every size is bounded (:mod:`runtime_sim.contract.hardware_limits`) so that an absurd value fails here rather
         than when the simulator allocates per-core arrays.
         """
-        # repr: a name with a newline must not break the one-paragraph message
-        spec_name = repr(self.name[:40]) if isinstance(self.name, str) else "'?'"
-
         def bad(field_name: str, why: str, value: Any = _MISSING) -> InvalidHardwareSpecError:
-            shown = repr(getattr(self, field_name) if value is _MISSING else value)
-            if len(shown) > 40:
-                shown = shown[:30] + "..." + shown[-6:]
-            return InvalidHardwareSpecError(
-                f"invalid HardwareSpec {spec_name}: {field_name}={shown} {why}"
-            )
+            return field_error("HardwareSpec", self.name, field_name,
+                               getattr(self, field_name) if value is _MISSING else value, why)
 
         def put(field_name: str, value: Any) -> None:
             object.__setattr__(self, field_name, value)
@@ -338,14 +331,12 @@ class HardwareSpec:
                 checked[dtype] = value
             put(name, tuple((d, checked[d]) for d in SUPPORTED_DTYPES if d in checked))
 
-        marks = as_pairs(self.assumed)
         markable = [f.name for f in dataclasses.fields(self) if f.name not in _UNMARKED_FIELDS]
-        if marks is None or any(name not in markable or not isinstance(why, str) or not why.strip()
-                                for name, why in marks):
+        marks = assumed_marks(self.assumed, markable)
+        if marks is None:
             raise bad("assumed", f"must map fields ({', '.join(markable)}) to why their value "
                       "is assumed (a non-empty string)")
-        marked = dict(marks)
-        put("assumed", tuple((name, marked[name].strip()) for name in markable if name in marked))
+        put("assumed", marks)
 
         if self.shift_buffer_bytes >= self.sram_bytes_per_core:
             raise bad("shift_buffer_bytes", "leaves no SRAM for tensors")
@@ -452,7 +443,7 @@ class HardwareSpec:
     def energy_table(self) -> EnergyTable:
         """The per-action energies of this system (:mod:`runtime_sim.contract.energy`): the one
         view of the energy fields the executors' reports price their actions with."""
-        return EnergyTable(**{f.name: getattr(self, f.name) for f in dataclasses.fields(EnergyTable)})
+        return EnergyTable(**{name: getattr(self, name) for name in ENERGY_FIELDS})
 
     @property
     def assumed_fields(self) -> dict[str, str]:

@@ -7,6 +7,8 @@ controller on a mesh). Each bound is far above any real chip and reasoned beside
 
 from __future__ import annotations
 
+from runtime_sim.contract.energy import ENERGY_PJ_FIELDS
+
 #: 2**20 cores: above the largest many-core systems, Cerebras WSE-3 (900,000 cores on one
 #: wafer) and a Graphcore IPU-POD256 (256 x 1,472 = 376,832 tiles).
 MAX_CORES = 2**20
@@ -26,10 +28,6 @@ MAX_BANDWIDTH = 1e18
 #: 1 PiB of HBM per chip: NVIDIA's B300 carries 288 GB in 8 stacks; 3,500x that is not a
 #: memory attached to one chip.
 MAX_HBM_BYTES_PER_CHIP = 2**50
-#: The per-action energy fields (picojoules per FLOP or per byte), :mod:`runtime_sim.contract.energy`.
-ENERGY_PJ_FIELDS = ("matrix_pj_per_flop", "vector_pj_per_flop", "sram_read_pj_per_byte",
-                    "sram_write_pj_per_byte", "link_pj_per_byte", "inter_chip_pj_per_byte",
-                    "hbm_pj_per_byte", "host_pj_per_byte")
 #: 1e6 pJ (1 uJ) per action: 1,000x a 64-bit DRAM access (Horowitz, ISSCC 2014).
 MAX_PJ = 1e6
 #: 1 MW: beyond any chip's board (a Cerebras CS-3 system draws 23 kW).

@@ -23,15 +23,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from runtime_sim.contract.energy import ENERGY_FIELDS
+
 __all__ = ["stillmaker_energy_factor", "sram_read_pj_per_byte_45nm", "ipu_energies",
            "tenstorrent_energies", "ENERGY_FIELDS"]
-
-#: Every energy field of :class:`~runtime_sim.contract.hardware.HardwareSpec`, in the order of
-#: the documentation's table.
-ENERGY_FIELDS = ("matrix_pj_per_flop", "matrix_pj_per_flop_by_dtype", "vector_pj_per_flop",
-                 "sram_read_pj_per_byte", "sram_write_pj_per_byte", "link_pj_per_byte",
-                 "inter_chip_pj_per_byte", "hbm_pj_per_byte", "host_pj_per_byte",
-                 "static_w_per_core", "static_w_per_chip", "board_power_w")
 
 # -- Horowitz, ISSCC 2014 (45 nm) -----------------------------------------------------------
 _FP16_ADD_PJ, _FP16_MUL_PJ = 0.4, 1.1
