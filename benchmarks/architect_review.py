@@ -25,6 +25,7 @@ from typing import Any
 from tvm_icca.dse import read_chips, read_rows, run, write_report
 from tvm_icca.dse.columns import derived_rows
 from tvm_icca.dse.gpu_points import GPU_DESIGN
+from tvm_icca.dse.report_plots import per_item
 from result_files import command_line, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -39,18 +40,12 @@ def system(row: dict[str, Any]) -> str:
     """The row's system in words: a GPU's name, or the chip with what the study changed."""
     if row.get("design") == GPU_DESIGN:
         return f"{row['hardware']} (GPU estimate)"
-    chips = row.get("num_chips", 4)
-    return f"{chips}-chip IPU, {row['hbm_bandwidth'] / 1e12:g} TB/s HBM"
+    return f"{row['num_chips']}-chip IPU, {row['hbm_bandwidth'] / 1e12:g} TB/s HBM"
 
 
 def _ratio(gpu: float, icca: float, better: str, worse: str) -> str:
     """``2.51x faster`` when the ICCA design's value is the smaller, else ``1.27x slower``."""
     return f"{gpu / icca:.2f}x {better}" if icca <= gpu else f"{icca / gpu:.2f}x {worse}"
-
-
-def r_is_token(row: dict[str, Any]) -> bool:
-    """Whether the row's workload counts tokens (an LLM) rather than samples."""
-    return "context" in row or "seq_len" in row
 
 
 def heading(instance: str) -> str:
@@ -63,7 +58,7 @@ def heading(instance: str) -> str:
 def workload_table(rows: list[dict[str, Any]]) -> list[str]:
     """One workload instance's table, fastest first, and its comparison line."""
     ok = sorted((r for r in rows if r.get("status") == "ok"), key=lambda r: r["time_per_token_s"])
-    per = "token" if ok and r_is_token(ok[0]) else "sample"
+    per = per_item(ok)
     lines = [f"| system | design | ms per {per} | mJ per {per} | average W | board W | bound | "
              "Pareto (energy) |", "|---|---|---:|---:|---:|---:|---|---|"]
     for r in ok:
@@ -89,7 +84,7 @@ def workload_table(rows: list[dict[str, Any]]) -> list[str]:
                   + (", " + _ratio(g["energy_per_token_j"], a["energy_per_token_j"],
                                    "less energy", "more energy")
                      if a.get("energy_per_token_j") and g.get("energy_per_token_j") else "")
-                  + f" per {'token' if r_is_token(a) else 'sample'}."]
+                  + f" per {per}."]
     return lines
 
 

@@ -29,7 +29,7 @@ from runtime_sim.timing.floors import FLOOR_KEYS, bound_name
 from tvm_icca.dse.columns import is_number
 from tvm_icca.dse.gpu_points import GPU_DESIGN
 
-__all__ = ["axis_plot", "pareto_plot", "input_unit", "MAX_PANELS"]
+__all__ = ["axis_plot", "pareto_plot", "input_unit", "per_item", "MAX_PANELS"]
 
 #: Most panels of one figure; the rest are named in the figure's title (the table has all).
 MAX_PANELS = 24
@@ -76,7 +76,7 @@ def _value_text(name: str, value: Any, unit: tuple[str, float] | None = None) ->
     return f"{text} {unit[0]}" if unit[0] else text
 
 
-def _per(rows: Sequence[dict[str, Any]]) -> str:
+def per_item(rows: Sequence[dict[str, Any]]) -> str:
     """``token`` for LLMs, ``sample`` for the other zoo models, ``run`` without tokens."""
     # pylint: disable=import-outside-toplevel
     from tvm_icca.workloads import workload_info
@@ -200,7 +200,7 @@ def axis_plot(rows: Sequence[dict[str, Any]], axis: str, others: Sequence[str],
                     transform=ax.transAxes)
             ax.set_axis_off()
             continue
-        per = _per(ok)
+        per = per_item(ok)
         times = [t for t in (_time(r, per) for r in ok) if t is not None]
         unit = time_unit(max(times))
         if numeric:
@@ -364,7 +364,7 @@ def pareto_plot(rows: Sequence[dict[str, Any]], objective: str, front_column: st
         here = groups[key]
         instance = json.loads(key)
         ax.set_title(_title(instance), fontsize=9)
-        per = _per(here)
+        per = per_item(here)
         xunit = time_unit(max(float(r["time_per_token_s"]) for r in here))
         yunit = _objective_unit(objective, [float(r[objective]) for r in here])
         xs = [float(r["time_per_token_s"]) / xunit[1] for r in here]  # drawn in the axis' unit
