@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 from typing import Any
 
@@ -231,7 +232,8 @@ def _run(args: argparse.Namespace) -> int:
     design = compiled.preload.design if compiled.preload is not None else None
     print("  " + describe_setting(hw.name, design, compiled.state))
     if hw.assumed:
-        print("  " + assumed_line(hw))
+        for line in assumed_lines(hw):
+            print("  " + line)
     print(f"  {_count(summary['regions'], 'region call')} ({summary['distinct_regions']} "
           f"distinct), {_count(summary['device_ops'], 'device op')}; Relax ops: "
           f"{summary['offloaded_relax_ops']} offloaded, {summary['host_relax_ops']} on the host")
@@ -307,10 +309,15 @@ def _warn_power(report: Any) -> None:
         print(f"warning: {energy.warning()}", file=sys.stderr)
 
 
-def assumed_line(hw: Any) -> str:
-    """``assumed (not sourced): sync_cycles (why), ...``: the fields of ``hw`` no cited
-    document gives (:attr:`~runtime_sim.contract.hardware.HardwareSpec.assumed`)."""
-    return "assumed (not sourced): " + "; ".join(f"{name} ({why})" for name, why in hw.assumed)
+def assumed_lines(hw: Any, width: int = 100) -> list[str]:
+    """``assumed (not sourced): sync_cycles, ...``: the names of the fields of ``hw`` no cited
+    document gives (:attr:`~runtime_sim.contract.hardware.HardwareSpec.assumed`), wrapped to
+    ``width``; their reasons are in ``--json``'s ``assumed_fields`` and the docs' hardware
+    presets table (a preset with energies assumes a dozen fields: their reasons on one line
+    ran to 2,000 characters)."""
+    names = ", ".join(name for name, _ in hw.assumed)
+    text = f"assumed (not sourced): {names} (the reasons: --json's assumed_fields)"
+    return textwrap.wrap(text, width, break_on_hyphens=False, subsequent_indent="    ")
 
 
 def _json_default(value: Any) -> Any:
