@@ -39,7 +39,8 @@ test: $(DOCS_STAMP)
 #   test_stopping_signals_*), a killed sweep resumed (test_dse_run; fast: the resumes of
 #   test_rerun_*, test_resume_*), the Ray backend (fast: test_ray_addresses_*), get_started in an
 #   empty folder (fast: its block parse; `make docs` and the tutorials run the same API), the
-#   tutorials 06 and 07 (fast: the other five; test_partition, test_hardware, test_dse_run)
+#   tutorials 05, 06 and 07 (fast: the other four; test_tuning_session, test_records_*,
+#   test_partition, test_hardware, test_dse_run)
 test-full: $(DOCS_STAMP)
 	$(PYTEST) -q -n auto --dist loadgroup --no-loadscope-reorder --durations=10 -m "full_size or long_run" tests
 

@@ -10,7 +10,7 @@ marked ``slow`` are handed out first. Tests marked ``full_size`` compile a full-
 (minutes each on one core): ``make test`` leaves them out, ``make test-full`` runs them, and CI
 (``.ci/run``) runs both. So with tests marked ``long_run``: end-to-end runs whose point is a long
 real run (signals at random moments in a sweep, a killed sweep resuming, the Ray backend,
-docs/get_started.rst in an empty folder, the biggest tutorials); each capability keeps a fast
+docs/get_started.rst in an empty folder, the three biggest tutorials); each capability keeps a fast
 test in ``make test`` (the Makefile lists them).
 """
 
