@@ -8,7 +8,10 @@ whose tests share an expensive module- or session-scoped fixture marks itself
 ``pytest.mark.xdist_group(<module>)``, so that one worker builds the fixture once; the tests
 marked ``slow`` are handed out first. Tests marked ``full_size`` compile a full-size zoo model
 (minutes each on one core): ``make test`` leaves them out, ``make test-full`` runs them, and CI
-(``.ci/run``) runs both.
+(``.ci/run``) runs both. So with tests marked ``long_run``: end-to-end runs whose point is a long
+real run (signals at random moments in a sweep, a killed sweep resuming, the Ray backend,
+docs/get_started.rst in an empty folder, the three biggest tutorials); each capability keeps a fast
+test in ``make test`` (the Makefile lists them).
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "slow: takes 10 s or more on one core; runs first (see pytest_collection_modifyitems)")
     config.addinivalue_line(
         "markers", "full_size: compiles a full-size zoo model (minutes); `make test-full` runs these, "
+        "`make test` does not, CI runs both")
+    config.addinivalue_line(
+        "markers", "long_run: an end-to-end test whose point is a long real run (a sweep signalled "
+        "or killed, Ray, get_started, the biggest tutorials); `make test-full` runs these, "
         "`make test` does not, CI runs both")
 
 

@@ -142,6 +142,7 @@ def test_sweep_rows(reference):
     assert again.pending == [] and not again.counts and len(read_rows(done.results)) == 6
 
 
+@pytest.mark.long_run  # a command line killed mid-sweep, then resumed: `make test-full`
 def test_killed_sweep_resumes_with_one_row_per_point(reference, tmp_path):
     """Killed after its first row, then resumed on two workers: one row per point, none
     computed twice, and the same rows as one worker's uninterrupted sweep (the local pool's
@@ -195,6 +196,7 @@ def test_dry_run_and_limit(tmp_path, capsys, monkeypatch):
     assert out.count("  done  ") == 1 and out.count("  todo  ") == 5
 
 
+@pytest.mark.long_run  # a Ray instance and its workers started cold: `make test-full`
 def test_ray_gives_the_same_rows(reference, tmp_path, monkeypatch):
     """``ray="local"`` starts a Ray instance of its own whatever the machine holds: here
     ``RAY_ADDRESS`` names a dead cluster and Ray's temporary directory holds the record a

@@ -36,6 +36,7 @@ MOMENTS = [("start", signal.SIGINT, "group"), ("workers", signal.SIGTERM, "drive
            ("workers", signal.SIGINT, "group"), ("row", signal.SIGINT, "driver")]
 
 
+@pytest.mark.long_run  # four sweeps started and stopped, then one resumed: `make test-full`
 def test_signals_at_random_moments_stop_cleanly_and_the_sweep_resumes(tmp_path):
     rng = random.Random(43)
     spec_path = _spec(tmp_path)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "get_started.rst"
 
 #: ``.. code-block:: LANG`` then a blank line then the indented body (up to the first line
@@ -34,6 +36,7 @@ def test_block_extraction_sees_every_directive():
     assert set(langs) <= {"python", "shell"}, langs  # a new language needs a runner here
 
 
+@pytest.mark.long_run  # installs nothing, but runs every block in fresh interpreters: `make test-full`
 def test_get_started_runs_as_written_in_an_empty_folder(tmp_path):
     blocks = page_blocks(PAGE.read_text())
     langs = [lang for lang, _ in blocks]

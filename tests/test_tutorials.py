@@ -13,10 +13,17 @@ import sys
 import pytest
 
 TUTORIALS = sorted((pathlib.Path(__file__).parent.parent / "tutorials").glob("*.py"))
+#: the biggest tutorials (10-16 s each in their small configuration): `make test-full` runs
+#: them (CI; `make docs` at full size). What they teach keeps fast tests in `make test`: 05's
+#: tuning session and records (test_tuning_session, test_records_apply, test_records_database),
+#: 06's user pattern (test_partition's user-registered patterns) and chip file (test_hardware's
+#: TOML chips), 07's sweep (test_dse_run, test_dse_spec, test_sweep_report)
+LONG = {"05_tuning", "06_extending", "07_design_space"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.long_run) if p.stem in LONG
+                                  else p for p in TUTORIALS], ids=[p.stem for p in TUTORIALS])
 def test_tutorial_runs(path, tmp_path):
     env = dict(os.environ, TVM_ICCA_TUTORIAL_SIZE="small", MPLBACKEND="Agg")
     result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,

@@ -127,9 +127,12 @@ class OpLayout:
         for a, f in self.F.items():
             if not 1 <= f <= self.extent[a]:
                 raise InvalidPlanError(f"F_op[{a}]={f} must be in [1, {self.extent[a]}]")
-        self.S = {
-            a: max([plan.ft(t, a) for t in range(len(expr.tensors))] + [1]) for a in self.axes
-        }
+        #: f_t of each tensor on each axis (1 where the plan gives none), read once: the ring,
+        #: partition and shift rules below ask for them per tensor and axis many times (the
+        #: plan space's ring check builds a layout per candidate plan)
+        self.ft_table: tuple[dict[str, int], ...] = tuple(
+            {a: plan.ft(t, a) for a in self.axes} for t in range(len(expr.tensors)))
+        self.S = {a: max([ft[a] for ft in self.ft_table] + [1]) for a in self.axes}
         self.xp = {a: padded_extent(self.extent[a], self.F[a], self.S[a]) for a in self.axes}
         self.rp = {a: self.xp[a] // self.S[a] for a in self.axes}
         self.num_cores = int(np.prod([self.F[a] for a in self.axes], dtype=np.int64))
@@ -226,19 +229,36 @@ class OpLayout:
 
     def tensor_axes(self, t: int) -> tuple[str, ...]:
         """Top-level axes that index tensor ``t`` (its sub-tensor is chosen by them)."""
-        return tuple(a for a in self.expr.tensors[t].axes if a in self.extent)
+        return self._per_tensor[t][0]
 
     def temporal_axes(self, t: int) -> tuple[str, ...]:
-        return tuple(a for a in self.axes if self.plan.ft(t, a) > 1)
+        return self._per_tensor[t][1]
 
     def sharing(self, t: int) -> int:
         """P_T: how many cores share one sub-tensor of tensor ``t``."""
-        own = set(self.tensor_axes(t))
-        return int(np.prod([self.F[a] for a in self.axes if a not in own], dtype=np.int64))
+        return self._per_tensor[t][2]
 
     def ring_size(self, t: int) -> int:
         """R_T = prod f_t: partitions per sub-tensor, i.e. cores per rotation ring."""
-        return int(np.prod([self.plan.ft(t, a) for a in self.axes], dtype=np.int64))
+        return self._per_tensor[t][3]
+
+    @cached_property
+    def _per_tensor(self) -> tuple[tuple[tuple[str, ...], tuple[str, ...], int, int], ...]:
+        """(own axes, temporal axes, P_T, R_T) of each tensor, computed once per layout (they
+        are asked for per core group, ring and shift; the layout does not change)."""
+        out = []
+        for t, access in enumerate(self.expr.tensors):
+            own = tuple(a for a in access.axes if a in self.extent)
+            ft = self.ft_table[t]
+            sharing = 1
+            for a in self.axes:
+                if a not in own:
+                    sharing *= self.F[a]
+            ring = 1
+            for a in self.axes:
+                ring *= ft[a]
+            out.append((own, tuple(a for a in self.axes if ft[a] > 1), sharing, ring))
+        return tuple(out)
 
     def replicas(self, t: int) -> int:
         """Rotation rings of tensor ``t``: copies of each sub-tensor (``P_T / R_T``)."""
@@ -257,7 +277,7 @@ class OpLayout:
             pos = g_free % R
             temporal = self.temporal_axes(t)
             digits = (
-                np.unravel_index(pos, [self.plan.ft(t, a) for a in temporal]) if temporal else ()
+                np.unravel_index(pos, [self.ft_table[t][a] for a in temporal]) if temporal else ()
             )
             rings.append(
                 {
@@ -281,7 +301,7 @@ class OpLayout:
         off = {a: np.zeros(self.num_cores, np.int64) for a in self.axes}
         for t in range(len(self.expr.tensors)):
             for a in self.temporal_axes(t):
-                off[a] += (self.S[a] // self.plan.ft(t, a)) * self._rings[t][f"digit:{a}"]
+                off[a] += (self.S[a] // self.ft_table[t][a]) * self._rings[t][f"digit:{a}"]
         return {a: off[a] % self.S[a] for a in self.axes}
 
     # -- chunks and partitions ----------------------------------------------------------
@@ -292,7 +312,7 @@ class OpLayout:
     def partition(self, t: int, q: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``p_a`` of the partition of tensor ``t`` held by each core while at chunk ``q``."""
         return {
-            a: q[a] // (self.S[a] // self.plan.ft(t, a)) for a in self.temporal_axes(t)
+            a: q[a] // (self.S[a] // self.ft_table[t][a]) for a in self.temporal_axes(t)
         }
 
     def partition_shape(self, t: int) -> tuple[int, ...]:
@@ -421,11 +441,11 @@ class OpLayout:
             if not temporal:
                 continue
             p0 = self.partition(t, q0)
-            radices = [self.plan.ft(t, a) for a in temporal]
+            radices = [self.ft_table[t][a] for a in temporal]
             group = self.ring_group_key(t)
             for a in temporal:
                 ahead = dict(p0)
-                ahead[a] = (p0[a] + 1) % self.plan.ft(t, a)
+                ahead[a] = (p0[a] + 1) % self.ft_table[t][a]
                 want = group * self.ring_size(t) + _ravel([ahead[b] for b in temporal], radices, self.num_cores)
                 have = group * self.ring_size(t) + _ravel([p0[b] for b in temporal], radices, self.num_cores)
                 order = np.argsort(have, kind="stable")
@@ -549,7 +569,7 @@ class OpLayout:
         equal ids are replicas of one partition (T10 §4.2)."""
         temporal = self.temporal_axes(t)
         p0 = self.partition(t, self.chunk({}))
-        radices = [self.plan.ft(t, a) for a in temporal]
+        radices = [self.ft_table[t][a] for a in temporal]
         return self._rings[t]["subtensor"] * self.ring_size(t) + _ravel(
             [p0[a] for a in temporal], radices, self.num_cores
         )

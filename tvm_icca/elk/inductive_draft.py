@@ -32,7 +32,7 @@ def inductive_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tupl
     n = len(ops)
     m = min_horizons(n, order)
     early = early_members(n, order, m)
-    ops, offset = _joint_starts(ops, _load_price(stretch))
+    ops, offset = _joint_starts(ops, _load_price(stretch), memo, stretch)
     ex = [0] * n
     pc = {j: 0 for j in order}
     tried: dict[int, WindowPlan] = {}
@@ -77,15 +77,15 @@ def inductive_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tupl
         # per execute point, the space of the preload point commit() starts i at: its
         # windows wait beside it before i starts, and later windows only shrink it
         if i not in own:
-            price = _load_price(stretch)
-            own[i] = tuple(front[fastest_preload(front, price)].space for front in ops[i].preloads)
+            own[i] = tuple(front[_fastest(memo, ops[i], e, stretch)].space
+                           for e, front in enumerate(ops[i].preloads))
         return own[i]
 
     def commit(i: int, h: int) -> None:
         plan = tried[h]
         ex[i] = plan.exec_choice
         if i in pc:     # i's execute point is fixed: its windows start at its fastest preload
-            pc[i] = fastest_preload(ops[i].preloads[ex[i]], _load_price(stretch))
+            pc[i] = _fastest(memo, ops[i], ex[i], stretch)
         for j, c in zip(early[i] + order[m[i]:h], plan.preload_choices):
             pc[j] = c
         tried.clear()
@@ -120,7 +120,20 @@ def _load_price(stretch: float | None) -> Callable[[PreloadPoint], float]:
     return lambda p: max(p.load_s, p.network_s * stretch)
 
 
-def _joint_starts(ops: Sequence[OpTradeoffs], price: Callable[[PreloadPoint], float]
+def _fastest(memo: dict, op: OpTradeoffs, e: int, stretch: float | None) -> int:
+    """:func:`fastest_preload` of ``op``'s preload front at execute point ``e``, kept in the
+    search's ``memo`` by the operator's key (equal keys: identical trade-off points,
+    :class:`~tvm_icca.elk.tradeoffs.OpTradeoffs`): every draft of a search asks it again for
+    every operator."""
+    item = ("fastest", op.key, e, stretch)
+    c = memo.get(item)
+    if c is None:
+        c = memo[item] = fastest_preload(op.preloads[e], _load_price(stretch))
+    return c
+
+
+def _joint_starts(ops: Sequence[OpTradeoffs], price: Callable[[PreloadPoint], float],
+                  memo: dict | None = None, stretch: float | None = None
                   ) -> tuple[list[OpTradeoffs], list[int]]:
     """Each operator's fastest plan over its three trade-offs together (Elk §4.3 starts every
     operator at its fastest plan): the execute point with the least execution time plus the
@@ -130,20 +143,27 @@ def _joint_starts(ops: Sequence[OpTradeoffs], price: Callable[[PreloadPoint], fl
     cores can need twice the link time to preload (or a long distribution) for a 5% faster
     execution. The larger execute points before the fastest plan are slower and larger, so
     they are dropped from the front the allocation shrinks along; returns the trimmed
-    operators (keys marked, for the window memo) and how many points each lost."""
+    operators (keys marked, for the window memo) and how many points each lost. With the
+    search's ``memo`` (``price`` being :func:`_load_price` of ``stretch``), each operator's
+    start is found once per key and pricing, not once per draft."""
     out, offset = [], []
     for op in ops:
         if not op.loads:
             out.append(op)
             offset.append(0)
             continue
+        item = ("joint start", op.key, stretch)
+        e0 = memo.get(item) if memo is not None else None
+        if e0 is None:
 
-        def joint(e: int) -> float:
-            front = op.preloads[e]
-            c = fastest_preload(front, price)
-            return op.execs[e].time_s + front[c].distribute_s + price(front[c])
+            def joint(e: int, op: OpTradeoffs = op) -> float:
+                front = op.preloads[e]
+                c = fastest_preload(front, price)
+                return op.execs[e].time_s + front[c].distribute_s + price(front[c])
 
-        e0 = min(range(len(op.execs)), key=lambda e: (joint(e), e))
+            e0 = min(range(len(op.execs)), key=lambda e: (joint(e), e))
+            if memo is not None:
+                memo[item] = e0
         out.append(op if e0 == 0 else replace(op, key=f"{op.key}@{e0}", execs=op.execs[e0:],
                                               preloads=op.preloads[e0:]))
         offset.append(e0)

@@ -72,14 +72,31 @@ def _contexts(region: RegionOps, ops: list[OpProgram], hw: HardwareSpec,
     layouts: dict[str, OpLayout] = {}
     out = []
     for pending, op in zip(region.ops, ops):
-        producers = tuple((t, layouts[n]) for t, n in enumerate(pending.input_names)
-                          if n in layouts and n not in hbm_names)
-        arriving = tuple(t for t, _ in producers)
-        in_place = in_place_inputs(producers, arriving, mapped=hw.num_chips > 1)
-        layout = OpLayout(op.expr, op.plan, hw.cores_per_chip)
-        layouts[pending.output_name] = layout
-        out.append((layout, producers, arriving, in_place))
+        out.append(_context(pending, op, layouts, hw, hbm_names))
+        layouts[pending.output_name] = out[-1][0]
     return out
+
+
+def _context_of(region: RegionOps, ops: list[OpProgram], hw: HardwareSpec,
+                hbm_names: frozenset[str], i: int):
+    """``_contexts(region, ops, hw, hbm_names)[i]``, from the layouts of operator ``i``'s
+    producers alone (a trial asks for one operator's context; the region's others would
+    each find their producers' output grids again)."""
+    pending = region.ops[i]
+    wanted = set(pending.input_names)
+    last = {p.output_name: k for k, p in enumerate(region.ops[:i]) if p.output_name in wanted}
+    layouts = {n: OpLayout(ops[k].expr, ops[k].plan, hw.cores_per_chip) for n, k in last.items()}
+    return _context(pending, ops[i], layouts, hw, hbm_names)
+
+
+def _context(pending, op: OpProgram, layouts: Mapping[str, OpLayout], hw: HardwareSpec,
+             hbm_names: frozenset[str]):
+    """One operator's entry of :func:`_contexts`, its producers' layouts by output name."""
+    producers = tuple((t, layouts[n]) for t, n in enumerate(pending.input_names)
+                      if n in layouts and n not in hbm_names)
+    arriving = tuple(t for t, _ in producers)
+    in_place = in_place_inputs(producers, arriving, mapped=hw.num_chips > 1)
+    return OpLayout(op.expr, op.plan, hw.cores_per_chip), producers, arriving, in_place
 
 
 def region_estimate(region: RegionOps, ops: list[OpProgram], hw: HardwareSpec,
@@ -137,7 +154,7 @@ def _may_depart(region: RegionOps, planned: Planned, hw: HardwareSpec,
     the trial that follows finds it.)"""
     name = next(iter(group))
     i = next(k for k, op in enumerate(region.ops) if op.name == name)
-    layout, producers, arriving, _ = _contexts(region, planned[0], hw, hbm_names)[i]
+    layout, producers, arriving, _ = _context_of(region, planned[0], hw, hbm_names, i)
     op = region.ops[i]
     hbm = tuple(t for t, n in enumerate(op.input_names) if n in hbm_names)
     try:

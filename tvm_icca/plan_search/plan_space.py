@@ -514,7 +514,7 @@ def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool =
                 fts.append(np.tile(combos, (len(rows), 1, 1)))
         if not Fs:
             return plans_for(structure, F[:0])
-        return _drop_invalid(PlanBatch(structure, np.concatenate(Fs), np.concatenate(fts)))
+        return _drop_invalid(PlanBatch(structure, np.concatenate(Fs), np.concatenate(fts)), cache)
     wanted = []
     for k, key in enumerate(keys):
         key_caps = caps.of(key)
@@ -549,7 +549,7 @@ def plans_for(structure: PlanStructure, F: np.ndarray, exclude_unrotated: bool =
     fts = [entries[e].wide(local[cut[e]:cut[e + 1]]) for e in range(len(entries))
            if cut[e + 1] > cut[e]]
     batch = PlanBatch(structure, F[out_rows], np.concatenate(fts))
-    return _drop_invalid(batch)
+    return _drop_invalid(batch, cache)
 
 
 def _step_pairs(by_key: np.ndarray, spans: Sequence[tuple[int, int]],
@@ -667,8 +667,11 @@ class StepCaps:
         return self._caps[key]
 
 
-def _drop_invalid(batch: PlanBatch) -> PlanBatch:
-    """Apply the ring rule, which depends on F_op itself (see the module docstring)."""
+def _drop_invalid(batch: PlanBatch, cache: "SearchMemo | None" = None) -> PlanBatch:
+    """Apply the ring rule, which depends on F_op itself (see the module docstring). Its
+    verdicts are kept in ``cache`` (:meth:`SearchMemo.ring_verdict`): they depend only on
+    which tensor each axis indexes, F_op and f_t, so other batches and other operators of
+    the same pattern reuse them."""
     structure = batch.structure
     keep = np.ones(len(batch), bool)
     # (Unpaddable reductions were handled by _padded_pairs before materializing.)
@@ -680,21 +683,24 @@ def _drop_invalid(batch: PlanBatch) -> PlanBatch:
         # An axis every rotating tensor is indexed by cuts the cores into identical copies of
         # one ring structure (it enters no ring position and no Cannon skew): the verdict is
         # the same for any F_op on it, so plans that differ only there are checked once.
-        verdicts: dict[bytes, bool] = {}
+        memo = cache_or_new(cache)
+        pattern = (structure.own.shape, structure.own.tobytes())
         rotating = batch.ft > 1
         for i in np.flatnonzero(risky & keep):
             movers = rotating[i].any(axis=1)
             common = structure.own[movers].all(axis=0)
-            reduced = np.where(common, 1, batch.F[i])
-            key = reduced.tobytes() + batch.ft[i].tobytes()
-            if key not in verdicts:
+            reduced = np.where(common, 1, batch.F[i]).astype(INT)
+            ft = batch.ft[i:i + 1].astype(INT)
+
+            def passes(reduced: np.ndarray = reduced, ft: np.ndarray = ft) -> bool:
                 try:
-                    check_rings(OpLayout(structure.expr, PlanBatch(
-                        structure, reduced[None, :], batch.ft[i:i + 1]).plan(0)))
-                    verdicts[key] = True
+                    check_rings(OpLayout(structure.expr,
+                                         PlanBatch(structure, reduced[None, :], ft).plan(0)))
                 except InvalidPlanError:
-                    verdicts[key] = False
-            keep[i] = verdicts[key]
+                    return False
+                return True
+
+            keep[i] = memo.ring_verdict(pattern + (reduced.tobytes(), ft.tobytes()), passes)
     return batch if keep.all() else batch.take(np.flatnonzero(keep))
 
 

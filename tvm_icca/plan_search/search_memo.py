@@ -19,6 +19,10 @@ It memoizes three things:
   needs it for rows whose assignments it may never build), and the complete list joined to
   count them (:meth:`SearchMemo.keep_joined`, bounded like the assignments): a capped list
   is cut from it (:func:`~.plan_space.assignments_many`) instead of joined again;
+* the ring rule's verdict (:func:`runtime_sim.contract.layout_checks.check_rings`) per
+  pattern of which tensor each axis indexes, F_op and f_t: it depends on nothing else (not
+  the extents, not the names), so operators of one pattern (the pieces of a split operator,
+  a model's projections) share their verdicts (bounded: :data:`MAX_RING_VERDICTS`);
 * planned operators of the default analytic model (:func:`~.search.plan_operator`) and the
   candidate placements of their plans, keyed on the chip's fields they read
   (:mod:`~.hw_fields`). With a ``store`` (an object with ``get(key)`` and ``put(key, value)``,
@@ -35,6 +39,11 @@ from typing import Any, Callable, ContextManager, Hashable, Sequence
 
 from runtime_sim.contract.expr import TensorExpr
 from tvm_icca.plan_search.structure import PlanStructure, build_structure
+
+
+#: Ring-rule verdicts a memo keeps (a key is a few hundred bytes: tens of MB at most); a
+#: split Llama prefill's plan scans ask about 12,000, of about 5,000 distinct plans.
+MAX_RING_VERDICTS = 200_000
 
 
 class SearchMemo:
@@ -55,6 +64,8 @@ class SearchMemo:
         # (rotation pattern, sharing tuple) -> its complete assignments in join order
         self._joined: OrderedDict[tuple, Any] = OrderedDict()
         self._joined_bytes = 0
+        # (own pattern, F_op, f_t) -> whether the plan passes the ring rule
+        self._ring_verdicts: OrderedDict[tuple, bool] = OrderedDict()
         #: plan searches run with this memo (:func:`~.search.plan_operator` calls that no
         #: memo, in memory or in the store, answered)
         self.searches = 0
@@ -181,7 +192,17 @@ class SearchMemo:
                     self.remember(key, hit)
         return hit
 
+    def ring_verdict(self, key: tuple, check: Callable[[], bool]) -> bool:
+        """The ring rule's verdict of the plan ``key`` names (see the module docstring),
+        computed by ``check`` the first time."""
+        hit = self._ring_verdicts.get(key)
+        if hit is None:
+            hit = self._ring_verdicts[key] = check()
+            _trim(self._ring_verdicts, MAX_RING_VERDICTS)
+        return hit
+
     def clear(self) -> None:
+        self._ring_verdicts.clear()
         self._structures.clear()
         self._assignments.clear()
         self._counts.clear()
