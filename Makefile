@@ -40,7 +40,10 @@ test: $(DOCS_STAMP)
 #   test_rerun_*, test_resume_*), the Ray backend (fast: test_ray_addresses_*), get_started in an
 #   empty folder (fast: its block parse; `make docs` and the tutorials run the same API), the
 #   tutorials 05, 06 and 07 (fast: the other four; test_tuning_session, test_records_*,
-#   test_partition, test_hardware, test_dse_run)
+#   test_partition, test_hardware, test_dse_run); and the costliest of parametrized families
+#   whose other members stay (test_workloads: BERT on four chips, Llama2-70B and OPT prefill,
+#   Llama2-70B prefill-then-decode; DiT's programs admitted by the device; the 5-layer
+#   Elk-Full grouped search; the relaxed bound on a matmul-sum chain)
 test-full: $(DOCS_STAMP)
 	$(PYTEST) -q -n auto --dist loadgroup --no-loadscope-reorder --durations=10 -m "full_size or long_run" tests
 

@@ -225,7 +225,8 @@ def test_wide_operator_bound_is_valid_and_small() -> None:
     assert np.isfinite(got).any() and (got[np.isfinite(got)] > 0).all()
 
 
-@pytest.mark.parametrize("make", ["matmul", "conv2d", "matmul_sum"])
+@pytest.mark.parametrize("make", ["matmul", "conv2d",
+                                  pytest.param("matmul_sum", marks=pytest.mark.long_run)])  # 8 s
 def test_search_optimum_is_the_same_with_the_relaxed_bound(make: str, exprs, monkeypatch) -> None:
     """The search is exact for any valid bound: forcing the relaxation everywhere changes what
     it prunes, never the optimum it returns."""

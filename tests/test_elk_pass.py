@@ -148,7 +148,8 @@ def tight(cache):
     return compiled
 
 
-@pytest.mark.parametrize("make", [_tiny_dit, _tiny_llama], ids=["dit", "llama"])
+@pytest.mark.parametrize("make", [pytest.param(_tiny_dit, marks=pytest.mark.long_run), _tiny_llama],
+                         ids=["dit", "llama"])  # DiT's 7 s in make test-full
 def test_the_device_admits_every_program_the_compiler_emits(make, tight):
     """Every design's program on a chip its model's preloads fill passes the device's SRAM
     rule (runtime_sim.contract.sram_budget) on the stream's memory model, and the peaks it

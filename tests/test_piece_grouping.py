@@ -63,8 +63,9 @@ def test_without_repeats_every_item_stands_for_itself():
     assert representatives("abcdef") == list(range(6))
 
 
-@pytest.mark.parametrize("layers, pieces", [(2, 3), (5, 4)])
-@pytest.mark.parametrize("design", ["elk-dyn", "elk-full"])
+@pytest.mark.parametrize("layers, pieces, design", [
+    (2, 3, "elk-dyn"), (2, 3, "elk-full"), (5, 4, "elk-dyn"),
+    pytest.param(5, 4, "elk-full", marks=pytest.mark.long_run)])  # 10 s: make test-full
 def test_grouped_search_never_slower_on_the_estimate(layers, pieces, design):
     ops = synthetic_llm(layers, layer=_pieced_layer(pieces))
     grouped = plan_preloads_by_period(ops, MACHINE, design, group_pieces=True)
