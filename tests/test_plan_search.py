@@ -442,3 +442,30 @@ def test_fastest_rows_are_the_k_fastest_rows_of_the_whole_space(exprs) -> None:
     for F, t in zip(found.batch.F, found.time):
         assert best[F.tobytes()] == pytest.approx(float(t), rel=1e-12)
     assert found.time[0] == pytest.approx(plan_operator(expr, hw).time_s, rel=1e-12)
+
+
+def test_fastest_rows_capped_rotating_groups_lie_between_unrotated_and_complete(exprs) -> None:
+    """``rotating_groups`` (the chip-aware choice's cap) scores the rotating plans of the
+    first groups of rows only: none is the unrotated search, enough is the complete one, and
+    any cap finds no plan faster than the complete search and no fewer rows than no rotations."""
+    import numpy as np
+
+    from tvm_icca.plan_search.batch_cost import AnalyticBatchModel
+    from tvm_icca.plan_search.search import fastest_rows
+
+    hw = small_chip(64, 16 * 1024)
+    structure = plan_structure(exprs.matmul(64, 128, 96))
+    model = AnalyticBatchModel(hw)
+    budget = hw.usable_sram_bytes // 2  # tight: most rows fit only with rotations
+
+    def found(**kwargs):
+        return fastest_rows(structure, model, budget, hw.num_cores, 5, **kwargs)
+
+    unrotated, complete = found(rotating=False), found()
+    assert len(unrotated) < len(complete) == 5  # the case rotates: a cap can change the answer
+    np.testing.assert_array_equal(found(rotating_groups=0).time, unrotated.time)
+    np.testing.assert_array_equal(found(rotating_groups=1000).time, complete.time)
+    for cap in (1, 2, 3):
+        capped = found(rotating_groups=cap)
+        assert len(unrotated) <= len(capped) <= 5
+        assert (capped.time >= complete.time[:len(capped)] * (1 - 1e-12)).all()

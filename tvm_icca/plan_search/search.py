@@ -143,14 +143,17 @@ def best_plan(structure: PlanStructure, model: BatchCostModel, budget: float, ma
 def _pruned_scores(structure: PlanStructure, model: BatchCostModel, F: np.ndarray,
                    bound: np.ndarray, by_bound: np.ndarray, budget: float,
                    filters: PlanFilters | None, output_cap: float, cache: SearchMemo,
-                   limit: Callable[[], float], rotating: bool) -> Iterator[ScoredPlans]:
+                   limit: Callable[[], float], rotating: bool,
+                   rotating_groups: int | None = None) -> Iterator[ScoredPlans]:
     """The branch and bound of the exact searches (:func:`best_plan`, :func:`fastest_rows`):
     scored batches of the plans that can beat ``limit()``, read again before every batch
     (the caller tightens it as it absorbs what it is given). First the unrotated plan of
     each row by ``bound`` (the model's ``time_lower_bound`` of ``F``, ``by_bound`` its
     order), chunk by chunk while the bound beats the limit; then, if ``rotating``, the
     rotating plans of the rows whose memory and rotating bounds allow them, best bound
-    first, their (row, steps) pairs filtered by :func:`steps_within`."""
+    first, their (row, steps) pairs filtered by :func:`steps_within`; ``rotating_groups``:
+    at most this many of :func:`.scoring.plan_chunks`' groups of them (no longer exact: the
+    rows with the best rotating bounds only)."""
     for start in range(0, len(by_bound), CHUNK_PLANS):
         rows = by_bound[start:start + CHUNK_PLANS]
         rows = rows[bound[rows] < limit()]
@@ -169,7 +172,9 @@ def _pruned_scores(structure: PlanStructure, model: BatchCostModel, F: np.ndarra
     rows, rot_bound = rows[ranked], rot_bound[ranked]
     position = {int(r): i for i, r in enumerate(rows)}
     caps = StepCaps(structure, F[rows], max_padding(filters))
-    for group in plan_chunks(structure, F, rows, cache):
+    for n, group in enumerate(plan_chunks(structure, F, rows, cache)):
+        if rotating_groups is not None and n >= rotating_groups:
+            break
         group = group[rot_bound[[position[int(r)] for r in group]] < limit()]
         if not len(group):
             break
@@ -222,7 +227,7 @@ def steps_within(model: BatchCostModel, structure: PlanStructure, limit: float,
 def fastest_rows(structure: PlanStructure, model: BatchCostModel, budget: float, max_cores: int,
                  k: int, cache: SearchMemo | None = None, output_cap: float = math.inf,
                  F: np.ndarray | None = None, rotating: bool = True,
-                 within: float = math.inf) -> ScoredPlans:
+                 within: float = math.inf, rotating_groups: int | None = None) -> ScoredPlans:
     """The fastest plan of each of the ``k`` F_op rows whose fastest plans are fastest
     (exact, as :func:`best_plan`, whose answer is the first of ``k = 1``), fastest first;
     ``F``: only these rows (default: the whole space); ``rotating=False``: unrotated plans
@@ -258,7 +263,7 @@ def fastest_rows(structure: PlanStructure, model: BatchCostModel, budget: float,
         bound = model.time_lower_bound(structure, F)
         by_bound = np.argsort(bound, kind="stable")
         for scored in _pruned_scores(structure, model, F, bound, by_bound, budget, None,
-                                     output_cap, cache, limit, rotating):
+                                     output_cap, cache, limit, rotating, rotating_groups):
             absorb(scored)
     best = sorted(kept.values(), key=lambda v: (float(v.time[0]), float(v.memory[0])))
     return ScoredPlans.concat(best, structure)
@@ -576,6 +581,13 @@ def _placements(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec, hbm_inp
 #: and each costs its placements (about 0.1 s on 5,888 cores).
 CHIP_AWARE_ROWS = 8
 
+#: Groups of rows (:func:`.scoring.plan_chunks`: 2,000 candidate plans, then four times as
+#: many each, up to 1.6 million) whose rotating plans the chip-aware choice scores, best
+#: rotating bound first. Without a cap a convolution on 5,888 cores scanned 38 groups (48 s;
+#: ResNet-50 on ipu-pod4-hbm compiled in over 25 minutes), where a prefill layer's
+#: projections need 3 to 9 groups in all (their unrotated rows included).
+CHIP_AWARE_ROTATING_GROUPS = 6
+
 
 def _chip_aware(result: PlannedOp, hw: HardwareSpec, budget: int, cache: SearchMemo | None,
                 hbm_inputs: tuple[int, ...], producers: Sequence[Producer], arriving: tuple[int, ...],
@@ -639,7 +651,8 @@ def _chip_aware_rows(structure: PlanStructure, model: BatchCostModel, budget: in
     # the fastest rows as they are (rotating plans, whose rings a placement may keep on one
     # chip, mapping.candidate_core_orders) and without rotations (nothing shifts at all)
     parts = [fastest_rows(structure, model, budget, hw.num_cores, CHIP_AWARE_ROWS, cache, output_cap,
-                          rotating=rotating, within=within) for rotating in (True, False)]
+                          rotating=rotating, within=within, rotating_groups=CHIP_AWARE_ROTATING_GROUPS)
+             for rotating in (True, False)]
     F = candidate_partitions(structure, hw.num_cores)
     if len(F):
         xp = ceil_div(structure.extents[None, :], F)
