@@ -7,8 +7,12 @@ simulator; its operators are grouped by their displayed label with the split rew
 its time and share of the layer, its FLOPS utilization (its FLOPs over the chip's peak for
 the time it holds the cores), how its time splits into compute and transfers (re-layouts of
 its inputs, rotation shifts, replica reductions), and its ratio to its lower bound
-(:func:`runtime_sim.timing.report_builder.lower_bounds`). Under the table: the run's floors
-and the report's ``remainder``, the parts of the time above the largest floor.
+(:func:`runtime_sim.timing.report_builder.lower_bounds`) and to its execution bound (its FLOPs at
+peak, then for a weight product the least activation and partial-sum bytes a core holding a
+weight block receives, :func:`runtime_sim.timing.floors.execute_bound_seconds`: what its
+execution takes under a plan keeping one copy of the weight). Under the table: the run's
+floors, the sum of the execution bounds (executions run one after another) and the report's
+``remainder``, the parts of the time above the largest floor.
 
 Used by ``long_context.py --profile`` and ``elk_llm.py --profile``.
 """
@@ -25,6 +29,8 @@ from typing import Any
 
 from model_flops import written_flops  # benchmarks/, beside this script
 from result_files import write_json, write_markdown
+from runtime_sim.contract.expr import TensorExpr
+from runtime_sim.timing.floors import execute_bound_seconds
 from runtime_sim.timing.timing_report import OpTiming, TimingReport
 from tvm_icca.drivers.device_programs import compile_programs
 from tvm_icca.hardware_choice import resolve_hardware
@@ -48,11 +54,13 @@ class OpGroup:
     reduction_s: float = 0.0
     other_transfer_s: float = 0.0  # transfers the three above do not name (e.g. distribution)
     lower_bound_s: float = 0.0
+    exec_bound_s: float = 0.0  # execute_bound_seconds of its operators (0 when not known)
     flops: int = 0
     cores: set[int] = field(default_factory=set)
 
-    def add(self, op: OpTiming) -> None:
+    def add(self, op: OpTiming, exec_bound_s: float = 0.0) -> None:
         self.count += 1
+        self.exec_bound_s += exec_bound_s
         self.time_s += op.wait_s + op.duration_s
         self.wait_s += op.wait_s
         self.compute_s += op.compute_s
@@ -66,12 +74,16 @@ class OpGroup:
         self.cores.add(op.cores)
 
 
-def group_ops(report: TimingReport) -> list[OpGroup]:
-    """The report's operators grouped by label without the split suffix, in program order."""
+def group_ops(report: TimingReport,
+              exprs: dict[tuple[str, str], TensorExpr] | None = None) -> list[OpGroup]:
+    """The report's operators grouped by label without the split suffix, in program order;
+    ``exprs`` (``(region, operator name)`` -> expression) gives their execution bounds."""
     groups: OrderedDict[str, OpGroup] = OrderedDict()
     for op in report.per_op:
         label = _PART.sub("", op.display)
-        groups.setdefault(label, OpGroup(label, op.kind)).add(op)
+        expr = (exprs or {}).get((op.region, op.name))
+        bound = execute_bound_seconds(expr, op.flops, report.hw) if expr is not None else 0.0
+        groups.setdefault(label, OpGroup(label, op.kind)).add(op, bound)
     return list(groups.values())
 
 
@@ -81,9 +93,11 @@ def peak_flops(report: TimingReport) -> float:
     return report.flops / report.compute_floor_s if report.compute_floor_s > 0 else 0.0
 
 
-def profile_table(report: TimingReport, title: str, written: int | None = None) -> list[str]:
+def profile_table(report: TimingReport, title: str, written: int | None = None,
+                  exprs: dict[tuple[str, str], TensorExpr] | None = None) -> list[str]:
     """Markdown lines: the per-group table of one layer, then its floors and remainder;
-    ``written``: the model's FLOPs as written (:mod:`model_flops`), for its MFU."""
+    ``written``: the model's FLOPs as written (:mod:`model_flops`), for its MFU; ``exprs``:
+    the operators' expressions (:func:`group_ops`), for their execution bounds."""
     peak = peak_flops(report)
     total = report.total_s
     model = (f" Written {written / 1e12:.2f} TFLOP (every score): MFU "
@@ -93,33 +107,40 @@ def profile_table(report: TimingReport, title: str, written: int | None = None) 
              f"{report.flops_utilization:.1%}; bound by {report.run_bound_by} "
              f"(floor {report.floor_s * 1e3:.3f} ms).{model}", "",
              "| operator | kind | ops | cores | ms | share | FLOPS util | load wait ms | "
-             "compute ms | re-layout ms | shift ms | reduction ms | other ms | x lower bound |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for g in sorted(group_ops(report), key=lambda g: -g.time_s):
+             "compute ms | re-layout ms | shift ms | reduction ms | other ms | x lower bound | "
+             "x exec bound |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    groups = group_ops(report, exprs)
+    for g in sorted(groups, key=lambda g: -g.time_s):
         util = g.flops / (peak * g.time_s) if peak and g.time_s else 0.0
         cores = (f"{min(g.cores)}" if len(g.cores) == 1 else f"{min(g.cores)}-{max(g.cores)}")
         ratio = g.time_s / g.lower_bound_s if g.lower_bound_s > 0 else float("nan")
+        exec_ratio = g.time_s / g.exec_bound_s if g.exec_bound_s > 0 else float("nan")
         lines.append(
             f"| {g.label} | {g.kind} | {g.count} | {cores} | {g.time_s * 1e3:.3f} | "
             f"{g.time_s / total:.1%} | {util:.1%} | {g.wait_s * 1e3:.3f} | {g.compute_s * 1e3:.3f} | "
             f"{g.relayout_s * 1e3:.3f} | {g.shift_s * 1e3:.3f} | {g.reduction_s * 1e3:.3f} | "
-            f"{g.other_transfer_s * 1e3:.3f} | {ratio:.2f} |")
+            f"{g.other_transfer_s * 1e3:.3f} | {ratio:.2f} | {exec_ratio:.2f} |")
     floors = _floors(report)
     lines += ["", "Floors (ms): " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in floors.items()) + "."]
+    if exprs:
+        lines += [f"Executions (ms): {sum(o.duration_s for o in report.per_op) * 1e3:.3f}, "
+                  f"their execution bounds {sum(g.exec_bound_s for g in groups) * 1e3:.3f}."]
     if report.remainder:
         lines += ["Time above the largest floor (ms): " + ", ".join(
             f"{k} {v * 1e3:.3f}" for k, v in report.remainder.items() if v > 0) + "."]
     return lines + [""]
 
 
-def profile_record(report: TimingReport) -> dict[str, Any]:
+def profile_record(report: TimingReport,
+                   exprs: dict[tuple[str, str], TensorExpr] | None = None) -> dict[str, Any]:
     """The groups and floors as JSON-ready data (the results file's rows)."""
     return {"total_ms": report.total_s * 1e3, "flops_utilization": report.flops_utilization,
             "run_bound_by": report.run_bound_by,
             "floors_ms": {k: v * 1e3 for k, v in _floors(report).items()},
             "remainder_ms": {k: v * 1e3 for k, v in (report.remainder or {}).items()},
             "groups": [{**{k: v for k, v in vars(g).items() if k != "cores"},
-                        "cores": sorted(g.cores)} for g in group_ops(report)]}
+                        "cores": sorted(g.cores)} for g in group_ops(report, exprs)]}
 
 
 def _floors(report: TimingReport) -> dict[str, float]:
@@ -147,9 +168,11 @@ class ProfileCase:
                 f"one layer, {self.hardware}, {self.design}")
 
 
-def profile_case(case: ProfileCase) -> tuple[TimingReport, float, int | None]:
-    """Compile one layer of ``case`` and time it: the report, the compile seconds and, for a
-    prefill or training layer, its FLOPs as written (:func:`model_flops.written_flops`)."""
+def profile_case(case: ProfileCase) -> tuple[TimingReport, float, int | None,
+                                             dict[tuple[str, str], TensorExpr]]:
+    """Compile one layer of ``case`` and time it: the report, the compile seconds, for a
+    prefill or training layer its FLOPs as written (:func:`model_flops.written_flops`), and
+    the operators' expressions by ``(region, name)`` (:func:`group_ops`)."""
     from elk_llm import case_workload  # benchmarks/, beside this script
 
     args = {} if case.phase == "decode" else {"phase": case.phase, "seq_len": case.length}
@@ -158,7 +181,8 @@ def profile_case(case: ProfileCase) -> tuple[TimingReport, float, int | None]:
     compiled = compile_programs(workload, resolve_hardware(case.hardware), preload=case.design)
     compile_s = time.perf_counter() - start
     written = written_flops(workload.config) if case.phase != "decode" else None
-    return compiled.simulate(), compile_s, written
+    exprs = {(p.region, op.name): op.expr for p in compiled.programs for op in p.ops}
+    return compiled.simulate(), compile_s, written, exprs
 
 
 def write_profiles(cases: list[ProfileCase], out: pathlib.Path, heading: str) -> None:
@@ -173,10 +197,10 @@ def write_profiles(cases: list[ProfileCase], out: pathlib.Path, heading: str) ->
                    "bandwidth, its host bytes, one step's sync; an operator whose inputs Elk "
                    "preloaded during earlier operators can be below 1).", ""], []
     for case in cases:
-        report, compile_s, written = profile_case(case)
-        lines += profile_table(report, case.title, written)
+        report, compile_s, written, exprs = profile_case(case)
+        lines += profile_table(report, case.title, written, exprs)
         rows.append({**vars(case), "compile_s": compile_s, "written_flops": written,
-                     **profile_record(report)})
+                     **profile_record(report, exprs)})
         print(f"  profiled {case.title}: {report.total_s * 1e3:.3f} ms", flush=True)
     write_markdown(out.with_suffix(".md"), "\n".join(lines))
     write_json(out.with_suffix(".json"), json.loads(json.dumps(rows)))

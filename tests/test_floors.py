@@ -19,10 +19,14 @@ from runtime_sim.machine.topology import make_topology
 from runtime_sim.timing import simulate_timing
 from runtime_sim.timing.floors import (
     FLOOR_KEYS,
+    block_receive_bytes,
     bound_name,
     busy_fraction,
+    execute_bound_seconds,
+    peak_seconds,
     receive_capacity,
     run_bound,
+    weight_receive_bytes,
 )
 
 UTILIZATIONS = ("flops_utilization", "hbm_utilization", "interconnect_utilization",
@@ -288,3 +292,54 @@ def test_cut_bytes_follow_the_routes(torus):
         assert phase.scaled(3).cut_bytes == tuple(192.0 * c for c in crossed)
     # a flow that stays in its half crosses nothing
     assert topo.phase(np.array([west]), np.array([top]), np.array([64.0])).cut_bytes == (0.0,) * 4
+
+
+def _block_receive_by_search(rows, k, cols, cores, in_bytes, out_bytes):
+    """The least per-core receive over every integer block grid ``(k / dk) x (cols / dn)`` of
+    exactly ``cores`` blocks: the activation slice, and a partial sum when ``dk < k``."""
+    best = None
+    for gk in range(1, cores + 1):
+        gn = cores // gk
+        if gk * gn != cores or k % gk or cols % gn:
+            continue
+        dk, dn = k // gk, cols // gn
+        got = in_bytes * rows * dk + (out_bytes * rows * dn if dk < k else 0)
+        best = got if best is None else min(best, got)
+    return best
+
+
+@pytest.mark.parametrize("rows,k,cols,cores,in_bytes,out_bytes", [
+    (4, 64, 64, 16, 2, 2),     # sqrt(A) = 16 divides both sides: the closed form is reached
+    (8, 256, 64, 16, 2, 2),    # a tall weight: square 32 x 32 blocks
+    (4, 64, 64, 16, 2, 4),     # float32 partial sums: longer dk blocks
+    (32, 8, 512, 16, 2, 2),    # short k: whole columns (no partial sums) win
+    (3, 96, 40, 12, 4, 4),     # no square block: the closed form is below every grid
+])
+def test_block_receive_against_every_block_grid(rows, k, cols, cores, in_bytes, out_bytes):
+    closed = block_receive_bytes(rows, k, cols, cores, in_bytes, out_bytes)
+    searched = _block_receive_by_search(rows, k, cols, cores, in_bytes, out_bytes)
+    area = k * cols / cores
+    expected = min(in_bytes * rows * k, 2 * rows * np.sqrt(in_bytes * out_bytes * area)
+                   if np.sqrt(out_bytes * area / in_bytes) < k else np.inf)
+    assert closed == pytest.approx(expected)
+    assert closed <= searched * (1 + 1e-12)
+    if (rows, k, cols, cores, out_bytes) in ((4, 64, 64, 16, 2), (8, 256, 64, 16, 2),
+                                             (32, 8, 512, 16, 2)):
+        assert closed == pytest.approx(searched)
+
+
+def test_weight_receive_of_a_decode_matmul(exprs):
+    """x[4, 64] @ w[64, 64] on 16 cores: 16 x 16 blocks, 4 x 16 activations and a 4 x 16
+    partial sum in float16 per core; the bias in the epilogue is not an operand of the
+    product; products sharing a batch axis (attention's) have no weight operand."""
+    hw = small_chip(16, 1024 * 1024, **QUIET)
+    e = exprs.matmul(4, 64, 64, dtype="float16")
+    assert weight_receive_bytes(e, 16) == pytest.approx(2 * 4 * 16 * 2)
+    assert weight_receive_bytes(exprs.matmul_bias_relu(4, 64, 64, "float16"), 16) == \
+        pytest.approx(256)
+    assert weight_receive_bytes(exprs.matmul(4, 64, 64, "float16", batch=2), 16) is None
+    bound = execute_bound_seconds(e, e.flops(), hw)
+    assert bound == pytest.approx(peak_seconds(e.flops(), e, hw) + 256 / hw.link_bandwidth)
+    # the operand held in blocks is the one that receives least: the weight, not x
+    assert weight_receive_bytes(exprs.matmul(64, 64, 4, dtype="float16"), 16) == \
+        pytest.approx(256)
