@@ -103,13 +103,13 @@ from tvm_icca.progress import Phase
 from tvm_icca.records.keys import plan_signature
 
 #: Budgets (fractions of the fastest plan's footprint) of the smaller execute-state plans.
-#: The steps above 0.36 are fine (0.1 apart) because a decode product's fastest plan (by the
-#: plan cost model, which leaves out the arrival of its inputs) splits the reduction axis
-#: least and so receives the most activation: Llama2-70B's down projection, ``k`` split 23 ways, re-lays
+#: The steps above 0.36 are fine because a decode product's fastest plan (by the plan cost
+#: model, which leaves out the arrival of its inputs) splits the reduction axis least and so
+#: receives the most activation: Llama2-70B's down projection, ``k`` split 23 ways, re-lays
 #: 82 KB per core (15 us of its 34 us), while the plans at 0.8 and 0.6 of its footprint
 #: receive half or less; with (0.6, 0.36, 0.22) the Elk pass never saw them (a 70B decode
-#: layer 149 -> 142 us; ``benchmarks/layer_profile.py``'s ``x exec bound`` column).
-BUDGET_LADDER = (0.9, 0.8, 0.7, 0.6, 0.45, 0.36, 0.22)
+#: layer 149 -> 143 us; ``benchmarks/layer_profile.py``'s ``x exec bound`` column).
+BUDGET_LADDER = (0.8, 0.6, 0.45, 0.36, 0.22)
 #: Only operators whose fastest plan takes at least this share of a core's SRAM get smaller
 #: execute-state plans: shrinking a smaller one frees little, and searches within tight
 #: budgets are the slowest (a small convolution's can take minutes).
