@@ -486,3 +486,31 @@ def test_resume_matches_rows_older_than_point_ids(reference, tmp_path, capsys):
     assert len(current_rows) == 6 and len(read_rows(path, superseded=True)) == 7
     (new,) = [r for r in current_rows if r.get("point_id")]
     assert new["supersedes"] in {r["key"] for r in rows} and new["hbm_controllers"] == 4
+
+
+def test_resume_names_rows_made_by_other_commits(reference, tmp_path, capsys):
+    """Rows a resumed sweep keeps but another commit made are named with their commits and
+    the command that checks them (they are not computed again); rows of this commit, or of
+    no checkout, give no note."""
+    from tvm_icca.dse.run import OtherCommitsWarning, other_commits_note
+    from tvm_icca.provenance import current
+
+    _, _, rows = reference
+    path = _copy_results(reference, tmp_path)
+    now = current().commit
+    assert other_commits_note(rows, now, path) is None  # the reference sweep ran just now
+    assert other_commits_note([dict(r, commit="0" * 40) for r in rows], "unknown", path) is None
+    old = [dict(r, commit="a" * 40) for r in rows[:2]] + list(rows[2:])
+    with open(path, "w", encoding="utf-8") as f:  # the file as an older sweep left it
+        f.writelines(json.dumps(r) + "\n" for r in old)
+    note = other_commits_note(old, now, path)
+    if now == "unknown":  # not run from a checkout: nothing to compare with
+        assert note is None
+        return
+    assert note.startswith(f"2 of the {len(rows)} rows kept were computed by other commits (2 by aaaaaaaaaa;")
+    assert f"tvm-icca dse rerun {path}" in note
+    with pytest.warns(OtherCommitsWarning, match="2 of the"):
+        done = run(_spec(tmp_path), dry_run=True, results=path)
+    assert done.other_commits == note and not done.pending
+    assert main(["dse", _spec(tmp_path), "--dry-run", "--results", path]) == 0
+    assert f"tvm-icca: note: {note}" in capsys.readouterr().err

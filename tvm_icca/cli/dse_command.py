@@ -192,8 +192,8 @@ def _run(args: argparse.Namespace) -> int:
                          "goes after the word 'report': tvm-icca dse report RESULTS)")
     if args.out is not None or not args.plots or args.formats:
         raise UsageError("dse: --out, --format and --no-plots belong to `tvm-icca dse report`")
-    from tvm_icca.dse.run import (ChipChangedWarning, SweepInterrupted, describe_changes, run,
-                                  stopping_signals)
+    from tvm_icca.dse.run import (ChipChangedWarning, OtherCommitsWarning, SweepInterrupted,
+                                  describe_changes, run, stopping_signals)
     from tvm_icca.dse.spec import load_spec
 
     plan = None
@@ -203,10 +203,13 @@ def _run(args: argparse.Namespace) -> int:
             spec = load_spec(args.spec)
             # said here, before the sweep starts, instead of as a warning from inside it
             warnings.simplefilter("ignore", ChipChangedWarning)
+            warnings.simplefilter("ignore", OtherCommitsWarning)
             plan = run(spec, dry_run=True, results=args.results)
             if plan.changed:
                 print(f"tvm-icca: note: {describe_changes(plan.changed)}", file=sys.stderr,
                       flush=True)
+            if plan.other_commits is not None:
+                print(f"tvm-icca: note: {plan.other_commits}", file=sys.stderr, flush=True)
             stop.check()
             done = plan = plan if args.dry_run else run(
                 spec, jobs=args.jobs, ray=args.ray, progress=args.progress, results=args.results,

@@ -69,13 +69,39 @@ from tvm_icca.dse.stopping import SweepInterrupted, SweepStop, stopping_signals
 from tvm_icca.dse.worker import DOES_NOT_FIT, FAILED, OK, evaluate
 from tvm_icca.model_pass.plan_store import default_plan_cache_dir
 from tvm_icca.progress import ProgressLike, as_progress
-from tvm_icca.provenance import current
+from tvm_icca.provenance import UNKNOWN, current
 
-__all__ = ["ChipChange", "ChipChangedWarning", "DseRun", "SweepInterrupted", "describe_changes",
+__all__ = ["ChipChange", "ChipChangedWarning", "DseRun", "OtherCommitsWarning", "other_commits_note", "SweepInterrupted", "describe_changes",
            "run", "stopping_signals", "RAY_EXTRA_HINT"]
 
 #: What to install for Ray (setup.py's ``dse`` extra).
 RAY_EXTRA_HINT = "pip install 'tvm-icca[dse]'"
+
+
+class OtherCommitsWarning(UserWarning):
+    """A resumed sweep keeps rows of its points computed by other commits of tvm_icca: they
+    are not computed again (a row is the result of the code that made it); ``tvm-icca dse
+    rerun`` recomputes a sample and reports what changed."""
+
+
+def other_commits_note(rows: Sequence[dict], commit: str, results: str) -> str | None:
+    """The note a resumed sweep gives when ``rows`` (the newest row of each point it keeps)
+    were made by commits other than ``commit``: how many, by which (shortened), and the
+    command that checks them; None when all are ``commit``'s or either side is unknown."""
+    if commit == UNKNOWN:
+        return None
+    by: dict[str, int] = {}
+    for row in rows:
+        made = str(row.get("commit", UNKNOWN))
+        if made not in (commit, UNKNOWN):
+            by[made[:10]] = by.get(made[:10], 0) + 1
+    if not by:
+        return None
+    listed = ", ".join(f"{n} by {c}" for c, n in sorted(by.items(), key=lambda kv: -kv[1]))
+    return (f"{sum(by.values())} of the {len(rows)} rows kept were computed by other commits "
+            f"({listed}; now {commit[:10]}): they are not computed again; "
+            f"`tvm-icca dse rerun {results}` recomputes a sample and reports differences, "
+            f"or start a new results file")
 
 
 class ChipChangedWarning(UserWarning):
@@ -143,6 +169,8 @@ class DseRun:
         Nothing was computed (:func:`run` with ``dry_run=True``).
     changed : list of ChipChange
         Pending points whose newest row was computed on a different chip.
+    other_commits : str or None
+        :func:`other_commits_note` of the rows kept (None: all made by this commit).
     """
 
     spec: DseSpec
@@ -153,6 +181,7 @@ class DseRun:
     wall_s: float = 0.0
     dry_run: bool = False
     changed: list[ChipChange] = field(default_factory=list)
+    other_commits: str | None = None
 
     @property
     def pending(self) -> list[DsePoint]:
@@ -248,6 +277,12 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
     summary.changed = _chip_changes(spec, summary.pending, newest, path)
     if summary.changed:
         warnings.warn(describe_changes(summary.changed), ChipChangedWarning, stacklevel=2)
+    ours = {p.key for p in points}
+    summary.other_commits = other_commits_note(
+        [r for r in newest if r.get("key") in ours and r.get("key") in summary.done_before],
+        current().commit, path)
+    if summary.other_commits is not None:
+        warnings.warn(summary.other_commits, OtherCommitsWarning, stacklevel=2)
     todo = summary.pending[:limit] if limit else summary.pending
     if dry_run or not todo:
         return summary
