@@ -324,9 +324,11 @@ assert all(r["status"] == "ok" for r in half)
 #   With 5.5 GB/s links the chip is now interconnect-bound, and doubling the link bandwidth
 #   pays more than it did at 4 TB/s; with 11 GB/s links the largest floor of this two-layer
 #   sketch is the host link that returns its logits (a whole model's layers would outweigh it);
-# * the two designs are within a few percent of each other on these four chips. At the
-#   corners of this grid one resource dominates, which leaves a schedule little to win;
-#   tutorial 4 (:doc:`/tutorials/04_hbm_elk_designs`) shows the designs where they differ.
+# * where HBM bounds the step (4 TB/s) the two designs are within a percent of each other:
+#   one resource dominates and leaves a schedule little to win. Where the links bound it
+#   (64 TB/s), Elk-Full can be several percent faster (about 6% with 5.5 GB/s links at full
+#   size): its execution plans receive less activation over the links the loads also cross.
+#   Tutorial 4 (:doc:`/tutorials/04_hbm_elk_designs`) shows the designs where they differ most.
 #
 # This is the conclusion of Elk §6.4: buying HBM bandwidth pays only while the interconnect
 # can deliver what HBM supplies; past that, HBM and link bandwidth have to grow together.
@@ -346,7 +348,9 @@ for hbm in HBMS:
         print(f"{hbm / 1e12:>2g} TB/s, {link / 1e9:>3g} GB/s: bound by {row['run_bound_by']:<12} "
               f"longest load bound by {row['load_bound_by']:<5}  elk-full / static = "
               f"{ratio:.3f}")
-        assert abs(ratio - 1) < 0.05
+        assert ratio <= 1.02  # Elk-Full's search includes Static's schedule
+        if hbm == HBM_LO:
+            assert abs(ratio - 1) < 0.02
     gain[hbm] = ok[hbm, 5.5e9, "elk-full"]["total_s"] / ok[hbm, 11e9, "elk-full"]["total_s"]
 for hbm in HBMS:
     print(f"elk-full at {hbm / 1e12:g} TB/s: doubling the links makes the step "
