@@ -249,9 +249,9 @@ def test_joint_start_prefers_a_cheaper_preload_over_a_slightly_faster_execution(
                      ((PreloadPoint(160_000, 0.0, 30e-6, 29e-6),
                        PreloadPoint(80_000, 15e-6, 30e-6, 14.5e-6)),
                       (PreloadPoint(80_000, 0.0, 30e-6, 14.5e-6),)), 1e6, 0)
-    trimmed, offset = D._joint_starts([op], D._load_price(None))
+    trimmed, offset = D._joint_starts([op], None)
     assert offset == [0] and trimmed[0] is op
-    trimmed, offset = D._joint_starts([op], D._load_price(2.0))
+    trimmed, offset = D._joint_starts([op], 2.0)
     assert offset == [1] and trimmed[0].execs == op.execs[1:] and trimmed[0].key != op.key
 
 

@@ -279,7 +279,7 @@ def run(spec: "DseSpec | str | os.PathLike[str]", *, jobs: int | None = None,
         warnings.warn(describe_changes(summary.changed), ChipChangedWarning, stacklevel=2)
     ours = {p.key for p in points}
     summary.other_commits = other_commits_note(
-        [r for r in newest if r.get("key") in ours and r.get("key") in summary.done_before],
+        [r for r in newest if r.get("key") in ours],
         current().commit, path)
     if summary.other_commits is not None:
         warnings.warn(summary.other_commits, OtherCommitsWarning, stacklevel=2)

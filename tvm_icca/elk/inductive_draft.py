@@ -32,7 +32,7 @@ def inductive_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tupl
     n = len(ops)
     m = min_horizons(n, order)
     early = early_members(n, order, m)
-    ops, offset = _joint_starts(ops, _load_price(stretch), memo, stretch)
+    ops, offset = _joint_starts(ops, stretch, memo)
     ex = [0] * n
     pc = {j: 0 for j in order}
     tried: dict[int, WindowPlan] = {}
@@ -132,20 +132,20 @@ def _fastest(memo: dict, op: OpTradeoffs, e: int, stretch: float | None) -> int:
     return c
 
 
-def _joint_starts(ops: Sequence[OpTradeoffs], price: Callable[[PreloadPoint], float],
-                  memo: dict | None = None, stretch: float | None = None
-                  ) -> tuple[list[OpTradeoffs], list[int]]:
+def _joint_starts(ops: Sequence[OpTradeoffs], stretch: float | None = None,
+                  memo: dict | None = None) -> tuple[list[OpTradeoffs], list[int]]:
     """Each operator's fastest plan over its three trade-offs together (Elk §4.3 starts every
     operator at its fastest plan): the execute point with the least execution time plus the
-    distribution and preload time (``price``) of its fastest preload point. An execute point
-    is chosen in the operator's own window, but it also fixes the preload-state front its
-    earlier windows trade off: a faster point whose shared inputs must be broadcast to more
+    distribution and preload time (:func:`_load_price` of ``stretch``) of its fastest
+    preload point. An execute point is chosen in the operator's own window, but it also
+    fixes the preload-state front its earlier windows trade off: a faster point whose shared inputs must be broadcast to more
     cores can need twice the link time to preload (or a long distribution) for a 5% faster
     execution. The larger execute points before the fastest plan are slower and larger, so
     they are dropped from the front the allocation shrinks along; returns the trimmed
     operators (keys marked, for the window memo) and how many points each lost. With the
-    search's ``memo`` (``price`` being :func:`_load_price` of ``stretch``), each operator's
-    start is found once per key and pricing, not once per draft."""
+    search's ``memo``, each operator's start is found once per key and pricing, not once per
+    draft."""
+    price = _load_price(stretch)
     out, offset = [], []
     for op in ops:
         if not op.loads:
