@@ -18,7 +18,15 @@ the timing simulator), so it depends on :class:`~runtime_sim.contract.hardware.H
   fastest power of two, :func:`best_gather_radix`: small partitions want few rounds, each
   paying a latency and a synchronization, large ones a narrow tree), or a pipelined chain of
   shift-buffer chunks, ``n + R - 2`` stages for ``n`` chunks, whose first chunk needs
-  ``R - 2`` extra hops to reach ring 0.
+  ``R - 2`` extra hops to reach ring 0, or a reduce-scatter followed by a gather
+  (Rabenseifner's reduce; Thakur, Rabenseifner and Gropp, "Optimization of Collective
+  Communication Operations in MPICH", IJHPCA 2005, §4.4): the partition is cut into ``R``
+  pieces, in one exchange every replica sends each other replica its piece of the partition
+  and adds the ``R - 1`` pieces it receives, then ring 0 gathers the summed pieces. Each core
+  receives about ``2 (R - 1) / R`` partitions in two rounds instead of a tree's
+  ``ceil(log2 R)`` partitions or a chain's ``R - 2`` extra hops, so it wins where partitions
+  are large enough that bandwidth, not the rounds' latency and synchronization, dominates
+  (:func:`split_pieces`).
 
 * Partial statistics of a core-local reduction split across ``G`` cores (a norm's sum of
   squares, softmax's max and sum of exp; :func:`runtime_sim.contract.plan_rules.local_splits`) are
@@ -158,6 +166,10 @@ class ReductionSchedule:
     chain_add_s: object
     tree_radix: object = 2.0
     tree_fan_in: object = None
+    pieces: object = None  # reduce-scatter + gather: the non-empty pieces, at most R
+    piece_elements: object = None  # the largest piece's elements, ceil(E / R)
+    piece_bytes: object = None  # the largest piece's bytes
+    piece_add_s: object = None  # adding one received piece of the largest size
 
     @property
     def chain_stages(self):
@@ -174,6 +186,26 @@ class ReductionSchedule:
     def chain_adds_s(self):
         """Vector-unit adds and the synchronization of the chain."""
         return _out(np.asarray(self.chain_add_s) + self.sync_s)
+
+    @property
+    def scatter_adds_s(self):
+        """Vector-unit adds (``R - 1`` received pieces on the core summing the largest) and
+        the two synchronizations of the reduce-scatter and the gather."""
+        return _out((np.asarray(self.replicas) - 1) * np.asarray(self.piece_add_s) + 2 * self.sync_s)
+
+
+def split_pieces(replicas, partition_bytes, partition_elements):
+    """The pieces of a reduce-scatter of ``replicas`` copies of a partition of
+    ``partition_elements`` elements (``partition_bytes`` bytes): ``(pieces, elements, bytes)``,
+    the number of non-empty pieces (``min(R, E)``), the largest piece's elements
+    (``ceil(E / R)``) and its bytes. Piece ``i`` holds ``E // R`` elements, one more for
+    ``i < E % R``, so every element is summed on exactly one core."""
+    R = np.maximum(np.asarray(replicas, np.float64), 1.0)
+    E = np.asarray(partition_elements, np.float64)
+    b = np.asarray(partition_bytes, np.float64)
+    elems = np.ceil(E / R)
+    per = np.where(E > 0, b / np.maximum(E, 1.0), 0.0)
+    return _out(np.minimum(R, E)), _out(elems), _out(elems * per)
 
 
 def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
@@ -195,13 +227,17 @@ def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
     chunks = np.maximum(1.0, np.ceil(p / hw.shift_buffer_bytes))
     fill = (R - 2) * (p / chunks / hw.link_bandwidth + hw.link_latency_s)
     adds = (chunks + R - 2) * add / chunks
+    pieces, piece_elems, piece_bytes = split_pieces(R, p, elems)
+    piece_add = np.asarray(piece_elems) / hw.vector_flops_per_cycle / hw.clock_hz
     return ReductionSchedule(_out(R), _out(rounds), _out(chunks), _out(add), sync, _out(fill),
-                             _out(adds), _out(radix), _out(fan))
+                             _out(adds), _out(radix), _out(fan), pieces, piece_elems, piece_bytes,
+                             _out(piece_add))
 
 
 def _reduction_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
-    """Per schedule, (link time, adds and syncs) with every transfer alone on its link:
-    ``(R, schedule, tree_link, tree_adds, chain_link, chain_adds)``, the times as arrays."""
+    """Per schedule (tree, chain, reduce-scatter + gather), its link time and its adds and
+    syncs, with every transfer alone on its link: ``(R, schedule, links, adds)``, the times
+    as arrays stacked in that order on a new first axis."""
     R = np.asarray(replicas, np.float64)
     s = replica_reduction_schedule(R, partition_bytes, partition_elements, hw)
     p = np.asarray(partition_bytes, np.float64)
@@ -209,29 +245,51 @@ def _reduction_parts(replicas, partition_bytes, partition_elements, hw: Hardware
     lat = np.asarray(chunk_latency_seconds(p, hw, 1))
     tree_link = np.asarray(s.tree_fan_in) * p / hw.link_bandwidth + np.asarray(s.tree_rounds) * lat
     chain_link = one + s.chain_fill_s
-    return R, s, tree_link, np.asarray(s.tree_adds_s), chain_link, np.asarray(s.chain_adds_s)
+    q = np.asarray(s.piece_bytes, np.float64)
+    # every replica receives R - 1 pieces at once, then ring 0 the other pieces - 1 sums
+    scatter_link = ((R - 1) + (np.asarray(s.pieces) - 1)) * q / hw.link_bandwidth + 2 * np.asarray(
+        chunk_latency_seconds(q, hw, 1))
+    links = np.stack(np.broadcast_arrays(tree_link, chain_link, scatter_link))
+    adds = np.stack(np.broadcast_arrays(np.asarray(s.tree_adds_s), np.asarray(s.chain_adds_s),
+                                        np.asarray(s.scatter_adds_s)))
+    return R, s, links, adds
+
+
+#: The schedules of :func:`replica_reduction_seconds`, in the order of its tie-break.
+REDUCTION_SCHEDULES = ("tree", "chain", "scatter")
+
+
+def fastest_reduction(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+    """Which schedule (an index into :data:`REDUCTION_SCHEDULES`; the first on ties) sums
+    ``replicas`` copies fastest, each transfer alone on its link, and its time."""
+    R, _, links, adds = _reduction_parts(replicas, partition_bytes, partition_elements, hw)
+    total = links + adds
+    best = np.argmin(total, axis=0)
+    return _out(best), _out(np.where(R > 1, np.min(total, axis=0), 0.0))
 
 
 def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
-    """Time of the faster schedule with every transfer costed alone on its link
+    """Time of the fastest schedule with every transfer costed alone on its link
     (:func:`link_transfer_seconds`); 0 where there is one replica. The timing simulator
     routes the same transfers on its topology instead (``runtime_sim.timing.opcost``)."""
-    R, _, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
-        replicas, partition_bytes, partition_elements, hw)
-    return _out(np.where(R > 1, np.minimum(tree_link + tree_adds, chain_link + chain_adds), 0.0))
+    return fastest_reduction(replicas, partition_bytes, partition_elements, hw)[1]
 
 
 def replica_reduction_busy_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
-    """How long the faster schedule of :func:`replica_reduction_seconds` holds link bandwidth:
-    the partitions its busiest core receives over its link (a tree's root takes its fan-in, a
-    chain's ranks one each), hop latencies and the chain's fill excluded, as
+    """How long the fastest schedule of :func:`replica_reduction_seconds` holds link bandwidth:
+    the bytes its busiest core receives over its link (a tree's root takes its fan-in, a
+    chain's ranks one partition each, a reduce-scatter's ring 0 ``R - 1`` pieces and then
+    the other summed pieces), hop latencies and the chain's fill excluded, as
     :attr:`runtime_sim.machine.phase_cost.PhaseCost.busy_s` counts the routed schedule. 0 where there
     is one replica."""
-    R, s, tree_link, tree_adds, chain_link, chain_adds = _reduction_parts(
-        replicas, partition_bytes, partition_elements, hw)
-    p = np.asarray(partition_bytes, np.float64) / hw.link_bandwidth
-    tree_faster = tree_link + tree_adds <= chain_link + chain_adds
-    return _out(np.where(R > 1, np.where(tree_faster, np.asarray(s.tree_fan_in) * p, p), 0.0))
+    R, s, links, adds = _reduction_parts(replicas, partition_bytes, partition_elements, hw)
+    best = np.argmin(links + adds, axis=0)
+    p = np.asarray(partition_bytes, np.float64)
+    q = np.asarray(s.piece_bytes, np.float64)
+    received = np.stack(np.broadcast_arrays(
+        np.asarray(s.tree_fan_in) * p, p, ((R - 1) + (np.asarray(s.pieces) - 1)) * q))
+    busy = np.take_along_axis(received, np.asarray(best)[None, ...], axis=0)[0] / hw.link_bandwidth
+    return _out(np.where(R > 1, busy, 0.0))
 
 
 def bandwidth_view(hw: HardwareSpec) -> HardwareSpec:

@@ -144,9 +144,39 @@ def replica_reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tup
     fill = schedule.chain_fill_s
     chain = chain + PhaseCost(fill, fill, 0.0, 0.0, 0.0, 0.0)
     chain_adds = schedule.chain_adds_s
-    if chain.time_s + chain_adds < tree.time_s + tree_adds:
+
+    scatter, scatter_sent = _scatter_gather(rank, R, order, P, pbytes, elems, topo)
+    scatter_adds = schedule.scatter_adds_s
+    best = min(((tree.time_s + tree_adds, 0), (chain.time_s + chain_adds, 1),
+                (scatter.time_s + scatter_adds, 2)))[1]
+    if best == 1:
         return chain, int(schedule.chain_stages), chain_adds, senders.size * pbytes
+    if best == 2:
+        return scatter, 2, scatter_adds, scatter_sent
     return tree, rounds, tree_adds, sent
+
+
+def _scatter_gather(rank: np.ndarray, size: int, order: np.ndarray, physical: np.ndarray,
+                    pbytes: int, elems: int, topo: Topology) -> tuple[PhaseCost, int]:
+    """The reduce-scatter + gather schedule of groups of ``size`` replicas whose ranks (0 =
+    the owner) are ``rank`` over positions ``order`` (:func:`runtime_sim.machine.links.split_pieces`):
+    in one phase every rank sends piece ``j`` of its partition to rank ``j``, which sums it;
+    then every rank sends its summed piece to rank 0. Returns the two phases' cost and the
+    bytes sent. A piece holds whole elements (an attention replica's running max and sum are
+    cut with its output, as the closed form counts them)."""
+    n = rank.size
+    head = np.arange(n) - rank
+    per = pbytes / max(elems, 1)
+    piece = (elems // size + (np.arange(size) < elems % size)) * per  # bytes of piece j
+    src_pos = np.repeat(np.arange(n), size - 1)
+    offset = np.tile(np.arange(1, size), n)
+    dst_rank = (rank[src_pos] + offset) % size
+    dst_pos = head[src_pos] + dst_rank
+    nbytes = piece[dst_rank]
+    scatter = topo.phase(physical[order[src_pos]], physical[order[dst_pos]], nbytes)
+    rest = np.flatnonzero(rank > 0)
+    gather = topo.phase(physical[order[rest]], physical[order[head[rest]]], piece[rank[rest]])
+    return scatter + gather, int(round(nbytes.sum() + piece[rank[rest]].sum()))
 
 
 def split_combine(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[PhaseCost, int, float, int]:

@@ -211,7 +211,7 @@ def rotation_shift_bound(structure: PlanStructure, F: np.ndarray, seconds_per_by
 
 #: How the analytic model costs the replica reduction: ``"ring"``, T10's ``(R - 1) / R`` of
 #: an output partition over a link (bandwidth only), or ``"schedule"``, the device's
-#: tree-or-chain schedule as the timing simulator runs it (:func:`replica_reduction_array`,
+#: tree, chain or reduce-scatter schedule as the timing simulator runs it (:func:`replica_reduction_array`,
 #: every round paying its latency and synchronization; :meth:`AnalyticBatchModel.
 #: reduction_lower_bound` keeps the search exact). The search uses the ring term: with the
 #: schedule, Llama2-13B's weight matmuls trade their k splits for batch splits whose weight
@@ -392,7 +392,10 @@ def replica_reduction_lower_bound(replicas: np.ndarray, partition_bytes: np.ndar
     receives at least ``ceil(log2 R)`` partitions over at least one round, each receive an
     add. Chain: the per-hop chunk is not monotonic in the bytes (the buffer splits them), so
     it is bounded by one transfer of the partition, ``R - 2`` fill latencies and its
-    synchronization. Both grow with ``R`` and the bytes, so the bounds hold for any larger.
+    synchronization. Reduce-scatter + gather: every core receives ``R - 1`` pieces of at
+    least ``p / R`` bytes and adds them, over two rounds each paying a hop's latency and a
+    synchronization. All three grow with ``R`` and the bytes, so the bounds hold for any
+    larger.
     """
     R = np.asarray(replicas, float)
     p = np.asarray(partition_bytes, float)
@@ -403,7 +406,9 @@ def replica_reduction_lower_bound(replicas: np.ndarray, partition_bytes: np.ndar
     tree = (receives * (p / hw.link_bandwidth + add)
             + np.asarray(chunk_latency_seconds(p, hw, 1)) + sync)
     chain = np.asarray(link_transfer_seconds(p, hw)) + (R - 2) * hw.link_latency_s + sync
-    return np.where(many, np.minimum(tree, chain), 0.0)
+    share = (R - 1) / np.maximum(R, 1.0)
+    scatter = share * (p / hw.link_bandwidth + add) + 2 * (hw.link_latency_s + sync)
+    return np.where(many, np.minimum(np.minimum(tree, chain), scatter), 0.0)
 
 
 def step_replica_reduction_bound(structure: PlanStructure, F: np.ndarray, S: np.ndarray,
