@@ -24,6 +24,7 @@ from runtime_sim.contract.presets import preset, small_chip
 from runtime_sim.contract.program import DeviceProgram, OpProgram, TensorDecl
 from runtime_sim.contract.validation import validate_program
 from runtime_sim.functional.device import SimulatedDevice, get_device
+from runtime_sim.functional.link_hops import LinkHops
 from tvm_icca.testing.relayout_reference import received_bytes
 
 RNG = np.random.default_rng(1)
@@ -85,8 +86,14 @@ def check_stats(dev: SimulatedDevice, layout: OpLayout, hw) -> None:
     assert stats["peak_sram_bytes_per_core"] <= hw.sram_bytes_per_core
     assert stats["peak_sram_bytes_per_core"] == layout.memory_bytes_per_core() + hw.shift_buffer_bytes
     assert stats["rotation_bytes"] == layout.shift_bytes()
-    assert stats["reduction_bytes"] == layout.reduction_bytes()
-    assert stats["shift_bytes"] == layout.shift_bytes() + layout.reduction_bytes()
+    # the replica reduction's bytes are those of the schedule it runs (a reduce-scatter sends
+    # more than the tree's or the chain's R - 1 partitions that layout.reduction_bytes counts)
+    out = len(layout.expr.tensors) - 1
+    tree = layout.num_cores // layout.replicas(out) * (layout.replicas(out) - 1) * layout.replica_bytes()
+    placed = OpLayout(layout.expr, layout.plan, hw.cores_per_chip)
+    reduction = layout.reduction_bytes() - tree + LinkHops(hw).reduction_sent_bytes(placed)
+    assert stats["reduction_bytes"] == reduction
+    assert stats["shift_bytes"] == layout.shift_bytes() + reduction
     assert stats["steps"] == layout.steps and stats["cores_used"] == layout.num_cores
 
 

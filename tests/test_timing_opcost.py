@@ -117,19 +117,30 @@ def test_cannon_steps_and_shifts_closed_form(exprs) -> None:
                                             - math.ceil(pb / buf) * LAT), rel=1e-6)
 
 
-def test_split_reduction_is_a_binomial_tree(exprs) -> None:
+def test_split_reduction_is_a_reduce_scatter_and_gather(exprs) -> None:
+    """8 replicas of a 1 KiB partial sum: Rabenseifner's reduce (runtime_sim.machine.links) --
+    every replica sends each other its eighth and sums the eighths it receives, then ring 0
+    gathers the sums -- beats the binomial tree's three rounds of a whole partition."""
+    from tests.test_timing import device_stats  # the functional device's counts
+
     e = exprs.matmul(16, 64, 16)
     plan = ExecutionPlan({"k": 8}, ({}, {}, {}))
     prog = one_op_program(e, plan, HW16, constants=("A", "B"))
     report = simulate_timing([prog])
     layout = OpLayout(e, plan)
     pc = layout.partition_bytes(2)  # 1 KiB: one chunk
-    assert report.reduction_bytes == layout.reduction_bytes() == 7 * pc
-    rounds = 3  # log2(8)
-    transfer = rounds * (pc / HW16.link_bandwidth + LAT)
+    piece = pc / 8
+    assert report.reduction_bytes == 7 * pc + 7 * piece  # the pieces, then the gathered sums
+    assert layout.reduction_bytes() == 7 * pc  # a tree's or a chain's count
+    transfer = 2 * (7 * piece / HW16.link_bandwidth + LAT)
     assert report.transfer_s == pytest.approx(transfer, rel=1e-9)
-    adds = rounds * (16 * 16 / HW16.vector_flops_per_cycle + HW16.sync_cycles) / HW16.clock_hz
+    adds = (7 * (16 * 16 // 8) / HW16.vector_flops_per_cycle + 2 * HW16.sync_cycles) / HW16.clock_hz
     assert report.per_op[0].reduction_s == pytest.approx(transfer + adds, rel=1e-9)
+    tree = 3 * (pc / HW16.link_bandwidth + LAT
+                + (16 * 16 / HW16.vector_flops_per_cycle + HW16.sync_cycles) / HW16.clock_hz)
+    assert transfer + adds < tree
+    hosted = one_op_program(e, plan, HW16)  # the device counts the bytes of the same schedule
+    assert device_stats(hosted)["reduction_bytes"] == simulate_timing([hosted]).reduction_bytes
 
 
 def _two_chip_ring(exprs, cap: float, **latencies):
@@ -156,23 +167,31 @@ def test_multi_chip_rotation_is_capped_by_inter_chip_link(exprs) -> None:
 
 
 def test_large_split_reduction_runs_as_a_pipelined_chain(exprs) -> None:
-    e = exprs.matmul(64, 8, 128)
-    plan = ExecutionPlan({"k": 8}, ({}, {}, {}))  # 8 replicas of a 32 KiB output partition
-    prog = one_op_program(e, plan, HW16, constants=("A", "B"))
+    """4 replicas of a 48 KiB partition (6 chunks): the chain's fill is two chunks, less than
+    the reduce-scatter's extra half partition (on a chip whose vector unit adds 16 times
+    faster than ``hw``'s, so that the transfers, not the adds, decide)."""
+    hw = small_chip(16, link_latency_s=LAT, vector_flops_per_cycle=16 * HW16.vector_flops_per_cycle)
+    from runtime_sim.machine.links import REDUCTION_SCHEDULES, fastest_reduction
+
+    e = exprs.matmul(48, 4, 256)
+    plan = ExecutionPlan({"k": 4}, ({}, {}, {}))  # 4 replicas of a 48 KiB output partition
+    prog = one_op_program(e, plan, hw, constants=("A", "B"))
     report = simulate_timing([prog])
     layout = OpLayout(e, plan)
     pc = layout.partition_bytes(2)
-    chunks = math.ceil(pc / HW16.shift_buffer_bytes)
-    assert chunks > 1
-    assert report.reduction_bytes == 7 * pc  # what the device counts, whichever schedule
-    chain = (pc / HW16.link_bandwidth + chunks * LAT) + 6 * (pc / chunks / HW16.link_bandwidth + LAT)
-    tree = 3 * (pc / HW16.link_bandwidth + chunks * LAT)
-    assert chain < tree
-    assert report.transfer_s == pytest.approx(chain, rel=1e-9)
+    chunks = math.ceil(pc / hw.shift_buffer_bytes)
+    assert chunks == 6
     elems = pc // 4
-    adds = ((chunks + 6) * elems / chunks / HW16.vector_flops_per_cycle + HW16.sync_cycles) / HW16.clock_hz
+    assert REDUCTION_SCHEDULES[int(fastest_reduction(4, pc, elems, hw)[0])] == "chain"
+    assert report.reduction_bytes == 3 * pc  # what the device counts for a chain
+    chain = (pc / hw.link_bandwidth + chunks * LAT) + 2 * (pc / chunks / hw.link_bandwidth + LAT)
+    tree = 2 * (pc / hw.link_bandwidth + chunks * LAT)
+    scatter = 2 * (3 * pc / 4 / hw.link_bandwidth + chunks / 4 * LAT)
+    assert chain < min(tree, scatter)
+    assert report.transfer_s == pytest.approx(chain, rel=1e-9)
+    adds = ((chunks + 2) * elems / chunks / hw.vector_flops_per_cycle + hw.sync_cycles) / hw.clock_hz
     assert report.per_op[0].reduction_s == pytest.approx(chain + adds, rel=1e-9)
-    hosted = one_op_program(e, plan, HW16)  # inputs as arguments, so that the device can run it
+    hosted = one_op_program(e, plan, hw)  # inputs as arguments, so that the device can run it
     from tests.test_timing import device_stats  # the functional device's counts
 
     assert simulate_timing([hosted]).reduction_bytes == device_stats(hosted)["reduction_bytes"]
@@ -223,12 +242,13 @@ def test_split_norm_combine_is_a_gather_and_a_multicast(exprs) -> None:
 
 
 def test_many_small_replicas_gather_in_a_wide_tree(exprs) -> None:
-    """16 replicas of a 64-byte partial sum: the fastest gather radix takes several values per
-    round through the root's port (fewer rounds, each one latency and one synchronization);
+    """16 replicas of a 32-byte partial sum: the fastest gather radix takes several values per
+    round through the root's port (fewer rounds, each one latency and one synchronization;
+    a reduce-scatter's two rounds cost more than the bytes they save);
     the simulator routes that tree and charges the closed form of runtime_sim.machine.links."""
     from runtime_sim.machine.links import replica_reduction_schedule, replica_reduction_seconds
 
-    e = exprs.matmul(4, 256, 4)
+    e = exprs.matmul(2, 256, 4)
     plan = ExecutionPlan({"k": 16}, ({}, {}, {}))
     prog = one_op_program(e, plan, HW16, constants=("A", "B"))
     report = simulate_timing([prog])

@@ -496,8 +496,12 @@ class OpLayout:
         return total
 
     def reduction_bytes(self) -> int:
-        """Bytes sent to sum output replicas into ring 0 after the last step, plus those that
-        combine the partial statistics of split core-local reductions (:meth:`combine_bytes`)."""
+        """Bytes sent to sum output replicas into ring 0 after the last step by a gather tree
+        or a chain (``R - 1`` partitions per output partition), plus those that combine the
+        partial statistics of split core-local reductions (:meth:`combine_bytes`). A
+        reduce-scatter + gather sends its pieces and then the gathered sums instead; the
+        executors count the schedule they run
+        (:func:`runtime_sim.machine.op_transfers.replica_reduction`)."""
         out = len(self.expr.tensors) - 1
         replica = self.num_cores // self.replicas(out) * (self.replicas(out) - 1) * self.replica_bytes()
         return replica + self.combine_bytes()

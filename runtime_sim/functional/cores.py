@@ -36,6 +36,7 @@ from runtime_sim.contract.layout import OpLayout, ShiftEvent
 from runtime_sim.contract.plan_rules import STAT_BYTES
 from runtime_sim.functional import attention_step
 from runtime_sim.functional.expr_eval import COMPUTE_DTYPE, ExprEvaluator
+from runtime_sim.functional.link_hops import LinkHops
 from runtime_sim.functional.placement import check_dtype, gathered_rows, partitions
 from runtime_sim.functional.preload_store import PreloadStore
 from runtime_sim.functional.sram import SramLedger
@@ -67,6 +68,16 @@ class Cores:
         self._sram = sram
         self._preloads = preloads
         self._allocs: dict[str, Allocation] = {}
+        self._hops: LinkHops | None = None
+
+    @property
+    def link_hops(self) -> LinkHops:
+        """The current chip's network as the device counts its transfers
+        (:mod:`runtime_sim.functional.link_hops`)."""
+        hw = self.hw
+        if self._hops is None or self._hops.hw != hw:
+            self._hops = LinkHops(hw)
+        return self._hops
 
     # -- configuration ------------------------------------------------------------------
     @property
@@ -292,7 +303,8 @@ class Cores:
 
     # -- after the steps ----------------------------------------------------------------
     def reduce_outputs(self, op_name: str) -> int:
-        """Sum the output replicas of all rings into ring 0; returns the bytes sent.
+        """Sum the output replicas of all rings into ring 0; returns the bytes sent under the
+        schedule the timing simulator picks (:meth:`LinkHops.reduction_sent_bytes`).
 
         Replicas exist when a reduction axis is split across cores (partial sums). An
         attention operator's replicas are combined with their running max and sum
@@ -310,7 +322,7 @@ class Cores:
         if owners.size != layout.num_cores and alloc.stats is not None:
             alloc.buffers[out], alloc.stats = attention_step.combine_replicas(
                 layout, alloc.buffers[out], alloc.stats)
-            sent = (layout.num_cores - owners.size) * layout.replica_bytes()
+            sent = self.link_hops.reduction_sent_bytes(layout)
         elif owners.size != layout.num_cores:
             buf = alloc.buffers[out]
             order = np.argsort(owner_of, kind="stable")
@@ -320,7 +332,7 @@ class Cores:
             reduced = np.zeros_like(buf)  # non-owners have sent their partial sums away
             reduced[sorted_owner[heads]] = summed
             alloc.buffers[out] = reduced
-            sent = (layout.num_cores - owners.size) * layout.partition_bytes(out)
+            sent = self.link_hops.reduction_sent_bytes(layout)
         alloc.reduction_bytes += sent
         alloc.reduced = True
         return sent

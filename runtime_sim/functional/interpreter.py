@@ -93,7 +93,6 @@ class Interpreter:
         #: byte-hop counter prices a re-layout from it once
         self._grid_keys: dict[str, str] = {}
         self._env: Mapping[str, np.ndarray] = {}  # tensors of the current call
-        self._hops: LinkHops | None = None  # the chip's network, for link byte-hops
 
     def run(self, program: DeviceProgram | Mapping[str, Any] | str,
             inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -486,10 +485,7 @@ class Interpreter:
 
     def _link_hops(self) -> LinkHops:
         """The byte-hop counter of the current chip's network (:mod:`runtime_sim.functional.link_hops`)."""
-        hw = self._cores.hw
-        if self._hops is None or self._hops.hw != hw:
-            self._hops = LinkHops(hw)
-        return self._hops
+        return self._cores.link_hops
 
     def _grid_key(self, op: OpProgram, t: int, origin: str) -> tuple:
         """What the grid input ``t`` of ``op`` waits in depends on (see :meth:`_origin_grid`):

@@ -77,6 +77,14 @@ class LinkHops:
         return self._cached(key, lambda: (replica_reduction(layout, self.hw, self.topo)[0]
                                           + split_combine(layout, self.hw, self.topo)[0]).byte_hops)
 
+    def reduction_sent_bytes(self, layout: OpLayout) -> int:
+        """Bytes the replica reduction of ``layout`` sends under the schedule the timing
+        simulator picks on this network (:func:`runtime_sim.machine.op_transfers.replica_reduction`:
+        ``(R - 1)`` partitions per output partition for a tree or a chain, a reduce-scatter's
+        pieces and gathered sums for Rabenseifner's)."""
+        key = ("reduction_sent", cost_key(layout.expr, layout.plan), layout.cores_per_chip)
+        return int(self._cached(key, lambda: replica_reduction(layout, self.hw, self.topo)[3]))
+
     def relayout(self, grid: BlockGrid, layout: OpLayout, t: int, origin: tuple[Any, ...]) -> float:
         """Input ``t`` of ``layout`` re-laid out from ``grid``, where it waited; ``origin``
         names what the grid depends on (one price per origin, operator and input)."""
