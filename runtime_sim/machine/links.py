@@ -10,7 +10,7 @@ the timing simulator), so it depends on :class:`~runtime_sim.contract.hardware.H
   pays ``inter_chip_latency_s`` per chunk for every chip boundary it crosses, on top of the
   per-hop latency (``chip_hops``; the IPU-Link leg of an IPU-POD, see
   :mod:`runtime_sim.contract.presets`).
-* Output replicas are summed into ring 0 by the faster of two schedules, as collective
+* Output replicas are summed into ring 0 by the fastest of three schedules, as collective
   libraries pick per message size (:func:`replica_reduction_schedule`): a gather tree, in
   each round of which a receiving core takes up to ``radix - 1`` partitions through its port,
   adds them on the vector unit and synchronizes (radix 2 is the binomial tree,
@@ -18,7 +18,7 @@ the timing simulator), so it depends on :class:`~runtime_sim.contract.hardware.H
   fastest power of two, :func:`best_gather_radix`: small partitions want few rounds, each
   paying a latency and a synchronization, large ones a narrow tree), or a pipelined chain of
   shift-buffer chunks, ``n + R - 2`` stages for ``n`` chunks, whose first chunk needs
-  ``R - 2`` extra hops to reach ring 0, or a reduce-scatter followed by a gather
+  ``R - 2`` extra hops to reach ring 0; or a reduce-scatter followed by a gather
   (Rabenseifner's reduce; Thakur, Rabenseifner and Gropp, "Optimization of Collective
   Communication Operations in MPICH", IJHPCA 2005, §4.4): the partition is cut into ``R``
   pieces, in one exchange every replica sends each other replica its piece of the partition
@@ -146,7 +146,7 @@ def best_gather_radix(group, nbytes, elements, hw: HardwareSpec):
 
 @dataclass(frozen=True)
 class ReductionSchedule:
-    """The two replica-reduction schedules of ``replicas`` copies of a ``partition_bytes``
+    """The three replica-reduction schedules of ``replicas`` copies of a ``partition_bytes``
     partition (arrays broadcast like the inputs; entries where ``R <= 1`` are meaningless).
 
     Tree: a gather tree of radix ``tree_radix`` (:func:`best_gather_radix`: 2 is the binomial
@@ -154,7 +154,10 @@ class ReductionSchedule:
     partitions through their port, add them and synchronize (``tree_fan_in``: the root's
     receives over all rounds). Chain: one partition transfer (every replica to its
     neighbour, all at once), then ``chain_fill_s`` (the first chunk's ``R - 2`` extra hops),
-    ``chain_add_s`` (adding every chunk) and one ``sync_s``.
+    ``chain_add_s`` (adding every chunk) and one ``sync_s``. Reduce-scatter + gather
+    (:func:`split_pieces`): every replica receives ``R - 1`` pieces of up to ``piece_bytes``
+    and adds them (``piece_add_s`` each), then ring 0 receives the other ``pieces - 1`` sums;
+    one synchronization per round.
     """
 
     replicas: object
@@ -210,7 +213,7 @@ def split_pieces(replicas, partition_bytes, partition_elements):
 
 def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
                                hw: HardwareSpec) -> ReductionSchedule:
-    """Closed-form terms of both reduction schedules (see the module docstring)."""
+    """Closed-form terms of the three reduction schedules (see the module docstring)."""
     R = np.asarray(replicas, np.float64)
     p = np.asarray(partition_bytes, np.float64)
     elems = np.asarray(partition_elements, np.float64)

@@ -7,7 +7,7 @@ performs (:attr:`~runtime_sim.machine.phase_cost.PhaseCost.byte_hops`, priced by
 model), so that the two count one value:
 
 * :func:`replica_reduction` and :func:`split_combine`: the replica reduction into ring 0 (the
-  faster of a gather tree and a pipelined chain) and the combine of split core-local
+  fastest of a gather tree, a pipelined chain and a reduce-scatter + gather) and the combine of split core-local
   reductions;
 * :func:`relayout_phase`: one input's re-layout from where it waits (exact box overlaps,
   multicast onto replicas);
@@ -104,10 +104,13 @@ def host_return(topo: Topology, layout: OpLayout) -> tuple[PhaseCost, float, flo
 
 
 def replica_reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[PhaseCost, int, float, int]:
-    """(transfer cost, stages, add seconds, bytes) of the faster replica-reduction schedule
-    of ``layout``'s output replicas into ring 0: a gather tree or a pipelined chain, as
-    collective libraries pick per message size (:func:`replica_reduction_schedule`). Both send
-    the bytes the functional device counts, ``(R - 1)`` partitions per output partition."""
+    """(transfer cost, stages, add seconds, bytes) of the fastest replica-reduction schedule
+    of ``layout``'s output replicas into ring 0: a gather tree, a pipelined chain or a
+    reduce-scatter + gather, as collective libraries pick per message size
+    (:func:`replica_reduction_schedule`). The tree and the chain send ``(R - 1)`` partitions
+    per output partition, the reduce-scatter its pieces and then the sums ring 0 gathers; the
+    functional device counts the bytes of the schedule chosen here
+    (:meth:`runtime_sim.functional.link_hops.LinkHops.reduction_sent_bytes`)."""
     out = len(layout.expr.tensors) - 1
     R = layout.replicas(out)
     if R <= 1:
@@ -166,6 +169,7 @@ def _scatter_gather(rank: np.ndarray, size: int, order: np.ndarray, physical: np
     cut with its output, as the closed form counts them)."""
     n = rank.size
     head = np.arange(n) - rank
+    assert (np.bincount(head, minlength=n)[head] == size).all()  # every group has R replicas
     per = pbytes / max(elems, 1)
     piece = (elems // size + (np.arange(size) < elems % size)) * per  # bytes of piece j
     src_pos = np.repeat(np.arange(n), size - 1)

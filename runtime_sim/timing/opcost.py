@@ -14,14 +14,18 @@ ComputeSet"), bulk-synchronously: compute, synchronize, exchange. So:
   phase is costed once on the topology with all cores vectorized.
 * the replica reduction (output replicas summed into ring 0, as the functional device does;
   :func:`runtime_sim.machine.op_transfers.replica_reduction`)
-  runs as the faster of two schedules, as collective libraries pick per message size: a
+  runs as the fastest of three schedules, as collective libraries pick per message size: a
   gather tree (radix 2: ``ceil(log2 R)`` rounds in which half of the remaining partial sums
   move one partition each; a wider radix: fewer rounds, each receiver taking up to
-  ``radix - 1`` partitions; best for small partitions) or a pipelined chain (every replica sends its
+  ``radix - 1`` partitions; best for small partitions), a pipelined chain (every replica sends its
   partition, in shift-buffer sized chunks, to the next one towards ring 0, adding each chunk
   it receives before passing it on: ``n + R - 2`` chunk stages for ``n`` chunks; best for
-  large partitions). Both send exactly the bytes the device counts, ``(R - 1)`` partitions
-  per output partition.
+  large partitions and few replicas) or a reduce-scatter followed by a gather (Rabenseifner's
+  reduce: every replica sends each other replica its ``1/R`` piece and sums the pieces it
+  receives, then ring 0 gathers the sums: two rounds, about ``2 (R - 1) / R`` partitions
+  received per core; best for many replicas of a partition too large for a wide tree).
+  The tree and the chain send ``(R - 1)`` partitions per output partition, the
+  reduce-scatter its pieces and the gathered sums; the device counts the same bytes.
 * a core-local reduction split across cores (:func:`runtime_sim.contract.plan_rules.local_splits`) combines
   its partial statistics after every step, level by level, within each group of cores that
   share rows: the fastest gather tree to the group's first core, then one multicast of the
