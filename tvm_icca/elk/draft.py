@@ -25,8 +25,7 @@ from tvm_icca.elk.elk_schedule import (
     PlanStats,
     Timeline,
     estimate,
-    order_structure,
-    prefix_sums,
+    window_parts,
 )
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 
@@ -73,20 +72,14 @@ def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Seq
     :func:`runtime_sim.machine.stream_timing.stream_times`) a preload issued earlier starts no
     later, its delivery progresses at the same share at every instant, so it ends no later, and
     an execute waits only for its own preload; so every start is monotone in the horizons."""
-    n = len(ops)
-    m, early = order_structure(n, tuple(order))
-    space = [ops[j].preloads[exec_choice[j]][preload_choice[j]].space for j in order]
-    pos = {j: k for k, j in enumerate(order)}
-    pre = np.array(prefix_sums(space), dtype=np.int64)
+    parts = window_parts(ops, order, exec_choice, preload_choice)
+    pre, m_arr = parts.prefix, parts.m
     # each window (overlap_model.window_bytes) before any preload ahead of it, its own
     # preload waiting beside what the device holds before it starts
-    used = [window_bytes(op.execs[e].space, [space[pos[j]] for j in ahead], op.live_bytes,
-                         op.waiting_bytes, space[pos[i]] if i in pos else 0)
-            for i, (op, e, ahead) in enumerate(zip(ops, exec_choice, early))]
-    room = machine.sram_bytes - np.array(used, dtype=np.int64)
+    used = window_bytes(parts.exec_space, (parts.ahead,), parts.live, parts.waiting, parts.own)
+    room = machine.sram_bytes - used
     if (room < 0).any():
         return None
-    m_arr = np.array(m, dtype=np.int64)
     # the most preloads each window holds from its first, then no more than the next
     # operator's (horizons never decrease): a suffix minimum, capped at the order's length
     most = np.searchsorted(pre, pre[m_arr] + room, side="right") - 1
