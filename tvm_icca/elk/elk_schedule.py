@@ -79,12 +79,13 @@ def ideal_load_s(op: OpTradeoffs) -> float:
 
 
 def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSchedule,
-             stop_at: float = math.inf) -> Timeline | None:
+             stop_at: float = math.inf, parts: WindowParts | None = None) -> Timeline | None:
     """Forward (earliest-start) evaluation of a schedule under the memory/contention model.
 
     Raises ValueError if the schedule is invalid or some window exceeds SRAM. ``stop_at``: a
     search that keeps only schedules faster than this gets ``None`` once the total is proven
-    not to be (:func:`runtime_sim.machine.stream_timing.stream_times`)."""
+    not to be (:func:`runtime_sim.machine.stream_timing.stream_times`). ``parts``: the
+    schedule's :func:`window_parts`, if the caller has them (the same points and order)."""
     n = len(ops)
     order = schedule.preload_order
     m, _ = order_structure(n, tuple(order))
@@ -97,7 +98,8 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
         pts[j] = ops[j].preloads[schedule.exec_choice[j]][schedule.preload_choice[j]]
     # the space of the chosen points, as the device holds them; Ideal's loads take the
     # shortest of any point (a roofline time, never a memory figure)
-    parts = window_parts(ops, order, schedule.exec_choice, schedule.preload_choice)
+    if parts is None:
+        parts = window_parts(ops, order, schedule.exec_choice, schedule.preload_choice)
     load_s = {j: ideal_load_s(ops[j]) if ideal else pts[j].load_s for j in order}
     pos = parts.pos
     points = [op.execs[e] for op, e in zip(ops, schedule.exec_choice)]
