@@ -24,9 +24,9 @@ from tvm_icca.elk.elk_schedule import (
     ElkSchedule,
     PlanStats,
     Timeline,
+    WindowParts,
     estimate,
-    order_structure,
-    prefix_sums,
+    window_parts,
 )
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs
 
@@ -48,16 +48,18 @@ class Draft:
 
 def finish_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, draft: Draft,
                  stats: PlanStats, on_step: OnStep = None,
-                 stop_at: float = math.inf) -> ElkSchedule | None:
+                 stop_at: float = math.inf, parts: WindowParts | None = None
+                 ) -> ElkSchedule | None:
     """``draft`` as design ``design``'s schedule, with its estimated timeline and total (raises
     ``ValueError`` if the draft's horizons are invalid or a window overflows SRAM); then
     ``on_step(None)``. ``None`` when its total is proven to be at least ``stop_at`` (a search
-    that keeps only faster schedules, :func:`~tvm_icca.elk.elk_schedule.estimate`)."""
+    that keeps only faster schedules, :func:`~tvm_icca.elk.elk_schedule.estimate`). ``parts``:
+    the draft's :func:`~tvm_icca.elk.elk_schedule.window_parts`, if the caller has them."""
     sched = ElkSchedule(design, tuple(draft.exec_choice), tuple(draft.preload_choice), draft.order,
                         tuple(draft.horizon), Timeline((), (), (), (), (), (), (), 0.0), 0.0,
                         replace(stats, source=draft.source))
     try:
-        tl = estimate(ops, machine, sched, stop_at)
+        tl = estimate(ops, machine, sched, stop_at, parts)
     finally:
         if on_step is not None:
             on_step(None)
@@ -65,28 +67,25 @@ def finish_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: str, d
 
 
 def fitting_horizons(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: Sequence[int],
-                     exec_choice: Sequence[int], preload_choice: Sequence[int]) -> list[int] | None:
+                     exec_choice: Sequence[int], preload_choice: Sequence[int],
+                     parts: WindowParts | None = None) -> list[int] | None:
     """The largest valid horizons whose windows fit SRAM with these execute and preload
     points (None if some operator's window does not fit even with no preload ahead).
 
     For fixed points they are the best horizons: under the device's rules (Elk §4.5,
     :func:`runtime_sim.machine.stream_timing.stream_times`) a preload issued earlier starts no
     later, its delivery progresses at the same share at every instant, so it ends no later, and
-    an execute waits only for its own preload; so every start is monotone in the horizons."""
-    n = len(ops)
-    m, early = order_structure(n, tuple(order))
-    space = [ops[j].preloads[exec_choice[j]][preload_choice[j]].space for j in order]
-    pos = {j: k for k, j in enumerate(order)}
-    pre = np.array(prefix_sums(space), dtype=np.int64)
+    an execute waits only for its own preload; so every start is monotone in the horizons.
+    ``parts``: these points' :func:`~tvm_icca.elk.elk_schedule.window_parts`, if known."""
+    if parts is None:
+        parts = window_parts(ops, order, exec_choice, preload_choice)
+    pre, m_arr = parts.prefix, parts.m
     # each window (overlap_model.window_bytes) before any preload ahead of it, its own
     # preload waiting beside what the device holds before it starts
-    used = [window_bytes(op.execs[e].space, [space[pos[j]] for j in ahead], op.live_bytes,
-                         op.waiting_bytes, space[pos[i]] if i in pos else 0)
-            for i, (op, e, ahead) in enumerate(zip(ops, exec_choice, early))]
-    room = machine.sram_bytes - np.array(used, dtype=np.int64)
+    used = window_bytes(parts.exec_space, (parts.ahead,), parts.live, parts.waiting, parts.own)
+    room = machine.sram_bytes - used
     if (room < 0).any():
         return None
-    m_arr = np.array(m, dtype=np.int64)
     # the most preloads each window holds from its first, then no more than the next
     # operator's (horizons never decrease): a suffix minimum, capped at the order's length
     most = np.searchsorted(pre, pre[m_arr] + room, side="right") - 1
@@ -104,12 +103,14 @@ def schedule_at_points(ops: Sequence[OpTradeoffs], machine: ElkMachine, design: 
     """The schedule with these points and order, every preload issued as early as memory
     allows (:func:`fitting_horizons`), estimated; None if it does not fit (or, with
     ``stop_at``, if its total is proven to be at least that: :func:`finish_draft`)."""
-    hz = fitting_horizons(ops, machine, order, exec_choice, preload_choice)
+    # the horizons and the estimate read the same window parts: computed once
+    parts = window_parts(ops, order, exec_choice, preload_choice)
+    hz = fitting_horizons(ops, machine, order, exec_choice, preload_choice, parts)
     if hz is None:
         return None
     try:
         return finish_draft(ops, machine, design,
                             Draft(list(exec_choice), list(preload_choice), order, hz, source),
-                            stats, on_step, stop_at)
+                            stats, on_step, stop_at, parts)
     except (InfeasibleError, ValueError):
         return None

@@ -79,18 +79,18 @@ def ideal_load_s(op: OpTradeoffs) -> float:
 
 
 def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSchedule,
-             stop_at: float = math.inf) -> Timeline | None:
+             stop_at: float = math.inf, parts: WindowParts | None = None) -> Timeline | None:
     """Forward (earliest-start) evaluation of a schedule under the memory/contention model.
 
     Raises ValueError if the schedule is invalid or some window exceeds SRAM. ``stop_at``: a
     search that keeps only schedules faster than this gets ``None`` once the total is proven
-    not to be (:func:`runtime_sim.machine.stream_timing.stream_times`)."""
+    not to be (:func:`runtime_sim.machine.stream_timing.stream_times`). ``parts``: the
+    schedule's :func:`window_parts`, if the caller has them (the same points and order)."""
     n = len(ops)
     order = schedule.preload_order
-    m, early = order_structure(n, tuple(order))
+    m, _ = order_structure(n, tuple(order))
     check_horizons(n, order, schedule.horizon, m)
     ideal = schedule.design == "ideal"
-    K = len(order)
     pts = {}
     for j in order:
         if not ops[j].loads or schedule.preload_choice[j] < 0:
@@ -98,22 +98,16 @@ def estimate(ops: Sequence[OpTradeoffs], machine: ElkMachine, schedule: ElkSched
         pts[j] = ops[j].preloads[schedule.exec_choice[j]][schedule.preload_choice[j]]
     # the space of the chosen points, as the device holds them; Ideal's loads take the
     # shortest of any point (a roofline time, never a memory figure)
-    space = [pts[order[k]].space for k in range(K)]
+    if parts is None:
+        parts = window_parts(ops, order, schedule.exec_choice, schedule.preload_choice)
     load_s = {j: ideal_load_s(ops[j]) if ideal else pts[j].load_s for j in order}
-    ps = np.array(prefix_sums(space), dtype=np.int64)
-    pos = {j: k for k, j in enumerate(order)}
+    pos = parts.pos
     points = [op.execs[e] for op, e in zip(ops, schedule.exec_choice)]
-    ep_space = np.array([ep.space for ep in points], dtype=np.int64)
-    live = np.array([op.live_bytes for op in ops], dtype=np.int64)
-    waiting = np.array([op.waiting_bytes for op in ops], dtype=np.int64)
-    # each operator's own preload space, held with its window until it starts
-    own = np.array([space[pos[i]] if i in pos else 0 for i in range(n)], dtype=np.int64)
+    ep_space, live, waiting, own = parts.exec_space, parts.live, parts.waiting, parts.own
     # each window's preloads (overlap_model.window_bytes): positions m[i] .. h[i] - 1, and
-    # the early members (most operators have none)
-    w_space = ps[np.array(schedule.horizon, dtype=np.int64)] - ps[np.array(m, dtype=np.int64)]
-    for i, ahead in enumerate(early):
-        if ahead:
-            w_space[i] += sum(space[pos[j]] for j in ahead)
+    # the early members
+    w_space = (parts.prefix[np.array(schedule.horizon, dtype=np.int64)] - parts.prefix[parts.m]
+               + parts.ahead)
     ep_time = [ep.time_s for ep in points]
     ep_traffic = [ep.traffic_s for ep in points]
     if ideal:
@@ -157,6 +151,48 @@ def order_structure(n: int, order: tuple[int, ...]) -> tuple[list[int], list[tup
     hundreds of schedules on one order)."""
     m = min_horizons(n, order)
     return m, early_members(n, order, m)
+
+
+@dataclass(frozen=True)
+class WindowParts:
+    """What the memory model (:mod:`tvm_icca.elk.overlap_model`) reads of a schedule's points
+    and preload order, per operator on int64 arrays: both :func:`estimate` and
+    :func:`tvm_icca.elk.draft.fitting_horizons` price every window from these, so a window's
+    bytes are ``side_bytes(exec_space, live, waiting, own)`` plus ``ahead`` plus the preload
+    spaces of its positions ``m[i] .. horizon[i] - 1`` (``prefix[horizon] - prefix[m]``)."""
+
+    space: list[int]            # preload space of each position of the order
+    pos: dict[int, int]         # operator -> its position in the order
+    prefix: np.ndarray          # prefix sums of ``space`` (K + 1 entries)
+    m: np.ndarray               # min_horizons of the order
+    exec_space: np.ndarray      # space of each operator's execute point
+    live: np.ndarray            # OpTradeoffs.live_bytes
+    waiting: np.ndarray         # OpTradeoffs.waiting_bytes
+    own: np.ndarray             # each operator's own preload space (0 if it loads nothing)
+    ahead: np.ndarray           # the spaces of its early members (inductive.early_members)
+
+
+def window_parts(ops: Sequence[OpTradeoffs], order: Sequence[int], exec_choice: Sequence[int],
+                 preload_choice: Sequence[int]) -> WindowParts:
+    """:class:`WindowParts` of these points and order: computed on arrays once per schedule
+    rather than one :func:`~tvm_icca.elk.overlap_model.window_bytes` call per operator (the
+    Elk searches price thousands of schedules of a few hundred operators each)."""
+    n = len(ops)
+    m, early = order_structure(n, tuple(order))
+    space = [ops[j].preloads[exec_choice[j]][preload_choice[j]].space for j in order]
+    pos = {j: k for k, j in enumerate(order)}
+    own = np.zeros(n, dtype=np.int64)
+    if order:
+        own[np.fromiter(order, dtype=np.int64, count=len(order))] = space
+    ahead = np.zeros(n, dtype=np.int64)
+    for i, members in enumerate(early):
+        if members:     # most operators have none
+            ahead[i] = sum(space[pos[j]] for j in members)
+    return WindowParts(
+        space, pos, np.array(prefix_sums(space), dtype=np.int64), np.array(m, dtype=np.int64),
+        np.fromiter((op.execs[e].space for op, e in zip(ops, exec_choice)), np.int64, n),
+        np.fromiter((op.live_bytes for op in ops), np.int64, n),
+        np.fromiter((op.waiting_bytes for op in ops), np.int64, n), own, ahead)
 
 
 def prefix_sums(xs: Sequence[float]) -> list:
