@@ -122,7 +122,7 @@ def test_link_transfer_closed_form():
 
 
 @pytest.mark.parametrize("R,pbytes", [(1, 4096), (2, 100), (5, 4096), (16, 10 ** 6), (64, 64), (23, 20)])
-def test_replica_reduction_is_the_faster_schedule(R, pbytes):
+def test_replica_reduction_is_the_fastest_schedule(R, pbytes):
     hw = small_chip(64, 256 * 1024, link_latency_s=1e-7)
     elems = pbytes / 4
     s = replica_reduction_schedule(R, pbytes, elems, hw)
@@ -150,12 +150,23 @@ def test_replica_reduction_is_the_faster_schedule(R, pbytes):
         assert gather(2)[1] == pytest.approx(math.ceil(math.log2(R)) * (one + add + sync), rel=1e-12)
     chain = one + (R - 2) * (pbytes / chunks / hw.link_bandwidth + hw.link_latency_s) \
         + (chunks + R - 2) * add / chunks + sync
-    want = min(tree, chain) if R > 1 else 0.0
+    # reduce-scatter + gather: pieces of ceil(E / R) elements, R - 1 received and added by
+    # every replica, then the other min(R, E) - 1 sums gathered by ring 0; two rounds
+    piece_elems = math.ceil(elems / R)
+    q = piece_elems * 4
+    received = (R - 1) + (min(R, elems) - 1)
+    scatter = (received * q / hw.link_bandwidth + 2 * math.ceil(q / hw.shift_buffer_bytes) * hw.link_latency_s
+               + (R - 1) * piece_elems / hw.vector_flops_per_cycle / hw.clock_hz + 2 * sync)
+    want = min(tree, chain, scatter) if R > 1 else 0.0
     assert replica_reduction_seconds(R, pbytes, elems, hw) == pytest.approx(want, rel=1e-12)
-    # the bandwidth it holds: the faster schedule's received partitions at its busiest core
-    # (a tree's root takes its fan-in, a chain's ranks one each), no latency, adds or syncs
+    # the bandwidth it holds: the fastest schedule's received bytes at its busiest core
+    # (a tree's root takes its fan-in, a chain's ranks one partition each, a reduce-scatter's
+    # ring 0 its pieces and the sums), no latency, adds or syncs; ties go to the tree, then
+    # the chain
     if R <= 1:
         busy = 0.0
+    elif scatter < min(tree, chain):
+        busy = received * q / hw.link_bandwidth
     elif tree <= chain:
         rounds = gather(radix)[0]
         fan_sum = sum(min(radix - 1, math.ceil(R / radix ** j) - 1) for j in range(rounds))
