@@ -265,6 +265,12 @@ class AnalyticBatchModel:
         self.reduction = reduction
         self._cycles: dict[int, TemplateCycles] = {}
 
+    @property
+    def bound_key(self) -> tuple:
+        """What its bounds read besides the structure and the rows: a search may keep them
+        under it (:func:`.search.best_plan`)."""
+        return ("analytic", self.hw, self.reduction)
+
     def cycles(self, structure: PlanStructure) -> TemplateCycles:
         hit = self._cycles.get(id(structure))
         if hit is None or hit.structure is not structure:
@@ -547,6 +553,14 @@ class ArrivalCostModel:
         self.hw = hw
         self.device_reduction = device_reduction
         self.in_place = tuple(p for p in in_place if p.tensor in self.tensors)
+
+    @property
+    def bound_key(self) -> tuple | None:
+        """What its bounds read besides the structure and the rows (None: not known)."""
+        base = getattr(self.base, "bound_key", None)
+        if base is None:
+            return None
+        return ("arrival", base, self.tensors, self.hw, self.device_reduction, self.in_place)
 
     def _arrival(self, parts: np.ndarray, structure: PlanStructure | None = None,
                  F: np.ndarray | None = None, xp: np.ndarray | None = None,
