@@ -307,7 +307,8 @@ def _arrival_case(name: str, exprs, hw):
 def test_rotating_bound_with_arrivals_never_exceeds_a_rotating_plan(name: str, exprs) -> None:
     """ArrivalCostModel.rotating_lower_bound (its arrivals and shifts bounded together, the
     shifts' latencies counted) is below the time of every rotating plan of its row that fits
-    the budget, on every plan of a small chip; it is stronger than the bound it replaced (the
+    the budget, on every plan of a small chip (and the analytic model's own, latencies
+    included, below its plans); it is stronger than the bound it replaced (the
     base model's shifts by their bytes alone plus the arrival of the smallest partitions) on
     some rows, the rows a search no longer expands; and the exact search still finds the
     brute-force optimum."""
@@ -323,6 +324,7 @@ def test_rotating_bound_with_arrivals_never_exceeds_a_rotating_plan(name: str, e
     model = ArrivalCostModel(AnalyticBatchModel(hw), arriving, hw, in_place=in_place)
     batch = plans_for(structure, op_partitions(structure, cores))
     times, _ = model.times(batch)
+    own, _ = model.base.times(batch)  # the analytic model alone: its bound has the latencies too
     memory = batch.memory()
     rotating = (batch.ft > 1).any(axis=(1, 2))
     assert rotating.any()
@@ -335,6 +337,9 @@ def test_rotating_bound_with_arrivals_never_exceeds_a_rotating_plan(name: str, e
         least = np.full(len(F), np.inf)
         np.minimum.at(least, row[fits], times[fits])
         assert (bound <= least).all()
+        least = np.full(len(F), np.inf)
+        np.minimum.at(least, row[fits], own[fits])
+        assert (model.base.rotating_lower_bound(structure, F, budget) <= least).all()
         stronger += int((bound > _old_rotating_bound(model, structure, F, budget) * (1 + 1e-9)).sum())
         if in_place:  # rows that may read the input in place do not pay for it arriving whole
             elsewhere = ArrivalCostModel(AnalyticBatchModel(hw), arriving, hw)
