@@ -134,6 +134,36 @@ def test_relaxation_is_dantzigs_bound_and_never_above_the_optimum(seed: int, mon
         assert (gap >= 0).all() and (gap <= slack).all()
 
 
+def _exact_priced(whole, split, can, budget, cost) -> np.ndarray:
+    """The integer optimum of ``sum cost_t`` over the sets :func:`_exact` enumerates."""
+    out = np.full(len(whole), np.inf)
+    for r in range(len(whole)):
+        for S in _sets(whole.shape[1]):
+            if can[r, list(S)].all() and whole[r].sum() - sum(whole[r, t] - split[r, t] for t in S) <= budget:
+                out[r] = min(out[r], sum(cost[r, t] for t in S))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_other_prices_of_rotating_are_covered_exactly_or_below(seed: int, monkeypatch) -> None:
+    """A price per rotating tensor other than its bytes (the search's shift latencies and
+    arrivals): the enumeration finds the cheapest set by that price, the relaxation never
+    exceeds it, and a negative price is refused (the greedy relaxation would overshoot)."""
+    rng = np.random.default_rng(200 + seed)
+    whole, split, can, budgets = _case(rng, T=2 + seed % 6)
+    cost = rng.integers(0, 3000, whole.shape) / 4  # unrelated to the bytes, zero included
+    for budget in budgets:
+        want = _exact_priced(whole, split, can, budget, cost)
+        np.testing.assert_array_equal(least_rotation_bytes(whole, split, can, budget, cost), want)
+        with monkeypatch.context() as m:
+            m.setattr(rotation_cover, "MAX_ENUMERATED_TENSORS", 0)
+            relaxed = least_rotation_bytes(whole, split, can, budget, cost)
+        assert (relaxed <= want).all()
+        np.testing.assert_array_equal(np.isfinite(relaxed), np.isfinite(want))
+    with pytest.raises(ValueError, match="negative"):
+        least_rotation_bytes(whole, split, can, math.inf, cost - 1000)
+
+
 def test_budget_met_without_rotating_costs_the_cheapest_rotatable_tensor() -> None:
     whole = np.array([[40.0, 10.0, 30.0], [5.0, 8.0, 1.0]])
     split = whole / 4
@@ -252,3 +282,79 @@ def _planned(expr: TensorExpr, hw, budget: int) -> tuple[float, int] | None:
     except PlanNotFoundError:
         return None
     return planned.time_s, planned.memory_bytes_per_core
+
+
+# -- the rotating bound of the search's models -------------------------------------------------
+def _arrival_case(name: str, exprs, hw):
+    """(expression, arriving inputs, inputs found in place) of the rotating bound's cases."""
+    from tvm_icca.plan_search.search import in_place_inputs
+
+    if name == "matmul_in_place":  # a matmul reading another's output in its blocks
+        producer = plan_operator(exprs.matmul(16, 8, 12), hw).layout
+        found = in_place_inputs([(0, producer)], (0,), mapped=False)
+        assert found
+        return exprs.matmul(16, 12, 20), (0,), found
+    expr, arriving = {"matmul": (exprs.matmul(24, 32, 16), (0,)),
+                      "matmul_both": (exprs.matmul(24, 32, 16), (0, 1)),
+                      "conv2d": (exprs.conv2d(1, 4, 8, 8, 8, 3, 3, pad=1), (0,)),
+                      "conv2d_both": (exprs.conv2d(1, 4, 8, 8, 8, 3, 3, pad=1), (0, 1)),
+                      "matmul_bias": (exprs.matmul_bias_relu(16, 24, 32), (0, 2))}[name]
+    return expr, arriving, ()
+
+
+@pytest.mark.parametrize("name", ["matmul", "matmul_both", "conv2d", "conv2d_both", "matmul_bias",
+                                  "matmul_in_place"])
+def test_rotating_bound_with_arrivals_never_exceeds_a_rotating_plan(name: str, exprs) -> None:
+    """ArrivalCostModel.rotating_lower_bound (its arrivals and shifts bounded together, the
+    shifts' latencies counted) is below the time of every rotating plan of its row that fits
+    the budget, on every plan of a small chip (and the analytic model's own, latencies
+    included, below its plans); it is stronger than the bound it replaced (the
+    base model's shifts by their bytes alone plus the arrival of the smallest partitions) on
+    some rows, the rows a search no longer expands; and the exact search still finds the
+    brute-force optimum."""
+    from tvm_icca.plan_search.batch_cost import AnalyticBatchModel, ArrivalCostModel
+    from tvm_icca.plan_search.plan_space import plans_for
+    from tvm_icca.plan_search.search import best_plan
+
+    cores = 16
+    hw = small_chip(cores)
+    assert hw.link_latency_s > 0 and hw.shift_buffer_bytes > 0  # the latency term is exercised
+    expr, arriving, in_place = _arrival_case(name, exprs, hw)
+    structure = plan_structure(expr)
+    model = ArrivalCostModel(AnalyticBatchModel(hw), arriving, hw, in_place=in_place)
+    batch = plans_for(structure, op_partitions(structure, cores))
+    times, _ = model.times(batch)
+    own, _ = model.base.times(batch)  # the analytic model alone: its bound has the latencies too
+    memory = batch.memory()
+    rotating = (batch.ft > 1).any(axis=(1, 2))
+    assert rotating.any()
+    F, row = np.unique(batch.F, axis=0, return_inverse=True)
+    row = row.reshape(-1)
+    stronger = 0
+    for budget in sorted({int(m) for m in np.quantile(memory[rotating], [0.05, 0.5, 1.0])}):
+        bound = model.rotating_lower_bound(structure, F, budget)
+        fits = rotating & (memory <= budget)
+        least = np.full(len(F), np.inf)
+        np.minimum.at(least, row[fits], times[fits])
+        assert (bound <= least).all()
+        least = np.full(len(F), np.inf)
+        np.minimum.at(least, row[fits], own[fits])
+        assert (model.base.rotating_lower_bound(structure, F, budget) <= least).all()
+        stronger += int((bound > _old_rotating_bound(model, structure, F, budget) * (1 + 1e-9)).sum())
+        if in_place:  # rows that may read the input in place do not pay for it arriving whole
+            elsewhere = ArrivalCostModel(AnalyticBatchModel(hw), arriving, hw)
+            assert (bound < elsewhere.rotating_lower_bound(structure, F, budget)).any()
+        found = best_plan(structure, model, budget, cores)
+        everything = memory <= budget
+        assert float(found.time[0]) == pytest.approx(float(times[everything].min()), rel=1e-12)
+    assert stronger > 0
+
+
+def _old_rotating_bound(model, structure, F, budget) -> np.ndarray:
+    """The bound ArrivalCostModel used before: the base model's shifts by their bytes alone,
+    plus every arriving input's smallest partition."""
+    base = model.base
+    hw = base.hw
+    shift = rotation_shift_bound(structure, F, 1.0 / hw.link_bandwidth, budget)
+    return (base.time_lower_bound(structure, F) + hw.sync_cycles / hw.clock_hz + shift
+            + model._arrival(partition_lower_bounds(structure, F), structure, F))

@@ -158,3 +158,37 @@ def test_capped_lists_cut_from_counted_lists_are_the_joined_ones(exprs, monkeypa
         np.testing.assert_array_equal(got.wide(), ref.wide())
         np.testing.assert_array_equal(got.s_rows, ref.s_rows)
         np.testing.assert_array_equal(got.s_start, ref.s_start)
+
+
+def test_row_arrays_are_kept_read_only_per_model_and_bounded(exprs):
+    """The candidate rows and a model's bounds of them (SearchMemo.row_arrays) are computed
+    once per structure, chip and model (an operator's search and its chip-aware shortlist,
+    identical operators within other budgets), read-only, the last few only; a search that
+    reads them returns what a fresh one returns, and another model's bounds are its own."""
+    from tvm_icca.plan_search.batch_cost import AnalyticBatchModel, ArrivalCostModel
+    from tvm_icca.plan_search.search_memo import MAX_ROW_ARRAYS
+
+    hw = small_chip(16, 64 * 1024)
+    expr = exprs.conv2d(1, 4, 8, 8, 8, 3, 3, pad=1)
+    cache = SearchMemo()
+    s = plan_structure(expr, cache)
+    plain = AnalyticBatchModel(hw)
+    arriving = ArrivalCostModel(AnalyticBatchModel(hw), (0,), hw)
+    assert plain.bound_key != arriving.bound_key
+    assert arriving.bound_key == ArrivalCostModel(AnalyticBatchModel(hw), (0,), hw).bound_key
+    for model in (plain, arriving):
+        for budget in (hw.usable_sram_bytes, 2048):
+            kept = search.best_plan(s, model, budget, 16, cache=cache)
+            fresh = search.best_plan(s, model, budget, 16)
+            assert kept.plan(0) == fresh.plan(0) and float(kept.time[0]) == float(fresh.time[0])
+    F, bound = search._rows_and_bounds(s, arriving, 16, None, float("inf"), cache)
+    assert not F.flags.writeable and not bound.flags.writeable
+    np.testing.assert_array_equal(bound, arriving.time_lower_bound(s, op_partitions(s, 16)))
+    assert (bound > plain.time_lower_bound(s, F)).any()  # not the plain model's bounds
+    assert len(cache._row_arrays) == 3  # the rows, and the bounds of each model
+    F2, _ = search._rows_and_bounds(s, arriving, 16, None, float("inf"), cache)
+    assert F2 is F  # kept: not computed again
+    for n in range(8, 8 + MAX_ROW_ARRAYS):
+        other = plan_structure(exprs.matmul(n, 16, 8), cache)
+        search._rows_and_bounds(other, plain, 16, None, float("inf"), cache)
+    assert len(cache._row_arrays) == MAX_ROW_ARRAYS

@@ -36,9 +36,11 @@ from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan_rules import STAT_BYTES, local_splits
 from runtime_sim.machine.links import (
     chunk_latency_seconds,
+    hop_latency_seconds,
     link_transfer_seconds,
     replica_reduction_seconds,
     split_combine_seconds,
+    transfer_chunks,
 )
 from schedules import template_for
 from schedules.attention import AttentionTemplate
@@ -191,7 +193,9 @@ class TemplateCycles:
 
 
 def rotation_shift_bound(structure: PlanStructure, F: np.ndarray, seconds_per_byte: float,
-                         budget: float = math.inf) -> np.ndarray:
+                         budget: float = math.inf, hw: HardwareSpec | None = None,
+                         stay: np.ndarray | None = None,
+                         rotated: np.ndarray | None = None) -> np.ndarray:
     """Least shift time of any plan of each F_op row that rotates something (inf: none fits).
 
     A tensor with ``R = prod f_t > 1`` partitions shifts at least ``R`` times on its
@@ -201,12 +205,33 @@ def rotation_shift_bound(structure: PlanStructure, F: np.ndarray, seconds_per_by
     whole, the rotating ones split as far as their sharing allows) bounds the shift time:
     :func:`.rotation_cover.least_rotation_bytes`, exact for few rotatable tensors and
     polynomial in the number of tensors (a relaxation) beyond.
+
+    ``hw``: the shifts also pay their chunks' hop latency (:func:`runtime_sim.machine.links.
+    link_transfer_seconds`, the analytic model's shift time): ``R >= 2`` shifts of one chunk
+    at least, and at least ``ceil(sub-tensor / shift buffer)`` chunks in all. ``stay`` and
+    ``rotated`` ((N, T) seconds, ``rotated >= 0``, ``stay`` at most a tensor's sub-tensor
+    bytes times ``seconds_per_byte``): what the model charges a tensor besides its shifts
+    when it does not rotate and when it does (:class:`ArrivalCostModel`: an arriving input's
+    whole sub-tensor, or one partition); the bound is then of the shifts plus those charges,
+    over the same sets, so a set that rotates little pays for what arrives whole.
     """
     whole = subtensor_lower_bounds(structure, F)
     split = partition_lower_bounds(structure, F)
     P = sharing_counts(structure, F)
     can = (P > 1) & structure.rotatable.any(axis=1)[None, :]
-    return least_rotation_bytes(whole, split, can, budget) * seconds_per_byte
+    if hw is None and stay is None and rotated is None:
+        return least_rotation_bytes(whole, split, can, budget) * seconds_per_byte
+    cost = whole * seconds_per_byte
+    if hw is not None:
+        shifts = np.maximum(2.0, np.asarray(transfer_chunks(whole, hw), float))
+        cost = cost + shifts * float(hop_latency_seconds(hw, 1))
+    held = np.zeros(len(F))
+    if stay is not None:
+        cost = cost - stay
+        held = stay.sum(axis=1)
+    if rotated is not None:
+        cost = cost + rotated
+    return least_rotation_bytes(whole, split, can, budget, cost) + held
 
 
 #: How the analytic model costs the replica reduction: ``"ring"``, T10's ``(R - 1) / R`` of
@@ -239,6 +264,12 @@ class AnalyticBatchModel:
         self.hw = hw
         self.reduction = reduction
         self._cycles: dict[int, TemplateCycles] = {}
+
+    @property
+    def bound_key(self) -> tuple:
+        """What its bounds read besides the structure and the rows: a search may keep them
+        under it (:func:`.search.best_plan`)."""
+        return ("analytic", self.hw, self.reduction)
 
     def cycles(self, structure: PlanStructure) -> TemplateCycles:
         hit = self._cycles.get(id(structure))
@@ -357,12 +388,18 @@ class AnalyticBatchModel:
         return compute + steps * hw.sync_cycles / hw.clock_hz
 
     def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
-                             budget: float = math.inf) -> np.ndarray:
-        # A rotating plan takes at least two steps (two synchronizations) and some shifts.
+                             budget: float = math.inf, stay: np.ndarray | None = None,
+                             rotated: np.ndarray | None = None) -> np.ndarray:
+        """Per F_op row, a time no plan of the row that rotates something and fits
+        ``budget`` beats: :meth:`time_lower_bound`, a second synchronization (two steps at
+        least) and :func:`rotation_shift_bound` with the shifts' latencies; ``stay``,
+        ``rotated``: a wrapping model's charges per tensor, as that function takes them
+        (:class:`ArrivalCostModel`). The terms sum in another order than :meth:`components`',
+        so the bound keeps :data:`SHIFT_BOUND_MARGIN` for the rounding."""
         hw = self.hw
         extra = hw.sync_cycles / hw.clock_hz
-        shift = rotation_shift_bound(structure, F, 1.0 / hw.link_bandwidth, budget)
-        return self.time_lower_bound(structure, F) + extra + shift
+        shift = rotation_shift_bound(structure, F, 1.0 / hw.link_bandwidth, budget, hw, stay, rotated)
+        return (self.time_lower_bound(structure, F) + extra + shift) * (1.0 - SHIFT_BOUND_MARGIN)
 
 
 def combine_seconds(structure: PlanStructure, F: np.ndarray, rp: np.ndarray,
@@ -522,6 +559,14 @@ class ArrivalCostModel:
         self.device_reduction = device_reduction
         self.in_place = tuple(p for p in in_place if p.tensor in self.tensors)
 
+    @property
+    def bound_key(self) -> tuple | None:
+        """What its bounds read besides the structure and the rows (None: not known)."""
+        base = getattr(self.base, "bound_key", None)
+        if base is None:
+            return None
+        return ("arrival", base, self.tensors, self.hw, self.device_reduction, self.in_place)
+
     def _arrival(self, parts: np.ndarray, structure: PlanStructure | None = None,
                  F: np.ndarray | None = None, xp: np.ndarray | None = None,
                  ft: np.ndarray | None = None) -> np.ndarray:
@@ -600,5 +645,21 @@ class ArrivalCostModel:
 
     def rotating_lower_bound(self, structure: PlanStructure, F: np.ndarray,
                              budget: float = math.inf) -> np.ndarray:
-        return (self.base.rotating_lower_bound(structure, F, budget)
-                + self._arrival(partition_lower_bounds(structure, F), structure, F))
+        """The base model's, its shifts and the arrivals bounded together
+        (:func:`rotation_shift_bound`'s ``stay`` and ``rotated``): an arriving input that
+        does not rotate arrives whole (its sub-tensor, nothing where it may be found in
+        place), one that rotates arrives as a partition and then shifts its sub-tensor in.
+        Bounding the two terms apart counted every arriving input as one partition, whatever
+        rotated: a ResNet-50 convolution on 5,888 cores then expanded 80 million (row, steps)
+        pairs of which none could beat its unrotated optimum."""
+        whole = subtensor_lower_bounds(structure, F)
+        arriving = np.zeros(structure.num_tensors, bool)
+        arriving[list(self.tensors)] = True
+        stay = np.where(arriving[None, :], whole, 0.0)
+        for p in self.in_place:
+            stay[:, p.tensor] = np.where(self._aligned(p, structure, F, None, None), 0.0, stay[:, p.tensor])
+        rotated = np.where(arriving[None, :], partition_lower_bounds(structure, F), 0.0)
+        # (seconds per byte as rotation_shift_bound prices the shifts: a tensor's sub-tensor
+        # then costs it exactly what it saves by not arriving whole, never a rounding less)
+        per_byte = 1.0 / self.hw.link_bandwidth
+        return self.base.rotating_lower_bound(structure, F, budget, stay * per_byte, rotated * per_byte)

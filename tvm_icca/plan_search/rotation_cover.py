@@ -25,6 +25,10 @@ the branch-and-bound search (:mod:`.search`) only needs a lower bound of it, so
 
 Enumerating every subset of an operator's tensors instead needed ``2^T`` columns per row:
 13 GiB for a 25-input concat.
+
+The same covering problem bounds any non-negative price of rotating a tensor in place of
+``whole_t`` (``cost``): the search's models price each rotating tensor's shift latencies and
+the arrival of inputs another operator produced as well (:func:`.batch_cost.rotation_shift_bound`).
 """
 
 from __future__ import annotations
@@ -50,30 +54,36 @@ RELAXATION_SLACK = 1e-9
 
 
 def least_rotation_bytes(whole: np.ndarray, split: np.ndarray, can: np.ndarray,
-                         budget: float) -> np.ndarray:
-    """Per row, a lower bound of ``sum_{t in S} whole_t`` over the non-empty sets ``S`` of
+                         budget: float, cost: np.ndarray | None = None) -> np.ndarray:
+    """Per row, a lower bound of ``sum_{t in S} cost_t`` over the non-empty sets ``S`` of
     tensors that may rotate (``can``) and bring the footprint ``sum whole - sum_{t in S}
     (whole_t - split_t)`` within ``budget``; ``inf`` where no set does (module doc).
 
-    ``whole``, ``split`` (bytes, ``0 <= split <= whole``) and ``can`` are ``(N, T)``. Exact
-    where :func:`rotation_bound_is_exact` says so, the linear relaxation elsewhere.
+    ``whole``, ``split`` (bytes, ``0 <= split <= whole``), ``can`` and ``cost`` are
+    ``(N, T)``; ``cost`` (non-negative) defaults to ``whole``, the bytes the rotating tensors
+    bring to every core. Exact where :func:`rotation_bound_is_exact` says so, the linear
+    relaxation elsewhere.
     """
     whole = np.asarray(whole, float)
     split = np.asarray(split, float)
     can = np.asarray(can, bool)
+    cost = whole if cost is None else np.broadcast_to(np.asarray(cost, float), whole.shape)
+    if (cost < 0).any():
+        # the relaxation's greedy order (and the cheapest member) bound only non-negative prices
+        raise ValueError("least_rotation_bytes: cost must not be negative")
     total = whole.sum(axis=1)
     # any non-empty set costs at least its cheapest member; with nothing to save that is exact
-    out = np.where(can, whole, np.inf).min(axis=1)
+    out = np.where(can, cost, np.inf).min(axis=1)
     rows = np.flatnonzero((total > budget) & can.any(axis=1))
     if not len(rows):
         return out
     cand = np.flatnonzero(can[rows].any(axis=0))
     if len(cand) <= MAX_ENUMERATED_TENSORS:
         out[rows] = _enumerated(whole[rows][:, cand], split[rows][:, cand], can[rows][:, cand],
-                                total[rows], budget)
+                                total[rows], budget, cost[rows][:, cand])
     else:
         out[rows] = np.maximum(out[rows], _relaxed(whole[rows], split[rows], can[rows],
-                                                   total[rows], budget))
+                                                   total[rows], budget, cost[rows]))
     return out
 
 
@@ -89,7 +99,7 @@ def rotation_bound_is_exact(can: np.ndarray, whole: np.ndarray, budget: float) -
 
 
 def _enumerated(whole: np.ndarray, split: np.ndarray, can: np.ndarray, total: np.ndarray,
-                budget: float) -> np.ndarray:
+                budget: float, cost: np.ndarray) -> np.ndarray:
     """The exact minimum over every non-empty set of the ``T <= MAX_ENUMERATED_TENSORS``
     columns, in chunks of rows."""
     T = whole.shape[1]
@@ -100,23 +110,23 @@ def _enumerated(whole: np.ndarray, split: np.ndarray, can: np.ndarray, total: np
     for lo in range(0, len(whole), step):
         hi = lo + step
         memory = total[lo:hi, None] + (split[lo:hi] - whole[lo:hi]) @ member
-        cost = whole[lo:hi] @ member
-        cost = np.where(~barred[lo:hi] & (memory <= budget), cost, np.inf)
-        out[lo:hi] = cost.min(axis=1)
+        price = cost[lo:hi] @ member
+        price = np.where(~barred[lo:hi] & (memory <= budget), price, np.inf)
+        out[lo:hi] = price.min(axis=1)
     return out
 
 
 def _relaxed(whole: np.ndarray, split: np.ndarray, can: np.ndarray, total: np.ndarray,
-             budget: float) -> np.ndarray:
+             budget: float, cost: np.ndarray) -> np.ndarray:
     """Dantzig's bound of the covering knapsack: the fractional optimum, tensors taken by
     increasing cost per byte saved, the last one in part."""
     saves = np.where(can, whole - split, 0.0)
     need = (total - budget) - RELAXATION_SLACK * total
     useful = saves > 0
-    ratio = np.where(useful, whole / np.where(useful, saves, 1.0), np.inf)
+    ratio = np.where(useful, cost / np.where(useful, saves, 1.0), np.inf)
     order = np.argsort(ratio, axis=1, kind="stable")
     d = np.take_along_axis(saves, order, axis=1)
-    w = np.take_along_axis(np.where(useful, whole, 0.0), order, axis=1)
+    w = np.take_along_axis(np.where(useful, cost, 0.0), order, axis=1)
     zero = np.zeros((len(d), 1))
     cum_d = np.cumsum(np.concatenate([zero, d], axis=1), axis=1)  # (N, T + 1), exclusive first
     cum_w = np.cumsum(np.concatenate([zero, w], axis=1), axis=1)

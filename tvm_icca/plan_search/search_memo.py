@@ -23,6 +23,10 @@ It memoizes three things:
   pattern of which tensor each axis indexes, F_op and f_t: it depends on nothing else (not
   the extents, not the names), so operators of one pattern (the pieces of a split operator,
   a model's projections) share their verdicts (bounded: :data:`MAX_RING_VERDICTS`);
+* the candidate F_op rows of a structure and a model's lower bound of each (:func:`~.search.best_plan`
+  and the chip-aware shortlist's :func:`~.search.fastest_rows` of one operator read the same,
+  as do identical operators planned within other budgets), in memory only and for the last
+  :data:`MAX_ROW_ARRAYS` keys (half a million rows on 5,888 cores: tens of MB each);
 * planned operators of the default analytic model (:func:`~.search.plan_operator`) and the
   candidate placements of their plans, keyed on the chip's fields they read
   (:mod:`~.hw_fields`). With a ``store`` (an object with ``get(key)`` and ``put(key, value)``,
@@ -45,6 +49,12 @@ from tvm_icca.plan_search.structure import PlanStructure, build_structure
 #: split Llama prefill's plan scans ask about 12,000, of about 5,000 distinct plans.
 MAX_RING_VERDICTS = 200_000
 
+#: Arrays of candidate rows and their bounds a memo keeps (:meth:`SearchMemo.row_arrays`):
+#: one operator's search and its chip-aware shortlist read two (the rows, one model's
+#: bounds), and a model's identical operators follow one another; a ResNet-50 convolution's
+#: rows on 5,888 cores take 28 MB.
+MAX_ROW_ARRAYS = 6
+
 
 class SearchMemo:
     """LRU memo of plan structures, temporal-factor assignments and planned operators."""
@@ -66,6 +76,8 @@ class SearchMemo:
         self._joined_bytes = 0
         # (own pattern, F_op, f_t) -> whether the plan passes the ring rule
         self._ring_verdicts: OrderedDict[tuple, bool] = OrderedDict()
+        # (what, structure key, cores, filters[, model key]) -> a read-only array
+        self._row_arrays: OrderedDict[Hashable, Any] = OrderedDict()
         #: plan searches run with this memo (:func:`~.search.plan_operator` calls that no
         #: memo, in memory or in the store, answered)
         self.searches = 0
@@ -201,7 +213,21 @@ class SearchMemo:
             _trim(self._ring_verdicts, MAX_RING_VERDICTS)
         return hit
 
+    def row_arrays(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """The array under ``key`` (candidate rows of a structure, a model's bounds of them),
+        ``compute()`` the first time; kept read-only, in memory only, for the last
+        :data:`MAX_ROW_ARRAYS` keys."""
+        hit = self._row_arrays.get(key)
+        if hit is None:
+            hit = self._row_arrays[key] = compute()
+            hit.flags.writeable = False
+            _trim(self._row_arrays, MAX_ROW_ARRAYS)
+        else:
+            self._row_arrays.move_to_end(key)
+        return hit
+
     def clear(self) -> None:
+        self._row_arrays.clear()
         self._ring_verdicts.clear()
         self._structures.clear()
         self._assignments.clear()
