@@ -9,8 +9,7 @@
   :mod:`.mesh_routing` (XY routes and multicast trees), :mod:`.mesh_io` (edge ports and
   controllers on the mesh);
 * :mod:`.stream_timing` -- when the instructions of a preload/execute stream run (Elk §4.5);
-* :mod:`.preload_delivery` -- how a preload reaches its cores (off-chip leg + distribution);
-* :mod:`.receive_bound` -- the least bytes an execution of a weight product receives.
+* :mod:`.preload_delivery` -- how a preload reaches its cores (off-chip leg + distribution).
 
 The compiler's cost models (:mod:`tvm_icca.plan_search`, :mod:`tvm_icca.model_pass.tradeoff_tables`) and
 the timing simulator (:mod:`runtime_sim.timing`) price the same things with these functions, so

@@ -55,17 +55,16 @@ bytes over ``total_s`` x the receive capacity of every interconnect.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from runtime_sim.contract.expr import TensorExpr
+from runtime_sim.contract.expr import TensorExpr, dtype_bytes
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.machine.mesh_topology import MeshTopology
 from runtime_sim.machine.phase_cost import PhaseCost
-from runtime_sim.machine.receive_bound import (block_receive_bytes, receive_bound_seconds,
-                                               weight_receive_bytes)
 from runtime_sim.machine.topology import make_topology
 from runtime_sim.machine.topology_base import Topology
 from runtime_sim.timing.events import Slot
@@ -103,14 +102,63 @@ def peak_seconds(flops: float, expr: TensorExpr, hw: HardwareSpec) -> float:
     return flops / hw.peak_flops(unit, compute_dtype(expr))
 
 
+def block_receive_bytes(rows: int, k: int, cols: int, cores: int, in_bytes: int = 2,
+                        out_bytes: int = 2) -> float:
+    """Least bytes a core receives in a product ``[rows, k] x [k, cols]`` whose right operand
+    (the weight) is spread over ``cores`` in equal blocks ``dk x dn``, one copy of each
+    element (``dk dn = k cols / cores``), over every block shape.
+
+    A core holding a block must receive the ``rows x dk`` slice of the left operand it
+    multiplies (``in_bytes`` each) and, when ``dk < k``, take part in summing the
+    ``k / dk`` partial ``rows x dn`` results of its column group: at least one partial per
+    core (``out_bytes`` each). With ``A = k cols / cores``, the bytes
+    ``f(dk) = in rows dk + out rows A / dk`` are least at ``dk* = sqrt(out A / in)`` (clamped
+    to ``[A / cols, k]``), ``2 rows sqrt(in out A)``; a block of whole columns (``dk = k``)
+    needs no partial sums and receives ``in rows k``. The result is the smaller; blocks of
+    integer sides can only receive more. Fewer cores only enlarge the blocks, so a plan on
+    part of the chip receives at least this too.
+
+    This is the receive side of the execution/preload trade-off of Elk §2.2-3.3 (every core
+    holding a weight block is reached by the activation broadcast). It is not a floor of
+    every plan: a plan that copies weight blocks at preload time (Elk §3.3) trades these
+    bytes for preload bytes, so :func:`resource_floors` does not count it.
+    """
+    if min(rows, k, cols, cores) <= 0:
+        return 0.0
+    area = k * cols / min(cores, k * cols)
+    whole = float(in_bytes * rows * k)
+    dk = min(max(math.sqrt(out_bytes * area / in_bytes), area / cols), k)
+    split = in_bytes * rows * dk + out_bytes * rows * area / dk
+    return min(whole, split)
+
+
+def weight_receive_bytes(expr: TensorExpr, cores: int) -> float | None:
+    """:func:`block_receive_bytes` of a sum of products whose two operands share no spatial
+    axis (``x[b, k] @ w[k, n]``: a layer's weight times its activations), with whichever
+    operand is held in blocks receiving the least (the weight, for a decode step); ``None``
+    for anything else (attention's per-sequence products, elementwise operators)."""
+    body = [t for i, t in enumerate(expr.inputs) if i not in expr.epilogue_inputs]
+    if expr.kind != "matmul" or len(body) != 2 or not expr.reduce_axes:
+        return None
+    reduce = set(expr.reduce_axes)
+    spatial = [set(t.axes) - reduce for t in body]
+    if spatial[0] & spatial[1] or not all(set(t.axes) & reduce for t in body):
+        return None
+    size = [math.prod(expr.extent(a) for a in s) for s in spatial]
+    k = math.prod(expr.extent(a) for a in reduce)
+    out = dtype_bytes(expr.output.dtype)
+    return min(block_receive_bytes(size[1 - held], k, size[held], cores,
+                                   dtype_bytes(body[1 - held].dtype), out) for held in (0, 1))
+
+
 def execute_bound_seconds(expr: TensorExpr, flops: float, hw: HardwareSpec) -> float:
     """Least time an execution of ``expr`` takes under plans that keep one copy of its weight
     spread over the cores: its FLOPs at peak (:func:`peak_seconds`) then, since an operator's
     steps compute and then exchange (bulk-synchronous, :mod:`runtime_sim.timing.opcost`),
-    :func:`~runtime_sim.machine.receive_bound.weight_receive_bytes` at one core's
-    ``link_bandwidth`` (:func:`~runtime_sim.machine.receive_bound.receive_bound_seconds`);
-    :func:`peak_seconds` alone for operators without a weight operand."""
-    return peak_seconds(flops, expr, hw) + receive_bound_seconds(expr, hw)
+    :func:`weight_receive_bytes` at one core's ``link_bandwidth``; :func:`peak_seconds` alone
+    for operators without a weight operand."""
+    received = weight_receive_bytes(expr, hw.num_cores) or 0.0
+    return peak_seconds(flops, expr, hw) + received / hw.link_bandwidth
 
 
 @dataclass

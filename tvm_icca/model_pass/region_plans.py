@@ -22,7 +22,6 @@ from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.lifetimes import HeldBytes, held_beside_later
 from runtime_sim.contract.lifetimes import held_bytes as lifetime_held_bytes
 from runtime_sim.contract.program import DeviceProgram, OpProgram
-from runtime_sim.machine.receive_bound import receive_bound_seconds
 from schedules import template_for
 from schedules.base import compute_dtype
 from tvm_icca.lower.region import PendingOp, RegionOps, extract_region
@@ -331,19 +330,13 @@ def held_output_caps(region: RegionOps, hw: HardwareSpec) -> dict[str, int]:
 
 
 def compute_bound(region: RegionOps | DeviceProgram, hw: HardwareSpec, hbm_names: frozenset[str]) -> bool:
-    """Whether the region's executions can outlast reading its HBM tensors once: then the
+    """Whether the region's compute at peak outlasts reading its HBM tensors once: then the
     planner prices the arrival of every input an earlier operator produced in the plan's
-    partitions (``plan_operator(arriving=...)``). An execution takes at least its compute at
-    peak plus the activation and partial sums a core holding a weight block must receive
-    (:func:`runtime_sim.machine.receive_bound.receive_bound_seconds`; the timing simulator's
-    execution bound is the same sum). Where the executions' lower bound stays under the
-    reads, Elk overlaps execution, re-layouts included, with the loads (Elk §4.2): the
-    arrival is hidden, and pricing it would trade hidden time for loads. A decode layer of
-    Llama2-70B or Gemma2-27B on ``ipu-pod4-hbm`` (batch 32) is not such a region: its
-    executions outlast its reads (``benchmarks/layer_profile.py``), so its re-layouts are on
-    the critical path and are priced. (The Elk pass's trade-off tables keep the held outputs
-    of these regions within the planned partitions by the same test:
-    :func:`~tvm_icca.model_pass.tradeoff_tables.ladder_output_caps`.) On a chip without HBM the
+    partitions (``plan_operator(arriving=...)``). In an HBM-bound region (a decode step)
+    Elk overlaps execution, re-layouts included, with the loads (Elk §4.2): the arrival is
+    hidden, and pricing it would trade hidden time for loads. (The Elk pass's trade-off
+    tables keep the held outputs of compute-bound regions within the planned partitions by
+    the same test: :func:`~tvm_icca.model_pass.tradeoff_tables.ladder_output_caps`.) On a chip without HBM the
     state is on chip (planned by the reconciliation, which prices arrivals itself) or
     streams from the host, which bounds the region: ``False``."""
     if hw.hbm_bandwidth <= 0:
@@ -352,7 +345,6 @@ def compute_bound(region: RegionOps | DeviceProgram, hw: HardwareSpec, hbm_names
     for op in region.ops:
         template = template_for(op.expr.kind)
         compute_s += template.flops(op.expr, {}) / hw.peak_flops(template.unit, compute_dtype(op.expr))
-        compute_s += receive_bound_seconds(op.expr, hw)
     hbm_bytes: dict[str, int] = {}
     for op in region.ops:
         for t, name in enumerate(op.input_names):
