@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from runtime_sim.contract.errors import PlanNotFoundError, operator_subject, short_name
+from runtime_sim.contract.errors import PlanNotFoundError, operator_subject
 from runtime_sim.contract.expr import TensorExpr
 from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
@@ -48,6 +48,7 @@ from tvm_icca.plan_search.bounds import (
     partition_lower_bounds,
     step_partition_lower_bounds,
 )
+from tvm_icca.plan_search.chip_capacity import budget_note, check_fits_chip
 from tvm_icca.plan_search.cost import AnalyticCostModel, CostModel, PlanCost
 from tvm_icca.plan_search.filters import PlanFilters
 from tvm_icca.plan_search.hw_fields import placement_key, search_key
@@ -436,7 +437,7 @@ def plan_operator(
     """
     budget = hw.usable_sram_bytes if budget_bytes is None else int(budget_bytes)
     label = name or expr.kind
-    _check_fits_chip(expr, hw, budget, label)
+    check_fits_chip(expr, hw, budget, label)
     default = cost_model is None or type(cost_model) is AnalyticCostModel
     hbm_inputs = tuple(sorted(int(t) for t in hbm_inputs))
     arriving = tuple(sorted({int(t) for t in arriving}))
@@ -778,32 +779,5 @@ def raise_nothing_fits(structure: PlanStructure, hw: HardwareSpec, budget: int, 
     raise PlanNotFoundError(
         f"{operator_subject(label)} ({structure.expr.tensor_summary()}) has no execution plan that "
         f"fits chip '{hw.name}': the smallest needs {need} bytes per core, the budget is "
-        f"{budget} bytes per core on {hw.num_cores} cores{capped}{_budget_note(hw, budget)}"
+        f"{budget} bytes per core on {hw.num_cores} cores{capped}{budget_note(hw, budget)}"
     )
-
-
-def _budget_note(hw: HardwareSpec, budget: int) -> str:
-    """What the rest of a core's SRAM holds, so a budget below the chip's SRAM reads right."""
-    if budget >= hw.sram_bytes_per_core:
-        return ""
-    held = hw.usable_sram_bytes - budget
-    # a budget below the usable SRAM comes from the compiler (tensors its region keeps
-    # live) or from the caller (budget_bytes): say what is true of both
-    kept = (f" and {held} more bytes are outside this operator's budget (other tensors, such "
-            "as those its region keeps live)") if held > 0 else ""
-    return (f" (of {hw.sram_bytes_per_core} bytes of SRAM: the {hw.shift_buffer_bytes}-byte "
-            f"shift buffer is reserved{kept})")
-
-
-def _check_fits_chip(expr: TensorExpr, hw: HardwareSpec, budget: int, label: str) -> None:
-    """A tensor larger than the whole chip can never fit, whatever the plan. A gathered
-    input counts the rows its ids pick (the gathered view the cores hold), not its table."""
-    for t, access in enumerate(expr.tensors):
-        size = expr.read_bytes(t)
-        if size > budget * hw.num_cores:
-            role = "output" if t == len(expr.inputs) else f"tensor '{short_name(access.name)}'"
-            raise PlanNotFoundError(
-                f"{operator_subject(label)}: {role} of shape {list(expr.access_shape(t))} {access.dtype} "
-                f"({size} bytes) exceeds the on-chip memory of chip '{hw.name}' "
-                f"({hw.num_cores} cores x {budget} bytes per core{_budget_note(hw, budget)})"
-            )
