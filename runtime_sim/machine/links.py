@@ -238,24 +238,28 @@ def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
 
 
 def _reduction_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
-    """Per schedule (tree, chain, reduce-scatter + gather), its link time and its adds and
-    syncs, with every transfer alone on its link: ``(R, schedule, links, adds)``, the times
-    as arrays stacked in that order on a new first axis."""
+    """Per schedule (tree, chain, reduce-scatter + gather), its link time, its adds and
+    syncs, and the bytes its busiest core receives, with every transfer alone on its link:
+    ``(R, schedule, links, adds, received)``, arrays stacked in that order on a new first
+    axis."""
     R = np.asarray(replicas, np.float64)
     s = replica_reduction_schedule(R, partition_bytes, partition_elements, hw)
     p = np.asarray(partition_bytes, np.float64)
-    one = np.asarray(link_transfer_seconds(partition_bytes, hw))
-    lat = np.asarray(chunk_latency_seconds(p, hw, 1))
-    tree_link = np.asarray(s.tree_fan_in) * p / hw.link_bandwidth + np.asarray(s.tree_rounds) * lat
-    chain_link = one + s.chain_fill_s
     q = np.asarray(s.piece_bytes, np.float64)
-    # every replica receives R - 1 pieces at once, then ring 0 the other pieces - 1 sums
-    scatter_link = ((R - 1) + (np.asarray(s.pieces) - 1)) * q / hw.link_bandwidth + 2 * np.asarray(
-        chunk_latency_seconds(q, hw, 1))
+    # a tree's root takes its fan-in, a chain's ranks one partition each; in a
+    # reduce-scatter every replica receives R - 1 pieces at once, then ring 0 the other
+    # pieces - 1 sums
+    tree_in = np.asarray(s.tree_fan_in) * p
+    scatter_in = ((R - 1) + (np.asarray(s.pieces) - 1)) * q
+    lat = np.asarray(chunk_latency_seconds(p, hw, 1))
+    tree_link = tree_in / hw.link_bandwidth + np.asarray(s.tree_rounds) * lat
+    chain_link = np.asarray(link_transfer_seconds(partition_bytes, hw)) + s.chain_fill_s
+    scatter_link = scatter_in / hw.link_bandwidth + 2 * np.asarray(chunk_latency_seconds(q, hw, 1))
     links = np.stack(np.broadcast_arrays(tree_link, chain_link, scatter_link))
     adds = np.stack(np.broadcast_arrays(np.asarray(s.tree_adds_s), np.asarray(s.chain_adds_s),
                                         np.asarray(s.scatter_adds_s)))
-    return R, s, links, adds
+    received = np.stack(np.broadcast_arrays(tree_in, p, scatter_in))
+    return R, s, links, adds, received
 
 
 #: The schedules of :func:`replica_reduction_seconds`, in the order of its tie-break.
@@ -265,7 +269,7 @@ REDUCTION_SCHEDULES = ("tree", "chain", "scatter")
 def fastest_reduction(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
     """Which schedule (an index into :data:`REDUCTION_SCHEDULES`; the first on ties) sums
     ``replicas`` copies fastest, each transfer alone on its link, and its time."""
-    R, _, links, adds = _reduction_parts(replicas, partition_bytes, partition_elements, hw)
+    R, _, links, adds, _ = _reduction_parts(replicas, partition_bytes, partition_elements, hw)
     total = links + adds
     best = np.argmin(total, axis=0)
     return _out(best), _out(np.where(R > 1, np.min(total, axis=0), 0.0))
@@ -285,12 +289,8 @@ def replica_reduction_busy_seconds(replicas, partition_bytes, partition_elements
     the other summed pieces), hop latencies and the chain's fill excluded, as
     :attr:`runtime_sim.machine.phase_cost.PhaseCost.busy_s` counts the routed schedule. 0 where there
     is one replica."""
-    R, s, links, adds = _reduction_parts(replicas, partition_bytes, partition_elements, hw)
+    R, _, links, adds, received = _reduction_parts(replicas, partition_bytes, partition_elements, hw)
     best = np.argmin(links + adds, axis=0)
-    p = np.asarray(partition_bytes, np.float64)
-    q = np.asarray(s.piece_bytes, np.float64)
-    received = np.stack(np.broadcast_arrays(
-        np.asarray(s.tree_fan_in) * p, p, ((R - 1) + (np.asarray(s.pieces) - 1)) * q))
     busy = np.take_along_axis(received, np.asarray(best)[None, ...], axis=0)[0] / hw.link_bandwidth
     return _out(np.where(R > 1, busy, 0.0))
 
