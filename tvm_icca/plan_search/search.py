@@ -168,10 +168,16 @@ def _rows_and_bounds(structure: PlanStructure, model: BatchCostModel, max_cores:
     else:
         bound = cache.row_arrays(("row bounds", model_key) + rows_key,
                                  lambda: np.asarray(model.time_lower_bound(structure, F), float))
-    if math.isfinite(output_cap) and len(F):
-        keep = partition_lower_bounds(structure, F)[:, -1] <= output_cap
-        F, bound = F[keep], bound[keep]
-    return F, bound
+    keep = _output_within(structure, F, output_cap)
+    return (F, bound) if keep is None else (F[keep], bound[keep])
+
+
+def _output_within(structure: PlanStructure, F: np.ndarray, output_cap: float) -> np.ndarray | None:
+    """Which F_op rows can keep their output partition within ``output_cap`` bytes per core
+    (None: every row, and the caller keeps its arrays, the memo's, uncopied)."""
+    if not (math.isfinite(output_cap) and len(F)):
+        return None
+    return partition_lower_bounds(structure, F)[:, -1] <= output_cap
 
 
 def _pruned_scores(structure: PlanStructure, model: BatchCostModel, F: np.ndarray,
@@ -271,8 +277,8 @@ def fastest_rows(structure: PlanStructure, model: BatchCostModel, budget: float,
     if F is None:
         F, bound = _rows_and_bounds(structure, model, max_cores, None, output_cap, cache)
     else:
-        if math.isfinite(output_cap) and len(F):
-            F = F[partition_lower_bounds(structure, F)[:, -1] <= output_cap]
+        keep = _output_within(structure, F, output_cap)
+        F = F if keep is None else F[keep]
         bound = model.time_lower_bound(structure, F) if len(F) else np.zeros(0)
     kept: dict[bytes, ScoredPlans] = {}
 
