@@ -334,17 +334,13 @@ def compute_bound(region: RegionOps | DeviceProgram, hw: HardwareSpec, hbm_names
     planner prices the arrival of every input an earlier operator produced in the plan's
     partitions (``plan_operator(arriving=...)``). In an HBM-bound region (a decode step)
     Elk overlaps execution, re-layouts included, with the loads (Elk §4.2): the arrival is
-    hidden, and pricing it would trade hidden time for loads. Measured on Gemma2-27B decode
-    (batch 32, context 2048, ``ipu-pod4-hbm``, Elk-Full, the first 2 / 4 layers): adding each
-    operator's least weight receive (``runtime_sim.timing.floors.weight_receive_bytes``) to
-    the compute leaves the model's region HBM-bound (4 layers: compute 229 us + receive
-    86 us < reads 565 us) and changes no plan; pricing arrivals in every region on an HBM
-    chip halves the projections' re-layouts (2 layers: 43 -> 18 us) but their plans compute
-    longer (62 -> 84 us) and the step is no faster (0.912 -> 0.916 ms; 4 layers 1.128 ->
-    1.128 ms; with the trade-off tables' caps too, 0.908 / 1.131 ms). (The Elk pass's trade-off
-    tables keep the held outputs of compute-bound regions within the planned partitions by
-    the same test: :func:`~tvm_icca.model_pass.tradeoff_tables.ladder_output_caps`.) On a chip without HBM the
-    state is on chip (planned by the reconciliation, which prices arrivals itself) or
+    hidden, and pricing it would trade hidden time for loads. Even where a decode step's
+    executions outlast its loads (Gemma2-27B on ``ipu-pod4-hbm``), pricing arrivals there
+    halves the re-layouts but lengthens the plans' compute by more, so the step is no faster
+    (measured on its first two and four layers). (The Elk pass's trade-off tables keep the
+    held outputs of compute-bound regions within the planned partitions by the same test:
+    :func:`~tvm_icca.model_pass.tradeoff_tables.ladder_output_caps`.) On a chip without HBM
+    the state is on chip (planned by the reconciliation, which prices arrivals itself) or
     streams from the host, which bounds the region: ``False``."""
     if hw.hbm_bandwidth <= 0:
         return False
