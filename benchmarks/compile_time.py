@@ -22,7 +22,7 @@ The zoo has no MobileNet; a name the zoo does not know is reported and skipped.
 with HBM preloading (Elk), the way ``benchmarks/elk_llm.py`` compiles it: each count cold
 (a fresh plan cache, one process, ``--jobs`` workers), timing-only. Each row gives the CPU and
 wall seconds of the whole compile and the Elk pass's wall seconds (its trade-off tables and its
-design's search), each per device operator, and the simulated time per token. The Elk pass
+design's search), each per device operator, and the simulated time of one run. The Elk pass
 searches one period of the identical layers and expands it
 (:mod:`tvm_icca.elk.period_reuse`); ``--whole-run`` compiles every count a second time with
 that off (``reuse_layers=False``) and adds its times and simulated time beside.

@@ -6,7 +6,7 @@ Reads the results files the studies of ``benchmarks/dse/`` wrote (``tvm-icca dse
 * ``elk_dse.md``: what each study cost here (points, outcomes, the points' own seconds summed,
   the measured wall time), then
   per figure the table behind it and the numbers §6.4's observations (1)-(4) are checked with;
-* ``elk_dse_fig19.png`` (per-token latency vs HBM bandwidth), ``elk_dse_fig20.png`` (Elk-Full's
+* ``elk_dse_fig19.png`` (decode step time, Elk's per-token latency, vs HBM bandwidth), ``elk_dse_fig20.png`` (Elk-Full's
   time breakdown), ``elk_dse_fig21.png`` (interconnect utilization), ``elk_dse_fig22.png``
   (Llama2-70B, link x HBM bandwidth), ``elk_dse_fig23.png`` (core counts, DiT-XL included),
   ``elk_dse_fig24.png`` (training forward: achieved vs available TFLOPS),
@@ -212,7 +212,7 @@ def fig19(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
         return ["## Fig. 19-21: HBM bandwidth", "", "No rows yet.", ""]
     hbms = sorted({r["hbm_bandwidth"] for r in rows})
     at = _by(rows, "workload", "topology", "hbm_bandwidth", "design")
-    lines = ["## Fig. 19: per-token latency vs HBM bandwidth", "",
+    lines = ["## Fig. 19: decode step time (Elk's per-token latency) vs HBM bandwidth", "",
              "Milliseconds per decode step (batch 32, context 2,048, all layers); HBM floor = "
              "distinct HBM bytes over the bandwidth.", ""]
     for topo in TOPOLOGIES:
@@ -265,11 +265,11 @@ def fig19(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
         if floor:
             ax.plot(*zip(*floor), "k--", linewidth=1, label="HBM floor")
 
-    _design_grid(at, hbms, lambda r: r["total_s"] * 1e3, "ms per token",
+    _design_grid(at, hbms, lambda r: r["total_s"] * 1e3, "ms per decode step",
                  "Elk Fig. 19 on tvm_icca: decode latency vs HBM bandwidth (IPU-POD4 with HBM)",
                  out / "elk_dse_fig19.png", floor_line, log_y=True)
     _design_grid(at, hbms, lambda r: r["interconnect_stall_s"] * 1e3,
-                 "interconnect stall (ms per token)",
+                 "interconnect stall (ms per decode step)",
                  "Elk Fig. 20 on tvm_icca: time lost to interconnect contention "
                  "(executions waiting for links that preloads hold)", out / "elk_dse_fig20.png")
     _design_grid(at, hbms, lambda r: r["link_bandwidth_utilization"] * 100,
@@ -281,7 +281,7 @@ def fig19(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
 
     lines += ["## Fig. 20-21: contention, Elk-Full's breakdown and interconnect utilization", "",
               "Interconnect stall per design (the time executions wait for links held by "
-              "preloads, `interconnect_stall_s`), milliseconds per token:", "",
+              "preloads, `interconnect_stall_s`), milliseconds per decode step:", "",
               "| model | topology | HBM TB/s | " + " | ".join(DESIGNS) + " |",
               "|---|---|---:|" + "---:|" * len(DESIGNS)]
     for w in LLMS:
@@ -317,7 +317,7 @@ def fig22(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
     links = sorted({r["link_bandwidth"] for r in rows})
     hbms = sorted({r["hbm_bandwidth"] for r in rows})
     at = _by(rows, "topology", "link_bandwidth", "hbm_bandwidth", "design")
-    lines = head + ["Milliseconds per token, Elk-Full (Ideal in brackets); columns: link bandwidth per "
+    lines = head + ["Milliseconds per decode step, Elk-Full (Ideal in brackets); columns: link bandwidth per "
                     "core.", ""]
     for topo in TOPOLOGIES:
         lines += [f"### {topo}", "", "| HBM TB/s | " + " | ".join(f"{l / 1e9:g} GB/s" for l in links)
@@ -339,7 +339,7 @@ def fig22(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
                    if (topo, l, b, "elk-full") in at]
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=f"HBM {b / 1e12:g} TB/s")
-        _label(ax, f"Llama2-70B, {topo}, Elk-Full", "link bandwidth per core (GB/s)", "ms per token")
+        _label(ax, f"Llama2-70B, {topo}, Elk-Full", "link bandwidth per core (GB/s)", "ms per decode step")
         ax.legend(fontsize=7)
     fig.suptitle("Elk Fig. 22 on tvm_icca: interconnect and HBM bandwidth together")
     fig.savefig(out / "elk_dse_fig22.png", dpi=100)
@@ -477,7 +477,7 @@ def mesh(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
     head = ["## Mesh design: HBM controller placement x link bandwidth x torus", ""]
     if not rows:
         return head + ["No rows yet.", ""]
-    lines = head + ["Llama2-13B decode, Elk-Full (Ideal in brackets), milliseconds per token, and the "
+    lines = head + ["Llama2-13B decode, Elk-Full (Ideal in brackets), milliseconds per decode step, and the "
                     "cut that bounds the loads.", "",
                     "| placement | torus | link GB/s | Elk-Full ms | Ideal ms | HBM floor ms | bound by |",
                     "|---|---|---:|---:|---:|---:|---|"]
@@ -505,7 +505,7 @@ def mesh(rows: list[dict[str, Any]], out: pathlib.Path) -> list[str]:
                 ax.plot(*zip(*pts), marker="o", label=p)
         ax.set_xscale("log", base=2)
         _label(ax, f"Llama2-13B, Elk-Full, {'torus' if torus else 'mesh'}",
-               "link bandwidth per core (GB/s)", "ms per token")
+               "link bandwidth per core (GB/s)", "ms per decode step")
         ax.legend(fontsize=7, title="HBM controllers")
     fig.suptitle("Mesh chip design: where the HBM controllers sit, and how fast the links are")
     fig.savefig(out / "elk_dse_mesh.png", dpi=100)

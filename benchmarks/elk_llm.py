@@ -7,7 +7,8 @@ programs are timed by :func:`runtime_sim.timing.simulate_timing` -- the same pro
 functional device would run.
 
 * **main table** (Fig. 17/18): Llama2-13B, Gemma2-27B, OPT-30B, Llama2-70B decode on
-  ``ipu-pod4-hbm`` for every design, per-token latency, % of Ideal, speed-ups over Basic and
+  ``ipu-pod4-hbm`` for every design, the time of one decode step (``ms per step``: a token
+  for every sequence of the batch; Elk's per-token latency), % of Ideal, speed-ups over Basic and
   Static, the breakdown (preload only, execute only, overlapped, interconnect stall) and
   utilizations (HBM, interconnect, FLOPS), the HBM and compute floors, compile seconds;
 * ``--sweep-batch``: batch 16/32/64 and context 2,048/4,096 (Fig. 17's other bars);
@@ -17,7 +18,7 @@ functional device would run.
     .venv/bin/python benchmarks/elk_llm.py                      # main table
     .venv/bin/python benchmarks/elk_llm.py --sweep-hbm --sweep-noc --layers 8
 
-Sweeps default to the first ``--layers`` layers of the model (identical layers: the per-token
+Sweeps default to the first ``--layers`` layers of the model (identical layers: the per-step
 ratios between designs hold; the README says which runs used fewer layers). Writes
 ``benchmarks/results/elk_llm.md`` and ``.json`` (``elk_llm_sweeps.*`` with ``--no-main``) and
 ``elk_llm_*.png``.
@@ -42,7 +43,7 @@ from tvm_icca.hardware_choice import resolve_hardware  # noqa: E402
 from tvm_icca.model_pass.plan_cache import PlanCache  # noqa: E402
 from tvm_icca.workloads import get_workload  # noqa: E402
 from model_flops import mfu  # noqa: E402  (benchmarks/, beside this script)
-from result_files import write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
+from result_files import PROVENANCE_KEY, write_json, write_markdown  # noqa: E402  (benchmarks/, beside this script)
 
 DESIGNS = ("basic", "static", "elk-dyn", "elk-full", "ideal")
 MODELS = ("llama2-13b", "gemma2-27b", "opt-30b", "llama2-70b")
@@ -141,7 +142,7 @@ def _compile_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["| model | hardware | HBM TB/s | link GB/s | batch | context | design | ms/token | "
+    lines = ["| model | hardware | HBM TB/s | link GB/s | batch | context | design | ms per step | "
              "% of Ideal | preload only ms | execute only ms | overlap ms | stall ms | HBM util | "
              "NoC util | FLOPS util | HBM floor ms | compile s | Elk s |",
              "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -204,6 +205,19 @@ def _summary(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+#: Per plotted sweep (a key of the results JSON): the x axis's row key and label, the file, and
+#: what the title says is swept.
+_SWEEP_PLOTS = {"hbm": ("hbm_tbps", "HBM bandwidth per 4 chips (TB/s)", "elk_llm_hbm.png",
+                        "HBM bandwidth"),
+                "noc": ("link_gbps", "link bandwidth per core (GB/s)", "elk_llm_noc.png",
+                        "interconnect bandwidth")}
+
+
+def _sweep_plot(key: str, rows: list[dict[str, Any]]) -> None:
+    xkey, xlabel, name, swept = _SWEEP_PLOTS[key]
+    _plot(rows, xkey, xlabel, RESULTS / name, f"{rows[0]['model']}: decode step time vs {swept}")
+
+
 def _plot(rows: list[dict[str, Any]], xkey: str, xlabel: str, path: pathlib.Path, title: str) -> None:
     import matplotlib  # pylint: disable=import-outside-toplevel
 
@@ -222,7 +236,7 @@ def _plot(rows: list[dict[str, Any]], xkey: str, xlabel: str, path: pathlib.Path
                 label=f"{design} ({'mesh' if 'mesh' in hw else 'all-to-all'})")
     ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("ms per token")
+    ax.set_ylabel("ms per decode step")
     ax.set_title(title)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
@@ -236,6 +250,11 @@ def _render(path: pathlib.Path) -> int:
     titles = {"main": "Decode", "batch": "Batch and context", "hbm": "HBM bandwidth sweep",
               "noc": "Interconnect bandwidth sweep"}
     lines = ["Elk designs on the timing simulator (`benchmarks/elk_llm.py`)."]
+    made = sorted({(r[PROVENANCE_KEY]["command"], r[PROVENANCE_KEY]["commit"][:10])
+                   for rows in out.values() for r in rows if r.get(PROVENANCE_KEY)})
+    # the provenance line above names this rendering; the numbers are the rows' runs
+    lines += ["", "Rows made by " + "; ".join(f"`{cmd}` on commit {commit}" for cmd, commit in made)
+              + "."] if made else []
     for key, rows in out.items():
         if key == "compile":
             lines += ["", f"## Elk-Full compile from a cold start, {rows[0]['hardware']}", ""]
@@ -246,6 +265,9 @@ def _render(path: pathlib.Path) -> int:
         lines += _summary(rows) + [""] + _table(rows)
     text = "\n".join(lines) + "\n"
     write_markdown(path.with_suffix(".md"), text)
+    for key, rows in out.items():
+        if key in _SWEEP_PLOTS and importlib.util.find_spec("matplotlib") is not None:
+            _sweep_plot(key, rows)
     print(text)
     return 0
 
@@ -308,8 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         out["hbm"] = rows
         lines += ["", f"## HBM bandwidth sweep, {args.sweep_model} ({sweep_layers} layers)", ""]
         lines += _table(rows)
-        _plot(rows, "hbm_tbps", "HBM bandwidth per 4 chips (TB/s)", RESULTS / "elk_llm_hbm.png",
-              f"{args.sweep_model}: per-token latency vs HBM bandwidth")
+        _sweep_plot("hbm", rows)
     if args.sweep_noc:
         base = resolve_hardware(args.hw).link_bandwidth
         rows = [r for tb in (8, 32) for scale in (0.5, 1, 2, 4)
@@ -318,8 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         out["noc"] = rows
         lines += ["", f"## Interconnect bandwidth sweep, llama2-70b ({sweep_layers} layers)", ""]
         lines += _table(rows)
-        _plot(rows, "link_gbps", "link bandwidth per core (GB/s)", RESULTS / "elk_llm_noc.png",
-              "llama2-70b: per-token latency vs interconnect bandwidth")
+        _sweep_plot("noc", rows)
     if args.cold_compile:
         rows = [cold_compile(m, args.hw, args.batch, args.context) for m in args.cold_compile.split(",")]
         out["compile"] = rows

@@ -98,8 +98,8 @@ def render(rows: list[dict[str, Any]]) -> str:
 
     lines = ["Elk Fig. 18a's overlap on our LLM decodes (batch 32, context 2,048, "
              f"`{rows[0]['hardware']}`): three breakdowns of the same runs, and what decides "
-             "Basic's overlap. All times in ms per token.", "",
-             "| model | design | ms/token | overlap, ours | overlap, artifact-weighted | "
+             "Basic's overlap. All times in ms per decode step.", "",
+             "| model | design | ms per step | overlap, ours | overlap, artifact-weighted | "
              "overlap, artifact figure | loads started during the previous execution | "
              "execute SRAM share, median | largest |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]

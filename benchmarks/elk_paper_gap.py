@@ -222,7 +222,7 @@ def summary_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[s
 
 
 def detail_table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
-    """Per setting and model: every design's ms per token."""
+    """Per setting and model: every design's ms per decode step."""
     lines = ["| setting | model | layers | " + " | ".join(f"{d} ms" for d in DESIGNS) +
              " | HBM floor ms | compute floor ms | over Basic | over Static | % of Ideal |",
              "|---|---|---|" + "---:|" * (len(DESIGNS) + 5)]

@@ -3,7 +3,7 @@
 * ``figure_plan.png``: the time/memory Pareto frontier of one operator's rTensor plans
   (T10 §4.3.1) -- BERT-large's first FFN matmul at batch 8 (1,024 tokens x 1,024 -> 4,096,
   float16) on IPU Mk2 -- with the fastest plan, the plan the compiled model picks, and a core's SRAM;
-* ``figure_elk_designs.png``: per-token latency of the Elk preload designs (Elk §6.1) on the
+* ``figure_elk_designs.png``: the decode step time (Elk's per-token latency) of the Elk preload designs (Elk §6.1) on the
   four LLMs of ``benchmarks/elk_llm.py``'s main table (read from ``elk_llm.json``: run that
   script first), against the HBM floor;
 * ``figure_timeline.png``: the simulated timeline of one Llama 2 13B decoder layer (batch 32,
@@ -97,7 +97,7 @@ def elk_figure(path: pathlib.Path) -> str:
         ax.hlines(floor, i - 0.4, i + 0.4, colors="black", linestyles=":",
                   label="HBM floor" if i == 0 else None)
     ax.set_xticks(range(len(models)), models)
-    ax.set_ylabel("ms per token")
+    ax.set_ylabel("ms per decode step")
     ax.set_title("decode, batch 32, context 2,048, ipu-pod4-hbm")
     ax.legend(ncols=3, fontsize="small")
     fig.tight_layout()

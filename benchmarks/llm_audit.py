@@ -2,7 +2,7 @@
 
 Measures the goals of the chip/topology issue on Llama 2 decode (batch 32, context 2,048):
 
-* **HBM bytes read per token** against the distinct bytes of the model's HBM tensors (its
+* **HBM bytes read per decode step** against the distinct bytes of the model's HBM tensors (its
   weights and KV caches): a plan that places replicas of a weight block on two chips reads it
   twice (``hbm_delivered_bytes`` of the timing report, every copy counted);
 * **operator kinds against their lower bounds** (the report's per-operator lower bound:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             for m in args.models.split(",") for hw in TOPOLOGIES]
     lines = [f"LLM decode audit, batch {args.batch}, context {args.context} "
              "(`benchmarks/llm_audit.py`).", "",
-             "| model | hardware | ms per token | HBM read GB | distinct HBM GB | read / distinct | HBM busy ms | idle ms | inter-chip GB | compile s |",
+             "| model | hardware | ms per step | HBM read GB | distinct HBM GB | read / distinct | HBM busy ms | idle ms | inter-chip GB | compile s |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['hardware']} | {r['total_ms']:.3f} | "

@@ -4,8 +4,8 @@ against prompt length, with operators larger than the chip split (``tvm_icca.spl
 Every decode case is compiled by the one compiler under each preload design (prompts under
 ``--prompt-designs``) and timed by the timing simulator (:func:`elk_llm.run_case`, the same runner as the Elk tables). A case whose model
 state exceeds the chips' HBM (``HbmCapacityError``) is listed as not fitting; no case may fail
-for lack of SRAM, which is what splitting is for. Columns: per-token (decode) or per-prompt
-(prefill) time, its ratio to the HBM floor (distinct bytes / HBM bandwidth) and to the compute
+for lack of SRAM, which is what splitting is for. Columns: per-step (decode: a token for every
+sequence of the batch) or per-prompt (prefill) time, its ratio to the HBM floor (distinct bytes / HBM bandwidth) and to the compute
 floor, the FLOPS utilization, and the compile time.
 
     .venv/bin/python benchmarks/long_context.py                       # the full matrix
@@ -233,7 +233,7 @@ def _plot(rows: list[dict[str, Any]]) -> None:
         ax.set_xscale("log", base=2)
         ax.set_title(f"{model}, batch {DECODE_BATCH}")
         ax.set_xlabel("context (tokens)")
-        ax.set_ylabel("ms per token")
+        ax.set_ylabel("ms per decode step")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)

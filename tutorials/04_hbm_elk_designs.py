@@ -115,8 +115,9 @@ for design in tvm_icca.PRELOAD_DESIGNS:
 # %%
 # Side by side
 # ------------
-# Per design: ``ms/token``, the time of one decode step (each sequence of the batch gets
-# one new token, so this is the per-token latency); ``of ideal``, ideal's time over the
+# Per design: ``ms/step``, the time of one decode step (each sequence of the batch gets
+# one new token: Elk's per-token latency, not the design-space tables' time per generated
+# token, which divides it by the batch); ``of ideal``, ideal's time over the
 # design's (100% is the roofline); ``vs basic``, the speed-up over ``basic``. Then Elk's
 # breakdown of the time (Elk Fig. 18), in the timing report's names (:doc:`/glossary`):
 #
@@ -142,7 +143,7 @@ def ms(seconds: float) -> str:
 
 ideal_s = reports["ideal"].total_s
 basic_s = reports["basic"].total_s
-print(f"{'design':<9} {'ms/token':>8} {'of ideal':>8} {'vs basic':>8} {'preload':>8} "
+print(f"{'design':<9} {'ms/step':>8} {'of ideal':>8} {'vs basic':>8} {'preload':>8} "
       f"{'execute':>8} {'overlap':>8} {'ic stall':>8} {'HBM':>6} {'links':>6} {'FLOPS':>6} "
       f"{'estimate':>8}")
 for design, r in reports.items():
