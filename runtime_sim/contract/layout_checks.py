@@ -96,3 +96,80 @@ def check_rings(layout: Any) -> None:
                 raise InvalidPlanError(
                     f"ring members of {layout.expr.tensors[t].name} would shift on '{a}' at different steps"
                 )
+
+
+def rings_hold(own: np.ndarray, F: np.ndarray, ft: np.ndarray) -> np.ndarray:
+    """:func:`check_rings` of many plans of one expression at once: whether every rotation
+    ring of each plan holds each partition once and shifts in step (T10 §4.2).
+
+    The plans are given as arrays, for a plan space that checks thousands of candidates:
+    ``own`` (T, A) whether tensor ``t`` is indexed by top-level axis ``a``
+    (:meth:`OpLayout.tensor_axes <runtime_sim.contract.layout.OpLayout.tensor_axes>`),
+    ``F`` (n, A) the F_op of each plan and ``ft`` (n, T, A) its temporal factors (1 where
+    none), cores numbered row-major over the axes (a plan without ``core_order``). Each plan's
+    cores are laid out as :class:`~runtime_sim.contract.layout.OpLayout` lays them (its
+    ``grid``, ``_rings``, ``offset`` and ``partition_key``), all plans' cores in one array,
+    so the rule costs a few dozen array operations per call rather than per plan; the test
+    suite checks it against :func:`check_rings` on random plans. Returns (n,) bool.
+    """
+    F = np.asarray(F, np.int64)
+    ft = np.asarray(ft, np.int64)
+    n, A = F.shape
+    ok = np.ones(n, bool)
+    if n == 0:
+        return ok
+    S = np.maximum(ft.max(axis=1), 1)                   # (n, A): OpLayout.S
+    cores = np.prod(F, axis=1)
+    plan = np.repeat(np.arange(n), cores)                # the plan of every core
+    local = np.arange(plan.size, dtype=np.int64) - (np.cumsum(cores) - cores)[plan]
+    Fc, Sc = F[plan], S[plan]
+    stride = np.ones((n, A), np.int64)                   # row-major over the axes (grid)
+    for a in range(A - 2, -1, -1):
+        stride[:, a] = stride[:, a + 1] * F[:, a + 1]
+    grid = local[:, None] // stride[plan] % Fc
+
+    def ravel(axes: np.ndarray, values: np.ndarray, radices: np.ndarray) -> np.ndarray:
+        out = np.zeros(plan.size, np.int64)              # layout._ravel, over ``axes`` in order
+        for a in np.flatnonzero(axes):
+            out = out * radices[:, a] + values[:, a]
+        return out
+
+    per_tensor = []
+    offset = np.zeros((plan.size, A), np.int64)
+    for t in range(own.shape[0]):
+        ftc = ft[plan, t]                                # (C, A); 1 where t does not rotate
+        ring_size = np.prod(ft[:, t], axis=1)[plan]
+        g_free = ravel(~own[t], grid, Fc)
+        sub = ravel(own[t], grid, Fc)
+        pos, ring = g_free % ring_size, g_free // ring_size
+        # the ring position's digits over t's temporal axes (radix 1 elsewhere: digit 0)
+        tstride = np.ones((plan.size, A), np.int64)
+        for a in range(A - 2, -1, -1):
+            tstride[:, a] = tstride[:, a + 1] * ftc[:, a + 1]
+        offset += Sc // ftc * (pos[:, None] // tstride % ftc)
+        per_tensor.append((ftc, ring_size, sub, ring))
+    q0 = offset % Sc                                     # chunk({}): the Cannon skew
+    for t, (ftc, ring_size, sub, ring) in enumerate(per_tensor):
+        temporal = (ft[:, t] > 1).any(axis=1)            # plans where t rotates at all
+        if not temporal.any():
+            continue
+        sharing = np.prod(np.where(own[t], 1, F), axis=1)     # P_T
+        replicas = np.maximum(sharing // np.prod(ft[:, t], axis=1), 1)[plan]
+        p0 = q0 // (Sc // ftc)                           # 0 on axes t does not rotate on
+        key = (sub * ring_size + ravel(np.ones(A, bool), p0, ftc)) * replicas + ring
+        order = np.lexsort((key, plan))
+        p_s, k_s = plan[order], key[order]
+        twice = (p_s[1:] == p_s[:-1]) & (k_s[1:] == k_s[:-1]) & temporal[p_s[1:]]
+        ok[p_s[1:][twice]] = False
+        group = sub * replicas + ring
+        order = np.lexsort((group, plan))
+        p_s, g_s = plan[order], group[order]
+        same = (p_s[1:] == p_s[:-1]) & (g_s[1:] == g_s[:-1])
+        for a in range(A):
+            rotates = ft[:, t, a] > 1
+            if not rotates.any():
+                continue
+            phase = (q0[:, a] % (Sc[:, a] // ftc[:, a]))[order]
+            shifted = same & (phase[1:] != phase[:-1]) & rotates[p_s[1:]]
+            ok[p_s[1:][shifted]] = False
+    return ok

@@ -20,9 +20,11 @@ once.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
@@ -50,11 +52,35 @@ ATTENTION_STATS = 2
 SCORE_ROW_BLOCK = 16
 
 
+_Rule = TypeVar("_Rule")
+
+
+def _per_expression(rule: Callable[[TensorExpr], _Rule]) -> Callable[[TensorExpr], _Rule]:
+    """``rule`` computed once per expression and kept on it (a :class:`TensorExpr` is frozen
+    and these rules read only its fields): layouts, plan spaces, schedules and the validation
+    ask them again for every plan of one operator (a plan search's ring checks, a layout per
+    candidate). Each call gets its own copy of a set or dict result, as before."""
+    name = rule.__name__
+
+    @functools.wraps(rule)
+    def cached(expr: TensorExpr) -> _Rule:
+        memo = expr.__dict__.get("_rule_memo")
+        if memo is None:
+            memo = {}
+            object.__setattr__(expr, "_rule_memo", memo)   # not a field: eq, hash, repr
+        if name not in memo:
+            memo[name] = rule(expr)
+        return copy.copy(memo[name])
+
+    return cached
+
+
 def padded_extent(extent: int, parts: int, steps: int) -> int:
     """``S * ceil(ceil(E / F) / S)``: the sub-operator extent, padded so that S steps divide it."""
     return steps * math.ceil(math.ceil(extent / parts) / steps)
 
 
+@_per_expression
 def pinned_axes(expr: TensorExpr) -> set[str]:
     """Axes that cannot be partitioned (neither split nor rotated).
 
@@ -93,6 +119,7 @@ def pinned_axes(expr: TensorExpr) -> set[str]:
     return pinned
 
 
+@_per_expression
 def local_splits(expr: TensorExpr) -> dict[str, str]:
     """Core-local axes a plan may split across cores: local axis -> the pinned axis it follows.
 
@@ -198,6 +225,7 @@ def split_reductions(expr: TensorExpr, follow: Mapping[str, str]) -> dict[str, t
     return found
 
 
+@_per_expression
 def fixed_axes(expr: TensorExpr) -> set[str]:
     """Axes a plan may split across cores but on which no tensor rotates.
 
@@ -231,6 +259,7 @@ def attention_scratch_bytes(expr: TensorExpr, rp: Mapping[str, Any]) -> Any:
     return SCORE_BYTES * np.minimum(rows, SCORE_ROW_BLOCK) * rp[roles.key]
 
 
+@_per_expression
 def padding_safe_reduce(expr: TensorExpr) -> bool:
     """True when zero-padded inputs add nothing to the reduced sum.
 

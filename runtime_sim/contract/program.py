@@ -44,6 +44,7 @@ and the features ``d``, no core-local axis (:class:`~runtime_sim.contract.expr.T
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -408,3 +409,11 @@ class DeviceProgram:
             raise DeviceProgramError(f"device program is not valid JSON: {err}") from None
         return cls.from_dict(data)
 
+
+@functools.lru_cache(maxsize=128)
+def parse_program(program_json: str) -> DeviceProgram:
+    """:meth:`DeviceProgram.from_json`, once per program text (a program is immutable data).
+    The same text is read by the compiler's codegen and program listing and by every device
+    call of the stub that carries it (128: a compiled model's regions, several models of a
+    session)."""
+    return DeviceProgram.from_json(program_json)

@@ -85,7 +85,8 @@ def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[
     after = [-1] * K  # the execute issued last before each preload
     issued = 0
     for i in range(n):
-        while issued < min(horizon[i], K):
+        h = horizon[i]
+        while issued < (K if K < h else h):
             after[issued] = i - 1
             issued += 1
     for k in range(issued, K):
@@ -137,7 +138,8 @@ def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[
                 started = True
         if bounded:
             exec_free = ex_e[running] if running >= 0 else now
-            pre_free = max(source_end, now + remaining - residue) if active >= 0 else now
+            left = now + remaining - residue
+            pre_free = (left if left > source_end else source_end) if active >= 0 else now
             if exec_free + exec_left[i] >= limit or pre_free + pre_left[k] >= limit:
                 return None
         rate = share[running] if running >= 0 else 1.0
@@ -153,11 +155,13 @@ def stream_times(order: Sequence[int], horizon: Sequence[int], exec_s: Sequence[
         else:
             raise ValueError("the stream cannot proceed: an execute waits for a preload never issued")
         if active >= 0:
-            remaining = max(0.0, remaining - rate * (t - now))
+            remaining -= rate * (t - now)
+            if not remaining > 0.0:     # max(0.0, remaining), as the builtin compares
+                remaining = 0.0
         now = t
         if running >= 0 and ex_e[running] <= now:
             running = -1
-        if active >= 0 and source_end <= now and remaining <= _DONE * max(1.0, now):
+        if active >= 0 and source_end <= now and remaining <= _DONE * (now if now > 1.0 else 1.0):
             pre_e[active], active = now, -1
     total = max([now] + [e for e in ex_e if not math.isnan(e)])
     return StreamTimes(tuple(pre_s), tuple(pre_e), tuple(ex_s), tuple(ex_e), total)

@@ -13,14 +13,13 @@ Errors raised by the device cross the VM's C++ frames with their class and attri
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import tvm_ffi
 
 from runtime_sim.contract.errors import DeviceProgramError, IccaError, short_name
-from runtime_sim.contract.program import DeviceProgram
+from runtime_sim.contract.program import parse_program
 from tvm_icca.backend.codegen import DEVICE_RUN_FUNC
 from tvm_icca.backend.input_check import RUN_BEGIN_FUNC
 from tvm_icca.ffi_errors import raise_through_ffi, register_error_types
@@ -34,7 +33,6 @@ __all__ = [
     "write_last_run_trace",
     "run_program",
 ]
-
 
 
 # -- the simulators, loaded on first use -------------------------------------------------------
@@ -59,13 +57,6 @@ def _begin_run() -> None:
 
 
 # -- the device call --------------------------------------------------------------------------
-@functools.lru_cache(maxsize=128)
-def parse_program(program_json: str) -> DeviceProgram:
-    """Parse a device program; the same program text is parsed once (the stub passes the same
-    string at every call)."""
-    return DeviceProgram.from_json(program_json)
-
-
 def run_program(program_json: str, *tensors: Any) -> None:
     """Run a device program on the simulated device: ``tensors`` = inputs then outputs.
 

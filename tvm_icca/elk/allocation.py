@@ -109,7 +109,23 @@ class WindowShrinker:
         the operator executes, and beside ``waiting_bytes`` held before it starts with its own
         preload point's space (``own_space[e]`` at execute point ``e``; empty: it loads
         nothing), both instants of :func:`tvm_icca.elk.overlap_model.window_bytes`: the first
-        state of the trajectory that fits both."""
+        state of the trajectory that fits both (:meth:`fit`)."""
+        state = self.fit(live_bytes, waiting_bytes, own_space)
+        if state is None:
+            return None
+        space, e, cur, now = state
+        members = space - self._op.execs[e].space
+        waiting = waiting_bytes + (own_space[e] if own_space else 0)
+        return WindowPlan(e, cur, now, int(window_bytes(self._op.execs[e].space, (members,),
+                                                        live_bytes, waiting_bytes,
+                                                        waiting - waiting_bytes)))
+
+    def fit(self, live_bytes: int, waiting_bytes: int = 0,
+            own_space: Sequence[int] = ()) -> tuple[int, int, tuple[int, ...], float] | None:
+        """The state of :meth:`plan`'s allocation, (bytes without live activations, execute
+        point, members' preload points, window time), or None: what the recurrence reads of
+        the many windows it tries (:func:`tvm_icca.elk.inductive_draft.inductive_draft`),
+        without building a :class:`WindowPlan` for each."""
         budget = self._cap - live_bytes
         if self._smallest > budget:
             return None
@@ -129,16 +145,14 @@ class WindowShrinker:
         execs = self._op.execs
         k = lo
         while True:     # the members' spaces never grow along it: the first that fits both
-            space, e, cur, now = states[k]
-            members = space - execs[e].space
+            state = states[k]
+            e = state[1]
             waiting = waiting_bytes + (own_space[e] if own_space else 0)
-            if members + waiting <= self._cap:
-                break
+            if state[0] - execs[e].space + waiting <= self._cap:
+                return state
             k += 1
             if k == len(states) and not self._step():
                 return None
-        return WindowPlan(e, cur, now, int(window_bytes(execs[e].space, (members,), live_bytes,
-                                                        waiting_bytes, waiting - waiting_bytes)))
 
     def _cost(self, ep_idx: int, net: float, load: float, added: float) -> float:
         ep = self._op.execs[ep_idx]

@@ -119,11 +119,13 @@ def inductive_schedule(n_ops: int, order: Sequence[int],
             t_pre[ready] = min(t_exe[order[ready]], t_pre[ready + 1]) - preload_time(order[ready])
         hi = cap if max_preload_number is None else min(cap, m[i] + max_preload_number)
         best_t, best_h, best_l = -math.inf, -1, 0.0
+        after_i = t_exe[i + 1]
         for h in range(m[i], hi + 1):
             length = window_time(i, h)
             if length is None:
                 break
-            t = min(t_exe[i + 1], t_pre[h]) - length
+            pre = t_pre[h]
+            t = (pre if pre < after_i else after_i) - length   # min(t_exe[i + 1], t_pre[h])
             if t > best_t:      # strict: ties keep the smaller window (less memory pressure)
                 best_t, best_h, best_l = t, h, length
         if best_h < 0:

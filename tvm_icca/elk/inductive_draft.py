@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from runtime_sim.machine.stream_timing import preload_link_share
-from tvm_icca.elk.allocation import WindowPlan, WindowShrinker
+from tvm_icca.elk.allocation import WindowShrinker
 from tvm_icca.elk.draft import Draft
 from tvm_icca.elk.inductive import early_members, inductive_schedule, min_horizons
 from tvm_icca.elk.tradeoffs import ElkMachine, OpTradeoffs, PreloadPoint
@@ -35,7 +35,7 @@ def inductive_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tupl
     ops, offset = _joint_starts(ops, stretch, memo)
     ex = [0] * n
     pc = {j: 0 for j in order}
-    tried: dict[int, WindowPlan] = {}
+    tried: dict[int, tuple] = {}   # horizon -> its window's WindowShrinker.fit state
     window_machine = machine if stretch is None else replace(machine, separate_interconnect=True)
 
     # The window memo is a trie: from the executing operator (and the pricing) down through
@@ -65,11 +65,11 @@ def inductive_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tupl
         for j in order[m[i] + scan[2]:h]:
             node = child(node, j)
         scan[1], scan[2] = node, h - m[i]
-        plan = node.shrinker.plan(ops[i].live_bytes, ops[i].waiting_bytes, own_space(i))
-        if plan is None:
+        state = node.shrinker.fit(ops[i].live_bytes, ops[i].waiting_bytes, own_space(i))
+        if state is None:
             return None
-        tried[h] = plan
-        return plan.time_s
+        tried[h] = state
+        return state[3]
 
     own: dict[int, tuple[int, ...]] = {}
 
@@ -82,11 +82,10 @@ def inductive_draft(ops: Sequence[OpTradeoffs], machine: ElkMachine, order: tupl
         return own[i]
 
     def commit(i: int, h: int) -> None:
-        plan = tried[h]
-        ex[i] = plan.exec_choice
+        _, ex[i], preload_choices, _ = tried[h]
         if i in pc:     # i's execute point is fixed: its windows start at its fastest preload
             pc[i] = _fastest(memo, ops[i], ex[i], stretch)
-        for j, c in zip(early[i] + order[m[i]:h], plan.preload_choices):
+        for j, c in zip(early[i] + order[m[i]:h], preload_choices):
             pc[j] = c
         tried.clear()
         scan[0] = None

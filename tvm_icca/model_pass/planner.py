@@ -54,7 +54,7 @@ from runtime_sim.contract.errors import (
     short_name,
 )
 from runtime_sim.contract.hardware import HardwareSpec
-from runtime_sim.contract.program import DeviceProgram, model_state_source
+from runtime_sim.contract.program import DeviceProgram, model_state_source, parse_program
 from runtime_sim.contract.units import format_bytes
 from tvm_icca.ffi_errors import raise_through_ffi
 from tvm_icca.hardware_choice import HardwareLike, hardware_from_json, resolve_hardware
@@ -348,7 +348,9 @@ def program_of(func: relax.Function) -> DeviceProgram:
             f"ICCA region '{short_name(name)}' has no device program: run "
             "tvm_icca.plan_device_programs() after partition_for_icca (tvm.compile with target "
             "'icca' does both)")
-    return DeviceProgram.from_json(str(func.attrs[PROGRAM_ATTR]))
+    # parsed once per text (runtime_sim.contract.program.parse_program): the codegen, the
+    # program listing and the device calls read the same text
+    return parse_program(str(func.attrs[PROGRAM_ATTR]))
 
 
 def device_programs(mod: IRModule) -> list[DeviceProgram]:

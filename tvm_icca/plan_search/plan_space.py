@@ -17,10 +17,12 @@ candidates:
 * ``prod f_t`` of a tensor divides ``P_T``, the number of cores sharing each sub-tensor;
 * on every axis the temporal factors of all tensors are pairwise factor/multiple;
 * reduction axes of bodies that zero padding would corrupt are never padded;
-* rotation rings must hold each partition once and shift in step (:func:`check_rings`). That
+* rotation rings must hold each partition once and shift in step
+  (:func:`~runtime_sim.contract.layout_checks.check_rings`). That
   check can only fail when two tensors rotating on one axis are both missing an axis with
-  ``F > 1`` (otherwise the other tensor's skew is constant along the ring); such candidates,
-  rare in practice, are checked one by one with :class:`OpLayout` itself.
+  ``F > 1`` (otherwise the other tensor's skew is constant along the ring); such candidates
+  are checked together on the cores they lay out
+  (:func:`~runtime_sim.contract.layout_checks.rings_hold`).
 
 Candidates are built as arrays: every ``F_op`` tuple first, then for every distinct tuple of
 sharing counts ``(P_T)`` the ``f_t`` assignments, joined tensor by tensor with the alignment
@@ -42,9 +44,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from runtime_sim.contract.errors import InvalidPlanError
-from runtime_sim.contract.layout import OpLayout
-from runtime_sim.contract.layout_checks import check_rings
+from runtime_sim.contract.layout_checks import rings_hold
 from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plan_search.intmath import INT, ceil_div, divisors, factor_tuples, rank_values, unique_rows
 from tvm_icca.plan_search.search_memo import SearchMemo, cache_or_new
@@ -668,10 +668,12 @@ class StepCaps:
 
 
 def _drop_invalid(batch: PlanBatch, cache: "SearchMemo | None" = None) -> PlanBatch:
-    """Apply the ring rule, which depends on F_op itself (see the module docstring). Its
-    verdicts are kept in ``cache`` (:meth:`SearchMemo.ring_verdict`): they depend only on
-    which tensor each axis indexes, F_op and f_t, so other batches and other operators of
-    the same pattern reuse them."""
+    """Apply the ring rule, which depends on F_op itself (see the module docstring), to the
+    batch's rows at risk at once (:func:`~runtime_sim.contract.layout_checks.rings_hold`, the
+    batched :func:`~runtime_sim.contract.layout_checks.check_rings`). Its verdicts are kept
+    in ``cache`` (:meth:`SearchMemo.ring_verdicts`): they depend only on which tensor each
+    axis indexes, F_op and f_t, so other batches and other operators of the same pattern
+    reuse them."""
     structure = batch.structure
     keep = np.ones(len(batch), bool)
     # (Unpaddable reductions were handled by _padded_pairs before materializing.)
@@ -680,27 +682,22 @@ def _drop_invalid(batch: PlanBatch, cache: "SearchMemo | None" = None) -> PlanBa
         for a, t, u, shared in structure.ring_risks:
             spread = np.prod(np.where(shared[None, :], batch.F, 1), axis=1) > 1
             risky |= (batch.ft[:, t, a] > 1) & (batch.ft[:, u, a] > 1) & spread
-        # An axis every rotating tensor is indexed by cuts the cores into identical copies of
-        # one ring structure (it enters no ring position and no Cannon skew): the verdict is
-        # the same for any F_op on it, so plans that differ only there are checked once.
-        memo = cache_or_new(cache)
-        pattern = (structure.own.shape, structure.own.tobytes())
-        rotating = batch.ft > 1
-        for i in np.flatnonzero(risky & keep):
-            movers = rotating[i].any(axis=1)
-            common = structure.own[movers].all(axis=0)
-            reduced = np.where(common, 1, batch.F[i]).astype(INT)
-            ft = batch.ft[i:i + 1].astype(INT)
-
-            def passes(reduced: np.ndarray = reduced, ft: np.ndarray = ft) -> bool:
-                try:
-                    check_rings(OpLayout(structure.expr,
-                                         PlanBatch(structure, reduced[None, :], ft).plan(0)))
-                except InvalidPlanError:
-                    return False
-                return True
-
-            keep[i] = memo.ring_verdict(pattern + (reduced.tobytes(), ft.tobytes()), passes)
+        rows = np.flatnonzero(risky)
+        if rows.size:
+            # An axis every rotating tensor is indexed by cuts the cores into identical copies
+            # of one ring structure (it enters no ring position and no Cannon skew): the
+            # verdict is the same for any F_op on it, so plans that differ only there are
+            # checked once.
+            memo = cache_or_new(cache)
+            pattern = (structure.own.shape, structure.own.tobytes())
+            movers = (batch.ft[rows] > 1).any(axis=2)                     # (r, T)
+            common = (~movers[:, :, None] | structure.own[None]).all(axis=1)  # (r, A)
+            reduced = np.where(common, 1, batch.F[rows]).astype(INT)
+            ft = batch.ft[rows].astype(INT)
+            keys = [pattern + (reduced[j].tobytes(), ft[j:j + 1].tobytes())
+                    for j in range(len(rows))]
+            keep[rows] = memo.ring_verdicts(
+                keys, lambda todo: rings_hold(structure.own, reduced[todo], ft[todo]).tolist())
     return batch if keep.all() else batch.take(np.flatnonzero(keep))
 
 

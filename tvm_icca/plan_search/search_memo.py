@@ -204,14 +204,22 @@ class SearchMemo:
                     self.remember(key, hit)
         return hit
 
-    def ring_verdict(self, key: tuple, check: Callable[[], bool]) -> bool:
-        """The ring rule's verdict of the plan ``key`` names (see the module docstring),
-        computed by ``check`` the first time."""
-        hit = self._ring_verdicts.get(key)
-        if hit is None:
-            hit = self._ring_verdicts[key] = check()
+    def ring_verdicts(self, keys: Sequence[tuple],
+                      check: Callable[[list[int]], Sequence[bool]]) -> list[bool]:
+        """The ring rule's verdicts of the plans ``keys`` name (see the module docstring):
+        ``check(indices)`` gives, in one call, those of the keys at ``indices`` that the memo
+        does not hold yet (each distinct key once)."""
+        verdicts = [self._ring_verdicts.get(key) for key in keys]
+        missing: dict[tuple, int] = {}
+        for i, (key, hit) in enumerate(zip(keys, verdicts)):
+            if hit is None and key not in missing:
+                missing[key] = i
+        if missing:
+            found = dict(zip(missing, (bool(v) for v in check(list(missing.values())))))
+            self._ring_verdicts.update(found)
             _trim(self._ring_verdicts, MAX_RING_VERDICTS)
-        return hit
+            verdicts = [found[key] if hit is None else hit for key, hit in zip(keys, verdicts)]
+        return verdicts
 
     def row_arrays(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """The array under ``key`` (candidate rows of a structure, a model's bounds of them),
