@@ -30,7 +30,9 @@ simulator moves (:mod:`runtime_sim.timing`, whose geometry lives in
   from its own HBM, :meth:`~runtime_sim.contract.relayout.Boxes.unique_bytes_per_chip`), the busiest
   chip at its share of the HBM bandwidth;
 * inter-chip bytes at ``hw.inter_chip_bandwidth``: rotation shifts whose source core is on
-  another chip, partial sums sent to an owner on another chip; for an input produced by an
+  another chip, partial sums summed on each chip and sent once per chip to an owner on
+  another chip (the two-level reduction's crossing,
+  :func:`runtime_sim.machine.op_transfers.two_level_crossing_bytes`); for an input produced by an
   earlier operator of the region (``producers``: its layout), the re-layout from the
   producer's output blocks (:func:`~runtime_sim.contract.relayout.producer_grid`) onto the candidate's
   cores, each piece counted once per chip other than its owner's that needs it (the
@@ -59,6 +61,7 @@ from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.relayout import BlockGrid, input_boxes, input_relayout, producer_grid
+from runtime_sim.machine.op_transfers import two_level_crossing_bytes
 
 #: An input produced by an earlier operator of the region: (index in ``expr.inputs``, the
 #: producer's layout).
@@ -84,7 +87,9 @@ def candidate_core_orders(layout: OpLayout, outermost: bool = False) -> list[tup
     """The expression's own order (``()``), then per tensor its lacking axes innermost, then
     the ring axes of every rotating tensor innermost (the heaviest rings innermost); with
     ``outermost``, then each split axis moved outermost (the chips then split that axis, which
-    matches a producer that left the data split along it over the chips).
+    matches a producer that left the data split along it over the chips), the others in the
+    expression's order, then in each tensor's order above (its replicas contiguous within a
+    chip: a chunked preload multicasts each block among its replicas, Elk §4.5).
 
     A rotating tensor's ring is the cores that differ only in the axes it lacks; when two
     tensors rotate (a down projection rotating both operands along its reduction) each
@@ -109,7 +114,10 @@ def candidate_core_orders(layout: OpLayout, outermost: bool = False) -> list[tup
     if len(rings) > 1:
         orders.append(tuple([a for a in axes if a not in rings] + sorted(rings, key=lambda a: rings[a])))
     if outermost:
-        orders += [tuple([a] + [b for b in axes if b != a]) for a in split]
+        # the chips split ``a``; within a chip, the expression's order or each tensor's
+        # replicas contiguous (a chunked preload multicasts a weight block among them)
+        own = orders[:len(layout.expr.tensors)]
+        orders += [tuple([a] + [b for b in order if b != a]) for order in [axes] + own for a in split]
     for order in orders:
         key = tuple(a for a in order if layout.F[a] > 1)
         if key not in seen:
@@ -158,8 +166,7 @@ def _mapping_bytes(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int]
         else:
             inter += float(per_chip.sum()) - distinct
     inter += rotation_inter_chip_bytes(layout, cpc)
-    owner = layout.output_owner_of()
-    inter += int(np.count_nonzero(chip[owner] != chip)) * layout.replica_bytes()
+    inter += two_level_crossing_bytes(layout.output_owner_of(), chip, layout.replica_bytes())
     return float(per_chip_hbm.max()), float(per_chip_hbm.sum()), hbm_unique, float(inter)
 
 
