@@ -296,17 +296,28 @@ def _fastest_part(links, adds, received, live):
                  for a in (links, adds, received))
 
 
-def _two_level_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec, chips: int):
-    """The two-level schedule's link time, adds and the bytes its owner receives: the
-    fastest one-level schedule among each chip's replicas into a chip leader (the owner on
-    its own chip), then the fastest among the leaders into the owner, every transfer crossing
-    chips (:func:`two_level_sizes`; hierarchical collectives, module docstring)."""
-    per_chip, leaders = two_level_sizes(replicas, chips)
-    per_chip, leaders = np.asarray(per_chip), np.asarray(leaders)
+def two_level_stages(per_chip, leaders, partition_bytes, partition_elements, hw: HardwareSpec):
+    """The two levels of a two-level reduction, each transfer alone on its link: ``(on chip,
+    across)`` as ``(link seconds, adds and syncs, bytes the owner receives)`` each, 0 for a
+    level of one replica. The fastest one-level schedule among up to ``per_chip`` replicas of
+    a chip into its leader (the owner on its own chip), then the fastest among up to
+    ``leaders`` chip leaders into the owner, every transfer crossing chips (hierarchical
+    collectives, module docstring)."""
+    per_chip = np.asarray(per_chip, np.float64)
+    leaders = np.asarray(leaders, np.float64)
     on_chip = _fastest_part(*_flat_parts(per_chip, partition_bytes, partition_elements, hw)[1:],
                             per_chip > 1)
     across = _fastest_part(*_flat_parts(leaders, partition_bytes, partition_elements, hw, 1)[1:],
                            leaders > 1)
+    return on_chip, across
+
+
+def _two_level_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec, chips: int):
+    """The two-level schedule's link time, adds and the bytes its owner receives, for
+    ``replicas`` spread evenly over ``chips`` chips (:func:`two_level_sizes`,
+    :func:`two_level_stages`)."""
+    on_chip, across = two_level_stages(*two_level_sizes(replicas, chips), partition_bytes,
+                                       partition_elements, hw)
     return tuple(a + b for a, b in zip(on_chip, across))
 
 

@@ -61,6 +61,8 @@ from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.relayout import BlockGrid, input_boxes, input_relayout, producer_grid
+from runtime_sim.contract.expr import dtype_bytes
+from runtime_sim.machine.links import replica_reduction_seconds, two_level_stages
 from runtime_sim.machine.op_transfers import two_level_crossing_bytes
 
 #: An input produced by an earlier operator of the region: (index in ``expr.inputs``, the
@@ -81,6 +83,58 @@ class MappingCost:
     @property
     def time_s(self) -> float:
         return self.hbm_s + self.inter_chip_s
+
+
+@dataclass(frozen=True)
+class ReductionSpread:
+    """A replica reduction whose owners' replicas lie on several chips, in counts and bytes
+    (no rate): each output partition's ``replicas`` copies of ``partition_bytes``
+    (``elements``), at most ``per_chip`` of one owner on a chip and at most ``leaders`` chips
+    per owner. A one-level schedule sends about every replica off its owner's chip across
+    (``one_level_bytes``), the two-level one a partial sum per chip
+    (``two_level_bytes``, :func:`runtime_sim.machine.op_transfers.two_level_crossing_bytes`)."""
+
+    replicas: int
+    per_chip: int
+    leaders: int
+    partition_bytes: float
+    elements: float
+    one_level_bytes: float
+    two_level_bytes: float
+
+
+def reduction_spread(layout: OpLayout, chip: np.ndarray) -> ReductionSpread | None:
+    """The :class:`ReductionSpread` of ``layout``'s replica reduction with numbered core
+    ``c`` on chip ``chip[c]``; ``None`` when every owner's replicas share its chip."""
+    owner = layout.output_owner_of()
+    off = chip[owner] != chip
+    if not off.any():
+        return None
+    p = float(layout.replica_bytes())
+    chips = int(chip.max()) + 1
+    per_chip = np.bincount(owner * chips + chip)
+    leaders = np.bincount(np.unique(owner * chips + chip) // chips)
+    return ReductionSpread(int(layout.replicas(len(layout.expr.tensors) - 1)), int(per_chip.max()),
+                           int(leaders.max()), p, p // dtype_bytes(layout.expr.output.dtype),
+                           float(np.count_nonzero(off)) * p, two_level_crossing_bytes(owner, chip, p))
+
+
+def reduction_spread_seconds(spread: ReductionSpread | None, hw: HardwareSpec) -> float:
+    """Seconds a reduction spread over chips takes beyond summing its replicas on one chip
+    (:func:`runtime_sim.machine.links.replica_reduction_seconds`), each schedule the slower
+    of its links and the inter-chip fabric carrying its crossing, as the timing simulator's
+    phases: the faster of a one-level schedule and the two-level one (its second level
+    across chips, :func:`runtime_sim.machine.links.two_level_stages`); 0 when it is not
+    spread or not slower."""
+    if spread is None:
+        return 0.0
+    p, e = spread.partition_bytes, spread.elements
+    alone = float(replica_reduction_seconds(spread.replicas, p, e, hw))
+    on_chip, across = two_level_stages(spread.per_chip, spread.leaders, p, e, hw)
+    one_level = max(alone, spread.one_level_bytes / hw.inter_chip_bandwidth)
+    two_level = float(on_chip[0] + on_chip[1]) + max(float(across[0] + across[1]),
+                                                     spread.two_level_bytes / hw.inter_chip_bandwidth)
+    return max(0.0, min(one_level, two_level) - alone)
 
 
 def candidate_core_orders(layout: OpLayout, outermost: bool = False) -> list[tuple[str, ...]]:
@@ -133,16 +187,18 @@ def mapping_cost(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int] =
     ``layout`` must know the chip (``OpLayout(expr, plan, hw.cores_per_chip)``) when its plan
     is spread; ``producers`` are the layouts of the inputs produced in the region.
     """
-    hbm_max, hbm_read, hbm_unique, inter = _mapping_bytes(layout, hw, hbm_inputs, producers)
-    hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs)
+    hbm_max, hbm_read, hbm_unique, inter, spread, _ = _mapping_bytes(layout, hw, hbm_inputs, producers)
+    hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs, spread)
     return MappingCost(hbm_s, inter_s, hbm_read, hbm_unique, inter)
 
 
 def _mapping_bytes(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int],
-                   producers: Sequence[Producer]) -> tuple[float, float, float, float]:
+                   producers: Sequence[Producer]) -> tuple[float, float, float, float,
+                                                           ReductionSpread | None, float]:
     """The bytes of :func:`mapping_cost`: the most one chip reads from HBM, the HBM reads of
-    all chips, the distinct HBM bytes and the bytes crossing chips (no bandwidth is read:
-    :data:`.hw_fields.PLACEMENT_FIELDS`)."""
+    all chips, the distinct HBM bytes, the bytes crossing chips, the replica reduction's
+    spread over chips and, of the bytes crossing, those of the re-layouts from producers (no
+    bandwidth is read: :data:`.hw_fields.PLACEMENT_FIELDS`)."""
     chips = hw.num_chips
     n = layout.num_cores
     cpc = hw.cores_per_chip
@@ -153,9 +209,10 @@ def _mapping_bytes(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int]
     per_chip_hbm = np.zeros(chips)
     hbm_unique = 0.0
     inter = 0.0
+    relayout = 0.0
     for t in range(len(expr.inputs)):
         if t in produced and t not in hbm:
-            inter += relayout_inter_chip_bytes(produced[t], layout, t, hw)
+            relayout += relayout_inter_chip_bytes(produced[t], layout, t, hw)
             continue
         boxes = input_boxes(layout, t)
         per_chip = boxes.unique_bytes_per_chip(chip, chips)
@@ -165,21 +222,34 @@ def _mapping_bytes(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int]
             hbm_unique += distinct
         else:
             inter += float(per_chip.sum()) - distinct
-    inter += rotation_inter_chip_bytes(layout, cpc)
-    inter += two_level_crossing_bytes(layout.output_owner_of(), chip, layout.replica_bytes())
-    return float(per_chip_hbm.max()), float(per_chip_hbm.sum()), hbm_unique, float(inter)
+    inter += relayout + rotation_inter_chip_bytes(layout, cpc)
+    spread = reduction_spread(layout, chip)
+    if spread is not None:
+        inter += spread.two_level_bytes
+    return (float(per_chip_hbm.max()), float(per_chip_hbm.sum()), hbm_unique, float(inter), spread,
+            float(relayout))
 
 
 def _mapping_seconds(hbm_max: float, inter: float, hw: HardwareSpec,
-                     hbm_inputs: Sequence[int]) -> tuple[float, float]:
+                     hbm_inputs: Sequence[int], spread: ReductionSpread | None = None,
+                     relayout: float = 0.0, arrival_s: float = 0.0) -> tuple[float, float]:
     """``(HBM seconds, inter-chip seconds)`` of a placement's bytes (:func:`_mapping_bytes`):
     the busiest chip at its share of the HBM bandwidth, the crossings at the inter-chip
-    bandwidth (:func:`.hw_fields.placement_rates`)."""
+    bandwidth, a replica reduction spread over chips at what it adds to summing on one chip
+    (:func:`reduction_spread_seconds`) instead of its bytes, and of the re-layouts'
+    ``relayout`` bytes only what the fabric takes beyond ``arrival_s``, the seconds the
+    cores' links take to receive them, counted elsewhere (:func:`arrival_seconds`: the
+    simulator charges the slower of the two) (:func:`.hw_fields.placement_rates`)."""
     hbm_s = 0.0
     if len(hbm_inputs) and hw.hbm_bandwidth > 0:
         hbm_s = hbm_max / (hw.hbm_bandwidth / hw.num_chips)
-    inter_s = inter / hw.inter_chip_bandwidth if inter and hw.inter_chip_bandwidth > 0 else 0.0
-    return hbm_s, inter_s
+    if spread is not None:
+        inter -= spread.two_level_bytes
+    if not inter or hw.inter_chip_bandwidth <= 0:
+        return hbm_s, reduction_spread_seconds(spread, hw)
+    relayout_s = relayout / hw.inter_chip_bandwidth
+    inter_s = (inter - relayout) / hw.inter_chip_bandwidth + max(0.0, relayout_s - arrival_s)
+    return hbm_s, inter_s + reduction_spread_seconds(spread, hw)
 
 
 def rotation_inter_chip_bytes(layout: OpLayout, cores_per_chip: int) -> float:
@@ -306,8 +376,9 @@ def producer_numbering(layout: OpLayout,
 
 
 #: One candidate placement of a plan (:func:`placement_bytes`): the plan with its
-#: ``core_order`` and ``chips``, the most bytes one chip reads from HBM, the bytes crossing chips.
-Placement = tuple[ExecutionPlan, float, float]
+#: ``core_order`` and ``chips``, the most bytes one chip reads from HBM, the bytes crossing
+#: chips, its replica reduction's spread over chips and its re-layouts' crossing bytes.
+Placement = tuple[ExecutionPlan, float, float, "ReductionSpread | None", float]
 
 
 def placement_bytes(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
@@ -324,20 +395,20 @@ def placement_bytes(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
     for order, chips in candidate_placements(base, hw, producers, in_place):
         candidate = replace(plan, core_order=order, chips=chips)
         layout = base if not order and chips == 1 else OpLayout(expr, candidate, cpc)
-        hbm_max, _, _, inter = _mapping_bytes(layout, hw, hbm_inputs, producers)
-        out.append((candidate, hbm_max, inter))
+        hbm_max, _, _, inter, spread, relayout = _mapping_bytes(layout, hw, hbm_inputs, producers)
+        out.append((candidate, hbm_max, inter, spread, relayout))
     return out
 
 
 def best_placement(plan: ExecutionPlan, placements: Sequence[Placement], hw: HardwareSpec,
-                   hbm_inputs: Sequence[int] = ()) -> tuple[ExecutionPlan, float, float]:
+                   hbm_inputs: Sequence[int] = (), arrival_s: float = 0.0) -> tuple[ExecutionPlan, float, float]:
     """The cheapest of ``placements`` (:func:`placement_bytes` of ``plan``) on ``hw``'s
     bandwidths (:func:`mapping_cost`'s ``time_s``: the busiest chip's HBM reads and the
     bytes crossing chips), with its HBM and inter-chip seconds; ties keep the earlier
     candidate (the expression's own order, contiguous). ``(plan, 0, 0)`` without candidates."""
     best, best_s, parts = plan, None, (0.0, 0.0)
-    for candidate, hbm_max, inter in placements:
-        hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs)
+    for candidate, hbm_max, inter, spread, relayout in placements:
+        hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs, spread, relayout, arrival_s)
         cost = hbm_s + inter_s
         if best_s is None or cost < best_s * (1 - 1e-9):
             best, best_s, parts = candidate, cost, (hbm_s, inter_s)
