@@ -22,7 +22,6 @@ from tvm_icca.plan_search import SearchMemo
 from tvm_icca.plan_search import search as search_module
 from tvm_icca.plan_search.hw_fields import (
     PLACEMENT_FIELDS,
-    REDUCTION_FIELDS,
     SEARCH_FIELDS,
     placement_key,
     placement_rates,
@@ -33,7 +32,7 @@ from tvm_icca.plan_search.mapping import pick_placement, placement_bytes
 from tvm_icca.plan_search.reconcile import operator_options
 
 FIELDS = tuple(f.name for f in dataclasses.fields(HardwareSpec))
-RATE_FIELDS = ("inter_chip_bandwidth", "hbm_bandwidth", *REDUCTION_FIELDS)
+RATE_FIELDS = ("inter_chip_bandwidth", "hbm_bandwidth")
 
 #: Two chips with HBM; every latency and rate nonzero, so that each can matter.
 CHIP = small_chip(64, 256 * KIB, num_chips=2, hbm_bandwidth=1e11, hbm_controllers=2,
@@ -105,10 +104,8 @@ def test_declared_fields_are_fields():
     assert set(SEARCH_FIELDS) <= set(FIELDS) and set(PLACEMENT_FIELDS) <= set(FIELDS)
     assert "hbm_bandwidth" not in SEARCH_FIELDS and "topology" not in SEARCH_FIELDS
     assert dict(search_key(CHIP))["link_bandwidth"] == CHIP.link_bandwidth
-    assert dict(placement_rates(CHIP, (1,))).keys() == {"inter_chip_bandwidth", "hbm_bandwidth",
-                                                         *REDUCTION_FIELDS}
-    assert dict(placement_rates(CHIP, ())).keys() == {"inter_chip_bandwidth", *REDUCTION_FIELDS}
-    assert set(REDUCTION_FIELDS) <= set(SEARCH_FIELDS)
+    assert dict(placement_rates(CHIP, (1,))).keys() == {"inter_chip_bandwidth", "hbm_bandwidth"}
+    assert dict(placement_rates(CHIP, ())).keys() == {"inter_chip_bandwidth"}
     assert placement_rates(small_chip(16), (0,)) == ()
     # only what the plan reads: a chip differing in HBM bandwidth has the same key for an
     # operator without HBM inputs, another for one with

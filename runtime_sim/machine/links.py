@@ -26,7 +26,16 @@ the timing simulator), so it depends on :class:`~runtime_sim.contract.hardware.H
   receives about ``2 (R - 1) / R`` partitions in two rounds instead of a tree's
   ``ceil(log2 R)`` partitions or a chain's ``R - 2`` extra hops, so it wins where partitions
   are large enough that bandwidth, not the rounds' latency and synchronization, dominates
-  (:func:`split_pieces`).
+  (:func:`split_pieces`). When the replicas lie on several chips (``chips > 1``) a fourth
+  schedule is a candidate, the two-level reduction of hierarchical collectives (NCCL's and
+  Horovod's hierarchical reduce; the one-level algorithms as in Thakur et al.): the fastest
+  of the three among each chip's replicas into a chip leader (the owner on its own chip),
+  then the fastest among the leaders into the owner, every transfer of that second level
+  crossing chips (:func:`two_level_stages`). Alone on its links it is seldom faster than a
+  one-level schedule (its levels' rounds add up); it wins on the network, where a one-level
+  schedule sends most of its bytes over the shared inter-chip fabric and the two-level one
+  a partial sum per chip (:func:`runtime_sim.machine.op_transfers.replica_reduction` routes
+  both).
 
 * Partial statistics of a core-local reduction split across ``G`` cores (a norm's sum of
   squares, softmax's max and sum of exp; :func:`runtime_sim.contract.plan_rules.local_splits`) are

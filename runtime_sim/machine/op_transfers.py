@@ -34,7 +34,7 @@ from runtime_sim.machine.phase_cost import NO_PHASE, PhaseCost, relayout_pattern
 from runtime_sim.machine.topology_base import Topology
 
 __all__ = ["gather_tree_rounds", "host_return", "load_delivery", "relayout_phase",
-           "replica_reduction", "split_combine", "two_level_crossing_bytes", "two_level_groups"]
+           "replica_reduction", "split_combine", "two_level_groups"]
 
 
 def relayout_phase(topo: Topology, grid: BlockGrid, layout: OpLayout, t: int,
@@ -163,19 +163,6 @@ def two_level_groups(owner_of: np.ndarray, chip: np.ndarray):
     on_chip = _ranked(core, owner_of * chips + chip, is_owner)
     lead = on_chip[0][on_chip[1] == 0]
     return on_chip, _ranked(lead, owner_of[lead], is_owner[lead])
-
-
-def two_level_crossing_bytes(owner_of: np.ndarray, chip: np.ndarray, replica_bytes: float) -> float:
-    """Bytes a reduction's replicas send between chips under the two-level schedule with a
-    tree or a chain among the chip leaders (:func:`two_level_groups`): one partial sum from
-    every leader off its owner's chip, the least any schedule sends (every other chip's
-    replicas must reach the owner's). The chip mapping counts these
-    (:func:`tvm_icca.plan_search.mapping.mapping_cost`)."""
-    groups = two_level_groups(owner_of, chip)
-    if groups is None:
-        return 0.0
-    lead = groups[1][0]
-    return float(np.count_nonzero(chip[lead] != chip[owner_of[lead]])) * float(replica_bytes)
 
 
 def _fastest_routed(cores: np.ndarray, rank: np.ndarray, pbytes: int, elems: int, hw: HardwareSpec,

@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 #: The format of the entries and of the plans in them: bump it when a change of the
 #: compiler changes what a key's value is (a new cost term, a new field of a plan), so that
 #: entries written by the older code are not read.
-PLAN_FORMAT = 6  # 6: the chip mapping times a replica reduction spread over chips (two-level); 5: matrix sub-tasks at their dtype's rate
+PLAN_FORMAT = 5  # 5: matrix sub-tasks at their dtype's rate (matrix_flops_per_cycle_by_dtype)
 
 _MAGIC = b"tvm_icca plan cache\n"
 

@@ -13,10 +13,9 @@ on-disk layer) key each result on exactly the fields its computation reads:
   host and mesh fields are not read, nor is the inter-chip bandwidth;
 * :data:`PLACEMENT_FIELDS`: the candidate placements of a plan on the chips of a multi-chip
   system and the bytes each sends to HBM and between chips (:func:`~.mapping.placement_bytes`);
-* :func:`placement_rates`: the rates the choice among those candidates divides the bytes
+* :func:`placement_rates`: the bandwidths the choice among those candidates divides the bytes
   by (:func:`~.mapping.pick_placement`): the HBM bandwidth only when the operator reads an
-  input from HBM, the inter-chip bandwidth and the fields that time a reduction spread over
-  chips (:data:`REDUCTION_FIELDS`) only on more than one chip.
+  input from HBM, the inter-chip bandwidth only on more than one chip.
 
 ``tests/test_hw_fields.py`` runs the search, the placement and the options on a spec whose
 undeclared fields are changed and on a spec that records every field read, and fails if any
@@ -31,7 +30,7 @@ from typing import Any, Sequence
 
 from runtime_sim.contract.hardware import HardwareSpec
 
-__all__ = ["SEARCH_FIELDS", "PLACEMENT_FIELDS", "REDUCTION_FIELDS", "search_key", "placement_key", "placement_rates",
+__all__ = ["SEARCH_FIELDS", "PLACEMENT_FIELDS", "search_key", "placement_key", "placement_rates",
            "plan_key"]
 
 #: Fields the plan search and the idle/active options read. ``link_latency_s`` and
@@ -65,24 +64,14 @@ def placement_key(hw: HardwareSpec) -> tuple[tuple[str, Any], ...]:
     return _values(hw, PLACEMENT_FIELDS)
 
 
-#: Fields the choice of a placement reads to time a replica reduction spread over chips
-#: (:func:`~.mapping.reduction_spread_seconds`: the closed forms of
-#: :mod:`runtime_sim.machine.links`); all of them the search reads too.
-REDUCTION_FIELDS: tuple[str, ...] = (
-    "link_bandwidth", "link_latency_s", "inter_chip_latency_s", "shift_buffer_bytes",
-    "sync_cycles", "clock_hz", "vector_flops_per_cycle",
-)
-
-
 def placement_rates(hw: HardwareSpec, hbm_inputs: Sequence[int]) -> tuple[tuple[str, Any], ...]:
-    """The rates the choice of a placement divides its bytes by: none on one chip (there
-    is nothing to choose), the inter-chip bandwidth and the fields that time a replica
-    reduction spread over chips (:data:`REDUCTION_FIELDS`) on several, and the HBM bandwidth
-    when the operator reads some input from HBM (no HBM bytes otherwise)."""
+    """The bandwidths the choice of a placement divides its bytes by: none on one chip (there
+    is nothing to choose), the inter-chip bandwidth on several, and the HBM bandwidth when the
+    operator reads some input from HBM (no HBM bytes otherwise)."""
     if hw.num_chips <= 1:
         return ()
     fields = ("inter_chip_bandwidth", "hbm_bandwidth") if len(hbm_inputs) else ("inter_chip_bandwidth",)
-    return _values(hw, fields + REDUCTION_FIELDS)
+    return _values(hw, fields)
 
 
 def plan_key(hw: HardwareSpec, hbm_inputs: Sequence[int]) -> tuple[tuple[str, Any], ...]:

@@ -30,9 +30,7 @@ simulator moves (:mod:`runtime_sim.timing`, whose geometry lives in
   from its own HBM, :meth:`~runtime_sim.contract.relayout.Boxes.unique_bytes_per_chip`), the busiest
   chip at its share of the HBM bandwidth;
 * inter-chip bytes at ``hw.inter_chip_bandwidth``: rotation shifts whose source core is on
-  another chip, partial sums summed on each chip and sent once per chip to an owner on
-  another chip (the two-level reduction's crossing,
-  :func:`runtime_sim.machine.op_transfers.two_level_crossing_bytes`); for an input produced by an
+  another chip, partial sums sent to an owner on another chip; for an input produced by an
   earlier operator of the region (``producers``: its layout), the re-layout from the
   producer's output blocks (:func:`~runtime_sim.contract.relayout.producer_grid`) onto the candidate's
   cores, each piece counted once per chip other than its owner's that needs it (the
@@ -61,9 +59,6 @@ from runtime_sim.contract.hardware import HardwareSpec
 from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.plan import ExecutionPlan
 from runtime_sim.contract.relayout import BlockGrid, input_boxes, input_relayout, producer_grid
-from runtime_sim.contract.expr import dtype_bytes
-from runtime_sim.machine.links import replica_reduction_seconds, two_level_stages
-from runtime_sim.machine.op_transfers import two_level_crossing_bytes
 
 #: An input produced by an earlier operator of the region: (index in ``expr.inputs``, the
 #: producer's layout).
@@ -85,65 +80,11 @@ class MappingCost:
         return self.hbm_s + self.inter_chip_s
 
 
-@dataclass(frozen=True)
-class ReductionSpread:
-    """A replica reduction whose owners' replicas lie on several chips, in counts and bytes
-    (no rate): each output partition's ``replicas`` copies of ``partition_bytes``
-    (``elements``), at most ``per_chip`` of one owner on a chip and at most ``leaders`` chips
-    per owner. A one-level schedule sends about every replica off its owner's chip across
-    (``one_level_bytes``), the two-level one a partial sum per chip
-    (``two_level_bytes``, :func:`runtime_sim.machine.op_transfers.two_level_crossing_bytes`)."""
-
-    replicas: int
-    per_chip: int
-    leaders: int
-    partition_bytes: float
-    elements: float
-    one_level_bytes: float
-    two_level_bytes: float
-
-
-def reduction_spread(layout: OpLayout, chip: np.ndarray) -> ReductionSpread | None:
-    """The :class:`ReductionSpread` of ``layout``'s replica reduction with numbered core
-    ``c`` on chip ``chip[c]``; ``None`` when every owner's replicas share its chip."""
-    owner = layout.output_owner_of()
-    off = chip[owner] != chip
-    if not off.any():
-        return None
-    p = float(layout.replica_bytes())
-    chips = int(chip.max()) + 1
-    per_chip = np.bincount(owner * chips + chip)
-    leaders = np.bincount(np.unique(owner * chips + chip) // chips)
-    return ReductionSpread(int(layout.replicas(len(layout.expr.tensors) - 1)), int(per_chip.max()),
-                           int(leaders.max()), p, p // dtype_bytes(layout.expr.output.dtype),
-                           float(np.count_nonzero(off)) * p, two_level_crossing_bytes(owner, chip, p))
-
-
-def reduction_spread_seconds(spread: ReductionSpread | None, hw: HardwareSpec) -> float:
-    """Seconds a reduction spread over chips takes beyond summing its replicas on one chip
-    (:func:`runtime_sim.machine.links.replica_reduction_seconds`), each schedule the slower
-    of its links and the inter-chip fabric carrying its crossing, as the timing simulator's
-    phases: the faster of a one-level schedule and the two-level one (its second level
-    across chips, :func:`runtime_sim.machine.links.two_level_stages`); 0 when it is not
-    spread or not slower."""
-    if spread is None:
-        return 0.0
-    p, e = spread.partition_bytes, spread.elements
-    alone = float(replica_reduction_seconds(spread.replicas, p, e, hw))
-    on_chip, across = two_level_stages(spread.per_chip, spread.leaders, p, e, hw)
-    one_level = max(alone, spread.one_level_bytes / hw.inter_chip_bandwidth)
-    two_level = float(on_chip[0] + on_chip[1]) + max(float(across[0] + across[1]),
-                                                     spread.two_level_bytes / hw.inter_chip_bandwidth)
-    return max(0.0, min(one_level, two_level) - alone)
-
-
 def candidate_core_orders(layout: OpLayout, outermost: bool = False) -> list[tuple[str, ...]]:
     """The expression's own order (``()``), then per tensor its lacking axes innermost, then
     the ring axes of every rotating tensor innermost (the heaviest rings innermost); with
     ``outermost``, then each split axis moved outermost (the chips then split that axis, which
-    matches a producer that left the data split along it over the chips), the others in the
-    expression's order, then in each tensor's order above (its replicas contiguous within a
-    chip: a chunked preload multicasts each block among its replicas, Elk §4.5).
+    matches a producer that left the data split along it over the chips).
 
     A rotating tensor's ring is the cores that differ only in the axes it lacks; when two
     tensors rotate (a down projection rotating both operands along its reduction) each
@@ -168,10 +109,7 @@ def candidate_core_orders(layout: OpLayout, outermost: bool = False) -> list[tup
     if len(rings) > 1:
         orders.append(tuple([a for a in axes if a not in rings] + sorted(rings, key=lambda a: rings[a])))
     if outermost:
-        # the chips split ``a``; within a chip, the expression's order or each tensor's
-        # replicas contiguous (a chunked preload multicasts a weight block among them)
-        own = orders[:len(layout.expr.tensors)]
-        orders += [tuple([a] + [b for b in order if b != a]) for order in [axes] + own for a in split]
+        orders += [tuple([a] + [b for b in axes if b != a]) for a in split]
     for order in orders:
         key = tuple(a for a in order if layout.F[a] > 1)
         if key not in seen:
@@ -187,18 +125,16 @@ def mapping_cost(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int] =
     ``layout`` must know the chip (``OpLayout(expr, plan, hw.cores_per_chip)``) when its plan
     is spread; ``producers`` are the layouts of the inputs produced in the region.
     """
-    hbm_max, hbm_read, hbm_unique, inter, spread, _ = _mapping_bytes(layout, hw, hbm_inputs, producers)
-    hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs, spread)
+    hbm_max, hbm_read, hbm_unique, inter = _mapping_bytes(layout, hw, hbm_inputs, producers)
+    hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs)
     return MappingCost(hbm_s, inter_s, hbm_read, hbm_unique, inter)
 
 
 def _mapping_bytes(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int],
-                   producers: Sequence[Producer]) -> tuple[float, float, float, float,
-                                                           ReductionSpread | None, float]:
+                   producers: Sequence[Producer]) -> tuple[float, float, float, float]:
     """The bytes of :func:`mapping_cost`: the most one chip reads from HBM, the HBM reads of
-    all chips, the distinct HBM bytes, the bytes crossing chips, the replica reduction's
-    spread over chips and, of the bytes crossing, those of the re-layouts from producers (no
-    bandwidth is read: :data:`.hw_fields.PLACEMENT_FIELDS`)."""
+    all chips, the distinct HBM bytes and the bytes crossing chips (no bandwidth is read:
+    :data:`.hw_fields.PLACEMENT_FIELDS`)."""
     chips = hw.num_chips
     n = layout.num_cores
     cpc = hw.cores_per_chip
@@ -209,10 +145,9 @@ def _mapping_bytes(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int]
     per_chip_hbm = np.zeros(chips)
     hbm_unique = 0.0
     inter = 0.0
-    relayout = 0.0
     for t in range(len(expr.inputs)):
         if t in produced and t not in hbm:
-            relayout += relayout_inter_chip_bytes(produced[t], layout, t, hw)
+            inter += relayout_inter_chip_bytes(produced[t], layout, t, hw)
             continue
         boxes = input_boxes(layout, t)
         per_chip = boxes.unique_bytes_per_chip(chip, chips)
@@ -222,34 +157,22 @@ def _mapping_bytes(layout: OpLayout, hw: HardwareSpec, hbm_inputs: Sequence[int]
             hbm_unique += distinct
         else:
             inter += float(per_chip.sum()) - distinct
-    inter += relayout + rotation_inter_chip_bytes(layout, cpc)
-    spread = reduction_spread(layout, chip)
-    if spread is not None:
-        inter += spread.two_level_bytes
-    return (float(per_chip_hbm.max()), float(per_chip_hbm.sum()), hbm_unique, float(inter), spread,
-            float(relayout))
+    inter += rotation_inter_chip_bytes(layout, cpc)
+    owner = layout.output_owner_of()
+    inter += int(np.count_nonzero(chip[owner] != chip)) * layout.replica_bytes()
+    return float(per_chip_hbm.max()), float(per_chip_hbm.sum()), hbm_unique, float(inter)
 
 
 def _mapping_seconds(hbm_max: float, inter: float, hw: HardwareSpec,
-                     hbm_inputs: Sequence[int], spread: ReductionSpread | None = None,
-                     relayout: float = 0.0, arrival_s: float = 0.0) -> tuple[float, float]:
+                     hbm_inputs: Sequence[int]) -> tuple[float, float]:
     """``(HBM seconds, inter-chip seconds)`` of a placement's bytes (:func:`_mapping_bytes`):
     the busiest chip at its share of the HBM bandwidth, the crossings at the inter-chip
-    bandwidth, a replica reduction spread over chips at what it adds to summing on one chip
-    (:func:`reduction_spread_seconds`) instead of its bytes, and of the re-layouts'
-    ``relayout`` bytes only what the fabric takes beyond ``arrival_s``, the seconds the
-    cores' links take to receive them, counted elsewhere (:func:`arrival_seconds`: the
-    simulator charges the slower of the two) (:func:`.hw_fields.placement_rates`)."""
+    bandwidth (:func:`.hw_fields.placement_rates`)."""
     hbm_s = 0.0
     if len(hbm_inputs) and hw.hbm_bandwidth > 0:
         hbm_s = hbm_max / (hw.hbm_bandwidth / hw.num_chips)
-    if spread is not None:
-        inter -= spread.two_level_bytes
-    if not inter or hw.inter_chip_bandwidth <= 0:
-        return hbm_s, reduction_spread_seconds(spread, hw)
-    relayout_s = relayout / hw.inter_chip_bandwidth
-    inter_s = (inter - relayout) / hw.inter_chip_bandwidth + max(0.0, relayout_s - arrival_s)
-    return hbm_s, inter_s + reduction_spread_seconds(spread, hw)
+    inter_s = inter / hw.inter_chip_bandwidth if inter and hw.inter_chip_bandwidth > 0 else 0.0
+    return hbm_s, inter_s
 
 
 def rotation_inter_chip_bytes(layout: OpLayout, cores_per_chip: int) -> float:
@@ -376,9 +299,8 @@ def producer_numbering(layout: OpLayout,
 
 
 #: One candidate placement of a plan (:func:`placement_bytes`): the plan with its
-#: ``core_order`` and ``chips``, the most bytes one chip reads from HBM, the bytes crossing
-#: chips, its replica reduction's spread over chips and its re-layouts' crossing bytes.
-Placement = tuple[ExecutionPlan, float, float, "ReductionSpread | None", float]
+#: ``core_order`` and ``chips``, the most bytes one chip reads from HBM, the bytes crossing chips.
+Placement = tuple[ExecutionPlan, float, float]
 
 
 def placement_bytes(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
@@ -395,20 +317,20 @@ def placement_bytes(expr: TensorExpr, plan: ExecutionPlan, hw: HardwareSpec,
     for order, chips in candidate_placements(base, hw, producers, in_place):
         candidate = replace(plan, core_order=order, chips=chips)
         layout = base if not order and chips == 1 else OpLayout(expr, candidate, cpc)
-        hbm_max, _, _, inter, spread, relayout = _mapping_bytes(layout, hw, hbm_inputs, producers)
-        out.append((candidate, hbm_max, inter, spread, relayout))
+        hbm_max, _, _, inter = _mapping_bytes(layout, hw, hbm_inputs, producers)
+        out.append((candidate, hbm_max, inter))
     return out
 
 
 def best_placement(plan: ExecutionPlan, placements: Sequence[Placement], hw: HardwareSpec,
-                   hbm_inputs: Sequence[int] = (), arrival_s: float = 0.0) -> tuple[ExecutionPlan, float, float]:
+                   hbm_inputs: Sequence[int] = ()) -> tuple[ExecutionPlan, float, float]:
     """The cheapest of ``placements`` (:func:`placement_bytes` of ``plan``) on ``hw``'s
     bandwidths (:func:`mapping_cost`'s ``time_s``: the busiest chip's HBM reads and the
     bytes crossing chips), with its HBM and inter-chip seconds; ties keep the earlier
     candidate (the expression's own order, contiguous). ``(plan, 0, 0)`` without candidates."""
     best, best_s, parts = plan, None, (0.0, 0.0)
-    for candidate, hbm_max, inter, spread, relayout in placements:
-        hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs, spread, relayout, arrival_s)
+    for candidate, hbm_max, inter in placements:
+        hbm_s, inter_s = _mapping_seconds(hbm_max, inter, hw, hbm_inputs)
         cost = hbm_s + inter_s
         if best_s is None or cost < best_s * (1 - 1e-9):
             best, best_s, parts = candidate, cost, (hbm_s, inter_s)

@@ -639,9 +639,8 @@ def _chip_aware(result: PlannedOp, hw: HardwareSpec, budget: int, cache: SearchM
     its output in blocks one per core (:func:`in_place_inputs`), the fastest unrotated plan
     that reads those blocks, the one whose time (the search's model) plus the seconds its best
     placement (:func:`.mapping.best_placement`) sends bytes across chips -- its rotations'
-    shifts and its re-layouts from its producers at ``hw.inter_chip_bandwidth`` (Elk §5), a
-    re-layout only beyond the links' arrival the model charges (:func:`_arrival_seconds`),
-    and what its partial sums' reduction adds when spread over chips -- is least; ties keep the search's optimum. The HBM reads pick the placement
+    shifts, re-layouts from its producers and partial sums, at ``hw.inter_chip_bandwidth``
+    (Elk §5) -- is least; ties keep the search's optimum. The HBM reads pick the placement
     of each plan, as before, but not the plan: Elk's preloads overlap them with execution
     (Elk §4.2), while the fabric's bytes hold up the operator that sends them. A candidate
     whose output partition is larger than the optimum's is passed over: the region may hold
@@ -656,8 +655,7 @@ def _chip_aware(result: PlannedOp, hw: HardwareSpec, budget: int, cache: SearchM
     tensors = tuple(p.tensor for p in found)
     own = float(model.times(PlanBatch.of_plan(structure, result.plan))[0][0])
     mapped, _, inter_s = best_placement(
-        result.plan, _placements(expr, result.plan, hw, hbm_inputs, producers, cache, tensors), hw, hbm_inputs,
-        _arrival_seconds(model, structure, result.plan))
+        result.plan, _placements(expr, result.plan, hw, hbm_inputs, producers, cache, tensors), hw, hbm_inputs)
     best = (own + inter_s, result.plan, mapped)
     if inter_s > 0:  # (when nothing crosses chips there is nothing to gain)
         # only plans faster than the optimum with its crossings can win: no placement sends
@@ -674,8 +672,7 @@ def _chip_aware(result: PlannedOp, hw: HardwareSpec, budget: int, cache: SearchM
             if OpLayout(expr, plan).partition_bytes(out) > held:
                 continue  # its region holds the output while later operators run: keep their room
             placements = _placements(expr, plan, hw, hbm_inputs, producers, cache, tensors)
-            candidate, _, inter_s = best_placement(plan, placements, hw, hbm_inputs,
-                                                   _arrival_seconds(model, structure, plan))
+            candidate, _, inter_s = best_placement(plan, placements, hw, hbm_inputs)
             if time_s + inter_s < best[0] * (1 - 1e-9):
                 best = (time_s + inter_s, plan, candidate)
     _, plan, mapped = best
@@ -686,14 +683,6 @@ def _chip_aware(result: PlannedOp, hw: HardwareSpec, budget: int, cache: SearchM
     layout = OpLayout(expr, plan)
     return PlannedOp(expr, mapped, OpLayout(expr, mapped, hw.cores_per_chip), AnalyticCostModel()(layout, hw),
                      layout.memory_bytes_per_core())
-
-
-def _arrival_seconds(model: BatchCostModel, structure: PlanStructure, plan: ExecutionPlan) -> float:
-    """The seconds ``model`` charges ``plan``'s arriving inputs over the cores' links
-    (:meth:`.batch_cost.ArrivalCostModel.arrival`; 0 for a model without arrivals): the
-    re-layout's fabric time counts only beyond them (:func:`.mapping.best_placement`)."""
-    arrival = getattr(model, "arrival", None)
-    return 0.0 if arrival is None else float(arrival(PlanBatch.of_plan(structure, plan))[0])
 
 
 def _chip_aware_rows(structure: PlanStructure, model: BatchCostModel, budget: int, hw: HardwareSpec,
