@@ -260,3 +260,39 @@ def test_many_small_replicas_gather_in_a_wide_tree(exprs) -> None:
     assert report.reduction_bytes == layout.reduction_bytes() == 15 * pc
     assert report.per_op[0].reduction_s == pytest.approx(
         replica_reduction_seconds(16, pc, elems, HW16), rel=1e-9)
+
+
+@pytest.mark.parametrize("chips", [2, 4])
+def test_split_reduction_over_chips_runs_two_level(exprs, chips) -> None:
+    """16 replicas of a 16 KiB partial sum, ``16 / chips`` on each chip, the fabric a few
+    links wide: a one-level reduce-scatter, fastest alone on its links, sends most pieces
+    across chips and waits on the fabric; the two-level schedule (runtime_sim.machine.links)
+    sums each chip's replicas on the chip, then the leaders' sums across chips, and routed
+    takes its closed form exactly (no flow shares a port or the fabric beyond its own rate).
+    The functional device counts the bytes of that schedule."""
+    from runtime_sim.machine.links import REDUCTION_SCHEDULES, reduction_schedule_seconds
+    from tests.test_timing import device_stats
+
+    hw = small_chip(16, num_chips=chips, inter_chip_bandwidth=chips * HW16.link_bandwidth,
+                    link_latency_s=LAT, inter_chip_latency_s=3e-8,
+                    vector_flops_per_cycle=16 * HW16.vector_flops_per_cycle)
+    e = exprs.matmul(64, 64, 64)
+    plan = ExecutionPlan({"k": 16}, ({}, {}, {}))
+    report = simulate_timing([one_op_program(e, plan, hw, constants=("A", "B"))])
+    layout = OpLayout(e, plan, hw.cores_per_chip)
+    pc = layout.partition_bytes(2)
+    rows = reduction_schedule_seconds(16, pc, pc // 4, hw, chips)
+    assert REDUCTION_SCHEDULES[3] == "two-level" and min(rows[:3]) < rows[3]
+    assert report.per_op[0].reduction_s == pytest.approx(rows[3], rel=1e-9)
+    # one partial sum per chip off the owner's crosses: with two leaders one transfer, with
+    # four a reduce-scatter among them, whose gathered sums cross too
+    least = (chips - 1) * pc
+    assert report.inter_chip_bytes == (least if chips == 2 else least * (1 + 1 / chips))
+    hosted = one_op_program(e, plan, hw)
+    assert device_stats(hosted)["reduction_bytes"] == simulate_timing([hosted]).reduction_bytes
+    # the device sums the same replicas whatever the schedule: float32 within its tolerance
+    from runtime_sim.functional.device import SimulatedDevice
+
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(d.shape).astype(d.dtype) for d in hosted.inputs)
+    np.testing.assert_allclose(SimulatedDevice().run(hosted, [a, b])[0], a @ b, rtol=1e-5, atol=1e-5)

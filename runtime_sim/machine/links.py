@@ -26,7 +26,16 @@ the timing simulator), so it depends on :class:`~runtime_sim.contract.hardware.H
   receives about ``2 (R - 1) / R`` partitions in two rounds instead of a tree's
   ``ceil(log2 R)`` partitions or a chain's ``R - 2`` extra hops, so it wins where partitions
   are large enough that bandwidth, not the rounds' latency and synchronization, dominates
-  (:func:`split_pieces`).
+  (:func:`split_pieces`). When the replicas lie on several chips (``chips > 1``) a fourth
+  schedule is a candidate, the two-level reduction of hierarchical collectives (NCCL's and
+  Horovod's hierarchical reduce; the one-level algorithms as in Thakur et al.): the fastest
+  of the three among each chip's replicas into a chip leader (the owner on its own chip),
+  then the fastest among the leaders into the owner, every transfer of that second level
+  crossing chips (:func:`two_level_stages`). Alone on its links it is seldom faster than a
+  one-level schedule (its levels' rounds add up); it wins on the network, where a one-level
+  schedule sends most of its bytes over the shared inter-chip fabric and the two-level one
+  a partial sum per chip (:func:`runtime_sim.machine.op_transfers.replica_reduction` routes
+  both).
 
 * Partial statistics of a core-local reduction split across ``G`` cores (a norm's sum of
   squares, softmax's max and sum of exp; :func:`runtime_sim.contract.plan_rules.local_splits`) are
@@ -112,29 +121,42 @@ def gather_fan_ins(group, radix):
     return _out(rounds), _out(total)
 
 
-def gather_seconds(group, radix, nbytes, elements, hw: HardwareSpec):
+def crossing_bandwidth(hw: HardwareSpec, chip_hops=0) -> float:
+    """The rate of one transfer alone on the network: the core's link, capped by the
+    inter-chip fabric when it crosses chips (``chip_hops > 0``; what the topologies charge a
+    lone flow, :meth:`runtime_sim.machine.topology_base.Topology._flow_alone`)."""
+    if chip_hops and hw.inter_chip_bandwidth > 0:
+        return min(hw.link_bandwidth, hw.inter_chip_bandwidth)
+    return hw.link_bandwidth
+
+
+def gather_seconds(group, radix, nbytes, elements, hw: HardwareSpec, chip_hops=0):
     """Time of reducing ``group`` partial values of ``nbytes`` (``elements`` each) to one core
     by a radix-``radix`` tree, each transfer alone on its link: per round, the receiving core
     takes ``fan-in`` values through its port (``fan-in * nbytes / link_bandwidth``, every value
-    its own chunks' latency, in parallel), adds them and synchronizes."""
+    its own chunks' latency, in parallel), adds them and synchronizes. ``chip_hops=1``: every
+    transfer crosses chips (the chip leaders of a two-level reduction), paying the IPU-Link
+    latency per chunk and the capped rate (:func:`crossing_bandwidth`)."""
     rounds, fan = gather_fan_ins(group, radix)
     b = np.asarray(nbytes, np.float64)
-    lat = np.asarray(chunk_latency_seconds(b, hw, 1))
+    lat = np.asarray(chunk_latency_seconds(b, hw, 1, chip_hops))
     add = np.asarray(elements, np.float64) / hw.vector_flops_per_cycle / hw.clock_hz
     sync = hw.sync_cycles / hw.clock_hz
-    return _out(np.asarray(fan) * (b / hw.link_bandwidth + add) + np.asarray(rounds) * (lat + sync))
+    bw = crossing_bandwidth(hw, chip_hops)
+    return _out(np.asarray(fan) * (b / bw + add) + np.asarray(rounds) * (lat + sync))
 
 
-def best_gather_radix(group, nbytes, elements, hw: HardwareSpec):
+def best_gather_radix(group, nbytes, elements, hw: HardwareSpec, chip_hops=0):
     """The radix (of :func:`gather_radices`) of the fastest :func:`gather_seconds`, and that
     time; the smallest radix on ties. Collective libraries pick the tree's fan-in by message
     size the same way (small values: few rounds, each paying a latency and a
-    synchronization; large ones: a narrow tree, each round one value per port)."""
+    synchronization; large ones: a narrow tree, each round one value per port).
+    ``chip_hops``: as :func:`gather_seconds`."""
     G = np.asarray(group, np.float64)
     best_t = None
     best_r = None
     for r in gather_radices(G):
-        t = np.asarray(gather_seconds(G, r, nbytes, elements, hw))
+        t = np.asarray(gather_seconds(G, r, nbytes, elements, hw, chip_hops))
         if best_t is None:
             best_t, best_r = t, np.full(t.shape, float(r))
         else:
@@ -212,14 +234,17 @@ def split_pieces(replicas, partition_bytes, partition_elements):
 
 
 def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
-                               hw: HardwareSpec) -> ReductionSchedule:
-    """Closed-form terms of the three reduction schedules (see the module docstring)."""
+                               hw: HardwareSpec, chip_hops=0) -> ReductionSchedule:
+    """Closed-form terms of the three reduction schedules (see the module docstring);
+    ``chip_hops=1`` when every transfer crosses chips (among the chip leaders of a two-level
+    reduction: :func:`crossing_bandwidth`, the IPU-Link latency per chunk and hop)."""
     R = np.asarray(replicas, np.float64)
     p = np.asarray(partition_bytes, np.float64)
     elems = np.asarray(partition_elements, np.float64)
     add = elems / hw.vector_flops_per_cycle / hw.clock_hz
     sync = hw.sync_cycles / hw.clock_hz
-    radix, _ = best_gather_radix(R, p, elems, hw)
+    bw = crossing_bandwidth(hw, chip_hops)
+    radix, _ = best_gather_radix(R, p, elems, hw, chip_hops)
     radix = np.asarray(radix, np.float64)
     rounds = np.zeros(np.broadcast(R, radix).shape)
     fan = np.zeros_like(rounds)
@@ -228,7 +253,7 @@ def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
         rounds = np.where(radix == r, n, rounds)
         fan = np.where(radix == r, f, fan)
     chunks = np.maximum(1.0, np.ceil(p / hw.shift_buffer_bytes))
-    fill = (R - 2) * (p / chunks / hw.link_bandwidth + hw.link_latency_s)
+    fill = (R - 2) * (p / chunks / bw + hop_latency_seconds(hw, 1, chip_hops))
     adds = (chunks + R - 2) * add / chunks
     pieces, piece_elems, piece_bytes = split_pieces(R, p, elems)
     piece_add = np.asarray(piece_elems) / hw.vector_flops_per_cycle / hw.clock_hz
@@ -237,59 +262,129 @@ def replica_reduction_schedule(replicas, partition_bytes, partition_elements,
                              _out(piece_add))
 
 
-def _reduction_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
-    """Per schedule (tree, chain, reduce-scatter + gather), its link time, its adds and
-    syncs, and the bytes its busiest core receives, with every transfer alone on its link:
-    ``(R, schedule, links, adds, received)``, arrays stacked in that order on a new first
-    axis."""
+def _flat_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec, chip_hops=0):
+    """Per one-level schedule (tree, chain, reduce-scatter + gather), its link time, its adds
+    and syncs, and the bytes its busiest core receives, with every transfer alone on its
+    link (``chip_hops=1``: every transfer crosses chips, :func:`replica_reduction_schedule`):
+    ``(schedule, links, adds, received)``, arrays stacked in that order on a new first axis."""
     R = np.asarray(replicas, np.float64)
-    s = replica_reduction_schedule(R, partition_bytes, partition_elements, hw)
+    s = replica_reduction_schedule(R, partition_bytes, partition_elements, hw, chip_hops)
     p = np.asarray(partition_bytes, np.float64)
     q = np.asarray(s.piece_bytes, np.float64)
+    bw = crossing_bandwidth(hw, chip_hops)
     # a tree's root takes its fan-in, a chain's ranks one partition each; in a
     # reduce-scatter every replica receives R - 1 pieces at once, then ring 0 the other
     # pieces - 1 sums
     tree_in = np.asarray(s.tree_fan_in) * p
     scatter_in = ((R - 1) + (np.asarray(s.pieces) - 1)) * q
-    lat = np.asarray(chunk_latency_seconds(p, hw, 1))
-    tree_link = tree_in / hw.link_bandwidth + np.asarray(s.tree_rounds) * lat
-    chain_link = np.asarray(link_transfer_seconds(partition_bytes, hw)) + s.chain_fill_s
-    scatter_link = scatter_in / hw.link_bandwidth + 2 * np.asarray(chunk_latency_seconds(q, hw, 1))
+    lat = np.asarray(chunk_latency_seconds(p, hw, 1, chip_hops))
+    tree_link = tree_in / bw + np.asarray(s.tree_rounds) * lat
+    chain_link = np.where(p > 0, p / bw + lat, 0.0) + s.chain_fill_s
+    scatter_link = scatter_in / bw + 2 * np.asarray(chunk_latency_seconds(q, hw, 1, chip_hops))
     links = np.stack(np.broadcast_arrays(tree_link, chain_link, scatter_link))
     adds = np.stack(np.broadcast_arrays(np.asarray(s.tree_adds_s), np.asarray(s.chain_adds_s),
                                         np.asarray(s.scatter_adds_s)))
     received = np.stack(np.broadcast_arrays(tree_in, p, scatter_in))
-    return R, s, links, adds, received
+    return s, links, adds, received
 
 
-#: The schedules of :func:`replica_reduction_seconds`, in the order of its tie-break.
-REDUCTION_SCHEDULES = ("tree", "chain", "scatter")
+def two_level_sizes(replicas, chips):
+    """The groups of a two-level reduction of ``replicas`` copies spread evenly over
+    ``chips`` chips: ``(per chip, leaders)``, the replicas on the busiest chip
+    (``ceil(R / C)``) and the chips holding any (``min(C, R)``), one leader each."""
+    R = np.maximum(np.asarray(replicas, np.float64), 1.0)
+    leaders = np.minimum(float(chips), R)
+    return _out(np.ceil(R / leaders)), _out(leaders)
 
 
-def fastest_reduction(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+def _fastest_part(links, adds, received, live):
+    """The fastest of stacked schedules (:func:`_flat_parts`) per entry: its link time, adds
+    and received bytes, 0 where ``live`` is false (one replica: nothing to sum)."""
+    best = np.argmin(links + adds, axis=0)[None, ...]
+    return tuple(np.where(live, np.take_along_axis(a, best, axis=0)[0], 0.0)
+                 for a in (links, adds, received))
+
+
+def two_level_stages(per_chip, leaders, partition_bytes, partition_elements, hw: HardwareSpec):
+    """The two levels of a two-level reduction, each transfer alone on its link: ``(on chip,
+    across)`` as ``(link seconds, adds and syncs, bytes the owner receives)`` each, 0 for a
+    level of one replica. The fastest one-level schedule among up to ``per_chip`` replicas of
+    a chip into its leader (the owner on its own chip), then the fastest among up to
+    ``leaders`` chip leaders into the owner, every transfer crossing chips (hierarchical
+    collectives, module docstring)."""
+    per_chip = np.asarray(per_chip, np.float64)
+    leaders = np.asarray(leaders, np.float64)
+    on_chip = _fastest_part(*_flat_parts(per_chip, partition_bytes, partition_elements, hw)[1:],
+                            per_chip > 1)
+    across = _fastest_part(*_flat_parts(leaders, partition_bytes, partition_elements, hw, 1)[1:],
+                           leaders > 1)
+    return on_chip, across
+
+
+def _two_level_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec, chips: int):
+    """The two-level schedule's link time, adds and the bytes its owner receives, for
+    ``replicas`` spread evenly over ``chips`` chips (:func:`two_level_sizes`,
+    :func:`two_level_stages`)."""
+    on_chip, across = two_level_stages(*two_level_sizes(replicas, chips), partition_bytes,
+                                       partition_elements, hw)
+    return tuple(a + b for a, b in zip(on_chip, across))
+
+
+def _reduction_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec, chips: int = 1):
+    """Per schedule (tree, chain, reduce-scatter + gather and, on ``chips > 1``, two-level),
+    its link time, its adds and syncs, and the bytes its busiest core receives, with every
+    transfer alone on its link: ``(R, links, adds, received)``, arrays stacked in
+    :data:`REDUCTION_SCHEDULES` order on a new first axis."""
+    R = np.asarray(replicas, np.float64)
+    _, links, adds, received = _flat_parts(R, partition_bytes, partition_elements, hw)
+    if chips > 1:
+        two = _two_level_parts(R, partition_bytes, partition_elements, hw, chips)
+        links, adds, received = (np.concatenate([a, np.broadcast_to(b, a.shape[1:])[None, ...]])
+                                 for a, b in zip((links, adds, received), two))
+    return R, links, adds, received
+
+
+#: The schedules of :func:`replica_reduction_seconds`, in the order of its tie-break; the
+#: last only for replicas spread over several chips (``chips > 1``).
+REDUCTION_SCHEDULES = ("tree", "chain", "scatter", "two-level")
+
+
+def reduction_schedule_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec,
+                               chips: int = 1):
+    """Each schedule's time (:data:`REDUCTION_SCHEDULES` order on the first axis; three rows
+    when ``chips`` is 1), every transfer alone on its link; meaningless where ``R <= 1``."""
+    _, links, adds, _ = _reduction_parts(replicas, partition_bytes, partition_elements, hw, chips)
+    return links + adds
+
+
+def fastest_reduction(replicas, partition_bytes, partition_elements, hw: HardwareSpec, chips: int = 1):
     """Which schedule (an index into :data:`REDUCTION_SCHEDULES`; the first on ties) sums
-    ``replicas`` copies fastest, each transfer alone on its link, and its time."""
-    R, _, links, adds, _ = _reduction_parts(replicas, partition_bytes, partition_elements, hw)
+    ``replicas`` copies fastest, each transfer alone on its link, and its time; ``chips``:
+    the chips the replicas are spread over (1: the one-level schedules only)."""
+    R, links, adds, _ = _reduction_parts(replicas, partition_bytes, partition_elements, hw, chips)
     total = links + adds
     best = np.argmin(total, axis=0)
     return _out(best), _out(np.where(R > 1, np.min(total, axis=0), 0.0))
 
 
-def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+def replica_reduction_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec,
+                              chips: int = 1):
     """Time of the fastest schedule with every transfer costed alone on its link
     (:func:`link_transfer_seconds`); 0 where there is one replica. The timing simulator
     routes the same transfers on its topology instead (``runtime_sim.timing.opcost``)."""
-    return fastest_reduction(replicas, partition_bytes, partition_elements, hw)[1]
+    return fastest_reduction(replicas, partition_bytes, partition_elements, hw, chips)[1]
 
 
-def replica_reduction_busy_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec):
+def replica_reduction_busy_seconds(replicas, partition_bytes, partition_elements, hw: HardwareSpec,
+                                   chips: int = 1):
     """How long the fastest schedule of :func:`replica_reduction_seconds` holds link bandwidth:
     the bytes its busiest core receives over its link (a tree's root takes its fan-in, a
     chain's ranks one partition each, a reduce-scatter's ring 0 ``R - 1`` pieces and then
-    the other summed pieces), hop latencies and the chain's fill excluded, as
+    the other summed pieces, a two-level schedule's owner both levels' bytes), hop latencies
+    and the chain's fill excluded, as
     :attr:`runtime_sim.machine.phase_cost.PhaseCost.busy_s` counts the routed schedule. 0 where there
     is one replica."""
-    R, _, links, adds, received = _reduction_parts(replicas, partition_bytes, partition_elements, hw)
+    R, links, adds, received = _reduction_parts(replicas, partition_bytes, partition_elements, hw, chips)
     best = np.argmin(links + adds, axis=0)
     busy = np.take_along_axis(received, np.asarray(best)[None, ...], axis=0)[0] / hw.link_bandwidth
     return _out(np.where(R > 1, busy, 0.0))

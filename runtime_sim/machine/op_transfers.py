@@ -7,8 +7,9 @@ performs (:attr:`~runtime_sim.machine.phase_cost.PhaseCost.byte_hops`, priced by
 model), so that the two count one value:
 
 * :func:`replica_reduction` and :func:`split_combine`: the replica reduction into ring 0 (the
-  fastest of a gather tree, a pipelined chain and a reduce-scatter + gather) and the combine of split core-local
-  reductions;
+  fastest of a gather tree, a pipelined chain, a reduce-scatter + gather and, for replicas
+  on several chips, the two-level schedule, :func:`two_level_groups`) and the combine of
+  split core-local reductions;
 * :func:`relayout_phase`: one input's re-layout from where it waits (exact box overlaps,
   multicast onto replicas);
 * :func:`load_delivery`: one operator's loads from one off-chip source (HBM or the host),
@@ -33,7 +34,7 @@ from runtime_sim.machine.phase_cost import NO_PHASE, PhaseCost, relayout_pattern
 from runtime_sim.machine.topology_base import Topology
 
 __all__ = ["gather_tree_rounds", "host_return", "load_delivery", "relayout_phase",
-           "replica_reduction", "split_combine"]
+           "replica_reduction", "split_combine", "two_level_groups"]
 
 
 def relayout_phase(topo: Topology, grid: BlockGrid, layout: OpLayout, t: int,
@@ -107,7 +108,10 @@ def replica_reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tup
     """(transfer cost, stages, add seconds, bytes) of the fastest replica-reduction schedule
     of ``layout``'s output replicas into ring 0: a gather tree, a pipelined chain or a
     reduce-scatter + gather, as collective libraries pick per message size
-    (:func:`replica_reduction_schedule`). The tree and the chain send ``(R - 1)`` partitions
+    (:func:`replica_reduction_schedule`), and, when the replicas of an output partition lie
+    on several chips, the two-level schedule of hierarchical collectives (the fastest of
+    those among each chip's replicas into a chip leader, then among the leaders into the
+    owner, :func:`two_level_groups`). The tree and the chain send ``(R - 1)`` partitions
     per output partition, the reduce-scatter its pieces and then the sums ring 0 gathers; the
     functional device counts the bytes of the schedule chosen here
     (:meth:`runtime_sim.functional.link_hops.LinkHops.reduction_sent_bytes`)."""
@@ -115,72 +119,120 @@ def replica_reduction(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tup
     R = layout.replicas(out)
     if R <= 1:
         return NO_PHASE, 0, 0.0, 0
-    n = layout.num_cores
+    core = np.arange(layout.num_cores)
     owner_of = layout.output_owner_of()
-    core = np.arange(n)
-    # group by owner, the owner first: rank 0 is the root of each group's tree or chain
-    order = np.lexsort((core, core != owner_of, owner_of))
-    P = layout.physical  # ``order`` holds numbered cores; flows name physical ones
-    sorted_owner = owner_of[order]
-    head = np.searchsorted(sorted_owner, sorted_owner, side="left")
-    rank = np.arange(n) - head
     # a replica sends its output partition (an attention operator's running max and sum too)
     pbytes = layout.replica_bytes()
     # (adds counted per output element's worth of bytes, as the compiler's model counts them)
     elems = pbytes // dtype_bytes(layout.expr.output.dtype)
-    schedule = replica_reduction_schedule(R, pbytes, elems, hw)
+    # group by owner, the owner first: rank 0 is the root of each group's tree or chain
+    flat = _fastest_routed(*_ranked(core, owner_of, core == owner_of), pbytes, elems, hw, topo, layout.physical)
+    chip = topo.node_chip[layout.physical]
+    groups = two_level_groups(owner_of, chip)
+    if groups is None:
+        return flat[1:]
+    on_chip, leaders = groups
+    first = _fastest_routed(*on_chip, pbytes, elems, hw, topo, layout.physical)
+    second = _fastest_routed(*leaders, pbytes, elems, hw, topo, layout.physical, chip_hops=1)
+    if first[0] + second[0] < flat[0]:
+        return first[1] + second[1], first[2] + second[2], first[3] + second[3], first[4] + second[4]
+    return flat[1:]
 
+
+def _ranked(cores: np.ndarray, key: np.ndarray, root: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``cores`` grouped by ``key``, each group's ``root`` first, then in core order: the
+    cores in that order and their rank within their group (0 = the root)."""
+    order = np.lexsort((cores, ~root, key))
+    sorted_key = key[order]
+    head = np.searchsorted(sorted_key, sorted_key, side="left")
+    return cores[order], np.arange(order.size) - head
+
+
+def two_level_groups(owner_of: np.ndarray, chip: np.ndarray):
+    """The two levels of a reduction whose numbered core ``c`` sends its replica to
+    ``owner_of[c]`` and sits on chip ``chip[c]``, or ``None`` when every owner's replicas
+    share its chip (one level is the whole reduction). Level one groups each owner's
+    replicas per chip, the owner first on its chip and the lowest core leading on the others;
+    level two groups each owner's chip leaders, the owner first. Each level as
+    ``(cores, ranks)`` (:func:`_ranked`)."""
+    if not (chip[owner_of] != chip).any():
+        return None
+    core = np.arange(owner_of.size)
+    is_owner = core == owner_of
+    chips = int(chip.max()) + 1
+    on_chip = _ranked(core, owner_of * chips + chip, is_owner)
+    lead = on_chip[0][on_chip[1] == 0]
+    return on_chip, _ranked(lead, owner_of[lead], is_owner[lead])
+
+
+def _fastest_routed(cores: np.ndarray, rank: np.ndarray, pbytes: int, elems: int, hw: HardwareSpec,
+                    topo: Topology, physical: np.ndarray,
+                    chip_hops: int = 0) -> tuple[float, PhaseCost, int, float, int]:
+    """The fastest of the gather tree, the chain and the reduce-scatter + gather among groups
+    of replicas (``cores`` in group order, ``rank`` 0 the root; groups of up to the largest
+    size), routed on ``topo`` (``physical``: numbered core -> physical core) and added as
+    the closed form of the largest group counts (``chip_hops=1`` when every transfer crosses
+    chips, :func:`replica_reduction_schedule`): ``(seconds, transfer cost, stages, add
+    seconds, bytes)``; the first of the three on ties."""
+    size = int(rank.max()) + 1
+    if size <= 1:  # every replica is its group's root: nothing to sum
+        return 0.0, NO_PHASE, 0, 0.0, 0
+    schedule = replica_reduction_schedule(size, pbytes, elems, hw, chip_hops)
+    P = physical[cores]  # flows name physical cores
     radix = int(schedule.tree_radix)
     tree, rounds, sent = NO_PHASE, 0, 0
-    for src_rank, dst_rank in gather_tree_rounds(rank, R, radix):
-        src = P[order[src_rank]]
-        dst = P[order[dst_rank]]
-        tree = tree + topo.phase(src, dst, np.full(src.size, float(pbytes)))
-        sent += src.size * pbytes
+    for src_rank, dst_rank in gather_tree_rounds(rank, size, radix):
+        tree = tree + topo.phase(P[src_rank], P[dst_rank], np.full(src_rank.size, float(pbytes)))
+        sent += src_rank.size * pbytes
         rounds += 1
     assert rounds == schedule.tree_rounds
     tree_adds = schedule.tree_adds_s
 
     # chain: rank r sends to rank r-1; the first chunk needs R-2 extra hops to reach ring 0
     senders = np.flatnonzero(rank > 0)
-    chain = topo.phase(P[order[senders]], P[order[senders - 1]], np.full(senders.size, float(pbytes)))
+    chain = topo.phase(P[senders], P[senders - 1], np.full(senders.size, float(pbytes)))
     fill = schedule.chain_fill_s
     chain = chain + PhaseCost(fill, fill, 0.0, 0.0, 0.0, 0.0)
     chain_adds = schedule.chain_adds_s
 
-    scatter, scatter_sent = _scatter_gather(rank, R, order, P, pbytes, elems, topo)
+    scatter, scatter_sent = _scatter_gather(rank, P, pbytes, elems, topo)
     scatter_adds = schedule.scatter_adds_s
     best = min(((tree.time_s + tree_adds, 0), (chain.time_s + chain_adds, 1),
-                (scatter.time_s + scatter_adds, 2)))[1]
-    if best == 1:
-        return chain, int(schedule.chain_stages), chain_adds, senders.size * pbytes
-    if best == 2:
-        return scatter, 2, scatter_adds, scatter_sent
-    return tree, rounds, tree_adds, sent
+                (scatter.time_s + scatter_adds, 2)))
+    if best[1] == 1:
+        return best[0], chain, int(schedule.chain_stages), chain_adds, senders.size * pbytes
+    if best[1] == 2:
+        return best[0], scatter, 2, scatter_adds, scatter_sent
+    return best[0], tree, rounds, tree_adds, sent
 
 
-def _scatter_gather(rank: np.ndarray, size: int, order: np.ndarray, physical: np.ndarray,
-                    pbytes: int, elems: int, topo: Topology) -> tuple[PhaseCost, int]:
-    """The reduce-scatter + gather schedule of groups of ``size`` replicas whose ranks (0 =
-    the owner) are ``rank`` over positions ``order`` (:func:`runtime_sim.machine.links.split_pieces`):
-    in one phase every rank sends piece ``j`` of its partition to rank ``j``, which sums it;
-    then every rank sends its summed piece to rank 0. Returns the two phases' cost and the
-    bytes sent. A piece holds whole elements (an attention replica's running max and sum are
-    cut with its output, as the closed form counts them)."""
+def _scatter_gather(rank: np.ndarray, physical: np.ndarray, pbytes: int, elems: int,
+                    topo: Topology) -> tuple[PhaseCost, int]:
+    """The reduce-scatter + gather schedule of groups of replicas whose ranks (0 = the owner)
+    are ``rank`` on physical cores ``physical`` (:func:`runtime_sim.machine.links.split_pieces`):
+    in one phase every rank of a group of ``s`` sends piece ``j`` (of ``s``) of its partition
+    to rank ``j``, which sums it; then every rank sends its summed piece to rank 0. Returns
+    the two phases' cost and the bytes sent. A piece holds whole elements (an attention
+    replica's running max and sum are cut with its output, as the closed form counts them)."""
     n = rank.size
     head = np.arange(n) - rank
-    assert (np.bincount(head, minlength=n)[head] == size).all()  # every group has R replicas
+    size = np.bincount(head, minlength=n)[head]  # each position's group size
     per = pbytes / max(elems, 1)
-    piece = (elems // size + (np.arange(size) < elems % size)) * per  # bytes of piece j
-    src_pos = np.repeat(np.arange(n), size - 1)
-    offset = np.tile(np.arange(1, size), n)
-    dst_rank = (rank[src_pos] + offset) % size
+
+    def piece(j: np.ndarray, s: np.ndarray) -> np.ndarray:  # bytes of piece j of s
+        return (elems // s + (j < elems % s)) * per
+
+    sends = size - 1
+    src_pos = np.repeat(np.arange(n), sends)
+    offset = np.arange(src_pos.size) - np.repeat(np.cumsum(sends) - sends, sends) + 1
+    dst_rank = (rank[src_pos] + offset) % size[src_pos]
     dst_pos = head[src_pos] + dst_rank
-    nbytes = piece[dst_rank]
-    scatter = topo.phase(physical[order[src_pos]], physical[order[dst_pos]], nbytes)
+    nbytes = piece(dst_rank, size[src_pos])
+    scatter = topo.phase(physical[src_pos], physical[dst_pos], nbytes)
     rest = np.flatnonzero(rank > 0)
-    gather = topo.phase(physical[order[rest]], physical[order[head[rest]]], piece[rank[rest]])
-    return scatter + gather, int(round(nbytes.sum() + piece[rank[rest]].sum()))
+    gathered = piece(rank[rest], size[rest])
+    gather = topo.phase(physical[rest], physical[head[rest]], gathered)
+    return scatter + gather, int(round(nbytes.sum() + gathered.sum()))
 
 
 def split_combine(layout: OpLayout, hw: HardwareSpec, topo: Topology) -> tuple[PhaseCost, int, float, int]:

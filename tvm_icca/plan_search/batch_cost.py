@@ -432,7 +432,10 @@ def replica_reduction_lower_bound(replicas: np.ndarray, partition_bytes: np.ndar
     synchronization. Reduce-scatter + gather: every core receives ``R - 1`` pieces of at
     least ``p / R`` bytes and adds them, over two rounds each paying a hop's latency and a
     synchronization. All three grow with ``R`` and the bytes, so the bounds hold for any
-    larger.
+    larger. The two-level schedule of replicas spread over chips
+    (:func:`runtime_sim.machine.links.two_level_stages`) stays above the smallest of them:
+    its levels' receives and adds sum to at least one level's over ``R`` replicas
+    (tests/test_links.py checks it on random cases).
     """
     R = np.asarray(replicas, float)
     p = np.asarray(partition_bytes, float)
