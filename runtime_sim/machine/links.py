@@ -83,12 +83,22 @@ def chunk_latency_seconds(nbytes, hw: HardwareSpec, hops=1, chip_hops=0):
     return _out(np.asarray(transfer_chunks(nbytes, hw)) * np.asarray(hop_latency_seconds(hw, hops, chip_hops)))
 
 
+def crossing_bandwidth(hw: HardwareSpec, chip_hops=0) -> float:
+    """The rate of one transfer alone on the network: the core's link, capped by the
+    inter-chip fabric when it crosses chips (``chip_hops > 0``; what the topologies charge a
+    lone flow, :meth:`runtime_sim.machine.topology_base.Topology._flow_alone`)."""
+    if chip_hops and hw.inter_chip_bandwidth > 0:
+        return min(hw.link_bandwidth, hw.inter_chip_bandwidth)
+    return hw.link_bandwidth
+
+
 def link_transfer_seconds(nbytes, hw: HardwareSpec, chip_hops=0):
     """One core sending or receiving ``nbytes`` over its own link, alone (0 for no bytes);
-    ``chip_hops=1`` for a transfer to another chip (its bandwidth is still the core's link:
-    the inter-chip cap is a shared resource the topologies charge)."""
+    ``chip_hops=1`` for a transfer to another chip, at the rate the topologies give a lone
+    flow that crosses chips (:func:`crossing_bandwidth`) with the IPU-Link latency per chunk."""
     b = np.asarray(nbytes, np.float64)
-    t = np.where(b > 0, b / hw.link_bandwidth + np.asarray(chunk_latency_seconds(b, hw, 1, chip_hops)), 0.0)
+    rate = crossing_bandwidth(hw, chip_hops)
+    t = np.where(b > 0, b / rate + np.asarray(chunk_latency_seconds(b, hw, 1, chip_hops)), 0.0)
     return _out(t)
 
 
@@ -119,15 +129,6 @@ def gather_fan_ins(group, radix):
         total = total + np.where(live, fan, 0.0)
         span = span * radix
     return _out(rounds), _out(total)
-
-
-def crossing_bandwidth(hw: HardwareSpec, chip_hops=0) -> float:
-    """The rate of one transfer alone on the network: the core's link, capped by the
-    inter-chip fabric when it crosses chips (``chip_hops > 0``; what the topologies charge a
-    lone flow, :meth:`runtime_sim.machine.topology_base.Topology._flow_alone`)."""
-    if chip_hops and hw.inter_chip_bandwidth > 0:
-        return min(hw.link_bandwidth, hw.inter_chip_bandwidth)
-    return hw.link_bandwidth
 
 
 def gather_seconds(group, radix, nbytes, elements, hw: HardwareSpec, chip_hops=0):
@@ -279,7 +280,7 @@ def _flat_parts(replicas, partition_bytes, partition_elements, hw: HardwareSpec,
     scatter_in = ((R - 1) + (np.asarray(s.pieces) - 1)) * q
     lat = np.asarray(chunk_latency_seconds(p, hw, 1, chip_hops))
     tree_link = tree_in / bw + np.asarray(s.tree_rounds) * lat
-    chain_link = np.where(p > 0, p / bw + lat, 0.0) + s.chain_fill_s
+    chain_link = np.asarray(link_transfer_seconds(p, hw, chip_hops)) + s.chain_fill_s
     scatter_link = scatter_in / bw + 2 * np.asarray(chunk_latency_seconds(q, hw, 1, chip_hops))
     links = np.stack(np.broadcast_arrays(tree_link, chain_link, scatter_link))
     adds = np.stack(np.broadcast_arrays(np.asarray(s.tree_adds_s), np.asarray(s.chain_adds_s),
