@@ -49,7 +49,8 @@ def main() -> None:
         try:
             model = compile_programs(get_workload(name, **kwargs), args.hw)
         except (HbmCapacityError, PlanNotFoundError) as err:
-            reason = str(err).splitlines()[0].replace("|", "/")
+            # the compiler's first sentence: what is kept, and how much room there is
+            reason = str(err).splitlines()[0].split("; the largest")[0].replace("|", "/")
             line = f"| {name} | {config} | does not fit: {type(err).__name__}: {reason} ||||||||||"
             print(line, flush=True)
             lines.append(line)
