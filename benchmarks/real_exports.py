@@ -1,6 +1,6 @@
-"""Real PyTorch exports on the chip: segmentation models, U-Nets, upsampling decoders and
-recurrent models exported by both of torch's ONNX exporters, compiled for the chip and
-checked against onnxruntime (issue 42's goals).
+"""Real PyTorch exports on the chip: segmentation models, U-Nets, upsampling decoders,
+recurrent models and attention blocks exported by both of torch's ONNX exporters, compiled for
+the chip and checked against onnxruntime (issue 42's goals; issue 41's fused attention).
 
 Each model has random weights (seeded; batch norms with random statistics, so that folding
 them is exercised) and a small input, and is exported twice: by the TorchScript exporter
@@ -12,7 +12,12 @@ exporter whether it compiled for the chip (every operator planned within its SRA
 regions, the host ops that compute floating-point data (the goal: none; integer index and
 shape arithmetic may stay on the host), the largest absolute error and the largest error
 relative to the output's largest magnitude, and whether every output element is within
-``rtol=1e-3`` (``atol`` 1e-5 of that magnitude) of onnxruntime's.
+``rtol=1e-3`` (``atol`` 1e-5 of that magnitude) of onnxruntime's. The attention blocks are
+written as Hugging Face's modeling code writes them (eager attention with rotary embeddings,
+grouped-query ``repeat_kv`` and an in-graph causal mask; ``F.scaled_dot_product_attention``;
+Gemma 2's soft-cap; BERT's padding mask from an input; T5's additive position bias without a
+scale; Whisper's cross-attention with the scale on the queries): for them the goal also asks
+that the partitioner fuse the attention into one ``icca.attention`` operator.
 
     .venv/bin/python benchmarks/real_exports.py [--models unet_convtranspose lstm] [--exporters dynamo]
 
@@ -48,6 +53,9 @@ RTOL = 1e-3
 #: element near zero that is a sum of large terms of both signs keeps float32 rounding.
 ATOL_SHARE = 1e-5
 SEED = 0
+#: The models whose goal includes one fused ``icca.attention`` operator.
+ATTENTION_MODELS = frozenset({"llama_attention", "llama_sdpa", "gemma2_softcap", "bert_padding",
+                              "t5_bias", "whisper_cross"})
 #: The TorchScript exporter's opset (torch's default for it is 17 in 2.x; 17 has
 #: LayerNormalization); the dynamo exporter picks its own (18 in torch 2.5 and later).
 OPSET = 17
@@ -81,6 +89,8 @@ def _torchvision_problem() -> str | None:
 def _models() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], str]]]:
     """Model name -> a builder returning (module in eval mode, example inputs, what it is).
     The torch classes are defined here, after torch is known to be importable."""
+    import math
+
     import torch
     from torch import nn
     from torch.nn import functional as F
@@ -190,6 +200,90 @@ def _models() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], str]]]:
                 x = conv(x) if k == len(self.modes) - 1 else F.relu(conv(x))
             return x
 
+    heads, kv_heads, head_dim, tokens = 4, 2, 8, 16
+    width = heads * head_dim
+
+    def rotary(x: Any, positions: Any) -> Any:
+        """Rotary position embedding (Su et al. 2021) in the rotate-half form of Hugging
+        Face's Llama: the two halves of the head dimension as a complex pair."""
+        half = x.shape[-1] // 2
+        freq = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) / half))
+        angle = positions[:, None].float() * freq[None, :]
+        cos = torch.cat([angle.cos()] * 2, -1).to(x.dtype)
+        sin = torch.cat([angle.sin()] * 2, -1).to(x.dtype)
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+    class DecoderAttention(nn.Module):
+        """A Llama-style self-attention block: projections, rotary embeddings, grouped-query
+        heads repeated by ``repeat_kv`` (``expand`` + ``reshape``), then either eager
+        attention (``/ sqrt(d)``, optional Gemma 2 soft-cap ``tanh(s / c) * c``, the causal
+        mask ``full(lowest).triu(1)`` added, ``softmax(dtype=float32).to(dtype)``) or
+        ``F.scaled_dot_product_attention(is_causal=True)``, and the output projection."""
+
+        def __init__(self, form: str = "eager", softcap: float | None = None):
+            super().__init__()
+            self.q = nn.Linear(width, heads * head_dim, bias=False)
+            self.k = nn.Linear(width, kv_heads * head_dim, bias=False)
+            self.v = nn.Linear(width, kv_heads * head_dim, bias=False)
+            self.o = nn.Linear(heads * head_dim, width, bias=False)
+            self.form, self.softcap = form, softcap
+
+        def forward(self, x):
+            b, n, _ = x.shape
+            pos = torch.arange(n)
+            q = rotary(self.q(x).view(b, n, heads, head_dim).transpose(1, 2), pos)
+            k = rotary(self.k(x).view(b, n, kv_heads, head_dim).transpose(1, 2), pos)
+            v = self.v(x).view(b, n, kv_heads, head_dim).transpose(1, 2)
+            rep = heads // kv_heads
+            k, v = (t[:, :, None].expand(b, kv_heads, rep, n, head_dim).reshape(b, heads, n, head_dim)
+                    for t in (k, v))
+            if self.form == "sdpa":
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(head_dim)
+                if self.softcap:
+                    scores = torch.tanh(scores / self.softcap) * self.softcap
+                mask = torch.full((n, n), torch.finfo(x.dtype).min).triu(1)
+                probs = F.softmax(scores + mask[None, None], dim=-1, dtype=torch.float32).to(q.dtype)
+                out = torch.matmul(probs, v)
+            return self.o(out.transpose(1, 2).reshape(b, n, heads * head_dim))
+
+    class EncoderAttention(nn.Module):
+        """BERT's self-attention (biased projections, the padding mask of an input
+        ``(1 - mask) * lowest`` added), T5's (no scale, a learned ``[1, H, S, S]`` position
+        bias added, the softmax in float32) or Whisper's cross-attention (the queries scaled
+        by ``d^-0.5`` before the product, keys and values from an encoder output)."""
+
+        def __init__(self, form: str):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(width, width, bias=form != "t5")
+                                              for _ in range(4))
+            self.form = form
+            if form == "t5":
+                self.bias = nn.Parameter(torch.randn(1, heads, tokens, tokens) * 0.5)
+
+        def forward(self, x, other=None):
+            b, n, _ = x.shape
+            source = other if self.form == "whisper" else x
+            split = lambda t: t.view(b, -1, heads, head_dim).transpose(1, 2)  # noqa: E731
+            q = self.q(x) * head_dim ** -0.5 if self.form == "whisper" else self.q(x)
+            q, k, v = split(q), split(self.k(source)), split(self.v(source))
+            scores = torch.matmul(q, k.transpose(-1, -2))
+            if self.form == "bert":
+                scores = scores / math.sqrt(head_dim) + (
+                    1.0 - other[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+            elif self.form == "t5":
+                scores = scores + self.bias
+            probs = F.softmax(scores.float(), dim=-1).type_as(scores)
+            return self.o(torch.matmul(probs, v).transpose(1, 2).reshape(b, n, width))
+
+    def tokens_in(*extra: Any) -> tuple[Any, ...]:
+        gen = torch.Generator().manual_seed(SEED + 1)
+        return (torch.randn(2, tokens, width, generator=gen), *extra)
+
+    padding = torch.ones(2, tokens)
+    padding[1, -5:] = 0  # the second sequence is 11 tokens long
+
     class Recurrent(nn.Module):
         """A 2-layer bidirectional ``nn.LSTM``, ``nn.GRU`` or ``nn.RNN`` (batch_first) with a
         Linear head on every step's output."""
@@ -262,6 +356,26 @@ def _models() -> dict[str, Callable[[], tuple[Any, tuple[Any, ...], str]]]:
             seeded(lambda: Recurrent("rnn")), sequence(),
             "nn.RNN (tanh) 2 layers bidirectional batch_first (16->32), Linear head, batch 2, "
             "8 steps"),
+        "llama_attention": lambda: (
+            seeded(DecoderAttention), tokens_in(),
+            "Llama eager self-attention: rotary, 4 query / 2 KV heads (repeat_kv), causal "
+            "triu mask, float32 softmax, batch 2, 16 tokens"),
+        "llama_sdpa": lambda: (
+            seeded(lambda: DecoderAttention("sdpa")), tokens_in(),
+            "the same with F.scaled_dot_product_attention(is_causal=True)"),
+        "gemma2_softcap": lambda: (
+            seeded(lambda: DecoderAttention(softcap=5.0)), tokens_in(),
+            "the eager block with Gemma 2's attention soft-cap (tanh(s / 5) * 5)"),
+        "bert_padding": lambda: (
+            seeded(lambda: EncoderAttention("bert")), tokens_in(padding),
+            "BERT self-attention, padding mask from an input (second sequence 11 of 16 tokens)"),
+        "t5_bias": lambda: (
+            seeded(lambda: EncoderAttention("t5")), tokens_in(),
+            "T5 self-attention: no scale, learned [1, 4, 16, 16] position bias"),
+        "whisper_cross": lambda: (
+            seeded(lambda: EncoderAttention("whisper")),
+            tokens_in(torch.randn(2, 24, width, generator=torch.Generator().manual_seed(SEED + 2))),
+            "Whisper cross-attention: queries scaled by d^-0.5, 24 encoder positions"),
     }
 
 
@@ -281,6 +395,7 @@ class Row:
     stage: str = "export"  # how far it got: export, import, partition, compile, run, compared
     regions: int | None = None
     device_ops: int | None = None
+    attention: int | None = None  # fused icca.attention operators
     float_host_ops: list[str] = dataclasses.field(default_factory=list)
     host_ops: dict[str, int] = dataclasses.field(default_factory=dict)
     fits: bool | None = None
@@ -292,8 +407,10 @@ class Row:
 
     @property
     def goal_met(self) -> bool:
-        """Issue 42's goal: compiled, no float op on the host, equal to onnxruntime."""
-        return bool(self.fits and not self.float_host_ops and self.within_rtol)
+        """Issue 42's goal: compiled, no float op on the host, equal to onnxruntime; for an
+        attention block also its attention fused into one operator."""
+        fused = self.model not in ATTENTION_MODELS or self.attention == 1
+        return bool(self.fits and not self.float_host_ops and self.within_rtol and fused)
 
 
 def _export(model: Any, args: tuple[Any, ...], exporter: str, path: pathlib.Path) -> None:
@@ -304,12 +421,18 @@ def _export(model: Any, args: tuple[Any, ...], exporter: str, path: pathlib.Path
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
+        names = input_names(args)
         if exporter == "torchscript":
             torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET,
-                              input_names=["x"], output_names=["y"])
+                              input_names=names, output_names=["y"])
         else:
-            torch.onnx.export(model, args, str(path), dynamo=True, input_names=["x"],
+            torch.onnx.export(model, args, str(path), dynamo=True, input_names=names,
                               output_names=["y"], external_data=False)
+
+
+def input_names(args: tuple[Any, ...]) -> list[str]:
+    """The graph inputs' names: ``x``, then ``x1``, ``x2``, ..."""
+    return ["x"] + [f"x{i}" for i in range(1, len(args))]
 
 
 def _compare(got: np.ndarray, want: np.ndarray) -> tuple[float, float, bool]:
@@ -347,7 +470,7 @@ def run_one(name: str, exporter: str, hw: Any, workdir: pathlib.Path) -> Row:
         proto = onnx.load(str(path))
         row.opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
         row.onnx_nodes = len(proto.graph.node)
-        feeds = {proto.graph.input[0].name: args[0].numpy()}
+        feeds = dict(zip(input_names(args), (a.numpy() for a in args)))
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         want = session.run(None, feeds)[0]
         row.stage = "import"
@@ -357,6 +480,7 @@ def run_one(name: str, exporter: str, hw: Any, workdir: pathlib.Path) -> Row:
         report = tvm_icca.partition_report(part)
         row.regions = len(report["regions"])
         row.device_ops = sum(len(r["composites"]) for r in report["regions"])
+        row.attention = sum(c.endswith(".attention") for r in report["regions"] for c in r["composites"])
         row.host_ops = report["host_ops"]
         row.float_host_ops = float_host_ops(part)
         row.stage = "compile"
@@ -369,7 +493,7 @@ def run_one(name: str, exporter: str, hw: Any, workdir: pathlib.Path) -> Row:
         row.fits = True
         row.stage = "run"
         vm = relax.VirtualMachine(executable, tvm.cpu())
-        out = vm["main"](tvm.runtime.tensor(args[0].numpy()))
+        out = vm["main"](*(tvm.runtime.tensor(feeds[i.name]) for i in proto.graph.input))
         got = (out if hasattr(out, "numpy") else out[0]).numpy()
         row.stage = "compared"
         row.max_abs, row.max_rel, row.within_rtol = _compare(got, want)
@@ -390,14 +514,15 @@ def _cell(value: Any, fmt: str = "{}") -> str:
 
 def _table(rows: list[Row]) -> list[str]:
     lines = ["| model | exporter | opset | ONNX nodes | compiled (fits) | regions | device ops | "
+             "fused attention | "
              "float ops on the host | max abs error | max error / max abs output | "
              f"within rtol {RTOL:g} | goal met | s |",
-             "|---|---|---:|---:|---|---:|---:|---|---:|---:|---|---|---:|"]
+             "|---|---|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|---:|"]
     for r in rows:
         fits = {True: "yes", False: "no (does not fit)", None: f"failed at {r.stage}"}[r.fits]
         host = ", ".join(sorted(set(r.float_host_ops))) or "none"
         lines.append(f"| {r.model} | {r.exporter} | {_cell(r.opset)} | {_cell(r.onnx_nodes)} | "
-                     f"{fits} | {_cell(r.regions)} | {_cell(r.device_ops)} | "
+                     f"{fits} | {_cell(r.regions)} | {_cell(r.device_ops)} | {_cell(r.attention)} | "
                      f"{host if r.regions is not None else '-'} | {_cell(r.max_abs, '{:.2e}')} | "
                      f"{_cell(r.max_rel, '{:.2e}')} | "
                      f"{_cell({True: 'yes', False: 'no'}.get(r.within_rtol))} | "
@@ -455,7 +580,9 @@ def main(argv: list[str] | None = None) -> int:
             "TorchScript exporter writes opset "
             f"{OPSET}, the dynamo exporter its own. Float ops on the host: Relax ops left in "
             "`main` that read and write floating-point data (integer shape and index "
-            "arithmetic is not counted). Device ops: the fused operators of the regions.", ""]
+            "arithmetic is not counted). Device ops: the fused operators of the regions; fused "
+            "attention: how many of them are one `icca.attention` operator (the attention "
+            "blocks' goal: 1).", ""]
     text += _table(rows)
     text += ["", "## Models", ""] + [f"- `{m}`: {what}" for m, what in
                                      dict((r.model, r.what) for r in rows).items()]

@@ -1,6 +1,6 @@
 """Fused attention (``icca.attention``) as a tensor expression of kind ``"attention"``.
 
-The composite ``matmul(softmax(score(Q, K)) [cast], V)`` (:mod:`tvm_icca.ops.attention`) has
+The composite ``matmul(softmax(score(Q, K)) [casts], V)`` (:mod:`tvm_icca.ops.attention`) has
 the TE TVM's legalization gives each of its ops (:func:`tvm_icca.ops.te_capture.compose_te`):
 the product is a sum over the keys ``j`` of ``P[.., i, j] * V[.., j, d]``, ``P`` the
 softmax's stages over the scores ``S``. The expression keeps the product's axes (the
@@ -16,9 +16,10 @@ a core-local sum over the head dimension ``k``, the scale, soft-cap and mask the
 ops around it. Factors of that sum that do not read ``k`` (the ``sqrt(scale)`` the SDPA
 decompositions put on each operand) move out of it, so the sum is the plain product of a
 ``Q`` and a ``K`` read. ``value`` is the other factor of the product. The inputs are
-ordered ``(Q, K, V, *extra)``. A cast of the probabilities before the product (Hugging
-Face's ``.to(query.dtype)`` after a float32 softmax) is not applied: the device computes the
-normalized product in float32 and rounds once, to the output's dtype.
+ordered ``(Q, K, V, *extra)``. Casts of the probabilities before the product (Hugging
+Face's ``.to(query.dtype)`` after a float32 softmax, up to
+:data:`~tvm_icca.ops.attention.MAX_PROBS_CASTS` of them) are not applied: the device computes
+the normalized product in float32 and rounds once, to the output's dtype.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from tvm.relax.transform import PatternCheckContext
 from tvm_icca.ops.mask_predicates import PREDICATE_OPS, predicate_pattern
 from tvm_icca.ops.relax_types import static_shape
 
-__all__ = ["ATTENTION_COMPOSITE", "MAX_SCORE_OPS", "SCORE_OPS", "attention_pattern",
+__all__ = ["ATTENTION_COMPOSITE", "MAX_PROBS_CASTS", "MAX_SCORE_OPS", "SCORE_OPS", "attention_pattern",
            "attention_reason", "predicate_calls"]
 
 #: The composite name's suffix (``icca.attention``).
@@ -48,6 +48,12 @@ SCORE_OPS: tuple[str, ...] = ("relax.multiply", "relax.divide", "relax.add", "re
 #: How many of them: the longest chain the exporters write is Gemma 2's, scale + soft-cap
 #: (divide, tanh, multiply) + mask + upcast = 6; two more for a ``where`` mask and a cast.
 MAX_SCORE_OPS = 8
+
+#: Casts allowed between the softmax and the product: Hugging Face's eager attention writes
+#: ``softmax(scores, dtype=float32).to(query.dtype)``, which the TorchScript exporter emits as
+#: two ``Cast`` nodes (the softmax's ``dtype`` argument, then ``.to``), identities in a
+#: float32 model.
+MAX_PROBS_CASTS = 2
 
 #: Ops allowed on the way from a ``Q`` or ``K`` operand to the product: a scale (the SDPA
 #: decompositions multiply both by ``sqrt(scale)``) and the transpose of ``K``.
@@ -81,7 +87,7 @@ def _score_op(x: DFPattern) -> DFPattern:
 
 
 def attention_pattern(prefix: str, check: Callable[[PatternCheckContext], bool]) -> Pattern:
-    """``<prefix>.attention``: ``matmul(softmax(score(Q, K)) [cast], V)``.
+    """``<prefix>.attention``: ``matmul(softmax(score(Q, K)) [casts], V)``.
 
     ``check`` is the pattern table's operand check (every op fits the chip, no intermediate
     is used outside the match); the structure is checked by :func:`attention_reason`. The
@@ -99,7 +105,10 @@ def attention_pattern(prefix: str, check: Callable[[PatternCheckContext], bool])
     for _ in range(MAX_SCORE_OPS):
         chain = _score_op(chain) | chain
     probs = is_op("relax.nn.softmax")(chain)
-    root = is_op("relax.matmul")(is_op("relax.astype")(probs) | probs, v)
+    cast = probs
+    for _ in range(MAX_PROBS_CASTS):
+        cast = is_op("relax.astype")(cast) | cast
+    root = is_op("relax.matmul")(cast, v)
     annotations: dict[str, DFPattern] = {"scores": scores, "probs": probs, "value": v,
                                          "root": root}
 
@@ -201,7 +210,7 @@ def attention_reason(root: relax.Call, bound: Mapping[relax.Var, relax.Expr]) ->
     if _op_name(root) != "relax.matmul":
         return "the root is not a matmul"
     probs = _value(root.args[0], bound)
-    if _op_name(probs) == "relax.astype":
+    while _op_name(probs) == "relax.astype":
         if not _is_float(probs):
             return f"the probabilities are cast to {probs.ty.dtype}"
         probs = _value(probs.args[0], bound)

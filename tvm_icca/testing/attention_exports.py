@@ -49,6 +49,10 @@ class Dims:
     head_dim: int = 16
 
 
+#: float32's lowest value, the fill Hugging Face's causal masks use.
+_LOWEST = float(np.finfo(np.float32).min)
+
+
 def _inputs(g: Graph, shapes: dict[str, tuple[tuple[int, ...], int]]) -> dict[str, np.ndarray]:
     values = {}
     for name, (shape, elem) in shapes.items():
@@ -112,6 +116,24 @@ def hf_eager_llama_fp16(z: Dims = Dims()) -> ExportCase:
     case.inputs["causal_mask"] = np.triu(np.full((z.tokens, z.tokens), np.finfo(np.float16).min), 1)[
         None, None].repeat(z.batch, 0).astype(np.float16)
     return case
+
+
+def hf_eager_llama_torchscript(z: Dims = Dims()) -> ExportCase:
+    """Llama's eager attention in float32 as torch 2.13's TorchScript exporter writes it:
+    the causal mask ``Trilu(upper, k=1)`` of a constant filled with float32's lowest value,
+    unsqueezed to ``[1, 1, S, S]`` and added after ``/ sqrt(d)``; the ``Softmax`` followed by
+    two ``Cast`` nodes (``softmax(..., dtype=float32)``, then ``.to(query.dtype)``)."""
+    g = Graph(14)
+    full = g.constant(np.full((z.tokens, z.tokens), _LOWEST, np.float32))
+    mask = g.op("Trilu", [full, g.constant(1, np.int64)], upper=1)
+    for axis in (0, 0):
+        mask = g.op("Unsqueeze", [mask, g.constant([axis], np.int64)])
+    scores = g.op("Div", [g.op("MatMul", ["q", _kt(g, "k")]), g.constant(math.sqrt(z.head_dim))])
+    probs = g.op("Softmax", [g.op("Add", [scores, mask])], axis=-1)
+    for _ in range(2):
+        probs = g.op("Cast", [probs], to=TensorProto.FLOAT)
+    return _case(g, "hf_eager_llama_torchscript", _qkv(z), g.op("MatMul", [probs, "v"]),
+                 "HF Llama eager attention, float32, torch.onnx.export(dynamo=False)")
 
 
 def hf_gqa_repeat_kv(z: Dims = Dims()) -> ExportCase:
@@ -243,7 +265,7 @@ def mask_broadcasts_scores(z: Dims = Dims()) -> ExportCase:
 
 #: Exporter-shaped attention blocks that fuse into one operator, by name.
 FUSED: dict[str, Callable[[], ExportCase]] = {f.__name__: f for f in (
-    hf_eager_llama, hf_eager_llama_fp16, hf_gqa_repeat_kv, hf_gemma2_softcap, hf_t5,
+    hf_eager_llama, hf_eager_llama_fp16, hf_eager_llama_torchscript, hf_gqa_repeat_kv, hf_gemma2_softcap, hf_t5,
     hf_whisper_cross, sdpa_torchscript, sdpa_dynamo)}
 #: Blocks that look like attention but are not ``softmax(score) @ V``, by name.
 UNFUSED: dict[str, Callable[[], ExportCase]] = {f.__name__: f for f in (
@@ -251,7 +273,6 @@ UNFUSED: dict[str, Callable[[], ExportCase]] = {f.__name__: f for f in (
 
 
 # -- masks that are a band of the axes, and look-alikes that are not ------------------------
-_LOWEST = float(np.finfo(np.float32).min)
 
 
 def _masked_eager(g: Graph, z: Dims, mask: str, name: str, what: str) -> ExportCase:
@@ -320,7 +341,7 @@ def random_initializer(z: Dims = Dims()) -> ExportCase:
 
 #: Blocks whose mask is a causal or sliding-window band computed from no input, by name.
 BANDED: dict[str, Callable[[], ExportCase]] = {f.__name__: f for f in (
-    causal_initializer, causal_dynamo_chain, sliding_window_chain)}
+    causal_initializer, causal_dynamo_chain, sliding_window_chain, hf_eager_llama_torchscript)}
 #: Blocks with a constant mask that is not a band, by name.
 NOT_BANDED: dict[str, Callable[[], ExportCase]] = {f.__name__: f for f in (
     perturbed_causal_initializer, random_initializer)}
