@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from runtime_sim.contract.errors import InvalidPlanError
-from runtime_sim.contract.layout import OpLayout
+from runtime_sim.contract.layout import CoreLayout, OpLayout
 from runtime_sim.contract.layout_checks import check_rings, rings_hold
 from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.testing import exprs
@@ -54,6 +54,6 @@ def test_batched_ring_rule_is_check_rings(expr):
             want.append(False)
         F.append(f)
         ft.append([[t.get(a, 1) for a in axes] for t in temporal])
-    got = rings_hold(own, np.array(F), np.array(ft))
+    got = rings_hold(CoreLayout(own, np.array(F), np.array(ft)))
     assert 0 < sum(want) < len(want)    # both verdicts occur
     assert got.tolist() == want

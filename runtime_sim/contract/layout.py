@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -72,6 +72,151 @@ class ShiftEvent:
     axis: str
     source: np.ndarray  # core -> core it receives from (itself where nothing moves)
     moving: np.ndarray  # boolean mask of cores that receive a new partition
+
+
+class CoreLayout:
+    """Where the cores of one plan, or of many plans of one expression, sit: the grid, the
+    rotation rings, the Cannon skew and the partitions of T10 §4.2 and §4.4 ("Sub-tensor
+    placement"), as the module docstring states them, on arrays.
+
+    This is the one definition of the per-core layout. :class:`OpLayout` reads its grid,
+    rings, offsets and partition keys from one of these (``n = 1``); a plan space builds one
+    for thousands of candidate plans to decide the ring rule of all of them in a few dozen
+    array operations (:func:`runtime_sim.contract.layout_checks.rings_hold`). The cores of
+    plan ``i`` are numbered ``0 .. prod F[i] - 1`` and follow those of plan ``i - 1`` in every
+    per-core array (``C`` cores in all). Per-core arrays are computed on first use.
+
+    Parameters
+    ----------
+    own : numpy.ndarray
+        (T, A) bool: whether tensor ``t`` is indexed by top-level axis ``a``
+        (:meth:`OpLayout.tensor_axes`).
+    F : numpy.ndarray
+        (n, A): each plan's F_op.
+    ft : numpy.ndarray
+        (n, T, A): each plan's temporal factors, 1 where it gives none.
+    order : numpy.ndarray, optional
+        (n, A): each plan's core order as axis numbers, outermost first (the plan's
+        ``core_order``); by default the axes in order.
+
+    Attributes
+    ----------
+    S : numpy.ndarray
+        (n, A): temporal steps on each axis, the largest f_t of any tensor on it.
+    sharing : numpy.ndarray
+        (n, T): P_T, the cores that share one sub-tensor of tensor ``t``.
+    ring_size : numpy.ndarray
+        (n, T): R_T = prod f_t, the cores of one rotation ring of tensor ``t``.
+    replicas : numpy.ndarray
+        (n, T): rotation rings of tensor ``t``, copies of each sub-tensor (P_T / R_T).
+    cores : numpy.ndarray
+        (n,): cores of each plan, the product of its F_op.
+    """
+
+    def __init__(self, own: np.ndarray, F: np.ndarray, ft: np.ndarray,
+                 order: np.ndarray | None = None):
+        self.own = np.asarray(own, bool)
+        self.F = np.asarray(F, np.int64)
+        self.ft = np.asarray(ft, np.int64)
+        n, A = self.F.shape
+        self.order = np.tile(np.arange(A), (n, 1)) if order is None else np.asarray(order, np.int64)
+        self.S = np.maximum(self.ft.max(axis=1, initial=1), 1)
+        self.sharing = np.prod(np.where(self.own, 1, self.F[:, None, :]), axis=2)
+        self.ring_size = np.prod(self.ft, axis=2)
+        # (a factor below 1 is refused by check_layout, not divided by here)
+        self.replicas = self.sharing // np.maximum(self.ring_size, 1)
+        self.cores = np.prod(self.F, axis=1)
+
+    @property
+    def num_plans(self) -> int:
+        """n: the plans laid out."""
+        return len(self.F)
+
+    def at_cores(self, per_plan: np.ndarray) -> np.ndarray:
+        """Per-plan values ``(n, ...)`` at every core, ``(..., C)``: a plan's value at each of
+        its cores (``(..., 1)`` for one plan, which broadcasts against per-core arrays)."""
+        values = np.moveaxis(np.asarray(per_plan), 0, -1)
+        return values if self.num_plans == 1 else values[..., self.plan]
+
+    @cached_property
+    def plan(self) -> np.ndarray:
+        """(C,): the plan of each core."""
+        return np.repeat(np.arange(self.num_plans), self.cores)
+
+    @cached_property
+    def grid(self) -> np.ndarray:
+        """(A, C): ``g[a](c)``, the sub-operator index of each core on each axis. A plan's
+        cores are numbered row-major over the axes in its core order, outermost first."""
+        n, A = self.F.shape
+        plans = np.arange(n)
+        stride = np.ones((n, A), np.int64)
+        for k in range(A - 2, -1, -1):
+            inner = self.order[:, k + 1]
+            stride[plans, self.order[:, k]] = stride[plans, inner] * self.F[plans, inner]
+        first = self.at_cores(np.cumsum(self.cores) - self.cores)   # each plan's first core
+        local = np.arange(int(self.cores.sum()), dtype=np.int64) - first
+        return local // self.at_cores(stride) % self.at_cores(self.F)
+
+    @cached_property
+    def _rings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sub-tensor (T, C), ring (T, C), offset (A, C)). Tensor ``t``'s cores that differ only
+        on the axes ``t`` lacks share a sub-tensor; numbered row-major over those axes, they
+        form consecutive rings of R_T cores. A core's position in its ring, as digits over
+        ``t``'s temporal axes (radix f_t), skews its chunk schedule on each of them by
+        ``S / f_t`` per digit, summed over the tensors (Cannon's skew)."""
+        grid, F, S = self.grid, self.at_cores(self.F), self.at_cores(self.S)
+        T, (A, C) = len(self.own), grid.shape
+        sub = np.empty((T, C), np.int64)
+        ring = np.empty((T, C), np.int64)
+        offset = np.zeros((A, C), np.int64)
+        R = self.at_cores(self.ring_size)
+        for t in range(T):
+            own = self.own[t]
+            g_free = _ravel(grid[~own], F[~own], C)
+            sub[t] = _ravel(grid[own], F[own], C)
+            pos = g_free % R[t]
+            ring[t] = g_free // R[t]
+            ft = self.at_cores(self.ft[:, t])
+            for a in np.flatnonzero((self.ft[:, t] > 1).any(axis=0))[::-1]:   # last digit first
+                pos, digit = np.divmod(pos, ft[a])
+                offset[a] += S[a] // ft[a] * digit
+        return sub, ring, offset % S
+
+    @property
+    def subtensor(self) -> np.ndarray:
+        """(T, C): which sub-tensor of each tensor each core holds."""
+        return self._rings[0]
+
+    @property
+    def ring(self) -> np.ndarray:
+        """(T, C): each core's rotation ring of each tensor, among its sub-tensor's replicas."""
+        return self._rings[1]
+
+    @property
+    def offset(self) -> np.ndarray:
+        """(A, C): ``off_a(c)``, the Cannon-style skew of each core's chunk schedule; also
+        ``q_a`` at the first step."""
+        return self._rings[2]
+
+    def span(self, t: int) -> np.ndarray:
+        """(A, C): chunks of each axis in one partition of tensor ``t`` (``S / f_t``)."""
+        return self.at_cores(self.S // self.ft[:, t])
+
+    def partition(self, t: int, q: np.ndarray) -> np.ndarray:
+        """(A, C): ``p_a``, the partition of tensor ``t`` each core holds at chunks ``q``
+        (A, C) (0 on axes ``t`` does not rotate on)."""
+        return q // self.span(t)
+
+    def partition_key(self, t: int) -> np.ndarray:
+        """(C,): an id of the partition of tensor ``t`` each core holds at its first step:
+        cores of one plan with equal ids are replicas of one partition (T10 §4.2)."""
+        p0 = self.partition(t, self.offset)
+        return self.subtensor[t] * self.at_cores(self.ring_size[:, t]) + _ravel(
+            p0, self.at_cores(self.ft[:, t]), p0.shape[1])
+
+    def group_key(self, t: int) -> np.ndarray:
+        """(C,): an id of the (sub-tensor, ring) of tensor ``t`` of each core in its plan."""
+        return self.subtensor[t] * self.at_cores(np.maximum(self.replicas[:, t], 1)) + self.ring[t]
 
 
 class OpLayout:
@@ -132,10 +277,23 @@ class OpLayout:
         #: plan space's ring check builds a layout per candidate plan)
         self.ft_table: tuple[dict[str, int], ...] = tuple(
             {a: plan.ft(t, a) for a in self.axes} for t in range(len(expr.tensors)))
-        self.S = {a: max([ft[a] for ft in self.ft_table] + [1]) for a in self.axes}
+        self.core_order = tuple(plan.core_order) if plan.core_order else self.axes
+        if sorted(self.core_order) != sorted(self.axes):
+            raise InvalidPlanError(
+                f"core order {list(plan.core_order)} must be a permutation of the axes "
+                f"{list(self.axes)} (or empty)"
+            )
+        #: the per-core layout of this plan (grid, rings, skew, partitions; T10 §4.2), and
+        #: its step and ring counts
+        self.cores = CoreLayout(
+            [[a in access.axes for a in self.axes] for access in expr.tensors],
+            [[self.F[a] for a in self.axes]],
+            [[[ft[a] for a in self.axes] for ft in self.ft_table]],
+            [[self.axes.index(a) for a in self.core_order]])
+        self.S = dict(zip(self.axes, self.cores.S[0].tolist()))
         self.xp = {a: padded_extent(self.extent[a], self.F[a], self.S[a]) for a in self.axes}
         self.rp = {a: self.xp[a] // self.S[a] for a in self.axes}
-        self.num_cores = int(np.prod([self.F[a] for a in self.axes], dtype=np.int64))
+        self.num_cores = int(self.cores.cores[0])
         #: split core-local axes (:func:`local_splits`) -> the axis whose grid they follow
         self.local_follow = {
             l: a for l, a in local_splits(expr).items() if self.F[a] > 1
@@ -154,12 +312,6 @@ class OpLayout:
                 f"steps {[a for a in self.axes if self.S[a] > 1]}"
             )
         self.steps = int(np.prod([self.S[a] for a in self.loop_axes], dtype=np.int64))
-        self.core_order = tuple(plan.core_order) if plan.core_order else self.axes
-        if sorted(self.core_order) != sorted(self.axes):
-            raise InvalidPlanError(
-                f"core order {list(plan.core_order)} must be a permutation of the axes "
-                f"{list(self.axes)} (or empty)"
-            )
         #: chips the numbered cores are spread over (``plan.chips``, see :attr:`physical`)
         self.chips = int(getattr(plan, "chips", 1))
         self.cores_per_chip = None if cores_per_chip is None else int(cores_per_chip)
@@ -185,13 +337,9 @@ class OpLayout:
         ``core_order``, else the expression's axis order), outermost first. This is the one
         mapping of sub-operators to physical cores: everything that names a core (rings,
         shift sources, owners, placement grids) derives from it, for the functional device
-        and the timing simulator alike.
+        and the timing simulator alike (:attr:`CoreLayout.grid`).
         """
-        order = self.core_order
-        shape = [self.F[a] for a in order]
-        idx = np.unravel_index(np.arange(self.num_cores), shape) if shape else ()
-        by_axis = {a: np.asarray(i, dtype=np.int64) for a, i in zip(order, idx)}
-        return {a: by_axis[a] for a in self.axes}
+        return dict(zip(self.axes, self.cores.grid))
 
     @cached_property
     def physical(self) -> np.ndarray:
@@ -247,62 +395,30 @@ class OpLayout:
         """(own axes, temporal axes, P_T, R_T) of each tensor, computed once per layout (they
         are asked for per core group, ring and shift; the layout does not change)."""
         out = []
+        sharing, rings = self.cores.sharing[0].tolist(), self.cores.ring_size[0].tolist()
         for t, access in enumerate(self.expr.tensors):
             own = tuple(a for a in access.axes if a in self.extent)
             ft = self.ft_table[t]
-            sharing = 1
-            for a in self.axes:
-                if a not in own:
-                    sharing *= self.F[a]
-            ring = 1
-            for a in self.axes:
-                ring *= ft[a]
-            out.append((own, tuple(a for a in self.axes if ft[a] > 1), sharing, ring))
+            out.append((own, tuple(a for a in self.axes if ft[a] > 1), sharing[t], rings[t]))
         return tuple(out)
 
     def replicas(self, t: int) -> int:
         """Rotation rings of tensor ``t``: copies of each sub-tensor (``P_T / R_T``)."""
         return self.sharing(t) // self.ring_size(t)
 
-    @cached_property
-    def _rings(self) -> list[dict[str, np.ndarray]]:
-        rings = []
-        for t in range(len(self.expr.tensors)):
-            own = set(self.tensor_axes(t))
-            free = [a for a in self.axes if a not in own]
-            mine = [a for a in self.axes if a in own]
-            g_free = _ravel([self.grid[a] for a in free], [self.F[a] for a in free], self.num_cores)
-            sub = _ravel([self.grid[a] for a in mine], [self.F[a] for a in mine], self.num_cores)
-            R = self.ring_size(t)
-            pos = g_free % R
-            temporal = self.temporal_axes(t)
-            digits = (
-                np.unravel_index(pos, [self.ft_table[t][a] for a in temporal]) if temporal else ()
-            )
-            rings.append(
-                {
-                    "subtensor": sub,
-                    "ring": g_free // R,
-                    "position": pos,
-                    **{f"digit:{a}": np.asarray(d, np.int64) for a, d in zip(temporal, digits)},
-                }
-            )
-        return rings
-
     def ring_id(self, t: int) -> np.ndarray:
-        return self._rings[t]["ring"]
+        """Each core's rotation ring of tensor ``t`` (:attr:`CoreLayout.ring`)."""
+        return self.cores.ring[t]
 
     def subtensor_id(self, t: int) -> np.ndarray:
-        return self._rings[t]["subtensor"]
+        """Which sub-tensor of tensor ``t`` each core holds (:attr:`CoreLayout.subtensor`)."""
+        return self.cores.subtensor[t]
 
     @cached_property
     def offset(self) -> dict[str, np.ndarray]:
-        """``off_a(c)``: the Cannon-style skew of each core's chunk schedule."""
-        off = {a: np.zeros(self.num_cores, np.int64) for a in self.axes}
-        for t in range(len(self.expr.tensors)):
-            for a in self.temporal_axes(t):
-                off[a] += (self.S[a] // self.ft_table[t][a]) * self._rings[t][f"digit:{a}"]
-        return {a: off[a] % self.S[a] for a in self.axes}
+        """``off_a(c)``: the Cannon-style skew of each core's chunk schedule
+        (:attr:`CoreLayout.offset`)."""
+        return dict(zip(self.axes, self.cores.offset))
 
     # -- chunks and partitions ----------------------------------------------------------
     def chunk(self, counters: Mapping[str, int]) -> dict[str, np.ndarray]:
@@ -310,10 +426,13 @@ class OpLayout:
         return {a: (int(counters.get(a, 0)) + self.offset[a]) % self.S[a] for a in self.axes}
 
     def partition(self, t: int, q: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``p_a`` of the partition of tensor ``t`` held by each core while at chunk ``q``."""
-        return {
-            a: q[a] // (self.S[a] // self.ft_table[t][a]) for a in self.temporal_axes(t)
-        }
+        """``p_a`` of the partition of tensor ``t`` held by each core while at chunk ``q``
+        (:meth:`CoreLayout.partition`)."""
+        temporal = self.temporal_axes(t)
+        if not temporal:
+            return {}
+        p = self.cores.partition(t, np.stack([q[a] for a in self.axes]))
+        return {a: p[i] for i, a in enumerate(self.axes) if a in temporal}
 
     def partition_shape(self, t: int) -> tuple[int, ...]:
         """Shape of one partition of tensor ``t`` (what a core stores)."""
@@ -459,9 +578,9 @@ class OpLayout:
         return self._shift_sources[(t, a)]
 
     def ring_group_key(self, t: int) -> np.ndarray:
-        """A number identifying (sub-tensor, ring) of tensor ``t`` on every core."""
-        rings = self._rings[t]
-        return rings["subtensor"] * max(self.replicas(t), 1) + rings["ring"]
+        """A number identifying (sub-tensor, ring) of tensor ``t`` on every core
+        (:meth:`CoreLayout.group_key`)."""
+        return self.cores.group_key(t)
 
     def shifts_after(self, counters: Mapping[str, int], advancing: tuple[str, ...]) -> list[ShiftEvent]:
         """The shifts that follow the step at ``counters`` when ``advancing`` loops move on."""
@@ -570,13 +689,8 @@ class OpLayout:
 
     def partition_key(self, t: int) -> np.ndarray:
         """An id of the partition of tensor ``t`` each core holds at its first step: cores with
-        equal ids are replicas of one partition (T10 §4.2)."""
-        temporal = self.temporal_axes(t)
-        p0 = self.partition(t, self.chunk({}))
-        radices = [self.ft_table[t][a] for a in temporal]
-        return self._rings[t]["subtensor"] * self.ring_size(t) + _ravel(
-            [p0[a] for a in temporal], radices, self.num_cores
-        )
+        equal ids are replicas of one partition (T10 §4.2; :meth:`CoreLayout.partition_key`)."""
+        return self.cores.partition_key(t)
 
     # -- validity -----------------------------------------------------------------------
     def validate(self) -> None:
@@ -585,10 +699,12 @@ class OpLayout:
         check_layout(self)
 
 
-def _ravel(indices: list[np.ndarray], radices: list[int], n: int) -> np.ndarray:
+def _ravel(indices: Sequence[np.ndarray], radices: Sequence, n: int) -> np.ndarray:
+    """Mixed-radix number of ``n`` cores' digits, the first most significant; a radix is an
+    int or per-core array."""
     out = np.zeros(n, np.int64)
     for i, r in zip(indices, radices):
-        out = out * int(r) + i
+        out = out * r + i
     return out
 
 
