@@ -74,6 +74,22 @@ class ShiftEvent:
     moving: np.ndarray  # boolean mask of cores that receive a new partition
 
 
+def temporal_steps(ft: np.ndarray) -> np.ndarray:
+    """``S_a``: temporal steps on each axis, the largest f_t of any tensor on it (1 where
+    none rotates), of temporal factors ``ft`` (..., T, A) -> (..., A)."""
+    # (a ufunc reduction: np.max costs several times more on one plan's few axes)
+    return np.maximum.reduce(ft, axis=-2, initial=1)
+
+
+def ring_counts(own: np.ndarray, F: np.ndarray, ft: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``P_T``, the cores that share one sub-tensor of tensor ``t`` (they differ only on the
+    axes ``t`` lacks), and ``R_T = prod f_t``, the cores of one of its rotation rings, of
+    plans ``F`` (n, A) with temporal factors ``ft`` (n, T, A), tensor ``t`` indexed by the
+    axes ``own[t]`` (T, A): two (n, T) arrays."""
+    return (np.multiply.reduce(np.where(own, 1, F[:, None, :]), axis=2),
+            np.multiply.reduce(ft, axis=2))
+
+
 class CoreLayout:
     """Where the cores of one plan, or of many plans of one expression, sit: the grid, the
     rotation rings, the Cannon skew and the partitions of T10 §4.2 and §4.4 ("Sub-tensor
@@ -95,47 +111,57 @@ class CoreLayout:
         (n, A): each plan's F_op.
     ft : numpy.ndarray
         (n, T, A): each plan's temporal factors, 1 where it gives none.
-    order : numpy.ndarray, optional
-        (n, A): each plan's core order as axis numbers, outermost first (the plan's
-        ``core_order``); by default the axes in order.
+    order : sequence of int, optional
+        The plans' core order as axis numbers, outermost first (a plan's ``core_order``);
+        by default the axes in order.
 
     Attributes
     ----------
     S : numpy.ndarray
-        (n, A): temporal steps on each axis, the largest f_t of any tensor on it.
-    sharing : numpy.ndarray
-        (n, T): P_T, the cores that share one sub-tensor of tensor ``t``.
-    ring_size : numpy.ndarray
-        (n, T): R_T = prod f_t, the cores of one rotation ring of tensor ``t``.
-    replicas : numpy.ndarray
-        (n, T): rotation rings of tensor ``t``, copies of each sub-tensor (P_T / R_T).
+        (n, A): temporal steps on each axis (:func:`temporal_steps`).
     cores : numpy.ndarray
         (n,): cores of each plan, the product of its F_op.
     """
 
     def __init__(self, own: np.ndarray, F: np.ndarray, ft: np.ndarray,
-                 order: np.ndarray | None = None):
+                 order: Sequence[int] | None = None):
         self.own = np.asarray(own, bool)
         self.F = np.asarray(F, np.int64)
         self.ft = np.asarray(ft, np.int64)
-        n, A = self.F.shape
-        self.order = np.tile(np.arange(A), (n, 1)) if order is None else np.asarray(order, np.int64)
-        self.S = np.maximum(self.ft.max(axis=1, initial=1), 1)
-        self.sharing = np.prod(np.where(self.own, 1, self.F[:, None, :]), axis=2)
-        self.ring_size = np.prod(self.ft, axis=2)
-        # (a factor below 1 is refused by check_layout, not divided by here)
-        self.replicas = self.sharing // np.maximum(self.ring_size, 1)
-        self.cores = np.prod(self.F, axis=1)
+        self.order = list(range(self.F.shape[1])) if order is None else list(order)
+        self.S = temporal_steps(self.ft)
+        self.cores = np.multiply.reduce(self.F, axis=1)
 
     @property
     def num_plans(self) -> int:
         """n: the plans laid out."""
         return len(self.F)
 
+    @property
+    def sharing(self) -> np.ndarray:
+        """(n, T): P_T (:func:`ring_counts`)."""
+        return self._counts[0]
+
+    @property
+    def ring_size(self) -> np.ndarray:
+        """(n, T): R_T (:func:`ring_counts`)."""
+        return self._counts[1]
+
+    @cached_property
+    def _counts(self) -> tuple[np.ndarray, np.ndarray]:
+        return ring_counts(self.own, self.F, self.ft)
+
+    @cached_property
+    def replicas(self) -> np.ndarray:
+        """(n, T): rotation rings of tensor ``t``, copies of each sub-tensor (P_T / R_T)."""
+        # (a factor below 1 is refused by check_layout, not divided by here)
+        return self.sharing // np.maximum(self.ring_size, 1)
+
     def at_cores(self, per_plan: np.ndarray) -> np.ndarray:
         """Per-plan values ``(n, ...)`` at every core, ``(..., C)``: a plan's value at each of
         its cores (``(..., 1)`` for one plan, which broadcasts against per-core arrays)."""
-        values = np.moveaxis(np.asarray(per_plan), 0, -1)
+        values = np.asarray(per_plan)
+        values = values.transpose(tuple(range(1, values.ndim)) + (0,))
         return values if self.num_plans == 1 else values[..., self.plan]
 
     @cached_property
@@ -146,16 +172,19 @@ class CoreLayout:
     @cached_property
     def grid(self) -> np.ndarray:
         """(A, C): ``g[a](c)``, the sub-operator index of each core on each axis. A plan's
-        cores are numbered row-major over the axes in its core order, outermost first."""
-        n, A = self.F.shape
-        plans = np.arange(n)
-        stride = np.ones((n, A), np.int64)
-        for k in range(A - 2, -1, -1):
-            inner = self.order[:, k + 1]
-            stride[plans, self.order[:, k]] = stride[plans, inner] * self.F[plans, inner]
-        first = self.at_cores(np.cumsum(self.cores) - self.cores)   # each plan's first core
-        local = np.arange(int(self.cores.sum()), dtype=np.int64) - first
-        return local // self.at_cores(stride) % self.at_cores(self.F)
+        cores are numbered row-major over the axes in the core order, outermost first."""
+        core = np.arange(int(self.cores.sum()), dtype=np.int64)
+        grid = np.empty((self.F.shape[1], len(core)), np.int64)
+        if self.num_plans == 1:              # numpy's unravel: the same numbering, one call
+            digits = np.unravel_index(core, self.F[0, self.order].tolist())
+            for a, d in zip(self.order, digits):
+                grid[a] = d
+            return grid
+        core -= (np.cumsum(self.cores) - self.cores)[self.plan]          # from each plan's first
+        F = self.at_cores(self.F)
+        for a in self.order[::-1]:                                      # last digit first
+            core, grid[a] = np.divmod(core, F[a])
+        return grid
 
     @cached_property
     def _rings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -164,23 +193,39 @@ class CoreLayout:
         form consecutive rings of R_T cores. A core's position in its ring, as digits over
         ``t``'s temporal axes (radix f_t), skews its chunk schedule on each of them by
         ``S / f_t`` per digit, summed over the tensors (Cannon's skew)."""
-        grid, F, S = self.grid, self.at_cores(self.F), self.at_cores(self.S)
+        grid, F, ft, span = self.grid, self.at_cores(self.F), self._ft, self._span
         T, (A, C) = len(self.own), grid.shape
-        sub = np.empty((T, C), np.int64)
+        split = np.flatnonzero((self.F > 1).any(axis=0)).tolist()      # grid is 0 elsewhere
+        sub = np.zeros((T, C), np.int64)
         ring = np.empty((T, C), np.int64)
         offset = np.zeros((A, C), np.int64)
         R = self.at_cores(self.ring_size)
-        for t in range(T):
-            own = self.own[t]
-            g_free = _ravel(grid[~own], F[~own], C)
-            sub[t] = _ravel(grid[own], F[own], C)
+        for t, (own, rotating) in enumerate(zip(self.own.tolist(), self._rotating)):
+            g_free = np.zeros(C, np.int64)
+            for a in split:
+                if own[a]:
+                    sub[t] = sub[t] * F[a] + grid[a]
+                else:
+                    g_free = g_free * F[a] + grid[a]
             pos = g_free % R[t]
             ring[t] = g_free // R[t]
-            ft = self.at_cores(self.ft[:, t])
-            for a in np.flatnonzero((self.ft[:, t] > 1).any(axis=0))[::-1]:   # last digit first
-                pos, digit = np.divmod(pos, ft[a])
-                offset[a] += S[a] // ft[a] * digit
-        return sub, ring, offset % S
+            for a in rotating[::-1]:                                    # last digit first
+                pos, digit = np.divmod(pos, ft[t, a])
+                offset[a] += span[t, a] * digit
+        return sub, ring, offset % self.at_cores(self.S)
+
+    @cached_property
+    def _rotating(self) -> list[list[int]]:
+        """The axes each tensor rotates on in some plan (elsewhere its partition is 0)."""
+        return [[a for a, r in enumerate(row) if r] for row in (self.ft > 1).any(axis=0).tolist()]
+
+    @cached_property
+    def _ft(self) -> np.ndarray:
+        return self.at_cores(self.ft)                                   # (T, A, C)
+
+    @cached_property
+    def _span(self) -> np.ndarray:
+        return self.at_cores(self.S[:, None, :] // self.ft)             # (T, A, C): S / f_t
 
     @property
     def subtensor(self) -> np.ndarray:
@@ -200,23 +245,36 @@ class CoreLayout:
 
     def span(self, t: int) -> np.ndarray:
         """(A, C): chunks of each axis in one partition of tensor ``t`` (``S / f_t``)."""
-        return self.at_cores(self.S // self.ft[:, t])
+        return self._span[t]
 
-    def partition(self, t: int, q: np.ndarray) -> np.ndarray:
-        """(A, C): ``p_a``, the partition of tensor ``t`` each core holds at chunks ``q``
-        (A, C) (0 on axes ``t`` does not rotate on)."""
-        return q // self.span(t)
+    def partition(self, t: int, q: np.ndarray, axes: Sequence[int] | None = None) -> np.ndarray:
+        """(A, C): ``p_a``, the partition of tensor ``t`` each core holds at chunks ``q`` (A, C)
+        (0 on axes ``t`` does not rotate on); or on ``axes`` only, ``q`` given on them."""
+        return q // (self._span[t] if axes is None else self._span[t][axes])
 
     def partition_key(self, t: int) -> np.ndarray:
         """(C,): an id of the partition of tensor ``t`` each core holds at its first step:
         cores of one plan with equal ids are replicas of one partition (T10 §4.2)."""
-        p0 = self.partition(t, self.offset)
-        return self.subtensor[t] * self.at_cores(self.ring_size[:, t]) + _ravel(
-            p0, self.at_cores(self.ft[:, t]), p0.shape[1])
+        key = self.subtensor[t] * self.at_cores(self.ring_size[:, t])
+        rotating = self._rotating[t]
+        if rotating:
+            p0 = self.partition(t, self.offset[rotating], rotating)
+            digits = np.zeros_like(key)
+            for a, p in zip(rotating, p0):      # row-major over t's temporal axes (radix f_t)
+                digits = digits * self._ft[t, a] + p
+            key = key + digits
+        return key
 
     def group_key(self, t: int) -> np.ndarray:
         """(C,): an id of the (sub-tensor, ring) of tensor ``t`` of each core in its plan."""
         return self.subtensor[t] * self.at_cores(np.maximum(self.replicas[:, t], 1)) + self.ring[t]
+
+
+def _row_major(radices: np.ndarray) -> np.ndarray:
+    """Row-major strides of mixed-radix digits ``(..., A)``, the first most significant."""
+    strides = np.ones_like(radices)
+    strides[..., :-1] = np.multiply.accumulate(radices[..., :0:-1], axis=-1)[..., ::-1]
+    return strides
 
 
 class OpLayout:
@@ -285,15 +343,12 @@ class OpLayout:
             )
         #: the per-core layout of this plan (grid, rings, skew, partitions; T10 §4.2), and
         #: its step and ring counts
-        self.cores = CoreLayout(
-            [[a in access.axes for a in self.axes] for access in expr.tensors],
-            [[self.F[a] for a in self.axes]],
-            [[[ft[a] for a in self.axes] for ft in self.ft_table]],
-            [[self.axes.index(a) for a in self.core_order]])
-        self.S = dict(zip(self.axes, self.cores.S[0].tolist()))
+        self._ft = np.array([[ft[a] for a in self.axes] for ft in self.ft_table],
+                            np.int64).reshape(len(expr.tensors), len(self.axes))
+        self.S = dict(zip(self.axes, temporal_steps(self._ft).tolist()))
         self.xp = {a: padded_extent(self.extent[a], self.F[a], self.S[a]) for a in self.axes}
         self.rp = {a: self.xp[a] // self.S[a] for a in self.axes}
-        self.num_cores = int(self.cores.cores[0])
+        self.num_cores = int(np.prod([self.F[a] for a in self.axes], dtype=np.int64))
         #: split core-local axes (:func:`local_splits`) -> the axis whose grid they follow
         self.local_follow = {
             l: a for l, a in local_splits(expr).items() if self.F[a] > 1
@@ -329,6 +384,25 @@ class OpLayout:
                 )
 
     # -- per-core grid ------------------------------------------------------------------
+    @cached_property
+    def cores(self) -> CoreLayout:
+        """The per-core layout of this plan: grid, rings, skew, partitions (T10 §4.2)."""
+        own, F = self._arrays
+        return CoreLayout(own, F, self._ft[None],
+                          [self.axes.index(a) for a in self.core_order] if self.plan.core_order else None)
+
+    @cached_property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(T, A) whether each tensor is indexed by each axis, and (1, A) F_op."""
+        own = [[a in o for a in self.axes] for o in self._own]
+        return (np.array(own, bool).reshape(self._ft.shape),
+                np.array([[self.F[a] for a in self.axes]], np.int64))
+
+    @cached_property
+    def _own(self) -> tuple[tuple[str, ...], ...]:
+        """The top-level axes that index each tensor (:meth:`tensor_axes`)."""
+        return tuple(tuple(a for a in access.axes if a in self.extent) for access in self.expr.tensors)
+
     @cached_property
     def grid(self) -> dict[str, np.ndarray]:
         """``g[a](c)``: the sub-operator index of core ``c`` on axis ``a``.
@@ -395,9 +469,9 @@ class OpLayout:
         """(own axes, temporal axes, P_T, R_T) of each tensor, computed once per layout (they
         are asked for per core group, ring and shift; the layout does not change)."""
         out = []
-        sharing, rings = self.cores.sharing[0].tolist(), self.cores.ring_size[0].tolist()
-        for t, access in enumerate(self.expr.tensors):
-            own = tuple(a for a in access.axes if a in self.extent)
+        own, F = self._arrays
+        sharing, rings = (counts[0].tolist() for counts in ring_counts(own, F, self._ft[None]))
+        for t, own in enumerate(self._own):
             ft = self.ft_table[t]
             out.append((own, tuple(a for a in self.axes if ft[a] > 1), sharing[t], rings[t]))
         return tuple(out)

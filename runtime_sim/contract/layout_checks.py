@@ -95,24 +95,28 @@ def ring_faults(cores: Any, t: int) -> tuple[np.ndarray, np.ndarray]:
     astray = np.zeros(rotates.shape, bool)
     if not rotates.any():
         return twice, astray
+    many = cores.num_plans > 1
     plan = cores.plan
     held = cores.partition_key(t) * cores.at_cores(np.maximum(cores.replicas[:, t], 1)) \
         + cores.ring[t]                                            # (partition, ring)
     # numbered apart per plan, so that one sort brings a plan's equal keys together
     # (sorting beats np.unique's hash)
     radix = int(held.max()) + 1
-    held += plan * radix
+    if many:
+        held += plan * radix
     held.sort()
     twice[held[1:][held[1:] == held[:-1]] // radix] = True
     group = cores.group_key(t)
-    group += plan * (int(group.max()) + 1)
+    if many:
+        group += plan * (int(group.max()) + 1)
     order = np.argsort(group)
-    same = group[order][1:] == group[order][:-1]                   # neighbours in one ring
-    members = plan[order][1:]
-    phase = cores.offset % cores.span(t)                           # chunk within the partition
-    for a in np.flatnonzero(rotates.any(axis=0)):
-        ph = phase[a][order]
-        astray[members[same & (ph[1:] != ph[:-1])], a] = True
+    group = group[order]
+    same = group[1:] == group[:-1]                                 # neighbours in one ring
+    members = plan[order][1:] if many else np.zeros(len(group) - 1, np.int64)
+    q0, span = cores.offset, cores.span(t)
+    for a in np.flatnonzero(rotates.any(axis=0)).tolist():
+        phase = (q0[a] % span[a])[order]                           # chunk within the partition
+        astray[members[same & (phase[1:] != phase[:-1])], a] = True
     return twice & rotates.any(axis=1), astray & rotates
 
 
