@@ -140,16 +140,35 @@ class CoreLayout:
     @property
     def sharing(self) -> np.ndarray:
         """(n, T): P_T (:func:`ring_counts`)."""
-        return self._counts[0]
+        return self._tables[0]
 
     @property
     def ring_size(self) -> np.ndarray:
         """(n, T): R_T (:func:`ring_counts`)."""
-        return self._counts[1]
+        return self._tables[1]
+
+    @property
+    def _ft(self) -> np.ndarray:
+        """(T, A, C): f_t at every core."""
+        return self._tables[2]
+
+    @property
+    def _span(self) -> np.ndarray:
+        """(T, A, C): S / f_t, the chunks of a partition, at every core."""
+        return self._tables[3]
+
+    @property
+    def _rotating(self) -> list[list[int]]:
+        """The axes each tensor rotates on in some plan (elsewhere its partition is 0)."""
+        return self._tables[4]
 
     @cached_property
-    def _counts(self) -> tuple[np.ndarray, np.ndarray]:
-        return ring_counts(self.own, self.F, self.ft)
+    def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[list[int]]]:
+        # one cached property for the small tables (each first use of one costs a lock)
+        sharing, ring_size = ring_counts(self.own, self.F, self.ft)
+        rotating = [[a for a, r in enumerate(row) if r] for row in (self.ft > 1).any(axis=0).tolist()]
+        return (sharing, ring_size, self.at_cores(self.ft), self.at_cores(self.S[:, None, :] // self.ft),
+                rotating)
 
     @cached_property
     def replicas(self) -> np.ndarray:
@@ -214,19 +233,6 @@ class CoreLayout:
                 offset[a] += span[t, a] * digit
         return sub, ring, offset % self.at_cores(self.S)
 
-    @cached_property
-    def _rotating(self) -> list[list[int]]:
-        """The axes each tensor rotates on in some plan (elsewhere its partition is 0)."""
-        return [[a for a, r in enumerate(row) if r] for row in (self.ft > 1).any(axis=0).tolist()]
-
-    @cached_property
-    def _ft(self) -> np.ndarray:
-        return self.at_cores(self.ft)                                   # (T, A, C)
-
-    @cached_property
-    def _span(self) -> np.ndarray:
-        return self.at_cores(self.S[:, None, :] // self.ft)             # (T, A, C): S / f_t
-
     @property
     def subtensor(self) -> np.ndarray:
         """(T, C): which sub-tensor of each tensor each core holds."""
@@ -247,9 +253,10 @@ class CoreLayout:
         """(A, C): chunks of each axis in one partition of tensor ``t`` (``S / f_t``)."""
         return self._span[t]
 
-    def partition(self, t: int, q: np.ndarray, axes: Sequence[int] | None = None) -> np.ndarray:
+    def partition(self, t: int, q: np.ndarray, axes: int | Sequence[int] | None = None) -> np.ndarray:
         """(A, C): ``p_a``, the partition of tensor ``t`` each core holds at chunks ``q`` (A, C)
-        (0 on axes ``t`` does not rotate on); or on ``axes`` only, ``q`` given on them."""
+        (0 on axes ``t`` does not rotate on); or on ``axes`` only (an axis: (C,)), ``q``
+        given on them."""
         return q // (self._span[t] if axes is None else self._span[t][axes])
 
     def partition_key(self, t: int) -> np.ndarray:
@@ -387,16 +394,13 @@ class OpLayout:
     @cached_property
     def cores(self) -> CoreLayout:
         """The per-core layout of this plan: grid, rings, skew, partitions (T10 §4.2)."""
-        own, F = self._arrays
-        return CoreLayout(own, F, self._ft[None],
+        return CoreLayout(self._own_mask, [[self.F[a] for a in self.axes]], self._ft[None],
                           [self.axes.index(a) for a in self.core_order] if self.plan.core_order else None)
 
-    @cached_property
-    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(T, A) whether each tensor is indexed by each axis, and (1, A) F_op."""
-        own = [[a in o for a in self.axes] for o in self._own]
-        return (np.array(own, bool).reshape(self._ft.shape),
-                np.array([[self.F[a] for a in self.axes]], np.int64))
+    @property
+    def _own_mask(self) -> np.ndarray:
+        """(T, A): whether each tensor is indexed by each axis."""
+        return np.array([[a in o for a in self.axes] for o in self._own], bool).reshape(self._ft.shape)
 
     @cached_property
     def _own(self) -> tuple[tuple[str, ...], ...]:
@@ -469,8 +473,8 @@ class OpLayout:
         """(own axes, temporal axes, P_T, R_T) of each tensor, computed once per layout (they
         are asked for per core group, ring and shift; the layout does not change)."""
         out = []
-        own, F = self._arrays
-        sharing, rings = (counts[0].tolist() for counts in ring_counts(own, F, self._ft[None]))
+        F = np.array([[self.F[a] for a in self.axes]], np.int64)
+        sharing, rings = (counts[0].tolist() for counts in ring_counts(self._own_mask, F, self._ft[None]))
         for t, own in enumerate(self._own):
             ft = self.ft_table[t]
             out.append((own, tuple(a for a in self.axes if ft[a] > 1), sharing[t], rings[t]))
@@ -502,11 +506,7 @@ class OpLayout:
     def partition(self, t: int, q: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``p_a`` of the partition of tensor ``t`` held by each core while at chunk ``q``
         (:meth:`CoreLayout.partition`)."""
-        temporal = self.temporal_axes(t)
-        if not temporal:
-            return {}
-        p = self.cores.partition(t, np.stack([q[a] for a in self.axes]))
-        return {a: p[i] for i, a in enumerate(self.axes) if a in temporal}
+        return {a: self.cores.partition(t, q[a], self.axes.index(a)) for a in self.temporal_axes(t)}
 
     def partition_shape(self, t: int) -> tuple[int, ...]:
         """Shape of one partition of tensor ``t`` (what a core stores)."""
