@@ -214,18 +214,19 @@ class CoreLayout:
         ``S / f_t`` per digit, summed over the tensors (Cannon's skew)."""
         grid, F, ft, span = self.grid, self.at_cores(self.F), self._ft, self._span
         T, (A, C) = len(self.own), grid.shape
-        split = np.flatnonzero((self.F > 1).any(axis=0)).tolist()      # grid is 0 elsewhere
-        sub = np.zeros((T, C), np.int64)
+        split = [a for a, f in enumerate((self.F > 1).any(axis=0).tolist()) if f]  # grid 0 elsewhere
+        sub = np.empty((T, C), np.int64)
         ring = np.empty((T, C), np.int64)
         offset = np.zeros((A, C), np.int64)
         R = self.at_cores(self.ring_size)
         for t, (own, rotating) in enumerate(zip(self.own.tolist(), self._rotating)):
-            g_free = np.zeros(C, np.int64)
+            mine, g_free = 0, 0                 # row-major over t's own axes, over the others
             for a in split:
                 if own[a]:
-                    sub[t] = sub[t] * F[a] + grid[a]
+                    mine = mine * F[a] + grid[a]
                 else:
                     g_free = g_free * F[a] + grid[a]
+            sub[t] = mine
             pos = g_free % R[t]
             ring[t] = g_free // R[t]
             for a in rotating[::-1]:                                    # last digit first
@@ -262,13 +263,14 @@ class CoreLayout:
     def partition_key(self, t: int) -> np.ndarray:
         """(C,): an id of the partition of tensor ``t`` each core holds at its first step:
         cores of one plan with equal ids are replicas of one partition (T10 §4.2)."""
-        key = self.subtensor[t] * self.at_cores(self.ring_size[:, t])
+        sub, _, q0 = self._rings
+        key = sub[t] * self.at_cores(self.ring_size[:, t])
         rotating = self._rotating[t]
         if rotating:
-            p0 = self.partition(t, self.offset[rotating], rotating)
-            digits = np.zeros_like(key)
+            p0 = self.partition(t, q0[rotating], rotating)
+            ft, digits = self._ft[t], 0
             for a, p in zip(rotating, p0):      # row-major over t's temporal axes (radix f_t)
-                digits = digits * self._ft[t, a] + p
+                digits = digits * ft[a] + p
             key = key + digits
         return key
 

@@ -91,9 +91,10 @@ def ring_faults(cores: Any, t: int) -> tuple[np.ndarray, np.ndarray]:
         (n, A) bool: ring members of ``t`` would shift on axis ``a`` at different steps.
     """
     rotates = cores.ft[:, t] > 1                                   # (n, A)
+    moving = rotates.any(axis=1)
     twice = np.zeros(len(rotates), bool)
     astray = np.zeros(rotates.shape, bool)
-    if not rotates.any():
+    if not moving.any():
         return twice, astray
     many = cores.num_plans > 1
     plan = cores.plan
@@ -101,23 +102,31 @@ def ring_faults(cores: Any, t: int) -> tuple[np.ndarray, np.ndarray]:
         + cores.ring[t]                                            # (partition, ring)
     # numbered apart per plan, so that one sort brings a plan's equal keys together
     # (sorting beats np.unique's hash)
-    radix = int(held.max()) + 1
+    radix = int(held.max()) + 1 if many else 0
     if many:
         held += plan * radix
     held.sort()
-    twice[held[1:][held[1:] == held[:-1]] // radix] = True
+    again = held[1:] == held[:-1]
+    if many:
+        twice[held[1:][again] // radix] = True
+    else:
+        twice[0] = again.any()
     group = cores.group_key(t)
     if many:
         group += plan * (int(group.max()) + 1)
     order = np.argsort(group)
     group = group[order]
     same = group[1:] == group[:-1]                                 # neighbours in one ring
-    members = plan[order][1:] if many else np.zeros(len(group) - 1, np.int64)
+    members = plan[order][1:] if many else None
     q0, span = cores.offset, cores.span(t)
     for a in np.flatnonzero(rotates.any(axis=0)).tolist():
         phase = (q0[a] % span[a])[order]                           # chunk within the partition
-        astray[members[same & (phase[1:] != phase[:-1])], a] = True
-    return twice & rotates.any(axis=1), astray & rotates
+        shifted = same & (phase[1:] != phase[:-1])
+        if many:
+            astray[members[shifted], a] = True
+        else:
+            astray[0, a] = shifted.any()
+    return twice & moving, astray & rotates
 
 
 def check_rings(layout: Any) -> None:
