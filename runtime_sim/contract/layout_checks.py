@@ -1,10 +1,14 @@
 """T10's rules checked on a layout: whether a plan is valid for its operator (T10 §4.2).
 
 :meth:`OpLayout.validate <runtime_sim.contract.layout.OpLayout.validate>` runs
-:func:`check_layout`; the compiler's batched plan space runs :func:`check_rings` alone on the
-rare candidates its array checks cannot decide (:mod:`tvm_icca.plan_search.plan_space`). The rules
-an expression imposes before any plan exists are in :mod:`runtime_sim.contract.plan_rules`.
-The layout is typed ``Any``: :mod:`runtime_sim.contract.layout` imports this module.
+:func:`check_layout`; the compiler's batched plan space decides the ring rule alone, for the
+rare candidates its array checks cannot decide, on the cores of all of them at once
+(:func:`rings_hold`, :mod:`tvm_icca.plan_search.plan_space`). The ring rule is stated once,
+:func:`ring_faults`, on the per-core layout of one plan or many
+(:class:`~runtime_sim.contract.layout.CoreLayout`, the one definition of grid, rings, Cannon
+skew and partitions). The rules an expression imposes before any plan exists are in
+:mod:`runtime_sim.contract.plan_rules`. Layouts are typed ``Any``:
+:mod:`runtime_sim.contract.layout` imports this module.
 """
 
 from __future__ import annotations
