@@ -121,6 +121,8 @@ class CoreLayout:
         (n, A): temporal steps on each axis (:func:`temporal_steps`).
     cores : numpy.ndarray
         (n,): cores of each plan, the product of its F_op.
+    num_plans : int
+        n.
     """
 
     def __init__(self, own: np.ndarray, F: np.ndarray, ft: np.ndarray,
@@ -131,11 +133,7 @@ class CoreLayout:
         self.order = list(range(self.F.shape[1])) if order is None else list(order)
         self.S = temporal_steps(self.ft)
         self.cores = np.multiply.reduce(self.F, axis=1)
-
-    @property
-    def num_plans(self) -> int:
-        """n: the plans laid out."""
-        return len(self.F)
+        self.num_plans = len(self.F)
 
     @property
     def sharing(self) -> np.ndarray:
@@ -147,24 +145,11 @@ class CoreLayout:
         """(n, T): R_T (:func:`ring_counts`)."""
         return self._tables[1]
 
-    @property
-    def _ft(self) -> np.ndarray:
-        """(T, A, C): f_t at every core."""
-        return self._tables[2]
-
-    @property
-    def _span(self) -> np.ndarray:
-        """(T, A, C): S / f_t, the chunks of a partition, at every core."""
-        return self._tables[3]
-
-    @property
-    def _rotating(self) -> list[list[int]]:
-        """The axes each tensor rotates on in some plan (elsewhere its partition is 0)."""
-        return self._tables[4]
-
     @cached_property
     def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[list[int]]]:
-        # one cached property for the small tables (each first use of one costs a lock)
+        """P_T, R_T, f_t and S / f_t at every core (T, A, C), and the axes each tensor rotates
+        on in some plan (elsewhere its partition is 0): one cached property (the first use
+        of each costs a lock)."""
         sharing, ring_size = ring_counts(self.own, self.F, self.ft)
         rotating = [[a for a, r in enumerate(row) if r] for row in (self.ft > 1).any(axis=0).tolist()]
         return (sharing, ring_size, self.at_cores(self.ft), self.at_cores(self.S[:, None, :] // self.ft),
@@ -207,19 +192,18 @@ class CoreLayout:
 
     @cached_property
     def _rings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(sub-tensor (T, C), ring (T, C), offset (A, C)). Tensor ``t``'s cores that differ only
-        on the axes ``t`` lacks share a sub-tensor; numbered row-major over those axes, they
-        form consecutive rings of R_T cores. A core's position in its ring, as digits over
-        ``t``'s temporal axes (radix f_t), skews its chunk schedule on each of them by
-        ``S / f_t`` per digit, summed over the tensors (Cannon's skew)."""
-        grid, F, ft, span = self.grid, self.at_cores(self.F), self._ft, self._span
+        """(sub-tensor (T, C), ring (T, C), offset (A, C)). The cores that differ only on the
+        axes tensor ``t`` lacks share a sub-tensor; numbered row-major over those axes, they
+        form consecutive rings of R_T cores. A core's ring position, as digits over ``t``'s
+        temporal axes (radix f_t), skews its chunks on each by ``S / f_t`` per digit (Cannon)."""
+        grid, F, (_, _, ft, span, rotations) = self.grid, self.at_cores(self.F), self._tables
         T, (A, C) = len(self.own), grid.shape
         split = [a for a, f in enumerate((self.F > 1).any(axis=0).tolist()) if f]  # grid 0 elsewhere
         sub = np.empty((T, C), np.int64)
         ring = np.empty((T, C), np.int64)
         offset = np.zeros((A, C), np.int64)
         R = self.at_cores(self.ring_size)
-        for t, (own, rotating) in enumerate(zip(self.own.tolist(), self._rotating)):
+        for t, (own, rotating) in enumerate(zip(self.own.tolist(), rotations)):
             mine, g_free = 0, 0                 # row-major over t's own axes, over the others
             for a in split:
                 if own[a]:
@@ -252,23 +236,23 @@ class CoreLayout:
 
     def span(self, t: int) -> np.ndarray:
         """(A, C): chunks of each axis in one partition of tensor ``t`` (``S / f_t``)."""
-        return self._span[t]
+        return self._tables[3][t]
 
     def partition(self, t: int, q: np.ndarray, axes: int | Sequence[int] | None = None) -> np.ndarray:
         """(A, C): ``p_a``, the partition of tensor ``t`` each core holds at chunks ``q`` (A, C)
         (0 on axes ``t`` does not rotate on); or on ``axes`` only (an axis: (C,)), ``q``
         given on them."""
-        return q // (self._span[t] if axes is None else self._span[t][axes])
+        return q // (self.span(t) if axes is None else self.span(t)[axes])
 
     def partition_key(self, t: int) -> np.ndarray:
         """(C,): an id of the partition of tensor ``t`` each core holds at its first step:
         cores of one plan with equal ids are replicas of one partition (T10 §4.2)."""
         sub, _, q0 = self._rings
         key = sub[t] * self.at_cores(self.ring_size[:, t])
-        rotating = self._rotating[t]
+        rotating = self._tables[4][t]
         if rotating:
             p0 = self.partition(t, q0[rotating], rotating)
-            ft, digits = self._ft[t], 0
+            ft, digits = self._tables[2][t], 0
             for a, p in zip(rotating, p0):      # row-major over t's temporal axes (radix f_t)
                 digits = digits * ft[a] + p
             key = key + digits
@@ -277,13 +261,6 @@ class CoreLayout:
     def group_key(self, t: int) -> np.ndarray:
         """(C,): an id of the (sub-tensor, ring) of tensor ``t`` of each core in its plan."""
         return self.subtensor[t] * self.at_cores(np.maximum(self.replicas[:, t], 1)) + self.ring[t]
-
-
-def _row_major(radices: np.ndarray) -> np.ndarray:
-    """Row-major strides of mixed-radix digits ``(..., A)``, the first most significant."""
-    strides = np.ones_like(radices)
-    strides[..., :-1] = np.multiply.accumulate(radices[..., :0:-1], axis=-1)[..., ::-1]
-    return strides
 
 
 class OpLayout:
@@ -775,12 +752,10 @@ class OpLayout:
         check_layout(self)
 
 
-def _ravel(indices: Sequence[np.ndarray], radices: Sequence, n: int) -> np.ndarray:
-    """Mixed-radix number of ``n`` cores' digits, the first most significant; a radix is an
-    int or per-core array."""
+def _ravel(indices: list[np.ndarray], radices: list[int], n: int) -> np.ndarray:
     out = np.zeros(n, np.int64)
     for i, r in zip(indices, radices):
-        out = out * r + i
+        out = out * int(r) + i
     return out
 
 
