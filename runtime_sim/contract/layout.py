@@ -321,14 +321,7 @@ class OpLayout:
         #: plan space's ring check builds a layout per candidate plan)
         self.ft_table: tuple[dict[str, int], ...] = tuple(
             {a: plan.ft(t, a) for a in self.axes} for t in range(len(expr.tensors)))
-        self.core_order = tuple(plan.core_order) if plan.core_order else self.axes
-        if sorted(self.core_order) != sorted(self.axes):
-            raise InvalidPlanError(
-                f"core order {list(plan.core_order)} must be a permutation of the axes "
-                f"{list(self.axes)} (or empty)"
-            )
-        #: the per-core layout of this plan (grid, rings, skew, partitions; T10 §4.2), and
-        #: its step and ring counts
+        #: f_t as a (T, A) array: S and the per-core layout (:attr:`cores`) read it
         self._ft = np.array([[ft[a] for a in self.axes] for ft in self.ft_table],
                             np.int64).reshape(len(expr.tensors), len(self.axes))
         self.S = dict(zip(self.axes, temporal_steps(self._ft).tolist()))
@@ -353,6 +346,12 @@ class OpLayout:
                 f"steps {[a for a in self.axes if self.S[a] > 1]}"
             )
         self.steps = int(np.prod([self.S[a] for a in self.loop_axes], dtype=np.int64))
+        self.core_order = tuple(plan.core_order) if plan.core_order else self.axes
+        if sorted(self.core_order) != sorted(self.axes):
+            raise InvalidPlanError(
+                f"core order {list(plan.core_order)} must be a permutation of the axes "
+                f"{list(self.axes)} (or empty)"
+            )
         #: chips the numbered cores are spread over (``plan.chips``, see :attr:`physical`)
         self.chips = int(getattr(plan, "chips", 1))
         self.cores_per_chip = None if cores_per_chip is None else int(cores_per_chip)
