@@ -1,10 +1,14 @@
 """T10's rules checked on a layout: whether a plan is valid for its operator (T10 §4.2).
 
 :meth:`OpLayout.validate <runtime_sim.contract.layout.OpLayout.validate>` runs
-:func:`check_layout`; the compiler's batched plan space runs :func:`check_rings` alone on the
-rare candidates its array checks cannot decide (:mod:`tvm_icca.plan_search.plan_space`). The rules
-an expression imposes before any plan exists are in :mod:`runtime_sim.contract.plan_rules`.
-The layout is typed ``Any``: :mod:`runtime_sim.contract.layout` imports this module.
+:func:`check_layout`; the compiler's batched plan space decides the ring rule alone, for the
+rare candidates its array checks cannot decide, on the cores of all of them at once
+(:func:`rings_hold`, :mod:`tvm_icca.plan_search.plan_space`). The ring rule is stated once,
+:func:`ring_faults`, on the per-core layout of one plan or many
+(:class:`~runtime_sim.contract.layout.CoreLayout`, the one definition of grid, rings, Cannon
+skew and partitions). The rules an expression imposes before any plan exists are in
+:mod:`runtime_sim.contract.plan_rules`. Layouts are typed ``Any``:
+:mod:`runtime_sim.contract.layout` imports this module.
 """
 
 from __future__ import annotations
@@ -73,103 +77,86 @@ def check_layout(layout: Any) -> None:
                 )
     check_rings(layout)
 
-def check_rings(layout: Any) -> None:
-    """Raise :class:`InvalidPlanError` unless every rotation ring of ``layout`` holds each
-    partition once and its members shift on every axis at the same steps (T10 §4.2)."""
-    q0 = layout.chunk({})
-    for t in range(len(layout.expr.tensors)):
-        temporal = layout.temporal_axes(t)
-        if not temporal:
-            continue
-        key = np.sort(layout.partition_key(t) * max(layout.replicas(t), 1) + layout.ring_id(t))
-        if np.any(key[1:] == key[:-1]):  # a repeated (partition, ring): sorting beats np.unique's hash
-            raise InvalidPlanError(
-                f"rotation rings of {layout.expr.tensors[t].name} do not hold each partition once"
-            )
-        group = layout.ring_group_key(t)
-        for a in temporal:
-            phase = q0[a] % (layout.S[a] // layout.plan.ft(t, a))
-            order = np.argsort(group, kind="stable")
-            g_sorted, ph_sorted = group[order], phase[order]
-            same = g_sorted[1:] == g_sorted[:-1]
-            if np.any(same & (ph_sorted[1:] != ph_sorted[:-1])):
-                raise InvalidPlanError(
-                    f"ring members of {layout.expr.tensors[t].name} would shift on '{a}' at different steps"
-                )
 
+def ring_faults(cores: Any, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """T10's ring rule (§4.2) for tensor ``t`` of every plan of ``cores`` (a
+    :class:`~runtime_sim.contract.layout.CoreLayout`, one plan or many): each rotation ring
+    holds every partition of its sub-tensor once, and its members shift on each axis at the
+    same steps (they are at the same chunk within their partitions at the first step).
 
-def rings_hold(own: np.ndarray, F: np.ndarray, ft: np.ndarray) -> np.ndarray:
-    """:func:`check_rings` of many plans of one expression at once: whether every rotation
-    ring of each plan holds each partition once and shifts in step (T10 §4.2).
+    This is the one statement of the rule: :func:`check_rings` reads it for one layout,
+    :func:`rings_hold` for a plan space's batch.
 
-    The plans are given as arrays, for a plan space that checks thousands of candidates:
-    ``own`` (T, A) whether tensor ``t`` is indexed by top-level axis ``a``
-    (:meth:`OpLayout.tensor_axes <runtime_sim.contract.layout.OpLayout.tensor_axes>`),
-    ``F`` (n, A) the F_op of each plan and ``ft`` (n, T, A) its temporal factors (1 where
-    none), cores numbered row-major over the axes (a plan without ``core_order``). Each plan's
-    cores are laid out as :class:`~runtime_sim.contract.layout.OpLayout` lays them (its
-    ``grid``, ``_rings``, ``offset`` and ``partition_key``), all plans' cores in one array,
-    so the rule costs a few dozen array operations per call rather than per plan; the test
-    suite checks it against :func:`check_rings` on random plans. Returns (n,) bool.
+    Returns
+    -------
+    twice : numpy.ndarray
+        (n,) bool: a ring of ``t`` holds some partition more than once.
+    astray : numpy.ndarray
+        (n, A) bool: ring members of ``t`` would shift on axis ``a`` at different steps.
     """
-    F = np.asarray(F, np.int64)
-    ft = np.asarray(ft, np.int64)
-    n, A = F.shape
-    ok = np.ones(n, bool)
-    if n == 0:
-        return ok
-    S = np.maximum(ft.max(axis=1), 1)                   # (n, A): OpLayout.S
-    cores = np.prod(F, axis=1)
-    plan = np.repeat(np.arange(n), cores)                # the plan of every core
-    local = np.arange(plan.size, dtype=np.int64) - (np.cumsum(cores) - cores)[plan]
-    Fc, Sc = F[plan], S[plan]
-    stride = np.ones((n, A), np.int64)                   # row-major over the axes (grid)
-    for a in range(A - 2, -1, -1):
-        stride[:, a] = stride[:, a + 1] * F[:, a + 1]
-    grid = local[:, None] // stride[plan] % Fc
+    rotates = cores.ft[:, t] > 1                                   # (n, A)
+    moving = rotates.any(axis=1)
+    twice = np.zeros(len(rotates), bool)
+    astray = np.zeros(rotates.shape, bool)
+    if not moving.any():
+        return twice, astray
+    many = cores.num_plans > 1
+    plan = cores.plan
+    held = cores.partition_key(t) * cores.at_cores(np.maximum(cores.replicas[:, t], 1)) \
+        + cores.ring[t]                                            # (partition, ring)
+    # numbered apart per plan, so that one sort brings a plan's equal keys together
+    # (sorting beats np.unique's hash)
+    radix = int(held.max()) + 1 if many else 0
+    if many:
+        held += plan * radix
+    held.sort()
+    again = held[1:] == held[:-1]
+    if many:
+        twice[held[1:][again] // radix] = True
+    else:
+        twice[0] = again.any()
+    group = cores.group_key(t)
+    if many:
+        group += plan * (int(group.max()) + 1)
+    order = np.argsort(group)
+    group = group[order]
+    same = group[1:] == group[:-1]                                 # neighbours in one ring
+    members = plan[order][1:] if many else None
+    q0, span = cores.offset, cores.span(t)
+    for a in np.flatnonzero(rotates.any(axis=0)).tolist():
+        phase = (q0[a] % span[a])[order]                           # chunk within the partition
+        shifted = same & (phase[1:] != phase[:-1])
+        if many:
+            astray[members[shifted], a] = True
+        else:
+            astray[0, a] = shifted.any()
+    return twice & moving, astray & rotates
 
-    def ravel(axes: np.ndarray, values: np.ndarray, radices: np.ndarray) -> np.ndarray:
-        out = np.zeros(plan.size, np.int64)              # layout._ravel, over ``axes`` in order
-        for a in np.flatnonzero(axes):
-            out = out * radices[:, a] + values[:, a]
-        return out
 
-    per_tensor = []
-    offset = np.zeros((plan.size, A), np.int64)
-    for t in range(own.shape[0]):
-        ftc = ft[plan, t]                                # (C, A); 1 where t does not rotate
-        ring_size = np.prod(ft[:, t], axis=1)[plan]
-        g_free = ravel(~own[t], grid, Fc)
-        sub = ravel(own[t], grid, Fc)
-        pos, ring = g_free % ring_size, g_free // ring_size
-        # the ring position's digits over t's temporal axes (radix 1 elsewhere: digit 0)
-        tstride = np.ones((plan.size, A), np.int64)
-        for a in range(A - 2, -1, -1):
-            tstride[:, a] = tstride[:, a + 1] * ftc[:, a + 1]
-        offset += Sc // ftc * (pos[:, None] // tstride % ftc)
-        per_tensor.append((ftc, ring_size, sub, ring))
-    q0 = offset % Sc                                     # chunk({}): the Cannon skew
-    for t, (ftc, ring_size, sub, ring) in enumerate(per_tensor):
-        temporal = (ft[:, t] > 1).any(axis=1)            # plans where t rotates at all
-        if not temporal.any():
+def check_rings(layout: Any) -> None:
+    """Raise :class:`InvalidPlanError` unless every rotation ring of ``layout`` (an
+    :class:`~runtime_sim.contract.layout.OpLayout`) holds each partition once and its members
+    shift on every axis at the same steps (T10 §4.2; :func:`ring_faults`)."""
+    for t, access in enumerate(layout.expr.tensors):
+        if not layout.temporal_axes(t):
             continue
-        sharing = np.prod(np.where(own[t], 1, F), axis=1)     # P_T
-        replicas = np.maximum(sharing // np.prod(ft[:, t], axis=1), 1)[plan]
-        p0 = q0 // (Sc // ftc)                           # 0 on axes t does not rotate on
-        key = (sub * ring_size + ravel(np.ones(A, bool), p0, ftc)) * replicas + ring
-        order = np.lexsort((key, plan))
-        p_s, k_s = plan[order], key[order]
-        twice = (p_s[1:] == p_s[:-1]) & (k_s[1:] == k_s[:-1]) & temporal[p_s[1:]]
-        ok[p_s[1:][twice]] = False
-        group = sub * replicas + ring
-        order = np.lexsort((group, plan))
-        p_s, g_s = plan[order], group[order]
-        same = (p_s[1:] == p_s[:-1]) & (g_s[1:] == g_s[:-1])
-        for a in range(A):
-            rotates = ft[:, t, a] > 1
-            if not rotates.any():
-                continue
-            phase = (q0[:, a] % (Sc[:, a] // ftc[:, a]))[order]
-            shifted = same & (phase[1:] != phase[:-1]) & rotates[p_s[1:]]
-            ok[p_s[1:][shifted]] = False
+        twice, astray = ring_faults(layout.cores, t)
+        if twice[0]:
+            raise InvalidPlanError(f"rotation rings of {access.name} do not hold each partition once")
+        for a in np.flatnonzero(astray[0]):
+            raise InvalidPlanError(
+                f"ring members of {access.name} would shift on '{layout.axes[a]}' at different steps"
+            )
+
+
+def rings_hold(cores: Any) -> np.ndarray:
+    """:func:`check_rings` of many plans of one expression at once: whether every rotation
+    ring of each plan of ``cores`` (a :class:`~runtime_sim.contract.layout.CoreLayout`) holds
+    each partition once and shifts in step (T10 §4.2; :func:`ring_faults`). A plan space
+    checks thousands of candidates this way in a few dozen array operations per tensor.
+    Returns (n,) bool."""
+    ok = np.ones(cores.num_plans, bool)
+    for t in range(len(cores.own)):
+        twice, astray = ring_faults(cores, t)
+        ok &= ~(twice | astray.any(axis=1))
     return ok

@@ -44,6 +44,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from runtime_sim.contract.layout import CoreLayout
 from runtime_sim.contract.layout_checks import rings_hold
 from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plan_search.intmath import INT, ceil_div, divisors, factor_tuples, rank_values, unique_rows
@@ -697,7 +698,8 @@ def _drop_invalid(batch: PlanBatch, cache: "SearchMemo | None" = None) -> PlanBa
             keys = [pattern + (reduced[j].tobytes(), ft[j:j + 1].tobytes())
                     for j in range(len(rows))]
             keep[rows] = memo.ring_verdicts(
-                keys, lambda todo: rings_hold(structure.own, reduced[todo], ft[todo]).tolist())
+                keys,
+                lambda todo: rings_hold(CoreLayout(structure.own, reduced[todo], ft[todo])).tolist())
     return batch if keep.all() else batch.take(np.flatnonzero(keep))
 
 
