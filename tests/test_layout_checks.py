@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from runtime_sim.contract.errors import InvalidPlanError
-from runtime_sim.contract.layout import CoreLayout, OpLayout
+from runtime_sim.contract.core_layout import CoreLayout
+from runtime_sim.contract.layout import OpLayout
 from runtime_sim.contract.layout_checks import check_rings, rings_hold
 from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.testing import exprs

@@ -5,7 +5,7 @@
 rare candidates its array checks cannot decide, on the cores of all of them at once
 (:func:`rings_hold`, :mod:`tvm_icca.plan_search.plan_space`). The ring rule is stated once,
 :func:`ring_faults`, on the per-core layout of one plan or many
-(:class:`~runtime_sim.contract.layout.CoreLayout`, the one definition of grid, rings, Cannon
+(:class:`~runtime_sim.contract.core_layout.CoreLayout`, the one definition of grid, rings, Cannon
 skew and partitions). The rules an expression imposes before any plan exists are in
 :mod:`runtime_sim.contract.plan_rules`. Layouts are typed ``Any``:
 :mod:`runtime_sim.contract.layout` imports this module.
@@ -80,7 +80,7 @@ def check_layout(layout: Any) -> None:
 
 def ring_faults(cores: Any, t: int) -> tuple[np.ndarray, np.ndarray]:
     """T10's ring rule (§4.2) for tensor ``t`` of every plan of ``cores`` (a
-    :class:`~runtime_sim.contract.layout.CoreLayout`, one plan or many): each rotation ring
+    :class:`~runtime_sim.contract.core_layout.CoreLayout`, one plan or many): each rotation ring
     holds every partition of its sub-tensor once, and its members shift on each axis at the
     same steps (they are at the same chunk within their partitions at the first step).
 
@@ -151,7 +151,7 @@ def check_rings(layout: Any) -> None:
 
 def rings_hold(cores: Any) -> np.ndarray:
     """:func:`check_rings` of many plans of one expression at once: whether every rotation
-    ring of each plan of ``cores`` (a :class:`~runtime_sim.contract.layout.CoreLayout`) holds
+    ring of each plan of ``cores`` (a :class:`~runtime_sim.contract.core_layout.CoreLayout`) holds
     each partition once and shifts in step (T10 §4.2; :func:`ring_faults`). A plan space
     checks thousands of candidates this way in a few dozen array operations per tensor.
     Returns (n,) bool."""

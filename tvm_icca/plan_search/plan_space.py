@@ -44,7 +44,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from runtime_sim.contract.layout import CoreLayout
+from runtime_sim.contract.core_layout import CoreLayout
 from runtime_sim.contract.layout_checks import rings_hold
 from runtime_sim.contract.plan import ExecutionPlan
 from tvm_icca.plan_search.intmath import INT, ceil_div, divisors, factor_tuples, rank_values, unique_rows
