@@ -122,6 +122,8 @@ class CoreLayout:
         cores are numbered row-major over the axes in the core order, outermost first."""
         core = np.arange(int(self.cores.sum()), dtype=np.int64)
         grid = np.empty((self.F.shape[1], len(core)), np.int64)
+        if not len(grid):                    # a scalar operator: one core, no axis to number
+            return grid
         if self.num_plans == 1:              # numpy's unravel: the same numbering, one call
             digits = np.unravel_index(core, self.F[0, self.order].tolist())
             for a, d in zip(self.order, digits):
