@@ -10,7 +10,7 @@ rule of all of them at once (:func:`runtime_sim.contract.layout_checks.rings_hol
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -31,6 +31,16 @@ def ring_counts(own: np.ndarray, F: np.ndarray, ft: np.ndarray) -> tuple[np.ndar
     axes ``own[t]`` (T, A): two (n, T) arrays."""
     return (np.multiply.reduce(np.where(own, 1, F[:, None, :]), axis=2),
             np.multiply.reduce(ft, axis=2))
+
+
+class _PlanTables(NamedTuple):
+    """What a :class:`CoreLayout` reads per plan and per tensor before laying out its cores."""
+
+    sharing: np.ndarray  # (n, T): P_T
+    ring_size: np.ndarray  # (n, T): R_T
+    ft: np.ndarray  # (T, A, C): f_t at every core
+    span: np.ndarray  # (T, A, C): S / f_t at every core, chunks of an axis in one partition
+    rotating: list[list[int]]  # per tensor, the axes it rotates on in some plan
 
 
 class CoreLayout:
@@ -81,22 +91,22 @@ class CoreLayout:
     @property
     def sharing(self) -> np.ndarray:
         """(n, T): P_T (:func:`ring_counts`)."""
-        return self._tables[0]
+        return self._tables.sharing
 
     @property
     def ring_size(self) -> np.ndarray:
         """(n, T): R_T (:func:`ring_counts`)."""
-        return self._tables[1]
+        return self._tables.ring_size
 
     @cached_property
-    def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[list[int]]]:
-        """P_T, R_T, f_t and S / f_t at every core (T, A, C), and the axes each tensor rotates
-        on in some plan (elsewhere its partition is 0): one cached property (the first use
-        of each costs a lock)."""
+    def _tables(self) -> _PlanTables:
+        """P_T, R_T, f_t and S / f_t at every core, and the axes each tensor rotates on in some
+        plan (elsewhere its partition is 0): one cached property (the first use of each costs
+        a lock)."""
         sharing, ring_size = ring_counts(self.own, self.F, self.ft)
         rotating = [[a for a, r in enumerate(row) if r] for row in (self.ft > 1).any(axis=0).tolist()]
-        return (sharing, ring_size, self.at_cores(self.ft), self.at_cores(self.S[:, None, :] // self.ft),
-                rotating)
+        return _PlanTables(sharing, ring_size, self.at_cores(self.ft),
+                           self.at_cores(self.S[:, None, :] // self.ft), rotating)
 
     @cached_property
     def replicas(self) -> np.ndarray:
@@ -141,14 +151,15 @@ class CoreLayout:
         axes tensor ``t`` lacks share a sub-tensor; numbered row-major over those axes, they
         form consecutive rings of R_T cores. A core's ring position, as digits over ``t``'s
         temporal axes (radix f_t), skews its chunks on each by ``S / f_t`` per digit (Cannon)."""
-        grid, F, (_, _, ft, span, rotations) = self.grid, self.at_cores(self.F), self._tables
+        grid, F, tables = self.grid, self.at_cores(self.F), self._tables
+        ft, span = tables.ft, tables.span
         T, (A, C) = len(self.own), grid.shape
         split = [a for a, f in enumerate((self.F > 1).any(axis=0).tolist()) if f]  # grid 0 elsewhere
         sub = np.empty((T, C), np.int64)
         ring = np.empty((T, C), np.int64)
         offset = np.zeros((A, C), np.int64)
         R = self.at_cores(self.ring_size)
-        for t, (own, rotating) in enumerate(zip(self.own.tolist(), rotations)):
+        for t, (own, rotating) in enumerate(zip(self.own.tolist(), tables.rotating)):
             mine, g_free = 0, 0                 # row-major over t's own axes, over the others
             for a in split:
                 if own[a]:
@@ -181,7 +192,7 @@ class CoreLayout:
 
     def span(self, t: int) -> np.ndarray:
         """(A, C): chunks of each axis in one partition of tensor ``t`` (``S / f_t``)."""
-        return self._tables[3][t]
+        return self._tables.span[t]
 
     def partition(self, t: int, q: np.ndarray, axes: int | Sequence[int] | None = None) -> np.ndarray:
         """(A, C): ``p_a``, the partition of tensor ``t`` each core holds at chunks ``q`` (A, C)
@@ -194,10 +205,10 @@ class CoreLayout:
         cores of one plan with equal ids are replicas of one partition (T10 §4.2)."""
         sub, _, q0 = self._rings
         key = sub[t] * self.at_cores(self.ring_size[:, t])
-        rotating = self._tables[4][t]
+        rotating = self._tables.rotating[t]
         if rotating:
             p0 = self.partition(t, q0[rotating], rotating)
-            ft, digits = self._tables[2][t], 0
+            ft, digits = self._tables.ft[t], 0
             for a, p in zip(rotating, p0):      # row-major over t's temporal axes (radix f_t)
                 digits = digits * ft[a] + p
             key = key + digits
